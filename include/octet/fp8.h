@@ -1,0 +1,180 @@
+// octet/fp8.h — the 8-bit floating-point formats and the scale-from-amax math, for host and device.
+//
+// Implements the OCP 8-bit Floating Point Specification (OFP8) v1.0 — E4M3 ("E4M3FN": no infinity,
+// only S.1111.111 is NaN, max 448) and E5M2 (IEEE-like: infinities and NaNs, max 57344) — plus
+// BF16 rounding and the E8M0 block-scale format of the OCP Microscaling (MX) Formats v1.0 spec.
+// Every conversion rounds to nearest, ties to even. Casting is either saturating (finite values
+// beyond the max become ±max) or not (E4M3: NaN; E5M2: ±inf), as the spec defines both.
+//
+// Everything here is header-only and usable from CUDA device code (OCTET_HD), so that the CPU
+// reference and the GPU kernels share one definition of every rounding and every scale.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define OCTET_HD __host__ __device__ __forceinline__
+#else
+#define OCTET_HD inline
+#endif
+
+namespace octet {
+
+/// The two OFP8 element formats.
+enum class Format : uint8_t { E4M3 = 0, E5M2 = 1 };
+
+/// Largest finite magnitude: 448 for E4M3, 57344 for E5M2 (OFP8 v1.0, table 1).
+OCTET_HD float fp8_max(Format f) { return f == Format::E4M3 ? 448.0f : 57344.0f; }
+
+namespace detail {
+OCTET_HD uint32_t f32_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+#endif
+}
+OCTET_HD float f32_from_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+#endif
+}
+// Exponent bits, mantissa bits and bias of a format.
+OCTET_HD int exp_bits(Format f) { return f == Format::E4M3 ? 4 : 5; }
+OCTET_HD int man_bits(Format f) { return f == Format::E4M3 ? 3 : 2; }
+OCTET_HD int bias(Format f) { return f == Format::E4M3 ? 7 : 15; }
+}  // namespace detail
+
+/// Rounds |x| (finite, >= 0) onto the grid of `f` with round-to-nearest-even, ignoring the max.
+/// The grid spacing is 2^(e - M) in binade e and 2^(emin - M) in the subnormal range.
+OCTET_HD float fp8_round_magnitude(float a, Format f) {
+  const int m = detail::man_bits(f);
+  const int emin = 1 - detail::bias(f);
+  int e = int((detail::f32_bits(a) >> 23) & 0xFF) - 127;  // floor(log2 a) for normal floats
+  if (e < emin) e = emin;                                  // subnormal range (and float subnormals)
+  const float quantum = ldexpf(1.0f, e - m);
+  return rintf(a / quantum) * quantum;  // exact: quantum is a power of two; rintf ties to even
+}
+
+/// Encodes x as an FP8 code of format `f` (round to nearest even).
+/// saturate=true: |x| beyond max (and ±inf) become ±max; NaN stays NaN.
+/// saturate=false: values that round beyond max become NaN (E4M3) or ±inf (E5M2); ±inf become
+/// NaN (E4M3) or ±inf (E5M2). NaN encodes as 0x7F/0xFF (E4M3) and 0x7F/0xFF (E5M2 quiet NaN).
+OCTET_HD uint8_t fp8_encode(float x, Format f, bool saturate) {
+  const uint32_t bits = detail::f32_bits(x);
+  const uint8_t sign = uint8_t((bits >> 24) & 0x80);
+  const int m = detail::man_bits(f);
+  const int b = detail::bias(f);
+  const uint8_t nan_code = 0x7F;
+  const uint8_t max_code = f == Format::E4M3 ? 0x7E : 0x7B;
+  const uint8_t inf_code = 0x7C;  // E5M2 only
+  if (x != x) return sign | nan_code;
+  const float a = fabsf(x);
+  if (a == INFINITY) {
+    if (saturate) return sign | max_code;
+    return sign | (f == Format::E4M3 ? nan_code : inf_code);
+  }
+  const float r = fp8_round_magnitude(a, f);
+  if (r > fp8_max(f)) {
+    if (saturate) return sign | max_code;
+    return sign | (f == Format::E4M3 ? nan_code : inf_code);
+  }
+  if (r == 0.0f) return sign;
+  const int emin = 1 - b;
+  const uint32_t rb = detail::f32_bits(r);
+  const int e = int((rb >> 23) & 0xFF) - 127;
+  if (e < emin) {  // subnormal: r = mant * 2^(emin - m)
+    const int mant = int(r * ldexpf(1.0f, m - emin));
+    return sign | uint8_t(mant);
+  }
+  const uint32_t mant = (rb >> (23 - m)) & ((1u << m) - 1u);
+  return sign | uint8_t(((e + b) << m) | mant);
+}
+
+/// Decodes an FP8 code of format `f` to its exact value (NaN codes give NaN; E5M2 inf codes ±inf).
+/// E4M3: 0x7F and 0xFF are NaN (never 480); E5M2: S.11111.00 is ±inf, S.11111.{01,10,11} NaN.
+OCTET_HD float fp8_decode(uint8_t c, Format f) {
+  const int m = detail::man_bits(f);
+  const int b = detail::bias(f);
+  const int emask = (1 << detail::exp_bits(f)) - 1;
+  const float sign = (c & 0x80) ? -1.0f : 1.0f;
+  const int e = (c >> m) & emask;
+  const int mant = c & ((1 << m) - 1);
+  if (f == Format::E4M3 && e == emask && mant == (1 << m) - 1) return NAN;
+  if (f == Format::E5M2 && e == emask) return mant == 0 ? sign * INFINITY : NAN;
+  if (e == 0) return sign * ldexpf(float(mant), 1 - b - m);
+  return sign * ldexpf(float((1 << m) | mant), e - b - m);
+}
+
+/// Quantize-dequantize: the value x becomes after an FP8 round trip (saturating).
+OCTET_HD float fp8_round(float x, Format f) { return fp8_decode(fp8_encode(x, f, true), f); }
+
+/// Rounds a float to the nearest BF16 value (ties to even), returned as float. NaN stays NaN.
+OCTET_HD float bf16_round(float x) {
+  if (x != x) return x;
+  uint32_t u = detail::f32_bits(x);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return detail::f32_from_bits(u & 0xFFFF0000u);
+}
+
+/// E8M0 (OCP MX v1.0 §5.4): value 2^(code-127); 0xFF is NaN; there is no zero.
+OCTET_HD float e8m0_decode(uint8_t code) {
+  if (code == 0xFF) return NAN;
+  return ldexpf(1.0f, int(code) - 127);
+}
+
+/// Encodes a power of two 2^k (k in [-127, 127]) as E8M0; any other positive value is rounded
+/// down to a power of two first; NaN, inf and non-positive values give 0xFF (NaN).
+OCTET_HD uint8_t e8m0_encode(float pow2) {
+  if (!(pow2 > 0.0f) || pow2 == INFINITY) return 0xFF;
+  int e = int((detail::f32_bits(pow2) >> 23) & 0xFF) - 127;
+  if (e < -127) e = -127;
+  return uint8_t(e + 127);
+}
+
+/// Largest power of two <= x (x finite, > 0), by clearing the mantissa bits: exact powers of two
+/// are unchanged. Float subnormals are returned unchanged.
+OCTET_HD float pow2_round_down(float x) {
+  const uint32_t u = detail::f32_bits(x);
+  if ((u & 0x7F800000u) == 0) return x;
+  return detail::f32_from_bits(u & 0xFF800000u);
+}
+
+/// Smallest power of two >= x (x finite, > 0): exact powers unchanged, 1.5 -> 2.
+OCTET_HD float pow2_round_up(float x) {
+  const uint32_t u = detail::f32_bits(x);
+  if ((u & 0x7F800000u) == 0) return x;
+  if ((u & 0x007FFFFFu) == 0) return x;
+  return detail::f32_from_bits((u & 0xFF800000u) + 0x00800000u);
+}
+
+/// The largest scale octet ever uses: 2^126, so that scale_inv = 2^-126 stays a normal float.
+constexpr float kMaxScale = 8.5070591730234616e37f;  // 2^126
+
+/// Scale s from an amax, so that q = cast(x * s) uses the range of `f` (Transformer Engine's
+/// DelayedScaling formula): s = fp8_max / amax / 2^margin.
+/// Rules for degenerate amax, one each:
+///  - amax NaN or ±inf: returns NaN (callers decide: delayed scaling keeps its previous scale,
+///    the per-block recipes store the NaN so that the block visibly carries it);
+///  - amax == 0: returns 1 (all codes are 0 and dequantize to 0);
+///  - amax so small that s would exceed 2^126: s = 2^126 (finite, scale_inv normal).
+/// pow2=true rounds s down to a power of two (scale_inv rounded up), so amax*s never exceeds max.
+OCTET_HD float scale_from_amax(float amax, Format f, int margin = 0, bool pow2 = false) {
+  if (!(amax == amax) || amax == INFINITY || amax == -INFINITY) return NAN;
+  if (amax == 0.0f) return 1.0f;
+  float s = fp8_max(f) / fabsf(amax);
+  s = ldexpf(s, -margin);
+  if (!(s <= kMaxScale)) s = kMaxScale;
+  if (pow2) s = pow2_round_down(s);
+  return s;
+}
+
+}  // namespace octet

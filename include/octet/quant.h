@@ -1,0 +1,126 @@
+// octet/quant.h — scaling recipes: how a high-precision tensor becomes FP8 codes plus scales.
+//
+// One quantizer interface behind six recipes (../DESIGN.md §2):
+//   tensor-delayed  one scale per tensor from an amax history (Transformer Engine DelayedScaling)
+//   tensor-current  one scale per tensor from this tensor's amax (TE Float8CurrentScaling, torchao)
+//   row             one scale per row (torchao rowwise)
+//   block           1x128 tiles for activations and gradients, 128x128 blocks for weights
+//                   (DeepSeek-V3, arXiv 2412.19437 §3.3; TE Float8BlockScaling)
+//   mx              1x32 blocks with power-of-two E8M0 scales (OCP Microscaling Formats v1.0)
+//   unit            a static scale fixed by the model (Unit Scaling; u-mu-P / "μnit Scaling",
+//                   arXiv 2502.05967)
+// Convention: a tensor is row-major [rows, cols] and the GEMM contracts over cols (K is the
+// contiguous dimension), so 1xB tiles run along K. A tensor that a GEMM needs transposed is
+// quantized from its high-precision source with quantize_transposed(), never re-quantized from FP8.
+// Codes satisfy x ≈ decode(q) * scale_inv, with q = cast(x * scale) and scale_inv = 1/scale.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "octet/fp8.h"
+
+namespace octet {
+
+enum class Recipe { TensorDelayed, TensorCurrent, Row, Block, MX, Unit };
+/// `e4m3` everywhere (DeepSeek-V3) or `hybrid`: E4M3 for forward tensors, E5M2 for gradients (TE).
+enum class FormatPolicy { E4M3, Hybrid };
+/// What a tensor is: decides the block shape (block recipe) and the format (hybrid policy).
+enum class Role { Activation, Weight, Gradient };
+/// How tensor-delayed scaling reduces its amax history (TE's amax_compute_algo).
+enum class AmaxAlgo { Max, MostRecent };
+
+/// Parses/prints the CLI names: "tensor-delayed", "tensor-current", "row", "block", "mx", "unit";
+/// "e4m3", "hybrid"; "e4m3", "e5m2". Parsing throws octet::Error naming the unknown value.
+Recipe parse_recipe(const std::string& name);
+std::string to_string(Recipe r);
+FormatPolicy parse_format_policy(const std::string& name);
+std::string to_string(FormatPolicy p);
+Format parse_format(const std::string& name);
+std::string to_string(Format f);
+
+/// Settings of one quantizer.
+struct QuantConfig {
+  Recipe recipe = Recipe::TensorCurrent;
+  FormatPolicy formats = FormatPolicy::E4M3;
+  int amax_history_len = 1024;        ///< tensor-delayed: history length H (>= 1)
+  AmaxAlgo amax_algo = AmaxAlgo::Max; ///< tensor-delayed: reduce the history by max or most recent
+  int margin = 0;                     ///< s = fp8_max / amax / 2^margin
+  bool pow2_scales = false;           ///< round scales down to powers of two (always on for mx)
+  float unit_scale = 1.0f;            ///< unit recipe: the static scale s (> 0, finite)
+  bool saturate = true;               ///< saturating cast (OFP8 "satfinite") or not
+};
+
+/// The element format a policy gives a role: E4M3, or E5M2 for gradients under `hybrid`.
+Format format_for(FormatPolicy policy, Role role);
+
+/// Scale granularity, in elements: one scale covers block_rows x block_cols (edge blocks are
+/// partial). Tensor recipes give {rows, cols}; row {1, cols}; block {1,128} or {128,128} for
+/// weights; mx {1,32}.
+struct BlockShape {
+  int64_t rows = 1, cols = 1;
+};
+BlockShape block_shape(Recipe recipe, Role role, int64_t rows, int64_t cols);
+
+/// An FP8 tensor: codes, and one scale_inv per block of the scale grid.
+struct QTensor {
+  int64_t rows = 0, cols = 0;        ///< logical shape, row-major
+  Format format = Format::E4M3;
+  BlockShape block;                  ///< scale granularity
+  std::vector<uint8_t> codes;        ///< rows*cols FP8 codes
+  std::vector<float> scale_inv;      ///< grid_rows()*grid_cols(), row-major over blocks
+  float amax = 0.0f;                 ///< amax of the source tensor (NaN if it held a NaN)
+  int64_t n_underflow = 0;           ///< non-zero inputs that became code 0
+  int64_t n_saturated = 0;           ///< inputs whose |x*scale| exceeded fp8_max
+  int64_t grid_rows() const { return (rows + block.rows - 1) / block.rows; }
+  int64_t grid_cols() const { return (cols + block.cols - 1) / block.cols; }
+  /// scale_inv of the block holding element (r, c).
+  float scale_inv_at(int64_t r, int64_t c) const {
+    return scale_inv[(r / block.rows) * grid_cols() + c / block.cols];
+  }
+};
+
+/// A stateful quantizer for one tensor slot (one operand of one layer): tensor-delayed keeps its
+/// amax history here; the other recipes are stateless.
+///
+/// Degenerate inputs (each a documented rule, see scale_from_amax in fp8.h):
+///  - zero tensor / zero row / zero block: scale 1, codes 0, dequantizes to 0;
+///  - tiny amax: scale clamped to 2^126;
+///  - NaN/inf amax, tensor-delayed: the previous scale is kept, the history does not advance,
+///    and last_overflow() is true; other recipes: the block's scale_inv is NaN, so the NaN is
+///    carried, never silently dropped.
+class Quantizer {
+ public:
+  /// Throws octet::Error for an invalid config (history length < 1, non-positive unit scale).
+  Quantizer(const QuantConfig& config, Role role);
+
+  /// Quantizes x[rows, cols] (row-major) into `out` (buffers reused). Throws on rows or cols < 1.
+  void quantize(const float* x, int64_t rows, int64_t cols, QTensor& out);
+  /// Quantizes the transpose: x is [rows, cols], out is xᵀ [cols, rows] with blocks along rows of x.
+  void quantize_transposed(const float* x, int64_t rows, int64_t cols, QTensor& out);
+
+  const QuantConfig& config() const { return config_; }
+  Role role() const { return role_; }
+  Format format() const { return format_for(config_.formats, role_); }
+  /// tensor-delayed: true if the last quantize saw a NaN/inf amax (step marked overflowed).
+  bool last_overflow() const { return last_overflow_; }
+  int64_t overflow_count() const { return overflow_count_; }
+  /// tensor-delayed: the scale the next quantize will use (1 before the first call).
+  float delayed_scale() const { return delayed_scale_; }
+  const std::vector<float>& amax_history() const { return history_; }
+
+ private:
+  float scale_for_tensor(float amax);  // tensor recipes: the scale to use, updates state
+  QuantConfig config_;
+  Role role_;
+  std::vector<float> history_;  // most recent last
+  float delayed_scale_ = 1.0f;
+  bool last_overflow_ = false;
+  int64_t overflow_count_ = 0;
+};
+
+/// Dequantizes: out[r*cols + c] = decode(codes) * scale_inv of its block. out has rows*cols floats.
+void dequantize(const QTensor& q, float* out);
+
+}  // namespace octet
