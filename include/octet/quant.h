@@ -98,6 +98,8 @@ class Quantizer {
   /// Quantizes x[rows, cols] (row-major) into `out` (buffers reused). Throws on rows or cols < 1.
   void quantize(const float* x, int64_t rows, int64_t cols, QTensor& out);
   /// Quantizes the transpose: x is [rows, cols], out is xᵀ [cols, rows] with blocks along rows of x.
+  /// tensor-delayed: the same tensor in its other orientation, so it reuses the scale of the most
+  /// recent quantize() and does not advance the history (before any quantize() it acts as one).
   void quantize_transposed(const float* x, int64_t rows, int64_t cols, QTensor& out);
 
   const QuantConfig& config() const { return config_; }
