@@ -25,8 +25,10 @@
 
 namespace octet {
 
-/// Precision of the three GEMMs of a linear layer.
-enum class LinearPrecision { BF16, FP8 };
+/// Precision of the three GEMMs of a linear layer. FP32 (gemm_f32, no rounding of the operands) is
+/// the reference path for whole-model gradient checks and the PyTorch twin (tests only; the CPU
+/// backend must support it, the CUDA backend may reject it with octet::Error).
+enum class LinearPrecision { BF16, FP8, FP32 };
 
 struct LinearSpec {
   int64_t in_features = 0, out_features = 0;
