@@ -1,0 +1,47 @@
+// rope.cpp — rotary position embedding (RoPE; Su et al., RoFormer, arXiv 2104.09864), CPU backend.
+//
+// Rotate-half pairing (GPT-NeoX / Llama convention): for i < D/2 the pair (x_i, x_{i+D/2}) at
+// position t is rotated by the angle a = t·theta^(−2i/D):
+//   x_i' = x_i cos a − x_{i+D/2} sin a,   x_{i+D/2}' = x_i sin a + x_{i+D/2} cos a.
+// The rotation is orthogonal, so its backward (the transpose) is the rotation by −a:
+// inverse=true. Angles, sines and cosines are computed in double. x is [B, H, T, D] in place;
+// t is the index along T.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cpu/backend/cpu_backend.h"
+#include "octet/error.h"
+
+namespace octet::cpu {
+
+void CpuBackend::rope(float* x, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim,
+                      float theta, bool inverse) {
+  OCTET_CHECK(batch >= 0 && heads >= 0 && seq >= 0, "rope: negative size");
+  OCTET_CHECK(head_dim >= 2 && head_dim % 2 == 0,
+              "rope: head_dim must be even and >= 2, got " + std::to_string(head_dim));
+  OCTET_CHECK(theta > 0.0f && std::isfinite(theta),
+              "rope: theta must be positive and finite, got " + std::to_string(theta));
+  const int64_t half = head_dim / 2;
+  // cos/sin table [seq, half], shared by every (batch, head).
+  std::vector<double> cos_t(size_t(seq * half)), sin_t(size_t(seq * half));
+  for (int64_t t = 0; t < seq; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      const double inv_freq = std::pow(double(theta), -2.0 * double(i) / double(head_dim));
+      const double a = double(t) * inv_freq * (inverse ? -1.0 : 1.0);
+      cos_t[size_t(t * half + i)] = std::cos(a);
+      sin_t[size_t(t * half + i)] = std::sin(a);
+    }
+  for (int64_t bh = 0; bh < batch * heads; ++bh)
+    for (int64_t t = 0; t < seq; ++t) {
+      float* v = x + (bh * seq + t) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const double c = cos_t[size_t(t * half + i)], s = sin_t[size_t(t * half + i)];
+        const double x1 = v[i], x2 = v[i + half];
+        v[i] = float(x1 * c - x2 * s);
+        v[i + half] = float(x1 * s + x2 * c);
+      }
+    }
+}
+
+}  // namespace octet::cpu
