@@ -60,7 +60,8 @@ OCTET_HD float fp8_round_magnitude(float a, Format f) {
   const int emin = 1 - detail::bias(f);
   int e = int((detail::f32_bits(a) >> 23) & 0xFF) - 127;  // floor(log2 a) for normal floats
   if (e < emin) e = emin;                                  // subnormal range (and float subnormals)
-  const float quantum = ldexpf(1.0f, e - m);
+  // 2^(e-m) built from its exponent bits (e - m + 127 >= 111 > 0: always a normal float).
+  const float quantum = detail::f32_from_bits(uint32_t(e - m + 127) << 23);
   return rintf(a / quantum) * quantum;  // exact: quantum is a power of two; rintf ties to even
 }
 
@@ -112,6 +113,14 @@ OCTET_HD float fp8_decode(uint8_t c, Format f) {
   if (f == Format::E5M2 && e == emask) return mant == 0 ? sign * INFINITY : NAN;
   if (e == 0) return sign * ldexpf(float(mant), 1 - b - m);
   return sign * ldexpf(float((1 << m) | mant), e - b - m);
+}
+
+/// True if |v| rounds beyond fp8_max, i.e. a saturating cast clamps it and a non-saturating one
+/// gives NaN (E4M3) or inf (E5M2): |v| > 464 for E4M3 (464 ties down to 448, the even neighbour),
+/// |v| >= 61440 for E5M2 (61440 ties up to 2^16). ±inf: true; NaN: false.
+OCTET_HD bool fp8_overflows(float v, Format f) {
+  const float a = fabsf(v);
+  return f == Format::E4M3 ? a > 464.0f : a >= 61440.0f;
 }
 
 /// Quantize-dequantize: the value x becomes after an FP8 round trip (saturating).
@@ -175,6 +184,24 @@ OCTET_HD float scale_from_amax(float amax, Format f, int margin = 0, bool pow2 =
   if (!(s <= kMaxScale)) s = kMaxScale;
   if (pow2) s = pow2_round_down(s);
   return s;
+}
+
+/// Exponent of the largest power of two in the element format (OCP MX v1.0 §6.3 "emax_elem"):
+/// 8 for E4M3 (448 = 1.75·2^8), 15 for E5M2 (57344 = 1.75·2^15).
+OCTET_HD int fp8_emax(Format f) { return f == Format::E4M3 ? 8 : 15; }
+
+/// The MX shared scale of a block as an E8M0 code (OCP MX v1.0 §6.3): X = 2^(floor(log2 amax) −
+/// emax_elem); the elements are then cast (saturating) as x / X. floor(log2 amax) is read from the
+/// exponent bits (bit-exact). Rules: amax 0 gives X = 1 (code 127); NaN or inf gives 0xFF (NaN);
+/// X is clamped to [2^-126, 2^127] so that the scale 1/X never exceeds kMaxScale (tiny amax,
+/// float subnormals included).
+OCTET_HD uint8_t mx_scale_e8m0(float amax, Format f) {
+  const float a = fabsf(amax);
+  if (!(a == a) || a == INFINITY) return 0xFF;
+  if (a == 0.0f) return 127;
+  int x = int((detail::f32_bits(a) >> 23) & 0xFF) - 127 - fp8_emax(f);  // subnormals: <= -127-emax
+  if (x < -126) x = -126;
+  return uint8_t(x + 127);  // x <= 127 - emax_elem: never 0xFF
 }
 
 }  // namespace octet

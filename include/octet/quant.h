@@ -84,6 +84,17 @@ struct QTensor {
 /// A stateful quantizer for one tensor slot (one operand of one layer): tensor-delayed keeps its
 /// amax history here; the other recipes are stateless.
 ///
+/// Scales per recipe (s = scale, q = cast(x·s), scale_inv = 1/s):
+///  - tensor-current: s = scale_from_amax(amax of x); row/block: the same per row/tile/block;
+///  - tensor-delayed: s = scale_from_amax(reduce(history)) where the history holds the amaxes of
+///    the previous quantize() calls (max or most recent of the last H). The first quantize(), with
+///    an empty history, uses this tensor's own amax (TE would use scale 1). Each quantize() then
+///    appends its amax, so the history advances once per quantize() of this slot and never on
+///    quantize_transposed(): a weight quantized once and reused keeps scale_inv matching its codes;
+///  - mx: scale_inv = 2^(floor(log2 amax) − emax_elem) as E8M0 (mx_scale_e8m0 in fp8.h); the cast
+///    always saturates (values up to 2·2^emax_elem clamp to fp8_max, as OCP MX v1.0 §6.3 defines);
+///  - unit: s = unit_scale, no amax involved.
+///
 /// Degenerate inputs (each a documented rule, see scale_from_amax in fp8.h):
 ///  - zero tensor / zero row / zero block: scale 1, codes 0, dequantizes to 0;
 ///  - tiny amax: scale clamped to 2^126;
@@ -114,10 +125,15 @@ class Quantizer {
 
  private:
   float scale_for_tensor(float amax);  // tensor recipes: the scale to use, updates state
+  // Quantizes x[rows, cols] into out; advance=false reuses last_scale_ (tensor-delayed transpose).
+  void run(const float* x, int64_t rows, int64_t cols, QTensor& out, bool advance);
   QuantConfig config_;
   Role role_;
   std::vector<float> history_;  // most recent last
   float delayed_scale_ = 1.0f;
+  float last_scale_ = 1.0f;            // the scale of the most recent quantize()
+  bool have_last_scale_ = false;
+  std::vector<float> transpose_buf_;   // quantize_transposed's scratch, reused
   bool last_overflow_ = false;
   int64_t overflow_count_ = 0;
 };
