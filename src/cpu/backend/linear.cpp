@@ -1,11 +1,12 @@
-// linear.cpp — CpuLinear: the three GEMMs of a linear layer Y = X Wᵀ in BF16 or FP8, CPU backend.
+// linear.cpp — CpuLinear: the three GEMMs of a linear layer Y = X Wᵀ in BF16, FP8 or FP32 (CPU).
 //
 // Shapes: X [M, in], W [out, in], Y [M, out]. Every GEMM uses the "TN" convention of octet/gemm.h,
 // C[M, N] = A[M, K]·B[N, K]ᵀ, so each operand is given with the contracted dimension contiguous:
 //   forward  Y  = X̂ Ŵᵀ      A = X   [M, in],   B = W   [out, in]
 //   dgrad    dX = dŶ Ŵ      A = dY  [M, out],  B = Wᵀ  [in, out]
 //   wgrad    dW += dŶᵀ X̂    A = dYᵀ [out, M],  B = Xᵀ  [in, M]    (beta = 1: accumulated)
-// BF16: gemm_bf16 (operands rounded to BF16, FP32 accumulation); the transposes are FP32 copies.
+// BF16: gemm_bf16 (operands rounded to BF16, FP32 accumulation); FP32 (the reference for gradient
+// checks): gemm_f32, operands unrounded. In both, the transposes are FP32 copies.
 // FP8: one Quantizer per operand slot (X: Role::Activation, W: Role::Weight, dY: Role::Gradient),
 // each operand quantized from its FP32 source in the orientation its GEMM needs, transposed ones
 // with quantize_transposed (never re-quantized from FP8), as in DeepSeek-V3 §3.3 and Transformer
@@ -57,7 +58,8 @@ QuantStats stats_of(const QTensor& q) {
 
 class CpuLinear final : public Linear {
  public:
-  explicit CpuLinear(const LinearSpec& spec) : spec_(spec) {
+  explicit CpuLinear(const LinearSpec& spec)
+      : spec_(spec), dense_gemm_(spec.precision == LinearPrecision::FP32 ? gemm_f32 : gemm_bf16) {
     OCTET_CHECK(spec.in_features >= 1 && spec.out_features >= 1,
                 "linear: in_features and out_features must be >= 1, got " +
                     std::to_string(spec.in_features) + " and " +
@@ -73,7 +75,7 @@ class CpuLinear final : public Linear {
     check_m(m);
     const int64_t in = spec_.in_features, out = spec_.out_features;
     if (!fp8()) {
-      gemm_bf16(x, w, y, m, out, in);
+      dense_gemm_(x, w, y, m, out, in, 0.0f);
       return;
     }
     qx_->quantize(x, m, in, x_q_);
@@ -88,12 +90,12 @@ class CpuLinear final : public Linear {
     if (!fp8()) {
       if (dx) {
         transpose(w, out, in, w_t_);
-        gemm_bf16(dy, w_t_.data(), dx, m, in, out);
+        dense_gemm_(dy, w_t_.data(), dx, m, in, out, 0.0f);
       }
       if (dw) {
         transpose(dy, m, out, dy_t_);
         transpose(x, m, in, x_t_);
-        gemm_bf16(dy_t_.data(), x_t_.data(), dw, out, in, m, 1.0f);
+        dense_gemm_(dy_t_.data(), x_t_.data(), dw, out, in, m, 1.0f);
       }
       return;
     }
@@ -119,8 +121,10 @@ class CpuLinear final : public Linear {
     OCTET_CHECK(m >= 1, "linear: the number of rows M must be >= 1, got " + std::to_string(m));
   }
 
+  using DenseGemm = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t, float);
   LinearSpec spec_;
-  std::vector<float> w_t_, dy_t_, x_t_;                // BF16: FP32 transposes
+  DenseGemm dense_gemm_;                               // BF16 / FP32: gemm_bf16 or gemm_f32
+  std::vector<float> w_t_, dy_t_, x_t_;                // BF16 / FP32: FP32 transposes
   std::unique_ptr<Quantizer> qx_, qw_, qdy_;           // FP8: one quantizer per operand slot
   QTensor x_q_, w_q_, dy_q_, w_t_q_, dy_t_q_, x_t_q_;  // FP8: operands, reused between calls
 };

@@ -1,0 +1,294 @@
+// CpuLinear (Backend::make_linear): the three GEMMs of Y = X Wᵀ against FP64 references.
+//  - BF16 / FP32: Y, dX, dW against gemm_f64_reference of the BF16-rounded (resp. exact) operands.
+//  - FP8, for every recipe and both format policies: against gemm_f64_reference of the dequantized
+//    operands that a mirror set of Quantizers (same config and roles, driven through the call
+//    order octet/backend.h documents) produces — forward X̂Ŵᵀ, dgrad dŶ·(Ŵᵀ quantized transposed),
+//    wgrad (dŶᵀ quantized transposed)·(X̂ᵀ quantized transposed) — over three steps so that
+//    delayed-scaling histories take part; plus the delayed recipe's scale sequence in numbers and
+//    the QuantStats (amax, scale range, underflow and saturation fractions).
+// Tolerance of an FP32-accumulated GEMM: |C − C64| <= (K + 8)·2^-23·Σ_k |A_ik||B_jk|.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend_test_util.h"
+#include "octet/backend.h"
+#include "octet/fp8.h"
+#include "octet/gemm.h"
+#include "octet/quant.h"
+
+using namespace octet;
+using octet::test::randn;
+
+namespace {
+
+constexpr int64_t M = 37, IN = 160, OUT = 48;  // awkward: partial 128-blocks along every dim
+
+std::vector<double> to_f64(const std::vector<float>& v, bool round_bf16 = false) {
+  std::vector<double> d(v.size());
+  for (size_t i = 0; i < v.size(); ++i) d[i] = round_bf16 ? bf16_round(v[i]) : v[i];
+  return d;
+}
+
+std::vector<double> dequantized(const QTensor& q) {
+  std::vector<float> f(size_t(q.rows * q.cols));
+  dequantize(q, f.data());
+  return to_f64(f);
+}
+
+std::vector<double> transposed(const std::vector<double>& a, int64_t rows, int64_t cols) {
+  std::vector<double> t(a.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[size_t(c * rows + r)] = a[size_t(r * cols + c)];
+  return t;
+}
+
+// C = A·Bᵀ in FP64 (A [m,k], B [n,k]) and the per-element error scale Σ_k |A||B|.
+struct RefGemm {
+  std::vector<double> c, abs;
+};
+RefGemm ref_gemm(const std::vector<double>& a, const std::vector<double>& b, int64_t m, int64_t n,
+                 int64_t k) {
+  RefGemm r{std::vector<double>(size_t(m * n)), std::vector<double>(size_t(m * n))};
+  gemm_f64_reference(a.data(), b.data(), r.c.data(), m, n, k);
+  std::vector<double> aa(a.size()), ba(b.size());
+  for (size_t i = 0; i < a.size(); ++i) aa[i] = std::fabs(a[i]);
+  for (size_t i = 0; i < b.size(); ++i) ba[i] = std::fabs(b[i]);
+  gemm_f64_reference(aa.data(), ba.data(), r.abs.data(), m, n, k);
+  return r;
+}
+
+// got ≈ base + ref.c within the FP32-accumulation bound (base: the accumulated-into start value).
+void expect_gemm_near(const std::vector<float>& got, const RefGemm& ref, int64_t k,
+                      const std::string& what, const std::vector<float>* base = nullptr) {
+  ASSERT_EQ(got.size(), ref.c.size());
+  const double u = std::ldexp(1.0, -23);
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double b0 = base ? (*base)[i] : 0.0;
+    const double want = b0 + ref.c[i];
+    const double tol = double(k + 8) * u * ref.abs[i] + 2 * u * std::fabs(want) + 1e-30;
+    if (!(std::fabs(got[i] - want) <= tol) && bad++ < 5)
+      ADD_FAILURE() << what << ": element " << i << " got " << got[i] << " want " << want
+                    << " (tolerance " << tol << ")";
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+// ---------------------------------------------------------------- BF16 and FP32
+
+void check_dense(LinearPrecision precision) {
+  const bool bf16 = precision == LinearPrecision::BF16;
+  auto be = make_cpu_backend();
+  LinearSpec spec{IN, OUT, precision, {}};
+  auto lin = be->make_linear(spec);
+  auto x = randn(M * IN, 81), w = randn(OUT * IN, 82, 0.1f), dy = randn(M * OUT, 83);
+  auto dw0 = randn(OUT * IN, 84);
+  std::vector<float> y(M * OUT), dx(M * IN), dw = dw0;
+  lin->forward(x.data(), w.data(), y.data(), M);
+  lin->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), M);
+  const auto X = to_f64(x, bf16), W = to_f64(w, bf16), DY = to_f64(dy, bf16);
+  const std::string name = bf16 ? "bf16" : "fp32";
+  expect_gemm_near(y, ref_gemm(X, W, M, OUT, IN), IN, name + " forward");
+  expect_gemm_near(dx, ref_gemm(DY, transposed(W, OUT, IN), M, IN, OUT), OUT, name + " dgrad");
+  expect_gemm_near(dw, ref_gemm(transposed(DY, M, OUT), transposed(X, M, IN), OUT, IN, M), M,
+                   name + " wgrad", &dw0);
+  // dx = null skips dgrad; dw keeps accumulating.
+  std::vector<float> dw2 = dw;
+  lin->backward(x.data(), w.data(), dy.data(), nullptr, dw2.data(), M);
+  expect_gemm_near(dw2, ref_gemm(transposed(DY, M, OUT), transposed(X, M, IN), OUT, IN, M), M,
+                   name + " wgrad, second accumulation", &dw);
+  EXPECT_EQ(lin->stats_x().amax, 0.0f);  // no quantization outside FP8
+}
+
+TEST(LinearDense, Bf16MatchesFp64OfRoundedOperands) { check_dense(LinearPrecision::BF16); }
+TEST(LinearDense, Fp32MatchesFp64OfExactOperands) { check_dense(LinearPrecision::FP32); }
+
+TEST(LinearDense, Bf16RoundingIsVisible) {
+  // The BF16 path must actually round: 1 + 2^-10 is not a BF16 value (7 mantissa bits).
+  auto be = make_cpu_backend();
+  auto lin = be->make_linear({1, 1, LinearPrecision::BF16, {}});
+  float x = 1.0f + 0x1p-10f, w = 1.0f, y = 0.0f;
+  lin->forward(&x, &w, &y, 1);
+  EXPECT_EQ(y, 1.0f);
+}
+
+// ---------------------------------------------------------------- FP8, every recipe
+
+struct Fp8Case {
+  Recipe recipe;
+  FormatPolicy formats;
+};
+
+class LinearFp8 : public ::testing::TestWithParam<Fp8Case> {};
+
+QuantConfig config_of(const Fp8Case& c) {
+  QuantConfig q;
+  q.recipe = c.recipe;
+  q.formats = c.formats;
+  q.amax_history_len = 2;
+  q.unit_scale = 32.0f;
+  return q;
+}
+
+TEST_P(LinearFp8, MatchesFp64OfDequantizedOperandsOverSteps) {
+  const QuantConfig qc = config_of(GetParam());
+  auto be = make_cpu_backend();
+  auto lin = be->make_linear({IN, OUT, LinearPrecision::FP8, qc});
+  Quantizer qx(qc, Role::Activation), qw(qc, Role::Weight), qdy(qc, Role::Gradient);  // mirror
+  QTensor X, W, DY, WT, DYT, XT;
+  auto w = randn(OUT * IN, 90, 0.05f);
+  std::vector<float> dw = randn(OUT * IN, 91, 0.01f);
+  for (int step = 0; step < 3; ++step) {
+    const std::string at = to_string(qc.recipe) + "/" + to_string(qc.formats) + " step " +
+                           std::to_string(step);
+    // Activations and gradients change scale from step to step (delayed histories matter).
+    auto x = randn(M * IN, 92 + step, 1.0f + step), dy = randn(M * OUT, 95 + step, 1e-3f * (step + 1));
+    std::vector<float> y(M * OUT), dx(M * IN), dw0 = dw;
+    lin->forward(x.data(), w.data(), y.data(), M);
+    lin->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), M);
+
+    qx.quantize(x.data(), M, IN, X);
+    qw.quantize(w.data(), OUT, IN, W);
+    qdy.quantize(dy.data(), M, OUT, DY);
+    qw.quantize_transposed(w.data(), OUT, IN, WT);
+    qdy.quantize_transposed(dy.data(), M, OUT, DYT);
+    qx.quantize_transposed(x.data(), M, IN, XT);
+    ASSERT_EQ(DY.format, format_for(qc.formats, Role::Gradient));
+    expect_gemm_near(y, ref_gemm(dequantized(X), dequantized(W), M, OUT, IN), IN, at + " forward");
+    expect_gemm_near(dx, ref_gemm(dequantized(DY), dequantized(WT), M, IN, OUT), OUT,
+                     at + " dgrad");
+    expect_gemm_near(dw, ref_gemm(dequantized(DYT), dequantized(XT), OUT, IN, M), M,
+                     at + " wgrad", &dw0);
+    EXPECT_EQ(lin->stats_x().amax, X.amax) << at;
+    EXPECT_EQ(lin->stats_dy().amax, DY.amax) << at;
+
+    if (qc.recipe != Recipe::Unit && qc.recipe != Recipe::TensorDelayed) {
+      // Sanity against the unquantized product: FP8 forward within ~10% (Frobenius).
+      auto exact = ref_gemm(to_f64(x), to_f64(w), M, OUT, IN);
+      double num = 0, den = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        num += (y[i] - exact.c[i]) * (y[i] - exact.c[i]);
+        den += exact.c[i] * exact.c[i];
+      }
+      EXPECT_LT(std::sqrt(num / den), 0.1) << at;
+    }
+  }
+}
+
+std::string case_name(const ::testing::TestParamInfo<Fp8Case>& info) {
+  std::string s = to_string(info.param.recipe) + "X" + to_string(info.param.formats);
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Recipes, LinearFp8,
+    ::testing::Values(Fp8Case{Recipe::TensorCurrent, FormatPolicy::E4M3},
+                      Fp8Case{Recipe::TensorCurrent, FormatPolicy::Hybrid},
+                      Fp8Case{Recipe::TensorDelayed, FormatPolicy::Hybrid},
+                      Fp8Case{Recipe::Row, FormatPolicy::E4M3},
+                      Fp8Case{Recipe::Block, FormatPolicy::E4M3},
+                      Fp8Case{Recipe::Block, FormatPolicy::Hybrid},
+                      Fp8Case{Recipe::MX, FormatPolicy::E4M3},
+                      Fp8Case{Recipe::Unit, FormatPolicy::Hybrid}),
+    case_name);
+
+// ---------------------------------------------------------------- delayed scaling, in numbers
+
+TEST(LinearFp8Delayed, SecondCallUsesTheFirstCallsAmax) {
+  QuantConfig qc;
+  qc.recipe = Recipe::TensorDelayed;
+  qc.amax_history_len = 4;
+  qc.amax_algo = AmaxAlgo::Max;
+  auto be = make_cpu_backend();
+  auto lin = be->make_linear({IN, OUT, LinearPrecision::FP8, qc});
+  auto w = randn(OUT * IN, 101, 0.05f);
+  auto x1 = randn(M * IN, 102, 0.1f), x2 = randn(M * IN, 103, 0.1f);
+  x1[5] = 2.0f;   // amax(x1) = 2
+  x2[17] = -8.0f; // amax(x2) = 8
+  std::vector<float> y(M * OUT);
+  const float s2 = scale_from_amax(2.0f, Format::E4M3), s8 = scale_from_amax(8.0f, Format::E4M3);
+
+  lin->forward(x1.data(), w.data(), y.data(), M);
+  EXPECT_EQ(lin->stats_x().amax, 2.0f);
+  lin->forward(x2.data(), w.data(), y.data(), M);  // scale from history {2}
+  EXPECT_EQ(lin->stats_x().amax, 8.0f);
+  EXPECT_EQ(lin->stats_x().scale_min, s2);
+  EXPECT_EQ(lin->stats_x().scale_max, s2);
+  // 8·224 > 448: every |x2| > 2 saturated; count them from the definition.
+  int64_t over = 0;
+  for (float v : x2) over += std::fabs(v) * s2 > 448.0f;
+  ASSERT_GT(over, 0);
+  EXPECT_DOUBLE_EQ(lin->stats_x().saturated_frac, double(over) / double(M * IN));
+  lin->forward(x1.data(), w.data(), y.data(), M);  // history {2, 8}: max 8
+  EXPECT_EQ(lin->stats_x().scale_max, s8);
+  lin->forward(x1.data(), w.data(), y.data(), M);  // history {2, 8, 2}: still 8
+  EXPECT_EQ(lin->stats_x().scale_max, s8);
+  EXPECT_EQ(lin->stats_x().saturated_frac, 0.0);
+}
+
+// ---------------------------------------------------------------- QuantStats
+
+TEST(LinearFp8Stats, AmaxScaleRangeAndUnderflow) {
+  QuantConfig qc;
+  qc.recipe = Recipe::Block;
+  auto be = make_cpu_backend();
+  auto lin = be->make_linear({IN, OUT, LinearPrecision::FP8, qc});
+  auto x = randn(M * IN, 111, 0.5f), w = randn(OUT * IN, 112, 0.05f), dy = randn(M * OUT, 113);
+  // X: 1x128 tiles; one tile holds a large value and a value far below its smallest subnormal.
+  x[3] = 100.0f;
+  x[4] = 1e-9f;
+  // W: two 128x128 blocks along `in` (cols 0..127, 128..159); block 0 gets amax 4.
+  w[0] = 4.0f;
+  std::vector<float> y(M * OUT), dx(M * IN), dw(OUT * IN);
+  lin->forward(x.data(), w.data(), y.data(), M);
+  lin->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), M);
+
+  auto sx = lin->stats_x();
+  EXPECT_EQ(sx.amax, 100.0f);
+  EXPECT_EQ(sx.scale_min, scale_from_amax(100.0f, Format::E4M3));
+  EXPECT_GE(sx.underflow_frac, 1.0 / double(M * IN));  // x[4] at least
+  EXPECT_EQ(sx.saturated_frac, 0.0);                   // current per-tile scales never saturate
+
+  float amax_b1 = 0.0f;
+  for (int64_t r = 0; r < OUT; ++r)
+    for (int64_t c = 128; c < IN; ++c) amax_b1 = std::max(amax_b1, std::fabs(w[r * IN + c]));
+  auto sw = lin->stats_w();
+  EXPECT_EQ(sw.amax, 4.0f);
+  EXPECT_EQ(sw.scale_min, scale_from_amax(4.0f, Format::E4M3));
+  EXPECT_EQ(sw.scale_max, scale_from_amax(amax_b1, Format::E4M3));
+
+  float amax_dy = 0.0f;
+  for (float v : dy) amax_dy = std::max(amax_dy, std::fabs(v));
+  EXPECT_EQ(lin->stats_dy().amax, amax_dy);
+  EXPECT_GT(lin->stats_dy().scale_min, 0.0f);
+}
+
+TEST(LinearFp8Stats, UnderflowFractionCountsExactly) {
+  // Tensor-current: amax 1 gives scale 448; values below half the smallest E4M3 subnormal
+  // (2^-10 / 448) become 0.
+  QuantConfig qc;
+  qc.recipe = Recipe::TensorCurrent;
+  auto be = make_cpu_backend();
+  auto lin = be->make_linear({IN, OUT, LinearPrecision::FP8, qc});
+  std::vector<float> x(M * IN, 0.5f), w(OUT * IN, 0.01f), y(M * OUT);
+  x[0] = 1.0f;
+  for (int i = 1; i <= 10; ++i) x[size_t(i * 7)] = 1e-7f;  // 1e-7·448 = 4.5e-5 < 2^-10
+  lin->forward(x.data(), w.data(), y.data(), M);
+  EXPECT_DOUBLE_EQ(lin->stats_x().underflow_frac, 10.0 / double(M * IN));
+  EXPECT_EQ(lin->stats_x().scale_max, 448.0f);
+}
+
+TEST(Linear, RejectsEmptyShapes) {
+  auto be = make_cpu_backend();
+  EXPECT_THROW(be->make_linear({0, 4, LinearPrecision::BF16, {}}), Error);
+  auto lin = be->make_linear({4, 4, LinearPrecision::BF16, {}});
+  std::vector<float> x(16), w(16), y(16);
+  EXPECT_THROW(lin->forward(x.data(), w.data(), y.data(), 0), Error);
+}
+
+}  // namespace

@@ -1,0 +1,138 @@
+// RMSNorm and LayerNorm of the CPU backend: backward against central finite differences of the
+// forward (dx, dweight, dbias), and identities of the definitions (a constant row normalizes to
+// sign·w; LayerNorm rows come out with mean 0 and variance 1/(1 + eps/var)).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backend_test_util.h"
+#include "octet/backend.h"
+
+using namespace octet;
+using octet::test::expect_grad_near;
+using octet::test::numeric_grad;
+using octet::test::project;
+using octet::test::randn;
+
+namespace {
+
+constexpr int64_t kRows = 3, kDim = 24;
+constexpr float kEps = 1e-5f;
+
+class Norms : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  std::vector<float> x = randn(kRows * kDim, 1), w = randn(kDim, 2), b = randn(kDim, 3),
+                     r = randn(kRows * kDim, 4);
+
+  double rms_loss(const std::vector<float>& xx, const float* ww) {
+    std::vector<float> y(xx.size()), rstd(kRows);
+    be->rmsnorm_forward(xx.data(), ww, y.data(), rstd.data(), kRows, kDim, kEps);
+    return project(y, r);
+  }
+  double ln_loss(const std::vector<float>& xx, const std::vector<float>& ww,
+                 const std::vector<float>& bb) {
+    std::vector<float> y(xx.size()), mean(kRows), rstd(kRows);
+    be->layernorm_forward(xx.data(), ww.data(), bb.data(), y.data(), mean.data(), rstd.data(),
+                          kRows, kDim, kEps);
+    return project(y, r);
+  }
+};
+
+TEST_F(Norms, RmsNormBackwardMatchesFiniteDifferences) {
+  std::vector<float> y(x.size()), rstd(kRows), dx(x.size());
+  std::vector<float> dw(kDim, 0.5f);  // accumulated: starts non-zero on purpose
+  be->rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), kRows, kDim, kEps);
+  be->rmsnorm_backward(x.data(), w.data(), rstd.data(), r.data(), dx.data(), dw.data(), kRows,
+                       kDim);
+  auto ndx = numeric_grad([&](const std::vector<float>& xx) { return rms_loss(xx, w.data()); }, x,
+                          1e-2);
+  expect_grad_near(dx, ndx, 2e-3, 1e-5, "rmsnorm dx");
+  auto ndw = numeric_grad([&](const std::vector<float>& ww) { return rms_loss(x, ww.data()); }, w,
+                          1e-2);
+  for (auto& v : dw) v -= 0.5f;
+  expect_grad_near(dw, ndw, 2e-3, 1e-5, "rmsnorm dweight");
+}
+
+TEST_F(Norms, RmsNormWithoutWeightIsWeightOne) {
+  std::vector<float> y(x.size()), y1(x.size()), rstd(kRows), dx(x.size()), dx1(x.size());
+  std::vector<float> ones(kDim, 1.0f);
+  be->rmsnorm_forward(x.data(), nullptr, y.data(), rstd.data(), kRows, kDim, kEps);
+  be->rmsnorm_backward(x.data(), nullptr, rstd.data(), r.data(), dx.data(), nullptr, kRows, kDim);
+  be->rmsnorm_forward(x.data(), ones.data(), y1.data(), rstd.data(), kRows, kDim, kEps);
+  be->rmsnorm_backward(x.data(), ones.data(), rstd.data(), r.data(), dx1.data(), nullptr, kRows,
+                       kDim);
+  EXPECT_EQ(y, y1);
+  EXPECT_EQ(dx, dx1);
+  auto ndx = numeric_grad([&](const std::vector<float>& xx) { return rms_loss(xx, nullptr); }, x,
+                          1e-2);
+  expect_grad_near(dx, ndx, 2e-3, 1e-5, "rmsnorm dx, no weight");
+}
+
+TEST_F(Norms, RmsNormOfConstantRowIsSignTimesWeight) {
+  // mean(x²) = c², so y = c / sqrt(c² + eps) · w = sign(c)·w·(1 − O(eps/c²)).
+  const float cs[kRows] = {-3.0f, 0.25f, 7.5f};
+  std::vector<float> xc(kRows * kDim), y(xc.size()), rstd(kRows);
+  for (int64_t i = 0; i < kRows; ++i)
+    for (int64_t d = 0; d < kDim; ++d) xc[i * kDim + d] = cs[i];
+  be->rmsnorm_forward(xc.data(), w.data(), y.data(), rstd.data(), kRows, kDim, kEps);
+  for (int64_t i = 0; i < kRows; ++i) {
+    const double bound = kEps / (2.0 * cs[i] * cs[i]) + 1e-6;  // relative
+    EXPECT_NEAR(rstd[i], 1.0 / std::sqrt(double(cs[i]) * cs[i] + kEps), 1e-6 / std::fabs(cs[i]));
+    for (int64_t d = 0; d < kDim; ++d)
+      EXPECT_NEAR(y[i * kDim + d], std::copysign(1.0, cs[i]) * w[d], bound * std::fabs(w[d]))
+          << "row " << i << " col " << d;
+  }
+}
+
+TEST_F(Norms, LayerNormBackwardMatchesFiniteDifferences) {
+  std::vector<float> y(x.size()), mean(kRows), rstd(kRows), dx(x.size()), dw(kDim, 0.0f),
+      db(kDim, 0.0f);
+  be->layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), kRows,
+                        kDim, kEps);
+  be->layernorm_backward(x.data(), w.data(), mean.data(), rstd.data(), r.data(), dx.data(),
+                         dw.data(), db.data(), kRows, kDim);
+  expect_grad_near(dx, numeric_grad([&](const auto& xx) { return ln_loss(xx, w, b); }, x, 1e-2),
+                   2e-3, 1e-5, "layernorm dx");
+  expect_grad_near(dw, numeric_grad([&](const auto& ww) { return ln_loss(x, ww, b); }, w, 1e-2),
+                   2e-3, 1e-5, "layernorm dweight");
+  expect_grad_near(db, numeric_grad([&](const auto& bb) { return ln_loss(x, w, bb); }, b, 1e-2),
+                   2e-3, 1e-5, "layernorm dbias");
+}
+
+TEST_F(Norms, LayerNormRowsHaveZeroMeanAndUnitVariance) {
+  std::vector<float> ones(kDim, 1.0f), zeros(kDim, 0.0f), y(x.size()), mean(kRows), rstd(kRows);
+  std::vector<float> xs = x;
+  for (auto& v : xs) v = 3.0f + 2.0f * v;  // an offset and a scale the norm must remove
+  be->layernorm_forward(xs.data(), ones.data(), zeros.data(), y.data(), mean.data(), rstd.data(),
+                        kRows, kDim, kEps);
+  for (int64_t i = 0; i < kRows; ++i) {
+    double s = 0, s2 = 0, xm = 0, xv = 0;
+    for (int64_t d = 0; d < kDim; ++d) xm += xs[i * kDim + d];
+    xm /= kDim;
+    for (int64_t d = 0; d < kDim; ++d) {
+      const double v = xs[i * kDim + d] - xm;
+      xv += v * v;
+      s += y[i * kDim + d];
+      s2 += double(y[i * kDim + d]) * y[i * kDim + d];
+    }
+    xv /= kDim;
+    EXPECT_NEAR(mean[i], xm, 1e-5);
+    EXPECT_NEAR(s / kDim, 0.0, 1e-6);
+    EXPECT_NEAR(s2 / kDim, xv / (xv + kEps), 1e-5);
+  }
+}
+
+TEST_F(Norms, ZeroRowStaysFinite) {
+  std::vector<float> z(kDim, 0.0f), y(kDim, 1.0f), rstd(1), dx(kDim);
+  be->rmsnorm_forward(z.data(), w.data(), y.data(), rstd.data(), 1, kDim, kEps);
+  be->rmsnorm_backward(z.data(), w.data(), rstd.data(), r.data(), dx.data(), nullptr, 1, kDim);
+  for (int64_t d = 0; d < kDim; ++d) {
+    EXPECT_EQ(y[d], 0.0f);
+    EXPECT_TRUE(std::isfinite(dx[d]));
+  }
+  EXPECT_NEAR(rstd[0], 1.0 / std::sqrt(double(kEps)), 1e-2);
+}
+
+}  // namespace
