@@ -1,0 +1,283 @@
+// src/cuda/gemm.cpp — GemmEngine (gemm.h): cuBLASLt matmul plans cached per problem, FP8 with
+// per-tensor / per-row / block scale modes, BF16 and FP32, and the dequantize fallback.
+#include "cuda/gemm.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "cuda/check.h"
+#include "cuda/quantize.h"
+#include "octet/error.h"
+
+namespace octet::cuda {
+
+namespace {
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLAS's recommendation for Hopper
+
+// One column-major cuBLASLt problem; the string form is the plan-cache key.
+struct Spec {
+  cudaDataType_t a_type = CUDA_R_32F, b_type = CUDA_R_32F;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+  Batch batch;
+  int a_scale_mode = -1, b_scale_mode = -1;  // -1: not an FP8 problem
+
+  std::string key() const {
+    std::ostringstream s;
+    s << int(a_type) << ',' << int(b_type) << ',' << int(compute) << ',' << trans_a << trans_b << ','
+      << m << ',' << n << ',' << k << ',' << lda << ',' << ldb << ',' << ldc << ',' << batch.count
+      << ',' << batch.stride_a << ',' << batch.stride_b << ',' << batch.stride_c << ','
+      << a_scale_mode << ',' << b_scale_mode;
+    return s.str();
+  }
+};
+
+cudaDataType_t fp8_type(Format f) { return f == Format::E4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+
+int32_t cublas_scale_mode(ScaleLayout l) {
+  switch (l) {
+    case ScaleLayout::Tensor: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    case ScaleLayout::RowVector: return CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    case ScaleLayout::Vec128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case ScaleLayout::Blk128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    case ScaleLayout::Vec32: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;  // never on sm_90
+  }
+  return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+}
+
+const char* layout_name(ScaleLayout l) {
+  switch (l) {
+    case ScaleLayout::Tensor: return "tensor";
+    case ScaleLayout::RowVector: return "row (outer vector)";
+    case ScaleLayout::Vec128: return "1x128";
+    case ScaleLayout::Blk128: return "128x128";
+    case ScaleLayout::Vec32: return "1x32 (mx)";
+  }
+  return "?";
+}
+
+// Row-major C[M,N] = opA(A)·opB(B) expressed column-major: Cᶜ[N,M] = op(B)ᶜ · op(A)ᶜ.
+Spec row_major_spec(cudaDataType_t type, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                    int64_t K, const Batch& batch) {
+  Spec s;
+  s.a_type = s.b_type = type;
+  s.trans_a = trans_b;  // cuBLAS A is our B
+  s.trans_b = trans_a;
+  s.m = N;
+  s.n = M;
+  s.k = K;
+  s.lda = trans_b ? K : N;
+  s.ldb = trans_a ? M : K;
+  s.ldc = N;
+  s.batch = {batch.count, batch.stride_b, batch.stride_a, batch.stride_c};
+  return s;
+}
+}  // namespace
+
+struct GemmEngine::Plan {
+  Spec spec;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool ok = false;
+  std::string why;  // reason when !ok
+  ~Plan() {
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+  }
+};
+
+namespace {
+void make_layout(cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int64_t cols,
+                 int64_t ld, int count, int64_t stride) {
+  OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(l, t, uint64_t(rows), uint64_t(cols), ld));
+  if (count > 1) {
+    int32_t c = count;
+    OCTET_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &c, sizeof(c)));
+    OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+        *l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
+}
+}  // namespace
+
+GemmEngine::GemmEngine(cudaStream_t stream) : stream_(stream) {
+  OCTET_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  workspace_.reserve(kWorkspaceBytes);
+}
+
+GemmEngine::~GemmEngine() {
+  plans_.clear();
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+GemmEngine::Plan* GemmEngine::plan_for(const std::string& key) {
+  auto it = plans_.find(key);
+  return it == plans_.end() ? nullptr : it->second.get();
+}
+
+static std::unique_ptr<GemmEngine::Plan> build_plan(cublasLtHandle_t handle, const Spec& s) {
+  auto p = std::make_unique<GemmEngine::Plan>();
+  p->spec = s;
+  OCTET_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, s.compute, CUDA_R_32F));
+  const cublasOperation_t ta = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  if (s.a_scale_mode >= 0) {
+    int32_t am = s.a_scale_mode, bm = s.b_scale_mode;
+    if (cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &am, sizeof(am)) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm, sizeof(bm)) !=
+            CUBLAS_STATUS_SUCCESS) {
+      p->why = "scale mode not accepted by this cuBLASLt";
+      return p;
+    }
+  }
+  // Stored shapes: op(A) is m x k, op(B) is k x n, C is m x n (column-major).
+  make_layout(&p->la, s.a_type, s.trans_a ? s.k : s.m, s.trans_a ? s.m : s.k, s.lda, s.batch.count,
+              s.batch.stride_a);
+  make_layout(&p->lb, s.b_type, s.trans_b ? s.n : s.k, s.trans_b ? s.k : s.n, s.ldb, s.batch.count,
+              s.batch.stride_b);
+  make_layout(&p->lc, CUDA_R_32F, s.m, s.n, s.ldc, s.batch.count, s.batch.stride_c);
+  cublasLtMatmulPreference_t pref;
+  OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  size_t ws = kWorkspaceBytes;
+  OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->la, p->lb, p->lc,
+                                                           p->lc, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    p->why = std::string("no cuBLASLt algorithm (") + cublasLtGetStatusName(st) + ")";
+    return p;
+  }
+  p->algo = result.algo;
+  p->ok = true;
+  return p;
+}
+
+bool GemmEngine::run(const std::string& key, const void* a, const void* b, float* c,
+                     const void* a_scale, const void* b_scale, float alpha, float beta) {
+  Plan* p = plan_for(key);
+  OCTET_CHECK(p != nullptr, "GEMM plan missing");
+  if (!p->ok) return false;
+  if (p->spec.a_scale_mode >= 0) {
+    OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                      &a_scale, sizeof(a_scale)));
+    OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                      &b_scale, sizeof(b_scale)));
+  }
+  const cublasStatus_t st =
+      cublasLtMatmul(handle_, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->lc, c, p->lc,
+                     &p->algo, workspace_.get(), kWorkspaceBytes, stream_);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+    p->ok = false;
+    p->why = "cublasLtMatmul returned CUBLAS_STATUS_NOT_SUPPORTED";
+    return false;
+  }
+  OCTET_CUBLAS_CHECK(st);
+  return true;
+}
+
+void GemmEngine::fp8(const DevQTensor& A, const DevQTensor& B, float* C, float beta, float alpha,
+                     const Batch& batch) {
+  OCTET_CHECK(A.cols == B.cols && A.ld == B.ld,
+              "FP8 GEMM: A is [" + std::to_string(A.rows) + ", " + std::to_string(A.cols) +
+                  "] but B is [" + std::to_string(B.rows) + ", " + std::to_string(B.cols) +
+                  "]: K must agree (C = A·Bᵀ)");
+  OCTET_CHECK(!(A.format == Format::E5M2 && B.format == Format::E5M2),
+              "FP8 GEMM: E5M2 x E5M2 is not supported by cuBLASLt (quantize one operand as E4M3)");
+  OCTET_CHECK(batch.count == 1 || (A.layout == ScaleLayout::Tensor && B.layout == ScaleLayout::Tensor),
+              "batched FP8 GEMM: per-tensor scales only");
+  const int64_t M = A.rows, N = B.rows;
+  const bool padded = A.rows_pad != M || B.rows_pad != N;
+  OCTET_CHECK(!padded || batch.count == 1, "batched FP8 GEMM: M and N must be multiples of 16");
+  if (force_fallback_) {
+    fp8_fallback(A, B, C, beta, alpha, batch, "fallback forced");
+    return;
+  }
+  Spec s;
+  s.a_type = fp8_type(B.format);
+  s.b_type = fp8_type(A.format);
+  s.trans_a = true;
+  s.trans_b = false;
+  s.m = B.rows_pad;
+  s.n = A.rows_pad;
+  s.k = A.ld;
+  s.lda = B.ld;
+  s.ldb = A.ld;
+  s.ldc = s.m;
+  s.batch = {batch.count, batch.stride_b, batch.stride_a, batch.stride_c};
+  s.a_scale_mode = cublas_scale_mode(B.layout);
+  s.b_scale_mode = cublas_scale_mode(A.layout);
+  const std::string key = s.key();
+  if (!plan_for(key)) plans_[key] = build_plan(handle_, s);
+  float* target = C;
+  if (padded && plan_for(key)->ok) {
+    target = c_pad_.reserve(size_t(s.m * s.n));
+    if (beta != 0.0f)
+      OCTET_CUDA_CHECK(cudaMemcpy2DAsync(target, s.m * sizeof(float), C, N * sizeof(float),
+                                         N * sizeof(float), M, cudaMemcpyDeviceToDevice, stream_));
+  }
+  if (run(key, B.codes, A.codes, target, B.scale_inv, A.scale_inv, alpha, beta)) {
+    if (padded)
+      OCTET_CUDA_CHECK(cudaMemcpy2DAsync(C, N * sizeof(float), target, s.m * sizeof(float),
+                                         N * sizeof(float), M, cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
+  const std::string why = std::string("cuBLASLt refused FP8 GEMM (A ") + layout_name(A.layout) +
+                          ", B " + layout_name(B.layout) + " scales): " + plan_for(key)->why;
+  fp8_fallback(A, B, C, beta, alpha, batch, why);
+}
+
+void GemmEngine::fp8_fallback(const DevQTensor& A, const DevQTensor& B, float* C, float beta,
+                              float alpha, const Batch& batch, const std::string& why) {
+  ++fallbacks_;
+  const std::string kind = std::string(layout_name(A.layout)) + "/" + layout_name(B.layout);
+  if (!force_fallback_ && !warned_[kind]) {
+    warned_[kind] = true;
+    std::fprintf(stderr,
+                 "octet cuda: %s; falling back to dequantize + FP32 GEMM for %s scales "
+                 "(correct, slow)\n",
+                 why.c_str(), kind.c_str());
+  }
+  const int64_t M = A.rows, N = B.rows, K = A.cols;
+  float* da = deq_a_.reserve(size_t(M * K));
+  float* db = deq_b_.reserve(size_t(N * K));
+  for (int i = 0; i < batch.count; ++i) {
+    DevQTensor a = A, b = B;
+    a.codes += i * batch.stride_a;
+    b.codes += i * batch.stride_b;
+    dequantize_launch(a, da, stream_);
+    dequantize_launch(b, db, stream_);
+    f32(da, false, db, true, C + i * batch.stride_c, M, N, K, beta, alpha);
+  }
+}
+
+void GemmEngine::bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b, float* C,
+                      int64_t M, int64_t N, int64_t K, float beta, float alpha, const Batch& batch) {
+  const Spec s = row_major_spec(CUDA_R_16BF, trans_a, trans_b, M, N, K, batch);
+  const std::string key = s.key();
+  if (!plan_for(key)) plans_[key] = build_plan(handle_, s);
+  OCTET_CHECK(run(key, B, A, C, nullptr, nullptr, alpha, beta),
+              "BF16 GEMM [" + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                  std::to_string(K) + "]: " + plan_for(key)->why);
+}
+
+void GemmEngine::f32(const float* A, bool trans_a, const float* B, bool trans_b, float* C,
+                     int64_t M, int64_t N, int64_t K, float beta, float alpha, const Batch& batch) {
+  const Spec s = row_major_spec(CUDA_R_32F, trans_a, trans_b, M, N, K, batch);
+  const std::string key = s.key();
+  if (!plan_for(key)) plans_[key] = build_plan(handle_, s);
+  OCTET_CHECK(run(key, B, A, C, nullptr, nullptr, alpha, beta),
+              "FP32 GEMM [" + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                  std::to_string(K) + "]: " + plan_for(key)->why);
+}
+
+}  // namespace octet::cuda

@@ -1,0 +1,148 @@
+// src/cuda/norms.cu — RMSNorm (Zhang & Sennrich 2019) and LayerNorm (Ba et al. 2016), forward and
+// backward, one thread block per row; row statistics and the backward's row sums in double, the
+// weight/bias gradients by a column kernel (one thread per feature, a loop over rows, no atomics).
+// Twin of src/cpu/backend/norms.cpp (same formulas, same double accumulation); see ops.h.
+#include <cuda_runtime.h>
+
+#include "cuda/check.h"
+#include "cuda/ops.h"
+#include "cuda/reduce_util.cuh"
+
+namespace octet::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float w_at(const float* w, int64_t i) { return w ? w[i] : 1.0f; }
+
+__global__ void rmsnorm_forward_kernel(const float* x, const float* w, float* y, float* rstd,
+                                       int64_t dim, float eps) {
+  __shared__ double scratch[32];
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * dim;
+  double ss = 0.0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += double(xr[i]) * xr[i];
+  ss = block_sum(ss, scratch);
+  const float rs = float(1.0 / sqrt(ss / double(dim) + double(eps)));
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[r * dim + i] = xr[i] * rs * w_at(w, i);
+  if (threadIdx.x == 0) rstd[r] = rs;
+}
+
+__global__ void rmsnorm_backward_kernel(const float* x, const float* w, const float* rstd,
+                                        const float* dy, float* dx, int64_t dim) {
+  __shared__ double scratch[32];
+  const int64_t r = blockIdx.x;
+  const float *xr = x + r * dim, *dyr = dy + r * dim;
+  const double rs = rstd[r];
+  double gx = 0.0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) gx += double(dyr[i]) * w_at(w, i) * xr[i];
+  gx = block_sum(gx, scratch);
+  const double c = rs * rs * rs * gx / double(dim);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+    dx[r * dim + i] = float(rs * double(dyr[i]) * w_at(w, i) - c * xr[i]);
+}
+
+// dw[i] += Σ_r dy[r,i]·x̂[r,i], with x̂ = x·rstd (rms) or (x − mean)·rstd (layer); db[i] += Σ_r dy.
+__global__ void norm_param_grad_kernel(const float* x, const float* mean, const float* rstd,
+                                       const float* dy, float* dw, float* db, int64_t rows,
+                                       int64_t dim) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= dim) return;
+  double sw = 0.0, sb = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double xhat = (double(x[r * dim + i]) - (mean ? double(mean[r]) : 0.0)) * double(rstd[r]);
+    const double g = dy[r * dim + i];
+    sw += g * xhat;
+    sb += g;
+  }
+  if (dw) dw[i] += float(sw);
+  if (db) db[i] += float(sb);
+}
+
+__global__ void layernorm_forward_kernel(const float* x, const float* w, const float* b, float* y,
+                                         float* mean, float* rstd, int64_t dim, float eps) {
+  __shared__ double scratch[32];
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * dim;
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
+  const double mu = block_sum(s, scratch) / double(dim);
+  double var = 0.0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) var += (xr[i] - mu) * (xr[i] - mu);
+  var = block_sum(var, scratch) / double(dim);
+  const double rs = 1.0 / sqrt(var + double(eps));
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+    y[r * dim + i] = float((xr[i] - mu) * rs * w_at(w, i) + (b ? b[i] : 0.0f));
+  if (threadIdx.x == 0) {
+    mean[r] = float(mu);
+    rstd[r] = float(rs);
+  }
+}
+
+__global__ void layernorm_backward_kernel(const float* x, const float* w, const float* mean,
+                                          const float* rstd, const float* dy, float* dx,
+                                          int64_t dim) {
+  __shared__ double scratch[32];
+  const int64_t r = blockIdx.x;
+  const float *xr = x + r * dim, *dyr = dy + r * dim;
+  const double mu = mean[r], rs = rstd[r];
+  double gs = 0.0, gxs = 0.0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const double g = double(dyr[i]) * w_at(w, i);
+    gs += g;
+    gxs += g * (xr[i] - mu) * rs;
+  }
+  const double g_mean = block_sum(gs, scratch) / double(dim);
+  const double gx_mean = block_sum(gxs, scratch) / double(dim);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const double xhat = (xr[i] - mu) * rs;
+    const double g = double(dyr[i]) * w_at(w, i);
+    dx[r * dim + i] = float(rs * (g - g_mean - xhat * gx_mean));
+  }
+}
+
+unsigned col_blocks(int64_t dim) { return unsigned((dim + kThreads - 1) / kThreads); }
+
+}  // namespace
+
+void rmsnorm_forward_launch(const float* x, const float* w, float* y, float* rstd, int64_t rows,
+                            int64_t dim, float eps, cudaStream_t s) {
+  if (rows == 0) return;
+  rmsnorm_forward_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, w, y, rstd, dim, eps);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void rmsnorm_backward_launch(const float* x, const float* w, const float* rstd, const float* dy,
+                             float* dx, float* dw, int64_t rows, int64_t dim, cudaStream_t s) {
+  if (rows == 0) return;
+  rmsnorm_backward_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, w, rstd, dy, dx, dim);
+  OCTET_CUDA_LAUNCH_CHECK();
+  if (dw) {
+    norm_param_grad_kernel<<<col_blocks(dim), kThreads, 0, s>>>(x, nullptr, rstd, dy, dw, nullptr,
+                                                                rows, dim);
+    OCTET_CUDA_LAUNCH_CHECK();
+  }
+}
+
+void layernorm_forward_launch(const float* x, const float* w, const float* b, float* y,
+                              float* mean, float* rstd, int64_t rows, int64_t dim, float eps,
+                              cudaStream_t s) {
+  if (rows == 0) return;
+  layernorm_forward_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, w, b, y, mean, rstd, dim, eps);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void layernorm_backward_launch(const float* x, const float* w, const float* mean,
+                               const float* rstd, const float* dy, float* dx, float* dw, float* db,
+                               int64_t rows, int64_t dim, cudaStream_t s) {
+  if (rows == 0) return;
+  layernorm_backward_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, w, mean, rstd, dy, dx, dim);
+  OCTET_CUDA_LAUNCH_CHECK();
+  if (dw || db) {
+    norm_param_grad_kernel<<<col_blocks(dim), kThreads, 0, s>>>(x, mean, rstd, dy, dw, db, rows,
+                                                                dim);
+    OCTET_CUDA_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace octet::cuda

@@ -1,0 +1,76 @@
+// src/cuda/quantize.h — GPU quantization kernels: FP32 source -> FP8 codes + scale_inv, row-wise
+// and column-wise (transposed) copies from one read of the source, with the amax reduction.
+//
+// Semantics are those of octet::Quantizer (quant.h, src/fp8): q = fp8_encode(x * s, format,
+// saturate) with s from fp8.h's scale_from_amax over the block's amax and scale_inv = 1/s; zero
+// blocks get s = 1; a NaN/inf amax gives a NaN scale (carried). Per-element rounding is fp8.h's,
+// shared with the CPU reference, so codes and scales are bitwise equal to it.
+// Scale sources:
+//   Pointer      s read from device memory (tensor-delayed: the state's scale; unit: the static scale)
+//   TensorAmax   s from the whole tensor's amax (tensor-current; an amax pre-pass runs first)
+//   RowCol       s per row of each copy from full-row amaxes (row recipe; a pre-pass runs first)
+//   Tile         s per 1x128 / 128x128 / 1x32 block, from the tile itself (block, mx): one pass
+// The kernel works on 128x128 tiles of the source staged in shared memory (DeepSeek-V3 §3.3 tiles).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/qtensor.h"
+
+namespace octet::cuda {
+
+enum class ScaleSource : int { Pointer = 0, TensorAmax = 1, RowCol = 2, Tile = 3 };
+
+/// Device accumulators of one quantization (zeroed by quantize_launch).
+struct QuantAccum {
+  unsigned* amax_bits = nullptr;            ///< |x| max as float bits (NaN compares largest)
+  unsigned long long* counts = nullptr;     ///< [4]: underflow, saturated (row-wise copy), same (col-wise)
+  unsigned* row_amax = nullptr;             ///< [rows_pad of the source] (RowCol only)
+  unsigned* col_amax = nullptr;             ///< [cols padded to 16] (RowCol only)
+};
+
+struct QuantizeArgs {
+  const float* x = nullptr;   ///< source [rows, cols], row-major, contiguous
+  int64_t rows = 0, cols = 0;
+  ScaleSource source = ScaleSource::TensorAmax;
+  int margin = 0;
+  bool pow2 = false;
+  bool saturate = true;
+  bool mx = false;                   ///< OCP MX scales (fp8.h mx_scale_e8m0); the cast saturates
+  bool amax_prepass = false;         ///< Pointer source: reduce the amax before the cast
+  /// Called on the stream between the amax pre-pass and the cast (tensor-delayed's first use).
+  void (*after_prepass)(void* ctx, cudaStream_t stream) = nullptr;
+  void* after_prepass_ctx = nullptr;
+  const float* scale_ptr = nullptr;  ///< Pointer source: the scale s
+  DevQTensor* rowwise = nullptr;     ///< [rows, cols] copy (may be null)
+  DevQTensor* colwise = nullptr;     ///< [cols, rows] copy (may be null); same format as rowwise
+  QuantAccum accum;
+};
+
+/// Runs the pre-pass (if the source needs one) and the tile cast kernel on `stream`.
+/// The DevQTensors must have their shapes set and their buffers allocated; both copies, when
+/// present, must share the format. Throws octet::Error on a launch failure.
+void quantize_launch(const QuantizeArgs& args, cudaStream_t stream);
+
+/// out[r, c] = decode(code) * scale_inv (FP32, [rows, cols] contiguous, padding dropped).
+void dequantize_launch(const DevQTensor& q, float* out, cudaStream_t stream);
+
+/// out[i] = BF16 bits of bf16_round(x[i]) (fp8.h), for the BF16 GEMMs. n elements.
+void to_bf16_launch(const float* x, uint16_t* out, int64_t n, cudaStream_t stream);
+
+/// Tensor-delayed device state: scale[0] is the scale the next quantization uses, scale[1] the one
+/// the last used; state_i = {history count, next position, overflow flag, overflow count}.
+/// select (after an amax pre-pass, while the history may be empty): scale[1] = this tensor's
+/// scale_from_amax if the history is empty and the amax finite, else scale[0].
+void delayed_select_launch(const unsigned* amax_bits, const int* state_i, float* scale,
+                           Format format, int margin, bool pow2, cudaStream_t stream);
+/// update (after the cast): copy_used sets scale[1] = scale[0]; a finite amax is appended to the
+/// circular history [hist_len] and scale[0] = scale_from_amax(max or most recent); a NaN/inf
+/// amax keeps the scale and the history and sets the overflow flag (count += 1).
+void delayed_update_launch(const unsigned* amax_bits, float* history, int hist_len, int* state_i,
+                           float* scale, Format format, int margin, bool pow2, bool most_recent,
+                           bool copy_used, cudaStream_t stream);
+
+}  // namespace octet::cuda
