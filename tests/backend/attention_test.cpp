@@ -10,6 +10,7 @@
 #include "backend_test_util.h"
 #include "octet/attention.h"
 #include "octet/backend.h"
+#include "octet/error.h"
 
 using namespace octet;
 using octet::test::randn;

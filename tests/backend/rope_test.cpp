@@ -9,6 +9,7 @@
 
 #include "backend_test_util.h"
 #include "octet/backend.h"
+#include "octet/error.h"
 
 using namespace octet;
 using octet::test::expect_grad_near;

@@ -44,7 +44,7 @@ QuantStats stats_of(const QTensor& q) {
   s.amax = q.amax;
   float lo = std::numeric_limits<float>::infinity(), hi = -lo;
   for (float si : q.scale_inv) {
-    const float scale = 1.0f / si;
+    const float scale = float(1.0 / double(si));
     lo = std::min(lo, scale);
     hi = std::max(hi, scale);
   }
