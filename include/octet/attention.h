@@ -57,6 +57,10 @@ struct AttentionConfig {
   Format do_format = Format::E5M2;  ///< dO: E5M2 (hybrid) or E4M3
   Format ds_format = Format::E5M2;  ///< dS
   int64_t block_k = 128;            ///< tiled form: key block size Bc
+  /// Query block Bq: the tiled form's query tile. In both forms dS is quantized with one
+  /// power-of-two scale per (block_q x block_k) tile of one (batch, head), the granularity a fused
+  /// backward can apply to both dQ = dŜK̂ and dK = dŜᵀQ̂ (the scale is constant over each MMA).
+  int64_t block_q = 128;
   float p_scale = 256.0f;           ///< static power-of-two scale of P before the E4M3 cast
 };
 
@@ -67,6 +71,10 @@ struct AttentionSaved {
   std::vector<float> q_hat, k_hat, v_hat;  ///< values the tensor cores multiply
   std::vector<float> o;                    ///< the stored forward output (BF16-rounded in fp8/bf16)
   std::vector<float> lse;
+  /// FP64 precision only: the LSE unrounded, so that the backward's P = exp(S − LSE) sums to 1 to
+  /// FP64 rounding (an FP32 LSE alone would limit it to ~1e-7). Empty otherwise; if empty, the
+  /// backward uses `lse`.
+  std::vector<double> lse_fp64;
 };
 
 /// Softmax-gradient diagnostics of one backward: r_i = Σ_j dS_ij (before dS is quantized) relative
@@ -94,5 +102,46 @@ void attention_forward_fp64(const AttentionShape& shape, const double* q, const 
 void attention_backward_fp64(const AttentionShape& shape, const double* q, const double* k,
                              const double* v, const double* o, const double* lse,
                              const double* d_o, double* dq, double* dk, double* dv);
+
+// ---- checks: inputs, the FP64 oracle run, errors (attention_inputs.cpp, attention_diagnostics.cpp)
+
+/// Input distributions of the checks. Every one gives the keys a non-zero mean (as trained models'
+/// keys have), so that a stale delta's bias along the mean key shows.
+///   normal: N(0,1) entries; heavy: Student-t (3 degrees of freedom) entries, outliers included;
+///   sink:   normal, queries share a mean direction and key 0 of every sequence points along it,
+///           so key 0 gets logits ~8 above the rest (an attention sink).
+enum class AttnInputDist { Normal, Heavy, Sink };
+AttnInputDist parse_attn_input_dist(const std::string& s);  ///< "normal" | "heavy" | "sink"
+std::string to_string(AttnInputDist d);
+
+/// Inputs of one check, FP32, in the layouts above: q, d_o [B,H,Tq,D]; k, v [B,G,Tk,D].
+struct AttentionInputs {
+  std::vector<float> q, k, v, d_o;
+};
+/// Deterministic for a (shape, dist, seed). Throws octet::Error on an invalid shape.
+AttentionInputs make_attention_inputs(const AttentionShape& shape, AttnInputDist dist,
+                                      uint64_t seed);
+
+/// FP64 oracle results for given FP32 inputs (converted exactly to double).
+struct AttentionOracle {
+  std::vector<double> o, lse, dq, dk, dv;
+};
+AttentionOracle run_attention_oracle(const AttentionShape& shape, const AttentionInputs& in);
+
+/// Errors of one implementation's results against the oracle.
+///   *_rel_err: ||x − x_ref||₂ / ||x_ref||₂ over the whole tensor (||x||₂ if x_ref is 0);
+///   dq_cos: cosine of dQ and dQ_ref as flat vectors (1 if both are 0);
+///   dq_bias_mean_key: sqrt(Σ_i ((dQ_i − dQref_i)·k̄_i)²) / ||dQ_ref||₂, where k̄_i is the unit
+///     vector along the attention-weighted mean key Σ_j P_ij K_j of row i (oracle P and K): the
+///     part of the dQ error that a stale delta puts there (−τ ε_i Σ_j P_ij K̂_j, DESIGN §3).
+struct AttentionErrors {
+  double o_rel_err = 0, lse_max_abs_err = 0, dq_rel_err = 0, dk_rel_err = 0, dv_rel_err = 0;
+  double dq_cos = 1, dq_bias_mean_key = 0;
+};
+/// o, dq [B,H,Tq,D]; dk, dv [B,G,Tk,D]; lse [B,H,Tq] (rows that see no key must hold −inf in
+/// both, and count as no error).
+AttentionErrors attention_errors(const AttentionShape& shape, const AttentionInputs& in,
+                                 const AttentionOracle& ref, const float* o, const float* lse,
+                                 const float* dq, const float* dk, const float* dv);
 
 }  // namespace octet
