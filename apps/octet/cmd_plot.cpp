@@ -1,0 +1,25 @@
+// `octet plot RUN...`: a PNG of the train/validation loss curves of one or several run directories.
+#include <cstdio>
+
+#include "octet/command.h"
+#include "octet/train.h"
+
+namespace {
+struct PlotArgs {
+  std::vector<std::string> runs;
+  std::string out, title = "octet: loss";
+};
+}  // namespace
+
+OCTET_COMMAND("plot", [](CLI::App& app) {
+  auto args = std::make_shared<PlotArgs>();
+  auto* cmd = app.add_subcommand("plot", "Plot train/val loss curves of runs (gnuplot PNG)");
+  cmd->add_option("runs", args->runs, "run directories (each with metrics.jsonl)")->required();
+  cmd->add_option("--out", args->out, "PNG path (default: <first run>/loss.png)");
+  cmd->add_option("--title", args->title, "plot title");
+  cmd->callback([args] {
+    const std::string png = args->out.empty() ? args->runs.front() + "/loss.png" : args->out;
+    octet::plot_runs(args->runs, png, args->title);
+    std::printf("wrote %s\n", png.c_str());
+  });
+});

@@ -1,0 +1,111 @@
+// `octet train`: trains one model from a TOML config (or resumes a run directory), printing the
+// settings table and one line per step; `--dump-grads DIR` instead writes the initial weights, the
+// first training batch and the gradients of one forward/backward (the PyTorch twin's input).
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "octet/command.h"
+#include "octet/error.h"
+#include "octet/train.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TrainArgs {
+  std::string config, out, resume, device, arm, dump_grads;
+  std::vector<std::string> sets;
+};
+
+octet::StTensor st_i32(const std::vector<int64_t>& shape, const std::vector<int32_t>& v) {
+  octet::StTensor t;
+  t.dtype = "I32";
+  t.shape = shape;
+  t.data.resize(v.size() * 4);
+  std::memcpy(t.data.data(), v.data(), t.data.size());
+  return t;
+}
+
+void dump_grads(const octet::RunConfig& cfg, octet::Dataset& ds, const std::string& dir) {
+  using namespace octet;
+  fs::create_directories(dir);
+  auto be = make_backend(cfg.device);
+  Model model(cfg.model, cfg.precision, *be, cfg.train.batch_size);
+  model.init(cfg.train.seed);
+  std::vector<int32_t> ids, targets;
+  ds.next_train_batch(cfg.train.batch_size, ids, targets);
+  int64_t counted = 0;
+  model.zero_grad();
+  const int64_t ntok = cfg.train.batch_size * cfg.model.seq_len;
+  const double loss = model.step(ids.data(), targets.data(), true, 1.0f / float(ntok), &counted);
+  save_weights(dir + "/model.safetensors", model);
+  StFile batch;
+  batch.tensors["ids"] = st_i32({cfg.train.batch_size, cfg.model.seq_len}, ids);
+  batch.tensors["targets"] = st_i32({cfg.train.batch_size, cfg.model.seq_len}, targets);
+  write_safetensors(dir + "/batch.safetensors", batch);
+  StFile grads;
+  const std::vector<float> g = model.download_grads();
+  for (const ParamInfo& p : model.params()) grads.tensors[p.name] = st_f32(p.shape, g.data() + p.offset);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", loss / double(counted));
+  grads.metadata["loss"] = buf;
+  write_safetensors(dir + "/grads.safetensors", grads);
+  std::ofstream(dir + "/config.toml") << to_toml(cfg);
+  std::printf("loss %.6f; wrote %s/{model,batch,grads}.safetensors and config.toml\n", loss / double(counted),
+              dir.c_str());
+}
+
+void run_train(const TrainArgs& a) {
+  using namespace octet;
+  std::vector<std::string> sets = a.sets;
+  if (!a.device.empty()) sets.push_back("device=" + a.device);
+  if (!a.arm.empty()) sets.push_back("precision.arm=" + a.arm);
+  std::string out = a.out;
+  RunConfig cfg;
+  if (!a.resume.empty()) {
+    OCTET_CHECK(a.config.empty(), "--resume takes its config from the run directory; drop --config");
+    OCTET_CHECK(a.out.empty() || fs::equivalent(a.out, a.resume), "--resume DIR writes to DIR; drop --out");
+    const std::string conf = a.resume + "/config.toml";
+    OCTET_CHECK(fs::exists(conf), "cannot resume " + a.resume + ": no config.toml there");
+    OCTET_CHECK(fs::exists(a.resume + "/checkpoint.safetensors"),
+                "cannot resume " + a.resume + ": no checkpoint.safetensors there");
+    cfg = load_config(conf, sets);
+    out = a.resume;
+  } else {
+    OCTET_CHECK(!a.config.empty() || !sets.empty(), "give --config FILE (and/or --set key=value)");
+    cfg = load_config(a.config, sets);
+    if (a.dump_grads.empty()) {
+      OCTET_CHECK(!out.empty(), "give --out DIR (or --resume DIR)");
+      OCTET_CHECK(!fs::exists(out + "/checkpoint.safetensors"),
+                  out + " already holds a run (checkpoint.safetensors): resume it with --resume " + out +
+                      " or choose another --out");
+    }
+  }
+  std::string desc;
+  auto ds = load_dataset(cfg, &desc);
+  std::printf("%s\n", desc.c_str());
+  if (!a.dump_grads.empty()) return dump_grads(cfg, *ds, a.dump_grads);
+  const TrainResult r = train(cfg, out, !a.resume.empty(), *ds, stdout);
+  std::printf("done: final val loss %.4f (unigram entropy %.4f), %lld skipped steps, %.0f tok/s; weights in "
+              "%s/model.safetensors\n",
+              r.final_val_loss, ds->unigram_entropy(), static_cast<long long>(r.skipped_steps), r.tokens_per_s,
+              out.c_str());
+}
+
+}  // namespace
+
+OCTET_COMMAND("train", [](CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  auto* cmd = app.add_subcommand("train", "Train a GPT in one precision arm (or resume a run)");
+  cmd->add_option("--config", args->config, "TOML config file (configs/*.toml)");
+  cmd->add_option("--set", args->sets, "override a config key: --set model.n_layer=4 (repeatable)");
+  cmd->add_option("--out", args->out, "run directory (config.toml, metrics.jsonl, checkpoints)");
+  cmd->add_option("--resume", args->resume, "continue the run in this directory from its checkpoint");
+  cmd->add_option("--device", args->device, "cpu | cuda (default: the config's, cpu)");
+  cmd->add_option("--arm", args->arm, "bf16 | fp8-linear | fp8-stale | fp8-matched (| fp32 reference)");
+  cmd->add_option("--dump-grads", args->dump_grads,
+                  "write initial weights, the first batch and its gradients to DIR (oracle tests)");
+  cmd->callback([args] { run_train(*args); });
+});

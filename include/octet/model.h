@@ -1,0 +1,179 @@
+// octet/model.h — the decoder-only transformer that octet trains, written once against the
+// Backend interface (backend.h) so that the CPU reference and the CUDA backend run the same code.
+//
+// Architecture (GPT-2, Radford et al. 2019, with the modern options named by the field):
+//   x0 = wte[ids] (+ wpe[t] for learned positions)
+//   per layer, two residual units (attention, MLP), each   x ← R(x, g(f(u(x))))
+//     u = norm (pre-norm, default) or identity; f = the sublayer; g = norm (FOG's output norm) or
+//     identity; R(x, y) = x + y, or √(1−τ)·x + √τ·y with unit scaling; post-norm applies the norm
+//     after R instead (Vaswani et al. 2017).
+//   attention: qkv = Linear(u); optional QK RMSNorm per head (trainable or fixed gain 1);
+//     RoPE (Su et al., arXiv 2104.09864) | learned | NoPE; causal GQA attention (attention.h);
+//     out = Linear(heads). MLP: SwiGLU (Shazeer 2020) or GELU-tanh.
+//   logits = LM head(norm_f(x_L)) with the embedding tied or a separate matrix; loss =
+//     softmax cross-entropy (nats per token).
+// FOG (Hernández-Cano et al., arXiv 2505.20524): norm_placement = output (no pre-norm, a norm on
+//   each block's output before the residual add) and qk_norm with qk_norm_trainable = false.
+// μnit Scaling (Narayan et al., arXiv 2502.05967): unit_scaling = true — unit-variance init of every
+//   matrix, a static 1/√fan_in multiplier after each linear (so activations keep unit variance and
+//   FP8 can use fixed scales: the `unit` recipe), variance-preserving residuals with τ.
+//
+// Precision (DESIGN.md §4). Embedding, norms, RoPE, softmax statistics, loss, master weights and
+// AdamW states are FP32 in every arm; the LM head is a BF16 GEMM in every arm. Per arm:
+//   bf16        linears BF16 (operands rounded to BF16, FP32 accumulate), attention BF16
+//   fp8-linear  the 4 linears of every layer (qkv, proj, fc1, fc2) FP8, attention BF16
+//   fp8-stale   FP8 linears, FP8 attention with the stale delta (FlashAttention, cuDNN)
+//   fp8-matched FP8 linears, FP8 attention with Delta-Matching
+//   fp32        (internal reference for gradient checks and the PyTorch twin) FP32 linears and head,
+//               FP64 attention (CPU only)
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "octet/attention.h"
+#include "octet/backend.h"
+#include "octet/quant.h"
+
+namespace octet {
+
+enum class NormKind { RMSNorm, LayerNorm };
+/// pre: norm before each sublayer (GPT-2); post: norm after the residual add (Vaswani et al.);
+/// output: norm on the sublayer output before the residual add (FOG, arXiv 2505.20524).
+enum class NormPlacement { Pre, Post, Output };
+enum class PositionKind { RoPE, Learned, NoPE };
+enum class MlpKind { SwiGLU, GELU };
+
+NormKind parse_norm_kind(const std::string& s);            ///< "rmsnorm" | "layernorm"
+NormPlacement parse_norm_placement(const std::string& s);  ///< "pre" | "post" | "output"
+PositionKind parse_position_kind(const std::string& s);    ///< "rope" | "learned" | "nope"
+MlpKind parse_mlp_kind(const std::string& s);              ///< "swiglu" | "gelu"
+std::string to_string(NormKind v);
+std::string to_string(NormPlacement v);
+std::string to_string(PositionKind v);
+std::string to_string(MlpKind v);
+
+struct ModelConfig {
+  int64_t n_layer = 2;
+  int64_t d_model = 128;
+  int64_t n_head = 4;
+  int64_t n_kv_head = 4;     ///< GQA: key/value heads, divides n_head
+  int64_t d_ff = 512;        ///< MLP hidden width F (SwiGLU: fc1 has 2F outputs)
+  int64_t vocab_size = 256;  ///< must match the tokenizer
+  int64_t seq_len = 128;     ///< tokens per sequence (context length)
+  NormKind norm = NormKind::RMSNorm;
+  NormPlacement norm_placement = NormPlacement::Pre;
+  bool qk_norm = false;
+  bool qk_norm_trainable = true;  ///< false: fixed gain 1 (FOG)
+  PositionKind positions = PositionKind::RoPE;
+  float rope_theta = 10000.0f;
+  MlpKind mlp = MlpKind::SwiGLU;
+  bool tied_embeddings = true;
+  float init_std = 0.02f;  ///< std of matrices and embeddings (residual projections / √(2·n_layer))
+  float norm_eps = 1e-5f;
+  bool unit_scaling = false;   ///< μnit: unit init, 1/√fan_in multipliers, τ-residuals
+  float residual_tau = 0.2f;   ///< unit scaling: R(x, y) = √(1−τ)·x + √τ·y, τ in (0, 1)
+
+  int64_t head_dim() const { return d_model / n_head; }
+  /// Throws octet::Error naming the first invalid field (sizes < 1, n_head not dividing d_model,
+  /// n_kv_head not dividing n_head, odd head_dim with RoPE, τ outside (0, 1), init_std <= 0).
+  void validate() const;
+};
+
+/// The precision arms of DESIGN.md §4, plus the internal FP32 reference.
+enum class Arm { BF16, FP8Linear, FP8Stale, FP8Matched, FP32 };
+Arm parse_arm(const std::string& s);  ///< "bf16" | "fp8-linear" | "fp8-stale" | "fp8-matched" | "fp32"
+std::string to_string(Arm a);
+
+struct PrecisionConfig {
+  Arm arm = Arm::BF16;
+  QuantConfig quant;                 ///< FP8 linears: recipe, format policy, delayed-scaling history
+  AttnForm attn_form = AttnForm::Whole;
+  QkvScaling qkv_scaling = QkvScaling::Tensor;
+  float p_scale = 256.0f;            ///< FP8 attention: static scale of P
+  void validate() const;             ///< throws octet::Error (e.g. non power-of-two p_scale)
+};
+
+/// What the arm makes of a transformer-layer linear (qkv, proj, fc1, fc2).
+LinearPrecision linear_precision(Arm arm);
+/// The LM head: BF16, or FP32 in the reference arm.
+LinearPrecision head_precision(Arm arm);
+/// The attention config of an arm (dO/dS formats follow the format policy: hybrid → E5M2).
+AttentionConfig attention_config(const PrecisionConfig& p);
+
+/// One named parameter tensor inside the flat FP32 parameter buffer.
+struct ParamInfo {
+  std::string name;            ///< e.g. "h.0.attn.qkv.weight" (the PyTorch twin uses the same names)
+  std::vector<int64_t> shape;  ///< row-major
+  size_t offset = 0, numel = 0;
+  bool decay = false;          ///< AdamW weight decay applies (matrices and embeddings, not norms)
+};
+
+/// Diagnostics of one quantized linear operand set at its last quantization.
+struct LinearDiag {
+  std::string name;  ///< "qkv" | "proj" | "fc1" | "fc2"
+  QuantStats x, w, dy;
+};
+/// Per-layer diagnostics after a training step (FOG's kurtosis early warning; Delta-Matching's row
+/// residual, max over the micro-batches of the step and mean of their means).
+struct LayerDiag {
+  double kurtosis_attn_in = 0, kurtosis_mlp_in = 0, kurtosis_mlp_hidden = 0, kurtosis_out = 0;
+  double row_residual_max = 0, row_residual_mean = 0;
+  std::vector<LinearDiag> linears;  ///< empty unless the linears are FP8
+  double kurtosis_max() const;
+};
+
+/// The transformer. Buffers live on the backend; one instance serves micro-batches of exactly
+/// `batch` sequences of config.seq_len tokens (N = batch·seq_len tokens).
+class Model {
+ public:
+  /// Throws octet::Error if the config or precision is invalid. Parameters start at zero: call init().
+  Model(const ModelConfig& config, const PrecisionConfig& precision, Backend& backend, int64_t batch);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const PrecisionConfig& precision() const { return precision_; }
+  int64_t batch() const { return batch_; }
+  Backend& backend() { return backend_; }
+
+  const std::vector<ParamInfo>& params() const { return params_; }
+  size_t num_params() const { return n_params_; }
+  const ParamInfo& param(const std::string& name) const;  ///< throws octet::Error if unknown
+  float* param_data() { return params_buf_; }  ///< backend memory, num_params() floats
+  float* grad_data() { return grads_buf_; }    ///< backend memory, num_params() floats
+
+  /// Deterministic init from `seed` (portable: splitmix64 + Box–Muller, independent of the arm).
+  void init(uint64_t seed);
+  /// Host copies of all parameters / gradients (num_params() floats, params() order).
+  std::vector<float> download_params();
+  std::vector<float> download_grads();
+  void upload_params(const std::vector<float>& host);
+
+  void zero_grad();
+  /// Forward on ids/targets (host, batch·seq_len each; a target < 0 is ignored). Returns the summed
+  /// loss in nats and sets *n_counted to the number of counted targets. With backward=true, the
+  /// gradients of grad_scale·(summed loss) are accumulated into grad_data().
+  double step(const int32_t* ids, const int32_t* targets, bool backward, float grad_scale,
+              int64_t* n_counted = nullptr);
+
+  /// Diagnostics of the last forward/backward (kurtosis of its saved activations, quantizer stats).
+  std::vector<LayerDiag> diagnostics();
+
+ private:
+  struct Impl;
+  ModelConfig config_;
+  PrecisionConfig precision_;
+  Backend& backend_;
+  int64_t batch_;
+  std::vector<ParamInfo> params_;
+  size_t n_params_ = 0;
+  float* params_buf_ = nullptr;
+  float* grads_buf_ = nullptr;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace octet

@@ -1,0 +1,248 @@
+// octet/train.h — everything around the model that makes a training run: configuration (TOML),
+// corpus and tokenizers, the train/validation split, AdamW with warmup + cosine decay, safetensors
+// weights and crash-safe checkpoints, metrics (JSONL, progress lines, plots) and the trainer loop,
+// plus the side-by-side comparison of precision arms.
+//
+// Formats and sources: TOML v1.0 (toml++), safetensors (Hugging Face's format: 8-byte little-endian
+// header length, a JSON header of dtype/shape/data_offsets, raw little-endian data), SentencePiece
+// BPE (Kudo & Richardson 2018), AdamW (Loshchilov & Hutter, arXiv 1711.05101), warmup + cosine decay
+// (Loshchilov & Hutter, SGDR, arXiv 1608.03983, as GPT-3 uses it).
+// Errors: bad input (unknown key, out-of-range value, missing corpus, corrupt checkpoint) throws
+// octet::Error with one line naming the problem; a run that stops because of repeated NaN/inf steps
+// throws TrainingStopped.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "octet/model.h"
+
+namespace octet {
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+struct TrainConfig {
+  int64_t steps = 200;          ///< optimizer steps
+  int64_t batch_size = 16;      ///< sequences per micro-batch
+  int64_t grad_accum = 1;       ///< micro-batches per optimizer step
+  float lr = 3e-3f;             ///< peak learning rate
+  float min_lr_ratio = 0.1f;    ///< cosine floor as a fraction of lr
+  int64_t warmup_steps = 20;    ///< linear warmup from lr/warmup to lr
+  float weight_decay = 0.1f;    ///< decoupled; matrices and embeddings only
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float grad_clip = 1.0f;       ///< global-norm clip; 0 disables
+  uint64_t seed = 1234;
+  int64_t eval_every = 50;      ///< steps between validation passes (and the last step)
+  int64_t eval_batches = 4;     ///< validation micro-batches per pass (fixed windows)
+  int64_t checkpoint_every = 100;  ///< 0: only at the end
+  int64_t log_every = 1;        ///< progress-line interval
+  int64_t max_bad_steps = 5;    ///< consecutive NaN/inf steps before the run stops
+};
+
+struct DataConfig {
+  std::string path;                  ///< text file, directory (recursive) or glob
+  std::string tokenizer = "bpe";     ///< "bpe" (SentencePiece) | "byte"
+  double val_fraction = 0.1;         ///< fraction of windows held out, in (0, 0.5]
+  std::string cache_dir = ".cache/octet";  ///< tokenizer model and token cache
+  int64_t max_bytes = 0;             ///< 0: whole corpus; else the first max_bytes bytes
+};
+
+struct RunConfig {
+  ModelConfig model;
+  PrecisionConfig precision;
+  TrainConfig train;
+  DataConfig data;
+  std::string device = "cpu";
+  void validate() const;  ///< all sections; throws octet::Error naming the field
+};
+
+/// Reads a TOML file (sections [model], [precision], [train], [data], top-level `device`), then
+/// applies "key=value" overrides (dotted keys, e.g. "model.n_layer=4"). Unknown keys, wrong types and
+/// out-of-range values throw octet::Error naming the key. `path` may be empty (defaults only).
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+/// Sets one dotted key from its string form; throws octet::Error for an unknown key or bad value.
+void set_config_value(RunConfig& cfg, const std::string& key, const std::string& value);
+/// The resolved config as TOML (round-trips through load_config).
+std::string to_toml(const RunConfig& cfg);
+/// Every setting as (key, value) rows, in a stable order (the start-up table).
+std::vector<std::pair<std::string, std::string>> config_rows(const RunConfig& cfg);
+
+// ---------------------------------------------------------------------------------------------
+// Corpus and tokenizers
+
+/// The corpus as raw bytes: a file, every regular file under a directory (sorted by path), or the
+/// files matching a glob (sorted); files are joined with "\n". Throws octet::Error if the path
+/// matches nothing, a file cannot be read, or the result is empty.
+struct Corpus {
+  std::string text;
+  std::vector<std::string> files;
+  int64_t invalid_utf8 = 0;  ///< bytes that are not valid UTF-8 (kept as bytes)
+};
+Corpus read_corpus(const std::string& path, int64_t max_bytes = 0);
+/// Number of bytes of `s` that are not part of a valid UTF-8 sequence.
+int64_t count_invalid_utf8(const std::string& s);
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string name() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual std::vector<int32_t> encode(const std::string& text) const = 0;
+};
+/// Bytes 0..255 are the tokens (vocab 256): every input is encodable.
+std::unique_ptr<Tokenizer> make_byte_tokenizer();
+/// SentencePiece BPE with `vocab_size` pieces (byte fallback, identity normalization, newline as
+/// its own piece), trained on `text` once and cached as <cache_dir>/spm-<hash>.model (the hash covers
+/// the text and the vocab size). Invalid UTF-8 is replaced by U+FFFD before training and encoding.
+std::unique_ptr<Tokenizer> make_bpe_tokenizer(const std::string& text, int64_t vocab_size,
+                                              const std::string& cache_dir);
+
+/// Tokenized corpus with a deterministic train/validation split into windows of seq_len+1 tokens:
+/// windows are grouped 8 at a time and every k-th group (k = round(1/val_fraction)) is validation.
+/// Training windows are visited in a seeded permutation per epoch; the data position (windows
+/// consumed) is all the state a checkpoint needs.
+class Dataset {
+ public:
+  Dataset(std::vector<int32_t> tokens, int64_t vocab_size, int64_t seq_len, double val_fraction,
+          uint64_t seed);
+  int64_t n_tokens() const { return int64_t(tokens_.size()); }
+  int64_t n_train_windows() const { return int64_t(train_.size()); }
+  int64_t n_val_windows() const { return int64_t(val_.size()); }
+  /// Fills ids/targets [batch, seq_len] with the next training windows (advances the position).
+  void next_train_batch(int64_t batch, std::vector<int32_t>& ids, std::vector<int32_t>& targets);
+  /// The i-th fixed validation batch (wraps around the validation windows).
+  void val_batch(int64_t i, int64_t batch, std::vector<int32_t>& ids, std::vector<int32_t>& targets) const;
+  int64_t position() const { return position_; }
+  void set_position(int64_t p) { position_ = p; }
+  /// Unigram entropy of the training tokens, in nats per token: the loss of the best model that
+  /// ignores context (a learned model must go far below it).
+  double unigram_entropy() const;
+
+ private:
+  int64_t window_at(int64_t pos) const;  // training window index of a data position
+  std::vector<int32_t> tokens_;
+  int64_t seq_len_;
+  uint64_t seed_;
+  std::vector<int64_t> train_, val_;
+  int64_t position_ = 0;
+  mutable int64_t perm_epoch_ = -1;
+  mutable std::vector<int64_t> perm_;
+};
+
+/// Loads the corpus, builds or loads the tokenizer (model.vocab_size pieces; byte needs >= 256)
+/// and the split. Token streams are cached next to the tokenizer.
+std::unique_ptr<Dataset> load_dataset(const RunConfig& cfg, std::string* description = nullptr);
+
+// ---------------------------------------------------------------------------------------------
+// safetensors and checkpoints
+
+struct StTensor {
+  std::string dtype;  ///< "F32" | "I32" | "F64"
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;  ///< little-endian
+};
+struct StFile {
+  std::map<std::string, StTensor> tensors;
+  std::map<std::string, std::string> metadata;  ///< "__metadata__" (string -> string)
+};
+/// Writes to path + ".tmp", fsyncs and renames over `path`; adds metadata "octet_checksum"
+/// (FNV-1a 64 of the data section). Throws octet::Error if the file cannot be written.
+void write_safetensors(const std::string& path, const StFile& f);
+/// Reads and validates (header length, JSON, dtypes, shapes vs offsets, checksum when present).
+/// Throws octet::Error naming the file and the problem (truncated, corrupt, checksum mismatch).
+StFile read_safetensors(const std::string& path);
+StTensor st_f32(const std::vector<int64_t>& shape, const float* data);
+std::vector<float> st_to_f32(const StTensor& t);  ///< throws unless dtype F32
+
+/// Everything a resume needs besides the config.
+struct TrainState {
+  int64_t step = 0;            ///< optimizer steps done (next step index)
+  int64_t adam_step = 0;       ///< successful AdamW updates (bias correction)
+  int64_t data_position = 0;
+  int64_t skipped_steps = 0;
+  int64_t bad_in_a_row = 0;
+};
+/// <out>/checkpoint.safetensors: "param.<name>", "adam_m.<name>", "adam_v.<name>" and the state in
+/// the metadata. Written atomically (tmp + rename).
+void save_checkpoint(const std::string& out_dir, Model& model, const std::vector<float>& adam_m,
+                     const std::vector<float>& adam_v, const TrainState& state);
+/// Loads into model and adam m/v (sized num_params) and returns the state; throws octet::Error if
+/// the file is missing, corrupt, or its tensors do not match the model.
+TrainState load_checkpoint(const std::string& out_dir, Model& model, std::vector<float>& adam_m,
+                           std::vector<float>& adam_v);
+/// Weights only (the PyTorch twin reads this): "<name>" tensors.
+void save_weights(const std::string& path, Model& model);
+void load_weights(const std::string& path, Model& model);
+
+// ---------------------------------------------------------------------------------------------
+// Schedule and metrics
+
+/// Learning rate at step s (0-based): linear warmup over warmup_steps (lr·(s+1)/warmup), then cosine
+/// decay from lr to lr·min_lr_ratio at the last step.
+float learning_rate(const TrainConfig& t, int64_t step);
+
+/// Appends JSON lines to <out>/metrics.jsonl (flushed per line).
+class MetricsLog {
+ public:
+  explicit MetricsLog(const std::string& path, bool append);
+  void write(const std::string& json_line);
+
+ private:
+  std::string path_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The trainer
+
+/// Thrown when max_bad_steps NaN/inf steps came in a row; the last good checkpoint is intact.
+struct TrainingStopped : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct TrainResult {
+  std::vector<double> train_loss;                     ///< per step (NaN for skipped steps)
+  std::vector<std::pair<int64_t, double>> val_loss;   ///< (step, loss) per evaluation
+  double final_val_loss = 0;
+  double tokens_per_s = 0;                            ///< mean over the steps of this process
+  double kurtosis_max = 0;                            ///< over evaluations and layers
+  double row_residual_max = 0;                        ///< over evaluations and layers
+  int64_t skipped_steps = 0;
+};
+
+/// Test hooks: called after backward of each step (before the NaN check), e.g. to poison gradients.
+struct TrainHooks {
+  std::function<void(int64_t step, Model& model)> after_backward;
+};
+
+/// Trains cfg in out_dir (created). Writes out_dir/config.toml, metrics.jsonl, checkpoint.safetensors
+/// and model.safetensors. resume=true continues from out_dir/checkpoint.safetensors. `dataset` may
+/// be shared between runs (its position is reset/restored here). Progress goes to `log` (may be null).
+TrainResult train(const RunConfig& cfg, const std::string& out_dir, bool resume, Dataset& dataset,
+                  FILE* log, const TrainHooks& hooks = {});
+
+/// One row of `octet compare`.
+struct CompareRow {
+  std::string arm;
+  double train_loss = 0, val_loss = 0, gap_pct = 0, kurtosis_max = 0, row_residual_max = 0,
+         tokens_per_s = 0;
+};
+/// Trains every arm with the same seed and data order in out_dir/<arm>, writes out_dir/summary.json
+/// and out_dir/curves.png, prints the table to `log`. Gap is relative to the bf16 arm if present.
+std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std::string>& arms,
+                                     const std::string& out_dir, FILE* log);
+/// The table as Markdown.
+std::string format_compare_table(const std::vector<CompareRow>& rows);
+
+/// Writes a PNG of train (thin) and validation (thick) loss curves of the runs (each a directory
+/// holding metrics.jsonl) with gnuplot. Throws octet::Error if a run has no metrics or gnuplot fails.
+void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_path,
+               const std::string& title = "octet: loss");
+
+}  // namespace octet

@@ -1,0 +1,94 @@
+// src/train/checkpoint.cpp — crash-safe checkpoints and weight files in safetensors.
+//
+// <out>/checkpoint.safetensors holds "param.<name>" (FP32 master weights), "adam_m.<name>" and
+// "adam_v.<name>" (AdamW moments) and, in the metadata, the train state as JSON (step, AdamW step,
+// data position, skipped steps). It is written to a temporary file, fsynced and renamed, so the
+// latest checkpoint is always complete. <out>/model.safetensors holds the weights under their plain
+// names (what the PyTorch twin and other tools read).
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "octet/error.h"
+#include "octet/train.h"
+
+namespace octet {
+
+namespace {
+void put_all(StFile& f, const std::string& prefix, const Model& model, const std::vector<float>& v) {
+  for (const ParamInfo& p : model.params())
+    f.tensors[prefix + p.name] = st_f32(p.shape, v.data() + p.offset);
+}
+void get_all(const StFile& f, const std::string& file, const std::string& prefix, const Model& model,
+             std::vector<float>& v) {
+  v.assign(model.num_params(), 0.0f);
+  for (const ParamInfo& p : model.params()) {
+    auto it = f.tensors.find(prefix + p.name);
+    OCTET_CHECK(it != f.tensors.end(), file + ": missing tensor " + prefix + p.name);
+    OCTET_CHECK(it->second.shape == p.shape, file + ": tensor " + prefix + p.name +
+                                                 " has a different shape than the model's");
+    const std::vector<float> data = st_to_f32(it->second);
+    std::copy(data.begin(), data.end(), v.begin() + int64_t(p.offset));
+  }
+  size_t expected = 0;
+  for (auto& [name, t] : f.tensors) expected += name.rfind(prefix, 0) == 0;
+  OCTET_CHECK(expected == model.params().size(),
+              file + ": holds " + std::to_string(expected) + " '" + prefix + "' tensors, the model has " +
+                  std::to_string(model.params().size()) + " (different architecture?)");
+}
+}  // namespace
+
+void save_checkpoint(const std::string& out_dir, Model& model, const std::vector<float>& adam_m,
+                     const std::vector<float>& adam_v, const TrainState& s) {
+  StFile f;
+  put_all(f, "param.", model, model.download_params());
+  put_all(f, "adam_m.", model, adam_m);
+  put_all(f, "adam_v.", model, adam_v);
+  nlohmann::json st = {{"format", "octet-checkpoint-1"}, {"step", s.step},
+                       {"adam_step", s.adam_step},       {"data_position", s.data_position},
+                       {"skipped_steps", s.skipped_steps}, {"bad_in_a_row", s.bad_in_a_row}};
+  f.metadata["octet_state"] = st.dump();
+  write_safetensors(out_dir + "/checkpoint.safetensors", f);
+}
+
+TrainState load_checkpoint(const std::string& out_dir, Model& model, std::vector<float>& adam_m,
+                           std::vector<float>& adam_v) {
+  const std::string file = out_dir + "/checkpoint.safetensors";
+  const StFile f = read_safetensors(file);
+  auto it = f.metadata.find("octet_state");
+  OCTET_CHECK(it != f.metadata.end(), file + ": not an octet checkpoint (no octet_state metadata)");
+  TrainState s;
+  try {
+    const nlohmann::json st = nlohmann::json::parse(it->second);
+    OCTET_CHECK(st.at("format") == "octet-checkpoint-1", file + ": unknown checkpoint format");
+    s.step = st.at("step").get<int64_t>();
+    s.adam_step = st.at("adam_step").get<int64_t>();
+    s.data_position = st.at("data_position").get<int64_t>();
+    s.skipped_steps = st.at("skipped_steps").get<int64_t>();
+    s.bad_in_a_row = st.at("bad_in_a_row").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    OCTET_FAIL(file + ": corrupt checkpoint state (" + std::string(e.what()) + ")");
+  }
+  OCTET_CHECK(s.step >= 0 && s.adam_step >= 0 && s.data_position >= 0, file + ": corrupt checkpoint state");
+  std::vector<float> params;
+  get_all(f, file, "param.", model, params);
+  get_all(f, file, "adam_m.", model, adam_m);
+  get_all(f, file, "adam_v.", model, adam_v);
+  model.upload_params(params);
+  return s;
+}
+
+void save_weights(const std::string& path, Model& model) {
+  StFile f;
+  put_all(f, "", model, model.download_params());
+  f.metadata["format"] = "pt";
+  write_safetensors(path, f);
+}
+
+void load_weights(const std::string& path, Model& model) {
+  const StFile f = read_safetensors(path);
+  std::vector<float> params;
+  get_all(f, path, "", model, params);
+  model.upload_params(params);
+}
+
+}  // namespace octet

@@ -1,0 +1,174 @@
+// src/train/safetensors.cpp — reader and writer of the safetensors format (Hugging Face,
+// github.com/huggingface/safetensors "Format"): an 8-byte little-endian unsigned header length N,
+// N bytes of JSON {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {str: str}},
+// then the raw little-endian data; offsets are relative to the end of the header. The header is
+// padded with spaces to a multiple of 8. octet adds "octet_checksum" (FNV-1a 64 of the data
+// section, hex) to the metadata so that corruption, not only truncation, is detected.
+// Writes go to <path>.tmp, are fsynced and renamed over <path>: a crash leaves the old file intact.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/layout.h"
+#include "octet/error.h"
+#include "octet/train.h"
+
+namespace octet {
+
+namespace {
+size_t dtype_size(const std::string& d) {
+  if (d == "F32" || d == "I32") return 4;
+  if (d == "F64" || d == "I64") return 8;
+  if (d == "F16" || d == "BF16") return 2;
+  if (d == "U8" || d == "I8" || d == "F8_E4M3" || d == "F8_E5M2") return 1;
+  return 0;
+}
+std::string hex64(uint64_t h) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+}  // namespace
+
+StTensor st_f32(const std::vector<int64_t>& shape, const float* data) {
+  StTensor t;
+  t.dtype = "F32";
+  t.shape = shape;
+  size_t n = 1;
+  for (int64_t s : shape) n *= size_t(s);
+  t.data.resize(n * 4);
+  std::memcpy(t.data.data(), data, n * 4);
+  return t;
+}
+
+std::vector<float> st_to_f32(const StTensor& t) {
+  OCTET_CHECK(t.dtype == "F32", "expected an F32 tensor, got " + t.dtype);
+  std::vector<float> v(t.data.size() / 4);
+  std::memcpy(v.data(), t.data.data(), v.size() * 4);
+  return v;
+}
+
+void write_safetensors(const std::string& path, const StFile& f) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  uint64_t offset = 0;
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (auto& [name, t] : f.tensors) {
+    size_t n = 1;
+    for (int64_t s : t.shape) n *= size_t(s);
+    OCTET_CHECK(dtype_size(t.dtype) * n == t.data.size(), "tensor " + name + ": shape and data size disagree");
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
+    offset += t.data.size();
+    h = model_detail::fnv1a64(t.data.data(), t.data.size(), h);
+  }
+  nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+  for (auto& [k, v] : f.metadata) meta[k] = v;
+  meta["octet_checksum"] = hex64(h);
+  header["__metadata__"] = meta;
+  std::string js = header.dump();
+  while (js.size() % 8) js += ' ';
+
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  OCTET_CHECK(fd >= 0, "cannot write " + tmp + ": " + std::strerror(errno));
+  bool ok = true;
+  auto put = [&](const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    while (ok && n > 0) {
+      const ssize_t w = ::write(fd, c, n);
+      if (w <= 0) ok = false;
+      else c += w, n -= size_t(w);
+    }
+  };
+  const uint64_t len = js.size();  // little-endian on every platform octet builds for
+  put(&len, 8);
+  put(js.data(), js.size());
+  for (auto& [name, t] : f.tensors) put(t.data.data(), t.data.size());
+  ok = ok && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) {
+    std::remove(tmp.c_str());
+    OCTET_FAIL("cannot write " + tmp + ": " + std::strerror(errno));
+  }
+  OCTET_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
+              "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+}
+
+StFile read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  OCTET_CHECK(in.good(), "cannot open " + path + ": " + std::strerror(errno));
+  in.seekg(0, std::ios::end);
+  const uint64_t size = uint64_t(in.tellg());
+  in.seekg(0);
+  OCTET_CHECK(size >= 8, path + ": truncated safetensors file (" + std::to_string(size) + " bytes)");
+  uint64_t hlen = 0;
+  in.read(reinterpret_cast<char*>(&hlen), 8);
+  OCTET_CHECK(hlen <= size - 8 && hlen < (uint64_t(100) << 20),
+              path + ": truncated or corrupt safetensors file (header length " + std::to_string(hlen) +
+                  " exceeds the file)");
+  std::string js(hlen, '\0');
+  in.read(js.data(), std::streamsize(hlen));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(js);
+  } catch (const nlohmann::json::exception& e) {
+    OCTET_FAIL(path + ": corrupt safetensors header (" + std::string(e.what()) + ")");
+  }
+  OCTET_CHECK(header.is_object(), path + ": corrupt safetensors header (not a JSON object)");
+  const uint64_t data_size = size - 8 - hlen;
+  std::vector<uint8_t> data(data_size);
+  in.read(reinterpret_cast<char*>(data.data()), std::streamsize(data_size));
+  OCTET_CHECK(in.good() || data_size == 0, path + ": read error");
+
+  StFile f;
+  uint64_t covered = 0;
+  // Data is hashed in the order of the data offsets (the writer's order).
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  try {
+    for (auto& [name, v] : header.items()) {
+      if (name == "__metadata__") {
+        for (auto& [k, s] : v.items()) f.metadata[k] = s.get<std::string>();
+        continue;
+      }
+      StTensor t;
+      t.dtype = v.at("dtype").get<std::string>();
+      t.shape = v.at("shape").get<std::vector<int64_t>>();
+      const auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
+      OCTET_CHECK(off.size() == 2 && off[0] <= off[1] && off[1] <= data_size,
+                  path + ": tensor " + name + " lies outside the file (truncated?)");
+      size_t n = 1;
+      for (int64_t s : t.shape) {
+        OCTET_CHECK(s >= 0, path + ": tensor " + name + " has a negative dimension");
+        n *= size_t(s);
+      }
+      const size_t es = dtype_size(t.dtype);
+      OCTET_CHECK(es > 0, path + ": tensor " + name + " has unknown dtype " + t.dtype);
+      OCTET_CHECK(n * es == off[1] - off[0], path + ": tensor " + name + " shape does not match its data size");
+      t.data.assign(data.begin() + int64_t(off[0]), data.begin() + int64_t(off[1]));
+      covered += off[1] - off[0];
+      ranges.emplace_back(off[0], off[1]);
+      f.tensors[name] = std::move(t);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    OCTET_FAIL(path + ": corrupt safetensors header (" + std::string(e.what()) + ")");
+  }
+  OCTET_CHECK(covered == data_size, path + ": data section size does not match the tensors (" +
+                                        std::to_string(data_size) + " bytes vs " + std::to_string(covered) + ")");
+  auto it = f.metadata.find("octet_checksum");
+  if (it != f.metadata.end()) {
+    std::sort(ranges.begin(), ranges.end());
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (auto& [b, e] : ranges) h = model_detail::fnv1a64(data.data() + b, e - b, h);
+    OCTET_CHECK(hex64(h) == it->second, path + ": checksum mismatch (file corrupt)");
+    f.metadata.erase(it);
+  }
+  return f;
+}
+
+}  // namespace octet

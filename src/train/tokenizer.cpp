@@ -1,0 +1,157 @@
+// src/train/tokenizer.cpp — the byte-level tokenizer and the SentencePiece BPE tokenizer (Kudo &
+// Richardson, "SentencePiece", arXiv 1808.06226; BPE after Sennrich et al. 2016), trained once per
+// (corpus, vocab size) and cached. Settings: identity normalization and no whitespace folding (code
+// and reStructuredText keep their indentation), byte fallback (every byte sequence encodes, no
+// <unk> in practice), newline as its own user-defined piece (lines are SentencePiece's sentences).
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <unordered_map>
+
+#include "model/layout.h"
+#include "octet/error.h"
+#include "octet/train.h"
+#include "train/utf8.h"
+
+namespace octet {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class ByteTokenizer : public Tokenizer {
+ public:
+  std::string name() const override { return "byte"; }
+  int64_t vocab_size() const override { return 256; }
+  std::vector<int32_t> encode(const std::string& text) const override {
+    std::vector<int32_t> ids(text.size());
+    for (size_t i = 0; i < text.size(); ++i) ids[i] = int32_t(static_cast<unsigned char>(text[i]));
+    return ids;
+  }
+};
+
+constexpr const char* kNewline = "<nl>";
+
+// Feeds the non-empty lines of the text to the SentencePiece trainer.
+class LineIterator : public sentencepiece::SentenceIterator {
+ public:
+  explicit LineIterator(const std::string& text) : text_(text) { advance(); }
+  bool done() const override { return done_; }
+  void Next() override { advance(); }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override { return {}; }
+
+ private:
+  void advance() {
+    while (pos_ < text_.size()) {
+      size_t nl = text_.find('\n', pos_);
+      if (nl == std::string::npos) nl = text_.size();
+      line_.assign(text_, pos_, nl - pos_);
+      pos_ = nl + 1;
+      if (!line_.empty()) return;
+    }
+    done_ = true;
+  }
+  const std::string& text_;
+  size_t pos_ = 0;
+  std::string line_;
+  bool done_ = false;
+};
+
+class BpeTokenizer : public Tokenizer {
+ public:
+  BpeTokenizer(const std::string& model_path) {
+    const auto st = sp_.Load(model_path);
+    OCTET_CHECK(st.ok(), "cannot load SentencePiece model " + model_path + ": " + st.ToString());
+    newline_id_ = sp_.PieceToId(kNewline);
+    OCTET_CHECK(newline_id_ != sp_.unk_id(), "SentencePiece model " + model_path + " lacks the <nl> piece");
+  }
+  std::string name() const override { return "bpe"; }
+  int64_t vocab_size() const override { return sp_.GetPieceSize(); }
+  std::vector<int32_t> encode(const std::string& raw) const override {
+    const std::string text = train_detail::utf8_sanitize(raw);
+    std::vector<int32_t> out;
+    out.reserve(text.size() / 3);
+    std::vector<int> ids;
+    size_t pos = 0;
+    while (pos <= text.size()) {
+      size_t nl = text.find('\n', pos);
+      const bool last = nl == std::string::npos;
+      if (last) nl = text.size();
+      if (nl > pos) {
+        const auto st = sp_.Encode(std::string_view(text).substr(pos, nl - pos), &ids);
+        OCTET_CHECK(st.ok(), "SentencePiece encode failed: " + st.ToString());
+        out.insert(out.end(), ids.begin(), ids.end());
+      }
+      if (last) break;
+      out.push_back(newline_id_);
+      pos = nl + 1;
+    }
+    return out;
+  }
+
+ private:
+  sentencepiece::SentencePieceProcessor sp_;
+  int newline_id_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
+
+std::unique_ptr<Tokenizer> make_bpe_tokenizer(const std::string& raw, int64_t vocab_size,
+                                              const std::string& cache_dir) {
+  const std::string text = train_detail::utf8_sanitize(raw);
+  uint64_t h = model_detail::fnv1a64(text.data(), text.size());
+  h = model_detail::fnv1a64(&vocab_size, sizeof vocab_size, h);
+  char name[64];
+  std::snprintf(name, sizeof name, "spm-%016llx.model", static_cast<unsigned long long>(h));
+  std::error_code ec;
+  fs::create_directories(cache_dir, ec);
+  OCTET_CHECK(!ec, "cannot create cache directory " + cache_dir + ": " + ec.message());
+  const std::string path = (fs::path(cache_dir) / name).string();
+  if (!fs::exists(path)) {
+    LineIterator lines(text);
+    const std::unordered_map<std::string, std::string> args = {
+        {"model_type", "bpe"},
+        {"vocab_size", std::to_string(vocab_size)},
+        {"byte_fallback", "true"},
+        {"normalization_rule_name", "identity"},
+        {"remove_extra_whitespaces", "false"},
+        {"split_digits", "true"},
+        {"character_coverage", "0.9995"},
+        {"max_sentence_length", "16384"},
+        {"input_sentence_size", "400000"},
+        {"shuffle_input_sentence", "true"},
+        {"user_defined_symbols", kNewline},
+        {"unk_id", "0"},
+        {"bos_id", "-1"},
+        {"eos_id", "-1"},
+        {"pad_id", "-1"},
+        {"num_threads", "2"},
+        {"minloglevel", "2"},
+        {"random_seed", "1"},
+    };
+    std::string model;
+    const auto st = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
+    OCTET_CHECK(st.ok(), "SentencePiece BPE training failed: " + st.ToString());
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(model.data(), std::streamsize(model.size()));
+      OCTET_CHECK(out.good(), "cannot write " + tmp);
+    }
+    fs::rename(tmp, path, ec);
+    OCTET_CHECK(!ec, "cannot rename " + tmp + ": " + ec.message());
+  }
+  auto tok = std::make_unique<BpeTokenizer>(path);
+  OCTET_CHECK(tok->vocab_size() == vocab_size,
+              "SentencePiece model " + path + " has " + std::to_string(tok->vocab_size()) +
+                  " pieces, expected " + std::to_string(vocab_size));
+  return tok;
+}
+
+}  // namespace octet

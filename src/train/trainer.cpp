@@ -1,0 +1,244 @@
+// src/train/trainer.cpp — the training loop: gradient accumulation, NaN/inf step skipping, global
+// gradient-norm clipping, AdamW on FP32 master weights (Loshchilov & Hutter, arXiv 1711.05101; no
+// decay on norms), warmup + cosine LR, periodic validation with diagnostics, crash-safe checkpoints
+// and bitwise-exact resume. Output follows karpathy/llm.c: a `| parameter | value |` table, then one
+// line per step (step | loss | grad norm | lr | ms | tok/s).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "octet/error.h"
+#include "octet/train.h"
+
+namespace octet {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+json quant_json(const QuantStats& q) {
+  return {{"amax", q.amax}, {"scale_min", q.scale_min}, {"scale_max", q.scale_max},
+          {"underflow", q.underflow_frac}, {"saturated", q.saturated_frac}};
+}
+
+json layers_json(const std::vector<LayerDiag>& diags) {
+  json layers = json::array();
+  for (size_t l = 0; l < diags.size(); ++l) {
+    const LayerDiag& d = diags[l];
+    json q = json::object();
+    for (const LinearDiag& ld : d.linears)
+      q[ld.name] = {{"x", quant_json(ld.x)}, {"w", quant_json(ld.w)}, {"dy", quant_json(ld.dy)}};
+    layers.push_back({{"layer", l},
+                      {"kurtosis", {{"attn_in", d.kurtosis_attn_in}, {"mlp_in", d.kurtosis_mlp_in},
+                                    {"mlp_hidden", d.kurtosis_mlp_hidden}, {"out", d.kurtosis_out}}},
+                      {"row_residual_max", d.row_residual_max},
+                      {"row_residual_mean", d.row_residual_mean},
+                      {"quant", q}});
+  }
+  return layers;
+}
+
+// Keeps the metrics lines of steps <= last_step (a resumed run rewrites what came after).
+void truncate_metrics(const std::string& path, int64_t last_step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    try {
+      const json j = json::parse(line);
+      if (j.value("step", int64_t(0)) <= last_step) kept += line + "\n";
+    } catch (const json::exception&) {
+      break;  // a torn last line from a crash
+    }
+  }
+  in.close();
+  std::ofstream out(path, std::ios::trunc);
+  out << kept;
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    OCTET_CHECK(out.good(), "cannot write " + tmp);
+  }
+  fs::rename(tmp, path);
+}
+
+void print_table(FILE* log, const RunConfig& cfg, const Model& model, const std::string& backend) {
+  if (!log) return;
+  std::fprintf(log, "| parameter | value |\n|---|---|\n");
+  for (auto& [k, v] : config_rows(cfg)) std::fprintf(log, "| %s | %s |\n", k.c_str(), v.c_str());
+  std::fprintf(log, "| backend | %s |\n", backend.c_str());
+  std::fprintf(log, "| parameters | %zu |\n", model.num_params());
+  std::fprintf(log, "| tokens per step | %lld |\n",
+               static_cast<long long>(cfg.train.batch_size * cfg.train.grad_accum * cfg.model.seq_len));
+  std::fflush(log);
+}
+
+}  // namespace
+
+TrainResult train(const RunConfig& cfg, const std::string& out_dir, bool resume, Dataset& ds, FILE* log,
+                  const TrainHooks& hooks) {
+  cfg.validate();
+  const TrainConfig& t = cfg.train;
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  OCTET_CHECK(!ec, "cannot create output directory " + out_dir + ": " + ec.message());
+  auto backend = make_backend(cfg.device);
+  Backend& be = *backend;
+  Model model(cfg.model, cfg.precision, be, t.batch_size);
+  const size_t n = model.num_params();
+  float* adam_m = be.alloc(n);
+  float* adam_v = be.alloc(n);
+  struct Release {
+    Backend& be;
+    float *m, *v;
+    ~Release() { be.release(m), be.release(v); }
+  } release{be, adam_m, adam_v};
+
+  const std::string metrics_path = out_dir + "/metrics.jsonl";
+  TrainState st;
+  if (resume) {
+    std::vector<float> hm, hv;
+    st = load_checkpoint(out_dir, model, hm, hv);
+    be.upload(adam_m, hm.data(), n);
+    be.upload(adam_v, hv.data(), n);
+    truncate_metrics(metrics_path, st.step);
+  } else {
+    model.init(t.seed);
+    write_text_atomic(out_dir + "/config.toml", to_toml(cfg));
+  }
+  MetricsLog metrics(metrics_path, resume);
+  ds.set_position(st.data_position);
+  print_table(log, cfg, model, be.name());
+  if (log && resume)
+    std::fprintf(log, "resuming %s at step %lld\n", out_dir.c_str(), static_cast<long long>(st.step));
+
+  const int64_t tokens_per_micro = t.batch_size * cfg.model.seq_len;
+  const int64_t tokens_per_step = tokens_per_micro * t.grad_accum;
+  const float grad_scale = 1.0f / float(tokens_per_step);
+  std::vector<int32_t> ids, targets;
+  TrainResult result;
+  double total_seconds = 0;
+  int64_t total_tokens = 0;
+
+  auto evaluate = [&]() {
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t i = 0; i < t.eval_batches; ++i) {
+      ds.val_batch(i, t.batch_size, ids, targets);
+      int64_t c = 0;
+      sum += model.step(ids.data(), targets.data(), false, 1.0f, &c);
+      count += c;
+    }
+    return sum / double(std::max<int64_t>(count, 1));
+  };
+
+  for (int64_t step = st.step; step < t.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    model.zero_grad();
+    double loss_sum = 0;
+    int64_t counted = 0;
+    for (int64_t a = 0; a < t.grad_accum; ++a) {
+      ds.next_train_batch(t.batch_size, ids, targets);
+      int64_t c = 0;
+      loss_sum += model.step(ids.data(), targets.data(), true, grad_scale, &c);
+      counted += c;
+    }
+    if (hooks.after_backward) hooks.after_backward(step, model);
+    const double loss = loss_sum / double(std::max<int64_t>(counted, 1));
+    const double gnorm = std::sqrt(be.sum_squares(model.grad_data(), n));
+    const float lr = learning_rate(t, step);
+    const bool bad = !std::isfinite(loss) || !std::isfinite(gnorm);
+    if (bad) {
+      st.skipped_steps += 1;
+      st.bad_in_a_row += 1;
+    } else {
+      st.bad_in_a_row = 0;
+      if (t.grad_clip > 0 && gnorm > t.grad_clip) be.scale(float(t.grad_clip / gnorm), model.grad_data(), n);
+      st.adam_step += 1;
+      for (const ParamInfo& p : model.params())
+        be.adamw(model.param_data() + p.offset, model.grad_data() + p.offset, adam_m + p.offset,
+                 adam_v + p.offset, p.numel, lr, t.beta1, t.beta2, t.eps, p.decay ? t.weight_decay : 0.0f,
+                 st.adam_step);
+    }
+    be.synchronize();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    st.step = step + 1;
+    st.data_position = ds.position();
+    total_seconds += seconds;
+    total_tokens += tokens_per_step;
+    const double tok_s = double(tokens_per_step) / seconds;
+    result.train_loss.push_back(bad ? NAN : loss);
+
+    json line = {{"step", st.step}, {"loss", bad ? json(nullptr) : json(loss)},
+                 {"grad_norm", std::isfinite(gnorm) ? json(gnorm) : json(nullptr)},
+                 {"lr", lr}, {"tokens_per_s", tok_s}, {"ms", seconds * 1e3}};
+    if (bad) line["skipped"] = true;
+    metrics.write(line.dump());
+    if (log && (bad || st.step % t.log_every == 0 || st.step == t.steps)) {
+      if (bad)
+        std::fprintf(log, "step %5lld/%lld | non-finite loss or gradient (loss %g, grad norm %g): "
+                          "step skipped (%lld in a row, %lld in all)\n",
+                     static_cast<long long>(st.step), static_cast<long long>(t.steps), loss, gnorm,
+                     static_cast<long long>(st.bad_in_a_row), static_cast<long long>(st.skipped_steps));
+      else
+        std::fprintf(log, "step %5lld/%lld | loss %.4f | grad norm %.4f | lr %.3e | %7.1f ms | %6.0f tok/s\n",
+                     static_cast<long long>(st.step), static_cast<long long>(t.steps), loss, gnorm,
+                     double(lr), seconds * 1e3, tok_s);
+      std::fflush(log);
+    }
+    if (bad && st.bad_in_a_row >= t.max_bad_steps) {
+      std::string msg = std::to_string(st.bad_in_a_row) + " steps in a row had a non-finite loss or gradient "
+                        "(train.max_bad_steps = " + std::to_string(t.max_bad_steps) + "); stopping at step " +
+                        std::to_string(st.step) + ". ";
+      msg += fs::exists(out_dir + "/checkpoint.safetensors")
+                 ? "The last good checkpoint is " + out_dir + "/checkpoint.safetensors."
+                 : "No checkpoint was written yet.";
+      throw TrainingStopped(msg);
+    }
+
+    const bool last = st.step == t.steps;
+    if (st.step % t.eval_every == 0 || last) {
+      const std::vector<LayerDiag> diags = model.diagnostics();  // before eval overwrites activations
+      const double val = evaluate();
+      result.val_loss.emplace_back(st.step, val);
+      result.final_val_loss = val;
+      double kmax = 0, rmax = 0;
+      for (const LayerDiag& d : diags) {
+        kmax = std::max(kmax, d.kurtosis_max());
+        rmax = std::max(rmax, d.row_residual_max);
+      }
+      result.kurtosis_max = std::max(result.kurtosis_max, kmax);
+      result.row_residual_max = std::max(result.row_residual_max, rmax);
+      json ev = {{"step", st.step}, {"val_loss", val}, {"kurtosis_max", kmax},
+                 {"row_residual_max", rmax}, {"layers", layers_json(diags)}};
+      metrics.write(ev.dump());
+      if (log) {
+        std::fprintf(log, "eval step %lld | val loss %.4f | kurtosis max %.3f | attention row residual max %.3e\n",
+                     static_cast<long long>(st.step), val, kmax, rmax);
+        std::fflush(log);
+      }
+    }
+    if (!bad && (last || (t.checkpoint_every > 0 && st.step % t.checkpoint_every == 0))) {
+      std::vector<float> hm(n), hv(n);
+      be.download(hm.data(), adam_m, n);
+      be.download(hv.data(), adam_v, n);
+      save_checkpoint(out_dir, model, hm, hv, st);
+    }
+  }
+  save_weights(out_dir + "/model.safetensors", model);
+  result.skipped_steps = st.skipped_steps;
+  result.tokens_per_s = total_seconds > 0 ? double(total_tokens) / total_seconds : 0;
+  if (result.val_loss.empty() && st.step == t.steps) result.final_val_loss = evaluate();
+  return result;
+}
+
+}  // namespace octet
