@@ -30,6 +30,24 @@ __global__ void axpy_kernel(float a, const float* x, float* y, size_t n) {
 }
 __global__ void scale_kernel(float a, float* x, size_t n) { OCTET_GRID_STRIDE(i, n) x[i] *= a; }
 
+__device__ __forceinline__ uint32_t hash32(uint32_t x) {  // a 32-bit integer mix (xorshift-multiply)
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x846CA68Bu;
+  x ^= x >> 16;
+  return x;
+}
+
+__global__ void fill_random_kernel(float* x, size_t n, uint32_t seed, float sigma) {
+  OCTET_GRID_STRIDE(i, n) {
+    float s = 0.0f;
+    for (uint32_t k = 0; k < 4; ++k)
+      s += float(hash32(uint32_t(i) * 4u + k + hash32(seed + uint32_t(i >> 32))) >> 8) * (1.0f / 16777216.0f);
+    x[i] = sigma * (s - 2.0f) * 1.7320508f;  // Irwin–Hall(4): mean 2, variance 1/3
+  }
+}
+
 constexpr double kGeluC = 0.044715;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
@@ -132,6 +150,9 @@ void move_heads(const float* tin, float* tout, const float* hin, float* hout, in
 
 void fill_launch(float* x, float value, size_t n, cudaStream_t s) {
   OCTET_LAUNCH(fill_kernel, n, x, value, n);
+}
+void fill_random_launch(float* x, size_t n, uint32_t seed, float sigma, cudaStream_t s) {
+  OCTET_LAUNCH(fill_random_kernel, n, x, n, seed, sigma);
 }
 void axpy_launch(float a, const float* x, float* y, size_t n, cudaStream_t s) {
   OCTET_LAUNCH(axpy_kernel, n, a, x, y, n);

@@ -38,6 +38,10 @@ void qkv_layout_launch(float* qkv, float* q, float* k, float* v, int64_t batch, 
 void heads_tokens_launch(const float* x, float* y, int64_t batch, int64_t heads, int64_t seq,
                          int64_t head_dim, bool to_tokens, cudaStream_t s);
 
+/// x[i] = sigma · (a deterministic pseudo-normal sample of (seed, i)) — inputs for benchmarks and
+/// large tests without a host round trip (sum of 4 hashed uniforms, rescaled to unit variance).
+void fill_random_launch(float* x, size_t n, uint32_t seed, float sigma, cudaStream_t s);
+
 // norms.cu
 void rmsnorm_forward_launch(const float* x, const float* w, float* y, float* rstd, int64_t rows,
                             int64_t dim, float eps, cudaStream_t s);

@@ -1,0 +1,219 @@
+// `octet bench`: GPU benchmarks, one JSON object per line with --json (else a table).
+//   octet bench gemm       cuBLASLt GEMMs of transformer shapes: FP8 per-tensor and block-scaled vs BF16
+//   octet bench attention  the CUDA backend's FP8 attention (stale, matched delta) vs its BF16 one
+//   octet bench train      (reserved: end-to-end training steps, once the trainer lands)
+// Every line carries the GPU name, CUDA runtime/driver and cuBLASLt versions and the UTC date, so a
+// results file (bench/results/*.jsonl) says where and when it was measured. Method: CUDA events,
+// warm-up, median of the repetitions, operands rotated beyond the L2 (src/cuda/bench.h).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "octet/command.h"
+#include "octet/error.h"
+
+#ifdef OCTET_WITH_CUDA
+#include "cuda/bench.h"
+#endif
+
+namespace {
+
+std::string utc_now() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+#ifdef OCTET_WITH_CUDA
+nlohmann::json env_json() {
+  const auto e = octet::cuda::bench_env();
+  return {{"gpu", e.gpu},
+          {"cuda_runtime", e.runtime_version},
+          {"cuda_driver", e.driver_version},
+          {"cublaslt", e.cublaslt_version},
+          {"date", utc_now()}};
+}
+
+void emit(bool json, const nlohmann::json& j, const std::string& table_line) {
+  if (json)
+    std::printf("%s\n", j.dump().c_str());
+  else
+    std::printf("%s\n", table_line.c_str());
+  std::fflush(stdout);
+}
+#endif
+
+#ifndef OCTET_WITH_CUDA
+[[noreturn]] void no_cuda() {
+  OCTET_FAIL("octet bench needs the CUDA backend (configure with -DOCTET_CUDA=ON and run on a GPU)");
+}
+#endif
+
+struct GemmArgs {
+  bool json = false;
+  std::vector<int> d_models{768, 1024, 2048, 4096};
+  int64_t tokens = 16384;
+  int reps = 50, warmup = 10;
+  std::vector<std::string> modes{"bf16", "fp8-tensor", "fp8-block"};
+};
+
+void run_gemm(const GemmArgs& a) {
+#ifdef OCTET_WITH_CUDA
+  octet::cuda::GemmBenchOptions o;
+  o.d_models = a.d_models;
+  o.tokens = a.tokens;
+  o.reps = a.reps;
+  o.warmup = a.warmup;
+  o.modes = a.modes;
+  const nlohmann::json env = env_json();
+  // per d_model and mode: total time of its 12 GEMMs (the speed-up that a training step sees)
+  std::map<int, std::map<std::string, double>> total_ms;
+  std::map<std::string, double> bf16_ms;  // per shape key, for the per-row speed-up
+  if (!a.json)
+    std::printf("%-6s %-5s %-6s %-11s %6s %6s %6s %9s %8s %7s\n", "d", "layer", "pass", "mode", "M",
+                "N", "K", "ms", "TFLOP/s", "vs bf16");
+  octet::cuda::bench_gemm(o, [&](const octet::cuda::GemmBenchRow& r) {
+    const std::string key = std::to_string(r.d_model) + r.layer + r.pass;
+    if (r.mode == "bf16") bf16_ms[key] = r.ms;
+    total_ms[r.d_model][r.mode] += r.ms;
+    const double speedup = bf16_ms.count(key) ? bf16_ms[key] / r.ms : 0.0;
+    nlohmann::json j = env;
+    j.update({{"bench", "gemm"}, {"d_model", r.d_model}, {"tokens", a.tokens}, {"layer", r.layer},
+              {"pass", r.pass}, {"mode", r.mode}, {"M", r.M}, {"N", r.N}, {"K", r.K},
+              {"ms_median", r.ms}, {"tflops", r.tflops}, {"reps", r.reps},
+              {"speedup_vs_bf16", speedup}, {"fallback", r.fallback}});
+    char line[160];
+    std::snprintf(line, sizeof(line), "%-6d %-5s %-6s %-11s %6lld %6lld %6lld %9.4f %8.1f %7.2f%s",
+                  r.d_model, r.layer.c_str(), r.pass.c_str(), r.mode.c_str(), (long long)r.M,
+                  (long long)r.N, (long long)r.K, r.ms, r.tflops, speedup,
+                  r.fallback ? " (fallback)" : "");
+    emit(a.json, j, line);
+  });
+  for (auto& [d, modes] : total_ms) {
+    if (!modes.count("bf16")) continue;
+    for (auto& [mode, ms] : modes) {
+      if (mode == "bf16") continue;
+      nlohmann::json j = env;
+      j.update({{"bench", "gemm-summary"}, {"d_model", d}, {"tokens", a.tokens}, {"mode", mode},
+                {"total_ms", ms}, {"bf16_total_ms", modes["bf16"]},
+                {"speedup_vs_bf16", modes["bf16"] / ms}});
+      char line[160];
+      std::snprintf(line, sizeof(line), "summary d_model %d: %s total %.3f ms vs bf16 %.3f ms: %.2fx",
+                    d, mode.c_str(), ms, modes["bf16"], modes["bf16"] / ms);
+      emit(a.json, j, line);
+    }
+  }
+#else
+  (void)a;
+  no_cuda();
+#endif
+}
+
+struct AttnArgs {
+  bool json = false;
+  int64_t batch = 4, heads = 16, head_dim = 128;
+  std::vector<int64_t> seqs{1024, 4096};
+  bool causal = true;
+  int reps = 20, warmup = 3;
+  std::string peer = "bench/peers/sdpa.py";  ///< PyTorch SDPA peer script ("" to skip)
+  std::string python = "python3";
+};
+
+#ifdef OCTET_WITH_CUDA
+// Runs the peer script with the same shape; its lines go to stdout after octet's.
+void run_peer(const AttnArgs& a) {
+  if (a.peer.empty()) return;
+  if (std::FILE* f = std::fopen(a.peer.c_str(), "r")) {
+    std::fclose(f);
+  } else {
+    std::fprintf(stderr, "octet bench attention: peer script %s not found, skipped\n", a.peer.c_str());
+    return;
+  }
+  std::string seqs;
+  for (int64_t s : a.seqs) seqs += (seqs.empty() ? "" : ",") + std::to_string(s);
+  const std::string cmd = a.python + " " + a.peer + " --batch " + std::to_string(a.batch) +
+                          " --heads " + std::to_string(a.heads) + " --head-dim " +
+                          std::to_string(a.head_dim) + " --seq " + seqs + " --causal " +
+                          (a.causal ? "1" : "0") + " --reps " + std::to_string(a.reps) +
+                          " --warmup " + std::to_string(a.warmup) + (a.json ? " --json" : "");
+  std::fflush(stdout);
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) std::fprintf(stderr, "octet bench attention: peer script failed (%d): %s\n", rc, cmd.c_str());
+}
+#endif
+
+void run_attention(const AttnArgs& a) {
+#ifdef OCTET_WITH_CUDA
+  octet::cuda::AttnBenchOptions o;
+  o.batch = a.batch;
+  o.heads = a.heads;
+  o.head_dim = a.head_dim;
+  o.seqs = a.seqs;
+  o.causal = a.causal;
+  o.reps = a.reps;
+  o.warmup = a.warmup;
+  const nlohmann::json env = env_json();
+  if (!a.json)
+    std::printf("%-12s %3s %3s %6s %4s %6s %9s %9s %9s %9s\n", "impl", "B", "H", "S", "D", "causal",
+                "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
+  octet::cuda::bench_attention(o, [&](const octet::cuda::AttnBenchRow& r) {
+    nlohmann::json j = env;
+    j.update({{"bench", "attention"}, {"impl", r.impl}, {"batch", r.batch}, {"heads", r.heads},
+              {"seq", r.seq}, {"head_dim", r.head_dim}, {"causal", r.causal},
+              {"fwd_ms", r.fwd_ms}, {"bwd_ms", r.bwd_ms}, {"fwd_tflops", r.fwd_tflops},
+              {"bwd_tflops", r.bwd_tflops}, {"reps", r.reps}});
+    char line[160];
+    std::snprintf(line, sizeof(line), "%-12s %3lld %3lld %6lld %4lld %6s %9.3f %9.1f %9.3f %9.1f",
+                  r.impl.c_str(), (long long)r.batch, (long long)r.heads, (long long)r.seq,
+                  (long long)r.head_dim, r.causal ? "yes" : "no", r.fwd_ms, r.fwd_tflops, r.bwd_ms,
+                  r.bwd_tflops);
+    emit(a.json, j, line);
+  });
+  run_peer(a);
+#else
+  (void)a;
+  no_cuda();
+#endif
+}
+
+}  // namespace
+
+OCTET_COMMAND("bench", [](CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "GPU benchmarks (JSON lines with --json)");
+  bench->require_subcommand(1);
+
+  static GemmArgs g;
+  auto* gemm = bench->add_subcommand("gemm", "FP8 (per-tensor, block-scaled) vs BF16 cuBLASLt GEMMs");
+  gemm->add_flag("--json", g.json, "one JSON object per line");
+  gemm->add_option("--d-model", g.d_models, "model widths")->delimiter(',');
+  gemm->add_option("--tokens", g.tokens, "tokens per step (forward M)");
+  gemm->add_option("--reps", g.reps, "timed repetitions (median reported)");
+  gemm->add_option("--warmup", g.warmup, "untimed warm-up calls");
+  gemm->add_option("--modes", g.modes, "bf16, fp8-tensor, fp8-block")->delimiter(',');
+  gemm->callback([] { run_gemm(g); });
+
+  static AttnArgs t;
+  auto* attn = bench->add_subcommand("attention", "FP8 attention (stale, matched) vs BF16, fwd+bwd");
+  attn->add_flag("--json", t.json, "one JSON object per line");
+  attn->add_option("--batch", t.batch);
+  attn->add_option("--heads", t.heads);
+  attn->add_option("--head-dim", t.head_dim);
+  attn->add_option("--seq", t.seqs, "sequence lengths")->delimiter(',');
+  attn->add_option("--causal", t.causal, "causal mask (true/false)");
+  attn->add_option("--reps", t.reps);
+  attn->add_option("--warmup", t.warmup);
+  attn->add_option("--peer", t.peer, "PyTorch SDPA peer script run after octet's rows ('' skips)");
+  attn->add_option("--python", t.python, "interpreter for the peer script");
+  attn->callback([] { run_attention(t); });
+
+  auto* train = bench->add_subcommand("train", "end-to-end training steps (not yet available)");
+  train->callback([] {
+    OCTET_FAIL("octet bench train is not available yet: it needs the trainer (src/train)");
+  });
+});

@@ -1,0 +1,313 @@
+// src/cuda/attention_kernels.cu — kernels of the unfused CUDA attention (attention_kernels.h).
+//
+// They reproduce the CPU reference's whole-row form (src/cpu/attention_whole.cpp,
+// attention_backward_tile.cpp, attention_quant.cpp) step by step: per-tensor current-scaled E4M3
+// Q, K, V (fp8.h scale_from_amax), L = m + log Σ exp(S − m) over the unrounded P, P̃ = E4M3 of
+// exp(S − L)·p_scale, O = (Σ P̃ V̂) / Σ P̃ stored as BF16, dÔ per-tensor in do_format; backward
+// P = exp(S − L), pivot = dO·O (stale, raw dO) or dÔ·O (matched), matched offset
+// Σ_j P_ij (dP_ij − pivot), dS = P ∘ ((dP − pivot) − offset), the row residual before rounding,
+// and dŜ with one power-of-two scale per (block_q x block_k) tile (Delta-Matching, arXiv
+// 2609.37852; FlashAttention-2's backward structure, arXiv 2307.08691).
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "cuda/attention_kernels.h"
+#include "cuda/check.h"
+#include "cuda/reduce_util.cuh"
+
+namespace octet::cuda {
+namespace {
+
+__device__ __forceinline__ float amax_from_bits(unsigned b) {
+  return b > 0x7F800000u ? NAN : __uint_as_float(b);
+}
+__device__ __forceinline__ uint16_t bf16_bits(float x) {
+  return uint16_t(detail::f32_bits(bf16_round(x)) >> 16);
+}
+__device__ __forceinline__ float bf16_value(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+
+__global__ void amax_kernel(const float* x, int64_t n, unsigned* bits) {
+  unsigned m = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    m = max(m, __float_as_uint(x[i]) & 0x7FFFFFFFu);
+  m = warp_max(m);
+  if (threadIdx.x % 32 == 0) atomicMax(bits, m);
+}
+
+// 32x32 (t, d) tiles of one head; blockDim (32, 8).
+__global__ void pack_kernel(PackArgs a) {
+  __shared__ float tile[32][33];
+  const int64_t bh = blockIdx.z, t0 = int64_t(blockIdx.y) * 32, d0 = int64_t(blockIdx.x) * 32;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const float s = a.fp8 ? scale_from_amax(amax_from_bits(*a.amax_bits), a.format) : 1.0f;
+  if (a.fp8 && bh == 0 && t0 == 0 && d0 == 0 && tx == 0 && ty == 0) *a.scale_inv = 1.0f / s;
+  for (int k = ty; k < 32; k += 8) {
+    const int64_t t = t0 + k, d = d0 + tx;
+    tile[k][tx] = (t < a.T && d < a.D) ? a.x[(bh * a.T + t) * a.D + d] : 0.0f;
+  }
+  __syncthreads();
+  auto encode = [&](float v, bool valid, PackKind kind, uint8_t* b8, uint16_t* b16, int64_t idx) {
+    if (kind == PackKind::Fp8Code) {
+      b8[idx] = valid ? fp8_encode(v * s, a.format, true) : uint8_t(0);
+    } else if (kind == PackKind::Bf16OfCode) {
+      b16[idx] = valid ? bf16_bits(fp8_decode(fp8_encode(v * s, a.format, true), a.format)) : uint16_t(0);
+    } else {
+      b16[idx] = valid ? bf16_bits(v) : uint16_t(0);
+    }
+  };
+  if (a.row_kind != PackKind::None) {
+    for (int k = ty; k < 32; k += 8) {
+      const int64_t t = t0 + k, d = d0 + tx;
+      if (t >= a.T_p || d >= a.D) continue;
+      encode(tile[k][tx], t < a.T, a.row_kind, static_cast<uint8_t*>(a.row),
+             static_cast<uint16_t*>(a.row), (bh * a.T_p + t) * a.D + d);
+    }
+  }
+  if (a.trans_kind != PackKind::None) {
+    const int64_t b = bh / a.heads, h = bh % a.heads, g = h / a.rep, l = h % a.rep;
+    const int64_t G = a.heads / a.rep, width = a.rep * a.T_p;
+    for (int k = ty; k < 32; k += 8) {
+      const int64_t d = d0 + k, t = t0 + tx;
+      if (t >= a.T_p || d >= a.D) continue;
+      encode(tile[tx][k], t < a.T, a.trans_kind, static_cast<uint8_t*>(a.trans),
+             static_cast<uint16_t*>(a.trans), ((b * G + g) * a.D + d) * width + l * a.T_p + t);
+    }
+  }
+}
+
+__device__ __forceinline__ int64_t visible(const AttnDims& d, int64_t i) {
+  if (!d.causal) return d.Tk;
+  const int64_t n = i + d.Tk - d.Tq + 1;
+  return n < 0 ? 0 : (n > d.Tk ? d.Tk : n);
+}
+
+constexpr int kRowThreads = 256;
+
+__global__ void softmax_forward_kernel(AttnDims d, const float* S, bool fp8, float p_scale, void* P,
+                                       float* lse, float* rinv) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x, bh = row / d.Tq, i = row % d.Tq;
+  const float* s = S + (bh * d.Tq_p + i) * d.Tk_p;
+  const int64_t n = visible(d, i), base = (bh * d.Tq_p + i) * d.Tk_p;
+  uint8_t* p8 = static_cast<uint8_t*>(P);
+  uint16_t* p16 = static_cast<uint16_t*>(P);
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, s[j]);
+  m = block_max(m, scratch, -INFINITY);
+  float l = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) l += expf(s[j] - m);
+  l = block_sum(l, scratch);
+  const float L = n > 0 ? m + logf(l) : -INFINITY;
+  float l_hat = 0.0f;
+  for (int64_t j = threadIdx.x; j < d.Tk_p; j += blockDim.x) {
+    const float p = j < n ? expf(s[j] - L) : 0.0f;
+    if (fp8) {
+      const uint8_t c = fp8_encode(p * p_scale, Format::E4M3, true);
+      p8[base + j] = c;
+      l_hat += fp8_decode(c, Format::E4M3) / p_scale;
+    } else {
+      const uint16_t b = bf16_bits(p);
+      p16[base + j] = b;
+      l_hat += bf16_value(b);
+    }
+  }
+  l_hat = block_sum(l_hat, scratch);
+  if (threadIdx.x == 0) {
+    lse[row] = L;
+    rinv[row] = l_hat > 0.0f ? 1.0f / l_hat : 0.0f;
+  }
+}
+
+__global__ void output_finalize_kernel(AttnDims d, const float* o_acc, const float* rinv, float* o,
+                                       float* o_saved) {
+  const int64_t n = d.B * d.H * d.Tq * d.D;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = idx % d.D, row = idx / d.D, bh = row / d.Tq, i = row % d.Tq;
+    const float v = bf16_round(o_acc[(bh * d.Tq_p + i) * d.D + c] * rinv[row]);
+    o[idx] = v;
+    if (o_saved) o_saved[idx] = v;
+  }
+}
+
+__global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
+  __shared__ float scratch[32];
+  __shared__ double dscratch[32];
+  const int64_t row = blockIdx.x, bh = row / d.Tq, i = row % d.Tq;
+  const int64_t base = (bh * d.Tq_p + i) * d.Tk_p, n = visible(d, i);
+  const float* s = a.S + base;
+  float* dp = a.dP + base;
+  uint8_t* p8 = static_cast<uint8_t*>(a.P);
+  uint16_t* p16 = static_cast<uint16_t*>(a.P);
+  // pivot: dO·O (stale, the given dO) or dÔ·O (matched, this backward's quantized dO)
+  float piv = 0.0f;
+  const int64_t orow = row * d.D, drow = (bh * d.Tq_p + i) * d.D;
+  for (int64_t c = threadIdx.x; c < d.D; c += blockDim.x) {
+    float g;
+    if (!a.matched)
+      g = a.d_o[orow + c];
+    else if (a.fp8)
+      g = fp8_decode(static_cast<const uint8_t*>(a.do_rows)[drow + c], a.do_format) * *a.do_scale_inv;
+    else
+      g = bf16_value(static_cast<const uint16_t*>(a.do_rows)[drow + c]);
+    piv += g * a.o[orow + c];
+  }
+  piv = block_sum(piv, scratch);
+  const float L = a.lse[row];
+  float offset = 0.0f;
+  if (a.matched) {
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) offset += expf(s[j] - L) * (dp[j] - piv);
+    offset = block_sum(offset, scratch);
+  }
+  double sum = 0.0, abs_sum = 0.0;
+  for (int64_t j = threadIdx.x; j < d.Tk_p; j += blockDim.x) {
+    const float p = j < n ? expf(s[j] - L) : 0.0f;
+    const float ds = p * ((dp[j] - piv) - offset);
+    dp[j] = j < n ? ds : 0.0f;
+    if (j < n) {
+      sum += double(ds);
+      abs_sum += fabs(double(ds));
+    }
+    if (a.fp8)
+      p8[base + j] = fp8_encode(p * a.p_scale, Format::E4M3, true);
+    else
+      p16[base + j] = bf16_bits(p);
+  }
+  sum = block_sum(sum, dscratch);
+  abs_sum = block_sum(abs_sum, dscratch);
+  if (threadIdx.x == 0) a.residual[row] = abs_sum > 0.0 ? fabs(sum) / abs_sum : 0.0;
+}
+
+// Pass 1: amax of every (block_q x block_k) tile of dS, from 32x32 sub-tiles.
+__global__ void ds_amax_kernel(AttnDims d, const float* dS, int64_t bq, int64_t bk,
+                               unsigned* tile_amax) {
+  const int64_t bh = blockIdx.z, i0 = int64_t(blockIdx.y) * 32, j0 = int64_t(blockIdx.x) * 32;
+  unsigned m = 0;
+  for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+    const int64_t i = i0 + k, j = j0 + threadIdx.x;
+    if (i < d.Tq && j < d.Tk) m = max(m, __float_as_uint(dS[(bh * d.Tq_p + i) * d.Tk_p + j]) & 0x7FFFFFFFu);
+  }
+  m = warp_max(m);
+  const int64_t ntj = (d.Tk + bk - 1) / bk, nti = (d.Tq + bq - 1) / bq;
+  if (threadIdx.x == 0 && i0 < d.Tq && j0 < d.Tk)
+    atomicMax(&tile_amax[(bh * nti + i0 / bq) * ntj + j0 / bk], m);
+}
+
+// Pass 2: dŜ rows and transposes (BF16), and P̃ᵀ, per 32x32 sub-tile through shared memory.
+__global__ void ds_write_kernel(AttnDims d, const float* dS, bool fp8, Format fmt, int64_t bq,
+                                int64_t bk, const unsigned* tile_amax, uint16_t* ds_rows,
+                                uint16_t* ds_trans, const void* P, void* P_trans, int p_bytes) {
+  __shared__ uint16_t t_ds[32][33];
+  __shared__ uint16_t t_p[32][33];
+  const int64_t bh = blockIdx.z, i0 = int64_t(blockIdx.y) * 32, j0 = int64_t(blockIdx.x) * 32;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  float s = 1.0f;
+  if (fp8 && i0 < d.Tq && j0 < d.Tk) {
+    const int64_t ntj = (d.Tk + bk - 1) / bk, nti = (d.Tq + bq - 1) / bq;
+    s = scale_from_amax(amax_from_bits(tile_amax[(bh * nti + i0 / bq) * ntj + j0 / bk]), fmt, 0, true);
+  }
+  const float s_inv = 1.0f / s;
+  for (int k = ty; k < 32; k += blockDim.y) {
+    const int64_t i = i0 + k, j = j0 + tx;
+    if (i >= d.Tq_p || j >= d.Tk_p) continue;
+    const int64_t idx = (bh * d.Tq_p + i) * d.Tk_p + j;
+    const float x = (i < d.Tq && j < d.Tk) ? dS[idx] : 0.0f;
+    const float xq = fp8 ? fp8_round(x * s, fmt) * s_inv : x;
+    const uint16_t b = bf16_bits(xq);  // exact for FP8: a 3-bit mantissa times a power of two
+    ds_rows[idx] = b;
+    t_ds[k][tx] = b;
+    t_p[k][tx] = p_bytes == 1 ? uint16_t(static_cast<const uint8_t*>(P)[idx])
+                              : static_cast<const uint16_t*>(P)[idx];
+  }
+  __syncthreads();
+  const int64_t b = bh / d.H, h = bh % d.H, g = h / d.rep, l = h % d.rep;
+  const int64_t width = d.rep * d.Tq_p;
+  for (int k = ty; k < 32; k += blockDim.y) {
+    const int64_t j = j0 + k, i = i0 + tx;
+    if (i >= d.Tq_p || j >= d.Tk_p) continue;
+    const int64_t idx = ((b * d.G + g) * d.Tk_p + j) * width + l * d.Tq_p + i;
+    ds_trans[idx] = t_ds[tx][k];
+    if (p_bytes == 1)
+      static_cast<uint8_t*>(P_trans)[idx] = uint8_t(t_p[tx][k]);
+    else
+      static_cast<uint16_t*>(P_trans)[idx] = t_p[tx][k];
+  }
+}
+
+__global__ void unpad_scale_kernel(const float* src, float* dst, int64_t bh, int64_t T,
+                                   int64_t T_p, int64_t D, float alpha, const float* sa,
+                                   const float* sb) {
+  const float f = alpha * (sa ? *sa : 1.0f) * (sb ? *sb : 1.0f);
+  const int64_t n = bh * T * D;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = idx % D, t = (idx / D) % T, b = idx / (D * T);
+    dst[idx] = src[(b * T_p + t) * D + c] * f;
+  }
+}
+
+unsigned blocks(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  return unsigned(b < 1 ? 1 : (b > 132 * 32 ? 132 * 32 : b));
+}
+
+}  // namespace
+
+void amax_launch(const float* x, int64_t n, unsigned* bits, cudaStream_t s) {
+  OCTET_CUDA_CHECK(cudaMemsetAsync(bits, 0, sizeof(unsigned), s));
+  amax_kernel<<<blocks(n, 256), 256, 0, s>>>(x, n, bits);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void pack_launch(const PackArgs& a, cudaStream_t s) {
+  const dim3 grid(unsigned((a.D + 31) / 32), unsigned((a.T_p + 31) / 32), unsigned(a.B * a.heads));
+  pack_kernel<<<grid, dim3(32, 8), 0, s>>>(a);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void softmax_forward_launch(const AttnDims& d, const float* S, bool fp8, float p_scale, void* P,
+                            float* lse, float* rinv, cudaStream_t s) {
+  softmax_forward_kernel<<<unsigned(d.B * d.H * d.Tq), kRowThreads, 0, s>>>(d, S, fp8, p_scale, P,
+                                                                          lse, rinv);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void output_finalize_launch(const AttnDims& d, const float* o_acc, const float* rinv, float* o,
+                            float* o_saved, cudaStream_t s) {
+  output_finalize_kernel<<<blocks(d.B * d.H * d.Tq * d.D, 256), 256, 0, s>>>(d, o_acc, rinv, o,
+                                                                             o_saved);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void backward_rows_launch(const AttnDims& d, const BackwardRowArgs& a, cudaStream_t s) {
+  backward_rows_kernel<<<unsigned(d.B * d.H * d.Tq), kRowThreads, 0, s>>>(d, a);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void ds_quantize_launch(const AttnDims& d, const float* dS, bool fp8, Format ds_format,
+                        int64_t block_q, int64_t block_k, unsigned* tile_amax, uint16_t* ds_rows,
+                        uint16_t* ds_trans, const void* P, void* P_trans, int p_elem_bytes,
+                        cudaStream_t s) {
+  const dim3 grid(unsigned((d.Tk_p + 31) / 32), unsigned((d.Tq_p + 31) / 32), unsigned(d.B * d.H));
+  if (fp8) {
+    const int64_t n = d.B * d.H * ((d.Tq + block_q - 1) / block_q) * ((d.Tk + block_k - 1) / block_k);
+    OCTET_CUDA_CHECK(cudaMemsetAsync(tile_amax, 0, size_t(n) * sizeof(unsigned), s));
+    ds_amax_kernel<<<grid, dim3(32, 8), 0, s>>>(d, dS, block_q, block_k, tile_amax);
+    OCTET_CUDA_LAUNCH_CHECK();
+  }
+  ds_write_kernel<<<grid, dim3(32, 8), 0, s>>>(d, dS, fp8, ds_format, block_q, block_k, tile_amax,
+                                               ds_rows, ds_trans, P, P_trans, p_elem_bytes);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void unpad_scale_launch(const float* src, float* dst, int64_t bh, int64_t T, int64_t T_p,
+                        int64_t D, float alpha, const float* scale_a, const float* scale_b,
+                        cudaStream_t s) {
+  unpad_scale_kernel<<<blocks(bh * T * D, 256), 256, 0, s>>>(src, dst, bh, T, T_p, D, alpha,
+                                                             scale_a, scale_b);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace octet::cuda

@@ -1,0 +1,87 @@
+// src/cuda/attention_kernels.h — the non-GEMM kernels of the unfused CUDA attention
+// (attention.cpp): operand packing/quantization, the forward softmax, the output normalization, the
+// backward's per-row delta and dS, the dS tile quantization, and the un-padding copies.
+//
+// Layouts (padded: Tq_p, Tk_p are the sequence lengths rounded up to 16, pads hold zeros):
+//   row copies         [B, heads, T_p, D]
+//   "group" transposes [B, G, D, rep·T_p]  (rep query heads of one KV head side by side along K:
+//                                           the operand layout of the batched GQA GEMMs)
+//   S, dP, dS          [B, H, Tq_p, Tk_p] FP32;   P̃ / dŜ rows the same, 1 or 2 bytes per element
+//   P̃ᵀ, dŜᵀ            [B, G, Tk_p, rep·Tq_p]
+// Element kinds: FP8 codes (1 byte), or BF16 bit patterns (2 bytes) of a value or of a decoded
+// FP8 code without its scale (the scale is then applied after the GEMM).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "octet/attention.h"
+#include "octet/fp8.h"
+
+namespace octet::cuda {
+
+enum class PackKind : int { None = 0, Fp8Code = 1, Bf16OfCode = 2, Bf16OfValue = 3 };
+
+struct PackArgs {
+  const float* x = nullptr;  ///< [B, heads, T, D]
+  int64_t B = 0, heads = 0, T = 0, T_p = 0, D = 0;
+  int64_t rep = 1;           ///< heads per group in the transposed layout (H/G for Q, 1 for K, V)
+  Format format = Format::E4M3;
+  bool fp8 = true;           ///< scale from the tensor amax (FP8); else scale 1 (BF16)
+  const unsigned* amax_bits = nullptr;  ///< tensor amax (FP8)
+  float* scale_inv = nullptr;           ///< out: 1/s (FP8)
+  PackKind row_kind = PackKind::None, trans_kind = PackKind::None;
+  void* row = nullptr;
+  void* trans = nullptr;
+};
+
+/// Tensor amax (as |x| bits, NaN largest) of n floats into *bits (zeroed by the launcher).
+void amax_launch(const float* x, int64_t n, unsigned* bits, cudaStream_t s);
+void pack_launch(const PackArgs& a, cudaStream_t s);
+
+struct AttnDims {
+  int64_t B, H, G, rep, Tq, Tk, Tq_p, Tk_p, D;
+  bool causal;
+};
+
+/// Forward softmax per query row: S (τ-scaled logits) -> lse, P̃ (FP8 codes of exp(S−L)·p_scale,
+/// or BF16), rinv = 1 / Σ_j P̃_ij (0 for a row that sees no key).
+void softmax_forward_launch(const AttnDims& d, const float* S, bool fp8, float p_scale, void* P,
+                            float* lse, float* rinv, cudaStream_t s);
+/// o = bf16_round(o_acc · rinv) for the valid rows; also into o_saved (may be null).
+void output_finalize_launch(const AttnDims& d, const float* o_acc, const float* rinv, float* o,
+                            float* o_saved, cudaStream_t s);
+
+struct BackwardRowArgs {
+  const float* S;        ///< recomputed τ-scaled logits
+  float* dP;             ///< in: dP = dÔV̂ᵀ; out: dS = P ∘ (dP − D)
+  const float* lse;
+  const float* o;        ///< the forward's stored O [B,H,Tq,D]
+  const float* d_o;      ///< dO as given [B,H,Tq,D]
+  const void* do_rows;   ///< dÔ row copy [B,H,Tq_p,D] (FP8 codes or BF16)
+  const float* do_scale_inv;  ///< FP8: dÔ's scale_inv
+  Format do_format;
+  bool fp8;
+  bool matched;
+  float p_scale;
+  void* P;               ///< out: P̃ rows (FP8 codes or BF16), for dV
+  double* residual;      ///< out: per row |Σ_j dS_ij| / Σ_j |dS_ij|
+};
+void backward_rows_launch(const AttnDims& d, const BackwardRowArgs& a, cudaStream_t s);
+
+/// dS -> dŜ rows and dŜᵀ (BF16, exact: FP8 values times a power-of-two scale per
+/// (block_q x block_k) tile of one head, fp8.h scale_from_amax(pow2)); BF16 precision:
+/// bf16_round. Also transposes the P̃ rows into P̃ᵀ (p_elem_bytes 1 or 2). block_q and block_k
+/// must be multiples of 32. tile_amax: scratch of B·H·ceil(Tq/block_q)·ceil(Tk/block_k).
+void ds_quantize_launch(const AttnDims& d, const float* dS, bool fp8, Format ds_format,
+                        int64_t block_q, int64_t block_k, unsigned* tile_amax, uint16_t* ds_rows,
+                        uint16_t* ds_trans, const void* P, void* P_trans, int p_elem_bytes,
+                        cudaStream_t s);
+
+/// dst [BH', T, D] = src [BH', T_p, D] · alpha · (*scale_a) · (*scale_b) (null scales: 1).
+void unpad_scale_launch(const float* src, float* dst, int64_t bh, int64_t T, int64_t T_p,
+                        int64_t D, float alpha, const float* scale_a, const float* scale_b,
+                        cudaStream_t s);
+
+}  // namespace octet::cuda

@@ -1,0 +1,72 @@
+// src/cuda/bench_attention.cpp — the attention benchmark of bench.h: the CUDA backend's attention
+// (bf16, fp8 with stale delta, fp8 with matched delta) forward and backward through the Attention
+// interface, at B x H x S x D, causal or not; timed with CUDA events (median of the repetitions).
+// FLOPs follow FlashAttention's convention: forward 4·B·H·Sq·Sk·D, halved when causal; backward
+// 2.5x the forward (two of its five GEMMs recompute). The unfused kernels compute the masked half
+// too, so their causal TFLOP/s are understated by that convention, as any unfused kernel's are.
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "cuda/bench.h"
+#include "cuda/bench_timer.h"
+#include "cuda/check.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/ops.h"
+
+namespace octet::cuda {
+
+void bench_attention(const AttnBenchOptions& opt,
+                     const std::function<void(const AttnBenchRow&)>& on_row) {
+  CudaBackend backend;
+  EventTimer timer(backend.stream());
+  struct Impl {
+    const char* name;
+    AttnPrecision precision;
+    DeltaMode delta;
+  };
+  const Impl impls[] = {{"bf16", AttnPrecision::BF16, DeltaMode::Matched},
+                        {"fp8-stale", AttnPrecision::FP8, DeltaMode::Stale},
+                        {"fp8-matched", AttnPrecision::FP8, DeltaMode::Matched}};
+  for (int64_t S : opt.seqs) {
+    AttentionShape shape;
+    shape.batch = opt.batch;
+    shape.n_heads = shape.n_kv_heads = opt.heads;
+    shape.seq_q = shape.seq_k = S;
+    shape.head_dim = opt.head_dim;
+    shape.causal = opt.causal;
+    const size_t n = size_t(opt.batch * opt.heads * S * opt.head_dim);
+    const size_t nl = size_t(opt.batch * opt.heads * S);
+    float *q = backend.alloc(n), *k = backend.alloc(n), *v = backend.alloc(n), *o = backend.alloc(n),
+          *lse = backend.alloc(nl), *d_o = backend.alloc(n), *dq = backend.alloc(n),
+          *dk = backend.alloc(n), *dv = backend.alloc(n);
+    fill_random_launch(q, n, 11, 1.0f, backend.stream());
+    fill_random_launch(k, n, 12, 1.0f, backend.stream());
+    fill_random_launch(v, n, 13, 1.0f, backend.stream());
+    fill_random_launch(d_o, n, 14, 1e-3f, backend.stream());
+    const double fwd_flop = 4.0 * double(opt.batch * opt.heads) * double(S) * double(S) *
+                            double(opt.head_dim) * (opt.causal ? 0.5 : 1.0);
+    for (const Impl& im : impls) {
+      AttentionConfig cfg;
+      cfg.precision = im.precision;
+      cfg.delta = im.delta;
+      auto attn = backend.make_attention(shape, cfg);
+      AttnBenchRow row;
+      row.impl = im.name;
+      row.batch = opt.batch;
+      row.heads = opt.heads;
+      row.seq = S;
+      row.head_dim = opt.head_dim;
+      row.causal = opt.causal;
+      row.reps = opt.reps;
+      row.fwd_ms = timer.median_ms(opt.warmup, opt.reps, [&](int) { attn->forward(q, k, v, o, lse); });
+      row.bwd_ms = timer.median_ms(opt.warmup, opt.reps, [&](int) { attn->backward(d_o, dq, dk, dv); });
+      row.fwd_tflops = fwd_flop / (row.fwd_ms * 1e-3) / 1e12;
+      row.bwd_tflops = 2.5 * fwd_flop / (row.bwd_ms * 1e-3) / 1e12;
+      on_row(row);
+    }
+    for (float* p : {q, k, v, o, lse, d_o, dq, dk, dv}) backend.release(p);
+  }
+}
+
+}  // namespace octet::cuda

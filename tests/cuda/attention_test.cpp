@@ -1,0 +1,134 @@
+// attention_test.cpp — the CUDA attention (src/cuda/attention*.cpp) against the CPU reference's
+// whole-row form and the FP64 oracle (octet/attention.h), FP8 with stale and matched delta, and BF16.
+//
+// Tolerance rule of the attention reference (FlashAttention-3's test rule, STYLE.md): for each of
+// O, dQ, dK, dV the relative L2 error of the GPU against the FP64 oracle must be at most twice the
+// CPU reference's error in the same precision, plus a floor of 1e-3. Also: the matched delta's row
+// residual max |Σ_j dS_ij| / Σ_j |dS_ij| <= 1e-5; the stale delta's is larger (it carries ε_i);
+// the LSE agrees with the oracle to 1e-3 (FP8 logits); and bad configurations raise octet::Error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "octet/attention.h"
+#include "octet/backend.h"
+
+namespace octet {
+namespace {
+
+struct GpuRun {
+  std::vector<float> o, lse, dq, dk, dv;
+  AttentionStats stats;
+};
+
+GpuRun run_gpu(Backend& gpu, const AttentionShape& s, const AttentionConfig& c,
+               const AttentionInputs& in) {
+  auto attn = gpu.make_attention(s, c);
+  const size_t nq = in.q.size(), nk = in.k.size(), nl = size_t(s.batch * s.n_heads * s.seq_q);
+  float *q = gpu.alloc(nq), *k = gpu.alloc(nk), *v = gpu.alloc(nk), *o = gpu.alloc(nq),
+        *lse = gpu.alloc(nl), *d_o = gpu.alloc(nq), *dq = gpu.alloc(nq), *dk = gpu.alloc(nk),
+        *dv = gpu.alloc(nk);
+  gpu.upload(q, in.q.data(), nq);
+  gpu.upload(k, in.k.data(), nk);
+  gpu.upload(v, in.v.data(), nk);
+  gpu.upload(d_o, in.d_o.data(), nq);
+  attn->forward(q, k, v, o, lse);
+  GpuRun r;
+  r.stats = attn->backward(d_o, dq, dk, dv);
+  r.o.resize(nq), r.lse.resize(nl), r.dq.resize(nq), r.dk.resize(nk), r.dv.resize(nk);
+  gpu.download(r.o.data(), o, nq);
+  gpu.download(r.lse.data(), lse, nl);
+  gpu.download(r.dq.data(), dq, nq);
+  gpu.download(r.dk.data(), dk, nk);
+  gpu.download(r.dv.data(), dv, nk);
+  for (float* p : {q, k, v, o, lse, d_o, dq, dk, dv}) gpu.release(p);
+  return r;
+}
+
+struct Case {
+  int64_t b, h, g, tq, tk, d;
+  bool causal;
+  AttnInputDist dist;
+};
+
+TEST(CudaAttention, MatchesReferenceToleranceRule) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  const Case cases[] = {
+      {2, 4, 2, 37, 37, 64, true, AttnInputDist::Normal},
+      {1, 2, 2, 128, 128, 32, false, AttnInputDist::Sink},
+      {1, 4, 1, 70, 150, 16, true, AttnInputDist::Heavy},  // Tq < Tk: bottom-right causal
+      {1, 2, 1, 257, 257, 128, true, AttnInputDist::Sink},
+  };
+  for (const Case& c : cases) {
+    AttentionShape s;
+    s.batch = c.b, s.n_heads = c.h, s.n_kv_heads = c.g, s.seq_q = c.tq, s.seq_k = c.tk,
+    s.head_dim = c.d, s.causal = c.causal;
+    const auto in = make_attention_inputs(s, c.dist, 7);
+    const auto ref = run_attention_oracle(s, in);
+    double stale_residual = -1, matched_residual = -1;
+    for (AttnPrecision prec : {AttnPrecision::FP8, AttnPrecision::BF16})
+      for (DeltaMode delta : {DeltaMode::Stale, DeltaMode::Matched}) {
+        if (prec == AttnPrecision::BF16 && delta == DeltaMode::Stale) continue;
+        AttentionConfig cfg;
+        cfg.precision = prec;
+        cfg.delta = delta;
+        const std::string what = to_string(prec) + "/" + to_string(delta) + " " +
+                                 std::to_string(c.tq) + "x" + std::to_string(c.tk) + " d" +
+                                 std::to_string(c.d) + " " + to_string(c.dist);
+        // CPU reference, same precision and config
+        std::vector<float> o(in.q.size()), lse(size_t(c.b * c.h * c.tq)), dq(in.q.size()),
+            dk(in.k.size()), dv(in.k.size());
+        AttentionSaved saved;
+        AttentionStats cst;
+        attention_forward(s, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), &saved);
+        attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), &cst);
+        const auto ce = attention_errors(s, in, ref, o.data(), lse.data(), dq.data(), dk.data(), dv.data());
+        const GpuRun g = run_gpu(*gpu, s, cfg, in);
+        const auto ge = attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(),
+                                         g.dk.data(), g.dv.data());
+        std::printf("[attention] %-40s gpu/cpu rel err O %.2e/%.2e dQ %.2e/%.2e dK %.2e/%.2e dV "
+                    "%.2e/%.2e residual %.1e/%.1e\n",
+                    what.c_str(), ge.o_rel_err, ce.o_rel_err, ge.dq_rel_err, ce.dq_rel_err,
+                    ge.dk_rel_err, ce.dk_rel_err, ge.dv_rel_err, ce.dv_rel_err,
+                    g.stats.row_residual_max, cst.row_residual_max);
+        EXPECT_LE(ge.o_rel_err, 2 * ce.o_rel_err + 1e-3) << what;
+        EXPECT_LE(ge.dq_rel_err, 2 * ce.dq_rel_err + 1e-3) << what;
+        EXPECT_LE(ge.dk_rel_err, 2 * ce.dk_rel_err + 1e-3) << what;
+        EXPECT_LE(ge.dv_rel_err, 2 * ce.dv_rel_err + 1e-3) << what;
+        EXPECT_LE(ge.lse_max_abs_err, 2 * ce.lse_max_abs_err + 1e-3) << what;
+        if (delta == DeltaMode::Matched) {
+          EXPECT_LE(g.stats.row_residual_max, 1e-5) << what;
+          if (prec == AttnPrecision::FP8) matched_residual = g.stats.row_residual_max;
+        } else {
+          stale_residual = g.stats.row_residual_max;
+        }
+        if (HasFailure()) return;
+      }
+    EXPECT_GT(stale_residual, 10 * matched_residual) << "stale delta must break the zero row sum";
+  }
+}
+
+TEST(CudaAttention, RefusesWhatItDoesNotImplement) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  AttentionShape s;
+  s.head_dim = 64;
+  AttentionConfig c;
+  c.precision = AttnPrecision::FP64;
+  EXPECT_THROW(gpu->make_attention(s, c), Error);
+  c.precision = AttnPrecision::FP8;
+  c.qkv_scaling = QkvScaling::HeadBlock;
+  EXPECT_THROW(gpu->make_attention(s, c), Error);
+  c.qkv_scaling = QkvScaling::Tensor;
+  s.head_dim = 24;
+  EXPECT_THROW(gpu->make_attention(s, c), Error);
+}
+
+}  // namespace
+}  // namespace octet

@@ -1,0 +1,81 @@
+// cuda_test_util.h — helpers of the GPU tests (tests/cuda, label "gpu"): device buffers filled from
+// host vectors, seeded inputs that hit zero, subnormal-after-scaling, normal and NaN values, and a
+// skip when no GPU is present (the binary is compiled in CI but only run on a GPU machine).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cuda/buffer.h"
+#include "cuda/check.h"
+
+namespace octet::test {
+
+inline bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define OCTET_REQUIRE_GPU() \
+  if (!::octet::test::have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+/// A device copy of a host vector.
+template <typename T>
+struct Dev {
+  cuda::DeviceBuffer<T> buf;
+  size_t n = 0;
+  Dev() = default;
+  explicit Dev(const std::vector<T>& h) { set(h); }
+  explicit Dev(size_t count) : n(count) { buf.reserve(count); }
+  void set(const std::vector<T>& h) {
+    n = h.size();
+    buf.reserve(n);
+    OCTET_CUDA_CHECK(cudaMemcpy(buf.get(), h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> get() const {
+    std::vector<T> h(n);
+    OCTET_CUDA_CHECK(cudaDeviceSynchronize());
+    OCTET_CUDA_CHECK(cudaMemcpy(h.data(), buf.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+  T* ptr() { return buf.get(); }
+};
+
+/// n values with a spread of magnitudes (log-uniform over 2^-20..2^8), random signs, ~5% exact
+/// zeros: after scaling some become FP8 subnormals or underflow to 0.
+inline std::vector<float> awkward_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> e(-20.0f, 8.0f);
+  std::uniform_int_distribution<int> coin(0, 99);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    const int c = coin(rng);
+    x = c < 5 ? 0.0f : std::exp2(e(rng)) * (c % 2 ? -1.0f : 1.0f);
+  }
+  return v;
+}
+
+inline std::vector<float> gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+inline uint32_t bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
+/// Bitwise equality of floats, with every NaN equal to every NaN.
+inline bool same_float(float a, float b) { return (a != a && b != b) || bits(a) == bits(b); }
+
+}  // namespace octet::test

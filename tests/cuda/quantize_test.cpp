@@ -1,0 +1,191 @@
+// quantize_test.cpp — the GPU quantizer (src/cuda/quantize.cu, quantizer.cpp) against the CPU
+// reference Quantizer (src/fp8): codes and scales must be bitwise equal, for every recipe, role and
+// format policy, on awkward shapes (1, 7, 127, 129, 133, 255, 257: partial 16-padding, partial
+// 1x32/1x128/128x128 blocks), for inputs with zeros, a NaN, an all-zero tensor, and non-saturating
+// casts that overflow. The column-wise copy is compared with the CPU's quantize_transposed().
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/quantize.h"
+#include "cuda/quantizer.h"
+#include "cuda_test_util.h"
+#include "octet/quant.h"
+
+namespace octet {
+namespace {
+
+using test::Dev;
+
+void expect_same(const QTensor& gpu, const QTensor& cpu, const std::string& what) {
+  ASSERT_EQ(gpu.rows, cpu.rows) << what;
+  ASSERT_EQ(gpu.cols, cpu.cols) << what;
+  ASSERT_EQ(gpu.block.rows, cpu.block.rows) << what;
+  ASSERT_EQ(gpu.block.cols, cpu.block.cols) << what;
+  ASSERT_EQ(gpu.scale_inv.size(), cpu.scale_inv.size()) << what;
+  int64_t bad_codes = 0, first = -1;
+  for (size_t i = 0; i < cpu.codes.size(); ++i)
+    if (gpu.codes[i] != cpu.codes[i]) {
+      if (first < 0) first = int64_t(i);
+      ++bad_codes;
+    }
+  EXPECT_EQ(bad_codes, 0) << what << ": first mismatch at " << first << " gpu "
+                          << int(gpu.codes[size_t(std::max<int64_t>(first, 0))]) << " cpu "
+                          << int(cpu.codes[size_t(std::max<int64_t>(first, 0))]);
+  for (size_t i = 0; i < cpu.scale_inv.size(); ++i)
+    ASSERT_TRUE(test::same_float(gpu.scale_inv[i], cpu.scale_inv[i]))
+        << what << ": scale_inv[" << i << "] gpu " << gpu.scale_inv[i] << " cpu "
+        << cpu.scale_inv[i];
+}
+
+// Quantizes x on both sides (row-wise + column-wise on the GPU in one pass; quantize() and
+// quantize_transposed() on the CPU) and compares everything that must match.
+void check_once(cuda::CudaQuantizer& gq, Quantizer& cq, const std::vector<float>& x, int64_t rows,
+                int64_t cols, const std::string& what) {
+  Dev<float> dx(x);
+  cuda::DevQ row, col;
+  gq.quantize(dx.ptr(), rows, cols, &row, &col);
+  QTensor cr, cc;
+  cq.quantize(x.data(), rows, cols, cr);
+  cq.quantize_transposed(x.data(), rows, cols, cc);
+  expect_same(cuda::to_host(row.view, nullptr), cr, what + " row-wise");
+  expect_same(cuda::to_host(col.view, nullptr), cc, what + " column-wise");
+  EXPECT_TRUE(test::same_float(gq.last_amax(), cr.amax)) << what << ": amax " << gq.last_amax()
+                                                         << " vs " << cr.amax;
+  int64_t under = 0, sat = 0;
+  gq.last_counts(0, &under, &sat);
+  EXPECT_EQ(under, cr.n_underflow) << what;
+  EXPECT_EQ(sat, cr.n_saturated) << what;
+  gq.last_counts(1, &under, &sat);
+  EXPECT_EQ(under, cc.n_underflow) << what << " (column-wise)";
+  EXPECT_EQ(sat, cc.n_saturated) << what << " (column-wise)";
+}
+
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {
+    {1, 1}, {7, 129}, {127, 133}, {129, 7}, {255, 257}, {257, 255}, {133, 1}, {1, 257}};
+
+TEST(CudaQuantize, StatelessRecipesMatchCpuBitwise) {
+  OCTET_REQUIRE_GPU();
+  int64_t checked = 0;
+  for (Recipe recipe : {Recipe::TensorCurrent, Recipe::Row, Recipe::Block, Recipe::MX, Recipe::Unit})
+    for (Role role : {Role::Activation, Role::Weight, Role::Gradient})
+      for (FormatPolicy pol : {FormatPolicy::E4M3, FormatPolicy::Hybrid})
+        for (auto [rows, cols] : kShapes)
+          for (int input = 0; input < 3; ++input) {
+            QuantConfig cfg;
+            cfg.recipe = recipe;
+            cfg.formats = pol;
+            cfg.unit_scale = 3.0f;
+            std::vector<float> x = test::awkward_values(size_t(rows * cols), uint32_t(rows * 31 + cols));
+            if (input == 1) x[x.size() / 2] = NAN;           // a NaN is carried, never dropped
+            if (input == 2) x.assign(x.size(), 0.0f);       // zero tensor: scale 1, codes 0
+            const std::string what = to_string(recipe) + " role " + std::to_string(int(role)) +
+                                     " " + to_string(pol) + " " + std::to_string(rows) + "x" +
+                                     std::to_string(cols) + " input " + std::to_string(input);
+            cuda::CudaQuantizer gq(cfg, role, nullptr);
+            Quantizer cq(cfg, role);
+            check_once(gq, cq, x, rows, cols, what);
+            ++checked;
+            if (HasFatalFailure()) return;
+          }
+  EXPECT_GT(checked, 600);
+}
+
+TEST(CudaQuantize, NonSaturatingOverflowAndMarginsMatchCpu) {
+  OCTET_REQUIRE_GPU();
+  for (Recipe recipe : {Recipe::TensorCurrent, Recipe::Row, Recipe::Block})
+    for (bool pow2 : {false, true})
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{129, 133}, {7, 257}}) {
+        QuantConfig cfg;
+        cfg.recipe = recipe;
+        cfg.formats = FormatPolicy::Hybrid;
+        cfg.margin = -2;  // s = 4·fp8_max/amax: the largest values overflow
+        cfg.saturate = false;
+        cfg.pow2_scales = pow2;
+        const auto x = test::gaussian(size_t(rows * cols), 7u + uint32_t(rows));
+        for (Role role : {Role::Activation, Role::Gradient}) {
+          cuda::CudaQuantizer gq(cfg, role, nullptr);
+          Quantizer cq(cfg, role);
+          check_once(gq, cq, x, rows, cols,
+                     to_string(recipe) + (pow2 ? " pow2" : "") + " role " + std::to_string(int(role)));
+          int64_t under = 0, sat = 0;
+          gq.last_counts(0, &under, &sat);
+          EXPECT_GT(sat, 0) << "the margin must make some values overflow (test premise)";
+        }
+      }
+}
+
+TEST(CudaQuantize, DelayedScalingStateFollowsCpu) {
+  OCTET_REQUIRE_GPU();
+  for (AmaxAlgo algo : {AmaxAlgo::Max, AmaxAlgo::MostRecent}) {
+    QuantConfig cfg;
+    cfg.recipe = Recipe::TensorDelayed;
+    cfg.amax_history_len = 3;
+    cfg.amax_algo = algo;
+    const int64_t rows = 129, cols = 133;
+    cuda::CudaQuantizer gq(cfg, Role::Activation, nullptr);
+    Quantizer cq(cfg, Role::Activation);
+    // Step magnitudes change so that the history matters; step 3 holds a NaN (overflow: the scale
+    // is kept and the history does not advance), step 0's scale comes from its own amax.
+    const float mags[] = {1.0f, 40.0f, 0.01f, 5.0f, 0.5f, 0.25f, 2.0f};
+    for (int step = 0; step < 7; ++step) {
+      auto x = test::gaussian(size_t(rows * cols), 100u + uint32_t(step), mags[step]);
+      if (step == 3) x[17] = NAN;
+      check_once(gq, cq, x, rows, cols, "delayed step " + std::to_string(step));
+      EXPECT_EQ(gq.last_overflow(), cq.last_overflow()) << "step " << step;
+      EXPECT_EQ(gq.overflow_count(), cq.overflow_count()) << "step " << step;
+      EXPECT_TRUE(test::same_float(gq.delayed_scale(), cq.delayed_scale()))
+          << "step " << step << ": next scale gpu " << gq.delayed_scale() << " cpu "
+          << cq.delayed_scale();
+    }
+    EXPECT_EQ(cq.overflow_count(), 1);
+  }
+}
+
+TEST(CudaQuantize, TransposedOnlyReusesTheLastDelayedScale) {
+  OCTET_REQUIRE_GPU();
+  QuantConfig cfg;
+  cfg.recipe = Recipe::TensorDelayed;
+  const int64_t rows = 33, cols = 70;
+  cuda::CudaQuantizer gq(cfg, Role::Weight, nullptr);
+  Quantizer cq(cfg, Role::Weight);
+  for (int step = 0; step < 3; ++step) {
+    const auto x = test::gaussian(size_t(rows * cols), 5u + uint32_t(step), float(step + 1));
+    Dev<float> dx(x);
+    cuda::DevQ row, col;
+    QTensor cr, cc;
+    gq.quantize(dx.ptr(), rows, cols, &row, nullptr);
+    cq.quantize(x.data(), rows, cols, cr);
+    gq.quantize(dx.ptr(), rows, cols, nullptr, &col, /*advance=*/false);
+    cq.quantize_transposed(x.data(), rows, cols, cc);
+    expect_same(cuda::to_host(row.view, nullptr), cr, "row step " + std::to_string(step));
+    expect_same(cuda::to_host(col.view, nullptr), cc, "transposed step " + std::to_string(step));
+  }
+}
+
+TEST(CudaQuantize, DequantizeMatchesCpu) {
+  OCTET_REQUIRE_GPU();
+  for (Recipe recipe : {Recipe::TensorCurrent, Recipe::Row, Recipe::Block, Recipe::MX}) {
+    QuantConfig cfg;
+    cfg.recipe = recipe;
+    const int64_t rows = 131, cols = 257;
+    const auto x = test::gaussian(size_t(rows * cols), 3u);
+    Dev<float> dx(x);
+    cuda::CudaQuantizer gq(cfg, Role::Weight, nullptr);
+    cuda::DevQ row;
+    gq.quantize(dx.ptr(), rows, cols, &row, nullptr);
+    Dev<float> out(size_t(rows * cols));
+    cuda::dequantize_launch(row.view, out.ptr(), nullptr);
+    const auto g = out.get();
+    const QTensor h = cuda::to_host(row.view, nullptr);
+    std::vector<float> c(size_t(rows * cols));
+    dequantize(h, c.data());
+    for (size_t i = 0; i < c.size(); ++i)
+      ASSERT_TRUE(test::same_float(g[i], c[i])) << to_string(recipe) << " at " << i;
+  }
+}
+
+}  // namespace
+}  // namespace octet
