@@ -117,17 +117,35 @@ inline T stale_delta(const float* d_o_row, const float* o_row, int64_t d) {
   return dot<T>(d_o_row, o_row, d);
 }
 
-/// The delta of one row, held as D = pivot + offset.
+/// The delta of one row, held as D = pivot + offset; ds_step forms dS_ij = P_ij((dP_ij − pivot) −
+/// offset).
 ///   stale:   pivot = dO_i·O_i, offset = 0.
-///   matched: pivot = dO_i·O_i, offset = Σ_j P_ij (dP_ij − pivot), i.e. D = Σ_j P_ij dP_ij when
-///            Σ_j P_ij = 1. Accumulating around the pivot moves the cancellation of dP − D onto
-///            the small difference D − pivot (≈ the stale error ε_i), so the zero row sum of dS
-///            holds to FP32 rounding of ε_i instead of rounding of D; this matters in rows whose
-///            attention is nearly one-hot (attention sinks, first causal rows), where Σ|dS| ≪ |D|.
-/// ds_step forms dS_ij = P_ij ((dP_ij − pivot) − offset).
+///   matched: offset = Σ_j P_ij (dP_ij − pivot), i.e. D = Σ_j P_ij dP_ij when Σ_j P_ij = 1, with
+///            pivot = dP_ij* if one key j* has P_ij* > 1/2 (at most one can), else dÔ_i·O_i
+///            (matched_start, then add_matched one key at a time).
+/// Why a pivot: computing dP − D directly loses the zero row sum of dS to the FP32 rounding of D
+/// wherever Σ_j |dS_ij| ≪ |D|. A pivot close to D moves the cancellation onto small differences:
+/// dÔ_i·O_i differs from D only by the forward's rounding, and in a nearly one-hot row
+/// (attention sinks, first causal rows, outlier logits) dP_ij* makes the dominant term exactly 0.
+/// Then Σ_j dS_ij = offset · (1 − Σ_j P_ij) stays at rounding level of the small offset.
 template <typename T>
 struct RowDelta {
   T pivot = 0, offset = 0;
+  T p_pivot = 0, p_sum = 0;  // matched accumulation state: P of the pivot key, Σ P so far
+
+  static RowDelta matched_start(T do_dot_o) { return {do_dot_o, T(0), T(0.5), T(0)}; }
+
+  /// Adds key j (P_ij = pr, dP_ij = dpr) to a matched delta; a switch of the pivot keeps
+  /// offset = Σ P (dP − pivot) by adding (old − new pivot) · Σ P so far.
+  void add_matched(T pr, T dpr) {
+    if (pr > p_pivot) {
+      offset += (pivot - dpr) * p_sum;
+      pivot = dpr;
+      p_pivot = pr;
+    }
+    offset += pr * (dpr - pivot);
+    p_sum += pr;
+  }
 };
 
 /// The shared backward steps on one tile of one (b, h): query rows [i0, i1) x keys [j0, j1).

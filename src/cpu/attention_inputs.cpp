@@ -57,6 +57,10 @@ AttentionInputs make_attention_inputs(const AttentionShape& shape, AttnInputDist
         norm += u[c] * u[c];
       }
       for (auto& x : u) x /= std::sqrt(norm);
+      // mu ⟂ u: the sink strength then does not depend on how the key mean meets the sink.
+      double mu_u = 0;
+      for (int64_t c = 0; c < p.D; ++c) mu_u += mu[c] * u[c];
+      for (int64_t c = 0; c < p.D; ++c) mu[c] -= mu_u * u[c];
       float* K = in.k.data() + (b * p.G + g) * p.Tk * p.D;
       for (int64_t j = 0; j < p.Tk; ++j)
         for (int64_t c = 0; c < p.D; ++c) K[j * p.D + c] += float(mu[c]);

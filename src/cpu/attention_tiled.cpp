@@ -77,13 +77,14 @@ void backward_tiled(const Problem& p, const BackwardArgs<T>& a) {
   std::vector<RowDelta<T>> delta(p.Tq);
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h) {
-      // Pre-pass: the delta of every row of this head. Stale: D_i = dO_i·O_i (also the pivot of
-      // matched). Matched: one more sweep over all key blocks recomputes P and dP and sums
-      // Σ_j P_ij (dP_ij − pivot_i) — the extra cost of Delta-Matching.
+      // Pre-pass: the delta of every row of this head. Stale: D_i = dO_i·O_i. Matched: one more
+      // sweep over all key blocks recomputes P and dP and sums Σ_j P_ij dP_ij around a pivot
+      // (RowDelta) — the extra cost of Delta-Matching.
       for (int64_t i = 0; i < p.Tq; ++i) {
         const int64_t off = p.q_off(b, h) + i * p.D;
-        const float* d_o = p.cfg.delta == DeltaMode::Stale ? a.d_o : a.do_hat;
-        delta[i] = {stale_delta<T>(d_o + off, a.o + off, p.D), T(0)};
+        delta[i] = p.cfg.delta == DeltaMode::Stale
+                       ? RowDelta<T>{stale_delta<T>(a.d_o + off, a.o + off, p.D)}
+                       : RowDelta<T>::matched_start(stale_delta<T>(a.do_hat + off, a.o + off, p.D));
       }
       if (p.cfg.delta == DeltaMode::Matched)
         for (int64_t i0 = 0; i0 < p.Tq; i0 += bq) {
@@ -93,7 +94,7 @@ void backward_tiled(const Problem& p, const BackwardArgs<T>& a) {
             compute_p_dp(p, a, b, h, i0, i1, j0, j1, P.data(), dP.data(), bc);
             for (int64_t i = i0; i < i1; ++i)
               for (int64_t j = 0; j < j1 - j0; ++j)
-                delta[i].offset += P[(i - i0) * bc + j] * (dP[(i - i0) * bc + j] - delta[i].pivot);
+                delta[i].add_matched(P[(i - i0) * bc + j], dP[(i - i0) * bc + j]);
           }
         }
       // Main pass: key blocks outer (a GPU thread block owns dK_j, dV_j), query blocks inner.

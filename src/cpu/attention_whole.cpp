@@ -64,14 +64,13 @@ void backward_whole(const Problem& p, const BackwardArgs<T>& a) {
         compute_p_dp(p, a, b, h, i0, i1, 0, p.Tk, P.data(), dP.data(), p.Tk);
         for (int64_t i = i0; i < i1; ++i) {
           const int64_t r = i - i0, off = p.q_off(b, h) + i * p.D;
-          delta[r].pivot = p.cfg.delta == DeltaMode::Stale
-                               ? stale_delta<T>(a.d_o + off, a.o + off, p.D)
-                               : stale_delta<T>(a.do_hat + off, a.o + off, p.D);
-          T offset = 0;  // matched: D_i = Σ_j P_ij dP_ij over this backward's own P and dP
-          if (p.cfg.delta == DeltaMode::Matched)
+          if (p.cfg.delta == DeltaMode::Stale) {
+            delta[r] = {stale_delta<T>(a.d_o + off, a.o + off, p.D)};
+          } else {  // matched: D_i = Σ_j P_ij dP_ij over this backward's own P and dP
+            delta[r] = RowDelta<T>::matched_start(stale_delta<T>(a.do_hat + off, a.o + off, p.D));
             for (int64_t j = 0; j < p.Tk; ++j)
-              offset += P[r * p.Tk + j] * (dP[r * p.Tk + j] - delta[r].pivot);
-          delta[r].offset = offset;
+              delta[r].add_matched(P[r * p.Tk + j], dP[r * p.Tk + j]);
+          }
         }
         const int64_t n_max = p.visible(i1 - 1);  // the block's last row sees the most keys
         for (int64_t j0 = 0; j0 < n_max; j0 += bc) {

@@ -1,0 +1,113 @@
+// The two execution forms against each other and against the oracle:
+//  - in FP64 both forms are the oracle up to FP32 storage of the inputs/outputs;
+//  - the backward of both forms is bit-identical on the same saved tensors (they share the tile
+//    step and the accumulation order; only the loop nesting differs), so a GPU kernel checked
+//    against the tiled form is checked against the definition;
+//  - the row residual each backward reports equals r_i recomputed here in FP64 from the saved
+//    operands and an independent quantization of dO.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "attention_test_util.h"
+
+using namespace octet;
+
+namespace {
+
+TEST(Forms, Fp64FormsEqualTheOracle) {
+  for (bool causal : {false, true}) {
+    const auto s = test::make_shape(2, 4, 2, 50, 70, 24, causal);
+    const auto in = make_attention_inputs(s, AttnInputDist::Sink, 8);
+    const auto ref = run_attention_oracle(s, in);
+    for (auto form : {AttnForm::Whole, AttnForm::Tiled}) {
+      auto cfg = test::make_config(AttnPrecision::FP64, form, DeltaMode::Matched);
+      cfg.block_q = 8, cfg.block_k = 16;  // many partial tiles
+      const auto e = test::errors_of(s, in, ref, test::run_attention(s, cfg, in));
+      EXPECT_LT(e.o_rel_err, 1e-6);
+      EXPECT_LT(e.lse_max_abs_err, 1e-5);
+      EXPECT_LT(e.dq_rel_err, 1e-6);
+      EXPECT_LT(e.dk_rel_err, 1e-6);
+      EXPECT_LT(e.dv_rel_err, 1e-6);
+    }
+  }
+}
+
+TEST(Forms, BackwardIsBitIdenticalAcrossForms) {
+  const auto s = test::make_shape(1, 4, 2, 45, 61, 16, true);
+  const auto in = make_attention_inputs(s, AttnInputDist::Heavy, 9);
+  for (auto prec : {AttnPrecision::BF16, AttnPrecision::FP8})
+    for (auto delta : {DeltaMode::Stale, DeltaMode::Matched}) {
+      auto cfg = test::make_config(prec, AttnForm::Tiled, delta);
+      cfg.block_q = 16, cfg.block_k = 32;
+      const auto tiled = test::run_attention(s, cfg, in);
+      AttentionSaved saved = tiled.saved;
+      saved.config.form = AttnForm::Whole;
+      std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.k.size());
+      AttentionStats st;
+      attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), &st);
+      EXPECT_EQ(0, std::memcmp(dq.data(), tiled.dq.data(), dq.size() * 4));
+      EXPECT_EQ(0, std::memcmp(dk.data(), tiled.dk.data(), dk.size() * 4));
+      EXPECT_EQ(0, std::memcmp(dv.data(), tiled.dv.data(), dv.size() * 4));
+      EXPECT_EQ(st.row_residual_max, tiled.stats.row_residual_max);
+    }
+}
+
+// The forward forms differ (P rounded after normalization vs per tile from exp(S − running
+// max)) but by no more than FP8 rounding; with a single key block and BF16 both normalize by
+// Σ P̃ of the same values up to one rescale.
+TEST(Forms, TiledForwardIsCloseToWhole) {
+  const auto s = test::make_shape(1, 2, 2, 200, 300, 32, true);
+  const auto in = make_attention_inputs(s, AttnInputDist::Normal, 10);
+  const auto ref = run_attention_oracle(s, in);
+  for (auto prec : {AttnPrecision::BF16, AttnPrecision::FP8}) {
+    const auto w = test::errors_of(
+        s, in, ref,
+        test::run_attention(s, test::make_config(prec, AttnForm::Whole, DeltaMode::Matched), in));
+    const auto t = test::errors_of(
+        s, in, ref,
+        test::run_attention(s, test::make_config(prec, AttnForm::Tiled, DeltaMode::Matched), in));
+    EXPECT_LT(t.o_rel_err, 2 * w.o_rel_err + 1e-5);
+    EXPECT_LT(t.lse_max_abs_err, 2 * w.lse_max_abs_err + 1e-5);
+  }
+}
+
+// r_i = |Σ_j dS_ij| / Σ_j |dS_ij| with dS = P ∘ (dP − D), stale D = dO·O, recomputed in FP64
+// from the saved Q̂, K̂, V̂, O, LSE and dÔ quantized here from the OFP8 definition.
+TEST(Forms, ReportedResidualMatchesAnFp64Recomputation) {
+  const auto s = test::make_shape(1, 2, 1, 40, 40, 16, false);
+  const auto in = make_attention_inputs(s, AttnInputDist::Normal, 11);
+  const auto r = test::run_attention(
+      s, test::make_config(AttnPrecision::FP8, AttnForm::Whole, DeltaMode::Stale), in, true);
+  float amax = 0;
+  for (float x : in.d_o) amax = std::max(amax, std::fabs(x));
+  const float sc = 57344.0f / amax;  // E5M2 max / amax: current scaling
+  std::vector<double> do_hat(in.d_o.size());
+  for (size_t i = 0; i < in.d_o.size(); ++i)
+    do_hat[i] = double(fp8_round(in.d_o[i] * sc, Format::E5M2) * (1.0f / sc));
+  const double tau = 1.0 / std::sqrt(16.0);
+  const auto& sv = r.saved;
+  ASSERT_EQ(r.stats.row_residual.size(), size_t(80));
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 40; ++i) {
+      const int64_t qo = (h * 40 + i) * 16;
+      double d = 0, sum = 0, abs_sum = 0;
+      for (int64_t c = 0; c < 16; ++c) d += double(in.d_o[qo + c]) * sv.o[qo + c];
+      for (int64_t j = 0; j < 40; ++j) {
+        double sd = 0, dp = 0;
+        for (int64_t c = 0; c < 16; ++c) {
+          sd += double(sv.q_hat[qo + c]) * sv.k_hat[j * 16 + c];
+          dp += do_hat[qo + c] * sv.v_hat[j * 16 + c];
+        }
+        const double ds = std::exp(tau * sd - sv.lse[h * 40 + i]) * (dp - d);
+        sum += ds;
+        abs_sum += std::fabs(ds);
+      }
+      const double want = std::fabs(sum) / abs_sum;
+      EXPECT_NEAR(r.stats.row_residual[size_t(h * 40 + i)], want, 1e-3 * want + 1e-6)
+          << "row " << h << "," << i;
+    }
+}
+
+}  // namespace
