@@ -1,0 +1,158 @@
+// The trainer end to end on a tiny byte-level run: determinism (same seed and config ⇒ identical
+// losses), bitwise resume after a crash, NaN/inf step skipping and the stop after max_bad_steps with
+// the last good checkpoint intact, corrupt checkpoints rejected, the metrics file, and compare.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "octet/error.h"
+#include "octet/train.h"
+#include "train_test_util.h"
+
+using namespace octet;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Fixture {
+  test::TempDir dir{"trainer"};
+  RunConfig cfg;
+  std::unique_ptr<Dataset> ds;
+  Fixture() {
+    test::write_file(dir / "corpus.txt", test::synthetic_text(400));
+    cfg = test::tiny_run(dir / "corpus.txt", dir / "cache");
+    ds = load_dataset(cfg);
+  }
+};
+
+std::vector<nlohmann::json> read_metrics(const std::string& run) {
+  std::vector<nlohmann::json> v;
+  std::ifstream in(run + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) v.push_back(nlohmann::json::parse(line));
+  return v;
+}
+
+TEST(Trainer, DeterministicAndLearns) {
+  Fixture f;
+  f.cfg.train.steps = 12;
+  f.cfg.train.lr = 1e-2f;
+  const TrainResult a = train(f.cfg, f.dir / "a", false, *f.ds, nullptr);
+  const TrainResult b = train(f.cfg, f.dir / "b", false, *f.ds, nullptr);
+  ASSERT_EQ(a.train_loss.size(), 12u);
+  EXPECT_EQ(a.train_loss, b.train_loss);  // bitwise
+  EXPECT_EQ(a.val_loss, b.val_loss);
+  EXPECT_LT(a.train_loss.back(), a.train_loss.front() - 1.0) << "loss must drop from ~ln 256";
+  // metrics.jsonl: one line per step with the documented keys, eval lines with per-layer data.
+  const auto m = read_metrics(f.dir / "a");
+  int steps = 0, evals = 0;
+  for (const auto& j : m) {
+    if (j.contains("val_loss")) {
+      ++evals;
+      ASSERT_EQ(j["layers"].size(), 1u);
+      EXPECT_TRUE(j["layers"][0].contains("kurtosis"));
+      EXPECT_TRUE(j["layers"][0].contains("row_residual_max"));
+    } else {
+      ++steps;
+      for (const char* k : {"step", "loss", "grad_norm", "lr", "tokens_per_s"}) EXPECT_TRUE(j.contains(k)) << k;
+    }
+  }
+  EXPECT_EQ(steps, 12);
+  EXPECT_EQ(evals, 4);  // every 3 steps
+  EXPECT_TRUE(fs::exists(f.dir / "a/model.safetensors"));
+  EXPECT_TRUE(fs::exists(f.dir / "a/config.toml"));
+}
+
+TEST(Trainer, ResumeAfterCrashIsBitwiseIdentical) {
+  Fixture f;
+  f.cfg.precision.arm = Arm::FP8Matched;  // stateless FP8 recipe (tensor-current) + FP8 attention
+  const TrainResult full = train(f.cfg, f.dir / "full", false, *f.ds, nullptr);
+  TrainHooks crash;
+  crash.after_backward = [](int64_t step, Model&) {
+    if (step == 4) throw std::runtime_error("simulated crash");
+  };
+  EXPECT_THROW(train(f.cfg, f.dir / "crashed", false, *f.ds, nullptr, crash), std::runtime_error);
+  const TrainResult rest = train(f.cfg, f.dir / "crashed", true, *f.ds, nullptr);
+  ASSERT_EQ(rest.train_loss.size(), 3u);  // steps 4..6 after the checkpoint at step 3
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest.train_loss[i], full.train_loss[3 + i]) << i;
+  EXPECT_EQ(rest.final_val_loss, full.final_val_loss);
+  // The metrics of the resumed run read like the uninterrupted one.
+  const auto a = read_metrics(f.dir / "full"), b = read_metrics(f.dir / "crashed");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].value("loss", 0.0), b[i].value("loss", 0.0)) << i;
+}
+
+TEST(Trainer, SkipsNonFiniteStepsAndStopsAfterTooMany) {
+  Fixture f;
+  TrainHooks poison_once;
+  poison_once.after_backward = [](int64_t step, Model& m) {
+    if (step == 1) {
+      std::vector<float> nan(1, NAN);
+      m.backend().upload(m.grad_data(), nan.data(), 1);
+    }
+  };
+  const TrainResult r = train(f.cfg, f.dir / "once", false, *f.ds, nullptr, poison_once);
+  EXPECT_EQ(r.skipped_steps, 1);
+  EXPECT_TRUE(std::isnan(r.train_loss[1]));
+  EXPECT_TRUE(std::isfinite(r.final_val_loss));
+
+  f.cfg.train.max_bad_steps = 2;
+  TrainHooks poison_late;
+  poison_late.after_backward = [](int64_t step, Model& m) {
+    if (step >= 3) {
+      std::vector<float> inf(1, INFINITY);
+      m.backend().upload(m.grad_data(), inf.data(), 1);
+    }
+  };
+  EXPECT_THROW(train(f.cfg, f.dir / "stop", false, *f.ds, nullptr, poison_late), TrainingStopped);
+  // The checkpoint of step 3 is intact and resumable.
+  auto be = make_cpu_backend();
+  Model m(f.cfg.model, f.cfg.precision, *be, f.cfg.train.batch_size);
+  std::vector<float> am, av;
+  const TrainState st = load_checkpoint(f.dir / "stop", m, am, av);
+  EXPECT_EQ(st.step, 3);
+  EXPECT_EQ(st.skipped_steps, 0);
+}
+
+TEST(Trainer, CorruptCheckpointIsRejected) {
+  Fixture f;
+  f.cfg.train.steps = 3;
+  train(f.cfg, f.dir / "run", false, *f.ds, nullptr);
+  const std::string ck = f.dir / "run/checkpoint.safetensors";
+  const auto size = fs::file_size(ck);
+  {
+    std::fstream io(ck, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(std::streamoff(size - 100));
+    io.put('\x7f');
+  }
+  EXPECT_THROW(train(f.cfg, f.dir / "run", true, *f.ds, nullptr), Error);
+  fs::resize_file(ck, size / 2);
+  EXPECT_THROW(train(f.cfg, f.dir / "run", true, *f.ds, nullptr), Error);
+  // A checkpoint of another architecture does not load either.
+  train(f.cfg, f.dir / "other", false, *f.ds, nullptr);
+  RunConfig wider = f.cfg;
+  wider.model.d_ff = 48;
+  EXPECT_THROW(train(wider, f.dir / "other", true, *f.ds, nullptr), Error);
+}
+
+TEST(Compare, ArmsSideBySide) {
+  Fixture f;
+  f.cfg.train.steps = 3;
+  const auto rows = compare_arms(f.cfg, {"bf16", "fp8-matched"}, f.dir / "cmp", nullptr);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].gap_pct, 0.0);
+  EXPECT_NEAR(rows[1].gap_pct, 100.0 * (rows[1].val_loss - rows[0].val_loss) / rows[0].val_loss, 1e-9);
+  std::ifstream in(f.dir / "cmp/summary.json");
+  const auto s = nlohmann::json::parse(in);
+  ASSERT_EQ(s.size(), 2u);
+  for (const char* k : {"arm", "train_loss", "val_loss", "gap_pct", "kurtosis_max", "row_residual_max", "tokens_per_s"})
+    EXPECT_TRUE(s[1].contains(k)) << k;
+  EXPECT_EQ(s[1]["arm"], "fp8-matched");
+  EXPECT_TRUE(fs::file_size(f.dir / "cmp/curves.png") > 1000);
+  EXPECT_THROW(compare_arms(f.cfg, {"bf16", "fp9"}, f.dir / "cmp2", nullptr), Error);
+  EXPECT_FALSE(fs::exists(f.dir / "cmp2")) << "bad input must not create output";
+}
+
+}  // namespace
