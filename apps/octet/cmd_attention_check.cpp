@@ -3,17 +3,18 @@
 // dQ, dK, dV, the cosine of dQ, the dQ error along the attention-weighted mean key, and the
 // softmax-gradient row residual r_i = |Σ_j dS_ij| / Σ_j |dS_ij| that Delta-Matching drives to
 // zero (DESIGN.md §3; docs/delta-matching.md holds the measured table and its commands).
-// --dump FILE writes inputs, results and the oracle as safetensors, for the PyTorch oracle test.
+// --dump FILE writes inputs, results and the oracle as safetensors (octet/train.h's writer), for
+// the PyTorch oracle test.
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <map>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "octet/attention.h"
 #include "octet/command.h"
 #include "octet/error.h"
 #include "octet/quant.h"
+#include "octet/train.h"
 
 namespace {
 
@@ -27,40 +28,15 @@ struct Options {
   uint64_t seed = 1;
 };
 
-// One tensor of a safetensors file (https://github.com/huggingface/safetensors, format spec).
-struct DumpTensor {
-  std::string dtype;  // "F32" or "F64"
-  std::vector<int64_t> shape;
-  const char* data;
-  size_t bytes;
-};
-
-void write_safetensors(const std::string& path, const std::map<std::string, DumpTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  nlohmann::json header;
-  size_t offset = 0;
-  for (auto& [name, t] : tensors) {
-    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes}}};
-    offset += t.bytes;
-  }
-  header["__metadata__"] = metadata;
-  std::string h = header.dump();
-  h.resize((h.size() + 7) / 8 * 8, ' ');  // the data starts 8-byte aligned
-  std::ofstream f(path, std::ios::binary);
-  OCTET_CHECK(f.good(), "attention-check: cannot write the dump file '" + path + "'");
-  const uint64_t n = h.size();
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = (unsigned char)(n >> (8 * i));  // little-endian u64
-  f.write(reinterpret_cast<const char*>(len), 8);
-  f.write(h.data(), std::streamsize(h.size()));
-  for (auto& [name, t] : tensors) f.write(t.data, std::streamsize(t.bytes));
-  OCTET_CHECK(f.good(), "attention-check: writing the dump file '" + path + "' failed");
-}
-
+// A safetensors tensor (octet/train.h) holding a copy of x, F32 or F64.
 template <typename T>
-DumpTensor tensor_of(const std::vector<T>& x, std::vector<int64_t> shape) {
-  return {sizeof(T) == 4 ? "F32" : "F64", std::move(shape),
-          reinterpret_cast<const char*>(x.data()), x.size() * sizeof(T)};
+octet::StTensor st_of(const std::vector<T>& x, std::vector<int64_t> shape) {
+  octet::StTensor t;
+  t.dtype = sizeof(T) == 4 ? "F32" : "F64";
+  t.shape = std::move(shape);
+  t.data.resize(x.size() * sizeof(T));
+  std::memcpy(t.data.data(), x.data(), t.data.size());
+  return t;
 }
 
 octet::QkvScaling parse_qkv_scaling(const std::string& s) {
@@ -136,25 +112,24 @@ void run(const Options& opt) {
   if (opt.dump.empty()) return;
   const int64_t B = shape.batch, H = shape.n_heads, G = shape.n_kv_heads, Tq = shape.seq_q,
                 Tk = shape.seq_k, D = shape.head_dim;
-  std::map<std::string, std::string> meta;
-  for (auto& [k, v] : j.items()) meta[k] = v.is_string() ? v.get<std::string>() : v.dump();
-  write_safetensors(opt.dump,
-                    {{"q", tensor_of(in.q, {B, H, Tq, D})},
-                     {"k", tensor_of(in.k, {B, G, Tk, D})},
-                     {"v", tensor_of(in.v, {B, G, Tk, D})},
-                     {"d_o", tensor_of(in.d_o, {B, H, Tq, D})},
-                     {"o", tensor_of(o, {B, H, Tq, D})},
-                     {"lse", tensor_of(lse, {B, H, Tq})},
-                     {"dq", tensor_of(dq, {B, H, Tq, D})},
-                     {"dk", tensor_of(dk, {B, G, Tk, D})},
-                     {"dv", tensor_of(dv, {B, G, Tk, D})},
-                     {"row_residual", tensor_of(stats.row_residual, {B, H, Tq})},
-                     {"ref_o", tensor_of(ref.o, {B, H, Tq, D})},
-                     {"ref_lse", tensor_of(ref.lse, {B, H, Tq})},
-                     {"ref_dq", tensor_of(ref.dq, {B, H, Tq, D})},
-                     {"ref_dk", tensor_of(ref.dk, {B, G, Tk, D})},
-                     {"ref_dv", tensor_of(ref.dv, {B, G, Tk, D})}},
-                    meta);
+  StFile f;
+  for (auto& [k, v] : j.items()) f.metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
+  f.tensors = {{"q", st_of(in.q, {B, H, Tq, D})},
+               {"k", st_of(in.k, {B, G, Tk, D})},
+               {"v", st_of(in.v, {B, G, Tk, D})},
+               {"d_o", st_of(in.d_o, {B, H, Tq, D})},
+               {"o", st_of(o, {B, H, Tq, D})},
+               {"lse", st_of(lse, {B, H, Tq})},
+               {"dq", st_of(dq, {B, H, Tq, D})},
+               {"dk", st_of(dk, {B, G, Tk, D})},
+               {"dv", st_of(dv, {B, G, Tk, D})},
+               {"row_residual", st_of(stats.row_residual, {B, H, Tq})},
+               {"ref_o", st_of(ref.o, {B, H, Tq, D})},
+               {"ref_lse", st_of(ref.lse, {B, H, Tq})},
+               {"ref_dq", st_of(ref.dq, {B, H, Tq, D})},
+               {"ref_dk", st_of(ref.dk, {B, G, Tk, D})},
+               {"ref_dv", st_of(ref.dv, {B, G, Tk, D})}};
+  write_safetensors(opt.dump, f);
 }
 
 }  // namespace
