@@ -2,6 +2,9 @@
 // BF16 and FP8, with the stale or the matched softmax delta (Delta-Matching).
 //
 // Math (../DESIGN.md §3): S = τ Q̂K̂ᵀ + mask, L = logsumexp_j S, P = exp(S − L), O = P̃V̂.
+// O is normalized by Σ_j P̃_ij, the row sum of the same rounded P that multiplies V (so V = 1
+// gives O = 1 exactly); L comes from the unrounded FP32 sum (so the backward's P sums to 1).
+// Operand rounding per precision and the measured stale/matched gap: docs/delta-matching.md.
 // Backward: dV = P̃ᵀdÔ, dP = dÔV̂ᵀ, dS = P ∘ (dP − D), dQ = τ dŜK̂, dK = τ dŜᵀQ̂, with
 //   stale   D_i = Σ_c dO_ic O_ic from the forward's stored O (FlashAttention-2/3, cuDNN), or
 //   matched D_i = Σ_j P_ij dP_ij from this backward's own P and dP ("Delta-Matching: Closing the
