@@ -1,6 +1,8 @@
 // `octet bench`: GPU benchmarks, one JSON object per line with --json (else a table).
 //   octet bench gemm       cuBLASLt GEMMs of transformer shapes: FP8 per-tensor and block-scaled vs BF16
-//   octet bench attention  the CUDA backend's FP8 attention (stale, matched delta) vs its BF16 one
+//   octet bench quantize   the quantization kernels (both FP8 copies in one pass) per recipe
+//   octet bench attention  the CUDA backend's FP8 attention (stale, matched delta) vs its BF16 one,
+//                          then PyTorch SDPA (cuDNN, flash) through bench/peers/sdpa.py
 //   octet bench train      (reserved: end-to-end training steps, once the trainer lands)
 // Every line carries the GPU name, CUDA runtime/driver and cuBLASLt versions and the UTC date, so a
 // results file (bench/results/*.jsonl) says where and when it was measured. Method: CUDA events,
@@ -23,6 +25,7 @@
 
 namespace {
 
+#ifdef OCTET_WITH_CUDA
 std::string utc_now() {
   const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char buf[32];
@@ -30,7 +33,6 @@ std::string utc_now() {
   return buf;
 }
 
-#ifdef OCTET_WITH_CUDA
 nlohmann::json env_json() {
   const auto e = octet::cuda::bench_env();
   return {{"gpu", e.gpu},
@@ -109,6 +111,32 @@ void run_gemm(const GemmArgs& a) {
       emit(a.json, j, line);
     }
   }
+#else
+  (void)a;
+  no_cuda();
+#endif
+}
+
+struct QuantArgs {
+  bool json = false;
+  int64_t rows = 16384, cols = 4096;
+  int reps = 50, warmup = 5;
+};
+
+void run_quantize(const QuantArgs& a) {
+#ifdef OCTET_WITH_CUDA
+  const nlohmann::json env = env_json();
+  if (!a.json)
+    std::printf("%-15s %-10s %6s %6s %9s %8s\n", "recipe", "role", "rows", "cols", "ms", "GB/s");
+  octet::cuda::bench_quantize(a.rows, a.cols, a.warmup, a.reps, [&](const octet::cuda::QuantBenchRow& r) {
+    nlohmann::json j = env;
+    j.update({{"bench", "quantize"}, {"recipe", r.recipe}, {"role", r.role}, {"rows", r.rows},
+              {"cols", r.cols}, {"ms_median", r.ms}, {"gbps", r.gbps}, {"reps", r.reps}});
+    char line[160];
+    std::snprintf(line, sizeof(line), "%-15s %-10s %6lld %6lld %9.4f %8.0f", r.recipe.c_str(),
+                  r.role.c_str(), (long long)r.rows, (long long)r.cols, r.ms, r.gbps);
+    emit(a.json, j, line);
+  });
 #else
   (void)a;
   no_cuda();
@@ -197,6 +225,14 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   gemm->add_option("--warmup", g.warmup, "untimed warm-up calls");
   gemm->add_option("--modes", g.modes, "bf16, fp8-tensor, fp8-block")->delimiter(',');
   gemm->callback([] { run_gemm(g); });
+
+  static QuantArgs qa;
+  auto* quant = bench->add_subcommand("quantize", "FP8 quantization kernels (row + column copies) per recipe");
+  quant->add_flag("--json", qa.json, "one JSON object per line");
+  quant->add_option("--rows", qa.rows);
+  quant->add_option("--cols", qa.cols);
+  quant->add_option("--reps", qa.reps);
+  quant->callback([] { run_quantize(qa); });
 
   static AttnArgs t;
   auto* attn = bench->add_subcommand("attention", "FP8 attention (stale, matched) vs BF16, fwd+bwd");

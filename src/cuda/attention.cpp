@@ -63,8 +63,8 @@ class CudaAttention final : public Attention {
     fp8_ = cfg.precision == AttnPrecision::FP8;
     eb_ = fp8_ ? 1 : 2;
     const float host[2] = {1.0f / cfg.p_scale, 0.0f};
-    scales_.reserve(8);  // sq, sk, sv, sdo, p_inv
-    OCTET_CUDA_CHECK(cudaMemcpyAsync(scales_.get() + 4, host, sizeof(float), cudaMemcpyHostToDevice, s_));
+    scales_.reserve(5 * kScaleStride);  // sq, sk, sv, sdo, p_inv, each 128-byte aligned
+    OCTET_CUDA_CHECK(cudaMemcpyAsync(p_inv(), host, sizeof(float), cudaMemcpyHostToDevice, s_));
     OCTET_CUDA_CHECK(cudaStreamSynchronize(s_));
     amax_.reserve(1);
   }
@@ -160,11 +160,13 @@ class CudaAttention final : public Attention {
 
  private:
   int64_t nS() const { return d_.B * d_.H * d_.Tq_p * d_.Tk_p; }
-  float* sq() { return scales_.get() + 0; }
-  float* sk() { return scales_.get() + 1; }
-  float* sv() { return scales_.get() + 2; }
-  float* sdo() { return scales_.get() + 3; }
-  float* p_inv() { return scales_.get() + 4; }
+  // cuBLASLt refuses (NOT_SUPPORTED) scale pointers that are not 16-byte aligned: one per 128 B.
+  static constexpr int64_t kScaleStride = 32;
+  float* sq() { return scales_.get() + 0 * kScaleStride; }
+  float* sk() { return scales_.get() + 1 * kScaleStride; }
+  float* sv() { return scales_.get() + 2 * kScaleStride; }
+  float* sdo() { return scales_.get() + 3 * kScaleStride; }
+  float* p_inv() { return scales_.get() + 4 * kScaleStride; }
 
   void pack(const float* x, int64_t heads, int64_t T, int64_t T_p, int64_t rep, Format f,
             float* scale_inv, PackKind row_kind, void* row, PackKind trans_kind, void* trans) {

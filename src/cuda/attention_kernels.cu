@@ -88,6 +88,8 @@ constexpr int kRowThreads = 256;
 __global__ void softmax_forward_kernel(AttnDims d, const float* S, bool fp8, float p_scale, void* P,
                                        float* lse, float* rinv) {
   __shared__ float scratch[32];
+  __shared__ float lut[256];  // fp8_decode of every E4M3 code, divided by p_scale
+  for (int c = threadIdx.x; c < 256; c += blockDim.x) lut[c] = fp8_decode(uint8_t(c), Format::E4M3) / p_scale;
   const int64_t row = blockIdx.x, bh = row / d.Tq, i = row % d.Tq;
   const float* s = S + (bh * d.Tq_p + i) * d.Tk_p;
   const int64_t n = visible(d, i), base = (bh * d.Tq_p + i) * d.Tk_p;
@@ -106,7 +108,7 @@ __global__ void softmax_forward_kernel(AttnDims d, const float* S, bool fp8, flo
     if (fp8) {
       const uint8_t c = fp8_encode(p * p_scale, Format::E4M3, true);
       p8[base + j] = c;
-      l_hat += fp8_decode(c, Format::E4M3) / p_scale;
+      l_hat += lut[c];
     } else {
       const uint16_t b = bf16_bits(p);
       p16[base + j] = b;
@@ -201,6 +203,9 @@ __global__ void ds_write_kernel(AttnDims d, const float* dS, bool fp8, Format fm
                                 uint16_t* ds_trans, const void* P, void* P_trans, int p_bytes) {
   __shared__ uint16_t t_ds[32][33];
   __shared__ uint16_t t_p[32][33];
+  __shared__ float lut[256];  // fp8_decode of every code of ds_format
+  for (int c = threadIdx.y * 32 + threadIdx.x; c < 256; c += 32 * blockDim.y) lut[c] = fp8_decode(uint8_t(c), fmt);
+  __syncthreads();
   const int64_t bh = blockIdx.z, i0 = int64_t(blockIdx.y) * 32, j0 = int64_t(blockIdx.x) * 32;
   const int tx = threadIdx.x, ty = threadIdx.y;
   float s = 1.0f;
@@ -214,7 +219,7 @@ __global__ void ds_write_kernel(AttnDims d, const float* dS, bool fp8, Format fm
     if (i >= d.Tq_p || j >= d.Tk_p) continue;
     const int64_t idx = (bh * d.Tq_p + i) * d.Tk_p + j;
     const float x = (i < d.Tq && j < d.Tk) ? dS[idx] : 0.0f;
-    const float xq = fp8 ? fp8_round(x * s, fmt) * s_inv : x;
+    const float xq = fp8 ? lut[fp8_encode(x * s, fmt, true)] * s_inv : x;  // fp8_round(x·s)·(1/s)
     const uint16_t b = bf16_bits(xq);  // exact for FP8: a 3-bit mantissa times a power of two
     ds_rows[idx] = b;
     t_ds[k][tx] = b;

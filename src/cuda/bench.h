@@ -44,6 +44,18 @@ struct GemmBenchOptions {
 /// Runs the sweep; on_row is called after each measurement.
 void bench_gemm(const GemmBenchOptions& opt, const std::function<void(const GemmBenchRow&)>& on_row);
 
+struct QuantBenchRow {
+  std::string recipe, role;
+  int64_t rows = 0, cols = 0;
+  double ms = 0, gbps = 0;  ///< gbps: (4 B read + 2 x 1 B written) per element / time
+  int reps = 0;
+};
+
+/// The quantize kernels (quantize.h) producing both copies of an FP32 [rows, cols] tensor, per
+/// recipe; bandwidth counts the fewest bytes (one FP32 read, two FP8 writes), so pre-passes show.
+void bench_quantize(int64_t rows, int64_t cols, int warmup, int reps,
+                    const std::function<void(const QuantBenchRow&)>& on_row);
+
 struct AttnBenchRow {
   std::string impl;  ///< bf16 | fp8-stale | fp8-matched
   int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;

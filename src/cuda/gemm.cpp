@@ -119,7 +119,11 @@ GemmEngine::Plan* GemmEngine::plan_for(const std::string& key) {
   return it == plans_.end() ? nullptr : it->second.get();
 }
 
-static std::unique_ptr<GemmEngine::Plan> build_plan(cublasLtHandle_t handle, const Spec& s) {
+// a_scale / b_scale: the scale pointers (cuBLASLt's A and B); vector scale modes are refused at
+// heuristic time without them (CUBLAS_STATUS_INVALID_VALUE), so they are set before the query.
+static std::unique_ptr<GemmEngine::Plan> build_plan(cublasLtHandle_t handle, const Spec& s,
+                                                    const void* a_scale = nullptr,
+                                                    const void* b_scale = nullptr) {
   auto p = std::make_unique<GemmEngine::Plan>();
   p->spec = s;
   OCTET_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, s.compute, CUDA_R_32F));
@@ -136,6 +140,10 @@ static std::unique_ptr<GemmEngine::Plan> build_plan(cublasLtHandle_t handle, con
       p->why = "scale mode not accepted by this cuBLASLt";
       return p;
     }
+    OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                      &a_scale, sizeof(a_scale)));
+    OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                      &b_scale, sizeof(b_scale)));
   }
   // Stored shapes: op(A) is m x k, op(B) is k x n, C is m x n (column-major).
   make_layout(&p->la, s.a_type, s.trans_a ? s.k : s.m, s.trans_a ? s.m : s.k, s.lda, s.batch.count,
@@ -155,6 +163,22 @@ static std::unique_ptr<GemmEngine::Plan> build_plan(cublasLtHandle_t handle, con
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     p->why = std::string("no cuBLASLt algorithm (") + cublasLtGetStatusName(st) + ")";
+    if (s.a_scale_mode > 0 || s.b_scale_mode > 0) {  // diagnose: would a BF16 output be taken?
+      cublasLtMatrixLayout_t lc16 = nullptr;
+      cublasLtMatmulPreference_t pref2;
+      OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref2));
+      OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+          pref2, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+      make_layout(&lc16, CUDA_R_16BF, s.m, s.n, s.ldc, s.batch.count, s.batch.stride_c);
+      int found16 = 0;
+      const cublasStatus_t st16 = cublasLtMatmulAlgoGetHeuristic(
+          handle, p->desc, p->la, p->lb, lc16, lc16, pref2, 1, &result, &found16);
+      p->why += std::string("; with a BF16 output: ") +
+                (st16 == CUBLAS_STATUS_SUCCESS && found16 > 0 ? "an algorithm exists"
+                                                              : cublasLtGetStatusName(st16));
+      cublasLtMatrixLayoutDestroy(lc16);
+      cublasLtMatmulPreferenceDestroy(pref2);
+    }
     return p;
   }
   p->algo = result.algo;
@@ -217,7 +241,7 @@ void GemmEngine::fp8(const DevQTensor& A, const DevQTensor& B, float* C, float b
   s.a_scale_mode = cublas_scale_mode(B.layout);
   s.b_scale_mode = cublas_scale_mode(A.layout);
   const std::string key = s.key();
-  if (!plan_for(key)) plans_[key] = build_plan(handle_, s);
+  if (!plan_for(key)) plans_[key] = build_plan(handle_, s, B.scale_inv, A.scale_inv);
   float* target = C;
   if (padded && plan_for(key)->ok) {
     target = c_pad_.reserve(size_t(s.m * s.n));

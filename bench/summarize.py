@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""bench/summarize.py — prints the tables of `octet bench gemm|attention --json` results.
+
+  python3 bench/summarize.py bench/results/<file>.jsonl [...]
+
+gemm: per d_model and mode, the total time of the 12 GEMMs of one layer (QKV, out-proj, MLP up and
+down; forward, dgrad, wgrad) and the speed-up over BF16, then the per-GEMM TFLOP/s; attention:
+forward and backward time and TFLOP/s per implementation (octet's and the PyTorch SDPA peer's).
+Markdown output, ready for docs/cuda.md.
+"""
+import json
+import sys
+
+
+def main(paths):
+    rows = [json.loads(l) for p in paths for l in open(p) if l.strip().startswith("{")]
+    summ = [r for r in rows if r.get("bench") == "gemm-summary"]
+    gemm = [r for r in rows if r.get("bench") == "gemm"]
+    attn = [r for r in rows if r.get("bench") == "attention"]
+    quant = [r for r in rows if r.get("bench") == "quantize"]
+    if rows:
+        r = rows[0]
+        print(f"GPU {r.get('gpu')}, CUDA runtime {r.get('cuda_runtime')}, driver {r.get('cuda_driver')}, "
+              f"cuBLASLt {r.get('cublaslt')}, {r.get('date')}\n")
+    if summ:
+        print("| d_model | mode | 12 GEMMs (ms) | BF16 (ms) | speed-up |\n|---|---|---|---|---|")
+        for r in summ:
+            print(f"| {r['d_model']} | {r['mode']} | {r['total_ms']:.3f} | {r['bf16_total_ms']:.3f} | "
+                  f"{r['speedup_vs_bf16']:.2f}x |")
+        print()
+    if gemm:
+        modes = sorted({r["mode"] for r in gemm}, key=["bf16", "fp8-tensor", "fp8-block"].index)
+        print("| d_model | GEMM | M x N x K | " + " | ".join(f"{m} TFLOP/s" for m in modes) + " |")
+        print("|---|---|---|" + "---|" * len(modes))
+        keys = []
+        for r in gemm:
+            k = (r["d_model"], r["layer"], r["pass"])
+            if k not in keys:
+                keys.append(k)
+        for k in keys:
+            by = {r["mode"]: r for r in gemm if (r["d_model"], r["layer"], r["pass"]) == k}
+            any_r = next(iter(by.values()))
+            cells = []
+            for m in modes:
+                r = by.get(m)
+                cells.append("" if r is None else f"{r['tflops']:.0f}" + (" (fallback)" if r.get("fallback") else ""))
+            print(f"| {k[0]} | {k[1]} {k[2]} | {any_r['M']}x{any_r['N']}x{any_r['K']} | " + " | ".join(cells) + " |")
+        print()
+    if quant:
+        print("| recipe | role | rows x cols | ms | GB/s (FP32 read + 2 FP8 copies) |\n|---|---|---|---|---|")
+        for r in quant:
+            print(f"| {r['recipe']} | {r['role']} | {r['rows']}x{r['cols']} | {r['ms_median']:.4f} | {r['gbps']:.0f} |")
+        print()
+    if attn:
+        print("| impl | B | H | S | D | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|")
+        for r in attn:
+            if "error" in r:
+                print(f"| {r['impl']} | {r['batch']} | {r['heads']} | {r['seq']} | {r['head_dim']} | {r['causal']} | unavailable: {r['error']} |||")
+                continue
+            print(f"| {r['impl']} | {r['batch']} | {r['heads']} | {r['seq']} | {r['head_dim']} | {r['causal']} | "
+                  f"{r['fwd_ms']:.3f} | {r['fwd_tflops']:.1f} | {r['bwd_ms']:.3f} | {r['bwd_tflops']:.1f} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
