@@ -62,7 +62,9 @@ OCTET_HD float fp8_round_magnitude(float a, Format f) {
   if (e < emin) e = emin;                                  // subnormal range (and float subnormals)
   // 2^(e-m) built from its exponent bits (e - m + 127 >= 111 > 0: always a normal float).
   const float quantum = detail::f32_from_bits(uint32_t(e - m + 127) << 23);
-  return rintf(a / quantum) * quantum;  // exact: quantum is a power of two; rintf ties to even
+  const float inv_quantum = detail::f32_from_bits(uint32_t(m - e + 127) << 23);
+  // Exact: both are powers of two, so a * inv_quantum == a / quantum (no division); rintf ties to even.
+  return rintf(a * inv_quantum) * quantum;
 }
 
 /// Encodes x as an FP8 code of format `f` (round to nearest even).
