@@ -18,12 +18,14 @@ namespace fs = std::filesystem;
 
 std::string format_compare_table(const std::vector<CompareRow>& rows) {
   std::string s =
-      "| arm | train loss | val loss | gap to bf16 | max kurtosis | max attn row residual | tokens/s |\n"
-      "|---|---|---|---|---|---|---|\n";
+      "| arm | train loss | val loss | gap to bf16 | max kurtosis | max attn row residual | mean attn row residual "
+      "| tokens/s |\n"
+      "|---|---|---|---|---|---|---|---|\n";
   char buf[256];
   for (const CompareRow& r : rows) {
-    std::snprintf(buf, sizeof buf, "| %s | %.4f | %.4f | %+.2f%% | %.2f | %.3e | %.0f |\n", r.arm.c_str(),
-                  r.train_loss, r.val_loss, r.gap_pct, r.kurtosis_max, r.row_residual_max, r.tokens_per_s);
+    std::snprintf(buf, sizeof buf, "| %s | %.4f | %.4f | %+.2f%% | %.2f | %.3e | %.3e | %.0f |\n", r.arm.c_str(),
+                  r.train_loss, r.val_loss, r.gap_pct, r.kurtosis_max, r.row_residual_max, r.row_residual_mean,
+                  r.tokens_per_s);
     s += buf;
   }
   return s;
@@ -63,6 +65,7 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
       row.val_loss = r.final_val_loss;
       row.kurtosis_max = r.kurtosis_max;
       row.row_residual_max = r.row_residual_max;
+      row.row_residual_mean = r.row_residual_mean;
       row.tokens_per_s = r.tokens_per_s;
     } catch (const TrainingStopped& e) {
       if (log) std::fprintf(log, "arm %s stopped: %s\n", arm.c_str(), e.what());
@@ -80,7 +83,8 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
     summary.push_back({{"arm", r.arm}, {"train_loss", num(r.train_loss)}, {"val_loss", num(r.val_loss)},
                        {"gap_pct", num(r.gap_pct)}, {"kurtosis_max", num(r.kurtosis_max)},
-                       {"row_residual_max", num(r.row_residual_max)}, {"tokens_per_s", num(r.tokens_per_s)}});
+                       {"row_residual_max", num(r.row_residual_max)}, {"tokens_per_s", num(r.tokens_per_s)},
+                       {"row_residual_mean", num(r.row_residual_mean)}});
   }
   {
     std::ofstream out(out_dir + "/summary.json", std::ios::trunc);

@@ -211,19 +211,22 @@ TrainResult train(const RunConfig& cfg, const std::string& out_dir, bool resume,
       const double val = evaluate();
       result.val_loss.emplace_back(st.step, val);
       result.final_val_loss = val;
-      double kmax = 0, rmax = 0;
+      double kmax = 0, rmax = 0, rmean = 0;
       for (const LayerDiag& d : diags) {
         kmax = std::max(kmax, d.kurtosis_max());
         rmax = std::max(rmax, d.row_residual_max);
+        rmean = std::max(rmean, d.row_residual_mean);
       }
       result.kurtosis_max = std::max(result.kurtosis_max, kmax);
       result.row_residual_max = std::max(result.row_residual_max, rmax);
-      json ev = {{"step", st.step}, {"val_loss", val}, {"kurtosis_max", kmax},
-                 {"row_residual_max", rmax}, {"layers", layers_json(diags)}};
+      result.row_residual_mean = std::max(result.row_residual_mean, rmean);
+      json ev = {{"step", st.step}, {"val_loss", val}, {"kurtosis_max", kmax}, {"row_residual_max", rmax},
+                 {"row_residual_mean", rmean}, {"layers", layers_json(diags)}};
       metrics.write(ev.dump());
       if (log) {
-        std::fprintf(log, "eval step %lld | val loss %.4f | kurtosis max %.3f | attention row residual max %.3e\n",
-                     static_cast<long long>(st.step), val, kmax, rmax);
+        std::fprintf(log, "eval step %lld | val loss %.4f | kurtosis max %.3f | attention row residual max %.3e, "
+                          "mean %.3e\n",
+                     static_cast<long long>(st.step), val, kmax, rmax, rmean);
         std::fflush(log);
       }
     }
