@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # bench/pack_gpu_carry.sh — collects what a GPU machine without the Debian -dev packages needs to run
-# octet's CUDA build: the octet CLI and test_cuda from build/cuda, and every shared library they load
-# that is neither glibc's, libstdc++/libgcc nor CUDA's own (which the GPU image has), into
-# .cuda-carry/{bin,lib} (git-ignored via .git/info/exclude). Then: carry .cuda-carry and run
-# bench/gpu_run.sh there.
+# octet's CUDA build: the octet CLI and test_cuda from the CUDA build directory, and every shared
+# library they load that is neither glibc's, libstdc++/libgcc nor CUDA's own (which the GPU image
+# has), into .cuda-carry/{bin,lib} (git-ignored via .git/info/exclude). Then: carry .cuda-carry and
+# run bench/gpu_run.sh there.
+# Environment: OCTET_BUILD (default build/cuda) is the CUDA build directory. OCTET_CARRY_CACHE, if
+# set, is a tokenizer cache directory (data.cache_dir of a BPE run made here) whose spm-*.model and
+# tokens-*.bin files are copied to .cuda-carry/cache, and data/linux-docs (tools/demo.sh) is packed
+# as .cuda-carry/linux-docs.tar.xz, for `bench/gpu_run.sh compare`. Everything must stay within the
+# 64 MiB that one call carries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+BUILD=${OCTET_BUILD:-build/cuda}
 rm -rf .cuda-carry && mkdir -p .cuda-carry/bin .cuda-carry/lib
-cp build/cuda/octet build/cuda/tests/test_cuda .cuda-carry/bin/
+cp "$BUILD/octet" "$BUILD/tests/test_cuda" .cuda-carry/bin/
 strip .cuda-carry/bin/* || true
 ldd .cuda-carry/bin/* | awk '/=>/ {print $3}' | sort -u | while read -r lib; do
   case $(basename "$lib") in
@@ -15,5 +21,11 @@ ldd .cuda-carry/bin/* | awk '/=>/ {print $3}' | sort -u | while read -r lib; do
     *) cp -L "$lib" .cuda-carry/lib/ ;;
   esac
 done
+if [ -n "${OCTET_CARRY_CACHE:-}" ]; then
+  test -f data/linux-docs.complete || { echo "data/linux-docs missing: run tools/demo.sh first" >&2; exit 1; }
+  mkdir -p .cuda-carry/cache
+  cp "$OCTET_CARRY_CACHE"/spm-*.model "$OCTET_CARRY_CACHE"/tokens-*.bin .cuda-carry/cache/
+  tar -cJf .cuda-carry/linux-docs.tar.xz -C data linux-docs linux-docs.complete
+fi
 grep -qx '/.cuda-carry/' .git/info/exclude 2>/dev/null || echo '/.cuda-carry/' >> .git/info/exclude
 du -sh .cuda-carry

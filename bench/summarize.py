@@ -5,7 +5,9 @@
 
 gemm: per d_model and mode, the total time of the 12 GEMMs of one layer (QKV, out-proj, MLP up and
 down; forward, dgrad, wgrad) and the speed-up over BF16, then the per-GEMM TFLOP/s; attention:
-forward and backward time and TFLOP/s per implementation (octet's and the PyTorch SDPA peer's).
+forward and backward time and TFLOP/s per implementation (octet's and the PyTorch SDPA peer's);
+train: per model and arm, step time, tokens/s, TFLOP/s and MFU, octet's and the PyTorch peer's,
+with each row's tokens/s relative to the peer's on the same model.
 Markdown output, ready for docs/cuda.md.
 """
 import json
@@ -18,6 +20,7 @@ def main(paths):
     gemm = [r for r in rows if r.get("bench") == "gemm"]
     attn = [r for r in rows if r.get("bench") == "attention"]
     quant = [r for r in rows if r.get("bench") == "quantize"]
+    train = [r for r in rows if r.get("bench") == "train"]
     if rows:
         r = rows[0]
         print(f"GPU {r.get('gpu')}, CUDA runtime {r.get('cuda_runtime')}, driver {r.get('cuda_driver')}, "
@@ -59,6 +62,15 @@ def main(paths):
                 continue
             print(f"| {r['impl']} | {r['batch']} | {r['heads']} | {r['seq']} | {r['head_dim']} | {r['causal']} | "
                   f"{r['fwd_ms']:.3f} | {r['fwd_tflops']:.1f} | {r['bwd_ms']:.3f} | {r['bwd_tflops']:.1f} |")
+    if train:
+        peer = {r["model"]: r["tokens_per_s"] for r in train if r["impl"] != "octet"}
+        print("| impl | model | arm | params | batch x seq | step ms | tokens/s | TFLOP/s | MFU | vs peer |\n"
+              "|---|---|---|---|---|---|---|---|---|---|")
+        for r in train:
+            ratio = r["tokens_per_s"] / peer[r["model"]] if r["model"] in peer else float("nan")
+            print(f"| {r['impl']} | {r['model']} | {r['arm']} | {r['n_params'] / 1e6:.1f}M | "
+                  f"{r['batch']}x{r['seq_len']} | {r['step_ms_median']:.1f} | {r['tokens_per_s']:.0f} | "
+                  f"{r['tflops']:.1f} | {100 * r['mfu']:.1f}% | {ratio:.3f}x |")
 
 
 if __name__ == "__main__":

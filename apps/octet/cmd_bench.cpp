@@ -3,7 +3,9 @@
 //   octet bench quantize   the quantization kernels (both FP8 copies in one pass) per recipe
 //   octet bench attention  the CUDA backend's FP8 attention (stale, matched delta) vs its BF16 one,
 //                          then PyTorch SDPA (cuDNN, flash) through bench/peers/sdpa.py
-//   octet bench train      (reserved: end-to-end training steps, once the trainer lands)
+//   octet bench train      whole training steps (fwd, bwd, clip, AdamW) of GPT-2-small and a 350M
+//                          model per precision arm on synthetic tokens: tokens/s, TFLOP/s, MFU
+//                          (src/train/bench_train.h), then the PyTorch peer bench/peers/gpt2_torch.py
 // Every line carries the GPU name, CUDA runtime/driver and cuBLASLt versions and the UTC date, so a
 // results file (bench/results/*.jsonl) says where and when it was measured. Method: CUDA events,
 // warm-up, median of the repetitions, operands rotated beyond the L2 (src/cuda/bench.h).
@@ -18,6 +20,7 @@
 
 #include "octet/command.h"
 #include "octet/error.h"
+#include "train/bench_train.h"
 
 #ifdef OCTET_WITH_CUDA
 #include "cuda/bench.h"
@@ -25,21 +28,11 @@
 
 namespace {
 
-#ifdef OCTET_WITH_CUDA
 std::string utc_now() {
   const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
-}
-
-nlohmann::json env_json() {
-  const auto e = octet::cuda::bench_env();
-  return {{"gpu", e.gpu},
-          {"cuda_runtime", e.runtime_version},
-          {"cuda_driver", e.driver_version},
-          {"cublaslt", e.cublaslt_version},
-          {"date", utc_now()}};
 }
 
 void emit(bool json, const nlohmann::json& j, const std::string& table_line) {
@@ -48,6 +41,16 @@ void emit(bool json, const nlohmann::json& j, const std::string& table_line) {
   else
     std::printf("%s\n", table_line.c_str());
   std::fflush(stdout);
+}
+
+#ifdef OCTET_WITH_CUDA
+nlohmann::json env_json() {
+  const auto e = octet::cuda::bench_env();
+  return {{"gpu", e.gpu},
+          {"cuda_runtime", e.runtime_version},
+          {"cuda_driver", e.driver_version},
+          {"cublaslt", e.cublaslt_version},
+          {"date", utc_now()}};
 }
 #endif
 
@@ -153,26 +156,32 @@ struct AttnArgs {
   std::string python = "python3";
 };
 
-#ifdef OCTET_WITH_CUDA
-// Runs the peer script with the same shape; its lines go to stdout after octet's.
-void run_peer(const AttnArgs& a) {
-  if (a.peer.empty()) return;
-  if (std::FILE* f = std::fopen(a.peer.c_str(), "r")) {
+// Runs a peer script (python + script + args) after octet's rows, so both sets of numbers come from
+// one machine and one moment; its lines go to stdout after octet's. A missing script is skipped.
+void run_peer_script(const std::string& what, const std::string& python, const std::string& script,
+                     const std::string& args) {
+  if (script.empty()) return;
+  if (std::FILE* f = std::fopen(script.c_str(), "r")) {
     std::fclose(f);
   } else {
-    std::fprintf(stderr, "octet bench attention: peer script %s not found, skipped\n", a.peer.c_str());
+    std::fprintf(stderr, "octet bench %s: peer script %s not found, skipped\n", what.c_str(), script.c_str());
     return;
   }
-  std::string seqs;
-  for (int64_t s : a.seqs) seqs += (seqs.empty() ? "" : ",") + std::to_string(s);
-  const std::string cmd = a.python + " " + a.peer + " --batch " + std::to_string(a.batch) +
-                          " --heads " + std::to_string(a.heads) + " --head-dim " +
-                          std::to_string(a.head_dim) + " --seq " + seqs + " --causal " +
-                          (a.causal ? "1" : "0") + " --reps " + std::to_string(a.reps) +
-                          " --warmup " + std::to_string(a.warmup) + (a.json ? " --json" : "");
+  const std::string cmd = python + " " + script + " " + args;
   std::fflush(stdout);
   const int rc = std::system(cmd.c_str());
-  if (rc != 0) std::fprintf(stderr, "octet bench attention: peer script failed (%d): %s\n", rc, cmd.c_str());
+  if (rc != 0) std::fprintf(stderr, "octet bench %s: peer script failed (%d): %s\n", what.c_str(), rc, cmd.c_str());
+}
+
+#ifdef OCTET_WITH_CUDA
+void run_peer(const AttnArgs& a) {
+  std::string seqs;
+  for (int64_t s : a.seqs) seqs += (seqs.empty() ? "" : ",") + std::to_string(s);
+  run_peer_script("attention", a.python, a.peer,
+                  "--batch " + std::to_string(a.batch) + " --heads " + std::to_string(a.heads) +
+                      " --head-dim " + std::to_string(a.head_dim) + " --seq " + seqs + " --causal " +
+                      (a.causal ? "1" : "0") + " --reps " + std::to_string(a.reps) + " --warmup " +
+                      std::to_string(a.warmup) + (a.json ? " --json" : ""));
 }
 #endif
 
@@ -208,6 +217,67 @@ void run_attention(const AttnArgs& a) {
   (void)a;
   no_cuda();
 #endif
+}
+
+struct TrainArgs {
+  bool json = false;
+  octet::TrainBenchOptions o;
+  std::string peer = "bench/peers/gpt2_torch.py";  ///< PyTorch peer script ("" skips)
+  std::string python = "python3";
+};
+
+void run_train(const TrainArgs& a) {
+  const auto& o = a.o;
+#ifdef OCTET_WITH_CUDA
+  const nlohmann::json env = o.device == "cuda" ? env_json() : nlohmann::json{{"gpu", "cpu"}, {"date", utc_now()}};
+#else
+  const nlohmann::json env = {{"gpu", "cpu"}, {"date", utc_now()}};
+#endif
+  if (!a.json)
+    std::printf("%-22s %-11s %-12s %5s %10s %9s %11s %8s %6s %8s\n", "impl", "model", "arm", "batch",
+                "params", "step ms", "tokens/s", "TFLOP/s", "MFU", "loss");
+  octet::bench_train(o, [&](const octet::TrainBenchRow& r) {
+    nlohmann::json j = env;
+    j.update({{"bench", "train"}, {"impl", "octet"}, {"model", r.model}, {"arm", r.arm},
+              {"recipe", r.arm == "bf16" ? "" : o.recipe}, {"n_layer", r.config.n_layer},
+              {"d_model", r.config.d_model}, {"n_head", r.config.n_head}, {"d_ff", r.config.d_ff},
+              {"seq_len", r.config.seq_len}, {"vocab_size", r.config.vocab_size}, {"batch", r.batch},
+              {"tokens_per_step", r.batch * r.config.seq_len}, {"n_params", r.n_params},
+              {"n_matmul_params", r.n_matmul_params}, {"flops_per_token", r.flops_per_token},
+              {"warmup", r.warmup}, {"steps", r.steps}, {"step_ms_median", r.step_ms_median},
+              {"step_ms_mean", r.step_ms_mean}, {"tokens_per_s", r.tokens_per_s}, {"tflops", r.tflops},
+              {"mfu", r.mfu}, {"peak_tflops", o.peak_tflops}, {"loss_first", r.loss_first},
+              {"loss_last", r.loss_last}});
+    char line[200];
+    std::snprintf(line, sizeof(line), "%-22s %-11s %-12s %5lld %10lld %9.2f %11.0f %8.1f %5.1f%% %8.4f",
+                  "octet", r.model.c_str(), r.arm.c_str(), (long long)r.batch, (long long)r.n_params,
+                  r.step_ms_median, r.tokens_per_s, r.tflops, 100.0 * r.mfu, r.loss_last);
+    emit(a.json, j, line);
+  }, [&](const octet::TrainBenchRow& r, const std::vector<octet::TrainBenchOp>& ops) {
+    double total = 0;
+    for (const auto& op : ops) total += op.ms_per_step;
+    for (const auto& op : ops) {
+      nlohmann::json j = env;
+      j.update({{"bench", "train-profile"}, {"model", r.model}, {"arm", r.arm}, {"op", op.op},
+                {"calls_per_step", op.calls_per_step}, {"ms_per_step", op.ms_per_step},
+                {"share_of_ops", op.ms_per_step / total}, {"step_ms_median", r.step_ms_median}});
+      char line[200];
+      std::snprintf(line, sizeof(line), "  profile %-11s %-12s %-34s %7.1f calls %9.3f ms/step %5.1f%%",
+                    r.model.c_str(), r.arm.c_str(), op.op.c_str(), op.calls_per_step, op.ms_per_step,
+                    100.0 * op.ms_per_step / total);
+      emit(a.json, j, line);
+    }
+  });
+  if (o.device != "cuda" || o.profile) return;  // the peer is a GPU measurement, unprofiled
+  std::string models;
+  for (const std::string& m : o.models) models += (models.empty() ? "" : ",") + m;
+  char peak[32];
+  std::snprintf(peak, sizeof peak, "%g", o.peak_tflops);
+  run_peer_script("train", a.python, a.peer,
+                  "--models " + models + " --batch " + std::to_string(o.batch) + " --seq " +
+                      std::to_string(o.seq_len) + " --vocab " + std::to_string(o.vocab_size) +
+                      " --warmup " + std::to_string(o.warmup) + " --steps " + std::to_string(o.steps) +
+                      " --peak-tflops " + peak + (a.json ? " --json" : ""));
 }
 
 }  // namespace
@@ -248,8 +318,25 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   attn->add_option("--python", t.python, "interpreter for the peer script");
   attn->callback([] { run_attention(t); });
 
-  auto* train = bench->add_subcommand("train", "end-to-end training steps (not yet available)");
-  train->callback([] {
-    OCTET_FAIL("octet bench train is not available yet: it needs the trainer (src/train)");
-  });
+  static TrainArgs tr;
+  auto* train = bench->add_subcommand(
+      "train", "whole training steps per arm: tokens/s, TFLOP/s, MFU; then the PyTorch BF16 peer");
+  train->add_flag("--json", tr.json, "one JSON object per line");
+  train->add_option("--device", tr.o.device, "cuda | cpu (cpu: for testing, with --models tiny)")
+      ->capture_default_str();
+  train->add_option("--models", tr.o.models, "gpt2-small, 350m, tiny")->delimiter(',');
+  train->add_option("--arms", tr.o.arms, "precision arms")->delimiter(',');
+  train->add_option("--batch", tr.o.batch, "sequences per step")->capture_default_str();
+  train->add_option("--seq", tr.o.seq_len, "tokens per sequence")->capture_default_str();
+  train->add_option("--vocab", tr.o.vocab_size, "vocabulary (GPT-2's 50257 padded to 50304)")
+      ->capture_default_str();
+  train->add_option("--warmup", tr.o.warmup, "untimed warm-up steps")->capture_default_str();
+  train->add_option("--steps", tr.o.steps, "timed steps (median reported)")->capture_default_str();
+  train->add_option("--peak-tflops", tr.o.peak_tflops, "MFU denominator (dense BF16 H100/H200 SXM)")
+      ->capture_default_str();
+  train->add_option("--recipe", tr.o.recipe, "FP8 linears' scaling recipe")->capture_default_str();
+  train->add_flag("--profile", tr.o.profile, "time every backend op by class (synchronizes after each op)");
+  train->add_option("--peer", tr.peer, "PyTorch peer script run after octet's rows ('' skips)");
+  train->add_option("--python", tr.python, "interpreter for the peer script");
+  train->callback([] { run_train(tr); });
 });

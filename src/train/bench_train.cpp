@@ -1,0 +1,158 @@
+// src/train/bench_train.cpp — `octet bench train` (bench_train.h): whole training steps of a
+// GPT-2-shaped model on synthetic tokens per precision arm, timed with a synchronized wall clock.
+// One step is what the trainer (trainer.cpp) does per step with grad_accum = 1: zero_grad, forward +
+// backward (Model::step), global gradient norm, clip to 1, AdamW per parameter tensor (decay on
+// matrices only). The learning rate is constant (the schedule costs nothing on the device).
+#include "train/bench_train.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <random>
+
+#include "octet/backend.h"
+#include "octet/error.h"
+#include "octet/quant.h"
+#include "train/profiling_backend.h"
+
+namespace octet {
+
+ModelConfig bench_model_config(const std::string& name, int64_t vocab_size, int64_t seq_len) {
+  ModelConfig c;
+  if (name == "gpt2-small") {
+    c.n_layer = 12, c.d_model = 768, c.n_head = 12, c.d_ff = 3072;
+  } else if (name == "350m") {
+    c.n_layer = 24, c.d_model = 1024, c.n_head = 16, c.d_ff = 4096;
+  } else if (name == "tiny") {
+    c.n_layer = 2, c.d_model = 64, c.n_head = 2, c.d_ff = 256;
+  } else {
+    OCTET_FAIL("unknown benchmark model '" + name + "' (expected gpt2-small, 350m or tiny)");
+  }
+  c.n_kv_head = c.n_head;
+  c.vocab_size = vocab_size;
+  c.seq_len = seq_len;
+  c.norm = NormKind::LayerNorm;
+  c.norm_placement = NormPlacement::Pre;
+  c.positions = PositionKind::Learned;
+  c.mlp = MlpKind::GELU;
+  c.tied_embeddings = true;
+  c.validate();
+  return c;
+}
+
+int64_t matmul_params(const ModelConfig& c) {
+  const int64_t hd = c.head_dim();
+  const int64_t qkv = (c.n_head + 2 * c.n_kv_head) * hd * c.d_model;
+  const int64_t proj = c.d_model * c.n_head * hd;
+  const int64_t fc1 = (c.mlp == MlpKind::SwiGLU ? 2 : 1) * c.d_ff * c.d_model;
+  const int64_t fc2 = c.d_model * c.d_ff;
+  return c.n_layer * (qkv + proj + fc1 + fc2) + c.vocab_size * c.d_model;
+}
+
+double train_flops_per_token(const ModelConfig& c) {
+  const double attn = 6.0 * double(c.n_layer) * 2.0 * double(c.seq_len) * double(c.n_head * c.head_dim());
+  return 6.0 * double(matmul_params(c)) + attn;
+}
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+void bench_train(const TrainBenchOptions& opt, const std::function<void(const TrainBenchRow&)>& on_row,
+                 const std::function<void(const TrainBenchRow&, const std::vector<TrainBenchOp>&)>& on_profile) {
+  OCTET_CHECK(opt.warmup >= 1, "bench train needs at least one warm-up step (got " + std::to_string(opt.warmup) + ")");
+  OCTET_CHECK(opt.steps >= 1, "bench train needs at least one timed step (got " + std::to_string(opt.steps) + ")");
+  OCTET_CHECK(opt.batch >= 1, "bench train: batch must be >= 1");
+  OCTET_CHECK(opt.peak_tflops > 0, "bench train: peak TFLOP/s must be > 0");
+  for (const std::string& a : opt.arms) parse_arm(a);  // reject unknown names before any work
+  auto backend = make_backend(opt.device);
+  std::unique_ptr<ProfilingBackend> profiler;
+  if (opt.profile) profiler = std::make_unique<ProfilingBackend>(*backend);
+  Backend& be = opt.profile ? static_cast<Backend&>(*profiler) : *backend;
+
+  for (const std::string& name : opt.models) {
+    const ModelConfig cfg = bench_model_config(name, opt.vocab_size, opt.seq_len);
+    const int64_t tokens = opt.batch * cfg.seq_len;
+    // Synthetic tokens: uniform ids, a few distinct batches cycled (targets are the next id).
+    constexpr int kBatches = 4;
+    std::mt19937_64 rng(opt.seed);
+    std::uniform_int_distribution<int32_t> tok(0, int32_t(cfg.vocab_size - 1));
+    std::vector<std::vector<int32_t>> ids(kBatches), targets(kBatches);
+    for (int b = 0; b < kBatches; ++b) {
+      std::vector<int32_t> stream(size_t(tokens + 1));
+      for (auto& t : stream) t = tok(rng);
+      ids[b].assign(stream.begin(), stream.end() - 1);
+      targets[b].assign(stream.begin() + 1, stream.end());
+    }
+    for (const std::string& arm : opt.arms) {
+      PrecisionConfig prec;
+      prec.arm = parse_arm(arm);
+      prec.quant.recipe = parse_recipe(opt.recipe);
+      prec.quant.formats = FormatPolicy::Hybrid;
+      Model model(cfg, prec, be, opt.batch);
+      model.init(opt.seed);
+      const size_t n = model.num_params();
+      float* adam_m = be.alloc(n);
+      float* adam_v = be.alloc(n);
+      be.fill(adam_m, 0.0f, n);
+      be.fill(adam_v, 0.0f, n);
+      const float grad_scale = 1.0f / float(tokens);
+      TrainBenchRow row;
+      row.model = name;
+      row.arm = arm;
+      row.config = cfg;
+      row.batch = opt.batch;
+      row.n_params = int64_t(n);
+      row.n_matmul_params = matmul_params(cfg);
+      row.flops_per_token = train_flops_per_token(cfg);
+      row.warmup = opt.warmup;
+      row.steps = opt.steps;
+      std::vector<double> ms;
+      be.synchronize();
+      for (int s = 0; s < opt.warmup + opt.steps; ++s) {
+        const auto t0 = std::chrono::steady_clock::now();
+        model.zero_grad();
+        int64_t counted = 0;
+        const double loss_sum = model.step(ids[s % kBatches].data(), targets[s % kBatches].data(), true,
+                                           grad_scale, &counted);
+        const double gnorm = std::sqrt(be.sum_squares(model.grad_data(), n));
+        if (std::isfinite(gnorm) && gnorm > 1.0) be.scale(float(1.0 / gnorm), model.grad_data(), n);
+        for (const ParamInfo& p : model.params())
+          be.adamw(model.param_data() + p.offset, model.grad_data() + p.offset, adam_m + p.offset,
+                   adam_v + p.offset, p.numel, 3e-4f, 0.9f, 0.95f, 1e-8f, p.decay ? 0.1f : 0.0f, s + 1);
+        be.synchronize();
+        const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        const double loss = loss_sum / double(std::max<int64_t>(counted, 1));
+        if (s == 0) row.loss_first = loss;
+        row.loss_last = loss;
+        if (s >= opt.warmup) ms.push_back(dt);
+        if (profiler && s + 1 == opt.warmup) profiler->reset();  // count the timed steps only
+      }
+      be.release(adam_m);
+      be.release(adam_v);
+      row.step_ms_median = median(ms);
+      row.step_ms_mean = std::accumulate(ms.begin(), ms.end(), 0.0) / double(ms.size());
+      row.tokens_per_s = double(tokens) / (row.step_ms_median * 1e-3);
+      row.tflops = row.flops_per_token * row.tokens_per_s / 1e12;
+      row.mfu = row.tflops / opt.peak_tflops;
+      on_row(row);
+      if (profiler && on_profile) {
+        std::vector<TrainBenchOp> ops;
+        for (const auto& [name, st] : profiler->stats())
+          ops.push_back({name, double(st.calls) / opt.steps, st.seconds * 1e3 / opt.steps});
+        std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.ms_per_step > b.ms_per_step; });
+        on_profile(row, ops);
+      }
+    }
+  }
+}
+
+}  // namespace octet

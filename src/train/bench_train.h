@@ -1,0 +1,80 @@
+// src/train/bench_train.h — the end-to-end training benchmark behind `octet bench train`
+// (apps/octet/cmd_bench.cpp): whole optimizer steps (forward, backward, global-norm clip, AdamW) of a
+// GPT-2-shaped model on synthetic tokens, per precision arm, on any backend (CUDA for the numbers
+// that matter; the CPU backend runs the tiny preset so the code is testable without a GPU).
+//
+// Method (/work/.library/device/METHOD.md): warm-up steps first (cuBLASLt plans, allocations,
+// delayed-scaling histories), then timed steps, each timed by the host wall clock between two
+// Backend::synchronize() calls (the step includes the host->device copy of its token ids, as the
+// trainer's does); the median step time gives tokens/s.
+//
+// FLOPs (PaLM, Chowdhery et al. 2022, appendix B; as nanoGPT and llm.c count them): per token,
+//   6·N_matmul + 6·L·2·T·d
+// where N_matmul counts the weights that enter matrix products (qkv, proj, fc1, fc2 of every layer and
+// the LM head, V·d; not norms, biases or position embeddings), and the second term is attention's
+// QKᵀ and PV (2 FLOPs per multiply-add, forward 2·(2·T·d) per token and layer, backward twice that),
+// counted over the full T×T square although the mask is causal (PaLM's convention). MFU = achieved
+// FLOP/s over a stated peak (989 TFLOP/s: dense BF16 of an H100/H200 SXM, used for every arm).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "octet/model.h"
+
+namespace octet {
+
+/// Named architectures: "gpt2-small" (12 layers, d 768, 12 heads, d_ff 3072), "350m" (24 layers,
+/// d 1024, 16 heads, d_ff 4096: GPT-2 medium), "tiny" (2 layers, d 64, 2 heads; for tests). All are
+/// GPT-2's block: LayerNorm pre-norm, learned positions, GELU MLP, tied embeddings, no linear biases.
+/// vocab_size and seq_len are set by the caller. Throws octet::Error for an unknown name.
+ModelConfig bench_model_config(const std::string& name, int64_t vocab_size, int64_t seq_len);
+
+/// Matrix-product weights N_matmul of the formula above.
+int64_t matmul_params(const ModelConfig& c);
+/// Training FLOPs per token by the formula above.
+double train_flops_per_token(const ModelConfig& c);
+
+struct TrainBenchOptions {
+  std::string device = "cuda";
+  std::vector<std::string> models{"gpt2-small", "350m"};
+  std::vector<std::string> arms{"bf16", "fp8-linear", "fp8-stale", "fp8-matched"};
+  int64_t vocab_size = 50304;  ///< GPT-2's 50257 rounded up to a multiple of 64 (as llm.c does)
+  int64_t seq_len = 1024;
+  int64_t batch = 8;           ///< sequences per step (one micro-batch)
+  int warmup = 3, steps = 10;
+  double peak_tflops = 989.0;  ///< dense BF16, H100/H200 SXM datasheet
+  std::string recipe = "tensor-current";  ///< FP8 linears' recipe (configs/demo.toml's)
+  uint64_t seed = 1234;
+  /// Time every backend op by class (profiling_backend.h: a synchronization after each op, so the
+  /// step times of a profiled run are a little longer than an unprofiled one's).
+  bool profile = false;
+};
+
+/// One op class of a profiled run: calls and milliseconds per timed step.
+struct TrainBenchOp {
+  std::string op;
+  double calls_per_step = 0, ms_per_step = 0;
+};
+
+struct TrainBenchRow {
+  std::string model, arm;
+  ModelConfig config;
+  int64_t batch = 0, n_params = 0, n_matmul_params = 0;
+  double flops_per_token = 0;
+  int warmup = 0, steps = 0;
+  double step_ms_median = 0, step_ms_mean = 0;
+  double tokens_per_s = 0;   ///< batch·seq_len / median step time
+  double tflops = 0;         ///< flops_per_token · tokens_per_s / 1e12
+  double mfu = 0;            ///< tflops / peak_tflops
+  double loss_first = 0, loss_last = 0;  ///< nats/token, first warm-up step and last timed step
+};
+
+/// Runs every (model, arm) pair; on_row is called after each (with opt.profile, on_profile too, with
+/// the op classes sorted by time, largest first). Throws octet::Error for bad options.
+void bench_train(const TrainBenchOptions& opt, const std::function<void(const TrainBenchRow&)>& on_row,
+                 const std::function<void(const TrainBenchRow&, const std::vector<TrainBenchOp>&)>& on_profile = {});
+
+}  // namespace octet

@@ -1,0 +1,160 @@
+// train_test.cpp — end-to-end training on the CUDA backend against the CPU reference backend, in
+// every precision arm (DESIGN.md §4): one whole step (loss and every gradient, same init, same
+// batch), then the first 20 optimizer steps of a tiny config through the real trainer (train.h's
+// train(): warmup LR, clip, AdamW), on the byte-tokenized docs/ folder of this repository.
+//
+// Why the two backends may differ at all: both quantize bitwise alike for equal inputs
+// (quantize_test.cpp), but (1) the GPU's GEMMs sum in another order (FP32: ~K·2⁻²⁴ relative) and
+// Hopper's FP8 tensor cores accumulate in limited precision (gemm_test.cpp bounds it at
+// 2⁻¹⁰·Σ|ab|, ~1e-4 of the output measured); (2) a downstream rounding then flips the odd element
+// by one unit: a BF16 ulp is 2⁻⁸ relative, but an FP8 code is 2⁻³ (E4M3) or 2⁻² (E5M2), and the
+// per-tensor amax — hence every scale — can move with it. So the FP8 arms drift an order of
+// magnitude more than bf16. Tolerances (each at least ~5x what that estimate gives, and far
+// below the loss changes the test also requires):
+//   one step   loss: |Δ| ≤ 1e-4·loss (bf16), 1e-3·loss (FP8 arms)
+//              gradients: ‖g_gpu − g_cpu‖ ≤ 2e-3·‖g_cpu‖ (bf16), 3e-2·‖g_cpu‖ (FP8 arms)
+//   20 steps   per-step train loss: |Δ| ≤ 5e-3 nats (bf16), 3e-2 nats (FP8 arms), while the loss
+//              itself falls by more than 0.5 nats over those steps (so agreement is not trivial).
+// Adam's first steps move every weight by ~lr·sign(g), so a weight whose gradient is ~0 can move
+// the other way on the other backend; such weights barely change the loss, which is why the
+// 20-step check is on losses (what the issue asks for) and the gradient check is on one step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "octet/backend.h"
+#include "octet/model.h"
+#include "octet/train.h"
+
+namespace octet {
+namespace {
+
+namespace fs = std::filesystem;
+
+ModelConfig tiny_model() {
+  ModelConfig c;  // RMSNorm pre-norm, RoPE, SwiGLU (the model.h defaults)
+  c.n_layer = 2;
+  c.d_model = 64;
+  c.n_head = 2;
+  c.n_kv_head = 2;  // head_dim 32: a multiple of 16, as the CUDA attention needs
+  c.d_ff = 128;
+  c.vocab_size = 256;
+  c.seq_len = 64;
+  return c;
+}
+
+PrecisionConfig precision_of(const std::string& arm) {
+  PrecisionConfig p;
+  p.arm = parse_arm(arm);
+  p.quant.recipe = Recipe::TensorCurrent;
+  p.quant.formats = FormatPolicy::Hybrid;  // E4M3 forward, E5M2 gradients (configs/demo.toml)
+  return p;
+}
+
+bool is_fp8(const std::string& arm) { return arm != "bf16"; }
+
+std::vector<int32_t> docs_bytes() {
+  const Corpus c = read_corpus(std::string(OCTET_SOURCE_DIR) + "/docs", 400000);
+  std::vector<int32_t> t(c.text.size());
+  for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t(static_cast<unsigned char>(c.text[i]));
+  return t;
+}
+
+class CudaTraining : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaTraining, OneStepLossAndGradientsMatchCpu) {
+  OCTET_REQUIRE_GPU();
+  const std::string arm = GetParam();
+  const ModelConfig mc = tiny_model();
+  const int64_t batch = 4, N = batch * mc.seq_len;
+  const std::vector<int32_t> tokens = docs_bytes();
+  ASSERT_GT(int64_t(tokens.size()), N + 1);
+  std::vector<int32_t> ids(tokens.begin(), tokens.begin() + N), targets(tokens.begin() + 1, tokens.begin() + N + 1);
+
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  Model mc_cpu(mc, precision_of(arm), *cpu, batch), mc_gpu(mc, precision_of(arm), *gpu, batch);
+  mc_cpu.init(7);
+  mc_gpu.init(7);
+  mc_cpu.zero_grad();
+  mc_gpu.zero_grad();
+  int64_t n_cpu = 0, n_gpu = 0;
+  const double loss_cpu = mc_cpu.step(ids.data(), targets.data(), true, 1.0f / float(N), &n_cpu) / double(N);
+  const double loss_gpu = mc_gpu.step(ids.data(), targets.data(), true, 1.0f / float(N), &n_gpu) / double(N);
+  ASSERT_EQ(n_cpu, N);
+  ASSERT_EQ(n_gpu, N);
+  const std::vector<float> g_cpu = mc_cpu.download_grads(), g_gpu = mc_gpu.download_grads();
+  ASSERT_EQ(g_cpu.size(), g_gpu.size());
+  double diff2 = 0, ref2 = 0;
+  for (size_t i = 0; i < g_cpu.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(g_gpu[i])) << arm << ": non-finite GPU gradient at " << i;
+    diff2 += (double(g_gpu[i]) - g_cpu[i]) * (double(g_gpu[i]) - g_cpu[i]);
+    ref2 += double(g_cpu[i]) * g_cpu[i];
+  }
+  const double grad_rel = std::sqrt(diff2 / ref2), loss_rel = std::fabs(loss_gpu - loss_cpu) / loss_cpu;
+  std::printf("[%s] one step: loss cpu %.6f gpu %.6f (rel %.2e); gradient rel. L2 diff %.2e\n", arm.c_str(),
+              loss_cpu, loss_gpu, loss_rel, grad_rel);
+  EXPECT_LE(loss_rel, is_fp8(arm) ? 1e-3 : 1e-4) << arm;
+  EXPECT_LE(grad_rel, is_fp8(arm) ? 3e-2 : 2e-3) << arm;
+  // Every parameter tensor got a gradient on the GPU (a missing backward would give zeros there).
+  for (const ParamInfo& p : mc_gpu.params()) {
+    double s = 0;
+    for (size_t i = 0; i < p.numel; ++i) s += std::fabs(g_gpu[p.offset + i]);
+    EXPECT_GT(s, 0.0) << arm << ": zero gradient for " << p.name;
+  }
+}
+
+TEST_P(CudaTraining, First20StepsLossesMatchCpu) {
+  OCTET_REQUIRE_GPU();
+  const std::string arm = GetParam();
+  RunConfig cfg;
+  cfg.model = tiny_model();
+  cfg.precision = precision_of(arm);
+  cfg.train.steps = 20;
+  cfg.train.batch_size = 8;
+  cfg.train.warmup_steps = 5;
+  cfg.train.eval_every = 20;
+  cfg.train.eval_batches = 1;
+  cfg.train.checkpoint_every = 0;
+  cfg.train.log_every = 20;
+  cfg.data.tokenizer = "byte";
+  const fs::path base = fs::temp_directory_path() / ("octet-train-test-" + arm);
+  fs::remove_all(base);
+  std::vector<std::vector<double>> losses;
+  for (const char* device : {"cpu", "cuda"}) {
+    cfg.device = device;
+    Dataset ds(docs_bytes(), 256, cfg.model.seq_len, 0.1, cfg.train.seed);
+    const TrainResult r = train(cfg, (base / device).string(), false, ds, nullptr);
+    ASSERT_EQ(r.train_loss.size(), 20u) << device;
+    losses.push_back(r.train_loss);
+  }
+  fs::remove_all(base);
+  const double tol = is_fp8(arm) ? 3e-2 : 5e-3;
+  double max_diff = 0;
+  for (size_t s = 0; s < 20; ++s) {
+    ASSERT_TRUE(std::isfinite(losses[1][s])) << arm << " step " << s + 1;
+    const double d = std::fabs(losses[1][s] - losses[0][s]);
+    max_diff = std::max(max_diff, d);
+    EXPECT_LE(d, tol) << arm << " step " << s + 1 << ": cpu " << losses[0][s] << " gpu " << losses[1][s];
+  }
+  std::printf("[%s] 20 steps: loss cpu %.4f -> %.4f, gpu %.4f -> %.4f; max |diff| %.2e nats (tolerance %.0e)\n",
+              arm.c_str(), losses[0][0], losses[0][19], losses[1][0], losses[1][19], max_diff, tol);
+  EXPECT_LT(losses[0][19], losses[0][0] - 0.5) << arm << ": the reference run did not learn";
+}
+
+INSTANTIATE_TEST_SUITE_P(Arms, CudaTraining,
+                         ::testing::Values("bf16", "fp8-linear", "fp8-stale", "fp8-matched"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace octet
