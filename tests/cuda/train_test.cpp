@@ -58,8 +58,11 @@ PrecisionConfig precision_of(const std::string& arm) {
 
 bool is_fp8(const std::string& arm) { return arm != "bf16"; }
 
+// The repository's docs/ (from the source dir this was built in, or the working directory: the GPU
+// machine runs carried binaries from a copy of the repository root).
 std::vector<int32_t> docs_bytes() {
-  const Corpus c = read_corpus(std::string(OCTET_SOURCE_DIR) + "/docs", 400000);
+  const std::string built_in = std::string(OCTET_SOURCE_DIR) + "/docs";
+  const Corpus c = read_corpus(fs::exists(built_in) ? built_in : std::string("docs"), 400000);
   std::vector<int32_t> t(c.text.size());
   for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t(static_cast<unsigned char>(c.text[i]));
   return t;
