@@ -2,6 +2,7 @@
 // --no-saturate) and decodes them back, for inspecting the formats of fp8.h by hand or from a
 // test oracle. --json prints one object per value: {"input", "code", "value"}; "code" is a hex
 // string like "0x7e" and "value" the decoded number, or "nan" / "inf" / "-inf" as strings.
+// --decode takes codes instead of values (every code of a format, for the ml_dtypes oracle).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,7 +18,7 @@ namespace {
 
 struct CastOptions {
   std::string format = "e4m3";
-  bool no_saturate = false, json = false;
+  bool no_saturate = false, json = false, decode = false;
 };
 
 // A whole-string float: decimal or hex, "nan", "inf", "-inf", "infinity" (strtof's grammar).
@@ -27,6 +28,15 @@ float parse_value(const std::string& s) {
   OCTET_CHECK(!s.empty() && end == s.c_str() + s.size(),
               "cast: malformed number '" + s + "' (expected e.g. 1.5, -3, 1e-3, nan, inf, -inf)");
   return v;
+}
+
+// A code: 0x00..0xff (hex) or 0..255 (decimal).
+uint8_t parse_code(const std::string& s) {
+  char* end = nullptr;
+  const long v = s.empty() ? -1 : std::strtol(s.c_str(), &end, 0);
+  OCTET_CHECK(!s.empty() && end == s.c_str() + s.size() && v >= 0 && v <= 255,
+              "cast: malformed code '" + s + "' (expected 0x00..0xff or 0..255)");
+  return uint8_t(v);
 }
 
 nlohmann::json number_or_name(float v) {
@@ -52,16 +62,18 @@ OCTET_COMMAND("cast", [](CLI::App& app) {
   cmd->add_flag("--no-saturate", o->no_saturate,
                 "out-of-range values become NaN (e4m3) or inf (e5m2) instead of ±max");
   cmd->add_flag("--json", o->json, "one JSON object per value: input, code, value");
+  cmd->add_flag("--decode", o->decode, "the arguments are codes (0x7e or 126): decode them");
   cmd->allow_extras();  // the values, in order; "-inf" and "-3" included
-  cmd->footer("VALUES: decimal numbers, nan, inf, -inf (e.g. octet cast --format e4m3 464 -inf 1e-3)");
+  cmd->footer("VALUES (after the options): decimal or hex floats, nan, inf, -inf\n  e.g. octet cast --format e4m3 464 -inf 1e-3;  octet cast --decode 0x7e 0x7f");
   cmd->callback([cmd, o] {
     const octet::Format f = octet::parse_format(o->format);
     const std::vector<std::string> args = cmd->remaining();
     OCTET_CHECK(!args.empty(), "cast: no values given (e.g. octet cast --format e4m3 448 464)");
-    std::vector<float> values;
-    for (const auto& a : args) values.push_back(parse_value(a));  // all checked before output
-    for (size_t i = 0; i < values.size(); ++i) {
-      const uint8_t code = octet::fp8_encode(values[i], f, !o->no_saturate);
+    std::vector<uint8_t> codes;  // all arguments are checked before any output
+    for (const auto& a : args)
+      codes.push_back(o->decode ? parse_code(a) : octet::fp8_encode(parse_value(a), f, !o->no_saturate));
+    for (size_t i = 0; i < codes.size(); ++i) {
+      const uint8_t code = codes[i];
       const float back = octet::fp8_decode(code, f);
       if (o->json) {
         nlohmann::json j = {{"input", args[i]}, {"code", hex_code(code)}, {"value", number_or_name(back)}};

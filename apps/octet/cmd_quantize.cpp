@@ -81,7 +81,9 @@ OCTET_COMMAND("quantize", [](CLI::App& app) {
     octet::QuantConfig cfg;
     cfg.recipe = octet::parse_recipe(o->recipe);
     octet::Role role = parse_role(o->role);
-    if (o->format == "e5m2") {
+    OCTET_CHECK(o->format == "e4m3" || o->format == "hybrid" || o->format == "e5m2",
+                "quantize: unknown format '" + o->format + "' (expected one of: e4m3, hybrid, e5m2)");
+    if (o->format == "e5m2") {  // E5M2 elements: the hybrid policy's gradient format
       cfg.formats = octet::FormatPolicy::Hybrid;
       role = octet::Role::Gradient;
     } else {
