@@ -133,7 +133,6 @@ std::unique_ptr<Tokenizer> make_bpe_tokenizer(const std::string& raw, int64_t vo
         {"pad_id", "-1"},
         {"num_threads", "2"},
         {"minloglevel", "2"},
-        {"random_seed", "1"},
     };
     std::string model;
     const auto st = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
