@@ -7,7 +7,8 @@
 #   tools: bench/pack_gpu_carry.sh builds .cuda-carry/{bin,lib}; this script runs from the repo root.
 # Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [attention] [train] [bench-train] [compare]
 #   (default: tests gemm quantize attention train); logs in $OUT (at most 8 files come back).
-#   bench-train: `octet bench train --json` (OCTET_BENCH_TRAIN_ARGS adds options) -> bench-train.jsonl
+#   bench-train: `octet bench train --json` (OCTET_BENCH_TRAIN_ARGS adds options, e.g. "--no-peer" to
+#     skip the PyTorch peer) -> bench-train.jsonl; then --profile of GPT-2-small -> bench-train-profile.jsonl
 #   compare: results/gpt2-small-compare.toml on data/linux-docs (carried as .cuda-carry/linux-docs.tar.xz
 #     with its tokenizer cache, OCTET_CARRY_CACHE in pack_gpu_carry.sh); OCTET_COMPARE_ARGS adds
 #     options (e.g. "--set train.steps=300"); summary, metrics and log -> compare.tgz. Its time

@@ -222,7 +222,8 @@ void run_attention(const AttnArgs& a) {
 struct TrainArgs {
   bool json = false;
   octet::TrainBenchOptions o;
-  std::string peer = "bench/peers/gpt2_torch.py";  ///< PyTorch peer script ("" skips)
+  std::string peer = "bench/peers/gpt2_torch.py";  ///< PyTorch peer script
+  bool no_peer = false;
   std::string python = "python3";
 };
 
@@ -268,7 +269,7 @@ void run_train(const TrainArgs& a) {
       emit(a.json, j, line);
     }
   });
-  if (o.device != "cuda" || o.profile) return;  // the peer is a GPU measurement, unprofiled
+  if (o.device != "cuda" || o.profile || a.no_peer) return;  // the peer is a GPU measurement, unprofiled
   std::string models;
   for (const std::string& m : o.models) models += (models.empty() ? "" : ",") + m;
   char peak[32];
@@ -336,7 +337,8 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
       ->capture_default_str();
   train->add_option("--recipe", tr.o.recipe, "FP8 linears' scaling recipe")->capture_default_str();
   train->add_flag("--profile", tr.o.profile, "time every backend op by class (synchronizes after each op)");
-  train->add_option("--peer", tr.peer, "PyTorch peer script run after octet's rows ('' skips)");
+  train->add_option("--peer", tr.peer, "PyTorch peer script run after octet's rows")->capture_default_str();
+  train->add_flag("--no-peer", tr.no_peer, "skip the PyTorch peer");
   train->add_option("--python", tr.python, "interpreter for the peer script");
   train->callback([] { run_train(tr); });
 });

@@ -1,6 +1,8 @@
 // src/cuda/norms.cu — RMSNorm (Zhang & Sennrich 2019) and LayerNorm (Ba et al. 2016), forward and
 // backward, one thread block per row; row statistics and the backward's row sums in double, the
-// weight/bias gradients by a column kernel (one thread per feature, a loop over rows, no atomics).
+// weight/bias gradients by a two-stage column reduction (partial sums over chunks of kChunkRows
+// rows in a 32-column x 8-row thread block, then one thread per feature adds the chunks in order:
+// deterministic, no atomics; the partials live in stream-ordered scratch, cudaMallocAsync).
 // Twin of src/cpu/backend/norms.cpp (same formulas, same double accumulation); see ops.h.
 #include <cuda_runtime.h>
 
@@ -43,18 +45,45 @@ __global__ void rmsnorm_backward_kernel(const float* x, const float* w, const fl
 }
 
 // dw[i] += Σ_r dy[r,i]·x̂[r,i], with x̂ = x·rstd (rms) or (x − mean)·rstd (layer); db[i] += Σ_r dy.
-__global__ void norm_param_grad_kernel(const float* x, const float* mean, const float* rstd,
-                                       const float* dy, float* dw, float* db, int64_t rows,
-                                       int64_t dim) {
+// Stage 1: block (blockIdx.x, blockIdx.y) sums columns [32·bx, 32·bx + 32) over rows
+// [kChunkRows·by, kChunkRows·(by + 1)) in double, 8 row-strided lanes per column combined in shared
+// memory; the chunk's partials go to pw/pb [chunks, dim]. (One thread per column looping over all
+// rows, the first form, left ~130 of 132 SMs idle: 2 ms per call at 8192 x 768 on an H200.)
+constexpr int kChunkRows = 128, kColTile = 32, kRowLanes = 8;
+
+__global__ void norm_param_partial_kernel(const float* x, const float* mean, const float* rstd,
+                                          const float* dy, double* pw, double* pb, int64_t rows,
+                                          int64_t dim) {
+  __shared__ double sw_s[kRowLanes][kColTile], sb_s[kRowLanes][kColTile];
+  const int64_t i = blockIdx.x * int64_t(kColTile) + threadIdx.x;
+  const int64_t r0 = blockIdx.y * int64_t(kChunkRows);
+  const int64_t r1 = r0 + kChunkRows < rows ? r0 + kChunkRows : rows;
+  double sw = 0.0, sb = 0.0;
+  if (i < dim) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
+      const double xhat = (double(x[r * dim + i]) - (mean ? double(mean[r]) : 0.0)) * double(rstd[r]);
+      const double g = dy[r * dim + i];
+      sw += g * xhat;
+      sb += g;
+    }
+  }
+  sw_s[threadIdx.y][threadIdx.x] = sw;
+  sb_s[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0 && i < dim) {
+    for (int l = 1; l < kRowLanes; ++l) sw += sw_s[l][threadIdx.x], sb += sb_s[l][threadIdx.x];
+    pw[blockIdx.y * dim + i] = sw;
+    pb[blockIdx.y * dim + i] = sb;
+  }
+}
+
+// Stage 2: one thread per column adds the chunks' partials in chunk order.
+__global__ void norm_param_finish_kernel(const double* pw, const double* pb, float* dw, float* db,
+                                         int64_t chunks, int64_t dim) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= dim) return;
   double sw = 0.0, sb = 0.0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const double xhat = (double(x[r * dim + i]) - (mean ? double(mean[r]) : 0.0)) * double(rstd[r]);
-    const double g = dy[r * dim + i];
-    sw += g * xhat;
-    sb += g;
-  }
+  for (int64_t c = 0; c < chunks; ++c) sw += pw[c * dim + i], sb += pb[c * dim + i];
   if (dw) dw[i] += float(sw);
   if (db) db[i] += float(sb);
 }
@@ -103,6 +132,23 @@ __global__ void layernorm_backward_kernel(const float* x, const float* w, const 
 
 unsigned col_blocks(int64_t dim) { return unsigned((dim + kThreads - 1) / kThreads); }
 
+// dw += Σ_r dy·x̂ and db += Σ_r dy (either may be null) through the two kernels above.
+void norm_param_grad(const float* x, const float* mean, const float* rstd, const float* dy, float* dw,
+                     float* db, int64_t rows, int64_t dim, cudaStream_t s) {
+  const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows;
+  double* partial = nullptr;  // [2, chunks, dim]: weight partials, then bias partials
+  OCTET_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial),
+                                   size_t(2 * chunks * dim) * sizeof(double), s));
+  const dim3 grid(unsigned((dim + kColTile - 1) / kColTile), unsigned(chunks));
+  norm_param_partial_kernel<<<grid, dim3(kColTile, kRowLanes), 0, s>>>(x, mean, rstd, dy, partial,
+                                                                        partial + chunks * dim, rows, dim);
+  OCTET_CUDA_LAUNCH_CHECK();
+  norm_param_finish_kernel<<<col_blocks(dim), kThreads, 0, s>>>(partial, partial + chunks * dim, dw, db,
+                                                                 chunks, dim);
+  OCTET_CUDA_LAUNCH_CHECK();
+  OCTET_CUDA_CHECK(cudaFreeAsync(partial, s));
+}
+
 }  // namespace
 
 void rmsnorm_forward_launch(const float* x, const float* w, float* y, float* rstd, int64_t rows,
@@ -118,9 +164,7 @@ void rmsnorm_backward_launch(const float* x, const float* w, const float* rstd, 
   rmsnorm_backward_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, w, rstd, dy, dx, dim);
   OCTET_CUDA_LAUNCH_CHECK();
   if (dw) {
-    norm_param_grad_kernel<<<col_blocks(dim), kThreads, 0, s>>>(x, nullptr, rstd, dy, dw, nullptr,
-                                                                rows, dim);
-    OCTET_CUDA_LAUNCH_CHECK();
+    norm_param_grad(x, nullptr, rstd, dy, dw, nullptr, rows, dim, s);
   }
 }
 
@@ -139,9 +183,7 @@ void layernorm_backward_launch(const float* x, const float* w, const float* mean
   layernorm_backward_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, w, mean, rstd, dy, dx, dim);
   OCTET_CUDA_LAUNCH_CHECK();
   if (dw || db) {
-    norm_param_grad_kernel<<<col_blocks(dim), kThreads, 0, s>>>(x, mean, rstd, dy, dw, db, rows,
-                                                                dim);
-    OCTET_CUDA_LAUNCH_CHECK();
+    norm_param_grad(x, mean, rstd, dy, dw, db, rows, dim, s);
   }
 }
 

@@ -9,12 +9,17 @@
 // 2⁻¹⁰·Σ|ab|, ~1e-4 of the output measured); (2) a downstream rounding then flips the odd element
 // by one unit: a BF16 ulp is 2⁻⁸ relative, but an FP8 code is 2⁻³ (E4M3) or 2⁻² (E5M2), and the
 // per-tensor amax — hence every scale — can move with it. So the FP8 arms drift an order of
-// magnitude more than bf16. Tolerances (each at least ~5x what that estimate gives, and far
-// below the loss changes the test also requires):
+// magnitude more than bf16. Then training amplifies any difference (Adam's first steps move
+// every weight by ~lr·sign(g), whatever its size). Tolerances:
 //   one step   loss: |Δ| ≤ 1e-4·loss (bf16), 1e-3·loss (FP8 arms)
-//              gradients: ‖g_gpu − g_cpu‖ ≤ 2e-3·‖g_cpu‖ (bf16), 3e-2·‖g_cpu‖ (FP8 arms)
-//   20 steps   per-step train loss: |Δ| ≤ 5e-3 nats (bf16), 3e-2 nats (FP8 arms), while the loss
-//              itself falls by more than 0.5 nats over those steps (so agreement is not trivial).
+//              gradients: ‖g_gpu − g_cpu‖ ≤ 2e-3·‖g_cpu‖ (bf16), 5e-2·‖g_cpu‖ (FP8 arms)
+//   20 steps   per-step train loss: |Δ| ≤ 1e-2 nats (bf16), 5e-2 nats (FP8 arms), while the loss
+//              itself falls by more than 0.5 nats (measured ~1.8) over those steps, so agreement is
+//              not trivial.
+// Measured on an H200 (bench/results/2026-11-30-h200-test_cuda-train.log, two versions of docs/):
+// one step, loss rel. ≤ 3e-11 (bf16) / 9e-6 (FP8), gradients 7.9e-5 (bf16) / 1.4e-2..1.6e-2 (FP8);
+// 20 steps, max |Δloss| 6e-5..1.5e-3 nats (bf16), 9e-4..1.8e-2 nats (FP8 arms). The FP8 and 20-step
+// bounds are ~3x the largest seen (how far the two runs drift apart depends on the data).
 // Adam's first steps move every weight by ~lr·sign(g), so a weight whose gradient is ~0 can move
 // the other way on the other backend; such weights barely change the loss, which is why the
 // 20-step check is on losses (what the issue asks for) and the gradient check is on one step.
@@ -103,7 +108,7 @@ TEST_P(CudaTraining, OneStepLossAndGradientsMatchCpu) {
   std::printf("[%s] one step: loss cpu %.6f gpu %.6f (rel %.2e); gradient rel. L2 diff %.2e\n", arm.c_str(),
               loss_cpu, loss_gpu, loss_rel, grad_rel);
   EXPECT_LE(loss_rel, is_fp8(arm) ? 1e-3 : 1e-4) << arm;
-  EXPECT_LE(grad_rel, is_fp8(arm) ? 3e-2 : 2e-3) << arm;
+  EXPECT_LE(grad_rel, is_fp8(arm) ? 5e-2 : 2e-3) << arm;
   // Every parameter tensor got a gradient on the GPU (a missing backward would give zeros there).
   for (const ParamInfo& p : mc_gpu.params()) {
     double s = 0;
@@ -137,7 +142,7 @@ TEST_P(CudaTraining, First20StepsLossesMatchCpu) {
     losses.push_back(r.train_loss);
   }
   fs::remove_all(base);
-  const double tol = is_fp8(arm) ? 3e-2 : 5e-3;
+  const double tol = is_fp8(arm) ? 5e-2 : 1e-2;
   double max_diff = 0;
   for (size_t s = 0; s < 20; ++s) {
     ASSERT_TRUE(std::isfinite(losses[1][s])) << arm << " step " << s + 1;
