@@ -71,35 +71,33 @@ OCTET_HD float fp8_round_magnitude(float a, Format f) {
 /// saturate=true: |x| beyond max (and ±inf) become ±max; NaN stays NaN.
 /// saturate=false: values that round beyond max become NaN (E4M3) or ±inf (E5M2); ±inf become
 /// NaN (E4M3) or ±inf (E5M2). NaN encodes as 0x7F/0xFF (E4M3) and 0x7F/0xFF (E5M2 quiet NaN).
+/// Works on the float's bits (the result equals rounding fp8_round_magnitude's way): normal
+/// results round the 23-bit mantissa to M bits in integer arithmetic (a carry moves into the
+/// exponent, as it should); results below 2^emin are rounded by one FP32 addition of 2^(emin−M+23),
+/// whose ulp is exactly the FP8 subnormal step (RNE, the default rounding mode).
 OCTET_HD uint8_t fp8_encode(float x, Format f, bool saturate) {
   const uint32_t bits = detail::f32_bits(x);
   const uint8_t sign = uint8_t((bits >> 24) & 0x80);
+  const uint32_t u = bits & 0x7FFFFFFFu;
   const int m = detail::man_bits(f);
   const int b = detail::bias(f);
-  const uint8_t nan_code = 0x7F;
-  const uint8_t max_code = f == Format::E4M3 ? 0x7E : 0x7B;
-  const uint8_t inf_code = 0x7C;  // E5M2 only
-  if (x != x) return sign | nan_code;
-  const float a = fabsf(x);
-  if (a == INFINITY) {
-    if (saturate) return sign | max_code;
-    return sign | (f == Format::E4M3 ? nan_code : inf_code);
-  }
-  const float r = fp8_round_magnitude(a, f);
-  if (r > fp8_max(f)) {
-    if (saturate) return sign | max_code;
-    return sign | (f == Format::E4M3 ? nan_code : inf_code);
-  }
-  if (r == 0.0f) return sign;
-  const int emin = 1 - b;
-  const uint32_t rb = detail::f32_bits(r);
-  const int e = int((rb >> 23) & 0xFF) - 127;
-  if (e < emin) {  // subnormal: r = mant * 2^(emin - m)
-    const int mant = int(r * ldexpf(1.0f, m - emin));
-    return sign | uint8_t(mant);
-  }
-  const uint32_t mant = (rb >> (23 - m)) & ((1u << m) - 1u);
-  return sign | uint8_t(((e + b) << m) | mant);
+  const uint32_t max_code = f == Format::E4M3 ? 0x7Eu : 0x7Bu;
+  const uint8_t overflow_code = saturate ? uint8_t(max_code) : (f == Format::E4M3 ? 0x7F : 0x7C);
+  // Both candidates are computed and one is selected (no data-dependent branch: loops vectorize).
+  // Normal result (or overflow; inf too): RNE of the mantissa, then rebias the exponent.
+  const int shift = 23 - m;
+  const uint32_t normal =
+      ((u + ((1u << (shift - 1)) - 1u) + ((u >> shift) & 1u)) >> shift) - (uint32_t(127 - b) << m);
+  // |x| < 2^emin: the number of FP8 subnormal steps 2^(emin−m); 2^m steps give code 1<<m, the
+  // min normal. (For larger |x| this is garbage that the select below discards.)
+  const uint32_t magic_bits = uint32_t(1 - b - m + 23 + 127) << 23;
+  const uint32_t sub =
+      detail::f32_bits(detail::f32_from_bits(u) + detail::f32_from_bits(magic_bits)) - magic_bits;
+  const uint32_t min_normal = uint32_t(1 - b + 127) << 23;  // 2^emin as float bits
+  uint32_t code = u >= min_normal ? normal : sub;
+  code = code > max_code ? overflow_code : code;
+  code = u > 0x7F800000u ? 0x7Fu : code;  // NaN
+  return uint8_t(sign | code);
 }
 
 /// Decodes an FP8 code of format `f` to its exact value (NaN codes give NaN; E5M2 inf codes ±inf).
