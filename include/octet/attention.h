@@ -80,8 +80,14 @@ struct AttentionSaved {
   std::vector<double> lse_fp64;
 };
 
-/// Softmax-gradient diagnostics of one backward: r_i = Σ_j dS_ij (before dS is quantized) relative
-/// to Σ_j |dS_ij|; rows with Σ|dS| = 0 count as 0.
+/// Softmax-gradient diagnostics of one backward, per query row (dS before it is quantized):
+///   r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|)       (0 when the denominator is 0),
+/// with the FP32 P, the dP and the D (stale or matched) that produce dS = P ∘ (dP − D). The
+/// denominator is the magnitude of the terms P_ij dP_ij and P_ij D_i that the row sum cancels, so
+/// r_i is FP32 rounding (~1e-7) with the matched delta in every row, and ≈ |ε_i| / (Σ_j P_ij |dP_ij|
+/// + |D_i|), the relative error of the delta, with the stale one. (Dividing by Σ_j |dS_ij| instead
+/// is degenerate: in rows whose exact dS is 0 — a causal row that sees one key, one-hot or sink
+/// rows — Σ_j |dS_ij| is itself rounding noise and the ratio is ~1 whatever the delta.)
 struct AttentionStats {
   double row_residual_max = 0.0;
   double row_residual_mean = 0.0;

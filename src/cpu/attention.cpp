@@ -1,7 +1,8 @@
 // src/cpu/attention.cpp — the public entry points of the CPU attention (octet/attention.h): names,
 // shape checks, operand rounding, and the dispatch to a form (whole or tiled) and an arithmetic
 // type (float for BF16/FP8 = FP32 accumulation, double for FP64). The backward also turns the
-// per-row residual sums into the diagnostics r_i = |Σ_j dS_ij| / Σ_j |dS_ij| (DESIGN.md §3).
+// per-row residual sums into the diagnostics r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|)
+// (attention.h's AttentionStats; DESIGN.md §3).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -170,7 +171,7 @@ void attention_backward(const AttentionSaved& saved, const float* d_o, float* dq
   std::vector<float> do_hat(nq);
   attn::round_do(p, d_o, do_hat.data());
   const size_t rows = size_t(p.B * p.H * p.Tq);
-  std::vector<double> res_sum(rows, 0.0), res_abs(rows, 0.0);
+  std::vector<double> res_sum(rows, 0.0), res_mag(rows, 0.0);
   std::vector<double> lse64;  // FP64: the unrounded LSE if the forward saved it
   if (saved.config.precision == AttnPrecision::FP64) {
     if (saved.lse_fp64.size() == saved.lse.size())
@@ -187,7 +188,7 @@ void attention_backward(const AttentionSaved& saved, const float* d_o, float* dq
       a.lse = saved.lse.data();
     else
       a.lse = lse64.data();
-    a.res_sum = res_sum.data(), a.res_abs = res_abs.data();
+    a.res_sum = res_sum.data(), a.res_mag = res_mag.data();
     return a;
   };
   if (saved.config.precision == AttnPrecision::FP64)
@@ -199,7 +200,7 @@ void attention_backward(const AttentionSaved& saved, const float* d_o, float* dq
   double total = 0.0;
   if (want_rows) stats->row_residual.assign(rows, 0.0);
   for (size_t r = 0; r < rows; ++r) {
-    const double rel = res_abs[r] > 0 ? std::fabs(res_sum[r]) / res_abs[r] : 0.0;
+    const double rel = res_mag[r] > 0 ? std::fabs(res_sum[r]) / res_mag[r] : 0.0;
     double& mx = stats->row_residual_max;
     if (rel != rel || (mx == mx && rel > mx)) mx = rel;  // a NaN is reported, never hidden
     total += rel;

@@ -1,6 +1,7 @@
 // src/cpu/attention_backward_tile.cpp — the backward step on one (query block x key block) tile
 // that both execution forms share: recompute P from the saved LSE and dP = dÔV̂ᵀ, form
-// dS = P ∘ (dP − D), record the softmax-gradient residual, round dS on its tile scale, and
+// dS = P ∘ (dP − D), record the softmax-gradient residual sums (Σ_j dS_ij and the magnitude
+// Σ_j P_ij(|dP_ij| + |D_i|) of the terms it cancels), round dS on its tile scale, and
 // accumulate dV, dK, dQ. Structure after FlashAttention-2's backward (Dao, arXiv 2307.08691,
 // Algorithm 2); the delta D is the caller's (stale or matched, DESIGN.md §3).
 #include <algorithm>
@@ -46,14 +47,15 @@ void ds_step(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, i
     const T* dPr = dP + (i - i0) * ld;
     T* dsr = ds + (i - i0) * nc;
     const RowDelta<T> d = delta[i - i0];
-    double sum = 0, abs_sum = 0;
+    const double d_abs = std::fabs(double(d.pivot) + double(d.offset));  // |D_i|
+    double sum = 0, mag = 0;
     for (int64_t j = 0; j < nc; ++j) {
       dsr[j] = Pr[j] * ((dPr[j] - d.pivot) - d.offset);  // masked keys: P = 0 gives dS = 0
       sum += double(dsr[j]);
-      abs_sum += std::fabs(double(dsr[j]));
+      mag += double(Pr[j]) * (std::fabs(double(dPr[j])) + d_abs);  // the terms the sum cancels
     }
     a.res_sum[row0 + i] += sum;
-    a.res_abs[row0 + i] += abs_sum;
+    a.res_mag[row0 + i] += mag;
   }
   round_ds_tile(p.cfg, ds, i1 - i0, nc, nc);
 

@@ -104,7 +104,9 @@ struct BackwardArgs {
   const float *q_hat, *k_hat, *v_hat, *o, *d_o, *do_hat;
   const T* lse;
   T *dq, *dk, *dv;
-  double *res_sum, *res_abs;  // per (b, h, i) row: Σ_j dS_ij and Σ_j |dS_ij| (before rounding)
+  // per (b, h, i) row: Σ_j dS_ij (before rounding) and Σ_j P_ij (|dP_ij| + |D_i|), the magnitude
+  // of the terms P_ij dP_ij and P_ij D_i that the row sum cancels (the residual's denominator)
+  double *res_sum, *res_mag;
 };
 template <typename T>
 void backward_whole(const Problem& p, const BackwardArgs<T>& a);
@@ -157,8 +159,9 @@ template <typename T>
 void compute_p_dp(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, int64_t i0,
                   int64_t i1, int64_t j0, int64_t j1, T* P, T* dP, int64_t ld);
 
-/// ds_step: dS = P ∘ (dP − D) with delta[r] the D of row i0 + r (see RowDelta); adds Σ_j dS_ij and Σ_j |dS_ij|
-/// (before rounding) to the residual sums; rounds dS on the tile's scale (round_ds_tile); and
+/// ds_step: dS = P ∘ (dP − D) with delta[r] the D of row i0 + r (see RowDelta, D = pivot + offset);
+/// adds Σ_j dS_ij (before rounding) and Σ_j P_ij (|dP_ij| + |D_i|) to the residual sums; rounds dS
+/// on the tile's scale (round_ds_tile); and
 /// accumulates dV += P̃ᵀdÔ, dK += τ dŜᵀQ̂, dQ += τ dŜK̂. ds is scratch of (i1 − i0) * (j1 − j0).
 template <typename T>
 void ds_step(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, int64_t i0,

@@ -142,7 +142,7 @@ class CudaAttention final : public Attention {
     unpad_scale_launch(dk_acc_.get(), dk, d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f, fp8_ ? sq() : nullptr,
                        nullptr, s_);
     unpad_scale_launch(dv_acc_.get(), dv, d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f, nullptr, nullptr, s_);
-    // Diagnostics: r_i = |Σ_j dS_ij| / Σ_j |dS_ij| per row, max (NaN reported) and mean.
+    // Diagnostics: r_i = |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) per row, max (NaN reported), mean.
     std::vector<double> res(static_cast<size_t>(nrows));
     OCTET_CUDA_CHECK(cudaMemcpyAsync(res.data(), residual_.get(), res.size() * sizeof(double),
                                      cudaMemcpyDeviceToHost, s_));

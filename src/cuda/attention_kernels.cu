@@ -5,7 +5,8 @@
 // Q, K, V (fp8.h scale_from_amax), L = m + log Σ exp(S − m) over the unrounded P, P̃ = E4M3 of
 // exp(S − L)·p_scale, O = (Σ P̃ V̂) / Σ P̃ stored as BF16, dÔ per-tensor in do_format; backward
 // P = exp(S − L), pivot = dO·O (stale, raw dO) or dÔ·O (matched), matched offset
-// Σ_j P_ij (dP_ij − pivot), dS = P ∘ ((dP − pivot) − offset), the row residual before rounding,
+// Σ_j P_ij (dP_ij − pivot), dS = P ∘ ((dP − pivot) − offset), the row residual before rounding
+// (|Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|), D = pivot + offset, as the CPU's ds_step),
 // and dŜ with one power-of-two scale per (block_q x block_k) tile (Delta-Matching, arXiv
 // 2609.37852; FlashAttention-2's backward structure, arXiv 2307.08691).
 #include <cuda_runtime.h>
@@ -163,14 +164,17 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) offset += expf(s[j] - L) * (dp[j] - piv);
     offset = block_sum(offset, scratch);
   }
-  double sum = 0.0, abs_sum = 0.0;
+  // Residual r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|), D = pivot + offset (attention.h).
+  const double d_abs = fabs(double(piv) + double(offset));
+  double sum = 0.0, mag = 0.0;
   for (int64_t j = threadIdx.x; j < d.Tk_p; j += blockDim.x) {
     const float p = j < n ? expf(s[j] - L) : 0.0f;
-    const float ds = p * ((dp[j] - piv) - offset);
+    const float dpj = dp[j];
+    const float ds = p * ((dpj - piv) - offset);
     dp[j] = j < n ? ds : 0.0f;
     if (j < n) {
       sum += double(ds);
-      abs_sum += fabs(double(ds));
+      mag += double(p) * (fabs(double(dpj)) + d_abs);
     }
     if (a.fp8)
       p8[base + j] = fp8_encode(p * a.p_scale, Format::E4M3, true);
@@ -178,8 +182,8 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
       p16[base + j] = bf16_bits(p);
   }
   sum = block_sum(sum, dscratch);
-  abs_sum = block_sum(abs_sum, dscratch);
-  if (threadIdx.x == 0) a.residual[row] = abs_sum > 0.0 ? fabs(sum) / abs_sum : 0.0;
+  mag = block_sum(mag, dscratch);
+  if (threadIdx.x == 0) a.residual[row] = mag > 0.0 ? fabs(sum) / mag : 0.0;
 }
 
 // Pass 1: amax of every (block_q x block_k) tile of dS, from 32x32 sub-tiles.

@@ -66,7 +66,7 @@ struct BackwardRowArgs {
   bool matched;
   float p_scale;
   void* P;               ///< out: P̃ rows (FP8 codes or BF16), for dV
-  double* residual;      ///< out: per row |Σ_j dS_ij| / Σ_j |dS_ij|
+  double* residual;      ///< out: per row |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) (attention.h)
 };
 void backward_rows_launch(const AttnDims& d, const BackwardRowArgs& a, cudaStream_t s);
 

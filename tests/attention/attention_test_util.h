@@ -2,6 +2,7 @@
 // implementation forward and backward, and measure it against the FP64 oracle.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -56,6 +57,18 @@ inline bool all_finite(const std::vector<float>& x) {
   for (float v : x)
     if (!std::isfinite(v)) return false;
   return true;
+}
+
+/// dÔ as the FP8 backward sees it, quantized here independently of octet's code path: E5M2 with
+/// one current scale per tensor, s = 57344 / amax (the OFP8 E5M2 max over the tensor amax).
+inline std::vector<double> independent_do_hat_e5m2(const std::vector<float>& d_o) {
+  float amax = 0;
+  for (float x : d_o) amax = std::max(amax, std::fabs(x));
+  const float sc = 57344.0f / amax;
+  std::vector<double> do_hat(d_o.size());
+  for (size_t i = 0; i < d_o.size(); ++i)
+    do_hat[i] = double(fp8_round(d_o[i] * sc, Format::E5M2) * (1.0f / sc));
+  return do_hat;
 }
 
 inline std::string name_of(AttnPrecision p, AttnForm f) { return to_string(p) + "_" + to_string(f); }

@@ -11,6 +11,9 @@
 // (Numbers from `octet attention-check`, docs/delta-matching.md; the asserts below leave margin.)
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
+
 #include "attention_test_util.h"
 
 using namespace octet;
@@ -71,6 +74,48 @@ TEST(DeltaMatching, Fp64ResidualsAreRoundingOnly) {
       s, test::make_config(AttnPrecision::FP64, AttnForm::Whole, DeltaMode::Stale), in);
   EXPECT_LE(m.stats.row_residual_max, 1e-13);
   EXPECT_LE(st.stats.row_residual_mean, 1e-5);
+}
+
+// The residual's denominator Σ_j P_ij (|dP_ij| + |D_i|) keeps it meaningful in rows whose exact dS
+// is 0. Causal row 0 sees one key: P_00 = 1 and dS_00 = dP_00 − D_0, exactly 0 with the matched D
+// and ε_0 with the stale one. The former normalization Σ_j |dS_ij| = |ε_0| made that row's ratio
+// |ε_0| / |ε_0| = 1 for any ε_0 ≠ 0 however small (and 0/0 for matched): the max over rows sat at
+// 1.0 in every arm. Now row 0 reports matched ≈ 0 and stale = |ε_0| / (|dP_00| + |D_0|), the
+// relative error of the stale delta, recomputed here in FP64 from the saved operands.
+TEST(DeltaMatching, ResidualIsMeaningfulInARowThatSeesOneKey) {
+  const auto s = test::make_shape(1, 4, 2, 64, 64, 32, true);
+  for (auto dist : {AttnInputDist::Normal, AttnInputDist::Sink}) {
+    const auto in = make_attention_inputs(s, dist, 12);
+    const auto do_hat = test::independent_do_hat_e5m2(in.d_o);
+    for (auto form : {AttnForm::Whole, AttnForm::Tiled}) {
+      const std::string what = to_string(dist) + " " + to_string(form);
+      const auto m = test::run_attention(
+          s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
+      const auto st = test::run_attention(
+          s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Stale), in, true);
+      EXPECT_LE(m.stats.row_residual_max, 1e-5) << what;
+      double stale_row0_mean = 0;
+      for (int64_t h = 0; h < 4; ++h) {
+        const size_t row0 = size_t(h * 64);        // (b 0, h, i 0)
+        const int64_t qo = h * 64 * 32, ko = (h / 2) * 64 * 32;  // query row 0, key 0 of its KV head
+        double dp = 0, d = 0;
+        for (int64_t c = 0; c < 32; ++c) {
+          dp += do_hat[size_t(qo + c)] * st.saved.v_hat[size_t(ko + c)];
+          d += double(in.d_o[size_t(qo + c)]) * st.saved.o[size_t(qo + c)];
+        }
+        const double eps = dp - d;
+        ASSERT_NE(eps, 0.0) << what;  // so the former ratio |ε| / |ε| was exactly 1 here
+        const double want = std::fabs(eps) / (std::fabs(dp) + std::fabs(d));
+        EXPECT_NEAR(st.stats.row_residual[row0], want, 1e-3 * want + 1e-6) << what << " head " << h;
+        EXPECT_LT(st.stats.row_residual[row0], 0.5) << what << " head " << h;
+        EXPECT_LE(m.stats.row_residual[row0], 1e-6) << what << " head " << h;
+        stale_row0_mean += st.stats.row_residual[row0] / 4;
+      }
+      // The stale delta's error in the one-key rows is visible against matched's rounding.
+      EXPECT_GE(stale_row0_mean, 1e-3) << what;
+      EXPECT_GE(st.stats.row_residual_max, 100 * m.stats.row_residual_max) << what;
+    }
+  }
 }
 
 // With V constant along the keys, dP_ij = dÔ_i·V̂ does not depend on j, so the exact dS is 0 and

@@ -3,8 +3,8 @@
 //  - the backward of both forms is bit-identical on the same saved tensors (they share the tile
 //    step and the accumulation order; only the loop nesting differs), so a GPU kernel checked
 //    against the tiled form is checked against the definition;
-//  - the row residual each backward reports equals r_i recomputed here in FP64 from the saved
-//    operands and an independent quantization of dO.
+//  - the row residual each backward reports equals r_i = |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|)
+//    recomputed here in FP64 from the saved operands and an independent quantization of dO.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,41 +73,39 @@ TEST(Forms, TiledForwardIsCloseToWhole) {
   }
 }
 
-// r_i = |Σ_j dS_ij| / Σ_j |dS_ij| with dS = P ∘ (dP − D), stale D = dO·O, recomputed in FP64
-// from the saved Q̂, K̂, V̂, O, LSE and dÔ quantized here from the OFP8 definition.
+// r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|) with dS = P ∘ (dP − D), stale D = dO·O,
+// recomputed in FP64 from the saved Q̂, K̂, V̂, O, LSE and dÔ quantized here from the OFP8
+// definition; full and causal (whose first row sees one key).
 TEST(Forms, ReportedResidualMatchesAnFp64Recomputation) {
-  const auto s = test::make_shape(1, 2, 1, 40, 40, 16, false);
-  const auto in = make_attention_inputs(s, AttnInputDist::Normal, 11);
-  const auto r = test::run_attention(
-      s, test::make_config(AttnPrecision::FP8, AttnForm::Whole, DeltaMode::Stale), in, true);
-  float amax = 0;
-  for (float x : in.d_o) amax = std::max(amax, std::fabs(x));
-  const float sc = 57344.0f / amax;  // E5M2 max / amax: current scaling
-  std::vector<double> do_hat(in.d_o.size());
-  for (size_t i = 0; i < in.d_o.size(); ++i)
-    do_hat[i] = double(fp8_round(in.d_o[i] * sc, Format::E5M2) * (1.0f / sc));
-  const double tau = 1.0 / std::sqrt(16.0);
-  const auto& sv = r.saved;
-  ASSERT_EQ(r.stats.row_residual.size(), size_t(80));
-  for (int64_t h = 0; h < 2; ++h)
-    for (int64_t i = 0; i < 40; ++i) {
-      const int64_t qo = (h * 40 + i) * 16;
-      double d = 0, sum = 0, abs_sum = 0;
-      for (int64_t c = 0; c < 16; ++c) d += double(in.d_o[qo + c]) * sv.o[qo + c];
-      for (int64_t j = 0; j < 40; ++j) {
-        double sd = 0, dp = 0;
-        for (int64_t c = 0; c < 16; ++c) {
-          sd += double(sv.q_hat[qo + c]) * sv.k_hat[j * 16 + c];
-          dp += do_hat[qo + c] * sv.v_hat[j * 16 + c];
+  for (bool causal : {false, true}) {
+    const auto s = test::make_shape(1, 2, 1, 40, 40, 16, causal);
+    const auto in = make_attention_inputs(s, AttnInputDist::Normal, 11);
+    const auto r = test::run_attention(
+        s, test::make_config(AttnPrecision::FP8, AttnForm::Whole, DeltaMode::Stale), in, true);
+    const auto do_hat = test::independent_do_hat_e5m2(in.d_o);
+    const double tau = 1.0 / std::sqrt(16.0);
+    const auto& sv = r.saved;
+    ASSERT_EQ(r.stats.row_residual.size(), size_t(80));
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 40; ++i) {
+        const int64_t qo = (h * 40 + i) * 16;
+        double d = 0, sum = 0, mag = 0;
+        for (int64_t c = 0; c < 16; ++c) d += double(in.d_o[qo + c]) * sv.o[qo + c];
+        for (int64_t j = 0; j < (causal ? i + 1 : 40); ++j) {
+          double sd = 0, dp = 0;
+          for (int64_t c = 0; c < 16; ++c) {
+            sd += double(sv.q_hat[qo + c]) * sv.k_hat[j * 16 + c];
+            dp += do_hat[qo + c] * sv.v_hat[j * 16 + c];
+          }
+          const double pr = std::exp(tau * sd - sv.lse[h * 40 + i]);
+          sum += pr * (dp - d);
+          mag += pr * (std::fabs(dp) + std::fabs(d));
         }
-        const double ds = std::exp(tau * sd - sv.lse[h * 40 + i]) * (dp - d);
-        sum += ds;
-        abs_sum += std::fabs(ds);
+        const double want = std::fabs(sum) / mag;
+        EXPECT_NEAR(r.stats.row_residual[size_t(h * 40 + i)], want, 1e-3 * want + 1e-6)
+            << "row " << h << "," << i << (causal ? " causal" : "");
       }
-      const double want = std::fabs(sum) / abs_sum;
-      EXPECT_NEAR(r.stats.row_residual[size_t(h * 40 + i)], want, 1e-3 * want + 1e-6)
-          << "row " << h << "," << i;
-    }
+  }
 }
 
 }  // namespace
