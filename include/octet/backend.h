@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "octet/attention.h"
 #include "octet/quant.h"
@@ -58,6 +59,16 @@ class Linear {
   virtual QuantStats stats_x() const = 0;
   virtual QuantStats stats_w() const = 0;
   virtual QuantStats stats_dy() const = 0;
+  /// The quantizer state a checkpoint must hold for a bitwise resume (host copy; the CUDA backend
+  /// synchronizes). Layout (quant.h pack_delayed_states): for each slot X, W, dY in that order
+  /// [n, amax history (n values, most recent last), delayed scale, overflow count]. Empty for
+  /// BF16/FP32 and for the stateless FP8 recipes (all but tensor-delayed).
+  virtual std::vector<float> quant_state() const = 0;
+  /// Restores a quant_state() of a linear with the same spec; the next forward() then quantizes as
+  /// the saving linear's next forward() would. Throws octet::Error naming the mismatch (wrong
+  /// size, a history longer than amax_history_len, invalid values, non-empty for a stateless
+  /// linear) and leaves the state unchanged.
+  virtual void load_quant_state(const std::vector<float>& state) = 0;
 };
 
 /// One attention layer's forward/backward and the tensors its forward saves.

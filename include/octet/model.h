@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -162,6 +163,17 @@ class Model {
 
   /// Diagnostics of the last forward/backward (kurtosis of its saved activations, quantizer stats).
   std::vector<LayerDiag> diagnostics();
+
+  /// The quantizer state of every linear that keeps one (Linear::quant_state: tensor-delayed FP8
+  /// linears), keyed "h.<l>.attn.qkv", "h.<l>.attn.proj", "h.<l>.mlp.fc1", "h.<l>.mlp.fc2" (and
+  /// "head" if it had state). Empty for the BF16/FP32 arms and the stateless recipes. Host copies
+  /// (the CUDA backend synchronizes).
+  std::map<std::string, std::vector<float>> quant_states() const;
+  /// Restores quant_states() of a model with the same config and precision. The keys must be
+  /// exactly those quant_states() returns; throws octet::Error naming a missing or unknown key or
+  /// the linear whose state does not fit (Linear::load_quant_state), and then leaves every
+  /// linear's state as it was.
+  void load_quant_states(const std::map<std::string, std::vector<float>>& states);
 
  private:
   struct Impl;

@@ -81,6 +81,30 @@ struct QTensor {
   }
 };
 
+/// The state of one tensor-delayed quantizer slot that its next quantize() depends on: what a
+/// checkpoint must hold for a resumed run to scale bitwise like an uninterrupted one.
+struct DelayedState {
+  std::vector<float> history;  ///< finite amaxes of the last quantize() calls, most recent last (<= H)
+  float scale = 1.0f;          ///< the scale the next quantize() uses (Quantizer::delayed_state)
+  int64_t overflow_count = 0;  ///< NaN/inf amaxes seen so far
+};
+
+/// Throws octet::Error naming `what` and the problem unless `state` could have come from a
+/// tensor-delayed quantizer with history length `history_len`: at most that many amaxes, each
+/// finite and >= 0, a finite scale > 0, a non-negative overflow count.
+void check_delayed_state(const DelayedState& state, int history_len, const std::string& what);
+
+/// Serializes slots (Linear::quant_state's layout, backend.h): for each slot in order
+/// [n, history[0], ..., history[n-1] (most recent last), scale, overflow_count], n + 3 floats
+/// (n and the count are exact as floats up to 2^24).
+std::vector<float> pack_delayed_states(const std::vector<DelayedState>& slots);
+/// The inverse for exactly `count` slots with histories of at most `history_len`. Validates all
+/// of `data` before returning; throws octet::Error naming the slot and the mismatch: too few or
+/// too many values, n not an integer in [0, history_len], a negative or non-finite amax, a
+/// non-positive or non-finite scale, an overflow count that is not a non-negative integer.
+std::vector<DelayedState> unpack_delayed_states(const std::vector<float>& data, int count,
+                                                int history_len);
+
 /// A stateful quantizer for one tensor slot (one operand of one layer): tensor-delayed keeps its
 /// amax history here; the other recipes are stateless.
 ///
@@ -122,6 +146,14 @@ class Quantizer {
   /// tensor-delayed: the scale the next quantize will use (1 before the first call).
   float delayed_scale() const { return delayed_scale_; }
   const std::vector<float>& amax_history() const { return history_; }
+  /// tensor-delayed: the state to checkpoint (history, next scale, overflow count).
+  /// Throws octet::Error for the stateless recipes.
+  DelayedState delayed_state() const;
+  /// tensor-delayed: restores a delayed_state() (a history longer than amax_history_len or an
+  /// invalid value throws octet::Error). Afterwards the quantizer acts like the one that saved it
+  /// from its next quantize() on (quantize_transposed() before that acts as a quantize(), as in a
+  /// fresh quantizer); the last-overflow flag is cleared. Throws for the stateless recipes.
+  void load_delayed_state(const DelayedState& state);
 
  private:
   float scale_for_tensor(float amax);  // tensor recipes: the scale to use, updates state

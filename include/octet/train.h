@@ -169,12 +169,15 @@ struct TrainState {
   int64_t skipped_steps = 0;
   int64_t bad_in_a_row = 0;
 };
-/// <out>/checkpoint.safetensors: "param.<name>", "adam_m.<name>", "adam_v.<name>" and the state in
-/// the metadata. Written atomically (tmp + rename).
+/// <out>/checkpoint.safetensors: "param.<name>", "adam_m.<name>", "adam_v.<name>", the quantizer
+/// state "quant.<linear>" of every linear that keeps one (Model::quant_states: tensor-delayed FP8
+/// linears, e.g. "quant.h.0.attn.qkv") and the state in the metadata. Written atomically (tmp +
+/// rename).
 void save_checkpoint(const std::string& out_dir, Model& model, const std::vector<float>& adam_m,
                      const std::vector<float>& adam_v, const TrainState& state);
-/// Loads into model and adam m/v (sized num_params) and returns the state; throws octet::Error if
-/// the file is missing, corrupt, or its tensors do not match the model.
+/// Loads into model (weights and quantizer states) and adam m/v (sized num_params) and returns the
+/// state; throws octet::Error if the file is missing, corrupt, or its tensors do not match the
+/// model. A checkpoint without "quant." tensors (a stateless recipe) leaves the quantizers fresh.
 TrainState load_checkpoint(const std::string& out_dir, Model& model, std::vector<float>& adam_m,
                            std::vector<float>& adam_v);
 /// Weights only (the PyTorch twin reads this): "<name>" tensors.

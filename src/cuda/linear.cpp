@@ -14,6 +14,7 @@
 // cuBLASLt BF16 GEMMs with FP32 accumulation. FP32: cuBLASLt FP32 (no TF32), the reference path.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
@@ -97,7 +98,31 @@ class CudaLinear final : public Linear {
   QuantStats stats_w() const override { return stats(qw_.get(), wq_); }
   QuantStats stats_dy() const override { return stats(qdy_.get(), dyq_); }
 
+  // Checkpoint state: as CpuLinear's, downloaded from / uploaded to the quantizers' device state.
+  std::vector<float> quant_state() const override {
+    if (!delayed()) return {};
+    return pack_delayed_states({qx_->delayed_state(), qw_->delayed_state(), qdy_->delayed_state()});
+  }
+
+  void load_quant_state(const std::vector<float>& state) override {
+    if (!delayed()) {
+      OCTET_CHECK(state.empty(), "linear: a quantizer state of " + std::to_string(state.size()) +
+                                     " values for a linear without one (BF16/FP32 or a stateless "
+                                     "recipe)");
+      return;
+    }
+    const std::vector<DelayedState> s = unpack_delayed_states(state, 3, spec_.quant.amax_history_len);
+    qx_->load_delayed_state(s[0]);
+    qw_->load_delayed_state(s[1]);
+    qdy_->load_delayed_state(s[2]);
+    fwd_x_ = fwd_w_ = nullptr;  // the forward's transposed copies predate the restored state
+    fwd_m_ = 0;
+  }
+
  private:
+  bool delayed() const {
+    return spec_.precision == LinearPrecision::FP8 && spec_.quant.recipe == Recipe::TensorDelayed;
+  }
   static void check_m(int64_t m) {
     OCTET_CHECK(m >= 1, "linear: the number of rows M must be >= 1, got " + std::to_string(m));
   }

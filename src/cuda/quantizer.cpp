@@ -2,6 +2,7 @@
 // on the device, and the host views used by statistics and tests.
 #include "cuda/quantizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -168,6 +169,47 @@ int64_t CudaQuantizer::overflow_count() const {
   OCTET_CUDA_CHECK(cudaMemcpyAsync(st, state_.get(), sizeof(st), cudaMemcpyDeviceToHost, stream_));
   OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return st[3];
+}
+
+DelayedState CudaQuantizer::delayed_state() const {
+  OCTET_CHECK(config_.recipe == Recipe::TensorDelayed,
+              "quantizer: the " + to_string(config_.recipe) + " recipe keeps no delayed state");
+  const int H = config_.amax_history_len;
+  int st[4];
+  float s[2];
+  std::vector<float> ring(size_t(H), 0.0f);
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(st, state_.get(), sizeof(st), cudaMemcpyDeviceToHost, stream_));
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(s, scale_.get(), sizeof(s), cudaMemcpyDeviceToHost, stream_));
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(ring.data(), history_.get(), size_t(H) * sizeof(float),
+                                   cudaMemcpyDeviceToHost, stream_));
+  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // st = {count, next position, overflow flag, overflow count}: the count entries before the next
+  // position (circularly) are the history, oldest first.
+  DelayedState out;
+  out.history.resize(size_t(st[0]));
+  for (int i = 0; i < st[0]; ++i) out.history[size_t(i)] = ring[size_t((st[1] - st[0] + i + H) % H)];
+  out.scale = s[0];
+  out.overflow_count = st[3];
+  return out;
+}
+
+void CudaQuantizer::load_delayed_state(const DelayedState& state) {
+  OCTET_CHECK(config_.recipe == Recipe::TensorDelayed,
+              "quantizer: the " + to_string(config_.recipe) + " recipe keeps no delayed state");
+  check_delayed_state(state, config_.amax_history_len, "quantizer");
+  OCTET_CHECK(state.overflow_count <= 0x7fffffff, "quantizer: overflow count out of range");
+  const int H = config_.amax_history_len, n = int(state.history.size());
+  std::vector<float> ring(size_t(H), 0.0f);
+  std::copy(state.history.begin(), state.history.end(), ring.begin());
+  const int st[4] = {n, n % H, 0, int(state.overflow_count)};
+  const float s[2] = {state.scale, state.scale};
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(history_.get(), ring.data(), size_t(H) * sizeof(float),
+                                   cudaMemcpyHostToDevice, stream_));
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(state_.get(), st, sizeof(st), cudaMemcpyHostToDevice, stream_));
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(scale_.get(), s, sizeof(s), cudaMemcpyHostToDevice, stream_));
+  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host copies must outlive the transfers
+  history_nonempty_ = n > 0;
+  quantized_once_ = false;
 }
 
 QTensor to_host(const DevQTensor& q, cudaStream_t stream) {

@@ -4,7 +4,8 @@
 // quantize() writes the row-wise copy [rows, cols] and/or the column-wise copy [cols, rows] of x from
 // one pass over x (quantize.h), both with the recipe's scales; for tensor-delayed both copies use
 // the scale of this quantization, as quant.h specifies for quantize_transposed. The delayed history
-// is updated on the device (no host sync). Statistics and to_host() synchronize the stream.
+// is updated on the device (no host sync). Statistics, to_host() and the checkpoint state
+// (delayed_state / load_delayed_state) synchronize the stream.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -54,6 +55,13 @@ class CudaQuantizer {
   float delayed_scale() const;
   bool last_overflow() const;
   int64_t overflow_count() const;
+  /// tensor-delayed: the state to checkpoint, downloaded (synchronizes), the circular device
+  /// history unrolled to most recent last; quant.h's Quantizer::delayed_state twin.
+  DelayedState delayed_state() const;
+  /// tensor-delayed: uploads a delayed_state() (validated by check_delayed_state; synchronizes).
+  /// The quantizer then acts like the saving one from its next advancing quantize() on, as
+  /// Quantizer::load_delayed_state. Both throw octet::Error for the stateless recipes.
+  void load_delayed_state(const DelayedState& state);
 
  private:
   QuantConfig config_;

@@ -83,6 +83,20 @@ struct Model::Impl {
   // gradient scratch
   float *dcur, *dt1, *dt2, *dt3, *dqkv, *dq, *dk, *dv, *dq2, *dk2, *dout, *dot, *dh, *da, *gtmp;
   explicit Impl(Backend& be) : arena(be) {}
+
+  // Every linear with its checkpoint key (the parameter name without ".weight"; "head").
+  std::vector<std::pair<std::string, const LinearOp*>> linears() const {
+    std::vector<std::pair<std::string, const LinearOp*>> v;
+    for (size_t l = 0; l < attn.size(); ++l) {
+      const std::string h = "h." + std::to_string(l);
+      v.emplace_back(h + ".attn.qkv", &attn[l].qkv);
+      v.emplace_back(h + ".attn.proj", &attn[l].proj);
+      v.emplace_back(h + ".mlp.fc1", &mlp[l].fc1);
+      v.emplace_back(h + ".mlp.fc2", &mlp[l].fc2);
+    }
+    v.emplace_back("head", &head);
+    return v;
+  }
 };
 
 Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backend& backend,
@@ -434,6 +448,37 @@ std::vector<LayerDiag> Model::diagnostics() {
     out.push_back(std::move(dg));
   }
   return out;
+}
+
+std::map<std::string, std::vector<float>> Model::quant_states() const {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [key, op] : impl_->linears()) {
+    std::vector<float> s = op->lin->quant_state();
+    if (!s.empty()) out.emplace(key, std::move(s));
+  }
+  return out;
+}
+
+void Model::load_quant_states(const std::map<std::string, std::vector<float>>& states) {
+  const std::map<std::string, std::vector<float>> before = quant_states();
+  for (const auto& [key, s] : before)
+    OCTET_CHECK(states.count(key), "quantizer state: missing the state of linear " + key);
+  for (const auto& [key, s] : states)
+    OCTET_CHECK(before.count(key), "quantizer state: " + key +
+                                       " is not a linear with quantizer state in this model (" +
+                                       std::to_string(before.size()) + " have one)");
+  std::vector<std::pair<std::string, const LinearOp*>> done;
+  for (const auto& [key, op] : impl_->linears()) {
+    auto it = states.find(key);
+    if (it == states.end()) continue;
+    try {
+      op->lin->load_quant_state(it->second);
+    } catch (const Error& e) {
+      for (const auto& [k, o] : done) o->lin->load_quant_state(before.at(k));  // all or nothing
+      OCTET_FAIL("linear " + key + ": " + e.what());
+    }
+    done.emplace_back(key, op);
+  }
 }
 
 }  // namespace octet

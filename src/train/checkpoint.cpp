@@ -1,12 +1,17 @@
 // src/train/checkpoint.cpp — crash-safe checkpoints and weight files in safetensors.
 //
 // <out>/checkpoint.safetensors holds "param.<name>" (FP32 master weights), "adam_m.<name>" and
-// "adam_v.<name>" (AdamW moments) and, in the metadata, the train state as JSON (step, AdamW step,
-// data position, skipped steps). It is written to a temporary file, fsynced and renamed, so the
-// latest checkpoint is always complete. <out>/model.safetensors holds the weights under their plain
-// names (what the PyTorch twin and other tools read).
+// "adam_v.<name>" (AdamW moments), "quant.<linear>" (the delayed-scaling state of a tensor-delayed
+// FP8 linear's quantizers in Linear::quant_state's layout, e.g. "quant.h.0.attn.qkv", so that a
+// resumed run scales bitwise like an uninterrupted one) and, in the metadata, the train state as
+// JSON (step, AdamW step, data position, skipped steps). It is written to a temporary file, fsynced
+// and renamed, so the latest checkpoint is always complete. <out>/model.safetensors holds the
+// weights under their plain names (what the PyTorch twin and other tools read).
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "octet/error.h"
 #include "octet/train.h"
@@ -46,6 +51,8 @@ void save_checkpoint(const std::string& out_dir, Model& model, const std::vector
   nlohmann::json st = {{"format", "octet-checkpoint-1"}, {"step", s.step},
                        {"adam_step", s.adam_step},       {"data_position", s.data_position},
                        {"skipped_steps", s.skipped_steps}, {"bad_in_a_row", s.bad_in_a_row}};
+  for (const auto& [key, q] : model.quant_states())
+    f.tensors["quant." + key] = st_f32({int64_t(q.size())}, q.data());
   f.metadata["octet_state"] = st.dump();
   write_safetensors(out_dir + "/checkpoint.safetensors", f);
 }
@@ -73,6 +80,21 @@ TrainState load_checkpoint(const std::string& out_dir, Model& model, std::vector
   get_all(f, file, "param.", model, params);
   get_all(f, file, "adam_m.", model, adam_m);
   get_all(f, file, "adam_v.", model, adam_v);
+  // Quantizer states: none in a checkpoint of a stateless recipe (or one written before octet saved
+  // them), which leaves the model's quantizers fresh; otherwise exactly the model's set.
+  std::map<std::string, std::vector<float>> quant;
+  for (const auto& [name, t] : f.tensors)
+    if (name.rfind("quant.", 0) == 0) {
+      OCTET_CHECK(t.shape.size() == 1, file + ": tensor " + name + " must be 1-D");
+      quant.emplace(name.substr(6), st_to_f32(t));
+    }
+  if (!quant.empty()) {
+    try {
+      model.load_quant_states(quant);
+    } catch (const Error& e) {
+      OCTET_FAIL(file + ": " + e.what() + " (was it written with another recipe or config?)");
+    }
+  }
   model.upload_params(params);
   return s;
 }

@@ -36,6 +36,8 @@ class ProfiledLinear final : public Linear {
   QuantStats stats_x() const override { return inner_->stats_x(); }
   QuantStats stats_w() const override { return inner_->stats_w(); }
   QuantStats stats_dy() const override { return inner_->stats_dy(); }
+  std::vector<float> quant_state() const override { return inner_->quant_state(); }
+  void load_quant_state(const std::vector<float>& s) override { inner_->load_quant_state(s); }
 
  private:
   ProfilingBackend& pb_;

@@ -1,6 +1,7 @@
 // The trainer end to end on a tiny byte-level run: determinism (same seed and config ⇒ identical
 // losses), bitwise resume after a crash, NaN/inf step skipping and the stop after max_bad_steps with
 // the last good checkpoint intact, corrupt checkpoints rejected, the metrics file, and compare.
+// Resume is tested for a stateless FP8 recipe and for tensor-delayed scaling (amax histories saved).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -65,23 +66,90 @@ TEST(Trainer, DeterministicAndLearns) {
   EXPECT_TRUE(fs::exists(f.dir / "a/config.toml"));
 }
 
-TEST(Trainer, ResumeAfterCrashIsBitwiseIdentical) {
-  Fixture f;
-  f.cfg.precision.arm = Arm::FP8Matched;  // stateless FP8 recipe (tensor-current) + FP8 attention
-  const TrainResult full = train(f.cfg, f.dir / "full", false, *f.ds, nullptr);
+// Runs cfg uninterrupted in <dir>/full and crashed at step 4 in <dir>/crashed (checkpoint of step 3
+// kept, copied to <dir>/step3), resumes the crashed run and expects its losses and metrics to equal the full run's bitwise.
+void expect_bitwise_resume(const RunConfig& cfg, Dataset& ds, const test::TempDir& dir) {
+  const TrainResult full = train(cfg, dir / "full", false, ds, nullptr);
   TrainHooks crash;
   crash.after_backward = [](int64_t step, Model&) {
     if (step == 4) throw std::runtime_error("simulated crash");
   };
-  EXPECT_THROW(train(f.cfg, f.dir / "crashed", false, *f.ds, nullptr, crash), std::runtime_error);
-  const TrainResult rest = train(f.cfg, f.dir / "crashed", true, *f.ds, nullptr);
+  EXPECT_THROW(train(cfg, dir / "crashed", false, ds, nullptr, crash), std::runtime_error);
+  fs::create_directories(dir / "step3");  // a copy of the checkpoint the resume starts from
+  fs::copy_file(dir / "crashed/checkpoint.safetensors", dir / "step3/checkpoint.safetensors");
+  const TrainResult rest = train(cfg, dir / "crashed", true, ds, nullptr);
   ASSERT_EQ(rest.train_loss.size(), 3u);  // steps 4..6 after the checkpoint at step 3
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest.train_loss[i], full.train_loss[3 + i]) << i;
   EXPECT_EQ(rest.final_val_loss, full.final_val_loss);
   // The metrics of the resumed run read like the uninterrupted one.
-  const auto a = read_metrics(f.dir / "full"), b = read_metrics(f.dir / "crashed");
+  const auto a = read_metrics(dir / "full"), b = read_metrics(dir / "crashed");
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].value("loss", 0.0), b[i].value("loss", 0.0)) << i;
+}
+
+TEST(Trainer, ResumeAfterCrashIsBitwiseIdentical) {
+  Fixture f;
+  f.cfg.precision.arm = Arm::FP8Matched;  // stateless FP8 recipe (tensor-current) + FP8 attention
+  expect_bitwise_resume(f.cfg, *f.ds, f.dir);
+  // A stateless recipe keeps no quantizer state: the checkpoint has no "quant." tensors.
+  for (const auto& [name, t] : read_safetensors(f.dir / "step3/checkpoint.safetensors").tensors)
+    EXPECT_NE(name.rfind("quant.", 0), 0u) << name;
+}
+
+TEST(Trainer, ResumeWithDelayedScalingIsBitwiseIdentical) {
+  Fixture f;
+  f.cfg.precision.arm = Arm::FP8Linear;
+  f.cfg.precision.quant.recipe = Recipe::TensorDelayed;
+  f.cfg.precision.quant.formats = FormatPolicy::Hybrid;
+  f.cfg.precision.quant.amax_history_len = 5;  // full by the checkpoint (8 forwards, 6 backwards)
+  expect_bitwise_resume(f.cfg, *f.ds, f.dir);
+
+  // The checkpoint holds each FP8 linear's three slots [n, history, scale, overflow count].
+  const std::string ck = f.dir / "step3/checkpoint.safetensors";
+  StFile file = read_safetensors(ck);
+  for (const char* lin : {"qkv", "proj", "fc1", "fc2"}) {
+    const std::string key = std::string("quant.h.0.") + (lin[0] == 'f' ? "mlp." : "attn.") + lin;
+    ASSERT_TRUE(file.tensors.count(key)) << key;
+    const std::vector<float> q = st_to_f32(file.tensors[key]);
+    ASSERT_EQ(q.size(), 3u * (5 + 3)) << key;  // every history is full
+    for (size_t slot = 0; slot < 3; ++slot) EXPECT_EQ(q[slot * 8], 5.0f) << key << " slot " << slot;
+  }
+
+  // The test has teeth: the same checkpoint without its quantizer states (what resume did before
+  // they were saved) restarts the histories and continues differently.
+  test::TempDir stripped{"stripped"};
+  for (auto it = file.tensors.begin(); it != file.tensors.end();)
+    it = it->first.rfind("quant.", 0) == 0 ? file.tensors.erase(it) : std::next(it);
+  file.metadata.erase("octet_checksum");
+  write_safetensors(stripped / "checkpoint.safetensors", file);
+  const TrainResult fresh = train(f.cfg, stripped.str(), true, *f.ds, nullptr);
+  const TrainResult full = train(f.cfg, f.dir / "full2", false, *f.ds, nullptr);
+  ASSERT_EQ(fresh.train_loss.size(), 3u);
+  bool differs = false;
+  for (size_t i = 0; i < 3; ++i) differs |= fresh.train_loss[i] != full.train_loss[3 + i];
+  EXPECT_TRUE(differs) << "restarted histories must change the resumed losses";
+
+  // A checkpoint of another recipe, or with a wrong-sized state, does not load.
+  auto be = make_cpu_backend();
+  Model m(f.cfg.model, f.cfg.precision, *be, f.cfg.train.batch_size);
+  std::vector<float> am, av;
+  PrecisionConfig current = f.cfg.precision;
+  current.quant.recipe = Recipe::TensorCurrent;
+  Model stateless(f.cfg.model, current, *be, f.cfg.train.batch_size);
+  EXPECT_THROW(load_checkpoint(f.dir / "step3", stateless, am, av), Error);
+  file = read_safetensors(ck);
+  std::vector<float> q = st_to_f32(file.tensors["quant.h.0.mlp.fc1"]);
+  q.push_back(0.0f);
+  file.tensors["quant.h.0.mlp.fc1"] = st_f32({int64_t(q.size())}, q.data());
+  file.metadata.erase("octet_checksum");
+  write_safetensors(stripped / "checkpoint.safetensors", file);
+  try {
+    load_checkpoint(stripped.str(), m, am, av);
+    ADD_FAILURE() << "a wrong-sized quantizer state must be rejected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("h.0.mlp.fc1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("left over"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Trainer, SkipsNonFiniteStepsAndStopsAfterTooMany) {

@@ -13,7 +13,8 @@
 // Engine; then gemm_fp8. Under tensor-delayed scaling the transposed copies reuse the scale of
 // their slot's last quantize() (octet/quant.h), so W's and X's backward copies share the forward
 // scales. All buffers (QTensors, transposes) are members and reused: no allocation per step once
-// the shapes have been seen.
+// the shapes have been seen. quant_state() saves the three slots' delayed-scaling state (quant.h
+// DelayedState) for checkpoints.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -115,8 +116,27 @@ class CpuLinear final : public Linear {
   QuantStats stats_w() const override { return stats_of(w_q_); }
   QuantStats stats_dy() const override { return stats_of(dy_q_); }
 
+  std::vector<float> quant_state() const override {
+    if (!delayed()) return {};
+    return pack_delayed_states({qx_->delayed_state(), qw_->delayed_state(), qdy_->delayed_state()});
+  }
+
+  void load_quant_state(const std::vector<float>& state) override {
+    if (!delayed()) {
+      OCTET_CHECK(state.empty(), "linear: a quantizer state of " + std::to_string(state.size()) +
+                                     " values for a linear without one (BF16/FP32 or a stateless "
+                                     "recipe)");
+      return;
+    }
+    const std::vector<DelayedState> s = unpack_delayed_states(state, 3, spec_.quant.amax_history_len);
+    qx_->load_delayed_state(s[0]);
+    qw_->load_delayed_state(s[1]);
+    qdy_->load_delayed_state(s[2]);
+  }
+
  private:
   bool fp8() const { return spec_.precision == LinearPrecision::FP8; }
+  bool delayed() const { return fp8() && spec_.quant.recipe == Recipe::TensorDelayed; }
   static void check_m(int64_t m) {
     OCTET_CHECK(m >= 1, "linear: the number of rows M must be >= 1, got " + std::to_string(m));
   }
