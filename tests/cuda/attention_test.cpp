@@ -4,7 +4,8 @@
 // Tolerance rule of the attention reference (FlashAttention-3's test rule, STYLE.md): for each of
 // O, dQ, dK, dV the relative L2 error of the GPU against the FP64 oracle must be at most twice the
 // CPU reference's error in the same precision, plus a floor of 1e-3. Also: the matched delta's row
-// residual max |Σ_j dS_ij| / Σ_j |dS_ij| <= 1e-5; the stale delta's is larger (it carries ε_i);
+// residual max |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) <= 1e-5 (causal cases included, whose first
+// row sees one key); the stale delta's is larger (it carries ε_i);
 // the LSE agrees with the oracle to 1e-3 (FP8 logits); and bad configurations raise octet::Error.
 #include <gtest/gtest.h>
 
