@@ -236,7 +236,7 @@ struct CompareRow {
   std::string arm;
   double train_loss = 0, val_loss = 0, gap_pct = 0, kurtosis_max = 0, row_residual_max = 0,
          tokens_per_s = 0;
-  double row_residual_mean = 0;  ///< extra column: the per-row mean (the max is ill-conditioned)
+  double row_residual_mean = 0;  ///< extra column: the mean over rows of the row residual (attention.h)
 };
 /// Trains every arm with the same seed and data order in out_dir/<arm>, writes out_dir/summary.json
 /// and out_dir/curves.png, prints the table to `log`. Gap is relative to the bf16 arm if present.
