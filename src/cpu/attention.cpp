@@ -10,27 +10,15 @@
 #include <utility>
 
 #include "cpu/attention_impl.h"
+#include "fp8/name_table.h"
 #include "octet/error.h"
 
 namespace octet {
 namespace {
 
-template <typename E, size_t N>
-E parse_in(const std::array<std::pair<const char*, E>, N>& table, const std::string& s,
-           const char* what) {
-  std::string options;
-  for (auto& [name, value] : table) {
-    if (s == name) return value;
-    options += (options.empty() ? "" : ", ") + std::string(name);
-  }
-  OCTET_FAIL("unknown " + std::string(what) + " '" + s + "' (expected one of: " + options + ")");
-}
-template <typename E, size_t N>
-std::string name_in(const std::array<std::pair<const char*, E>, N>& table, E v) {
-  for (auto& [name, value] : table)
-    if (value == v) return name;
-  return "?";
-}
+using detail::name_of;
+using detail::parse_name;
+
 constexpr std::array<std::pair<const char*, AttnPrecision>, 3> kPrecisions{
     {{"fp64", AttnPrecision::FP64}, {"bf16", AttnPrecision::BF16}, {"fp8", AttnPrecision::FP8}}};
 constexpr std::array<std::pair<const char*, DeltaMode>, 2> kDeltas{
@@ -92,17 +80,17 @@ void run_backward(const attn::Problem& p, attn::BackwardArgs<T> a, float* dq, fl
 }  // namespace
 
 AttnPrecision parse_attn_precision(const std::string& s) {
-  return parse_in(kPrecisions, s, "attention precision");
+  return parse_name(kPrecisions, s, "attention precision");
 }
-DeltaMode parse_delta_mode(const std::string& s) { return parse_in(kDeltas, s, "delta mode"); }
-AttnForm parse_attn_form(const std::string& s) { return parse_in(kForms, s, "attention form"); }
+DeltaMode parse_delta_mode(const std::string& s) { return parse_name(kDeltas, s, "delta mode"); }
+AttnForm parse_attn_form(const std::string& s) { return parse_name(kForms, s, "attention form"); }
 AttnInputDist parse_attn_input_dist(const std::string& s) {
-  return parse_in(kDists, s, "input distribution");
+  return parse_name(kDists, s, "input distribution");
 }
-std::string to_string(AttnPrecision p) { return name_in(kPrecisions, p); }
-std::string to_string(DeltaMode d) { return name_in(kDeltas, d); }
-std::string to_string(AttnForm f) { return name_in(kForms, f); }
-std::string to_string(AttnInputDist d) { return name_in(kDists, d); }
+std::string to_string(AttnPrecision p) { return name_of(kPrecisions, p); }
+std::string to_string(DeltaMode d) { return name_of(kDeltas, d); }
+std::string to_string(AttnForm f) { return name_of(kForms, f); }
+std::string to_string(AttnInputDist d) { return name_of(kDists, d); }
 
 float AttentionShape::tau() const {
   return softmax_scale != 0.0f ? softmax_scale : 1.0f / std::sqrt(float(head_dim));

@@ -2,27 +2,15 @@
 #include <array>
 #include <utility>
 
+#include "fp8/name_table.h"
 #include "octet/error.h"
 #include "octet/quant.h"
 
 namespace octet {
 namespace {
-template <typename E, size_t N>
-E parse_name(const std::array<std::pair<const char*, E>, N>& table, const std::string& s,
-             const char* what) {
-  std::string options;
-  for (auto& [name, value] : table) {
-    if (s == name) return value;
-    options += options.empty() ? name : std::string(", ") + name;
-  }
-  OCTET_FAIL("unknown " + std::string(what) + " '" + s + "' (expected one of: " + options + ")");
-}
-template <typename E, size_t N>
-std::string name_of(const std::array<std::pair<const char*, E>, N>& table, E v) {
-  for (auto& [name, value] : table)
-    if (value == v) return name;
-  return "?";
-}
+using detail::name_of;
+using detail::parse_name;
+
 constexpr std::array<std::pair<const char*, Recipe>, 6> kRecipes{{
     {"tensor-delayed", Recipe::TensorDelayed},
     {"tensor-current", Recipe::TensorCurrent},
