@@ -20,6 +20,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/quantize.h"
 #include "cuda/quantizer.h"
+#include "fp8/linear_state.h"
 #include "octet/error.h"
 
 namespace octet::cuda {
@@ -100,21 +101,12 @@ class CudaLinear final : public Linear {
 
   // Checkpoint state: as CpuLinear's, downloaded from / uploaded to the quantizers' device state.
   std::vector<float> quant_state() const override {
-    if (!delayed()) return {};
-    return pack_delayed_states({qx_->delayed_state(), qw_->delayed_state(), qdy_->delayed_state()});
+    return detail::linear_quant_state(delayed(), *qx_, *qw_, *qdy_);
   }
 
   void load_quant_state(const std::vector<float>& state) override {
-    if (!delayed()) {
-      OCTET_CHECK(state.empty(), "linear: a quantizer state of " + std::to_string(state.size()) +
-                                     " values for a linear without one (BF16/FP32 or a stateless "
-                                     "recipe)");
-      return;
-    }
-    const std::vector<DelayedState> s = unpack_delayed_states(state, 3, spec_.quant.amax_history_len);
-    qx_->load_delayed_state(s[0]);
-    qw_->load_delayed_state(s[1]);
-    qdy_->load_delayed_state(s[2]);
+    detail::load_linear_quant_state(delayed(), state, spec_.quant.amax_history_len, *qx_, *qw_,
+                                    *qdy_);
     fwd_x_ = fwd_w_ = nullptr;  // the forward's transposed copies predate the restored state
     fwd_m_ = 0;
   }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cpu/backend/cpu_backend.h"
+#include "fp8/linear_state.h"
 #include "octet/error.h"
 #include "octet/gemm.h"
 #include "octet/quant.h"
@@ -117,21 +118,12 @@ class CpuLinear final : public Linear {
   QuantStats stats_dy() const override { return stats_of(dy_q_); }
 
   std::vector<float> quant_state() const override {
-    if (!delayed()) return {};
-    return pack_delayed_states({qx_->delayed_state(), qw_->delayed_state(), qdy_->delayed_state()});
+    return detail::linear_quant_state(delayed(), *qx_, *qw_, *qdy_);
   }
 
   void load_quant_state(const std::vector<float>& state) override {
-    if (!delayed()) {
-      OCTET_CHECK(state.empty(), "linear: a quantizer state of " + std::to_string(state.size()) +
-                                     " values for a linear without one (BF16/FP32 or a stateless "
-                                     "recipe)");
-      return;
-    }
-    const std::vector<DelayedState> s = unpack_delayed_states(state, 3, spec_.quant.amax_history_len);
-    qx_->load_delayed_state(s[0]);
-    qw_->load_delayed_state(s[1]);
-    qdy_->load_delayed_state(s[2]);
+    detail::load_linear_quant_state(delayed(), state, spec_.quant.amax_history_len, *qx_, *qw_,
+                                    *qdy_);
   }
 
  private:
