@@ -101,12 +101,12 @@ class CudaLinear final : public Linear {
 
   // Checkpoint state: as CpuLinear's, downloaded from / uploaded to the quantizers' device state.
   std::vector<float> quant_state() const override {
-    return detail::linear_quant_state(delayed(), *qx_, *qw_, *qdy_);
+    return detail::linear_quant_state(delayed(), qx_.get(), qw_.get(), qdy_.get());
   }
 
   void load_quant_state(const std::vector<float>& state) override {
-    detail::load_linear_quant_state(delayed(), state, spec_.quant.amax_history_len, *qx_, *qw_,
-                                    *qdy_);
+    detail::load_linear_quant_state(delayed(), state, spec_.quant.amax_history_len, qx_.get(),
+                                    qw_.get(), qdy_.get());
     fwd_x_ = fwd_w_ = nullptr;  // the forward's transposed copies predate the restored state
     fwd_m_ = 0;
   }

@@ -13,17 +13,18 @@
 namespace octet::detail {
 
 /// The packed state of the slots, or empty when the linear has none (`delayed` false).
+/// The slot pointers may be null when the linear has no quantizers (BF16/FP32).
 template <typename Q>
-std::vector<float> linear_quant_state(bool delayed, const Q& x, const Q& w, const Q& dy) {
+std::vector<float> linear_quant_state(bool delayed, const Q* x, const Q* w, const Q* dy) {
   if (!delayed) return {};
-  return pack_delayed_states({x.delayed_state(), w.delayed_state(), dy.delayed_state()});
+  return pack_delayed_states({x->delayed_state(), w->delayed_state(), dy->delayed_state()});
 }
 
 /// Restores what linear_quant_state() wrote. Throws octet::Error (nothing changed) on a state of
 /// the wrong size or content, or a non-empty state for a linear without one.
 template <typename Q>
-void load_linear_quant_state(bool delayed, const std::vector<float>& state, int history_len, Q& x,
-                             Q& w, Q& dy) {
+void load_linear_quant_state(bool delayed, const std::vector<float>& state, int history_len, Q* x,
+                             Q* w, Q* dy) {
   if (!delayed) {
     OCTET_CHECK(state.empty(), "linear: a quantizer state of " + std::to_string(state.size()) +
                                    " values for a linear without one (BF16/FP32 or a stateless "
@@ -31,9 +32,9 @@ void load_linear_quant_state(bool delayed, const std::vector<float>& state, int 
     return;
   }
   const std::vector<DelayedState> s = unpack_delayed_states(state, 3, history_len);
-  x.load_delayed_state(s[0]);
-  w.load_delayed_state(s[1]);
-  dy.load_delayed_state(s[2]);
+  x->load_delayed_state(s[0]);
+  w->load_delayed_state(s[1]);
+  dy->load_delayed_state(s[2]);
 }
 
 }  // namespace octet::detail

@@ -118,12 +118,12 @@ class CpuLinear final : public Linear {
   QuantStats stats_dy() const override { return stats_of(dy_q_); }
 
   std::vector<float> quant_state() const override {
-    return detail::linear_quant_state(delayed(), *qx_, *qw_, *qdy_);
+    return detail::linear_quant_state(delayed(), qx_.get(), qw_.get(), qdy_.get());
   }
 
   void load_quant_state(const std::vector<float>& state) override {
-    detail::load_linear_quant_state(delayed(), state, spec_.quant.amax_history_len, *qx_, *qw_,
-                                    *qdy_);
+    detail::load_linear_quant_state(delayed(), state, spec_.quant.amax_history_len, qx_.get(),
+                                    qw_.get(), qdy_.get());
   }
 
  private:
