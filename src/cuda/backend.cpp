@@ -1,5 +1,7 @@
-// src/cuda/backend.cpp — CudaBackend (cuda_backend.h): memory, dispatch of every backend.h operation
-// to its kernel (ops.h), host-side reductions of the double partials, and make_cuda_backend().
+// src/cuda/backend.cpp — CudaBackend (cuda_backend.h): device and stream, stream-ordered memory,
+// the boundary checks of every backend.h operation (dtypes and shapes, once) and their dispatch to
+// the kernels of ops.h, and make_cuda_backend(). Nothing here waits for the GPU except download,
+// moments and synchronize (backend.h "Asynchrony").
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -13,229 +15,428 @@
 namespace octet {
 namespace cuda {
 
-CudaBackend::CudaBackend() {
+DeviceGuard::DeviceGuard(int device) {
+  OCTET_CUDA_CHECK(cudaGetDevice(&prev_));
+  if (prev_ != device) {
+    OCTET_CUDA_CHECK(cudaSetDevice(device));
+    changed_ = true;
+  }
+}
+DeviceGuard::~DeviceGuard() {
+  if (changed_) (void)cudaSetDevice(prev_);
+}
+
+namespace {
+int checked_device(int device) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   OCTET_CHECK(e == cudaSuccess && count > 0,
               std::string("cuda backend: no usable GPU (") +
                   (e == cudaSuccess ? "no device" : cudaGetErrorString(e)) + ")");
-  OCTET_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  OCTET_CHECK(device >= 0 && device < count,
+              "cuda backend: device " + std::to_string(device) + " does not exist (" +
+                  std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ": 0.." +
+                  std::to_string(count - 1) + ")");
+  cudaDeviceProp prop{};
+  OCTET_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  OCTET_CHECK(prop.major >= 9, "cuda backend: device " + std::to_string(device) + " (" +
+                                   prop.name + ", sm_" + std::to_string(prop.major) +
+                                   std::to_string(prop.minor) + ") is older than sm_90");
+  return device;
+}
+
+// Row-wise act pair check: same numel and last dim.
+void check_same(const Tensor& a, const Tensor& b, const char* what) {
+  OCTET_CHECK(a.numel() == b.numel() && a.cols() == b.cols(),
+              std::string(what) + ": shapes differ: " + a.str() + " vs " + b.str());
+}
+// Optional F32 parameter of `n` elements: its pointer, or null if empty.
+float* opt_param(const Tensor& t, int64_t n, const char* what) {
+  if (t.empty()) return nullptr;
+  check_dtype(t, DType::F32, what);
+  check_numel(t, n, what);
+  return t.f32();
+}
+void check_stat(const Tensor& t, int64_t n, const char* what) {
+  check_dtype(t, DType::F32, what);
+  check_numel(t, n, what);
+}
+void check_acc(const Tensor& t, int64_t n, const char* what) {
+  check_dtype(t, DType::F64, what);
+  check_numel(t, n, what);
+}
+void check_act_or_param(const Tensor& t, const char* what) { check_activation(t, what); }
+}  // namespace
+
+CudaBackend::CudaBackend(const CudaOptions& options) : device_(checked_device(options.device)) {
+  DeviceGuard g(device_);
+  if (options.stream) {
+    stream_ = static_cast<cudaStream_t>(options.stream);
+  } else {
+    OCTET_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    owns_stream_ = true;
+  }
+  // Keep freed stream-ordered memory in the device's pool (no return to the OS at every sync).
+  cudaMemPool_t pool;
+  OCTET_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+  uint64_t keep = UINT64_MAX;
+  OCTET_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   gemm_ = std::make_unique<GemmEngine>(stream_);
 }
 
 CudaBackend::~CudaBackend() {
+  DeviceGuard g(device_);
   gemm_.reset();
   parts_.reset();
   row_loss_.reset();
-  flag_.reset();
-  if (stream_) cudaStreamDestroy(stream_);
+  (void)cudaStreamSynchronize(stream_);  // stream-ordered frees complete before the stream goes
+  if (owns_stream_) cudaStreamDestroy(stream_);
 }
 
 // ---- memory ----
-float* CudaBackend::alloc(size_t n) {
-  float* p = nullptr;
-  OCTET_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), (n ? n : 1) * sizeof(float)));
-  OCTET_CUDA_CHECK(cudaMemsetAsync(p, 0, (n ? n : 1) * sizeof(float), stream_));
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return p;
-}
-int32_t* CudaBackend::alloc_i32(size_t n) {
-  int32_t* p = nullptr;
-  OCTET_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), (n ? n : 1) * sizeof(int32_t)));
-  OCTET_CUDA_CHECK(cudaMemsetAsync(p, 0, (n ? n : 1) * sizeof(int32_t), stream_));
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return p;
+Buffer CudaBackend::alloc(DType dtype, Shape shape) {
+  DeviceGuard g(device_);
+  Tensor t(nullptr, dtype, shape);
+  const size_t bytes = t.bytes() ? t.bytes() : 1;
+  const cudaError_t e = cudaMallocAsync(&t.data, bytes, stream_);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    OCTET_FAIL("cuda alloc: out of device memory for " + t.str() + " (" + std::to_string(bytes) +
+               " bytes) on device " + std::to_string(device_));
+  }
+  OCTET_CUDA_CHECK(e);
+  OCTET_CUDA_CHECK(cudaMemsetAsync(t.data, 0, bytes, stream_));
+  return Buffer(this, t);
 }
 void CudaBackend::release(void* p) {
   if (!p) return;
+  int prev = -1;
+  (void)cudaGetDevice(&prev);  // no exceptions: called from Buffer's destructor
+  if (prev != device_) (void)cudaSetDevice(device_);
+  const cudaError_t e = cudaFreeAsync(p, stream_);
+  if (e != cudaSuccess) std::fprintf(stderr, "octet cuda: cudaFreeAsync failed: %s\n", cudaGetErrorString(e));
+  if (prev != device_ && prev >= 0) (void)cudaSetDevice(prev);
+}
+void CudaBackend::upload(const Tensor& dst, const void* src) {
+  DeviceGuard g(device_);
+  OCTET_CHECK(!dst.empty() && src, "upload: missing destination or source");
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, stream_));
+}
+void CudaBackend::download(void* dst, const Tensor& src) {
+  DeviceGuard g(device_);
+  OCTET_CHECK(!src.empty() && dst, "download: missing destination or source");
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
   OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  OCTET_CUDA_CHECK(cudaFree(p));
 }
-void CudaBackend::upload(float* dst, const float* src, size_t n) {
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+void CudaBackend::fill(const Tensor& x, double value) {
+  DeviceGuard g(device_);
+  OCTET_CHECK(!x.empty(), "fill: missing tensor");
+  fill_launch(x, value, stream_);
+}
+void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
+  DeviceGuard g(device_);
+  check_numel(dst, src.numel(), "copy: dst");
+  OCTET_CHECK(dst.dtype == src.dtype || (is_activation_dtype(dst.dtype) && is_activation_dtype(src.dtype)),
+              "copy: cannot convert " + src.str() + " to " + dst.str());
+  convert_launch(dst, src, stream_);
+}
+void CudaBackend::synchronize() {
+  DeviceGuard g(device_);
   OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
-}
-void CudaBackend::upload_i32(int32_t* dst, const int32_t* src, size_t n) {
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
-}
-void CudaBackend::download(float* dst, const float* src, size_t n) {
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
-}
-void CudaBackend::fill(float* x, float value, size_t n) { fill_launch(x, value, n, stream_); }
-void CudaBackend::copy(float* dst, const float* src, size_t n) {
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
-}
-void CudaBackend::synchronize() { OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-
-// ---- elementwise, embedding, norms, RoPE, activations, layouts ----
-void CudaBackend::axpy(float a, const float* x, float* y, size_t n) { axpy_launch(a, x, y, n, stream_); }
-void CudaBackend::scale(float a, float* x, size_t n) { scale_launch(a, x, n, stream_); }
-
-void CudaBackend::embedding_forward(const int32_t* ids, const float* table, float* out, int64_t n,
-                                    int64_t dim) {
-  OCTET_CHECK(n >= 0 && dim >= 1, "embedding: need n >= 0 and dim >= 1");
-  embedding_forward_launch(ids, table, out, n, dim, stream_);
-}
-void CudaBackend::embedding_backward(const int32_t* ids, const float* dout, float* dtable,
-                                     int64_t n, int64_t dim) {
-  OCTET_CHECK(n >= 0 && dim >= 1, "embedding: need n >= 0 and dim >= 1");
-  embedding_backward_launch(ids, dout, dtable, n, dim, stream_);
-}
-
-static void check_norm(const char* op, int64_t rows, int64_t dim) {
-  OCTET_CHECK(rows >= 0 && dim >= 1, std::string(op) + ": need rows >= 0 and dim >= 1, got rows=" +
-                                         std::to_string(rows) + " dim=" + std::to_string(dim));
-}
-void CudaBackend::rmsnorm_forward(const float* x, const float* w, float* y, float* rstd,
-                                  int64_t rows, int64_t dim, float eps) {
-  check_norm("rmsnorm_forward", rows, dim);
-  rmsnorm_forward_launch(x, w, y, rstd, rows, dim, eps, stream_);
-}
-void CudaBackend::rmsnorm_backward(const float* x, const float* w, const float* rstd,
-                                   const float* dy, float* dx, float* dw, int64_t rows,
-                                   int64_t dim) {
-  check_norm("rmsnorm_backward", rows, dim);
-  rmsnorm_backward_launch(x, w, rstd, dy, dx, dw, rows, dim, stream_);
-}
-void CudaBackend::layernorm_forward(const float* x, const float* w, const float* b, float* y,
-                                    float* mean, float* rstd, int64_t rows, int64_t dim, float eps) {
-  check_norm("layernorm_forward", rows, dim);
-  layernorm_forward_launch(x, w, b, y, mean, rstd, rows, dim, eps, stream_);
-}
-void CudaBackend::layernorm_backward(const float* x, const float* w, const float* mean,
-                                     const float* rstd, const float* dy, float* dx, float* dw,
-                                     float* db, int64_t rows, int64_t dim) {
-  check_norm("layernorm_backward", rows, dim);
-  layernorm_backward_launch(x, w, mean, rstd, dy, dx, dw, db, rows, dim, stream_);
 }
 
-void CudaBackend::rope(float* x, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim,
-                       float theta, bool inverse) {
-  OCTET_CHECK(batch >= 0 && heads >= 0 && seq >= 0, "rope: negative size");
-  OCTET_CHECK(head_dim >= 2 && head_dim % 2 == 0,
-              "rope: head_dim must be even and >= 2, got " + std::to_string(head_dim));
+// ---- elementwise, embedding ----
+void CudaBackend::axpy(float a, const Tensor& x, const Tensor& y) {
+  DeviceGuard g(device_);
+  check_act_or_param(x, "axpy: x");
+  check_act_or_param(y, "axpy: y");
+  check_numel(y, x.numel(), "axpy: y");
+  axpy_launch(a, x, y, stream_);
+}
+void CudaBackend::scale(float a, const Tensor& x) {
+  DeviceGuard g(device_);
+  check_act_or_param(x, "scale: x");
+  scale_launch(a, x, stream_);
+}
+
+void CudaBackend::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  DeviceGuard g(device_);
+  check_dtype(ids, DType::I32, "embedding_forward: ids");
+  check_dtype(table, DType::F32, "embedding_forward: table");
+  check_activation(out, "embedding_forward: out");
+  const int64_t n = ids.numel(), dim = table.cols();
+  OCTET_CHECK(table.shape.rank == 2 && dim >= 1, "embedding_forward: table must be [vocab, dim], got " + table.str());
+  OCTET_CHECK(out.numel() == n * dim && out.cols() == dim,
+              "embedding_forward: out must be [" + std::to_string(n) + ", " + std::to_string(dim) + "], got " + out.str());
+  embedding_forward_launch(ids.i32(), table.f32(), out, n, dim, stream_);
+}
+void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+  DeviceGuard g(device_);
+  check_dtype(ids, DType::I32, "embedding_backward: ids");
+  check_activation(dout, "embedding_backward: dout");
+  check_dtype(dtable, DType::F32, "embedding_backward: dtable");
+  const int64_t n = ids.numel(), dim = dtable.cols();
+  OCTET_CHECK(dtable.shape.rank == 2 && dim >= 1, "embedding_backward: dtable must be [vocab, dim], got " + dtable.str());
+  OCTET_CHECK(dout.numel() == n * dim && dout.cols() == dim,
+              "embedding_backward: dout must be [" + std::to_string(n) + ", " + std::to_string(dim) + "], got " + dout.str());
+  embedding_backward_launch(ids.i32(), dout, dtable.f32(), n, dim, stream_);
+}
+
+// ---- norms ----
+void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y,
+                                  const Tensor& rstd, float eps) {
+  DeviceGuard g(device_);
+  check_activation(x, "rmsnorm_forward: x");
+  check_activation(y, "rmsnorm_forward: y");
+  check_same(x, y, "rmsnorm_forward: y");
+  const int64_t rows = x.rows(), dim = x.cols();
+  OCTET_CHECK(dim >= 1, "rmsnorm_forward: dim must be >= 1, got " + x.str());
+  check_stat(rstd, rows, "rmsnorm_forward: rstd");
+  rmsnorm_forward_launch(x, opt_param(w, dim, "rmsnorm_forward: weight"), y, rstd.f32(), rows,
+                         dim, eps, stream_);
+}
+void CudaBackend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
+                                   const Tensor& dy, const Tensor& dx, const Tensor& dw) {
+  DeviceGuard g(device_);
+  check_activation(x, "rmsnorm_backward: x");
+  check_activation(dy, "rmsnorm_backward: dy");
+  check_activation(dx, "rmsnorm_backward: dx");
+  check_same(x, dy, "rmsnorm_backward: dy");
+  check_same(x, dx, "rmsnorm_backward: dx");
+  const int64_t rows = x.rows(), dim = x.cols();
+  OCTET_CHECK(dim >= 1, "rmsnorm_backward: dim must be >= 1, got " + x.str());
+  check_stat(rstd, rows, "rmsnorm_backward: rstd");
+  OCTET_CHECK(dw.empty() || !w.empty(), "rmsnorm_backward: dweight given without a weight");
+  rmsnorm_backward_launch(x, opt_param(w, dim, "rmsnorm_backward: weight"), rstd.f32(), dy, dx,
+                          opt_param(dw, dim, "rmsnorm_backward: dweight"), rows, dim, stream_);
+}
+void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b,
+                                    const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                                    float eps) {
+  DeviceGuard g(device_);
+  check_activation(x, "layernorm_forward: x");
+  check_activation(y, "layernorm_forward: y");
+  check_same(x, y, "layernorm_forward: y");
+  const int64_t rows = x.rows(), dim = x.cols();
+  OCTET_CHECK(dim >= 1, "layernorm_forward: dim must be >= 1, got " + x.str());
+  check_stat(mean, rows, "layernorm_forward: mean");
+  check_stat(rstd, rows, "layernorm_forward: rstd");
+  layernorm_forward_launch(x, opt_param(w, dim, "layernorm_forward: weight"),
+                           opt_param(b, dim, "layernorm_forward: bias"), y, mean.f32(),
+                           rstd.f32(), rows, dim, eps, stream_);
+}
+void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean,
+                                     const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                                     const Tensor& dw, const Tensor& db) {
+  DeviceGuard g(device_);
+  check_activation(x, "layernorm_backward: x");
+  check_activation(dy, "layernorm_backward: dy");
+  check_activation(dx, "layernorm_backward: dx");
+  check_same(x, dy, "layernorm_backward: dy");
+  check_same(x, dx, "layernorm_backward: dx");
+  const int64_t rows = x.rows(), dim = x.cols();
+  OCTET_CHECK(dim >= 1, "layernorm_backward: dim must be >= 1, got " + x.str());
+  check_stat(mean, rows, "layernorm_backward: mean");
+  check_stat(rstd, rows, "layernorm_backward: rstd");
+  layernorm_backward_launch(x, opt_param(w, dim, "layernorm_backward: weight"), mean.f32(),
+                            rstd.f32(), dy, dx, opt_param(dw, dim, "layernorm_backward: dweight"),
+                            opt_param(db, dim, "layernorm_backward: dbias"), rows, dim, stream_);
+}
+
+// ---- RoPE, activations ----
+void CudaBackend::rope(const Tensor& x, float theta, bool inverse) {
+  DeviceGuard g(device_);
+  check_activation(x, "rope: x");
+  OCTET_CHECK(x.shape.rank == 4, "rope: x must be [B, H, T, D], got " + x.str());
+  const int64_t D = x.shape[3];
+  OCTET_CHECK(D >= 2 && D % 2 == 0, "rope: head_dim must be even and >= 2, got " + x.str());
   OCTET_CHECK(theta > 0.0f && std::isfinite(theta),
               "rope: theta must be positive and finite, got " + std::to_string(theta));
-  rope_launch(x, batch, heads, seq, head_dim, theta, inverse, stream_);
+  rope_launch(x, x.shape[0] * x.shape[1], x.shape[2], D, theta, inverse, stream_);
 }
 
-void CudaBackend::gelu_forward(const float* x, float* y, size_t n) { gelu_forward_launch(x, y, n, stream_); }
-void CudaBackend::gelu_backward(const float* x, const float* dy, float* dx, size_t n) {
-  gelu_backward_launch(x, dy, dx, n, stream_);
+void CudaBackend::gelu_forward(const Tensor& x, const Tensor& y) {
+  DeviceGuard g(device_);
+  check_activation(x, "gelu_forward: x");
+  check_activation(y, "gelu_forward: y");
+  check_numel(y, x.numel(), "gelu_forward: y");
+  gelu_forward_launch(x, y, stream_);
 }
-void CudaBackend::swiglu_forward(const float* h, float* y, int64_t rows, int64_t f) {
-  OCTET_CHECK(rows >= 0 && f >= 1, "swiglu: need rows >= 0 and f >= 1");
-  swiglu_forward_launch(h, y, rows, f, stream_);
+void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  DeviceGuard g(device_);
+  check_activation(x, "gelu_backward: x");
+  check_activation(dy, "gelu_backward: dy");
+  check_activation(dx, "gelu_backward: dx");
+  check_numel(dy, x.numel(), "gelu_backward: dy");
+  check_numel(dx, x.numel(), "gelu_backward: dx");
+  gelu_backward_launch(x, dy, dx, stream_);
 }
-void CudaBackend::swiglu_backward(const float* h, const float* dy, float* dh, int64_t rows,
-                                  int64_t f) {
-  OCTET_CHECK(rows >= 0 && f >= 1, "swiglu: need rows >= 0 and f >= 1");
-  swiglu_backward_launch(h, dy, dh, rows, f, stream_);
+static void check_swiglu(const char* op, const Tensor& h, const Tensor& y) {
+  check_activation(h, op);
+  check_activation(y, op);
+  OCTET_CHECK(y.cols() >= 1 && h.cols() == 2 * y.cols() && h.rows() == y.rows(),
+              std::string(op) + ": h must be [rows, 2F] for y [rows, F], got h " + h.str() +
+                  ", y " + y.str());
+}
+void CudaBackend::swiglu_forward(const Tensor& h, const Tensor& y) {
+  DeviceGuard g(device_);
+  check_swiglu("swiglu_forward", h, y);
+  swiglu_forward_launch(h, y, y.rows(), y.cols(), stream_);
+}
+void CudaBackend::swiglu_backward(const Tensor& h, const Tensor& dy, const Tensor& dh) {
+  DeviceGuard g(device_);
+  check_swiglu("swiglu_backward", h, dy);
+  check_activation(dh, "swiglu_backward: dh");
+  check_same(h, dh, "swiglu_backward: dh");
+  swiglu_backward_launch(h, dy, dh, dy.rows(), dy.cols(), stream_);
 }
 
-static void check_layout(const char* op, int64_t batch, int64_t seq, int64_t heads,
-                         int64_t kv_heads, int64_t head_dim) {
-  OCTET_CHECK(batch >= 0 && seq >= 0 && heads >= 1 && kv_heads >= 1 && head_dim >= 1,
-              std::string(op) + ": invalid shape");
+// ---- head layouts ----
+namespace {
+struct Heads {
+  int64_t B, H, T, D;
+};
+Heads heads_of(const Tensor& t, const char* what) {
+  check_activation(t, what);
+  OCTET_CHECK(t.shape.rank == 4 && t.shape[1] >= 1 && t.shape[3] >= 1,
+              std::string(what) + ": expected [B, H, T, D], got " + t.str());
+  return {t.shape[0], t.shape[1], t.shape[2], t.shape[3]};
 }
-void CudaBackend::split_qkv(const float* qkv, float* q, float* k, float* v, int64_t batch,
-                            int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim) {
-  check_layout("split_qkv", batch, seq, heads, kv_heads, head_dim);
-  qkv_layout_launch(const_cast<float*>(qkv), q, k, v, batch, seq, heads, kv_heads, head_dim, true,
-                    stream_);
+void check_qkv(const char* op, const Tensor& qkv, const Tensor& q, const Tensor& k,
+               const Tensor& v, Heads* hq, int64_t* G) {
+  *hq = heads_of(q, op);
+  const Heads hk = heads_of(k, op), hv = heads_of(v, op);
+  OCTET_CHECK(hk.B == hq->B && hk.T == hq->T && hk.D == hq->D && k.shape == v.shape,
+              std::string(op) + ": k and v must be [B, G, T, D] matching q " + q.str() + ", got k " +
+                  k.str() + ", v " + v.str());
+  (void)hv;
+  *G = hk.H;
+  check_activation(qkv, op);
+  check_numel(qkv, hq->B * hq->T * (hq->H + 2 * *G) * hq->D, op);
 }
-void CudaBackend::merge_qkv(const float* q, const float* k, const float* v, float* qkv,
-                            int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                            int64_t head_dim) {
-  check_layout("merge_qkv", batch, seq, heads, kv_heads, head_dim);
-  qkv_layout_launch(qkv, const_cast<float*>(q), const_cast<float*>(k), const_cast<float*>(v), batch,
-                    seq, heads, kv_heads, head_dim, false, stream_);
+}  // namespace
+
+void CudaBackend::split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
+  DeviceGuard g(device_);
+  Heads h;
+  int64_t G;
+  check_qkv("split_qkv", qkv, q, k, v, &h, &G);
+  qkv_layout_launch(qkv, q, k, v, h.B, h.T, h.H, G, h.D, true, stream_);
 }
-void CudaBackend::heads_to_tokens(const float* x, float* y, int64_t batch, int64_t heads,
-                                  int64_t seq, int64_t head_dim) {
-  check_layout("heads_to_tokens", batch, seq, heads, 1, head_dim);
-  heads_tokens_launch(x, y, batch, heads, seq, head_dim, true, stream_);
+void CudaBackend::merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv) {
+  DeviceGuard g(device_);
+  Heads h;
+  int64_t G;
+  check_qkv("merge_qkv", qkv, q, k, v, &h, &G);
+  qkv_layout_launch(qkv, q, k, v, h.B, h.T, h.H, G, h.D, false, stream_);
 }
-void CudaBackend::tokens_to_heads(const float* x, float* y, int64_t batch, int64_t heads,
-                                  int64_t seq, int64_t head_dim) {
-  check_layout("tokens_to_heads", batch, seq, heads, 1, head_dim);
-  heads_tokens_launch(x, y, batch, heads, seq, head_dim, false, stream_);
+void CudaBackend::heads_to_tokens(const Tensor& x, const Tensor& y) {
+  DeviceGuard g(device_);
+  const Heads h = heads_of(x, "heads_to_tokens: x");
+  check_activation(y, "heads_to_tokens: y");
+  check_numel(y, x.numel(), "heads_to_tokens: y");
+  heads_tokens_launch(x, y, h.B, h.H, h.T, h.D, true, stream_);
+}
+void CudaBackend::tokens_to_heads(const Tensor& x, const Tensor& y) {
+  DeviceGuard g(device_);
+  const Heads h = heads_of(y, "tokens_to_heads: y");
+  check_activation(x, "tokens_to_heads: x");
+  check_numel(x, y.numel(), "tokens_to_heads: x");
+  heads_tokens_launch(x, y, h.B, h.H, h.T, h.D, false, stream_);
 }
 
 // ---- GEMMs ----
 std::unique_ptr<Linear> CudaBackend::make_linear(const LinearSpec& spec) {
-  return make_cuda_linear(spec, *gemm_);
+  DeviceGuard g(device_);
+  return make_cuda_linear(spec, *this);
 }
 
 // ---- loss and reductions ----
-double CudaBackend::sum_parts(size_t n_parts, int per_part, int which) {
-  std::vector<double> h(n_parts * size_t(per_part));
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(h.data(), parts_.get(), h.size() * sizeof(double),
-                                   cudaMemcpyDeviceToHost, stream_));
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  double s = 0.0;
-  for (size_t i = 0; i < n_parts; ++i) s += h[i * size_t(per_part) + size_t(which)];
-  return s;
-}
-
-double CudaBackend::cross_entropy(const float* logits, const int32_t* targets, float* dlogits,
-                                  int64_t n, int64_t vocab, float grad_scale) {
-  OCTET_CHECK(n >= 0 && vocab >= 1, "cross_entropy: need n >= 0 and vocab >= 1, got n=" +
-                                        std::to_string(n) + " vocab=" + std::to_string(vocab));
-  if (n == 0) return 0.0;
-  int* bad = flag_.reserve(1);
-  OCTET_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int), stream_));
-  check_targets_launch(targets, n, vocab, bad, stream_);
-  int hbad = 0;
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(&hbad, bad, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  OCTET_CHECK(hbad == 0, "cross_entropy: a target is >= vocab " + std::to_string(vocab));
-  double* rl = row_loss_.reserve(size_t(n));
-  cross_entropy_launch(logits, targets, dlogits, rl, n, vocab, grad_scale, stream_);
+void CudaBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& dlogits,
+                                float grad_scale, const Tensor& loss_sum) {
+  DeviceGuard g(device_);
+  check_activation(logits, "cross_entropy: logits");
+  check_dtype(targets, DType::I32, "cross_entropy: targets");
+  check_acc(loss_sum, 1, "cross_entropy: loss_sum");
+  const int64_t n = logits.rows(), vocab = logits.cols();
+  OCTET_CHECK(vocab >= 1, "cross_entropy: vocab must be >= 1, got " + logits.str());
+  check_numel(targets, n, "cross_entropy: targets");
+  if (!dlogits.empty()) {
+    check_activation(dlogits, "cross_entropy: dlogits");
+    check_same(logits, dlogits, "cross_entropy: dlogits");
+    OCTET_CHECK(dlogits.data != logits.data || dlogits.dtype == logits.dtype,
+                "cross_entropy: dlogits aliases logits with another dtype");
+  }
+  if (n == 0) return;
+  double* rl = row_loss_.reserve(size_t(n), stream_);
+  cross_entropy_launch(logits, targets.i32(), dlogits, rl, n, vocab, grad_scale, stream_);
   const int parts = reduce_parts(size_t(n));
-  parts_.reserve(size_t(parts));
-  sum_double_launch(rl, size_t(n), parts_.get(), stream_);
-  return sum_parts(size_t(parts));
+  double* p = parts_.reserve(size_t(parts), stream_);
+  sum_double_launch(rl, size_t(n), p, stream_);
+  accumulate_parts_launch(p, parts, loss_sum.f64(), stream_);
 }
 
-double CudaBackend::sum_squares(const float* x, size_t n) {
-  if (n == 0) return 0.0;
-  const int parts = reduce_parts(n);
-  parts_.reserve(size_t(parts));
-  sum_squares_launch(x, n, parts_.get(), stream_);
-  return sum_parts(size_t(parts));
+void CudaBackend::sum_squares(const Tensor& x, const Tensor& out) {
+  DeviceGuard g(device_);
+  check_act_or_param(x, "sum_squares: x");
+  check_acc(out, 1, "sum_squares: out");
+  if (x.numel() == 0) return;
+  const int parts = reduce_parts(size_t(x.numel()));
+  double* p = parts_.reserve(size_t(parts), stream_);
+  sum_squares_launch(x, p, stream_);
+  accumulate_parts_launch(p, parts, out.f64(), stream_);
 }
 
-Backend::Moments CudaBackend::moments(const float* x, size_t n) {
+Backend::Moments CudaBackend::moments(const Tensor& x) {
+  DeviceGuard g(device_);
+  check_act_or_param(x, "moments: x");
   Moments out;
+  const int64_t n = x.numel();
   if (n == 0) return out;
-  const int parts = reduce_parts(n);
-  parts_.reserve(size_t(2 * parts));
-  sum_launch(x, n, parts_.get(), stream_);
-  const double mu = sum_parts(size_t(parts)) / double(n);
-  central_moments_launch(x, n, mu, parts_.get(), stream_);
-  const double m2 = sum_parts(size_t(parts), 2, 0) / double(n);
-  const double m4 = sum_parts(size_t(parts), 2, 1) / double(n);
+  const int parts = reduce_parts(size_t(n));
+  double* p = parts_.reserve(size_t(2 * parts), stream_);
+  auto host_sum = [&](int per_part, int which) {  // synchronizes
+    std::vector<double> h(size_t(parts) * size_t(per_part));
+    OCTET_CUDA_CHECK(cudaMemcpyAsync(h.data(), p, h.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    double s = 0.0;
+    for (int i = 0; i < parts; ++i) s += h[size_t(i * per_part + which)];
+    return s;
+  };
+  sum_launch(x, p, stream_);
+  const double mu = host_sum(1, 0) / double(n);
+  central_moments_launch(x, mu, p, stream_);
+  const double m2 = host_sum(2, 0) / double(n);
+  const double m4 = host_sum(2, 1) / double(n);
   out.mean = mu;
   out.variance = m2;
   out.kurtosis = m2 > 0.0 ? m4 / (m2 * m2) : 0.0;
   return out;
 }
 
-void CudaBackend::adamw(float* param, const float* grad, float* m, float* v, size_t n, float lr,
-                        float beta1, float beta2, float eps, float weight_decay, int64_t step) {
+void CudaBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                        float lr, float beta1, float beta2, float eps, float weight_decay,
+                        int64_t step) {
+  DeviceGuard g(device_);
+  const int64_t n = param.numel();
+  check_dtype(param, DType::F32, "adamw: param");
+  for (const auto& [t, what] : {std::pair{&grad, "adamw: grad"}, {&m, "adamw: m"}, {&v, "adamw: v"}}) {
+    check_dtype(*t, DType::F32, what);
+    check_numel(*t, n, what);
+  }
   OCTET_CHECK(step >= 1, "adamw: step must be >= 1, got " + std::to_string(step));
   OCTET_CHECK(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f,
               "adamw: betas must lie in [0, 1)");
   const double bc1 = 1.0 - std::pow(double(beta1), double(step));
   const double bc2 = 1.0 - std::pow(double(beta2), double(step));
-  adamw_launch(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2, stream_);
+  adamw_launch(param.f32(), grad.f32(), m.f32(), v.f32(), size_t(n), lr, beta1, beta2, eps,
+               weight_decay, bc1, bc2, stream_);
 }
 
 }  // namespace cuda
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<cuda::CudaBackend>(); }
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {
+  return std::make_unique<cuda::CudaBackend>(options);
+}
 
 }  // namespace octet
