@@ -1,6 +1,6 @@
 // src/cuda/quantize.cu — the quantization kernels of quantize.h: a 128x128-tile cast kernel that
 // writes the row-wise and the column-wise FP8 copy of a tile from one shared-memory staging, an amax
-// pre-pass (same kernel, amax-only), dequantization, BF16 rounding and the tensor-delayed update.
+// pre-pass (same kernel, amax-only), dequantization and the tensor-delayed record/update kernels.
 //
 // All rounding goes through octet/fp8.h (fp8_encode, scale_from_amax, bf16_round), the functions the
 // CPU reference uses, so codes and scales match it bit for bit. Amaxes are reduced as the bit
@@ -254,12 +254,6 @@ __global__ void dequantize_kernel(DevQTensor q, float* out) {
   }
 }
 
-__global__ void to_bf16_kernel(const float* x, uint16_t* out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = uint16_t(detail::f32_bits(bf16_round(x[i])) >> 16);
-}
-
 // tensor-delayed (quantize.h): the scale of this quantization, after the amax pre-pass.
 // Non-empty history or a non-finite amax: the delayed scale; else this tensor's own amax.
 __global__ void delayed_select_kernel(const unsigned* amax_bits, const int* st, float* scale,
@@ -376,11 +370,6 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
 
 void dequantize_launch(const DevQTensor& q, float* out, cudaStream_t stream) {
   dequantize_kernel<<<grid_for(q.rows * q.cols, 256), 256, 0, stream>>>(q, out);
-  OCTET_CUDA_LAUNCH_CHECK();
-}
-
-void to_bf16_launch(const float* x, uint16_t* out, int64_t n, cudaStream_t stream) {
-  to_bf16_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, out, n);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
