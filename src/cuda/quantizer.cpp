@@ -168,18 +168,25 @@ float CudaQuantizer::last_amax() const {
   return from_bits(bits);
 }
 
+void CudaQuantizer::last_counts(int copy, int64_t* underflow, int64_t* saturated) const {
+  unsigned long long c[4];
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(c, counts_.get(), sizeof(c), cudaMemcpyDeviceToHost, stream_));
+  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  *underflow = int64_t(c[2 * copy]);
+  *saturated = int64_t(c[2 * copy + 1]);
+}
+
 QuantStats CudaQuantizer::stats() const {
   QuantStats s;
   if (last_rows_ == 0) return s;
-  unsigned long long c[4];
   unsigned range[2];
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(c, counts_.get(), sizeof(c), cudaMemcpyDeviceToHost, stream_));
   OCTET_CUDA_CHECK(cudaMemcpyAsync(range, range_.get(), sizeof(range), cudaMemcpyDeviceToHost, stream_));
   s.amax = last_amax();  // synchronizes
-  const int copy = last_copy_;
+  int64_t under = 0, sat = 0;
+  last_counts(last_copy_, &under, &sat);
   const double n = double(last_rows_) * double(last_cols_);
-  s.underflow_frac = double(c[2 * copy]) / n;
-  s.saturated_frac = double(c[2 * copy + 1]) / n;
+  s.underflow_frac = double(under) / n;
+  s.saturated_frac = double(sat) / n;
   s.scale_min = from_bits(range[0]);
   s.scale_max = from_bits(range[1]);
   return s;

@@ -59,6 +59,9 @@ class CudaQuantizer {
   QuantStats stats() const;
   /// Amax of the last quantized source (NaN if it held a NaN). Synchronizes.
   float last_amax() const;
+  /// Counts of the last quantization: {underflow, saturated} of the row-wise (0) or column-wise
+  /// (1) copy. Synchronizes.
+  void last_counts(int copy, int64_t* underflow, int64_t* saturated) const;
   /// tensor-delayed state (synchronizes): the delayed scale, the last update's overflow flag, the
   /// overflow count.
   float delayed_scale() const;
