@@ -8,6 +8,7 @@
 // every NaN pattern compares above +inf, so a NaN anywhere makes the amax NaN (never dropped).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "cuda/check.h"
@@ -233,12 +234,16 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(TileParams p) {
 
 template <int kSource>
 void launch_tile(const TileParams& p, cudaStream_t stream) {
-  static bool configured = false;  // one device per process in octet
-  if (!configured) {
+  // The shared-memory opt-in is per device: set it once for each device this process uses.
+  static std::atomic<uint64_t> configured{0};  // bit d: device d (ordinals < 64 cached)
+  int dev = 0;
+  OCTET_CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
+  if (!(configured.load() & bit)) {
     OCTET_CUDA_CHECK(cudaFuncSetAttribute(quantize_tile_kernel<kSource>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           int(kSmemBytes)));
-    configured = true;
+    configured.fetch_or(bit);
   }
   const dim3 grid(unsigned(ceil_div(p.cols_pad, kTile)), unsigned(ceil_div(p.rows_pad, kTile)));
   quantize_tile_kernel<kSource><<<grid, kThreads, kSmemBytes, stream>>>(p);
