@@ -75,10 +75,12 @@ __device__ __forceinline__ void store_scale(const DevQTensor& q, int64_t r, int6
     case ScaleLayout::Blk128: writer = i == 0 && sub == 0; break;
   }
   if (!writer) return;
-  q.scale_inv[q.scale_index(r, c)] = 1.0f / s;
-  if (range) {  // s > 0 or NaN: its bits order like its value, NaN largest
-    atomicMin(&range[0], __float_as_uint(s));
-    atomicMax(&range[1], __float_as_uint(s));
+  const float inv = 1.0f / s;
+  q.scale_inv[q.scale_index(r, c)] = inv;
+  if (range) {  // the stats' scale is 1/scale_inv (> 0 or NaN: bits order like values, NaN largest)
+    const unsigned b = __float_as_uint(1.0f / inv);
+    atomicMin(&range[0], b);
+    atomicMax(&range[1], b);
   }
 }
 
