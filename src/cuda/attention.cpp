@@ -28,6 +28,7 @@
 
 #include "cuda/attention_kernels.h"
 #include "cuda/buffer.h"
+#include "cuda/act_f32.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/gemm.h"
@@ -211,20 +212,9 @@ class CudaAttention final : public Attention {
     check_activation(t, what);
     check_shape(t, want, what);
   }
-  // FP32 values of t: t itself if F32, else widened (exact) into `buf`.
-  const float* as_f32(const Tensor& t, DeviceBuffer<float>& buf) {
-    if (t.dtype == DType::F32) return t.f32();
-    const Tensor f(buf.reserve(size_t(t.numel()), s_), DType::F32, t.shape);
-    convert_launch(f, t, s_);
-    return f.f32();
-  }
-  // Where a kernel writes the FP32 result for the act tensor `t` (t itself if F32; finish() rounds).
-  float* f32_out(const Tensor& t) {
-    return t.dtype == DType::F32 ? t.f32() : out_.reserve(size_t(t.numel()), s_);
-  }
-  void finish(const Tensor& t) {
-    if (t.dtype != DType::F32) convert_launch(t, Tensor(out_.get(), DType::F32, t.shape), s_);
-  }
+  const float* as_f32(const Tensor& t, DeviceBuffer<float>& buf) { return f32_in(t, buf, s_); }
+  float* f32_out(const Tensor& t) { return cuda::f32_out(t, out_, s_); }
+  void finish(const Tensor& t) { f32_out_finish(t, out_, s_); }
 
   void pack(const float* x, int64_t heads, int64_t T, int64_t T_p, int64_t rep, Format f,
             float* scale_inv, PackKind row_kind, void* row, PackKind trans_kind, void* trans) {

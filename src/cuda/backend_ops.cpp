@@ -3,6 +3,7 @@
 // dispatch to the kernels of ops.h on the backend's stream and device. Loss and sum_squares add
 // into F64 device accumulators; only moments() waits for the GPU (diagnostics).
 #include <cmath>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,17 @@ void check_acc(const Tensor& t, int64_t n, const char* what) {
   check_numel(t, n, what);
 }
 void check_act_or_param(const Tensor& t, const char* what) { check_activation(t, what); }
+// x act [rows, dim >= 1] and the other act tensors of a row-wise op, each of x's shape.
+void check_rows(const std::string& op, const Tensor& x,
+                std::initializer_list<std::pair<const Tensor*, const char*>> same) {
+  check_activation(x, (op + ": x").c_str());
+  OCTET_CHECK(x.cols() >= 1, op + ": dim must be >= 1, got " + x.str());
+  for (const auto& [t, name] : same) {
+    const std::string what = op + ": " + name;
+    check_activation(*t, what.c_str());
+    check_same(x, *t, what.c_str());
+  }
+}
 }  // namespace
 
 // ---- elementwise, embedding ----
@@ -79,11 +91,8 @@ void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dout, cons
 void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y,
                                   const Tensor& rstd, float eps) {
   DeviceGuard g(device_);
-  check_activation(x, "rmsnorm_forward: x");
-  check_activation(y, "rmsnorm_forward: y");
-  check_same(x, y, "rmsnorm_forward: y");
+  check_rows("rmsnorm_forward", x, {{&y, "y"}});
   const int64_t rows = x.rows(), dim = x.cols();
-  OCTET_CHECK(dim >= 1, "rmsnorm_forward: dim must be >= 1, got " + x.str());
   check_stat(rstd, rows, "rmsnorm_forward: rstd");
   rmsnorm_forward_launch(x, opt_param(w, dim, "rmsnorm_forward: weight"), y, rstd.f32(), rows,
                          dim, eps, stream_);
@@ -91,13 +100,8 @@ void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor
 void CudaBackend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
                                    const Tensor& dy, const Tensor& dx, const Tensor& dw) {
   DeviceGuard g(device_);
-  check_activation(x, "rmsnorm_backward: x");
-  check_activation(dy, "rmsnorm_backward: dy");
-  check_activation(dx, "rmsnorm_backward: dx");
-  check_same(x, dy, "rmsnorm_backward: dy");
-  check_same(x, dx, "rmsnorm_backward: dx");
+  check_rows("rmsnorm_backward", x, {{&dy, "dy"}, {&dx, "dx"}});
   const int64_t rows = x.rows(), dim = x.cols();
-  OCTET_CHECK(dim >= 1, "rmsnorm_backward: dim must be >= 1, got " + x.str());
   check_stat(rstd, rows, "rmsnorm_backward: rstd");
   OCTET_CHECK(dw.empty() || !w.empty(), "rmsnorm_backward: dweight given without a weight");
   rmsnorm_backward_launch(x, opt_param(w, dim, "rmsnorm_backward: weight"), rstd.f32(), dy, dx,
@@ -107,11 +111,8 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& w, const Tens
                                     const Tensor& y, const Tensor& mean, const Tensor& rstd,
                                     float eps) {
   DeviceGuard g(device_);
-  check_activation(x, "layernorm_forward: x");
-  check_activation(y, "layernorm_forward: y");
-  check_same(x, y, "layernorm_forward: y");
+  check_rows("layernorm_forward", x, {{&y, "y"}});
   const int64_t rows = x.rows(), dim = x.cols();
-  OCTET_CHECK(dim >= 1, "layernorm_forward: dim must be >= 1, got " + x.str());
   check_stat(mean, rows, "layernorm_forward: mean");
   check_stat(rstd, rows, "layernorm_forward: rstd");
   layernorm_forward_launch(x, opt_param(w, dim, "layernorm_forward: weight"),
@@ -122,13 +123,8 @@ void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& w, const Ten
                                      const Tensor& rstd, const Tensor& dy, const Tensor& dx,
                                      const Tensor& dw, const Tensor& db) {
   DeviceGuard g(device_);
-  check_activation(x, "layernorm_backward: x");
-  check_activation(dy, "layernorm_backward: dy");
-  check_activation(dx, "layernorm_backward: dx");
-  check_same(x, dy, "layernorm_backward: dy");
-  check_same(x, dx, "layernorm_backward: dx");
+  check_rows("layernorm_backward", x, {{&dy, "dy"}, {&dx, "dx"}});
   const int64_t rows = x.rows(), dim = x.cols();
-  OCTET_CHECK(dim >= 1, "layernorm_backward: dim must be >= 1, got " + x.str());
   check_stat(mean, rows, "layernorm_backward: mean");
   check_stat(rstd, rows, "layernorm_backward: rstd");
   layernorm_backward_launch(x, opt_param(w, dim, "layernorm_backward: weight"), mean.f32(),

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/act_f32.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/ops.h"
@@ -184,20 +185,9 @@ class CudaLinear final : public Linear {
     convert_launch(b, t, s_);
     return b.bf16();
   }
-  // FP32 values of t: t itself if F32, else widened (exact) into `buf`.
-  const float* as_f32(const Tensor& t, DeviceBuffer<float>& buf) {
-    if (t.dtype == DType::F32) return t.f32();
-    const Tensor f(buf.reserve(size_t(t.numel()), s_), DType::F32, t.shape);
-    convert_launch(f, t, s_);
-    return f.f32();
-  }
-  // Where a GEMM writes the FP32 result for the act tensor `t` (t itself if F32; finish() rounds).
-  float* f32_out(const Tensor& t) {
-    return t.dtype == DType::F32 ? t.f32() : acc_.reserve(size_t(t.numel()), s_);
-  }
-  void finish(const Tensor& t) {
-    if (t.dtype != DType::F32) convert_launch(t, Tensor(acc_.get(), DType::F32, t.shape), s_);
-  }
+  const float* as_f32(const Tensor& t, DeviceBuffer<float>& buf) { return f32_in(t, buf, s_); }
+  float* f32_out(const Tensor& t) { return cuda::f32_out(t, acc_, s_); }
+  void finish(const Tensor& t) { f32_out_finish(t, acc_, s_); }
 
   LinearSpec spec_;
   CudaBackend& be_;
