@@ -62,12 +62,15 @@ CudaBackend::CudaBackend(const CudaOptions& options) : device_(checked_device(op
 }
 
 CudaBackend::~CudaBackend() {
-  DeviceGuard g(device_);
+  int prev = -1;  // no exceptions here: errors (e.g. at process exit) are ignored
+  (void)cudaGetDevice(&prev);
+  if (prev != device_) (void)cudaSetDevice(device_);
   gemm_.reset();
   parts_.reset();
   row_loss_.reset();
   (void)cudaStreamSynchronize(stream_);  // stream-ordered frees complete before the stream goes
-  if (owns_stream_) cudaStreamDestroy(stream_);
+  if (owns_stream_) (void)cudaStreamDestroy(stream_);
+  if (prev != device_ && prev >= 0) (void)cudaSetDevice(prev);
 }
 
 // ---- memory ----

@@ -34,8 +34,8 @@ using test::Dev;
 
 // One CUDA backend for the operands' memory and the quantizers; every engine runs on its stream.
 cuda::CudaBackend& gpu() {
-  static cuda::CudaBackend backend{CudaOptions{}};
-  return backend;
+  static auto* backend = new cuda::CudaBackend(CudaOptions{});  // never destroyed (process exit)
+  return *backend;
 }
 
 // The BF16 bits of n FP32 values (RNE on the device: the backend's convert, as the BF16 GEMMs
