@@ -1,18 +1,30 @@
 // octet/backend.h — the compute interface the transformer and trainer are written against.
+// (docs/design.md §"The compute interface")
 //
 // The model (src/model) calls only these operations, so the same forward/backward code runs on the
 // CPU reference backend (src/cpu, the readable twin, as in karpathy/llm.c) and on the CUDA backend
 // (src/cuda). Every CUDA operation is tested against its CPU twin of the same name.
 //
-// Memory: all float/int buffers passed to a backend live where that backend computes (host memory
-// for "cpu", device memory for "cuda") and are obtained from alloc()/alloc_i32(). All tensors are
-// row-major and contiguous; shapes are given per function in elements. Activations, gradients,
-// master weights and optimizer states are FP32; low precision exists only inside the GEMMs and the
-// attention (as quantized operands), as DeepSeek-V3 §3.3 keeps embedding, norms, loss and optimizer
-// in higher precision.
+// Tensors (tensor.h): every argument is a typed view in the memory of this backend, obtained from
+// alloc() (or, for the CUDA backend, any device memory of its device, e.g. a PyTorch tensor's).
+// Dtype rules, checked at each operation's boundary:
+//   act    activations and gradients between ops: F32 or BF16, each tensor independently. An op
+//          reads its inputs as FP32, computes in FP32 and rounds to the output's dtype once (round
+//          to nearest even for BF16), so the CPU backend run with BF16 tensors is the twin of the
+//          CUDA backend run with BF16 tensors.
+//   param  master weights and their gradients: F32.   stat  norm mean/rstd, LSE: F32.
+//   ids    token ids and targets: I32.                acc   loss / norm accumulators: F64 [1].
+// Shapes are taken from the views and checked against each other; row-wise ops treat a tensor as
+// [rows, cols] with cols its last dimension.
 //
-// Errors: invalid arguments throw octet::Error; backend failures (CUDA, cuBLASLt) throw octet::Error
-// naming the failed call.
+// Asynchrony: on the CUDA backend every operation is enqueued on the backend's stream (the caller's,
+// see CudaOptions) and returns without waiting, except where a function says it synchronizes
+// (download, read_f64, moments, synchronize, the checkpoint state getters). Results the trainer
+// needs on the host (loss, gradient norm) accumulate in F64 tensors on the device and are read once
+// per step.
+//
+// Errors: invalid arguments throw octet::Error naming the argument and the problem; backend failures
+// (CUDA, cuBLASLt) throw octet::Error naming the failed call.
 #pragma once
 
 #include <cstddef>
@@ -23,12 +35,13 @@
 
 #include "octet/attention.h"
 #include "octet/quant.h"
+#include "octet/tensor.h"
 
 namespace octet {
 
-/// Precision of the three GEMMs of a linear layer. FP32 (gemm_f32, no rounding of the operands) is
-/// the reference path for whole-model gradient checks and the PyTorch twin (tests only; the CPU
-/// backend must support it, the CUDA backend may reject it with octet::Error).
+/// Precision of the three GEMMs of a linear layer. FP32 (no rounding of the operands) is the
+/// reference path for whole-model gradient checks and the PyTorch twin (the CUDA backend runs it
+/// with cuBLASLt FP32, no TF32).
 enum class LinearPrecision { BF16, FP8, FP32 };
 
 struct LinearSpec {
@@ -45,116 +58,158 @@ struct QuantStats {
   double saturated_frac = 0.0;               ///< inputs beyond fp8_max after scaling
 };
 
-/// One linear layer's GEMMs Y = X Wᵀ and their quantizer state (delayed-scaling histories).
-/// X [M, in], W [out, in], Y [M, out]. Forward: Y = X̂Ŵᵀ. Backward: dX = dŶŴ, dW += dŶᵀX̂ with each
-/// operand quantized from its high-precision source in the orientation its GEMM needs.
+/// Backend-specific tensors a forward keeps for its backward (quantized copies and their scales).
+/// Opaque to callers; a backend throws octet::Error if handed another backend's or layer's state.
+struct SavedState {
+  virtual ~SavedState() = default;
+};
+
+/// What Linear::forward returns for Linear::backward. The caller holds it and passes it to
+/// backward (any number of forwards may be outstanding: autograd, activation checkpointing).
+/// x and w are views of the forward's inputs: the caller keeps them alive and unchanged until the
+/// backward (as autograd keeps saved tensors). `state` owns the FP8 operands the forward quantized
+/// (X̂ᵀ and Ŵᵀ in the layout the backward GEMMs read). Move-only.
+struct SavedLinear {
+  Tensor x, w;
+  std::unique_ptr<SavedState> state;
+};
+
+/// What Attention::forward returns for Attention::backward: views of the caller's o and lse (kept
+/// alive by the caller) and the backend's quantized Q̂, K̂, V̂ (owned by `state`). Move-only.
+struct SavedAttention {
+  Tensor q, k, v, o, lse;
+  std::unique_ptr<SavedState> state;
+};
+
+/// One linear layer's GEMMs Y = X Wᵀ and its quantizer state (delayed-scaling histories).
+/// Forward: Y = X̂Ŵᵀ. Backward: dX = dŶŴ, dW += dŶᵀX̂, each operand quantized from its
+/// high-precision source in the orientation its GEMM needs (never re-quantized from FP8).
 class Linear {
  public:
   virtual ~Linear() = default;
-  virtual void forward(const float* x, const float* w, float* y, int64_t m) = 0;
-  /// dx is overwritten (may be null: skipped); dw is accumulated (+=).
-  virtual void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
-                        int64_t m) = 0;
+  /// x act [M, in], w param [out, in], y act [M, out] (overwritten). Throws on a shape/dtype
+  /// mismatch. Quantization uses each slot's current scale and records its amax (quant.h).
+  virtual SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y) = 0;
+  /// dy act [M, out]; dx act [M, in] overwritten (empty: skipped); dw param [out, in] accumulated
+  /// (+=; empty: skipped). `saved` must come from this linear's forward; it is not consumed.
+  virtual void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx,
+                        const Tensor& dw) = 0;
+  /// Delayed scaling's update step (TransformerEngine amax_and_scale_update): folds the amaxes
+  /// recorded since the last update into each slot's history and computes the scales the next
+  /// quantizations use. The trainer calls it once per optimizer step (this is where a cross-rank
+  /// amax max-reduction goes). A no-op for the stateless recipes, BF16 and FP32.
+  virtual void update_scales() = 0;
   /// Stats of X, W (forward) and dY (backward) at their last quantization (FP8 only).
+  /// May synchronize (diagnostics only).
   virtual QuantStats stats_x() const = 0;
   virtual QuantStats stats_w() const = 0;
   virtual QuantStats stats_dy() const = 0;
-  /// The quantizer state a checkpoint must hold for a bitwise resume (host copy; the CUDA backend
-  /// synchronizes). Layout (quant.h pack_delayed_states): for each slot X, W, dY in that order
+  /// The quantizer state a checkpoint must hold for a bitwise resume (host copy; synchronizes).
+  /// Layout (quant.h pack_delayed_states): for each slot X, W, dY in that order
   /// [n, amax history (n values, most recent last), delayed scale, overflow count]. Empty for
-  /// BF16/FP32 and for the stateless FP8 recipes (all but tensor-delayed).
+  /// BF16/FP32 and for the stateless FP8 recipes (all but tensor-delayed). Taken after
+  /// update_scales(): amaxes recorded since the last update are not part of it.
   virtual std::vector<float> quant_state() const = 0;
-  /// Restores a quant_state() of a linear with the same spec; the next forward() then quantizes as
-  /// the saving linear's next forward() would. Throws octet::Error naming the mismatch (wrong
-  /// size, a history longer than amax_history_len, invalid values, non-empty for a stateless
-  /// linear) and leaves the state unchanged.
+  /// Restores a quant_state() of a linear with the same spec. Throws octet::Error naming the
+  /// mismatch (wrong size, a history longer than amax_history_len, invalid values, non-empty for a
+  /// stateless linear) and leaves the state unchanged.
   virtual void load_quant_state(const std::vector<float>& state) = 0;
 };
 
-/// One attention layer's forward/backward and the tensors its forward saves.
-/// Layouts as in attention.h: q [B,H,Tq,D], k/v [B,G,Tk,D], o [B,H,Tq,D], lse [B,H,Tq].
+/// One attention layer's forward/backward (semantics: attention.h, the CPU reference).
 class Attention {
  public:
   virtual ~Attention() = default;
-  virtual void forward(const float* q, const float* k, const float* v, float* o, float* lse) = 0;
-  /// dq, dk, dv overwritten. Returns the softmax-gradient residual stats (attention.h).
-  virtual AttentionStats backward(const float* d_o, float* dq, float* dk, float* dv) = 0;
+  /// q act [B,H,Tq,D], k, v act [B,G,Tk,D] (the shape given to make_attention); o act [B,H,Tq,D]
+  /// and lse stat [B,H,Tq] written.
+  virtual SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& o, const Tensor& lse) = 0;
+  /// d_o act [B,H,Tq,D]; dq, dk, dv act overwritten. `residual` (F64 [2], may be empty: not
+  /// computed) accumulates the softmax-gradient row residual of attention.h AttentionStats:
+  /// residual[0] = max(residual[0], this backward's max), residual[1] += this backward's mean.
+  virtual void backward(const SavedAttention& saved, const Tensor& d_o, const Tensor& dq,
+                        const Tensor& dk, const Tensor& dv, const Tensor& residual) = 0;
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  ///< "cpu" or "cuda"
+  /// The activation dtype this backend computes fastest in: BF16 for "cuda", F32 for "cpu".
+  virtual DType preferred_activation_dtype() const = 0;
 
-  // ---- memory (counts in elements) ----
-  virtual float* alloc(size_t n) = 0;        ///< zero-initialized
-  virtual int32_t* alloc_i32(size_t n) = 0;  ///< zero-initialized
+  // ---- memory ----
+  /// A zero-initialized tensor of this backend. Throws octet::Error when out of memory (naming the
+  /// bytes asked for).
+  virtual Buffer alloc(DType dtype, Shape shape) = 0;
+  /// Returns memory obtained by alloc() (Buffer's destructor calls it).
   virtual void release(void* p) = 0;
-  virtual void upload(float* dst, const float* host_src, size_t n) = 0;
-  virtual void upload_i32(int32_t* dst, const int32_t* host_src, size_t n) = 0;
-  virtual void download(float* host_dst, const float* src, size_t n) = 0;
-  virtual void fill(float* x, float value, size_t n) = 0;
-  virtual void copy(float* dst, const float* src, size_t n) = 0;
+  /// Copies dst.bytes() bytes from host memory (the dtype's own representation).
+  virtual void upload(const Tensor& dst, const void* host_src) = 0;
+  /// Copies src.bytes() bytes to host memory. Synchronizes.
+  virtual void download(void* host_dst, const Tensor& src) = 0;
+  /// Host FP32 copy of an F32 or BF16 tensor. Synchronizes.
+  std::vector<float> download_f32(const Tensor& src);
+  /// The value of an F64 [1] accumulator. Synchronizes.
+  double read_f64(const Tensor& acc);
+  /// x = value (act, param, stat or acc).
+  virtual void fill(const Tensor& x, double value) = 0;
+  /// dst = src, converting F32 <-> BF16 (round to nearest even) when the dtypes differ; equal numel.
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  /// Waits for every enqueued operation.
   virtual void synchronize() = 0;
 
-  // ---- elementwise ----
+  // ---- elementwise (act or param; equal numel) ----
   /// y = y + a*x
-  virtual void axpy(float a, const float* x, float* y, size_t n) = 0;
+  virtual void axpy(float a, const Tensor& x, const Tensor& y) = 0;
   /// x = a*x
-  virtual void scale(float a, float* x, size_t n) = 0;
+  virtual void scale(float a, const Tensor& x) = 0;
 
-  // ---- embedding: table [vocab, dim], ids [n], out [n, dim] ----
-  virtual void embedding_forward(const int32_t* ids, const float* table, float* out, int64_t n,
-                                 int64_t dim) = 0;
-  /// dtable[ids[i]] += dout[i] for every i.
-  virtual void embedding_backward(const int32_t* ids, const float* dout, float* dtable, int64_t n,
-                                  int64_t dim) = 0;
+  // ---- embedding: ids [n], table param [vocab, dim], out act [n, dim] ----
+  virtual void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;
+  /// dtable[ids[i]] += dout[i] for every i (dout act [n, dim], dtable param).
+  virtual void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) = 0;
 
-  // ---- norms over the last dim; x, y [rows, dim]; stats [rows] ----
+  // ---- norms over the last dim; x, y act [rows, dim]; mean, rstd stat [rows] ----
   /// RMSNorm (Zhang & Sennrich 2019): y = x * rstd * w, rstd = 1/sqrt(mean(x²) + eps).
-  /// weight may be null (non-trainable, = 1: FOG's QK-norm).
-  virtual void rmsnorm_forward(const float* x, const float* weight, float* y, float* rstd,
-                               int64_t rows, int64_t dim, float eps) = 0;
-  /// dx overwritten; dweight accumulated (skipped if null).
-  virtual void rmsnorm_backward(const float* x, const float* weight, const float* rstd,
-                                const float* dy, float* dx, float* dweight, int64_t rows,
-                                int64_t dim) = 0;
-  /// LayerNorm (Ba et al. 2016): y = (x − mean) * rstd * w + b.
-  virtual void layernorm_forward(const float* x, const float* weight, const float* bias, float* y,
-                                 float* mean, float* rstd, int64_t rows, int64_t dim,
+  /// weight param [dim], or empty (non-trainable gain 1: FOG's QK-norm).
+  virtual void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y,
+                               const Tensor& rstd, float eps) = 0;
+  /// dx act overwritten; dweight param accumulated (skipped if empty).
+  virtual void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                                const Tensor& dy, const Tensor& dx, const Tensor& dweight) = 0;
+  /// LayerNorm (Ba et al. 2016): y = (x − mean) * rstd * w + b; weight, bias param [dim].
+  virtual void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                 const Tensor& y, const Tensor& mean, const Tensor& rstd,
                                  float eps) = 0;
-  virtual void layernorm_backward(const float* x, const float* weight, const float* mean,
-                                  const float* rstd, const float* dy, float* dx, float* dweight,
-                                  float* dbias, int64_t rows, int64_t dim) = 0;
+  virtual void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                  const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                                  const Tensor& dweight, const Tensor& dbias) = 0;
 
   // ---- RoPE (Su et al., arXiv 2104.09864), rotate-half pairing (i, i + D/2) ----
-  /// x [B, H, T, D] rotated in place by angle t * theta^(-2i/D); inverse=true rotates by −angle
+  /// x act [B, H, T, D] rotated in place by angle t * theta^(-2i/D); inverse=true rotates by −angle
   /// (the backward of the forward rotation).
-  virtual void rope(float* x, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim,
-                    float theta, bool inverse) = 0;
+  virtual void rope(const Tensor& x, float theta, bool inverse) = 0;
 
-  // ---- activations ----
-  /// GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2. x, y [n].
-  virtual void gelu_forward(const float* x, float* y, size_t n) = 0;
-  virtual void gelu_backward(const float* x, const float* dy, float* dx, size_t n) = 0;
+  // ---- activations (act) ----
+  /// GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2. x, y equal numel.
+  virtual void gelu_forward(const Tensor& x, const Tensor& y) = 0;
+  virtual void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) = 0;
   /// SwiGLU (Shazeer 2020): h [rows, 2F] = [gate | up], y [rows, F] = silu(gate) * up.
-  virtual void swiglu_forward(const float* h, float* y, int64_t rows, int64_t f) = 0;
-  virtual void swiglu_backward(const float* h, const float* dy, float* dh, int64_t rows,
-                               int64_t f) = 0;
+  virtual void swiglu_forward(const Tensor& h, const Tensor& y) = 0;
+  virtual void swiglu_backward(const Tensor& h, const Tensor& dy, const Tensor& dh) = 0;
 
-  // ---- head layout ----
+  // ---- head layout (act) ----
   /// qkv [B, T, (H + 2G) * D] (q heads, then k heads, then v heads) -> q [B,H,T,D], k,v [B,G,T,D].
-  virtual void split_qkv(const float* qkv, float* q, float* k, float* v, int64_t batch,
-                         int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim) = 0;
+  virtual void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k,
+                         const Tensor& v) = 0;
   /// The inverse: dq, dk, dv -> dqkv [B, T, (H + 2G) * D].
-  virtual void merge_qkv(const float* q, const float* k, const float* v, float* qkv,
-                         int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                         int64_t head_dim) = 0;
-  /// [B, H, T, D] <-> [B, T, H * D].
-  virtual void heads_to_tokens(const float* x, float* y, int64_t batch, int64_t heads,
-                               int64_t seq, int64_t head_dim) = 0;
-  virtual void tokens_to_heads(const float* x, float* y, int64_t batch, int64_t heads,
-                               int64_t seq, int64_t head_dim) = 0;
+  virtual void merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v,
+                         const Tensor& qkv) = 0;
+  /// x [B, H, T, D] -> y [B, T, H * D].
+  virtual void heads_to_tokens(const Tensor& x, const Tensor& y) = 0;
+  /// x [B, T, H * D] -> y [B, H, T, D] (H and D from y's shape).
+  virtual void tokens_to_heads(const Tensor& x, const Tensor& y) = 0;
 
   // ---- GEMMs and attention ----
   virtual std::unique_ptr<Linear> make_linear(const LinearSpec& spec) = 0;
@@ -162,33 +217,44 @@ class Backend {
   virtual std::unique_ptr<Attention> make_attention(const AttentionShape& shape,
                                                     const AttentionConfig& config) = 0;
 
-  // ---- loss: logits [n, vocab], targets [n] (a target < 0 is ignored) ----
-  /// Softmax cross-entropy. Writes dlogits = (softmax − onehot) * grad_scale (may alias logits)
-  /// and returns the summed loss over counted tokens (nats) in double.
-  virtual double cross_entropy(const float* logits, const int32_t* targets, float* dlogits,
-                               int64_t n, int64_t vocab, float grad_scale) = 0;
+  // ---- loss: logits act [n, vocab], targets ids [n] (a target < 0 is ignored) ----
+  /// Softmax cross-entropy. Writes dlogits act = (softmax − onehot) * grad_scale (may alias
+  /// logits) and adds the summed loss over counted tokens (nats) to loss_sum (acc F64 [1]).
+  virtual void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& dlogits,
+                             float grad_scale, const Tensor& loss_sum) = 0;
 
-  // ---- reductions (results on the host) ----
-  virtual double sum_squares(const float* x, size_t n) = 0;
-  /// Central moments: returns {mean, variance, kurtosis = m4 / var²} (kurtosis 0 if var == 0).
+  // ---- reductions ----
+  /// out (acc F64 [1]) += Σ x² over x (act or param). NaN/inf propagate.
+  virtual void sum_squares(const Tensor& x, const Tensor& out) = 0;
+  /// Central moments of x (act or param): {mean, variance, kurtosis = m4 / var²} (kurtosis 0 if
+  /// var == 0). Synchronizes (diagnostics only).
   struct Moments {
     double mean = 0, variance = 0, kurtosis = 0;
   };
-  virtual Moments moments(const float* x, size_t n) = 0;
+  virtual Moments moments(const Tensor& x) = 0;
 
   // ---- optimizer ----
-  /// AdamW (Loshchilov & Hutter, arXiv 1711.05101) on FP32 master weights, step >= 1:
-  /// m = b1 m + (1−b1) g; v = b2 v + (1−b2) g²; p -= lr (m̂/(sqrt(v̂)+eps) + wd p).
-  virtual void adamw(float* param, const float* grad, float* m, float* v, size_t n, float lr,
-                     float beta1, float beta2, float eps, float weight_decay, int64_t step) = 0;
+  /// AdamW (Loshchilov & Hutter, arXiv 1711.05101) on FP32 master weights, step >= 1; all param
+  /// [n]: m = b1 m + (1−b1) g; v = b2 v + (1−b2) g²; p -= lr (m̂/(sqrt(v̂)+eps) + wd p).
+  virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                     float lr, float beta1, float beta2, float eps, float weight_decay,
+                     int64_t step) = 0;
 };
 
 /// The CPU reference backend. Never null.
 std::unique_ptr<Backend> make_cpu_backend();
-/// The CUDA backend on the current device; throws octet::Error if octet was built without CUDA or
-/// no GPU is usable.
-std::unique_ptr<Backend> make_cuda_backend();
-/// "cpu" or "cuda"; throws octet::Error naming an unknown device.
+
+/// Where the CUDA backend runs. Every call of the backend makes `device` current for its duration
+/// (and restores the caller's device), and enqueues on `stream`.
+struct CudaOptions {
+  int device = 0;          ///< CUDA device ordinal
+  void* stream = nullptr;  ///< the caller's cudaStream_t (e.g. PyTorch's current stream); null:
+                           ///< the backend creates and owns a non-blocking stream on `device`
+};
+/// The CUDA backend; throws octet::Error if octet was built without CUDA, the device does not
+/// exist, or it is not sm_90 or newer.
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options = {});
+/// "cpu", "cuda" or "cuda:N"; throws octet::Error naming an unknown device.
 std::unique_ptr<Backend> make_backend(const std::string& device);
 
 }  // namespace octet

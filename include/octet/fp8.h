@@ -134,6 +134,15 @@ OCTET_HD float bf16_round(float x) {
   return detail::f32_from_bits(u & 0xFFFF0000u);
 }
 
+/// BF16 storage: the 16 high bits of bf16_round(x) (NaN stays a quiet NaN), the layout of
+/// __nv_bfloat16 and torch.bfloat16.
+OCTET_HD uint16_t bf16_from_float(float x) {
+  if (x != x) return uint16_t((detail::f32_bits(x) >> 16) | 0x0040u);
+  return uint16_t(detail::f32_bits(bf16_round(x)) >> 16);
+}
+/// The FP32 value of a BF16 bit pattern (exact).
+OCTET_HD float bf16_to_float(uint16_t bits) { return detail::f32_from_bits(uint32_t(bits) << 16); }
+
 /// E8M0 (OCP MX v1.0 §5.4): value 2^(code-127); 0xFF is NaN; there is no zero.
 OCTET_HD float e8m0_decode(uint8_t code) {
   if (code == 0xFF) return NAN;

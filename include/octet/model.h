@@ -90,11 +90,17 @@ std::string to_string(Arm a);
 
 struct PrecisionConfig {
   Arm arm = Arm::BF16;
+  /// The dtype of every activation and activation-gradient tensor between ops: F32 or BF16
+  /// (master weights, their gradients, AdamW moments, norm statistics and LSE stay F32). The
+  /// config key precision.activations = "auto" resolves it to the backend's
+  /// preferred_activation_dtype() when the trainer builds the model.
+  DType activations = DType::F32;
   QuantConfig quant;                 ///< FP8 linears: recipe, format policy, delayed-scaling history
   AttnForm attn_form = AttnForm::Whole;
   QkvScaling qkv_scaling = QkvScaling::Tensor;
   float p_scale = 256.0f;            ///< FP8 attention: static scale of P
-  void validate() const;             ///< throws octet::Error (e.g. non power-of-two p_scale)
+  /// Throws octet::Error (e.g. non power-of-two p_scale, activations neither f32 nor bf16).
+  void validate() const;
 };
 
 /// What the arm makes of a transformer-layer linear (qkv, proj, fc1, fc2).
@@ -127,7 +133,10 @@ struct LayerDiag {
 };
 
 /// The transformer. Buffers live on the backend; one instance serves micro-batches of exactly
-/// `batch` sequences of config.seq_len tokens (N = batch·seq_len tokens).
+/// `batch` sequences of config.seq_len tokens (N = batch·seq_len tokens). Activations and their
+/// gradients are tensors of precision.activations; parameters, gradients and statistics are F32.
+/// The model holds the SavedLinear/SavedAttention of its current micro-batch per layer between the
+/// forward and the backward (docs/design.md §"Saved state").
 class Model {
  public:
   /// Throws octet::Error if the config or precision is invalid. Parameters start at zero: call init().
@@ -144,24 +153,38 @@ class Model {
   const std::vector<ParamInfo>& params() const { return params_; }
   size_t num_params() const { return n_params_; }
   const ParamInfo& param(const std::string& name) const;  ///< throws octet::Error if unknown
-  float* param_data() { return params_buf_; }  ///< backend memory, num_params() floats
-  float* grad_data() { return grads_buf_; }    ///< backend memory, num_params() floats
+  /// F32 [num_params()] views of all parameters / gradients (backend memory, params() order).
+  Tensor param_data() const;
+  Tensor grad_data() const;
 
   /// Deterministic init from `seed` (portable: splitmix64 + Box–Muller, independent of the arm).
   void init(uint64_t seed);
-  /// Host copies of all parameters / gradients (num_params() floats, params() order).
+  /// Host copies of all parameters / gradients (num_params() floats, params() order). Synchronize.
   std::vector<float> download_params();
   std::vector<float> download_grads();
   void upload_params(const std::vector<float>& host);
 
+  /// Zeroes the gradients and the attention row-residual accumulators of diagnostics().
   void zero_grad();
-  /// Forward on ids/targets (host, batch·seq_len each; a target < 0 is ignored). Returns the summed
-  /// loss in nats and sets *n_counted to the number of counted targets. With backward=true, the
+  /// Forward on ids/targets (host, batch·seq_len each; a target < 0 is ignored; ids in
+  /// [0, vocab_size)). Enqueues everything without a host synchronization; the summed loss (nats)
+  /// accumulates in an F64 accumulator on the backend (take_loss). With backward=true, the
   /// gradients of grad_scale·(summed loss) are accumulated into grad_data().
+  void forward_backward(const int32_t* ids, const int32_t* targets, bool backward, float grad_scale);
+  /// The summed loss (nats) accumulated by forward_backward() since the last take_loss(), and
+  /// resets it. Synchronizes once.
+  double take_loss();
+  /// forward_backward + take_loss; *n_counted (if given) is the number of counted targets (host).
   double step(const int32_t* ids, const int32_t* targets, bool backward, float grad_scale,
               int64_t* n_counted = nullptr);
+  /// Delayed scaling's update step: Linear::update_scales() of every linear. The trainer calls it
+  /// once per optimizer step, after the last micro-batch's backward and before the optimizer and
+  /// any checkpoint.
+  void update_quant_scales();
 
-  /// Diagnostics of the last forward/backward (kurtosis of its saved activations, quantizer stats).
+  /// Diagnostics of the last forward/backward (kurtosis of its saved activations, quantizer stats;
+  /// the attention row residual since zero_grad(): max over the micro-batches and mean of their
+  /// means). Synchronizes.
   std::vector<LayerDiag> diagnostics();
 
   /// The quantizer state of every linear that keeps one (Linear::quant_state: tensor-delayed FP8
@@ -183,8 +206,6 @@ class Model {
   int64_t batch_;
   std::vector<ParamInfo> params_;
   size_t n_params_ = 0;
-  float* params_buf_ = nullptr;
-  float* grads_buf_ = nullptr;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -110,11 +110,14 @@ std::vector<DelayedState> unpack_delayed_states(const std::vector<float>& data, 
 ///
 /// Scales per recipe (s = scale, q = cast(x·s), scale_inv = 1/s):
 ///  - tensor-current: s = scale_from_amax(amax of x); row/block: the same per row/tile/block;
-///  - tensor-delayed: s = scale_from_amax(reduce(history)) where the history holds the amaxes of
-///    the previous quantize() calls (max or most recent of the last H). The first quantize(), with
-///    an empty history, uses this tensor's own amax (TE would use scale 1). Each quantize() then
-///    appends its amax, so the history advances once per quantize() of this slot and never on
-///    quantize_transposed(): a weight quantized once and reused keeps scale_inv matching its codes;
+///  - tensor-delayed, quantize-then-update (TransformerEngine's DelayedScaling with
+///    amax_and_scale_update): quantize() and quantize_transposed() use the current scale
+///    s = scale_from_amax(reduce(history)) (max or most recent of the last H amaxes) and only
+///    record their amax (the max over the calls since the last update). update() then folds the
+///    recorded amax into the history and computes the scale of the next quantizations. While the
+///    history is empty (a fresh quantizer, before its first successful update) a quantization uses
+///    its own tensor's amax, as tensor-current does. Both orientations of one tensor therefore
+///    always share one scale, and so do all micro-batches between two updates;
 ///  - mx: scale_inv = 2^(floor(log2 amax) − emax_elem) as E8M0 (mx_scale_e8m0 in fp8.h); the cast
 ///    always saturates (values up to 2·2^emax_elem clamp to fp8_max, as OCP MX v1.0 §6.3 defines);
 ///  - unit: s = unit_scale, no amax involved.
@@ -122,9 +125,10 @@ std::vector<DelayedState> unpack_delayed_states(const std::vector<float>& data, 
 /// Degenerate inputs (each a documented rule, see scale_from_amax in fp8.h):
 ///  - zero tensor / zero row / zero block: scale 1, codes 0, dequantizes to 0;
 ///  - tiny amax: scale clamped to 2^126;
-///  - NaN/inf amax, tensor-delayed: the previous scale is kept, the history does not advance,
-///    and last_overflow() is true; other recipes: the block's scale_inv is NaN, so the NaN is
-///    carried, never silently dropped.
+///  - NaN/inf amax, tensor-delayed: the quantization uses the current scale (1 while the history
+///    is empty); at update() a non-finite recorded amax keeps the scale, does not advance the
+///    history, counts an overflow and sets last_overflow(); other recipes: the block's scale_inv
+///    is NaN, so the NaN is carried, never silently dropped.
 class Quantizer {
  public:
   /// Throws octet::Error for an invalid config (history length < 1, non-positive unit scale).
@@ -132,40 +136,48 @@ class Quantizer {
 
   /// Quantizes x[rows, cols] (row-major) into `out` (buffers reused). Throws on rows or cols < 1.
   void quantize(const float* x, int64_t rows, int64_t cols, QTensor& out);
-  /// Quantizes the transpose: x is [rows, cols], out is xᵀ [cols, rows] with blocks along rows of x.
-  /// tensor-delayed: the same tensor in its other orientation, so it reuses the scale of the most
-  /// recent quantize() and does not advance the history (before any quantize() it acts as one).
+  /// Quantizes the transpose: x is [rows, cols], out is xᵀ [cols, rows] with blocks along rows of
+  /// x. tensor-delayed: the same scale as quantize() (both record their amax).
   void quantize_transposed(const float* x, int64_t rows, int64_t cols, QTensor& out);
+  /// tensor-delayed: folds the amax recorded since the last update into the history and computes
+  /// the next scale (see the class comment); nothing recorded: no change. Other recipes: no-op.
+  void update();
 
   const QuantConfig& config() const { return config_; }
   Role role() const { return role_; }
   Format format() const { return format_for(config_.formats, role_); }
-  /// tensor-delayed: true if the last quantize saw a NaN/inf amax (step marked overflowed).
+  /// tensor-delayed: the max amax recorded since the last update (NaN if any was NaN), or -1 if
+  /// none was recorded. A distributed trainer max-reduces it across ranks (set_pending_amax)
+  /// before update(), so that every rank computes the same scale.
+  float pending_amax() const { return pending_amax_; }
+  /// Replaces the recorded amax (>= 0 or non-finite; -1: none). For the cross-rank reduction.
+  void set_pending_amax(float amax) { pending_amax_ = amax; }
+  /// tensor-delayed: true if the last update() saw a NaN/inf amax (step marked overflowed).
   bool last_overflow() const { return last_overflow_; }
   int64_t overflow_count() const { return overflow_count_; }
-  /// tensor-delayed: the scale the next quantize will use (1 before the first call).
+  /// tensor-delayed: the scale the next quantization uses once the history is non-empty (1 before
+  /// the first update).
   float delayed_scale() const { return delayed_scale_; }
   const std::vector<float>& amax_history() const { return history_; }
-  /// tensor-delayed: the state to checkpoint (history, next scale, overflow count).
-  /// Throws octet::Error for the stateless recipes.
+  /// tensor-delayed: the state to checkpoint (history, next scale, overflow count); amaxes
+  /// recorded since the last update are not part of it. Throws octet::Error for the stateless
+  /// recipes.
   DelayedState delayed_state() const;
   /// tensor-delayed: restores a delayed_state() (a history longer than amax_history_len or an
-  /// invalid value throws octet::Error). Afterwards the quantizer acts like the one that saved it
-  /// from its next quantize() on (quantize_transposed() before that acts as a quantize(), as in a
-  /// fresh quantizer); the last-overflow flag is cleared. Throws for the stateless recipes.
+  /// invalid value throws octet::Error). Afterwards the quantizer acts exactly like the one that
+  /// saved it; the recorded amax and the last-overflow flag are cleared. Throws for the stateless
+  /// recipes.
   void load_delayed_state(const DelayedState& state);
 
  private:
-  float scale_for_tensor(float amax);  // tensor recipes: the scale to use, updates state
-  // Quantizes x[rows, cols] into out; advance=false reuses last_scale_ (tensor-delayed transpose).
-  void run(const float* x, int64_t rows, int64_t cols, QTensor& out, bool advance);
+  float scale_for_tensor(float amax);  // tensor recipes: the scale to use; records the amax
+  void run(const float* x, int64_t rows, int64_t cols, QTensor& out);
   QuantConfig config_;
   Role role_;
   std::vector<float> history_;  // most recent last
   float delayed_scale_ = 1.0f;
-  float last_scale_ = 1.0f;            // the scale of the most recent quantize()
-  bool have_last_scale_ = false;
-  std::vector<float> transpose_buf_;   // quantize_transposed's scratch, reused
+  float pending_amax_ = -1.0f;        // recorded since the last update (-1: none)
+  std::vector<float> transpose_buf_;  // quantize_transposed's scratch, reused
   bool last_overflow_ = false;
   int64_t overflow_count_ = 0;
 };

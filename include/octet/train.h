@@ -57,6 +57,9 @@ struct DataConfig {
 struct RunConfig {
   ModelConfig model;
   PrecisionConfig precision;
+  /// The config key precision.activations as given: "auto" (resolve_activations() picks the
+  /// backend's preferred_activation_dtype()), "f32" or "bf16". precision.activations holds the dtype.
+  std::string activations = "auto";
   TrainConfig train;
   DataConfig data;
   std::string device = "cpu";
@@ -69,6 +72,9 @@ struct RunConfig {
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 /// Sets one dotted key from its string form; throws octet::Error for an unknown key or bad value.
 void set_config_value(RunConfig& cfg, const std::string& key, const std::string& value);
+/// Resolves precision.activations = "auto" to `backend`'s preferred_activation_dtype() (bf16 on
+/// cuda, f32 on cpu); afterwards cfg.activations names the dtype (what config.toml records).
+void resolve_activations(RunConfig& cfg, const Backend& backend);
 /// The resolved config as TOML (round-trips through load_config).
 std::string to_toml(const RunConfig& cfg);
 /// Every setting as (key, value) rows, in a stable order (the start-up table).

@@ -15,6 +15,12 @@
 // materialized ([B, H, Tq, Tk] FP32): this is the reference-exact unfused form, not a flash kernel.
 // Supported: precision fp8 and bf16, QkvScaling::Tensor, head_dim a multiple of 16; the tiled
 // form's per-tile P rounding is a fused kernel's and is refused here with a clear error.
+// Saved state (docs/design.md §"Saved state"): forward returns Q̂, K̂, V̂ (row copies, the
+// BF16-of-code transposes the dQ/dK GEMMs read) and their scales in a SavedAttention; O and the
+// LSE are the caller's tensors. The backward reads only those and its own scratch, so any number
+// of forwards may be outstanding. q, k, v, o, dO, dQ, dK, dV are F32 or BF16 each: BF16 inputs are
+// widened to FP32 for these kernels (exact) and BF16 outputs rounded once (O is BF16-valued
+// already). The row residual accumulates into the caller's F64 [2] on the device; nothing waits.
 #include <cmath>
 #include <memory>
 #include <string>
@@ -22,18 +28,34 @@
 
 #include "cuda/attention_kernels.h"
 #include "cuda/buffer.h"
+#include "cuda/act_f32.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/gemm.h"
+#include "cuda/ops.h"
 #include "octet/error.h"
 
 namespace octet::cuda {
 namespace {
 
+// cuBLASLt refuses (NOT_SUPPORTED) scale pointers that are not 16-byte aligned: one per 128 B.
+constexpr int64_t kScaleStride = 32;
+
+// What a forward keeps for its backward: the quantized (FP8) or rounded (BF16) Q, K, V.
+struct AttnState final : SavedState {
+  const void* owner = nullptr;  // the CudaAttention that made it (validation only)
+  Buffer q_rows, k_rows, v_rows;  // [B, heads, T_p, D]: FP8 codes or BF16
+  Buffer q_t16, k_t16;            // group transposes, BF16 of code (FP8) or of value (BF16)
+  Buffer scales;                  // F32: sq, sk, sv at kScaleStride offsets
+  float* sq() const { return scales.tensor().f32() + 0 * kScaleStride; }
+  float* sk() const { return scales.tensor().f32() + 1 * kScaleStride; }
+  float* sv() const { return scales.tensor().f32() + 2 * kScaleStride; }
+};
+
 class CudaAttention final : public Attention {
  public:
-  CudaAttention(const AttentionShape& shape, const AttentionConfig& cfg, GemmEngine& gemm)
-      : shape_(shape), cfg_(cfg), gemm_(gemm), s_(gemm.stream()) {
+  CudaAttention(const AttentionShape& shape, const AttentionConfig& cfg, CudaBackend& backend)
+      : shape_(shape), cfg_(cfg), be_(backend), gemm_(backend.gemm()), s_(backend.stream()) {
     shape.validate();
     OCTET_CHECK(cfg.precision != AttnPrecision::FP64,
                 "cuda attention: precision fp64 is CPU-only (use fp8 or bf16)");
@@ -62,111 +84,137 @@ class CudaAttention final : public Attention {
     d_.causal = shape.causal;
     fp8_ = cfg.precision == AttnPrecision::FP8;
     eb_ = fp8_ ? 1 : 2;
-    const float host[2] = {1.0f / cfg.p_scale, 0.0f};
-    scales_.reserve(5 * kScaleStride);  // sq, sk, sv, sdo, p_inv, each 128-byte aligned
-    OCTET_CUDA_CHECK(cudaMemcpyAsync(p_inv(), host, sizeof(float), cudaMemcpyHostToDevice, s_));
-    OCTET_CUDA_CHECK(cudaStreamSynchronize(s_));
-    amax_.reserve(1);
+    scales_.reserve(2 * kScaleStride, s_);  // sdo, p_inv, each 128-byte aligned
+    fill_launch(Tensor(p_inv(), DType::F32, {1}), 1.0 / double(cfg.p_scale), s_);
+    amax_.reserve(1, s_);
   }
 
-  void forward(const float* q, const float* k, const float* v, float* o, float* lse) override {
+  SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                         const Tensor& lse) override {
+    DeviceGuard g(be_.device());
     const AttnDims& d = d_;
+    const Shape qs{d.B, d.H, d.Tq, d.D}, ks{d.B, d.G, d.Tk, d.D};
+    check_act(q, qs, "attention forward: q");
+    check_act(k, ks, "attention forward: k");
+    check_act(v, ks, "attention forward: v");
+    check_act(o, qs, "attention forward: o");
+    check_dtype(lse, DType::F32, "attention forward: lse");
+    check_numel(lse, d.B * d.H * d.Tq, "attention forward: lse [B, H, Tq]");
     const int64_t nq = d.B * d.H * d.Tq_p * d.D, nk = d.B * d.G * d.Tk_p * d.D;
+    const DType elem = fp8_ ? DType::E4M3 : DType::BF16;
+    auto st = std::make_unique<AttnState>();
+    st->owner = this;
+    st->q_rows = be_.alloc(elem, {nq});
+    st->k_rows = be_.alloc(elem, {nk});
+    st->v_rows = be_.alloc(elem, {nk});
+    st->q_t16 = be_.alloc(DType::BF16, {nq});
+    st->k_t16 = be_.alloc(DType::BF16, {nk});
+    st->scales = be_.alloc(DType::F32, {3 * kScaleStride});
     const PackKind rowk = fp8_ ? PackKind::Fp8Code : PackKind::Bf16OfValue;
     const PackKind transk16 = fp8_ ? PackKind::Bf16OfCode : PackKind::Bf16OfValue;
-    pack(q, d.H, d.Tq, d.Tq_p, d.rep, Format::E4M3, sq(), rowk, q_rows_.reserve(size_t(nq * eb_)),
-         transk16, q_t16_.reserve(size_t(nq)));
-    pack(k, d.G, d.Tk, d.Tk_p, 1, Format::E4M3, sk(), rowk, k_rows_.reserve(size_t(nk * eb_)),
-         transk16, k_t16_.reserve(size_t(nk)));
-    pack(v, d.G, d.Tk, d.Tk_p, 1, Format::E4M3, sv(), rowk, v_rows_.reserve(size_t(nk * eb_)), rowk,
-         v_t_.reserve(size_t(nk * eb_)));
-    logits();
+    pack(as_f32(q, in_q_), d.H, d.Tq, d.Tq_p, d.rep, Format::E4M3, st->sq(), rowk,
+         st->q_rows.tensor().data, transk16, st->q_t16.tensor().data);
+    pack(as_f32(k, in_k_), d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sk(), rowk,
+         st->k_rows.tensor().data, transk16, st->k_t16.tensor().data);
+    pack(as_f32(v, in_v_), d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sv(), rowk,
+         st->v_rows.tensor().data, rowk, v_t_.reserve(size_t(nk * eb_), s_));
+    logits(*st);
     const int64_t nrows = d.B * d.H * d.Tq;
+    uint8_t* P = P_.reserve(size_t(nS() * eb_), s_);
     if (d.Tq_p != d.Tq)  // pad query rows of P̃ stay zero: dV's GEMM contracts over them
-      OCTET_CUDA_CHECK(cudaMemsetAsync(P_.reserve(size_t(nS() * eb_)), 0, size_t(nS() * eb_), s_));
-    softmax_forward_launch(d, S_.get(), fp8_, cfg_.p_scale, P_.reserve(size_t(nS() * eb_)),
-                           lse_.reserve(size_t(nrows)), rinv_.reserve(size_t(nrows)), s_);
+      OCTET_CUDA_CHECK(cudaMemsetAsync(P, 0, size_t(nS() * eb_), s_));
+    softmax_forward_launch(d, S_.get(), fp8_, cfg_.p_scale, P, lse.f32(),
+                           rinv_.reserve(size_t(nrows), s_), s_);
     // O = P̃ V̂ (unnormalized), then · 1/Σ P̃ and rounded to BF16.
-    mm(P_.get(), Format::E4M3, p_inv(), v_t_.get(), Format::E4M3, sv(), o_acc_.reserve(size_t(nq)),
-       d.rep * d.Tq_p, d.D, d.Tk_p, 1.0f);
-    output_finalize_launch(d, o_acc_.get(), rinv_.get(), o, o_saved_.reserve(size_t(nrows * d.D)), s_);
-    OCTET_CUDA_CHECK(cudaMemcpyAsync(lse, lse_.get(), size_t(nrows) * sizeof(float),
-                                     cudaMemcpyDeviceToDevice, s_));
-    has_forward_ = true;
+    mm(P, Format::E4M3, p_inv(), v_t_.get(), Format::E4M3, st->sv(),
+       o_acc_.reserve(size_t(nq), s_), d.rep * d.Tq_p, d.D, d.Tk_p, 1.0f);
+    output_finalize_launch(d, o_acc_.get(), rinv_.get(), f32_out(o), nullptr, s_);
+    finish(o);
+    return SavedAttention{q, k, v, o, lse, std::move(st)};
   }
 
-  AttentionStats backward(const float* d_o, float* dq, float* dk, float* dv) override {
-    OCTET_CHECK(has_forward_, "attention: backward called before any forward");
+  void backward(const SavedAttention& saved, const Tensor& d_o, const Tensor& dq,
+                const Tensor& dk, const Tensor& dv, const Tensor& residual) override {
+    DeviceGuard g(be_.device());
+    const auto* st = dynamic_cast<const AttnState*>(saved.state.get());
+    OCTET_CHECK(st && st->owner == this,
+                "attention backward: the saved state does not come from this attention's forward");
     const AttnDims& d = d_;
+    const Shape qs{d.B, d.H, d.Tq, d.D}, ks{d.B, d.G, d.Tk, d.D};
+    check_act(d_o, qs, "attention backward: d_o");
+    check_act(dq, qs, "attention backward: dq");
+    check_act(dk, ks, "attention backward: dk");
+    check_act(dv, ks, "attention backward: dv");
+    if (!residual.empty()) {
+      check_dtype(residual, DType::F64, "attention backward: residual");
+      check_numel(residual, 2, "attention backward: residual");
+    }
     const int64_t nq = d.B * d.H * d.Tq_p * d.D, nk = d.B * d.G * d.Tk_p * d.D;
     const PackKind rowk = fp8_ ? PackKind::Fp8Code : PackKind::Bf16OfValue;
-    pack(d_o, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdo(), rowk,
-         do_rows_.reserve(size_t(nq * eb_)), rowk, do_t_.reserve(size_t(nq * eb_)));
-    logits();  // S recomputed from the saved Q̂, K̂
-    mm(do_rows_.get(), cfg_.do_format, sdo(), v_rows_.get(), Format::E4M3, sv(),
-       dP_.reserve(size_t(nS())), d.rep * d.Tq_p, d.Tk_p, d.D, 1.0f);
+    const float* dof = as_f32(d_o, in_q_);
+    pack(dof, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdo(), rowk,
+         do_rows_.reserve(size_t(nq * eb_), s_), rowk, do_t_.reserve(size_t(nq * eb_), s_));
+    logits(*st);  // S recomputed from the saved Q̂, K̂
+    mm(do_rows_.get(), cfg_.do_format, sdo(), st->v_rows.tensor().data, Format::E4M3, st->sv(),
+       dP_.reserve(size_t(nS()), s_), d.rep * d.Tq_p, d.Tk_p, d.D, 1.0f);
     const int64_t nrows = d.B * d.H * d.Tq;
     BackwardRowArgs a{};
     a.S = S_.get();
     a.dP = dP_.get();
-    a.lse = lse_.get();
-    a.o = o_saved_.get();
-    a.d_o = d_o;
+    a.lse = saved.lse.f32();
+    a.o = as_f32(saved.o, in_k_);
+    a.d_o = dof;
     a.do_rows = do_rows_.get();
     a.do_scale_inv = sdo();
     a.do_format = cfg_.do_format;
     a.fp8 = fp8_;
     a.matched = cfg_.delta == DeltaMode::Matched;
     a.p_scale = cfg_.p_scale;
-    a.P = P_.get();
-    a.residual = residual_.reserve(size_t(nrows));
+    a.P = P_.reserve(size_t(nS() * eb_), s_);
+    a.residual = residual_.reserve(size_t(nrows), s_);
     backward_rows_launch(d, a, s_);
     const int64_t ntiles = d.B * d.H * ((d.Tq + cfg_.block_q - 1) / cfg_.block_q) *
                            ((d.Tk + cfg_.block_k - 1) / cfg_.block_k);
     ds_quantize_launch(d, dP_.get(), fp8_, cfg_.ds_format, cfg_.block_q, cfg_.block_k,
-                       tile_amax_.reserve(size_t(ntiles)), ds_rows_.reserve(size_t(nS())),
-                       ds_t_.reserve(size_t(nS())), P_.get(), P_t_.reserve(size_t(nS() * eb_)),
-                       int(eb_), s_);
+                       tile_amax_.reserve(size_t(ntiles), s_), ds_rows_.reserve(size_t(nS()), s_),
+                       ds_t_.reserve(size_t(nS()), s_), P_.get(),
+                       P_t_.reserve(size_t(nS() * eb_), s_), int(eb_), s_);
     // dV = P̃ᵀ dÔ,  dQ = τ dŜ K̂,  dK = τ dŜᵀ Q̂ (the last two on exact BF16 values).
     mm(P_t_.get(), Format::E4M3, p_inv(), do_t_.get(), cfg_.do_format, sdo(),
-       dv_acc_.reserve(size_t(nk)), d.Tk_p, d.D, d.rep * d.Tq_p, 1.0f);
+       dv_acc_.reserve(size_t(nk), s_), d.Tk_p, d.D, d.rep * d.Tq_p, 1.0f);
     const float tau = shape_.tau();
-    gemm_.bf16(ds_rows_.get(), false, k_t16_.get(), true, dq_acc_.reserve(size_t(nq)),
+    gemm_.bf16(ds_rows_.get(), false, st->k_t16.tensor().bf16(), true, dq_acc_.reserve(size_t(nq), s_),
                d.rep * d.Tq_p, d.D, d.Tk_p, 0.0f, tau,
                {int(d.B * d.G), d.rep * d.Tq_p * d.Tk_p, d.D * d.Tk_p, d.rep * d.Tq_p * d.D});
-    gemm_.bf16(ds_t_.get(), false, q_t16_.get(), true, dk_acc_.reserve(size_t(nk)), d.Tk_p, d.D,
-               d.rep * d.Tq_p, 0.0f, tau,
+    gemm_.bf16(ds_t_.get(), false, st->q_t16.tensor().bf16(), true, dk_acc_.reserve(size_t(nk), s_),
+               d.Tk_p, d.D, d.rep * d.Tq_p, 0.0f, tau,
                {int(d.B * d.G), d.Tk_p * d.rep * d.Tq_p, d.D * d.rep * d.Tq_p, d.Tk_p * d.D});
-    unpad_scale_launch(dq_acc_.get(), dq, d.B * d.H, d.Tq, d.Tq_p, d.D, 1.0f, fp8_ ? sk() : nullptr,
+    unpad_scale_launch(dq_acc_.get(), f32_out(dq), d.B * d.H, d.Tq, d.Tq_p, d.D, 1.0f,
+                       fp8_ ? st->sk() : nullptr, nullptr, s_);
+    finish(dq);
+    unpad_scale_launch(dk_acc_.get(), f32_out(dk), d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f,
+                       fp8_ ? st->sq() : nullptr, nullptr, s_);
+    finish(dk);
+    unpad_scale_launch(dv_acc_.get(), f32_out(dv), d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f, nullptr,
                        nullptr, s_);
-    unpad_scale_launch(dk_acc_.get(), dk, d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f, fp8_ ? sq() : nullptr,
-                       nullptr, s_);
-    unpad_scale_launch(dv_acc_.get(), dv, d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f, nullptr, nullptr, s_);
-    // Diagnostics: r_i = |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) per row, max (NaN reported), mean.
-    std::vector<double> res(static_cast<size_t>(nrows));
-    OCTET_CUDA_CHECK(cudaMemcpyAsync(res.data(), residual_.get(), res.size() * sizeof(double),
-                                     cudaMemcpyDeviceToHost, s_));
-    OCTET_CUDA_CHECK(cudaStreamSynchronize(s_));
-    AttentionStats st;
-    double total = 0.0;
-    for (double r : res) {
-      double& mx = st.row_residual_max;
-      if (r != r || (mx == mx && r > mx)) mx = r;
-      total += r;
-    }
-    st.row_residual_mean = total / double(nrows);
-    return st;
+    finish(dv);
+    // Diagnostics: r_i = |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) per row -> max and mean, added
+    // into the caller's accumulator on the device.
+    if (!residual.empty()) residual_accumulate_launch(residual_.get(), nrows, residual.f64(), s_);
   }
 
  private:
   int64_t nS() const { return d_.B * d_.H * d_.Tq_p * d_.Tk_p; }
-  // cuBLASLt refuses (NOT_SUPPORTED) scale pointers that are not 16-byte aligned: one per 128 B.
-  static constexpr int64_t kScaleStride = 32;
-  float* sq() { return scales_.get() + 0 * kScaleStride; }
-  float* sk() { return scales_.get() + 1 * kScaleStride; }
-  float* sv() { return scales_.get() + 2 * kScaleStride; }
-  float* sdo() { return scales_.get() + 3 * kScaleStride; }
-  float* p_inv() { return scales_.get() + 4 * kScaleStride; }
+  float* sdo() { return scales_.get() + 0 * kScaleStride; }
+  float* p_inv() { return scales_.get() + 1 * kScaleStride; }
+
+  static void check_act(const Tensor& t, const Shape& want, const char* what) {
+    check_activation(t, what);
+    check_shape(t, want, what);
+  }
+  const float* as_f32(const Tensor& t, DeviceBuffer<float>& buf) { return f32_in(t, buf, s_); }
+  float* f32_out(const Tensor& t) { return cuda::f32_out(t, out_, s_); }
+  void finish(const Tensor& t) { f32_out_finish(t, out_, s_); }
 
   void pack(const float* x, int64_t heads, int64_t T, int64_t T_p, int64_t rep, Format f,
             float* scale_inv, PackKind row_kind, void* row, PackKind trans_kind, void* trans) {
@@ -190,10 +238,10 @@ class CudaAttention final : public Attention {
     pack_launch(a, s_);
   }
 
-  // S = τ Q̂K̂ᵀ for every head.
-  void logits() {
-    mm(q_rows_.get(), Format::E4M3, sq(), k_rows_.get(), Format::E4M3, sk(),
-       S_.reserve(size_t(nS())), d_.rep * d_.Tq_p, d_.Tk_p, d_.D, shape_.tau());
+  // S = τ Q̂K̂ᵀ for every head, from a forward's saved operands.
+  void logits(const AttnState& st) {
+    mm(st.q_rows.tensor().data, Format::E4M3, st.sq(), st.k_rows.tensor().data, Format::E4M3,
+       st.sk(), S_.reserve(size_t(nS()), s_), d_.rep * d_.Tq_p, d_.Tk_p, d_.D, shape_.tau());
   }
 
   // Batched over the B·G KV heads: C[M,N] = alpha · A[M,K]·B[N,K]ᵀ, FP8 (per-tensor scales) or BF16.
@@ -219,16 +267,18 @@ class CudaAttention final : public Attention {
 
   AttentionShape shape_;
   AttentionConfig cfg_;
+  CudaBackend& be_;
   GemmEngine& gemm_;
   cudaStream_t s_;
   AttnDims d_{};
-  bool fp8_ = true, has_forward_ = false;
+  bool fp8_ = true;
   int64_t eb_ = 1;
+  // Scratch, reused in stream order by every call (nothing here outlives one call's use).
   DeviceBuffer<float> scales_;
   DeviceBuffer<unsigned> amax_, tile_amax_;
-  DeviceBuffer<uint8_t> q_rows_, k_rows_, v_rows_, v_t_, P_, P_t_, do_rows_, do_t_;
-  DeviceBuffer<uint16_t> q_t16_, k_t16_, ds_rows_, ds_t_;
-  DeviceBuffer<float> S_, dP_, o_acc_, rinv_, lse_, o_saved_, dq_acc_, dk_acc_, dv_acc_;
+  DeviceBuffer<uint8_t> v_t_, P_, P_t_, do_rows_, do_t_;
+  DeviceBuffer<uint16_t> ds_rows_, ds_t_;
+  DeviceBuffer<float> S_, dP_, o_acc_, rinv_, dq_acc_, dk_acc_, dv_acc_, in_q_, in_k_, in_v_, out_;
   DeviceBuffer<double> residual_;
 };
 
@@ -236,7 +286,8 @@ class CudaAttention final : public Attention {
 
 std::unique_ptr<Attention> CudaBackend::make_attention(const AttentionShape& shape,
                                                        const AttentionConfig& config) {
-  return std::make_unique<CudaAttention>(shape, config, *gemm_);
+  DeviceGuard g(device_);
+  return std::make_unique<CudaAttention>(shape, config, *this);
 }
 
 }  // namespace octet::cuda

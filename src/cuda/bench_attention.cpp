@@ -18,7 +18,7 @@ namespace octet::cuda {
 
 void bench_attention(const AttnBenchOptions& opt,
                      const std::function<void(const AttnBenchRow&)>& on_row) {
-  CudaBackend backend;
+  CudaBackend backend(CudaOptions{});
   EventTimer timer(backend.stream());
   struct Impl {
     const char* name;
@@ -35,15 +35,17 @@ void bench_attention(const AttnBenchOptions& opt,
     shape.seq_q = shape.seq_k = S;
     shape.head_dim = opt.head_dim;
     shape.causal = opt.causal;
-    const size_t n = size_t(opt.batch * opt.heads * S * opt.head_dim);
-    const size_t nl = size_t(opt.batch * opt.heads * S);
-    float *q = backend.alloc(n), *k = backend.alloc(n), *v = backend.alloc(n), *o = backend.alloc(n),
-          *lse = backend.alloc(nl), *d_o = backend.alloc(n), *dq = backend.alloc(n),
-          *dk = backend.alloc(n), *dv = backend.alloc(n);
-    fill_random_launch(q, n, 11, 1.0f, backend.stream());
-    fill_random_launch(k, n, 12, 1.0f, backend.stream());
-    fill_random_launch(v, n, 13, 1.0f, backend.stream());
-    fill_random_launch(d_o, n, 14, 1e-3f, backend.stream());
+    const Shape qs{opt.batch, opt.heads, S, opt.head_dim};
+    Buffer q = backend.alloc(DType::F32, qs), k = backend.alloc(DType::F32, qs),
+           v = backend.alloc(DType::F32, qs), o = backend.alloc(DType::F32, qs),
+           lse = backend.alloc(DType::F32, {opt.batch, opt.heads, S}),
+           d_o = backend.alloc(DType::F32, qs), dq = backend.alloc(DType::F32, qs),
+           dk = backend.alloc(DType::F32, qs), dv = backend.alloc(DType::F32, qs);
+    const size_t n = size_t(q.tensor().numel());
+    fill_random_launch(q.tensor().f32(), n, 11, 1.0f, backend.stream());
+    fill_random_launch(k.tensor().f32(), n, 12, 1.0f, backend.stream());
+    fill_random_launch(v.tensor().f32(), n, 13, 1.0f, backend.stream());
+    fill_random_launch(d_o.tensor().f32(), n, 14, 1e-3f, backend.stream());
     const double fwd_flop = 4.0 * double(opt.batch * opt.heads) * double(S) * double(S) *
                             double(opt.head_dim) * (opt.causal ? 0.5 : 1.0);
     for (const Impl& im : impls) {
@@ -59,13 +61,16 @@ void bench_attention(const AttnBenchOptions& opt,
       row.head_dim = opt.head_dim;
       row.causal = opt.causal;
       row.reps = opt.reps;
+      // Forwards include allocating (stream-ordered) and dropping their saved state; the
+      // backwards all use the state of one forward.
       row.fwd_ms = timer.median_ms(opt.warmup, opt.reps, [&](int) { attn->forward(q, k, v, o, lse); });
-      row.bwd_ms = timer.median_ms(opt.warmup, opt.reps, [&](int) { attn->backward(d_o, dq, dk, dv); });
+      const SavedAttention saved = attn->forward(q, k, v, o, lse);
+      row.bwd_ms = timer.median_ms(opt.warmup, opt.reps,
+                                   [&](int) { attn->backward(saved, d_o, dq, dk, dv, Tensor()); });
       row.fwd_tflops = fwd_flop / (row.fwd_ms * 1e-3) / 1e12;
       row.bwd_tflops = 2.5 * fwd_flop / (row.bwd_ms * 1e-3) / 1e12;
       on_row(row);
     }
-    for (float* p : {q, k, v, o, lse, d_o, dq, dk, dv}) backend.release(p);
   }
 }
 

@@ -11,6 +11,7 @@
 #include "cuda/bench.h"
 #include "cuda/bench_timer.h"
 #include "cuda/check.h"
+#include "cuda/cuda_backend.h"
 #include "cuda/gemm.h"
 #include "cuda/ops.h"
 #include "cuda/quantize.h"
@@ -69,16 +70,16 @@ int rotation(size_t bytes_per_set, size_t l2) {
 void bench_gemm(const GemmBenchOptions& opt,
                 const std::function<void(const GemmBenchRow&)>& on_row) {
   const BenchEnv env = bench_env();
-  cudaStream_t stream;
-  OCTET_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  GemmEngine gemm(stream);
+  CudaBackend backend(CudaOptions{});
+  const cudaStream_t stream = backend.stream();
+  GemmEngine& gemm = backend.gemm();
   EventTimer timer(stream);
   DeviceBuffer<float> src;
   for (int d : opt.d_models) {
     for (const Shape& s : shapes_for(d, opt.tokens, opt.mlp_ratio)) {
       float* C = nullptr;
-      DeviceBuffer<float> cbuf(size_t(s.M * s.N));
-      C = cbuf.get();
+      DeviceBuffer<float> cbuf;
+      C = cbuf.reserve(size_t(s.M * s.N), stream);
       for (const std::string& mode : opt.modes) {
         GemmBenchRow row;
         row.d_model = d;
@@ -92,12 +93,14 @@ void bench_gemm(const GemmBenchOptions& opt,
         if (mode == "bf16") {
           const int rot = rotation(size_t(s.M + s.N) * size_t(s.K) * 2, env.l2_bytes);
           std::vector<DeviceBuffer<uint16_t>> a(static_cast<size_t>(rot)), b(static_cast<size_t>(rot));
-          float* x = src.reserve(size_t(std::max(s.M, s.N) * s.K));
+          float* x = src.reserve(size_t(std::max(s.M, s.N) * s.K), stream);
           for (int i = 0; i < rot; ++i) {
             fill_random_launch(x, size_t(s.M * s.K), uint32_t(1 + 2 * i), 1.0f, stream);
-            to_bf16_launch(x, a[size_t(i)].reserve(size_t(s.M * s.K)), s.M * s.K, stream);
+            convert_launch(Tensor(a[size_t(i)].reserve(size_t(s.M * s.K), stream), DType::BF16, {s.M, s.K}),
+                           Tensor(x, DType::F32, {s.M, s.K}), stream);
             fill_random_launch(x, size_t(s.N * s.K), uint32_t(2 + 2 * i), 0.02f, stream);
-            to_bf16_launch(x, b[size_t(i)].reserve(size_t(s.N * s.K)), s.N * s.K, stream);
+            convert_launch(Tensor(b[size_t(i)].reserve(size_t(s.N * s.K), stream), DType::BF16, {s.N, s.K}),
+                           Tensor(x, DType::F32, {s.N, s.K}), stream);
           }
           row.ms = timer.median_ms(opt.warmup, opt.reps, [&](int i) {
             gemm.bf16(a[size_t(i % rot)].get(), false, b[size_t(i % rot)].get(), true, C, s.M, s.N, s.K);
@@ -108,13 +111,13 @@ void bench_gemm(const GemmBenchOptions& opt,
           cfg.formats = FormatPolicy::Hybrid;
           const int rot = rotation(size_t(s.M + s.N) * size_t(s.K), env.l2_bytes);
           std::vector<DevQ> a(static_cast<size_t>(rot)), b(static_cast<size_t>(rot));
-          CudaQuantizer qa(cfg, s.role_a, stream), qb(cfg, s.role_b, stream);
-          float* x = src.reserve(size_t(std::max(s.M, s.N) * s.K));
+          CudaQuantizer qa(cfg, s.role_a, backend, stream), qb(cfg, s.role_b, backend, stream);
+          float* x = src.reserve(size_t(std::max(s.M, s.N) * s.K), stream);
           for (int i = 0; i < rot; ++i) {
             fill_random_launch(x, size_t(s.M * s.K), uint32_t(1 + 2 * i), 1.0f, stream);
-            qa.quantize(x, s.M, s.K, &a[size_t(i)], nullptr);
+            qa.quantize(Tensor(x, DType::F32, {s.M, s.K}), &a[size_t(i)], nullptr);
             fill_random_launch(x, size_t(s.N * s.K), uint32_t(2 + 2 * i), 0.02f, stream);
-            qb.quantize(x, s.N, s.K, &b[size_t(i)], nullptr);
+            qb.quantize(Tensor(x, DType::F32, {s.N, s.K}), &b[size_t(i)], nullptr);
           }
           const int64_t fb0 = gemm.fallback_count();
           row.ms = timer.median_ms(opt.warmup, opt.reps, [&](int i) {
@@ -127,8 +130,7 @@ void bench_gemm(const GemmBenchOptions& opt,
       }
     }
   }
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream));
-  OCTET_CUDA_CHECK(cudaStreamDestroy(stream));
+  backend.synchronize();
 }
 
 }  // namespace octet::cuda

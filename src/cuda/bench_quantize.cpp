@@ -5,6 +5,7 @@
 #include "cuda/bench.h"
 #include "cuda/bench_timer.h"
 #include "cuda/check.h"
+#include "cuda/cuda_backend.h"
 #include "cuda/ops.h"
 #include "cuda/quantizer.h"
 
@@ -12,11 +13,11 @@ namespace octet::cuda {
 
 void bench_quantize(int64_t rows, int64_t cols, int warmup, int reps,
                     const std::function<void(const QuantBenchRow&)>& on_row) {
-  cudaStream_t stream;
-  OCTET_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CudaBackend backend(CudaOptions{});
+  const cudaStream_t stream = backend.stream();
   EventTimer timer(stream);
-  DeviceBuffer<float> x(size_t(rows * cols));
-  fill_random_launch(x.get(), size_t(rows * cols), 7, 1.0f, stream);
+  const Buffer x = backend.alloc(DType::F32, {rows, cols});
+  fill_random_launch(x.tensor().f32(), size_t(rows * cols), 7, 1.0f, stream);
   struct Case {
     Recipe recipe;
     Role role;
@@ -31,20 +32,21 @@ void bench_quantize(int64_t rows, int64_t cols, int warmup, int reps,
   for (const Case& c : cases) {
     QuantConfig cfg;
     cfg.recipe = c.recipe;
-    CudaQuantizer q(cfg, c.role, stream);
+    CudaQuantizer q(cfg, c.role, backend, stream);
     DevQ row, col;
+    q.quantize(x, &row, &col);  // tensor-delayed: one update, then steady state (non-empty history)
+    q.update();
     QuantBenchRow r;
     r.recipe = to_string(c.recipe);
     r.role = c.role_name;
     r.rows = rows;
     r.cols = cols;
     r.reps = reps;
-    r.ms = timer.median_ms(warmup, reps, [&](int) { q.quantize(x.get(), rows, cols, &row, &col); });
+    r.ms = timer.median_ms(warmup, reps, [&](int) { q.quantize(x, &row, &col); });
     r.gbps = 6.0 * double(rows) * double(cols) / (r.ms * 1e-3) / 1e9;
     on_row(r);
   }
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream));
-  OCTET_CUDA_CHECK(cudaStreamDestroy(stream));
+  backend.synchronize();
 }
 
 }  // namespace octet::cuda

@@ -1,9 +1,15 @@
 // src/cuda/cuda_backend.h — the CUDA backend (octet::Backend on device memory), internal declaration.
 //
 // The GPU twin of src/cpu/backend (the CPU reference): every operation of include/octet/backend.h,
-// with the same semantics, on one stream of the current device. GEMMs through cuBLASLt (gemm.h),
-// quantization by the tile kernels (quantize.h), the other operations by the kernels of ops.h,
-// attention unfused (attention.h). make_cuda_backend() returns one.
+// with the same semantics, on one device and one stream (CudaOptions: the caller's stream, or an
+// owned non-blocking one). Every public entry point — the Backend operations, the methods of its
+// Linear and Attention objects, Buffer release — makes the backend's device current for its
+// duration (DeviceGuard, restoring the caller's device) and only enqueues work: memory is
+// stream-ordered (cudaMallocAsync / cudaFreeAsync), results the host needs accumulate in F64
+// device tensors, and only download, read_f64, moments, synchronize and the diagnostics and
+// checkpoint getters wait. GEMMs through cuBLASLt (gemm.h), quantization by the tile kernels
+// (quantize.h), the other operations by the kernels of ops.h, attention unfused (attention.cpp).
+// (docs/cuda.md §"Memory, streams and synchronization")
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,84 +25,91 @@
 
 namespace octet::cuda {
 
+/// Makes `device` current for the guard's lifetime and restores the previous device after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+  bool changed_ = false;
+};
+
 class CudaBackend final : public Backend {
  public:
-  CudaBackend();
+  /// Throws octet::Error if the device does not exist or is older than sm_90.
+  explicit CudaBackend(const CudaOptions& options);
   ~CudaBackend() override;
   std::string name() const override { return "cuda"; }
+  DType preferred_activation_dtype() const override { return DType::BF16; }
 
-  float* alloc(size_t n) override;
-  int32_t* alloc_i32(size_t n) override;
+  Buffer alloc(DType dtype, Shape shape) override;
   void release(void* p) override;
-  void upload(float* dst, const float* host_src, size_t n) override;
-  void upload_i32(int32_t* dst, const int32_t* host_src, size_t n) override;
-  void download(float* host_dst, const float* src, size_t n) override;
-  void fill(float* x, float value, size_t n) override;
-  void copy(float* dst, const float* src, size_t n) override;
+  void upload(const Tensor& dst, const void* host_src) override;
+  void download(void* host_dst, const Tensor& src) override;
+  void fill(const Tensor& x, double value) override;
+  void copy(const Tensor& dst, const Tensor& src) override;
   void synchronize() override;
 
-  void axpy(float a, const float* x, float* y, size_t n) override;
-  void scale(float a, float* x, size_t n) override;
+  void axpy(float a, const Tensor& x, const Tensor& y) override;
+  void scale(float a, const Tensor& x) override;
 
-  void embedding_forward(const int32_t* ids, const float* table, float* out, int64_t n,
-                         int64_t dim) override;
-  void embedding_backward(const int32_t* ids, const float* dout, float* dtable, int64_t n,
-                          int64_t dim) override;
+  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) override;
+  void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
 
-  void rmsnorm_forward(const float* x, const float* weight, float* y, float* rstd, int64_t rows,
-                       int64_t dim, float eps) override;
-  void rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy,
-                        float* dx, float* dweight, int64_t rows, int64_t dim) override;
-  void layernorm_forward(const float* x, const float* weight, const float* bias, float* y,
-                         float* mean, float* rstd, int64_t rows, int64_t dim, float eps) override;
-  void layernorm_backward(const float* x, const float* weight, const float* mean,
-                          const float* rstd, const float* dy, float* dx, float* dweight,
-                          float* dbias, int64_t rows, int64_t dim) override;
+  void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
+                       float eps) override;
+  void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                        const Tensor& dy, const Tensor& dx, const Tensor& dweight) override;
+  void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                         float eps) override;
+  void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
+                          const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                          const Tensor& dweight, const Tensor& dbias) override;
 
-  void rope(float* x, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, float theta,
-            bool inverse) override;
+  void rope(const Tensor& x, float theta, bool inverse) override;
 
-  void gelu_forward(const float* x, float* y, size_t n) override;
-  void gelu_backward(const float* x, const float* dy, float* dx, size_t n) override;
-  void swiglu_forward(const float* h, float* y, int64_t rows, int64_t f) override;
-  void swiglu_backward(const float* h, const float* dy, float* dh, int64_t rows,
-                       int64_t f) override;
+  void gelu_forward(const Tensor& x, const Tensor& y) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
+  void swiglu_forward(const Tensor& h, const Tensor& y) override;
+  void swiglu_backward(const Tensor& h, const Tensor& dy, const Tensor& dh) override;
 
-  void split_qkv(const float* qkv, float* q, float* k, float* v, int64_t batch, int64_t seq,
-                 int64_t heads, int64_t kv_heads, int64_t head_dim) override;
-  void merge_qkv(const float* q, const float* k, const float* v, float* qkv, int64_t batch,
-                 int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim) override;
-  void heads_to_tokens(const float* x, float* y, int64_t batch, int64_t heads, int64_t seq,
-                       int64_t head_dim) override;
-  void tokens_to_heads(const float* x, float* y, int64_t batch, int64_t heads, int64_t seq,
-                       int64_t head_dim) override;
+  void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) override;
+  void merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv) override;
+  void heads_to_tokens(const Tensor& x, const Tensor& y) override;
+  void tokens_to_heads(const Tensor& x, const Tensor& y) override;
 
   std::unique_ptr<Linear> make_linear(const LinearSpec& spec) override;
   std::unique_ptr<Attention> make_attention(const AttentionShape& shape,
                                             const AttentionConfig& config) override;
 
-  double cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t n,
-                       int64_t vocab, float grad_scale) override;
+  void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& dlogits,
+                     float grad_scale, const Tensor& loss_sum) override;
 
-  double sum_squares(const float* x, size_t n) override;
-  Moments moments(const float* x, size_t n) override;
+  void sum_squares(const Tensor& x, const Tensor& out) override;
+  Moments moments(const Tensor& x) override;
 
-  void adamw(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1,
-             float beta2, float eps, float weight_decay, int64_t step) override;
+  void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, float lr,
+             float beta1, float beta2, float eps, float weight_decay, int64_t step) override;
 
+  int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   /// The shared cuBLASLt engine (plan cache and workspace) of this backend.
   GemmEngine& gemm() { return *gemm_; }
 
  private:
-  double sum_parts(size_t n_parts, int per_part = 1, int which = 0);
+  int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  bool owns_stream_ = false;
   std::unique_ptr<GemmEngine> gemm_;
   DeviceBuffer<double> parts_, row_loss_;
-  DeviceBuffer<int> flag_;
 };
 
 /// The FP8 / BF16 / FP32 linear layer of the CUDA backend (linear.cpp).
-std::unique_ptr<Linear> make_cuda_linear(const LinearSpec& spec, GemmEngine& gemm);
+std::unique_ptr<Linear> make_cuda_linear(const LinearSpec& spec, CudaBackend& backend);
 
 }  // namespace octet::cuda

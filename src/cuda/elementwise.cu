@@ -1,12 +1,14 @@
-// src/cuda/elementwise.cu — pointwise and layout kernels of the CUDA backend: fill, axpy, scale,
-// GELU (tanh form, Hendrycks & Gimpel 2016), SwiGLU (Shazeer 2020), embedding lookup/scatter-add,
-// RoPE (Su et al., arXiv 2104.09864, rotate-half pairing) and the head-layout permutations.
-// Twins of src/cpu/backend/{memory,activations,embedding,rope,heads}.cpp; see ops.h.
-// Activations are evaluated in double, as the CPU twin does, so the two agree to FP32 rounding.
+// src/cuda/elementwise.cu — pointwise and layout kernels of the CUDA backend: fill, convert, axpy,
+// scale, GELU (tanh form, Hendrycks & Gimpel 2016), SwiGLU (Shazeer 2020), embedding
+// lookup/scatter-add, RoPE (Su et al., arXiv 2104.09864, rotate-half pairing) and the head-layout
+// permutations. Twins of src/cpu/backend/{memory,activations,embedding,rope,heads}.cpp; see ops.h.
+// Kernels are templated on the element types of their act tensors (typed.cuh: FP32 loads, one
+// rounding on store). Activations are evaluated in double, as the CPU twin does.
 #include <cuda_runtime.h>
 
 #include "cuda/check.h"
 #include "cuda/ops.h"
+#include "cuda/typed.cuh"
 
 namespace octet::cuda {
 namespace {
@@ -20,15 +22,34 @@ unsigned blocks_for(int64_t n) {
   return unsigned(b);
 }
 
+// Launches kernel<<<grid for n, kThreads>>>(args...) on s; nothing for n == 0.
+template <class... P, class... A>
+void launch(void (*kernel)(P...), int64_t n, cudaStream_t s, A... args) {
+  if (n <= 0) return;
+  kernel<<<blocks_for(n), kThreads, 0, s>>>(args...);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
 #define OCTET_GRID_STRIDE(i, n)                                                       \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < int64_t(n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
-__global__ void fill_kernel(float* x, float v, size_t n) { OCTET_GRID_STRIDE(i, n) x[i] = v; }
-__global__ void axpy_kernel(float a, const float* x, float* y, size_t n) {
-  OCTET_GRID_STRIDE(i, n) y[i] = y[i] + a * x[i];
+template <class T>
+__global__ void fill_kernel(T* x, T v, int64_t n) {
+  OCTET_GRID_STRIDE(i, n) x[i] = v;
 }
-__global__ void scale_kernel(float a, float* x, size_t n) { OCTET_GRID_STRIDE(i, n) x[i] *= a; }
+template <class TD, class TS>
+__global__ void convert_kernel(TD* dst, const TS* src, int64_t n) {
+  OCTET_GRID_STRIDE(i, n) st(dst, i, ld(src, i));
+}
+template <class TX, class TY>
+__global__ void axpy_kernel(float a, const TX* x, TY* y, int64_t n) {
+  OCTET_GRID_STRIDE(i, n) st(y, i, ld(y, i) + a * ld(x, i));
+}
+template <class T>
+__global__ void scale_kernel(float a, T* x, int64_t n) {
+  OCTET_GRID_STRIDE(i, n) st(x, i, ld(x, i) * a);
+}
 
 __device__ __forceinline__ uint32_t hash32(uint32_t x) {  // a 32-bit integer mix (xorshift-multiply)
   x ^= x >> 16;
@@ -51,53 +72,59 @@ __global__ void fill_random_kernel(float* x, size_t n, uint32_t seed, float sigm
 constexpr double kGeluC = 0.044715;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
-__global__ void gelu_forward_kernel(const float* x, float* y, size_t n) {
+template <class TX, class TY>
+__global__ void gelu_forward_kernel(const TX* x, TY* y, int64_t n) {
   OCTET_GRID_STRIDE(i, n) {
-    const double v = x[i];
+    const double v = ld(x, i);
     const double u = kSqrt2OverPi * (v + kGeluC * v * v * v);
-    y[i] = float(0.5 * v * (1.0 + tanh(u)));
+    st(y, i, float(0.5 * v * (1.0 + tanh(u))));
   }
 }
-__global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx, size_t n) {
+template <class TX, class TD, class TG>
+__global__ void gelu_backward_kernel(const TX* x, const TD* dy, TG* dx, int64_t n) {
   OCTET_GRID_STRIDE(i, n) {
-    const double v = x[i];
+    const double v = ld(x, i);
     const double th = tanh(kSqrt2OverPi * (v + kGeluC * v * v * v));
     const double du = kSqrt2OverPi * (1.0 + 3.0 * kGeluC * v * v);
-    dx[i] = float(double(dy[i]) * (0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * du));
+    st(dx, i, float(double(ld(dy, i)) * (0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * du)));
   }
 }
 
 __device__ __forceinline__ double sigmoid(double g) { return 1.0 / (1.0 + exp(-g)); }
 
-__global__ void swiglu_forward_kernel(const float* h, float* y, int64_t rows, int64_t f) {
+template <class TH, class TY>
+__global__ void swiglu_forward_kernel(const TH* h, TY* y, int64_t rows, int64_t f) {
   OCTET_GRID_STRIDE(i, rows * f) {
     const int64_t r = i / f, c = i % f;
-    const double g = h[r * 2 * f + c];
-    y[i] = float(g * sigmoid(g) * double(h[r * 2 * f + f + c]));
+    const double g = ld(h, r * 2 * f + c);
+    st(y, i, float(g * sigmoid(g) * double(ld(h, r * 2 * f + f + c))));
   }
 }
-__global__ void swiglu_backward_kernel(const float* h, const float* dy, float* dh, int64_t rows,
-                                       int64_t f) {
+template <class TH, class TD, class TG>
+__global__ void swiglu_backward_kernel(const TH* h, const TD* dy, TG* dh, int64_t rows, int64_t f) {
   OCTET_GRID_STRIDE(i, rows * f) {
     const int64_t r = i / f, c = i % f;
-    const double g = h[r * 2 * f + c], u = h[r * 2 * f + f + c], d = dy[i];
+    const double g = ld(h, r * 2 * f + c), u = ld(h, r * 2 * f + f + c), d = ld(dy, i);
     const double s = sigmoid(g);
-    dh[r * 2 * f + c] = float(d * u * s * (1.0 + g * (1.0 - s)));
-    dh[r * 2 * f + f + c] = float(d * g * s);
+    st(dh, r * 2 * f + c, float(d * u * s * (1.0 + g * (1.0 - s))));
+    st(dh, r * 2 * f + f + c, float(d * g * s));
   }
 }
 
-__global__ void embedding_forward_kernel(const int32_t* ids, const float* table, float* out,
-                                         int64_t n, int64_t dim) {
-  OCTET_GRID_STRIDE(i, n * dim) out[i] = table[int64_t(ids[i / dim]) * dim + i % dim];
+template <class T>
+__global__ void embedding_forward_kernel(const int32_t* ids, const float* table, T* out, int64_t n,
+                                         int64_t dim) {
+  OCTET_GRID_STRIDE(i, n * dim) st(out, i, table[int64_t(ids[i / dim]) * dim + i % dim]);
 }
-__global__ void embedding_backward_kernel(const int32_t* ids, const float* dout, float* dtable,
+template <class T>
+__global__ void embedding_backward_kernel(const int32_t* ids, const T* dout, float* dtable,
                                           int64_t n, int64_t dim) {
-  OCTET_GRID_STRIDE(i, n * dim) atomicAdd(&dtable[int64_t(ids[i / dim]) * dim + i % dim], dout[i]);
+  OCTET_GRID_STRIDE(i, n * dim) atomicAdd(&dtable[int64_t(ids[i / dim]) * dim + i % dim], ld(dout, i));
 }
 
 // One thread per rotation pair (t, i); the angle in double as the CPU twin's table.
-__global__ void rope_kernel(float* x, int64_t bh, int64_t seq, int64_t head_dim, double theta,
+template <class T>
+__global__ void rope_kernel(T* x, int64_t bh, int64_t seq, int64_t head_dim, double theta,
                             double sign) {
   const int64_t half = head_dim / 2;
   OCTET_GRID_STRIDE(idx, bh * seq * half) {
@@ -105,16 +132,16 @@ __global__ void rope_kernel(float* x, int64_t bh, int64_t seq, int64_t head_dim,
     const double inv_freq = pow(theta, -2.0 * double(i) / double(head_dim));
     double sn, cs;
     sincos(double(t) * inv_freq * sign, &sn, &cs);
-    float* v = x + row * head_dim;
-    const double x1 = v[i], x2 = v[i + half];
-    v[i] = float(x1 * cs - x2 * sn);
-    v[i + half] = float(x1 * sn + x2 * cs);
+    T* v = x + row * head_dim;
+    const double x1 = ld(v, i), x2 = ld(v, i + half);
+    st(v, i, float(x1 * cs - x2 * sn));
+    st(v, i + half, float(x1 * sn + x2 * cs));
   }
 }
 
 // tokens [B, T, width*D] <-> heads [B, n, T, D] for heads [first, first + n) of the token tensor.
-__global__ void move_heads_kernel(const float* tokens_in, float* tokens_out, const float* heads_in,
-                                  float* heads_out, int64_t batch, int64_t seq, int64_t width,
+template <class TS, class TD>
+__global__ void move_heads_kernel(const TS* src, TD* dst, int64_t batch, int64_t seq, int64_t width,
                                   int64_t first, int64_t n, int64_t head_dim, bool to_heads) {
   OCTET_GRID_STRIDE(idx, batch * n * seq * head_dim) {
     const int64_t d = idx % head_dim;
@@ -123,89 +150,123 @@ __global__ void move_heads_kernel(const float* tokens_in, float* tokens_out, con
     const int64_t b = idx / (head_dim * seq * n);
     const int64_t tok = ((b * seq + t) * width + first + h) * head_dim + d;
     if (to_heads)
-      heads_out[idx] = tokens_in[tok];
+      st(dst, idx, ld(src, tok));
     else
-      tokens_out[tok] = heads_in[idx];
+      st(dst, tok, ld(src, idx));
   }
 }
 
-void move_heads(const float* tin, float* tout, const float* hin, float* hout, int64_t batch,
-                int64_t seq, int64_t width, int64_t first, int64_t n, int64_t head_dim,
-                bool to_heads, cudaStream_t s) {
-  const int64_t total = batch * n * seq * head_dim;
-  if (total == 0) return;
-  move_heads_kernel<<<blocks_for(total), kThreads, 0, s>>>(tin, tout, hin, hout, batch, seq, width,
-                                                           first, n, head_dim, to_heads);
-  OCTET_CUDA_LAUNCH_CHECK();
+// src -> dst for heads [first, first + n) of a token tensor of `width` heads (see the kernel).
+void move_heads(const Tensor& src, const Tensor& dst, int64_t batch, int64_t seq, int64_t width,
+                int64_t first, int64_t n, int64_t head_dim, bool to_heads, cudaStream_t s) {
+  dispatch_act(
+      [&](auto ts, auto td) {
+        launch(move_heads_kernel<std::remove_pointer_t<decltype(ts)>,
+                                 std::remove_pointer_t<decltype(td)>>,
+               batch * n * seq * head_dim, s, typed(src, ts), typed(dst, td), batch, seq, width,
+               first, n, head_dim, to_heads);
+      },
+      src.dtype, dst.dtype);
 }
 
 }  // namespace
 
-#define OCTET_LAUNCH(kernel, n, ...)                                 \
-  do {                                                               \
-    if ((n) == 0) return;                                            \
-    kernel<<<blocks_for(int64_t(n)), kThreads, 0, s>>>(__VA_ARGS__); \
-    OCTET_CUDA_LAUNCH_CHECK();                                       \
-  } while (0)
+// In the launchers below, `a`, `b`, `c` are type tags from dispatch_act (typed.cuh).
+#define OCTET_T(tag) std::remove_pointer_t<decltype(tag)>
 
-void fill_launch(float* x, float value, size_t n, cudaStream_t s) {
-  OCTET_LAUNCH(fill_kernel, n, x, value, n);
-}
-void fill_random_launch(float* x, size_t n, uint32_t seed, float sigma, cudaStream_t s) {
-  OCTET_LAUNCH(fill_random_kernel, n, x, n, seed, sigma);
-}
-void axpy_launch(float a, const float* x, float* y, size_t n, cudaStream_t s) {
-  OCTET_LAUNCH(axpy_kernel, n, a, x, y, n);
-}
-void scale_launch(float a, float* x, size_t n, cudaStream_t s) {
-  OCTET_LAUNCH(scale_kernel, n, a, x, n);
-}
-void gelu_forward_launch(const float* x, float* y, size_t n, cudaStream_t s) {
-  OCTET_LAUNCH(gelu_forward_kernel, n, x, y, n);
-}
-void gelu_backward_launch(const float* x, const float* dy, float* dx, size_t n, cudaStream_t s) {
-  OCTET_LAUNCH(gelu_backward_kernel, n, x, dy, dx, n);
-}
-void swiglu_forward_launch(const float* h, float* y, int64_t rows, int64_t f, cudaStream_t s) {
-  OCTET_LAUNCH(swiglu_forward_kernel, rows * f, h, y, rows, f);
-}
-void swiglu_backward_launch(const float* h, const float* dy, float* dh, int64_t rows, int64_t f,
-                            cudaStream_t s) {
-  OCTET_LAUNCH(swiglu_backward_kernel, rows * f, h, dy, dh, rows, f);
-}
-void embedding_forward_launch(const int32_t* ids, const float* table, float* out, int64_t n,
-                              int64_t dim, cudaStream_t s) {
-  OCTET_LAUNCH(embedding_forward_kernel, n * dim, ids, table, out, n, dim);
-}
-void embedding_backward_launch(const int32_t* ids, const float* dout, float* dtable, int64_t n,
-                               int64_t dim, cudaStream_t s) {
-  OCTET_LAUNCH(embedding_backward_kernel, n * dim, ids, dout, dtable, n, dim);
-}
-void rope_launch(float* x, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, float theta,
-                 bool inverse, cudaStream_t s) {
-  OCTET_LAUNCH(rope_kernel, batch * heads * seq * (head_dim / 2), x, batch * heads, seq, head_dim,
-               double(theta), inverse ? -1.0 : 1.0);
-}
-void qkv_layout_launch(float* qkv, float* q, float* k, float* v, int64_t batch, int64_t seq,
-                       int64_t heads, int64_t kv_heads, int64_t head_dim, bool to_heads,
-                       cudaStream_t s) {
-  const int64_t w = heads + 2 * kv_heads;
-  if (to_heads) {
-    move_heads(qkv, nullptr, nullptr, q, batch, seq, w, 0, heads, head_dim, true, s);
-    move_heads(qkv, nullptr, nullptr, k, batch, seq, w, heads, kv_heads, head_dim, true, s);
-    move_heads(qkv, nullptr, nullptr, v, batch, seq, w, heads + kv_heads, kv_heads, head_dim, true, s);
-  } else {
-    move_heads(nullptr, qkv, q, nullptr, batch, seq, w, 0, heads, head_dim, false, s);
-    move_heads(nullptr, qkv, k, nullptr, batch, seq, w, heads, kv_heads, head_dim, false, s);
-    move_heads(nullptr, qkv, v, nullptr, batch, seq, w, heads + kv_heads, kv_heads, head_dim, false, s);
+void fill_launch(const Tensor& x, double value, cudaStream_t s) {
+  const int64_t n = x.numel();
+  switch (x.dtype) {
+    case DType::F64: launch(fill_kernel<double>, n, s, x.f64(), value, n); return;
+    case DType::F32: launch(fill_kernel<float>, n, s, x.f32(), float(value), n); return;
+    case DType::BF16:
+      launch(fill_kernel<Bf16>, n, s, static_cast<Bf16*>(x.data), Bf16{bf16_from_float(float(value))}, n);
+      return;
+    case DType::I32: launch(fill_kernel<int32_t>, n, s, x.i32(), int32_t(value), n); return;
+    default: OCTET_FAIL("fill: unsupported dtype " + x.str());
   }
 }
-void heads_tokens_launch(const float* x, float* y, int64_t batch, int64_t heads, int64_t seq,
-                         int64_t head_dim, bool to_tokens, cudaStream_t s) {
-  if (to_tokens)
-    move_heads(nullptr, y, x, nullptr, batch, seq, heads, 0, heads, head_dim, false, s);
-  else
-    move_heads(x, nullptr, nullptr, y, batch, seq, heads, 0, heads, head_dim, true, s);
+void convert_launch(const Tensor& dst, const Tensor& src, cudaStream_t s) {
+  if (dst.dtype == src.dtype) {
+    if (dst.data != src.data && src.numel() > 0)
+      OCTET_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, s));
+    return;
+  }
+  dispatch_act([&](auto a, auto b) {
+    launch(convert_kernel<OCTET_T(a), OCTET_T(b)>, src.numel(), s, typed(dst, a), typed(src, b), src.numel());
+  }, dst.dtype, src.dtype);
+}
+void fill_random_launch(float* x, size_t n, uint32_t seed, float sigma, cudaStream_t s) {
+  launch(fill_random_kernel, int64_t(n), s, x, n, seed, sigma);
+}
+void axpy_launch(float alpha, const Tensor& x, const Tensor& y, cudaStream_t s) {
+  dispatch_act([&](auto a, auto b) {
+    launch(axpy_kernel<OCTET_T(a), OCTET_T(b)>, x.numel(), s, alpha, typed(x, a), typed(y, b), x.numel());
+  }, x.dtype, y.dtype);
+}
+void scale_launch(float alpha, const Tensor& x, cudaStream_t s) {
+  dispatch_act([&](auto a) {
+    launch(scale_kernel<OCTET_T(a)>, x.numel(), s, alpha, typed(x, a), x.numel());
+  }, x.dtype);
+}
+void gelu_forward_launch(const Tensor& x, const Tensor& y, cudaStream_t s) {
+  dispatch_act([&](auto a, auto b) {
+    launch(gelu_forward_kernel<OCTET_T(a), OCTET_T(b)>, x.numel(), s, typed(x, a), typed(y, b), x.numel());
+  }, x.dtype, y.dtype);
+}
+void gelu_backward_launch(const Tensor& x, const Tensor& dy, const Tensor& dx, cudaStream_t s) {
+  dispatch_act([&](auto a, auto b, auto c) {
+    launch(gelu_backward_kernel<OCTET_T(a), OCTET_T(b), OCTET_T(c)>, x.numel(), s, typed(x, a),
+           typed(dy, b), typed(dx, c), x.numel());
+  }, x.dtype, dy.dtype, dx.dtype);
+}
+void swiglu_forward_launch(const Tensor& h, const Tensor& y, int64_t rows, int64_t f, cudaStream_t s) {
+  dispatch_act([&](auto a, auto b) {
+    launch(swiglu_forward_kernel<OCTET_T(a), OCTET_T(b)>, rows * f, s, typed(h, a), typed(y, b), rows, f);
+  }, h.dtype, y.dtype);
+}
+void swiglu_backward_launch(const Tensor& h, const Tensor& dy, const Tensor& dh, int64_t rows,
+                            int64_t f, cudaStream_t s) {
+  dispatch_act([&](auto a, auto b, auto c) {
+    launch(swiglu_backward_kernel<OCTET_T(a), OCTET_T(b), OCTET_T(c)>, rows * f, s, typed(h, a),
+           typed(dy, b), typed(dh, c), rows, f);
+  }, h.dtype, dy.dtype, dh.dtype);
+}
+void embedding_forward_launch(const int32_t* ids, const float* table, const Tensor& out, int64_t n,
+                              int64_t dim, cudaStream_t s) {
+  dispatch_act([&](auto a) {
+    launch(embedding_forward_kernel<OCTET_T(a)>, n * dim, s, ids, table, typed(out, a), n, dim);
+  }, out.dtype);
+}
+void embedding_backward_launch(const int32_t* ids, const Tensor& dout, float* dtable, int64_t n,
+                               int64_t dim, cudaStream_t s) {
+  dispatch_act([&](auto a) {
+    launch(embedding_backward_kernel<OCTET_T(a)>, n * dim, s, ids, typed(dout, a), dtable, n, dim);
+  }, dout.dtype);
+}
+void rope_launch(const Tensor& x, int64_t bh, int64_t seq, int64_t head_dim, float theta,
+                 bool inverse, cudaStream_t s) {
+  dispatch_act([&](auto a) {
+    launch(rope_kernel<OCTET_T(a)>, bh * seq * (head_dim / 2), s, typed(x, a), bh, seq, head_dim,
+           double(theta), inverse ? -1.0 : 1.0);
+  }, x.dtype);
+}
+void qkv_layout_launch(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v,
+                       int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                       int64_t head_dim, bool to_heads, cudaStream_t s) {
+  const int64_t w = heads + 2 * kv_heads;
+  const Tensor* parts[3] = {&q, &k, &v};
+  const int64_t first[3] = {0, heads, heads + kv_heads}, count[3] = {heads, kv_heads, kv_heads};
+  for (int i = 0; i < 3; ++i) {
+    if (to_heads)
+      move_heads(qkv, *parts[i], batch, seq, w, first[i], count[i], head_dim, true, s);
+    else
+      move_heads(*parts[i], qkv, batch, seq, w, first[i], count[i], head_dim, false, s);
+  }
+}
+void heads_tokens_launch(const Tensor& x, const Tensor& y, int64_t batch, int64_t heads,
+                         int64_t seq, int64_t head_dim, bool to_tokens, cudaStream_t s) {
+  move_heads(x, y, batch, seq, heads, 0, heads, head_dim, !to_tokens, s);
 }
 
 }  // namespace octet::cuda

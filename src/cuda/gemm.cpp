@@ -106,7 +106,7 @@ void make_layout(cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int6
 
 GemmEngine::GemmEngine(cudaStream_t stream) : stream_(stream) {
   OCTET_CUBLAS_CHECK(cublasLtCreate(&handle_));
-  workspace_.reserve(kWorkspaceBytes);
+  workspace_.reserve(kWorkspaceBytes, stream_);
 }
 
 GemmEngine::~GemmEngine() {
@@ -244,7 +244,7 @@ void GemmEngine::fp8(const DevQTensor& A, const DevQTensor& B, float* C, float b
   if (!plan_for(key)) plans_[key] = build_plan(handle_, s, B.scale_inv, A.scale_inv);
   float* target = C;
   if (padded && plan_for(key)->ok) {
-    target = c_pad_.reserve(size_t(s.m * s.n));
+    target = c_pad_.reserve(size_t(s.m * s.n), stream_);
     if (beta != 0.0f)
       OCTET_CUDA_CHECK(cudaMemcpy2DAsync(target, s.m * sizeof(float), C, N * sizeof(float),
                                          N * sizeof(float), M, cudaMemcpyDeviceToDevice, stream_));
@@ -272,8 +272,8 @@ void GemmEngine::fp8_fallback(const DevQTensor& A, const DevQTensor& B, float* C
                  why.c_str(), kind.c_str());
   }
   const int64_t M = A.rows, N = B.rows, K = A.cols;
-  float* da = deq_a_.reserve(size_t(M * K));
-  float* db = deq_b_.reserve(size_t(N * K));
+  float* da = deq_a_.reserve(size_t(M * K), stream_);
+  float* db = deq_b_.reserve(size_t(N * K), stream_);
   for (int i = 0; i < batch.count; ++i) {
     DevQTensor a = A, b = B;
     a.codes += i * batch.stride_a;

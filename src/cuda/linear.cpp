@@ -1,23 +1,27 @@
 // src/cuda/linear.cpp — CudaLinear: the three GEMMs of a linear layer Y = X Wᵀ on the GPU, the twin
-// of src/cpu/backend/linear.cpp.
+// of src/cpu/backend/linear.cpp. (docs/design.md §"Saved state")
 //
 // Shapes: X [M, in], W [out, in], Y [M, out]; "TN" GEMMs C[M,N] = A[M,K]·B[N,K]ᵀ (gemm.h):
 //   forward  Y  = X̂ Ŵᵀ      A = X̂   [M, in],   B = Ŵ   [out, in]
 //   dgrad    dX = dŶ Ŵ      A = dŶ  [M, out],  B = Ŵᵀ  [in, out]
 //   wgrad    dW += dŶᵀ X̂    A = dŶᵀ [out, M],  B = X̂ᵀ  [in, M]    (beta = 1)
 // FP8: one CudaQuantizer per slot (X activation, W weight, dY gradient). The forward quantizes X and
-// W into both orientations in one pass each (quantize.h), so the backward's X̂ᵀ and Ŵᵀ are the
-// forward's copies — quantized from the FP32 source, never from FP8, with the forward's scale as
-// quant.h's quantize_transposed prescribes — provided backward() gets the same x and w pointers
-// (otherwise they are re-quantized from the given sources with the slot's last scale). dY is
-// quantized into both orientations once. BF16: operands rounded to BF16 (fp8.h bf16_round),
-// cuBLASLt BF16 GEMMs with FP32 accumulation. FP32: cuBLASLt FP32 (no TF32), the reference path.
+// W into both orientations in one pass each (quantize.h) with the slot's current scale; the
+// row-wise copies feed its GEMM (scratch), the column-wise copies X̂ᵀ and Ŵᵀ go into the returned
+// SavedLinear's state (stream-ordered Buffers), so the backward's operands are the forward's —
+// quantized from the high-precision source, never from FP8 — however many forwards are
+// outstanding. dY is quantized into the orientations the backward needs, once. update_scales() is
+// the delayed recipe's update step. BF16: operands rounded to BF16 (RNE, a BF16 input is used as
+// is), cuBLASLt BF16 GEMMs with FP32 accumulation. FP32: cuBLASLt FP32 (no TF32), the reference
+// path. X, Y, dY, dX are F32 or BF16 each: GEMMs write FP32 and a BF16 output is rounded once.
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cuda/act_f32.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/ops.h"
 #include "cuda/quantize.h"
 #include "cuda/quantizer.h"
 #include "fp8/linear_state.h"
@@ -26,122 +30,179 @@
 namespace octet::cuda {
 namespace {
 
+// What a CudaLinear forward keeps for its backward (FP8: X̂ᵀ and Ŵᵀ; BF16/FP32: nothing beyond the
+// views in SavedLinear).
+struct LinearState final : SavedState {
+  const void* owner = nullptr;  // the CudaLinear that made it (validation only)
+  DevQ xt, wt;                  // FP8: X̂ᵀ [in, M], Ŵᵀ [in, out]
+};
+
 class CudaLinear final : public Linear {
  public:
-  CudaLinear(const LinearSpec& spec, GemmEngine& gemm) : spec_(spec), gemm_(gemm) {
+  CudaLinear(const LinearSpec& spec, CudaBackend& backend)
+      : spec_(spec), be_(backend), gemm_(backend.gemm()), s_(backend.stream()) {
     OCTET_CHECK(spec.in_features >= 1 && spec.out_features >= 1,
                 "linear: in_features and out_features must be >= 1, got " +
                     std::to_string(spec.in_features) + " and " +
                     std::to_string(spec.out_features));
     if (spec.precision == LinearPrecision::FP8) {
-      const cudaStream_t s = gemm.stream();
-      qx_ = std::make_unique<CudaQuantizer>(spec.quant, Role::Activation, s);
-      qw_ = std::make_unique<CudaQuantizer>(spec.quant, Role::Weight, s);
-      qdy_ = std::make_unique<CudaQuantizer>(spec.quant, Role::Gradient, s);
+      qx_ = std::make_unique<CudaQuantizer>(spec.quant, Role::Activation, be_, s_);
+      qw_ = std::make_unique<CudaQuantizer>(spec.quant, Role::Weight, be_, s_);
+      qdy_ = std::make_unique<CudaQuantizer>(spec.quant, Role::Gradient, be_, s_);
       OCTET_CHECK(!(qdy_->format() == Format::E5M2 && qw_->format() == Format::E5M2),
                   "linear: E5M2 x E5M2 GEMMs are not supported");
     }
   }
 
-  void forward(const float* x, const float* w, float* y, int64_t m) override {
-    check_m(m);
+  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y) override {
+    DeviceGuard g(be_.device());
     const int64_t in = spec_.in_features, out = spec_.out_features;
+    check_activation(x, "linear forward: x");
+    OCTET_CHECK(x.cols() == in && x.rows() >= 1,
+                "linear forward: x must be [M >= 1, " + std::to_string(in) + "], got " + x.str());
+    const int64_t m = x.rows();
+    check_weight(w, "linear forward: w");
+    check_activation(y, "linear forward: y");
+    OCTET_CHECK(y.cols() == out && y.rows() == m,
+                "linear forward: y must be [" + std::to_string(m) + ", " + std::to_string(out) +
+                    "], got " + y.str());
+    auto st = std::make_unique<LinearState>();
+    st->owner = this;
+    const Tensor w2 = w.reshape({out, in});
     switch (spec_.precision) {
       case LinearPrecision::FP8:
-        qx_->quantize(x, m, in, &xq_, &xtq_);
-        qw_->quantize(w, out, in, &wq_, &wtq_);
-        gemm_.fp8(xq_.view, wq_.view, y);
-        fwd_x_ = x;
-        fwd_w_ = w;
-        fwd_m_ = m;
-        return;
-      case LinearPrecision::BF16: {
-        uint16_t* xb = bf16(x, size_t(m * in), xb_);
-        uint16_t* wb = bf16(w, size_t(out * in), wb_);
-        gemm_.bf16(xb, false, wb, true, y, m, out, in);
-        return;
-      }
-      case LinearPrecision::FP32: gemm_.f32(x, false, w, true, y, m, out, in); return;
+        qx_->quantize(x, &xq_, &st->xt);
+        qw_->quantize(w2, &wq_, &st->wt);
+        gemm_.fp8(xq_.view, wq_.view, f32_out(y));
+        break;
+      case LinearPrecision::BF16:
+        gemm_.bf16(as_bf16(x, xb_), false, as_bf16(w2, wb_), true, f32_out(y), m, out, in);
+        break;
+      case LinearPrecision::FP32:
+        gemm_.f32(as_f32(x, xf_), false, w2.f32(), true, f32_out(y), m, out, in);
+        break;
     }
+    finish(y);
+    return SavedLinear{x, w, std::move(st)};
   }
 
-  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
-                int64_t m) override {
-    check_m(m);
-    const int64_t in = spec_.in_features, out = spec_.out_features;
+  void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx,
+                const Tensor& dw) override {
+    DeviceGuard g(be_.device());
+    const auto* st = dynamic_cast<const LinearState*>(saved.state.get());
+    OCTET_CHECK(st && st->owner == this,
+                "linear backward: the saved state does not come from this linear's forward");
+    const int64_t in = spec_.in_features, out = spec_.out_features, m = saved.x.rows();
+    check_activation(dy, "linear backward: dy");
+    OCTET_CHECK(dy.cols() == out && dy.rows() == m,
+                "linear backward: dy must be [" + std::to_string(m) + ", " + std::to_string(out) +
+                    "], got " + dy.str());
+    if (!dx.empty()) {
+      check_activation(dx, "linear backward: dx");
+      OCTET_CHECK(dx.cols() == in && dx.rows() == m,
+                  "linear backward: dx must be [" + std::to_string(m) + ", " + std::to_string(in) +
+                      "], got " + dx.str());
+    }
+    if (!dw.empty()) check_weight(dw, "linear backward: dw");
+    if (dx.empty() && dw.empty()) return;
     switch (spec_.precision) {
       case LinearPrecision::FP8: {
-        qdy_->quantize(dy, m, out, &dyq_, dw ? &dytq_ : nullptr);
-        if (dx) {
-          if (w != fwd_w_) qw_->quantize(w, out, in, nullptr, &wtq_, false);
-          gemm_.fp8(dyq_.view, wtq_.view, dx);
+        qdy_->quantize(dy, dx.empty() ? nullptr : &dyq_, dw.empty() ? nullptr : &dytq_);
+        if (!dx.empty()) {
+          gemm_.fp8(dyq_.view, st->wt.view, f32_out(dx));
+          finish(dx);
         }
-        if (dw) {
-          if (x != fwd_x_ || m != fwd_m_) qx_->quantize(x, m, in, nullptr, &xtq_, false);
-          gemm_.fp8(dytq_.view, xtq_.view, dw, 1.0f);
-        }
+        if (!dw.empty()) gemm_.fp8(dytq_.view, st->xt.view, dw.f32(), 1.0f);
         return;
       }
       case LinearPrecision::BF16: {
-        uint16_t* dyb = bf16(dy, size_t(m * out), dyb_);
-        if (dx) gemm_.bf16(dyb, false, bf16(w, size_t(out * in), wb_), false, dx, m, in, out);
-        if (dw) gemm_.bf16(dyb, true, bf16(x, size_t(m * in), xb_), false, dw, out, in, m, 1.0f);
+        const uint16_t* dyb = as_bf16(dy, dyb_);
+        if (!dx.empty()) {
+          gemm_.bf16(dyb, false, as_bf16(saved.w, wb_), false, f32_out(dx), m, in, out);
+          finish(dx);
+        }
+        if (!dw.empty())
+          gemm_.bf16(dyb, true, as_bf16(saved.x, xb_), false, dw.f32(), out, in, m, 1.0f);
         return;
       }
-      case LinearPrecision::FP32:
-        if (dx) gemm_.f32(dy, false, w, false, dx, m, in, out);
-        if (dw) gemm_.f32(dy, true, x, false, dw, out, in, m, 1.0f);
+      case LinearPrecision::FP32: {
+        const float* dyf = as_f32(dy, dyf_);
+        if (!dx.empty()) {
+          gemm_.f32(dyf, false, saved.w.f32(), false, f32_out(dx), m, in, out);
+          finish(dx);
+        }
+        if (!dw.empty())
+          gemm_.f32(dyf, true, as_f32(saved.x, xf_), false, dw.f32(), out, in, m, 1.0f);
         return;
+      }
     }
   }
 
-  QuantStats stats_x() const override { return stats(qx_.get(), xq_); }
-  QuantStats stats_w() const override { return stats(qw_.get(), wq_); }
-  QuantStats stats_dy() const override { return stats(qdy_.get(), dyq_); }
+  void update_scales() override {
+    if (spec_.precision != LinearPrecision::FP8) return;
+    DeviceGuard g(be_.device());
+    qx_->update();
+    qw_->update();
+    qdy_->update();
+  }
+
+  QuantStats stats_x() const override { return stats(qx_.get()); }
+  QuantStats stats_w() const override { return stats(qw_.get()); }
+  QuantStats stats_dy() const override { return stats(qdy_.get()); }
 
   // Checkpoint state: as CpuLinear's, downloaded from / uploaded to the quantizers' device state.
   std::vector<float> quant_state() const override {
+    DeviceGuard g(be_.device());
     return detail::linear_quant_state(delayed(), qx_.get(), qw_.get(), qdy_.get());
   }
 
   void load_quant_state(const std::vector<float>& state) override {
+    DeviceGuard g(be_.device());
     detail::load_linear_quant_state(delayed(), state, spec_.quant.amax_history_len, qx_.get(),
                                     qw_.get(), qdy_.get());
-    fwd_x_ = fwd_w_ = nullptr;  // the forward's transposed copies predate the restored state
-    fwd_m_ = 0;
   }
 
  private:
   bool delayed() const {
     return spec_.precision == LinearPrecision::FP8 && spec_.quant.recipe == Recipe::TensorDelayed;
   }
-  static void check_m(int64_t m) {
-    OCTET_CHECK(m >= 1, "linear: the number of rows M must be >= 1, got " + std::to_string(m));
+  void check_weight(const Tensor& w, const char* what) const {
+    check_dtype(w, DType::F32, what);
+    OCTET_CHECK(w.numel() == spec_.out_features * spec_.in_features &&
+                    w.cols() == spec_.in_features,
+                std::string(what) + ": expected [" + std::to_string(spec_.out_features) + ", " +
+                    std::to_string(spec_.in_features) + "], got " + w.str());
   }
-  uint16_t* bf16(const float* src, size_t n, DeviceBuffer<uint16_t>& buf) {
-    uint16_t* p = buf.reserve(n);
-    to_bf16_launch(src, p, int64_t(n), gemm_.stream());
-    return p;
+  QuantStats stats(const CudaQuantizer* q) const {
+    if (!q) return {};
+    DeviceGuard g(be_.device());
+    return q->stats();
   }
-  static QuantStats stats(const CudaQuantizer* q, const DevQ& t) {
-    if (!q || t.view.rows == 0) return {};
-    return quant_stats(*q, t.view, 0);
+  // BF16 bits of t: t itself if BF16, else rounded (RNE) into `buf`.
+  const uint16_t* as_bf16(const Tensor& t, DeviceBuffer<uint16_t>& buf) {
+    if (t.dtype == DType::BF16) return t.bf16();
+    const Tensor b(buf.reserve(size_t(t.numel()), s_), DType::BF16, t.shape);
+    convert_launch(b, t, s_);
+    return b.bf16();
   }
+  const float* as_f32(const Tensor& t, DeviceBuffer<float>& buf) { return f32_in(t, buf, s_); }
+  float* f32_out(const Tensor& t) { return cuda::f32_out(t, acc_, s_); }
+  void finish(const Tensor& t) { f32_out_finish(t, acc_, s_); }
 
   LinearSpec spec_;
+  CudaBackend& be_;
   GemmEngine& gemm_;
+  cudaStream_t s_;
   std::unique_ptr<CudaQuantizer> qx_, qw_, qdy_;
-  DevQ xq_, xtq_, wq_, wtq_, dyq_, dytq_;
-  const float* fwd_x_ = nullptr;
-  const float* fwd_w_ = nullptr;
-  int64_t fwd_m_ = 0;
+  DevQ xq_, wq_, dyq_, dytq_;  // scratch: the GEMM operands not kept for a backward
   DeviceBuffer<uint16_t> xb_, wb_, dyb_;
+  DeviceBuffer<float> xf_, dyf_, acc_;
 };
 
 }  // namespace
 
-std::unique_ptr<Linear> make_cuda_linear(const LinearSpec& spec, GemmEngine& gemm) {
-  return std::make_unique<CudaLinear>(spec, gemm);
+std::unique_ptr<Linear> make_cuda_linear(const LinearSpec& spec, CudaBackend& backend) {
+  return std::make_unique<CudaLinear>(spec, backend);
 }
 
 }  // namespace octet::cuda

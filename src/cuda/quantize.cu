@@ -1,6 +1,6 @@
 // src/cuda/quantize.cu — the quantization kernels of quantize.h: a 128x128-tile cast kernel that
 // writes the row-wise and the column-wise FP8 copy of a tile from one shared-memory staging, an amax
-// pre-pass (same kernel, amax-only), dequantization, BF16 rounding and the tensor-delayed update.
+// pre-pass (same kernel, amax-only), dequantization and the tensor-delayed record/update kernels.
 //
 // All rounding goes through octet/fp8.h (fp8_encode, scale_from_amax, bf16_round), the functions the
 // CPU reference uses, so codes and scales match it bit for bit. Amaxes are reduced as the bit
@@ -8,6 +8,7 @@
 // every NaN pattern compares above +inf, so a NaN anywhere makes the amax NaN (never dropped).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "cuda/check.h"
@@ -26,7 +27,9 @@ __device__ __forceinline__ float amax_from_bits(unsigned b) {
 }
 
 struct TileParams {
-  const float* x;
+  const void* x;
+  bool x_bf16;
+  const int* skip_if;  // pre-pass: return at once if *skip_if > 0
   int64_t rows, cols;
   int64_t rows_pad, cols_pad;  // extent covered by tiles
   Format format;
@@ -61,7 +64,7 @@ __device__ __forceinline__ unsigned block_bits(ScaleLayout layout, const unsigne
 // thread: the first line and first 32-wide sub-block of the block inside this tile).
 __device__ __forceinline__ void store_scale(const DevQTensor& q, int64_t r, int64_t c, float s,
                                             bool first_tile_row, bool first_tile_col, int i,
-                                            int sub) {
+                                            int sub, unsigned* range) {
   if (r >= q.rows_pad || c >= q.ld) return;
   bool writer = false;
   switch (q.layout) {
@@ -71,7 +74,14 @@ __device__ __forceinline__ void store_scale(const DevQTensor& q, int64_t r, int6
     case ScaleLayout::Vec32: writer = true; break;
     case ScaleLayout::Blk128: writer = i == 0 && sub == 0; break;
   }
-  if (writer) q.scale_inv[q.scale_index(r, c)] = 1.0f / s;
+  if (!writer) return;
+  const float inv = 1.0f / s;
+  q.scale_inv[q.scale_index(r, c)] = inv;
+  if (range) {  // the stats' scale is 1/scale_inv (> 0 or NaN: bits order like values, NaN largest)
+    const unsigned b = __float_as_uint(1.0f / inv);
+    atomicMin(&range[0], b);
+    atomicMax(&range[1], b);
+  }
 }
 
 template <int kSource>
@@ -85,6 +95,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(TileParams p) {
   __shared__ unsigned tile_max;
   __shared__ unsigned long long cnt[4];
 
+  if (p.skip_if && *p.skip_if > 0) return;  // uniform over the grid
   const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   if (tid == 0) tile_max = 0;
@@ -92,7 +103,13 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(TileParams p) {
   for (int idx = tid; idx < kTile * kTile; idx += kThreads) {
     const int r = idx / kTile, c = idx % kTile;
     const int64_t gr = r0 + r, gc = c0 + c;
-    tile[r * kLds + c] = (gr < p.rows && gc < p.cols) ? p.x[gr * p.cols + gc] : 0.0f;
+    float v = 0.0f;
+    if (gr < p.rows && gc < p.cols) {
+      const int64_t k = gr * p.cols + gc;
+      v = p.x_bf16 ? bf16_to_float(static_cast<const uint16_t*>(p.x)[k])
+                   : static_cast<const float*>(p.x)[k];
+    }
+    tile[r * kLds + c] = v;
   }
   __syncthreads();
 
@@ -154,9 +171,11 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(TileParams p) {
     rs[i * 4 + q] = s_row;
     cs[i * 4 + q] = s_col;
     if (p.has_row)
-      store_scale(p.row, r0 + i, c0 + 32 * q, s_row, blockIdx.y == 0, blockIdx.x == 0, i, q);
+      store_scale(p.row, r0 + i, c0 + 32 * q, s_row, blockIdx.y == 0, blockIdx.x == 0, i, q,
+                  p.acc.scale_range);
     if (p.has_col)
-      store_scale(p.col, c0 + i, r0 + 32 * q, s_col, blockIdx.x == 0, blockIdx.y == 0, i, q);
+      store_scale(p.col, c0 + i, r0 + 32 * q, s_col, blockIdx.x == 0, blockIdx.y == 0, i, q,
+                  p.has_row ? nullptr : p.acc.scale_range);
   }
   __syncthreads();
 
@@ -217,12 +236,16 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(TileParams p) {
 
 template <int kSource>
 void launch_tile(const TileParams& p, cudaStream_t stream) {
-  static bool configured = false;  // one device per process in octet
-  if (!configured) {
+  // The shared-memory opt-in is per device: set it once for each device this process uses.
+  static std::atomic<uint64_t> configured{0};  // bit d: device d (ordinals < 64 cached)
+  int dev = 0;
+  OCTET_CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
+  if (!(configured.load() & bit)) {
     OCTET_CUDA_CHECK(cudaFuncSetAttribute(quantize_tile_kernel<kSource>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           int(kSmemBytes)));
-    configured = true;
+    configured.fetch_or(bit);
   }
   const dim3 grid(unsigned(ceil_div(p.cols_pad, kTile)), unsigned(ceil_div(p.rows_pad, kTile)));
   quantize_tile_kernel<kSource><<<grid, kThreads, kSmemBytes, stream>>>(p);
@@ -238,14 +261,8 @@ __global__ void dequantize_kernel(DevQTensor q, float* out) {
   }
 }
 
-__global__ void to_bf16_kernel(const float* x, uint16_t* out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = uint16_t(detail::f32_bits(bf16_round(x[i])) >> 16);
-}
-
-// tensor-delayed, first use (history possibly empty): the scale of this quantization, after the
-// amax pre-pass. Non-finite amax: the kept scale; empty history: this tensor's own amax.
+// tensor-delayed (quantize.h): the scale of this quantization, after the amax pre-pass.
+// Non-empty history or a non-finite amax: the delayed scale; else this tensor's own amax.
 __global__ void delayed_select_kernel(const unsigned* amax_bits, const int* st, float* scale,
                                       Format format, int margin, bool pow2) {
   const float amax = amax_from_bits(*amax_bits);
@@ -253,11 +270,18 @@ __global__ void delayed_select_kernel(const unsigned* amax_bits, const int* st, 
   scale[1] = (finite && st[0] == 0) ? scale_from_amax(amax, format, margin, pow2) : scale[0];
 }
 
-__global__ void delayed_update_kernel(const unsigned* amax_bits, float* history, int hist_len,
-                                      int* st, float* scale, Format format, int margin, bool pow2,
-                                      bool most_recent, bool copy_used) {
-  const float amax = amax_from_bits(*amax_bits);
-  if (copy_used) scale[1] = scale[0];
+__global__ void delayed_record_kernel(const unsigned* amax_bits, unsigned* pending, int* st) {
+  *pending = st[4] ? max(*pending, *amax_bits) : *amax_bits;
+  st[4] = 1;
+}
+
+__global__ void delayed_update_kernel(unsigned* pending, float* history, int hist_len, int* st,
+                                      float* scale, Format format, int margin, bool pow2,
+                                      bool most_recent) {
+  if (!st[4]) return;  // nothing recorded since the last update
+  const float amax = amax_from_bits(*pending);
+  st[4] = 0;
+  *pending = 0;
   if (!(amax < INFINITY)) {  // NaN or inf: keep the scale, the history does not advance
     st[2] = 1;
     st[3] += 1;
@@ -271,6 +295,12 @@ __global__ void delayed_update_kernel(const unsigned* amax_bits, float* history,
   if (!most_recent)
     for (int i = 0; i < st[0]; ++i) reduced = fmaxf(reduced, history[i]);
   scale[0] = scale_from_amax(reduced, format, margin, pow2);
+}
+
+__global__ void delayed_set_pending_kernel(unsigned* pending, int* st, float amax) {
+  const bool none = amax < 0.0f;  // NaN compares false: recorded
+  *pending = none ? 0u : (__float_as_uint(amax) & 0x7FFFFFFFu);
+  st[4] = none ? 0 : 1;
 }
 
 int grid_for(int64_t n, int threads) {
@@ -287,6 +317,8 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
               "quantize: row-wise and column-wise copies must share the format");
   TileParams p{};
   p.x = a.x;
+  p.x_bf16 = a.x_bf16;
+  p.skip_if = nullptr;
   p.rows = a.rows;
   p.cols = a.cols;
   p.rows_pad = round_up(a.rows, 16);
@@ -310,6 +342,10 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
   p.acc = a.accum;
   OCTET_CUDA_CHECK(cudaMemsetAsync(a.accum.amax_bits, 0, sizeof(unsigned), stream));
   OCTET_CUDA_CHECK(cudaMemsetAsync(a.accum.counts, 0, 4 * sizeof(unsigned long long), stream));
+  if (a.accum.scale_range) {  // min starts at all ones, max at 0
+    OCTET_CUDA_CHECK(cudaMemsetAsync(a.accum.scale_range, 0xFF, sizeof(unsigned), stream));
+    OCTET_CUDA_CHECK(cudaMemsetAsync(a.accum.scale_range + 1, 0, sizeof(unsigned), stream));
+  }
   const bool prepass = a.source == ScaleSource::TensorAmax || a.source == ScaleSource::RowCol ||
                        a.amax_prepass;
   if (a.source == ScaleSource::RowCol) {
@@ -322,11 +358,12 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
   if (prepass) {
     TileParams pre = p;
     pre.amax_only = true;
+    pre.skip_if = a.skip_prepass_if;
     launch_tile<int(ScaleSource::Tile)>(pre, stream);
     if (a.after_prepass) a.after_prepass(a.after_prepass_ctx, stream);
   }
   p.amax_only = false;
-  p.accumulate_amax = !prepass;
+  p.accumulate_amax = !prepass || a.skip_prepass_if != nullptr;
   switch (a.source) {
     case ScaleSource::Pointer:
       OCTET_CHECK(a.scale_ptr, "quantize: pointer scale source without a pointer");
@@ -343,22 +380,28 @@ void dequantize_launch(const DevQTensor& q, float* out, cudaStream_t stream) {
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
-void to_bf16_launch(const float* x, uint16_t* out, int64_t n, cudaStream_t stream) {
-  to_bf16_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, out, n);
-  OCTET_CUDA_LAUNCH_CHECK();
-}
-
 void delayed_select_launch(const unsigned* amax_bits, const int* state_i, float* scale,
                            Format format, int margin, bool pow2, cudaStream_t stream) {
   delayed_select_kernel<<<1, 1, 0, stream>>>(amax_bits, state_i, scale, format, margin, pow2);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
-void delayed_update_launch(const unsigned* amax_bits, float* history, int hist_len, int* state_i,
+void delayed_record_launch(const unsigned* amax_bits, unsigned* pending, int* state_i,
+                           cudaStream_t stream) {
+  delayed_record_kernel<<<1, 1, 0, stream>>>(amax_bits, pending, state_i);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void delayed_update_launch(unsigned* pending, float* history, int hist_len, int* state_i,
                            float* scale, Format format, int margin, bool pow2, bool most_recent,
-                           bool copy_used, cudaStream_t stream) {
-  delayed_update_kernel<<<1, 1, 0, stream>>>(amax_bits, history, hist_len, state_i, scale, format,
-                                             margin, pow2, most_recent, copy_used);
+                           cudaStream_t stream) {
+  delayed_update_kernel<<<1, 1, 0, stream>>>(pending, history, hist_len, state_i, scale, format,
+                                             margin, pow2, most_recent);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void delayed_set_pending_launch(unsigned* pending, int* state_i, float amax, cudaStream_t stream) {
+  delayed_set_pending_kernel<<<1, 1, 0, stream>>>(pending, state_i, amax);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 

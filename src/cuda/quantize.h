@@ -11,6 +11,7 @@
 //   RowCol       s per row of each copy from full-row amaxes (row recipe; a pre-pass runs first)
 //   Tile         s per 1x128 / 128x128 / 1x32 block, from the tile itself (block, mx): one pass
 // The kernel works on 128x128 tiles of the source staged in shared memory (DeepSeek-V3 §3.3 tiles).
+// The source may be F32 or BF16 (loaded as FP32). Nothing here synchronizes with the host.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,10 +30,14 @@ struct QuantAccum {
   unsigned long long* counts = nullptr;     ///< [4]: underflow, saturated (row-wise copy), same (col-wise)
   unsigned* row_amax = nullptr;             ///< [rows_pad of the source] (RowCol only)
   unsigned* col_amax = nullptr;             ///< [cols padded to 16] (RowCol only)
+  /// [2]: min and max of the scales s (float bits) of the row-wise copy (the column-wise copy if
+  /// there is no row-wise one), for QuantStats without keeping the operand; may be null.
+  unsigned* scale_range = nullptr;
 };
 
 struct QuantizeArgs {
-  const float* x = nullptr;   ///< source [rows, cols], row-major, contiguous
+  const void* x = nullptr;    ///< source [rows, cols], row-major, contiguous
+  bool x_bf16 = false;        ///< x holds BF16 bit patterns (else FP32)
   int64_t rows = 0, cols = 0;
   ScaleSource source = ScaleSource::TensorAmax;
   int margin = 0;
@@ -40,6 +45,10 @@ struct QuantizeArgs {
   bool saturate = true;
   bool mx = false;                   ///< OCP MX scales (fp8.h mx_scale_e8m0); the cast saturates
   bool amax_prepass = false;         ///< Pointer source: reduce the amax before the cast
+  /// Pointer source with a pre-pass: the pre-pass does nothing if *skip_prepass_if > 0 (decided
+  /// on the device: tensor-delayed skips it once its history is non-empty); the cast then reduces
+  /// the amax itself.
+  const int* skip_prepass_if = nullptr;
   /// Called on the stream between the amax pre-pass and the cast (tensor-delayed's first use).
   void (*after_prepass)(void* ctx, cudaStream_t stream) = nullptr;
   void* after_prepass_ctx = nullptr;
@@ -57,20 +66,25 @@ void quantize_launch(const QuantizeArgs& args, cudaStream_t stream);
 /// out[r, c] = decode(code) * scale_inv (FP32, [rows, cols] contiguous, padding dropped).
 void dequantize_launch(const DevQTensor& q, float* out, cudaStream_t stream);
 
-/// out[i] = BF16 bits of bf16_round(x[i]) (fp8.h), for the BF16 GEMMs. n elements.
-void to_bf16_launch(const float* x, uint16_t* out, int64_t n, cudaStream_t stream);
-
-/// Tensor-delayed device state: scale[0] is the scale the next quantization uses, scale[1] the one
-/// the last used; state_i = {history count, next position, overflow flag, overflow count}.
-/// select (after an amax pre-pass, while the history may be empty): scale[1] = this tensor's
-/// scale_from_amax if the history is empty and the amax finite, else scale[0].
+/// Tensor-delayed device state, quantize-then-update (quant.h Quantizer): scale[0] is the delayed
+/// scale (the next update's result), scale[1] the scale of the current quantization; state_i =
+/// {history count, next position, last-overflow flag, overflow count, amax recorded flag};
+/// pending = the amax recorded since the last update (float bits, NaN largest).
+/// select (after the amax pre-pass): scale[1] = this tensor's scale_from_amax if the history is
+/// empty and the amax finite, else scale[0].
 void delayed_select_launch(const unsigned* amax_bits, const int* state_i, float* scale,
                            Format format, int margin, bool pow2, cudaStream_t stream);
-/// update (after the cast): copy_used sets scale[1] = scale[0]; a finite amax is appended to the
-/// circular history [hist_len] and scale[0] = scale_from_amax(max or most recent); a NaN/inf
-/// amax keeps the scale and the history and sets the overflow flag (count += 1).
-void delayed_update_launch(const unsigned* amax_bits, float* history, int hist_len, int* state_i,
+/// record (after the cast): pending = max(pending, amax) (a NaN sticks); sets the recorded flag.
+void delayed_record_launch(const unsigned* amax_bits, unsigned* pending, int* state_i,
+                           cudaStream_t stream);
+/// update: nothing recorded: no change. Else the flag and pending are cleared; a finite amax is
+/// appended to the circular history [hist_len] and scale[0] = scale_from_amax(max or most recent
+/// of the history); a NaN/inf amax keeps the scale and the history, sets the last-overflow flag
+/// and counts it (a finite one clears the flag).
+void delayed_update_launch(unsigned* pending, float* history, int hist_len, int* state_i,
                            float* scale, Format format, int margin, bool pow2, bool most_recent,
-                           bool copy_used, cudaStream_t stream);
+                           cudaStream_t stream);
+/// pending = amax bits (amax < 0: nothing recorded), for a cross-rank reduction (quant.h).
+void delayed_set_pending_launch(unsigned* pending, int* state_i, float amax, cudaStream_t stream);
 
 }  // namespace octet::cuda

@@ -1,5 +1,6 @@
-// src/cuda/quantizer.cpp — CudaQuantizer (quantizer.h): recipe -> scale source, delayed-scaling state
-// on the device, and the host views used by statistics and tests.
+// src/cuda/quantizer.cpp — CudaQuantizer (quantizer.h): recipe -> scale source, the tensor-delayed
+// quantize-then-update state on the device, statistics and the host views used by tests and
+// checkpoints.
 #include "cuda/quantizer.h"
 
 #include <algorithm>
@@ -8,70 +9,73 @@
 #include <vector>
 
 #include "cuda/check.h"
+#include "cuda/ops.h"
 #include "cuda/quantize.h"
 #include "octet/error.h"
 
 namespace octet::cuda {
 
-void DevQ::ensure(int64_t rows, int64_t cols, Format format, ScaleLayout layout) {
+void DevQ::ensure(int64_t rows, int64_t cols, Format format, ScaleLayout layout, Backend& backend) {
   view.format = format;
   view.layout = layout;
   view.set_shape(rows, cols);
-  view.codes = codes.reserve(size_t(view.code_count()));
-  view.scale_inv = scales.reserve(size_t(view.scale_count()));
+  const DType code_type = format == Format::E4M3 ? DType::E4M3 : DType::E5M2;
+  if (codes.empty() || codes.tensor().numel() < view.code_count() || codes.tensor().dtype != code_type)
+    codes = backend.alloc(code_type, Shape{view.code_count()});
+  if (scales.empty() || scales.tensor().numel() < view.scale_count())
+    scales = backend.alloc(DType::F32, Shape{view.scale_count()});
+  view.codes = codes.tensor().fp8();
+  view.scale_inv = scales.tensor().f32();
 }
 
-CudaQuantizer::CudaQuantizer(const QuantConfig& config, Role role, cudaStream_t stream)
-    : config_(config), role_(role), stream_(stream) {
+namespace {
+constexpr int kStateInts = 5;  // quantize.h: count, next position, overflow flag, count, recorded
+float from_bits(unsigned b) {
+  if (b > 0x7F800000u) return NAN;
+  float a;
+  std::memcpy(&a, &b, sizeof(a));
+  return a;
+}
+}  // namespace
+
+CudaQuantizer::CudaQuantizer(const QuantConfig& config, Role role, Backend& backend,
+                             cudaStream_t stream)
+    : config_(config), role_(role), backend_(backend), stream_(stream) {
   OCTET_CHECK(config.amax_history_len >= 1,
               "quantizer: amax_history_len must be >= 1, got " +
                   std::to_string(config.amax_history_len));
   OCTET_CHECK(config.unit_scale > 0.0f && std::isfinite(config.unit_scale),
               "quantizer: unit_scale must be positive and finite");
-  amax_.reserve(1);
-  counts_.reserve(4);
-  scale_.reserve(2);
-  const float init = config.recipe == Recipe::Unit ? config.unit_scale : 1.0f;
-  const float s2[2] = {init, init};
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(scale_.get(), s2, sizeof(s2), cudaMemcpyHostToDevice, stream_));
+  amax_.reserve(1, stream_);
+  counts_.reserve(4, stream_);
+  range_.reserve(2, stream_);
+  scale_.reserve(2, stream_);
+  fill_launch(Tensor(scale_.get(), DType::F32, {2}),
+              config.recipe == Recipe::Unit ? config.unit_scale : 1.0f, stream_);
   OCTET_CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, 4 * sizeof(unsigned long long), stream_));
   OCTET_CUDA_CHECK(cudaMemsetAsync(amax_.get(), 0, sizeof(unsigned), stream_));
+  OCTET_CUDA_CHECK(cudaMemsetAsync(range_.get(), 0, 2 * sizeof(unsigned), stream_));
   if (config.recipe == Recipe::TensorDelayed) {
-    history_.reserve(size_t(config.amax_history_len));
-    state_.reserve(4);
+    history_.reserve(size_t(config.amax_history_len), stream_);
+    state_.reserve(kStateInts, stream_);
+    pending_.reserve(1, stream_);
     OCTET_CUDA_CHECK(cudaMemsetAsync(history_.get(), 0, config.amax_history_len * sizeof(float), stream_));
-    OCTET_CUDA_CHECK(cudaMemsetAsync(state_.get(), 0, 4 * sizeof(int), stream_));
+    OCTET_CUDA_CHECK(cudaMemsetAsync(state_.get(), 0, kStateInts * sizeof(int), stream_));
+    OCTET_CUDA_CHECK(cudaMemsetAsync(pending_.get(), 0, sizeof(unsigned), stream_));
   }
-  // The host-side config copies are stack values: make them reach the device before returning.
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-namespace {
-struct SelectCtx {
-  const unsigned* amax;
-  const int* state;
-  float* scale;
-  Format format;
-  int margin;
-  bool pow2;
-};
-void select_after_prepass(void* ctx, cudaStream_t stream) {
-  auto* c = static_cast<SelectCtx*>(ctx);
-  delayed_select_launch(c->amax, c->state, c->scale, c->format, c->margin, c->pow2, stream);
-}
-}  // namespace
-
-void CudaQuantizer::quantize(const float* x, int64_t rows, int64_t cols, DevQ* rowwise,
-                             DevQ* colwise, bool advance) {
-  OCTET_CHECK(rows >= 1 && cols >= 1, "quantize: rows and cols must be >= 1, got [" +
-                                          std::to_string(rows) + ", " + std::to_string(cols) + "]");
-  OCTET_CHECK(x != nullptr, "quantize: null input");
+void CudaQuantizer::quantize(const Tensor& x, DevQ* rowwise, DevQ* colwise) {
+  check_activation(x, "quantize: x");
+  const int64_t rows = x.rows(), cols = x.cols();
+  OCTET_CHECK(rows >= 1 && cols >= 1, "quantize: rows and cols must be >= 1, got " + x.str());
   const Format f = format();
   const ScaleLayout l = layout();
-  if (rowwise) rowwise->ensure(rows, cols, f, l);
-  if (colwise) colwise->ensure(cols, rows, f, l);
+  if (rowwise) rowwise->ensure(rows, cols, f, l, backend_);
+  if (colwise) colwise->ensure(cols, rows, f, l, backend_);
   QuantizeArgs a;
-  a.x = x;
+  a.x = x.data;
+  a.x_bf16 = x.dtype == DType::BF16;
   a.rows = rows;
   a.cols = cols;
   a.margin = config_.margin;
@@ -82,32 +86,32 @@ void CudaQuantizer::quantize(const float* x, int64_t rows, int64_t cols, DevQ* r
   a.colwise = colwise ? &colwise->view : nullptr;
   a.accum.amax_bits = amax_.get();
   a.accum.counts = counts_.get();
-  const bool delayed = config_.recipe == Recipe::TensorDelayed;
-  bool update = false, copy_used = false;
-  SelectCtx ctx{amax_.get(), state_.get(), scale_.get(), f, config_.margin, config_.pow2_scales};
+  a.accum.scale_range = range_.get();
+  struct SelectCtx {
+    const unsigned* amax;
+    const int* state;
+    float* scale;
+    Format format;
+    int margin;
+    bool pow2;
+  } ctx{amax_.get(), state_.get(), scale_.get(), f, config_.margin, config_.pow2_scales};
   switch (config_.recipe) {
     case Recipe::TensorDelayed:
       a.source = ScaleSource::Pointer;
-      if (!advance && quantized_once_) {  // the other orientation: the last quantization's scale
-        a.scale_ptr = scale_.get() + 1;
+      if (history_nonempty_) {  // known on the host: the delayed scale, no pre-pass
+        a.scale_ptr = scale_.get();
         break;
       }
-      update = true;
-      if (!history_nonempty_) {  // learn (one sync) whether the history may still be empty
-        int st[4];
-        OCTET_CUDA_CHECK(cudaMemcpyAsync(st, state_.get(), sizeof(st), cudaMemcpyDeviceToHost, stream_));
-        OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        history_nonempty_ = st[0] > 0;
-      }
-      if (history_nonempty_) {
-        a.scale_ptr = scale_.get();
-        copy_used = true;
-      } else {  // first use: the scale may come from this tensor's own amax
-        a.amax_prepass = true;
-        a.after_prepass = select_after_prepass;
-        a.after_prepass_ctx = &ctx;
-        a.scale_ptr = scale_.get() + 1;
-      }
+      // The history may be empty: the pre-pass (skipped on the device once it is not) reduces
+      // this tensor's amax, the select kernel picks the scale into scale[1].
+      a.amax_prepass = true;
+      a.skip_prepass_if = state_.get();
+      a.after_prepass = [](void* c, cudaStream_t s) {
+        auto* p = static_cast<SelectCtx*>(c);
+        delayed_select_launch(p->amax, p->state, p->scale, p->format, p->margin, p->pow2, s);
+      };
+      a.after_prepass_ctx = &ctx;
+      a.scale_ptr = scale_.get() + 1;
       break;
     case Recipe::Unit:
       a.source = ScaleSource::Pointer;
@@ -116,28 +120,52 @@ void CudaQuantizer::quantize(const float* x, int64_t rows, int64_t cols, DevQ* r
     case Recipe::TensorCurrent: a.source = ScaleSource::TensorAmax; break;
     case Recipe::Row:
       a.source = ScaleSource::RowCol;
-      a.accum.row_amax = row_amax_.reserve(size_t(round_up(rows, 16)));
-      a.accum.col_amax = col_amax_.reserve(size_t(round_up(cols, 16)));
+      a.accum.row_amax = row_amax_.reserve(size_t(round_up(rows, 16)), stream_);
+      a.accum.col_amax = col_amax_.reserve(size_t(round_up(cols, 16)), stream_);
       break;
     case Recipe::Block:
     case Recipe::MX: a.source = ScaleSource::Tile; break;
   }
   quantize_launch(a, stream_);
-  if (delayed && update)
-    delayed_update_launch(amax_.get(), history_.get(), config_.amax_history_len, state_.get(),
-                          scale_.get(), f, config_.margin, config_.pow2_scales,
-                          config_.amax_algo == AmaxAlgo::MostRecent, copy_used, stream_);
-  quantized_once_ = true;
+  if (config_.recipe == Recipe::TensorDelayed)
+    delayed_record_launch(amax_.get(), pending_.get(), state_.get(), stream_);
+  last_copy_ = rowwise ? 0 : 1;
+  last_rows_ = rowwise ? rows : cols;
+  last_cols_ = rowwise ? cols : rows;
+}
+
+void CudaQuantizer::update() {
+  if (config_.recipe != Recipe::TensorDelayed) return;
+  delayed_update_launch(pending_.get(), history_.get(), config_.amax_history_len, state_.get(),
+                        scale_.get(), format(), config_.margin, config_.pow2_scales,
+                        config_.amax_algo == AmaxAlgo::MostRecent, stream_);
+}
+
+float CudaQuantizer::pending_amax() const {
+  if (config_.recipe != Recipe::TensorDelayed) return -1.0f;
+  int st[kStateInts];
+  unsigned bits = 0;
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(&bits, pending_.get(), sizeof(bits), cudaMemcpyDeviceToHost, stream_));
+  read_state(st);
+  return st[4] ? from_bits(bits) : -1.0f;
+}
+
+void CudaQuantizer::set_pending_amax(float amax) {
+  if (config_.recipe != Recipe::TensorDelayed) return;
+  delayed_set_pending_launch(pending_.get(), state_.get(), amax, stream_);
+}
+
+void CudaQuantizer::read_state(int st[5]) const {
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(st, state_.get(), kStateInts * sizeof(int),
+                                   cudaMemcpyDeviceToHost, stream_));
+  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 float CudaQuantizer::last_amax() const {
   unsigned bits = 0;
   OCTET_CUDA_CHECK(cudaMemcpyAsync(&bits, amax_.get(), sizeof(bits), cudaMemcpyDeviceToHost, stream_));
   OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (bits > 0x7F800000u) return NAN;
-  float a;
-  std::memcpy(&a, &bits, sizeof(a));
-  return a;
+  return from_bits(bits);
 }
 
 void CudaQuantizer::last_counts(int copy, int64_t* underflow, int64_t* saturated) const {
@@ -146,6 +174,22 @@ void CudaQuantizer::last_counts(int copy, int64_t* underflow, int64_t* saturated
   OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
   *underflow = int64_t(c[2 * copy]);
   *saturated = int64_t(c[2 * copy + 1]);
+}
+
+QuantStats CudaQuantizer::stats() const {
+  QuantStats s;
+  if (last_rows_ == 0) return s;
+  unsigned range[2];
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(range, range_.get(), sizeof(range), cudaMemcpyDeviceToHost, stream_));
+  s.amax = last_amax();  // synchronizes
+  int64_t under = 0, sat = 0;
+  last_counts(last_copy_, &under, &sat);
+  const double n = double(last_rows_) * double(last_cols_);
+  s.underflow_frac = double(under) / n;
+  s.saturated_frac = double(sat) / n;
+  s.scale_min = from_bits(range[0]);
+  s.scale_max = from_bits(range[1]);
+  return s;
 }
 
 float CudaQuantizer::delayed_scale() const {
@@ -157,17 +201,15 @@ float CudaQuantizer::delayed_scale() const {
 
 bool CudaQuantizer::last_overflow() const {
   if (config_.recipe != Recipe::TensorDelayed) return false;
-  int st[4];
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(st, state_.get(), sizeof(st), cudaMemcpyDeviceToHost, stream_));
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  int st[kStateInts];
+  read_state(st);
   return st[2] != 0;
 }
 
 int64_t CudaQuantizer::overflow_count() const {
   if (config_.recipe != Recipe::TensorDelayed) return 0;
-  int st[4];
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(st, state_.get(), sizeof(st), cudaMemcpyDeviceToHost, stream_));
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  int st[kStateInts];
+  read_state(st);
   return st[3];
 }
 
@@ -175,16 +217,15 @@ DelayedState CudaQuantizer::delayed_state() const {
   OCTET_CHECK(config_.recipe == Recipe::TensorDelayed,
               "quantizer: the " + to_string(config_.recipe) + " recipe keeps no delayed state");
   const int H = config_.amax_history_len;
-  int st[4];
+  int st[kStateInts];
   float s[2];
   std::vector<float> ring(size_t(H), 0.0f);
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(st, state_.get(), sizeof(st), cudaMemcpyDeviceToHost, stream_));
   OCTET_CUDA_CHECK(cudaMemcpyAsync(s, scale_.get(), sizeof(s), cudaMemcpyDeviceToHost, stream_));
   OCTET_CUDA_CHECK(cudaMemcpyAsync(ring.data(), history_.get(), size_t(H) * sizeof(float),
                                    cudaMemcpyDeviceToHost, stream_));
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  // st = {count, next position, overflow flag, overflow count}: the count entries before the next
-  // position (circularly) are the history, oldest first.
+  read_state(st);  // synchronizes
+  // st = {count, next position, ...}: the count entries before the next position (circularly)
+  // are the history, oldest first.
   DelayedState out;
   out.history.resize(size_t(st[0]));
   for (int i = 0; i < st[0]; ++i) out.history[size_t(i)] = ring[size_t((st[1] - st[0] + i + H) % H)];
@@ -201,15 +242,16 @@ void CudaQuantizer::load_delayed_state(const DelayedState& state) {
   const int H = config_.amax_history_len, n = int(state.history.size());
   std::vector<float> ring(size_t(H), 0.0f);
   std::copy(state.history.begin(), state.history.end(), ring.begin());
-  const int st[4] = {n, n % H, 0, int(state.overflow_count)};
+  const int st[kStateInts] = {n, n % H, 0, int(state.overflow_count), 0};
   const float s[2] = {state.scale, state.scale};
+  const unsigned zero = 0;
   OCTET_CUDA_CHECK(cudaMemcpyAsync(history_.get(), ring.data(), size_t(H) * sizeof(float),
                                    cudaMemcpyHostToDevice, stream_));
   OCTET_CUDA_CHECK(cudaMemcpyAsync(state_.get(), st, sizeof(st), cudaMemcpyHostToDevice, stream_));
   OCTET_CUDA_CHECK(cudaMemcpyAsync(scale_.get(), s, sizeof(s), cudaMemcpyHostToDevice, stream_));
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(pending_.get(), &zero, sizeof(zero), cudaMemcpyHostToDevice, stream_));
   OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host copies must outlive the transfers
   history_nonempty_ = n > 0;
-  quantized_once_ = false;
 }
 
 QTensor to_host(const DevQTensor& q, cudaStream_t stream) {
@@ -233,26 +275,6 @@ QTensor to_host(const DevQTensor& q, cudaStream_t stream) {
     for (int64_t j = 0; j < gc; ++j)
       out.scale_inv[i * gc + j] = scales[q.scale_index(i * out.block.rows, j * out.block.cols)];
   return out;
-}
-
-QuantStats quant_stats(const CudaQuantizer& qz, const DevQTensor& q, int copy) {
-  QuantStats s;
-  if (q.rows == 0) return s;
-  s.amax = qz.last_amax();
-  int64_t under = 0, sat = 0;
-  qz.last_counts(copy, &under, &sat);
-  const double n = double(q.rows) * double(q.cols);
-  s.underflow_frac = double(under) / n;
-  s.saturated_frac = double(sat) / n;
-  const QTensor h = to_host(q, qz.stream());
-  bool first = true;
-  for (float si : h.scale_inv) {
-    const float sc = 1.0f / si;
-    if (first || sc < s.scale_min) s.scale_min = sc;
-    if (first || sc > s.scale_max) s.scale_max = sc;
-    first = false;
-  }
-  return s;
 }
 
 }  // namespace octet::cuda

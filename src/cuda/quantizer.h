@@ -1,10 +1,13 @@
-// src/cuda/quantizer.h — the GPU twin of octet::Quantizer (quant.h): one quantizer slot, with the
-// tensor-delayed amax history and scale kept in device memory, producing device FP8 operands.
+// src/cuda/quantizer.h — CudaQuantizer: the GPU twin of octet::Quantizer (quant.h) for one operand
+// slot, with its tensor-delayed state (amax history, scales, overflow count, the amax recorded since
+// the last update) in device memory, producing device FP8 operands.
 //
-// quantize() writes the row-wise copy [rows, cols] and/or the column-wise copy [cols, rows] of x from
-// one pass over x (quantize.h), both with the recipe's scales; for tensor-delayed both copies use
-// the scale of this quantization, as quant.h specifies for quantize_transposed. The delayed history
-// is updated on the device (no host sync). Statistics, to_host() and the checkpoint state
+// Quantize-then-update, as quant.h (TransformerEngine's amax_and_scale_update): quantize() writes the
+// row-wise copy [rows, cols] and/or the column-wise copy [cols, rows] of x from one pass over x
+// (quantize.h), both with the current scale, and records the amax; update() folds the recorded
+// amax into the history and computes the next scale. Neither waits for the GPU: every decision
+// that depends on device state (is the history still empty? was the amax finite?) is taken by a
+// one-thread kernel on the stream. Statistics, the host getters and the checkpoint state
 // (delayed_state / load_delayed_state) synchronize the stream.
 #pragma once
 
@@ -19,26 +22,31 @@
 
 namespace octet::cuda {
 
-/// An owning device FP8 operand: buffers grow as needed and are reused.
+/// An owning device FP8 operand: codes and scales are Buffers of a backend (stream-ordered), so a
+/// DevQ can be scratch (reused; grows when too small) or part of a forward's saved state.
 struct DevQ {
   DevQTensor view;
-  DeviceBuffer<uint8_t> codes;
-  DeviceBuffer<float> scales;
-  /// Sets the shape, format and layout and makes room for codes and scales.
-  void ensure(int64_t rows, int64_t cols, Format format, ScaleLayout layout);
+  Buffer codes, scales;
+  /// Sets the shape, format and layout; allocates from `backend` when the buffers are too small.
+  void ensure(int64_t rows, int64_t cols, Format format, ScaleLayout layout, Backend& backend);
 };
 
 class CudaQuantizer {
  public:
   /// Throws octet::Error for an invalid config (history length < 1, non-positive unit scale).
-  CudaQuantizer(const QuantConfig& config, Role role, cudaStream_t stream);
+  /// `backend` (which enqueues on `stream`) provides the operand memory.
+  CudaQuantizer(const QuantConfig& config, Role role, Backend& backend, cudaStream_t stream);
 
-  /// Quantizes x [rows, cols] (device, row-major) into `rowwise` ([rows, cols]) and/or `colwise`
-  /// ([cols, rows]); either may be null. advance=true advances the delayed state once (quant.h's
-  /// quantize()); advance=false reuses the last quantization's scale (quantize_transposed() of a
-  /// slot already quantized; before any quantization it acts as advance=true).
-  void quantize(const float* x, int64_t rows, int64_t cols, DevQ* rowwise, DevQ* colwise,
-                bool advance = true);
+  /// Quantizes x (act, F32 or BF16, viewed as [x.rows(), x.cols()]) into `rowwise` ([rows, cols])
+  /// and/or `colwise` ([cols, rows]); either may be null, not both. Tensor-delayed: the current
+  /// scale (this tensor's own amax while the history is empty) and the amax recorded.
+  void quantize(const Tensor& x, DevQ* rowwise, DevQ* colwise);
+  /// tensor-delayed: folds the recorded amax into the history (quant.h Quantizer::update);
+  /// other recipes: no-op. Enqueued, no synchronization.
+  void update();
+  /// tensor-delayed: the recorded amax (-1: none; synchronizes) / replaces it (enqueued).
+  float pending_amax() const;
+  void set_pending_amax(float amax);
 
   const QuantConfig& config() const { return config_; }
   Role role() const { return role_; }
@@ -46,42 +54,48 @@ class CudaQuantizer {
   ScaleLayout layout() const { return scale_layout_for(config_.recipe, role_); }
   cudaStream_t stream() const { return stream_; }
 
+  /// Statistics of the last quantization (row-wise copy; column-wise if it had none), {} before
+  /// the first. Synchronizes.
+  QuantStats stats() const;
   /// Amax of the last quantized source (NaN if it held a NaN). Synchronizes.
   float last_amax() const;
   /// Counts of the last quantization: {underflow, saturated} of the row-wise (0) or column-wise
   /// (1) copy. Synchronizes.
   void last_counts(int copy, int64_t* underflow, int64_t* saturated) const;
-  /// tensor-delayed state (synchronizes): the next scale, the overflow flag and count.
+  /// tensor-delayed state (synchronizes): the delayed scale, the last update's overflow flag, the
+  /// overflow count.
   float delayed_scale() const;
   bool last_overflow() const;
   int64_t overflow_count() const;
   /// tensor-delayed: the state to checkpoint, downloaded (synchronizes), the circular device
   /// history unrolled to most recent last; quant.h's Quantizer::delayed_state twin.
   DelayedState delayed_state() const;
-  /// tensor-delayed: uploads a delayed_state() (validated by check_delayed_state; synchronizes).
-  /// The quantizer then acts like the saving one from its next advancing quantize() on, as
-  /// Quantizer::load_delayed_state. Both throw octet::Error for the stateless recipes.
+  /// tensor-delayed: uploads a delayed_state() (validated by check_delayed_state; synchronizes);
+  /// clears the recorded amax and the overflow flag, as Quantizer::load_delayed_state. Both
+  /// throw octet::Error for the stateless recipes.
   void load_delayed_state(const DelayedState& state);
 
  private:
+  void read_state(int st[5]) const;  // synchronizes
   QuantConfig config_;
   Role role_;
+  Backend& backend_;
   cudaStream_t stream_;
-  DeviceBuffer<unsigned> amax_;                 // [1] amax bits
+  DeviceBuffer<unsigned> amax_;                 // [1] amax bits of the last quantization
   DeviceBuffer<unsigned long long> counts_;     // [4]
+  DeviceBuffer<unsigned> range_;                // [2] scale min/max bits of the last quantization
   DeviceBuffer<unsigned> row_amax_, col_amax_;  // row recipe scratch
-  DeviceBuffer<float> scale_;                   // [2]: next scale, last used scale
+  DeviceBuffer<float> scale_;                   // [2]: delayed scale, this quantization's scale
   DeviceBuffer<float> history_;                 // [H]
-  DeviceBuffer<int> state_;                     // [4]: count, pos, overflow flag, overflow count
-  bool history_nonempty_ = false;  // host cache: once true, the delayed history never empties
-  bool quantized_once_ = false;
+  DeviceBuffer<int> state_;                     // [5]: quantize.h delayed state
+  DeviceBuffer<unsigned> pending_;              // [1]: recorded amax bits
+  bool history_nonempty_ = false;  // host knowledge (from a synchronizing read or a load)
+  int64_t last_rows_ = 0, last_cols_ = 0;  // shape of the copy the stats describe
+  int last_copy_ = 0;                      // 0: row-wise, 1: column-wise
 };
 
 /// Downloads a device operand into octet's host QTensor form (codes without padding, scale_inv
-/// row-major over blocks as quant.h lays it out). amax and counts are not filled.
+/// row-major over blocks as quant.h lays it out). amax and counts are not filled. Synchronizes.
 QTensor to_host(const DevQTensor& q, cudaStream_t stream);
-
-/// QuantStats (backend.h) of the copy `copy` (0 row-wise, 1 column-wise) of the last quantization.
-QuantStats quant_stats(const CudaQuantizer& qz, const DevQTensor& q, int copy);
 
 }  // namespace octet::cuda

@@ -1,12 +1,15 @@
 // src/cuda/reduce.cu — whole-tensor reductions in double: Σx, Σx², central moments (two passes:
 // the mean first, then Σ(x−μ)² and Σ(x−μ)⁴, as the CPU twin src/cpu/backend/reductions.cpp),
 // and AdamW (Loshchilov & Hutter, arXiv 1711.05101) evaluated in double per element like its twin.
-// Each reduction writes one double partial per block; the host adds the partials (deterministic).
+// Each reduction writes one double partial per block; accumulate_parts adds the partials in order
+// into an F64 device accumulator (deterministic, no host round trip); moments() reads them on the
+// host. x may be F32 or BF16 (typed.cuh).
 #include <cuda_runtime.h>
 
 #include "cuda/check.h"
 #include "cuda/ops.h"
 #include "cuda/reduce_util.cuh"
+#include "cuda/typed.cuh"
 
 namespace octet::cuda {
 namespace {
@@ -14,13 +17,13 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxParts = 1024;
 
-template <int kKind>  // 0: Σx, 1: Σx², 2: central moments (2 outputs)
-__global__ void reduce_kernel(const float* x, size_t n, double mu, double* parts) {
+template <int kKind, class T>  // 0: Σx, 1: Σx², 2: central moments (2 outputs)
+__global__ void reduce_kernel(const T* x, size_t n, double mu, double* parts) {
   __shared__ double scratch[32];
   double a = 0.0, b = 0.0;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    const double v = x[i];
+    const double v = ld(x, int64_t(i));
     if (kKind == 0) a += v;
     if (kKind == 1) a += v * v;
     if (kKind == 2) {
@@ -51,6 +54,36 @@ __global__ void sum_double_kernel(const double* x, size_t n, double* parts) {
   if (threadIdx.x == 0) parts[blockIdx.x] = a;
 }
 
+// acc[0] += Σ parts, one thread adding in index order (n_parts <= 1024: negligible).
+__global__ void accumulate_parts_kernel(const double* parts, int n, double* acc) {
+  double a = 0.0;
+  for (int i = 0; i < n; ++i) a += parts[i];
+  acc[0] += a;
+}
+
+// NaN-sticking max (a NaN anywhere is reported, as the CPU twin's row-residual max).
+__device__ __forceinline__ double nan_max(double a, double b) {
+  return (a != a || b != b) ? NAN : (a > b ? a : b);
+}
+
+// One block: acc[0] = nan_max(acc[0], max r), acc[1] += Σ r / n (fixed per-thread order).
+__global__ void residual_accumulate_kernel(const double* r, int64_t n, double* acc) {
+  __shared__ double mx_s[256], sum_s[256];  // blockDim.x == 256
+  double mx = 0.0, sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    mx = nan_max(mx, r[i]);
+    sum += r[i];
+  }
+  mx_s[threadIdx.x] = mx;
+  sum_s[threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (unsigned t = 1; t < blockDim.x; ++t) mx = nan_max(mx, mx_s[t]), sum += sum_s[t];
+    acc[0] = nan_max(acc[0], mx);
+    acc[1] += sum / double(n);
+  }
+}
+
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_t n, float lr,
                              float beta1, float beta2, float eps, float wd, double bc1,
                              double bc2) {
@@ -75,16 +108,35 @@ int reduce_parts(size_t n) {
   return int(b < 1 ? 1 : (b > kMaxParts ? kMaxParts : b));
 }
 
-void sum_launch(const float* x, size_t n, double* parts, cudaStream_t s) {
-  reduce_kernel<0><<<reduce_parts(n), kThreads, 0, s>>>(x, n, 0.0, parts);
+#define OCTET_T(tag) std::remove_pointer_t<decltype(tag)>
+
+void sum_launch(const Tensor& x, double* parts, cudaStream_t s) {
+  const size_t n = size_t(x.numel());
+  dispatch_act([&](auto a) {
+    reduce_kernel<0, OCTET_T(a)><<<reduce_parts(n), kThreads, 0, s>>>(typed(x, a), n, 0.0, parts);
+  }, x.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
-void sum_squares_launch(const float* x, size_t n, double* parts, cudaStream_t s) {
-  reduce_kernel<1><<<reduce_parts(n), kThreads, 0, s>>>(x, n, 0.0, parts);
+void sum_squares_launch(const Tensor& x, double* parts, cudaStream_t s) {
+  const size_t n = size_t(x.numel());
+  dispatch_act([&](auto a) {
+    reduce_kernel<1, OCTET_T(a)><<<reduce_parts(n), kThreads, 0, s>>>(typed(x, a), n, 0.0, parts);
+  }, x.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
-void central_moments_launch(const float* x, size_t n, double mu, double* parts2, cudaStream_t s) {
-  reduce_kernel<2><<<reduce_parts(n), kThreads, 0, s>>>(x, n, mu, parts2);
+void central_moments_launch(const Tensor& x, double mu, double* parts2, cudaStream_t s) {
+  const size_t n = size_t(x.numel());
+  dispatch_act([&](auto a) {
+    reduce_kernel<2, OCTET_T(a)><<<reduce_parts(n), kThreads, 0, s>>>(typed(x, a), n, mu, parts2);
+  }, x.dtype);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+void accumulate_parts_launch(const double* parts, int n_parts, double* acc, cudaStream_t s) {
+  accumulate_parts_kernel<<<1, 1, 0, s>>>(parts, n_parts, acc);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+void residual_accumulate_launch(const double* r, int64_t n, double* acc, cudaStream_t s) {
+  residual_accumulate_kernel<<<1, 256, 0, s>>>(r, n, acc);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 void sum_double_launch(const double* x, size_t n, double* parts, cudaStream_t s) {

@@ -88,8 +88,7 @@ void Quantizer::load_delayed_state(const DelayedState& state) {
   delayed_scale_ = state.scale;
   overflow_count_ = state.overflow_count;
   last_overflow_ = false;
-  last_scale_ = 1.0f;
-  have_last_scale_ = false;
+  pending_amax_ = -1.0f;
 }
 
 }  // namespace octet

@@ -104,27 +104,34 @@ float Quantizer::scale_for_tensor(float amax) {
   switch (config_.recipe) {
     case Recipe::Unit: return config_.unit_scale;
     case Recipe::TensorDelayed: {
-      last_overflow_ = !std::isfinite(amax);
-      if (last_overflow_) {  // keep the previous scale, do not advance the history
-        ++overflow_count_;
-        return delayed_scale_;
-      }
-      const float s = history_.empty()
-                          ? scale_from_amax(amax, f, config_.margin, config_.pow2_scales)
-                          : delayed_scale_;
-      if (int64_t(history_.size()) == config_.amax_history_len) history_.erase(history_.begin());
-      history_.push_back(amax);
-      const float reduced = config_.amax_algo == AmaxAlgo::MostRecent
-                                ? history_.back()
-                                : *std::max_element(history_.begin(), history_.end());
-      delayed_scale_ = scale_from_amax(reduced, f, config_.margin, config_.pow2_scales);
-      return s;
+      // Record (max; a NaN sticks), then quantize with the current scale.
+      if (pending_amax_ == pending_amax_ && (amax != amax || amax > pending_amax_))
+        pending_amax_ = amax;
+      if (!history_.empty() || !std::isfinite(amax)) return delayed_scale_;
+      return scale_from_amax(amax, f, config_.margin, config_.pow2_scales);
     }
     default: return scale_from_amax(amax, f, config_.margin, config_.pow2_scales);
   }
 }
 
-void Quantizer::run(const float* x, int64_t rows, int64_t cols, QTensor& out, bool advance) {
+void Quantizer::update() {
+  if (config_.recipe != Recipe::TensorDelayed || pending_amax_ == -1.0f) return;
+  const float amax = pending_amax_;
+  pending_amax_ = -1.0f;
+  last_overflow_ = !std::isfinite(amax);
+  if (last_overflow_) {  // keep the scale, do not advance the history
+    ++overflow_count_;
+    return;
+  }
+  if (int64_t(history_.size()) == config_.amax_history_len) history_.erase(history_.begin());
+  history_.push_back(amax);
+  const float reduced = config_.amax_algo == AmaxAlgo::MostRecent
+                            ? history_.back()
+                            : *std::max_element(history_.begin(), history_.end());
+  delayed_scale_ = scale_from_amax(reduced, format(), config_.margin, config_.pow2_scales);
+}
+
+void Quantizer::run(const float* x, int64_t rows, int64_t cols, QTensor& out) {
   const Format f = format();
   const Recipe recipe = config_.recipe;
   out.rows = rows;
@@ -150,11 +157,7 @@ void Quantizer::run(const float* x, int64_t rows, int64_t cols, QTensor& out, bo
         sc.s_inv = e8m0_decode(mx_scale_e8m0(amax, f));
         sc.s = 1.0f / sc.s_inv;  // exact: a power of two in [2^-127, 2^126]
       } else if (tensor_recipe) {
-        sc = from_scale(advance ? scale_for_tensor(amax) : last_scale_);
-        if (advance) {
-          last_scale_ = sc.s;
-          have_last_scale_ = true;
-        }
+        sc = from_scale(scale_for_tensor(amax));
       } else {
         sc = from_scale(scale_from_amax(amax, f, config_.margin, config_.pow2_scales));
       }
@@ -171,7 +174,7 @@ void Quantizer::quantize(const float* x, int64_t rows, int64_t cols, QTensor& ou
   OCTET_CHECK(rows >= 1 && cols >= 1, "quantize: empty shape " + std::to_string(rows) + "x" +
                                           std::to_string(cols));
   OCTET_CHECK(x != nullptr, "quantize: null input");
-  run(x, rows, cols, out, true);
+  run(x, rows, cols, out);
 }
 
 void Quantizer::quantize_transposed(const float* x, int64_t rows, int64_t cols, QTensor& out) {
@@ -180,8 +183,7 @@ void Quantizer::quantize_transposed(const float* x, int64_t rows, int64_t cols, 
   OCTET_CHECK(x != nullptr, "quantize_transposed: null input");
   transpose_buf_.resize(size_t(rows * cols));
   transpose(x, rows, cols, transpose_buf_.data());
-  const bool reuse = config_.recipe == Recipe::TensorDelayed && have_last_scale_;
-  run(transpose_buf_.data(), cols, rows, out, !reuse);
+  run(transpose_buf_.data(), cols, rows, out);
 }
 
 void dequantize(const QTensor& q, float* out) {

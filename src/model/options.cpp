@@ -80,6 +80,8 @@ void ModelConfig::validate() const {
 }
 
 void PrecisionConfig::validate() const {
+  OCTET_CHECK(is_activation_dtype(activations),
+              "precision.activations must be f32 or bf16, got " + to_string(activations));
   OCTET_CHECK(std::isfinite(p_scale) && p_scale > 0 && pow2_round_down(p_scale) == p_scale,
               "precision.p_scale must be a positive power of two");
   OCTET_CHECK(quant.amax_history_len >= 1, "precision.amax_history_len must be >= 1");

@@ -1,8 +1,9 @@
 // src/train/bench_train.cpp — `octet bench train` (bench_train.h): whole training steps of a
 // GPT-2-shaped model on synthetic tokens per precision arm, timed with a synchronized wall clock.
 // One step is what the trainer (trainer.cpp) does per step with grad_accum = 1: zero_grad, forward +
-// backward (Model::step), global gradient norm, clip to 1, AdamW per parameter tensor (decay on
-// matrices only). The learning rate is constant (the schedule costs nothing on the device).
+// backward, update_quant_scales, the global gradient norm and the optimizer (octet/optim.h: clip,
+// AdamW with the no-decay group), with one host synchronization to read loss and norm. The
+// learning rate is constant (the schedule costs nothing on the device).
 #include "train/bench_train.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "octet/backend.h"
 #include "octet/error.h"
+#include "octet/optim.h"
 #include "octet/quant.h"
 #include "train/profiling_backend.h"
 
@@ -97,20 +99,17 @@ void bench_train(const TrainBenchOptions& opt, const std::function<void(const Tr
       prec.arm = parse_arm(arm);
       prec.quant.recipe = parse_recipe(opt.recipe);
       prec.quant.formats = FormatPolicy::Hybrid;
+      prec.activations = be.preferred_activation_dtype();
       Model model(cfg, prec, be, opt.batch);
       model.init(opt.seed);
-      const size_t n = model.num_params();
-      float* adam_m = be.alloc(n);
-      float* adam_v = be.alloc(n);
-      be.fill(adam_m, 0.0f, n);
-      be.fill(adam_v, 0.0f, n);
+      Optimizer optimizer(model, adamw_config(opt.train));
       const float grad_scale = 1.0f / float(tokens);
       TrainBenchRow row;
       row.model = name;
       row.arm = arm;
       row.config = cfg;
       row.batch = opt.batch;
-      row.n_params = int64_t(n);
+      row.n_params = int64_t(model.num_params());
       row.n_matmul_params = matmul_params(cfg);
       row.flops_per_token = train_flops_per_token(cfg);
       row.warmup = opt.warmup;
@@ -120,24 +119,23 @@ void bench_train(const TrainBenchOptions& opt, const std::function<void(const Tr
       for (int s = 0; s < opt.warmup + opt.steps; ++s) {
         const auto t0 = std::chrono::steady_clock::now();
         model.zero_grad();
-        int64_t counted = 0;
-        const double loss_sum = model.step(ids[s % kBatches].data(), targets[s % kBatches].data(), true,
-                                           grad_scale, &counted);
-        const double gnorm = std::sqrt(be.sum_squares(model.grad_data(), n));
-        if (std::isfinite(gnorm) && gnorm > 1.0) be.scale(float(1.0 / gnorm), model.grad_data(), n);
-        for (const ParamInfo& p : model.params())
-          be.adamw(model.param_data() + p.offset, model.grad_data() + p.offset, adam_m + p.offset,
-                   adam_v + p.offset, p.numel, 3e-4f, 0.9f, 0.95f, 1e-8f, p.decay ? 0.1f : 0.0f, s + 1);
+        const std::vector<int32_t>& tgt = targets[s % kBatches];
+        model.forward_backward(ids[s % kBatches].data(), tgt.data(), true, grad_scale);
+        model.update_quant_scales();
+        optimizer.compute_grad_norm();
+        const double loss_sum = model.take_loss();
+        const double gnorm = optimizer.grad_norm();
+        if (std::isfinite(gnorm)) optimizer.step(opt.train.lr, gnorm);
         be.synchronize();
         const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        int64_t counted = 0;
+        for (int32_t y : tgt) counted += y >= 0;
         const double loss = loss_sum / double(std::max<int64_t>(counted, 1));
         if (s == 0) row.loss_first = loss;
         row.loss_last = loss;
         if (s >= opt.warmup) ms.push_back(dt);
         if (profiler && s + 1 == opt.warmup) profiler->reset();  // count the timed steps only
       }
-      be.release(adam_m);
-      be.release(adam_v);
       row.step_ms_median = median(ms);
       row.step_ms_mean = std::accumulate(ms.begin(), ms.end(), 0.0) / double(ms.size());
       row.tokens_per_s = double(tokens) / (row.step_ms_median * 1e-3);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "octet/model.h"
+#include "octet/train.h"
 
 namespace octet {
 
@@ -47,6 +48,9 @@ struct TrainBenchOptions {
   int warmup = 3, steps = 10;
   double peak_tflops = 989.0;  ///< dense BF16, H100/H200 SXM datasheet
   std::string recipe = "tensor-current";  ///< FP8 linears' recipe (configs/demo.toml's)
+  /// Optimizer hyperparameters (octet/optim.h via adamw_config) and the constant learning rate
+  /// train.lr: a run's [train] defaults. Activations: the backend's preferred dtype.
+  TrainConfig train;
   uint64_t seed = 1234;
   /// Time every backend op by class (profiling_backend.h: a synchronization after each op, so the
   /// step times of a profiled run are a little longer than an unprofiled one's).

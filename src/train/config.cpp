@@ -130,6 +130,15 @@ const std::vector<Key>& registry() {
     // precision
     k.push_back(enum_key("precision.arm", REF(precision.arm), parse_arm,
                          [](Arm v) { return to_string(v); }));
+    k.push_back({"precision.activations", [](const RunConfig& c) { return c.activations; },
+                 [](RunConfig& c, const std::string& v) {
+                   OCTET_CHECK(v == "auto" || v == "f32" || v == "bf16",
+                               "config key 'precision.activations': expected auto, f32 or bf16, "
+                               "got '" + v + "'");
+                   c.activations = v;
+                   if (v != "auto") c.precision.activations = parse_dtype(v);
+                 },
+                 true});
     k.push_back(enum_key("precision.recipe", REF(precision.quant.recipe), parse_recipe,
                          [](Recipe v) { return to_string(v); }));
     k.push_back(enum_key("precision.formats", REF(precision.quant.formats), parse_format_policy,
@@ -293,6 +302,11 @@ void RunConfig::validate() const {
                     std::to_string(model.vocab_size) + ")");
   OCTET_CHECK(device == "cpu" || device == "cuda",
               "unknown device '" + device + "' (expected one of: cpu, cuda)");
+}
+
+void resolve_activations(RunConfig& cfg, const Backend& backend) {
+  if (cfg.activations == "auto") cfg.precision.activations = backend.preferred_activation_dtype();
+  cfg.activations = to_string(cfg.precision.activations);
 }
 
 std::string to_toml(const RunConfig& cfg) {

@@ -27,12 +27,13 @@ class ProfiledLinear final : public Linear {
     fwd_ = "linear.fwd " + shape;
     bwd_ = "linear.bwd " + shape;
   }
-  void forward(const float* x, const float* w, float* y, int64_t m) override {
-    pb_.timed(fwd_, [&] { inner_->forward(x, w, y, m); });
+  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y) override {
+    return pb_.timed(fwd_, [&] { return inner_->forward(x, w, y); });
   }
-  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw, int64_t m) override {
-    pb_.timed(bwd_, [&] { inner_->backward(x, w, dy, dx, dw, m); });
+  void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw) override {
+    pb_.timed(bwd_, [&] { inner_->backward(saved, dy, dx, dw); });
   }
+  void update_scales() override { pb_.timed("linear.update_scales", [&] { inner_->update_scales(); }); }
   QuantStats stats_x() const override { return inner_->stats_x(); }
   QuantStats stats_w() const override { return inner_->stats_w(); }
   QuantStats stats_dy() const override { return inner_->stats_dy(); }
@@ -48,11 +49,13 @@ class ProfiledLinear final : public Linear {
 class ProfiledAttention final : public Attention {
  public:
   ProfiledAttention(ProfilingBackend& pb, std::unique_ptr<Attention> inner) : pb_(pb), inner_(std::move(inner)) {}
-  void forward(const float* q, const float* k, const float* v, float* o, float* lse) override {
-    pb_.timed("attention.fwd", [&] { inner_->forward(q, k, v, o, lse); });
+  SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                         const Tensor& lse) override {
+    return pb_.timed("attention.fwd", [&] { return inner_->forward(q, k, v, o, lse); });
   }
-  AttentionStats backward(const float* d_o, float* dq, float* dk, float* dv) override {
-    return pb_.timed("attention.bwd", [&] { return inner_->backward(d_o, dq, dk, dv); });
+  void backward(const SavedAttention& saved, const Tensor& d_o, const Tensor& dq, const Tensor& dk,
+                const Tensor& dv, const Tensor& residual) override {
+    pb_.timed("attention.bwd", [&] { inner_->backward(saved, d_o, dq, dk, dv, residual); });
   }
 
  private:
@@ -62,78 +65,70 @@ class ProfiledAttention final : public Attention {
 
 }  // namespace
 
-float* ProfilingBackend::alloc(size_t n) { return inner_.alloc(n); }
-int32_t* ProfilingBackend::alloc_i32(size_t n) { return inner_.alloc_i32(n); }
+// Memory is the wrapped backend's: a Buffer from alloc() returns its memory to the wrapped backend
+// directly (not through this decorator), so buffers outlive nothing they depend on.
+Buffer ProfilingBackend::alloc(DType dtype, Shape shape) { return inner_.alloc(dtype, shape); }
 void ProfilingBackend::release(void* p) { inner_.release(p); }
 void ProfilingBackend::synchronize() { inner_.synchronize(); }
-void ProfilingBackend::upload(float* dst, const float* src, size_t n) {
-  timed("copy.h2d", [&] { inner_.upload(dst, src, n); });
+void ProfilingBackend::upload(const Tensor& dst, const void* src) {
+  timed("copy.h2d", [&] { inner_.upload(dst, src); });
 }
-void ProfilingBackend::upload_i32(int32_t* dst, const int32_t* src, size_t n) {
-  timed("copy.h2d", [&] { inner_.upload_i32(dst, src, n); });
+void ProfilingBackend::download(void* dst, const Tensor& src) {
+  timed("copy.d2h", [&] { inner_.download(dst, src); });
 }
-void ProfilingBackend::download(float* dst, const float* src, size_t n) {
-  timed("copy.d2h", [&] { inner_.download(dst, src, n); });
+void ProfilingBackend::fill(const Tensor& x, double value) { timed("fill", [&] { inner_.fill(x, value); }); }
+void ProfilingBackend::copy(const Tensor& dst, const Tensor& src) { timed("copy.d2d", [&] { inner_.copy(dst, src); }); }
+void ProfilingBackend::axpy(float a, const Tensor& x, const Tensor& y) { timed("axpy", [&] { inner_.axpy(a, x, y); }); }
+void ProfilingBackend::scale(float a, const Tensor& x) { timed("scale", [&] { inner_.scale(a, x); }); }
+void ProfilingBackend::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  timed("embedding.fwd", [&] { inner_.embedding_forward(ids, table, out); });
 }
-void ProfilingBackend::fill(float* x, float value, size_t n) { timed("fill", [&] { inner_.fill(x, value, n); }); }
-void ProfilingBackend::copy(float* dst, const float* src, size_t n) { timed("copy.d2d", [&] { inner_.copy(dst, src, n); }); }
-void ProfilingBackend::axpy(float a, const float* x, float* y, size_t n) { timed("axpy", [&] { inner_.axpy(a, x, y, n); }); }
-void ProfilingBackend::scale(float a, float* x, size_t n) { timed("scale", [&] { inner_.scale(a, x, n); }); }
-void ProfilingBackend::embedding_forward(const int32_t* ids, const float* table, float* out, int64_t n, int64_t dim) {
-  timed("embedding.fwd", [&] { inner_.embedding_forward(ids, table, out, n, dim); });
+void ProfilingBackend::embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+  timed("embedding.bwd", [&] { inner_.embedding_backward(ids, dout, dtable); });
 }
-void ProfilingBackend::embedding_backward(const int32_t* ids, const float* dout, float* dtable, int64_t n,
-                                          int64_t dim) {
-  timed("embedding.bwd", [&] { inner_.embedding_backward(ids, dout, dtable, n, dim); });
+void ProfilingBackend::rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd,
+                                       float eps) {
+  timed("rmsnorm.fwd", [&] { inner_.rmsnorm_forward(x, w, y, rstd, eps); });
 }
-void ProfilingBackend::rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, int64_t rows,
-                                       int64_t dim, float eps) {
-  timed("rmsnorm.fwd", [&] { inner_.rmsnorm_forward(x, w, y, rstd, rows, dim, eps); });
+void ProfilingBackend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
+                                        const Tensor& dx, const Tensor& dw) {
+  timed("rmsnorm.bwd", [&] { inner_.rmsnorm_backward(x, w, rstd, dy, dx, dw); });
 }
-void ProfilingBackend::rmsnorm_backward(const float* x, const float* w, const float* rstd, const float* dy, float* dx,
-                                        float* dw, int64_t rows, int64_t dim) {
-  timed("rmsnorm.bwd", [&] { inner_.rmsnorm_backward(x, w, rstd, dy, dx, dw, rows, dim); });
+void ProfilingBackend::layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
+                                         const Tensor& mean, const Tensor& rstd, float eps) {
+  timed("layernorm.fwd", [&] { inner_.layernorm_forward(x, w, b, y, mean, rstd, eps); });
 }
-void ProfilingBackend::layernorm_forward(const float* x, const float* w, const float* b, float* y, float* mean,
-                                         float* rstd, int64_t rows, int64_t dim, float eps) {
-  timed("layernorm.fwd", [&] { inner_.layernorm_forward(x, w, b, y, mean, rstd, rows, dim, eps); });
+void ProfilingBackend::layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean,
+                                          const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                                          const Tensor& dw, const Tensor& db) {
+  timed("layernorm.bwd", [&] { inner_.layernorm_backward(x, w, mean, rstd, dy, dx, dw, db); });
 }
-void ProfilingBackend::layernorm_backward(const float* x, const float* w, const float* mean, const float* rstd,
-                                          const float* dy, float* dx, float* dw, float* db, int64_t rows,
-                                          int64_t dim) {
-  timed("layernorm.bwd", [&] { inner_.layernorm_backward(x, w, mean, rstd, dy, dx, dw, db, rows, dim); });
+void ProfilingBackend::rope(const Tensor& x, float theta, bool inverse) {
+  timed("rope", [&] { inner_.rope(x, theta, inverse); });
 }
-void ProfilingBackend::rope(float* x, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, float theta,
-                            bool inverse) {
-  timed("rope", [&] { inner_.rope(x, batch, heads, seq, head_dim, theta, inverse); });
+void ProfilingBackend::gelu_forward(const Tensor& x, const Tensor& y) {
+  timed("gelu.fwd", [&] { inner_.gelu_forward(x, y); });
 }
-void ProfilingBackend::gelu_forward(const float* x, float* y, size_t n) {
-  timed("gelu.fwd", [&] { inner_.gelu_forward(x, y, n); });
+void ProfilingBackend::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  timed("gelu.bwd", [&] { inner_.gelu_backward(x, dy, dx); });
 }
-void ProfilingBackend::gelu_backward(const float* x, const float* dy, float* dx, size_t n) {
-  timed("gelu.bwd", [&] { inner_.gelu_backward(x, dy, dx, n); });
+void ProfilingBackend::swiglu_forward(const Tensor& h, const Tensor& y) {
+  timed("swiglu.fwd", [&] { inner_.swiglu_forward(h, y); });
 }
-void ProfilingBackend::swiglu_forward(const float* h, float* y, int64_t rows, int64_t f) {
-  timed("swiglu.fwd", [&] { inner_.swiglu_forward(h, y, rows, f); });
+void ProfilingBackend::swiglu_backward(const Tensor& h, const Tensor& dy, const Tensor& dh) {
+  timed("swiglu.bwd", [&] { inner_.swiglu_backward(h, dy, dh); });
 }
-void ProfilingBackend::swiglu_backward(const float* h, const float* dy, float* dh, int64_t rows, int64_t f) {
-  timed("swiglu.bwd", [&] { inner_.swiglu_backward(h, dy, dh, rows, f); });
+void ProfilingBackend::split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
+  timed("layout", [&] { inner_.split_qkv(qkv, q, k, v); });
 }
-void ProfilingBackend::split_qkv(const float* qkv, float* q, float* k, float* v, int64_t batch, int64_t seq,
-                                 int64_t heads, int64_t kv_heads, int64_t head_dim) {
-  timed("layout", [&] { inner_.split_qkv(qkv, q, k, v, batch, seq, heads, kv_heads, head_dim); });
+void ProfilingBackend::merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv) {
+  timed("layout", [&] { inner_.merge_qkv(q, k, v, qkv); });
 }
-void ProfilingBackend::merge_qkv(const float* q, const float* k, const float* v, float* qkv, int64_t batch,
-                                 int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim) {
-  timed("layout", [&] { inner_.merge_qkv(q, k, v, qkv, batch, seq, heads, kv_heads, head_dim); });
+void ProfilingBackend::heads_to_tokens(const Tensor& x, const Tensor& y) {
+  timed("layout", [&] { inner_.heads_to_tokens(x, y); });
 }
-void ProfilingBackend::heads_to_tokens(const float* x, float* y, int64_t batch, int64_t heads, int64_t seq,
-                                       int64_t head_dim) {
-  timed("layout", [&] { inner_.heads_to_tokens(x, y, batch, heads, seq, head_dim); });
-}
-void ProfilingBackend::tokens_to_heads(const float* x, float* y, int64_t batch, int64_t heads, int64_t seq,
-                                       int64_t head_dim) {
-  timed("layout", [&] { inner_.tokens_to_heads(x, y, batch, heads, seq, head_dim); });
+void ProfilingBackend::tokens_to_heads(const Tensor& x, const Tensor& y) {
+  timed("layout", [&] { inner_.tokens_to_heads(x, y); });
 }
 std::unique_ptr<Linear> ProfilingBackend::make_linear(const LinearSpec& spec) {
   return std::make_unique<ProfiledLinear>(*this, inner_.make_linear(spec), spec);
@@ -142,19 +137,19 @@ std::unique_ptr<Attention> ProfilingBackend::make_attention(const AttentionShape
                                                             const AttentionConfig& config) {
   return std::make_unique<ProfiledAttention>(*this, inner_.make_attention(shape, config));
 }
-double ProfilingBackend::cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t n,
-                                       int64_t vocab, float grad_scale) {
-  return timed("cross_entropy", [&] { return inner_.cross_entropy(logits, targets, dlogits, n, vocab, grad_scale); });
+void ProfilingBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& dlogits,
+                                     float grad_scale, const Tensor& loss_sum) {
+  timed("cross_entropy", [&] { inner_.cross_entropy(logits, targets, dlogits, grad_scale, loss_sum); });
 }
-double ProfilingBackend::sum_squares(const float* x, size_t n) {
-  return timed("sum_squares", [&] { return inner_.sum_squares(x, n); });
+void ProfilingBackend::sum_squares(const Tensor& x, const Tensor& out) {
+  timed("sum_squares", [&] { inner_.sum_squares(x, out); });
 }
-Backend::Moments ProfilingBackend::moments(const float* x, size_t n) {
-  return timed("moments", [&] { return inner_.moments(x, n); });
+Backend::Moments ProfilingBackend::moments(const Tensor& x) {
+  return timed("moments", [&] { return inner_.moments(x); });
 }
-void ProfilingBackend::adamw(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1,
-                             float beta2, float eps, float weight_decay, int64_t step) {
-  timed("adamw", [&] { inner_.adamw(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step); });
+void ProfilingBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, float lr,
+                             float beta1, float beta2, float eps, float weight_decay, int64_t step) {
+  timed("adamw", [&] { inner_.adamw(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step); });
 }
 
 }  // namespace octet

@@ -1,8 +1,12 @@
-// src/train/trainer.cpp — the training loop: gradient accumulation, NaN/inf step skipping, global
-// gradient-norm clipping, AdamW on FP32 master weights (Loshchilov & Hutter, arXiv 1711.05101; no
-// decay on norms), warmup + cosine LR, periodic validation with diagnostics, crash-safe checkpoints
-// and bitwise-exact resume. Output follows karpathy/llm.c: a `| parameter | value |` table, then one
-// line per step (step | loss | grad norm | lr | ms | tok/s).
+// src/train/trainer.cpp — the training loop: gradient accumulation, NaN/inf step skipping, the
+// optimizer (octet/optim.h: global-norm clipping, AdamW with a no-decay group), warmup + cosine LR,
+// periodic validation with diagnostics, crash-safe checkpoints and bitwise-exact resume. Output
+// follows karpathy/llm.c: a `| parameter | value |` table, then one line per step
+// (step | loss | grad norm | lr | ms | tok/s).
+//
+// One optimizer step: zero_grad; forward_backward of every micro-batch (enqueued, no host wait);
+// update_quant_scales (delayed scaling's update, once per step); the gradient norm enqueued; then a
+// single host synchronization (take_loss, after which the norm is ready) reads loss and norm.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +16,7 @@
 #include <sstream>
 
 #include "octet/error.h"
+#include "octet/optim.h"
 #include "octet/train.h"
 
 namespace octet {
@@ -84,32 +89,26 @@ void print_table(FILE* log, const RunConfig& cfg, const Model& model, const std:
 
 }  // namespace
 
-TrainResult train(const RunConfig& cfg, const std::string& out_dir, bool resume, Dataset& ds, FILE* log,
-                  const TrainHooks& hooks) {
-  cfg.validate();
+TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool resume, Dataset& ds,
+                  FILE* log, const TrainHooks& hooks) {
+  run_cfg.validate();
+  auto backend = make_backend(run_cfg.device);
+  Backend& be = *backend;
+  RunConfig cfg = run_cfg;
+  resolve_activations(cfg, be);
   const TrainConfig& t = cfg.train;
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   OCTET_CHECK(!ec, "cannot create output directory " + out_dir + ": " + ec.message());
-  auto backend = make_backend(cfg.device);
-  Backend& be = *backend;
   Model model(cfg.model, cfg.precision, be, t.batch_size);
-  const size_t n = model.num_params();
-  float* adam_m = be.alloc(n);
-  float* adam_v = be.alloc(n);
-  struct Release {
-    Backend& be;
-    float *m, *v;
-    ~Release() { be.release(m), be.release(v); }
-  } release{be, adam_m, adam_v};
+  Optimizer opt(model, adamw_config(t));
 
   const std::string metrics_path = out_dir + "/metrics.jsonl";
   TrainState st;
   if (resume) {
     std::vector<float> hm, hv;
     st = load_checkpoint(out_dir, model, hm, hv);
-    be.upload(adam_m, hm.data(), n);
-    be.upload(adam_v, hv.data(), n);
+    opt.load(hm, hv, st.adam_step);
     truncate_metrics(metrics_path, st.step);
   } else {
     model.init(t.seed);
@@ -129,32 +128,35 @@ TrainResult train(const RunConfig& cfg, const std::string& out_dir, bool resume,
   double total_seconds = 0;
   int64_t total_tokens = 0;
 
+  // Validation loss (nats/token). Its forwards record amaxes like any other; they are folded in
+  // at once (update_quant_scales) so that a checkpoint written after an evaluation holds them and
+  // a resumed run scales bitwise like an uninterrupted one.
   auto evaluate = [&]() {
-    double sum = 0;
     int64_t count = 0;
     for (int64_t i = 0; i < t.eval_batches; ++i) {
       ds.val_batch(i, t.batch_size, ids, targets);
-      int64_t c = 0;
-      sum += model.step(ids.data(), targets.data(), false, 1.0f, &c);
-      count += c;
+      for (int32_t y : targets) count += y >= 0;
+      model.forward_backward(ids.data(), targets.data(), false, 1.0f);
     }
+    const double sum = model.take_loss();
+    model.update_quant_scales();
     return sum / double(std::max<int64_t>(count, 1));
   };
 
   for (int64_t step = st.step; step < t.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     model.zero_grad();
-    double loss_sum = 0;
     int64_t counted = 0;
     for (int64_t a = 0; a < t.grad_accum; ++a) {
       ds.next_train_batch(t.batch_size, ids, targets);
-      int64_t c = 0;
-      loss_sum += model.step(ids.data(), targets.data(), true, grad_scale, &c);
-      counted += c;
+      for (int32_t y : targets) counted += y >= 0;
+      model.forward_backward(ids.data(), targets.data(), true, grad_scale);
     }
+    model.update_quant_scales();
     if (hooks.after_backward) hooks.after_backward(step, model);
-    const double loss = loss_sum / double(std::max<int64_t>(counted, 1));
-    const double gnorm = std::sqrt(be.sum_squares(model.grad_data(), n));
+    opt.compute_grad_norm();
+    const double loss = model.take_loss() / double(std::max<int64_t>(counted, 1));  // the sync
+    const double gnorm = opt.grad_norm();
     const float lr = learning_rate(t, step);
     const bool bad = !std::isfinite(loss) || !std::isfinite(gnorm);
     if (bad) {
@@ -162,12 +164,8 @@ TrainResult train(const RunConfig& cfg, const std::string& out_dir, bool resume,
       st.bad_in_a_row += 1;
     } else {
       st.bad_in_a_row = 0;
-      if (t.grad_clip > 0 && gnorm > t.grad_clip) be.scale(float(t.grad_clip / gnorm), model.grad_data(), n);
-      st.adam_step += 1;
-      for (const ParamInfo& p : model.params())
-        be.adamw(model.param_data() + p.offset, model.grad_data() + p.offset, adam_m + p.offset,
-                 adam_v + p.offset, p.numel, lr, t.beta1, t.beta2, t.eps, p.decay ? t.weight_decay : 0.0f,
-                 st.adam_step);
+      opt.step(lr, gnorm);
+      st.adam_step = opt.steps();
     }
     be.synchronize();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -230,12 +228,8 @@ TrainResult train(const RunConfig& cfg, const std::string& out_dir, bool resume,
         std::fflush(log);
       }
     }
-    if (!bad && (last || (t.checkpoint_every > 0 && st.step % t.checkpoint_every == 0))) {
-      std::vector<float> hm(n), hv(n);
-      be.download(hm.data(), adam_m, n);
-      be.download(hv.data(), adam_v, n);
-      save_checkpoint(out_dir, model, hm, hv, st);
-    }
+    if (!bad && (last || (t.checkpoint_every > 0 && st.step % t.checkpoint_every == 0)))
+      save_checkpoint(out_dir, model, opt.download_m(), opt.download_v(), st);
   }
   save_weights(out_dir + "/model.safetensors", model);
   result.skipped_steps = st.skipped_steps;

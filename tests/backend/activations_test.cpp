@@ -15,6 +15,7 @@ using octet::test::numeric_grad;
 using octet::test::project;
 using octet::test::randn;
 using octet::test::randu;
+using octet::test::view;
 
 namespace {
 
@@ -23,7 +24,7 @@ TEST(Gelu, CloseToExactErfGelu) {
   auto x = randu(2001, 11, -8.0f, 8.0f);
   x.push_back(0.0f);
   std::vector<float> y(x.size());
-  be->gelu_forward(x.data(), y.data(), x.size());
+  be->gelu_forward(view(x), view(y));
   for (size_t i = 0; i < x.size(); ++i) {
     const double exact = 0.5 * x[i] * (1.0 + std::erf(x[i] / std::sqrt(2.0)));
     EXPECT_NEAR(y[i], exact, 5e-4) << "x=" << x[i];
@@ -35,10 +36,10 @@ TEST(Gelu, BackwardMatchesFiniteDifferences) {
   auto be = make_cpu_backend();
   auto x = randn(64, 12, 2.0f), r = randn(64, 13);
   std::vector<float> dx(x.size());
-  be->gelu_backward(x.data(), r.data(), dx.data(), x.size());
+  be->gelu_backward(view(x), view(r), view(dx));
   auto loss = [&](const std::vector<float>& xx) {
     std::vector<float> y(xx.size());
-    be->gelu_forward(xx.data(), y.data(), xx.size());
+    be->gelu_forward(view(xx), view(y));
     return project(y, r);
   };
   expect_grad_near(dx, numeric_grad(loss, x, 1e-2), 1e-3, 1e-5, "gelu dx");
@@ -49,7 +50,7 @@ TEST(Swiglu, ForwardIsSiluGateTimesUp) {
   const int64_t rows = 3, f = 5;
   auto h = randn(rows * 2 * f, 14, 3.0f);
   std::vector<float> y(rows * f);
-  be->swiglu_forward(h.data(), y.data(), rows, f);
+  be->swiglu_forward(view(h, {rows, 2 * f}), view(y, {rows, f}));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < f; ++i) {
       const double g = h[r * 2 * f + i], u = h[r * 2 * f + f + i];
@@ -62,10 +63,10 @@ TEST(Swiglu, BackwardMatchesFiniteDifferences) {
   const int64_t rows = 4, f = 9;
   auto h = randn(rows * 2 * f, 15, 2.0f), r = randn(rows * f, 16);
   std::vector<float> dh(h.size());
-  be->swiglu_backward(h.data(), r.data(), dh.data(), rows, f);
+  be->swiglu_backward(view(h, {rows, 2 * f}), view(r, {rows, f}), view(dh, {rows, 2 * f}));
   auto loss = [&](const std::vector<float>& hh) {
     std::vector<float> y(rows * f);
-    be->swiglu_forward(hh.data(), y.data(), rows, f);
+    be->swiglu_forward(view(hh, {rows, 2 * f}), view(y, {rows, f}));
     return project(y, r);
   };
   expect_grad_near(dh, numeric_grad(loss, h, 1e-2), 1e-3, 1e-5, "swiglu dh");
@@ -74,8 +75,8 @@ TEST(Swiglu, BackwardMatchesFiniteDifferences) {
 TEST(Swiglu, ExtremeGatesStayFinite) {
   auto be = make_cpu_backend();
   std::vector<float> h = {-1000.0f, 1000.0f, 2.0f, 3.0f}, dy = {1.0f, 1.0f}, y(2), dh(4);
-  be->swiglu_forward(h.data(), y.data(), 1, 2);
-  be->swiglu_backward(h.data(), dy.data(), dh.data(), 1, 2);
+  be->swiglu_forward(view(h, {1, 4}), view(y, {1, 2}));
+  be->swiglu_backward(view(h, {1, 4}), view(dy, {1, 2}), view(dh, {1, 4}));
   EXPECT_EQ(y[0], 0.0f);           // silu(−1000) = −0
   EXPECT_FLOAT_EQ(y[1], 3000.0f);  // silu(1000) · 3
   for (float v : dh) EXPECT_TRUE(std::isfinite(v));

@@ -13,6 +13,7 @@
 
 using namespace octet;
 using octet::test::randn;
+using octet::test::view;
 
 namespace {
 
@@ -30,7 +31,7 @@ TEST(AdamW, FirstStepMovesByLrTimesSignPlusDecay) {
   auto p0 = randn(n, 51), g = away_from_zero(randn(n, 52));
   std::vector<float> p = p0, m(n, 0.0f), v(n, 0.0f);
   const float wd = 0.1f;
-  be->adamw(p.data(), g.data(), m.data(), v.data(), n, kLr, kB1, kB2, kEps, wd, 1);
+  be->adamw(view(p), view(g), view(m), view(v), kLr, kB1, kB2, kEps, wd, 1);
   for (size_t i = 0; i < n; ++i) {
     const double want = p0[i] - kLr * (std::copysign(1.0, g[i]) + wd * p0[i]);
     EXPECT_NEAR(p[i], want, 1e-6 * (1 + std::fabs(p0[i]))) << i;
@@ -47,7 +48,7 @@ TEST(AdamW, BiasCorrectionKeepsConstantGradientStepsAtLr) {
   std::vector<float> p(n, 0.0f), m(n, 0.0f), v(n, 0.0f);
   for (int64_t step = 1; step <= 20; ++step) {
     std::vector<float> before = p;
-    be->adamw(p.data(), g.data(), m.data(), v.data(), n, kLr, kB1, kB2, kEps, 0.0f, step);
+    be->adamw(view(p), view(g), view(m), view(v), kLr, kB1, kB2, kEps, 0.0f, step);
     for (size_t i = 0; i < n; ++i)
       ASSERT_NEAR(before[i] - p[i], kLr * std::copysign(1.0, g[i]), 2e-6)
           << "step " << step << " index " << i;
@@ -59,8 +60,8 @@ TEST(AdamW, MomentStatesFollowTheirRecurrences) {
   const size_t n = 16;
   auto g1 = randn(n, 54), g2 = randn(n, 55);
   std::vector<float> p(n, 1.0f), m(n, 0.0f), v(n, 0.0f);
-  be->adamw(p.data(), g1.data(), m.data(), v.data(), n, kLr, kB1, kB2, kEps, 0.0f, 1);
-  be->adamw(p.data(), g2.data(), m.data(), v.data(), n, kLr, kB1, kB2, kEps, 0.0f, 2);
+  be->adamw(view(p), view(g1), view(m), view(v), kLr, kB1, kB2, kEps, 0.0f, 1);
+  be->adamw(view(p), view(g2), view(m), view(v), kLr, kB1, kB2, kEps, 0.0f, 2);
   for (size_t i = 0; i < n; ++i) {
     const double m2 = kB1 * (1 - kB1) * double(g1[i]) + (1 - kB1) * double(g2[i]);
     const double v2 = kB2 * (1 - kB2) * double(g1[i]) * g1[i] + (1 - kB2) * double(g2[i]) * g2[i];
@@ -71,8 +72,8 @@ TEST(AdamW, MomentStatesFollowTheirRecurrences) {
 
 TEST(AdamW, RejectsStepZero) {
   auto be = make_cpu_backend();
-  float p = 1, g = 1, m = 0, v = 0;
-  EXPECT_THROW(be->adamw(&p, &g, &m, &v, 1, kLr, kB1, kB2, kEps, 0.0f, 0), Error);
+  std::vector<float> p{1}, g{1}, m{0}, v{0};
+  EXPECT_THROW(be->adamw(view(p), view(g), view(m), view(v), kLr, kB1, kB2, kEps, 0.0f, 0), Error);
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
-// CpuAttention (Backend::make_attention): the wrapper keeps the forward's saved tensors for the
-// backward and returns exactly what the reference functions of octet/attention.h return (same
-// bits, same residual stats), across repeated steps; in FP64 precision it agrees with the FP64
-// oracle; a backward before any forward is an error.
+// CpuAttention (Backend::make_attention): the forward returns the saved state its backward needs
+// and the pair returns exactly what the reference functions of octet/attention.h return (same
+// bits, same residual stats), across repeated steps; two forwards followed by two backwards equal
+// forward+backward one at a time (BF16; FP8 stale and matched); in FP64 precision it agrees with
+// the FP64 oracle; another layer's saved state is an error.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "backend_test_util.h"
@@ -14,6 +16,7 @@
 
 using namespace octet;
 using octet::test::randn;
+using octet::test::view;
 
 namespace {
 
@@ -28,6 +31,10 @@ AttentionShape small_shape() {
   s.causal = true;
   return s;
 }
+
+Shape q_shape(const AttentionShape& s) { return {s.batch, s.n_heads, s.seq_q, s.head_dim}; }
+Shape k_shape(const AttentionShape& s) { return {s.batch, s.n_kv_heads, s.seq_k, s.head_dim}; }
+Shape lse_shape(const AttentionShape& s) { return {s.batch, s.n_heads, s.seq_q}; }
 
 size_t q_size(const AttentionShape& s) { return size_t(s.batch * s.n_heads * s.seq_q * s.head_dim); }
 size_t k_size(const AttentionShape& s) {
@@ -45,8 +52,12 @@ TEST(CpuAttention, MatchesTheReferenceFunctionsOverSteps) {
     const size_t nl = size_t(shape.batch * shape.n_heads * shape.seq_q);
     std::vector<float> o(q.size()), lse(nl), dq(q.size()), dk(k.size()), dv(v.size());
     std::vector<float> o2 = o, lse2 = lse, dq2 = dq, dk2 = dk, dv2 = dv;
-    attn->forward(q.data(), k.data(), v.data(), o.data(), lse.data());
-    AttentionStats st = attn->backward(d_o.data(), dq.data(), dk.data(), dv.data());
+    test::Acc res;
+    const SavedAttention sa = attn->forward(view(q, q_shape(shape)), view(k, k_shape(shape)),
+                                            view(v, k_shape(shape)), view(o, q_shape(shape)),
+                                            view(lse, lse_shape(shape)));
+    attn->backward(sa, view(d_o, q_shape(shape)), view(dq, q_shape(shape)),
+                   view(dk, k_shape(shape)), view(dv, k_shape(shape)), res.t(2));
 
     AttentionSaved saved;
     attention_forward(shape, config, q.data(), k.data(), v.data(), o2.data(), lse2.data(), &saved);
@@ -57,8 +68,8 @@ TEST(CpuAttention, MatchesTheReferenceFunctionsOverSteps) {
     EXPECT_EQ(dq, dq2);
     EXPECT_EQ(dk, dk2);
     EXPECT_EQ(dv, dv2);
-    EXPECT_EQ(st.row_residual_max, st2.row_residual_max);
-    EXPECT_EQ(st.row_residual_mean, st2.row_residual_mean);
+    EXPECT_EQ(res.v[0], st2.row_residual_max);
+    EXPECT_EQ(res.v[1], st2.row_residual_mean);
   }
 }
 
@@ -72,8 +83,11 @@ TEST(CpuAttention, Fp64PrecisionAgreesWithTheOracle) {
        d_o = randn(q_size(shape), 134);
   const size_t nl = size_t(shape.batch * shape.n_heads * shape.seq_q);
   std::vector<float> o(q.size()), lse(nl), dq(q.size()), dk(k.size()), dv(v.size());
-  attn->forward(q.data(), k.data(), v.data(), o.data(), lse.data());
-  attn->backward(d_o.data(), dq.data(), dk.data(), dv.data());
+  const SavedAttention sa = attn->forward(view(q, q_shape(shape)), view(k, k_shape(shape)),
+                                          view(v, k_shape(shape)), view(o, q_shape(shape)),
+                                          view(lse, lse_shape(shape)));
+  attn->backward(sa, view(d_o, q_shape(shape)), view(dq, q_shape(shape)),
+                 view(dk, k_shape(shape)), view(dv, k_shape(shape)), Tensor());
 
   auto f64 = [](const std::vector<float>& a) { return std::vector<double>(a.begin(), a.end()); };
   auto Q = f64(q), K = f64(k), V = f64(v), DO = f64(d_o);
@@ -92,12 +106,115 @@ TEST(CpuAttention, Fp64PrecisionAgreesWithTheOracle) {
   expect_near(dv, DV, "dv");
 }
 
-TEST(CpuAttention, BackwardBeforeForwardIsAnError) {
+// One attention layer's forward outputs and backward gradients, and its residual accumulator.
+struct AttnRun {
+  std::vector<float> o, lse, dq, dk, dv;
+  test::Acc res;
+};
+
+// Runs two micro-batches either interleaved (fwd 1, fwd 2, bwd 2, bwd 1: what activation
+// checkpointing and autograd do) or one at a time (fwd 1, bwd 1, fwd 2, bwd 2).
+void two_micro_batches(const AttentionShape& shape, const AttentionConfig& config, bool interleaved,
+                       AttnRun out[2]) {
+  auto be = make_cpu_backend();
+  auto attn = be->make_attention(shape, config);
+  std::vector<float> q[2], k[2], v[2], d_o[2];
+  SavedAttention saved[2];
+  for (int i = 0; i < 2; ++i) {
+    q[i] = randn(q_size(shape), 141 + i), k[i] = randn(k_size(shape), 143 + i);
+    v[i] = randn(k_size(shape), 145 + i), d_o[i] = randn(q_size(shape), 147 + i);
+    out[i].o.assign(q_size(shape), 0), out[i].lse.assign(size_t(lse_shape(shape).numel()), 0);
+    out[i].dq.assign(q_size(shape), 0), out[i].dk.assign(k_size(shape), 0);
+    out[i].dv.assign(k_size(shape), 0);
+  }
+  auto fwd = [&](int i) {
+    saved[i] = attn->forward(view(q[i], q_shape(shape)), view(k[i], k_shape(shape)),
+                             view(v[i], k_shape(shape)), view(out[i].o, q_shape(shape)),
+                             view(out[i].lse, lse_shape(shape)));
+  };
+  auto bwd = [&](int i) {
+    attn->backward(saved[i], view(d_o[i], q_shape(shape)), view(out[i].dq, q_shape(shape)),
+                   view(out[i].dk, k_shape(shape)), view(out[i].dv, k_shape(shape)),
+                   out[i].res.t(2));
+  };
+  if (interleaved) {
+    fwd(0), fwd(1), bwd(1), bwd(0);
+  } else {
+    fwd(0), bwd(0), fwd(1), bwd(1);
+  }
+}
+
+TEST(CpuAttention, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
+  const AttentionShape shape = small_shape();
+  struct Case {
+    AttnPrecision precision;
+    DeltaMode delta;
+  };
+  for (const Case c : {Case{AttnPrecision::BF16, DeltaMode::Stale},
+                       Case{AttnPrecision::FP8, DeltaMode::Stale},
+                       Case{AttnPrecision::FP8, DeltaMode::Matched}}) {
+    AttentionConfig config;
+    config.precision = c.precision;
+    config.delta = c.delta;
+    AttnRun a[2], b[2];
+    two_micro_batches(shape, config, true, a);
+    two_micro_batches(shape, config, false, b);
+    const std::string what = to_string(c.precision) + "/" + to_string(c.delta);
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(a[i].o, b[i].o) << what;
+      EXPECT_EQ(a[i].dq, b[i].dq) << what;
+      EXPECT_EQ(a[i].dk, b[i].dk) << what;
+      EXPECT_EQ(a[i].dv, b[i].dv) << what;
+      EXPECT_EQ(a[i].res.v[0], b[i].res.v[0]) << what;
+    }
+    // The two micro-batches differ (so the comparison above could fail).
+    EXPECT_NE(a[0].dq, a[1].dq) << what;
+  }
+}
+
+TEST(CpuAttention, BackwardAccumulatesTheRowResidual) {
+  // residual[0] = max(residual[0], max), residual[1] += mean: a large preset max is kept.
+  const AttentionShape shape = small_shape();
+  AttentionConfig config;
+  config.delta = DeltaMode::Stale;
+  AttnRun r[2];
+  two_micro_batches(shape, config, false, r);
+  EXPECT_GT(r[0].res.v[0], 0.0);
+  EXPECT_GT(r[0].res.v[1], 0.0);
+  auto be = make_cpu_backend();
+  auto attn = be->make_attention(shape, config);
+  auto q = randn(q_size(shape), 141), k = randn(k_size(shape), 143), v = randn(k_size(shape), 145),
+       d_o = randn(q_size(shape), 147);
+  std::vector<float> o(q.size()), lse(size_t(lse_shape(shape).numel())), dq(q.size()),
+      dk(k.size()), dv(k.size());
+  const SavedAttention sa = attn->forward(view(q, q_shape(shape)), view(k, k_shape(shape)),
+                                          view(v, k_shape(shape)), view(o, q_shape(shape)),
+                                          view(lse, lse_shape(shape)));
+  test::Acc acc;
+  acc.v[0] = 5.0, acc.v[1] = 1.0;
+  attn->backward(sa, view(d_o, q_shape(shape)), view(dq, q_shape(shape)), view(dk, k_shape(shape)),
+                 view(dv, k_shape(shape)), acc.t(2));
+  EXPECT_EQ(acc.v[0], 5.0);
+  EXPECT_EQ(acc.v[1], 1.0 + r[0].res.v[1]);
+}
+
+TEST(CpuAttention, AnotherLayersSavedStateIsAnError) {
   const AttentionShape shape = small_shape();
   auto be = make_cpu_backend();
   auto attn = be->make_attention(shape, AttentionConfig{});
-  std::vector<float> d_o(q_size(shape)), dq(q_size(shape)), dk(k_size(shape)), dv(k_size(shape));
-  EXPECT_THROW(attn->backward(d_o.data(), dq.data(), dk.data(), dv.data()), Error);
+  auto other = be->make_attention(shape, AttentionConfig{});
+  std::vector<float> q(q_size(shape)), k(k_size(shape)), o(q_size(shape)),
+      lse(size_t(lse_shape(shape).numel())), dq(q_size(shape)), dk(k_size(shape)), dv(k_size(shape));
+  const SavedAttention sa = other->forward(view(q, q_shape(shape)), view(k, k_shape(shape)),
+                                           view(k, k_shape(shape)), view(o, q_shape(shape)),
+                                           view(lse, lse_shape(shape)));
+  EXPECT_THROW(attn->backward(sa, view(q, q_shape(shape)), view(dq, q_shape(shape)),
+                              view(dk, k_shape(shape)), view(dv, k_shape(shape)), Tensor()),
+               Error);
+  SavedAttention empty;  // no state at all (e.g. another backend's, or none)
+  EXPECT_THROW(attn->backward(empty, view(q, q_shape(shape)), view(dq, q_shape(shape)),
+                              view(dk, k_shape(shape)), view(dv, k_shape(shape)), Tensor()),
+               Error);
 }
 
 TEST(CpuAttention, InvalidShapeIsRejectedAtConstruction) {

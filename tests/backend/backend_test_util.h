@@ -1,7 +1,9 @@
 // backend_test_util.h — shared helpers of the CPU backend tests: seeded random inputs and a
 // central-finite-difference gradient checker.
 //
-// The CPU backend computes on host memory, so tests pass std::vector data pointers directly.
+// The CPU backend computes on host memory, so tests pass views (octet/tensor.h) of std::vector
+// data directly: view(v) is F32 [n], view(v, shape) F32 of that shape, ids(v) I32 [n], and an
+// Acc is an F64 accumulator (sum_squares, cross_entropy, the attention row residual).
 // Gradient checks follow the usual recipe (e.g. ggml's test-backend-ops gradient mode): project
 // the op's output on a fixed random vector r to get a scalar L(x) = Σ r·y (summed in double),
 // perturb one input at a time by ±h, and compare (L(x+) − L(x−)) / (x+ − x−) with the analytic
@@ -18,7 +20,24 @@
 #include <string>
 #include <vector>
 
+#include "octet/tensor.h"
+
 namespace octet::test {
+
+/// F32 view of a host vector, [n] or the given shape (numel must match).
+inline Tensor view(const std::vector<float>& v) {
+  return Tensor(const_cast<float*>(v.data()), DType::F32, {int64_t(v.size())});
+}
+inline Tensor view(const std::vector<float>& v, Shape s) { return view(v).reshape(s); }
+/// I32 [n] view of host token ids / targets.
+inline Tensor ids(const std::vector<int32_t>& v) {
+  return Tensor(const_cast<int32_t*>(v.data()), DType::I32, {int64_t(v.size())});
+}
+/// An F64 accumulator of n (1 or 2) values, zero-initialized.
+struct Acc {
+  double v[2] = {0.0, 0.0};
+  Tensor t(int64_t n = 1) { return Tensor(v, DType::F64, {n}); }
+};
 
 /// n samples of N(0, sigma²) from a fixed seed.
 inline std::vector<float> randn(size_t n, uint32_t seed, float sigma = 1.0f) {

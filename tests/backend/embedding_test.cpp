@@ -14,6 +14,7 @@ using octet::test::expect_grad_near;
 using octet::test::numeric_grad;
 using octet::test::project;
 using octet::test::randn;
+using octet::test::view;
 
 namespace {
 
@@ -24,7 +25,7 @@ TEST(Embedding, ForwardGathersRows) {
   auto table = randn(kVocab * kDim, 61);
   std::vector<int32_t> ids = {3, 0, 6, 3};
   std::vector<float> out(ids.size() * kDim);
-  be->embedding_forward(ids.data(), table.data(), out.data(), int64_t(ids.size()), kDim);
+  be->embedding_forward(test::ids(ids), view(table, {kVocab, kDim}), view(out, {4, kDim}));
   for (size_t i = 0; i < ids.size(); ++i)
     for (int64_t d = 0; d < kDim; ++d) EXPECT_EQ(out[i * kDim + d], table[ids[i] * kDim + d]);
 }
@@ -36,10 +37,10 @@ TEST(Embedding, BackwardMatchesFiniteDifferencesWithRepeatedIds) {
   const int64_t n = int64_t(ids.size());
   auto r = randn(n * kDim, 63);
   std::vector<float> dtable(table.size(), 0.0f);
-  be->embedding_backward(ids.data(), r.data(), dtable.data(), n, kDim);
+  be->embedding_backward(test::ids(ids), view(r, {n, kDim}), view(dtable, {kVocab, kDim}));
   auto loss = [&](const std::vector<float>& t) {
     std::vector<float> out(n * kDim);
-    be->embedding_forward(ids.data(), t.data(), out.data(), n, kDim);
+    be->embedding_forward(test::ids(ids), view(t, {kVocab, kDim}), view(out, {n, kDim}));
     return project(out, r);
   };
   expect_grad_near(dtable, numeric_grad(loss, table, 0.5), 1e-5, 1e-6, "embedding dtable");
@@ -50,17 +51,21 @@ TEST(Embedding, BackwardAccumulates) {
   auto be = make_cpu_backend();
   std::vector<int32_t> ids = {1};
   std::vector<float> dout(kDim, 2.0f), dtable(kVocab * kDim, 1.0f);
-  be->embedding_backward(ids.data(), dout.data(), dtable.data(), 1, kDim);
+  be->embedding_backward(test::ids(ids), view(dout, {1, kDim}), view(dtable, {kVocab, kDim}));
   EXPECT_EQ(dtable[1 * kDim], 3.0f);
   EXPECT_EQ(dtable[0], 1.0f);
 }
 
-TEST(Embedding, RejectsNegativeId) {
+TEST(Embedding, RejectsIdsOutsideTheVocabulary) {
   auto be = make_cpu_backend();
   auto table = randn(kVocab * kDim, 64);
   std::vector<int32_t> ids = {2, -1};
   std::vector<float> out(2 * kDim);
-  EXPECT_THROW(be->embedding_forward(ids.data(), table.data(), out.data(), 2, kDim), Error);
+  EXPECT_THROW(be->embedding_forward(test::ids(ids), view(table, {kVocab, kDim}), view(out, {2, kDim})),
+               Error);
+  ids = {2, int32_t(kVocab)};  // one past the vocabulary
+  EXPECT_THROW(be->embedding_forward(test::ids(ids), view(table, {kVocab, kDim}), view(out, {2, kDim})),
+               Error);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 using namespace octet;
 using octet::test::randn;
+using octet::test::view;
 
 namespace {
 
@@ -19,7 +20,7 @@ TEST(Layout, SplitQkvPlacesEveryHead) {
   const int64_t W = (H + 2 * G) * D;
   auto qkv = randn(B * T * W, 21);
   std::vector<float> q(B * H * T * D), k(B * G * T * D), v(B * G * T * D);
-  be->split_qkv(qkv.data(), q.data(), k.data(), v.data(), B, T, H, G, D);
+  be->split_qkv(view(qkv, {B, T, W}), view(q, {B, H, T, D}), view(k, {B, G, T, D}), view(v, {B, G, T, D}));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t d = 0; d < D; ++d) {
@@ -37,13 +38,13 @@ TEST(Layout, SplitAndMergeQkvAreInverse) {
   const int64_t W = (H + 2 * G) * D;
   auto qkv = randn(B * T * W, 22);
   std::vector<float> q(B * H * T * D), k(B * G * T * D), v(B * G * T * D), back(qkv.size(), -1.0f);
-  be->split_qkv(qkv.data(), q.data(), k.data(), v.data(), B, T, H, G, D);
-  be->merge_qkv(q.data(), k.data(), v.data(), back.data(), B, T, H, G, D);
+  be->split_qkv(view(qkv, {B, T, W}), view(q, {B, H, T, D}), view(k, {B, G, T, D}), view(v, {B, G, T, D}));
+  be->merge_qkv(view(q, {B, H, T, D}), view(k, {B, G, T, D}), view(v, {B, G, T, D}), view(back, {B, T, W}));
   EXPECT_EQ(back, qkv);
   // and the other way round
   auto q2 = randn(q.size(), 23), k2 = randn(k.size(), 24), v2 = randn(v.size(), 25);
-  be->merge_qkv(q2.data(), k2.data(), v2.data(), back.data(), B, T, H, G, D);
-  be->split_qkv(back.data(), q.data(), k.data(), v.data(), B, T, H, G, D);
+  be->merge_qkv(view(q2, {B, H, T, D}), view(k2, {B, G, T, D}), view(v2, {B, G, T, D}), view(back, {B, T, W}));
+  be->split_qkv(view(back, {B, T, W}), view(q, {B, H, T, D}), view(k, {B, G, T, D}), view(v, {B, G, T, D}));
   EXPECT_EQ(q, q2);
   EXPECT_EQ(k, k2);
   EXPECT_EQ(v, v2);
@@ -53,13 +54,13 @@ TEST(Layout, HeadsToTokensPlacesEveryElementAndInvertsTokensToHeads) {
   auto be = make_cpu_backend();
   auto x = randn(B * H * T * D, 26);  // [B, H, T, D]
   std::vector<float> y(x.size()), back(x.size(), -1.0f);
-  be->heads_to_tokens(x.data(), y.data(), B, H, T, D);
+  be->heads_to_tokens(view(x, {B, H, T, D}), view(y, {B, T, H * D}));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t t = 0; t < T; ++t)
         for (int64_t d = 0; d < D; ++d)
           EXPECT_EQ(y[((b * T + t) * H + h) * D + d], x[((b * H + h) * T + t) * D + d]);
-  be->tokens_to_heads(y.data(), back.data(), B, H, T, D);
+  be->tokens_to_heads(view(y, {B, T, H * D}), view(back, {B, H, T, D}));
   EXPECT_EQ(back, x);
 }
 

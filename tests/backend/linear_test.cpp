@@ -2,10 +2,13 @@
 //  - BF16 / FP32: Y, dX, dW against gemm_f64_reference of the BF16-rounded (resp. exact) operands.
 //  - FP8, for every recipe and both format policies: against gemm_f64_reference of the dequantized
 //    operands that a mirror set of Quantizers (same config and roles, driven through the call
-//    order octet/backend.h documents) produces — forward X̂Ŵᵀ, dgrad dŶ·(Ŵᵀ quantized transposed),
-//    wgrad (dŶᵀ quantized transposed)·(X̂ᵀ quantized transposed) — over three steps so that
-//    delayed-scaling histories take part; plus the delayed recipe's scale sequence in numbers and
-//    the QuantStats (amax, scale range, underflow and saturation fractions).
+//    order octet/backend.h documents: the forward quantizes X, W and X̂ᵀ, Ŵᵀ; the backward dY and
+//    dŶᵀ; update_scales() updates all three) produces — forward X̂Ŵᵀ, dgrad dŶ·Ŵᵀ, wgrad dŶᵀ·X̂ᵀ —
+//    over three steps so that delayed-scaling histories take part; plus the delayed recipe's
+//    scale sequence in numbers (quantize-then-update) and the QuantStats (amax, scale range,
+//    underflow and saturation fractions).
+//  - Saved state: two forwards followed by two backwards equal forward+backward one at a time
+//    (BF16, FP32, FP8 tensor-current / tensor-delayed / block); another linear's SavedLinear throws.
 // Tolerance of an FP32-accumulated GEMM: |C − C64| <= (K + 8)·2^-23·Σ_k |A_ik||B_jk|. Scales in
 // QuantStats are 1/scale_inv, so they are compared to scale_from_amax within 4 ulps (FLOAT_EQ).
 #include <gtest/gtest.h>
@@ -24,10 +27,16 @@
 
 using namespace octet;
 using octet::test::randn;
+using octet::test::view;
 
 namespace {
 
 constexpr int64_t M = 37, IN = 160, OUT = 48;  // awkward: partial 128-blocks along every dim
+
+// Views of host matrices: X-like [M, IN], W-like [OUT, IN], Y-like [M, OUT].
+Tensor xm(const std::vector<float>& v) { return view(v, {int64_t(v.size()) / IN, IN}); }
+Tensor wm(const std::vector<float>& v) { return view(v, {OUT, IN}); }
+Tensor ym(const std::vector<float>& v) { return view(v, {int64_t(v.size()) / OUT, OUT}); }
 
 std::vector<double> to_f64(const std::vector<float>& v, bool round_bf16 = false) {
   std::vector<double> d(v.size());
@@ -90,17 +99,17 @@ void check_dense(LinearPrecision precision) {
   auto x = randn(M * IN, 81), w = randn(OUT * IN, 82, 0.1f), dy = randn(M * OUT, 83);
   auto dw0 = randn(OUT * IN, 84);
   std::vector<float> y(M * OUT), dx(M * IN), dw = dw0;
-  lin->forward(x.data(), w.data(), y.data(), M);
-  lin->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), M);
+  const SavedLinear saved = lin->forward(xm(x), wm(w), ym(y));
+  lin->backward(saved, ym(dy), xm(dx), wm(dw));
   const auto X = to_f64(x, bf16), W = to_f64(w, bf16), DY = to_f64(dy, bf16);
   const std::string name = bf16 ? "bf16" : "fp32";
   expect_gemm_near(y, ref_gemm(X, W, M, OUT, IN), IN, name + " forward");
   expect_gemm_near(dx, ref_gemm(DY, transposed(W, OUT, IN), M, IN, OUT), OUT, name + " dgrad");
   expect_gemm_near(dw, ref_gemm(transposed(DY, M, OUT), transposed(X, M, IN), OUT, IN, M), M,
                    name + " wgrad", &dw0);
-  // dx = null skips dgrad; dw keeps accumulating.
+  // dx = empty skips dgrad; dw keeps accumulating.
   std::vector<float> dw2 = dw;
-  lin->backward(x.data(), w.data(), dy.data(), nullptr, dw2.data(), M);
+  lin->backward(saved, ym(dy), Tensor(), wm(dw2));
   expect_gemm_near(dw2, ref_gemm(transposed(DY, M, OUT), transposed(X, M, IN), OUT, IN, M), M,
                    name + " wgrad, second accumulation", &dw);
   EXPECT_EQ(lin->stats_x().amax, 0.0f);  // no quantization outside FP8
@@ -113,9 +122,9 @@ TEST(LinearDense, Bf16RoundingIsVisible) {
   // The BF16 path must actually round: 1 + 2^-10 is not a BF16 value (7 mantissa bits).
   auto be = make_cpu_backend();
   auto lin = be->make_linear({1, 1, LinearPrecision::BF16, {}});
-  float x = 1.0f + 0x1p-10f, w = 1.0f, y = 0.0f;
-  lin->forward(&x, &w, &y, 1);
-  EXPECT_EQ(y, 1.0f);
+  std::vector<float> x{1.0f + 0x1p-10f}, w{1.0f}, y{0.0f};
+  lin->forward(view(x, {1, 1}), view(w, {1, 1}), view(y, {1, 1}));
+  EXPECT_EQ(y[0], 1.0f);
 }
 
 // ---------------------------------------------------------------- FP8, every recipe
@@ -151,15 +160,17 @@ TEST_P(LinearFp8, MatchesFp64OfDequantizedOperandsOverSteps) {
     // an older step: a quantize() too many or too few in the layer changes the scales.
     auto x = randn(M * IN, 92 + step, 3.0f - step), dy = randn(M * OUT, 95 + step, 1e-3f * (3 - step));
     std::vector<float> y(M * OUT), dx(M * IN), dw0 = dw;
-    lin->forward(x.data(), w.data(), y.data(), M);
-    lin->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), M);
+    const SavedLinear saved = lin->forward(xm(x), wm(w), ym(y));
+    lin->backward(saved, ym(dy), xm(dx), wm(dw));
+    lin->update_scales();
 
     qx.quantize(x.data(), M, IN, X);
     qw.quantize(w.data(), OUT, IN, W);
-    qdy.quantize(dy.data(), M, OUT, DY);
-    qw.quantize_transposed(w.data(), OUT, IN, WT);
-    qdy.quantize_transposed(dy.data(), M, OUT, DYT);
     qx.quantize_transposed(x.data(), M, IN, XT);
+    qw.quantize_transposed(w.data(), OUT, IN, WT);
+    qdy.quantize(dy.data(), M, OUT, DY);
+    qdy.quantize_transposed(dy.data(), M, OUT, DYT);
+    for (Quantizer* q : {&qx, &qw, &qdy}) q->update();
     ASSERT_EQ(DY.format, format_for(qc.formats, Role::Gradient));
     expect_gemm_near(y, ref_gemm(dequantized(X), dequantized(W), M, OUT, IN), IN, at + " forward");
     expect_gemm_near(dx, ref_gemm(dequantized(DY), dequantized(WT), M, IN, OUT), OUT,
@@ -202,7 +213,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---------------------------------------------------------------- delayed scaling, in numbers
 
-TEST(LinearFp8Delayed, SecondCallUsesTheFirstCallsAmax) {
+TEST(LinearFp8Delayed, QuantizeThenUpdate) {
+  // quantize uses the current scale and records the amax; update_scales() folds it in.
   QuantConfig qc;
   qc.recipe = Recipe::TensorDelayed;
   qc.amax_history_len = 4;
@@ -216,9 +228,11 @@ TEST(LinearFp8Delayed, SecondCallUsesTheFirstCallsAmax) {
   std::vector<float> y(M * OUT);
   const float s2 = scale_from_amax(2.0f, Format::E4M3), s8 = scale_from_amax(8.0f, Format::E4M3);
 
-  lin->forward(x1.data(), w.data(), y.data(), M);
+  lin->forward(xm(x1), wm(w), ym(y));  // fresh: its own amax
   EXPECT_EQ(lin->stats_x().amax, 2.0f);
-  lin->forward(x2.data(), w.data(), y.data(), M);  // scale from history {2}
+  EXPECT_FLOAT_EQ(lin->stats_x().scale_max, s2);
+  lin->update_scales();                // history {2}
+  lin->forward(xm(x2), wm(w), ym(y));  // scale from history {2}
   EXPECT_EQ(lin->stats_x().amax, 8.0f);
   EXPECT_FLOAT_EQ(lin->stats_x().scale_min, s2);
   EXPECT_FLOAT_EQ(lin->stats_x().scale_max, s2);
@@ -227,11 +241,85 @@ TEST(LinearFp8Delayed, SecondCallUsesTheFirstCallsAmax) {
   for (float v : x2) over += std::fabs(v) * s2 > 448.0f;
   ASSERT_GT(over, 0);
   EXPECT_DOUBLE_EQ(lin->stats_x().saturated_frac, double(over) / double(M * IN));
-  lin->forward(x1.data(), w.data(), y.data(), M);  // history {2, 8}: max 8
+  lin->forward(xm(x1), wm(w), ym(y));  // no update yet: still s2
+  EXPECT_FLOAT_EQ(lin->stats_x().scale_max, s2);
+  lin->update_scales();                // history {2, 8}: max 8
+  lin->forward(xm(x1), wm(w), ym(y));
   EXPECT_FLOAT_EQ(lin->stats_x().scale_max, s8);
-  lin->forward(x1.data(), w.data(), y.data(), M);  // history {2, 8, 2}: still 8
+  lin->update_scales();                // history {2, 8, 2}: still 8
+  lin->forward(xm(x1), wm(w), ym(y));
   EXPECT_FLOAT_EQ(lin->stats_x().scale_max, s8);
   EXPECT_EQ(lin->stats_x().saturated_frac, 0.0);
+}
+
+// ---------------------------------------------------------------- saved state
+
+// One linear's outputs for two micro-batches, interleaved (fwd 1, fwd 2, bwd 2, bwd 1) or one
+// at a time (fwd 1, bwd 1, fwd 2, bwd 2); dW accumulates over both.
+struct LinRun {
+  std::vector<float> y[2], dx[2], dw;
+};
+LinRun two_micro_batches(const LinearSpec& spec, bool interleaved) {
+  auto be = make_cpu_backend();
+  auto lin = be->make_linear(spec);
+  auto w = randn(OUT * IN, 150, 0.05f);
+  std::vector<float> x[2], dy[2];
+  SavedLinear saved[2];
+  LinRun r;
+  r.dw.assign(size_t(OUT * IN), 0.0f);
+  for (int i = 0; i < 2; ++i) {
+    x[i] = randn(M * IN, 151 + i, 1.0f + i), dy[i] = randn(M * OUT, 153 + i, 1.0f + 2 * i);
+    r.y[i].assign(size_t(M * OUT), 0.0f);
+    r.dx[i].assign(size_t(M * IN), 0.0f);
+  }
+  auto fwd = [&](int i) { saved[i] = lin->forward(xm(x[i]), wm(w), ym(r.y[i])); };
+  auto bwd = [&](int i) { lin->backward(saved[i], ym(dy[i]), xm(r.dx[i]), wm(r.dw)); };
+  if (interleaved) {
+    fwd(0), fwd(1), bwd(0), bwd(1);
+  } else {
+    fwd(0), bwd(0), fwd(1), bwd(1);
+  }
+  lin->update_scales();
+  return r;
+}
+
+TEST(LinearSaved, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
+  std::vector<std::pair<std::string, LinearSpec>> cases;
+  cases.push_back({"bf16", {IN, OUT, LinearPrecision::BF16, {}}});
+  cases.push_back({"fp32", {IN, OUT, LinearPrecision::FP32, {}}});
+  for (Recipe r : {Recipe::TensorCurrent, Recipe::TensorDelayed, Recipe::Block}) {
+    QuantConfig q;
+    q.recipe = r;
+    q.formats = FormatPolicy::Hybrid;
+    cases.push_back({"fp8 " + to_string(r), {IN, OUT, LinearPrecision::FP8, q}});
+  }
+  for (const auto& [name, spec] : cases) {
+    const LinRun a = two_micro_batches(spec, true), b = two_micro_batches(spec, false);
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(a.y[i], b.y[i]) << name << " y " << i;
+      EXPECT_EQ(a.dx[i], b.dx[i]) << name << " dx " << i;
+    }
+    EXPECT_EQ(a.dw, b.dw) << name << " dw";
+    EXPECT_NE(a.y[0], a.y[1]) << name;  // the micro-batches differ: the test can fail
+  }
+}
+
+TEST(LinearSaved, AnotherLinearsOrBackendsSavedStateThrows) {
+  auto be = make_cpu_backend(), be2 = make_cpu_backend();
+  for (LinearPrecision p : {LinearPrecision::BF16, LinearPrecision::FP8}) {
+    auto lin = be->make_linear({IN, OUT, p, {}});
+    auto other = be->make_linear({IN, OUT, p, {}});
+    auto other_be = be2->make_linear({IN, OUT, p, {}});
+    auto x = randn(M * IN, 160), w = randn(OUT * IN, 161, 0.05f), dy = randn(M * OUT, 162);
+    std::vector<float> y(M * OUT), dx(M * IN), dw(OUT * IN);
+    const SavedLinear mine = lin->forward(xm(x), wm(w), ym(y));
+    const SavedLinear theirs = other->forward(xm(x), wm(w), ym(y));
+    const SavedLinear foreign = other_be->forward(xm(x), wm(w), ym(y));
+    EXPECT_THROW(lin->backward(theirs, ym(dy), xm(dx), wm(dw)), Error);
+    EXPECT_THROW(lin->backward(foreign, ym(dy), xm(dx), wm(dw)), Error);
+    EXPECT_THROW(lin->backward(SavedLinear{}, ym(dy), xm(dx), wm(dw)), Error);
+    EXPECT_NO_THROW(lin->backward(mine, ym(dy), xm(dx), wm(dw)));
+  }
 }
 
 // ---------------------------------------------------------------- QuantStats
@@ -248,8 +336,8 @@ TEST(LinearFp8Stats, AmaxScaleRangeAndUnderflow) {
   // W: two 128x128 blocks along `in` (cols 0..127, 128..159); block 0 gets amax 4.
   w[0] = 4.0f;
   std::vector<float> y(M * OUT), dx(M * IN), dw(OUT * IN);
-  lin->forward(x.data(), w.data(), y.data(), M);
-  lin->backward(x.data(), w.data(), dy.data(), dx.data(), dw.data(), M);
+  const SavedLinear saved = lin->forward(xm(x), wm(w), ym(y));
+  lin->backward(saved, ym(dy), xm(dx), wm(dw));
 
   auto sx = lin->stats_x();
   EXPECT_EQ(sx.amax, 100.0f);
@@ -281,7 +369,7 @@ TEST(LinearFp8Stats, UnderflowFractionCountsExactly) {
   std::vector<float> x(M * IN, 0.5f), w(OUT * IN, 0.01f), y(M * OUT);
   x[0] = 1.0f;
   for (int i = 1; i <= 10; ++i) x[size_t(i * 7)] = 1e-7f;  // 1e-7·448 = 4.5e-5 < 2^-10
-  lin->forward(x.data(), w.data(), y.data(), M);
+  lin->forward(xm(x), wm(w), ym(y));
   EXPECT_DOUBLE_EQ(lin->stats_x().underflow_frac, 10.0 / double(M * IN));
   EXPECT_FLOAT_EQ(lin->stats_x().scale_max, 448.0f);
 }
@@ -291,7 +379,10 @@ TEST(Linear, RejectsEmptyShapes) {
   EXPECT_THROW(be->make_linear({0, 4, LinearPrecision::BF16, {}}), Error);
   auto lin = be->make_linear({4, 4, LinearPrecision::BF16, {}});
   std::vector<float> x(16), w(16), y(16);
-  EXPECT_THROW(lin->forward(x.data(), w.data(), y.data(), 0), Error);
+  EXPECT_THROW(lin->forward(view(x).slice(0, 0).reshape({0, 4}), view(w, {4, 4}), view(y, {4, 4})),
+               Error);
+  EXPECT_THROW(lin->forward(view(x, {4, 4}), view(w, {2, 8}), view(y, {4, 4})), Error);  // W shape
+  EXPECT_THROW(lin->forward(view(x, {4, 4}), view(w, {4, 4}), view(y, {2, 8})), Error);  // Y shape
 }
 
 }  // namespace

@@ -8,50 +8,75 @@
 
 #include "backend_test_util.h"
 #include "octet/backend.h"
+#include "octet/fp8.h"
 #include "octet/error.h"
 
 using namespace octet;
 using octet::test::randn;
+using octet::test::view;
 
 namespace {
 
-TEST(Memory, AllocIsZeroAndRoundTrips) {
+TEST(Memory, AllocIsZeroAlignedAndRoundTrips) {
   auto be = make_cpu_backend();
-  const size_t n = 1000;
-  float* d = be->alloc(n);
-  int32_t* di = be->alloc_i32(n);
-  for (size_t i = 0; i < n; ++i) {
-    ASSERT_EQ(d[i], 0.0f);
-    ASSERT_EQ(di[i], 0);
+  const int64_t n = 1000;
+  Buffer d = be->alloc(DType::F32, {n});
+  Buffer di = be->alloc(DType::I32, {10, 100});
+  EXPECT_EQ(d.tensor().str(), "f32[1000]");
+  EXPECT_EQ(di.tensor().shape, Shape({10, 100}));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(d.tensor().data) % 64, 0u);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(d.tensor().f32()[i], 0.0f);
+    ASSERT_EQ(di.tensor().i32()[i], 0);
   }
-  auto x = randn(n, 71);
-  std::vector<int32_t> xi(n);
-  for (size_t i = 0; i < n; ++i) xi[i] = int32_t(i * 7919 % 1000) - 500;
-  be->upload(d, x.data(), n);
-  be->upload_i32(di, xi.data(), n);
-  std::vector<float> back(n);
-  be->download(back.data(), d, n);
+  auto x = randn(size_t(n), 71);
+  std::vector<int32_t> xi(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) xi[size_t(i)] = int32_t(i * 7919 % 1000) - 500;
+  be->upload(d, x.data());
+  be->upload(di, xi.data());
+  std::vector<float> back(static_cast<size_t>(n));
+  be->download(back.data(), d);
   be->synchronize();
   EXPECT_EQ(back, x);
-  EXPECT_EQ(std::vector<int32_t>(di, di + n), xi);
-  be->release(d);
-  be->release(di);
-  be->release(be->alloc(0));
+  EXPECT_EQ(std::vector<int32_t>(di.tensor().i32(), di.tensor().i32() + n), xi);
+  Buffer empty = be->alloc(DType::BF16, {0});
+  EXPECT_FALSE(empty.empty());  // a unique pointer even for zero elements
 }
 
 TEST(Memory, FillCopyAxpyScale) {
   auto be = make_cpu_backend();
   auto x = randn(33, 72), y = randn(33, 73);
   std::vector<float> z(33);
-  be->fill(z.data(), 2.5f, z.size());
+  be->fill(view(z), 2.5);
   for (float v : z) EXPECT_EQ(v, 2.5f);
-  be->copy(z.data(), x.data(), z.size());
+  be->copy(view(z), view(x));
   EXPECT_EQ(z, x);
   std::vector<float> y0 = y;
-  be->axpy(-0.5f, x.data(), y.data(), y.size());
+  be->axpy(-0.5f, view(x), view(y));
   for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], y0[i] + -0.5f * x[i]);
-  be->scale(4.0f, x.data(), x.size());
+  be->scale(4.0f, view(x));
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(x[i], 4.0f * z[i]);
+  test::Acc acc;
+  be->fill(acc.t(), 0.25);
+  EXPECT_EQ(acc.v[0], 0.25);
+  EXPECT_EQ(be->read_f64(acc.t()), 0.25);
+}
+
+TEST(Memory, CopyConvertsF32ToBf16AndBack) {
+  // F32 -> BF16 rounds to nearest even (fp8.h bf16_from_float); BF16 -> F32 is exact.
+  auto be = make_cpu_backend();
+  const std::vector<float> x = {1.0f, 1.0f + 0x1p-8f, 1.0f + 0x1p-7f + 0x1p-8f, -3.14159f, 1e-30f};
+  Buffer b = be->alloc(DType::BF16, {int64_t(x.size())});
+  be->copy(b, view(x));
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(b.tensor().bf16()[i], bf16_from_float(x[i])) << i;
+  EXPECT_EQ(b.tensor().bf16()[1], bf16_from_float(1.0f));  // a tie rounds to even (down)
+  EXPECT_EQ(b.tensor().bf16()[2], bf16_from_float(1.0f + 0x1p-6f));  // a tie rounds to even (up)
+  std::vector<float> back(x.size());
+  be->copy(view(back), b);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(back[i], bf16_round(x[i])) << i;
+  EXPECT_EQ(be->download_f32(b), back);
+  std::vector<float> wrong(x.size() + 1);
+  EXPECT_THROW(be->copy(view(wrong), b), Error);
 }
 
 TEST(Factory, CpuByName) {
@@ -60,6 +85,8 @@ TEST(Factory, CpuByName) {
 }
 
 TEST(Factory, UnknownDeviceIsNamed) {
+  EXPECT_THROW(make_backend("cuda:x"), Error);
+  EXPECT_THROW(make_backend("cuda:-1"), Error);
   try {
     make_backend("tpu");
     FAIL() << "no error";

@@ -14,11 +14,15 @@ using octet::test::expect_grad_near;
 using octet::test::numeric_grad;
 using octet::test::project;
 using octet::test::randn;
+using octet::test::view;
 
 namespace {
 
 constexpr int64_t kRows = 3, kDim = 24;
 constexpr float kEps = 1e-5f;
+
+// [rows, kDim] view of a row-major host matrix.
+Tensor mat(const std::vector<float>& v) { return view(v, {int64_t(v.size()) / kDim, kDim}); }
 
 class Norms : public ::testing::Test {
  protected:
@@ -26,16 +30,15 @@ class Norms : public ::testing::Test {
   std::vector<float> x = randn(kRows * kDim, 1), w = randn(kDim, 2), b = randn(kDim, 3),
                      r = randn(kRows * kDim, 4);
 
-  double rms_loss(const std::vector<float>& xx, const float* ww) {
+  double rms_loss(const std::vector<float>& xx, const std::vector<float>* ww) {
     std::vector<float> y(xx.size()), rstd(kRows);
-    be->rmsnorm_forward(xx.data(), ww, y.data(), rstd.data(), kRows, kDim, kEps);
+    be->rmsnorm_forward(mat(xx), ww ? view(*ww) : Tensor(), mat(y), view(rstd), kEps);
     return project(y, r);
   }
   double ln_loss(const std::vector<float>& xx, const std::vector<float>& ww,
                  const std::vector<float>& bb) {
     std::vector<float> y(xx.size()), mean(kRows), rstd(kRows);
-    be->layernorm_forward(xx.data(), ww.data(), bb.data(), y.data(), mean.data(), rstd.data(),
-                          kRows, kDim, kEps);
+    be->layernorm_forward(mat(xx), view(ww), view(bb), mat(y), view(mean), view(rstd), kEps);
     return project(y, r);
   }
 };
@@ -43,13 +46,12 @@ class Norms : public ::testing::Test {
 TEST_F(Norms, RmsNormBackwardMatchesFiniteDifferences) {
   std::vector<float> y(x.size()), rstd(kRows), dx(x.size());
   std::vector<float> dw(kDim, 0.5f);  // accumulated: starts non-zero on purpose
-  be->rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), kRows, kDim, kEps);
-  be->rmsnorm_backward(x.data(), w.data(), rstd.data(), r.data(), dx.data(), dw.data(), kRows,
-                       kDim);
-  auto ndx = numeric_grad([&](const std::vector<float>& xx) { return rms_loss(xx, w.data()); }, x,
+  be->rmsnorm_forward(mat(x), view(w), mat(y), view(rstd), kEps);
+  be->rmsnorm_backward(mat(x), view(w), view(rstd), mat(r), mat(dx), view(dw));
+  auto ndx = numeric_grad([&](const std::vector<float>& xx) { return rms_loss(xx, &w); }, x,
                           1e-2);
   expect_grad_near(dx, ndx, 2e-3, 1e-5, "rmsnorm dx");
-  auto ndw = numeric_grad([&](const std::vector<float>& ww) { return rms_loss(x, ww.data()); }, w,
+  auto ndw = numeric_grad([&](const std::vector<float>& ww) { return rms_loss(x, &ww); }, w,
                           1e-2);
   for (auto& v : dw) v -= 0.5f;
   expect_grad_near(dw, ndw, 2e-3, 1e-5, "rmsnorm dweight");
@@ -58,11 +60,10 @@ TEST_F(Norms, RmsNormBackwardMatchesFiniteDifferences) {
 TEST_F(Norms, RmsNormWithoutWeightIsWeightOne) {
   std::vector<float> y(x.size()), y1(x.size()), rstd(kRows), dx(x.size()), dx1(x.size());
   std::vector<float> ones(kDim, 1.0f);
-  be->rmsnorm_forward(x.data(), nullptr, y.data(), rstd.data(), kRows, kDim, kEps);
-  be->rmsnorm_backward(x.data(), nullptr, rstd.data(), r.data(), dx.data(), nullptr, kRows, kDim);
-  be->rmsnorm_forward(x.data(), ones.data(), y1.data(), rstd.data(), kRows, kDim, kEps);
-  be->rmsnorm_backward(x.data(), ones.data(), rstd.data(), r.data(), dx1.data(), nullptr, kRows,
-                       kDim);
+  be->rmsnorm_forward(mat(x), Tensor(), mat(y), view(rstd), kEps);
+  be->rmsnorm_backward(mat(x), Tensor(), view(rstd), mat(r), mat(dx), Tensor());
+  be->rmsnorm_forward(mat(x), view(ones), mat(y1), view(rstd), kEps);
+  be->rmsnorm_backward(mat(x), view(ones), view(rstd), mat(r), mat(dx1), Tensor());
   EXPECT_EQ(y, y1);
   EXPECT_EQ(dx, dx1);
   auto ndx = numeric_grad([&](const std::vector<float>& xx) { return rms_loss(xx, nullptr); }, x,
@@ -76,7 +77,7 @@ TEST_F(Norms, RmsNormOfConstantRowIsSignTimesWeight) {
   std::vector<float> xc(kRows * kDim), y(xc.size()), rstd(kRows);
   for (int64_t i = 0; i < kRows; ++i)
     for (int64_t d = 0; d < kDim; ++d) xc[i * kDim + d] = cs[i];
-  be->rmsnorm_forward(xc.data(), w.data(), y.data(), rstd.data(), kRows, kDim, kEps);
+  be->rmsnorm_forward(mat(xc), view(w), mat(y), view(rstd), kEps);
   for (int64_t i = 0; i < kRows; ++i) {
     const double bound = kEps / (2.0 * cs[i] * cs[i]) + 1e-6;  // relative
     EXPECT_NEAR(rstd[i], 1.0 / std::sqrt(double(cs[i]) * cs[i] + kEps), 1e-6 / std::fabs(cs[i]));
@@ -89,10 +90,8 @@ TEST_F(Norms, RmsNormOfConstantRowIsSignTimesWeight) {
 TEST_F(Norms, LayerNormBackwardMatchesFiniteDifferences) {
   std::vector<float> y(x.size()), mean(kRows), rstd(kRows), dx(x.size()), dw(kDim, 0.0f),
       db(kDim, 0.0f);
-  be->layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), kRows,
-                        kDim, kEps);
-  be->layernorm_backward(x.data(), w.data(), mean.data(), rstd.data(), r.data(), dx.data(),
-                         dw.data(), db.data(), kRows, kDim);
+  be->layernorm_forward(mat(x), view(w), view(b), mat(y), view(mean), view(rstd), kEps);
+  be->layernorm_backward(mat(x), view(w), view(mean), view(rstd), mat(r), mat(dx), view(dw), view(db));
   expect_grad_near(dx, numeric_grad([&](const auto& xx) { return ln_loss(xx, w, b); }, x, 1e-2),
                    2e-3, 1e-5, "layernorm dx");
   expect_grad_near(dw, numeric_grad([&](const auto& ww) { return ln_loss(x, ww, b); }, w, 1e-2),
@@ -105,8 +104,7 @@ TEST_F(Norms, LayerNormRowsHaveZeroMeanAndUnitVariance) {
   std::vector<float> ones(kDim, 1.0f), zeros(kDim, 0.0f), y(x.size()), mean(kRows), rstd(kRows);
   std::vector<float> xs = x;
   for (auto& v : xs) v = 3.0f + 2.0f * v;  // an offset and a scale the norm must remove
-  be->layernorm_forward(xs.data(), ones.data(), zeros.data(), y.data(), mean.data(), rstd.data(),
-                        kRows, kDim, kEps);
+  be->layernorm_forward(mat(xs), view(ones), view(zeros), mat(y), view(mean), view(rstd), kEps);
   for (int64_t i = 0; i < kRows; ++i) {
     double s = 0, s2 = 0, xm = 0, xv = 0;
     for (int64_t d = 0; d < kDim; ++d) xm += xs[i * kDim + d];
@@ -126,8 +124,8 @@ TEST_F(Norms, LayerNormRowsHaveZeroMeanAndUnitVariance) {
 
 TEST_F(Norms, ZeroRowStaysFinite) {
   std::vector<float> z(kDim, 0.0f), y(kDim, 1.0f), rstd(1), dx(kDim);
-  be->rmsnorm_forward(z.data(), w.data(), y.data(), rstd.data(), 1, kDim, kEps);
-  be->rmsnorm_backward(z.data(), w.data(), rstd.data(), r.data(), dx.data(), nullptr, 1, kDim);
+  be->rmsnorm_forward(mat(z), view(w), mat(y), view(rstd), kEps);
+  be->rmsnorm_backward(mat(z), view(w), view(rstd), mat(r).slice(0, 1), mat(dx), Tensor());
   for (int64_t d = 0; d < kDim; ++d) {
     EXPECT_EQ(y[d], 0.0f);
     EXPECT_TRUE(std::isfinite(dx[d]));

@@ -19,6 +19,7 @@
 
 using namespace octet;
 using octet::test::randn;
+using octet::test::view;
 
 namespace {
 
@@ -52,8 +53,9 @@ struct Out {
 };
 Out run_step(Linear& lin, const Step& s) {
   Out o{std::vector<float>(M * OUT), std::vector<float>(M * IN), std::vector<float>(OUT * IN, 0.0f)};
-  lin.forward(s.x.data(), s.w.data(), o.y.data(), M);
-  lin.backward(s.x.data(), s.w.data(), s.dy.data(), o.dx.data(), o.dw.data(), M);
+  const SavedLinear saved = lin.forward(view(s.x, {M, IN}), view(s.w, {OUT, IN}), view(o.y, {M, OUT}));
+  lin.backward(saved, view(s.dy, {M, OUT}), view(o.dx, {M, IN}), view(o.dw, {OUT, IN}));
+  lin.update_scales();  // one training step: forward, backward, the update
   return o;
 }
 

@@ -7,8 +7,11 @@
 // residual max |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) <= 1e-5 (causal cases included, whose first
 // row sees one key); the stale delta's is larger (it carries ε_i);
 // the LSE agrees with the oracle to 1e-3 (FP8 logits); and bad configurations raise octet::Error.
+// Saved state: two forwards then two backwards equal one at a time bitwise (fp8 matched, F32 and
+// BF16 activations), and the row residual accumulates on the device (max, sum of means).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -18,6 +21,7 @@
 #include "cuda_test_util.h"
 #include "octet/attention.h"
 #include "octet/backend.h"
+#include "octet/fp8.h"
 
 namespace octet {
 namespace {
@@ -27,27 +31,49 @@ struct GpuRun {
   AttentionStats stats;
 };
 
+// The device tensors of one attention call.
+struct AttnIo {
+  Buffer q, k, v, o, lse, d_o, dq, dk, dv, residual;
+  AttnIo(Backend& be, const AttentionShape& s, DType act) {
+    const Shape qs{s.batch, s.n_heads, s.seq_q, s.head_dim}, ks{s.batch, s.n_kv_heads, s.seq_k, s.head_dim};
+    q = be.alloc(act, qs), k = be.alloc(act, ks), v = be.alloc(act, ks), o = be.alloc(act, qs);
+    lse = be.alloc(DType::F32, {s.batch, s.n_heads, s.seq_q});
+    d_o = be.alloc(act, qs), dq = be.alloc(act, qs), dk = be.alloc(act, ks), dv = be.alloc(act, ks);
+    residual = be.alloc(DType::F64, {2});
+  }
+  // Uploads the inputs (rounded to BF16 for a BF16 dtype).
+  void set(Backend& be, const AttentionInputs& in) {
+    for (auto [t, h] : {std::pair{&q, &in.q}, {&k, &in.k}, {&v, &in.v}, {&d_o, &in.d_o}}) {
+      if (t->tensor().dtype == DType::BF16) {
+        std::vector<uint16_t> b(h->size());
+        for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_from_float((*h)[i]);
+        be.upload(*t, b.data());
+      } else {
+        be.upload(*t, h->data());
+      }
+    }
+  }
+};
+
 GpuRun run_gpu(Backend& gpu, const AttentionShape& s, const AttentionConfig& c,
                const AttentionInputs& in) {
   auto attn = gpu.make_attention(s, c);
-  const size_t nq = in.q.size(), nk = in.k.size(), nl = size_t(s.batch * s.n_heads * s.seq_q);
-  float *q = gpu.alloc(nq), *k = gpu.alloc(nk), *v = gpu.alloc(nk), *o = gpu.alloc(nq),
-        *lse = gpu.alloc(nl), *d_o = gpu.alloc(nq), *dq = gpu.alloc(nq), *dk = gpu.alloc(nk),
-        *dv = gpu.alloc(nk);
-  gpu.upload(q, in.q.data(), nq);
-  gpu.upload(k, in.k.data(), nk);
-  gpu.upload(v, in.v.data(), nk);
-  gpu.upload(d_o, in.d_o.data(), nq);
-  attn->forward(q, k, v, o, lse);
+  AttnIo io(gpu, s, DType::F32);
+  io.set(gpu, in);
+  {
+    const SavedAttention saved = attn->forward(io.q, io.k, io.v, io.o, io.lse);
+    attn->backward(saved, io.d_o, io.dq, io.dk, io.dv, io.residual);
+  }
   GpuRun r;
-  r.stats = attn->backward(d_o, dq, dk, dv);
-  r.o.resize(nq), r.lse.resize(nl), r.dq.resize(nq), r.dk.resize(nk), r.dv.resize(nk);
-  gpu.download(r.o.data(), o, nq);
-  gpu.download(r.lse.data(), lse, nl);
-  gpu.download(r.dq.data(), dq, nq);
-  gpu.download(r.dk.data(), dk, nk);
-  gpu.download(r.dv.data(), dv, nk);
-  for (float* p : {q, k, v, o, lse, d_o, dq, dk, dv}) gpu.release(p);
+  double res[2];
+  gpu.download(res, io.residual);
+  r.stats.row_residual_max = res[0];
+  r.stats.row_residual_mean = res[1];
+  r.o = gpu.download_f32(io.o);
+  r.lse = gpu.download_f32(io.lse);
+  r.dq = gpu.download_f32(io.dq);
+  r.dk = gpu.download_f32(io.dk);
+  r.dv = gpu.download_f32(io.dv);
   return r;
 }
 
@@ -117,6 +143,61 @@ TEST(CudaAttention, MatchesReferenceToleranceRule) {
         if (HasFailure()) return;
       }
     EXPECT_GT(stale_residual, 10 * matched_residual) << "stale delta must break the zero row sum";
+  }
+}
+
+// forward(1), forward(2), backward(1), backward(2) == forward(1), backward(1), forward(2),
+// backward(2), bitwise (fp8 matched; F32 and BF16 activations; two attention objects); the
+// residual accumulator holds max(max_1, max_2) and mean_1 + mean_2 in both schedules.
+TEST(CudaAttention, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  AttentionShape s;
+  s.batch = 2, s.n_heads = 4, s.n_kv_heads = 2, s.seq_q = s.seq_k = 45, s.head_dim = 32,
+  s.causal = true;
+  AttentionConfig cfg;
+  cfg.precision = AttnPrecision::FP8;
+  cfg.delta = DeltaMode::Matched;
+  const auto in1 = make_attention_inputs(s, AttnInputDist::Normal, 3);
+  const auto in2 = make_attention_inputs(s, AttnInputDist::Sink, 4);
+  for (DType act : {DType::F32, DType::BF16}) {
+    auto a = gpu->make_attention(s, cfg), b = gpu->make_attention(s, cfg);
+    AttnIo a1(*gpu, s, act), a2(*gpu, s, act), b1(*gpu, s, act), b2(*gpu, s, act);
+    a1.set(*gpu, in1), b1.set(*gpu, in1), a2.set(*gpu, in2), b2.set(*gpu, in2);
+    {
+      const SavedAttention s1 = a->forward(a1.q, a1.k, a1.v, a1.o, a1.lse);
+      const SavedAttention s2 = a->forward(a2.q, a2.k, a2.v, a2.o, a2.lse);
+      a->backward(s1, a1.d_o, a1.dq, a1.dk, a1.dv, a1.residual);
+      a->backward(s2, a2.d_o, a2.dq, a2.dk, a2.dv, a1.residual);  // one accumulator for both
+    }
+    {
+      const SavedAttention s1 = b->forward(b1.q, b1.k, b1.v, b1.o, b1.lse);
+      b->backward(s1, b1.d_o, b1.dq, b1.dk, b1.dv, b1.residual);
+      const SavedAttention s2 = b->forward(b2.q, b2.k, b2.v, b2.o, b2.lse);
+      b->backward(s2, b2.d_o, b2.dq, b2.dk, b2.dv, b2.residual);  // separate accumulators
+    }
+    for (auto [x, y] : {std::pair{&a1, &b1}, {&a2, &b2}}) {
+      for (auto [t, u] : {std::pair{&x->o, &y->o}, {&x->lse, &y->lse}, {&x->dq, &y->dq},
+                          {&x->dk, &y->dk}, {&x->dv, &y->dv}}) {
+        const auto va = gpu->download_f32(*t), vb = gpu->download_f32(*u);
+        bool nonzero = false;
+        for (size_t i = 0; i < va.size(); ++i) {
+          nonzero |= va[i] != 0.0f;
+          ASSERT_TRUE(test::same_float(va[i], vb[i])) << to_string(act) << " at " << i;
+        }
+        EXPECT_TRUE(nonzero) << to_string(act) << ": an output is all zero (vacuous)";
+      }
+    }
+    double acc[2], r1[2], r2[2];
+    gpu->download(acc, a1.residual);
+    gpu->download(r1, b1.residual);
+    gpu->download(r2, b2.residual);
+    EXPECT_EQ(acc[0], std::max(r1[0], r2[0])) << to_string(act);
+    EXPECT_NEAR(acc[1], r1[1] + r2[1], 1e-15 + 1e-12 * (r1[1] + r2[1])) << to_string(act);
+    EXPECT_LE(acc[0], 1e-5) << "matched residual";
+    // A state of another attention is rejected.
+    const SavedAttention other = a->forward(a1.q, a1.k, a1.v, a1.o, a1.lse);
+    EXPECT_THROW(b->backward(other, a1.d_o, a1.dq, a1.dk, a1.dv, Tensor()), Error);
   }
 }
 

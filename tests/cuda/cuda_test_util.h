@@ -12,7 +12,6 @@
 #include <random>
 #include <vector>
 
-#include "cuda/buffer.h"
 #include "cuda/check.h"
 
 namespace octet::test {
@@ -25,26 +24,47 @@ inline bool have_gpu() {
 #define OCTET_REQUIRE_GPU() \
   if (!::octet::test::have_gpu()) GTEST_SKIP() << "no CUDA device"
 
-/// A device copy of a host vector.
+/// A device copy of a host vector (plain cudaMalloc; every transfer and the release synchronize the
+/// device, so it may be used from any stream in a test).
 template <typename T>
 struct Dev {
-  cuda::DeviceBuffer<T> buf;
+  T* p = nullptr;
   size_t n = 0;
   Dev() = default;
   explicit Dev(const std::vector<T>& h) { set(h); }
-  explicit Dev(size_t count) : n(count) { buf.reserve(count); }
+  explicit Dev(size_t count) { resize(count); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  Dev(Dev&& o) noexcept : p(o.p), n(o.n) { o.p = nullptr, o.n = 0; }
+  ~Dev() {
+    if (p) {
+      (void)cudaDeviceSynchronize();
+      (void)cudaFree(p);
+    }
+  }
+  void resize(size_t count) {
+    if (count > n || !p) {
+      if (p) {
+        OCTET_CUDA_CHECK(cudaDeviceSynchronize());
+        OCTET_CUDA_CHECK(cudaFree(p));
+      }
+      OCTET_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p), (count ? count : 1) * sizeof(T)));
+      OCTET_CUDA_CHECK(cudaMemset(p, 0, (count ? count : 1) * sizeof(T)));
+    }
+    n = count;
+  }
   void set(const std::vector<T>& h) {
-    n = h.size();
-    buf.reserve(n);
-    OCTET_CUDA_CHECK(cudaMemcpy(buf.get(), h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    resize(h.size());
+    OCTET_CUDA_CHECK(cudaDeviceSynchronize());
+    OCTET_CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
   }
   std::vector<T> get() const {
     std::vector<T> h(n);
     OCTET_CUDA_CHECK(cudaDeviceSynchronize());
-    OCTET_CUDA_CHECK(cudaMemcpy(h.data(), buf.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
+    OCTET_CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
     return h;
   }
-  T* ptr() { return buf.get(); }
+  T* ptr() { return p; }
 };
 
 /// n values with a spread of magnitudes (log-uniform over 2^-20..2^8), random signs, ~5% exact

@@ -19,7 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cuda_backend.h"
 #include "cuda/gemm.h"
+#include "cuda/ops.h"
 #include "cuda/quantize.h"
 #include "cuda/quantizer.h"
 #include "cuda_test_util.h"
@@ -29,6 +31,21 @@ namespace octet {
 namespace {
 
 using test::Dev;
+
+// One CUDA backend for the operands' memory and the quantizers; every engine runs on its stream.
+cuda::CudaBackend& gpu() {
+  static auto* backend = new cuda::CudaBackend(CudaOptions{});  // never destroyed (process exit)
+  return *backend;
+}
+
+// The BF16 bits of n FP32 values (RNE on the device: the backend's convert, as the BF16 GEMMs
+// of the linear round their operands).
+Dev<uint16_t> to_bf16(Dev<float>& x, int64_t n) {
+  Dev<uint16_t> out(static_cast<size_t>(n));
+  cuda::convert_launch(Tensor(out.ptr(), DType::BF16, {n}), Tensor(x.ptr(), DType::F32, {n}),
+                       gpu().stream());
+  return out;
+}
 
 struct Operand {
   cuda::DevQ q;
@@ -40,9 +57,9 @@ Operand make_operand(const QuantConfig& cfg, Role role, int64_t rows, int64_t co
                      float sigma) {
   Operand o;
   Dev<float> x(test::gaussian(size_t(rows * cols), seed, sigma));
-  cuda::CudaQuantizer qz(cfg, role, nullptr);
-  qz.quantize(x.ptr(), rows, cols, &o.q, nullptr);
-  o.host = cuda::to_host(o.q.view, nullptr);
+  cuda::CudaQuantizer qz(cfg, role, gpu(), gpu().stream());
+  qz.quantize(Tensor(x.ptr(), DType::F32, {rows, cols}), &o.q, nullptr);
+  o.host = cuda::to_host(o.q.view, gpu().stream());
   o.deq.resize(size_t(rows * cols));
   dequantize(o.host, o.deq.data());
   return o;
@@ -106,7 +123,7 @@ void run_fp8_case(cuda::GemmEngine& gemm, const Fp8Case& c, float beta) {
 
 TEST(CudaGemm, Fp8MatchesCpuEmulationInEveryScaleMode) {
   OCTET_REQUIRE_GPU();
-  cuda::GemmEngine gemm(nullptr);
+  cuda::GemmEngine gemm(gpu().stream());
   const Fp8Case cases[] = {
       {Recipe::TensorCurrent, Role::Activation, Recipe::TensorCurrent, Role::Weight, FormatPolicy::E4M3, 256, 192, 320},
       {Recipe::TensorCurrent, Role::Gradient, Recipe::TensorCurrent, Role::Weight, FormatPolicy::Hybrid, 129, 133, 257},
@@ -129,7 +146,7 @@ TEST(CudaGemm, Fp8MatchesCpuEmulationInEveryScaleMode) {
 
 TEST(CudaGemm, ForcedFallbackMeetsTheSameBound) {
   OCTET_REQUIRE_GPU();
-  cuda::GemmEngine gemm(nullptr);
+  cuda::GemmEngine gemm(gpu().stream());
   gemm.set_force_fallback(true);
   run_fp8_case(gemm, {Recipe::Block, Role::Activation, Recipe::Block, Role::Weight,
                       FormatPolicy::E4M3, 129, 130, 300}, 1.0f);
@@ -140,7 +157,7 @@ TEST(CudaGemm, ForcedFallbackMeetsTheSameBound) {
 
 TEST(CudaGemm, E5M2TimesE5M2IsRefusedClearly) {
   OCTET_REQUIRE_GPU();
-  cuda::GemmEngine gemm(nullptr);
+  cuda::GemmEngine gemm(gpu().stream());
   QuantConfig cfg;
   cfg.formats = FormatPolicy::Hybrid;
   const Operand A = make_operand(cfg, Role::Gradient, 32, 32, 1, 1.0f);
@@ -151,7 +168,7 @@ TEST(CudaGemm, E5M2TimesE5M2IsRefusedClearly) {
 
 TEST(CudaGemm, Bf16AndF32MatchCpu) {
   OCTET_REQUIRE_GPU();
-  cuda::GemmEngine gemm(nullptr);
+  cuda::GemmEngine gemm(gpu().stream());
   for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{64, 96, 128}, {33, 17, 70}, {1, 5, 3}}) {
     const auto a = test::gaussian(size_t(M * K), 11u);
     const auto b = test::gaussian(size_t(N * K), 12u);
@@ -162,12 +179,10 @@ TEST(CudaGemm, Bf16AndF32MatchCpu) {
     std::vector<float> want = c0;
     gemm_f32(a.data(), b.data(), want.data(), M, N, K, 1.0f);
     check_bound(dc.get(), want, a, b, M, N, K, double(K) * std::ldexp(1.0, -23), "f32", &c0);
-    // BF16: operands rounded on the device (to_bf16_launch) as gemm_bf16 rounds them.
-    cuda::DeviceBuffer<uint16_t> ab(size_t(M * K)), bb(size_t(N * K));
-    cuda::to_bf16_launch(da.ptr(), ab.get(), M * K, nullptr);
-    cuda::to_bf16_launch(db.ptr(), bb.get(), N * K, nullptr);
+    // BF16: operands rounded on the device (convert_launch) as gemm_bf16 rounds them.
+    Dev<uint16_t> ab = to_bf16(da, M * K), bb = to_bf16(db, N * K);
     Dev<float> dc2(size_t(M * N));
-    gemm.bf16(ab.get(), false, bb.get(), true, dc2.ptr(), M, N, K);
+    gemm.bf16(ab.ptr(), false, bb.ptr(), true, dc2.ptr(), M, N, K);
     std::vector<float> want2(size_t(M * N));
     gemm_bf16(a.data(), b.data(), want2.data(), M, N, K, 0.0f);
     std::vector<float> ar(a.size()), br(b.size());
@@ -179,17 +194,16 @@ TEST(CudaGemm, Bf16AndF32MatchCpu) {
     for (int64_t i = 0; i < M; ++i)
       for (int64_t k = 0; k < K; ++k) at[size_t(k * M + i)] = a[size_t(i * K + k)];
     Dev<float> dat(at);
-    cuda::DeviceBuffer<uint16_t> atb(size_t(K * M));
-    cuda::to_bf16_launch(dat.ptr(), atb.get(), K * M, nullptr);
+    Dev<uint16_t> atb = to_bf16(dat, K * M);
     Dev<float> dc3(size_t(M * N));
-    gemm.bf16(atb.get(), true, bb.get(), true, dc3.ptr(), M, N, K);
+    gemm.bf16(atb.ptr(), true, bb.ptr(), true, dc3.ptr(), M, N, K);
     check_bound(dc3.get(), want2, ar, br, M, N, K, double(K) * std::ldexp(1.0, -23), "bf16 transA");
   }
 }
 
 TEST(CudaGemm, BatchedFp8EqualsOneGemmPerBatch) {
   OCTET_REQUIRE_GPU();
-  cuda::GemmEngine gemm(nullptr);
+  cuda::GemmEngine gemm(gpu().stream());
   const int64_t batch = 3, M = 48, N = 32, K = 64;
   QuantConfig cfg;
   const Operand A = make_operand(cfg, Role::Activation, batch * M, K, 21, 1.0f);

@@ -2,16 +2,20 @@
 // reference Quantizer (src/fp8): codes and scales must be bitwise equal, for every recipe, role and
 // format policy, on awkward shapes (1, 7, 127, 129, 133, 255, 257: partial 16-padding, partial
 // 1x32/1x128/128x128 blocks), for inputs with zeros, a NaN, an all-zero tensor, and non-saturating
-// casts that overflow. The column-wise copy is compared with the CPU's quantize_transposed().
+// casts that overflow, from F32 and from BF16 sources. The column-wise copy is compared with the CPU's
+// quantize_transposed(). Tensor-delayed follows quant.h's quantize-then-update: codes, scales, the
+// recorded amax and the state after each update() are the CPU's, over micro-batches and a NaN step.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cuda/cuda_backend.h"
 #include "cuda/quantize.h"
 #include "cuda/quantizer.h"
 #include "cuda_test_util.h"
+#include "octet/fp8.h"
 #include "octet/quant.h"
 
 namespace octet {
@@ -42,16 +46,37 @@ void expect_same(const QTensor& gpu, const QTensor& cpu, const std::string& what
 
 // Quantizes x on both sides (row-wise + column-wise on the GPU in one pass; quantize() and
 // quantize_transposed() on the CPU) and compares everything that must match.
-void check_once(cuda::CudaQuantizer& gq, Quantizer& cq, const std::vector<float>& x, int64_t rows,
-                int64_t cols, const std::string& what) {
-  Dev<float> dx(x);
+// The CUDA backend (device 0, its own stream) and a quantizer on it.
+struct Gpu {
+  cuda::CudaBackend be{CudaOptions{}};
+  cuda::CudaQuantizer make(const QuantConfig& cfg, Role role) {
+    return cuda::CudaQuantizer(cfg, role, be, be.stream());
+  }
+};
+
+// bf16 = true: the GPU source is the BF16 tensor of x and the CPU quantizes its FP32 values.
+void check_once(cuda::CudaQuantizer& gq, Quantizer& cq, std::vector<float> x, int64_t rows,
+                int64_t cols, const std::string& what, bool bf16 = false) {
+  const cudaStream_t s = gq.stream();
+  Dev<float> dx;
+  Dev<uint16_t> db;
+  Tensor src;
+  if (bf16) {
+    std::vector<uint16_t> b(x.size());
+    for (size_t i = 0; i < x.size(); ++i) b[i] = bf16_from_float(x[i]), x[i] = bf16_to_float(b[i]);
+    db.set(b);
+    src = Tensor(db.ptr(), DType::BF16, {rows, cols});
+  } else {
+    dx.set(x);
+    src = Tensor(dx.ptr(), DType::F32, {rows, cols});
+  }
   cuda::DevQ row, col;
-  gq.quantize(dx.ptr(), rows, cols, &row, &col);
+  gq.quantize(src, &row, &col);
   QTensor cr, cc;
   cq.quantize(x.data(), rows, cols, cr);
   cq.quantize_transposed(x.data(), rows, cols, cc);
-  expect_same(cuda::to_host(row.view, nullptr), cr, what + " row-wise");
-  expect_same(cuda::to_host(col.view, nullptr), cc, what + " column-wise");
+  expect_same(cuda::to_host(row.view, s), cr, what + " row-wise");
+  expect_same(cuda::to_host(col.view, s), cc, what + " column-wise");
   EXPECT_TRUE(test::same_float(gq.last_amax(), cr.amax)) << what << ": amax " << gq.last_amax()
                                                          << " vs " << cr.amax;
   int64_t under = 0, sat = 0;
@@ -68,6 +93,7 @@ const std::vector<std::pair<int64_t, int64_t>> kShapes = {
 
 TEST(CudaQuantize, StatelessRecipesMatchCpuBitwise) {
   OCTET_REQUIRE_GPU();
+  Gpu gpu;
   int64_t checked = 0;
   for (Recipe recipe : {Recipe::TensorCurrent, Recipe::Row, Recipe::Block, Recipe::MX, Recipe::Unit})
     for (Role role : {Role::Activation, Role::Weight, Role::Gradient})
@@ -84,9 +110,9 @@ TEST(CudaQuantize, StatelessRecipesMatchCpuBitwise) {
             const std::string what = to_string(recipe) + " role " + std::to_string(int(role)) +
                                      " " + to_string(pol) + " " + std::to_string(rows) + "x" +
                                      std::to_string(cols) + " input " + std::to_string(input);
-            cuda::CudaQuantizer gq(cfg, role, nullptr);
+            cuda::CudaQuantizer gq = gpu.make(cfg, role);
             Quantizer cq(cfg, role);
-            check_once(gq, cq, x, rows, cols, what);
+            check_once(gq, cq, x, rows, cols, what, /*bf16=*/input == 0 && rows % 2 == 1);
             ++checked;
             if (HasFatalFailure()) return;
           }
@@ -95,6 +121,7 @@ TEST(CudaQuantize, StatelessRecipesMatchCpuBitwise) {
 
 TEST(CudaQuantize, NonSaturatingOverflowAndMarginsMatchCpu) {
   OCTET_REQUIRE_GPU();
+  Gpu gpu;
   for (Recipe recipe : {Recipe::TensorCurrent, Recipe::Row, Recipe::Block})
     for (bool pow2 : {false, true})
       for (auto [rows, cols] : {std::pair<int64_t, int64_t>{129, 133}, {7, 257}}) {
@@ -106,7 +133,7 @@ TEST(CudaQuantize, NonSaturatingOverflowAndMarginsMatchCpu) {
         cfg.pow2_scales = pow2;
         const auto x = test::gaussian(size_t(rows * cols), 7u + uint32_t(rows));
         for (Role role : {Role::Activation, Role::Gradient}) {
-          cuda::CudaQuantizer gq(cfg, role, nullptr);
+          cuda::CudaQuantizer gq = gpu.make(cfg, role);
           Quantizer cq(cfg, role);
           check_once(gq, cq, x, rows, cols,
                      to_string(recipe) + (pow2 ? " pow2" : "") + " role " + std::to_string(int(role)));
@@ -117,69 +144,103 @@ TEST(CudaQuantize, NonSaturatingOverflowAndMarginsMatchCpu) {
       }
 }
 
-TEST(CudaQuantize, DelayedScalingStateFollowsCpu) {
+// Quantize-then-update (quant.h): every quantization uses the current scale (the tensor's own
+// amax while the history is empty) and records its amax; update() folds the max of the recorded
+// amaxes into the history. Steps have 1 or 2 micro-batches; step 3 holds a NaN (overflow: the scale
+// is kept, the history does not advance, the count grows); step 5 has no quantization at all
+// (update is a no-op). Codes, scales, the recorded amax and the state match the CPU bitwise.
+TEST(CudaQuantize, DelayedScalingQuantizeThenUpdateFollowsCpu) {
   OCTET_REQUIRE_GPU();
+  Gpu gpu;
   for (AmaxAlgo algo : {AmaxAlgo::Max, AmaxAlgo::MostRecent}) {
     QuantConfig cfg;
     cfg.recipe = Recipe::TensorDelayed;
     cfg.amax_history_len = 3;
     cfg.amax_algo = algo;
+    cfg.margin = 1;
     const int64_t rows = 129, cols = 133;
-    cuda::CudaQuantizer gq(cfg, Role::Activation, nullptr);
+    cuda::CudaQuantizer gq = gpu.make(cfg, Role::Activation);
     Quantizer cq(cfg, Role::Activation);
-    // Step magnitudes change so that the history matters; step 3 holds a NaN (overflow: the scale
-    // is kept and the history does not advance), step 0's scale comes from its own amax.
-    const float mags[] = {1.0f, 40.0f, 0.01f, 5.0f, 0.5f, 0.25f, 2.0f};
-    for (int step = 0; step < 7; ++step) {
-      auto x = test::gaussian(size_t(rows * cols), 100u + uint32_t(step), mags[step]);
-      if (step == 3) x[17] = NAN;
-      check_once(gq, cq, x, rows, cols, "delayed step " + std::to_string(step));
+    const float mags[] = {1.0f, 40.0f, 0.01f, 5.0f, 0.5f, 0.0f, 0.25f, 2.0f};
+    for (int step = 0; step < 8; ++step) {
+      const int micro = step == 5 ? 0 : 1 + step % 2;
+      for (int mb = 0; mb < micro; ++mb) {
+        auto x = test::gaussian(size_t(rows * cols), 100u + uint32_t(10 * step + mb),
+                                mags[step] * float(1 + 3 * mb));
+        if (step == 3 && mb == 0) x[17] = NAN;
+        check_once(gq, cq, x, rows, cols,
+                   "delayed step " + std::to_string(step) + " micro-batch " + std::to_string(mb),
+                   /*bf16=*/mb == 1);
+      }
+      EXPECT_TRUE(test::same_float(gq.pending_amax(), cq.pending_amax()))
+          << "step " << step << ": recorded amax gpu " << gq.pending_amax() << " cpu "
+          << cq.pending_amax();
+      gq.update();
+      cq.update();
       EXPECT_EQ(gq.last_overflow(), cq.last_overflow()) << "step " << step;
       EXPECT_EQ(gq.overflow_count(), cq.overflow_count()) << "step " << step;
       EXPECT_TRUE(test::same_float(gq.delayed_scale(), cq.delayed_scale()))
           << "step " << step << ": next scale gpu " << gq.delayed_scale() << " cpu "
           << cq.delayed_scale();
+      const DelayedState a = gq.delayed_state(), b = cq.delayed_state();
+      EXPECT_EQ(a.history, b.history) << "step " << step;
+      EXPECT_EQ(gq.pending_amax(), -1.0f) << "update() clears the recorded amax";
+      if (HasFailure()) return;
     }
     EXPECT_EQ(cq.overflow_count(), 1);
+    // A replaced recorded amax (the cross-rank reduction's hook) is what the update folds in.
+    gq.set_pending_amax(123.0f);
+    cq.set_pending_amax(123.0f);
+    gq.update();
+    cq.update();
+    EXPECT_TRUE(test::same_float(gq.delayed_scale(), cq.delayed_scale()));
+    EXPECT_EQ(gq.delayed_state().history, cq.delayed_state().history);
   }
 }
 
-TEST(CudaQuantize, TransposedOnlyReusesTheLastDelayedScale) {
+// The two orientations quantized by separate calls between two updates share the delayed scale
+// (quant.h: quantize_transposed uses the same scale as quantize).
+TEST(CudaQuantize, SeparateOrientationsShareTheDelayedScale) {
   OCTET_REQUIRE_GPU();
+  Gpu gpu;
   QuantConfig cfg;
   cfg.recipe = Recipe::TensorDelayed;
   const int64_t rows = 33, cols = 70;
-  cuda::CudaQuantizer gq(cfg, Role::Weight, nullptr);
+  cuda::CudaQuantizer gq = gpu.make(cfg, Role::Weight);
   Quantizer cq(cfg, Role::Weight);
   for (int step = 0; step < 3; ++step) {
     const auto x = test::gaussian(size_t(rows * cols), 5u + uint32_t(step), float(step + 1));
     Dev<float> dx(x);
+    const Tensor src(dx.ptr(), DType::F32, {rows, cols});
     cuda::DevQ row, col;
     QTensor cr, cc;
-    gq.quantize(dx.ptr(), rows, cols, &row, nullptr);
+    gq.quantize(src, &row, nullptr);
     cq.quantize(x.data(), rows, cols, cr);
-    gq.quantize(dx.ptr(), rows, cols, nullptr, &col, /*advance=*/false);
+    gq.quantize(src, nullptr, &col);
     cq.quantize_transposed(x.data(), rows, cols, cc);
-    expect_same(cuda::to_host(row.view, nullptr), cr, "row step " + std::to_string(step));
-    expect_same(cuda::to_host(col.view, nullptr), cc, "transposed step " + std::to_string(step));
+    expect_same(cuda::to_host(row.view, gq.stream()), cr, "row step " + std::to_string(step));
+    expect_same(cuda::to_host(col.view, gq.stream()), cc, "transposed step " + std::to_string(step));
+    gq.update();
+    cq.update();
   }
 }
 
 TEST(CudaQuantize, DequantizeMatchesCpu) {
   OCTET_REQUIRE_GPU();
+  Gpu gpu;
   for (Recipe recipe : {Recipe::TensorCurrent, Recipe::Row, Recipe::Block, Recipe::MX}) {
     QuantConfig cfg;
     cfg.recipe = recipe;
     const int64_t rows = 131, cols = 257;
     const auto x = test::gaussian(size_t(rows * cols), 3u);
     Dev<float> dx(x);
-    cuda::CudaQuantizer gq(cfg, Role::Weight, nullptr);
+    cuda::CudaQuantizer gq = gpu.make(cfg, Role::Weight);
     cuda::DevQ row;
-    gq.quantize(dx.ptr(), rows, cols, &row, nullptr);
+    gq.quantize(Tensor(dx.ptr(), DType::F32, {rows, cols}), &row, nullptr);
     Dev<float> out(size_t(rows * cols));
-    cuda::dequantize_launch(row.view, out.ptr(), nullptr);
+    cuda::dequantize_launch(row.view, out.ptr(), gq.stream());
     const auto g = out.get();
-    const QTensor h = cuda::to_host(row.view, nullptr);
+    const QTensor h = cuda::to_host(row.view, gq.stream());
     std::vector<float> c(size_t(rows * cols));
     dequantize(h, c.data());
     for (size_t i = 0; i < c.size(); ++i)

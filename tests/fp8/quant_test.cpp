@@ -359,111 +359,165 @@ TEST(Scales, BuffersAreReusedAcrossCalls) {
   }
 }
 
-// ---- tensor-delayed scaling (TE DelayedScaling) ----
+// ---- tensor-delayed scaling (TE DelayedScaling, quantize-then-update) ----
 
 std::vector<float> filled(int64_t n, float v) { return std::vector<float>(size_t(n), v); }
 
-TEST(DelayedScaling, FirstQuantizeUsesCurrentAmaxThenTheHistory) {
+QuantConfig delayed(int history = 1024) {
   QuantConfig cfg;
   cfg.recipe = Recipe::TensorDelayed;
-  cfg.amax_history_len = 3;
-  Quantizer qz(cfg, Role::Activation);
+  cfg.amax_history_len = history;
+  return cfg;
+}
+
+TEST(DelayedScaling, QuantizeKeepsTheScaleAndUpdateFoldsTheAmaxIn) {
+  Quantizer qz(delayed(3), Role::Activation);
   EXPECT_EQ(qz.delayed_scale(), 1.0f);
+  EXPECT_EQ(qz.pending_amax(), -1.0f);  // nothing recorded
   QTensor q;
   auto x = filled(10, 2.0f);
-  qz.quantize(x.data(), 2, 5, q);  // empty history: own amax 2 -> s = 224
+  qz.quantize(x.data(), 2, 5, q);  // fresh: its own amax 2 -> s = 224
   EXPECT_EQ(q.scale_inv[0], 1.0f / 224.0f);
+  EXPECT_EQ(qz.delayed_scale(), 1.0f);  // quantize does not change the scale
+  EXPECT_TRUE(qz.amax_history().empty());
+  EXPECT_EQ(qz.pending_amax(), 2.0f);
+  qz.update();
+  EXPECT_EQ(qz.amax_history(), (std::vector<float>{2.0f}));
   EXPECT_EQ(qz.delayed_scale(), 224.0f);
+  EXPECT_EQ(qz.pending_amax(), -1.0f);
   x = filled(10, 4.0f);
-  qz.quantize(x.data(), 2, 5, q);  // uses the history (amax 2): 4·224 = 896 saturates
+  qz.quantize(x.data(), 2, 5, q);  // the history's scale (amax 2): 4·224 = 896 saturates
   EXPECT_EQ(q.scale_inv[0], 1.0f / 224.0f);
   EXPECT_EQ(q.n_saturated, 10);
+  EXPECT_EQ(qz.delayed_scale(), 224.0f);  // still: no update yet
+  qz.update();
   EXPECT_EQ(qz.delayed_scale(), 112.0f);  // max(2, 4) = 4
   x = filled(10, 1.0f);
-  qz.quantize(x.data(), 2, 5, q);
-  qz.quantize(x.data(), 2, 5, q);
+  for (int i = 0; i < 2; ++i) {
+    qz.quantize(x.data(), 2, 5, q);
+    qz.update();
+  }
   EXPECT_EQ(qz.delayed_scale(), 112.0f);  // history {4, 1, 1}
+  qz.update();                            // nothing recorded: no change
+  EXPECT_EQ(qz.amax_history(), (std::vector<float>{4.0f, 1.0f, 1.0f}));
   qz.quantize(x.data(), 2, 5, q);
+  qz.update();
   EXPECT_EQ(qz.amax_history(), (std::vector<float>{1.0f, 1.0f, 1.0f}));  // H = 3: 4 fell out
   EXPECT_EQ(qz.delayed_scale(), 448.0f);
 }
 
+TEST(DelayedScaling, UpdateFoldsTheMaxOfAllQuantizationsSinceTheLast) {
+  // Micro-batches between two updates share one scale and contribute their max amax.
+  Quantizer qz(delayed(), Role::Activation);
+  QTensor q1, q2;
+  auto a = filled(8, 1.0f), b = filled(8, 8.0f);
+  qz.quantize(a.data(), 2, 4, q1);
+  qz.update();  // history {1}: s = 448
+  qz.quantize(b.data(), 2, 4, q1);
+  qz.quantize(a.data(), 2, 4, q2);
+  EXPECT_EQ(q1.scale_inv[0], q2.scale_inv[0]);
+  EXPECT_EQ(q1.scale_inv[0], 1.0f / 448.0f);
+  EXPECT_EQ(qz.pending_amax(), 8.0f);
+  qz.update();
+  EXPECT_EQ(qz.amax_history(), (std::vector<float>{1.0f, 8.0f}));  // one entry per update
+  EXPECT_EQ(qz.delayed_scale(), 56.0f);
+}
+
+TEST(DelayedScaling, FreshQuantizerUsesItsOwnAmaxUntilTheFirstUpdate) {
+  Quantizer qz(delayed(), Role::Weight);
+  QTensor q;
+  auto x = filled(6, 7.0f), y = filled(6, 0.5f);
+  qz.quantize(x.data(), 2, 3, q);
+  EXPECT_EQ(q.scale_inv[0], 1.0f / scale_from_amax(7.0f, Format::E4M3));
+  qz.quantize(y.data(), 2, 3, q);  // still no history: its own amax
+  EXPECT_EQ(q.scale_inv[0], 1.0f / scale_from_amax(0.5f, Format::E4M3));
+  qz.quantize_transposed(x.data(), 2, 3, q);
+  EXPECT_EQ(q.scale_inv[0], 1.0f / scale_from_amax(7.0f, Format::E4M3));
+  qz.update();
+  EXPECT_EQ(qz.amax_history(), (std::vector<float>{7.0f}));
+}
+
 TEST(DelayedScaling, MostRecentAlgoAndMargin) {
-  QuantConfig cfg;
-  cfg.recipe = Recipe::TensorDelayed;
+  QuantConfig cfg = delayed();
   cfg.amax_algo = AmaxAlgo::MostRecent;
   cfg.margin = 1;
   Quantizer qz(cfg, Role::Activation);
   QTensor q;
   auto x = filled(4, 8.0f);
   qz.quantize(x.data(), 1, 4, q);
+  qz.update();
   x = filled(4, 1.0f);
   qz.quantize(x.data(), 1, 4, q);
+  qz.update();
   EXPECT_EQ(qz.delayed_scale(), 224.0f);  // 448 / 1 / 2^1, the 8 ignored by most_recent
 }
 
-TEST(DelayedScaling, NaNOrInfAmaxKeepsTheScaleAndMarksOverflow) {
+TEST(DelayedScaling, NaNOrInfAmaxCountsAnOverflowAtUpdateAndKeepsTheScale) {
   for (float bad : {kNaN, kInf}) {
-    QuantConfig cfg;
-    cfg.recipe = Recipe::TensorDelayed;
-    Quantizer qz(cfg, Role::Gradient);
+    Quantizer qz(delayed(), Role::Gradient);
     QTensor q;
     auto x = filled(6, 2.0f);
     qz.quantize(x.data(), 2, 3, q);
+    qz.update();
     const float s = qz.delayed_scale();
     const auto history = qz.amax_history();
     EXPECT_FALSE(qz.last_overflow());
     x[4] = bad;
     qz.quantize(x.data(), 2, 3, q);
-    EXPECT_TRUE(qz.last_overflow());
-    EXPECT_EQ(qz.overflow_count(), 1);
-    EXPECT_EQ(qz.delayed_scale(), s);
-    EXPECT_EQ(qz.amax_history(), history);  // did not advance
-    EXPECT_EQ(q.scale_inv[0], 1.0f / s);    // quantized with the previous scale
+    EXPECT_EQ(q.scale_inv[0], 1.0f / s);  // quantized with the current scale
+    EXPECT_EQ(qz.overflow_count(), 0);    // counted at the update, not here
     EXPECT_TRUE(std::isnan(q.amax) || std::isinf(q.amax));
     std::vector<float> y(6);
     dequantize(q, y.data());
     EXPECT_EQ(y[0], 2.0f);  // the finite values are intact
     if (std::isnan(bad)) { EXPECT_TRUE(std::isnan(y[4])); }  // NaN carried in its code
     x[4] = 1.0f;
+    qz.quantize(x.data(), 2, 3, q);  // a finite amax after the bad one: the bad one sticks
+    qz.update();
+    EXPECT_TRUE(qz.last_overflow());
+    EXPECT_EQ(qz.overflow_count(), 1);
+    EXPECT_EQ(qz.delayed_scale(), s);
+    EXPECT_EQ(qz.amax_history(), history);  // did not advance
     qz.quantize(x.data(), 2, 3, q);
+    qz.update();
     EXPECT_FALSE(qz.last_overflow());
     EXPECT_EQ(qz.overflow_count(), 1);
   }
 }
 
-TEST(DelayedScaling, TransposedCopyReusesTheScaleAndDoesNotAdvance) {
-  // A weight quantized once per step and reused across micro-batches (and in its transposed
-  // orientation for dgrad): scale_inv must stay the one its codes were made with.
-  QuantConfig cfg;
-  cfg.recipe = Recipe::TensorDelayed;
-  Quantizer qz(cfg, Role::Weight);
+TEST(DelayedScaling, BothOrientationsShareOneScale) {
+  // A weight quantized for the forward and, transposed, for dgrad in the same step: one scale,
+  // and the transposed codes are the transpose of the forward's.
+  Quantizer qz(delayed(), Role::Weight);
   const std::vector<float> w1 = test::normal_values(64 * 48, 10);
   std::vector<float> w2 = w1;
   for (auto& v : w2) v *= 3.0f;
   QTensor q, qt;
   qz.quantize(w1.data(), 64, 48, q);
+  qz.update();
   qz.quantize(w2.data(), 64, 48, q);  // step 2: scale from step 1's amax
-  const float used = 1.0f / q.scale_inv[0];
-  const auto history = qz.amax_history();
   for (int micro = 0; micro < 4; ++micro) qz.quantize_transposed(w2.data(), 64, 48, qt);
-  EXPECT_EQ(qz.amax_history(), history);
   EXPECT_EQ(qt.scale_inv[0], q.scale_inv[0]);
-  EXPECT_EQ(1.0f / qt.scale_inv[0], used);
+  EXPECT_EQ(1.0f / q.scale_inv[0], qz.delayed_scale());
   for (int r = 0; r < 64; ++r)
     for (int c = 0; c < 48; ++c)
       ASSERT_EQ(qt.codes[size_t(c * 64 + r)], q.codes[size_t(r * 48 + c)]);
+  qz.update();
+  EXPECT_EQ(qz.amax_history().size(), 2u);  // the orientations and micro-batches: one entry
 }
 
-TEST(DelayedScaling, TransposedBeforeAnyQuantizeActsAsOne) {
-  QuantConfig cfg;
-  cfg.recipe = Recipe::TensorDelayed;
-  Quantizer qz(cfg, Role::Weight);
-  const auto x = filled(12, 7.0f);
+TEST(DelayedScaling, PendingAmaxCanBeReplacedBeforeTheUpdate) {
+  // The cross-rank reduction: this rank saw amax 1, another 8; after set_pending_amax(8) the
+  // update gives the E4M3 scale 448 / 8 = 56.
+  Quantizer qz(delayed(), Role::Activation);
   QTensor q;
-  qz.quantize_transposed(x.data(), 3, 4, q);
-  EXPECT_EQ(qz.amax_history().size(), 1u);
-  EXPECT_EQ(q.scale_inv[0], 1.0f / scale_from_amax(7.0f, Format::E4M3));
+  auto x = filled(4, 1.0f);
+  qz.quantize(x.data(), 1, 4, q);
+  EXPECT_EQ(qz.pending_amax(), 1.0f);
+  qz.set_pending_amax(std::max(qz.pending_amax(), 8.0f));
+  qz.update();
+  EXPECT_EQ(qz.delayed_scale(), 56.0f);
+  EXPECT_EQ(qz.amax_history(), (std::vector<float>{8.0f}));
 }
 
 }  // namespace

@@ -101,7 +101,9 @@ TEST(Trainer, ResumeWithDelayedScalingIsBitwiseIdentical) {
   f.cfg.precision.arm = Arm::FP8Linear;
   f.cfg.precision.quant.recipe = Recipe::TensorDelayed;
   f.cfg.precision.quant.formats = FormatPolicy::Hybrid;
-  f.cfg.precision.quant.amax_history_len = 5;  // full by the checkpoint (8 forwards, 6 backwards)
+  // Full by the checkpoint of step 3: one update per optimizer step (3) plus one after the
+  // evaluation at step 3 (X and W only: an evaluation has no backward).
+  f.cfg.precision.quant.amax_history_len = 3;
   expect_bitwise_resume(f.cfg, *f.ds, f.dir);
 
   // The checkpoint holds each FP8 linear's three slots [n, history, scale, overflow count].
@@ -111,8 +113,8 @@ TEST(Trainer, ResumeWithDelayedScalingIsBitwiseIdentical) {
     const std::string key = std::string("quant.h.0.") + (lin[0] == 'f' ? "mlp." : "attn.") + lin;
     ASSERT_TRUE(file.tensors.count(key)) << key;
     const std::vector<float> q = st_to_f32(file.tensors[key]);
-    ASSERT_EQ(q.size(), 3u * (5 + 3)) << key;  // every history is full
-    for (size_t slot = 0; slot < 3; ++slot) EXPECT_EQ(q[slot * 8], 5.0f) << key << " slot " << slot;
+    ASSERT_EQ(q.size(), 3u * (3 + 3)) << key;  // every history is full
+    for (size_t slot = 0; slot < 3; ++slot) EXPECT_EQ(q[slot * 6], 3.0f) << key << " slot " << slot;
   }
 
   // The test has teeth: the same checkpoint without its quantizer states (what resume did before
@@ -158,7 +160,7 @@ TEST(Trainer, SkipsNonFiniteStepsAndStopsAfterTooMany) {
   poison_once.after_backward = [](int64_t step, Model& m) {
     if (step == 1) {
       std::vector<float> nan(1, NAN);
-      m.backend().upload(m.grad_data(), nan.data(), 1);
+      m.backend().upload(m.grad_data().slice(0, 1), nan.data());
     }
   };
   const TrainResult r = train(f.cfg, f.dir / "once", false, *f.ds, nullptr, poison_once);
@@ -171,7 +173,7 @@ TEST(Trainer, SkipsNonFiniteStepsAndStopsAfterTooMany) {
   poison_late.after_backward = [](int64_t step, Model& m) {
     if (step >= 3) {
       std::vector<float> inf(1, INFINITY);
-      m.backend().upload(m.grad_data(), inf.data(), 1);
+      m.backend().upload(m.grad_data().slice(0, 1), inf.data());
     }
   };
   EXPECT_THROW(train(f.cfg, f.dir / "stop", false, *f.ds, nullptr, poison_late), TrainingStopped);

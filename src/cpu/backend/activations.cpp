@@ -6,11 +6,12 @@
 // SwiGLU (Shazeer 2020, arXiv 2002.05202): h [rows, 2F] = [gate | up] per row,
 //   y = silu(gate)·up with silu(g) = g·σ(g);
 //   d gate = dy·up·σ(g)(1 + g(1 − σ(g))),  d up = dy·silu(g).
-// Evaluated in double, stored in FP32.
+// Evaluated in double; tensors are F32 or BF16 (act_io.h: read as FP32, rounded once on store).
 #include <cmath>
 #include <numbers>
 #include <string>
 
+#include "cpu/backend/act_io.h"
 #include "cpu/backend/cpu_backend.h"
 #include "octet/error.h"
 
@@ -22,58 +23,77 @@ const double kSqrt2OverPi = std::sqrt(2.0 / std::numbers::pi);
 
 inline double sigmoid(double g) { return 1.0 / (1.0 + std::exp(-g)); }
 
-void check_swiglu(int64_t rows, int64_t f) {
-  OCTET_CHECK(rows >= 0 && f >= 1, "swiglu: need rows >= 0 and f >= 1, got rows=" +
-                                       std::to_string(rows) + " f=" + std::to_string(f));
+// h [rows, 2F], y [rows, F]: returns F; throws on a mismatch.
+int64_t check_swiglu(const char* op, const Tensor& h, const Tensor& y) {
+  const int64_t two_f = h.cols(), f = y.cols();
+  OCTET_CHECK(f >= 1 && two_f == 2 * f && h.rows() == y.rows(),
+              std::string(op) + ": expected h [rows, 2F] and y [rows, F], got h " + h.str() +
+                  " and y " + y.str());
+  return f;
 }
 
 }  // namespace
 
-void CpuBackend::gelu_forward(const float* x, float* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    const double v = x[i];
+void CpuBackend::gelu_forward(const Tensor& x, const Tensor& y) {
+  check_same_numel(x, y, "gelu_forward");
+  ActIn in(x, "gelu_forward x");
+  ActOut out(y, "gelu_forward y");
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double v = in[i];
     const double u = kSqrt2OverPi * (v + kGeluC * v * v * v);
-    y[i] = float(0.5 * v * (1.0 + std::tanh(u)));
+    out[i] = float(0.5 * v * (1.0 + std::tanh(u)));
   }
+  out.store();
 }
 
-void CpuBackend::gelu_backward(const float* x, const float* dy, float* dx, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    const double v = x[i];
+void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  check_same_numel(x, dy, "gelu_backward");
+  check_same_numel(x, dx, "gelu_backward");
+  ActIn in(x, "gelu_backward x"), g(dy, "gelu_backward dy");
+  ActOut out(dx, "gelu_backward dx");
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double v = in[i];
     const double th = std::tanh(kSqrt2OverPi * (v + kGeluC * v * v * v));
     const double du = kSqrt2OverPi * (1.0 + 3.0 * kGeluC * v * v);
     const double d = 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * du;
-    dx[i] = float(double(dy[i]) * d);
+    out[i] = float(double(g[i]) * d);
   }
+  out.store();
 }
 
-void CpuBackend::swiglu_forward(const float* h, float* y, int64_t rows, int64_t f) {
-  check_swiglu(rows, f);
+void CpuBackend::swiglu_forward(const Tensor& h, const Tensor& y) {
+  const int64_t f = check_swiglu("swiglu_forward", h, y), rows = y.rows();
+  ActIn hin(h, "swiglu_forward h");
+  ActOut out(y, "swiglu_forward y");
   for (int64_t r = 0; r < rows; ++r) {
-    const float* gate = h + r * 2 * f;
+    const float* gate = hin.data + r * 2 * f;
     const float* up = gate + f;
     for (int64_t i = 0; i < f; ++i) {
       const double g = gate[i];
-      y[r * f + i] = float(g * sigmoid(g) * double(up[i]));
+      out[r * f + i] = float(g * sigmoid(g) * double(up[i]));
     }
   }
+  out.store();
 }
 
-void CpuBackend::swiglu_backward(const float* h, const float* dy, float* dh, int64_t rows,
-                                 int64_t f) {
-  check_swiglu(rows, f);
+void CpuBackend::swiglu_backward(const Tensor& h, const Tensor& dy, const Tensor& dh) {
+  const int64_t f = check_swiglu("swiglu_backward", h, dy), rows = dy.rows();
+  check_same_numel(h, dh, "swiglu_backward");
+  ActIn hin(h, "swiglu_backward h"), g(dy, "swiglu_backward dy");
+  ActOut out(dh, "swiglu_backward dh");
   for (int64_t r = 0; r < rows; ++r) {
-    const float* gate = h + r * 2 * f;
+    const float* gate = hin.data + r * 2 * f;
     const float* up = gate + f;
-    float* dgate = dh + r * 2 * f;
+    float* dgate = out.data + r * 2 * f;
     float* dup = dgate + f;
     for (int64_t i = 0; i < f; ++i) {
-      const double g = gate[i], u = up[i], d = dy[r * f + i];
-      const double s = sigmoid(g);
-      dgate[i] = float(d * u * s * (1.0 + g * (1.0 - s)));
-      dup[i] = float(d * g * s);
+      const double gv = gate[i], u = up[i], d = g[r * f + i];
+      const double s = sigmoid(gv);
+      dgate[i] = float(d * u * s * (1.0 + gv * (1.0 - s)));
+      dup[i] = float(d * gv * s);
     }
   }
+  out.store();
 }
 
 }  // namespace octet::cpu

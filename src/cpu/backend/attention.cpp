@@ -1,16 +1,29 @@
 // attention.cpp — CpuAttention: one attention layer on the CPU backend, a thin wrapper around the
 // reference attention of octet/attention.h (FP64, BF16 or FP8; stale or matched delta; whole or
-// tiled form). The forward keeps the AttentionSaved (quantized-dequantized Q̂, K̂, V̂, O, LSE) that
-// the backward needs, as a fused kernel would keep them in its workspace; the backward returns the
-// softmax-gradient residual statistics of Delta-Matching (arXiv 2609.37852; ../DESIGN.md §3).
+// tiled form). The forward returns a SavedAttention whose state owns the reference's
+// AttentionSaved (the quantized-dequantized Q̂, K̂, V̂, O, LSE), as a fused kernel keeps them in its
+// workspace, so any number of forwards may precede their backwards. The backward accumulates the
+// softmax-gradient row residual of Delta-Matching (arXiv 2609.37852; docs/design.md §"Delta") into
+// the caller's F64 [2] tensor. q, k, v, o, dO, dQ, dK, dV are act tensors (F32 or BF16, act_io.h:
+// read as FP32, rounded once on store); lse is F32.
+#include <algorithm>
 #include <memory>
+#include <string>
 
+#include "cpu/backend/act_io.h"
 #include "cpu/backend/cpu_backend.h"
 #include "octet/attention.h"
 #include "octet/error.h"
 
 namespace octet::cpu {
 namespace {
+
+class CpuAttention;
+
+struct CpuAttentionState final : SavedState {
+  const CpuAttention* owner = nullptr;
+  AttentionSaved saved;
+};
 
 class CpuAttention final : public Attention {
  public:
@@ -19,23 +32,71 @@ class CpuAttention final : public Attention {
     shape_.validate();
   }
 
-  void forward(const float* q, const float* k, const float* v, float* o, float* lse) override {
-    attention_forward(shape_, config_, q, k, v, o, lse, &saved_);
-    has_saved_ = true;
+  SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                         const Tensor& lse) override {
+    const Shape sq{shape_.batch, shape_.n_heads, shape_.seq_q, shape_.head_dim};
+    const Shape sk{shape_.batch, shape_.n_kv_heads, shape_.seq_k, shape_.head_dim};
+    check_act(q, sq, "attention forward q");
+    check_act(k, sk, "attention forward k");
+    check_act(v, sk, "attention forward v");
+    check_act(o, sq, "attention forward o");
+    check_dtype(lse, DType::F32, "attention forward lse");
+    check_numel(lse, shape_.batch * shape_.n_heads * shape_.seq_q, "attention forward lse");
+    auto state = std::make_unique<CpuAttentionState>();
+    state->owner = this;
+    ActIn qi(q, "attention forward q"), ki(k, "attention forward k"), vi(v, "attention forward v");
+    ActOut oo(o, "attention forward o");
+    attention_forward(shape_, config_, qi.data, ki.data, vi.data, oo.data, lse.f32(),
+                      &state->saved);
+    oo.store();
+    SavedAttention saved;
+    saved.q = q, saved.k = k, saved.v = v, saved.o = o, saved.lse = lse;
+    saved.state = std::move(state);
+    return saved;
   }
 
-  AttentionStats backward(const float* d_o, float* dq, float* dk, float* dv) override {
-    OCTET_CHECK(has_saved_, "attention: backward called before any forward");
+  void backward(const SavedAttention& saved, const Tensor& d_o, const Tensor& dq, const Tensor& dk,
+                const Tensor& dv, const Tensor& residual) override {
+    const auto* st = dynamic_cast<const CpuAttentionState*>(saved.state.get());
+    OCTET_CHECK(st != nullptr, "attention backward: the SavedAttention does not come from a CPU "
+                               "attention's forward");
+    OCTET_CHECK(st->owner == this, "attention backward: the SavedAttention comes from another "
+                                   "attention layer's forward");
+    const Shape sq{shape_.batch, shape_.n_heads, shape_.seq_q, shape_.head_dim};
+    const Shape sk{shape_.batch, shape_.n_kv_heads, shape_.seq_k, shape_.head_dim};
+    check_act(d_o, sq, "attention backward d_o");
+    check_act(dq, sq, "attention backward dq");
+    check_act(dk, sk, "attention backward dk");
+    check_act(dv, sk, "attention backward dv");
+    if (!residual.empty()) {
+      check_dtype(residual, DType::F64, "attention backward residual");
+      check_numel(residual, 2, "attention backward residual");
+    }
+    ActIn g(d_o, "attention backward d_o");
+    ActOut dqo(dq, "attention backward dq"), dko(dk, "attention backward dk"),
+        dvo(dv, "attention backward dv");
     AttentionStats stats;
-    attention_backward(saved_, d_o, dq, dk, dv, &stats);
-    return stats;
+    attention_backward(st->saved, g.data, dqo.data, dko.data, dvo.data,
+                       residual.empty() ? nullptr : &stats);
+    dqo.store(), dko.store(), dvo.store();
+    if (!residual.empty()) {
+      double* r = residual.f64();
+      r[0] = std::max(r[0], stats.row_residual_max);
+      r[1] += stats.row_residual_mean;
+    }
   }
 
  private:
+  // An act tensor of exactly `want` elements laid out as `want` (any shape of equal numel and
+  // last dimension is accepted: the reference reads flat memory).
+  static void check_act(const Tensor& t, const Shape& want, const char* what) {
+    check_activation(t, what);
+    OCTET_CHECK(t.numel() == want.numel() && t.cols() == want.back(),
+                std::string(what) + ": expected " + want.str() + ", got " + t.str());
+  }
+
   AttentionShape shape_;
   AttentionConfig config_;
-  AttentionSaved saved_;  // reused between steps (its vectors keep their capacity)
-  bool has_saved_ = false;
 };
 
 }  // namespace

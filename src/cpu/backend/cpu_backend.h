@@ -1,8 +1,9 @@
 // cpu_backend.h — the CPU reference backend (octet::Backend on host memory), internal declaration.
 //
 // The readable twin of the CUDA backend, in the style of karpathy/llm.c's CPU trainer: plain
-// loops over FP32 buffers, clear math, double accumulation wherever a sum decides accuracy
-// (norm statistics, softmax denominators, reductions). GEMMs go through octet/gemm.h (OpenBLAS
+// loops computing in FP32, double accumulation wherever a sum decides accuracy (norm statistics,
+// softmax denominators, reductions). Activation tensors may be F32 or BF16; every op converts them
+// through act_io.h (read as FP32, round once on store). GEMMs go through octet/gemm.h (OpenBLAS
 // underneath), attention through octet/attention.h. Every operation is documented in
 // octet/backend.h; each concept lives in its own file of this folder:
 //   memory.cpp (memory, elementwise, make_cpu_backend), embedding.cpp, norms.cpp, rope.cpp,
@@ -22,65 +23,57 @@ namespace octet::cpu {
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
+  DType preferred_activation_dtype() const override { return DType::F32; }
 
-  float* alloc(size_t n) override;
-  int32_t* alloc_i32(size_t n) override;
+  Buffer alloc(DType dtype, Shape shape) override;
   void release(void* p) override;
-  void upload(float* dst, const float* host_src, size_t n) override;
-  void upload_i32(int32_t* dst, const int32_t* host_src, size_t n) override;
-  void download(float* host_dst, const float* src, size_t n) override;
-  void fill(float* x, float value, size_t n) override;
-  void copy(float* dst, const float* src, size_t n) override;
+  void upload(const Tensor& dst, const void* host_src) override;
+  void download(void* host_dst, const Tensor& src) override;
+  void fill(const Tensor& x, double value) override;
+  void copy(const Tensor& dst, const Tensor& src) override;
   void synchronize() override {}
 
-  void axpy(float a, const float* x, float* y, size_t n) override;
-  void scale(float a, float* x, size_t n) override;
+  void axpy(float a, const Tensor& x, const Tensor& y) override;
+  void scale(float a, const Tensor& x) override;
 
-  void embedding_forward(const int32_t* ids, const float* table, float* out, int64_t n,
-                         int64_t dim) override;
-  void embedding_backward(const int32_t* ids, const float* dout, float* dtable, int64_t n,
-                          int64_t dim) override;
+  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) override;
+  void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
 
-  void rmsnorm_forward(const float* x, const float* weight, float* y, float* rstd, int64_t rows,
-                       int64_t dim, float eps) override;
-  void rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy,
-                        float* dx, float* dweight, int64_t rows, int64_t dim) override;
-  void layernorm_forward(const float* x, const float* weight, const float* bias, float* y,
-                         float* mean, float* rstd, int64_t rows, int64_t dim, float eps) override;
-  void layernorm_backward(const float* x, const float* weight, const float* mean,
-                          const float* rstd, const float* dy, float* dx, float* dweight,
-                          float* dbias, int64_t rows, int64_t dim) override;
+  void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
+                       float eps) override;
+  void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                        const Tensor& dy, const Tensor& dx, const Tensor& dweight) override;
+  void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                         float eps) override;
+  void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
+                          const Tensor& rstd, const Tensor& dy, const Tensor& dx,
+                          const Tensor& dweight, const Tensor& dbias) override;
 
-  void rope(float* x, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, float theta,
-            bool inverse) override;
+  void rope(const Tensor& x, float theta, bool inverse) override;
 
-  void gelu_forward(const float* x, float* y, size_t n) override;
-  void gelu_backward(const float* x, const float* dy, float* dx, size_t n) override;
-  void swiglu_forward(const float* h, float* y, int64_t rows, int64_t f) override;
-  void swiglu_backward(const float* h, const float* dy, float* dh, int64_t rows,
-                       int64_t f) override;
+  void gelu_forward(const Tensor& x, const Tensor& y) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
+  void swiglu_forward(const Tensor& h, const Tensor& y) override;
+  void swiglu_backward(const Tensor& h, const Tensor& dy, const Tensor& dh) override;
 
-  void split_qkv(const float* qkv, float* q, float* k, float* v, int64_t batch, int64_t seq,
-                 int64_t heads, int64_t kv_heads, int64_t head_dim) override;
-  void merge_qkv(const float* q, const float* k, const float* v, float* qkv, int64_t batch,
-                 int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim) override;
-  void heads_to_tokens(const float* x, float* y, int64_t batch, int64_t heads, int64_t seq,
-                       int64_t head_dim) override;
-  void tokens_to_heads(const float* x, float* y, int64_t batch, int64_t heads, int64_t seq,
-                       int64_t head_dim) override;
+  void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) override;
+  void merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv) override;
+  void heads_to_tokens(const Tensor& x, const Tensor& y) override;
+  void tokens_to_heads(const Tensor& x, const Tensor& y) override;
 
   std::unique_ptr<Linear> make_linear(const LinearSpec& spec) override;
   std::unique_ptr<Attention> make_attention(const AttentionShape& shape,
                                             const AttentionConfig& config) override;
 
-  double cross_entropy(const float* logits, const int32_t* targets, float* dlogits, int64_t n,
-                       int64_t vocab, float grad_scale) override;
+  void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& dlogits,
+                     float grad_scale, const Tensor& loss_sum) override;
 
-  double sum_squares(const float* x, size_t n) override;
-  Moments moments(const float* x, size_t n) override;
+  void sum_squares(const Tensor& x, const Tensor& out) override;
+  Moments moments(const Tensor& x) override;
 
-  void adamw(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1,
-             float beta2, float eps, float weight_decay, int64_t step) override;
+  void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, float lr,
+             float beta1, float beta2, float eps, float weight_decay, int64_t step) override;
 };
 
 }  // namespace octet::cpu

@@ -6,26 +6,47 @@
 //   split_qkv:  qkv [B, T, (H + 2G)·D] -> q [B, H, T, D] (heads 0..H), k (H..H+G), v (H+G..H+2G)
 //   merge_qkv:  the inverse (used for dq, dk, dv -> dqkv)
 //   tokens_to_heads / heads_to_tokens: [B, T, H·D] <-> [B, H, T, D].
-// Pure data movement: exact.
+// Pure data movement: exact for equal dtypes; F32 -> BF16 rounds once (act_io.h).
 #include <string>
 
+#include "cpu/backend/act_io.h"
 #include "cpu/backend/cpu_backend.h"
 #include "octet/error.h"
 
 namespace octet::cpu {
 namespace {
 
+struct HeadDims {
+  int64_t batch, n, seq, head_dim;
+};
+
+// A head-major tensor's [B, n, T, D].
+HeadDims head_dims(const char* op, const Tensor& t) {
+  OCTET_CHECK(t.shape.rank == 4, std::string(op) + ": expected a head-major [B, n, T, D] tensor, got " +
+                                     t.str());
+  return {t.shape[0], t.shape[1], t.shape[2], t.shape[3]};
+}
+
+// Checks the token-major tensor is [B, T, width·D] (rank 3, or any shape with that numel and
+// last dimension width·D).
+void check_tokens(const char* op, const Tensor& tok, const HeadDims& h, int64_t width) {
+  OCTET_CHECK(tok.numel() == h.batch * h.seq * width * h.head_dim &&
+                  tok.cols() == width * h.head_dim,
+              std::string(op) + ": expected token-major [" + std::to_string(h.batch) + ", " +
+                  std::to_string(h.seq) + ", " + std::to_string(width * h.head_dim) + "], got " +
+                  tok.str());
+}
+
 // Copies heads [first, first + n) of a token-major tensor [B, T, width·D] to/from a head-major
 // tensor [B, n, T, D]. to_heads=true reads `tokens` and writes `heads`; false the reverse.
 void move_heads(const float* tokens_in, float* tokens_out, const float* heads_in, float* heads_out,
-                int64_t batch, int64_t seq, int64_t width, int64_t first, int64_t n,
-                int64_t head_dim, bool to_heads) {
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < n; ++h)
-      for (int64_t t = 0; t < seq; ++t) {
-        const int64_t tok = ((b * seq + t) * width + first + h) * head_dim;
-        const int64_t hm = ((b * n + h) * seq + t) * head_dim;
-        for (int64_t d = 0; d < head_dim; ++d) {
+                const HeadDims& h, int64_t width, int64_t first, bool to_heads) {
+  for (int64_t b = 0; b < h.batch; ++b)
+    for (int64_t hh = 0; hh < h.n; ++hh)
+      for (int64_t t = 0; t < h.seq; ++t) {
+        const int64_t tok = ((b * h.seq + t) * width + first + hh) * h.head_dim;
+        const int64_t hm = ((b * h.n + hh) * h.seq + t) * h.head_dim;
+        for (int64_t d = 0; d < h.head_dim; ++d) {
           if (to_heads)
             heads_out[hm + d] = tokens_in[tok + d];
           else
@@ -34,48 +55,62 @@ void move_heads(const float* tokens_in, float* tokens_out, const float* heads_in
       }
 }
 
-void check_layout(const char* op, int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                  int64_t head_dim) {
-  OCTET_CHECK(batch >= 0 && seq >= 0 && heads >= 1 && kv_heads >= 1 && head_dim >= 1,
-              std::string(op) + ": invalid shape batch=" + std::to_string(batch) +
-                  " seq=" + std::to_string(seq) + " heads=" + std::to_string(heads) +
-                  " kv_heads=" + std::to_string(kv_heads) +
-                  " head_dim=" + std::to_string(head_dim));
+// q [B,H,T,D], k and v [B,G,T,D] with equal B, T, D; returns {H, G}.
+std::pair<int64_t, int64_t> check_qkv(const char* op, const Tensor& q, const Tensor& k,
+                                      const Tensor& v) {
+  const HeadDims hq = head_dims(op, q), hk = head_dims(op, k);
+  OCTET_CHECK(k.shape == v.shape, std::string(op) + ": k and v shapes differ: " + k.str() + " vs " +
+                                      v.str());
+  OCTET_CHECK(hq.batch == hk.batch && hq.seq == hk.seq && hq.head_dim == hk.head_dim,
+              std::string(op) + ": q " + q.str() + " and k " + k.str() +
+                  " must agree in B, T and D");
+  return {hq.n, hk.n};
 }
 
 }  // namespace
 
-void CpuBackend::split_qkv(const float* qkv, float* q, float* k, float* v, int64_t batch,
-                           int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim) {
-  check_layout("split_qkv", batch, seq, heads, kv_heads, head_dim);
-  const int64_t width = heads + 2 * kv_heads;
-  move_heads(qkv, nullptr, nullptr, q, batch, seq, width, 0, heads, head_dim, true);
-  move_heads(qkv, nullptr, nullptr, k, batch, seq, width, heads, kv_heads, head_dim, true);
-  move_heads(qkv, nullptr, nullptr, v, batch, seq, width, heads + kv_heads, kv_heads, head_dim,
-             true);
+void CpuBackend::split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
+  const auto [H, G] = check_qkv("split_qkv", q, k, v);
+  const HeadDims hq = head_dims("split_qkv", q), hk = head_dims("split_qkv", k);
+  const int64_t width = H + 2 * G;
+  check_tokens("split_qkv", qkv, hq, width);
+  ActIn in(qkv, "split_qkv qkv");
+  ActOut oq(q, "split_qkv q"), ok(k, "split_qkv k"), ov(v, "split_qkv v");
+  move_heads(in.data, nullptr, nullptr, oq.data, hq, width, 0, true);
+  move_heads(in.data, nullptr, nullptr, ok.data, hk, width, H, true);
+  move_heads(in.data, nullptr, nullptr, ov.data, hk, width, H + G, true);
+  oq.store(), ok.store(), ov.store();
 }
 
-void CpuBackend::merge_qkv(const float* q, const float* k, const float* v, float* qkv,
-                           int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                           int64_t head_dim) {
-  check_layout("merge_qkv", batch, seq, heads, kv_heads, head_dim);
-  const int64_t width = heads + 2 * kv_heads;
-  move_heads(nullptr, qkv, q, nullptr, batch, seq, width, 0, heads, head_dim, false);
-  move_heads(nullptr, qkv, k, nullptr, batch, seq, width, heads, kv_heads, head_dim, false);
-  move_heads(nullptr, qkv, v, nullptr, batch, seq, width, heads + kv_heads, kv_heads, head_dim,
-             false);
+void CpuBackend::merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv) {
+  const auto [H, G] = check_qkv("merge_qkv", q, k, v);
+  const HeadDims hq = head_dims("merge_qkv", q), hk = head_dims("merge_qkv", k);
+  const int64_t width = H + 2 * G;
+  check_tokens("merge_qkv", qkv, hq, width);
+  ActIn iq(q, "merge_qkv q"), ik(k, "merge_qkv k"), iv(v, "merge_qkv v");
+  ActOut out(qkv, "merge_qkv qkv");
+  move_heads(nullptr, out.data, iq.data, nullptr, hq, width, 0, false);
+  move_heads(nullptr, out.data, ik.data, nullptr, hk, width, H, false);
+  move_heads(nullptr, out.data, iv.data, nullptr, hk, width, H + G, false);
+  out.store();
 }
 
-void CpuBackend::heads_to_tokens(const float* x, float* y, int64_t batch, int64_t heads,
-                                 int64_t seq, int64_t head_dim) {
-  check_layout("heads_to_tokens", batch, seq, heads, 1, head_dim);
-  move_heads(nullptr, y, x, nullptr, batch, seq, heads, 0, heads, head_dim, false);
+void CpuBackend::heads_to_tokens(const Tensor& x, const Tensor& y) {
+  const HeadDims h = head_dims("heads_to_tokens", x);
+  check_tokens("heads_to_tokens", y, h, h.n);
+  ActIn in(x, "heads_to_tokens x");
+  ActOut out(y, "heads_to_tokens y");
+  move_heads(nullptr, out.data, in.data, nullptr, h, h.n, 0, false);
+  out.store();
 }
 
-void CpuBackend::tokens_to_heads(const float* x, float* y, int64_t batch, int64_t heads,
-                                 int64_t seq, int64_t head_dim) {
-  check_layout("tokens_to_heads", batch, seq, heads, 1, head_dim);
-  move_heads(x, nullptr, nullptr, y, batch, seq, heads, 0, heads, head_dim, true);
+void CpuBackend::tokens_to_heads(const Tensor& x, const Tensor& y) {
+  const HeadDims h = head_dims("tokens_to_heads", y);
+  check_tokens("tokens_to_heads", x, h, h.n);
+  ActIn in(x, "tokens_to_heads x");
+  ActOut out(y, "tokens_to_heads y");
+  move_heads(in.data, nullptr, nullptr, out.data, h, h.n, 0, true);
+  out.store();
 }
 
 }  // namespace octet::cpu

@@ -1,27 +1,28 @@
 // linear.cpp — CpuLinear: the three GEMMs of a linear layer Y = X Wᵀ in BF16, FP8 or FP32 (CPU).
 //
-// Shapes: X [M, in], W [out, in], Y [M, out]. Every GEMM uses the "TN" convention of octet/gemm.h,
-// C[M, N] = A[M, K]·B[N, K]ᵀ, so each operand is given with the contracted dimension contiguous:
+// Shapes: X act [M, in], W param F32 [out, in], Y act [M, out]. Every GEMM uses the "TN"
+// convention of octet/gemm.h, C[M, N] = A[M, K]·B[N, K]ᵀ, so each operand is given with the
+// contracted dimension contiguous:
 //   forward  Y  = X̂ Ŵᵀ      A = X   [M, in],   B = W   [out, in]
 //   dgrad    dX = dŶ Ŵ      A = dY  [M, out],  B = Wᵀ  [in, out]
 //   wgrad    dW += dŶᵀ X̂    A = dYᵀ [out, M],  B = Xᵀ  [in, M]    (beta = 1: accumulated)
 // BF16: gemm_bf16 (operands rounded to BF16, FP32 accumulation); FP32 (the reference for gradient
-// checks): gemm_f32, operands unrounded. In both, the transposes are FP32 copies.
-// FP8: one Quantizer per operand slot (X: Role::Activation, W: Role::Weight, dY: Role::Gradient),
-// each operand quantized from its FP32 source in the orientation its GEMM needs, transposed ones
-// with quantize_transposed (never re-quantized from FP8), as in DeepSeek-V3 §3.3 and Transformer
-// Engine; then gemm_fp8. Under tensor-delayed scaling the transposed copies reuse the scale of
-// their slot's last quantize() (octet/quant.h), so W's and X's backward copies share the forward
-// scales. All buffers (QTensors, transposes) are members and reused: no allocation per step once
-// the shapes have been seen. quant_state() saves the three slots' delayed-scaling state (quant.h
-// DelayedState) for checkpoints.
+// checks): gemm_f32, operands unrounded. In both, the transposes are FP32 copies made in the
+// backward from the SavedLinear's views of X and W.
+// FP8: one Quantizer per operand slot (X: Role::Activation, W: Role::Weight, dY: Role::Gradient).
+// The forward quantizes X and W for its GEMM and, from the same high-precision sources, X̂ᵀ and Ŵᵀ
+// for the backward; those two live in the SavedLinear's state, so the backward never re-quantizes
+// X or W (DeepSeek-V3 §3.3, Transformer Engine). dY is quantized in the backward. Quantizers are
+// quantize-then-update (octet/quant.h): a quantization uses the slot's current scale and records
+// its amax; update_scales() folds the amaxes in. Activation tensors may be F32 or BF16
+// (act_io.h: read as FP32, Y and dX rounded once on store). (docs/design.md §"Saved state")
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cpu/backend/act_io.h"
 #include "cpu/backend/cpu_backend.h"
 #include "fp8/linear_state.h"
 #include "octet/error.h"
@@ -31,11 +32,12 @@
 namespace octet::cpu {
 namespace {
 
-// dst [cols, rows] = srcᵀ, src [rows, cols] row-major. dst is resized (capacity is kept).
-void transpose(const float* src, int64_t rows, int64_t cols, std::vector<float>& dst) {
-  dst.resize(size_t(rows * cols));
+// dst [cols, rows] = srcᵀ, src [rows, cols] row-major.
+std::vector<float> transpose(const float* src, int64_t rows, int64_t cols) {
+  std::vector<float> dst(size_t(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) dst[size_t(c * rows + r)] = src[r * cols + c];
+  return dst;
 }
 
 // Statistics of one quantized operand: amax, the range of scale = 1/scale_inv over the scale
@@ -58,6 +60,15 @@ QuantStats stats_of(const QTensor& q) {
   return s;
 }
 
+class CpuLinear;
+
+// What one forward keeps for its backward: the layer it came from (so another layer's state is
+// rejected) and, for FP8, X̂ᵀ [in, M] and Ŵᵀ [in, out] quantized from the forward's sources.
+struct CpuLinearState final : SavedState {
+  const CpuLinear* owner = nullptr;
+  QTensor x_t_q, w_t_q;
+};
+
 class CpuLinear final : public Linear {
  public:
   explicit CpuLinear(const LinearSpec& spec)
@@ -66,56 +77,94 @@ class CpuLinear final : public Linear {
                 "linear: in_features and out_features must be >= 1, got " +
                     std::to_string(spec.in_features) + " and " +
                     std::to_string(spec.out_features));
-    if (spec.precision == LinearPrecision::FP8) {
+    if (fp8()) {
       qx_ = std::make_unique<Quantizer>(spec.quant, Role::Activation);
       qw_ = std::make_unique<Quantizer>(spec.quant, Role::Weight);
       qdy_ = std::make_unique<Quantizer>(spec.quant, Role::Gradient);
     }
   }
 
-  void forward(const float* x, const float* w, float* y, int64_t m) override {
-    check_m(m);
+  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y) override {
+    const int64_t m = rows_of(x, spec_.in_features, "linear forward x");
+    check_weight(w);
+    check_rows(y, m, spec_.out_features, "linear forward y");
     const int64_t in = spec_.in_features, out = spec_.out_features;
+    auto state = std::make_unique<CpuLinearState>();
+    state->owner = this;
+    ActIn xin(x, "linear forward x");
+    ActOut yout(y, "linear forward y");
     if (!fp8()) {
-      dense_gemm_(x, w, y, m, out, in, 0.0f);
-      return;
+      dense_gemm_(xin.data, w.f32(), yout.data, m, out, in, 0.0f);
+    } else {
+      QTensor x_q, w_q;
+      qx_->quantize(xin.data, m, in, x_q);
+      qw_->quantize(w.f32(), out, in, w_q);
+      qx_->quantize_transposed(xin.data, m, in, state->x_t_q);
+      qw_->quantize_transposed(w.f32(), out, in, state->w_t_q);
+      gemm_fp8(x_q, w_q, yout.data);
+      stats_x_ = stats_of(x_q);
+      stats_w_ = stats_of(w_q);
     }
-    qx_->quantize(x, m, in, x_q_);
-    qw_->quantize(w, out, in, w_q_);
-    gemm_fp8(x_q_, w_q_, y);
+    yout.store();
+    SavedLinear saved;
+    saved.x = x;
+    saved.w = w;
+    saved.state = std::move(state);
+    return saved;
   }
 
-  void backward(const float* x, const float* w, const float* dy, float* dx, float* dw,
-                int64_t m) override {
-    check_m(m);
+  void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx,
+                const Tensor& dw) override {
+    const auto* st = dynamic_cast<const CpuLinearState*>(saved.state.get());
+    OCTET_CHECK(st != nullptr, "linear backward: the SavedLinear does not come from a CPU "
+                               "linear's forward");
+    OCTET_CHECK(st->owner == this, "linear backward: the SavedLinear comes from another linear "
+                                   "layer's forward");
     const int64_t in = spec_.in_features, out = spec_.out_features;
+    const int64_t m = rows_of(saved.x, in, "linear backward saved x");
+    check_rows(dy, m, out, "linear backward dy");
+    if (!dx.empty()) check_rows(dx, m, in, "linear backward dx");
+    float* dwp = dw.empty() ? nullptr : req_f32(dw, out * in, "linear backward dw");
+    ActIn g(dy, "linear backward dy");
     if (!fp8()) {
-      if (dx) {
-        transpose(w, out, in, w_t_);
-        dense_gemm_(dy, w_t_.data(), dx, m, in, out, 0.0f);
+      if (!dx.empty()) {
+        const std::vector<float> w_t = transpose(saved.w.f32(), out, in);
+        ActOut dxo(dx, "linear backward dx");
+        dense_gemm_(g.data, w_t.data(), dxo.data, m, in, out, 0.0f);
+        dxo.store();
       }
-      if (dw) {
-        transpose(dy, m, out, dy_t_);
-        transpose(x, m, in, x_t_);
-        dense_gemm_(dy_t_.data(), x_t_.data(), dw, out, in, m, 1.0f);
+      if (dwp) {
+        ActIn xin(saved.x, "linear backward saved x");
+        const std::vector<float> dy_t = transpose(g.data, m, out);
+        const std::vector<float> x_t = transpose(xin.data, m, in);
+        dense_gemm_(dy_t.data(), x_t.data(), dwp, out, in, m, 1.0f);
       }
       return;
     }
-    qdy_->quantize(dy, m, out, dy_q_);  // first: it sets dY's delayed scale for the transpose
-    if (dx) {
-      qw_->quantize_transposed(w, out, in, w_t_q_);
-      gemm_fp8(dy_q_, w_t_q_, dx);
+    QTensor dy_q, dy_t_q;
+    qdy_->quantize(g.data, m, out, dy_q);
+    stats_dy_ = stats_of(dy_q);
+    if (!dx.empty()) {
+      ActOut dxo(dx, "linear backward dx");
+      gemm_fp8(dy_q, st->w_t_q, dxo.data);
+      dxo.store();
     }
-    if (dw) {
-      qdy_->quantize_transposed(dy, m, out, dy_t_q_);
-      qx_->quantize_transposed(x, m, in, x_t_q_);
-      gemm_fp8(dy_t_q_, x_t_q_, dw, 1.0f);
+    if (dwp) {
+      qdy_->quantize_transposed(g.data, m, out, dy_t_q);
+      gemm_fp8(dy_t_q, st->x_t_q, dwp, 1.0f);
     }
   }
 
-  QuantStats stats_x() const override { return stats_of(x_q_); }
-  QuantStats stats_w() const override { return stats_of(w_q_); }
-  QuantStats stats_dy() const override { return stats_of(dy_q_); }
+  void update_scales() override {
+    if (!fp8()) return;
+    qx_->update();
+    qw_->update();
+    qdy_->update();
+  }
+
+  QuantStats stats_x() const override { return stats_x_; }
+  QuantStats stats_w() const override { return stats_w_; }
+  QuantStats stats_dy() const override { return stats_dy_; }
 
   std::vector<float> quant_state() const override {
     return detail::linear_quant_state(delayed(), qx_.get(), qw_.get(), qdy_.get());
@@ -129,16 +178,34 @@ class CpuLinear final : public Linear {
  private:
   bool fp8() const { return spec_.precision == LinearPrecision::FP8; }
   bool delayed() const { return fp8() && spec_.quant.recipe == Recipe::TensorDelayed; }
-  static void check_m(int64_t m) {
-    OCTET_CHECK(m >= 1, "linear: the number of rows M must be >= 1, got " + std::to_string(m));
+
+  // An act tensor [M, cols] with M >= 1; returns M.
+  static int64_t rows_of(const Tensor& t, int64_t cols, const char* what) {
+    check_activation(t, what);
+    OCTET_CHECK(t.cols() == cols && t.rows() >= 1,
+                std::string(what) + ": expected [M >= 1, " + std::to_string(cols) + "], got " +
+                    t.str());
+    return t.rows();
+  }
+  static void check_rows(const Tensor& t, int64_t m, int64_t cols, const char* what) {
+    check_activation(t, what);
+    OCTET_CHECK(t.rows() == m && t.cols() == cols,
+                std::string(what) + ": expected [" + std::to_string(m) + ", " +
+                    std::to_string(cols) + "], got " + t.str());
+  }
+  void check_weight(const Tensor& w) const {
+    check_dtype(w, DType::F32, "linear forward w");
+    OCTET_CHECK(w.numel() == spec_.out_features * spec_.in_features &&
+                    w.cols() == spec_.in_features,
+                "linear forward w: expected [" + std::to_string(spec_.out_features) + ", " +
+                    std::to_string(spec_.in_features) + "], got " + w.str());
   }
 
   using DenseGemm = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t, float);
   LinearSpec spec_;
-  DenseGemm dense_gemm_;                               // BF16 / FP32: gemm_bf16 or gemm_f32
-  std::vector<float> w_t_, dy_t_, x_t_;                // BF16 / FP32: FP32 transposes
-  std::unique_ptr<Quantizer> qx_, qw_, qdy_;           // FP8: one quantizer per operand slot
-  QTensor x_q_, w_q_, dy_q_, w_t_q_, dy_t_q_, x_t_q_;  // FP8: operands, reused between calls
+  DenseGemm dense_gemm_;                      // BF16 / FP32: gemm_bf16 or gemm_f32
+  std::unique_ptr<Quantizer> qx_, qw_, qdy_;  // FP8: one quantizer per operand slot
+  QuantStats stats_x_, stats_w_, stats_dy_;   // FP8: at the last quantization of each slot
 };
 
 }  // namespace

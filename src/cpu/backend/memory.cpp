@@ -1,12 +1,15 @@
 // memory.cpp — the CPU backend's memory and elementwise operations, and make_cpu_backend().
 //
-// "Device" memory is host memory: alloc() is calloc (zero-initialized, as octet/backend.h
-// promises), release() is free, upload/download/copy are memcpy. axpy and scale are the BLAS-1
-// definitions (y = y + a x, x = a x) written as plain loops. Follows octet/backend.h.
+// "Device" memory is host memory: alloc() is a zeroed, 64-byte aligned allocation (as
+// octet/backend.h promises), release() frees it, upload/download are memcpy. copy() converts
+// F32 <-> BF16 through act_io.h (round to nearest even); fill() writes any dtype's value. axpy and
+// scale are the BLAS-1 definitions (y = y + a x, x = a x) on act or param tensors, computed in
+// FP32 and rounded once on store. Follows octet/backend.h.
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "cpu/backend/act_io.h"
 #include "cpu/backend/cpu_backend.h"
 #include "octet/error.h"
 
@@ -14,13 +17,7 @@ namespace octet {
 namespace cpu {
 namespace {
 
-// calloc of n elements of `size` bytes; n == 0 still returns a unique pointer (release() frees it).
-void* zeroed(size_t n, size_t size) {
-  void* p = std::calloc(n == 0 ? 1 : n, size);
-  OCTET_CHECK(p != nullptr, "cpu backend: out of host memory allocating " +
-                                std::to_string(n * size) + " bytes");
-  return p;
-}
+constexpr size_t kAlign = 64;
 
 void copy_bytes(void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
@@ -30,40 +27,77 @@ void copy_bytes(void* dst, const void* src, size_t bytes) {
 
 }  // namespace
 
-float* CpuBackend::alloc(size_t n) { return static_cast<float*>(zeroed(n, sizeof(float))); }
-
-int32_t* CpuBackend::alloc_i32(size_t n) {
-  return static_cast<int32_t*>(zeroed(n, sizeof(int32_t)));
+Buffer CpuBackend::alloc(DType dtype, Shape shape) {
+  const size_t bytes = size_t(shape.numel()) * dtype_size(dtype);
+  // aligned_alloc needs a size that is a multiple of the alignment (and non-zero).
+  const size_t padded = (bytes + kAlign - 1) / kAlign * kAlign + (bytes == 0 ? kAlign : 0);
+  void* p = std::aligned_alloc(kAlign, padded);
+  OCTET_CHECK(p != nullptr,
+              "cpu backend: out of host memory allocating " + std::to_string(bytes) + " bytes");
+  std::memset(p, 0, padded);
+  return Buffer(this, Tensor(p, dtype, shape));
 }
 
 void CpuBackend::release(void* p) { std::free(p); }
 
-void CpuBackend::upload(float* dst, const float* host_src, size_t n) {
-  copy_bytes(dst, host_src, n * sizeof(float));
+void CpuBackend::upload(const Tensor& dst, const void* host_src) {
+  copy_bytes(dst.data, host_src, dst.bytes());
 }
 
-void CpuBackend::upload_i32(int32_t* dst, const int32_t* host_src, size_t n) {
-  copy_bytes(dst, host_src, n * sizeof(int32_t));
+void CpuBackend::download(void* host_dst, const Tensor& src) {
+  copy_bytes(host_dst, src.data, src.bytes());
 }
 
-void CpuBackend::download(float* host_dst, const float* src, size_t n) {
-  copy_bytes(host_dst, src, n * sizeof(float));
+void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
+  check_same_numel(dst, src, "copy");
+  if (dst.dtype == src.dtype) {
+    OCTET_CHECK(!dst.empty() && !src.empty(), "copy: missing tensor");
+    copy_bytes(dst.data, src.data, dst.bytes());
+    return;
+  }
+  ActIn in(src, "copy src");
+  ActOut out(dst, "copy dst");
+  for (int64_t i = 0; i < dst.numel(); ++i) out[i] = in[i];
+  out.store();
 }
 
-void CpuBackend::copy(float* dst, const float* src, size_t n) {
-  copy_bytes(dst, src, n * sizeof(float));
+void CpuBackend::fill(const Tensor& x, double value) {
+  OCTET_CHECK(!x.empty(), "fill: missing tensor");
+  const int64_t n = x.numel();
+  switch (x.dtype) {
+    case DType::F64: {
+      double* p = x.f64();
+      for (int64_t i = 0; i < n; ++i) p[i] = value;
+      return;
+    }
+    case DType::I32: {
+      int32_t* p = x.i32();
+      for (int64_t i = 0; i < n; ++i) p[i] = int32_t(value);
+      return;
+    }
+    case DType::F32:
+    case DType::BF16: {
+      ActOut out(x, "fill");
+      for (int64_t i = 0; i < n; ++i) out[i] = float(value);
+      out.store();
+      return;
+    }
+    default: OCTET_FAIL("fill: unsupported dtype " + x.str());
+  }
 }
 
-void CpuBackend::fill(float* x, float value, size_t n) {
-  for (size_t i = 0; i < n; ++i) x[i] = value;
+void CpuBackend::axpy(float a, const Tensor& x, const Tensor& y) {
+  check_same_numel(x, y, "axpy");
+  ActIn in(x, "axpy x");
+  ActOut out(y, "axpy y", true);
+  for (int64_t i = 0; i < y.numel(); ++i) out[i] += a * in[i];
+  out.store();
 }
 
-void CpuBackend::axpy(float a, const float* x, float* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
-void CpuBackend::scale(float a, float* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) x[i] *= a;
+void CpuBackend::scale(float a, const Tensor& x) {
+  ActOut out(x, "scale x", true);
+  for (int64_t i = 0; i < x.numel(); ++i) out[i] *= a;
+  out.store();
 }
 
 }  // namespace cpu

@@ -5,68 +5,96 @@
 // LayerNorm (Ba, Kiros & Hinton 2016, arXiv 1607.06450): x̂ = (x − mean)·rstd, y = x̂·w + b,
 //   rstd = 1/sqrt(var + eps) with the population variance.
 //   Backward, with g = dy·w:  dx = rstd·(g − mean(g) − x̂·mean(g·x̂));  dw += dy·x̂;  db += dy.
-// Row statistics and the backward's row means are accumulated in double; the saved mean/rstd
-// are FP32 (what the backward of either backend reads). A null weight means w = 1 (FOG's
-// non-trainable QK-norm), a null bias means b = 0; null dweight/dbias skip those gradients.
+// x, y, dy, dx are act tensors [rows, dim] (F32 or BF16, act_io.h); the statistics mean/rstd are
+// F32 [rows] (what the backward of either backend reads), gains and biases F32 [dim]. Row
+// statistics and the backward's row means are accumulated in double. An empty weight means w = 1
+// (FOG's non-trainable QK-norm); empty dweight/dbias skip those gradients.
 #include <cmath>
 #include <string>
 
+#include "cpu/backend/act_io.h"
 #include "cpu/backend/cpu_backend.h"
 #include "octet/error.h"
 
 namespace octet::cpu {
 namespace {
 
-void check_shape(const char* op, int64_t rows, int64_t dim) {
-  OCTET_CHECK(rows >= 0 && dim >= 1, std::string(op) + ": need rows >= 0 and dim >= 1, got rows=" +
-                                         std::to_string(rows) + " dim=" + std::to_string(dim));
+struct Rows {
+  int64_t rows, dim;
+};
+
+// x [rows, dim] and each other act tensor of the same numel and last dimension.
+Rows check_rows(const char* op, const Tensor& x, std::initializer_list<const Tensor*> same) {
+  check_activation(x, op);
+  const Rows r{x.rows(), x.cols()};
+  OCTET_CHECK(r.dim >= 1, std::string(op) + ": x must have a last dimension >= 1, got " + x.str());
+  for (const Tensor* t : same)
+    OCTET_CHECK(t->numel() == x.numel() && t->cols() == r.dim,
+                std::string(op) + ": " + t->str() + " does not match x " + x.str());
+  return r;
 }
 
 inline float weight_at(const float* w, int64_t i) { return w ? w[i] : 1.0f; }
 
 }  // namespace
 
-void CpuBackend::rmsnorm_forward(const float* x, const float* weight, float* y, float* rstd,
-                                 int64_t rows, int64_t dim, float eps) {
-  check_shape("rmsnorm_forward", rows, dim);
+void CpuBackend::rmsnorm_forward(const Tensor& x_t, const Tensor& weight, const Tensor& y_t,
+                                 const Tensor& rstd_t, float eps) {
+  const auto [rows, dim] = check_rows("rmsnorm_forward", x_t, {&y_t});
+  const float* w = opt_f32(weight, dim, "rmsnorm_forward weight");
+  float* rstd = req_f32(rstd_t, rows, "rmsnorm_forward rstd");
+  ActIn x(x_t, "rmsnorm_forward x");
+  ActOut y(y_t, "rmsnorm_forward y");
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    float* yr = y + r * dim;
+    const float* xr = x.data + r * dim;
+    float* yr = y.data + r * dim;
     double ss = 0.0;
     for (int64_t i = 0; i < dim; ++i) ss += double(xr[i]) * xr[i];
     const float rs = float(1.0 / std::sqrt(ss / double(dim) + double(eps)));
-    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * rs * weight_at(weight, i);
+    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * rs * weight_at(w, i);
     rstd[r] = rs;
   }
+  y.store();
 }
 
-void CpuBackend::rmsnorm_backward(const float* x, const float* weight, const float* rstd,
-                                  const float* dy, float* dx, float* dweight, int64_t rows,
-                                  int64_t dim) {
-  check_shape("rmsnorm_backward", rows, dim);
+void CpuBackend::rmsnorm_backward(const Tensor& x_t, const Tensor& weight, const Tensor& rstd_t,
+                                  const Tensor& dy_t, const Tensor& dx_t, const Tensor& dweight) {
+  const auto [rows, dim] = check_rows("rmsnorm_backward", x_t, {&dy_t, &dx_t});
+  const float* w = opt_f32(weight, dim, "rmsnorm_backward weight");
+  float* dw = opt_f32(dweight, dim, "rmsnorm_backward dweight");
+  const float* rstd = req_f32(rstd_t, rows, "rmsnorm_backward rstd");
+  ActIn x(x_t, "rmsnorm_backward x"), dy(dy_t, "rmsnorm_backward dy");
+  ActOut dx(dx_t, "rmsnorm_backward dx");
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    const float* dyr = dy + r * dim;
-    float* dxr = dx + r * dim;
+    const float* xr = x.data + r * dim;
+    const float* dyr = dy.data + r * dim;
+    float* dxr = dx.data + r * dim;
     const double rs = rstd[r];
     double gx = 0.0;  // Σ g·x
-    for (int64_t i = 0; i < dim; ++i) gx += double(dyr[i]) * weight_at(weight, i) * xr[i];
+    for (int64_t i = 0; i < dim; ++i) gx += double(dyr[i]) * weight_at(w, i) * xr[i];
     const double c = rs * rs * rs * gx / double(dim);
     for (int64_t i = 0; i < dim; ++i) {
-      const double g = double(dyr[i]) * weight_at(weight, i);
+      const double g = double(dyr[i]) * weight_at(w, i);
       dxr[i] = float(rs * g - c * xr[i]);
-      if (dweight) dweight[i] += float(double(dyr[i]) * xr[i] * rs);
+      if (dw) dw[i] += float(double(dyr[i]) * xr[i] * rs);
     }
   }
+  dx.store();
 }
 
-void CpuBackend::layernorm_forward(const float* x, const float* weight, const float* bias,
-                                   float* y, float* mean, float* rstd, int64_t rows, int64_t dim,
+void CpuBackend::layernorm_forward(const Tensor& x_t, const Tensor& weight, const Tensor& bias,
+                                   const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t,
                                    float eps) {
-  check_shape("layernorm_forward", rows, dim);
+  const auto [rows, dim] = check_rows("layernorm_forward", x_t, {&y_t});
+  const float* w = req_f32(weight, dim, "layernorm_forward weight");
+  const float* b = opt_f32(bias, dim, "layernorm_forward bias");
+  float* mean = req_f32(mean_t, rows, "layernorm_forward mean");
+  float* rstd = req_f32(rstd_t, rows, "layernorm_forward rstd");
+  ActIn x(x_t, "layernorm_forward x");
+  ActOut y(y_t, "layernorm_forward y");
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    float* yr = y + r * dim;
+    const float* xr = x.data + r * dim;
+    float* yr = y.data + r * dim;
     double s = 0.0;
     for (int64_t i = 0; i < dim; ++i) s += xr[i];
     const double mu = s / double(dim);
@@ -76,37 +104,46 @@ void CpuBackend::layernorm_forward(const float* x, const float* weight, const fl
     const double rs = 1.0 / std::sqrt(var + double(eps));
     for (int64_t i = 0; i < dim; ++i) {
       const double xhat = (xr[i] - mu) * rs;
-      yr[i] = float(xhat * weight_at(weight, i) + (bias ? bias[i] : 0.0f));
+      yr[i] = float(xhat * w[i] + (b ? b[i] : 0.0f));
     }
     mean[r] = float(mu);
     rstd[r] = float(rs);
   }
+  y.store();
 }
 
-void CpuBackend::layernorm_backward(const float* x, const float* weight, const float* mean,
-                                    const float* rstd, const float* dy, float* dx, float* dweight,
-                                    float* dbias, int64_t rows, int64_t dim) {
-  check_shape("layernorm_backward", rows, dim);
+void CpuBackend::layernorm_backward(const Tensor& x_t, const Tensor& weight, const Tensor& mean_t,
+                                    const Tensor& rstd_t, const Tensor& dy_t, const Tensor& dx_t,
+                                    const Tensor& dweight, const Tensor& dbias) {
+  const auto [rows, dim] = check_rows("layernorm_backward", x_t, {&dy_t, &dx_t});
+  const float* w = req_f32(weight, dim, "layernorm_backward weight");
+  float* dw = opt_f32(dweight, dim, "layernorm_backward dweight");
+  float* db = opt_f32(dbias, dim, "layernorm_backward dbias");
+  const float* mean = req_f32(mean_t, rows, "layernorm_backward mean");
+  const float* rstd = req_f32(rstd_t, rows, "layernorm_backward rstd");
+  ActIn x(x_t, "layernorm_backward x"), dy(dy_t, "layernorm_backward dy");
+  ActOut dx(dx_t, "layernorm_backward dx");
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    const float* dyr = dy + r * dim;
-    float* dxr = dx + r * dim;
+    const float* xr = x.data + r * dim;
+    const float* dyr = dy.data + r * dim;
+    float* dxr = dx.data + r * dim;
     const double mu = mean[r], rs = rstd[r];
     double g_sum = 0.0, gxhat_sum = 0.0;
     for (int64_t i = 0; i < dim; ++i) {
-      const double g = double(dyr[i]) * weight_at(weight, i);
+      const double g = double(dyr[i]) * w[i];
       g_sum += g;
       gxhat_sum += g * (xr[i] - mu) * rs;
     }
     const double g_mean = g_sum / double(dim), gxhat_mean = gxhat_sum / double(dim);
     for (int64_t i = 0; i < dim; ++i) {
       const double xhat = (xr[i] - mu) * rs;
-      const double g = double(dyr[i]) * weight_at(weight, i);
+      const double g = double(dyr[i]) * w[i];
       dxr[i] = float(rs * (g - g_mean - xhat * gxhat_mean));
-      if (dweight) dweight[i] += float(double(dyr[i]) * xhat);
-      if (dbias) dbias[i] += dyr[i];
+      if (dw) dw[i] += float(double(dyr[i]) * xhat);
+      if (db) db[i] += dyr[i];
     }
   }
+  dx.store();
 }
 
 }  // namespace octet::cpu

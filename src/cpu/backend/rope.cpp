@@ -4,20 +4,21 @@
 // position t is rotated by the angle a = t·theta^(−2i/D):
 //   x_i' = x_i cos a − x_{i+D/2} sin a,   x_{i+D/2}' = x_i sin a + x_{i+D/2} cos a.
 // The rotation is orthogonal, so its backward (the transpose) is the rotation by −a:
-// inverse=true. Angles, sines and cosines are computed in double. x is [B, H, T, D] in place;
-// t is the index along T.
+// inverse=true. Angles, sines and cosines are computed in double. x is an act tensor
+// [B, H, T, D] rotated in place (act_io.h: read as FP32, rounded once on store); t indexes T.
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "cpu/backend/act_io.h"
 #include "cpu/backend/cpu_backend.h"
 #include "octet/error.h"
 
 namespace octet::cpu {
 
-void CpuBackend::rope(float* x, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim,
-                      float theta, bool inverse) {
-  OCTET_CHECK(batch >= 0 && heads >= 0 && seq >= 0, "rope: negative size");
+void CpuBackend::rope(const Tensor& x, float theta, bool inverse) {
+  OCTET_CHECK(x.shape.rank == 4, "rope: expected x [B, H, T, D], got " + x.str());
+  const int64_t seq = x.shape[2], head_dim = x.shape[3], bh = x.shape[0] * x.shape[1];
   OCTET_CHECK(head_dim >= 2 && head_dim % 2 == 0,
               "rope: head_dim must be even and >= 2, got " + std::to_string(head_dim));
   OCTET_CHECK(theta > 0.0f && std::isfinite(theta),
@@ -32,9 +33,10 @@ void CpuBackend::rope(float* x, int64_t batch, int64_t heads, int64_t seq, int64
       cos_t[size_t(t * half + i)] = std::cos(a);
       sin_t[size_t(t * half + i)] = std::sin(a);
     }
-  for (int64_t bh = 0; bh < batch * heads; ++bh)
+  ActOut out(x, "rope x", true);
+  for (int64_t r = 0; r < bh; ++r)
     for (int64_t t = 0; t < seq; ++t) {
-      float* v = x + (bh * seq + t) * head_dim;
+      float* v = out.data + (r * seq + t) * head_dim;
       for (int64_t i = 0; i < half; ++i) {
         const double c = cos_t[size_t(t * half + i)], s = sin_t[size_t(t * half + i)];
         const double x1 = v[i], x2 = v[i + half];
@@ -42,6 +44,7 @@ void CpuBackend::rope(float* x, int64_t batch, int64_t heads, int64_t seq, int64
         v[i + half] = float(x1 * s + x2 * c);
       }
     }
+  out.store();
 }
 
 }  // namespace octet::cpu

@@ -1,0 +1,48 @@
+// src/core/buffer.cpp — the owning Buffer of tensor.h and the Backend helpers that every backend
+// shares (host FP32 copies of F32/BF16 tensors, reading an F64 accumulator).
+#include <cstring>
+#include <vector>
+
+#include "octet/backend.h"
+#include "octet/error.h"
+#include "octet/fp8.h"
+
+namespace octet {
+
+Buffer::~Buffer() {
+  if (owner_ && t_.data) owner_->release(t_.data);
+}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    if (owner_ && t_.data) owner_->release(t_.data);
+    owner_ = o.owner_;
+    t_ = o.t_;
+    o.owner_ = nullptr;
+    o.t_ = {};
+  }
+  return *this;
+}
+
+std::vector<float> Backend::download_f32(const Tensor& src) {
+  check_activation(src, "download_f32");
+  std::vector<float> out(size_t(src.numel()));
+  if (src.dtype == DType::F32) {
+    download(out.data(), src);
+    return out;
+  }
+  std::vector<uint16_t> bits(out.size());
+  download(bits.data(), src);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_float(bits[i]);
+  return out;
+}
+
+double Backend::read_f64(const Tensor& acc) {
+  check_dtype(acc, DType::F64, "read_f64");
+  check_numel(acc, 1, "read_f64");
+  double v = 0;
+  download(&v, acc);
+  return v;
+}
+
+}  // namespace octet

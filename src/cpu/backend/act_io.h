@@ -1,0 +1,95 @@
+// act_io.h — the one place where the CPU backend converts activation tensors (F32 or BF16,
+// octet/tensor.h) to and from the FP32 its loops compute in. (docs/design.md §"Typed tensors")
+//
+// Rule (octet/backend.h "act"): an op reads every input as FP32, computes in FP32 (or double) as
+// before, and rounds each output once, on store, to its tensor's dtype (round to nearest even for
+// BF16: fp8.h bf16_from_float). An F32 tensor is used in place (no copy); a BF16 tensor is widened
+// into a scratch vector on load and narrowed back by store(). Because the FP32 computation is the
+// same whatever the dtypes, an op on BF16 tensors equals the op on F32 tensors holding the same
+// values followed by a rounding of its outputs to BF16 — the CPU twin of a CUDA BF16 kernel.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "octet/error.h"
+#include "octet/fp8.h"
+#include "octet/tensor.h"
+
+namespace octet::cpu {
+
+/// An input read as FP32: `data` points into the tensor (F32) or into `tmp` (BF16, widened).
+struct ActIn {
+  const float* data = nullptr;
+  std::vector<float> tmp;
+  explicit ActIn(const Tensor& t, const char* what = "activation input") {
+    check_activation(t, what);
+    if (t.dtype == DType::F32) {
+      data = t.f32();
+      return;
+    }
+    const uint16_t* b = t.bf16();
+    tmp.resize(size_t(t.numel()));
+    for (size_t i = 0; i < tmp.size(); ++i) tmp[i] = bf16_to_float(b[i]);
+    data = tmp.data();
+  }
+  ActIn(const ActIn&) = delete;
+  ActIn& operator=(const ActIn&) = delete;
+  const float& operator[](int64_t i) const { return data[i]; }
+};
+
+/// An output written as FP32 and stored to its tensor by store() (F32: written in place, store()
+/// is a no-op; BF16: a scratch rounded once into the tensor). `load` = true first reads the current
+/// values (in-place ops: axpy's y, scale, rope).
+struct ActOut {
+  Tensor t;
+  float* data = nullptr;
+  std::vector<float> tmp;
+  explicit ActOut(const Tensor& tensor, const char* what = "activation output", bool load = false)
+      : t(tensor) {
+    check_activation(t, what);
+    if (t.dtype == DType::F32) {
+      data = t.f32();
+      return;
+    }
+    tmp.assign(size_t(t.numel()), 0.0f);
+    if (load) {
+      const uint16_t* b = t.bf16();
+      for (size_t i = 0; i < tmp.size(); ++i) tmp[i] = bf16_to_float(b[i]);
+    }
+    data = tmp.data();
+  }
+  ActOut(const ActOut&) = delete;
+  ActOut& operator=(const ActOut&) = delete;
+  float& operator[](int64_t i) { return data[i]; }
+  /// Rounds the scratch into a BF16 tensor (round to nearest even). Idempotent for F32.
+  void store() {
+    if (t.dtype != DType::BF16) return;
+    uint16_t* b = t.bf16();
+    for (size_t i = 0; i < tmp.size(); ++i) b[i] = bf16_from_float(tmp[i]);
+  }
+};
+
+/// An optional F32 parameter/statistic pointer: null for an empty tensor, else checked F32 with
+/// `numel` elements (what: the argument's name for the error).
+inline float* opt_f32(const Tensor& t, int64_t numel, const char* what) {
+  if (t.empty()) return nullptr;
+  check_dtype(t, DType::F32, what);
+  check_numel(t, numel, what);
+  return t.f32();
+}
+
+/// A required F32 tensor of `numel` elements.
+inline float* req_f32(const Tensor& t, int64_t numel, const char* what) {
+  check_dtype(t, DType::F32, what);
+  check_numel(t, numel, what);
+  return t.f32();
+}
+
+/// Throws unless a and b have equal numel (elementwise ops).
+inline void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {
+  OCTET_CHECK(a.numel() == b.numel(), std::string(op) + ": element counts differ: " + a.str() +
+                                          " vs " + b.str());
+}
+
+}  // namespace octet::cpu

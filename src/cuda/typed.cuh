@@ -1,0 +1,64 @@
+// src/cuda/typed.cuh — element types of activation tensors in the CUDA kernels, and the one
+// dispatch helper that turns runtime dtypes (F32 or BF16, octet/tensor.h) into kernel template
+// arguments. (docs/design.md §"Typed tensors")
+//
+// Every act tensor of an operation may be F32 or BF16 independently. A kernel templated on its
+// tensors' element types loads each element as FP32 (ld), computes in FP32 (or double, as its
+// CPU twin) and rounds once on store (st): round to nearest even for BF16, fp8.h bf16_from_float,
+// the same function the CPU twin uses, so both backends store the same bits.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "octet/error.h"
+#include "octet/fp8.h"
+#include "octet/tensor.h"
+
+namespace octet::cuda {
+
+/// A BF16 element in memory: the 16 high bits of the FP32 pattern (tensor.h).
+struct Bf16 {
+  uint16_t bits;
+};
+
+__device__ __forceinline__ float ld(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float ld(const Bf16* p, int64_t i) { return bf16_to_float(p[i].bits); }
+__device__ __forceinline__ void st(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void st(Bf16* p, int64_t i, float v) { p[i].bits = bf16_from_float(v); }
+
+namespace detail {
+template <class... Done>
+struct ActDispatch {
+  template <class F>
+  static void run(F&& f) {
+    f(static_cast<Done*>(nullptr)...);
+  }
+  template <class F, class... Rest>
+  static void run(F&& f, DType t, Rest... rest) {
+    if (t == DType::BF16)
+      ActDispatch<Done..., Bf16>::run(std::forward<F>(f), rest...);
+    else if (t == DType::F32)
+      ActDispatch<Done..., float>::run(std::forward<F>(f), rest...);
+    else
+      OCTET_FAIL("cuda: an activation tensor must be f32 or bf16, got " + to_string(t));
+  }
+};
+}  // namespace detail
+
+/// Calls f(T1* tag, T2* tag, ...) with Ti = float for F32 and Bf16 for BF16 dtypes (null pointers
+/// that carry the types): `dispatch_act(f, x.dtype, y.dtype)`. Throws for other dtypes.
+template <class F, class... D>
+void dispatch_act(F&& f, D... dtypes) {
+  detail::ActDispatch<>::run(std::forward<F>(f), dtypes...);
+}
+
+/// The typed device pointer of an act tensor, for a type tag from dispatch_act.
+template <class T>
+T* typed(const Tensor& t, T*) {
+  return static_cast<T*>(t.data);
+}
+
+}  // namespace octet::cuda

@@ -1,0 +1,84 @@
+// src/model/impl.h — Model::Impl: the transformer's backend tensors (activations, statistics,
+// gradient scratch, accumulators), its layers (LinearOp, NormOp, Attention) and the saved state of
+// the current micro-batch, shared by model.cpp (construction, parameters, diagnostics, quantizer
+// state) and transformer.cpp (forward and backward). Shapes use N = B·T tokens, d = d_model,
+// H / G query / KV heads of Dh, F = d_ff, V = vocab; "act" tensors have precision.activations.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/ops.h"
+#include "octet/backend.h"
+#include "octet/model.h"
+
+namespace octet {
+
+/// Owns backend buffers; returns them at destruction.
+class Arena {
+ public:
+  explicit Arena(Backend& be) : be_(be) {}
+  Tensor make(DType t, Shape s) {
+    owned_.push_back(be_.alloc(t, s));
+    return owned_.back().tensor();
+  }
+
+ private:
+  Backend& be_;
+  std::vector<Buffer> owned_;
+};
+
+// One residual unit's saved tensors (the sublayer's own live in AttnLayer / MlpLayer).
+struct UnitBuffers {
+  model_detail::NormOp norm;
+  Tensor u;           // pre-norm output (pre placement) act [N, d]
+  Tensor f;           // sublayer output act [N, d]
+  Tensor s;           // residual sum before the post-norm (post placement) act [N, d]
+  Tensor mean, rstd;  // norm statistics F32 [N]
+};
+
+struct AttnLayer {
+  model_detail::LinearOp qkv, proj;
+  model_detail::NormOp q_norm, k_norm;
+  std::unique_ptr<Attention> attn;
+  Tensor qkv_out;                // act [N, (H + 2G)·Dh]
+  Tensor q_raw, k_raw, q, k, v;  // act [B, H|G, T, Dh] (raw: before QK-norm; qk_norm only)
+  Tensor q_rstd, k_rstd;         // F32 [B·H·T], [B·G·T] (qk_norm only)
+  Tensor o;                      // act [B, H, T, Dh]
+  Tensor lse;                    // F32 [B, H, T]
+  Tensor ot;                     // act [N, H·Dh]
+  Tensor residual;               // F64 [2]: row residual max, Σ of means (since zero_grad)
+  SavedAttention saved;          // of the current micro-batch
+};
+
+struct MlpLayer {
+  model_detail::LinearOp fc1, fc2;
+  Tensor h, a;  // act [N, fc1 width], [N, F]
+};
+
+struct Model::Impl {
+  Arena arena;
+  int64_t N, B, T, d, H, G, Dh, F, V;
+  float res_a = 1.0f, res_b = 1.0f;  // R(x, y) = a·x + b·y
+  Buffer params, grads;              // F32 [num_params]
+  std::vector<Tensor> stream;        // 2L+1 residual-stream tensors act [N, d]
+  std::vector<UnitBuffers> units;    // 2L
+  std::vector<AttnLayer> attn;
+  std::vector<MlpLayer> mlp;
+  model_detail::NormOp norm_f;
+  Tensor xf, mean_f, rstd_f, logits;
+  model_detail::LinearOp head;
+  Tensor ids, targets;      // I32 [N]
+  Tensor loss;              // F64 [1]: summed loss since the last take_loss()
+  int64_t n_backward = 0;   // attention backwards since zero_grad (the residual mean's count)
+  Tensor wte, dwte, wpe, dwpe;  // F32 views (wpe: learned positions only)
+  // gradient scratch (act)
+  Tensor dcur, dt1, dt2, dt3, gtmp, dqkv, dq, dk, dv, dq2, dk2, dout, dot, dh, da;
+  explicit Impl(Backend& be) : arena(be) {}
+
+  // Every linear with its checkpoint key (the parameter name without ".weight"; "head").
+  std::vector<std::pair<std::string, model_detail::LinearOp*>> linears();
+};
+
+}  // namespace octet

@@ -1,0 +1,289 @@
+// src/model/model.cpp — the Model of model.h around its forward/backward (transformer.cpp):
+// construction of every backend tensor and layer (model/impl.h), parameters and gradients,
+// initialization, diagnostics and the quantizer state of checkpoints.
+#include <cmath>
+#include <map>
+
+#include "model/impl.h"
+#include "model/layout.h"
+#include "octet/error.h"
+
+namespace octet {
+
+using model_detail::LinearOp;
+using model_detail::NormOp;
+
+std::vector<std::pair<std::string, LinearOp*>> Model::Impl::linears() {
+  std::vector<std::pair<std::string, LinearOp*>> v;
+  for (size_t l = 0; l < attn.size(); ++l) {
+    const std::string h = "h." + std::to_string(l);
+    v.emplace_back(h + ".attn.qkv", &attn[l].qkv);
+    v.emplace_back(h + ".attn.proj", &attn[l].proj);
+    v.emplace_back(h + ".mlp.fc1", &mlp[l].fc1);
+    v.emplace_back(h + ".mlp.fc2", &mlp[l].fc2);
+  }
+  v.emplace_back("head", &head);
+  return v;
+}
+
+Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backend& backend,
+             int64_t batch)
+    : config_(config), precision_(precision), backend_(backend), batch_(batch) {
+  config_.validate();
+  precision_.validate();
+  OCTET_CHECK(batch >= 1, "batch must be >= 1 (got " + std::to_string(batch) + ")");
+  params_ = model_detail::build_param_table(config_);
+  n_params_ = params_.back().offset + params_.back().numel;
+  impl_ = std::make_unique<Impl>(backend_);
+  Impl& m = *impl_;
+  Arena& A = m.arena;
+  const ModelConfig& c = config_;
+  const DType act = precision_.activations;
+  m.B = batch;
+  m.T = c.seq_len;
+  m.N = m.B * m.T;
+  m.d = c.d_model;
+  m.H = c.n_head;
+  m.G = c.n_kv_head;
+  m.Dh = c.head_dim();
+  m.F = c.d_ff;
+  m.V = c.vocab_size;
+  if (c.unit_scaling) {
+    m.res_a = std::sqrt(1.0f - c.residual_tau);
+    m.res_b = std::sqrt(c.residual_tau);
+  }
+  m.params = backend_.alloc(DType::F32, {int64_t(n_params_)});
+  m.grads = backend_.alloc(DType::F32, {int64_t(n_params_)});
+  // F32 views of one parameter and of its gradient.
+  auto view = [&](const std::string& name, const Buffer& buf) {
+    const ParamInfo& p = param(name);
+    Shape s;
+    for (int64_t e : p.shape) s.dims[size_t(s.rank++)] = e;
+    return Tensor(buf.tensor().f32() + p.offset, DType::F32, s);
+  };
+  const int64_t qkv_w = (m.H + 2 * m.G) * m.Dh;
+  const int64_t fc1_w = c.mlp == MlpKind::SwiGLU ? 2 * m.F : m.F;
+  const Shape Nd{m.N, m.d}, rows{m.N};
+  const Shape sq{m.B, m.H, m.T, m.Dh}, sk{m.B, m.G, m.T, m.Dh};
+
+  auto make_norm = [&](const std::string& prefix) {
+    NormOp n;
+    n.kind = c.norm;
+    n.eps = c.norm_eps;
+    n.w = view(prefix + ".weight", m.params);
+    n.dw = view(prefix + ".weight", m.grads);
+    if (c.norm == NormKind::LayerNorm) {
+      n.b = view(prefix + ".bias", m.params);
+      n.db = view(prefix + ".bias", m.grads);
+    }
+    return n;
+  };
+  auto make_linear = [&](const std::string& name, const std::string& pname, int64_t in,
+                         int64_t out, LinearPrecision prec) {
+    LinearOp op;
+    op.name = name;
+    op.w = view(pname, m.params);
+    op.dw = view(pname, m.grads);
+    op.mult = c.unit_scaling ? float(1.0 / std::sqrt(double(in))) : 1.0f;
+    LinearSpec spec;
+    spec.in_features = in;
+    spec.out_features = out;
+    spec.precision = prec;
+    spec.quant = precision_.quant;
+    op.lin = backend_.make_linear(spec);
+    return op;
+  };
+
+  const LinearPrecision lp = linear_precision(precision_.arm);
+  AttentionShape shape;
+  shape.batch = m.B;
+  shape.n_heads = m.H;
+  shape.n_kv_heads = m.G;
+  shape.seq_q = shape.seq_k = m.T;
+  shape.head_dim = m.Dh;
+  shape.causal = true;
+  const AttentionConfig acfg = attention_config(precision_);
+
+  for (int64_t i = 0; i <= 2 * c.n_layer; ++i) m.stream.push_back(A.make(act, Nd));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string h = "h." + std::to_string(l);
+    for (int k = 0; k < 2; ++k) {
+      UnitBuffers u;
+      u.norm = make_norm(h + (k == 0 ? ".norm1" : ".norm2"));
+      if (c.norm_placement == NormPlacement::Pre) u.u = A.make(act, Nd);
+      if (c.norm_placement == NormPlacement::Post) u.s = A.make(act, Nd);
+      u.f = A.make(act, Nd);
+      u.mean = A.make(DType::F32, rows);
+      u.rstd = A.make(DType::F32, rows);
+      m.units.push_back(std::move(u));
+    }
+    AttnLayer al;
+    al.qkv = make_linear("qkv", h + ".attn.qkv.weight", m.d, qkv_w, lp);
+    al.proj = make_linear("proj", h + ".attn.proj.weight", m.H * m.Dh, m.d, lp);
+    for (NormOp* qn : {&al.q_norm, &al.k_norm}) {
+      qn->kind = NormKind::RMSNorm;
+      qn->eps = c.norm_eps;
+    }
+    if (c.qk_norm && c.qk_norm_trainable) {
+      al.q_norm.w = view(h + ".attn.q_norm.weight", m.params);
+      al.q_norm.dw = view(h + ".attn.q_norm.weight", m.grads);
+      al.k_norm.w = view(h + ".attn.k_norm.weight", m.params);
+      al.k_norm.dw = view(h + ".attn.k_norm.weight", m.grads);
+    }
+    al.attn = backend_.make_attention(shape, acfg);
+    al.qkv_out = A.make(act, {m.N, qkv_w});
+    al.q = A.make(act, sq);
+    al.k = A.make(act, sk);
+    al.v = A.make(act, sk);
+    if (c.qk_norm) {
+      al.q_raw = A.make(act, sq);
+      al.k_raw = A.make(act, sk);
+      al.q_rstd = A.make(DType::F32, {m.B * m.H * m.T});
+      al.k_rstd = A.make(DType::F32, {m.B * m.G * m.T});
+    }
+    al.o = A.make(act, sq);
+    al.lse = A.make(DType::F32, {m.B, m.H, m.T});
+    al.ot = A.make(act, {m.N, m.H * m.Dh});
+    al.residual = A.make(DType::F64, {2});
+    m.attn.push_back(std::move(al));
+    MlpLayer ml;
+    ml.fc1 = make_linear("fc1", h + ".mlp.fc1.weight", m.d, fc1_w, lp);
+    ml.fc2 = make_linear("fc2", h + ".mlp.fc2.weight", m.F, m.d, lp);
+    ml.h = A.make(act, {m.N, fc1_w});
+    ml.a = A.make(act, {m.N, m.F});
+    m.mlp.push_back(std::move(ml));
+  }
+  m.norm_f = make_norm("norm_f");
+  m.xf = A.make(act, Nd);
+  m.mean_f = A.make(DType::F32, rows);
+  m.rstd_f = A.make(DType::F32, rows);
+  m.logits = A.make(act, {m.N, m.V});
+  const std::string head_name = c.tied_embeddings ? "wte" : "lm_head.weight";
+  m.head = make_linear("head", head_name, m.d, m.V, head_precision(precision_.arm));
+  m.wte = view("wte", m.params);
+  m.dwte = view("wte", m.grads);
+  if (c.positions == PositionKind::Learned) {
+    m.wpe = view("wpe", m.params);
+    m.dwpe = view("wpe", m.grads);
+  }
+  m.ids = A.make(DType::I32, rows);
+  m.targets = A.make(DType::I32, rows);
+  m.loss = A.make(DType::F64, {1});
+  for (Tensor* p : {&m.dcur, &m.dt1, &m.dt2, &m.dt3, &m.gtmp}) *p = A.make(act, Nd);
+  m.dqkv = A.make(act, {m.N, qkv_w});
+  m.dq = A.make(act, sq);
+  m.dk = A.make(act, sk);
+  m.dv = A.make(act, sk);
+  m.dq2 = A.make(act, sq);
+  m.dk2 = A.make(act, sk);
+  m.dout = A.make(act, sq);
+  m.dot = A.make(act, {m.N, m.H * m.Dh});
+  m.dh = A.make(act, {m.N, fc1_w});
+  m.da = A.make(act, {m.N, m.F});
+}
+
+Model::~Model() = default;
+
+const ParamInfo& Model::param(const std::string& name) const {
+  for (auto& p : params_)
+    if (p.name == name) return p;
+  OCTET_FAIL("unknown parameter '" + name + "'");
+}
+
+Tensor Model::param_data() const { return impl_->params.tensor(); }
+Tensor Model::grad_data() const { return impl_->grads.tensor(); }
+
+void Model::init(uint64_t seed) {
+  upload_params(model_detail::init_params(config_, params_, seed));
+  zero_grad();
+}
+
+std::vector<float> Model::download_params() {
+  std::vector<float> h(n_params_);
+  backend_.download(h.data(), param_data());
+  return h;
+}
+std::vector<float> Model::download_grads() {
+  std::vector<float> h(n_params_);
+  backend_.download(h.data(), grad_data());
+  return h;
+}
+void Model::upload_params(const std::vector<float>& host) {
+  OCTET_CHECK(host.size() == n_params_, "parameter count mismatch: got " +
+                                            std::to_string(host.size()) + ", model has " +
+                                            std::to_string(n_params_));
+  backend_.upload(param_data(), host.data());
+}
+
+void Model::zero_grad() {
+  backend_.fill(grad_data(), 0.0);
+  for (auto& al : impl_->attn) backend_.fill(al.residual, 0.0);
+  impl_->n_backward = 0;
+}
+
+void Model::update_quant_scales() {
+  for (auto& [key, op] : impl_->linears()) op->lin->update_scales();
+}
+
+std::vector<LayerDiag> Model::diagnostics() {
+  Impl& m = *impl_;
+  Backend& be = backend_;
+  const bool fp8 = linear_precision(precision_.arm) == LinearPrecision::FP8;
+  const bool pre = config_.norm_placement == NormPlacement::Pre;
+  std::vector<LayerDiag> out;
+  for (int64_t l = 0; l < config_.n_layer; ++l) {
+    LayerDiag dg;
+    const UnitBuffers& ua = m.units[size_t(2 * l)];
+    const UnitBuffers& um = m.units[size_t(2 * l + 1)];
+    dg.kurtosis_attn_in = be.moments(pre ? ua.u : m.stream[size_t(2 * l)]).kurtosis;
+    dg.kurtosis_mlp_in = be.moments(pre ? um.u : m.stream[size_t(2 * l + 1)]).kurtosis;
+    dg.kurtosis_mlp_hidden = be.moments(m.mlp[size_t(l)].a).kurtosis;
+    dg.kurtosis_out = be.moments(m.stream[size_t(2 * l + 2)]).kurtosis;
+    AttnLayer& al = m.attn[size_t(l)];
+    double res[2] = {0, 0};
+    be.download(res, al.residual);
+    dg.row_residual_max = res[0];
+    dg.row_residual_mean = m.n_backward ? res[1] / double(m.n_backward) : 0.0;
+    if (fp8) {
+      MlpLayer& ml = m.mlp[size_t(l)];
+      for (const LinearOp* op : {&al.qkv, &al.proj, &ml.fc1, &ml.fc2})
+        dg.linears.push_back(
+            {op->name, op->lin->stats_x(), op->lin->stats_w(), op->lin->stats_dy()});
+    }
+    out.push_back(std::move(dg));
+  }
+  return out;
+}
+
+std::map<std::string, std::vector<float>> Model::quant_states() const {
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [key, op] : impl_->linears()) {
+    std::vector<float> s = op->lin->quant_state();
+    if (!s.empty()) out.emplace(key, std::move(s));
+  }
+  return out;
+}
+
+void Model::load_quant_states(const std::map<std::string, std::vector<float>>& states) {
+  const std::map<std::string, std::vector<float>> before = quant_states();
+  for (const auto& [key, s] : before)
+    OCTET_CHECK(states.count(key), "quantizer state: missing the state of linear " + key);
+  for (const auto& [key, s] : states)
+    OCTET_CHECK(before.count(key), "quantizer state: " + key +
+                                       " is not a linear with quantizer state in this model (" +
+                                       std::to_string(before.size()) + " have one)");
+  std::vector<std::pair<std::string, const LinearOp*>> done;
+  for (const auto& [key, op] : impl_->linears()) {
+    auto it = states.find(key);
+    if (it == states.end()) continue;
+    try {
+      op->lin->load_quant_state(it->second);
+    } catch (const Error& e) {
+      for (const auto& [k, o] : done) o->lin->load_quant_state(before.at(k));  // all or nothing
+      OCTET_FAIL("linear " + key + ": " + e.what());
+    }
+    done.emplace_back(key, op);
+  }
+}
+
+}  // namespace octet
