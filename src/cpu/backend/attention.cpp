@@ -35,7 +35,9 @@ class CpuAttention final : public Attention {
 
   SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                          const Tensor& lse) override {
-    check_operands(q, k, v, o, {"attention forward q", "attention forward k", "attention forward v", "attention forward o"});
+    check_operands(q, k, v, o,
+                   {"attention forward q", "attention forward k", "attention forward v",
+                    "attention forward o"});
     check_dtype(lse, DType::F32, "attention forward lse");
     check_numel(lse, shape_.batch * shape_.n_heads * shape_.seq_q, "attention forward lse");
     auto state = std::make_unique<CpuAttentionState>();
@@ -58,7 +60,9 @@ class CpuAttention final : public Attention {
                                "attention's forward");
     OCTET_CHECK(st->owner == this, "attention backward: the SavedAttention comes from another "
                                    "attention layer's forward");
-    check_operands(dq, dk, dv, d_o, {"attention backward dq", "attention backward dk", "attention backward dv", "attention backward d_o"});
+    check_operands(dq, dk, dv, d_o,
+                   {"attention backward dq", "attention backward dk", "attention backward dv",
+                    "attention backward d_o"});
     if (!residual.empty()) {
       check_dtype(residual, DType::F64, "attention backward residual");
       check_numel(residual, 2, "attention backward residual");
