@@ -87,6 +87,24 @@ void expect_bitwise_resume(const RunConfig& cfg, Dataset& ds, const test::TempDi
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].value("loss", 0.0), b[i].value("loss", 0.0)) << i;
 }
 
+TEST(Trainer, ActivationsAutoResolvesToTheBackendsDtypeAndBf16Trains) {
+  Fixture f;
+  EXPECT_EQ(f.cfg.activations, "auto");
+  const TrainResult a = train(f.cfg, f.dir / "auto", false, *f.ds, nullptr);
+  // config.toml records the resolved value (the CPU backend prefers f32), and it reloads.
+  EXPECT_EQ(load_config(f.dir / "auto/config.toml").precision.activations, DType::F32);
+  EXPECT_EQ(load_config(f.dir / "auto/config.toml").activations, "f32");
+  set_config_value(f.cfg, "precision.activations", "bf16");
+  EXPECT_EQ(f.cfg.precision.activations, DType::BF16);
+  const TrainResult b = train(f.cfg, f.dir / "bf16", false, *f.ds, nullptr);
+  EXPECT_EQ(load_config(f.dir / "bf16/config.toml").precision.activations, DType::BF16);
+  ASSERT_EQ(a.train_loss.size(), b.train_loss.size());
+  EXPECT_NE(a.train_loss.back(), b.train_loss.back());  // BF16 storage rounds
+  EXPECT_NEAR(b.train_loss[0], a.train_loss[0], 1e-2 * a.train_loss[0]);
+  EXPECT_LT(b.train_loss.back(), b.train_loss[0]);
+  EXPECT_THROW(set_config_value(f.cfg, "precision.activations", "e4m3"), Error);
+}
+
 TEST(Trainer, ResumeAfterCrashIsBitwiseIdentical) {
   Fixture f;
   f.cfg.precision.arm = Arm::FP8Matched;  // stateless FP8 recipe (tensor-current) + FP8 attention

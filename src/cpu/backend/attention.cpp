@@ -7,6 +7,7 @@
 // the caller's F64 [2] tensor. q, k, v, o, dO, dQ, dK, dV are act tensors (F32 or BF16, act_io.h:
 // read as FP32, rounded once on store); lse is F32.
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <string>
 
@@ -34,12 +35,9 @@ class CpuAttention final : public Attention {
 
   SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                          const Tensor& lse) override {
-    const Shape sq{shape_.batch, shape_.n_heads, shape_.seq_q, shape_.head_dim};
-    const Shape sk{shape_.batch, shape_.n_kv_heads, shape_.seq_k, shape_.head_dim};
-    check_act(q, sq, "attention forward q");
-    check_act(k, sk, "attention forward k");
-    check_act(v, sk, "attention forward v");
-    check_act(o, sq, "attention forward o");
+    check_operands(q, k, v, o,
+                   {"attention forward q", "attention forward k", "attention forward v",
+                    "attention forward o"});
     check_dtype(lse, DType::F32, "attention forward lse");
     check_numel(lse, shape_.batch * shape_.n_heads * shape_.seq_q, "attention forward lse");
     auto state = std::make_unique<CpuAttentionState>();
@@ -62,12 +60,9 @@ class CpuAttention final : public Attention {
                                "attention's forward");
     OCTET_CHECK(st->owner == this, "attention backward: the SavedAttention comes from another "
                                    "attention layer's forward");
-    const Shape sq{shape_.batch, shape_.n_heads, shape_.seq_q, shape_.head_dim};
-    const Shape sk{shape_.batch, shape_.n_kv_heads, shape_.seq_k, shape_.head_dim};
-    check_act(d_o, sq, "attention backward d_o");
-    check_act(dq, sq, "attention backward dq");
-    check_act(dk, sk, "attention backward dk");
-    check_act(dv, sk, "attention backward dv");
+    check_operands(dq, dk, dv, d_o,
+                   {"attention backward dq", "attention backward dk", "attention backward dv",
+                    "attention backward d_o"});
     if (!residual.empty()) {
       check_dtype(residual, DType::F64, "attention backward residual");
       check_numel(residual, 2, "attention backward residual");
@@ -87,6 +82,16 @@ class CpuAttention final : public Attention {
   }
 
  private:
+  // Query-shaped a, d [B,H,Tq,D] and key-shaped b, c [B,G,Tk,D]; names for the errors.
+  void check_operands(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& d,
+                      const std::array<const char*, 4>& names) const {
+    const Shape sq{shape_.batch, shape_.n_heads, shape_.seq_q, shape_.head_dim};
+    const Shape sk{shape_.batch, shape_.n_kv_heads, shape_.seq_k, shape_.head_dim};
+    check_act(a, sq, names[0]);
+    check_act(b, sk, names[1]);
+    check_act(c, sk, names[2]);
+    check_act(d, sq, names[3]);
+  }
   // An act tensor of exactly `want` elements laid out as `want` (any shape of equal numel and
   // last dimension is accepted: the reference reads flat memory).
   static void check_act(const Tensor& t, const Shape& want, const char* what) {
