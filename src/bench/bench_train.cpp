@@ -1,9 +1,9 @@
-// src/train/bench_train.cpp — `octet bench train` (bench_train.h): whole training steps of a
+// src/bench/bench_train.cpp — `octet bench train` (bench_train.h): whole training steps of a
 // GPT-2-shaped model on synthetic tokens per precision arm, timed with a synchronized wall clock.
 // One step is what the trainer (trainer.cpp) does per step with grad_accum = 1: zero_grad, forward +
 // backward (Model::step), global gradient norm, clip to 1, AdamW per parameter tensor (decay on
 // matrices only). The learning rate is constant (the schedule costs nothing on the device).
-#include "train/bench_train.h"
+#include "bench/bench_train.h"
 
 #include <algorithm>
 #include <chrono>
@@ -15,7 +15,7 @@
 #include "octet/backend.h"
 #include "octet/error.h"
 #include "octet/quant.h"
-#include "train/profiling_backend.h"
+#include "bench/profiling_backend.h"
 
 namespace octet {
 
