@@ -18,13 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "octet/bench.h"
 #include "octet/command.h"
+#include "octet/enum_option.h"
 #include "octet/error.h"
-#include "bench/bench_train.h"
-
-#ifdef OCTET_WITH_CUDA
-#include "bench/cuda/bench.h"
-#endif
 
 namespace {
 
@@ -326,7 +323,7 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   train->add_option("--device", tr.o.device, "cuda | cpu (cpu: for testing, with --models tiny)")
       ->capture_default_str();
   train->add_option("--models", tr.o.models, "gpt2-small, 350m, tiny")->delimiter(',');
-  train->add_option("--arms", tr.o.arms, "precision arms")->delimiter(',');
+  octet::cli::add_enum_option<octet::Arm>(train, "--arms", tr.o.arms, "precision arms");
   train->add_option("--batch", tr.o.batch, "sequences per step")->capture_default_str();
   train->add_option("--seq", tr.o.seq_len, "tokens per sequence")->capture_default_str();
   train->add_option("--vocab", tr.o.vocab_size, "vocabulary (GPT-2's 50257 padded to 50304)")
@@ -335,7 +332,8 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   train->add_option("--steps", tr.o.steps, "timed steps (median reported)")->capture_default_str();
   train->add_option("--peak-tflops", tr.o.peak_tflops, "MFU denominator (dense BF16 H100/H200 SXM)")
       ->capture_default_str();
-  train->add_option("--recipe", tr.o.recipe, "FP8 linears' scaling recipe")->capture_default_str();
+  octet::cli::add_enum_option<octet::Recipe>(train, "--recipe", tr.o.recipe, "FP8 linears' scaling recipe")
+      ->capture_default_str();
   train->add_flag("--profile", tr.o.profile, "time every backend op by class (synchronizes after each op)");
   train->add_option("--peer", tr.peer, "PyTorch peer script run after octet's rows")->capture_default_str();
   train->add_flag("--no-peer", tr.no_peer, "skip the PyTorch peer");

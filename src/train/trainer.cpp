@@ -88,12 +88,12 @@ TrainResult train(const RunConfig& cfg, const std::string& out_dir, bool resume,
                   const TrainHooks& hooks) {
   cfg.validate();
   const TrainConfig& t = cfg.train;
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  OCTET_CHECK(!ec, "cannot create output directory " + out_dir + ": " + ec.message());
   auto backend = make_backend(cfg.device);
   Backend& be = *backend;
   Model model(cfg.model, cfg.precision, be, t.batch_size);
+  std::error_code ec;  // the run directory only once the backend and the model exist
+  fs::create_directories(out_dir, ec);
+  OCTET_CHECK(!ec, "cannot create output directory " + out_dir + ": " + ec.message());
   const size_t n = model.num_params();
   float* adam_m = be.alloc(n);
   float* adam_v = be.alloc(n);
