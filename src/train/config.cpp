@@ -245,8 +245,11 @@ void RunConfig::validate() const {
     OCTET_CHECK(v >= lo, std::string(name) + " must be >= " + std::to_string(lo) + " (got " +
                              std::to_string(v) + ")");
   };
-  at_least(t.steps, 1, "train.steps");
   at_least(t.batch_size, 1, "train.batch_size");
+  // The model and precision rules, and what the model's attention and linears would reject when
+  // built (octet/model.h): a run fails here, before it writes anything.
+  validate_model_precision(model, precision, t.batch_size);
+  at_least(t.steps, 1, "train.steps");
   at_least(t.grad_accum, 1, "train.grad_accum");
   at_least(t.warmup_steps, 0, "train.warmup_steps");
   at_least(t.eval_every, 1, "train.eval_every");
@@ -274,9 +277,6 @@ void RunConfig::validate() const {
                     std::to_string(model.vocab_size) + ")");
   OCTET_CHECK(device == "cpu" || device == "cuda",
               "unknown device '" + device + "' (expected one of: cpu, cuda)");
-  // The model and precision rules, and what the model's attention and linears would reject when
-  // built (octet/model.h): a run fails here, before it writes anything.
-  validate_model_precision(model, precision, train.batch_size);
 }
 
 std::string to_toml(const RunConfig& cfg) {

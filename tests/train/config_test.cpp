@@ -70,7 +70,7 @@ TEST(Config, RejectsBadInputNamingTheKey) {
 // times p_scale must stay below E4M3's 448. 512 used to pass the config and fail in the model.
 TEST(Config, PScaleIsAPowerOfTwoInOneTo256) {
   for (const char* ok : {"1", "2", "128", "256"})
-    EXPECT_EQ(error_of([&] { load_config("", {std::string("precision.p_scale=") + ok}); }), "") << ok;
+    EXPECT_EQ(error_of([&] { load_config("", {"data.tokenizer=byte", std::string("precision.p_scale=") + ok}); }), "") << ok;
   for (const char* bad : {"512", "448", "100", "0.5", "0", "-256"})
     EXPECT_NE(error_of([&] { load_config("", {std::string("precision.p_scale=") + bad}); })
                   .find("precision.p_scale must be a power of two in [1, 256]"),
@@ -91,7 +91,7 @@ TEST(Config, ModelPrecisionCrossChecksRunUpFront) {
             std::string::npos);
   EXPECT_NE(error_of([&] { load_config("", {"precision.margin=40"}); }).find("precision.margin"),
             std::string::npos);
-  RunConfig c = load_config("", {"model.n_head=4", "model.n_kv_head=2"});
+  RunConfig c = load_config("", {"data.tokenizer=byte", "model.n_head=4", "model.n_kv_head=2"});
   const AttentionShape shape = attention_shape(c.model, c.train.batch_size);
   EXPECT_EQ(shape.n_heads, 4);
   EXPECT_EQ(shape.n_kv_heads, 2);
@@ -106,14 +106,15 @@ TEST(Config, ModelPrecisionCrossChecksRunUpFront) {
 TEST(Config, EnumKeysRoundTripEveryName) {
   for (const std::string& arm : enum_names<Arm>())
     for (const std::string& recipe : enum_names<Recipe>()) {
-      const RunConfig c = load_config("", {"precision.arm=" + arm, "precision.recipe=" + recipe});
+      const RunConfig c =
+          load_config("", {"data.tokenizer=byte", "precision.arm=" + arm, "precision.recipe=" + recipe});
       EXPECT_EQ(enum_name(c.precision.arm), arm);
       EXPECT_EQ(enum_name(c.precision.quant.recipe), recipe);
     }
   for (const std::string& algo : enum_names<AmaxAlgo>())
-    EXPECT_EQ(enum_name(load_config("", {"precision.amax_algo=" + algo}).precision.quant.amax_algo), algo);
+    EXPECT_EQ(enum_name(load_config("", {"data.tokenizer=byte", "precision.amax_algo=" + algo}).precision.quant.amax_algo), algo);
   for (const std::string& q : enum_names<QkvScaling>())
-    EXPECT_EQ(enum_name(load_config("", {"precision.qkv_scaling=" + q}).precision.qkv_scaling), q);
+    EXPECT_EQ(enum_name(load_config("", {"data.tokenizer=byte", "precision.qkv_scaling=" + q}).precision.qkv_scaling), q);
 }
 
 TEST(Schedule, WarmupThenCosineToTheFloor) {
