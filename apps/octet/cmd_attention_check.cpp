@@ -12,7 +12,9 @@
 
 #include "octet/attention.h"
 #include "octet/command.h"
+#include "octet/enum_option.h"
 #include "octet/error.h"
+#include "octet/names.h"
 #include "octet/quant.h"
 #include "octet/train.h"
 
@@ -39,12 +41,6 @@ octet::StTensor st_of(const std::vector<T>& x, std::vector<int64_t> shape) {
   return t;
 }
 
-octet::QkvScaling parse_qkv_scaling(const std::string& s) {
-  if (s == "tensor") return octet::QkvScaling::Tensor;
-  if (s == "head-block") return octet::QkvScaling::HeadBlock;
-  OCTET_FAIL("unknown qkv scaling '" + s + "' (expected one of: tensor, head-block)");
-}
-
 void run(const Options& opt) {
   using namespace octet;
   AttentionShape shape;
@@ -61,12 +57,14 @@ void run(const Options& opt) {
   cfg.precision = parse_attn_precision(opt.precision);
   cfg.delta = parse_delta_mode(opt.delta);
   cfg.form = parse_attn_form(opt.form);
-  cfg.qkv_scaling = parse_qkv_scaling(opt.qkv_scaling);
+  cfg.qkv_scaling = parse_enum<QkvScaling>(opt.qkv_scaling);
   cfg.do_format = parse_format(opt.do_format);
   cfg.ds_format = parse_format(opt.ds_format);
   cfg.block_q = opt.block_q;
   cfg.block_k = opt.block_k;
   cfg.p_scale = opt.p_scale;
+  validate_p_scale(cfg.p_scale, "--p-scale");
+  cfg.validate();
   const AttnInputDist dist = parse_attn_input_dist(opt.dist);
 
   const AttentionInputs in = make_attention_inputs(shape, dist, opt.seed);
@@ -135,6 +133,8 @@ void run(const Options& opt) {
 }  // namespace
 
 OCTET_COMMAND("attention-check", [](CLI::App& app) {
+  using namespace octet;
+  using octet::cli::add_enum_option;
   auto opt = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
       "attention-check",
@@ -147,22 +147,21 @@ OCTET_COMMAND("attention-check", [](CLI::App& app) {
   cmd->add_option("--kv-seq", opt->kv_seq, "key length Tk (default: Tq)");
   cmd->add_option("--dim", opt->dim, "head dim D")->capture_default_str();
   cmd->add_flag("--causal", opt->causal, "causal mask, aligned to the bottom-right");
-  cmd->add_option("--precision", opt->precision, "fp64 | bf16 | fp8")->capture_default_str();
-  cmd->add_option("--delta", opt->delta, "stale | matched")->capture_default_str();
-  cmd->add_option("--form", opt->form, "whole | tiled")->capture_default_str();
-  cmd->add_option("--dist", opt->dist, "inputs: normal | heavy | sink")->capture_default_str();
+  add_enum_option<AttnPrecision>(cmd, "--precision", opt->precision, "operand precision")
+      ->capture_default_str();
+  add_enum_option<DeltaMode>(cmd, "--delta", opt->delta, "softmax delta")->capture_default_str();
+  add_enum_option<AttnForm>(cmd, "--form", opt->form, "attention form")->capture_default_str();
+  add_enum_option<AttnInputDist>(cmd, "--dist", opt->dist, "inputs")->capture_default_str();
   cmd->add_option("--seed", opt->seed, "input seed")->capture_default_str();
-  cmd->add_option("--qkv-scaling", opt->qkv_scaling, "fp8 Q/K/V scales: tensor | head-block")
+  add_enum_option<QkvScaling>(cmd, "--qkv-scaling", opt->qkv_scaling, "fp8 Q/K/V scales")
       ->capture_default_str();
-  cmd->add_option("--do-format", opt->do_format, "fp8 dO format: e5m2 | e4m3")
-      ->capture_default_str();
-  cmd->add_option("--ds-format", opt->ds_format, "fp8 dS format: e5m2 | e4m3")
-      ->capture_default_str();
+  add_enum_option<Format>(cmd, "--do-format", opt->do_format, "fp8 dO format")->capture_default_str();
+  add_enum_option<Format>(cmd, "--ds-format", opt->ds_format, "fp8 dS format")->capture_default_str();
   cmd->add_option("--block-q", opt->block_q, "query block Bq (tiled form; dS scale tile)")
       ->capture_default_str();
   cmd->add_option("--block-k", opt->block_k, "key block Bc (tiled form; dS scale tile)")
       ->capture_default_str();
-  cmd->add_option("--p-scale", opt->p_scale, "static power-of-two scale of P before E4M3")
+  cmd->add_option("--p-scale", opt->p_scale, "static power-of-two scale of P before E4M3, in [1, 256]")
       ->capture_default_str();
   cmd->add_option("--scale", opt->scale, "softmax scale tau (0: 1/sqrt(dim))")
       ->capture_default_str();

@@ -5,10 +5,10 @@
 //                          then PyTorch SDPA (cuDNN, flash) through bench/peers/sdpa.py
 //   octet bench train      whole training steps (fwd, bwd, clip, AdamW) of GPT-2-small and a 350M
 //                          model per precision arm on synthetic tokens: tokens/s, TFLOP/s, MFU
-//                          (src/train/bench_train.h), then the PyTorch peer bench/peers/gpt2_torch.py
+//                          (src/bench/bench_train.h), then the PyTorch peer bench/peers/gpt2_torch.py
 // Every line carries the GPU name, CUDA runtime/driver and cuBLASLt versions and the UTC date, so a
 // results file (bench/results/*.jsonl) says where and when it was measured. Method: CUDA events,
-// warm-up, median of the repetitions, operands rotated beyond the L2 (src/cuda/bench.h).
+// warm-up, median of the repetitions, operands rotated beyond the L2 (src/bench/cuda/bench.h).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -18,13 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "octet/bench.h"
 #include "octet/command.h"
+#include "octet/enum_option.h"
 #include "octet/error.h"
-#include "train/bench_train.h"
-
-#ifdef OCTET_WITH_CUDA
-#include "cuda/bench.h"
-#endif
 
 namespace {
 
@@ -326,7 +323,7 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   train->add_option("--device", tr.o.device, "cuda | cpu (cpu: for testing, with --models tiny)")
       ->capture_default_str();
   train->add_option("--models", tr.o.models, "gpt2-small, 350m, tiny")->delimiter(',');
-  train->add_option("--arms", tr.o.arms, "precision arms")->delimiter(',');
+  octet::cli::add_enum_option<octet::Arm>(train, "--arms", tr.o.arms, "precision arms");
   train->add_option("--batch", tr.o.batch, "sequences per step")->capture_default_str();
   train->add_option("--seq", tr.o.seq_len, "tokens per sequence")->capture_default_str();
   train->add_option("--vocab", tr.o.vocab_size, "vocabulary (GPT-2's 50257 padded to 50304)")
@@ -335,7 +332,8 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   train->add_option("--steps", tr.o.steps, "timed steps (median reported)")->capture_default_str();
   train->add_option("--peak-tflops", tr.o.peak_tflops, "MFU denominator (dense BF16 H100/H200 SXM)")
       ->capture_default_str();
-  train->add_option("--recipe", tr.o.recipe, "FP8 linears' scaling recipe")->capture_default_str();
+  octet::cli::add_enum_option<octet::Recipe>(train, "--recipe", tr.o.recipe, "FP8 linears' scaling recipe")
+      ->capture_default_str();
   train->add_flag("--profile", tr.o.profile, "time every backend op by class (synchronizes after each op)");
   train->add_option("--peer", tr.peer, "PyTorch peer script run after octet's rows")->capture_default_str();
   train->add_flag("--no-peer", tr.no_peer, "skip the PyTorch peer");

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "octet/command.h"
+#include "octet/enum_option.h"
 #include "octet/error.h"
 #include "octet/fp8.h"
 #include "octet/quant.h"
@@ -57,7 +58,8 @@ OCTET_COMMAND("cast", [](CLI::App& app) {
   auto o = std::make_shared<CastOptions>();
   auto* cmd = app.add_subcommand(
       "cast", "Encode values as FP8 codes and decode them back (OFP8 v1.0, RNE)");
-  cmd->add_option("--format", o->format, "element format: e4m3 (OCP E4M3FN) or e5m2")
+  octet::cli::add_enum_option<octet::Format>(cmd, "--format", o->format,
+                                             "element format (e4m3: OCP E4M3FN)")
       ->capture_default_str();
   cmd->add_flag("--no-saturate", o->no_saturate,
                 "out-of-range values become NaN (e4m3) or inf (e5m2) instead of ±max");

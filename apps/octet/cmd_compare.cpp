@@ -1,15 +1,16 @@
 // `octet compare`: trains the same config in several precision arms (same seed, same data order)
 // and prints/writes the comparison table (summary.json) and the loss curves (curves.png).
 #include <cstdio>
-#include <sstream>
 
 #include "octet/command.h"
+#include "octet/enum_option.h"
 #include "octet/error.h"
 #include "octet/train.h"
 
 namespace {
 struct CompareArgs {
-  std::string config, out, device, arms = "bf16,fp8-linear,fp8-stale,fp8-matched";
+  std::string config, out, device;
+  std::vector<std::string> arms{"bf16", "fp8-linear", "fp8-stale", "fp8-matched"};
   std::vector<std::string> sets;
 };
 }  // namespace
@@ -19,17 +20,14 @@ OCTET_COMMAND("compare", [](CLI::App& app) {
   auto* cmd = app.add_subcommand("compare", "Train every precision arm side by side and compare them");
   cmd->add_option("--config", args->config, "TOML config file")->required();
   cmd->add_option("--set", args->sets, "override a config key (repeatable)");
-  cmd->add_option("--arms", args->arms, "comma-separated arms")->capture_default_str();
+  octet::cli::add_enum_option<octet::Arm>(cmd, "--arms", args->arms, "comma-separated arms")
+      ->capture_default_str();
   cmd->add_option("--out", args->out, "output directory (one sub-directory per arm)")->required();
   cmd->add_option("--device", args->device, "cpu | cuda");
   cmd->callback([args] {
     std::vector<std::string> sets = args->sets;
     if (!args->device.empty()) sets.push_back("device=" + args->device);
     const octet::RunConfig cfg = octet::load_config(args->config, sets);
-    std::vector<std::string> arms;
-    std::stringstream ss(args->arms);
-    for (std::string a; std::getline(ss, a, ',');)
-      if (!a.empty()) arms.push_back(a);
-    octet::compare_arms(cfg, arms, args->out, stdout);
+    octet::compare_arms(cfg, args->arms, args->out, stdout);
   });
 });

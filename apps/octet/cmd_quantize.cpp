@@ -10,7 +10,9 @@
 #include <string>
 
 #include "octet/command.h"
+#include "octet/enum_option.h"
 #include "octet/error.h"
+#include "octet/names.h"
 #include "octet/quant.h"
 
 namespace {
@@ -36,13 +38,6 @@ std::pair<int64_t, int64_t> parse_shape(const std::string& s) {
   return {rows, cols};
 }
 
-octet::Role parse_role(const std::string& s) {
-  if (s == "activation") return octet::Role::Activation;
-  if (s == "weight") return octet::Role::Weight;
-  if (s == "gradient") return octet::Role::Gradient;
-  OCTET_FAIL("quantize: unknown role '" + s + "' (expected one of: activation, weight, gradient)");
-}
-
 // normal: N(0,1); zeros; outlier: N(0,1) with one value in 1000 scaled by 1000 (massive activations).
 std::vector<float> generate(const std::string& dist, int64_t n, uint64_t seed) {
   std::vector<float> x(size_t(n), 0.0f);
@@ -64,12 +59,12 @@ std::vector<float> generate(const std::string& dist, int64_t n, uint64_t seed) {
 OCTET_COMMAND("quantize", [](CLI::App& app) {
   auto o = std::make_shared<QuantizeOptions>();
   auto* cmd = app.add_subcommand("quantize", "Quantize a generated tensor with one scaling recipe and report the error");
-  cmd->add_option("--recipe", o->recipe, "tensor-delayed | tensor-current | row | block | mx | unit")->required();
+  octet::cli::add_enum_option<octet::Recipe>(cmd, "--recipe", o->recipe, "scaling recipe")->required();
   cmd->add_option("--format", o->format, "e4m3 | hybrid (E5M2 for --role gradient) | e5m2 (= hybrid, gradient)")
       ->capture_default_str();
   cmd->add_option("--shape", o->shape, "ROWSxCOLS, e.g. 256x1024")->required();
   cmd->add_option("--dist", o->dist, "normal | zeros | outlier")->capture_default_str();
-  cmd->add_option("--role", o->role, "activation | weight | gradient (block shape, hybrid format)")
+  octet::cli::add_enum_option<octet::Role>(cmd, "--role", o->role, "tensor role (block shape, hybrid format)")
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "generator seed")->capture_default_str();
   cmd->add_option("--margin", o->margin, "scale = fp8_max / amax / 2^margin")->capture_default_str();
@@ -80,7 +75,7 @@ OCTET_COMMAND("quantize", [](CLI::App& app) {
   cmd->callback([o] {
     octet::QuantConfig cfg;
     cfg.recipe = octet::parse_recipe(o->recipe);
-    octet::Role role = parse_role(o->role);
+    octet::Role role = octet::parse_enum<octet::Role>(o->role);
     OCTET_CHECK(o->format == "e4m3" || o->format == "hybrid" || o->format == "e5m2",
                 "quantize: unknown format '" + o->format + "' (expected one of: e4m3, hybrid, e5m2)");
     if (o->format == "e5m2") {  // E5M2 elements: the hybrid policy's gradient format
@@ -93,6 +88,7 @@ OCTET_COMMAND("quantize", [](CLI::App& app) {
     cfg.pow2_scales = o->pow2;
     cfg.unit_scale = o->unit_scale;
     cfg.saturate = !o->no_saturate;
+    cfg.validate();  // every input checked before any output
     const auto [rows, cols] = parse_shape(o->shape);
     const std::vector<float> x = generate(o->dist, rows * cols, o->seed);
 

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "octet/command.h"
+#include "octet/enum_option.h"
 #include "octet/error.h"
 #include "octet/train.h"
 
@@ -30,9 +31,9 @@ octet::StTensor st_i32(const std::vector<int64_t>& shape, const std::vector<int3
 
 void dump_grads(const octet::RunConfig& cfg, octet::Dataset& ds, const std::string& dir) {
   using namespace octet;
-  fs::create_directories(dir);
   auto be = make_backend(cfg.device);
   Model model(cfg.model, cfg.precision, *be, cfg.train.batch_size);
+  fs::create_directories(dir);  // only once the backend and the model exist
   model.init(cfg.train.seed);
   std::vector<int32_t> ids, targets;
   ds.next_train_batch(cfg.train.batch_size, ids, targets);
@@ -104,7 +105,7 @@ OCTET_COMMAND("train", [](CLI::App& app) {
   cmd->add_option("--out", args->out, "run directory (config.toml, metrics.jsonl, checkpoints)");
   cmd->add_option("--resume", args->resume, "continue the run in this directory from its checkpoint");
   cmd->add_option("--device", args->device, "cpu | cuda (default: the config's, cpu)");
-  cmd->add_option("--arm", args->arm, "bf16 | fp8-linear | fp8-stale | fp8-matched (| fp32 reference)");
+  octet::cli::add_enum_option<octet::Arm>(cmd, "--arm", args->arm, "precision arm (fp32: the reference)");
   cmd->add_option("--dump-grads", args->dump_grads,
                   "write initial weights, the first batch and its gradients to DIR (oracle tests)");
   cmd->callback([args] { run_train(*args); });

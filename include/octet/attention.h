@@ -65,7 +65,17 @@ struct AttentionConfig {
   /// backward can apply to both dQ = dŜK̂ and dK = dŜᵀQ̂ (the scale is constant over each MMA).
   int64_t block_q = 128;
   float p_scale = 256.0f;           ///< static power-of-two scale of P before the E4M3 cast
+  /// Throws octet::Error naming the problem: a block size < 1, or a p_scale that breaks
+  /// validate_p_scale's rule.
+  void validate() const;
 };
+
+/// The one p_scale rule (docs/design.md §3): P ∈ [0, 1] is cast to E4M3 as P·p_scale with a
+/// static power-of-two p_scale (exact to undo), so p_scale must be a power of two with
+/// 1·p_scale ≤ 448 (E4M3's largest finite value): 1 ≤ p_scale ≤ 256. (Below 1 the scale only moves
+/// P toward E4M3's subnormals.) Throws octet::Error "<name> must be a power of two in [1, 256] ...
+/// (got x)"; `name` is how the caller's user spells it (e.g. "precision.p_scale", "--p-scale").
+void validate_p_scale(float p_scale, const std::string& name = "attention p_scale");
 
 /// What the forward saves for the backward (the quantized-dequantized operands, O and LSE).
 struct AttentionSaved {

@@ -109,6 +109,13 @@ LinearPrecision linear_precision(Arm arm);
 LinearPrecision head_precision(Arm arm);
 /// The attention config of an arm (dO/dS formats follow the format policy: hybrid → E5M2).
 AttentionConfig attention_config(const PrecisionConfig& p);
+/// The attention shape of the model's layers for micro-batches of `batch` sequences: causal,
+/// n_head query heads, n_kv_head KV heads, seq_len queries and keys, head_dim.
+AttentionShape attention_shape(const ModelConfig& m, int64_t batch);
+/// Everything a Model built from (m, p, batch) would reject, checked before anything is built or
+/// written: m.validate(), p.validate(), batch >= 1, and the attention's own shape and config rules
+/// on attention_shape(m, batch) and attention_config(p). Throws octet::Error naming the problem.
+void validate_model_precision(const ModelConfig& m, const PrecisionConfig& p, int64_t batch);
 
 /// One named parameter tensor inside the flat FP32 parameter buffer.
 struct ParamInfo {

@@ -50,6 +50,10 @@ struct QuantConfig {
   bool pow2_scales = false;           ///< round scales down to powers of two (always on for mx)
   float unit_scale = 1.0f;            ///< unit recipe: the static scale s (> 0, finite)
   bool saturate = true;               ///< saturating cast (OFP8 "satfinite") or not
+  /// The recipe rules every quantizer and config shares: amax_history_len >= 1, margin in
+  /// [-32, 32], unit_scale finite and > 0. Throws octet::Error naming the field as
+  /// key_prefix + field (e.g. "precision.margin").
+  void validate(const std::string& key_prefix = "") const;
 };
 
 /// The element format a policy gives a role: E4M3, or E5M2 for gradients under `hybrid`.

@@ -1,6 +1,6 @@
-// src/cpu/attention.cpp — the public entry points of the CPU attention (octet/attention.h): names,
-// shape checks, operand rounding, and the dispatch to a form (whole or tiled) and an arithmetic
-// type (float for BF16/FP8 = FP32 accumulation, double for FP64). The backward also turns the
+// src/cpu/attention.cpp — the public entry points of the CPU attention (octet/attention.h): operand
+// rounding and the dispatch to a form (whole or tiled) and an arithmetic type (float for BF16/FP8 =
+// FP32 accumulation, double for FP64); names and shape/config rules are src/core's. The backward also turns the
 // per-row residual sums into the diagnostics r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|)
 // (attention.h's AttentionStats; DESIGN.md §3).
 #include <algorithm>
@@ -10,34 +10,10 @@
 #include <utility>
 
 #include "cpu/attention_impl.h"
-#include "fp8/name_table.h"
 #include "octet/error.h"
 
 namespace octet {
 namespace {
-
-using detail::name_of;
-using detail::parse_name;
-
-constexpr std::array<std::pair<const char*, AttnPrecision>, 3> kPrecisions{
-    {{"fp64", AttnPrecision::FP64}, {"bf16", AttnPrecision::BF16}, {"fp8", AttnPrecision::FP8}}};
-constexpr std::array<std::pair<const char*, DeltaMode>, 2> kDeltas{
-    {{"stale", DeltaMode::Stale}, {"matched", DeltaMode::Matched}}};
-constexpr std::array<std::pair<const char*, AttnForm>, 2> kForms{
-    {{"whole", AttnForm::Whole}, {"tiled", AttnForm::Tiled}}};
-constexpr std::array<std::pair<const char*, AttnInputDist>, 3> kDists{
-    {{"normal", AttnInputDist::Normal}, {"heavy", AttnInputDist::Heavy},
-     {"sink", AttnInputDist::Sink}}};
-
-void validate_config(const AttentionConfig& c) {
-  OCTET_CHECK(c.block_k >= 1 && c.block_q >= 1,
-              "attention block sizes must be >= 1 (block_q " + std::to_string(c.block_q) +
-                  ", block_k " + std::to_string(c.block_k) + ")");
-  OCTET_CHECK(c.p_scale > 0 && c.p_scale <= fp8_max(Format::E4M3) &&
-                  pow2_round_down(c.p_scale) == c.p_scale,
-              "attention p_scale must be a power of two in (0, 448] so that P in [0, 1] fits "
-              "E4M3 exactly scaled (got " + std::to_string(c.p_scale) + ")");
-}
 
 // Runs the forward in T; lse_t receives the LSE in T, lse its FP32 rounding.
 template <typename T>
@@ -79,38 +55,6 @@ void run_backward(const attn::Problem& p, attn::BackwardArgs<T> a, float* dq, fl
 
 }  // namespace
 
-AttnPrecision parse_attn_precision(const std::string& s) {
-  return parse_name(kPrecisions, s, "attention precision");
-}
-DeltaMode parse_delta_mode(const std::string& s) { return parse_name(kDeltas, s, "delta mode"); }
-AttnForm parse_attn_form(const std::string& s) { return parse_name(kForms, s, "attention form"); }
-AttnInputDist parse_attn_input_dist(const std::string& s) {
-  return parse_name(kDists, s, "input distribution");
-}
-std::string to_string(AttnPrecision p) { return name_of(kPrecisions, p); }
-std::string to_string(DeltaMode d) { return name_of(kDeltas, d); }
-std::string to_string(AttnForm f) { return name_of(kForms, f); }
-std::string to_string(AttnInputDist d) { return name_of(kDists, d); }
-
-float AttentionShape::tau() const {
-  return softmax_scale != 0.0f ? softmax_scale : 1.0f / std::sqrt(float(head_dim));
-}
-
-void AttentionShape::validate() const {
-  const std::pair<const char*, int64_t> sizes[] = {{"batch", batch},   {"heads", n_heads},
-                                                   {"kv-heads", n_kv_heads}, {"seq", seq_q},
-                                                   {"kv-seq", seq_k},  {"dim", head_dim}};
-  for (auto& [name, v] : sizes)
-    OCTET_CHECK(v >= 1, "attention shape: " + std::string(name) + " must be >= 1, got " +
-                            std::to_string(v));
-  OCTET_CHECK(n_heads % n_kv_heads == 0,
-              "attention shape: kv-heads (" + std::to_string(n_kv_heads) +
-                  ") must divide heads (" + std::to_string(n_heads) + ")");
-  OCTET_CHECK(std::isfinite(softmax_scale) && softmax_scale >= 0.0f,
-              "attention shape: softmax scale must be finite and >= 0 (0: 1/sqrt(dim)), got " +
-                  std::to_string(softmax_scale));
-}
-
 namespace attn {
 Problem::Problem(const AttentionShape& s, const AttentionConfig& c)
     : B(s.batch), H(s.n_heads), G(s.n_kv_heads), Tq(s.seq_q), Tk(s.seq_k), D(s.head_dim),
@@ -121,7 +65,7 @@ void attention_forward(const AttentionShape& shape, const AttentionConfig& confi
                        const float* k, const float* v, float* o, float* lse,
                        AttentionSaved* saved) {
   shape.validate();
-  validate_config(config);
+  config.validate();
   const attn::Problem p(shape, config);
   std::vector<float> qh(size_t(p.B * p.H * p.Tq * p.D)), kh(size_t(p.B * p.G * p.Tk * p.D)),
       vh(kh.size());
@@ -149,7 +93,7 @@ void attention_forward(const AttentionShape& shape, const AttentionConfig& confi
 void attention_backward(const AttentionSaved& saved, const float* d_o, float* dq, float* dk,
                         float* dv, AttentionStats* stats, bool want_rows) {
   saved.shape.validate();
-  validate_config(saved.config);
+  saved.config.validate();
   const attn::Problem p(saved.shape, saved.config);
   const size_t nq = size_t(p.B * p.H * p.Tq * p.D), nk = size_t(p.B * p.G * p.Tk * p.D);
   OCTET_CHECK(saved.q_hat.size() == nq && saved.k_hat.size() == nk && saved.v_hat.size() == nk &&

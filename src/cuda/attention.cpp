@@ -70,8 +70,7 @@ class CudaAttention final : public Attention {
                 "GEMMs, got " + std::to_string(shape.head_dim));
     OCTET_CHECK(cfg.block_q % 32 == 0 && cfg.block_k % 32 == 0 && cfg.block_q > 0 && cfg.block_k > 0,
                 "cuda attention: block_q and block_k (the dS scale tiles) must be multiples of 32");
-    OCTET_CHECK(cfg.p_scale > 0 && cfg.p_scale <= 448.0f && pow2_round_down(cfg.p_scale) == cfg.p_scale,
-                "cuda attention: p_scale must be a power of two in (0, 448]");
+    cfg.validate();  // block sizes, p_scale: the rules of every backend (src/core)
     d_.B = shape.batch;
     d_.H = shape.n_heads;
     d_.G = shape.n_kv_heads;

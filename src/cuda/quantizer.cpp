@@ -41,11 +41,7 @@ float from_bits(unsigned b) {
 CudaQuantizer::CudaQuantizer(const QuantConfig& config, Role role, Backend& backend,
                              cudaStream_t stream)
     : config_(config), role_(role), backend_(backend), stream_(stream) {
-  OCTET_CHECK(config.amax_history_len >= 1,
-              "quantizer: amax_history_len must be >= 1, got " +
-                  std::to_string(config.amax_history_len));
-  OCTET_CHECK(config.unit_scale > 0.0f && std::isfinite(config.unit_scale),
-              "quantizer: unit_scale must be positive and finite");
+  config.validate("quantizer: ");  // the CPU Quantizer's rules (src/core/quant_rules.cpp)
   amax_.reserve(1, stream_);
   counts_.reserve(4, stream_);
   range_.reserve(2, stream_);

@@ -92,10 +92,7 @@ void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
 }  // namespace
 
 Quantizer::Quantizer(const QuantConfig& config, Role role) : config_(config), role_(role) {
-  OCTET_CHECK(config.amax_history_len >= 1,
-              "amax_history_len must be >= 1, got " + std::to_string(config.amax_history_len));
-  OCTET_CHECK(config.unit_scale > 0.0f && std::isfinite(config.unit_scale),
-              "unit_scale must be finite and > 0, got " + std::to_string(config.unit_scale));
+  config.validate();
   if (config.recipe == Recipe::TensorDelayed) history_.reserve(size_t(config.amax_history_len));
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/hash.h"
 #include "octet/model.h"
 
 namespace octet::model_detail {
@@ -31,14 +32,7 @@ inline uint64_t splitmix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-/// FNV-1a 64 of a byte string.
-inline uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 0xCBF29CE484222325ull) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 0x100000001B3ull;
-  }
-  return h;
-}
+/// FNV-1a 64 of a byte string (src/core/hash.h).
+using core::fnv1a64;
 
 }  // namespace octet::model_detail

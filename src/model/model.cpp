@@ -29,9 +29,7 @@ std::vector<std::pair<std::string, LinearOp*>> Model::Impl::linears() {
 Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backend& backend,
              int64_t batch)
     : config_(config), precision_(precision), backend_(backend), batch_(batch) {
-  config_.validate();
-  precision_.validate();
-  OCTET_CHECK(batch >= 1, "batch must be >= 1 (got " + std::to_string(batch) + ")");
+  validate_model_precision(config_, precision_, batch);  // the checks a run makes up front
   params_ = model_detail::build_param_table(config_);
   n_params_ = params_.back().offset + params_.back().numel;
   impl_ = std::make_unique<Impl>(backend_);
@@ -95,13 +93,7 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
   };
 
   const LinearPrecision lp = linear_precision(precision_.arm);
-  AttentionShape shape;
-  shape.batch = m.B;
-  shape.n_heads = m.H;
-  shape.n_kv_heads = m.G;
-  shape.seq_q = shape.seq_k = m.T;
-  shape.head_dim = m.Dh;
-  shape.causal = true;
+  const AttentionShape shape = attention_shape(c, m.B);
   const AttentionConfig acfg = attention_config(precision_);
 
   for (int64_t i = 0; i <= 2 * c.n_layer; ++i) m.stream.push_back(A.make(act, Nd));

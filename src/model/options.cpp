@@ -1,4 +1,4 @@
-// src/model/options.cpp — names, validation and the precision arms of model.h.
+// src/model/options.cpp — validation and the precision arms of model.h (the names are src/core's).
 //
 // The arm table follows DESIGN.md §4 (bf16 / fp8-linear / fp8-stale / fp8-matched, as the
 // Delta-Matching paper names them baseline / MP / SD / DM); the internal fp32 arm is the reference
@@ -9,52 +9,6 @@
 #include "octet/model.h"
 
 namespace octet {
-
-namespace {
-template <class E, size_t N>
-E parse_name(const std::string& s, const char* what, const std::pair<const char*, E> (&table)[N]) {
-  std::string names;
-  for (auto& [n, v] : table) {
-    if (s == n) return v;
-    names += names.empty() ? n : std::string(", ") + n;
-  }
-  OCTET_FAIL(std::string("unknown ") + what + " '" + s + "' (expected one of: " + names + ")");
-}
-template <class E, size_t N>
-std::string name_of(E v, const std::pair<const char*, E> (&table)[N]) {
-  for (auto& [n, e] : table)
-    if (e == v) return n;
-  return "?";
-}
-constexpr std::pair<const char*, NormKind> kNorms[] = {{"rmsnorm", NormKind::RMSNorm},
-                                                       {"layernorm", NormKind::LayerNorm}};
-constexpr std::pair<const char*, NormPlacement> kPlacements[] = {
-    {"pre", NormPlacement::Pre}, {"post", NormPlacement::Post}, {"output", NormPlacement::Output}};
-constexpr std::pair<const char*, PositionKind> kPositions[] = {
-    {"rope", PositionKind::RoPE}, {"learned", PositionKind::Learned}, {"nope", PositionKind::NoPE}};
-constexpr std::pair<const char*, MlpKind> kMlps[] = {{"swiglu", MlpKind::SwiGLU},
-                                                     {"gelu", MlpKind::GELU}};
-constexpr std::pair<const char*, Arm> kArms[] = {{"bf16", Arm::BF16},
-                                                 {"fp8-linear", Arm::FP8Linear},
-                                                 {"fp8-stale", Arm::FP8Stale},
-                                                 {"fp8-matched", Arm::FP8Matched},
-                                                 {"fp32", Arm::FP32}};
-}  // namespace
-
-NormKind parse_norm_kind(const std::string& s) { return parse_name(s, "norm", kNorms); }
-NormPlacement parse_norm_placement(const std::string& s) {
-  return parse_name(s, "norm placement", kPlacements);
-}
-PositionKind parse_position_kind(const std::string& s) {
-  return parse_name(s, "position encoding", kPositions);
-}
-MlpKind parse_mlp_kind(const std::string& s) { return parse_name(s, "mlp", kMlps); }
-Arm parse_arm(const std::string& s) { return parse_name(s, "arm", kArms); }
-std::string to_string(NormKind v) { return name_of(v, kNorms); }
-std::string to_string(NormPlacement v) { return name_of(v, kPlacements); }
-std::string to_string(PositionKind v) { return name_of(v, kPositions); }
-std::string to_string(MlpKind v) { return name_of(v, kMlps); }
-std::string to_string(Arm a) { return name_of(a, kArms); }
 
 void ModelConfig::validate() const {
   auto positive = [](int64_t v, const char* name) {
@@ -82,12 +36,28 @@ void ModelConfig::validate() const {
 void PrecisionConfig::validate() const {
   OCTET_CHECK(is_activation_dtype(activations),
               "precision.activations must be f32 or bf16, got " + to_string(activations));
-  OCTET_CHECK(std::isfinite(p_scale) && p_scale > 0 && pow2_round_down(p_scale) == p_scale,
-              "precision.p_scale must be a positive power of two");
-  OCTET_CHECK(quant.amax_history_len >= 1, "precision.amax_history_len must be >= 1");
-  OCTET_CHECK(std::isfinite(quant.unit_scale) && quant.unit_scale > 0,
-              "precision.unit_scale must be > 0");
-  OCTET_CHECK(quant.margin >= 0 && quant.margin <= 32, "precision.margin must be in [0, 32]");
+  validate_p_scale(p_scale, "precision.p_scale");
+  quant.validate("precision.");
+}
+
+AttentionShape attention_shape(const ModelConfig& m, int64_t batch) {
+  AttentionShape shape;
+  shape.batch = batch;
+  shape.n_heads = m.n_head;
+  shape.n_kv_heads = m.n_kv_head;
+  shape.seq_q = shape.seq_k = m.seq_len;
+  shape.head_dim = m.head_dim();
+  shape.causal = true;
+  return shape;
+}
+
+void validate_model_precision(const ModelConfig& m, const PrecisionConfig& p, int64_t batch) {
+  m.validate();
+  p.validate();
+  OCTET_CHECK(batch >= 1, "batch must be >= 1 (got " + std::to_string(batch) + ")");
+  // What the model hands its attention and linears, checked by their own rules (src/core).
+  attention_shape(m, batch).validate();
+  attention_config(p).validate();
 }
 
 LinearPrecision linear_precision(Arm arm) {

@@ -34,11 +34,11 @@ std::string format_compare_table(const std::vector<CompareRow>& rows) {
 std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std::string>& arms,
                                      const std::string& out_dir, FILE* log) {
   OCTET_CHECK(!arms.empty(), "compare needs at least one arm");
-  for (const std::string& a : arms) parse_arm(a);  // reject unknown names before any work
-  cfg.validate();
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  OCTET_CHECK(!ec, "cannot create output directory " + out_dir + ": " + ec.message());
+  for (const std::string& arm : arms) {  // every arm's config, before the first arm starts
+    RunConfig c = cfg;
+    c.precision.arm = parse_arm(arm);
+    c.validate();
+  }
   std::string desc;
   auto ds = load_dataset(cfg, &desc);
   if (log) {
@@ -87,6 +87,10 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
                        {"row_residual_mean", num(r.row_residual_mean)}});
   }
   {
+    // train() made out_dir/<arm> once its backend and model existed; out_dir exists by now.
+    std::error_code ec;
+    fs::create_directories(out_dir, ec);
+    OCTET_CHECK(!ec, "cannot create output directory " + out_dir + ": " + ec.message());
     std::ofstream out(out_dir + "/summary.json", std::ios::trunc);
     out << summary.dump(2) << "\n";
     OCTET_CHECK(out.good(), "cannot write " + out_dir + "/summary.json");

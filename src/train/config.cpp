@@ -9,9 +9,12 @@
 #include <cstdlib>
 #include <functional>
 #include <sstream>
+#include <type_traits>
+#include <utility>
 #include <toml++/toml.h>
 
 #include "octet/error.h"
+#include "octet/names.h"
 #include "octet/train.h"
 
 namespace octet {
@@ -54,17 +57,6 @@ std::string fmt_float(float x) {
 }
 std::string fmt_bool(bool b) { return b ? "true" : "false"; }
 
-QkvScaling parse_qkv_scaling(const std::string& s) {
-  if (s == "tensor") return QkvScaling::Tensor;
-  if (s == "head-block") return QkvScaling::HeadBlock;
-  OCTET_FAIL("unknown qkv scaling '" + s + "' (expected one of: tensor, head-block)");
-}
-AmaxAlgo parse_amax_algo(const std::string& s) {
-  if (s == "max") return AmaxAlgo::Max;
-  if (s == "most_recent") return AmaxAlgo::MostRecent;
-  OCTET_FAIL("unknown amax algo '" + s + "' (expected one of: max, most_recent)");
-}
-
 // Registry helpers: a member reached by a lambda returning a reference.
 template <class F>
 Key int_key(std::string k, F ref) {
@@ -88,11 +80,12 @@ Key string_key(std::string k, F ref) {
   key.is_string = true;
   return key;
 }
-// Enum: stored as its name; parse/print by the given functions.
-template <class F, class P, class S>
-Key enum_key(std::string k, F ref, P parse, S print) {
-  Key key{k, [ref, print](const RunConfig& c) { return print(ref(const_cast<RunConfig&>(c))); },
-          [ref, parse](RunConfig& c, const std::string& v) { ref(c) = parse(v); }};
+// Enum: stored as its name, parsed and printed by the one name table (octet/names.h).
+template <class F>
+Key enum_key(std::string k, F ref) {
+  using E = std::remove_reference_t<decltype(ref(std::declval<RunConfig&>()))>;
+  Key key{k, [ref](const RunConfig& c) { return enum_name<E>(ref(const_cast<RunConfig&>(c))); },
+          [ref](RunConfig& c, const std::string& v) { ref(c) = parse_enum<E>(v); }};
   key.is_string = true;
   return key;
 }
@@ -111,25 +104,20 @@ const std::vector<Key>& registry() {
     k.push_back(int_key("model.d_ff", REF(model.d_ff)));
     k.push_back(int_key("model.vocab_size", REF(model.vocab_size)));
     k.push_back(int_key("model.seq_len", REF(model.seq_len)));
-    k.push_back(enum_key("model.norm", REF(model.norm), parse_norm_kind,
-                         [](NormKind v) { return to_string(v); }));
-    k.push_back(enum_key("model.norm_placement", REF(model.norm_placement), parse_norm_placement,
-                         [](NormPlacement v) { return to_string(v); }));
+    k.push_back(enum_key("model.norm", REF(model.norm)));
+    k.push_back(enum_key("model.norm_placement", REF(model.norm_placement)));
     k.push_back(bool_key("model.qk_norm", REF(model.qk_norm)));
     k.push_back(bool_key("model.qk_norm_trainable", REF(model.qk_norm_trainable)));
-    k.push_back(enum_key("model.positions", REF(model.positions), parse_position_kind,
-                         [](PositionKind v) { return to_string(v); }));
+    k.push_back(enum_key("model.positions", REF(model.positions)));
     k.push_back(float_key("model.rope_theta", REF(model.rope_theta)));
-    k.push_back(enum_key("model.mlp", REF(model.mlp), parse_mlp_kind,
-                         [](MlpKind v) { return to_string(v); }));
+    k.push_back(enum_key("model.mlp", REF(model.mlp)));
     k.push_back(bool_key("model.tied_embeddings", REF(model.tied_embeddings)));
     k.push_back(float_key("model.init_std", REF(model.init_std)));
     k.push_back(float_key("model.norm_eps", REF(model.norm_eps)));
     k.push_back(bool_key("model.unit_scaling", REF(model.unit_scaling)));
     k.push_back(float_key("model.residual_tau", REF(model.residual_tau)));
     // precision
-    k.push_back(enum_key("precision.arm", REF(precision.arm), parse_arm,
-                         [](Arm v) { return to_string(v); }));
+    k.push_back(enum_key("precision.arm", REF(precision.arm)));
     k.push_back({"precision.activations", [](const RunConfig& c) { return c.activations; },
                  [](RunConfig& c, const std::string& v) {
                    OCTET_CHECK(v == "auto" || v == "f32" || v == "bf16",
@@ -139,20 +127,15 @@ const std::vector<Key>& registry() {
                    if (v != "auto") c.precision.activations = parse_dtype(v);
                  },
                  true});
-    k.push_back(enum_key("precision.recipe", REF(precision.quant.recipe), parse_recipe,
-                         [](Recipe v) { return to_string(v); }));
-    k.push_back(enum_key("precision.formats", REF(precision.quant.formats), parse_format_policy,
-                         [](FormatPolicy v) { return to_string(v); }));
+    k.push_back(enum_key("precision.recipe", REF(precision.quant.recipe)));
+    k.push_back(enum_key("precision.formats", REF(precision.quant.formats)));
     k.push_back(int_key("precision.amax_history_len", REF(precision.quant.amax_history_len)));
-    k.push_back(enum_key("precision.amax_algo", REF(precision.quant.amax_algo), parse_amax_algo,
-                         [](AmaxAlgo v) { return std::string(v == AmaxAlgo::Max ? "max" : "most_recent"); }));
+    k.push_back(enum_key("precision.amax_algo", REF(precision.quant.amax_algo)));
     k.push_back(int_key("precision.margin", REF(precision.quant.margin)));
     k.push_back(bool_key("precision.pow2_scales", REF(precision.quant.pow2_scales)));
     k.push_back(float_key("precision.unit_scale", REF(precision.quant.unit_scale)));
-    k.push_back(enum_key("precision.attn_form", REF(precision.attn_form), parse_attn_form,
-                         [](AttnForm v) { return to_string(v); }));
-    k.push_back(enum_key("precision.qkv_scaling", REF(precision.qkv_scaling), parse_qkv_scaling,
-                         [](QkvScaling v) { return std::string(v == QkvScaling::Tensor ? "tensor" : "head-block"); }));
+    k.push_back(enum_key("precision.attn_form", REF(precision.attn_form)));
+    k.push_back(enum_key("precision.qkv_scaling", REF(precision.qkv_scaling)));
     k.push_back(float_key("precision.p_scale", REF(precision.p_scale)));
     // train
     k.push_back(int_key("train.steps", REF(train.steps)));
@@ -266,15 +249,16 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
 }
 
 void RunConfig::validate() const {
-  model.validate();
-  precision.validate();
   const TrainConfig& t = train;
   auto at_least = [](int64_t v, int64_t lo, const char* name) {
     OCTET_CHECK(v >= lo, std::string(name) + " must be >= " + std::to_string(lo) + " (got " +
                              std::to_string(v) + ")");
   };
-  at_least(t.steps, 1, "train.steps");
   at_least(t.batch_size, 1, "train.batch_size");
+  // The model and precision rules, and what the model's attention and linears would reject when
+  // built (octet/model.h): a run fails here, before it writes anything.
+  validate_model_precision(model, precision, t.batch_size);
+  at_least(t.steps, 1, "train.steps");
   at_least(t.grad_accum, 1, "train.grad_accum");
   at_least(t.warmup_steps, 0, "train.warmup_steps");
   at_least(t.eval_every, 1, "train.eval_every");

@@ -97,11 +97,11 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   RunConfig cfg = run_cfg;
   resolve_activations(cfg, be);
   const TrainConfig& t = cfg.train;
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  OCTET_CHECK(!ec, "cannot create output directory " + out_dir + ": " + ec.message());
   Model model(cfg.model, cfg.precision, be, t.batch_size);
   Optimizer opt(model, adamw_config(t));
+  std::error_code ec;  // the run directory only once the backend and the model exist
+  fs::create_directories(out_dir, ec);
+  OCTET_CHECK(!ec, "cannot create output directory " + out_dir + ": " + ec.message());
 
   const std::string metrics_path = out_dir + "/metrics.jsonl";
   TrainState st;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "octet/error.h"
+#include "octet/names.h"
 #include "octet/train.h"
 #include "train_test_util.h"
 
@@ -63,6 +64,57 @@ TEST(Config, RejectsBadInputNamingTheKey) {
   test::write_file(dir / "syntax.toml", "[model\nn_layer = 2\n");
   EXPECT_NE(error_of([&] { load_config(dir / "syntax.toml"); }).find("cannot parse"), std::string::npos);
   EXPECT_NE(error_of([&] { load_config(dir / "missing.toml"); }), "");
+}
+
+// The one p_scale rule (attention.h, validate_p_scale): a power of two in [1, 256], since P = 1
+// times p_scale must stay below E4M3's 448. 512 used to pass the config and fail in the model.
+TEST(Config, PScaleIsAPowerOfTwoInOneTo256) {
+  for (const char* ok : {"1", "2", "128", "256"})
+    EXPECT_EQ(error_of([&] { load_config("", {"data.tokenizer=byte", std::string("precision.p_scale=") + ok}); }), "") << ok;
+  for (const char* bad : {"512", "448", "100", "0.5", "0", "-256"})
+    EXPECT_NE(error_of([&] { load_config("", {std::string("precision.p_scale=") + bad}); })
+                  .find("precision.p_scale must be a power of two in [1, 256]"),
+              std::string::npos)
+        << bad;
+  AttentionConfig a;
+  a.p_scale = 512.0f;
+  EXPECT_NE(error_of([&] { a.validate(); }).find("p_scale must be a power of two"), std::string::npos);
+}
+
+// What the model would reject only when built is rejected by RunConfig::validate, with the same
+// rules (validate_model_precision): a zero batch, a bad quantizer setting, an attention shape.
+TEST(Config, ModelPrecisionCrossChecksRunUpFront) {
+  EXPECT_NE(error_of([&] { load_config("", {"train.batch_size=0"}); }).find("train.batch_size"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { load_config("", {"precision.amax_history_len=0"}); })
+                .find("precision.amax_history_len must be >= 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { load_config("", {"precision.margin=40"}); }).find("precision.margin"),
+            std::string::npos);
+  RunConfig c = load_config("", {"data.tokenizer=byte", "model.n_head=4", "model.n_kv_head=2"});
+  const AttentionShape shape = attention_shape(c.model, c.train.batch_size);
+  EXPECT_EQ(shape.n_heads, 4);
+  EXPECT_EQ(shape.n_kv_heads, 2);
+  EXPECT_EQ(shape.head_dim, c.model.d_model / 4);
+  EXPECT_EQ(shape.batch, c.train.batch_size);
+  EXPECT_TRUE(shape.causal);
+  c.precision.p_scale = 1024.0f;  // set behind the parser's back: validate() still catches it
+  EXPECT_NE(error_of([&] { c.validate(); }).find("p_scale"), std::string::npos);
+}
+
+// Enum keys print and parse through the one name table: every name round-trips through TOML.
+TEST(Config, EnumKeysRoundTripEveryName) {
+  for (const std::string& arm : enum_names<Arm>())
+    for (const std::string& recipe : enum_names<Recipe>()) {
+      const RunConfig c =
+          load_config("", {"data.tokenizer=byte", "precision.arm=" + arm, "precision.recipe=" + recipe});
+      EXPECT_EQ(enum_name(c.precision.arm), arm);
+      EXPECT_EQ(enum_name(c.precision.quant.recipe), recipe);
+    }
+  for (const std::string& algo : enum_names<AmaxAlgo>())
+    EXPECT_EQ(enum_name(load_config("", {"data.tokenizer=byte", "precision.amax_algo=" + algo}).precision.quant.amax_algo), algo);
+  for (const std::string& q : enum_names<QkvScaling>())
+    EXPECT_EQ(enum_name(load_config("", {"data.tokenizer=byte", "precision.qkv_scaling=" + q}).precision.qkv_scaling), q);
 }
 
 TEST(Schedule, WarmupThenCosineToTheFloor) {

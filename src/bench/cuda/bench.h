@@ -1,4 +1,4 @@
-// src/cuda/bench.h — GPU benchmarks behind `octet bench` (apps/octet/cmd_bench.cpp): cuBLASLt GEMMs
+// src/bench/cuda/bench.h — GPU benchmarks behind `octet bench` (apps/octet/cmd_bench.cpp): cuBLASLt GEMMs
 // of transformer shapes (FP8 per-tensor and block-scaled vs BF16) and the FP8/BF16 attention.
 //
 // Method (/work/.library/device/METHOD.md): CUDA events around each repetition, warm-up first,

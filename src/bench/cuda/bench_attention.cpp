@@ -1,4 +1,4 @@
-// src/cuda/bench_attention.cpp — the attention benchmark of bench.h: the CUDA backend's attention
+// src/bench/cuda/bench_attention.cpp — the attention benchmark of bench.h: the CUDA backend's attention
 // (bf16, fp8 with stale delta, fp8 with matched delta) forward and backward through the Attention
 // interface, at B x H x S x D, causal or not; timed with CUDA events (median of the repetitions).
 // FLOPs follow FlashAttention's convention: forward 4·B·H·Sq·Sk·D, halved when causal; backward
@@ -8,8 +8,8 @@
 
 #include <memory>
 
-#include "cuda/bench.h"
-#include "cuda/bench_timer.h"
+#include "bench/cuda/bench.h"
+#include "bench/cuda/bench_timer.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/ops.h"

@@ -1,4 +1,4 @@
-// src/train/profiling_backend.h — a Backend decorator that times every operation of the wrapped
+// src/bench/profiling_backend.h — a Backend decorator that times every operation of the wrapped
 // backend (octet/backend.h) by op class, for `octet bench train --profile`: where a training step's
 // time goes (linear forward/backward per shape and precision, attention forward/backward, norms,
 // activations, layouts, loss, optimizer, reductions, copies).

@@ -1,4 +1,4 @@
-// src/cuda/bench_gemm.cpp — the GEMM benchmark of bench.h: the QKV, out-projection, MLP up and down
+// src/bench/cuda/bench_gemm.cpp — the GEMM benchmark of bench.h: the QKV, out-projection, MLP up and down
 // GEMMs of a transformer of width d_model at `tokens` tokens per step, in their forward, dgrad and
 // wgrad forms ("TN": C[M,N] = A[M,K]·B[N,K]ᵀ), timed for BF16, FP8 with per-tensor scales (E4M3
 // forward, E5M2 gradients: TE's hybrid) and FP8 with 1x128 / 128x128 block scales (DeepSeek-V3).
@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "cuda/bench.h"
-#include "cuda/bench_timer.h"
+#include "bench/cuda/bench.h"
+#include "bench/cuda/bench_timer.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/gemm.h"

@@ -1,4 +1,4 @@
-// src/cuda/bench_timer.h — CUDA-event timing for the benchmarks: warm-up calls, then one event pair
+// src/bench/cuda/bench_timer.h — CUDA-event timing for the benchmarks: warm-up calls, then one event pair
 // around each repetition on the stream, and the median of the repetitions (METHOD.md).
 #pragma once
 

@@ -1,9 +1,9 @@
-// src/cuda/bench_quantize.cpp — the quantization benchmark of bench.h: one FP32 activation-sized
+// src/bench/cuda/bench_quantize.cpp — the quantization benchmark of bench.h: one FP32 activation-sized
 // tensor quantized into its row-wise and column-wise FP8 copies by each recipe (CudaQuantizer).
 #include <cuda_runtime.h>
 
-#include "cuda/bench.h"
-#include "cuda/bench_timer.h"
+#include "bench/cuda/bench.h"
+#include "bench/cuda/bench_timer.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/ops.h"

@@ -1,4 +1,4 @@
-// src/train/bench_train.h — the end-to-end training benchmark behind `octet bench train`
+// src/bench/bench_train.h — the end-to-end training benchmark behind `octet bench train`
 // (apps/octet/cmd_bench.cpp): whole optimizer steps (forward, backward, global-norm clip, AdamW) of a
 // GPT-2-shaped model on synthetic tokens, per precision arm, on any backend (CUDA for the numbers
 // that matter; the CPU backend runs the tiny preset so the code is testable without a GPU).

@@ -1,7 +1,7 @@
-// src/train/profiling_backend.cpp — ProfilingBackend (profiling_backend.h): every Backend call,
+// src/bench/profiling_backend.cpp — ProfilingBackend (profiling_backend.h): every Backend call,
 // and the forward/backward of every Linear and Attention it makes, forwarded to the wrapped backend
 // and timed under an op-class name ("linear.fwd bf16 768x2304", "attention.bwd", "layernorm.bwd").
-#include "train/profiling_backend.h"
+#include "bench/profiling_backend.h"
 
 #include <utility>
 
