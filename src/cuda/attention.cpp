@@ -6,7 +6,7 @@
 //   forward   S  = τ Q̂K̂ᵀ        FP8 x FP8   [rep·Tq, D] x [Tk, D]ᵀ
 //             O  = P̃ V̂          FP8 x FP8   [rep·Tq, Tk] x [D, Tk]ᵀ   (V̂ᵀ packed at quantization)
 //   backward  S  recomputed,  dP = dÔ V̂ᵀ    FP8 x FP8
-//             dV = P̃ᵀ dÔ        FP8 x FP8   [Tk, rep·Tq] x [D, rep·Tq]ᵀ
+//             dV = P̃ᵀ (dO/l)~   FP8 x FP8   [Tk, rep·Tq] x [D, rep·Tq]ᵀ  (P̃ from exp(S − m))
 //             dQ = τ dŜ K̂,  dK = τ dŜᵀ Q̂   BF16 x BF16 on exact values: dŜ carries one power-of-two
 //             scale per (block_q x block_k) tile (attention.h), which a per-tensor-scaled FP8 GEMM
 //             cannot apply along K; dŜ's values are exact in BF16 and Q̂, K̂ enter as their decoded
@@ -63,7 +63,7 @@ class CudaAttention final : public Attention {
     fp8_ = cfg.precision == AttnPrecision::FP8;
     eb_ = fp8_ ? 1 : 2;
     const float host[2] = {1.0f / cfg.p_scale, 0.0f};
-    scales_.reserve(5 * kScaleStride);  // sq, sk, sv, sdo, p_inv, each 128-byte aligned
+    scales_.reserve(6 * kScaleStride);  // sq, sk, sv, sdo, p_inv, sdv, each 128-byte aligned
     OCTET_CUDA_CHECK(cudaMemcpyAsync(p_inv(), host, sizeof(float), cudaMemcpyHostToDevice, s_));
     OCTET_CUDA_CHECK(cudaStreamSynchronize(s_));
     amax_.reserve(1);
@@ -101,7 +101,7 @@ class CudaAttention final : public Attention {
     const int64_t nq = d.B * d.H * d.Tq_p * d.D, nk = d.B * d.G * d.Tk_p * d.D;
     const PackKind rowk = fp8_ ? PackKind::Fp8Code : PackKind::Bf16OfValue;
     pack(d_o, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdo(), rowk,
-         do_rows_.reserve(size_t(nq * eb_)), rowk, do_t_.reserve(size_t(nq * eb_)));
+         do_rows_.reserve(size_t(nq * eb_)), PackKind::None, nullptr);
     logits();  // S recomputed from the saved Q̂, K̂
     mm(do_rows_.get(), cfg_.do_format, sdo(), v_rows_.get(), Format::E4M3, sv(),
        dP_.reserve(size_t(nS())), d.rep * d.Tq_p, d.Tk_p, d.D, 1.0f);
@@ -120,7 +120,11 @@ class CudaAttention final : public Attention {
     a.p_scale = cfg_.p_scale;
     a.P = P_.get();
     a.residual = residual_.reserve(size_t(nrows));
+    a.row_factor = row_factor_.reserve(size_t(nrows));
     backward_rows_launch(d, a, s_);
+    // dV's operand dO_i / l_i (P without underflow: P̃ is exp(S − m)), its own per-tensor scale.
+    pack(d_o, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdv(), PackKind::None, nullptr, rowk,
+         do_t_.reserve(size_t(nq * eb_)), row_factor_.get());
     const int64_t ntiles = d.B * d.H * ((d.Tq + cfg_.block_q - 1) / cfg_.block_q) *
                            ((d.Tk + cfg_.block_k - 1) / cfg_.block_k);
     ds_quantize_launch(d, dP_.get(), fp8_, cfg_.ds_format, cfg_.block_q, cfg_.block_k,
@@ -128,7 +132,7 @@ class CudaAttention final : public Attention {
                        ds_t_.reserve(size_t(nS())), P_.get(), P_t_.reserve(size_t(nS() * eb_)),
                        int(eb_), s_);
     // dV = P̃ᵀ dÔ,  dQ = τ dŜ K̂,  dK = τ dŜᵀ Q̂ (the last two on exact BF16 values).
-    mm(P_t_.get(), Format::E4M3, p_inv(), do_t_.get(), cfg_.do_format, sdo(),
+    mm(P_t_.get(), Format::E4M3, p_inv(), do_t_.get(), cfg_.do_format, sdv(),
        dv_acc_.reserve(size_t(nk)), d.Tk_p, d.D, d.rep * d.Tq_p, 1.0f);
     const float tau = shape_.tau();
     gemm_.bf16(ds_rows_.get(), false, k_t16_.get(), true, dq_acc_.reserve(size_t(nq)),
@@ -167,9 +171,11 @@ class CudaAttention final : public Attention {
   float* sv() { return scales_.get() + 2 * kScaleStride; }
   float* sdo() { return scales_.get() + 3 * kScaleStride; }
   float* p_inv() { return scales_.get() + 4 * kScaleStride; }
+  float* sdv() { return scales_.get() + 5 * kScaleStride; }
 
   void pack(const float* x, int64_t heads, int64_t T, int64_t T_p, int64_t rep, Format f,
-            float* scale_inv, PackKind row_kind, void* row, PackKind trans_kind, void* trans) {
+            float* scale_inv, PackKind row_kind, void* row, PackKind trans_kind, void* trans,
+            const float* row_factor = nullptr) {
     PackArgs a;
     a.x = x;
     a.B = d_.B;
@@ -180,7 +186,8 @@ class CudaAttention final : public Attention {
     a.rep = rep;
     a.format = f;
     a.fp8 = fp8_;
-    if (fp8_) amax_launch(x, d_.B * heads * T * d_.D, amax_.get(), s_);
+    a.row_factor = row_factor;
+    if (fp8_) amax_launch(x, d_.B * heads * T * d_.D, amax_.get(), s_, row_factor, d_.D);
     a.amax_bits = amax_.get();
     a.scale_inv = scale_inv;
     a.row_kind = row_kind;
@@ -229,6 +236,7 @@ class CudaAttention final : public Attention {
   DeviceBuffer<uint8_t> q_rows_, k_rows_, v_rows_, v_t_, P_, P_t_, do_rows_, do_t_;
   DeviceBuffer<uint16_t> q_t16_, k_t16_, ds_rows_, ds_t_;
   DeviceBuffer<float> S_, dP_, o_acc_, rinv_, lse_, o_saved_, dq_acc_, dk_acc_, dv_acc_;
+  DeviceBuffer<float> row_factor_;
   DeviceBuffer<double> residual_;
 };
 
