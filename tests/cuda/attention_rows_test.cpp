@@ -35,20 +35,26 @@ AttentionShape shape_of(int64_t b, int64_t h, int64_t g, int64_t tq, int64_t tk,
   return s;
 }
 
+// The CPU reference's errors against the oracle (and its stats) for one config.
+AttentionErrors cpu_errors(const AttentionShape& s, const AttentionConfig& cfg,
+                           const AttentionInputs& in, const AttentionOracle& ref,
+                           AttentionStats* stats) {
+  std::vector<float> o(in.q.size()), lse(size_t(s.batch * s.n_heads * s.seq_q)), dq(in.q.size()),
+      dk(in.k.size()), dv(in.k.size());
+  AttentionSaved saved;
+  attention_forward(s, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), &saved);
+  attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), stats);
+  return attention_errors(s, in, ref, o.data(), lse.data(), dq.data(), dk.data(), dv.data());
+}
+
 // The GPU against the CPU reference of the same config (tolerance rule) and the row bound.
 void expect_rows_match(Backend& gpu, const AttentionShape& s, const AttentionInputs& in,
                        const std::string& what) {
   const auto ref = run_attention_oracle(s, in);
   for (DeltaMode delta : {DeltaMode::Matched, DeltaMode::Stale}) {
     const AttentionConfig cfg = fp8_config(delta);
-    std::vector<float> o(in.q.size()), lse(size_t(s.batch * s.n_heads * s.seq_q)),
-        dq(in.q.size()), dk(in.k.size()), dv(in.k.size());
-    AttentionSaved saved;
     AttentionStats cst;
-    attention_forward(s, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), &saved);
-    attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), &cst);
-    const auto ce = attention_errors(s, in, ref, o.data(), lse.data(), dq.data(), dk.data(),
-                                     dv.data());
+    const auto ce = cpu_errors(s, cfg, in, ref, &cst);
     const GpuRun g = run_gpu(gpu, s, cfg, in);
     const auto ge = attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(),
                                      g.dk.data(), g.dv.data());
@@ -102,13 +108,16 @@ TEST(CudaAttentionRows, LongFlatRowsKeepTheirProbability) {
     std::fill(in.q.begin(), in.q.end(), 0.0f);
     std::fill(in.v.begin(), in.v.end(), 1.0f);
     const auto ref = run_attention_oracle(s, in);
-    const GpuRun g = run_gpu(*gpu, s, fp8_config(DeltaMode::Matched), in);
+    const AttentionConfig cfg = fp8_config(DeltaMode::Matched);
+    const GpuRun g = run_gpu(*gpu, s, cfg, in);
     const auto ge = attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(),
                                      g.dk.data(), g.dv.data());
-    std::printf("[attention rows] flat Tk %lld: O err %.2e dV err %.2e\n", (long long)tk,
-                ge.o_rel_err, ge.dv_rel_err);
+    const auto ce = cpu_errors(s, cfg, in, ref, nullptr);
+    std::printf("[attention rows] flat Tk %lld: gpu/cpu O err %.2e/%.2e dV err %.2e/%.2e\n",
+                (long long)tk, ge.o_rel_err, ce.o_rel_err, ge.dv_rel_err, ce.dv_rel_err);
     for (float x : g.o) ASSERT_NEAR(x, 1.0f, 1e-3f) << "Tk " << tk;
-    EXPECT_LT(ge.dv_rel_err, 0.1) << "Tk " << tk;  // E5M2 dO: ~2^-3 per element, averaged
+    EXPECT_LE(ge.dv_rel_err, 2 * ce.dv_rel_err + 1e-3) << "Tk " << tk;
+    EXPECT_LT(ce.dv_rel_err, 0.15) << "Tk " << tk;  // dV = 0 (rel. err 1) when P underflows
     EXPECT_LE(g.stats.row_residual_max, 1e-6) << "Tk " << tk;
   }
 }
