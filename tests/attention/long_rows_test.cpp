@@ -17,7 +17,7 @@ using namespace octet;
 namespace {
 
 TEST(LongRows, FlatRowsKeepTheirProbability) {
-  for (int64_t tk : {int64_t(4096), int64_t(1) << 18, int64_t(1) << 19})
+  for (int64_t tk : {int64_t(4096), int64_t(1) << 19})  // 2^19: ~10 s under ASan, the slowest
     for (auto form : {AttnForm::Whole, AttnForm::Tiled}) {
       const auto s = test::make_shape(1, 1, 1, 2, tk, 16, false);
       auto in = make_attention_inputs(s, AttnInputDist::Normal, 3);
