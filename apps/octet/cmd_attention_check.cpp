@@ -68,8 +68,9 @@ void run(const Options& opt) {
   const AttnInputDist dist = parse_attn_input_dist(opt.dist);
 
   const AttentionInputs in = make_attention_inputs(shape, dist, opt.seed);
-  std::vector<float> o(in.q.size()), lse(size_t(shape.batch * shape.n_heads * shape.seq_q));
-  std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.k.size());
+  // Results in double: FP32 values exactly, and the FP64 precision's own values unrounded.
+  std::vector<double> o(in.q.size()), lse(size_t(shape.batch * shape.n_heads * shape.seq_q));
+  std::vector<double> dq(in.q.size()), dk(in.k.size()), dv(in.k.size());
   AttentionSaved saved;
   AttentionStats stats;
   using clock = std::chrono::steady_clock;

@@ -1,15 +1,22 @@
 // octet/attention.h — the CPU reference of multi-head attention, forward and backward, in FP64,
 // BF16 and FP8, with the stale or the matched softmax delta (Delta-Matching).
 //
-// Math (../DESIGN.md §3): S = τ Q̂K̂ᵀ + mask, L = logsumexp_j S, P = exp(S − L), O = P̃V̂.
-// O is normalized by Σ_j P̃_ij, the row sum of the same rounded P that multiplies V (so V = 1
-// gives O = 1 exactly); L comes from the unrounded FP32 sum (so the backward's P sums to 1).
-// Operand rounding per precision and the measured stale/matched gap: docs/delta-matching.md.
-// Backward: dV = P̃ᵀdÔ, dP = dÔV̂ᵀ, dS = P ∘ (dP − D), dQ = τ dŜK̂, dK = τ dŜᵀQ̂, with
+// Math (docs/design.md; docs/delta-matching.md): S = τ Q̂K̂ᵀ + mask, m_i = max_j S_ij,
+// L = logsumexp_j S, P = exp(S − L). "P without underflow": the rounded P̃ = round(exp(S − m)) is
+// the row-max-relative value (<= 1, its largest entry exactly 1), never exp(S − L), which in a
+// long flat row falls below E4M3's smallest subnormal (a uniform row over 2^18 keys would round
+// to all zeros); the row factor 1/l_i = exp(m_i − L_i) is moved elsewhere. Forward:
+// O = (Σ_j P̃_ij V̂_j) / Σ_j P̃_ij, normalized by the row sum of the same rounded P̃ that
+// multiplies V (so V = 1 gives O = 1 exactly, at any length); L comes from the unrounded FP32 sum
+// (so the backward's P sums to 1).
+// Backward: dP = dÔV̂ᵀ, dS = P ∘ (dP − D), dQ = τ dŜK̂, dK = τ dŜᵀQ̂, and
+// dV_j = Σ_i P̃_ij (dO_i / l_i)~ with (dO_i / l_i)~ quantized after the row factor is applied (its
+// own per-tensor scale), the delta D (octet/delta_rule.h, the one rule of CPU and GPU):
 //   stale   D_i = Σ_c dO_ic O_ic from the forward's stored O (FlashAttention-2/3, cuDNN), or
 //   matched D_i = Σ_j P_ij dP_ij from this backward's own P and dP ("Delta-Matching: Closing the
 //           Final Gap of Native 8-bit Training for LLMs", Tang et al., arXiv 2609.37852).
 // Backward structure after FlashAttention-2 (Dao, arXiv 2307.08691).
+// Operand rounding per precision and the measured stale/matched gap: docs/delta-matching.md.
 //
 // Layouts (row-major, contiguous FP32 unless noted):
 //   q, o, dq, do  [batch, n_heads,    seq_q, head_dim]
@@ -24,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "octet/delta_rule.h"
 #include "octet/fp8.h"
 
 namespace octet {
@@ -77,17 +85,20 @@ struct AttentionConfig {
 /// (got x)"; `name` is how the caller's user spells it (e.g. "precision.p_scale", "--p-scale").
 void validate_p_scale(float p_scale, const std::string& name = "attention p_scale");
 
-/// What the forward saves for the backward (the quantized-dequantized operands, O and LSE).
+/// What the forward saves for the backward (the quantized-dequantized operands, O, LSE, row max).
 struct AttentionSaved {
   AttentionShape shape;
   AttentionConfig config;
   std::vector<float> q_hat, k_hat, v_hat;  ///< values the tensor cores multiply
   std::vector<float> o;                    ///< the stored forward output (BF16-rounded in fp8/bf16)
-  std::vector<float> lse;
-  /// FP64 precision only: the LSE unrounded, so that the backward's P = exp(S − LSE) sums to 1 to
-  /// FP64 rounding (an FP32 LSE alone would limit it to ~1e-7). Empty otherwise; if empty, the
-  /// backward uses `lse`.
-  std::vector<double> lse_fp64;
+  std::vector<float> lse;                  ///< [B, H, Tq]
+  /// m_i = max_j S_ij [B, H, Tq] (−inf in a row that sees no key), exact: the backward rounds
+  /// dV's P̃ from exp(S − m) and scales dO_i by 1/l_i = exp(m_i − L_i) ("P without underflow").
+  std::vector<double> row_max;
+  /// FP64 precision only: O and the LSE unrounded, so that the backward's P = exp(S − LSE) sums
+  /// to 1 and the stale delta dO·O is exact to FP64 rounding (FP32 copies would limit both to
+  /// ~1e-7). Empty otherwise; if empty, the backward uses `o` and `lse`.
+  std::vector<double> o_fp64, lse_fp64;
 };
 
 /// Softmax-gradient diagnostics of one backward, per query row (dS before it is quantized):
@@ -105,15 +116,24 @@ struct AttentionStats {
 };
 
 /// Forward. o and lse as laid out above; `saved` (may be null) receives what backward needs.
-/// Throws octet::Error on an invalid shape.
+/// Throws octet::Error on an invalid shape or config (block sizes < 1, p_scale not a power of two
+/// in (0, 448]). The double overload returns the same results unrounded to FP32: in the FP64
+/// precision, the FP64 values (what the oracle is compared with to ~1e-15); otherwise the FP32
+/// values exactly.
 void attention_forward(const AttentionShape& shape, const AttentionConfig& config, const float* q,
                        const float* k, const float* v, float* o, float* lse,
                        AttentionSaved* saved);
+void attention_forward(const AttentionShape& shape, const AttentionConfig& config, const float* q,
+                       const float* k, const float* v, double* o, double* lse,
+                       AttentionSaved* saved);
 
 /// Backward from dO. dq, dk, dv are written (not accumulated). stats may be null; if
-/// want_rows, stats->row_residual is filled.
+/// want_rows, stats->row_residual is filled. Throws octet::Error if `saved` does not hold the
+/// tensors of its shape. The double overload as attention_forward's.
 void attention_backward(const AttentionSaved& saved, const float* d_o, float* dq, float* dk,
                         float* dv, AttentionStats* stats, bool want_rows = false);
+void attention_backward(const AttentionSaved& saved, const float* d_o, double* dq, double* dk,
+                        double* dv, AttentionStats* stats, bool want_rows = false);
 
 /// The FP64 oracle: whole-row attention in double, same layouts.
 void attention_forward_fp64(const AttentionShape& shape, const double* q, const double* k,
@@ -162,5 +182,8 @@ struct AttentionErrors {
 AttentionErrors attention_errors(const AttentionShape& shape, const AttentionInputs& in,
                                  const AttentionOracle& ref, const float* o, const float* lse,
                                  const float* dq, const float* dk, const float* dv);
+AttentionErrors attention_errors(const AttentionShape& shape, const AttentionInputs& in,
+                                 const AttentionOracle& ref, const double* o, const double* lse,
+                                 const double* dq, const double* dk, const double* dv);
 
 }  // namespace octet

@@ -2,7 +2,8 @@
 // rounding and the dispatch to a form (whole or tiled) and an arithmetic type (float for BF16/FP8 =
 // FP32 accumulation, double for FP64); names and shape/config rules are src/core's. The backward also turns the
 // per-row residual sums into the diagnostics r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|)
-// (attention.h's AttentionStats; DESIGN.md §3).
+// (attention.h's AttentionStats; DESIGN.md §3). Results come out as FP32 or FP64 arrays: the FP64
+// precision computes in double throughout, so its FP64 outputs match the oracle to ~1e-15.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -15,42 +16,145 @@
 namespace octet {
 namespace {
 
-// Runs the forward in T; lse_t receives the LSE in T, lse its FP32 rounding.
+// Runs the forward in T: o_t, lse_t and row_max_t receive O (as stored), the LSE and m in T.
 template <typename T>
 void run_forward(const attn::Problem& p, const float* qh, const float* kh, const float* vh,
-                 float* o, float* lse, std::vector<T>& lse_t) {
+                 std::vector<T>& o_t, std::vector<T>& lse_t, std::vector<T>& row_max_t) {
+  o_t.resize(size_t(p.B * p.H * p.Tq * p.D));
   lse_t.resize(size_t(p.B * p.H * p.Tq));
+  row_max_t.resize(lse_t.size());
   if (p.cfg.form == AttnForm::Whole)
-    attn::forward_whole<T>(p, qh, kh, vh, o, lse_t.data());
+    attn::forward_whole<T>(p, qh, kh, vh, o_t.data(), lse_t.data(), row_max_t.data());
   else
-    attn::forward_tiled<T>(p, qh, kh, vh, o, lse_t.data());
-  std::transform(lse_t.begin(), lse_t.end(), lse, [](T x) { return float(x); });
+    attn::forward_tiled<T>(p, qh, kh, vh, o_t.data(), lse_t.data(), row_max_t.data());
 }
 
-// Runs the backward in T and writes dq, dk, dv. For T = float the outputs are the accumulators.
+// Runs the backward in T into zeroed T accumulators dq, dk, dv.
 template <typename T>
-void run_backward(const attn::Problem& p, attn::BackwardArgs<T> a, float* dq, float* dk,
-                  float* dv) {
-  const size_t nq = size_t(p.B * p.H * p.Tq * p.D), nk = size_t(p.B * p.G * p.Tk * p.D);
-  std::vector<T> acc;
-  if constexpr (std::is_same_v<T, float>) {
-    a.dq = dq, a.dk = dk, a.dv = dv;
-  } else {
-    acc.assign(nq + 2 * nk, T(0));
-    a.dq = acc.data(), a.dk = acc.data() + nq, a.dv = acc.data() + nq + nk;
-  }
-  std::fill(a.dq, a.dq + nq, T(0));
-  std::fill(a.dk, a.dk + nk, T(0));
-  std::fill(a.dv, a.dv + nk, T(0));
+void run_backward(const attn::Problem& p, attn::BackwardArgs<T> a, std::vector<T>& dq,
+                  std::vector<T>& dk, std::vector<T>& dv) {
+  dq.assign(size_t(p.B * p.H * p.Tq * p.D), T(0));
+  dk.assign(size_t(p.B * p.G * p.Tk * p.D), T(0));
+  dv.assign(dk.size(), T(0));
+  a.dq = dq.data(), a.dk = dk.data(), a.dv = dv.data();
   if (p.cfg.form == AttnForm::Whole)
     attn::backward_whole<T>(p, a);
   else
     attn::backward_tiled<T>(p, a);
-  if constexpr (!std::is_same_v<T, float>) {
-    std::transform(a.dq, a.dq + nq, dq, [](T x) { return float(x); });
-    std::transform(a.dk, a.dk + nk, dk, [](T x) { return float(x); });
-    std::transform(a.dv, a.dv + nk, dv, [](T x) { return float(x); });
+}
+
+template <typename From, typename To>
+void convert(const std::vector<From>& x, To* out) {
+  std::transform(x.begin(), x.end(), out, [](From v) { return To(v); });
+}
+
+// The saved tensor x in T: FP32 ones as they are, or FP64's own copy x64 when it was saved.
+template <typename T>
+std::vector<T> saved_in(const std::vector<float>& x, const std::vector<double>& x64) {
+  if (!x64.empty()) return {x64.begin(), x64.end()};
+  return {x.begin(), x.end()};
+}
+
+template <typename Out>
+void forward_impl(const AttentionShape& shape, const AttentionConfig& config, const float* q,
+                  const float* k, const float* v, Out* o, Out* lse, AttentionSaved* saved) {
+  shape.validate();
+  config.validate();
+  const attn::Problem p(shape, config);
+  std::vector<float> qh(size_t(p.B * p.H * p.Tq * p.D)), kh(size_t(p.B * p.G * p.Tk * p.D)),
+      vh(kh.size());
+  attn::round_qkv(p, q, p.H, p.Tq, qh.data());
+  attn::round_qkv(p, k, p.G, p.Tk, kh.data());
+  attn::round_qkv(p, v, p.G, p.Tk, vh.data());
+  std::vector<double> o64, lse64, m64;
+  std::vector<float> o32, lse32, m32;
+  if (config.precision == AttnPrecision::FP64) {
+    run_forward<double>(p, qh.data(), kh.data(), vh.data(), o64, lse64, m64);
+    convert(o64, o), convert(lse64, lse);
+  } else {
+    run_forward<float>(p, qh.data(), kh.data(), vh.data(), o32, lse32, m32);
+    convert(o32, o), convert(lse32, lse);
   }
+  if (!saved) return;
+  saved->shape = shape;
+  saved->config = config;
+  saved->q_hat = std::move(qh);
+  saved->k_hat = std::move(kh);
+  saved->v_hat = std::move(vh);
+  if (config.precision == AttnPrecision::FP64) {
+    saved->o.assign(o64.begin(), o64.end());
+    saved->lse.assign(lse64.begin(), lse64.end());
+    saved->row_max = std::move(m64);
+    saved->o_fp64 = std::move(o64);
+    saved->lse_fp64 = std::move(lse64);
+  } else {
+    saved->o = std::move(o32);
+    saved->lse = std::move(lse32);
+    saved->row_max.assign(m32.begin(), m32.end());
+    saved->o_fp64.clear();
+    saved->lse_fp64.clear();
+  }
+}
+
+template <typename T>
+void backward_in(const AttentionSaved& saved, const attn::Problem& p, const float* d_o,
+                 const float* do_hat, std::vector<double>& res_sum, std::vector<double>& res_mag,
+                 std::vector<T>& dq, std::vector<T>& dk, std::vector<T>& dv) {
+  const std::vector<T> o = saved_in<T>(saved.o, saved.o_fp64);
+  const std::vector<T> lse = saved_in<T>(saved.lse, saved.lse_fp64);
+  const std::vector<T> m(saved.row_max.begin(), saved.row_max.end());
+  // dV's operand dO_i / l_i, with 1/l_i = exp(m_i − L_i) (0 in a row that sees no key).
+  std::vector<T> factor(lse.size()), do_dv(o.size());
+  for (size_t r = 0; r < lse.size(); ++r)
+    factor[r] = std::isinf(lse[r]) ? T(0) : std::exp(m[r] - lse[r]);
+  attn::round_do_dv<T>(p, d_o, factor.data(), do_dv.data());
+  attn::BackwardArgs<T> a{};
+  a.q_hat = saved.q_hat.data(), a.k_hat = saved.k_hat.data(), a.v_hat = saved.v_hat.data();
+  a.d_o = d_o, a.do_hat = do_hat;
+  a.o = o.data(), a.lse = lse.data(), a.row_max = m.data(), a.do_dv = do_dv.data();
+  a.res_sum = res_sum.data(), a.res_mag = res_mag.data();
+  run_backward<T>(p, a, dq, dk, dv);
+}
+
+template <typename Out>
+void backward_impl(const AttentionSaved& saved, const float* d_o, Out* dq, Out* dk, Out* dv,
+                   AttentionStats* stats, bool want_rows) {
+  saved.shape.validate();
+  saved.config.validate();
+  const attn::Problem p(saved.shape, saved.config);
+  const size_t nq = size_t(p.B * p.H * p.Tq * p.D), nk = size_t(p.B * p.G * p.Tk * p.D);
+  const size_t rows = size_t(p.B * p.H * p.Tq);
+  auto fits = [](const std::vector<double>& x, size_t n) { return x.empty() || x.size() == n; };
+  OCTET_CHECK(saved.q_hat.size() == nq && saved.k_hat.size() == nk && saved.v_hat.size() == nk &&
+                  saved.o.size() == nq && saved.lse.size() == rows &&
+                  saved.row_max.size() == rows && fits(saved.o_fp64, nq) &&
+                  fits(saved.lse_fp64, rows),
+              "attention_backward: the saved tensors do not match the saved shape (was the "
+              "forward run with a `saved` argument?)");
+  std::vector<float> do_hat(nq);
+  attn::round_do(p, d_o, do_hat.data());
+  std::vector<double> res_sum(rows, 0.0), res_mag(rows, 0.0);
+  if (saved.config.precision == AttnPrecision::FP64) {
+    std::vector<double> gq, gk, gv;
+    backward_in<double>(saved, p, d_o, do_hat.data(), res_sum, res_mag, gq, gk, gv);
+    convert(gq, dq), convert(gk, dk), convert(gv, dv);
+  } else {
+    std::vector<float> gq, gk, gv;
+    backward_in<float>(saved, p, d_o, do_hat.data(), res_sum, res_mag, gq, gk, gv);
+    convert(gq, dq), convert(gk, dk), convert(gv, dv);
+  }
+  if (!stats) return;
+  stats->row_residual_max = 0.0;
+  double total = 0.0;
+  if (want_rows) stats->row_residual.assign(rows, 0.0);
+  for (size_t r = 0; r < rows; ++r) {
+    const double rel = res_mag[r] > 0 ? std::fabs(res_sum[r]) / res_mag[r] : 0.0;
+    double& mx = stats->row_residual_max;
+    if (rel != rel || (mx == mx && rel > mx)) mx = rel;  // a NaN is reported, never hidden
+    total += rel;
+    if (want_rows) stats->row_residual[r] = rel;
+  }
+  stats->row_residual_mean = total / double(rows);
 }
 
 }  // namespace
@@ -64,81 +168,21 @@ Problem::Problem(const AttentionShape& s, const AttentionConfig& c)
 void attention_forward(const AttentionShape& shape, const AttentionConfig& config, const float* q,
                        const float* k, const float* v, float* o, float* lse,
                        AttentionSaved* saved) {
-  shape.validate();
-  config.validate();
-  const attn::Problem p(shape, config);
-  std::vector<float> qh(size_t(p.B * p.H * p.Tq * p.D)), kh(size_t(p.B * p.G * p.Tk * p.D)),
-      vh(kh.size());
-  attn::round_qkv(p, q, p.H, p.Tq, qh.data());
-  attn::round_qkv(p, k, p.G, p.Tk, kh.data());
-  attn::round_qkv(p, v, p.G, p.Tk, vh.data());
-  std::vector<double> lse64;
-  std::vector<float> lse32;
-  if (config.precision == AttnPrecision::FP64)
-    run_forward<double>(p, qh.data(), kh.data(), vh.data(), o, lse, lse64);
-  else
-    run_forward<float>(p, qh.data(), kh.data(), vh.data(), o, lse, lse32);
-  if (saved) {
-    saved->lse_fp64 = std::move(lse64);
-    saved->shape = shape;
-    saved->config = config;
-    saved->q_hat = std::move(qh);
-    saved->k_hat = std::move(kh);
-    saved->v_hat = std::move(vh);
-    saved->o.assign(o, o + p.B * p.H * p.Tq * p.D);
-    saved->lse.assign(lse, lse + p.B * p.H * p.Tq);
-  }
+  forward_impl(shape, config, q, k, v, o, lse, saved);
+}
+void attention_forward(const AttentionShape& shape, const AttentionConfig& config, const float* q,
+                       const float* k, const float* v, double* o, double* lse,
+                       AttentionSaved* saved) {
+  forward_impl(shape, config, q, k, v, o, lse, saved);
 }
 
 void attention_backward(const AttentionSaved& saved, const float* d_o, float* dq, float* dk,
                         float* dv, AttentionStats* stats, bool want_rows) {
-  saved.shape.validate();
-  saved.config.validate();
-  const attn::Problem p(saved.shape, saved.config);
-  const size_t nq = size_t(p.B * p.H * p.Tq * p.D), nk = size_t(p.B * p.G * p.Tk * p.D);
-  OCTET_CHECK(saved.q_hat.size() == nq && saved.k_hat.size() == nk && saved.v_hat.size() == nk &&
-                  saved.o.size() == nq && saved.lse.size() == size_t(p.B * p.H * p.Tq),
-              "attention_backward: the saved tensors do not match the saved shape (was the "
-              "forward run with a `saved` argument?)");
-  std::vector<float> do_hat(nq);
-  attn::round_do(p, d_o, do_hat.data());
-  const size_t rows = size_t(p.B * p.H * p.Tq);
-  std::vector<double> res_sum(rows, 0.0), res_mag(rows, 0.0);
-  std::vector<double> lse64;  // FP64: the unrounded LSE if the forward saved it
-  if (saved.config.precision == AttnPrecision::FP64) {
-    if (saved.lse_fp64.size() == saved.lse.size())
-      lse64 = saved.lse_fp64;
-    else
-      lse64.assign(saved.lse.begin(), saved.lse.end());
-  }
-  auto args = [&](auto* zero) {
-    using T = std::remove_pointer_t<decltype(zero)>;
-    attn::BackwardArgs<T> a{};
-    a.q_hat = saved.q_hat.data(), a.k_hat = saved.k_hat.data(), a.v_hat = saved.v_hat.data();
-    a.o = saved.o.data(), a.d_o = d_o, a.do_hat = do_hat.data();
-    if constexpr (std::is_same_v<T, float>)
-      a.lse = saved.lse.data();
-    else
-      a.lse = lse64.data();
-    a.res_sum = res_sum.data(), a.res_mag = res_mag.data();
-    return a;
-  };
-  if (saved.config.precision == AttnPrecision::FP64)
-    run_backward<double>(p, args((double*)nullptr), dq, dk, dv);
-  else
-    run_backward<float>(p, args((float*)nullptr), dq, dk, dv);
-  if (!stats) return;
-  stats->row_residual_max = 0.0;
-  double total = 0.0;
-  if (want_rows) stats->row_residual.assign(rows, 0.0);
-  for (size_t r = 0; r < rows; ++r) {
-    const double rel = res_mag[r] > 0 ? std::fabs(res_sum[r]) / res_mag[r] : 0.0;
-    double& mx = stats->row_residual_max;
-    if (rel != rel || (mx == mx && rel > mx)) mx = rel;  // a NaN is reported, never hidden
-    total += rel;
-    if (want_rows) stats->row_residual[r] = rel;
-  }
-  stats->row_residual_mean = total / double(rows);
+  backward_impl(saved, d_o, dq, dk, dv, stats, want_rows);
+}
+void attention_backward(const AttentionSaved& saved, const float* d_o, double* dq, double* dk,
+                        double* dv, AttentionStats* stats, bool want_rows) {
+  backward_impl(saved, d_o, dq, dk, dv, stats, want_rows);
 }
 
 }  // namespace octet

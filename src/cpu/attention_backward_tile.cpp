@@ -13,7 +13,7 @@ namespace octet::attn {
 
 template <typename T>
 void compute_p_dp(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, int64_t i0,
-                  int64_t i1, int64_t j0, int64_t j1, T* P, T* dP, int64_t ld) {
+                  int64_t i1, int64_t j0, int64_t j1, T* P, T* dP, T* E, int64_t ld) {
   const float* Q = a.q_hat + p.q_off(b, h);
   const float* dOh = a.do_hat + p.q_off(b, h);
   const float* K = a.k_hat + p.kv_off(b, h);
@@ -22,15 +22,18 @@ void compute_p_dp(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t
   for (int64_t i = i0; i < i1; ++i) {
     T* Pr = P + (i - i0) * ld;
     T* dPr = dP + (i - i0) * ld;
+    T* Er = E ? E + (i - i0) * ld : nullptr;
     const int64_t n = p.visible(i);
-    const T lse = T(a.lse[p.row_off(b, h) + i]);
+    const T lse = a.lse[p.row_off(b, h) + i], m = a.row_max[p.row_off(b, h) + i];
     for (int64_t j = j0; j < j1; ++j) {
       if (j >= n) {  // masked (or the row sees no key: n == 0, LSE = −inf)
         Pr[j - j0] = dPr[j - j0] = 0;
+        if (Er) Er[j - j0] = 0;
         continue;
       }
       const T s = tau * dot<T>(Q + i * p.D, K + j * p.D, p.D);
       Pr[j - j0] = exp_t<T>(s - lse);
+      if (Er) Er[j - j0] = exp_t<T>(s - m);
       dPr[j - j0] = dot<T>(dOh + i * p.D, V + j * p.D, p.D);
     }
   }
@@ -38,7 +41,7 @@ void compute_p_dp(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t
 
 template <typename T>
 void ds_step(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, int64_t i0,
-             int64_t i1, int64_t j0, int64_t j1, const T* P, const T* dP, int64_t ld,
+             int64_t i1, int64_t j0, int64_t j1, const T* P, const T* dP, const T* E, int64_t ld,
              const RowDelta<T>* delta, T* ds) {
   const int64_t nc = j1 - j0;
   const int64_t row0 = p.row_off(b, h);
@@ -50,7 +53,7 @@ void ds_step(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, i
     const double d_abs = std::fabs(double(d.pivot) + double(d.offset));  // |D_i|
     double sum = 0, mag = 0;
     for (int64_t j = 0; j < nc; ++j) {
-      dsr[j] = Pr[j] * ((dPr[j] - d.pivot) - d.offset);  // masked keys: P = 0 gives dS = 0
+      dsr[j] = d.ds(Pr[j], dPr[j]);  // masked keys: P = 0 gives dS = 0
       sum += double(dsr[j]);
       mag += double(Pr[j]) * (std::fabs(double(dPr[j])) + d_abs);  // the terms the sum cancels
     }
@@ -60,30 +63,32 @@ void ds_step(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, i
   round_ds_tile(p.cfg, ds, i1 - i0, nc, nc);
 
   const float* Q = a.q_hat + p.q_off(b, h);
-  const float* dOh = a.do_hat + p.q_off(b, h);
+  const T* dOv = a.do_dv + p.q_off(b, h);
   const float* K = a.k_hat + p.kv_off(b, h);
   T* dq = a.dq + p.q_off(b, h);
   T* dk = a.dk + p.kv_off(b, h);
   T* dv = a.dv + p.kv_off(b, h);
   const T tau = T(p.tau);
   for (int64_t i = i0; i < i1; ++i) {
-    const T* Pr = P + (i - i0) * ld;
+    const T* Er = E + (i - i0) * ld;
     const T* dsr = ds + (i - i0) * nc;
     const int64_t jn = std::min(j1, p.visible(i));
     for (int64_t j = j0; j < jn; ++j) {
       const T g = tau * dsr[j - j0];
-      axpy<T>(g, K + j * p.D, dq + i * p.D, p.D);                         // dQ += τ dŜ K̂
-      axpy<T>(g, Q + i * p.D, dk + j * p.D, p.D);                         // dK += τ dŜᵀ Q̂
-      axpy<T>(round_p(p.cfg, Pr[j - j0]), dOh + i * p.D, dv + j * p.D, p.D);  // dV += P̃ᵀ dÔ
+      axpy<T>(g, K + j * p.D, dq + i * p.D, p.D);  // dQ += τ dŜ K̂
+      axpy<T>(g, Q + i * p.D, dk + j * p.D, p.D);  // dK += τ dŜᵀ Q̂
+      // dV += P̃ᵀ (dO/l): P̃ from exp(S − m) <= 1, the row factor 1/l_i inside dO (no underflow)
+      axpy<T>(round_p(p.cfg, Er[j - j0]), dOv + i * p.D, dv + j * p.D, p.D);
     }
   }
 }
 
 #define OCTET_INSTANTIATE(T)                                                                    \
   template void compute_p_dp<T>(const Problem&, const BackwardArgs<T>&, int64_t, int64_t,       \
-                                int64_t, int64_t, int64_t, int64_t, T*, T*, int64_t);           \
+                                int64_t, int64_t, int64_t, int64_t, T*, T*, T*, int64_t);           \
   template void ds_step<T>(const Problem&, const BackwardArgs<T>&, int64_t, int64_t, int64_t,   \
-                           int64_t, int64_t, int64_t, const T*, const T*, int64_t, const RowDelta<T>*, T*);
+                           int64_t, int64_t, int64_t, const T*, const T*, const T*, int64_t,       \
+                           const RowDelta<T>*, T*);
 OCTET_INSTANTIATE(float)
 OCTET_INSTANTIATE(double)
 #undef OCTET_INSTANTIATE

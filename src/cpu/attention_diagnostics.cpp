@@ -12,7 +12,8 @@ namespace octet {
 namespace {
 
 // ||x − ref||₂ / ||ref||₂ (||x||₂ when ref is all zeros).
-double rel_l2(const float* x, const std::vector<double>& ref) {
+template <typename X>
+double rel_l2(const X* x, const std::vector<double>& ref) {
   double num = 0, den = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     const double d = double(x[i]) - ref[i];
@@ -43,9 +44,12 @@ AttentionOracle run_attention_oracle(const AttentionShape& shape, const Attentio
   return r;
 }
 
-AttentionErrors attention_errors(const AttentionShape& shape, const AttentionInputs& in,
-                                 const AttentionOracle& ref, const float* o, const float* lse,
-                                 const float* dq, const float* dk, const float* dv) {
+namespace {
+
+template <typename X>
+AttentionErrors errors_impl(const AttentionShape& shape, const AttentionInputs& in,
+                            const AttentionOracle& ref, const X* o, const X* lse, const X* dq,
+                            const X* dk, const X* dv) {
   const attn::Problem p(shape, AttentionConfig{});
   AttentionErrors e;
   e.o_rel_err = rel_l2(o, ref.o);
@@ -90,6 +94,19 @@ AttentionErrors attention_errors(const AttentionShape& shape, const AttentionInp
     }
   e.dq_bias_mean_key = yy > 0 ? std::sqrt(proj2 / yy) : std::sqrt(proj2);
   return e;
+}
+
+}  // namespace
+
+AttentionErrors attention_errors(const AttentionShape& shape, const AttentionInputs& in,
+                                 const AttentionOracle& ref, const float* o, const float* lse,
+                                 const float* dq, const float* dk, const float* dv) {
+  return errors_impl(shape, in, ref, o, lse, dq, dk, dv);
+}
+AttentionErrors attention_errors(const AttentionShape& shape, const AttentionInputs& in,
+                                 const AttentionOracle& ref, const double* o, const double* lse,
+                                 const double* dq, const double* dk, const double* dv) {
+  return errors_impl(shape, in, ref, o, lse, dq, dk, dv);
 }
 
 }  // namespace octet

@@ -4,13 +4,15 @@
 // FP8 (DESIGN.md §3; OCP OFP8 v1.0 formats, scales from fp8.h's scale_from_amax, Transformer
 // Engine's current-scaling formula s = fp8_max / amax):
 //   Q, K, V  E4M3, one scale per tensor or per (batch, head, 128-token block) (config.qkv_scaling);
-//   dO       config.do_format (E5M2 in the `hybrid` policy), one scale per tensor;
+//   dO       config.do_format (E5M2 in the `hybrid` policy), one scale per tensor; for the dV GEMM
+//            dO_i / l_i (row factor of "P without underflow") with its own scale per tensor;
 //   dS       config.ds_format, one power-of-two scale per (block_q x block_k) tile of one head;
 //   P        E4M3 with the static power-of-two scale config.p_scale (attention_impl.h, round_p).
 // A value x becomes decode(cast(x * s)) * (1/s), the cast saturating. BF16 rounds every operand
 // to BF16 (ties to even); FP64 leaves them unchanged.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "cpu/attention_impl.h"
 #include "octet/error.h"
@@ -82,6 +84,22 @@ void round_do(const Problem& p, const float* d_o, float* do_hat) {
       return;
   }
 }
+
+template <typename T>
+void round_do_dv(const Problem& p, const float* d_o, const T* row_factor, T* out) {
+  const int64_t rows = p.B * p.H * p.Tq, n = rows * p.D;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < p.D; ++c) out[r * p.D + c] = T(d_o[r * p.D + c]) * row_factor[r];
+  if constexpr (std::is_same_v<T, float>) {  // BF16 and FP8 run in T = float, FP64 in double
+    if (p.cfg.precision == AttnPrecision::BF16)
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_round(out[i]);
+    else if (p.cfg.precision == AttnPrecision::FP8)
+      fp8_qdq_tensor(out, n, p.cfg.do_format, out);
+  }
+}
+
+template void round_do_dv<float>(const Problem&, const float*, const float*, float*);
+template void round_do_dv<double>(const Problem&, const float*, const double*, double*);
 
 template <typename T>
 void round_ds_tile(const AttentionConfig& c, T* ds, int64_t rows, int64_t cols, int64_t ld) {

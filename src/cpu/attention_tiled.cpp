@@ -7,7 +7,8 @@
 // in [0, 1], E4M3 with the static scale) multiplies V̂. Two row sums are carried: ℓ̃ = Σ P̃ (the
 // same rounded P that multiplies V) normalizes O, so V = 1 gives O = 1 exactly; ℓ = Σ exp(S − m)
 // in FP32 gives LSE = m + log ℓ, so that the backward's P = exp(S − LSE) sums to 1 to FP32
-// rounding, which the matched delta needs.
+// rounding, which the matched delta needs. The final m is saved: the backward's P̃ for dV is
+// rounded from exp(S − m), its row factor 1/ℓ moved into dO (docs/delta-matching.md).
 // Backward: key blocks outer, query blocks inner (FlashAttention-2, Algorithm 2). The delta is
 // stale (D_i = dO_i·O_i, a per-row pre-pass as in FlashAttention) or matched (Delta-Matching: a
 // pre-pass over all key blocks recomputes S, P and dP and sums Σ_j P_ij dP_ij, which is the extra
@@ -22,7 +23,7 @@ namespace octet::attn {
 
 template <typename T>
 void forward_tiled(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat,
-                   float* o, T* lse) {
+                   T* o, T* lse, T* row_max) {
   const int64_t bc = p.cfg.block_k;
   std::vector<T> s(bc), acc(p.D);
   const T tau = T(p.tau);
@@ -33,12 +34,13 @@ void forward_tiled(const Problem& p, const float* q_hat, const float* k_hat, con
       const float* K = k_hat + p.kv_off(b, h);
       const float* V = v_hat + p.kv_off(b, h);
       for (int64_t i = 0; i < p.Tq; ++i) {
-        float* orow = o + p.q_off(b, h) + i * p.D;
+        T* orow = o + p.q_off(b, h) + i * p.D;
         T& lse_i = lse[p.row_off(b, h) + i];
+        T& m_i = row_max[p.row_off(b, h) + i];
         const int64_t n = p.visible(i);
         if (n == 0) {
-          std::fill(orow, orow + p.D, 0.0f);
-          lse_i = -std::numeric_limits<T>::infinity();
+          std::fill(orow, orow + p.D, T(0));
+          lse_i = m_i = neg_inf;
           continue;
         }
         T m = neg_inf, l = 0, l_hat = 0;
@@ -66,6 +68,7 @@ void forward_tiled(const Problem& p, const float* q_hat, const float* k_hat, con
         const T inv = l_hat > 0 ? T(1) / l_hat : T(0);
         for (int64_t c = 0; c < p.D; ++c) orow[c] = store_o(p.cfg, acc[c] * inv);
         lse_i = m + std::log(l);
+        m_i = m;
       }
     }
 }
@@ -73,28 +76,23 @@ void forward_tiled(const Problem& p, const float* q_hat, const float* k_hat, con
 template <typename T>
 void backward_tiled(const Problem& p, const BackwardArgs<T>& a) {
   const int64_t bq = p.cfg.block_q, bc = p.cfg.block_k;
-  std::vector<T> P(bq * bc), dP(bq * bc), ds(bq * bc);
+  std::vector<T> P(bq * bc), dP(bq * bc), E(bq * bc), ds(bq * bc);
   std::vector<RowDelta<T>> delta(p.Tq);
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h) {
       // Pre-pass: the delta of every row of this head. Stale: D_i = dO_i·O_i. Matched: one more
       // sweep over all key blocks recomputes P and dP and sums Σ_j P_ij dP_ij around a pivot
-      // (RowDelta) — the extra cost of Delta-Matching.
-      for (int64_t i = 0; i < p.Tq; ++i) {
-        const int64_t off = p.q_off(b, h) + i * p.D;
-        delta[i] = p.cfg.delta == DeltaMode::Stale
-                       ? RowDelta<T>{stale_delta<T>(a.d_o + off, a.o + off, p.D)}
-                       : RowDelta<T>::matched_start(stale_delta<T>(a.do_hat + off, a.o + off, p.D));
-      }
+      // (octet/delta_rule.h) — the extra cost of Delta-Matching.
+      for (int64_t i = 0; i < p.Tq; ++i) delta[i] = start_delta(p, a, p.q_off(b, h) + i * p.D);
       if (p.cfg.delta == DeltaMode::Matched)
         for (int64_t i0 = 0; i0 < p.Tq; i0 += bq) {
           const int64_t i1 = std::min(p.Tq, i0 + bq);
           for (int64_t j0 = 0; j0 < p.visible(i1 - 1); j0 += bc) {
             const int64_t j1 = std::min(p.Tk, j0 + bc);
-            compute_p_dp(p, a, b, h, i0, i1, j0, j1, P.data(), dP.data(), bc);
+            compute_p_dp(p, a, b, h, i0, i1, j0, j1, P.data(), dP.data(), (T*)nullptr, bc);
             for (int64_t i = i0; i < i1; ++i)
               for (int64_t j = 0; j < j1 - j0; ++j)
-                delta[i].add_matched(P[(i - i0) * bc + j], dP[(i - i0) * bc + j]);
+                delta[i].add(P[(i - i0) * bc + j], dP[(i - i0) * bc + j], j0 + j);
           }
         }
       // Main pass: key blocks outer (a GPU thread block owns dK_j, dV_j), query blocks inner.
@@ -103,8 +101,8 @@ void backward_tiled(const Problem& p, const BackwardArgs<T>& a) {
         for (int64_t i0 = 0; i0 < p.Tq; i0 += bq) {
           const int64_t i1 = std::min(p.Tq, i0 + bq);
           if (p.visible(i1 - 1) <= j0) continue;  // tile fully masked
-          compute_p_dp(p, a, b, h, i0, i1, j0, j1, P.data(), dP.data(), bc);
-          ds_step(p, a, b, h, i0, i1, j0, j1, P.data(), dP.data(), bc, delta.data() + i0,
+          compute_p_dp(p, a, b, h, i0, i1, j0, j1, P.data(), dP.data(), E.data(), bc);
+          ds_step(p, a, b, h, i0, i1, j0, j1, P.data(), dP.data(), E.data(), bc, delta.data() + i0,
                   ds.data());
         }
       }
@@ -112,9 +110,9 @@ void backward_tiled(const Problem& p, const BackwardArgs<T>& a) {
 }
 
 template void forward_tiled<float>(const Problem&, const float*, const float*, const float*,
-                                   float*, float*);
+                                   float*, float*, float*);
 template void forward_tiled<double>(const Problem&, const float*, const float*, const float*,
-                                    float*, double*);
+                                    double*, double*, double*);
 template void backward_tiled<float>(const Problem&, const BackwardArgs<float>&);
 template void backward_tiled<double>(const Problem&, const BackwardArgs<double>&);
 

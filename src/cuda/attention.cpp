@@ -6,7 +6,7 @@
 //   forward   S  = τ Q̂K̂ᵀ        FP8 x FP8   [rep·Tq, D] x [Tk, D]ᵀ
 //             O  = P̃ V̂          FP8 x FP8   [rep·Tq, Tk] x [D, Tk]ᵀ   (V̂ᵀ packed at quantization)
 //   backward  S  recomputed,  dP = dÔ V̂ᵀ    FP8 x FP8
-//             dV = P̃ᵀ dÔ        FP8 x FP8   [Tk, rep·Tq] x [D, rep·Tq]ᵀ
+//             dV = P̃ᵀ (dO/l)~   FP8 x FP8   [Tk, rep·Tq] x [D, rep·Tq]ᵀ  (P̃ from exp(S − m))
 //             dQ = τ dŜ K̂,  dK = τ dŜᵀ Q̂   BF16 x BF16 on exact values: dŜ carries one power-of-two
 //             scale per (block_q x block_k) tile (attention.h), which a per-tensor-scaled FP8 GEMM
 //             cannot apply along K; dŜ's values are exact in BF16 and Q̂, K̂ enter as their decoded
@@ -83,7 +83,7 @@ class CudaAttention final : public Attention {
     d_.causal = shape.causal;
     fp8_ = cfg.precision == AttnPrecision::FP8;
     eb_ = fp8_ ? 1 : 2;
-    scales_.reserve(2 * kScaleStride, s_);  // sdo, p_inv, each 128-byte aligned
+    scales_.reserve(3 * kScaleStride, s_);  // sdo, p_inv, sdv, each 128-byte aligned
     fill_launch(Tensor(p_inv(), DType::F32, {1}), 1.0 / double(cfg.p_scale), s_);
     amax_.reserve(1, s_);
   }
@@ -152,7 +152,7 @@ class CudaAttention final : public Attention {
     const PackKind rowk = fp8_ ? PackKind::Fp8Code : PackKind::Bf16OfValue;
     const float* dof = as_f32(d_o, in_q_);
     pack(dof, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdo(), rowk,
-         do_rows_.reserve(size_t(nq * eb_), s_), rowk, do_t_.reserve(size_t(nq * eb_), s_));
+         do_rows_.reserve(size_t(nq * eb_), s_), PackKind::None, nullptr);
     logits(*st);  // S recomputed from the saved Q̂, K̂
     mm(do_rows_.get(), cfg_.do_format, sdo(), st->v_rows.tensor().data, Format::E4M3, st->sv(),
        dP_.reserve(size_t(nS()), s_), d.rep * d.Tq_p, d.Tk_p, d.D, 1.0f);
@@ -171,7 +171,11 @@ class CudaAttention final : public Attention {
     a.p_scale = cfg_.p_scale;
     a.P = P_.reserve(size_t(nS() * eb_), s_);
     a.residual = residual_.reserve(size_t(nrows), s_);
+    a.row_factor = row_factor_.reserve(size_t(nrows), s_);
     backward_rows_launch(d, a, s_);
+    // dV's operand dO_i / l_i (P without underflow: P̃ is exp(S − m)), its own per-tensor scale.
+    pack(dof, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdv(), PackKind::None, nullptr, rowk,
+         do_t_.reserve(size_t(nq * eb_), s_), row_factor_.get());
     const int64_t ntiles = d.B * d.H * ((d.Tq + cfg_.block_q - 1) / cfg_.block_q) *
                            ((d.Tk + cfg_.block_k - 1) / cfg_.block_k);
     ds_quantize_launch(d, dP_.get(), fp8_, cfg_.ds_format, cfg_.block_q, cfg_.block_k,
@@ -179,7 +183,7 @@ class CudaAttention final : public Attention {
                        ds_t_.reserve(size_t(nS()), s_), P_.get(),
                        P_t_.reserve(size_t(nS() * eb_), s_), int(eb_), s_);
     // dV = P̃ᵀ dÔ,  dQ = τ dŜ K̂,  dK = τ dŜᵀ Q̂ (the last two on exact BF16 values).
-    mm(P_t_.get(), Format::E4M3, p_inv(), do_t_.get(), cfg_.do_format, sdo(),
+    mm(P_t_.get(), Format::E4M3, p_inv(), do_t_.get(), cfg_.do_format, sdv(),
        dv_acc_.reserve(size_t(nk), s_), d.Tk_p, d.D, d.rep * d.Tq_p, 1.0f);
     const float tau = shape_.tau();
     gemm_.bf16(ds_rows_.get(), false, st->k_t16.tensor().bf16(), true, dq_acc_.reserve(size_t(nq), s_),
@@ -206,6 +210,7 @@ class CudaAttention final : public Attention {
   int64_t nS() const { return d_.B * d_.H * d_.Tq_p * d_.Tk_p; }
   float* sdo() { return scales_.get() + 0 * kScaleStride; }
   float* p_inv() { return scales_.get() + 1 * kScaleStride; }
+  float* sdv() { return scales_.get() + 2 * kScaleStride; }
 
   static void check_act(const Tensor& t, const Shape& want, const char* what) {
     check_activation(t, what);
@@ -216,7 +221,8 @@ class CudaAttention final : public Attention {
   void finish(const Tensor& t) { f32_out_finish(t, out_, s_); }
 
   void pack(const float* x, int64_t heads, int64_t T, int64_t T_p, int64_t rep, Format f,
-            float* scale_inv, PackKind row_kind, void* row, PackKind trans_kind, void* trans) {
+            float* scale_inv, PackKind row_kind, void* row, PackKind trans_kind, void* trans,
+            const float* row_factor = nullptr) {
     PackArgs a;
     a.x = x;
     a.B = d_.B;
@@ -227,7 +233,8 @@ class CudaAttention final : public Attention {
     a.rep = rep;
     a.format = f;
     a.fp8 = fp8_;
-    if (fp8_) amax_launch(x, d_.B * heads * T * d_.D, amax_.get(), s_);
+    a.row_factor = row_factor;
+    if (fp8_) amax_launch(x, d_.B * heads * T * d_.D, amax_.get(), s_, row_factor, d_.D);
     a.amax_bits = amax_.get();
     a.scale_inv = scale_inv;
     a.row_kind = row_kind;
@@ -278,6 +285,7 @@ class CudaAttention final : public Attention {
   DeviceBuffer<uint8_t> v_t_, P_, P_t_, do_rows_, do_t_;
   DeviceBuffer<uint16_t> ds_rows_, ds_t_;
   DeviceBuffer<float> S_, dP_, o_acc_, rinv_, dq_acc_, dk_acc_, dv_acc_, in_q_, in_k_, in_v_, out_;
+  DeviceBuffer<float> row_factor_;
   DeviceBuffer<double> residual_;
 };
 

@@ -2,12 +2,15 @@
 //
 // They reproduce the CPU reference's whole-row form (src/cpu/attention_whole.cpp,
 // attention_backward_tile.cpp, attention_quant.cpp) step by step: per-tensor current-scaled E4M3
-// Q, K, V (fp8.h scale_from_amax), L = m + log Σ exp(S − m) over the unrounded P, P̃ = E4M3 of
-// exp(S − L)·p_scale, O = (Σ P̃ V̂) / Σ P̃ stored as BF16, dÔ per-tensor in do_format; backward
-// P = exp(S − L), pivot = dO·O (stale, raw dO) or dÔ·O (matched), matched offset
-// Σ_j P_ij (dP_ij − pivot), dS = P ∘ ((dP − pivot) − offset), the row residual before rounding
-// (|Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|), D = pivot + offset, as the CPU's ds_step),
-// and dŜ with one power-of-two scale per (block_q x block_k) tile (Delta-Matching, arXiv
+// Q, K, V (fp8.h scale_from_amax), m = max S, L = m + log Σ exp(S − m) over the unrounded P,
+// P̃ = E4M3 of exp(S − m)·p_scale (row-max-relative: "P without underflow", docs/delta-matching.md),
+// O = (Σ P̃ V̂) / Σ P̃ stored as BF16, dÔ per-tensor in do_format; backward P = exp(S − L), the
+// delta by octet/delta_rule.h (the CPU's rule: stale pivot dO·O; matched D = Σ_j P_ij dP_ij around
+// the pivot dÔ·O or the dP of a key with P > 1/2, reduced per thread, warp and block with
+// RowDelta::merge), dS = P ∘ ((dP − pivot) − offset), the row residual before rounding
+// (|Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|), D = pivot + offset, as the CPU's ds_step), dV's
+// P̃ = E4M3 of exp(S − m)·p_scale with the row factor 1/l_i = exp(m_i − L_i) moved into dV's dO
+// operand, and dŜ with one power-of-two scale per (block_q x block_k) tile (Delta-Matching, arXiv
 // 2609.37852; FlashAttention-2's backward structure, arXiv 2307.08691).
 #include <cuda_runtime.h>
 
@@ -16,6 +19,7 @@
 #include "cuda/attention_kernels.h"
 #include "cuda/check.h"
 #include "cuda/reduce_util.cuh"
+#include "octet/delta_rule.h"
 
 namespace octet::cuda {
 namespace {
@@ -28,11 +32,18 @@ __device__ __forceinline__ uint16_t bf16_bits(float x) {
 }
 __device__ __forceinline__ float bf16_value(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
 
-__global__ void amax_kernel(const float* x, int64_t n, unsigned* bits) {
+// x_i · row_factor[i / D] (row_factor null: x_i), the value pack_kernel quantizes.
+__device__ __forceinline__ float scaled(const float* x, const float* row_factor, int64_t D,
+                                        int64_t i) {
+  return row_factor ? x[i] * row_factor[i / D] : x[i];
+}
+
+__global__ void amax_kernel(const float* x, int64_t n, const float* row_factor, int64_t D,
+                            unsigned* bits) {
   unsigned m = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    m = max(m, __float_as_uint(x[i]) & 0x7FFFFFFFu);
+    m = max(m, __float_as_uint(scaled(x, row_factor, D, i)) & 0x7FFFFFFFu);
   m = warp_max(m);
   if (threadIdx.x % 32 == 0) atomicMax(bits, m);
 }
@@ -46,7 +57,8 @@ __global__ void pack_kernel(PackArgs a) {
   if (a.fp8 && bh == 0 && t0 == 0 && d0 == 0 && tx == 0 && ty == 0) *a.scale_inv = 1.0f / s;
   for (int k = ty; k < 32; k += 8) {
     const int64_t t = t0 + k, d = d0 + tx;
-    tile[k][tx] = (t < a.T && d < a.D) ? a.x[(bh * a.T + t) * a.D + d] : 0.0f;
+    tile[k][tx] = (t < a.T && d < a.D) ? scaled(a.x, a.row_factor, a.D, (bh * a.T + t) * a.D + d)
+                                       : 0.0f;
   }
   __syncthreads();
   auto encode = [&](float v, bool valid, PackKind kind, uint8_t* b8, uint16_t* b16, int64_t idx) {
@@ -105,7 +117,7 @@ __global__ void softmax_forward_kernel(AttnDims d, const float* S, bool fp8, flo
   const float L = n > 0 ? m + logf(l) : -INFINITY;
   float l_hat = 0.0f;
   for (int64_t j = threadIdx.x; j < d.Tk_p; j += blockDim.x) {
-    const float p = j < n ? expf(s[j] - L) : 0.0f;
+    const float p = j < n ? expf(s[j] - m) : 0.0f;  // row-max-relative, <= 1: no underflow
     if (fp8) {
       const uint8_t c = fp8_encode(p * p_scale, Format::E4M3, true);
       p8[base + j] = c;
@@ -135,16 +147,44 @@ __global__ void output_finalize_kernel(AttnDims d, const float* o_acc, const flo
   }
 }
 
+// The matched delta of a row, reduced over the block with RowDelta::merge (octet/delta_rule.h):
+// a warp butterfly (merge is commutative bit for bit, so both lanes of a pair agree), then the
+// warps' partials, padded with `start` (a neutral element: same pivot, no keys).
+__device__ RowDelta<float> shfl_xor(const RowDelta<float>& d, int off) {
+  RowDelta<float> r;
+  r.pivot = __shfl_xor_sync(0xFFFFFFFFu, d.pivot, off);
+  r.offset = __shfl_xor_sync(0xFFFFFFFFu, d.offset, off);
+  r.p_pivot = __shfl_xor_sync(0xFFFFFFFFu, d.p_pivot, off);
+  r.p_sum = __shfl_xor_sync(0xFFFFFFFFu, d.p_sum, off);
+  r.key = int64_t(__shfl_xor_sync(0xFFFFFFFFu, (long long)d.key, off));
+  return r;
+}
+__device__ RowDelta<float> warp_merge(RowDelta<float> d) {
+  for (int off = 16; off > 0; off /= 2) d = RowDelta<float>::merge(d, shfl_xor(d, off));
+  return d;
+}
+__device__ RowDelta<float> block_merge(RowDelta<float> d, const RowDelta<float>& start,
+                                       RowDelta<float>* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+  d = warp_merge(d);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = d;
+  __syncthreads();
+  return warp_merge(lane < nw ? scratch[lane] : start);
+}
+
 __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
   __shared__ float scratch[32];
   __shared__ double dscratch[32];
+  __shared__ alignas(RowDelta<float>) unsigned char rd_buf[32 * sizeof(RowDelta<float>)];
+  RowDelta<float>* rd_scratch = reinterpret_cast<RowDelta<float>*>(rd_buf);
   const int64_t row = blockIdx.x, bh = row / d.Tq, i = row % d.Tq;
   const int64_t base = (bh * d.Tq_p + i) * d.Tk_p, n = visible(d, i);
   const float* s = a.S + base;
   float* dp = a.dP + base;
   uint8_t* p8 = static_cast<uint8_t*>(a.P);
   uint16_t* p16 = static_cast<uint16_t*>(a.P);
-  // pivot: dO·O (stale, the given dO) or dÔ·O (matched, this backward's quantized dO)
+  // dO·O (stale: the given dO) or dÔ·O (matched: this backward's quantized dO)
   float piv = 0.0f;
   const int64_t orow = row * d.D, drow = (bh * d.Tq_p + i) * d.D;
   for (int64_t c = threadIdx.x; c < d.D; c += blockDim.x) {
@@ -158,32 +198,41 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
     piv += g * a.o[orow + c];
   }
   piv = block_sum(piv, scratch);
+  // m_i = max_j S_ij, recomputed from the same S the forward used (dV's P̃ = exp(S − m)).
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, s[j]);
+  m = block_max(m, scratch, -INFINITY);
   const float L = a.lse[row];
-  float offset = 0.0f;
+  RowDelta<float> delta = a.matched ? RowDelta<float>::matched_start(piv) : RowDelta<float>::stale(piv);
   if (a.matched) {
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) offset += expf(s[j] - L) * (dp[j] - piv);
-    offset = block_sum(offset, scratch);
+    const RowDelta<float> start = delta;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) delta.add(expf(s[j] - L), dp[j], j);
+    delta = block_merge(delta, start, rd_scratch);
   }
   // Residual r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|), D = pivot + offset (attention.h).
-  const double d_abs = fabs(double(piv) + double(offset));
+  const double d_abs = fabs(double(delta.pivot) + double(delta.offset));
   double sum = 0.0, mag = 0.0;
   for (int64_t j = threadIdx.x; j < d.Tk_p; j += blockDim.x) {
     const float p = j < n ? expf(s[j] - L) : 0.0f;
+    const float e = j < n ? expf(s[j] - m) : 0.0f;  // dV's P̃ before rounding, <= 1
     const float dpj = dp[j];
-    const float ds = p * ((dpj - piv) - offset);
+    const float ds = delta.ds(p, dpj);
     dp[j] = j < n ? ds : 0.0f;
     if (j < n) {
       sum += double(ds);
       mag += double(p) * (fabs(double(dpj)) + d_abs);
     }
     if (a.fp8)
-      p8[base + j] = fp8_encode(p * a.p_scale, Format::E4M3, true);
+      p8[base + j] = fp8_encode(e * a.p_scale, Format::E4M3, true);
     else
-      p16[base + j] = bf16_bits(p);
+      p16[base + j] = bf16_bits(e);
   }
   sum = block_sum(sum, dscratch);
   mag = block_sum(mag, dscratch);
-  if (threadIdx.x == 0) a.residual[row] = mag > 0.0 ? fabs(sum) / mag : 0.0;
+  if (threadIdx.x == 0) {
+    a.residual[row] = mag > 0.0 ? fabs(sum) / mag : 0.0;
+    a.row_factor[row] = n > 0 ? expf(m - L) : 0.0f;  // 1/l_i, moved into dV's dO
+  }
 }
 
 // Pass 1: amax of every (block_q x block_k) tile of dS, from 32x32 sub-tiles.
@@ -264,9 +313,10 @@ unsigned blocks(int64_t n, int threads) {
 
 }  // namespace
 
-void amax_launch(const float* x, int64_t n, unsigned* bits, cudaStream_t s) {
+void amax_launch(const float* x, int64_t n, unsigned* bits, cudaStream_t s,
+                 const float* row_factor, int64_t D) {
   OCTET_CUDA_CHECK(cudaMemsetAsync(bits, 0, sizeof(unsigned), s));
-  amax_kernel<<<blocks(n, 256), 256, 0, s>>>(x, n, bits);
+  amax_kernel<<<blocks(n, 256), 256, 0, s>>>(x, n, row_factor, D, bits);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 

@@ -25,6 +25,8 @@ enum class PackKind : int { None = 0, Fp8Code = 1, Bf16OfCode = 2, Bf16OfValue =
 
 struct PackArgs {
   const float* x = nullptr;  ///< [B, heads, T, D]
+  /// [B, heads, T] or null: the packed value is x · row_factor of its row (dV's dO_i / l_i)
+  const float* row_factor = nullptr;
   int64_t B = 0, heads = 0, T = 0, T_p = 0, D = 0;
   int64_t rep = 1;           ///< heads per group in the transposed layout (H/G for Q, 1 for K, V)
   Format format = Format::E4M3;
@@ -36,8 +38,10 @@ struct PackArgs {
   void* trans = nullptr;
 };
 
-/// Tensor amax (as |x| bits, NaN largest) of n floats into *bits (zeroed by the launcher).
-void amax_launch(const float* x, int64_t n, unsigned* bits, cudaStream_t s);
+/// Tensor amax (as |x| bits, NaN largest) of n floats into *bits (zeroed by the launcher); with a
+/// row_factor ([n / D] floats), the amax of x_i · row_factor[i / D] (what pack_launch packs).
+void amax_launch(const float* x, int64_t n, unsigned* bits, cudaStream_t s,
+                 const float* row_factor = nullptr, int64_t D = 1);
 void pack_launch(const PackArgs& a, cudaStream_t s);
 
 struct AttnDims {
@@ -45,8 +49,9 @@ struct AttnDims {
   bool causal;
 };
 
-/// Forward softmax per query row: S (τ-scaled logits) -> lse, P̃ (FP8 codes of exp(S−L)·p_scale,
-/// or BF16), rinv = 1 / Σ_j P̃_ij (0 for a row that sees no key).
+/// Forward softmax per query row: S (τ-scaled logits) -> lse, P̃ (FP8 codes of exp(S−m)·p_scale
+/// with m the row max — never exp(S−L), which underflows in long rows — or BF16),
+/// rinv = 1 / Σ_j P̃_ij (0 for a row that sees no key), so O = (P̃V̂)·rinv.
 void softmax_forward_launch(const AttnDims& d, const float* S, bool fp8, float p_scale, void* P,
                             float* lse, float* rinv, cudaStream_t s);
 /// o = bf16_round(o_acc · rinv) for the valid rows; also into o_saved (may be null).
@@ -65,9 +70,13 @@ struct BackwardRowArgs {
   bool fp8;
   bool matched;
   float p_scale;
-  void* P;               ///< out: P̃ rows (FP8 codes or BF16), for dV
+  void* P;               ///< out: P̃ rows (FP8 codes or BF16 of exp(S − m)), for dV
   double* residual;      ///< out: per row |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) (attention.h)
+  float* row_factor;     ///< out [B,H,Tq]: 1/l_i = exp(m_i − L_i) (0 if the row sees no key):
+                         ///< dV = P̃ᵀ (dO/l) needs dO_i · row_factor_i packed as its operand
 };
+/// dS = P ∘ (dP − D) per row, D by octet/delta_rule.h (stale or matched, the CPU's rule), the row
+/// residual, dV's P̃ and the row factor.
 void backward_rows_launch(const AttnDims& d, const BackwardRowArgs& a, cudaStream_t s);
 
 /// dS -> dŜ rows and dŜᵀ (BF16, exact: FP8 values times a power-of-two scale per

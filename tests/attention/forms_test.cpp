@@ -34,6 +34,34 @@ TEST(Forms, Fp64FormsEqualTheOracle) {
   }
 }
 
+// With FP64 results (the double overloads) both forms are the oracle to FP64 rounding: nothing on
+// the FP64 path is stored in FP32 (LSE, O, row max, dV's dO / l all stay double).
+TEST(Forms, Fp64FormsEqualTheOracleTo1e12) {
+  for (bool causal : {false, true}) {
+    const auto s = test::make_shape(2, 4, 2, 50, 70, 24, causal);
+    const auto in = make_attention_inputs(s, AttnInputDist::Sink, 8);
+    const auto ref = run_attention_oracle(s, in);
+    for (auto form : {AttnForm::Whole, AttnForm::Tiled}) {
+      auto cfg = test::make_config(AttnPrecision::FP64, form, DeltaMode::Matched);
+      cfg.block_q = 8, cfg.block_k = 16;
+      std::vector<double> o(in.q.size()), lse(size_t(2 * 4 * 50)), dq(in.q.size()),
+          dk(in.k.size()), dv(in.k.size());
+      AttentionSaved saved;
+      attention_forward(s, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(),
+                        &saved);
+      attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), nullptr);
+      const auto e = attention_errors(s, in, ref, o.data(), lse.data(), dq.data(), dk.data(),
+                                      dv.data());
+      const std::string what = to_string(form) + (causal ? " causal" : "");
+      EXPECT_LT(e.o_rel_err, 1e-12) << what;
+      EXPECT_LT(e.lse_max_abs_err, 1e-12) << what;
+      EXPECT_LT(e.dq_rel_err, 1e-12) << what;
+      EXPECT_LT(e.dk_rel_err, 1e-12) << what;
+      EXPECT_LT(e.dv_rel_err, 1e-12) << what;
+    }
+  }
+}
+
 TEST(Forms, BackwardIsBitIdenticalAcrossForms) {
   const auto s = test::make_shape(1, 4, 2, 45, 61, 16, true);
   const auto in = make_attention_inputs(s, AttnInputDist::Heavy, 9);
