@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job of ./dev demo: train the same small GPT in the four precision arms of DESIGN.md §4
+# The main job of ./dev demo: train the same small GPT in the four precision arms of docs/design.md §"Precision arms"
 # (bf16, fp8-linear, fp8-stale, fp8-matched) on a real corpus and compare them side by side.
 #
 # Corpus: the .rst files of Documentation/admin-guide and Documentation/process of the Linux

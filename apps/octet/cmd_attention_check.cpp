@@ -2,7 +2,7 @@
 // backward on generated inputs and measures it against the FP64 oracle: relative L2 errors of O,
 // dQ, dK, dV, the cosine of dQ, the dQ error along the attention-weighted mean key, and the
 // softmax-gradient row residual r_i = |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) that Delta-Matching
-// drives to zero (DESIGN.md §3; docs/delta-matching.md holds the measured table and its commands).
+// drives to zero (docs/design.md §"The two deltas"; docs/delta-matching.md holds the measured table and its commands).
 // --dump FILE writes inputs, results and the oracle as safetensors (octet/train.h's writer), for
 // the PyTorch oracle test.
 #include <chrono>

@@ -29,9 +29,11 @@ octet::StTensor st_i32(const std::vector<int64_t>& shape, const std::vector<int3
   return t;
 }
 
-void dump_grads(const octet::RunConfig& cfg, octet::Dataset& ds, const std::string& dir) {
+void dump_grads(const octet::RunConfig& run_cfg, octet::Dataset& ds, const std::string& dir) {
   using namespace octet;
-  auto be = make_backend(cfg.device);
+  auto be = make_backend(run_cfg.device);
+  RunConfig cfg = run_cfg;
+  resolve_activations(cfg, *be);  // "auto" -> the backend's dtype, recorded in config.toml
   Model model(cfg.model, cfg.precision, *be, cfg.train.batch_size);
   fs::create_directories(dir);  // only once the backend and the model exist
   model.init(cfg.train.seed);

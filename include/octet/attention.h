@@ -78,7 +78,7 @@ struct AttentionConfig {
   void validate() const;
 };
 
-/// The one p_scale rule (docs/design.md §3): P ∈ [0, 1] is cast to E4M3 as P·p_scale with a
+/// The one p_scale rule (docs/design.md §"Where every GEMM operand is quantized"): P ∈ [0, 1] is cast to E4M3 as P·p_scale with a
 /// static power-of-two p_scale (exact to undo), so p_scale must be a power of two with
 /// 1·p_scale ≤ 448 (E4M3's largest finite value): 1 ≤ p_scale ≤ 256. (Below 1 the scale only moves
 /// P toward E4M3's subnormals.) Throws octet::Error "<name> must be a power of two in [1, 256] ...

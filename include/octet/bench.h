@@ -1,4 +1,4 @@
-// octet/bench.h — the benchmarks behind `octet bench` (docs/design.md §8: benchmark code lives in
+// octet/bench.h — the benchmarks behind `octet bench` (docs/design.md §"Layers of the code": benchmark code lives in
 // src/bench, the library octet_bench, outside the production libraries):
 //   bench_train / bench_model_config   whole training steps per precision arm on any backend
 //                                      (src/bench/bench_train.h; tokens/s, TFLOP/s, MFU)

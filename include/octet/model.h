@@ -18,7 +18,7 @@
 //   matrix, a static 1/√fan_in multiplier after each linear (so activations keep unit variance and
 //   FP8 can use fixed scales: the `unit` recipe), variance-preserving residuals with τ.
 //
-// Precision (DESIGN.md §4). Embedding, norms, RoPE, softmax statistics, loss, master weights and
+// Precision (docs/design.md §"Precision arms"). Embedding, norms, RoPE, softmax statistics, loss, master weights and
 // AdamW states are FP32 in every arm; the LM head is a BF16 GEMM in every arm. Per arm:
 //   bf16        linears BF16 (operands rounded to BF16, FP32 accumulate), attention BF16
 //   fp8-linear  the 4 linears of every layer (qkv, proj, fc1, fc2) FP8, attention BF16
@@ -83,7 +83,7 @@ struct ModelConfig {
   void validate() const;
 };
 
-/// The precision arms of DESIGN.md §4, plus the internal FP32 reference.
+/// The precision arms of docs/design.md §"Precision arms", plus the internal FP32 reference.
 enum class Arm { BF16, FP8Linear, FP8Stale, FP8Matched, FP32 };
 Arm parse_arm(const std::string& s);  ///< "bf16" | "fp8-linear" | "fp8-stale" | "fp8-matched" | "fp32"
 std::string to_string(Arm a);

@@ -1,4 +1,4 @@
-// octet/names.h — the one vocabulary of CLI and config names (docs/design.md, "one vocabulary").
+// octet/names.h — the one vocabulary of CLI and config names (docs/design.md §"One vocabulary").
 //
 // Every enum that a user names on the command line or in a config has exactly one name table
 // (src/core/names.cpp): Recipe, FormatPolicy, Format, Role, AmaxAlgo (quant.h / fp8.h);

@@ -1,6 +1,6 @@
 // octet/quant.h — scaling recipes: how a high-precision tensor becomes FP8 codes plus scales.
 //
-// One quantizer interface behind six recipes (../DESIGN.md §2):
+// One quantizer interface behind six recipes (docs/numerics.md):
 //   tensor-delayed  one scale per tensor from an amax history (Transformer Engine DelayedScaling)
 //   tensor-current  one scale per tensor from this tensor's amax (TE Float8CurrentScaling, torchao)
 //   row             one scale per row (torchao rowwise)

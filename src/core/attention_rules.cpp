@@ -1,7 +1,7 @@
 // src/core/attention_rules.cpp — the shape and configuration rules of attention (octet/attention.h),
 // written once for the CPU reference, the CUDA backend, config validation and the CLI: sizes >= 1,
 // GQA (n_kv_heads divides n_heads), a finite softmax scale, block sizes >= 1 and the p_scale rule
-// (docs/design.md §3: the static power-of-two scale of P before its E4M3 cast).
+// (docs/design.md §"Where every GEMM operand is quantized": the static power-of-two scale of P before its E4M3 cast).
 #include <cmath>
 #include <string>
 #include <utility>

@@ -1,5 +1,5 @@
 // src/core/name_table.h — the one table form that maps CLI/config names to enum values and back
-// (docs/design.md, "one vocabulary"): a constexpr std::array of {name, value} pairs per enum,
+// (docs/design.md §"One vocabulary"): a constexpr std::array of {name, value} pairs per enum,
 // declared once in src/core/names.cpp. Parsing an unknown name raises octet::Error naming the bad
 // value and listing every accepted one; the CLI builds its choices and help text from the same
 // table (octet/names.h).

@@ -1,8 +1,8 @@
 // src/core/names.cpp — the name table of every enum a user names (octet/names.h), in the one table
 // form of name_table.h, and the named parse_* / to_string functions the area headers declare
-// (quant.h, attention.h, model.h), all reading these tables. Arms follow docs/design.md §4 (the
+// (quant.h, attention.h, model.h), all reading these tables. Arms follow docs/design.md §"Precision arms" (the
 // Delta-Matching paper's baseline / MP / SD / DM, plus the internal fp32 reference); recipes and
-// formats docs/design.md §2.
+// formats docs/numerics.md.
 #include <array>
 #include <string>
 #include <utility>

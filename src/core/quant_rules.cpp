@@ -1,4 +1,4 @@
-// src/core/quant_rules.cpp — the recipe and format rules (octet/quant.h; docs/design.md §2), written
+// src/core/quant_rules.cpp — the recipe and format rules (octet/quant.h; docs/numerics.md), written
 // once for the CPU and CUDA quantizers and config validation: which element format a format policy
 // gives a role (e4m3 everywhere, or hybrid: E5M2 gradients, as Transformer Engine), and the limits
 // of a quantizer's settings.

@@ -2,7 +2,7 @@
 // rounding and the dispatch to a form (whole or tiled) and an arithmetic type (float for BF16/FP8 =
 // FP32 accumulation, double for FP64); names and shape/config rules are src/core's. The backward also turns the
 // per-row residual sums into the diagnostics r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|)
-// (attention.h's AttentionStats; DESIGN.md §3). Results come out as FP32 or FP64 arrays: the FP64
+// (attention.h's AttentionStats; docs/design.md §"The two deltas"). Results come out as FP32 or FP64 arrays: the FP64
 // precision computes in double throughout, so its FP64 outputs match the oracle to ~1e-15.
 #include <algorithm>
 #include <array>

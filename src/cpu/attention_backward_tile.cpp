@@ -3,7 +3,7 @@
 // dS = P ∘ (dP − D), record the softmax-gradient residual sums (Σ_j dS_ij and the magnitude
 // Σ_j P_ij(|dP_ij| + |D_i|) of the terms it cancels), round dS on its tile scale, and
 // accumulate dV, dK, dQ. Structure after FlashAttention-2's backward (Dao, arXiv 2307.08691,
-// Algorithm 2); the delta D is the caller's (stale or matched, DESIGN.md §3).
+// Algorithm 2); the delta D is the caller's (stale or matched, docs/design.md §"The two deltas").
 #include <algorithm>
 #include <cmath>
 

@@ -1,7 +1,7 @@
 // src/cpu/attention_diagnostics.cpp — how an attention implementation is judged: the FP64 oracle
 // run on the same FP32 inputs, relative L2 errors and the cosine of dQ, and the part of the dQ
 // error along the attention-weighted mean key, which is where a stale delta puts its bias
-// (dQ_i gains −τ ε_i Σ_j P_ij K̂_j, DESIGN.md §3; Delta-Matching, arXiv 2609.37852). The
+// (dQ_i gains −τ ε_i Σ_j P_ij K̂_j, docs/design.md §"The two deltas"; Delta-Matching, arXiv 2609.37852). The
 // softmax-gradient residual itself comes out of every backward (attention.cpp).
 #include <cmath>
 #include <limits>

@@ -5,7 +5,7 @@
 // attention_tiled.cpp (online softmax over key blocks, FlashAttention-2, arXiv 2307.08691),
 // attention_backward_tile.cpp (the dS tile step both backward forms share), attention.cpp (the
 // public entry points), attention_diagnostics.cpp and attention_inputs.cpp (checks).
-// Math and notation: ../../docs/delta-matching.md and DESIGN.md §3.
+// Math and notation: ../../docs/delta-matching.md and docs/design.md §"The two deltas".
 //
 // Every form is a template over the arithmetic type T: float for the BF16 and FP8 precisions
 // ("FP32 accumulation"), double for FP64. Operands are always float arrays (the quantized values

@@ -1,7 +1,7 @@
 // src/cpu/attention_whole.cpp — the whole-row form of FP8/BF16/FP64 attention: each query row's
 // logits S are materialized with their max m and log-sum-exp L, and P̃ is rounded from the
 // row-max-relative exp(S − m) <= 1 (never from exp(S − L), whose long flat rows fall below E4M3's
-// range); O = Σ P̃ V̂ / Σ P̃ (DESIGN.md §3, forward steps 2–4; docs/delta-matching.md). The backward materializes P and dP for a block of block_q
+// range); O = Σ P̃ V̂ / Σ P̃ (docs/design.md §"The two deltas", forward steps 2–4; docs/delta-matching.md). The backward materializes P and dP for a block of block_q
 // rows over all keys, takes the delta from those rows (stale: the forward's O; matched: the very
 // P and dP, Delta-Matching, arXiv 2609.37852) and runs the shared tile step over key blocks.
 #include <algorithm>

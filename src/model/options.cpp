@@ -1,6 +1,6 @@
 // src/model/options.cpp — validation and the precision arms of model.h (the names are src/core's).
 //
-// The arm table follows DESIGN.md §4 (bf16 / fp8-linear / fp8-stale / fp8-matched, as the
+// The arm table follows docs/design.md §"Precision arms" (bf16 / fp8-linear / fp8-stale / fp8-matched, as the
 // Delta-Matching paper names them baseline / MP / SD / DM); the internal fp32 arm is the reference
 // for gradient checks. Kept-high-precision parts follow DeepSeek-V3 §3.3 (arXiv 2412.19437).
 #include <cmath>

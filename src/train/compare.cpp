@@ -1,5 +1,5 @@
 // src/train/compare.cpp — `octet compare`: the same model, seed and data order trained in each
-// precision arm (DESIGN.md §4), then one table: final train loss (mean of the last 10 steps), final
+// precision arm (docs/design.md §"Precision arms"), then one table: final train loss (mean of the last 10 steps), final
 // validation loss, the validation-loss gap to bf16 in percent, the largest activation kurtosis (FOG's
 // divergence warning, arXiv 2505.20524), the largest softmax-gradient row residual (the stale-delta
 // error of arXiv 2609.37852) and throughput.

@@ -1,4 +1,4 @@
-// Delta-Matching's key property (DESIGN.md §3; Tang et al., arXiv 2609.37852): with the matched
+// Delta-Matching's key property (docs/design.md §"The two deltas"; Tang et al., arXiv 2609.37852): with the matched
 // delta D_i = Σ_j P_ij dP_ij, every row of dS sums to zero up to FP32 rounding; with the stale
 // delta D_i = dO_i·O_i, the FP8 rounding of P, V, dO and O leaves ε_i = Σ_j P_ij dP_ij − D_i,
 // which becomes a bias of dQ along the attention-weighted mean key.

@@ -1,5 +1,5 @@
 // train_test.cpp — end-to-end training on the CUDA backend against the CPU reference backend, in
-// every precision arm (DESIGN.md §4): one whole step (loss and every gradient, same init, same
+// every precision arm (docs/design.md §"Precision arms"): one whole step (loss and every gradient, same init, same
 // batch), then the first 20 optimizer steps of a tiny config through the real trainer (train.h's
 // train(): warmup LR, clip, AdamW), on the byte-tokenized docs/ folder of this repository.
 //
