@@ -5,10 +5,10 @@
 //                          then PyTorch SDPA (cuDNN, flash) through bench/peers/sdpa.py
 //   octet bench train      whole training steps (fwd, bwd, clip, AdamW) of GPT-2-small and a 350M
 //                          model per precision arm on synthetic tokens: tokens/s, TFLOP/s, MFU
-//                          (src/bench/bench_train.h), then the PyTorch peer bench/peers/gpt2_torch.py
+//                          (octet/bench.h), then the PyTorch peer bench/peers/gpt2_torch.py
 // Every line carries the GPU name, CUDA runtime/driver and cuBLASLt versions and the UTC date, so a
 // results file (bench/results/*.jsonl) says where and when it was measured. Method: CUDA events,
-// warm-up, median of the repetitions, operands rotated beyond the L2 (src/bench/cuda/bench.h).
+// warm-up, median of the repetitions, operands rotated beyond the L2 (octet/bench.h).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

@@ -1,15 +1,154 @@
-// octet/bench.h — the benchmarks behind `octet bench` (docs/design.md §"Layers of the code": benchmark code lives in
-// src/bench, the library octet_bench, outside the production libraries):
-//   bench_train / bench_model_config   whole training steps per precision arm on any backend
-//                                      (src/bench/bench_train.h; tokens/s, TFLOP/s, MFU)
-//   octet::cuda::bench_gemm / bench_quantize / bench_attention / bench_env
-//                                      the GPU benchmarks, only in a CUDA build (OCTET_WITH_CUDA;
-//                                      src/bench/cuda/bench.h; CUDA events, median of repetitions)
-// The declarations live next to their implementations; this header is what the CLI and other
-// callers include. Link octet_bench.
+// octet/bench.h — the benchmarks behind `octet bench` (docs/design.md §"Layers of the code"): the
+// code lives in src/bench (library octet_bench), outside the production libraries; link it.
+//
+// Method, for every benchmark: warm-up first (cuBLASLt plans, allocations, delayed-scaling
+// histories), then timed repetitions; the GPU kernels are timed with CUDA events around each
+// repetition on the stream and operands rotated among enough copies to exceed the L2 cache, whole
+// training steps with the host wall clock between two Backend::synchronize() calls (the step
+// includes the host->device copy of its token ids, as the trainer's does); the median is reported.
+// Inputs are random, never zeros.
+//
+// Training FLOPs (PaLM, Chowdhery et al. 2022, appendix B; as nanoGPT and llm.c count them): per
+// token 6·N_matmul + 6·L·2·T·d, where N_matmul counts the weights that enter matrix products (qkv,
+// proj, fc1, fc2 of every layer and the LM head, V·d; not norms, biases or position embeddings) and
+// the second term is attention's QKᵀ and PV counted over the full T×T square although the mask is
+// causal (PaLM's convention). MFU = achieved FLOP/s over a stated peak (989 TFLOP/s: dense BF16 of
+// an H100/H200 SXM, used for every arm).
+//
+// The GPU benchmarks (namespace octet::cuda) exist only in a CUDA build (OCTET_WITH_CUDA).
 #pragma once
 
-#include "bench/bench_train.h"
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "octet/model.h"
+#include "octet/train.h"
+
+namespace octet {
+
+/// Named architectures: "gpt2-small" (12 layers, d 768, 12 heads, d_ff 3072), "350m" (24 layers,
+/// d 1024, 16 heads, d_ff 4096: GPT-2 medium), "tiny" (2 layers, d 64, 2 heads; for tests). All are
+/// GPT-2's block: LayerNorm pre-norm, learned positions, GELU MLP, tied embeddings, no linear biases.
+/// vocab_size and seq_len are set by the caller. Throws octet::Error for an unknown name.
+ModelConfig bench_model_config(const std::string& name, int64_t vocab_size, int64_t seq_len);
+
+/// Matrix-product weights N_matmul of the formula above.
+int64_t matmul_params(const ModelConfig& c);
+/// Training FLOPs per token by the formula above.
+double train_flops_per_token(const ModelConfig& c);
+
+struct TrainBenchOptions {
+  std::string device = "cuda";
+  std::vector<std::string> models{"gpt2-small", "350m"};
+  std::vector<std::string> arms{"bf16", "fp8-linear", "fp8-stale", "fp8-matched"};
+  int64_t vocab_size = 50304;  ///< GPT-2's 50257 rounded up to a multiple of 64 (as llm.c does)
+  int64_t seq_len = 1024;
+  int64_t batch = 8;           ///< sequences per step (one micro-batch)
+  int warmup = 3, steps = 10;
+  double peak_tflops = 989.0;  ///< dense BF16, H100/H200 SXM datasheet
+  std::string recipe = "tensor-current";  ///< FP8 linears' recipe (configs/demo.toml's)
+  /// Optimizer hyperparameters (octet/optim.h via adamw_config) and the constant learning rate
+  /// train.lr: a run's [train] defaults. Activations: the backend's preferred dtype.
+  TrainConfig train;
+  uint64_t seed = 1234;
+  /// Time every backend op by class (profiling_backend.h: a synchronization after each op, so the
+  /// step times of a profiled run are a little longer than an unprofiled one's).
+  bool profile = false;
+};
+
+/// One op class of a profiled run: calls and milliseconds per timed step.
+struct TrainBenchOp {
+  std::string op;
+  double calls_per_step = 0, ms_per_step = 0;
+};
+
+struct TrainBenchRow {
+  std::string model, arm;
+  ModelConfig config;
+  int64_t batch = 0, n_params = 0, n_matmul_params = 0;
+  double flops_per_token = 0;
+  int warmup = 0, steps = 0;
+  double step_ms_median = 0, step_ms_mean = 0;
+  double tokens_per_s = 0;   ///< batch·seq_len / median step time
+  double tflops = 0;         ///< flops_per_token · tokens_per_s / 1e12
+  double mfu = 0;            ///< tflops / peak_tflops
+  double loss_first = 0, loss_last = 0;  ///< nats/token, first warm-up step and last timed step
+};
+
+/// Runs every (model, arm) pair; on_row is called after each (with opt.profile, on_profile too, with
+/// the op classes sorted by time, largest first). Throws octet::Error for bad options.
+void bench_train(const TrainBenchOptions& opt, const std::function<void(const TrainBenchRow&)>& on_row,
+                 const std::function<void(const TrainBenchRow&, const std::vector<TrainBenchOp>&)>& on_profile = {});
+
+}  // namespace octet
+
 #ifdef OCTET_WITH_CUDA
-#include "bench/cuda/bench.h"
-#endif
+namespace octet::cuda {
+
+struct BenchEnv {
+  std::string gpu;          ///< cudaDeviceProp::name
+  int runtime_version = 0;  ///< cudaRuntimeGetVersion
+  int driver_version = 0;
+  size_t cublaslt_version = 0;
+  int sm_count = 0;
+  size_t l2_bytes = 0;
+};
+BenchEnv bench_env();
+
+struct GemmBenchRow {
+  int d_model = 0;
+  std::string layer, pass, mode;  ///< layer: qkv|out|up|down; pass: fwd|dgrad|wgrad; mode: bf16|fp8-tensor|fp8-block
+  int64_t M = 0, N = 0, K = 0;
+  double ms = 0, tflops = 0;
+  int reps = 0;
+  bool fallback = false;  ///< the FP8 GEMM ran through the dequantize fallback
+};
+
+struct GemmBenchOptions {
+  std::vector<int> d_models{768, 1024, 2048, 4096};
+  int64_t tokens = 16384;  ///< tokens per step (M of the forward)
+  int mlp_ratio = 4;
+  int warmup = 10, reps = 50;
+  std::vector<std::string> modes{"bf16", "fp8-tensor", "fp8-block"};
+};
+
+/// Runs the sweep; on_row is called after each measurement.
+void bench_gemm(const GemmBenchOptions& opt, const std::function<void(const GemmBenchRow&)>& on_row);
+
+struct QuantBenchRow {
+  std::string recipe, role;
+  int64_t rows = 0, cols = 0;
+  double ms = 0, gbps = 0;  ///< gbps: (4 B read + 2 x 1 B written) per element / time
+  int reps = 0;
+};
+
+/// The quantize kernels (quantize.h) producing both copies of an FP32 [rows, cols] tensor, per
+/// recipe; bandwidth counts the fewest bytes (one FP32 read, two FP8 writes), so pre-passes show.
+void bench_quantize(int64_t rows, int64_t cols, int warmup, int reps,
+                    const std::function<void(const QuantBenchRow&)>& on_row);
+
+struct AttnBenchRow {
+  std::string impl;  ///< bf16 | fp8-stale | fp8-matched
+  int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;
+  bool causal = true;
+  double fwd_ms = 0, bwd_ms = 0, fwd_tflops = 0, bwd_tflops = 0;
+  int reps = 0;
+};
+
+struct AttnBenchOptions {
+  int64_t batch = 4, heads = 16, head_dim = 128;
+  std::vector<int64_t> seqs{1024, 4096};
+  bool causal = true;
+  int warmup = 3, reps = 20;
+};
+
+/// FP8 (stale, matched) and BF16 attention of the CUDA backend, forward and backward.
+/// FLOPs counted as FlashAttention does: forward 4·B·H·S²·D (halved if causal), backward 2.5x that.
+void bench_attention(const AttnBenchOptions& opt,
+                     const std::function<void(const AttnBenchRow&)>& on_row);
+
+}  // namespace octet::cuda
+#endif  // OCTET_WITH_CUDA

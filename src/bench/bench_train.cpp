@@ -1,10 +1,10 @@
-// src/bench/bench_train.cpp — `octet bench train` (bench_train.h): whole training steps of a
+// src/bench/bench_train.cpp — `octet bench train` (octet/bench.h): whole training steps of a
 // GPT-2-shaped model on synthetic tokens per precision arm, timed with a synchronized wall clock.
 // One step is what the trainer (trainer.cpp) does per step with grad_accum = 1: zero_grad, forward +
 // backward, update_quant_scales, the global gradient norm and the optimizer (octet/optim.h: clip,
 // AdamW with the no-decay group), with one host synchronization to read loss and norm. The
 // learning rate is constant (the schedule costs nothing on the device).
-#include "bench/bench_train.h"
+#include "octet/bench.h"
 
 #include <algorithm>
 #include <chrono>

@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "bench/cuda/bench.h"
+#include "octet/bench.h"
 #include "bench/cuda/bench_timer.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"

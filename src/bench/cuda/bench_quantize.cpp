@@ -2,7 +2,7 @@
 // tensor quantized into its row-wise and column-wise FP8 copies by each recipe (CudaQuantizer).
 #include <cuda_runtime.h>
 
-#include "bench/cuda/bench.h"
+#include "octet/bench.h"
 #include "bench/cuda/bench_timer.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"

@@ -1,5 +1,5 @@
 // src/bench/cuda/bench_timer.h — CUDA-event timing for the benchmarks: warm-up calls, then one event pair
-// around each repetition on the stream, and the median of the repetitions (METHOD.md).
+// around each repetition on the stream, and the median of the repetitions (octet/bench.h: method).
 #pragma once
 
 #include <cuda_runtime.h>
