@@ -76,8 +76,17 @@ __device__ __forceinline__ void store_scale(const DevQTensor& q, int64_t r, int6
   }
   if (!writer) return;
   const float inv = 1.0f / s;
-  q.scale_inv[q.scale_index(r, c)] = inv;
-  if (range) {  // the stats' scale is 1/scale_inv (> 0 or NaN: bits order like values, NaN largest)
+  const int64_t at = q.scale_index(r, c);
+  q.scale_inv[at] = inv;
+  // Blk128: the grid's row stride is padded to a multiple of 4 blocks; the writer of a row's last
+  // block also clears that padding, so every scale entry is written (operands are allocated
+  // without zero-fill).
+  if (q.layout == ScaleLayout::Blk128 && c / 128 == ceil_div(q.ld, 128) - 1)
+    for (int64_t j = c / 128 + 1; j < q.scale_ld; ++j) q.scale_inv[at - c / 128 + j] = 0.0f;
+  // The stats cover the blocks that hold data, as the CPU QTensor's grid: blocks made only of
+  // padding rows/columns (scale 1) are not part of it.
+  if (range && r < q.rows && c < q.cols) {
+    // The stats' scale is 1/scale_inv (> 0 or NaN: bits order like values, NaN largest).
     const unsigned b = __float_as_uint(1.0f / inv);
     atomicMin(&range[0], b);
     atomicMax(&range[1], b);
