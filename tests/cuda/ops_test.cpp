@@ -1,7 +1,8 @@
 // ops_test.cpp — every non-GEMM operation of the CUDA backend against its CPU twin (backend.h):
 // memory, axpy/scale, embedding (forward, scatter-add with repeated ids), RMSNorm/LayerNorm forward
-// and backward (RMSNorm with and without its weight, LayerNorm with and without its bias), RoPE (forward and its inverse), GELU, SwiGLU, the head
-// layouts, cross-entropy (ignored targets, dlogits aliasing logits), sum_squares, moments, AdamW.
+// and backward (RMSNorm with and without its weight; LayerNorm, whose weight is required, with and
+// without its bias), RoPE (forward and its inverse), GELU, SwiGLU, the head layouts, cross-entropy
+// (ignored targets, dlogits aliasing logits), sum_squares, moments, AdamW.
 // Each test runs with F32 and with BF16 activation tensors (the same values on both backends; the
 // CPU twin rounds its BF16 outputs as the GPU does). Both sides use double for reductions; the bound
 // is |gpu − cpu| <= rtol·(|cpu| + scale) with the scale the largest |cpu| of that output (FP32
