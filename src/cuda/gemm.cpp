@@ -170,7 +170,8 @@ static std::unique_ptr<GemmEngine::Plan> build_plan(cublasLtHandle_t handle, con
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     p->why = std::string("no cuBLASLt algorithm (") + cublasLtGetStatusName(st) + ")";
-    if ((s.a_scale_mode > 0 || s.b_scale_mode > 0) && s.c_type != CUDA_R_16BF) {  // diagnose: would a BF16 output be taken?
+    // Diagnose: would a BF16 output be taken?
+    if ((s.a_scale_mode > 0 || s.b_scale_mode > 0) && s.c_type != CUDA_R_16BF) {
       cublasLtMatrixLayout_t lc16 = nullptr;
       cublasLtMatmulPreference_t pref2;
       OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref2));
@@ -234,15 +235,15 @@ void GemmEngine::fp8(const DevQTensor& A, const DevQTensor& B, const Tensor& C, 
               "batched FP8 GEMM: per-tensor scales only");
   OCTET_CHECK(batch.count == 1 || (A.rows_pad == A.rows && B.rows_pad == B.rows),
               "batched FP8 GEMM: M and N must be multiples of 16");
-  check_out(C, (batch.count - 1) * batch.stride_c + A.rows * B.rows, beta, "FP8 GEMM");
+  const int64_t count = (batch.count - 1) * batch.stride_c + A.rows * B.rows;
+  check_out(C, count, beta, "FP8 GEMM");
   std::string why = "fallback forced";
   if (C.dtype == DType::BF16) {
-    if (!force_fallback_ &&
-        fp8_native(A, B, C.data, CUDA_R_16BF, 0.0f, alpha, batch, &why))
+    if (!force_fallback_ && fp8_native(A, B, C.data, CUDA_R_16BF, 0.0f, alpha, batch, &why))
       return;
-    float* tmp = bf16_out_scratch(C, C.numel());
-    fp8(A, B, Tensor(tmp, DType::F32, C.shape), 0.0f, alpha, batch);
-    convert_launch(C, Tensor(tmp, DType::F32, C.shape), stream_);
+    float* tmp = bf16_out_scratch(C, batch, A.rows * B.rows);
+    fp8(A, B, Tensor(tmp, DType::F32, {count}), 0.0f, alpha, batch);
+    convert_launch(Tensor(C.data, DType::BF16, {count}), Tensor(tmp, DType::F32, {count}), stream_);
     return;
   }
   if (!force_fallback_ && fp8_native(A, B, C.data, CUDA_R_32F, beta, alpha, batch, &why)) return;
@@ -300,9 +301,12 @@ bool GemmEngine::fp8_native(const DevQTensor& A, const DevQTensor& B, void* C, i
   return true;
 }
 
-float* GemmEngine::bf16_out_scratch(const Tensor& C, int64_t count) {
+float* GemmEngine::bf16_out_scratch(const Tensor& C, const Batch& batch, int64_t mn) {
   OCTET_CHECK(C.dtype == DType::BF16, "GEMM: BF16 output scratch for a " + C.str());
-  return c32_.reserve(size_t(count), stream_);
+  // The rounding pass covers [0, count): batches must be back to back (no gaps to overwrite).
+  OCTET_CHECK(batch.count == 1 || batch.stride_c == mn,
+              "GEMM: a batched BF16 output without a BF16-output algorithm needs stride_c == M*N");
+  return c32_.reserve(size_t((batch.count - 1) * batch.stride_c + mn), stream_);
 }
 
 void GemmEngine::fp8_fallback(const DevQTensor& A, const DevQTensor& B, float* C, float beta,
@@ -338,7 +342,8 @@ void GemmEngine::bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool t
 void GemmEngine::bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b,
                       const Tensor& C, int64_t M, int64_t N, int64_t K, float beta, float alpha,
                       const Batch& batch) {
-  check_out(C, (batch.count - 1) * batch.stride_c + M * N, beta, "BF16 GEMM");
+  const int64_t count = (batch.count - 1) * batch.stride_c + M * N;
+  check_out(C, count, beta, "BF16 GEMM");
   Spec s = row_major_spec(CUDA_R_16BF, trans_a, trans_b, M, N, K, batch);
   s.c_type = C.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
   const PlanKey key = s.key();
@@ -348,9 +353,9 @@ void GemmEngine::bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool t
   const std::string what = "BF16 GEMM [" + std::to_string(M) + "x" + std::to_string(N) + "x" +
                            std::to_string(K) + "]: " + plan->why;
   OCTET_CHECK(C.dtype == DType::BF16, what);
-  float* tmp = bf16_out_scratch(C, C.numel());  // no BF16-output algorithm: FP32, then round
-  bf16(A, trans_a, B, trans_b, Tensor(tmp, DType::F32, C.shape), M, N, K, 0.0f, alpha, batch);
-  convert_launch(C, Tensor(tmp, DType::F32, C.shape), stream_);
+  float* tmp = bf16_out_scratch(C, batch, M * N);  // no BF16-output algorithm: FP32, then round
+  bf16(A, trans_a, B, trans_b, Tensor(tmp, DType::F32, {count}), M, N, K, 0.0f, alpha, batch);
+  convert_launch(Tensor(C.data, DType::BF16, {count}), Tensor(tmp, DType::F32, {count}), stream_);
 }
 
 void GemmEngine::f32(const float* A, bool trans_a, const float* B, bool trans_b, float* C,

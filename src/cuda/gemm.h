@@ -88,7 +88,7 @@ class GemmEngine {
                   float alpha, const Batch& batch, std::string* why);
   // The FP32 result of a BF16-output GEMM where cuBLASLt takes no BF16 output: into scratch,
   // then rounded into C (enqueued).
-  float* bf16_out_scratch(const Tensor& C, int64_t count);
+  float* bf16_out_scratch(const Tensor& C, const Batch& batch, int64_t mn);
   void fp8_fallback(const DevQTensor& A, const DevQTensor& B, float* C, float beta, float alpha,
                     const Batch& batch, const std::string& why);
 
