@@ -76,6 +76,13 @@ CudaBackend::~CudaBackend() {
 // ---- memory ----
 Buffer CudaBackend::alloc(DType dtype, Shape shape) {
   DeviceGuard g(device_);
+  Buffer b = alloc_uninitialized(dtype, shape);
+  const Tensor& t = b.tensor();
+  OCTET_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes() ? t.bytes() : 1, stream_));
+  return b;
+}
+Buffer CudaBackend::alloc_uninitialized(DType dtype, Shape shape) {
+  DeviceGuard g(device_);
   Tensor t(nullptr, dtype, shape);
   const size_t bytes = t.bytes() ? t.bytes() : 1;
   const cudaError_t e = cudaMallocAsync(&t.data, bytes, stream_);
@@ -85,7 +92,6 @@ Buffer CudaBackend::alloc(DType dtype, Shape shape) {
                " bytes) on device " + std::to_string(device_));
   }
   OCTET_CUDA_CHECK(e);
-  OCTET_CUDA_CHECK(cudaMemsetAsync(t.data, 0, bytes, stream_));
   return Buffer(this, t);
 }
 void CudaBackend::release(void* p) {

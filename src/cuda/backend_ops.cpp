@@ -28,6 +28,12 @@ float* opt_param(const Tensor& t, int64_t n, const char* what) {
   check_numel(t, n, what);
   return t.f32();
 }
+// Required F32 parameter of `n` elements (LayerNorm's weight: backend.h).
+float* req_param(const Tensor& t, int64_t n, const char* what) {
+  check_dtype(t, DType::F32, what);
+  check_numel(t, n, what);
+  return t.f32();
+}
 void check_stat(const Tensor& t, int64_t n, const char* what) {
   check_dtype(t, DType::F32, what);
   check_numel(t, n, what);
@@ -115,7 +121,7 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& w, const Tens
   const int64_t rows = x.rows(), dim = x.cols();
   check_stat(mean, rows, "layernorm_forward: mean");
   check_stat(rstd, rows, "layernorm_forward: rstd");
-  layernorm_forward_launch(x, opt_param(w, dim, "layernorm_forward: weight"),
+  layernorm_forward_launch(x, req_param(w, dim, "layernorm_forward: weight"),
                            opt_param(b, dim, "layernorm_forward: bias"), y, mean.f32(),
                            rstd.f32(), rows, dim, eps, stream_);
 }
@@ -127,7 +133,7 @@ void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& w, const Ten
   const int64_t rows = x.rows(), dim = x.cols();
   check_stat(mean, rows, "layernorm_backward: mean");
   check_stat(rstd, rows, "layernorm_backward: rstd");
-  layernorm_backward_launch(x, opt_param(w, dim, "layernorm_backward: weight"), mean.f32(),
+  layernorm_backward_launch(x, req_param(w, dim, "layernorm_backward: weight"), mean.f32(),
                             rstd.f32(), dy, dx, opt_param(dw, dim, "layernorm_backward: dweight"),
                             opt_param(db, dim, "layernorm_backward: dbias"), rows, dim, stream_);
 }

@@ -47,6 +47,9 @@ class CudaBackend final : public Backend {
   DType preferred_activation_dtype() const override { return DType::BF16; }
 
   Buffer alloc(DType dtype, Shape shape) override;
+  /// As alloc(), without the zero fill (stream-ordered cudaMallocAsync only): for memory a kernel
+  /// overwrites entirely before anything reads it (the FP8 operands of quantizer.h DevQ).
+  Buffer alloc_uninitialized(DType dtype, Shape shape);
   void release(void* p) override;
   void upload(const Tensor& dst, const void* host_src) override;
   void download(void* host_dst, const Tensor& src) override;

@@ -3,9 +3,9 @@
 #include "cuda/gemm.h"
 
 #include <cstdio>
-#include <sstream>
 
 #include "cuda/check.h"
+#include "cuda/ops.h"
 #include "cuda/quantize.h"
 #include "octet/error.h"
 
@@ -14,22 +14,19 @@ namespace octet::cuda {
 namespace {
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLAS's recommendation for Hopper
 
-// One column-major cuBLASLt problem; the string form is the plan-cache key.
+// One column-major cuBLASLt problem; key() is the plan-cache key (no per-call string work).
 struct Spec {
-  cudaDataType_t a_type = CUDA_R_32F, b_type = CUDA_R_32F;
+  cudaDataType_t a_type = CUDA_R_32F, b_type = CUDA_R_32F, c_type = CUDA_R_32F;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
   Batch batch;
   int a_scale_mode = -1, b_scale_mode = -1;  // -1: not an FP8 problem
 
-  std::string key() const {
-    std::ostringstream s;
-    s << int(a_type) << ',' << int(b_type) << ',' << int(compute) << ',' << trans_a << trans_b << ','
-      << m << ',' << n << ',' << k << ',' << lda << ',' << ldb << ',' << ldc << ',' << batch.count
-      << ',' << batch.stride_a << ',' << batch.stride_b << ',' << batch.stride_c << ','
-      << a_scale_mode << ',' << b_scale_mode;
-    return s.str();
+  GemmEngine::PlanKey key() const {
+    return {int64_t(a_type), int64_t(b_type), int64_t(c_type), int64_t(compute), trans_a, trans_b,
+            m, n, k, lda, ldb, ldc, batch.count, batch.stride_a, batch.stride_b, batch.stride_c,
+            a_scale_mode, b_scale_mode};
   }
 };
 
@@ -55,6 +52,16 @@ const char* layout_name(ScaleLayout l) {
     case ScaleLayout::Vec32: return "1x32 (mx)";
   }
   return "?";
+}
+
+// C of a GEMM: F32 or BF16 with at least `count` elements; BF16 only with beta == 0.
+void check_out(const Tensor& C, int64_t count, float beta, const char* what) {
+  OCTET_CHECK(C.dtype == DType::F32 || C.dtype == DType::BF16,
+              std::string(what) + ": C must be f32 or bf16, got " + C.str());
+  OCTET_CHECK(C.data && C.numel() >= count, std::string(what) + ": C " + C.str() + " holds fewer than " +
+                                                 std::to_string(count) + " elements");
+  OCTET_CHECK(C.dtype == DType::F32 || beta == 0.0f,
+              std::string(what) + ": a BF16 C takes beta = 0 only (accumulate in FP32)");
 }
 
 // Row-major C[M,N] = opA(A)·opB(B) expressed column-major: Cᶜ[N,M] = op(B)ᶜ · op(A)ᶜ.
@@ -114,7 +121,7 @@ GemmEngine::~GemmEngine() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-GemmEngine::Plan* GemmEngine::plan_for(const std::string& key) {
+GemmEngine::Plan* GemmEngine::plan_for(const PlanKey& key) {
   auto it = plans_.find(key);
   return it == plans_.end() ? nullptr : it->second.get();
 }
@@ -150,7 +157,7 @@ static std::unique_ptr<GemmEngine::Plan> build_plan(cublasLtHandle_t handle, con
               s.batch.stride_a);
   make_layout(&p->lb, s.b_type, s.trans_b ? s.n : s.k, s.trans_b ? s.k : s.n, s.ldb, s.batch.count,
               s.batch.stride_b);
-  make_layout(&p->lc, CUDA_R_32F, s.m, s.n, s.ldc, s.batch.count, s.batch.stride_c);
+  make_layout(&p->lc, s.c_type, s.m, s.n, s.ldc, s.batch.count, s.batch.stride_c);
   cublasLtMatmulPreference_t pref;
   OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   size_t ws = kWorkspaceBytes;
@@ -163,7 +170,8 @@ static std::unique_ptr<GemmEngine::Plan> build_plan(cublasLtHandle_t handle, con
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     p->why = std::string("no cuBLASLt algorithm (") + cublasLtGetStatusName(st) + ")";
-    if (s.a_scale_mode > 0 || s.b_scale_mode > 0) {  // diagnose: would a BF16 output be taken?
+    // Diagnose: would a BF16 output be taken?
+    if ((s.a_scale_mode > 0 || s.b_scale_mode > 0) && s.c_type != CUDA_R_16BF) {
       cublasLtMatrixLayout_t lc16 = nullptr;
       cublasLtMatmulPreference_t pref2;
       OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref2));
@@ -186,7 +194,7 @@ static std::unique_ptr<GemmEngine::Plan> build_plan(cublasLtHandle_t handle, con
   return p;
 }
 
-bool GemmEngine::run(const std::string& key, const void* a, const void* b, float* c,
+bool GemmEngine::run(const PlanKey& key, const void* a, const void* b, void* c,
                      const void* a_scale, const void* b_scale, float alpha, float beta) {
   Plan* p = plan_for(key);
   OCTET_CHECK(p != nullptr, "GEMM plan missing");
@@ -211,6 +219,12 @@ bool GemmEngine::run(const std::string& key, const void* a, const void* b, float
 
 void GemmEngine::fp8(const DevQTensor& A, const DevQTensor& B, float* C, float beta, float alpha,
                      const Batch& batch) {
+  fp8(A, B, Tensor(C, DType::F32, {(batch.count - 1) * batch.stride_c + A.rows * B.rows}), beta,
+      alpha, batch);
+}
+
+void GemmEngine::fp8(const DevQTensor& A, const DevQTensor& B, const Tensor& C, float beta,
+                     float alpha, const Batch& batch) {
   OCTET_CHECK(A.cols == B.cols && A.ld == B.ld,
               "FP8 GEMM: A is [" + std::to_string(A.rows) + ", " + std::to_string(A.cols) +
                   "] but B is [" + std::to_string(B.rows) + ", " + std::to_string(B.cols) +
@@ -219,16 +233,34 @@ void GemmEngine::fp8(const DevQTensor& A, const DevQTensor& B, float* C, float b
               "FP8 GEMM: E5M2 x E5M2 is not supported by cuBLASLt (quantize one operand as E4M3)");
   OCTET_CHECK(batch.count == 1 || (A.layout == ScaleLayout::Tensor && B.layout == ScaleLayout::Tensor),
               "batched FP8 GEMM: per-tensor scales only");
-  const int64_t M = A.rows, N = B.rows;
-  const bool padded = A.rows_pad != M || B.rows_pad != N;
-  OCTET_CHECK(!padded || batch.count == 1, "batched FP8 GEMM: M and N must be multiples of 16");
-  if (force_fallback_) {
-    fp8_fallback(A, B, C, beta, alpha, batch, "fallback forced");
+  OCTET_CHECK(batch.count == 1 || (A.rows_pad == A.rows && B.rows_pad == B.rows),
+              "batched FP8 GEMM: M and N must be multiples of 16");
+  const int64_t count = (batch.count - 1) * batch.stride_c + A.rows * B.rows;
+  check_out(C, count, beta, "FP8 GEMM");
+  std::string why = "fallback forced";
+  if (C.dtype == DType::BF16) {
+    if (!force_fallback_ && fp8_native(A, B, C.data, CUDA_R_16BF, 0.0f, alpha, batch, &why))
+      return;
+    float* tmp = bf16_out_scratch(C, batch, A.rows * B.rows);
+    fp8(A, B, Tensor(tmp, DType::F32, {count}), 0.0f, alpha, batch);
+    convert_launch(Tensor(C.data, DType::BF16, {count}), Tensor(tmp, DType::F32, {count}), stream_);
     return;
   }
+  if (!force_fallback_ && fp8_native(A, B, C.data, CUDA_R_32F, beta, alpha, batch, &why)) return;
+  if (!force_fallback_)
+    why = std::string("cuBLASLt refused FP8 GEMM (A ") + layout_name(A.layout) + ", B " +
+          layout_name(B.layout) + " scales): " + why;
+  fp8_fallback(A, B, C.f32(), beta, alpha, batch, why);
+}
+
+bool GemmEngine::fp8_native(const DevQTensor& A, const DevQTensor& B, void* C, int c_type,
+                            float beta, float alpha, const Batch& batch, std::string* why) {
+  const int64_t M = A.rows, N = B.rows;
+  const bool padded = A.rows_pad != M || B.rows_pad != N;
   Spec s;
   s.a_type = fp8_type(B.format);
   s.b_type = fp8_type(A.format);
+  s.c_type = cudaDataType_t(c_type);
   s.trans_a = true;
   s.trans_b = false;
   s.m = B.rows_pad;
@@ -240,24 +272,41 @@ void GemmEngine::fp8(const DevQTensor& A, const DevQTensor& B, float* C, float b
   s.batch = {batch.count, batch.stride_b, batch.stride_a, batch.stride_c};
   s.a_scale_mode = cublas_scale_mode(B.layout);
   s.b_scale_mode = cublas_scale_mode(A.layout);
-  const std::string key = s.key();
-  if (!plan_for(key)) plans_[key] = build_plan(handle_, s, B.scale_inv, A.scale_inv);
-  float* target = C;
-  if (padded && plan_for(key)->ok) {
-    target = c_pad_.reserve(size_t(s.m * s.n), stream_);
+  const PlanKey key = s.key();
+  Plan* plan = plan_for(key);
+  if (!plan) plan = (plans_[key] = build_plan(handle_, s, B.scale_inv, A.scale_inv)).get();
+  if (!plan->ok) {
+    *why = plan->why;
+    return false;
+  }
+  // A padded problem computes into a [rows_pad of B, rows_pad of A] scratch C and copies the
+  // M x N block out (and in first, for beta != 0).
+  const size_t elem = c_type == CUDA_R_16BF ? 2 : 4;
+  void* target = C;
+  if (padded) {
+    target = c_pad_.reserve(size_t(s.m * s.n) * elem, stream_);
     if (beta != 0.0f)
-      OCTET_CUDA_CHECK(cudaMemcpy2DAsync(target, s.m * sizeof(float), C, N * sizeof(float),
-                                         N * sizeof(float), M, cudaMemcpyDeviceToDevice, stream_));
+      OCTET_CUDA_CHECK(cudaMemcpy2DAsync(target, size_t(s.m) * elem, C, size_t(N) * elem,
+                                         size_t(N) * elem, size_t(M), cudaMemcpyDeviceToDevice,
+                                         stream_));
   }
-  if (run(key, B.codes, A.codes, target, B.scale_inv, A.scale_inv, alpha, beta)) {
-    if (padded)
-      OCTET_CUDA_CHECK(cudaMemcpy2DAsync(C, N * sizeof(float), target, s.m * sizeof(float),
-                                         N * sizeof(float), M, cudaMemcpyDeviceToDevice, stream_));
-    return;
+  if (!run(key, B.codes, A.codes, target, B.scale_inv, A.scale_inv, alpha, beta)) {
+    *why = plan->why;
+    return false;
   }
-  const std::string why = std::string("cuBLASLt refused FP8 GEMM (A ") + layout_name(A.layout) +
-                          ", B " + layout_name(B.layout) + " scales): " + plan_for(key)->why;
-  fp8_fallback(A, B, C, beta, alpha, batch, why);
+  if (padded)
+    OCTET_CUDA_CHECK(cudaMemcpy2DAsync(C, size_t(N) * elem, target, size_t(s.m) * elem,
+                                       size_t(N) * elem, size_t(M), cudaMemcpyDeviceToDevice,
+                                       stream_));
+  return true;
+}
+
+float* GemmEngine::bf16_out_scratch(const Tensor& C, const Batch& batch, int64_t mn) {
+  OCTET_CHECK(C.dtype == DType::BF16, "GEMM: BF16 output scratch for a " + C.str());
+  // The rounding pass covers [0, count): batches must be back to back (no gaps to overwrite).
+  OCTET_CHECK(batch.count == 1 || batch.stride_c == mn,
+              "GEMM: a batched BF16 output without a BF16-output algorithm needs stride_c == M*N");
+  return c32_.reserve(size_t((batch.count - 1) * batch.stride_c + mn), stream_);
 }
 
 void GemmEngine::fp8_fallback(const DevQTensor& A, const DevQTensor& B, float* C, float beta,
@@ -286,18 +335,33 @@ void GemmEngine::fp8_fallback(const DevQTensor& A, const DevQTensor& B, float* C
 
 void GemmEngine::bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b, float* C,
                       int64_t M, int64_t N, int64_t K, float beta, float alpha, const Batch& batch) {
-  const Spec s = row_major_spec(CUDA_R_16BF, trans_a, trans_b, M, N, K, batch);
-  const std::string key = s.key();
-  if (!plan_for(key)) plans_[key] = build_plan(handle_, s);
-  OCTET_CHECK(run(key, B, A, C, nullptr, nullptr, alpha, beta),
-              "BF16 GEMM [" + std::to_string(M) + "x" + std::to_string(N) + "x" +
-                  std::to_string(K) + "]: " + plan_for(key)->why);
+  bf16(A, trans_a, B, trans_b, Tensor(C, DType::F32, {(batch.count - 1) * batch.stride_c + M * N}),
+       M, N, K, beta, alpha, batch);
+}
+
+void GemmEngine::bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b,
+                      const Tensor& C, int64_t M, int64_t N, int64_t K, float beta, float alpha,
+                      const Batch& batch) {
+  const int64_t count = (batch.count - 1) * batch.stride_c + M * N;
+  check_out(C, count, beta, "BF16 GEMM");
+  Spec s = row_major_spec(CUDA_R_16BF, trans_a, trans_b, M, N, K, batch);
+  s.c_type = C.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  const PlanKey key = s.key();
+  Plan* plan = plan_for(key);
+  if (!plan) plan = (plans_[key] = build_plan(handle_, s)).get();
+  if (run(key, B, A, C.data, nullptr, nullptr, alpha, beta)) return;
+  const std::string what = "BF16 GEMM [" + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                           std::to_string(K) + "]: " + plan->why;
+  OCTET_CHECK(C.dtype == DType::BF16, what);
+  float* tmp = bf16_out_scratch(C, batch, M * N);  // no BF16-output algorithm: FP32, then round
+  bf16(A, trans_a, B, trans_b, Tensor(tmp, DType::F32, {count}), M, N, K, 0.0f, alpha, batch);
+  convert_launch(Tensor(C.data, DType::BF16, {count}), Tensor(tmp, DType::F32, {count}), stream_);
 }
 
 void GemmEngine::f32(const float* A, bool trans_a, const float* B, bool trans_b, float* C,
                      int64_t M, int64_t N, int64_t K, float beta, float alpha, const Batch& batch) {
   const Spec s = row_major_spec(CUDA_R_32F, trans_a, trans_b, M, N, K, batch);
-  const std::string key = s.key();
+  const PlanKey key = s.key();
   if (!plan_for(key)) plans_[key] = build_plan(handle_, s);
   OCTET_CHECK(run(key, B, A, C, nullptr, nullptr, alpha, beta),
               "FP32 GEMM [" + std::to_string(M) + "x" + std::to_string(N) + "x" +

@@ -13,7 +13,9 @@
 // outstanding. dY is quantized into the orientations the backward needs, once. update_scales() is
 // the delayed recipe's update step. BF16: operands rounded to BF16 (RNE, a BF16 input is used as
 // is), cuBLASLt BF16 GEMMs with FP32 accumulation. FP32: cuBLASLt FP32 (no TF32), the reference
-// path. X, Y, dY, dX are F32 or BF16 each: GEMMs write FP32 and a BF16 output is rounded once.
+// path. X, Y, dY, dX are F32 or BF16 each: the FP8 and BF16 GEMMs write Y and dX in their dtype
+// (a BF16 output is the FP32 result rounded once, by cuBLASLt's epilogue: gemm.h); the FP32 path
+// writes FP32 and rounds a BF16 output once (act_f32.h). dW accumulates in FP32 (beta = 1).
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,16 +75,16 @@ class CudaLinear final : public Linear {
       case LinearPrecision::FP8:
         qx_->quantize(x, &xq_, &st->xt);
         qw_->quantize(w2, &wq_, &st->wt);
-        gemm_.fp8(xq_.view, wq_.view, f32_out(y));
+        gemm_.fp8(xq_.view, wq_.view, y);
         break;
       case LinearPrecision::BF16:
-        gemm_.bf16(as_bf16(x, xb_), false, as_bf16(w2, wb_), true, f32_out(y), m, out, in);
+        gemm_.bf16(as_bf16(x, xb_), false, as_bf16(w2, wb_), true, y, m, out, in);
         break;
       case LinearPrecision::FP32:
         gemm_.f32(as_f32(x, xf_), false, w2.f32(), true, f32_out(y), m, out, in);
+        finish(y);
         break;
     }
-    finish(y);
     return SavedLinear{x, w, std::move(st)};
   }
 
@@ -108,19 +110,13 @@ class CudaLinear final : public Linear {
     switch (spec_.precision) {
       case LinearPrecision::FP8: {
         qdy_->quantize(dy, dx.empty() ? nullptr : &dyq_, dw.empty() ? nullptr : &dytq_);
-        if (!dx.empty()) {
-          gemm_.fp8(dyq_.view, st->wt.view, f32_out(dx));
-          finish(dx);
-        }
+        if (!dx.empty()) gemm_.fp8(dyq_.view, st->wt.view, dx);
         if (!dw.empty()) gemm_.fp8(dytq_.view, st->xt.view, dw.f32(), 1.0f);
         return;
       }
       case LinearPrecision::BF16: {
         const uint16_t* dyb = as_bf16(dy, dyb_);
-        if (!dx.empty()) {
-          gemm_.bf16(dyb, false, as_bf16(saved.w, wb_), false, f32_out(dx), m, in, out);
-          finish(dx);
-        }
+        if (!dx.empty()) gemm_.bf16(dyb, false, as_bf16(saved.w, wb_), false, dx, m, in, out);
         if (!dw.empty())
           gemm_.bf16(dyb, true, as_bf16(saved.x, xb_), false, dw.f32(), out, in, m, 1.0f);
         return;

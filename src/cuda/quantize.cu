@@ -64,7 +64,7 @@ __device__ __forceinline__ unsigned block_bits(ScaleLayout layout, const unsigne
 // thread: the first line and first 32-wide sub-block of the block inside this tile).
 __device__ __forceinline__ void store_scale(const DevQTensor& q, int64_t r, int64_t c, float s,
                                             bool first_tile_row, bool first_tile_col, int i,
-                                            int sub, unsigned* range) {
+                                            int sub, QuantCounters* range) {
   if (r >= q.rows_pad || c >= q.ld) return;
   bool writer = false;
   switch (q.layout) {
@@ -76,11 +76,20 @@ __device__ __forceinline__ void store_scale(const DevQTensor& q, int64_t r, int6
   }
   if (!writer) return;
   const float inv = 1.0f / s;
-  q.scale_inv[q.scale_index(r, c)] = inv;
-  if (range) {  // the stats' scale is 1/scale_inv (> 0 or NaN: bits order like values, NaN largest)
+  const int64_t at = q.scale_index(r, c);
+  q.scale_inv[at] = inv;
+  // Blk128: the grid's row stride is padded to a multiple of 4 blocks; the writer of a row's last
+  // block also clears that padding, so every scale entry is written (operands are allocated
+  // without zero-fill).
+  if (q.layout == ScaleLayout::Blk128 && c / 128 == ceil_div(q.ld, 128) - 1)
+    for (int64_t j = c / 128 + 1; j < q.scale_ld; ++j) q.scale_inv[at - c / 128 + j] = 0.0f;
+  // The stats cover the blocks that hold data, as the CPU QTensor's grid: blocks made only of
+  // padding rows/columns (scale 1) are not part of it.
+  if (range && r < q.rows && c < q.cols) {
+    // The stats' scale is 1/scale_inv (> 0 or NaN: bits order like values, NaN largest).
     const unsigned b = __float_as_uint(1.0f / inv);
-    atomicMin(&range[0], b);
-    atomicMax(&range[1], b);
+    atomicMax(&range->scale_min_flip, ~b);
+    atomicMax(&range->scale_max, b);
   }
 }
 
@@ -133,7 +142,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(TileParams p) {
   __syncthreads();
 
   if (p.amax_only) {
-    if (tid == 0) atomicMax(p.acc.amax_bits, tile_max);
+    if (tid == 0) atomicMax(&p.acc.counters->amax_bits, tile_max);
     if (p.acc.row_amax && tid < kTile) {
       const unsigned mr = max(max(rbits[tid * 4], rbits[tid * 4 + 1]),
                               max(rbits[tid * 4 + 2], rbits[tid * 4 + 3]));
@@ -144,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(TileParams p) {
     }
     return;
   }
-  if (p.accumulate_amax && tid == 0) atomicMax(p.acc.amax_bits, tile_max);
+  if (p.accumulate_amax && tid == 0) atomicMax(&p.acc.counters->amax_bits, tile_max);
 
   // Scales: thread (i, q) computes the row-wise scale of tile row i, sub-block q, and the
   // column-wise scale of tile column i, sub-block q (its 32 rows q*32..q*32+31).
@@ -154,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(TileParams p) {
     if (kSource == int(ScaleSource::Pointer)) {
       s_row = s_col = *p.scale_ptr;
     } else if (kSource == int(ScaleSource::TensorAmax)) {
-      s_row = s_col = scale_from_amax(amax_from_bits(*p.acc.amax_bits), p.format, p.margin, p.pow2);
+      s_row = s_col = scale_from_amax(amax_from_bits(p.acc.counters->amax_bits), p.format, p.margin, p.pow2);
     } else if (kSource == int(ScaleSource::RowCol)) {
       s_row = r0 + i < p.rows_pad
                   ? scale_from_amax(amax_from_bits(p.acc.row_amax[r0 + i]), p.format, p.margin, p.pow2)
@@ -172,10 +181,10 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(TileParams p) {
     cs[i * 4 + q] = s_col;
     if (p.has_row)
       store_scale(p.row, r0 + i, c0 + 32 * q, s_row, blockIdx.y == 0, blockIdx.x == 0, i, q,
-                  p.acc.scale_range);
+                  p.acc.counters);
     if (p.has_col)
       store_scale(p.col, c0 + i, r0 + 32 * q, s_col, blockIdx.x == 0, blockIdx.y == 0, i, q,
-                  p.has_row ? nullptr : p.acc.scale_range);
+                  p.has_row ? nullptr : p.acc.counters);
   }
   __syncthreads();
 
@@ -231,7 +240,7 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(TileParams p) {
     atomicAdd(&cnt[3], sat_c);
   }
   __syncthreads();
-  if (tid < 4 && cnt[tid]) atomicAdd(&p.acc.counts[tid], cnt[tid]);
+  if (tid < 4 && cnt[tid]) atomicAdd(&p.acc.counters->counts[tid], cnt[tid]);
 }
 
 template <int kSource>
@@ -340,12 +349,8 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
     OCTET_CHECK(p.col.rows == a.cols && p.col.cols == a.rows, "quantize: column-wise copy shape");
   }
   p.acc = a.accum;
-  OCTET_CUDA_CHECK(cudaMemsetAsync(a.accum.amax_bits, 0, sizeof(unsigned), stream));
-  OCTET_CUDA_CHECK(cudaMemsetAsync(a.accum.counts, 0, 4 * sizeof(unsigned long long), stream));
-  if (a.accum.scale_range) {  // min starts at all ones, max at 0
-    OCTET_CUDA_CHECK(cudaMemsetAsync(a.accum.scale_range, 0xFF, sizeof(unsigned), stream));
-    OCTET_CUDA_CHECK(cudaMemsetAsync(a.accum.scale_range + 1, 0, sizeof(unsigned), stream));
-  }
+  OCTET_CHECK(a.accum.counters, "quantize: no counters");
+  OCTET_CUDA_CHECK(cudaMemsetAsync(a.accum.counters, 0, sizeof(QuantCounters), stream));
   const bool prepass = a.source == ScaleSource::TensorAmax || a.source == ScaleSource::RowCol ||
                        a.amax_prepass;
   if (a.source == ScaleSource::RowCol) {

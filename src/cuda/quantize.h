@@ -24,15 +24,26 @@ namespace octet::cuda {
 
 enum class ScaleSource : int { Pointer = 0, TensorAmax = 1, RowCol = 2, Tile = 3 };
 
+/// The counters of one quantization, in one device struct so that quantize_launch zeroes them
+/// with one memset (all start at 0).
+struct QuantCounters {
+  unsigned long long counts[4];  ///< underflow, saturated (row-wise copy), same (column-wise)
+  unsigned amax_bits;            ///< |x| max as float bits (NaN compares largest)
+  /// Min and max of the scales s (float bits) over the blocks holding data of the row-wise copy
+  /// (the column-wise copy if there is no row-wise one), for QuantStats without keeping the
+  /// operand. The min is kept complemented (max of ~bits), so that 0 means "none" for both;
+  /// scale_min() undoes it (none: NaN bits).
+  unsigned scale_min_flip;
+  unsigned scale_max;
+  unsigned unused;
+  OCTET_HD unsigned scale_min() const { return ~scale_min_flip; }
+};
+
 /// Device accumulators of one quantization (zeroed by quantize_launch).
 struct QuantAccum {
-  unsigned* amax_bits = nullptr;            ///< |x| max as float bits (NaN compares largest)
-  unsigned long long* counts = nullptr;     ///< [4]: underflow, saturated (row-wise copy), same (col-wise)
+  QuantCounters* counters = nullptr;        ///< required
   unsigned* row_amax = nullptr;             ///< [rows_pad of the source] (RowCol only)
   unsigned* col_amax = nullptr;             ///< [cols padded to 16] (RowCol only)
-  /// [2]: min and max of the scales s (float bits) of the row-wise copy (the column-wise copy if
-  /// there is no row-wise one), for QuantStats without keeping the operand; may be null.
-  unsigned* scale_range = nullptr;
 };
 
 struct QuantizeArgs {

@@ -9,21 +9,23 @@
 #include <vector>
 
 #include "cuda/check.h"
+#include "cuda/cuda_backend.h"
 #include "cuda/ops.h"
 #include "cuda/quantize.h"
 #include "octet/error.h"
 
 namespace octet::cuda {
 
-void DevQ::ensure(int64_t rows, int64_t cols, Format format, ScaleLayout layout, Backend& backend) {
+void DevQ::ensure(int64_t rows, int64_t cols, Format format, ScaleLayout layout,
+                  CudaBackend& backend) {
   view.format = format;
   view.layout = layout;
   view.set_shape(rows, cols);
   const DType code_type = format == Format::E4M3 ? DType::E4M3 : DType::E5M2;
   if (codes.empty() || codes.tensor().numel() < view.code_count() || codes.tensor().dtype != code_type)
-    codes = backend.alloc(code_type, Shape{view.code_count()});
+    codes = backend.alloc_uninitialized(code_type, Shape{view.code_count()});
   if (scales.empty() || scales.tensor().numel() < view.scale_count())
-    scales = backend.alloc(DType::F32, Shape{view.scale_count()});
+    scales = backend.alloc_uninitialized(DType::F32, Shape{view.scale_count()});
   view.codes = codes.tensor().fp8();
   view.scale_inv = scales.tensor().f32();
 }
@@ -38,19 +40,15 @@ float from_bits(unsigned b) {
 }
 }  // namespace
 
-CudaQuantizer::CudaQuantizer(const QuantConfig& config, Role role, Backend& backend,
+CudaQuantizer::CudaQuantizer(const QuantConfig& config, Role role, CudaBackend& backend,
                              cudaStream_t stream)
     : config_(config), role_(role), backend_(backend), stream_(stream) {
   config.validate("quantizer: ");  // the CPU Quantizer's rules (src/core/quant_rules.cpp)
-  amax_.reserve(1, stream_);
-  counts_.reserve(4, stream_);
-  range_.reserve(2, stream_);
+  counters_.reserve(1, stream_);
   scale_.reserve(2, stream_);
   fill_launch(Tensor(scale_.get(), DType::F32, {2}),
               config.recipe == Recipe::Unit ? config.unit_scale : 1.0f, stream_);
-  OCTET_CUDA_CHECK(cudaMemsetAsync(counts_.get(), 0, 4 * sizeof(unsigned long long), stream_));
-  OCTET_CUDA_CHECK(cudaMemsetAsync(amax_.get(), 0, sizeof(unsigned), stream_));
-  OCTET_CUDA_CHECK(cudaMemsetAsync(range_.get(), 0, 2 * sizeof(unsigned), stream_));
+  OCTET_CUDA_CHECK(cudaMemsetAsync(counters_.get(), 0, sizeof(QuantCounters), stream_));
   if (config.recipe == Recipe::TensorDelayed) {
     history_.reserve(size_t(config.amax_history_len), stream_);
     state_.reserve(kStateInts, stream_);
@@ -80,9 +78,7 @@ void CudaQuantizer::quantize(const Tensor& x, DevQ* rowwise, DevQ* colwise) {
   a.saturate = config_.saturate;
   a.rowwise = rowwise ? &rowwise->view : nullptr;
   a.colwise = colwise ? &colwise->view : nullptr;
-  a.accum.amax_bits = amax_.get();
-  a.accum.counts = counts_.get();
-  a.accum.scale_range = range_.get();
+  a.accum.counters = counters_.get();
   struct SelectCtx {
     const unsigned* amax;
     const int* state;
@@ -90,7 +86,7 @@ void CudaQuantizer::quantize(const Tensor& x, DevQ* rowwise, DevQ* colwise) {
     Format format;
     int margin;
     bool pow2;
-  } ctx{amax_.get(), state_.get(), scale_.get(), f, config_.margin, config_.pow2_scales};
+  } ctx{amax_bits(), state_.get(), scale_.get(), f, config_.margin, config_.pow2_scales};
   switch (config_.recipe) {
     case Recipe::TensorDelayed:
       a.source = ScaleSource::Pointer;
@@ -124,7 +120,7 @@ void CudaQuantizer::quantize(const Tensor& x, DevQ* rowwise, DevQ* colwise) {
   }
   quantize_launch(a, stream_);
   if (config_.recipe == Recipe::TensorDelayed)
-    delayed_record_launch(amax_.get(), pending_.get(), state_.get(), stream_);
+    delayed_record_launch(amax_bits(), pending_.get(), state_.get(), stream_);
   last_copy_ = rowwise ? 0 : 1;
   last_rows_ = rowwise ? rows : cols;
   last_cols_ = rowwise ? cols : rows;
@@ -157,34 +153,31 @@ void CudaQuantizer::read_state(int st[5]) const {
   OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-float CudaQuantizer::last_amax() const {
-  unsigned bits = 0;
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(&bits, amax_.get(), sizeof(bits), cudaMemcpyDeviceToHost, stream_));
+QuantCounters CudaQuantizer::read_counters() const {
+  QuantCounters c{};
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(&c, counters_.get(), sizeof(c), cudaMemcpyDeviceToHost, stream_));
   OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return from_bits(bits);
+  return c;
 }
 
+float CudaQuantizer::last_amax() const { return from_bits(read_counters().amax_bits); }
+
 void CudaQuantizer::last_counts(int copy, int64_t* underflow, int64_t* saturated) const {
-  unsigned long long c[4];
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(c, counts_.get(), sizeof(c), cudaMemcpyDeviceToHost, stream_));
-  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  *underflow = int64_t(c[2 * copy]);
-  *saturated = int64_t(c[2 * copy + 1]);
+  const QuantCounters c = read_counters();
+  *underflow = int64_t(c.counts[2 * copy]);
+  *saturated = int64_t(c.counts[2 * copy + 1]);
 }
 
 QuantStats CudaQuantizer::stats() const {
   QuantStats s;
   if (last_rows_ == 0) return s;
-  unsigned range[2];
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(range, range_.get(), sizeof(range), cudaMemcpyDeviceToHost, stream_));
-  s.amax = last_amax();  // synchronizes
-  int64_t under = 0, sat = 0;
-  last_counts(last_copy_, &under, &sat);
+  const QuantCounters c = read_counters();  // synchronizes
   const double n = double(last_rows_) * double(last_cols_);
-  s.underflow_frac = double(under) / n;
-  s.saturated_frac = double(sat) / n;
-  s.scale_min = from_bits(range[0]);
-  s.scale_max = from_bits(range[1]);
+  s.amax = from_bits(c.amax_bits);
+  s.underflow_frac = double(c.counts[2 * last_copy_]) / n;
+  s.saturated_frac = double(c.counts[2 * last_copy_ + 1]) / n;
+  s.scale_min = from_bits(c.scale_min());
+  s.scale_max = from_bits(c.scale_max);
   return s;
 }
 

@@ -17,25 +17,29 @@
 
 #include "cuda/buffer.h"
 #include "cuda/qtensor.h"
+#include "cuda/quantize.h"
 #include "octet/backend.h"
 #include "octet/quant.h"
 
 namespace octet::cuda {
+
+class CudaBackend;
 
 /// An owning device FP8 operand: codes and scales are Buffers of a backend (stream-ordered), so a
 /// DevQ can be scratch (reused; grows when too small) or part of a forward's saved state.
 struct DevQ {
   DevQTensor view;
   Buffer codes, scales;
-  /// Sets the shape, format and layout; allocates from `backend` when the buffers are too small.
-  void ensure(int64_t rows, int64_t cols, Format format, ScaleLayout layout, Backend& backend);
+  /// Sets the shape, format and layout; allocates from `backend` when the buffers are too small,
+  /// without zero fill: the quantize kernel writes every code (padding too) and every scale entry.
+  void ensure(int64_t rows, int64_t cols, Format format, ScaleLayout layout, CudaBackend& backend);
 };
 
 class CudaQuantizer {
  public:
   /// Throws octet::Error for an invalid config (history length < 1, non-positive unit scale).
   /// `backend` (which enqueues on `stream`) provides the operand memory.
-  CudaQuantizer(const QuantConfig& config, Role role, Backend& backend, cudaStream_t stream);
+  CudaQuantizer(const QuantConfig& config, Role role, CudaBackend& backend, cudaStream_t stream);
 
   /// Quantizes x (act, F32 or BF16, viewed as [x.rows(), x.cols()]) into `rowwise` ([rows, cols])
   /// and/or `colwise` ([cols, rows]); either may be null, not both. Tensor-delayed: the current
@@ -79,11 +83,11 @@ class CudaQuantizer {
   void read_state(int st[5]) const;  // synchronizes
   QuantConfig config_;
   Role role_;
-  Backend& backend_;
+  CudaBackend& backend_;
   cudaStream_t stream_;
-  DeviceBuffer<unsigned> amax_;                 // [1] amax bits of the last quantization
-  DeviceBuffer<unsigned long long> counts_;     // [4]
-  DeviceBuffer<unsigned> range_;                // [2] scale min/max bits of the last quantization
+  DeviceBuffer<QuantCounters> counters_;        // [1]: amax, counts, scale range of the last quantization
+  const unsigned* amax_bits() const { return &counters_.get()->amax_bits; }  // device address
+  QuantCounters read_counters() const;         // synchronizes
   DeviceBuffer<unsigned> row_amax_, col_amax_;  // row recipe scratch
   DeviceBuffer<float> scale_;                   // [2]: delayed scale, this quantization's scale
   DeviceBuffer<float> history_;                 // [H]

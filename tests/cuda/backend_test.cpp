@@ -1,27 +1,28 @@
 // backend_test.cpp — where the CUDA backend runs (backend.h CudaOptions): on the caller's stream
-// (a gate on that stream holds the backend's work back until it opens, so work on any other stream
-// would show), with the caller's device restored, and a clear octet::Error for a device that does
-// not exist (make_cuda_backend and make_backend("cuda:N")).
+// (a device-side gate on that stream, stream_gate.h, holds the backend's work back until it opens,
+// so work on any other stream would show, and a call that waits for its own stream would hit the
+// gate's time limit), with the caller's device restored, and a clear octet::Error for a device
+// that does not exist (make_cuda_backend and make_backend("cuda:N")).
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cuda_test_util.h"
 #include "octet/backend.h"
 #include "octet/error.h"
+#include "stream_gate.h"
 
 namespace octet {
 namespace {
 
-// Reads n floats of device memory through a stream of its own (not ordered after the caller's).
-std::vector<float> peek(const float* p, size_t n, cudaStream_t side) {
-  std::vector<float> h(n);
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(h.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost, side));
+// Reads n floats of device memory into `pinned` (n floats of page-locked host memory) through a
+// stream of its own (not ordered after the caller's): a truly asynchronous copy, which a pageable
+// destination would not be.
+std::vector<float> peek(const float* p, size_t n, float* pinned, cudaStream_t side) {
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(pinned, p, n * sizeof(float), cudaMemcpyDeviceToHost, side));
   OCTET_CUDA_CHECK(cudaStreamSynchronize(side));
-  return h;
+  return std::vector<float>(pinned, pinned + n);
 }
 
 TEST(CudaBackendOptions, EnqueuesOnTheCallersStream) {
@@ -38,15 +39,22 @@ TEST(CudaBackendOptions, EnqueuesOnTheCallersStream) {
     const std::vector<float> ones(size_t(n), 1.0f);
     gpu->upload(x, ones.data());
     gpu->synchronize();
-    // Gate: the user stream sleeps in a host function; the backend's scale must queue behind it.
-    OCTET_CUDA_CHECK(cudaLaunchHostFunc(
-        user, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(500)); }, nullptr));
-    gpu->scale(2.0f, x);
-    EXPECT_EQ(cudaStreamQuery(user), cudaErrorNotReady);
-    EXPECT_EQ(peek(x.tensor().f32(), size_t(n), side), ones) << "the op ran before the gate opened";
-    OCTET_CUDA_CHECK(cudaStreamSynchronize(user));
-    EXPECT_EQ(peek(x.tensor().f32(), size_t(n), side), std::vector<float>(size_t(n), 2.0f))
+    float* pinned = nullptr;  // allocated before the gate closes (no allocation inside it)
+    OCTET_CUDA_CHECK(cudaMallocHost(&pinned, size_t(n) * sizeof(float)));
+    {
+      test::StreamGate gate(user);  // the backend's scale must queue behind it
+      gpu->scale(2.0f, x);
+      EXPECT_EQ(cudaStreamQuery(user), cudaErrorNotReady);
+      EXPECT_EQ(peek(x.tensor().f32(), size_t(n), pinned, side), ones)
+          << "the op ran before the gate opened";
+      gate.open();
+      OCTET_CUDA_CHECK(cudaStreamSynchronize(user));
+      EXPECT_FALSE(gate.timed_out())
+          << "the backend's call waited for the caller's stream (a hidden synchronization)";
+    }
+    EXPECT_EQ(peek(x.tensor().f32(), size_t(n), pinned, side), std::vector<float>(size_t(n), 2.0f))
         << "the op had not run when the caller's stream was synchronized";
+    OCTET_CUDA_CHECK(cudaFreeHost(pinned));
     OCTET_CUDA_CHECK(cudaGetDevice(&after));
     EXPECT_EQ(after, before) << "the caller's device is restored";
   }

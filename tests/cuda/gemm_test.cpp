@@ -201,6 +201,60 @@ TEST(CudaGemm, Bf16AndF32MatchCpu) {
   }
 }
 
+// A BF16 C (gemm.h: cuBLASLt's epilogue rounds the FP32 result once; the FP32 scratch + rounding
+// pass where no BF16-output algorithm exists, forced here through the dequantize fallback) holds
+// the FP32 C rounded to BF16: within half a BF16 ulp of it, plus the accumulation-order difference
+// two cuBLASLt algorithms may have (1e-3 of the largest |C|). Padded FP8 shapes, block scales, BF16.
+TEST(CudaGemm, Bf16OutputIsTheFp32ResultRoundedOnce) {
+  OCTET_REQUIRE_GPU();
+  auto compare = [](const Dev<uint16_t>& c16, const Dev<float>& c32, const std::string& what) {
+    const std::vector<uint16_t> got = c16.get();
+    const std::vector<float> want = c32.get();
+    double peak = 0.0;
+    for (float v : want) peak = std::max(peak, double(std::fabs(v)));
+    ASSERT_GT(peak, 0.0) << what;
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(bf16_to_float(got[i]), want[i], std::fabs(want[i]) * 0x1p-8 + 1e-3 * peak)
+          << what << " at " << i;
+  };
+  for (bool force : {false, true}) {
+    cuda::GemmEngine gemm(gpu().stream());
+    gemm.set_force_fallback(force);
+    struct C { Recipe ra; Role role_a; Recipe rb; Role role_b; int64_t M, N, K; };
+    for (const C& c : {C{Recipe::TensorCurrent, Role::Activation, Recipe::TensorCurrent, Role::Weight, 129, 133, 257},
+                       C{Recipe::Block, Role::Activation, Recipe::Block, Role::Weight, 130, 72, 200}}) {
+      QuantConfig ca, cb;
+      ca.recipe = c.ra;
+      cb.recipe = c.rb;
+      ca.formats = cb.formats = FormatPolicy::Hybrid;
+      const Operand A = make_operand(ca, c.role_a, c.M, c.K, 5u, 1.0f);
+      const Operand B = make_operand(cb, c.role_b, c.N, c.K, 6u, 0.02f);
+      Dev<float> c32(size_t(c.M * c.N));
+      Dev<uint16_t> c16(size_t(c.M * c.N));
+      gemm.fp8(A.q.view, B.q.view, c32.ptr());
+      gemm.fp8(A.q.view, B.q.view, Tensor(c16.ptr(), DType::BF16, {c.M, c.N}));
+      compare(c16, c32, "fp8 " + to_string(c.ra) + (force ? " (fallback)" : ""));
+    }
+  }
+  cuda::GemmEngine gemm(gpu().stream());
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{64, 96, 128}, {33, 17, 70}}) {
+    Dev<float> da(test::gaussian(size_t(M * K), 31u)), db(test::gaussian(size_t(N * K), 32u));
+    Dev<uint16_t> ab = to_bf16(da, M * K), bb = to_bf16(db, N * K);
+    Dev<float> c32(size_t(M * N));
+    Dev<uint16_t> c16(size_t(M * N));
+    gemm.bf16(ab.ptr(), false, bb.ptr(), true, c32.ptr(), M, N, K);
+    gemm.bf16(ab.ptr(), false, bb.ptr(), true, Tensor(c16.ptr(), DType::BF16, {M, N}), M, N, K);
+    compare(c16, c32, "bf16 " + std::to_string(M) + "x" + std::to_string(N));
+  }
+  Dev<uint16_t> c16(4);
+  Dev<float> a(std::vector<float>(4, 1.0f));
+  Dev<uint16_t> ab = to_bf16(a, 4);
+  EXPECT_THROW(gemm.bf16(ab.ptr(), false, ab.ptr(), true, Tensor(c16.ptr(), DType::BF16, {2, 2}), 2,
+                         2, 2, 1.0f),
+               Error)
+      << "a BF16 C must refuse beta != 0";
+}
+
 TEST(CudaGemm, BatchedFp8EqualsOneGemmPerBatch) {
   OCTET_REQUIRE_GPU();
   cuda::GemmEngine gemm(gpu().stream());

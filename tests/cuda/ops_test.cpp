@@ -1,7 +1,8 @@
 // ops_test.cpp — every non-GEMM operation of the CUDA backend against its CPU twin (backend.h):
 // memory, axpy/scale, embedding (forward, scatter-add with repeated ids), RMSNorm/LayerNorm forward
-// and backward (with and without weights), RoPE (forward and its inverse), GELU, SwiGLU, the head
-// layouts, cross-entropy (ignored targets, dlogits aliasing logits), sum_squares, moments, AdamW.
+// and backward (RMSNorm with and without its weight; LayerNorm, whose weight is required, with and
+// without its bias), RoPE (forward and its inverse), GELU, SwiGLU, the head layouts, cross-entropy
+// (ignored targets, dlogits aliasing logits), sum_squares, moments, AdamW.
 // Each test runs with F32 and with BF16 activation tensors (the same values on both backends; the
 // CPU twin rounds its BF16 outputs as the GPU does). Both sides use double for reductions; the bound
 // is |gpu − cpu| <= rtol·(|cpu| + scale) with the scale the largest |cpu| of that output (FP32
@@ -138,14 +139,19 @@ TEST_P(CudaOps, NormsForwardBackward) {
       gpu->rmsnorm_backward(x.tg(), with_w ? w.tg() : none, rstd.tg(), dy.tg(), dx.tg(), with_w ? dw.tg() : none);
       expect_close(dx, "rmsnorm dx" + tag, 1e-4);
       if (with_w) expect_close(dw, "rmsnorm dw" + tag, 1e-4);
-      cpu->layernorm_forward(x.tc(), with_w ? w.tc() : none, with_w ? b.tc() : none, y.tc(), mean.tc(), rstd.tc(), 1e-5f);
-      gpu->layernorm_forward(x.tg(), with_w ? w.tg() : none, with_w ? b.tg() : none, y.tg(), mean.tg(), rstd.tg(), 1e-5f);
-      if (dim > 1 || with_w) expect_close(y, "layernorm y" + tag);  // dim 1: x − μ = 0
-      cpu->layernorm_backward(x.tc(), with_w ? w.tc() : none, mean.tc(), rstd.tc(), dy.tc(), dx.tc(), dw.tc(), db.tc());
-      gpu->layernorm_backward(x.tg(), with_w ? w.tg() : none, mean.tg(), rstd.tg(), dy.tg(), dx.tg(), dw.tg(), db.tg());
+      // LayerNorm always has its weight (backend.h); "unweighted" here means without the bias.
+      cpu->layernorm_forward(x.tc(), w.tc(), with_w ? b.tc() : none, y.tc(), mean.tc(), rstd.tc(), 1e-5f);
+      gpu->layernorm_forward(x.tg(), w.tg(), with_w ? b.tg() : none, y.tg(), mean.tg(), rstd.tg(), 1e-5f);
+      if (dim > 1 || with_w) expect_close(y, "layernorm y" + tag);  // dim 1, no bias: y = 0
+      cpu->layernorm_backward(x.tc(), w.tc(), mean.tc(), rstd.tc(), dy.tc(), dx.tc(), dw.tc(), db.tc());
+      gpu->layernorm_backward(x.tg(), w.tg(), mean.tg(), rstd.tg(), dy.tg(), dx.tg(), dw.tg(), db.tg());
       if (dim > 1) expect_close(dx, "layernorm dx" + tag, 1e-4);
       expect_close(dw, "layernorm dw" + tag, 1e-4);
       expect_close(db, "layernorm db" + tag, 1e-4);
+      // A LayerNorm without its weight is refused by both backends alike.
+      EXPECT_THROW(cpu->layernorm_forward(x.tc(), none, b.tc(), y.tc(), mean.tc(), rstd.tc(), 1e-5f), Error);
+      EXPECT_THROW(gpu->layernorm_forward(x.tg(), none, b.tg(), y.tg(), mean.tg(), rstd.tg(), 1e-5f), Error);
+      EXPECT_THROW(gpu->layernorm_backward(x.tg(), none, mean.tg(), rstd.tg(), dy.tg(), dx.tg(), dw.tg(), db.tg()), Error);
     }
   }
 }
