@@ -6,8 +6,8 @@
 // P̃ = E4M3 of exp(S − m)·p_scale (row-max-relative: "P without underflow", docs/delta-matching.md),
 // O = (Σ P̃ V̂) / Σ P̃ stored as BF16, dÔ per-tensor in do_format; backward P = exp(S − L), the
 // delta by octet/delta_rule.h (the CPU's rule: stale pivot dO·O; matched D = Σ_j P_ij dP_ij around
-// the pivot dÔ·O or the dP of a key with P > 1/2, reduced per thread, warp and block with
-// RowDelta::merge), dS = P ∘ ((dP − pivot) − offset), the row residual before rounding
+// the pivot dÔ·O or the dP of a key with P > 1/2, in the rule's two-phase form: the pivot key by
+// an integer max of pivot_rank, then the offset as a plain block sum), dS = P ∘ ((dP − pivot) − offset), the row residual before rounding
 // (|Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|), D = pivot + offset, as the CPU's ds_step), dV's
 // P̃ = E4M3 of exp(S − m)·p_scale with the row factor 1/l_i = exp(m_i − L_i) moved into dV's dO
 // operand, and dŜ with one power-of-two scale per (block_q x block_k) tile (Delta-Matching, arXiv
@@ -147,37 +147,54 @@ __global__ void output_finalize_kernel(AttnDims d, const float* o_acc, const flo
   }
 }
 
-// The matched delta of a row, reduced over the block with RowDelta::merge (octet/delta_rule.h):
-// a warp butterfly (merge is commutative bit for bit, so both lanes of a pair agree), then the
-// warps' partials, padded with `start` (a neutral element: same pivot, no keys).
-__device__ RowDelta<float> shfl_xor(const RowDelta<float>& d, int off) {
-  RowDelta<float> r;
-  r.pivot = __shfl_xor_sync(0xFFFFFFFFu, d.pivot, off);
-  r.offset = __shfl_xor_sync(0xFFFFFFFFu, d.offset, off);
-  r.p_pivot = __shfl_xor_sync(0xFFFFFFFFu, d.p_pivot, off);
-  r.p_sum = __shfl_xor_sync(0xFFFFFFFFu, d.p_sum, off);
-  r.key = int64_t(__shfl_xor_sync(0xFFFFFFFFu, (long long)d.key, off));
+// What a backward row reduces before its passes, in one round of the block (two barriers):
+// Σ_c g_c O_c (dO·O or dÔ·O), the row max m of S, and the max pivot_rank (octet/delta_rule.h: the
+// matched delta's pivot key). Same butterfly and padding as reduce_util's block_sum / block_max,
+// so each value has the bits those would give.
+struct RowStats {
+  float dot, m;
+  unsigned long long rank;
+};
+__device__ __forceinline__ RowStats warp_stats(RowStats v) {
+  for (int off = 16; off > 0; off /= 2) {
+    v.dot += __shfl_xor_sync(0xFFFFFFFFu, v.dot, off);
+    v.m = fmaxf(v.m, __shfl_xor_sync(0xFFFFFFFFu, v.m, off));
+    v.rank = max(v.rank, __shfl_xor_sync(0xFFFFFFFFu, v.rank, off));
+  }
+  return v;
+}
+__device__ __forceinline__ RowStats block_stats(RowStats v, RowStats* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+  v = warp_stats(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  return warp_stats(lane < nw ? scratch[lane] : RowStats{0.0f, -INFINITY, 0ull});
+}
+// Two block sums in one round (block_sum's order: the same bits as two block_sum calls).
+__device__ __forceinline__ double2 block_sum2(double2 v, double2* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
+  v.x = warp_sum(v.x);
+  v.y = warp_sum(v.y);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  double2 r = lane < nw ? scratch[lane] : make_double2(0.0, 0.0);
+  r.x = warp_sum(r.x);
+  r.y = warp_sum(r.y);
   return r;
 }
-__device__ RowDelta<float> warp_merge(RowDelta<float> d) {
-  for (int off = 16; off > 0; off /= 2) d = RowDelta<float>::merge(d, shfl_xor(d, off));
-  return d;
-}
-__device__ RowDelta<float> block_merge(RowDelta<float> d, const RowDelta<float>& start,
-                                       RowDelta<float>* scratch) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-  d = warp_merge(d);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = d;
-  __syncthreads();
-  return warp_merge(lane < nw ? scratch[lane] : start);
-}
 
+// One block per query row; three reductions (stale: two) and at most three passes over the row:
+//   1. m = max_j S_ij, and (matched) the pivot key: the max pivot_rank of P_ij = exp(S_ij − L_i),
+//      whose exp is taken only where P can exceed 1/2 (S − L > −0.75: expf(−0.75) ≈ 0.472);
+//   2. (matched) offset = Σ_j P_ij (dP_ij − pivot), a plain float sum (the two-phase form of
+//      delta_rule.h: no per-key merge, no struct in registers or local memory);
+//   3. dS, the residual sums, dV's P̃.
 __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
+  __shared__ RowStats st_scratch[32];
   __shared__ float scratch[32];
-  __shared__ double dscratch[32];
-  __shared__ alignas(RowDelta<float>) unsigned char rd_buf[32 * sizeof(RowDelta<float>)];
-  RowDelta<float>* rd_scratch = reinterpret_cast<RowDelta<float>*>(rd_buf);
+  __shared__ double2 dscratch[32];
   const int64_t row = blockIdx.x, bh = row / d.Tq, i = row % d.Tq;
   const int64_t base = (bh * d.Tq_p + i) * d.Tk_p, n = visible(d, i);
   const float* s = a.S + base;
@@ -185,7 +202,7 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
   uint8_t* p8 = static_cast<uint8_t*>(a.P);
   uint16_t* p16 = static_cast<uint16_t*>(a.P);
   // dO·O (stale: the given dO) or dÔ·O (matched: this backward's quantized dO)
-  float piv = 0.0f;
+  float dot = 0.0f;
   const int64_t orow = row * d.D, drow = (bh * d.Tq_p + i) * d.D;
   for (int64_t c = threadIdx.x; c < d.D; c += blockDim.x) {
     float g;
@@ -195,23 +212,31 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
       g = fp8_decode(static_cast<const uint8_t*>(a.do_rows)[drow + c], a.do_format) * *a.do_scale_inv;
     else
       g = bf16_value(static_cast<const uint16_t*>(a.do_rows)[drow + c]);
-    piv += g * a.o[orow + c];
+    dot += g * a.o[orow + c];
   }
-  piv = block_sum(piv, scratch);
   // m_i = max_j S_ij, recomputed from the same S the forward used (dV's P̃ = exp(S − m)).
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, s[j]);
-  m = block_max(m, scratch, -INFINITY);
   const float L = a.lse[row];
-  RowDelta<float> delta = a.matched ? RowDelta<float>::matched_start(piv) : RowDelta<float>::stale(piv);
-  if (a.matched) {
-    const RowDelta<float> start = delta;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) delta.add(expf(s[j] - L), dp[j], j);
-    delta = block_merge(delta, start, rd_scratch);
+  float m = -INFINITY;
+  unsigned long long rank = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float x = s[j];
+    m = fmaxf(m, x);
+    if (a.matched && x - L > -0.75f) rank = max(rank, (unsigned long long)pivot_rank(expf(x - L), j));
   }
+  const RowStats st = block_stats({dot, m, rank}, st_scratch);
+  m = st.m;
+  RowDelta<float> delta = RowDelta<float>::stale(st.dot);
+  if (a.matched) {
+    const int64_t key = pivot_key(st.rank);
+    delta = RowDelta<float>::matched(st.dot, key, pivot_p(st.rank), key >= 0 ? dp[key] : 0.0f);
+    float offset = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+      offset += RowDelta<float>::term(expf(s[j] - L), dp[j], delta.pivot);
+    delta.offset = block_sum(offset, scratch);  // its barriers also order the reads of dp[key]
+  }                                             // before pass 3 overwrites dp
   // Residual r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|), D = pivot + offset (attention.h).
   const double d_abs = fabs(double(delta.pivot) + double(delta.offset));
-  double sum = 0.0, mag = 0.0;
+  double2 res = make_double2(0.0, 0.0);  // (Σ dS, Σ P(|dP| + |D|))
   for (int64_t j = threadIdx.x; j < d.Tk_p; j += blockDim.x) {
     const float p = j < n ? expf(s[j] - L) : 0.0f;
     const float e = j < n ? expf(s[j] - m) : 0.0f;  // dV's P̃ before rounding, <= 1
@@ -219,18 +244,17 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
     const float ds = delta.ds(p, dpj);
     dp[j] = j < n ? ds : 0.0f;
     if (j < n) {
-      sum += double(ds);
-      mag += double(p) * (fabs(double(dpj)) + d_abs);
+      res.x += double(ds);
+      res.y += double(p) * (fabs(double(dpj)) + d_abs);
     }
     if (a.fp8)
       p8[base + j] = fp8_encode(e * a.p_scale, Format::E4M3, true);
     else
       p16[base + j] = bf16_bits(e);
   }
-  sum = block_sum(sum, dscratch);
-  mag = block_sum(mag, dscratch);
+  res = block_sum2(res, dscratch);
   if (threadIdx.x == 0) {
-    a.residual[row] = mag > 0.0 ? fabs(sum) / mag : 0.0;
+    a.residual[row] = res.y > 0.0 ? fabs(res.x) / res.y : 0.0;
     a.row_factor[row] = n > 0 ? expf(m - L) : 0.0f;  // 1/l_i, moved into dV's dO
   }
 }
