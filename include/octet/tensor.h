@@ -38,6 +38,8 @@ struct Shape {
   Shape() = default;
   /// Throws octet::Error for more than 4 dims or a negative extent.
   Shape(std::initializer_list<int64_t> d);
+  /// The element count; throws octet::Error for a rank outside 0..4, a negative extent or more
+  /// than 2^60 elements (so that a byte count never overflows).
   int64_t numel() const;
   int64_t operator[](int i) const { return dims[size_t(i)]; }
   int64_t back() const { return rank ? dims[size_t(rank - 1)] : 1; }

@@ -44,8 +44,15 @@ Shape::Shape(std::initializer_list<int64_t> d) {
 }
 
 int64_t Shape::numel() const {
+  OCTET_CHECK(rank >= 0 && rank <= 4, "a tensor has 0 to 4 dimensions, got rank " + std::to_string(rank));
   int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= dims[size_t(i)];
+  for (int i = 0; i < rank; ++i) {
+    const int64_t d = dims[size_t(i)];
+    OCTET_CHECK(d >= 0, "negative tensor extent " + std::to_string(d));
+    // At most 2^60 elements: their bytes (<= 8 each) fit a signed 64-bit size.
+    OCTET_CHECK(!__builtin_mul_overflow(n, d, &n) && n <= (int64_t(1) << 60),
+                "tensor of shape " + str() + " has too many elements (more than 2^60)");
+  }
   return n;
 }
 
@@ -58,7 +65,7 @@ bool Shape::operator==(const Shape& o) const {
 
 std::string Shape::str() const {
   std::string s = "[";
-  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(dims[size_t(i)]);
+  for (int i = 0; i < rank && i < 4; ++i) s += (i ? ", " : "") + std::to_string(dims[size_t(i)]);
   return s + "]";
 }
 

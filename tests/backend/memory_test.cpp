@@ -3,6 +3,7 @@
 // unknown devices, and without CUDA the "cuda" device fails with the documented message.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -110,3 +111,25 @@ TEST(Factory, CudaWithoutCudaBuildSaysHowToEnableIt) {
 #endif
 
 }  // namespace
+
+namespace octet {
+namespace {
+
+// Shapes whose element or byte count overflows 64 bits are one clear error, never a small buffer.
+TEST(Memory, OverflowingShapesAreRejected) {
+  auto be = make_cpu_backend();
+  EXPECT_THROW(be->alloc(DType::F32, {int64_t(1) << 62}), Error);
+  EXPECT_THROW(be->alloc(DType::F32, {int64_t(1) << 32, int64_t(1) << 32}), Error);
+  EXPECT_THROW(be->alloc(DType::F64, {INT64_MAX}), Error);
+  EXPECT_THROW(be->alloc(DType::F32, {3037000500, 3037000500}), Error);
+  Shape bad;
+  bad.rank = 6;  // the public fields bypass the constructor's check
+  EXPECT_THROW(bad.numel(), Error);
+  Shape neg{4};
+  neg.dims[0] = -4;
+  EXPECT_THROW(be->alloc(DType::F32, neg), Error);
+  EXPECT_EQ((Shape{int64_t(1) << 30, 1024}).numel(), int64_t(1) << 40);  // large but valid
+}
+
+}  // namespace
+}  // namespace octet
