@@ -18,18 +18,9 @@ using namespace octet;
 
 namespace {
 
-// Inputs whose logits are S_ij ≈ τ (a u + n_i)·(a u + n_j) with u the all-ones direction: a mean
-// a² τ D plus a spread of a few units from the noise n ~ N(0, 1) (make_attention_inputs' draws).
-AttentionInputs large_logit_inputs(const AttentionShape& s, float a, uint64_t seed) {
-  auto in = make_attention_inputs(s, AttnInputDist::Normal, seed);
-  for (auto* x : {&in.q, &in.k})
-    for (float& v : *x) v += a;
-  return in;
-}
-
 TEST(LargeLogits, MatchedResidualStaysAtRoundingLevel) {
   const auto s = test::make_shape(1, 2, 1, 1024, 1024, 64, true);
-  const auto in = large_logit_inputs(s, 3.2f, 21);  // τ a² D = 81.9
+  const auto in = test::large_logit_inputs(s, 3.2f, 21);  // τ a² D = 81.9
   for (auto form : {AttnForm::Whole, AttnForm::Tiled}) {
     const auto r = test::run_attention(
         s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
