@@ -6,7 +6,8 @@
 // P̃ = E4M3 of exp(S − m)·p_scale (row-max-relative: "P without underflow", docs/delta-matching.md),
 // O = (Σ P̃ V̂) / Σ P̃ stored as BF16, dÔ per-tensor in do_format; the forward saves m and
 // l = Σ exp(S − m) per row, the backward's P = exp(S − m) / l (sums to 1 to FP32 rounding at any
-// logit size, docs/delta-matching.md "The saved softmax statistics"), the delta by octet/delta_rule.h (the CPU's rule: stale pivot dO·O; matched D = Σ_j P_ij dP_ij around
+// logit size, docs/delta-matching.md "The saved softmax statistics"), the delta by
+// octet/delta_rule.h (the CPU's rule: stale pivot dO·O; matched D = Σ_j P_ij dP_ij around
 // the pivot dÔ·O or the dP of a key with P > 1/2, in the rule's two-phase form: the pivot key by
 // an integer max of pivot_rank, then the offset as a plain block sum), dS = P ∘ ((dP − pivot) − offset), the row residual before rounding
 // (|Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|), D = pivot + offset, as the CPU's ds_step), dV's
@@ -218,7 +219,8 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
       g = bf16_value(static_cast<const uint16_t*>(a.do_rows)[drow + c]);
     dot += g * a.o[orow + c];
   }
-  // The forward's m_i = max_j S_ij (the S recomputed here is the forward's, bit for bit) and
+  // The forward's m_i = max_j S_ij (the S recomputed here is the forward's: the same GEMM on the
+  // same saved operands) and
   // l_i = Σ_j exp(S_ij − m_i) as the forward summed it: P = exp(S − m) / l sums to 1 to FP32
   // rounding at any logit size (exp(S − L) only to one ulp of L ~ 1e-5 when |L| ~ 100).
   const float m = a.row_max[row], l = a.row_sum[row];
