@@ -5,7 +5,7 @@
 // L = logsumexp_j S, P = exp(S − L). "P without underflow": the rounded P̃ = round(exp(S − m)) is
 // the row-max-relative value (<= 1, its largest entry exactly 1), never exp(S − L), which in a
 // long flat row falls below E4M3's smallest subnormal (a uniform row over 2^18 keys would round
-// to all zeros); the row factor 1/l_i = exp(m_i − L_i) is moved elsewhere. Forward:
+// to all zeros); the row factor 1/l_i is moved elsewhere. Forward:
 // O = (Σ_j P̃_ij V̂_j) / Σ_j P̃_ij, normalized by the row sum of the same rounded P̃ that
 // multiplies V (so V = 1 gives O = 1 exactly, at any length). The forward saves the softmax
 // statistics as the pair (m_i, l_i), l_i = Σ_j exp(S_ij − m_i) the unrounded sum in T; L = m + log l
