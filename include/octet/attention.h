@@ -5,11 +5,13 @@
 // L = logsumexp_j S, P = exp(S − L). "P without underflow": the rounded P̃ = round(exp(S − m)) is
 // the row-max-relative value (<= 1, its largest entry exactly 1), never exp(S − L), which in a
 // long flat row falls below E4M3's smallest subnormal (a uniform row over 2^18 keys would round
-// to all zeros); the row factor 1/l_i = exp(m_i − L_i) is moved elsewhere. Forward:
+// to all zeros); the row factor 1/l_i is moved elsewhere. Forward:
 // O = (Σ_j P̃_ij V̂_j) / Σ_j P̃_ij, normalized by the row sum of the same rounded P̃ that
-// multiplies V (so V = 1 gives O = 1 exactly, at any length); L comes from the unrounded FP32 sum
-// (so the backward's P sums to 1).
-// Backward: dP = dÔV̂ᵀ, dS = P ∘ (dP − D), dQ = τ dŜK̂, dK = τ dŜᵀQ̂, and
+// multiplies V (so V = 1 gives O = 1 exactly, at any length). The forward saves the softmax
+// statistics as the pair (m_i, l_i), l_i = Σ_j exp(S_ij − m_i) the unrounded sum in T; L = m + log l
+// is an output only. Backward: P = exp(S − m) / l, which sums to 1 to the rounding of a sum at any
+// logit size (exp(S − L) only to one ulp of L, ~8e-6 in FP32 when |L| ~ 100, which the matched
+// row residual shows), dP = dÔV̂ᵀ, dS = P ∘ (dP − D), dQ = τ dŜK̂, dK = τ dŜᵀQ̂, and
 // dV_j = Σ_i P̃_ij (dO_i / l_i)~ with (dO_i / l_i)~ quantized after the row factor is applied (its
 // own per-tensor scale), the delta D (octet/delta_rule.h, the one rule of CPU and GPU):
 //   stale   D_i = Σ_c dO_ic O_ic from the forward's stored O (FlashAttention-2/3, cuDNN), or
@@ -85,20 +87,23 @@ struct AttentionConfig {
 /// (got x)"; `name` is how the caller's user spells it (e.g. "precision.p_scale", "--p-scale").
 void validate_p_scale(float p_scale, const std::string& name = "attention p_scale");
 
-/// What the forward saves for the backward (the quantized-dequantized operands, O, LSE, row max).
+/// What the forward saves for the backward (the quantized-dequantized operands, O, the softmax
+/// statistics (m, l) and the LSE).
 struct AttentionSaved {
   AttentionShape shape;
   AttentionConfig config;
   std::vector<float> q_hat, k_hat, v_hat;  ///< values the tensor cores multiply
   std::vector<float> o;                    ///< the stored forward output (BF16-rounded in fp8/bf16)
-  std::vector<float> lse;                  ///< [B, H, Tq]
-  /// m_i = max_j S_ij [B, H, Tq] (−inf in a row that sees no key), exact: the backward rounds
-  /// dV's P̃ from exp(S − m) and scales dO_i by 1/l_i = exp(m_i − L_i) ("P without underflow").
-  std::vector<double> row_max;
-  /// FP64 precision only: O and the LSE unrounded, so that the backward's P = exp(S − LSE) sums
-  /// to 1 and the stale delta dO·O is exact to FP64 rounding (FP32 copies would limit both to
-  /// ~1e-7). Empty otherwise; if empty, the backward uses `o` and `lse`.
-  std::vector<double> o_fp64, lse_fp64;
+  std::vector<float> lse;                  ///< [B, H, Tq], the forward's output (not read by backward)
+  /// The softmax statistics [B, H, Tq] the backward normalizes with, P = exp(S − m) / l, each
+  /// exactly as the forward computed it (FP32 values in fp8/bf16, FP64 in fp64):
+  /// row_max m_i = max_j S_ij (−inf in a row that sees no key): dV's P̃ is rounded from exp(S − m);
+  /// row_sum l_i = Σ_j exp(S_ij − m_i) as the forward summed it (the tiled form: its online
+  /// running sum; 0 in a row that sees no key), >= 1; dO_i is scaled by the row factor 1/l_i.
+  std::vector<double> row_max, row_sum;
+  /// FP64 precision only: O unrounded, so that the stale delta dO·O is exact to FP64 rounding (an
+  /// FP32 copy would limit it to ~1e-7). Empty otherwise; if empty, the backward uses `o`.
+  std::vector<double> o_fp64;
 };
 
 /// Softmax-gradient diagnostics of one backward, per query row (dS before it is quantized):

@@ -16,17 +16,46 @@
 namespace octet {
 namespace {
 
-// Runs the forward in T: o_t, lse_t and row_max_t receive O (as stored), the LSE and m in T.
+template <typename From, typename To>
+void convert(const std::vector<From>& x, To* out) {
+  std::transform(x.begin(), x.end(), out, [](From v) { return To(v); });
+}
+
+// The forward's results in T: O (as stored), and per row the LSE, m and l.
 template <typename T>
-void run_forward(const attn::Problem& p, const float* qh, const float* kh, const float* vh,
-                 std::vector<T>& o_t, std::vector<T>& lse_t, std::vector<T>& row_max_t) {
-  o_t.resize(size_t(p.B * p.H * p.Tq * p.D));
-  lse_t.resize(size_t(p.B * p.H * p.Tq));
-  row_max_t.resize(lse_t.size());
+struct ForwardOut {
+  std::vector<T> o, lse, m, l;
+};
+
+// Runs the forward in T.
+template <typename T>
+ForwardOut<T> run_forward(const attn::Problem& p, const float* qh, const float* kh,
+                          const float* vh) {
+  ForwardOut<T> f;
+  f.o.resize(size_t(p.B * p.H * p.Tq * p.D));
+  f.lse.resize(size_t(p.B * p.H * p.Tq));
+  f.m.resize(f.lse.size());
+  f.l.resize(f.lse.size());
   if (p.cfg.form == AttnForm::Whole)
-    attn::forward_whole<T>(p, qh, kh, vh, o_t.data(), lse_t.data(), row_max_t.data());
+    attn::forward_whole<T>(p, qh, kh, vh, f.o.data(), f.lse.data(), f.m.data(), f.l.data());
   else
-    attn::forward_tiled<T>(p, qh, kh, vh, o_t.data(), lse_t.data(), row_max_t.data());
+    attn::forward_tiled<T>(p, qh, kh, vh, f.o.data(), f.lse.data(), f.m.data(), f.l.data());
+  return f;
+}
+
+// Converts a forward's results into the caller's o, lse and (if not null) `saved`.
+template <typename T, typename Out>
+void store_forward(ForwardOut<T>&& f, Out* o, Out* lse, AttentionSaved* saved) {
+  convert(f.o, o), convert(f.lse, lse);
+  if (!saved) return;
+  saved->o.assign(f.o.begin(), f.o.end());
+  saved->lse.assign(f.lse.begin(), f.lse.end());
+  saved->row_max.assign(f.m.begin(), f.m.end());
+  saved->row_sum.assign(f.l.begin(), f.l.end());
+  if constexpr (std::is_same_v<T, double>)
+    saved->o_fp64 = std::move(f.o);
+  else
+    saved->o_fp64.clear();
 }
 
 // Runs the backward in T into zeroed T accumulators dq, dk, dv.
@@ -41,11 +70,6 @@ void run_backward(const attn::Problem& p, attn::BackwardArgs<T> a, std::vector<T
     attn::backward_whole<T>(p, a);
   else
     attn::backward_tiled<T>(p, a);
-}
-
-template <typename From, typename To>
-void convert(const std::vector<From>& x, To* out) {
-  std::transform(x.begin(), x.end(), out, [](From v) { return To(v); });
 }
 
 // The saved tensor x in T: FP32 ones as they are, or FP64's own copy x64 when it was saved.
@@ -66,34 +90,16 @@ void forward_impl(const AttentionShape& shape, const AttentionConfig& config, co
   attn::round_qkv(p, q, p.H, p.Tq, qh.data());
   attn::round_qkv(p, k, p.G, p.Tk, kh.data());
   attn::round_qkv(p, v, p.G, p.Tk, vh.data());
-  std::vector<double> o64, lse64, m64;
-  std::vector<float> o32, lse32, m32;
-  if (config.precision == AttnPrecision::FP64) {
-    run_forward<double>(p, qh.data(), kh.data(), vh.data(), o64, lse64, m64);
-    convert(o64, o), convert(lse64, lse);
-  } else {
-    run_forward<float>(p, qh.data(), kh.data(), vh.data(), o32, lse32, m32);
-    convert(o32, o), convert(lse32, lse);
-  }
+  if (config.precision == AttnPrecision::FP64)
+    store_forward(run_forward<double>(p, qh.data(), kh.data(), vh.data()), o, lse, saved);
+  else
+    store_forward(run_forward<float>(p, qh.data(), kh.data(), vh.data()), o, lse, saved);
   if (!saved) return;
   saved->shape = shape;
   saved->config = config;
   saved->q_hat = std::move(qh);
   saved->k_hat = std::move(kh);
   saved->v_hat = std::move(vh);
-  if (config.precision == AttnPrecision::FP64) {
-    saved->o.assign(o64.begin(), o64.end());
-    saved->lse.assign(lse64.begin(), lse64.end());
-    saved->row_max = std::move(m64);
-    saved->o_fp64 = std::move(o64);
-    saved->lse_fp64 = std::move(lse64);
-  } else {
-    saved->o = std::move(o32);
-    saved->lse = std::move(lse32);
-    saved->row_max.assign(m32.begin(), m32.end());
-    saved->o_fp64.clear();
-    saved->lse_fp64.clear();
-  }
 }
 
 template <typename T>
@@ -101,17 +107,16 @@ void backward_in(const AttentionSaved& saved, const attn::Problem& p, const floa
                  const float* do_hat, std::vector<double>& res_sum, std::vector<double>& res_mag,
                  std::vector<T>& dq, std::vector<T>& dk, std::vector<T>& dv) {
   const std::vector<T> o = saved_in<T>(saved.o, saved.o_fp64);
-  const std::vector<T> lse = saved_in<T>(saved.lse, saved.lse_fp64);
   const std::vector<T> m(saved.row_max.begin(), saved.row_max.end());
-  // dV's operand dO_i / l_i, with 1/l_i = exp(m_i − L_i) (0 in a row that sees no key).
-  std::vector<T> factor(lse.size()), do_dv(o.size());
-  for (size_t r = 0; r < lse.size(); ++r)
-    factor[r] = std::isinf(lse[r]) ? T(0) : std::exp(m[r] - lse[r]);
+  const std::vector<T> l(saved.row_sum.begin(), saved.row_sum.end());
+  // dV's operand dO_i / l_i (0 in a row that sees no key, where l = 0).
+  std::vector<T> factor(l.size()), do_dv(o.size());
+  for (size_t r = 0; r < l.size(); ++r) factor[r] = l[r] > 0 ? T(1) / l[r] : T(0);
   attn::round_do_dv<T>(p, d_o, factor.data(), do_dv.data());
   attn::BackwardArgs<T> a{};
   a.q_hat = saved.q_hat.data(), a.k_hat = saved.k_hat.data(), a.v_hat = saved.v_hat.data();
   a.d_o = d_o, a.do_hat = do_hat;
-  a.o = o.data(), a.lse = lse.data(), a.row_max = m.data(), a.do_dv = do_dv.data();
+  a.o = o.data(), a.row_max = m.data(), a.row_sum = l.data(), a.do_dv = do_dv.data();
   a.res_sum = res_sum.data(), a.res_mag = res_mag.data();
   run_backward<T>(p, a, dq, dk, dv);
 }
@@ -127,8 +132,8 @@ void backward_impl(const AttentionSaved& saved, const float* d_o, Out* dq, Out* 
   auto fits = [](const std::vector<double>& x, size_t n) { return x.empty() || x.size() == n; };
   OCTET_CHECK(saved.q_hat.size() == nq && saved.k_hat.size() == nk && saved.v_hat.size() == nk &&
                   saved.o.size() == nq && saved.lse.size() == rows &&
-                  saved.row_max.size() == rows && fits(saved.o_fp64, nq) &&
-                  fits(saved.lse_fp64, rows),
+                  saved.row_max.size() == rows && saved.row_sum.size() == rows &&
+                  fits(saved.o_fp64, nq),
               "attention_backward: the saved tensors do not match the saved shape (was the "
               "forward run with a `saved` argument?)");
   std::vector<float> do_hat(nq);

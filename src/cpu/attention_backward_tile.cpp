@@ -1,5 +1,6 @@
 // src/cpu/attention_backward_tile.cpp — the backward step on one (query block x key block) tile
-// that both execution forms share: recompute P from the saved LSE and dP = dÔV̂ᵀ, form
+// that both execution forms share: recompute P = exp(S − m) / l from the saved softmax statistics
+// and dP = dÔV̂ᵀ, form
 // dS = P ∘ (dP − D), record the softmax-gradient residual sums (Σ_j dS_ij and the magnitude
 // Σ_j P_ij(|dP_ij| + |D_i|) of the terms it cancels), round dS on its tile scale, and
 // accumulate dV, dK, dQ. Structure after FlashAttention-2's backward (Dao, arXiv 2307.08691,
@@ -24,16 +25,17 @@ void compute_p_dp(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t
     T* dPr = dP + (i - i0) * ld;
     T* Er = E ? E + (i - i0) * ld : nullptr;
     const int64_t n = p.visible(i);
-    const T lse = a.lse[p.row_off(b, h) + i], m = a.row_max[p.row_off(b, h) + i];
+    const T m = a.row_max[p.row_off(b, h) + i], l = a.row_sum[p.row_off(b, h) + i];
     for (int64_t j = j0; j < j1; ++j) {
-      if (j >= n) {  // masked (or the row sees no key: n == 0, LSE = −inf)
+      if (j >= n) {  // masked (or the row sees no key: n == 0, m = −inf, l = 0)
         Pr[j - j0] = dPr[j - j0] = 0;
         if (Er) Er[j - j0] = 0;
         continue;
       }
       const T s = tau * dot<T>(Q + i * p.D, K + j * p.D, p.D);
-      Pr[j - j0] = exp_t<T>(s - lse);
-      if (Er) Er[j - j0] = exp_t<T>(s - m);
+      const T e = exp_t<T>(s - m);  // <= 1; l >= 1 (its max term is exp(0) = 1)
+      Pr[j - j0] = e / l;
+      if (Er) Er[j - j0] = e;
       dPr[j - j0] = dot<T>(dOh + i * p.D, V + j * p.D, p.D);
     }
   }

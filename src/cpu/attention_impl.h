@@ -50,7 +50,7 @@ void round_qkv(const Problem& p, const float* x, int64_t heads, int64_t seq, flo
 /// dO [B, H, Tq, D] -> dÔ for dP = dÔV̂ᵀ (FP8: config.do_format, one current scale per tensor;
 /// BF16; copy).
 void round_do(const Problem& p, const float* d_o, float* do_hat);
-/// dO [B, H, Tq, D] -> the dV operand: dO_i · row_factor[i] (row_factor = 1/l_i = exp(m_i − L_i),
+/// dO [B, H, Tq, D] -> the dV operand: dO_i · row_factor[i] (row_factor = 1/l_i,
 /// "P without underflow", docs/delta-matching.md), then rounded as round_do does, with its own
 /// current scale per tensor (FP8), BF16, or unrounded in T (FP64). Rows that see no key have
 /// row_factor 0.
@@ -100,20 +100,22 @@ inline T exp_t(T x) {
 }
 
 // ---- forms (attention_whole.cpp, attention_tiled.cpp) ----
-/// Forward over operands already rounded: o [B,H,Tq,D] (as stored: store_o), lse and row_max
-/// m_i = max_j S_ij [B,H,Tq], all in T. A row that sees no key gets O = 0, LSE = m = −inf.
+/// Forward over operands already rounded: o [B,H,Tq,D] (as stored: store_o), and per row [B,H,Tq]
+/// the lse L_i = m_i + log l_i, row_max m_i = max_j S_ij and row_sum l_i = Σ_j exp(S_ij − m_i)
+/// (the unrounded P's sum in T), all in T. A row that sees no key gets O = 0, LSE = m = −inf,
+/// l = 0.
 template <typename T>
 void forward_whole(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat,
-                   T* o, T* lse, T* row_max);
+                   T* o, T* lse, T* row_max, T* row_sum);
 template <typename T>
 void forward_tiled(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat,
-                   T* o, T* lse, T* row_max);
+                   T* o, T* lse, T* row_max, T* row_sum);
 
 /// What a backward reads, and where it writes. dq/dk/dv are T accumulators, zeroed by the caller.
 template <typename T>
 struct BackwardArgs {
   const float *q_hat, *k_hat, *v_hat, *d_o, *do_hat;
-  const T *o, *lse, *row_max;  // the forward's O (as stored), L_i and m_i = max_j S_ij
+  const T *o, *row_max, *row_sum;  // the forward's O (as stored), m_i and l_i
   const T* do_dv;              // dV's operand: dO_i / l_i rounded (round_do_dv)
   T *dq, *dk, *dv;
   // per (b, h, i) row: Σ_j dS_ij (before rounding) and Σ_j P_ij (|dP_ij| + |D_i|), the magnitude
@@ -143,9 +145,10 @@ inline RowDelta<T> start_delta(const Problem& p, const BackwardArgs<T>& a, int64
 /// The shared backward steps on one tile of one (b, h): query rows [i0, i1) x keys [j0, j1).
 /// Row r of a tile lives at offset r * ld of its buffer.
 ///
-/// compute_p_dp: P_ij = exp(S_ij − L_i) with S = τ Q̂K̂ᵀ (recomputed from the saved LSE),
-/// dP = dÔV̂ᵀ, and (if E is not null) the row-max-relative E_ij = exp(S_ij − m_i) that dV's P̃ is
-/// rounded from; masked keys and rows that see no key give P = dP = E = 0.
+/// compute_p_dp: E_ij = exp(S_ij − m_i) and P_ij = E_ij / l_i with S = τ Q̂K̂ᵀ and the forward's
+/// saved (m_i, l_i) (never exp(S − L): its P sums to 1 only to one ulp of L, docs/delta-matching.md),
+/// dP = dÔV̂ᵀ, and (if E is not null) E, the row-max-relative value dV's P̃ is rounded from;
+/// masked keys and rows that see no key give P = dP = E = 0.
 template <typename T>
 void compute_p_dp(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, int64_t i0,
                   int64_t i1, int64_t j0, int64_t j1, T* P, T* dP, T* E, int64_t ld);

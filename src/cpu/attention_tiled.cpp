@@ -6,9 +6,10 @@
 // everything so far is rescaled by exp(m − m_new), and P̃ = round(exp(S − m_new)) (unnormalized,
 // in [0, 1], E4M3 with the static scale) multiplies V̂. Two row sums are carried: ℓ̃ = Σ P̃ (the
 // same rounded P that multiplies V) normalizes O, so V = 1 gives O = 1 exactly; ℓ = Σ exp(S − m)
-// in FP32 gives LSE = m + log ℓ, so that the backward's P = exp(S − LSE) sums to 1 to FP32
-// rounding, which the matched delta needs. The final m is saved: the backward's P̃ for dV is
-// rounded from exp(S − m), its row factor 1/ℓ moved into dO (docs/delta-matching.md).
+// in FP32 (the online running sum) is saved with the final m, and the backward's
+// P = exp(S − m) / ℓ sums to 1 to FP32 rounding at any logit size, which the matched delta needs
+// (LSE = m + log ℓ is an output only). The backward's P̃ for dV is rounded from exp(S − m), its
+// row factor 1/ℓ moved into dO (docs/delta-matching.md).
 // Backward: key blocks outer, query blocks inner (FlashAttention-2, Algorithm 2). The delta is
 // stale (D_i = dO_i·O_i, a per-row pre-pass as in FlashAttention) or matched (Delta-Matching: a
 // pre-pass over all key blocks recomputes S, P and dP and sums Σ_j P_ij dP_ij, which is the extra
@@ -23,7 +24,7 @@ namespace octet::attn {
 
 template <typename T>
 void forward_tiled(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat,
-                   T* o, T* lse, T* row_max) {
+                   T* o, T* lse, T* row_max, T* row_sum) {
   const int64_t bc = p.cfg.block_k;
   std::vector<T> s(bc), acc(p.D);
   const T tau = T(p.tau);
@@ -37,10 +38,12 @@ void forward_tiled(const Problem& p, const float* q_hat, const float* k_hat, con
         T* orow = o + p.q_off(b, h) + i * p.D;
         T& lse_i = lse[p.row_off(b, h) + i];
         T& m_i = row_max[p.row_off(b, h) + i];
+        T& l_i = row_sum[p.row_off(b, h) + i];
         const int64_t n = p.visible(i);
         if (n == 0) {
           std::fill(orow, orow + p.D, T(0));
           lse_i = m_i = neg_inf;
+          l_i = 0;
           continue;
         }
         T m = neg_inf, l = 0, l_hat = 0;
@@ -69,6 +72,7 @@ void forward_tiled(const Problem& p, const float* q_hat, const float* k_hat, con
         for (int64_t c = 0; c < p.D; ++c) orow[c] = store_o(p.cfg, acc[c] * inv);
         lse_i = m + std::log(l);
         m_i = m;
+        l_i = l;
       }
     }
 }
@@ -110,9 +114,9 @@ void backward_tiled(const Problem& p, const BackwardArgs<T>& a) {
 }
 
 template void forward_tiled<float>(const Problem&, const float*, const float*, const float*,
-                                   float*, float*, float*);
+                                   float*, float*, float*, float*);
 template void forward_tiled<double>(const Problem&, const float*, const float*, const float*,
-                                    double*, double*, double*);
+                                    double*, double*, double*, double*);
 template void backward_tiled<float>(const Problem&, const BackwardArgs<float>&);
 template void backward_tiled<double>(const Problem&, const BackwardArgs<double>&);
 

@@ -14,7 +14,7 @@ namespace octet::attn {
 
 template <typename T>
 void forward_whole(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat,
-                   T* o, T* lse, T* row_max) {
+                   T* o, T* lse, T* row_max, T* row_sum) {
   std::vector<T> s(p.Tk), acc(p.D);
   const T tau = T(p.tau);
   for (int64_t b = 0; b < p.B; ++b)
@@ -26,10 +26,12 @@ void forward_whole(const Problem& p, const float* q_hat, const float* k_hat, con
         T* orow = o + p.q_off(b, h) + i * p.D;
         T& lse_i = lse[p.row_off(b, h) + i];
         T& m_i = row_max[p.row_off(b, h) + i];
+        T& l_i = row_sum[p.row_off(b, h) + i];
         const int64_t n = p.visible(i);
-        if (n == 0) {  // a row that sees no key: O = 0, LSE = m = −inf
+        if (n == 0) {  // a row that sees no key: O = 0, LSE = m = −inf, l = 0
           std::fill(orow, orow + p.D, T(0));
           lse_i = m_i = -std::numeric_limits<T>::infinity();
+          l_i = 0;
           continue;
         }
         T m = -std::numeric_limits<T>::infinity();
@@ -37,7 +39,7 @@ void forward_whole(const Problem& p, const float* q_hat, const float* k_hat, con
           s[j] = tau * dot<T>(Q + i * p.D, K + j * p.D, p.D);
           m = std::max(m, s[j]);
         }
-        T l = 0;  // Σ exp(S − m) of the unrounded P: the LSE, so that Σ_j P_ij = 1 in backward
+        T l = 0;  // Σ exp(S − m) of the unrounded P: saved, the backward's P = exp(S − m) / l
         for (int64_t j = 0; j < n; ++j) l += exp_t<T>(s[j] - m);
         const T L = m + std::log(l);
         std::fill(acc.begin(), acc.end(), T(0));
@@ -51,6 +53,7 @@ void forward_whole(const Problem& p, const float* q_hat, const float* k_hat, con
         for (int64_t c = 0; c < p.D; ++c) orow[c] = store_o(p.cfg, acc[c] * inv);
         lse_i = L;
         m_i = m;
+        l_i = l;
       }
     }
 }
@@ -81,9 +84,9 @@ void backward_whole(const Problem& p, const BackwardArgs<T>& a) {
 }
 
 template void forward_whole<float>(const Problem&, const float*, const float*, const float*,
-                                   float*, float*, float*);
+                                   float*, float*, float*, float*);
 template void forward_whole<double>(const Problem&, const float*, const float*, const float*,
-                                    double*, double*, double*);
+                                    double*, double*, double*, double*);
 template void backward_whole<float>(const Problem&, const BackwardArgs<float>&);
 template void backward_whole<double>(const Problem&, const BackwardArgs<double>&);
 

@@ -16,8 +16,10 @@
 // Supported: precision fp8 and bf16, QkvScaling::Tensor, head_dim a multiple of 16; the tiled
 // form's per-tile P rounding is a fused kernel's and is refused here with a clear error.
 // Saved state (docs/design.md §"Saved state"): forward returns Q̂, K̂, V̂ (row copies, the
-// BF16-of-code transposes the dQ/dK GEMMs read) and their scales in a SavedAttention; O and the
-// LSE are the caller's tensors. The backward reads only those and its own scratch, so any number
+// BF16-of-code transposes the dQ/dK GEMMs read), their scales and the softmax statistics (m_i,
+// l_i) per row in a SavedAttention; O and the LSE are the caller's tensors (the backward reads O
+// for the delta's pivot, never the LSE: its P = exp(S − m) / l sums to 1 at any logit size,
+// docs/delta-matching.md). The backward reads only those and its own scratch, so any number
 // of forwards may be outstanding. q, k, v, o, dO, dQ, dK, dV are F32 or BF16 each: BF16 inputs are
 // widened to FP32 for these kernels (exact) and BF16 outputs rounded once (O is BF16-valued
 // already). The row residual accumulates into the caller's F64 [2] on the device; nothing waits.
@@ -41,15 +43,20 @@ namespace {
 // cuBLASLt refuses (NOT_SUPPORTED) scale pointers that are not 16-byte aligned: one per 128 B.
 constexpr int64_t kScaleStride = 32;
 
-// What a forward keeps for its backward: the quantized (FP8) or rounded (BF16) Q, K, V.
+// What a forward keeps for its backward: the quantized (FP8) or rounded (BF16) Q, K, V and the
+// softmax statistics of every query row.
 struct AttnState final : SavedState {
   const void* owner = nullptr;  // the CudaAttention that made it (validation only)
   Buffer q_rows, k_rows, v_rows;  // [B, heads, T_p, D]: FP8 codes or BF16
   Buffer q_t16, k_t16;            // group transposes, BF16 of code (FP8) or of value (BF16)
   Buffer scales;                  // F32: sq, sk, sv at kScaleStride offsets
+  Buffer softmax;                 // F32 [2, B·H·Tq]: m_i = max_j S_ij, then l_i = Σ_j exp(S_ij − m_i)
+  int64_t rows = 0;               // B·H·Tq
   float* sq() const { return scales.tensor().f32() + 0 * kScaleStride; }
   float* sk() const { return scales.tensor().f32() + 1 * kScaleStride; }
   float* sv() const { return scales.tensor().f32() + 2 * kScaleStride; }
+  float* row_max() const { return softmax.tensor().f32(); }
+  float* row_sum() const { return softmax.tensor().f32() + rows; }
 };
 
 class CudaAttention final : public Attention {
@@ -119,11 +126,13 @@ class CudaAttention final : public Attention {
          st->v_rows.tensor().data, rowk, v_t_.reserve(size_t(nk * eb_), s_));
     logits(*st);
     const int64_t nrows = d.B * d.H * d.Tq;
+    st->rows = nrows;
+    st->softmax = be_.alloc(DType::F32, {2 * nrows});
     uint8_t* P = P_.reserve(size_t(nS() * eb_), s_);
     if (d.Tq_p != d.Tq)  // pad query rows of P̃ stay zero: dV's GEMM contracts over them
       OCTET_CUDA_CHECK(cudaMemsetAsync(P, 0, size_t(nS() * eb_), s_));
     softmax_forward_launch(d, S_.get(), fp8_, cfg_.p_scale, P, lse.f32(),
-                           rinv_.reserve(size_t(nrows), s_), s_);
+                           rinv_.reserve(size_t(nrows), s_), st->row_max(), st->row_sum(), s_);
     // O = P̃ V̂ (unnormalized), then · 1/Σ P̃ and rounded to BF16.
     mm(P, Format::E4M3, p_inv(), v_t_.get(), Format::E4M3, st->sv(),
        o_acc_.reserve(size_t(nq), s_), d.rep * d.Tq_p, d.D, d.Tk_p, 1.0f);
@@ -160,7 +169,8 @@ class CudaAttention final : public Attention {
     BackwardRowArgs a{};
     a.S = S_.get();
     a.dP = dP_.get();
-    a.lse = saved.lse.f32();
+    a.row_max = st->row_max();
+    a.row_sum = st->row_sum();
     a.o = as_f32(saved.o, in_k_);
     a.d_o = dof;
     a.do_rows = do_rows_.get();

@@ -4,12 +4,14 @@
 // attention_backward_tile.cpp, attention_quant.cpp) step by step: per-tensor current-scaled E4M3
 // Q, K, V (fp8.h scale_from_amax), m = max S, L = m + log Σ exp(S − m) over the unrounded P,
 // P̃ = E4M3 of exp(S − m)·p_scale (row-max-relative: "P without underflow", docs/delta-matching.md),
-// O = (Σ P̃ V̂) / Σ P̃ stored as BF16, dÔ per-tensor in do_format; backward P = exp(S − L), the
-// delta by octet/delta_rule.h (the CPU's rule: stale pivot dO·O; matched D = Σ_j P_ij dP_ij around
+// O = (Σ P̃ V̂) / Σ P̃ stored as BF16, dÔ per-tensor in do_format; the forward saves m and
+// l = Σ exp(S − m) per row, the backward's P = exp(S − m) / l (sums to 1 to FP32 rounding at any
+// logit size, docs/delta-matching.md "The saved softmax statistics"), the delta by
+// octet/delta_rule.h (the CPU's rule: stale pivot dO·O; matched D = Σ_j P_ij dP_ij around
 // the pivot dÔ·O or the dP of a key with P > 1/2, in the rule's two-phase form: the pivot key by
 // an integer max of pivot_rank, then the offset as a plain block sum), dS = P ∘ ((dP − pivot) − offset), the row residual before rounding
 // (|Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|), D = pivot + offset, as the CPU's ds_step), dV's
-// P̃ = E4M3 of exp(S − m)·p_scale with the row factor 1/l_i = exp(m_i − L_i) moved into dV's dO
+// P̃ = E4M3 of exp(S − m)·p_scale with the row factor 1/l_i moved into dV's dO
 // operand, and dŜ with one power-of-two scale per (block_q x block_k) tile (Delta-Matching, arXiv
 // 2609.37852; FlashAttention-2's backward structure, arXiv 2307.08691).
 #include <cuda_runtime.h>
@@ -99,7 +101,7 @@ __device__ __forceinline__ int64_t visible(const AttnDims& d, int64_t i) {
 constexpr int kRowThreads = 256;
 
 __global__ void softmax_forward_kernel(AttnDims d, const float* S, bool fp8, float p_scale, void* P,
-                                       float* lse, float* rinv) {
+                                       float* lse, float* rinv, float* row_max, float* row_sum) {
   __shared__ float scratch[32];
   __shared__ float lut[256];  // fp8_decode of every E4M3 code, divided by p_scale
   for (int c = threadIdx.x; c < 256; c += blockDim.x) lut[c] = fp8_decode(uint8_t(c), Format::E4M3) / p_scale;
@@ -132,6 +134,8 @@ __global__ void softmax_forward_kernel(AttnDims d, const float* S, bool fp8, flo
   if (threadIdx.x == 0) {
     lse[row] = L;
     rinv[row] = l_hat > 0.0f ? 1.0f / l_hat : 0.0f;
+    row_max[row] = m;  // −inf and l = 0 in a row that sees no key
+    row_sum[row] = l;
   }
 }
 
@@ -148,17 +152,16 @@ __global__ void output_finalize_kernel(AttnDims d, const float* o_acc, const flo
 }
 
 // What a backward row reduces before its passes, in one round of the block (two barriers):
-// Σ_c g_c O_c (dO·O or dÔ·O), the row max m of S, and the max pivot_rank (octet/delta_rule.h: the
-// matched delta's pivot key). Same butterfly and padding as reduce_util's block_sum / block_max,
-// so each value has the bits those would give.
+// Σ_c g_c O_c (dO·O or dÔ·O) and the max pivot_rank (octet/delta_rule.h: the matched delta's
+// pivot key). Same butterfly and padding as reduce_util's block_sum / block_max, so each value has
+// the bits those would give.
 struct RowStats {
-  float dot, m;
+  float dot;
   unsigned long long rank;
 };
 __device__ __forceinline__ RowStats warp_stats(RowStats v) {
   for (int off = 16; off > 0; off /= 2) {
     v.dot += __shfl_xor_sync(0xFFFFFFFFu, v.dot, off);
-    v.m = fmaxf(v.m, __shfl_xor_sync(0xFFFFFFFFu, v.m, off));
     v.rank = max(v.rank, __shfl_xor_sync(0xFFFFFFFFu, v.rank, off));
   }
   return v;
@@ -169,7 +172,7 @@ __device__ __forceinline__ RowStats block_stats(RowStats v, RowStats* scratch) {
   __syncthreads();
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  return warp_stats(lane < nw ? scratch[lane] : RowStats{0.0f, -INFINITY, 0ull});
+  return warp_stats(lane < nw ? scratch[lane] : RowStats{0.0f, 0ull});
 }
 // Two block sums in one round (block_sum's order: the same bits as two block_sum calls).
 __device__ __forceinline__ double2 block_sum2(double2 v, double2* scratch) {
@@ -185,9 +188,11 @@ __device__ __forceinline__ double2 block_sum2(double2 v, double2* scratch) {
   return r;
 }
 
-// One block per query row; three reductions (stale: two) and at most three passes over the row:
-//   1. m = max_j S_ij, and (matched) the pivot key: the max pivot_rank of P_ij = exp(S_ij − L_i),
-//      whose exp is taken only where P can exceed 1/2 (S − L > −0.75: expf(−0.75) ≈ 0.472);
+// One block per query row, P_ij = exp(S_ij − m_i) / l_i from the forward's saved m and l (l >= 1
+// in a row that sees a key: its max term is exp(0) = 1, so never a denormal denominator); three
+// reductions (stale: two) and at most three passes over the row:
+//   1. (matched) the pivot key: the max pivot_rank of P_ij, whose exp is taken only where P can
+//      exceed 1/2 (P > 1/2 needs exp(S − m) > l/2 >= 1/2, so S − m > −0.75: expf(−0.75) ≈ 0.472);
 //   2. (matched) offset = Σ_j P_ij (dP_ij − pivot), a plain float sum (the two-phase form of
 //      delta_rule.h: no per-key merge, no struct in registers or local memory);
 //   3. dS, the residual sums, dV's P̃.
@@ -214,32 +219,32 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
       g = bf16_value(static_cast<const uint16_t*>(a.do_rows)[drow + c]);
     dot += g * a.o[orow + c];
   }
-  // m_i = max_j S_ij, recomputed from the same S the forward used (dV's P̃ = exp(S − m)).
-  const float L = a.lse[row];
-  float m = -INFINITY;
+  // The forward's m_i = max_j S_ij (the S recomputed here is the forward's: the same GEMM on the
+  // same saved operands) and
+  // l_i = Σ_j exp(S_ij − m_i) as the forward summed it: P = exp(S − m) / l sums to 1 to FP32
+  // rounding at any logit size (exp(S − L) only to one ulp of L ~ 1e-5 when |L| ~ 100).
+  const float m = a.row_max[row], l = a.row_sum[row];
   unsigned long long rank = 0;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     const float x = s[j];
-    m = fmaxf(m, x);
-    if (a.matched && x - L > -0.75f) rank = max(rank, (unsigned long long)pivot_rank(expf(x - L), j));
+    if (a.matched && x - m > -0.75f) rank = max(rank, (unsigned long long)pivot_rank(expf(x - m) / l, j));
   }
-  const RowStats st = block_stats({dot, m, rank}, st_scratch);
-  m = st.m;
+  const RowStats st = block_stats({dot, rank}, st_scratch);
   RowDelta<float> delta = RowDelta<float>::stale(st.dot);
   if (a.matched) {
     const int64_t key = pivot_key(st.rank);
     delta = RowDelta<float>::matched(st.dot, key, pivot_p(st.rank), key >= 0 ? dp[key] : 0.0f);
     float offset = 0.0f;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-      offset += RowDelta<float>::term(expf(s[j] - L), dp[j], delta.pivot);
+      offset += RowDelta<float>::term(expf(s[j] - m) / l, dp[j], delta.pivot);
     delta.offset = block_sum(offset, scratch);  // its barriers also order the reads of dp[key]
   }                                             // before pass 3 overwrites dp
   // Residual r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|), D = pivot + offset (attention.h).
   const double d_abs = fabs(double(delta.pivot) + double(delta.offset));
   double2 res = make_double2(0.0, 0.0);  // (Σ dS, Σ P(|dP| + |D|))
   for (int64_t j = threadIdx.x; j < d.Tk_p; j += blockDim.x) {
-    const float p = j < n ? expf(s[j] - L) : 0.0f;
     const float e = j < n ? expf(s[j] - m) : 0.0f;  // dV's P̃ before rounding, <= 1
+    const float p = j < n ? e / l : 0.0f;
     const float dpj = dp[j];
     const float ds = delta.ds(p, dpj);
     dp[j] = j < n ? ds : 0.0f;
@@ -255,7 +260,7 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
   res = block_sum2(res, dscratch);
   if (threadIdx.x == 0) {
     a.residual[row] = res.y > 0.0 ? fabs(res.x) / res.y : 0.0;
-    a.row_factor[row] = n > 0 ? expf(m - L) : 0.0f;  // 1/l_i, moved into dV's dO
+    a.row_factor[row] = n > 0 ? 1.0f / l : 0.0f;  // 1/l_i, moved into dV's dO
   }
 }
 
@@ -351,9 +356,10 @@ void pack_launch(const PackArgs& a, cudaStream_t s) {
 }
 
 void softmax_forward_launch(const AttnDims& d, const float* S, bool fp8, float p_scale, void* P,
-                            float* lse, float* rinv, cudaStream_t s) {
-  softmax_forward_kernel<<<unsigned(d.B * d.H * d.Tq), kRowThreads, 0, s>>>(d, S, fp8, p_scale, P,
-                                                                          lse, rinv);
+                            float* lse, float* rinv, float* row_max, float* row_sum,
+                            cudaStream_t s) {
+  softmax_forward_kernel<<<unsigned(d.B * d.H * d.Tq), kRowThreads, 0, s>>>(
+      d, S, fp8, p_scale, P, lse, rinv, row_max, row_sum);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 

@@ -51,9 +51,12 @@ struct AttnDims {
 
 /// Forward softmax per query row: S (τ-scaled logits) -> lse, P̃ (FP8 codes of exp(S−m)·p_scale
 /// with m the row max — never exp(S−L), which underflows in long rows — or BF16),
-/// rinv = 1 / Σ_j P̃_ij (0 for a row that sees no key), so O = (P̃V̂)·rinv.
+/// rinv = 1 / Σ_j P̃_ij (0 for a row that sees no key), so O = (P̃V̂)·rinv, and the softmax
+/// statistics the backward normalizes with ([B,H,Tq] each): row_max m_i = max_j S_ij (−inf in a
+/// row that sees no key) and row_sum l_i = Σ_j exp(S_ij − m_i) in FP32 (0 there); L = m + log l.
 void softmax_forward_launch(const AttnDims& d, const float* S, bool fp8, float p_scale, void* P,
-                            float* lse, float* rinv, cudaStream_t s);
+                            float* lse, float* rinv, float* row_max, float* row_sum,
+                            cudaStream_t s);
 /// o = bf16_round(o_acc · rinv) for the valid rows; also into o_saved (may be null).
 void output_finalize_launch(const AttnDims& d, const float* o_acc, const float* rinv, float* o,
                             float* o_saved, cudaStream_t s);
@@ -61,7 +64,10 @@ void output_finalize_launch(const AttnDims& d, const float* o_acc, const float* 
 struct BackwardRowArgs {
   const float* S;        ///< recomputed τ-scaled logits
   float* dP;             ///< in: dP = dÔV̂ᵀ; out: dS = P ∘ (dP − D)
-  const float* lse;
+  /// the forward's softmax statistics [B,H,Tq] (softmax_forward_launch): P = exp(S − m) / l,
+  /// which sums to 1 to FP32 rounding at any logit size (exp(S − L) only to one ulp of L)
+  const float* row_max;
+  const float* row_sum;
   const float* o;        ///< the forward's stored O [B,H,Tq,D]
   const float* d_o;      ///< dO as given [B,H,Tq,D]
   const void* do_rows;   ///< dÔ row copy [B,H,Tq_p,D] (FP8 codes or BF16)
@@ -72,7 +78,7 @@ struct BackwardRowArgs {
   float p_scale;
   void* P;               ///< out: P̃ rows (FP8 codes or BF16 of exp(S − m)), for dV
   double* residual;      ///< out: per row |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) (attention.h)
-  float* row_factor;     ///< out [B,H,Tq]: 1/l_i = exp(m_i − L_i) (0 if the row sees no key):
+  float* row_factor;     ///< out [B,H,Tq]: 1/l_i (0 if the row sees no key):
                          ///< dV = P̃ᵀ (dO/l) needs dO_i · row_factor_i packed as its operand
 };
 /// dS = P ∘ (dP − D) per row, D by octet/delta_rule.h (stale or matched, the CPU's rule), the row

@@ -71,6 +71,16 @@ inline std::vector<double> independent_do_hat_e5m2(const std::vector<float>& d_o
   return do_hat;
 }
 
+/// Inputs with large logits (as trainings grow them): make_attention_inputs' normal draws with a
+/// added to every entry of Q and K, so S_ij = τ (a u + n_i)·(a u + n_j) (u the all-ones direction)
+/// has a mean ~τ a² D plus a spread of a few units per row: with D = 64 and a = 3.2, S ~ 60-110.
+inline AttentionInputs large_logit_inputs(const AttentionShape& s, float a, uint64_t seed) {
+  auto in = make_attention_inputs(s, AttnInputDist::Normal, seed);
+  for (auto* x : {&in.q, &in.k})
+    for (float& v : *x) v += a;
+  return in;
+}
+
 inline std::string name_of(AttnPrecision p, AttnForm f) { return to_string(p) + "_" + to_string(f); }
 
 }  // namespace octet::test
