@@ -153,7 +153,9 @@ void backward_impl(const AttentionSaved& saved, const float* d_o, Out* dq, Out* 
   double total = 0.0;
   if (want_rows) stats->row_residual.assign(rows, 0.0);
   for (size_t r = 0; r < rows; ++r) {
-    const double rel = res_mag[r] > 0 ? std::fabs(res_sum[r]) / res_mag[r] : 0.0;
+    // 0 for a row whose terms are all 0; a NaN anywhere in the row is reported, never hidden.
+    const bool nan = res_sum[r] != res_sum[r] || res_mag[r] != res_mag[r];
+    const double rel = nan ? NAN : res_mag[r] > 0 ? std::fabs(res_sum[r]) / res_mag[r] : 0.0;
     double& mx = stats->row_residual_max;
     if (rel != rel || (mx == mx && rel > mx)) mx = rel;  // a NaN is reported, never hidden
     total += rel;

@@ -198,6 +198,26 @@ TEST(CpuAttention, BackwardAccumulatesTheRowResidual) {
   EXPECT_EQ(acc.v[1], 1.0 + r[0].res.v[1]);
 }
 
+TEST(CpuAttention, ANaNReachesTheRowResidualAccumulator) {
+  // A non-finite input must show in the diagnostic (as on the GPU), never read as a healthy 0.
+  const AttentionShape shape = small_shape();
+  AttentionConfig config;  // FP8, matched
+  auto be = make_cpu_backend();
+  auto attn = be->make_attention(shape, config);
+  auto q = randn(q_size(shape), 151), k = randn(k_size(shape), 153), v = randn(k_size(shape), 155),
+       d_o = randn(q_size(shape), 157);
+  q[3] = NAN;
+  std::vector<float> o(q.size()), lse(size_t(lse_shape(shape).numel())), dq(q.size()),
+      dk(k.size()), dv(k.size());
+  const SavedAttention sa = attn->forward(view(q, q_shape(shape)), view(k, k_shape(shape)),
+                                          view(v, k_shape(shape)), view(o, q_shape(shape)),
+                                          view(lse, lse_shape(shape)));
+  test::Acc acc;
+  attn->backward(sa, view(d_o, q_shape(shape)), view(dq, q_shape(shape)), view(dk, k_shape(shape)),
+                 view(dv, k_shape(shape)), acc.t(2));
+  EXPECT_TRUE(std::isnan(acc.v[0])) << "residual max " << acc.v[0];
+}
+
 TEST(CpuAttention, AnotherLayersSavedStateIsAnError) {
   const AttentionShape shape = small_shape();
   auto be = make_cpu_backend();

@@ -6,6 +6,7 @@
 // softmax-gradient row residual of Delta-Matching (arXiv 2609.37852; docs/design.md §"The two deltas") into
 // the caller's F64 [2] tensor. q, k, v, o, dO, dQ, dK, dV are act tensors (F32 or BF16, act_io.h:
 // read as FP32, rounded once on store); lse is F32.
+#include <cmath>
 #include <algorithm>
 #include <array>
 #include <memory>
@@ -76,7 +77,8 @@ class CpuAttention final : public Attention {
     dqo.store(), dko.store(), dvo.store();
     if (!residual.empty()) {
       double* r = residual.f64();
-      r[0] = std::max(r[0], stats.row_residual_max);
+      const double m = stats.row_residual_max;  // a NaN stays (as on the GPU), never dropped
+      r[0] = (m != m || r[0] != r[0]) ? NAN : std::max(r[0], m);
       r[1] += stats.row_residual_mean;
     }
   }
