@@ -3,27 +3,12 @@ and nothing created or overwritten (issue: missing or empty corpus, unreadable f
 truncated or corrupt checkpoints, unknown config keys, out-of-range values)."""
 import os
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-OCTET = os.environ.get("OCTET_BIN", str(ROOT / "build" / "octet"))
-TINY = ["data.tokenizer=byte", "model.n_layer=1", "model.d_model=16", "model.n_head=2",
-        "model.n_kv_head=2", "model.d_ff=32", "model.vocab_size=256", "model.seq_len=16",
-        "train.batch_size=2", "train.steps=3", "train.eval_every=3", "train.eval_batches=1"]
+from cli_util import TINY_MODEL, octet, sets
 
-
-def octet(*args):
-    return subprocess.run([OCTET, *map(str, args)], capture_output=True, text=True)
-
-
-def sets(*pairs):
-    out = []
-    for p in pairs:
-        out += ["--set", p]
-    return out
+TINY = TINY_MODEL + ["train.steps=3", "train.eval_every=3"]
 
 
 @pytest.fixture()

@@ -2,25 +2,12 @@
 first. A bad config, arm or option gives exit code 2, one line on stderr naming the problem (and,
 for a name, every valid choice), and creates nothing: not the run directory, not config.toml, not an
 empty metrics.jsonl. Choices come from the one name table (octet/names.h)."""
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-OCTET = os.environ.get("OCTET_BIN", str(ROOT / "build" / "octet"))
-TINY = ["data.tokenizer=byte", "model.n_layer=1", "model.d_model=16", "model.n_head=2",
-        "model.n_kv_head=2", "model.d_ff=32", "model.vocab_size=256", "model.seq_len=16",
-        "train.batch_size=2", "train.steps=2", "train.eval_every=2", "train.eval_batches=1"]
+from cli_util import TINY_MODEL, octet, sets
 
-
-def octet(*args):
-    return subprocess.run([OCTET, *map(str, args)], capture_output=True, text=True)
-
-
-def sets(*pairs):
-    return [a for p in pairs for a in ("--set", p)]
+TINY = TINY_MODEL + ["train.steps=2", "train.eval_every=2"]
 
 
 def assert_one_line_error(r, *words):

@@ -1,0 +1,19 @@
+"""Shared helpers of the CLI tests: the octet binary (OCTET_BIN, or build/octet), a runner that
+captures its output, --set pairs, and the settings of a tiny byte-level model."""
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+OCTET = os.environ.get("OCTET_BIN", str(ROOT / "build" / "octet"))
+TINY_MODEL = ["data.tokenizer=byte", "model.n_layer=1", "model.d_model=16", "model.n_head=2",
+              "model.n_kv_head=2", "model.d_ff=32", "model.vocab_size=256", "model.seq_len=16",
+              "train.batch_size=2", "train.eval_batches=1"]
+
+
+def octet(*args):
+    return subprocess.run([OCTET, *map(str, args)], capture_output=True, text=True)
+
+
+def sets(*pairs):
+    return [a for p in pairs for a in ("--set", p)]
