@@ -52,7 +52,7 @@ void ds_step(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, i
     const T* dPr = dP + (i - i0) * ld;
     T* dsr = ds + (i - i0) * nc;
     const RowDelta<T> d = delta[i - i0];
-    const double d_abs = std::fabs(double(d.pivot) + double(d.offset));  // |D_i|
+    const double d_abs = std::fabs(double(d.value));  // |D_i|
     double sum = 0, mag = 0;
     for (int64_t j = 0; j < nc; ++j) {
       dsr[j] = d.ds(Pr[j], dPr[j]);  // masked keys: P = 0 gives dS = 0

@@ -127,19 +127,10 @@ void backward_whole(const Problem& p, const BackwardArgs<T>& a);
 template <typename T>
 void backward_tiled(const Problem& p, const BackwardArgs<T>& a);
 
-/// dO_i·O_i of one row (the given dO: the stale delta; dÔ: the matched delta's start pivot).
+/// The stale delta of row i (octet/delta_rule.h): D_i = dO_i·O_i, the given dO and the forward's O.
 template <typename T>
-inline T do_dot_o(const float* d_o_row, const T* o_row, int64_t d) {
-  return dot<T>(d_o_row, o_row, d);
-}
-
-/// The delta of row i at the start of a backward (octet/delta_rule.h): stale D = dO_i·O_i, or the
-/// start of a matched delta (pivot dÔ_i·O_i), to which the caller adds the row's keys.
-template <typename T>
-inline RowDelta<T> start_delta(const Problem& p, const BackwardArgs<T>& a, int64_t off) {
-  return p.cfg.delta == DeltaMode::Stale
-             ? RowDelta<T>::stale(do_dot_o<T>(a.d_o + off, a.o + off, p.D))
-             : RowDelta<T>::matched_start(do_dot_o<T>(a.do_hat + off, a.o + off, p.D));
+inline RowDelta<T> stale_delta(const Problem& p, const BackwardArgs<T>& a, int64_t off) {
+  return RowDelta<T>::stale(dot<T>(a.d_o + off, a.o + off, p.D));
 }
 
 /// The shared backward steps on one tile of one (b, h): query rows [i0, i1) x keys [j0, j1).

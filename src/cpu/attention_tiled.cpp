@@ -12,7 +12,7 @@
 // row factor 1/ℓ moved into dO (docs/delta-matching.md).
 // Backward: key blocks outer, query blocks inner (FlashAttention-2, Algorithm 2). The delta is
 // stale (D_i = dO_i·O_i, a per-row pre-pass as in FlashAttention) or matched (Delta-Matching: a
-// pre-pass over all key blocks recomputes S, P and dP and sums Σ_j P_ij dP_ij, which is the extra
+// pre-pass over all key blocks recomputes S, P and dP and sums Σ_j P_ij dP_ij / Σ_j P_ij, the extra
 // cost of matching). Each tile then runs the shared step (attention_backward_tile.cpp).
 #include <algorithm>
 #include <cmath>
@@ -82,13 +82,16 @@ void backward_tiled(const Problem& p, const BackwardArgs<T>& a) {
   const int64_t bq = p.cfg.block_q, bc = p.cfg.block_k;
   std::vector<T> P(bq * bc), dP(bq * bc), E(bq * bc), ds(bq * bc);
   std::vector<RowDelta<T>> delta(p.Tq);
+  std::vector<MatchedSums> sums(p.Tq);
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h) {
       // Pre-pass: the delta of every row of this head. Stale: D_i = dO_i·O_i. Matched: one more
-      // sweep over all key blocks recomputes P and dP and sums Σ_j P_ij dP_ij around a pivot
-      // (octet/delta_rule.h) — the extra cost of Delta-Matching.
-      for (int64_t i = 0; i < p.Tq; ++i) delta[i] = start_delta(p, a, p.q_off(b, h) + i * p.D);
-      if (p.cfg.delta == DeltaMode::Matched)
+      // sweep over all key blocks recomputes P and dP and accumulates Σ_j P_ij dP_ij and Σ_j P_ij
+      // in FP64 (octet/delta_rule.h) — the extra cost of Delta-Matching.
+      if (p.cfg.delta == DeltaMode::Stale) {
+        for (int64_t i = 0; i < p.Tq; ++i) delta[i] = stale_delta(p, a, p.q_off(b, h) + i * p.D);
+      } else {
+        std::fill(sums.begin(), sums.end(), MatchedSums{});
         for (int64_t i0 = 0; i0 < p.Tq; i0 += bq) {
           const int64_t i1 = std::min(p.Tq, i0 + bq);
           for (int64_t j0 = 0; j0 < p.visible(i1 - 1); j0 += bc) {
@@ -96,9 +99,11 @@ void backward_tiled(const Problem& p, const BackwardArgs<T>& a) {
             compute_p_dp(p, a, b, h, i0, i1, j0, j1, P.data(), dP.data(), (T*)nullptr, bc);
             for (int64_t i = i0; i < i1; ++i)
               for (int64_t j = 0; j < j1 - j0; ++j)
-                delta[i].add(P[(i - i0) * bc + j], dP[(i - i0) * bc + j], j0 + j);
+                sums[i].add(P[(i - i0) * bc + j], dP[(i - i0) * bc + j]);
           }
         }
+        for (int64_t i = 0; i < p.Tq; ++i) delta[i] = sums[i].delta<T>();
+      }
       // Main pass: key blocks outer (a GPU thread block owns dK_j, dV_j), query blocks inner.
       for (int64_t j0 = 0; j0 < p.Tk; j0 += bc) {
         const int64_t j1 = std::min(p.Tk, j0 + bc);

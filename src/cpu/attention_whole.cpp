@@ -70,9 +70,13 @@ void backward_whole(const Problem& p, const BackwardArgs<T>& a) {
         compute_p_dp(p, a, b, h, i0, i1, 0, p.Tk, P.data(), dP.data(), E.data(), p.Tk);
         for (int64_t i = i0; i < i1; ++i) {
           const int64_t r = i - i0;
-          delta[r] = start_delta(p, a, p.q_off(b, h) + i * p.D);
-          if (p.cfg.delta == DeltaMode::Matched)  // D_i = Σ_j P_ij dP_ij, this backward's P, dP
-            for (int64_t j = 0; j < p.Tk; ++j) delta[r].add(P[r * p.Tk + j], dP[r * p.Tk + j], j);
+          if (p.cfg.delta == DeltaMode::Stale) {
+            delta[r] = stale_delta(p, a, p.q_off(b, h) + i * p.D);
+          } else {  // D_i = Σ_j P_ij dP_ij / Σ_j P_ij over this backward's P and dP
+            MatchedSums sums;
+            for (int64_t j = 0; j < p.Tk; ++j) sums.add(P[r * p.Tk + j], dP[r * p.Tk + j]);
+            delta[r] = sums.delta<T>();
+          }
         }
         const int64_t n_max = p.visible(i1 - 1);  // the block's last row sees the most keys
         for (int64_t j0 = 0; j0 < n_max; j0 += bc) {

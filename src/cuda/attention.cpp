@@ -18,7 +18,7 @@
 // Saved state (docs/design.md §"Saved state"): forward returns Q̂, K̂, V̂ (row copies, the
 // BF16-of-code transposes the dQ/dK GEMMs read), their scales and the softmax statistics (m_i,
 // l_i) per row in a SavedAttention; O and the LSE are the caller's tensors (the backward reads O
-// for the delta's pivot, never the LSE: its P = exp(S − m) / l sums to 1 at any logit size,
+// for the stale delta, never the LSE: its P = exp(S − m) / l sums to 1 at any logit size,
 // docs/delta-matching.md). The backward reads only those and its own scratch, so any number
 // of forwards may be outstanding. q, k, v, o, dO, dQ, dK, dV are F32 or BF16 each: BF16 inputs are
 // widened to FP32 for these kernels (exact) and BF16 outputs rounded once (O is BF16-valued
@@ -171,11 +171,8 @@ class CudaAttention final : public Attention {
     a.dP = dP_.get();
     a.row_max = st->row_max();
     a.row_sum = st->row_sum();
-    a.o = as_f32(saved.o, in_k_);
+    a.o = cfg_.delta == DeltaMode::Stale ? as_f32(saved.o, in_k_) : nullptr;  // stale delta only
     a.d_o = dof;
-    a.do_rows = do_rows_.get();
-    a.do_scale_inv = sdo();
-    a.do_format = cfg_.do_format;
     a.fp8 = fp8_;
     a.matched = cfg_.delta == DeltaMode::Matched;
     a.p_scale = cfg_.p_scale;

@@ -7,10 +7,9 @@
 // O = (Σ P̃ V̂) / Σ P̃ stored as BF16, dÔ per-tensor in do_format; the forward saves m and
 // l = Σ exp(S − m) per row, the backward's P = exp(S − m) / l (sums to 1 to FP32 rounding at any
 // logit size, docs/delta-matching.md "The saved softmax statistics"), the delta by
-// octet/delta_rule.h (the CPU's rule: stale pivot dO·O; matched D = Σ_j P_ij dP_ij around
-// the pivot dÔ·O or the dP of a key with P > 1/2, in the rule's two-phase form: the pivot key by
-// an integer max of pivot_rank, then the offset as a plain block sum), dS = P ∘ ((dP − pivot) − offset), the row residual before rounding
-// (|Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|), D = pivot + offset, as the CPU's ds_step), dV's
+// octet/delta_rule.h (the CPU's rule: stale D = dO·O; matched D = Σ_j P_ij dP_ij / Σ_j P_ij with
+// FP64 sums), dS = P ∘ (dP − D), the row residual before rounding
+// (|Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|), as the CPU's ds_step), dV's
 // P̃ = E4M3 of exp(S − m)·p_scale with the row factor 1/l_i moved into dV's dO
 // operand, and dŜ with one power-of-two scale per (block_q x block_k) tile (Delta-Matching, arXiv
 // 2609.37852; FlashAttention-2's backward structure, arXiv 2307.08691).
@@ -151,29 +150,6 @@ __global__ void output_finalize_kernel(AttnDims d, const float* o_acc, const flo
   }
 }
 
-// What a backward row reduces before its passes, in one round of the block (two barriers):
-// Σ_c g_c O_c (dO·O or dÔ·O) and the max pivot_rank (octet/delta_rule.h: the matched delta's
-// pivot key). Same butterfly and padding as reduce_util's block_sum / block_max, so each value has
-// the bits those would give.
-struct RowStats {
-  float dot;
-  unsigned long long rank;
-};
-__device__ __forceinline__ RowStats warp_stats(RowStats v) {
-  for (int off = 16; off > 0; off /= 2) {
-    v.dot += __shfl_xor_sync(0xFFFFFFFFu, v.dot, off);
-    v.rank = max(v.rank, __shfl_xor_sync(0xFFFFFFFFu, v.rank, off));
-  }
-  return v;
-}
-__device__ __forceinline__ RowStats block_stats(RowStats v, RowStats* scratch) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-  v = warp_stats(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  return warp_stats(lane < nw ? scratch[lane] : RowStats{0.0f, 0ull});
-}
 // Two block sums in one round (block_sum's order: the same bits as two block_sum calls).
 __device__ __forceinline__ double2 block_sum2(double2 v, double2* scratch) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
@@ -189,15 +165,12 @@ __device__ __forceinline__ double2 block_sum2(double2 v, double2* scratch) {
 }
 
 // One block per query row, P_ij = exp(S_ij − m_i) / l_i from the forward's saved m and l (l >= 1
-// in a row that sees a key: its max term is exp(0) = 1, so never a denormal denominator); three
-// reductions (stale: two) and at most three passes over the row:
-//   1. (matched) the pivot key: the max pivot_rank of P_ij, whose exp is taken only where P can
-//      exceed 1/2 (P > 1/2 needs exp(S − m) > l/2 >= 1/2, so S − m > −0.75: expf(−0.75) ≈ 0.472);
-//   2. (matched) offset = Σ_j P_ij (dP_ij − pivot), a plain float sum (the two-phase form of
-//      delta_rule.h: no per-key merge, no struct in registers or local memory);
-//   3. dS, the residual sums, dV's P̃.
+// in a row that sees a key: its max term is exp(0) = 1, so never a denormal denominator); two
+// passes over the row:
+//   1. the delta (octet/delta_rule.h): stale D = dO·O (the given dO, the forward's O); matched
+//      D = Σ_j P_ij dP_ij / Σ_j P_ij with both sums in FP64 (MatchedSums);
+//   2. dS, the residual sums, dV's P̃.
 __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
-  __shared__ RowStats st_scratch[32];
   __shared__ float scratch[32];
   __shared__ double2 dscratch[32];
   const int64_t row = blockIdx.x, bh = row / d.Tq, i = row % d.Tq;
@@ -206,41 +179,25 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
   float* dp = a.dP + base;
   uint8_t* p8 = static_cast<uint8_t*>(a.P);
   uint16_t* p16 = static_cast<uint16_t*>(a.P);
-  // dO·O (stale: the given dO) or dÔ·O (matched: this backward's quantized dO)
-  float dot = 0.0f;
-  const int64_t orow = row * d.D, drow = (bh * d.Tq_p + i) * d.D;
-  for (int64_t c = threadIdx.x; c < d.D; c += blockDim.x) {
-    float g;
-    if (!a.matched)
-      g = a.d_o[orow + c];
-    else if (a.fp8)
-      g = fp8_decode(static_cast<const uint8_t*>(a.do_rows)[drow + c], a.do_format) * *a.do_scale_inv;
-    else
-      g = bf16_value(static_cast<const uint16_t*>(a.do_rows)[drow + c]);
-    dot += g * a.o[orow + c];
-  }
   // The forward's m_i = max_j S_ij (the S recomputed here is the forward's: the same GEMM on the
-  // same saved operands) and
-  // l_i = Σ_j exp(S_ij − m_i) as the forward summed it: P = exp(S − m) / l sums to 1 to FP32
-  // rounding at any logit size (exp(S − L) only to one ulp of L ~ 1e-5 when |L| ~ 100).
+  // same saved operands) and l_i = Σ_j exp(S_ij − m_i) as the forward summed it.
   const float m = a.row_max[row], l = a.row_sum[row];
-  unsigned long long rank = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float x = s[j];
-    if (a.matched && x - m > -0.75f) rank = max(rank, (unsigned long long)pivot_rank(expf(x - m) / l, j));
+  RowDelta<float> delta;
+  if (!a.matched) {
+    float dot = 0.0f;
+    const int64_t orow = row * d.D;
+    for (int64_t c = threadIdx.x; c < d.D; c += blockDim.x) dot += a.d_o[orow + c] * a.o[orow + c];
+    delta = RowDelta<float>::stale(block_sum(dot, scratch));
+  } else {
+    MatchedSums sums;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sums.add(expf(s[j] - m) / l, dp[j]);
+    const double2 t = block_sum2(make_double2(sums.p_dp, sums.p), dscratch);
+    sums.p_dp = t.x;
+    sums.p = t.y;
+    delta = sums.delta<float>();  // block_sum2's barriers order pass 1's reads of dp before pass 2
   }
-  const RowStats st = block_stats({dot, rank}, st_scratch);
-  RowDelta<float> delta = RowDelta<float>::stale(st.dot);
-  if (a.matched) {
-    const int64_t key = pivot_key(st.rank);
-    delta = RowDelta<float>::matched(st.dot, key, pivot_p(st.rank), key >= 0 ? dp[key] : 0.0f);
-    float offset = 0.0f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-      offset += RowDelta<float>::term(expf(s[j] - m) / l, dp[j], delta.pivot);
-    delta.offset = block_sum(offset, scratch);  // its barriers also order the reads of dp[key]
-  }                                             // before pass 3 overwrites dp
-  // Residual r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|), D = pivot + offset (attention.h).
-  const double d_abs = fabs(double(delta.pivot) + double(delta.offset));
+  // Residual r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|) (attention.h).
+  const double d_abs = fabs(double(delta.value));
   double2 res = make_double2(0.0, 0.0);  // (Σ dS, Σ P(|dP| + |D|))
   for (int64_t j = threadIdx.x; j < d.Tk_p; j += blockDim.x) {
     const float e = j < n ? expf(s[j] - m) : 0.0f;  // dV's P̃ before rounding, <= 1
@@ -257,6 +214,7 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
     else
       p16[base + j] = bf16_bits(e);
   }
+  __syncthreads();  // dscratch is reused
   res = block_sum2(res, dscratch);
   if (threadIdx.x == 0) {
     a.residual[row] = res.y > 0.0 ? fabs(res.x) / res.y : 0.0;

@@ -68,11 +68,8 @@ struct BackwardRowArgs {
   /// which sums to 1 to FP32 rounding at any logit size (exp(S − L) only to one ulp of L)
   const float* row_max;
   const float* row_sum;
-  const float* o;        ///< the forward's stored O [B,H,Tq,D]
-  const float* d_o;      ///< dO as given [B,H,Tq,D]
-  const void* do_rows;   ///< dÔ row copy [B,H,Tq_p,D] (FP8 codes or BF16)
-  const float* do_scale_inv;  ///< FP8: dÔ's scale_inv
-  Format do_format;
+  const float* o;        ///< the forward's stored O [B,H,Tq,D] (stale delta)
+  const float* d_o;      ///< dO as given [B,H,Tq,D] (stale delta)
   bool fp8;
   bool matched;
   float p_scale;

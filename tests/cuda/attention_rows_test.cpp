@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -90,7 +91,7 @@ TEST(CudaAttentionRows, OneKeyRowsKeepTheMatchedResidual) {
 }
 
 // Key 0 lengthened 1.6x along the sink direction: its logit is ~12.8 above the rest, so it holds
-// P > 1/2 in every row (the matched pivot switches to its dP), non-causal and causal.
+// P > 1/2 in every row (a nearly one-hot row), non-causal and causal.
 TEST(CudaAttentionRows, DominantKeyRowsKeepTheMatchedResidual) {
   OCTET_REQUIRE_GPU();
   auto gpu = make_cuda_backend();
@@ -101,6 +102,36 @@ TEST(CudaAttentionRows, DominantKeyRowsKeepTheMatchedResidual) {
       for (int64_t c = 0; c < s.head_dim; ++c) in.k[size_t(bg * s.seq_k * s.head_dim + c)] *= 1.6f;
     expect_rows_match(*gpu, s, in, std::string("dominant ") + (causal ? "causal" : "full"));
   }
+}
+
+// The row shape that broke the former pivot rule in NoPE training (docs/delta-matching.md, "The
+// delta rule"): every 4th key is one repeated token — the same K row, tied exactly at the max
+// logit (S = 100) — whose V row is 0, so dP = 0 on the tied keys; the other keys sit ~100 nats
+// below. D is then tiny and the matched rule must still give every row a zero sum.
+TEST(CudaAttentionRows, TiedMaxKeysWithZeroValueKeepTheMatchedResidual) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  const auto s = shape_of(2, 4, 2, 256, 256, 64, true);
+  auto in = make_attention_inputs(s, AttnInputDist::Normal, 9);
+  const int64_t D = s.head_dim;
+  for (int64_t r = 0; r < s.batch * s.n_heads * s.seq_q; ++r) in.q[size_t(r * D)] += 20.0f;
+  for (int64_t r = 0; r < s.batch * s.n_kv_heads * s.seq_k; ++r) {
+    if (r % s.seq_k % 4 != 0) continue;
+    for (int64_t c = 0; c < D; ++c) {
+      in.k[size_t(r * D + c)] = c == 0 ? 40.0f : 0.0f;
+      in.v[size_t(r * D + c)] = 0.0f;
+    }
+  }
+  const AttentionConfig cfg = fp8_config(DeltaMode::Matched);
+  const GpuRun g = run_gpu(*gpu, s, cfg, in);
+  AttentionStats cst;
+  const auto ref = run_attention_oracle(s, in);
+  cpu_errors(s, cfg, in, ref, &cst);
+  std::printf("[attention rows] tied max keys, V = 0: matched residual max gpu %.2e cpu %.2e\n",
+              g.stats.row_residual_max, cst.row_residual_max);
+  EXPECT_LE(g.stats.row_residual_max, 1e-6);
+  EXPECT_LE(cst.row_residual_max, 1e-6);
+  for (float x : g.dq) ASSERT_TRUE(std::isfinite(x));
 }
 
 // Q and K share a mean direction: S ~ 60-110 with a spread of a few units per row.
