@@ -1,0 +1,253 @@
+// src/cuda/flash/flash_forward.cu — the fused FP8 attention forward kernel and its launch
+// (flash_forward.h; CPU twin: src/cpu/attention_tiled.cpp). docs/cuda.md §"Fused FP8 attention
+// forward".
+//
+// One CTA = 4 warps = kBM = 64 query rows of one (b, h); each warp owns 16 rows (FlashAttention-2's
+// split: no cross-warp reduction). Q̂'s fragments live in registers for the whole CTA. K̂ and V̂ᵀ
+// key tiles of kBN keys go through a 2-stage cp.async ring in shared memory: tile n+1 loads while
+// tile n computes. Per tile and warp:
+//   S (16 x kBN, FP32) = Q̂·K̂ᵀ by mma.sync m16n8k32 (flash_mma_sm89.cuh), × τ·sq·sk, masked to −inf;
+//   online softmax per row (flash_softmax.cuh) → P̃ codes, converted in place into P̃V̂'s A fragment
+//   (the S accumulator's key order is permuted so the layouts agree: flash_mma_sm89.cuh s_key);
+//   O_acc = α·O_acc + P̃·V̂ (FP32).
+// End: O = bf16_round(O_acc · sv / l̃), LSE, m, l per row.
+// FP32 order vs the CPU twin (documented differences, all at FP32 rounding level; a P̃ code or a
+// BF16 output may then differ by one rounding step where a value sits on a rounding boundary):
+//   S: the tensor core sums the code products (exact) in its own order, then × (τ·sq·sk); the CPU
+//      sums the dequantized products key by key and multiplies by τ.
+//   l, l̃: lane partial sums then a quad sum (flash_softmax.cuh) instead of key order.
+//   O: (O_acc in code units)·(sv / l̃ in code units), the p_scale factors cancelling exactly.
+#include "cuda/flash/flash_forward.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "cuda/check.h"
+#include "cuda/flash/flash_mma_sm89.cuh"
+#include "cuda/flash/flash_softmax.cuh"
+#include "octet/error.h"
+#include "octet/fp8.h"
+
+namespace octet::cuda::flash {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBM = 16 * kWarps;  // query rows per CTA
+
+template <int kD, int kBN>
+struct Smem {
+  static constexpr int kK = kBN * kD;  // bytes of one K̂ tile [kBN][kD]
+  static constexpr int kV = kD * kBN;  // bytes of one V̂ᵀ tile [kD][kBN]
+  static constexpr int kBytes = 2 * (kK + kV);
+};
+
+__device__ __forceinline__ int64_t visible(const ForwardParams& p, int64_t i) {
+  if (!p.causal) return p.Tk;
+  const int64_t n = i + p.Tk - p.Tq + 1;
+  return n < 0 ? 0 : (n > p.Tk ? p.Tk : n);
+}
+
+template <int kD, int kBN>
+__global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* const sk = smem;                          // [2][kBN][kD], chunks k_chunk-swizzled
+  uint8_t* const sv = smem + 2 * Smem<kD, kBN>::kK;  // [2][kD][kBN], chunks v_chunk-swizzled
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+  // Block -> (query block, head): the query blocks with the most keys (causal) start first.
+  const int64_t BH = p.B * p.H, n_qblocks = (p.Tq + kBM - 1) / kBM;
+  const int64_t bh = int64_t(blockIdx.x) % BH;
+  const int64_t q0 = (n_qblocks - 1 - int64_t(blockIdx.x) / BH) * kBM;
+  const int64_t b = bh / p.H, h = bh % p.H;
+  const int64_t bg = b * p.G + h / (p.H / p.G);  // GQA: the KV head of query head h
+  const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+
+  // Q̂ A fragments, all of D (rows past Tq_p: zero codes).
+  uint32_t qa[kD / 32][4];
+  {
+    const uint8_t* q = p.q + bh * p.Tq_p * kD;
+#pragma unroll
+    for (int kc = 0; kc < kD / 32; ++kc)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {  // a0: row g, a1: row g+8; a2, a3: +16 columns
+        const int64_t i = row[r % 2];
+        qa[kc][r] = i < p.Tq_p ? *reinterpret_cast<const uint32_t*>(q + i * kD + 32 * kc +
+                                                                    16 * (r / 2) + 4 * t)
+                               : 0u;
+      }
+  }
+
+  // Keys this CTA visits: those its last real row sees (visible() grows with i).
+  const int64_t last = (q0 + kBM < p.Tq ? q0 + kBM : p.Tq) - 1;
+  const int64_t n_keys = visible(p, last);
+  const int n_tiles = int((n_keys + kBN - 1) / kBN);
+  const int64_t vis[2] = {row[0] < p.Tq ? visible(p, row[0]) : 0,
+                          row[1] < p.Tq ? visible(p, row[1]) : 0};
+
+  const uint8_t* const gk = p.k + bg * p.Tk_p * kD;
+  const uint8_t* const gv = p.v_t + bg * kD * p.Tk_p;
+  auto load_tile = [&](int stage, int64_t j0) {
+    uint8_t* dk = sk + stage * Smem<kD, kBN>::kK;
+    for (int c = threadIdx.x; c < kBN * kD / 16; c += kThreads) {
+      const int r = c / (kD / 16), cc = c % (kD / 16);
+      const bool in = j0 + r < p.Tk_p;
+      cp_async16(dk + r * kD + 16 * k_chunk<kD>(r, cc), in ? gk + (j0 + r) * kD + 16 * cc : gk, in);
+    }
+    uint8_t* dv = sv + stage * Smem<kD, kBN>::kV;
+    for (int c = threadIdx.x; c < kD * kBN / 16; c += kThreads) {
+      const int r = c / (kBN / 16), cc = c % (kBN / 16);
+      const bool in = j0 + 16 * cc < p.Tk_p;  // Tk_p is a multiple of 16: whole chunks
+      cp_async16(dv + r * kBN + 16 * v_chunk<kBN>(r, cc), in ? gv + r * p.Tk_p + j0 + 16 * cc : gv,
+                 in);
+    }
+  };
+
+  const float s_scale = p.tau * *p.q_scale_inv * *p.k_scale_inv;
+  float oacc[kD / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < kD / 8; ++dn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) oacc[dn][e] = 0.0f;
+  RowSoftmax sm[2];
+
+  if (n_tiles > 0) load_tile(0, 0);
+  cp_async_commit();
+  for (int it = 0; it < n_tiles; ++it) {
+    const int64_t j0 = int64_t(it) * kBN;
+    if (it + 1 < n_tiles) load_tile((it + 1) % 2, j0 + kBN);
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile's group is complete (the newest may still be in flight)
+    __syncthreads();
+    const uint8_t* tk = sk + (it % 2) * Smem<kD, kBN>::kK;
+    const uint8_t* tv = sv + (it % 2) * Smem<kD, kBN>::kV;
+
+    // S = Q̂K̂ᵀ (codes), n-tile nt column n = key s_key(nt, n) of the tile.
+    float s[kBN / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < kBN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+      const int kr = s_key(nt, g);
+#pragma unroll
+      for (int kc = 0; kc < kD / 32; ++kc) {
+        const uint32_t b0 = lds32(tk + kr * kD + 16 * k_chunk<kD>(kr, 2 * kc) + 4 * t);
+        const uint32_t b1 = lds32(tk + kr * kD + 16 * k_chunk<kD>(kr, 2 * kc + 1) + 4 * t);
+        mma_e4m3_16832(s[nt], qa[kc], b0, b1);
+      }
+    }
+    // Scale and mask; this lane's max per row. Element e: row e / 2, key s_key(nt, 2t + e % 2).
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < kBN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = j0 + s_key(nt, 2 * t + e % 2);
+        s[nt][e] = j < vis[e / 2] ? s[nt][e] * s_scale : -INFINITY;
+        mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+      }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) alpha[r] = sm[r].begin_tile(mx[r]);
+#pragma unroll
+    for (int dn = 0; dn < kD / 8; ++dn) {
+      oacc[dn][0] *= alpha[0];
+      oacc[dn][1] *= alpha[0];
+      oacc[dn][2] *= alpha[1];
+      oacc[dn][3] *= alpha[1];
+    }
+    // P̃ as the A fragment of P̃V̂ over the 32 keys 32kk..: a0/a1 from n-tiles 4kk, 4kk+1 (keys
+    // 4t..4t+3 of rows g / g+8), a2/a3 from 4kk+2, 4kk+3 (keys 16+4t..16+4t+3).
+    uint32_t pa[kBN / 32][4];
+#pragma unroll
+    for (int kk = 0; kk < kBN / 32; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int nt = 4 * kk + 2 * (r / 2), row_of = r % 2;
+        const uint32_t lo = sm[row_of].p_codes(s[nt][2 * row_of], s[nt][2 * row_of + 1], p.p_scale);
+        const uint32_t hi =
+            sm[row_of].p_codes(s[nt + 1][2 * row_of], s[nt + 1][2 * row_of + 1], p.p_scale);
+        pa[kk][r] = lo | (hi << 16);
+      }
+    // O += P̃·V̂: B = V̂ᵀ rows 8dn + g (head_dim columns), keys 32kk + 4t.. (b0), +16 (b1).
+#pragma unroll
+    for (int dn = 0; dn < kD / 8; ++dn) {
+      const int vr = 8 * dn + g;
+#pragma unroll
+      for (int kk = 0; kk < kBN / 32; ++kk) {
+        const uint32_t b0 = lds32(tv + vr * kBN + 16 * v_chunk<kBN>(vr, 2 * kk) + 4 * t);
+        const uint32_t b1 = lds32(tv + vr * kBN + 16 * v_chunk<kBN>(vr, 2 * kk + 1) + 4 * t);
+        mma_e4m3_16832(oacc[dn], pa[kk], b0, b1);
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before it is loaded again
+  }
+  cp_async_wait<0>();
+
+  const float sv_inv = *p.v_scale_inv;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = quad_sum(sm[r].l), l_hat = quad_sum(sm[r].l_hat);
+    const int64_t i = row[r];
+    if (i >= p.Tq) continue;
+    const float inv = l_hat > 0.0f ? sv_inv / l_hat : 0.0f;  // 0 in a row that sees no key
+    float* o = p.o + (bh * p.Tq + i) * kD;
+#pragma unroll
+    for (int dn = 0; dn < kD / 8; ++dn)
+      *reinterpret_cast<float2*>(o + 8 * dn + 2 * t) =
+          make_float2(bf16_round(oacc[dn][2 * r] * inv), bf16_round(oacc[dn][2 * r + 1] * inv));
+    if (t == 0) {
+      const float m = sm[r].m;
+      p.lse[bh * p.Tq + i] = m == -INFINITY ? -INFINITY : m + logf(l);
+      p.row_max[bh * p.Tq + i] = m;
+      p.row_sum[bh * p.Tq + i] = l;
+    }
+  }
+}
+
+template <int kD, int kBN>
+void launch(const ForwardParams& p, cudaStream_t stream) {
+  constexpr int bytes = Smem<kD, kBN>::kBytes;
+  // Above 48 KiB of dynamic shared memory needs the opt-in (per function, on the current device).
+  OCTET_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<kD, kBN>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  const int64_t blocks = p.B * p.H * ((p.Tq + kBM - 1) / kBM);
+  OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention forward: too many query blocks (B·H·Tq/64)");
+  forward_kernel<kD, kBN><<<unsigned(blocks), kThreads, bytes, stream>>>(p);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+bool aligned16(const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) == 0; }
+
+}  // namespace
+
+void check_forward_supported(int64_t head_dim, int64_t block_k) {
+  OCTET_CHECK(head_dim == 64 || head_dim == 128,
+              "fused FP8 attention forward: head_dim must be 64 or 128, got " +
+                  std::to_string(head_dim));
+  OCTET_CHECK(block_k == 64 || block_k == 128,
+              "fused FP8 attention forward: block_k (the key tile) must be 64 or 128, got " +
+                  std::to_string(block_k));
+}
+
+void forward_launch(const ForwardParams& p, cudaStream_t stream) {
+  check_forward_supported(p.D, p.block_k);
+  OCTET_CHECK(p.B >= 1 && p.H >= 1 && p.G >= 1 && p.H % p.G == 0 && p.Tq >= 1 && p.Tk >= 1,
+              "fused attention forward: need B, H, G, Tq, Tk >= 1 and H a multiple of G");
+  OCTET_CHECK(p.Tq_p == (p.Tq + 15) / 16 * 16 && p.Tk_p == (p.Tk + 15) / 16 * 16,
+              "fused attention forward: Tq_p, Tk_p must be Tq, Tk rounded up to 16");
+  OCTET_CHECK(p.q && p.k && p.v_t && p.q_scale_inv && p.k_scale_inv && p.v_scale_inv && p.o &&
+                  p.lse && p.row_max && p.row_sum,
+              "fused attention forward: a null pointer in the parameters");
+  OCTET_CHECK(aligned16(p.q) && aligned16(p.k) && aligned16(p.v_t),
+              "fused attention forward: the Q, K, V^T code buffers must be 16-byte aligned");
+  OCTET_CHECK(aligned16(p.o), "fused attention forward: o must be 16-byte aligned");
+  if (p.D == 64)
+    p.block_k == 64 ? launch<64, 64>(p, stream) : launch<64, 128>(p, stream);
+  else
+    p.block_k == 64 ? launch<128, 64>(p, stream) : launch<128, 128>(p, stream);
+}
+
+}  // namespace octet::cuda::flash
