@@ -4,9 +4,10 @@
 //
 // Tolerances. The fused kernel computes the twin's formula with another FP32 summation order
 // (flash_forward.cu): a P̃ code or a BF16 output element then differs by one rounding step only
-// where a value lies within FP32 rounding of a rounding boundary, so O agrees with the twin to a
-// relative L2 of kOTol = 1e-3 (measured: <= 3e-5 over these cases), and the LSE to kLseTol = 1e-4
-// absolute (FP32 rounding of logits of size ~10). Gradients (the same unfused backward on
+// where a value lies within FP32 rounding of a rounding boundary (rare: a P̃ flip moves one term
+// by 1/16 of itself, a BF16 flip one element by 2^-8), so O agrees with the twin to a relative L2
+// of kOTol = 1e-3, and the LSE to kLseTol = 1e-4 absolute (FP32 rounding of logits of size ~10;
+// bounds set from this estimate, not yet measured on a GPU). Gradients (the same unfused backward on
 // nearly the same m, l and O) agree with the CPU tiled backward to kGradTol = 1e-2 relative L2 (dŜ
 // is E5M2 per tile: a code flip in dS moves a gradient element by ~1/8 of a term). And every
 // result obeys FlashAttention-3's rule against the FP64 oracle (STYLE.md): error <= 2 x the CPU
@@ -160,10 +161,12 @@ TEST(FlashForward, ZerosAndRowsWithoutKeys) {
           ASSERT_TRUE(std::isfinite(g.o[at]) && std::isfinite(g.dq[at])) << "row " << i;
           if (n == 0) ASSERT_EQ(g.dq[at], 0.0f) << "row " << i;
         }
-        if (n == 0)
-          ASSERT_TRUE(std::isinf(g.lse[size_t(row)]) && g.lse[size_t(row)] < 0) << "row " << i;
-        else if (zeros)
-          ASSERT_NEAR(g.lse[size_t(row)], std::log(double(n)), 1e-6 * (1 + std::log(double(n))));
+        const float l = g.lse[size_t(row)];
+        if (n == 0) {
+          ASSERT_TRUE(std::isinf(l) && l < 0) << "row " << i;
+        } else if (zeros) {
+          ASSERT_NEAR(l, std::log(double(n)), 1e-6 * (1 + std::log(double(n)))) << "row " << i;
+        }
       }
     for (float x : g.dk) ASSERT_TRUE(std::isfinite(x));
     for (float x : g.dv) ASSERT_TRUE(std::isfinite(x));

@@ -9,7 +9,7 @@
 //   S (16 x kBN, FP32) = Q̂·K̂ᵀ by mma.sync m16n8k32 (flash_mma_sm89.cuh), × τ·sq·sk, masked to −inf;
 //   online softmax per row (flash_softmax.cuh) → P̃ codes, converted in place into P̃V̂'s A fragment
 //   (the S accumulator's key order is permuted so the layouts agree: flash_mma_sm89.cuh s_key);
-//   O_acc = α·O_acc + P̃·V̂ (FP32).
+//   O_acc = α·O_acc + P̃·V̂ (the tile's product from the tensor core, the sum over tiles in FP32).
 // End: O = bf16_round(O_acc · sv / l̃), LSE, m, l per row.
 // FP32 order vs the CPU twin (documented differences, all at FP32 rounding level; a P̃ code or a
 // BF16 output may then differ by one rounding step where a value sits on a rounding boundary):
@@ -151,13 +151,6 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
     float alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) alpha[r] = sm[r].begin_tile(mx[r]);
-#pragma unroll
-    for (int dn = 0; dn < kD / 8; ++dn) {
-      oacc[dn][0] *= alpha[0];
-      oacc[dn][1] *= alpha[0];
-      oacc[dn][2] *= alpha[1];
-      oacc[dn][3] *= alpha[1];
-    }
     // P̃ as the A fragment of P̃V̂ over the 32 keys 32kk..: a0/a1 from n-tiles 4kk, 4kk+1 (keys
     // 4t..4t+3 of rows g / g+8), a2/a3 from 4kk+2, 4kk+3 (keys 16+4t..16+4t+3).
     uint32_t pa[kBN / 32][4];
@@ -171,16 +164,22 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
             sm[row_of].p_codes(s[nt + 1][2 * row_of], s[nt + 1][2 * row_of + 1], p.p_scale);
         pa[kk][r] = lo | (hi << 16);
       }
-    // O += P̃·V̂: B = V̂ᵀ rows 8dn + g (head_dim columns), keys 32kk + 4t.. (b0), +16 (b1).
+    // O = α·O + P̃·V̂: B = V̂ᵀ rows 8dn + g (head_dim columns), keys 32kk + 4t.. (b0), +16 (b1).
+    // The tile's P̃·V̂ (kBN <= 128 keys) is summed by the tensor core in a fresh accumulator and
+    // added to O in FP32 on the CUDA cores: Hopper's FP8 MMA accumulates with limited precision,
+    // so a long row is never summed inside it (DeepSeek-V3's promotion every N_C = 128, DESIGN §2).
 #pragma unroll
     for (int dn = 0; dn < kD / 8; ++dn) {
       const int vr = 8 * dn + g;
+      float pv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int kk = 0; kk < kBN / 32; ++kk) {
         const uint32_t b0 = lds32(tv + vr * kBN + 16 * v_chunk<kBN>(vr, 2 * kk) + 4 * t);
         const uint32_t b1 = lds32(tv + vr * kBN + 16 * v_chunk<kBN>(vr, 2 * kk + 1) + 4 * t);
-        mma_e4m3_16832(oacc[dn], pa[kk], b0, b1);
+        mma_e4m3_16832(pv, pa[kk], b0, b1);
       }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) oacc[dn][e] = oacc[dn][e] * alpha[e / 2] + pv[e];
     }
     __syncthreads();  // every warp is done with this stage before it is loaded again
   }
@@ -243,7 +242,8 @@ void forward_launch(const ForwardParams& p, cudaStream_t stream) {
               "fused attention forward: a null pointer in the parameters");
   OCTET_CHECK(aligned16(p.q) && aligned16(p.k) && aligned16(p.v_t),
               "fused attention forward: the Q, K, V^T code buffers must be 16-byte aligned");
-  OCTET_CHECK(aligned16(p.o), "fused attention forward: o must be 16-byte aligned");
+  OCTET_CHECK((reinterpret_cast<uintptr_t>(p.o) & 7u) == 0,
+              "fused attention forward: o must be 8-byte aligned (float2 stores)");
   if (p.D == 64)
     p.block_k == 64 ? launch<64, 64>(p, stream) : launch<64, 128>(p, stream);
   else
