@@ -17,6 +17,7 @@
 // −inf and finite gradients (dQ = 0); an unsupported head_dim or block_k raises octet::Error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -109,7 +110,9 @@ TEST(FlashForward, MatchesCpuTiledTwinAndUnfusedBackwardFollows) {
       EXPECT_LE(ge.dq_rel_err, 2 * ce.dq_rel_err + 1e-3) << what;
       EXPECT_LE(ge.dk_rel_err, 2 * ce.dk_rel_err + 1e-3) << what;
       EXPECT_LE(ge.dv_rel_err, 2 * ce.dv_rel_err + 1e-3) << what;
-      if (delta == DeltaMode::Matched) EXPECT_LE(g.stats.row_residual_max, 1e-5) << what;
+      if (delta == DeltaMode::Matched) {
+        EXPECT_LE(g.stats.row_residual_max, 1e-5) << what;
+      }
       if (HasFailure()) return;
     }
   }
@@ -136,8 +139,9 @@ TEST(FlashForward, ValueOnesGiveOnesUpTo2Pow18Keys) {
         size_t bad = 0;
         for (float x : o) bad += x != 1.0f;
         EXPECT_EQ(bad, 0u) << "Tk " << tk << (causal ? " causal" : "") << (flat ? " flat" : "");
-        if (flat)  // S = 0: LSE = log(visible keys); the last row sees all Tk
+        if (flat) {  // S = 0: LSE = log(visible keys); the last row sees all Tk
           EXPECT_NEAR(lse.back(), std::log(double(tk)), 1e-5 * std::log(double(tk)));
+        }
       }
 }
 
@@ -157,9 +161,13 @@ TEST(FlashForward, ZerosAndRowsWithoutKeys) {
         const int64_t n = std::max<int64_t>(0, i + s.seq_k - s.seq_q + 1), row = h * s.seq_q + i;
         for (int64_t c = 0; c < s.head_dim; ++c) {
           const size_t at = size_t(row * s.head_dim + c);
-          if (zeros || n == 0) ASSERT_EQ(g.o[at], 0.0f) << "row " << i;
+          if (zeros || n == 0) {
+            ASSERT_EQ(g.o[at], 0.0f) << "row " << i;
+          }
           ASSERT_TRUE(std::isfinite(g.o[at]) && std::isfinite(g.dq[at])) << "row " << i;
-          if (n == 0) ASSERT_EQ(g.dq[at], 0.0f) << "row " << i;
+          if (n == 0) {
+            ASSERT_EQ(g.dq[at], 0.0f) << "row " << i;
+          }
         }
         const float l = g.lse[size_t(row)];
         if (n == 0) {

@@ -186,12 +186,17 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
   cp_async_wait<0>();
 
   const float sv_inv = *p.v_scale_inv;
+  float l[2], l_hat[2];  // the quad sums, taken by the whole warp before any row-dependent branch
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float l = quad_sum(sm[r].l), l_hat = quad_sum(sm[r].l_hat);
+    l[r] = quad_sum(sm[r].l);
+    l_hat[r] = quad_sum(sm[r].l_hat);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
     const int64_t i = row[r];
     if (i >= p.Tq) continue;
-    const float inv = l_hat > 0.0f ? sv_inv / l_hat : 0.0f;  // 0 in a row that sees no key
+    const float inv = l_hat[r] > 0.0f ? sv_inv / l_hat[r] : 0.0f;  // 0 in a row that sees no key
     float* o = p.o + (bh * p.Tq + i) * kD;
 #pragma unroll
     for (int dn = 0; dn < kD / 8; ++dn)
@@ -199,9 +204,9 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
           make_float2(bf16_round(oacc[dn][2 * r] * inv), bf16_round(oacc[dn][2 * r + 1] * inv));
     if (t == 0) {
       const float m = sm[r].m;
-      p.lse[bh * p.Tq + i] = m == -INFINITY ? -INFINITY : m + logf(l);
+      p.lse[bh * p.Tq + i] = m == -INFINITY ? -INFINITY : m + logf(l[r]);
       p.row_max[bh * p.Tq + i] = m;
-      p.row_sum[bh * p.Tq + i] = l;
+      p.row_sum[bh * p.Tq + i] = l[r];
     }
   }
 }
