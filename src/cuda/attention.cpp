@@ -16,7 +16,8 @@
 // Supported: precision fp8 and bf16, QkvScaling::Tensor, head_dim a multiple of 16. Form 'tiled'
 // (FP8 only; head_dim and block_k 64 or 128) runs the forward as the fused kernel of
 // src/cuda/flash/ (twin: the CPU tiled form; no S or P buffer), which saves the same operands and
-// softmax statistics, so this file's unfused backward follows it unchanged.
+// softmax statistics, so this file's unfused backward follows it, recomputing S with the fused
+// kernel's own logits (flash::logits_launch: the bits the saved m and l were computed from).
 // Saved state (docs/design.md §"Saved state"): forward returns Q̂, K̂, V̂ (row copies, the
 // BF16-of-code transposes the dQ/dK GEMMs read), their scales and the softmax statistics (m_i,
 // l_i) per row in a SavedAttention; O and the LSE are the caller's tensors (the backward reads O
@@ -171,7 +172,12 @@ class CudaAttention final : public Attention {
     const float* dof = as_f32(d_o, in_q_);
     pack(dof, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdo(), rowk,
          do_rows_.reserve(size_t(nq * eb_), s_), PackKind::None, nullptr);
-    logits(*st);  // S recomputed from the saved Q̂, K̂
+    // S recomputed from the saved Q̂, K̂ — after a fused forward by its own kernel, so that the
+    // saved (m, l) describe this very S (a cuBLASLt S differs by a few ulp: flash_forward.h).
+    if (fused_)
+      flash::logits_launch(flash_params(*st), S_.reserve(size_t(nS()), s_), s_);
+    else
+      logits(*st);
     mm(do_rows_.get(), cfg_.do_format, sdo(), st->v_rows.tensor().data, Format::E4M3, st->sv(),
        dP_.reserve(size_t(nS()), s_), d.rep * d.Tq_p, d.Tk_p, d.D, 1.0f);
     const int64_t nrows = d.B * d.H * d.Tq;
@@ -263,25 +269,32 @@ class CudaAttention final : public Attention {
     pack_launch(a, s_);
   }
 
-  // The fused FP8 forward (src/cuda/flash/) from the packed Q̂, K̂, V̂ᵀ: O, LSE, m, l.
-  void fused_forward(const AttnState& st, const Tensor& o, const Tensor& lse) {
+  // The fused kernel's parameters over a forward's saved Q̂, K̂ (no V̂ᵀ: the forward adds this
+  // call's scratch copy; the backward's logits read none).
+  flash::ForwardParams flash_params(const AttnState& st) {
     flash::ForwardParams p;
     p.q = static_cast<const uint8_t*>(st.q_rows.tensor().data);
     p.k = static_cast<const uint8_t*>(st.k_rows.tensor().data);
-    p.v_t = v_t_.get();
     p.q_scale_inv = st.sq();
     p.k_scale_inv = st.sk();
-    p.v_scale_inv = st.sv();
-    p.o = f32_out(o);
-    p.lse = lse.f32();
-    p.row_max = st.row_max();
-    p.row_sum = st.row_sum();
     p.B = d_.B, p.H = d_.H, p.G = d_.G, p.Tq = d_.Tq, p.Tk = d_.Tk, p.Tq_p = d_.Tq_p,
     p.Tk_p = d_.Tk_p, p.D = d_.D;
     p.causal = d_.causal;
     p.tau = shape_.tau();
     p.p_scale = cfg_.p_scale;
     p.block_k = cfg_.block_k;
+    return p;
+  }
+
+  // The fused FP8 forward (src/cuda/flash/) from the packed Q̂, K̂, V̂ᵀ: O, LSE, m, l.
+  void fused_forward(const AttnState& st, const Tensor& o, const Tensor& lse) {
+    flash::ForwardParams p = flash_params(st);
+    p.v_t = v_t_.get();
+    p.v_scale_inv = st.sv();
+    p.o = f32_out(o);
+    p.lse = lse.f32();
+    p.row_max = st.row_max();
+    p.row_sum = st.row_sum();
     flash::forward_launch(p, s_);
     finish(o);
   }

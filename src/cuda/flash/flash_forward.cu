@@ -33,6 +33,8 @@
 namespace octet::cuda::flash {
 namespace {
 
+bool aligned16(const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) == 0; }
+
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kBM = 16 * kWarps;  // query rows per CTA
@@ -50,15 +52,18 @@ __device__ __forceinline__ int64_t visible(const ForwardParams& p, int64_t i) {
   return n < 0 ? 0 : (n > p.Tk ? p.Tk : n);
 }
 
-template <int kD, int kBN>
-__global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p) {
+// kLogits = false: the forward. kLogits = true: the same CTA walks all Tk_p keys and writes its
+// S = Q̂K̂ᵀ·(τ·sq·sk) tile by tile to s_out instead of the softmax and P̃V̂ (logits_launch): the very
+// instructions and scale product of the forward, so every element has the forward's bits.
+template <int kD, int kBN, bool kLogits>
+__global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p, float* s_out) {
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* const sk = smem;                          // [2][kBN][kD], chunks k_chunk-swizzled
   uint8_t* const sv = smem + 2 * Smem<kD, kBN>::kK;  // [2][kD][kBN], chunks v_chunk-swizzled
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
   // Block -> (query block, head): the query blocks with the most keys (causal) start first.
-  const int64_t BH = p.B * p.H, n_qblocks = (p.Tq + kBM - 1) / kBM;
+  const int64_t BH = p.B * p.H, n_qblocks = ((kLogits ? p.Tq_p : p.Tq) + kBM - 1) / kBM;
   const int64_t bh = int64_t(blockIdx.x) % BH;
   const int64_t q0 = (n_qblocks - 1 - int64_t(blockIdx.x) / BH) * kBM;
   const int64_t b = bh / p.H, h = bh % p.H;
@@ -82,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
 
   // Keys this CTA visits: those its last real row sees (visible() grows with i).
   const int64_t last = (q0 + kBM < p.Tq ? q0 + kBM : p.Tq) - 1;
-  const int64_t n_keys = visible(p, last);
+  const int64_t n_keys = kLogits ? p.Tk_p : visible(p, last);
   const int n_tiles = int((n_keys + kBN - 1) / kBN);
   const int64_t vis[2] = {row[0] < p.Tq ? visible(p, row[0]) : 0,
                           row[1] < p.Tq ? visible(p, row[1]) : 0};
@@ -96,6 +101,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
       const bool in = j0 + r < p.Tk_p;
       cp_async16(dk + r * kD + 16 * k_chunk<kD>(r, cc), in ? gk + (j0 + r) * kD + 16 * cc : gk, in);
     }
+    if constexpr (kLogits) return;
     uint8_t* dv = sv + stage * Smem<kD, kBN>::kV;
     for (int c = threadIdx.x; c < kD * kBN / 16; c += kThreads) {
       const int r = c / (kBN / 16), cc = c % (kBN / 16);
@@ -138,14 +144,28 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
         mma_e4m3_16832(s[nt], qa[kc], b0, b1);
       }
     }
-    // Scale and mask; this lane's max per row. Element e: row e / 2, key s_key(nt, 2t + e % 2).
+    if constexpr (kLogits) {  // S rows i < Tq_p, keys j < Tk_p (pads: 0, as a GEMM gives)
+#pragma unroll
+      for (int nt = 0; nt < kBN / 8; ++nt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int64_t j = j0 + s_key(nt, 2 * t);  // even; j + 1 < Tk_p too (Tk_p % 16 == 0)
+          if (row[r] < p.Tq_p && j < p.Tk_p)
+            *reinterpret_cast<float2*>(s_out + (bh * p.Tq_p + row[r]) * p.Tk_p + j) =
+                make_float2(__fmul_rn(s[nt][2 * r], s_scale), __fmul_rn(s[nt][2 * r + 1], s_scale));
+        }
+      __syncthreads();
+      continue;
+    }
+    // Scale (a rounded product, never contracted into a later FMA: the backward's S has these
+    // bits) and mask; this lane's max per row. Element e: row e / 2, key s_key(nt, 2t + e % 2).
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < kBN / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t j = j0 + s_key(nt, 2 * t + e % 2);
-        s[nt][e] = j < vis[e / 2] ? s[nt][e] * s_scale : -INFINITY;
+        s[nt][e] = j < vis[e / 2] ? __fmul_rn(s[nt][e], s_scale) : -INFINITY;
         mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
       }
     float alpha[2];
@@ -184,6 +204,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
     __syncthreads();  // every warp is done with this stage before it is loaded again
   }
   cp_async_wait<0>();
+  if constexpr (kLogits) return;
 
   const float sv_inv = *p.v_scale_inv;
   float l[2], l_hat[2];  // the quad sums, taken by the whole warp before any row-dependent branch
@@ -211,19 +232,42 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
   }
 }
 
-template <int kD, int kBN>
-void launch(const ForwardParams& p, cudaStream_t stream) {
+template <int kD, int kBN, bool kLogits>
+void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
   constexpr int bytes = Smem<kD, kBN>::kBytes;
   // Above 48 KiB of dynamic shared memory needs the opt-in (per function, on the current device).
-  OCTET_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<kD, kBN>,
+  OCTET_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<kD, kBN, kLogits>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  const int64_t blocks = p.B * p.H * ((p.Tq + kBM - 1) / kBM);
+  // The logits CTAs cover the padded rows too (the forward's last CTA may stop at Tq).
+  const int64_t rows = kLogits ? p.Tq_p : p.Tq;
+  const int64_t blocks = p.B * p.H * ((rows + kBM - 1) / kBM);
   OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention forward: too many query blocks (B·H·Tq/64)");
-  forward_kernel<kD, kBN><<<unsigned(blocks), kThreads, bytes, stream>>>(p);
+  forward_kernel<kD, kBN, kLogits><<<unsigned(blocks), kThreads, bytes, stream>>>(p, s_out);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
-bool aligned16(const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) == 0; }
+template <bool kLogits>
+void dispatch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
+  if (p.D == 64)
+    p.block_k == 64 ? launch<64, 64, kLogits>(p, s_out, stream)
+                    : launch<64, 128, kLogits>(p, s_out, stream);
+  else
+    p.block_k == 64 ? launch<128, 64, kLogits>(p, s_out, stream)
+                    : launch<128, 128, kLogits>(p, s_out, stream);
+}
+
+// The checks both entry points share (the logits read no V̂ᵀ).
+void check_inputs(const ForwardParams& p, bool needs_v) {
+  check_forward_supported(p.D, p.block_k);
+  OCTET_CHECK(p.B >= 1 && p.H >= 1 && p.G >= 1 && p.H % p.G == 0 && p.Tq >= 1 && p.Tk >= 1,
+              "fused attention forward: need B, H, G, Tq, Tk >= 1 and H a multiple of G");
+  OCTET_CHECK(p.Tq_p == (p.Tq + 15) / 16 * 16 && p.Tk_p == (p.Tk + 15) / 16 * 16,
+              "fused attention forward: Tq_p, Tk_p must be Tq, Tk rounded up to 16");
+  OCTET_CHECK(p.q && p.k && p.q_scale_inv && p.k_scale_inv && (!needs_v || (p.v_t && p.v_scale_inv)),
+              "fused attention forward: a null operand or scale pointer");
+  OCTET_CHECK(aligned16(p.q) && aligned16(p.k) && (!needs_v || aligned16(p.v_t)),
+              "fused attention forward: the Q, K, V^T code buffers must be 16-byte aligned");
+}
 
 }  // namespace
 
@@ -237,22 +281,19 @@ void check_forward_supported(int64_t head_dim, int64_t block_k) {
 }
 
 void forward_launch(const ForwardParams& p, cudaStream_t stream) {
-  check_forward_supported(p.D, p.block_k);
-  OCTET_CHECK(p.B >= 1 && p.H >= 1 && p.G >= 1 && p.H % p.G == 0 && p.Tq >= 1 && p.Tk >= 1,
-              "fused attention forward: need B, H, G, Tq, Tk >= 1 and H a multiple of G");
-  OCTET_CHECK(p.Tq_p == (p.Tq + 15) / 16 * 16 && p.Tk_p == (p.Tk + 15) / 16 * 16,
-              "fused attention forward: Tq_p, Tk_p must be Tq, Tk rounded up to 16");
-  OCTET_CHECK(p.q && p.k && p.v_t && p.q_scale_inv && p.k_scale_inv && p.v_scale_inv && p.o &&
-                  p.lse && p.row_max && p.row_sum,
-              "fused attention forward: a null pointer in the parameters");
-  OCTET_CHECK(aligned16(p.q) && aligned16(p.k) && aligned16(p.v_t),
-              "fused attention forward: the Q, K, V^T code buffers must be 16-byte aligned");
+  check_inputs(p, true);
+  OCTET_CHECK(p.o && p.lse && p.row_max && p.row_sum,
+              "fused attention forward: a null output pointer (o, lse, row_max, row_sum)");
   OCTET_CHECK((reinterpret_cast<uintptr_t>(p.o) & 7u) == 0,
               "fused attention forward: o must be 8-byte aligned (float2 stores)");
-  if (p.D == 64)
-    p.block_k == 64 ? launch<64, 64>(p, stream) : launch<64, 128>(p, stream);
-  else
-    p.block_k == 64 ? launch<128, 64>(p, stream) : launch<128, 128>(p, stream);
+  dispatch<false>(p, nullptr, stream);
+}
+
+void logits_launch(const ForwardParams& p, float* s, cudaStream_t stream) {
+  check_inputs(p, false);
+  OCTET_CHECK(s && (reinterpret_cast<uintptr_t>(s) & 7u) == 0,
+              "fused attention logits: s must be a non-null, 8-byte aligned pointer");
+  dispatch<true>(p, s, stream);
 }
 
 }  // namespace octet::cuda::flash

@@ -48,4 +48,12 @@ void check_forward_supported(int64_t head_dim, int64_t block_k);
 /// Tq_p/Tk_p not the 16-rounded lengths), a null or misaligned pointer.
 void forward_launch(const ForwardParams& p, cudaStream_t stream);
 
+/// S [B, H, Tq_p, Tk_p] FP32 = τ·(Q̂K̂ᵀ)·sq·sk for every row and key, pads included (0), unmasked,
+/// with the bits forward_launch computes for each (i, j) (the same kernel: same MMA sequence, same
+/// scale product). The unfused backward recomputes S with it after a fused forward, so that the
+/// saved (m, l) describe exactly its S and its P = exp(S − m) / l sums to 1 to FP32 rounding.
+/// Reads p's Q̂, K̂, their scales, the dimensions and block_k (v_t, v_scale_inv, o, lse, row_max,
+/// row_sum are not used). Errors as forward_launch's.
+void logits_launch(const ForwardParams& p, float* s, cudaStream_t stream);
+
 }  // namespace octet::cuda::flash
