@@ -195,6 +195,10 @@ class CudaAttention final : public Attention {
     a.matched = cfg_.delta == DeltaMode::Matched;
     a.p_scale = cfg_.p_scale;
     a.P = P_.reserve(size_t(nS() * eb_), s_);
+    // The fused forward writes no P̃, so nothing has zeroed its pad query rows (dV contracts
+    // over them; the backward's row kernel writes only the real rows).
+    if (fused_ && d.Tq_p != d.Tq)
+      OCTET_CUDA_CHECK(cudaMemsetAsync(a.P, 0, size_t(nS() * eb_), s_));
     a.residual = residual_.reserve(size_t(nrows), s_);
     a.row_factor = row_factor_.reserve(size_t(nrows), s_);
     backward_rows_launch(d, a, s_);
