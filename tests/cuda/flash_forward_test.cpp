@@ -12,6 +12,8 @@
 // is E5M2 per tile: a code flip in dS moves a gradient element by ~1/8 of a term). And every
 // result obeys FlashAttention-3's rule against the FP64 oracle (STYLE.md): error <= 2 x the CPU
 // twin's error + 1e-3.
+// The kernels directly (flash_forward.h): the saved m is bit for bit the max of logits_launch's S,
+// l its Σ exp(S − m), LSE = m + log l, S's pads 0.
 // Identities: V = 1 gives O = 1 exactly up to 2^18 keys (P̃ is row-max-relative: no underflow);
 // zero inputs give O = 0 and LSE = log(visible keys); a row that sees no key gives O = 0, LSE =
 // −inf and finite gradients (dQ = 0); large logits keep the matched residual <= 1e-6 (the
@@ -22,11 +24,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "attention/attention_test_util.h"
 #include "attention_gpu_run.h"
+#include "cuda/flash/flash_forward.h"
 #include "cuda_test_util.h"
 #include "octet/attention.h"
 #include "octet/backend.h"
@@ -201,6 +205,73 @@ TEST(FlashForward, LargeLogitsMatchedResidualAfterUnfusedBackward) {
               g.stats.row_residual_max);
   EXPECT_GT(lse_max, 50.0f) << "the inputs must give large logits";
   EXPECT_LE(g.stats.row_residual_max, 1e-6);
+}
+
+// The kernels directly, on random E4M3 codes (scales 1): the saved row_max is bit for bit the max
+// of logits_launch's S over the row's visible keys, row_sum = Σ exp(S − m) over them (FP64
+// reference, 1e-5 relative: FP32 sums of <= 150 terms), LSE = m + log l; S pads are 0.
+TEST(FlashForward, SavedStatisticsDescribeTheLogitsKernelsS) {
+  OCTET_REQUIRE_GPU();
+  struct Dims {
+    int64_t B, H, G, Tq, Tk, D;
+    bool causal;
+    int64_t block_k;
+  };
+  for (const Dims c : {Dims{2, 4, 2, 100, 150, 128, true, 64}, Dims{1, 2, 1, 129, 129, 64, false, 128},
+                       Dims{1, 2, 2, 200, 90, 64, true, 128}}) {
+    const int64_t Tq_p = (c.Tq + 15) / 16 * 16, Tk_p = (c.Tk + 15) / 16 * 16;
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd;
+    auto codes = [&](int64_t heads, int64_t T, int64_t T_p, bool transposed) {
+      std::vector<uint8_t> x(size_t(c.B * heads * T_p * c.D), 0);
+      for (int64_t bh = 0; bh < c.B * heads; ++bh)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t d = 0; d < c.D; ++d)
+            x[size_t(transposed ? (bh * c.D + d) * T_p + t : (bh * T_p + t) * c.D + d)] =
+                fp8_encode(nd(rng), Format::E4M3, true);
+      return x;
+    };
+    test::Dev<uint8_t> q(codes(c.H, c.Tq, Tq_p, false)), k(codes(c.G, c.Tk, Tk_p, false)),
+        vt(codes(c.G, c.Tk, Tk_p, true));
+    test::Dev<float> scales(std::vector<float>{1.0f, 1.0f, 1.0f}), o(size_t(c.B * c.H * c.Tq * c.D)),
+        lse(size_t(c.B * c.H * c.Tq)), m(size_t(c.B * c.H * c.Tq)), l(size_t(c.B * c.H * c.Tq)),
+        S(size_t(c.B * c.H * Tq_p * Tk_p));
+    cuda::flash::ForwardParams p;
+    p.q = q.p, p.k = k.p, p.v_t = vt.p;
+    p.q_scale_inv = scales.p, p.k_scale_inv = scales.p + 1, p.v_scale_inv = scales.p + 2;
+    p.o = o.p, p.lse = lse.p, p.row_max = m.p, p.row_sum = l.p;
+    p.B = c.B, p.H = c.H, p.G = c.G, p.Tq = c.Tq, p.Tk = c.Tk, p.Tq_p = Tq_p, p.Tk_p = Tk_p,
+    p.D = c.D;
+    p.causal = c.causal;
+    p.tau = 1.0f / std::sqrt(float(c.D));
+    p.block_k = c.block_k;
+    cuda::flash::forward_launch(p, nullptr);
+    cuda::flash::logits_launch(p, S.p, nullptr);
+    const auto hs = S.get(), hm = m.get(), hl = l.get(), hlse = lse.get(), ho = o.get();
+    for (float x : ho) ASSERT_TRUE(std::isfinite(x));
+    for (int64_t bh = 0; bh < c.B * c.H; ++bh)
+      for (int64_t i = 0; i < Tq_p; ++i) {
+        const float* srow = hs.data() + (bh * Tq_p + i) * Tk_p;
+        if (i >= c.Tq) {
+          for (int64_t j = 0; j < Tk_p; ++j) ASSERT_EQ(srow[j], 0.0f) << "pad row " << i;
+          continue;
+        }
+        for (int64_t j = c.Tk; j < Tk_p; ++j) ASSERT_EQ(srow[j], 0.0f) << "pad key " << j;
+        const int64_t n = c.causal ? std::clamp<int64_t>(i + c.Tk - c.Tq + 1, 0, c.Tk) : c.Tk;
+        const size_t row = size_t(bh * c.Tq + i);
+        float m_ref = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) m_ref = std::max(m_ref, srow[j]);
+        ASSERT_EQ(hm[row], m_ref) << "head " << bh << " row " << i;
+        double l_ref = 0;
+        for (int64_t j = 0; j < n; ++j) l_ref += std::exp(double(srow[j]) - double(m_ref));
+        ASSERT_NEAR(hl[row], l_ref, 1e-5 * l_ref) << "head " << bh << " row " << i;
+        if (n == 0) {
+          ASSERT_TRUE(std::isinf(hlse[row]) && hlse[row] < 0);
+        } else {
+          ASSERT_NEAR(hlse[row], double(m_ref) + std::log(l_ref), 1e-5 * (1 + std::fabs(m_ref)));
+        }
+      }
+  }
 }
 
 TEST(FlashForward, RefusesUnsupportedHeadDimAndKeyTile) {

@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
                           row[1] < p.Tq ? visible(p, row[1]) : 0};
 
   const uint8_t* const gk = p.k + bg * p.Tk_p * kD;
-  const uint8_t* const gv = p.v_t + bg * kD * p.Tk_p;
+  const uint8_t* const gv = kLogits ? nullptr : p.v_t + bg * kD * p.Tk_p;  // logits: no V̂ᵀ
   auto load_tile = [&](int stage, int64_t j0) {
     uint8_t* dk = sk + stage * Smem<kD, kBN>::kK;
     for (int c = threadIdx.x; c < kBN * kD / 16; c += kThreads) {
