@@ -91,6 +91,9 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
   const int n_tiles = int((n_keys + kBN - 1) / kBN);
   const int64_t vis[2] = {row[0] < p.Tq ? visible(p, row[0]) : 0,
                           row[1] < p.Tq ? visible(p, row[1]) : 0};
+  // Tiles that end at or below this see no mask in any real row of the CTA (its first row sees
+  // the fewest keys); pad rows (>= Tq) then see zero logits, harmless, and are never written.
+  const int64_t unmasked_end = visible(p, q0);
 
   const uint8_t* const gk = p.k + bg * p.Tk_p * kD;
   const uint8_t* const gv = kLogits ? nullptr : p.v_t + bg * kD * p.Tk_p;  // logits: no V̂ᵀ
@@ -111,6 +114,11 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
     }
   };
 
+  // Fragment addresses, hoisted: a lane's K̂ rows are s_key(nt, g) = s_key(nt, 0) + s_key(0, g) and
+  // its V̂ᵀ rows 8·dn + g; the swizzles read only row bits that g sets (flash_mma_sm89.cuh), so a
+  // chunk c of any of them sits at c ^ kx (K̂) or c ^ vx (V̂ᵀ).
+  const int k_lane = s_key(0, g) * kD + 4 * t, kx = k_chunk<kD>(s_key(0, g), 0);
+  const int v_lane = g * kBN + 4 * t, vx = v_chunk<kBN>(g, 0);
   const float s_scale = p.tau * *p.q_scale_inv * *p.k_scale_inv;
   float oacc[kD / 8][4];
 #pragma unroll
@@ -136,11 +144,11 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
     for (int nt = 0; nt < kBN / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
-      const int kr = s_key(nt, g);
+      const uint8_t* krow = tk + s_key(nt, 0) * kD + k_lane;  // row s_key(nt, g), word t
 #pragma unroll
       for (int kc = 0; kc < kD / 32; ++kc) {
-        const uint32_t b0 = lds32(tk + kr * kD + 16 * k_chunk<kD>(kr, 2 * kc) + 4 * t);
-        const uint32_t b1 = lds32(tk + kr * kD + 16 * k_chunk<kD>(kr, 2 * kc + 1) + 4 * t);
+        const uint32_t b0 = lds32(krow + 16 * ((2 * kc) ^ kx));
+        const uint32_t b1 = lds32(krow + 16 * ((2 * kc + 1) ^ kx));
         mma_e4m3_16832(s[nt], qa[kc], b0, b1);
       }
     }
@@ -160,12 +168,13 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
     // Scale (a rounded product, never contracted into a later FMA: the backward's S has these
     // bits) and mask; this lane's max per row. Element e: row e / 2, key s_key(nt, 2t + e % 2).
     float mx[2] = {-INFINITY, -INFINITY};
+    const bool masked = j0 + kBN > unmasked_end;  // CTA-uniform
 #pragma unroll
     for (int nt = 0; nt < kBN / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t j = j0 + s_key(nt, 2 * t + e % 2);
-        s[nt][e] = j < vis[e / 2] ? __fmul_rn(s[nt][e], s_scale) : -INFINITY;
+        s[nt][e] = !masked || j < vis[e / 2] ? __fmul_rn(s[nt][e], s_scale) : -INFINITY;
         mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
       }
     float alpha[2];
@@ -190,12 +199,12 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
     // so a long row is never summed inside it (DeepSeek-V3's promotion every N_C = 128, DESIGN §2).
 #pragma unroll
     for (int dn = 0; dn < kD / 8; ++dn) {
-      const int vr = 8 * dn + g;
+      const uint8_t* vrow = tv + 8 * dn * kBN + v_lane;  // row 8·dn + g, word t
       float pv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int kk = 0; kk < kBN / 32; ++kk) {
-        const uint32_t b0 = lds32(tv + vr * kBN + 16 * v_chunk<kBN>(vr, 2 * kk) + 4 * t);
-        const uint32_t b1 = lds32(tv + vr * kBN + 16 * v_chunk<kBN>(vr, 2 * kk + 1) + 4 * t);
+        const uint32_t b0 = lds32(vrow + 16 * ((2 * kk) ^ vx));
+        const uint32_t b1 = lds32(vrow + 16 * ((2 * kk + 1) ^ vx));
         mma_e4m3_16832(pv, pa[kk], b0, b1);
       }
 #pragma unroll

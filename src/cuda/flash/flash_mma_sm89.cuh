@@ -63,6 +63,8 @@ __device__ __forceinline__ int s_key(int nt, int n) {
 /// Swizzled 16-byte chunk of a K̂ row (kD bytes: 64 or 128) in shared memory. One B-fragment load
 /// reads the rows key(nt, 0..7) = base + {0,1,4,5,8,9,12,13} (base: bits 1 and >= 4), word t of
 /// one chunk; the XOR spreads those 8 rows over distinct banks (bank = row·kD/4 + 4·chunk' + t).
+/// It reads only row bits 0, 2, 3, which s_key(nt, g) takes from g alone: a lane's XOR is the same
+/// in every n-tile (flash_forward.cu hoists it).
 template <int kD>
 __device__ __forceinline__ int k_chunk(int row, int chunk) {
   static_assert(kD == 64 || kD == 128, "K row of 64 or 128 bytes");
@@ -70,7 +72,8 @@ __device__ __forceinline__ int k_chunk(int row, int chunk) {
   else return chunk ^ ((row >> 2) & 3);
 }
 /// Swizzled 16-byte chunk of a V̂ᵀ row (one head_dim column; kBN keys, 64 or 128 bytes). One
-/// B-fragment load reads the 8 consecutive rows 8·dn + g, word t of one chunk.
+/// B-fragment load reads the 8 consecutive rows 8·dn + g, word t of one chunk. It reads only row
+/// bits 0-2, which g sets: a lane's XOR is the same for every dn.
 template <int kBN>
 __device__ __forceinline__ int v_chunk(int row, int chunk) {
   static_assert(kBN == 64 || kBN == 128, "V^T row of 64 or 128 bytes");
