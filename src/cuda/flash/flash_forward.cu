@@ -11,6 +11,8 @@
 //   (the S accumulator's key order is permuted so the layouts agree: flash_mma_sm89.cuh s_key);
 //   O_acc = α·O_acc + P̃·V̂ (the tile's product from the tensor core, the sum over tiles in FP32).
 // End: O = bf16_round(O_acc · sv / l̃), LSE, m, l per row.
+// The same kernel in its logits mode writes S instead (logits_launch): the unfused backward after a
+// fused forward recomputes S with the forward's bits.
 // FP32 order vs the CPU twin (documented differences, all at FP32 rounding level; a P̃ code or a
 // BF16 output may then differ by one rounding step where a value sits on a rounding boundary):
 //   S: the tensor core sums the code products (exact) in its own order, then × (τ·sq·sk); the CPU
@@ -22,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "cuda/check.h"
