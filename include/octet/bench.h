@@ -131,7 +131,7 @@ void bench_quantize(int64_t rows, int64_t cols, int warmup, int reps,
                     const std::function<void(const QuantBenchRow&)>& on_row);
 
 struct AttnBenchRow {
-  std::string impl;  ///< bf16 | fp8-stale | fp8-matched
+  std::string impl;  ///< bf16 | fp8-stale | fp8-matched | octet-fp8-fused (fused forward)
   int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;
   bool causal = true;
   double fwd_ms = 0, bwd_ms = 0, fwd_tflops = 0, bwd_tflops = 0;

@@ -13,8 +13,11 @@
 //             codes with the tensor scale applied after the GEMM, so the products are the FP8 ones.
 // Softmax, delta, dS and their diagnostics are row kernels (attention_kernels.h). S, dP and dS are
 // materialized ([B, H, Tq, Tk] FP32): this is the reference-exact unfused form, not a flash kernel.
-// Supported: precision fp8 and bf16, QkvScaling::Tensor, head_dim a multiple of 16; the tiled
-// form's per-tile P rounding is a fused kernel's and is refused here with a clear error.
+// Supported: precision fp8 and bf16, QkvScaling::Tensor, head_dim a multiple of 16. Form 'tiled'
+// (FP8 only; head_dim and block_k 64 or 128) runs the forward as the fused kernel of
+// src/cuda/flash/ (twin: the CPU tiled form; no S or P buffer), which saves the same operands and
+// softmax statistics, so this file's unfused backward follows it, recomputing S with the fused
+// kernel's own logits (flash::logits_launch: the bits the saved m and l were computed from).
 // Saved state (docs/design.md §"Saved state"): forward returns Q̂, K̂, V̂ (row copies, the
 // BF16-of-code transposes the dQ/dK GEMMs read), their scales and the softmax statistics (m_i,
 // l_i) per row in a SavedAttention; O and the LSE are the caller's tensors (the backward reads O
@@ -33,6 +36,7 @@
 #include "cuda/act_f32.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/flash/flash_forward.h"
 #include "cuda/gemm.h"
 #include "cuda/ops.h"
 #include "octet/error.h"
@@ -69,9 +73,11 @@ class CudaAttention final : public Attention {
     OCTET_CHECK(cfg.qkv_scaling == QkvScaling::Tensor,
                 "cuda attention: qkv scaling per (head, 128-token block) is not implemented on "
                 "CUDA (use per-tensor scaling)");
-    OCTET_CHECK(cfg.form == AttnForm::Whole,
-                "cuda attention: the unfused CUDA attention implements the whole-row form only "
-                "(form 'tiled' rounds P per key tile, which needs the fused kernel)");
+    OCTET_CHECK(cfg.form == AttnForm::Whole || cfg.precision == AttnPrecision::FP8,
+                "cuda attention: form 'tiled' (the fused kernel) is implemented for precision fp8 "
+                "only (use form 'whole' for bf16)");
+    fused_ = cfg.form == AttnForm::Tiled;
+    if (fused_) flash::check_forward_supported(shape.head_dim, cfg.block_k);
     OCTET_CHECK(shape.head_dim % 16 == 0,
                 "cuda attention: head_dim must be a multiple of 16 for the FP8/BF16 tensor-core "
                 "GEMMs, got " + std::to_string(shape.head_dim));
@@ -124,10 +130,14 @@ class CudaAttention final : public Attention {
          st->k_rows.tensor().data, transk16, st->k_t16.tensor().data);
     pack(as_f32(v, in_v_), d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sv(), rowk,
          st->v_rows.tensor().data, rowk, v_t_.reserve(size_t(nk * eb_), s_));
-    logits(*st);
     const int64_t nrows = d.B * d.H * d.Tq;
     st->rows = nrows;
     st->softmax = be_.alloc(DType::F32, {2 * nrows});
+    if (fused_) {
+      fused_forward(*st, o, lse);
+      return SavedAttention{q, k, v, o, lse, std::move(st)};
+    }
+    logits(*st);
     uint8_t* P = P_.reserve(size_t(nS() * eb_), s_);
     if (d.Tq_p != d.Tq)  // pad query rows of P̃ stay zero: dV's GEMM contracts over them
       OCTET_CUDA_CHECK(cudaMemsetAsync(P, 0, size_t(nS() * eb_), s_));
@@ -162,7 +172,12 @@ class CudaAttention final : public Attention {
     const float* dof = as_f32(d_o, in_q_);
     pack(dof, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdo(), rowk,
          do_rows_.reserve(size_t(nq * eb_), s_), PackKind::None, nullptr);
-    logits(*st);  // S recomputed from the saved Q̂, K̂
+    // S recomputed from the saved Q̂, K̂ — after a fused forward by its own kernel, so that the
+    // saved (m, l) describe this very S (a cuBLASLt S differs by a few ulp: flash_forward.h).
+    if (fused_)
+      flash::logits_launch(flash_params(*st), S_.reserve(size_t(nS()), s_), s_);
+    else
+      logits(*st);
     mm(do_rows_.get(), cfg_.do_format, sdo(), st->v_rows.tensor().data, Format::E4M3, st->sv(),
        dP_.reserve(size_t(nS()), s_), d.rep * d.Tq_p, d.Tk_p, d.D, 1.0f);
     const int64_t nrows = d.B * d.H * d.Tq;
@@ -177,6 +192,10 @@ class CudaAttention final : public Attention {
     a.matched = cfg_.delta == DeltaMode::Matched;
     a.p_scale = cfg_.p_scale;
     a.P = P_.reserve(size_t(nS() * eb_), s_);
+    // The fused forward writes no P̃, so nothing has zeroed its pad query rows (dV contracts
+    // over them; the backward's row kernel writes only the real rows).
+    if (fused_ && d.Tq_p != d.Tq)
+      OCTET_CUDA_CHECK(cudaMemsetAsync(a.P, 0, size_t(nS() * eb_), s_));
     a.residual = residual_.reserve(size_t(nrows), s_);
     a.row_factor = row_factor_.reserve(size_t(nrows), s_);
     backward_rows_launch(d, a, s_);
@@ -251,6 +270,36 @@ class CudaAttention final : public Attention {
     pack_launch(a, s_);
   }
 
+  // The fused kernel's parameters over a forward's saved Q̂, K̂ (no V̂ᵀ: the forward adds this
+  // call's scratch copy; the backward's logits read none).
+  flash::ForwardParams flash_params(const AttnState& st) {
+    flash::ForwardParams p;
+    p.q = static_cast<const uint8_t*>(st.q_rows.tensor().data);
+    p.k = static_cast<const uint8_t*>(st.k_rows.tensor().data);
+    p.q_scale_inv = st.sq();
+    p.k_scale_inv = st.sk();
+    p.B = d_.B, p.H = d_.H, p.G = d_.G, p.Tq = d_.Tq, p.Tk = d_.Tk, p.Tq_p = d_.Tq_p,
+    p.Tk_p = d_.Tk_p, p.D = d_.D;
+    p.causal = d_.causal;
+    p.tau = shape_.tau();
+    p.p_scale = cfg_.p_scale;
+    p.block_k = cfg_.block_k;
+    return p;
+  }
+
+  // The fused FP8 forward (src/cuda/flash/) from the packed Q̂, K̂, V̂ᵀ: O, LSE, m, l.
+  void fused_forward(const AttnState& st, const Tensor& o, const Tensor& lse) {
+    flash::ForwardParams p = flash_params(st);
+    p.v_t = v_t_.get();
+    p.v_scale_inv = st.sv();
+    p.o = f32_out(o);
+    p.lse = lse.f32();
+    p.row_max = st.row_max();
+    p.row_sum = st.row_sum();
+    flash::forward_launch(p, s_);
+    finish(o);
+  }
+
   // S = τ Q̂K̂ᵀ for every head, from a forward's saved operands.
   void logits(const AttnState& st) {
     mm(st.q_rows.tensor().data, Format::E4M3, st.sq(), st.k_rows.tensor().data, Format::E4M3,
@@ -285,6 +334,7 @@ class CudaAttention final : public Attention {
   cudaStream_t s_;
   AttnDims d_{};
   bool fp8_ = true;
+  bool fused_ = false;  // form 'tiled': the fused FP8 forward
   int64_t eb_ = 1;
   // Scratch, reused in stream order by every call (nothing here outlives one call's use).
   DeviceBuffer<float> scales_;

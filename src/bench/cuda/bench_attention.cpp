@@ -1,6 +1,8 @@
 // src/bench/cuda/bench_attention.cpp — the attention benchmark of bench.h: the CUDA backend's attention
-// (bf16, fp8 with stale delta, fp8 with matched delta) forward and backward through the Attention
-// interface, at B x H x S x D, causal or not; timed with CUDA events (median of the repetitions).
+// (bf16, fp8 with stale delta, fp8 with matched delta: the unfused kernels; octet-fp8-fused: form
+// 'tiled', the fused FP8 forward of src/cuda/flash/ followed by the unfused matched backward, rows
+// only for head_dim 64 and 128) forward and backward through the Attention interface, at
+// B x H x S x D, causal or not; timed with CUDA events (median of the repetitions).
 // FLOPs follow FlashAttention's convention: forward 4·B·H·Sq·Sk·D, halved when causal; backward
 // 2.5x the forward (two of its five GEMMs recompute). The unfused kernels compute the masked half
 // too, so their causal TFLOP/s are understated by that convention, as any unfused kernel's are.
@@ -24,10 +26,13 @@ void bench_attention(const AttnBenchOptions& opt,
     const char* name;
     AttnPrecision precision;
     DeltaMode delta;
+    AttnForm form;
   };
-  const Impl impls[] = {{"bf16", AttnPrecision::BF16, DeltaMode::Matched},
-                        {"fp8-stale", AttnPrecision::FP8, DeltaMode::Stale},
-                        {"fp8-matched", AttnPrecision::FP8, DeltaMode::Matched}};
+  const Impl impls[] = {{"bf16", AttnPrecision::BF16, DeltaMode::Matched, AttnForm::Whole},
+                        {"fp8-stale", AttnPrecision::FP8, DeltaMode::Stale, AttnForm::Whole},
+                        {"fp8-matched", AttnPrecision::FP8, DeltaMode::Matched, AttnForm::Whole},
+                        {"octet-fp8-fused", AttnPrecision::FP8, DeltaMode::Matched, AttnForm::Tiled}};
+  const bool fused_ok = opt.head_dim == 64 || opt.head_dim == 128;  // flash_forward.h
   for (int64_t S : opt.seqs) {
     AttentionShape shape;
     shape.batch = opt.batch;
@@ -49,9 +54,11 @@ void bench_attention(const AttnBenchOptions& opt,
     const double fwd_flop = 4.0 * double(opt.batch * opt.heads) * double(S) * double(S) *
                             double(opt.head_dim) * (opt.causal ? 0.5 : 1.0);
     for (const Impl& im : impls) {
+      if (im.form == AttnForm::Tiled && !fused_ok) continue;
       AttentionConfig cfg;
       cfg.precision = im.precision;
       cfg.delta = im.delta;
+      cfg.form = im.form;
       auto attn = backend.make_attention(shape, cfg);
       AttnBenchRow row;
       row.impl = im.name;

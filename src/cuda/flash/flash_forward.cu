@@ -1,0 +1,311 @@
+// src/cuda/flash/flash_forward.cu — the fused FP8 attention forward kernel and its launch
+// (flash_forward.h; CPU twin: src/cpu/attention_tiled.cpp). docs/cuda.md §"Fused FP8 attention
+// forward".
+//
+// One CTA = 4 warps = kBM = 64 query rows of one (b, h); each warp owns 16 rows (FlashAttention-2's
+// split: no cross-warp reduction). Q̂'s fragments live in registers for the whole CTA. K̂ and V̂ᵀ
+// key tiles of kBN keys go through a 2-stage cp.async ring in shared memory: tile n+1 loads while
+// tile n computes. Per tile and warp:
+//   S (16 x kBN, FP32) = Q̂·K̂ᵀ by mma.sync m16n8k32 (flash_mma_sm89.cuh), × τ·sq·sk, masked to −inf;
+//   online softmax per row (flash_softmax.cuh) → P̃ codes, converted in place into P̃V̂'s A fragment
+//   (the S accumulator's key order is permuted so the layouts agree: flash_mma_sm89.cuh s_key);
+//   O_acc = α·O_acc + P̃·V̂ (the tile's product from the tensor core, the sum over tiles in FP32).
+// End: O = bf16_round(O_acc · sv / l̃), LSE, m, l per row.
+// The same kernel in its logits mode writes S instead (logits_launch): the unfused backward after a
+// fused forward recomputes S with the forward's bits.
+// FP32 order vs the CPU twin (documented differences, all at FP32 rounding level; a P̃ code or a
+// BF16 output may then differ by one rounding step where a value sits on a rounding boundary):
+//   S: the tensor core sums the code products (exact) in its own order, then × (τ·sq·sk); the CPU
+//      sums the dequantized products key by key and multiplies by τ.
+//   l, l̃: lane partial sums then a quad sum (flash_softmax.cuh) instead of key order.
+//   O: (O_acc in code units)·(sv / l̃ in code units), the p_scale factors cancelling exactly.
+#include "cuda/flash/flash_forward.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "cuda/check.h"
+#include "cuda/flash/flash_mma_sm89.cuh"
+#include "cuda/flash/flash_softmax.cuh"
+#include "octet/error.h"
+#include "octet/fp8.h"
+
+namespace octet::cuda::flash {
+namespace {
+
+bool aligned16(const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) == 0; }
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBM = 16 * kWarps;  // query rows per CTA
+
+template <int kD, int kBN>
+struct Smem {
+  static constexpr int kK = kBN * kD;  // bytes of one K̂ tile [kBN][kD]
+  static constexpr int kV = kD * kBN;  // bytes of one V̂ᵀ tile [kD][kBN]
+  static constexpr int kBytes = 2 * (kK + kV);
+};
+
+__device__ __forceinline__ int64_t visible(const ForwardParams& p, int64_t i) {
+  if (!p.causal) return p.Tk;
+  const int64_t n = i + p.Tk - p.Tq + 1;
+  return n < 0 ? 0 : (n > p.Tk ? p.Tk : n);
+}
+
+// kLogits = false: the forward. kLogits = true: the same CTA walks all Tk_p keys and writes its
+// S = Q̂K̂ᵀ·(τ·sq·sk) tile by tile to s_out instead of the softmax and P̃V̂ (logits_launch): the very
+// instructions and scale product of the forward, so every element has the forward's bits.
+template <int kD, int kBN, bool kLogits>
+__global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p, float* s_out) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* const sk = smem;                          // [2][kBN][kD], chunks k_chunk-swizzled
+  uint8_t* const sv = smem + 2 * Smem<kD, kBN>::kK;  // [2][kD][kBN], chunks v_chunk-swizzled
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+  // Block -> (query block, head): the query blocks with the most keys (causal) start first.
+  const int64_t BH = p.B * p.H, n_qblocks = ((kLogits ? p.Tq_p : p.Tq) + kBM - 1) / kBM;
+  const int64_t bh = int64_t(blockIdx.x) % BH;
+  const int64_t q0 = (n_qblocks - 1 - int64_t(blockIdx.x) / BH) * kBM;
+  const int64_t b = bh / p.H, h = bh % p.H;
+  const int64_t bg = b * p.G + h / (p.H / p.G);  // GQA: the KV head of query head h
+  const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+
+  // Q̂ A fragments, all of D (rows past Tq_p: zero codes).
+  uint32_t qa[kD / 32][4];
+  {
+    const uint8_t* q = p.q + bh * p.Tq_p * kD;
+#pragma unroll
+    for (int kc = 0; kc < kD / 32; ++kc)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {  // a0: row g, a1: row g+8; a2, a3: +16 columns
+        const int64_t i = row[r % 2];
+        qa[kc][r] = i < p.Tq_p ? *reinterpret_cast<const uint32_t*>(q + i * kD + 32 * kc +
+                                                                    16 * (r / 2) + 4 * t)
+                               : 0u;
+      }
+  }
+
+  // Keys this CTA visits: those its last real row sees (visible() grows with i).
+  const int64_t last = (q0 + kBM < p.Tq ? q0 + kBM : p.Tq) - 1;
+  const int64_t n_keys = kLogits ? p.Tk_p : visible(p, last);
+  const int n_tiles = int((n_keys + kBN - 1) / kBN);
+  const int64_t vis[2] = {row[0] < p.Tq ? visible(p, row[0]) : 0,
+                          row[1] < p.Tq ? visible(p, row[1]) : 0};
+  // Tiles that end at or below this see no mask in any real row of the CTA (its first row sees
+  // the fewest keys); pad rows (>= Tq) then see zero logits, harmless, and are never written.
+  const int64_t unmasked_end = visible(p, q0);
+
+  const uint8_t* const gk = p.k + bg * p.Tk_p * kD;
+  const uint8_t* const gv = kLogits ? nullptr : p.v_t + bg * kD * p.Tk_p;  // logits: no V̂ᵀ
+  auto load_tile = [&](int stage, int64_t j0) {
+    uint8_t* dk = sk + stage * Smem<kD, kBN>::kK;
+    for (int c = threadIdx.x; c < kBN * kD / 16; c += kThreads) {
+      const int r = c / (kD / 16), cc = c % (kD / 16);
+      const bool in = j0 + r < p.Tk_p;
+      cp_async16(dk + r * kD + 16 * k_chunk<kD>(r, cc), in ? gk + (j0 + r) * kD + 16 * cc : gk, in);
+    }
+    if constexpr (kLogits) return;
+    uint8_t* dv = sv + stage * Smem<kD, kBN>::kV;
+    for (int c = threadIdx.x; c < kD * kBN / 16; c += kThreads) {
+      const int r = c / (kBN / 16), cc = c % (kBN / 16);
+      const bool in = j0 + 16 * cc < p.Tk_p;  // Tk_p is a multiple of 16: whole chunks
+      cp_async16(dv + r * kBN + 16 * v_chunk<kBN>(r, cc), in ? gv + r * p.Tk_p + j0 + 16 * cc : gv,
+                 in);
+    }
+  };
+
+  // Fragment addresses, hoisted: a lane's K̂ rows are s_key(nt, g) = s_key(nt, 0) + s_key(0, g) and
+  // its V̂ᵀ rows 8·dn + g; the swizzles read only row bits that g sets (flash_mma_sm89.cuh), so a
+  // chunk c of any of them sits at c ^ kx (K̂) or c ^ vx (V̂ᵀ).
+  const int k_lane = s_key(0, g) * kD + 4 * t, kx = k_chunk<kD>(s_key(0, g), 0);
+  const int v_lane = g * kBN + 4 * t, vx = v_chunk<kBN>(g, 0);
+  const float s_scale = p.tau * *p.q_scale_inv * *p.k_scale_inv;
+  float oacc[kD / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < kD / 8; ++dn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) oacc[dn][e] = 0.0f;
+  RowSoftmax sm[2];
+
+  if (n_tiles > 0) load_tile(0, 0);
+  cp_async_commit();
+  for (int it = 0; it < n_tiles; ++it) {
+    const int64_t j0 = int64_t(it) * kBN;
+    if (it + 1 < n_tiles) load_tile((it + 1) % 2, j0 + kBN);
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile's group is complete (the newest may still be in flight)
+    __syncthreads();
+    const uint8_t* tk = sk + (it % 2) * Smem<kD, kBN>::kK;
+    const uint8_t* tv = sv + (it % 2) * Smem<kD, kBN>::kV;
+
+    // S = Q̂K̂ᵀ (codes), n-tile nt column n = key s_key(nt, n) of the tile.
+    float s[kBN / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < kBN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+      const uint8_t* krow = tk + s_key(nt, 0) * kD + k_lane;  // row s_key(nt, g), word t
+#pragma unroll
+      for (int kc = 0; kc < kD / 32; ++kc) {
+        const uint32_t b0 = lds32(krow + 16 * ((2 * kc) ^ kx));
+        const uint32_t b1 = lds32(krow + 16 * ((2 * kc + 1) ^ kx));
+        mma_e4m3_16832(s[nt], qa[kc], b0, b1);
+      }
+    }
+    if constexpr (kLogits) {  // S rows i < Tq_p, keys j < Tk_p (pads: 0, as a GEMM gives)
+#pragma unroll
+      for (int nt = 0; nt < kBN / 8; ++nt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int64_t j = j0 + s_key(nt, 2 * t);  // even; j + 1 < Tk_p too (Tk_p % 16 == 0)
+          if (row[r] < p.Tq_p && j < p.Tk_p)
+            *reinterpret_cast<float2*>(s_out + (bh * p.Tq_p + row[r]) * p.Tk_p + j) =
+                make_float2(__fmul_rn(s[nt][2 * r], s_scale), __fmul_rn(s[nt][2 * r + 1], s_scale));
+        }
+      __syncthreads();
+      continue;
+    }
+    // Scale (a rounded product, never contracted into a later FMA: the backward's S has these
+    // bits) and mask; this lane's max per row. Element e: row e / 2, key s_key(nt, 2t + e % 2).
+    float mx[2] = {-INFINITY, -INFINITY};
+    const bool masked = j0 + kBN > unmasked_end;  // CTA-uniform
+#pragma unroll
+    for (int nt = 0; nt < kBN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = j0 + s_key(nt, 2 * t + e % 2);
+        s[nt][e] = !masked || j < vis[e / 2] ? __fmul_rn(s[nt][e], s_scale) : -INFINITY;
+        mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+      }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) alpha[r] = sm[r].begin_tile(mx[r]);
+    // P̃ as the A fragment of P̃V̂ over the 32 keys 32kk..: a0/a1 from n-tiles 4kk, 4kk+1 (keys
+    // 4t..4t+3 of rows g / g+8), a2/a3 from 4kk+2, 4kk+3 (keys 16+4t..16+4t+3).
+    uint32_t pa[kBN / 32][4];
+#pragma unroll
+    for (int kk = 0; kk < kBN / 32; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int nt = 4 * kk + 2 * (r / 2), row_of = r % 2;
+        const uint32_t lo = sm[row_of].p_codes(s[nt][2 * row_of], s[nt][2 * row_of + 1], p.p_scale);
+        const uint32_t hi =
+            sm[row_of].p_codes(s[nt + 1][2 * row_of], s[nt + 1][2 * row_of + 1], p.p_scale);
+        pa[kk][r] = lo | (hi << 16);
+      }
+    // O = α·O + P̃·V̂: B = V̂ᵀ rows 8dn + g (head_dim columns), keys 32kk + 4t.. (b0), +16 (b1).
+    // The tile's P̃·V̂ (kBN <= 128 keys) is summed by the tensor core in a fresh accumulator and
+    // added to O in FP32 on the CUDA cores: Hopper's FP8 MMA accumulates with limited precision,
+    // so a long row is never summed inside it (DeepSeek-V3's promotion every N_C = 128, DESIGN §2).
+#pragma unroll
+    for (int dn = 0; dn < kD / 8; ++dn) {
+      const uint8_t* vrow = tv + 8 * dn * kBN + v_lane;  // row 8·dn + g, word t
+      float pv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int kk = 0; kk < kBN / 32; ++kk) {
+        const uint32_t b0 = lds32(vrow + 16 * ((2 * kk) ^ vx));
+        const uint32_t b1 = lds32(vrow + 16 * ((2 * kk + 1) ^ vx));
+        mma_e4m3_16832(pv, pa[kk], b0, b1);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) oacc[dn][e] = oacc[dn][e] * alpha[e / 2] + pv[e];
+    }
+    __syncthreads();  // every warp is done with this stage before it is loaded again
+  }
+  cp_async_wait<0>();
+  if constexpr (kLogits) return;
+
+  const float sv_inv = *p.v_scale_inv;
+  float l[2], l_hat[2];  // the quad sums, taken by the whole warp before any row-dependent branch
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] = quad_sum(sm[r].l);
+    l_hat[r] = quad_sum(sm[r].l_hat);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = row[r];
+    if (i >= p.Tq) continue;
+    const float inv = l_hat[r] > 0.0f ? sv_inv / l_hat[r] : 0.0f;  // 0 in a row that sees no key
+    float* o = p.o + (bh * p.Tq + i) * kD;
+#pragma unroll
+    for (int dn = 0; dn < kD / 8; ++dn)
+      *reinterpret_cast<float2*>(o + 8 * dn + 2 * t) =
+          make_float2(bf16_round(oacc[dn][2 * r] * inv), bf16_round(oacc[dn][2 * r + 1] * inv));
+    if (t == 0) {
+      const float m = sm[r].m;
+      p.lse[bh * p.Tq + i] = m == -INFINITY ? -INFINITY : m + logf(l[r]);
+      p.row_max[bh * p.Tq + i] = m;
+      p.row_sum[bh * p.Tq + i] = l[r];
+    }
+  }
+}
+
+template <int kD, int kBN, bool kLogits>
+void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
+  constexpr int bytes = Smem<kD, kBN>::kBytes;
+  // Above 48 KiB of dynamic shared memory needs the opt-in (per function, on the current device).
+  OCTET_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<kD, kBN, kLogits>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  // The logits CTAs cover the padded rows too (the forward's last CTA may stop at Tq).
+  const int64_t rows = kLogits ? p.Tq_p : p.Tq;
+  const int64_t blocks = p.B * p.H * ((rows + kBM - 1) / kBM);
+  OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention forward: too many query blocks (B·H·Tq/64)");
+  forward_kernel<kD, kBN, kLogits><<<unsigned(blocks), kThreads, bytes, stream>>>(p, s_out);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+template <bool kLogits>
+void dispatch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
+  if (p.D == 64)
+    p.block_k == 64 ? launch<64, 64, kLogits>(p, s_out, stream)
+                    : launch<64, 128, kLogits>(p, s_out, stream);
+  else
+    p.block_k == 64 ? launch<128, 64, kLogits>(p, s_out, stream)
+                    : launch<128, 128, kLogits>(p, s_out, stream);
+}
+
+// The checks both entry points share (the logits read no V̂ᵀ).
+void check_inputs(const ForwardParams& p, bool needs_v) {
+  check_forward_supported(p.D, p.block_k);
+  OCTET_CHECK(p.B >= 1 && p.H >= 1 && p.G >= 1 && p.H % p.G == 0 && p.Tq >= 1 && p.Tk >= 1,
+              "fused attention forward: need B, H, G, Tq, Tk >= 1 and H a multiple of G");
+  OCTET_CHECK(p.Tq_p == (p.Tq + 15) / 16 * 16 && p.Tk_p == (p.Tk + 15) / 16 * 16,
+              "fused attention forward: Tq_p, Tk_p must be Tq, Tk rounded up to 16");
+  OCTET_CHECK(p.q && p.k && p.q_scale_inv && p.k_scale_inv && (!needs_v || (p.v_t && p.v_scale_inv)),
+              "fused attention forward: a null operand or scale pointer");
+  OCTET_CHECK(aligned16(p.q) && aligned16(p.k) && (!needs_v || aligned16(p.v_t)),
+              "fused attention forward: the Q, K, V^T code buffers must be 16-byte aligned");
+}
+
+}  // namespace
+
+void check_forward_supported(int64_t head_dim, int64_t block_k) {
+  OCTET_CHECK(head_dim == 64 || head_dim == 128,
+              "fused FP8 attention forward: head_dim must be 64 or 128, got " +
+                  std::to_string(head_dim));
+  OCTET_CHECK(block_k == 64 || block_k == 128,
+              "fused FP8 attention forward: block_k (the key tile) must be 64 or 128, got " +
+                  std::to_string(block_k));
+}
+
+void forward_launch(const ForwardParams& p, cudaStream_t stream) {
+  check_inputs(p, true);
+  OCTET_CHECK(p.o && p.lse && p.row_max && p.row_sum,
+              "fused attention forward: a null output pointer (o, lse, row_max, row_sum)");
+  OCTET_CHECK((reinterpret_cast<uintptr_t>(p.o) & 7u) == 0,
+              "fused attention forward: o must be 8-byte aligned (float2 stores)");
+  dispatch<false>(p, nullptr, stream);
+}
+
+void logits_launch(const ForwardParams& p, float* s, cudaStream_t stream) {
+  check_inputs(p, false);
+  OCTET_CHECK(s && (reinterpret_cast<uintptr_t>(s) & 7u) == 0,
+              "fused attention logits: s must be a non-null, 8-byte aligned pointer");
+  dispatch<true>(p, s, stream);
+}
+
+}  // namespace octet::cuda::flash

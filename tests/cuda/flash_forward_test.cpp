@@ -1,0 +1,297 @@
+// flash_forward_test.cpp — the fused FP8 attention forward (src/cuda/flash/, run by CudaAttention
+// for form 'tiled') against its CPU twin, the tiled form with the same config (src/cpu/
+// attention_tiled.cpp), and the FP64 oracle; the unfused CUDA backward after a fused forward.
+//
+// Tolerances. The fused kernel computes the twin's formula with another FP32 summation order
+// (flash_forward.cu): a P̃ code or a BF16 output element then differs by one rounding step only
+// where a value lies within FP32 rounding of a rounding boundary (rare: a P̃ flip moves one term
+// by 1/16 of itself, a BF16 flip one element by 2^-8), so O agrees with the twin to a relative L2
+// of kOTol = 1e-3, and the LSE to kLseTol = 1e-4 absolute (FP32 rounding of logits of size ~10;
+// bounds set from this estimate, not yet measured on a GPU). Gradients (the same unfused backward on
+// nearly the same m, l and O) agree with the CPU tiled backward to kGradTol = 1e-2 relative L2 (dŜ
+// is E5M2 per tile: a code flip in dS moves a gradient element by ~1/8 of a term). And every
+// result obeys FlashAttention-3's rule against the FP64 oracle (STYLE.md): error <= 2 x the CPU
+// twin's error + 1e-3.
+// The kernels directly (flash_forward.h): the saved m is bit for bit the max of logits_launch's S,
+// l its Σ exp(S − m), LSE = m + log l, S's pads 0.
+// Identities: V = 1 gives O = 1 exactly up to 2^18 keys (P̃ is row-max-relative: no underflow);
+// zero inputs give O = 0 and LSE = log(visible keys); a row that sees no key gives O = 0, LSE =
+// −inf and finite gradients (dQ = 0); large logits keep the matched residual <= 1e-6 (the
+// backward recomputes S with the fused kernel's bits); an unsupported head_dim or block_k raises
+// octet::Error.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/attention_test_util.h"
+#include "attention_gpu_run.h"
+#include "cuda/flash/flash_forward.h"
+#include "cuda_test_util.h"
+#include "octet/attention.h"
+#include "octet/backend.h"
+
+namespace octet {
+namespace {
+
+constexpr double kOTol = 1e-3, kLseTol = 1e-4, kGradTol = 1e-2;
+
+double rel_l2(const std::vector<float>& x, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double d = double(x[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+AttentionConfig fused_config(DeltaMode delta, int64_t block_k = 128) {
+  AttentionConfig c;
+  c.precision = AttnPrecision::FP8;
+  c.form = AttnForm::Tiled;
+  c.delta = delta;
+  c.block_k = block_k;
+  return c;
+}
+
+AttentionShape make_shape(int64_t h, int64_t g, int64_t tq, int64_t tk, int64_t d, bool causal) {
+  AttentionShape s;
+  s.batch = 1, s.n_heads = h, s.n_kv_heads = g, s.seq_q = tq, s.seq_k = tk, s.head_dim = d;
+  s.causal = causal;
+  return s;
+}
+
+struct Case {
+  int64_t h, g, tq, tk, d;
+  bool causal;
+  int64_t block_k;
+};
+
+TEST(FlashForward, MatchesCpuTiledTwinAndUnfusedBackwardFollows) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  const Case cases[] = {
+      {2, 2, 1, 1, 64, false, 128},      {2, 1, 17, 17, 128, true, 128},
+      {2, 2, 127, 127, 64, true, 64},    {2, 2, 129, 129, 128, false, 128},
+      {2, 1, 1000, 1000, 128, true, 128}, {2, 2, 1000, 1000, 64, false, 64},
+      {4, 2, 64, 256, 128, true, 128},   {4, 4, 64, 256, 64, true, 64},
+      {8, 2, 150, 150, 64, true, 128},   {8, 1, 150, 150, 128, false, 64},
+      {8, 2, 129, 300, 128, false, 128}, {8, 1, 200, 90, 64, true, 128},
+  };
+  for (const Case& c : cases) {
+    const AttentionShape s = make_shape(c.h, c.g, c.tq, c.tk, c.d, c.causal);
+    const auto in = make_attention_inputs(s, AttnInputDist::Normal, 17);
+    const auto ref = run_attention_oracle(s, in);
+    for (DeltaMode delta : {DeltaMode::Matched, DeltaMode::Stale}) {
+      const AttentionConfig cfg = fused_config(delta, c.block_k);
+      const std::string what = "H" + std::to_string(c.h) + "/G" + std::to_string(c.g) + " " +
+                               std::to_string(c.tq) + "x" + std::to_string(c.tk) + " d" +
+                               std::to_string(c.d) + (c.causal ? " causal" : "") + " bk" +
+                               std::to_string(c.block_k) + " " + to_string(delta);
+      std::vector<float> o(in.q.size()), lse(size_t(c.h * c.tq)), dq(in.q.size()),
+          dk(in.k.size()), dv(in.k.size());
+      AttentionSaved saved;
+      attention_forward(s, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), &saved);
+      attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), nullptr);
+      const GpuRun g = run_gpu(*gpu, s, cfg, in);
+      double lse_err = 0;
+      for (size_t i = 0; i < lse.size(); ++i) lse_err = std::max(lse_err, double(std::fabs(g.lse[i] - lse[i])));
+      const double eo = rel_l2(g.o, o), eq = rel_l2(g.dq, dq), ek = rel_l2(g.dk, dk),
+                   ev = rel_l2(g.dv, dv);
+      std::printf("[flash fwd] %-42s vs twin: O %.1e LSE %.1e dQ %.1e dK %.1e dV %.1e\n",
+                  what.c_str(), eo, lse_err, eq, ek, ev);
+      EXPECT_LE(eo, kOTol) << what;
+      EXPECT_LE(lse_err, kLseTol) << what;
+      EXPECT_LE(eq, kGradTol) << what;
+      EXPECT_LE(ek, kGradTol) << what;
+      EXPECT_LE(ev, kGradTol) << what;
+      const auto ce = attention_errors(s, in, ref, o.data(), lse.data(), dq.data(), dk.data(), dv.data());
+      const auto ge = attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(),
+                                       g.dk.data(), g.dv.data());
+      EXPECT_LE(ge.o_rel_err, 2 * ce.o_rel_err + 1e-3) << what;
+      EXPECT_LE(ge.dq_rel_err, 2 * ce.dq_rel_err + 1e-3) << what;
+      EXPECT_LE(ge.dk_rel_err, 2 * ce.dk_rel_err + 1e-3) << what;
+      EXPECT_LE(ge.dv_rel_err, 2 * ce.dv_rel_err + 1e-3) << what;
+      if (delta == DeltaMode::Matched) {
+        EXPECT_LE(g.stats.row_residual_max, 1e-5) << what;
+      }
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// V = 1: O = Σ P̃·1 / Σ P̃ = 1 exactly (then BF16), however long and flat the row; exp(S − L)
+// would underflow E4M3 in a uniform row over 2^18 keys (docs/delta-matching.md).
+TEST(FlashForward, ValueOnesGiveOnesUpTo2Pow18Keys) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  for (int64_t tk : {int64_t(1) << 12, int64_t(1) << 18})
+    for (bool causal : {false, true})
+      for (bool flat : {true, false}) {
+        const AttentionShape s = make_shape(2, 1, 80, tk, 64, causal);
+        auto in = make_attention_inputs(s, AttnInputDist::Normal, 5);
+        std::fill(in.v.begin(), in.v.end(), 1.0f);
+        if (flat) std::fill(in.q.begin(), in.q.end(), 0.0f);  // S = 0: a uniform row
+        auto attn = gpu->make_attention(s, fused_config(DeltaMode::Matched));
+        AttnIo io(*gpu, s, DType::F32);
+        io.set(*gpu, in);
+        { const SavedAttention sv = attn->forward(io.q, io.k, io.v, io.o, io.lse); }
+        const auto o = gpu->download_f32(io.o);
+        const auto lse = gpu->download_f32(io.lse);
+        size_t bad = 0;
+        for (float x : o) bad += x != 1.0f;
+        EXPECT_EQ(bad, 0u) << "Tk " << tk << (causal ? " causal" : "") << (flat ? " flat" : "");
+        if (flat) {  // S = 0: LSE = log(visible keys); the last row sees all Tk
+          EXPECT_NEAR(lse.back(), std::log(double(tk)), 1e-5 * std::log(double(tk)));
+        }
+      }
+}
+
+// Zero Q, K, V: O = 0 exactly, LSE = log(visible(i)); with Tq > Tk causal, the first Tq − Tk rows
+// see no key: O = 0, LSE = −inf, and the backward's gradients are finite with dQ = 0 there.
+TEST(FlashForward, ZerosAndRowsWithoutKeys) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  for (bool zeros : {true, false}) {
+    const AttentionShape s = make_shape(4, 2, 150, 70, 128, true);
+    auto in = make_attention_inputs(s, AttnInputDist::Normal, 9);
+    if (zeros)
+      for (auto* x : {&in.q, &in.k, &in.v}) std::fill(x->begin(), x->end(), 0.0f);
+    const GpuRun g = run_gpu(*gpu, s, fused_config(DeltaMode::Matched), in);
+    for (int64_t h = 0; h < s.n_heads; ++h)
+      for (int64_t i = 0; i < s.seq_q; ++i) {
+        const int64_t n = std::max<int64_t>(0, i + s.seq_k - s.seq_q + 1), row = h * s.seq_q + i;
+        for (int64_t c = 0; c < s.head_dim; ++c) {
+          const size_t at = size_t(row * s.head_dim + c);
+          if (zeros || n == 0) {
+            ASSERT_EQ(g.o[at], 0.0f) << "row " << i;
+          }
+          ASSERT_TRUE(std::isfinite(g.o[at]) && std::isfinite(g.dq[at])) << "row " << i;
+          if (n == 0) {
+            ASSERT_EQ(g.dq[at], 0.0f) << "row " << i;
+          }
+        }
+        const float l = g.lse[size_t(row)];
+        if (n == 0) {
+          ASSERT_TRUE(std::isinf(l) && l < 0) << "row " << i;
+        } else if (zeros) {
+          ASSERT_NEAR(l, std::log(double(n)), 1e-6 * (1 + std::log(double(n)))) << "row " << i;
+        }
+      }
+    for (float x : g.dk) ASSERT_TRUE(std::isfinite(x));
+    for (float x : g.dv) ASSERT_TRUE(std::isfinite(x));
+  }
+}
+
+// Large logits (S ~ 60-110, as in tests/cuda/attention_rows_test.cpp): the backward's
+// P = exp(S − m) / l sums to 1 only if its S has the bits the forward's m and l came from (a
+// cuBLASLt S differs by a few ulp, ~1e-5 in P's sum at |S| ~ 100). The unfused backward after a
+// fused forward recomputes S with the fused kernel's logits (flash_forward.h logits_launch), so the
+// matched row residual stays <= 1e-6, as after the unfused forward.
+TEST(FlashForward, LargeLogitsMatchedResidualAfterUnfusedBackward) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  const AttentionShape s = make_shape(2, 1, 1024, 1024, 64, true);
+  const auto in = test::large_logit_inputs(s, 3.2f, 21);
+  const GpuRun g = run_gpu(*gpu, s, fused_config(DeltaMode::Matched), in);
+  float lse_max = 0;
+  for (float x : g.lse) lse_max = std::max(lse_max, std::fabs(x));
+  std::printf("[flash fwd] large logits (max |LSE| %.1f): matched residual max %.2e\n", lse_max,
+              g.stats.row_residual_max);
+  EXPECT_GT(lse_max, 50.0f) << "the inputs must give large logits";
+  EXPECT_LE(g.stats.row_residual_max, 1e-6);
+}
+
+// The kernels directly, on random E4M3 codes (scales 1): the saved row_max is bit for bit the max
+// of logits_launch's S over the row's visible keys, row_sum = Σ exp(S − m) over them (FP64
+// reference, 1e-5 relative: FP32 sums of <= 150 terms), LSE = m + log l; S pads are 0.
+TEST(FlashForward, SavedStatisticsDescribeTheLogitsKernelsS) {
+  OCTET_REQUIRE_GPU();
+  struct Dims {
+    int64_t B, H, G, Tq, Tk, D;
+    bool causal;
+    int64_t block_k;
+  };
+  for (const Dims c : {Dims{2, 4, 2, 100, 150, 128, true, 64}, Dims{1, 2, 1, 129, 129, 64, false, 128},
+                       Dims{1, 2, 2, 200, 90, 64, true, 128}}) {
+    const int64_t Tq_p = (c.Tq + 15) / 16 * 16, Tk_p = (c.Tk + 15) / 16 * 16;
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd;
+    auto codes = [&](int64_t heads, int64_t T, int64_t T_p, bool transposed) {
+      std::vector<uint8_t> x(size_t(c.B * heads * T_p * c.D), 0);
+      for (int64_t bh = 0; bh < c.B * heads; ++bh)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t d = 0; d < c.D; ++d)
+            x[size_t(transposed ? (bh * c.D + d) * T_p + t : (bh * T_p + t) * c.D + d)] =
+                fp8_encode(nd(rng), Format::E4M3, true);
+      return x;
+    };
+    test::Dev<uint8_t> q(codes(c.H, c.Tq, Tq_p, false)), k(codes(c.G, c.Tk, Tk_p, false)),
+        vt(codes(c.G, c.Tk, Tk_p, true));
+    test::Dev<float> scales(std::vector<float>{1.0f, 1.0f, 1.0f}), o(size_t(c.B * c.H * c.Tq * c.D)),
+        lse(size_t(c.B * c.H * c.Tq)), m(size_t(c.B * c.H * c.Tq)), l(size_t(c.B * c.H * c.Tq)),
+        S(size_t(c.B * c.H * Tq_p * Tk_p));
+    cuda::flash::ForwardParams p;
+    p.q = q.p, p.k = k.p, p.v_t = vt.p;
+    p.q_scale_inv = scales.p, p.k_scale_inv = scales.p + 1, p.v_scale_inv = scales.p + 2;
+    p.o = o.p, p.lse = lse.p, p.row_max = m.p, p.row_sum = l.p;
+    p.B = c.B, p.H = c.H, p.G = c.G, p.Tq = c.Tq, p.Tk = c.Tk, p.Tq_p = Tq_p, p.Tk_p = Tk_p,
+    p.D = c.D;
+    p.causal = c.causal;
+    p.tau = 1.0f / std::sqrt(float(c.D));
+    p.block_k = c.block_k;
+    cuda::flash::forward_launch(p, nullptr);
+    cuda::flash::logits_launch(p, S.p, nullptr);
+    const auto hs = S.get(), hm = m.get(), hl = l.get(), hlse = lse.get(), ho = o.get();
+    for (float x : ho) ASSERT_TRUE(std::isfinite(x));
+    for (int64_t bh = 0; bh < c.B * c.H; ++bh)
+      for (int64_t i = 0; i < Tq_p; ++i) {
+        const float* srow = hs.data() + (bh * Tq_p + i) * Tk_p;
+        if (i >= c.Tq) {
+          for (int64_t j = 0; j < Tk_p; ++j) ASSERT_EQ(srow[j], 0.0f) << "pad row " << i;
+          continue;
+        }
+        for (int64_t j = c.Tk; j < Tk_p; ++j) ASSERT_EQ(srow[j], 0.0f) << "pad key " << j;
+        const int64_t n = c.causal ? std::clamp<int64_t>(i + c.Tk - c.Tq + 1, 0, c.Tk) : c.Tk;
+        const size_t row = size_t(bh * c.Tq + i);
+        float m_ref = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) m_ref = std::max(m_ref, srow[j]);
+        ASSERT_EQ(hm[row], m_ref) << "head " << bh << " row " << i;
+        double l_ref = 0;
+        for (int64_t j = 0; j < n; ++j) l_ref += std::exp(double(srow[j]) - double(m_ref));
+        ASSERT_NEAR(hl[row], l_ref, 1e-5 * l_ref) << "head " << bh << " row " << i;
+        if (n == 0) {
+          ASSERT_TRUE(std::isinf(hlse[row]) && hlse[row] < 0);
+        } else {
+          ASSERT_NEAR(hlse[row], double(m_ref) + std::log(l_ref), 1e-5 * (1 + std::fabs(m_ref)));
+        }
+      }
+  }
+}
+
+TEST(FlashForward, RefusesUnsupportedHeadDimAndKeyTile) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  for (int64_t d : {16, 32, 96, 256}) {
+    try {
+      gpu->make_attention(make_shape(2, 2, 16, 16, d, false), fused_config(DeltaMode::Matched));
+      ADD_FAILURE() << "head_dim " << d << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("64 or 128"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(gpu->make_attention(make_shape(2, 2, 16, 16, 64, false),
+                                   fused_config(DeltaMode::Matched, 96)),
+               Error);
+  AttentionConfig bf16 = fused_config(DeltaMode::Matched);
+  bf16.precision = AttnPrecision::BF16;
+  EXPECT_THROW(gpu->make_attention(make_shape(2, 2, 16, 16, 64, false), bf16), Error);
+}
+
+}  // namespace
+}  // namespace octet
