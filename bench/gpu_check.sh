@@ -4,7 +4,7 @@
 # stressed single-arm runs whose matched row residual must stay <= 1e-6 at every evaluation.
 # Carry: .cuda-carry/carry.tar.xz (bin/{octet,octet-base,test_cuda}, lib/: bench/pack_gpu_carry.sh,
 # then `tar -cJf` of its bin and lib), .cuda-carry/linux-docs.tar.xz and .cuda-carry/cache
-# (OCTET_CARRY_CACHE). Usage: bench/gpu_check.sh [tests] [bench] [stress]; logs in $OUT.
+# (OCTET_CARRY_CACHE). Usage: bench/gpu_check.sh [tests] [bench] [attn] [stress]; logs in $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/octet-gpu}
 mkdir -p "$OUT" /tmp/oc && tar -xJf .cuda-carry/carry.tar.xz -C /tmp/oc
@@ -28,6 +28,17 @@ for line in open(sys.argv[1]):
 for line in open(sys.argv[2]):
     r = json.loads(line)
     print(f"train {r['build']:4} {r['model']:10} {r['arm']:12} {r['tokens_per_s']:9.0f} tokens/s")
+PY
+           ;;
+    attn)  for c in false true; do  # this build's attention rows (fused forward too) and the SDPA peer
+             timeout 200 $B/octet bench attention --json --causal $c --seq 1024,4096,8192 >> "$OUT/attention-new.jsonl"
+           done
+           python3 - "$OUT/attention-new.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    f = lambda k: f"{r[k]:8.3f}" if isinstance(r.get(k), (int, float)) else "     n/a"
+    print(f"attention {r.get('impl','?'):18} causal {str(r.get('causal')):5} seq {r.get('seq'):5} fwd_ms {f('fwd_ms')} bwd_ms {f('bwd_ms')} fwd_tflops {f('fwd_tflops')} bwd_tflops {f('bwd_tflops')}")
 PY
            ;;
     stress) mkdir -p data && tar -xJf .cuda-carry/linux-docs.tar.xz -C data
