@@ -107,8 +107,12 @@ struct AttentionSaved {
 };
 
 /// Softmax-gradient diagnostics of one backward, per query row (dS before it is quantized):
-///   r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|)       (0 when the denominator is 0),
-/// with the FP32 P, the dP and the D (stale or matched) that produce dS = P ∘ (dP − D). The
+///   r_i = |Σ_j dS_ij| / (Σ_j P_ij (|dP_ij| + |D_i|) + n_i·min_normal)   (0 in a row without keys),
+/// with the FP32 P, the dP and the D (stale or matched) that produce dS = P ∘ (dP − D); n_i is the
+/// number of keys row i sees and min_normal the working type's smallest normal number (FP32: 2^-126;
+/// FP64 precision: 2^-1022). The floor matters only in rows whose every term has underflowed (a
+/// whole row gradient ~1e-45): below min_normal FP32 keeps absolute, not relative, precision, and
+/// no delta rule can cancel what it cannot represent (docs/delta-matching.md). The
 /// denominator is the magnitude of the terms P_ij dP_ij and P_ij D_i that the row sum cancels, so
 /// r_i is FP32 rounding (~1e-7) with the matched delta in every row, and ≈ |ε_i| / (Σ_j P_ij |dP_ij|
 /// + |D_i|), the relative error of the delta, with the stale one. (Dividing by Σ_j |dS_ij| instead

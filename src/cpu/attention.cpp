@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -152,10 +153,16 @@ void backward_impl(const AttentionSaved& saved, const float* d_o, Out* dq, Out* 
   stats->row_residual_max = 0.0;
   double total = 0.0;
   if (want_rows) stats->row_residual.assign(rows, 0.0);
+  // The denominator's floor: each visible key counts at least at the working type's smallest
+  // normal number (attention.h AttentionStats: below it there is no relative precision to cancel).
+  const double tiny = saved.config.precision == AttnPrecision::FP64
+                          ? double(std::numeric_limits<double>::min())
+                          : double(std::numeric_limits<float>::min());
   for (size_t r = 0; r < rows; ++r) {
     // 0 for a row whose terms are all 0; a NaN anywhere in the row is reported, never hidden.
     const bool nan = res_sum[r] != res_sum[r] || res_mag[r] != res_mag[r];
-    const double rel = nan ? NAN : res_mag[r] > 0 ? std::fabs(res_sum[r]) / res_mag[r] : 0.0;
+    const double mag = res_mag[r] + double(p.visible(int64_t(r) % p.Tq)) * tiny;
+    const double rel = nan ? NAN : mag > 0 ? std::fabs(res_sum[r]) / mag : 0.0;
     double& mx = stats->row_residual_max;
     if (rel != rel || (mx == mx && rel > mx)) mx = rel;  // a NaN is reported, never hidden
     total += rel;

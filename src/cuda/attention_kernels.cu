@@ -15,6 +15,7 @@
 // 2609.37852; FlashAttention-2's backward structure, arXiv 2307.08691).
 #include <cuda_runtime.h>
 
+#include <cfloat>
 #include <cmath>
 
 #include "cuda/attention_kernels.h"
@@ -196,7 +197,7 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
     sums.p = t.y;
     delta = sums.delta<float>();  // block_sum2's barriers order pass 1's reads of dp before pass 2
   }
-  // Residual r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|) (attention.h).
+  // Residual r_i = |Σ_j dS_ij| / (Σ_j P_ij (|dP_ij| + |D_i|) + n·2^-126) (attention.h).
   const double d_abs = fabs(double(delta.value));
   double2 res = make_double2(0.0, 0.0);  // (Σ dS, Σ P(|dP| + |D|))
   for (int64_t j = threadIdx.x; j < d.Tk_p; j += blockDim.x) {
@@ -217,7 +218,9 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
   __syncthreads();  // dscratch is reused
   res = block_sum2(res, dscratch);
   if (threadIdx.x == 0) {
-    a.residual[row] = res.y > 0.0 ? fabs(res.x) / res.y : 0.0;
+    // the denominator's floor: n·2^-126 (attention.h AttentionStats)
+    const double mag = res.y + double(n) * double(FLT_MIN);
+    a.residual[row] = (mag > 0.0 || mag != mag) ? fabs(res.x) / mag : 0.0;  // a NaN stays
     a.row_factor[row] = n > 0 ? 1.0f / l : 0.0f;  // 1/l_i, moved into dV's dO
   }
 }
