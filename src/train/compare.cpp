@@ -195,8 +195,9 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
   }
   if (log) {
     std::fprintf(log, "\n%s", format_compare_table(rows).c_str());
-    std::fprintf(log, "max attn row residual: n/a for the stale-delta arms, where rows whose delta cancels hold it near 1 "
-                      "(docs/training.md); their mean is the stale delta's error\n");
+    std::fprintf(log, "max attn row residual: n/a for the arms with the stale delta: rows whose delta "
+                      "nearly cancels drive it to 1 in any long run; the mean is the stale delta's error "
+                      "(docs/training.md)\n");
     std::fprintf(log, "unigram entropy %.4f nats/token; summary: %s/summary.json; curves: %s\n",
                  ds->unigram_entropy(), out_dir.c_str(), png.c_str());
     std::fflush(log);

@@ -25,9 +25,13 @@ namespace octet {
 namespace {
 
 struct Key {
+  using Get = std::function<std::string(const RunConfig&)>;
+  using Set = std::function<void(RunConfig&, const std::string&)>;
+  Key(std::string k, Get g, Set s, bool str = false)
+      : key(std::move(k)), get(std::move(g)), set(std::move(s)), is_string(str) {}
   std::string key;
-  std::function<std::string(const RunConfig&)> get;
-  std::function<void(RunConfig&, const std::string&)> set;
+  Get get;
+  Set set;
   bool is_string = false;  // TOML: quoted
   std::string meaning;     // the settings table's third column (docs/training.md §"Config keys")
   bool on_resume = false;  // may change on --resume (a "schedule" key); otherwise a "meaning" key
@@ -113,7 +117,7 @@ const std::vector<Key>& registry() {
       k.push_back(std::move(key));
     };
     add(string_key("device", REF(device)),
-        "where the run computes: cpu | cuda", "R");
+        "where the run computes: cpu, cuda", "R");
     // model
     add(int_key("model.n_layer", REF(model.n_layer)),
         "transformer blocks");
@@ -130,19 +134,19 @@ const std::vector<Key>& registry() {
     add(int_key("model.seq_len", REF(model.seq_len)),
         "tokens per training sequence");
     add(enum_key("model.norm", REF(model.norm)),
-        "rmsnorm | layernorm");
+        "rmsnorm, layernorm");
     add(enum_key("model.norm_placement", REF(model.norm_placement)),
-        "pre | post | output (FOG)");
+        "pre, post, output (FOG)");
     add(bool_key("model.qk_norm", REF(model.qk_norm)),
         "RMSNorm of each query and key head");
     add(bool_key("model.qk_norm_trainable", REF(model.qk_norm_trainable)),
         "QK-norm gain trained (else fixed at 1)");
     add(enum_key("model.positions", REF(model.positions)),
-        "rope | learned | nope");
+        "rope, learned, nope");
     add(float_key("model.rope_theta", REF(model.rope_theta)),
         "RoPE base");
     add(enum_key("model.mlp", REF(model.mlp)),
-        "swiglu | gelu");
+        "swiglu, gelu");
     add(bool_key("model.tied_embeddings", REF(model.tied_embeddings)),
         "LM head = token embedding");
     add(float_key("model.init_std", REF(model.init_std)),
@@ -155,7 +159,7 @@ const std::vector<Key>& registry() {
         "unit scaling's residual mix tau");
     // precision
     add(enum_key("precision.arm", REF(precision.arm)),
-        "bf16 | fp8-linear | fp8-stale | fp8-matched | fp32");
+        "bf16, fp8-linear, fp8-stale, fp8-matched, fp32");
     add({"precision.activations", [](const RunConfig& c) { return c.activations; },
                  [](RunConfig& c, const std::string& v) {
                    OCTET_CHECK(v == "auto" || v == "f32" || v == "bf16",
@@ -165,7 +169,7 @@ const std::vector<Key>& registry() {
                    if (v != "auto") c.precision.activations = parse_dtype(v);
                  },
                  true},
-        "dtype between ops: auto (the backend's) | f32 | bf16");
+        "dtype between ops: auto (the backend's), f32, bf16");
     add(enum_key("precision.recipe", REF(precision.quant.recipe)),
         "FP8 scaling of the linears");
     add(enum_key("precision.formats", REF(precision.quant.formats)),
@@ -173,7 +177,7 @@ const std::vector<Key>& registry() {
     add(int_key("precision.amax_history_len", REF(precision.quant.amax_history_len)),
         "tensor-delayed: amax history length");
     add(enum_key("precision.amax_algo", REF(precision.quant.amax_algo)),
-        "tensor-delayed: max | most_recent of the history");
+        "tensor-delayed: max, most_recent of the history");
     add(int_key("precision.margin", REF(precision.quant.margin)),
         "scales leave 2^margin headroom below the format's max (0..32)");
     add(bool_key("precision.pow2_scales", REF(precision.quant.pow2_scales)),
@@ -181,9 +185,9 @@ const std::vector<Key>& registry() {
     add(float_key("precision.unit_scale", REF(precision.quant.unit_scale)),
         "the unit recipe's fixed scale");
     add(enum_key("precision.attn_form", REF(precision.attn_form)),
-        "FP8 attention: whole | tiled");
+        "FP8 attention: whole, tiled");
     add(enum_key("precision.qkv_scaling", REF(precision.qkv_scaling)),
-        "Q, K, V scales: tensor | head-block");
+        "Q, K, V scales: tensor, head-block");
     add(float_key("precision.p_scale", REF(precision.p_scale)),
         "static power-of-two scale of P before E4M3");
     // train
@@ -231,7 +235,7 @@ const std::vector<Key>& registry() {
     add(string_key("data.path", REF(data.path)),
         "corpus: a file, a directory or a glob", "P");
     add(string_key("data.tokenizer", REF(data.tokenizer)),
-        "bpe | byte");
+        "bpe, byte");
     add({"data.val_fraction",
                  [](const RunConfig& c) { return fmt_float(float(c.data.val_fraction)); },
                  [](RunConfig& c, const std::string& v) {
@@ -412,10 +416,18 @@ std::vector<ConfigRow> config_rows(const RunConfig& cfg) {
 }
 
 void print_config_table(FILE* log, const std::vector<ConfigRow>& rows, const std::vector<ConfigRow>& base) {
+  auto cell = [](const std::string& v) {  // a '|' in a value (a path) would split the Markdown cell
+    std::string o;
+    for (char ch : v) {
+      if (ch == '|') o += '\\';
+      o += ch;
+    }
+    return o;
+  };
   std::fprintf(log, "| parameter | value | meaning |\n|---|---|---|\n");
   for (size_t i = 0; i < rows.size(); ++i)
     if (base.empty() || base[i].key != rows[i].key || base[i].value != rows[i].value)
-      std::fprintf(log, "| %s | %s | %s |\n", rows[i].key.c_str(), rows[i].value.c_str(), rows[i].meaning.c_str());
+      std::fprintf(log, "| %s | %s | %s |\n", rows[i].key.c_str(), cell(rows[i].value).c_str(), rows[i].meaning.c_str());
 }
 
 std::vector<ConfigChange> resume_changes(const RunConfig& saved, const RunConfig& requested,

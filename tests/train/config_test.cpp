@@ -71,7 +71,10 @@ TEST(Config, TablePrintsValuesAsTypedWithTheirMeaning) {
   EXPECT_EQ(rows.at("train.lr").value, "0.003");
   EXPECT_EQ(rows.at("train.eps").value, "1e-08");
   EXPECT_EQ(rows.at("model.rope_theta").value, "10000.0");
-  for (const auto& [key, r] : rows) EXPECT_FALSE(r.meaning.empty()) << key;
+  for (const auto& [key, r] : rows) {
+    EXPECT_FALSE(r.meaning.empty()) << key;
+    EXPECT_EQ(r.meaning.find('|'), std::string::npos) << key << ": a '|' splits the Markdown cell";
+  }
   // The printed text reads back as the very same float (to_toml round trip), also for awkward values.
   for (const char* v : {"0.1", "3.4028235e+38", "1.17549435e-38", "0.30000001", "1e-45"}) {
     const RunConfig a = load_config("", {std::string("train.lr=") + v, "data.tokenizer=byte"});
