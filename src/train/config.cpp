@@ -116,136 +116,91 @@ const std::vector<Key>& registry() {
       key.is_path = std::string_view(flags).find('P') != std::string_view::npos;
       k.push_back(std::move(key));
     };
-    add(string_key("device", REF(device)),
-        "where the run computes: cpu, cuda", "R");
+    add(string_key("device", REF(device)), "where the run computes: cpu, cuda", "R");
     // model
-    add(int_key("model.n_layer", REF(model.n_layer)),
-        "transformer blocks");
-    add(int_key("model.d_model", REF(model.d_model)),
-        "residual-stream width");
-    add(int_key("model.n_head", REF(model.n_head)),
-        "query heads (divides d_model)");
-    add(int_key("model.n_kv_head", REF(model.n_kv_head)),
-        "key/value heads (GQA; divides n_head)");
-    add(int_key("model.d_ff", REF(model.d_ff)),
-        "MLP hidden width (SwiGLU's fc1 has 2x)");
-    add(int_key("model.vocab_size", REF(model.vocab_size)),
-        "tokens in the vocabulary (BPE pieces; byte: >= 256)");
-    add(int_key("model.seq_len", REF(model.seq_len)),
-        "tokens per training sequence");
-    add(enum_key("model.norm", REF(model.norm)),
-        "rmsnorm, layernorm");
-    add(enum_key("model.norm_placement", REF(model.norm_placement)),
-        "pre, post, output (FOG)");
-    add(bool_key("model.qk_norm", REF(model.qk_norm)),
-        "RMSNorm of each query and key head");
-    add(bool_key("model.qk_norm_trainable", REF(model.qk_norm_trainable)),
-        "QK-norm gain trained (else fixed at 1)");
-    add(enum_key("model.positions", REF(model.positions)),
-        "rope, learned, nope");
-    add(float_key("model.rope_theta", REF(model.rope_theta)),
-        "RoPE base");
-    add(enum_key("model.mlp", REF(model.mlp)),
-        "swiglu, gelu");
-    add(bool_key("model.tied_embeddings", REF(model.tied_embeddings)),
-        "LM head = token embedding");
-    add(float_key("model.init_std", REF(model.init_std)),
-        "sigma of the N(0, sigma) init of matrices and embeddings");
-    add(float_key("model.norm_eps", REF(model.norm_eps)),
-        "epsilon of the norms");
+    add(int_key("model.n_layer", REF(model.n_layer)), "transformer blocks");
+    add(int_key("model.d_model", REF(model.d_model)), "residual-stream width");
+    add(int_key("model.n_head", REF(model.n_head)), "query heads (divides d_model)");
+    add(int_key("model.n_kv_head", REF(model.n_kv_head)), "key/value heads (GQA; divides n_head)");
+    add(int_key("model.d_ff", REF(model.d_ff)), "MLP hidden width (SwiGLU's fc1 has 2x)");
+    add(int_key("model.vocab_size", REF(model.vocab_size)), "tokens in the vocabulary (BPE pieces; byte: >= 256)");
+    add(int_key("model.seq_len", REF(model.seq_len)), "tokens per training sequence");
+    add(enum_key("model.norm", REF(model.norm)), "rmsnorm, layernorm");
+    add(enum_key("model.norm_placement", REF(model.norm_placement)), "pre, post, output (FOG)");
+    add(bool_key("model.qk_norm", REF(model.qk_norm)), "RMSNorm of each query and key head");
+    add(bool_key("model.qk_norm_trainable", REF(model.qk_norm_trainable)), "QK-norm gain trained (else fixed at 1)");
+    add(enum_key("model.positions", REF(model.positions)), "rope, learned, nope");
+    add(float_key("model.rope_theta", REF(model.rope_theta)), "RoPE base");
+    add(enum_key("model.mlp", REF(model.mlp)), "swiglu, gelu");
+    add(bool_key("model.tied_embeddings", REF(model.tied_embeddings)), "LM head = token embedding");
+    add(float_key("model.init_std", REF(model.init_std)), "sigma of the N(0, sigma) init of matrices and embeddings");
+    add(float_key("model.norm_eps", REF(model.norm_eps)), "epsilon of the norms");
     add(bool_key("model.unit_scaling", REF(model.unit_scaling)),
         "unit scaling: N(0, 1) init, static 1/sqrt(fan_in) outputs");
-    add(float_key("model.residual_tau", REF(model.residual_tau)),
-        "unit scaling's residual mix tau");
+    add(float_key("model.residual_tau", REF(model.residual_tau)), "unit scaling's residual mix tau");
     // precision
-    add(enum_key("precision.arm", REF(precision.arm)),
-        "bf16, fp8-linear, fp8-stale, fp8-matched, fp32");
+    add(enum_key("precision.arm", REF(precision.arm)), "bf16, fp8-linear, fp8-stale, fp8-matched, fp32");
     add({"precision.activations", [](const RunConfig& c) { return c.activations; },
-                 [](RunConfig& c, const std::string& v) {
-                   OCTET_CHECK(v == "auto" || v == "f32" || v == "bf16",
-                               "config key 'precision.activations': expected auto, f32 or bf16, "
-                               "got '" + v + "'");
-                   c.activations = v;
-                   if (v != "auto") c.precision.activations = parse_dtype(v);
-                 },
-                 true},
+             [](RunConfig& c, const std::string& v) {
+               OCTET_CHECK(v == "auto" || v == "f32" || v == "bf16",
+                           "config key 'precision.activations': expected auto, f32 or bf16, "
+                           "got '" + v + "'");
+               c.activations = v;
+               if (v != "auto") c.precision.activations = parse_dtype(v);
+             },
+             true},
         "dtype between ops: auto (the backend's), f32, bf16");
-    add(enum_key("precision.recipe", REF(precision.quant.recipe)),
-        "FP8 scaling of the linears");
-    add(enum_key("precision.formats", REF(precision.quant.formats)),
-        "e4m3 everywhere, or hybrid (E5M2 gradients)");
+    add(enum_key("precision.recipe", REF(precision.quant.recipe)), "FP8 scaling of the linears");
+    add(enum_key("precision.formats", REF(precision.quant.formats)), "e4m3 everywhere, or hybrid (E5M2 gradients)");
     add(int_key("precision.amax_history_len", REF(precision.quant.amax_history_len)),
         "tensor-delayed: amax history length");
     add(enum_key("precision.amax_algo", REF(precision.quant.amax_algo)),
         "tensor-delayed: max, most_recent of the history");
     add(int_key("precision.margin", REF(precision.quant.margin)),
         "scales leave 2^margin headroom below the format's max (0..32)");
-    add(bool_key("precision.pow2_scales", REF(precision.quant.pow2_scales)),
-        "round scales down to powers of two");
-    add(float_key("precision.unit_scale", REF(precision.quant.unit_scale)),
-        "the unit recipe's fixed scale");
-    add(enum_key("precision.attn_form", REF(precision.attn_form)),
-        "FP8 attention: whole, tiled");
-    add(enum_key("precision.qkv_scaling", REF(precision.qkv_scaling)),
-        "Q, K, V scales: tensor, head-block");
-    add(float_key("precision.p_scale", REF(precision.p_scale)),
-        "static power-of-two scale of P before E4M3");
+    add(bool_key("precision.pow2_scales", REF(precision.quant.pow2_scales)), "round scales down to powers of two");
+    add(float_key("precision.unit_scale", REF(precision.quant.unit_scale)), "the unit recipe's fixed scale");
+    add(enum_key("precision.attn_form", REF(precision.attn_form)), "FP8 attention: whole, tiled");
+    add(enum_key("precision.qkv_scaling", REF(precision.qkv_scaling)), "Q, K, V scales: tensor, head-block");
+    add(float_key("precision.p_scale", REF(precision.p_scale)), "static power-of-two scale of P before E4M3");
     // train
-    add(int_key("train.steps", REF(train.steps)),
-        "optimizer steps", "R");
-    add(int_key("train.batch_size", REF(train.batch_size)),
-        "sequences per micro-batch");
-    add(int_key("train.grad_accum", REF(train.grad_accum)),
-        "micro-batches per optimizer step");
-    add(float_key("train.lr", REF(train.lr)),
-        "peak learning rate", "R");
-    add(float_key("train.min_lr_ratio", REF(train.min_lr_ratio)),
-        "cosine floor as a fraction of lr", "R");
-    add(int_key("train.warmup_steps", REF(train.warmup_steps)),
-        "steps of linear warmup", "R");
+    add(int_key("train.steps", REF(train.steps)), "optimizer steps", "R");
+    add(int_key("train.batch_size", REF(train.batch_size)), "sequences per micro-batch");
+    add(int_key("train.grad_accum", REF(train.grad_accum)), "micro-batches per optimizer step");
+    add(float_key("train.lr", REF(train.lr)), "peak learning rate", "R");
+    add(float_key("train.min_lr_ratio", REF(train.min_lr_ratio)), "cosine floor as a fraction of lr", "R");
+    add(int_key("train.warmup_steps", REF(train.warmup_steps)), "steps of linear warmup", "R");
     add(float_key("train.weight_decay", REF(train.weight_decay)),
         "AdamW decoupled weight decay (matrices, embeddings)");
-    add(float_key("train.beta1", REF(train.beta1)),
-        "AdamW beta1");
-    add(float_key("train.beta2", REF(train.beta2)),
-        "AdamW beta2");
-    add(float_key("train.eps", REF(train.eps)),
-        "AdamW epsilon");
-    add(float_key("train.grad_clip", REF(train.grad_clip)),
-        "global gradient-norm clip (0: off)");
+    add(float_key("train.beta1", REF(train.beta1)), "AdamW beta1");
+    add(float_key("train.beta2", REF(train.beta2)), "AdamW beta2");
+    add(float_key("train.eps", REF(train.eps)), "AdamW epsilon");
+    add(float_key("train.grad_clip", REF(train.grad_clip)), "global gradient-norm clip (0: off)");
     add({"train.seed",
-                 [](const RunConfig& c) { return std::to_string(c.train.seed); },
-                 [](RunConfig& c, const std::string& v) {
-                   const int64_t s = parse_int("train.seed", v);
-                   OCTET_CHECK(s >= 0, "config key 'train.seed' must be >= 0");
-                   c.train.seed = uint64_t(s);
-                 }},
+             [](const RunConfig& c) { return std::to_string(c.train.seed); },
+             [](RunConfig& c, const std::string& v) {
+               const int64_t s = parse_int("train.seed", v);
+               OCTET_CHECK(s >= 0, "config key 'train.seed' must be >= 0");
+               c.train.seed = uint64_t(s);
+             }},
         "seed of the init and the data order");
-    add(int_key("train.eval_every", REF(train.eval_every)),
-        "steps between validation passes", "R");
-    add(int_key("train.eval_batches", REF(train.eval_batches)),
-        "validation micro-batches per pass");
+    add(int_key("train.eval_every", REF(train.eval_every)), "steps between validation passes", "R");
+    add(int_key("train.eval_batches", REF(train.eval_batches)), "validation micro-batches per pass");
     add(int_key("train.checkpoint_every", REF(train.checkpoint_every)),
         "steps between checkpoints (0: only at the end)", "R");
-    add(int_key("train.log_every", REF(train.log_every)),
-        "steps between progress lines", "R");
-    add(int_key("train.max_bad_steps", REF(train.max_bad_steps)),
-        "NaN/inf steps in a row before the run stops", "R");
+    add(int_key("train.log_every", REF(train.log_every)), "steps between progress lines", "R");
+    add(int_key("train.max_bad_steps", REF(train.max_bad_steps)), "NaN/inf steps in a row before the run stops", "R");
     // data
-    add(string_key("data.path", REF(data.path)),
-        "corpus: a file, a directory or a glob", "P");
-    add(string_key("data.tokenizer", REF(data.tokenizer)),
-        "bpe, byte");
+    add(string_key("data.path", REF(data.path)), "corpus: a file, a directory or a glob", "P");
+    add(string_key("data.tokenizer", REF(data.tokenizer)), "bpe, byte");
     add({"data.val_fraction",
-                 [](const RunConfig& c) { return fmt_float(float(c.data.val_fraction)); },
-                 [](RunConfig& c, const std::string& v) {
-                   c.data.val_fraction = parse_float("data.val_fraction", v);
-                 }},
+             [](const RunConfig& c) { return fmt_float(float(c.data.val_fraction)); },
+             [](RunConfig& c, const std::string& v) {
+               c.data.val_fraction = parse_float("data.val_fraction", v);
+             }},
         "share of windows held out for validation");
-    add(string_key("data.cache_dir", REF(data.cache_dir)),
-        "tokenizer model and token cache", "RP");
-    add(int_key("data.max_bytes", REF(data.max_bytes)),
-        "read only the first N corpus bytes (0: all)");
+    add(string_key("data.cache_dir", REF(data.cache_dir)), "tokenizer model and token cache", "RP");
+    add(int_key("data.max_bytes", REF(data.max_bytes)), "read only the first N corpus bytes (0: all)");
     return k;
   }();
   return keys;
