@@ -1,5 +1,6 @@
 // `octet compare`: trains the same config in several precision arms (same seed, same data order)
-// and prints/writes the comparison table (summary.json) and the loss curves (curves.png).
+// and prints/writes the comparison table (summary.json) and the loss curves (curves.png). A non-empty
+// --out is refused unless --resume (finished arms kept, the others resumed) or --overwrite.
 #include <cstdio>
 
 #include "octet/command.h"
@@ -10,6 +11,7 @@
 namespace {
 struct CompareArgs {
   std::string config, out, device;
+  bool resume = false, overwrite = false;
   std::vector<std::string> arms{"bf16", "fp8-linear", "fp8-stale", "fp8-matched"};
   std::vector<std::string> sets;
 };
@@ -24,10 +26,17 @@ OCTET_COMMAND("compare", [](CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--out", args->out, "output directory (one sub-directory per arm)")->required();
   cmd->add_option("--device", args->device, "cpu | cuda");
+  auto* resume = cmd->add_flag("--resume", args->resume,
+                               "--out holds an earlier compare: keep its finished arms, resume the others");
+  cmd->add_flag("--overwrite", args->overwrite, "--out holds an earlier compare: remove its results first")
+      ->excludes(resume);
   cmd->callback([args] {
     std::vector<std::string> sets = args->sets;
     if (!args->device.empty()) sets.push_back("device=" + args->device);
     const octet::RunConfig cfg = octet::load_config(args->config, sets);
-    octet::compare_arms(cfg, args->arms, args->out, stdout);
+    const auto mode = args->resume      ? octet::CompareMode::Resume
+                      : args->overwrite ? octet::CompareMode::Overwrite
+                                        : octet::CompareMode::Fresh;
+    octet::compare_arms(cfg, args->arms, args->out, stdout, mode);
   });
 });

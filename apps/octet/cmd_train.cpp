@@ -69,12 +69,17 @@ void run_train(const TrainArgs& a) {
   RunConfig cfg;
   if (!a.resume.empty()) {
     OCTET_CHECK(a.config.empty(), "--resume takes its config from the run directory; drop --config");
-    OCTET_CHECK(a.out.empty() || fs::equivalent(a.out, a.resume), "--resume DIR writes to DIR; drop --out");
-    const std::string conf = a.resume + "/config.toml";
-    OCTET_CHECK(fs::exists(conf), "cannot resume " + a.resume + ": no config.toml there");
-    OCTET_CHECK(fs::exists(a.resume + "/checkpoint.safetensors"),
-                "cannot resume " + a.resume + ": no checkpoint.safetensors there");
-    cfg = load_config(conf, sets);
+    OCTET_CHECK(a.out.empty() || (fs::exists(a.out) && fs::equivalent(a.out, a.resume)),
+                "--resume DIR writes to DIR; drop --out");
+    // Schedule keys may change, meaning keys may not; a finished run writes nothing (docs/training.md §Resume).
+    const ResumePlan plan = plan_resume(a.resume, sets);
+    if (plan.complete()) {
+      std::printf("run %s is complete at step %lld of %lld (nothing to do; extend with --set train.steps=...)\n",
+                  a.resume.c_str(), static_cast<long long>(plan.state.step),
+                  static_cast<long long>(plan.config.train.steps));
+      return;
+    }
+    cfg = plan.config;
     out = a.resume;
   } else {
     OCTET_CHECK(!a.config.empty() || !sets.empty(), "give --config FILE (and/or --set key=value)");

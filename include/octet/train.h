@@ -13,11 +13,13 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -77,8 +79,34 @@ void set_config_value(RunConfig& cfg, const std::string& key, const std::string&
 void resolve_activations(RunConfig& cfg, const Backend& backend);
 /// The resolved config as TOML (round-trips through load_config).
 std::string to_toml(const RunConfig& cfg);
-/// Every setting as (key, value) rows, in a stable order (the start-up table).
-std::vector<std::pair<std::string, std::string>> config_rows(const RunConfig& cfg);
+/// One row of the start-up table: the dotted key, its value as typed (floats in the shortest form
+/// that reads back exactly: 0.003) and what it means.
+struct ConfigRow {
+  std::string key, value, meaning;
+  bool operator==(const ConfigRow&) const = default;
+};
+/// Every setting, in a stable order (the start-up table).
+std::vector<ConfigRow> config_rows(const RunConfig& cfg);
+/// Prints rows as the Markdown table `| parameter | value | meaning |` (llm.c's start-up table); with
+/// `base` (the same keys), only the rows whose value differs from base's.
+void print_config_table(FILE* log, const std::vector<ConfigRow>& rows, const std::vector<ConfigRow>& base = {});
+
+/// A key whose value a resume changes (values in config.toml's form).
+struct ConfigChange {
+  std::string key, from, to;
+};
+/// The keys whose values differ between a run's saved config and the one requested on resume.
+/// "Schedule" keys (train.steps, train.lr, train.min_lr_ratio, train.warmup_steps,
+/// train.eval_every, train.checkpoint_every, train.log_every, train.max_bad_steps, device,
+/// data.cache_dir) may change; any other key changes what the run is, and a change throws
+/// octet::Error naming the key, its two values and `run_dir` (docs/training.md §Resume).
+std::vector<ConfigChange> resume_changes(const RunConfig& saved, const RunConfig& requested,
+                                         const std::string& run_dir);
+
+/// Replaces `path` by the concatenated `chunks` crash-safely: writes <path>.tmp, fsyncs, renames.
+/// Throws octet::Error "cannot write <path>.tmp: <cause>" (or "cannot rename ...") and leaves
+/// `path` as it was.
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& chunks);
 
 // ---------------------------------------------------------------------------------------------
 // Corpus and tokenizers
@@ -181,6 +209,9 @@ struct TrainState {
 /// rename).
 void save_checkpoint(const std::string& out_dir, Model& model, const std::vector<float>& adam_m,
                      const std::vector<float>& adam_v, const TrainState& state);
+/// The train state of <out_dir>/checkpoint.safetensors alone (no model needed); throws
+/// octet::Error if the file is missing, corrupt or not an octet checkpoint.
+TrainState read_checkpoint_state(const std::string& out_dir);
 /// Loads into model (weights and quantizer states) and adam m/v (sized num_params) and returns the
 /// state; throws octet::Error if the file is missing, corrupt, or its tensors do not match the
 /// model. A checkpoint without "quant." tensors (a stateless recipe) leaves the quantizers fresh.
@@ -224,6 +255,8 @@ struct TrainResult {
   double row_residual_max = 0;                        ///< over evaluations and layers
   double row_residual_mean = 0;                       ///< max over evaluations and layers of the row mean
   int64_t skipped_steps = 0;
+  /// A resume found the checkpoint at train.steps: nothing was trained and nothing written.
+  bool complete = false;
 };
 
 /// Test hooks: called after backward of each step (before the NaN check), e.g. to poison gradients.
@@ -232,27 +265,69 @@ struct TrainHooks {
 };
 
 /// Trains cfg in out_dir (created). Writes out_dir/config.toml, metrics.jsonl, checkpoint.safetensors
-/// and model.safetensors. resume=true continues from out_dir/checkpoint.safetensors. `dataset` may
-/// be shared between runs (its position is reset/restored here). Progress goes to `log` (may be null).
+/// and model.safetensors. resume=true continues from out_dir/checkpoint.safetensors: cfg may differ
+/// from out_dir/config.toml only in schedule keys (resume_changes; else octet::Error before anything
+/// is written); a checkpoint at train.steps returns `complete` with nothing written, one beyond it
+/// throws octet::Error; otherwise metrics.jsonl is cut back to the checkpoint's step (atomically),
+/// config.toml is rewritten with the changes before the first step, and the log and metrics.jsonl
+/// note each change (docs/training.md §Resume). `dataset` may be shared between runs (its position
+/// is reset/restored here). Progress goes to `log` (may be null). The settings table lists every
+/// key, or with `table_base` only the keys whose values differ from it (compare prints the rest once).
 TrainResult train(const RunConfig& cfg, const std::string& out_dir, bool resume, Dataset& dataset,
-                  FILE* log, const TrainHooks& hooks = {});
+                  FILE* log, const TrainHooks& hooks = {}, const RunConfig* table_base = nullptr);
 
-/// One row of `octet compare`.
+/// The checks of resuming `dir` with `requested` (activations resolved) from a checkpoint at
+/// `checkpoint_step`, before anything is written: the changes of schedule keys against
+/// dir/config.toml (resume_changes), and a checkpoint not beyond train.steps. Throws octet::Error.
+std::vector<ConfigChange> check_resume(const std::string& dir, const RunConfig& requested, int64_t checkpoint_step);
+
+/// What `octet train --resume DIR --set ...` would do, found before anything is loaded or written:
+/// DIR's config with the overrides, the checkpoint's state and the changed schedule keys. Throws
+/// octet::Error if DIR has no config.toml or checkpoint, an override changes a meaning key, or the
+/// checkpoint's step is beyond train.steps (a run cannot be shortened).
+struct ResumePlan {
+  RunConfig config;
+  TrainState state;
+  std::vector<ConfigChange> changes;
+  bool complete() const { return state.step >= config.train.steps; }  ///< nothing left to train
+};
+ResumePlan plan_resume(const std::string& dir, const std::vector<std::string>& overrides);
+
+/// One row of `octet compare`, read from the arm's metrics.jsonl (the whole run, resumes included).
 struct CompareRow {
   std::string arm;
   double train_loss = 0, val_loss = 0, gap_pct = 0, kurtosis_max = 0, row_residual_max = 0,
          tokens_per_s = 0;
   double row_residual_mean = 0;  ///< extra column: the mean over rows of the row residual (attention.h)
+  /// The arm's attention uses the matched delta: only then is row_residual_max a check (FP32
+  /// rounding); with the stale delta it sits at ~1 in any long run (docs/training.md §Output).
+  bool matched_delta = false;
 };
+/// A row from <dir>/metrics.jsonl: train loss = mean of the last 10 finite step losses, the last
+/// validation loss, maxima over evaluations, tokens/s = all tokens / all step time. Throws
+/// octet::Error if the file is missing or holds no step.
+CompareRow compare_row_from_metrics(const std::string& arm, const std::string& dir);
+
+/// What compare does with a non-empty out_dir: refuse it (Fresh), keep finished arms and resume
+/// unfinished ones (Resume), or first remove what an earlier compare wrote there (Overwrite: the
+/// arm folders, summary.json, curves.png).
+enum class CompareMode { Fresh, Resume, Overwrite };
 /// Trains every arm with the same seed and data order in out_dir/<arm>, writes out_dir/summary.json
-/// and out_dir/curves.png, prints the table to `log`. Gap is relative to the bf16 arm if present.
+/// and out_dir/curves.png, prints the settings table once (each arm then prints what differs) and
+/// the comparison table to `log`. Gap is relative to the bf16 arm if present. Throws octet::Error
+/// before anything is written for an invalid config or arm, a repeated arm, an unavailable device
+/// or a non-empty out_dir in Fresh mode. Without gnuplot the curves are skipped with a warning on
+/// stderr; the results stay.
 std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std::string>& arms,
-                                     const std::string& out_dir, FILE* log);
+                                     const std::string& out_dir, FILE* log,
+                                     CompareMode mode = CompareMode::Fresh);
 /// The table as Markdown.
 std::string format_compare_table(const std::vector<CompareRow>& rows);
 
 /// Writes a PNG of train (thin) and validation (thick) loss curves of the runs (each a directory
-/// holding metrics.jsonl) with gnuplot. Throws octet::Error if a run has no metrics or gnuplot fails.
+/// holding metrics.jsonl) with gnuplot, run without a shell; any title and path work (quoted for
+/// gnuplot, shown literally). Throws octet::Error if a run has no metrics, gnuplot is missing or
+/// fails.
 void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_path,
                const std::string& title = "octet: loss");
 

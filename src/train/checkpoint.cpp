@@ -57,10 +57,9 @@ void save_checkpoint(const std::string& out_dir, Model& model, const std::vector
   write_safetensors(out_dir + "/checkpoint.safetensors", f);
 }
 
-TrainState load_checkpoint(const std::string& out_dir, Model& model, std::vector<float>& adam_m,
-                           std::vector<float>& adam_v) {
-  const std::string file = out_dir + "/checkpoint.safetensors";
-  const StFile f = read_safetensors(file);
+namespace {
+// The train state in a checkpoint's metadata (written by save_checkpoint).
+TrainState parse_state(const StFile& f, const std::string& file) {
   auto it = f.metadata.find("octet_state");
   OCTET_CHECK(it != f.metadata.end(), file + ": not an octet checkpoint (no octet_state metadata)");
   TrainState s;
@@ -76,6 +75,20 @@ TrainState load_checkpoint(const std::string& out_dir, Model& model, std::vector
     OCTET_FAIL(file + ": corrupt checkpoint state (" + std::string(e.what()) + ")");
   }
   OCTET_CHECK(s.step >= 0 && s.adam_step >= 0 && s.data_position >= 0, file + ": corrupt checkpoint state");
+  return s;
+}
+}  // namespace
+
+TrainState read_checkpoint_state(const std::string& out_dir) {
+  const std::string file = out_dir + "/checkpoint.safetensors";
+  return parse_state(read_safetensors(file), file);
+}
+
+TrainState load_checkpoint(const std::string& out_dir, Model& model, std::vector<float>& adam_m,
+                           std::vector<float>& adam_v) {
+  const std::string file = out_dir + "/checkpoint.safetensors";
+  const StFile f = read_safetensors(file);
+  const TrainState s = parse_state(f, file);
   std::vector<float> params;
   get_all(f, file, "param.", model, params);
   get_all(f, file, "adam_m.", model, adam_m);

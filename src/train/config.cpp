@@ -3,7 +3,10 @@
 // TOML v1.0), the --set overrides, the start-up table and the config.toml a run writes.
 // Unknown keys, wrong types and out-of-range values are errors naming the key (torchtitan-style
 // TOML configs, but strict).
+#include <charconv>
 #include <cerrno>
+#include <filesystem>
+#include <set>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,10 +25,17 @@ namespace octet {
 namespace {
 
 struct Key {
+  using Get = std::function<std::string(const RunConfig&)>;
+  using Set = std::function<void(RunConfig&, const std::string&)>;
+  Key(std::string k, Get g, Set s, bool str = false)
+      : key(std::move(k)), get(std::move(g)), set(std::move(s)), is_string(str) {}
   std::string key;
-  std::function<std::string(const RunConfig&)> get;
-  std::function<void(RunConfig&, const std::string&)> set;
+  Get get;
+  Set set;
   bool is_string = false;  // TOML: quoted
+  std::string meaning;     // the settings table's third column (docs/training.md §"Config keys")
+  bool on_resume = false;  // may change on --resume (a "schedule" key); otherwise a "meaning" key
+  bool is_path = false;    // a relative value resolves against its config file's directory
 };
 
 int64_t parse_int(const std::string& key, const std::string& v) {
@@ -38,20 +48,22 @@ int64_t parse_int(const std::string& key, const std::string& v) {
 }
 float parse_float(const std::string& key, const std::string& v) {
   char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
+  const float x = std::strtof(v.c_str(), &end);  // correctly rounded from the decimal text
   OCTET_CHECK(!v.empty() && end && *end == '\0' && std::isfinite(x),
               "config key '" + key + "': expected a finite number, got '" + v + "'");
-  return float(x);
+  return x;
 }
 bool parse_bool(const std::string& key, const std::string& v) {
   if (v == "true" || v == "on" || v == "1") return true;
   if (v == "false" || v == "off" || v == "0") return false;
   OCTET_FAIL("config key '" + key + "': expected true/false (or on/off), got '" + v + "'");
 }
+// The shortest decimal that reads back as the same float (0.003, not 0.00300000003): the value as a
+// user types it, and still an exact round trip through config.toml.
 std::string fmt_float(float x) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", double(x));
-  std::string s(buf);
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  std::string s(buf, r.ptr);
   if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
   return s;
 }
@@ -95,82 +107,100 @@ Key enum_key(std::string k, F ref) {
 const std::vector<Key>& registry() {
   static const std::vector<Key> keys = [] {
     std::vector<Key> k;
-    k.push_back(string_key("device", REF(device)));
+    // meaning: the table's third column; flags: R = may change on --resume ("schedule": how long
+    // and how fast the run goes, how often it reports, where it computes), P = a path; every key
+    // without R is a "meaning" key that a resume refuses to change (docs/training.md §Resume).
+    auto add = [&k](Key key, const char* meaning, const char* flags = "") {
+      key.meaning = meaning;
+      key.on_resume = std::string_view(flags).find('R') != std::string_view::npos;
+      key.is_path = std::string_view(flags).find('P') != std::string_view::npos;
+      k.push_back(std::move(key));
+    };
+    add(string_key("device", REF(device)), "where the run computes: cpu, cuda", "R");
     // model
-    k.push_back(int_key("model.n_layer", REF(model.n_layer)));
-    k.push_back(int_key("model.d_model", REF(model.d_model)));
-    k.push_back(int_key("model.n_head", REF(model.n_head)));
-    k.push_back(int_key("model.n_kv_head", REF(model.n_kv_head)));
-    k.push_back(int_key("model.d_ff", REF(model.d_ff)));
-    k.push_back(int_key("model.vocab_size", REF(model.vocab_size)));
-    k.push_back(int_key("model.seq_len", REF(model.seq_len)));
-    k.push_back(enum_key("model.norm", REF(model.norm)));
-    k.push_back(enum_key("model.norm_placement", REF(model.norm_placement)));
-    k.push_back(bool_key("model.qk_norm", REF(model.qk_norm)));
-    k.push_back(bool_key("model.qk_norm_trainable", REF(model.qk_norm_trainable)));
-    k.push_back(enum_key("model.positions", REF(model.positions)));
-    k.push_back(float_key("model.rope_theta", REF(model.rope_theta)));
-    k.push_back(enum_key("model.mlp", REF(model.mlp)));
-    k.push_back(bool_key("model.tied_embeddings", REF(model.tied_embeddings)));
-    k.push_back(float_key("model.init_std", REF(model.init_std)));
-    k.push_back(float_key("model.norm_eps", REF(model.norm_eps)));
-    k.push_back(bool_key("model.unit_scaling", REF(model.unit_scaling)));
-    k.push_back(float_key("model.residual_tau", REF(model.residual_tau)));
+    add(int_key("model.n_layer", REF(model.n_layer)), "transformer blocks");
+    add(int_key("model.d_model", REF(model.d_model)), "residual-stream width");
+    add(int_key("model.n_head", REF(model.n_head)), "query heads (divides d_model)");
+    add(int_key("model.n_kv_head", REF(model.n_kv_head)), "key/value heads (GQA; divides n_head)");
+    add(int_key("model.d_ff", REF(model.d_ff)), "MLP hidden width (SwiGLU's fc1 has 2x)");
+    add(int_key("model.vocab_size", REF(model.vocab_size)), "tokens in the vocabulary (BPE pieces; byte: >= 256)");
+    add(int_key("model.seq_len", REF(model.seq_len)), "tokens per training sequence");
+    add(enum_key("model.norm", REF(model.norm)), "rmsnorm, layernorm");
+    add(enum_key("model.norm_placement", REF(model.norm_placement)), "pre, post, output (FOG)");
+    add(bool_key("model.qk_norm", REF(model.qk_norm)), "RMSNorm of each query and key head");
+    add(bool_key("model.qk_norm_trainable", REF(model.qk_norm_trainable)), "QK-norm gain trained (else fixed at 1)");
+    add(enum_key("model.positions", REF(model.positions)), "rope, learned, nope");
+    add(float_key("model.rope_theta", REF(model.rope_theta)), "RoPE base");
+    add(enum_key("model.mlp", REF(model.mlp)), "swiglu, gelu");
+    add(bool_key("model.tied_embeddings", REF(model.tied_embeddings)), "LM head = token embedding");
+    add(float_key("model.init_std", REF(model.init_std)), "sigma of the N(0, sigma) init of matrices and embeddings");
+    add(float_key("model.norm_eps", REF(model.norm_eps)), "epsilon of the norms");
+    add(bool_key("model.unit_scaling", REF(model.unit_scaling)),
+        "unit scaling: N(0, 1) init, static 1/sqrt(fan_in) outputs");
+    add(float_key("model.residual_tau", REF(model.residual_tau)), "unit scaling's residual mix tau");
     // precision
-    k.push_back(enum_key("precision.arm", REF(precision.arm)));
-    k.push_back({"precision.activations", [](const RunConfig& c) { return c.activations; },
-                 [](RunConfig& c, const std::string& v) {
-                   OCTET_CHECK(v == "auto" || v == "f32" || v == "bf16",
-                               "config key 'precision.activations': expected auto, f32 or bf16, "
-                               "got '" + v + "'");
-                   c.activations = v;
-                   if (v != "auto") c.precision.activations = parse_dtype(v);
-                 },
-                 true});
-    k.push_back(enum_key("precision.recipe", REF(precision.quant.recipe)));
-    k.push_back(enum_key("precision.formats", REF(precision.quant.formats)));
-    k.push_back(int_key("precision.amax_history_len", REF(precision.quant.amax_history_len)));
-    k.push_back(enum_key("precision.amax_algo", REF(precision.quant.amax_algo)));
-    k.push_back(int_key("precision.margin", REF(precision.quant.margin)));
-    k.push_back(bool_key("precision.pow2_scales", REF(precision.quant.pow2_scales)));
-    k.push_back(float_key("precision.unit_scale", REF(precision.quant.unit_scale)));
-    k.push_back(enum_key("precision.attn_form", REF(precision.attn_form)));
-    k.push_back(enum_key("precision.qkv_scaling", REF(precision.qkv_scaling)));
-    k.push_back(float_key("precision.p_scale", REF(precision.p_scale)));
+    add(enum_key("precision.arm", REF(precision.arm)), "bf16, fp8-linear, fp8-stale, fp8-matched, fp32");
+    add({"precision.activations", [](const RunConfig& c) { return c.activations; },
+             [](RunConfig& c, const std::string& v) {
+               OCTET_CHECK(v == "auto" || v == "f32" || v == "bf16",
+                           "config key 'precision.activations': expected auto, f32 or bf16, "
+                           "got '" + v + "'");
+               c.activations = v;
+               if (v != "auto") c.precision.activations = parse_dtype(v);
+             },
+             true},
+        "dtype between ops: auto (the backend's), f32, bf16");
+    add(enum_key("precision.recipe", REF(precision.quant.recipe)), "FP8 scaling of the linears");
+    add(enum_key("precision.formats", REF(precision.quant.formats)), "e4m3 everywhere, or hybrid (E5M2 gradients)");
+    add(int_key("precision.amax_history_len", REF(precision.quant.amax_history_len)),
+        "tensor-delayed: amax history length");
+    add(enum_key("precision.amax_algo", REF(precision.quant.amax_algo)),
+        "tensor-delayed: max, most_recent of the history");
+    add(int_key("precision.margin", REF(precision.quant.margin)),
+        "scales leave 2^margin headroom below the format's max (0..32)");
+    add(bool_key("precision.pow2_scales", REF(precision.quant.pow2_scales)), "round scales down to powers of two");
+    add(float_key("precision.unit_scale", REF(precision.quant.unit_scale)), "the unit recipe's fixed scale");
+    add(enum_key("precision.attn_form", REF(precision.attn_form)), "FP8 attention: whole, tiled");
+    add(enum_key("precision.qkv_scaling", REF(precision.qkv_scaling)), "Q, K, V scales: tensor, head-block");
+    add(float_key("precision.p_scale", REF(precision.p_scale)), "static power-of-two scale of P before E4M3");
     // train
-    k.push_back(int_key("train.steps", REF(train.steps)));
-    k.push_back(int_key("train.batch_size", REF(train.batch_size)));
-    k.push_back(int_key("train.grad_accum", REF(train.grad_accum)));
-    k.push_back(float_key("train.lr", REF(train.lr)));
-    k.push_back(float_key("train.min_lr_ratio", REF(train.min_lr_ratio)));
-    k.push_back(int_key("train.warmup_steps", REF(train.warmup_steps)));
-    k.push_back(float_key("train.weight_decay", REF(train.weight_decay)));
-    k.push_back(float_key("train.beta1", REF(train.beta1)));
-    k.push_back(float_key("train.beta2", REF(train.beta2)));
-    k.push_back(float_key("train.eps", REF(train.eps)));
-    k.push_back(float_key("train.grad_clip", REF(train.grad_clip)));
-    k.push_back({"train.seed",
-                 [](const RunConfig& c) { return std::to_string(c.train.seed); },
-                 [](RunConfig& c, const std::string& v) {
-                   const int64_t s = parse_int("train.seed", v);
-                   OCTET_CHECK(s >= 0, "config key 'train.seed' must be >= 0");
-                   c.train.seed = uint64_t(s);
-                 }});
-    k.push_back(int_key("train.eval_every", REF(train.eval_every)));
-    k.push_back(int_key("train.eval_batches", REF(train.eval_batches)));
-    k.push_back(int_key("train.checkpoint_every", REF(train.checkpoint_every)));
-    k.push_back(int_key("train.log_every", REF(train.log_every)));
-    k.push_back(int_key("train.max_bad_steps", REF(train.max_bad_steps)));
+    add(int_key("train.steps", REF(train.steps)), "optimizer steps", "R");
+    add(int_key("train.batch_size", REF(train.batch_size)), "sequences per micro-batch");
+    add(int_key("train.grad_accum", REF(train.grad_accum)), "micro-batches per optimizer step");
+    add(float_key("train.lr", REF(train.lr)), "peak learning rate", "R");
+    add(float_key("train.min_lr_ratio", REF(train.min_lr_ratio)), "cosine floor as a fraction of lr", "R");
+    add(int_key("train.warmup_steps", REF(train.warmup_steps)), "steps of linear warmup", "R");
+    add(float_key("train.weight_decay", REF(train.weight_decay)),
+        "AdamW decoupled weight decay (matrices, embeddings)");
+    add(float_key("train.beta1", REF(train.beta1)), "AdamW beta1");
+    add(float_key("train.beta2", REF(train.beta2)), "AdamW beta2");
+    add(float_key("train.eps", REF(train.eps)), "AdamW epsilon");
+    add(float_key("train.grad_clip", REF(train.grad_clip)), "global gradient-norm clip (0: off)");
+    add({"train.seed",
+             [](const RunConfig& c) { return std::to_string(c.train.seed); },
+             [](RunConfig& c, const std::string& v) {
+               const int64_t s = parse_int("train.seed", v);
+               OCTET_CHECK(s >= 0, "config key 'train.seed' must be >= 0");
+               c.train.seed = uint64_t(s);
+             }},
+        "seed of the init and the data order");
+    add(int_key("train.eval_every", REF(train.eval_every)), "steps between validation passes", "R");
+    add(int_key("train.eval_batches", REF(train.eval_batches)), "validation micro-batches per pass");
+    add(int_key("train.checkpoint_every", REF(train.checkpoint_every)),
+        "steps between checkpoints (0: only at the end)", "R");
+    add(int_key("train.log_every", REF(train.log_every)), "steps between progress lines", "R");
+    add(int_key("train.max_bad_steps", REF(train.max_bad_steps)), "NaN/inf steps in a row before the run stops", "R");
     // data
-    k.push_back(string_key("data.path", REF(data.path)));
-    k.push_back(string_key("data.tokenizer", REF(data.tokenizer)));
-    k.push_back({"data.val_fraction",
-                 [](const RunConfig& c) { return fmt_float(float(c.data.val_fraction)); },
-                 [](RunConfig& c, const std::string& v) {
-                   c.data.val_fraction = parse_float("data.val_fraction", v);
-                 }});
-    k.push_back(string_key("data.cache_dir", REF(data.cache_dir)));
-    k.push_back(int_key("data.max_bytes", REF(data.max_bytes)));
+    add(string_key("data.path", REF(data.path)), "corpus: a file, a directory or a glob", "P");
+    add(string_key("data.tokenizer", REF(data.tokenizer)), "bpe, byte");
+    add({"data.val_fraction",
+             [](const RunConfig& c) { return fmt_float(float(c.data.val_fraction)); },
+             [](RunConfig& c, const std::string& v) {
+               c.data.val_fraction = parse_float("data.val_fraction", v);
+             }},
+        "share of windows held out for validation");
+    add(string_key("data.cache_dir", REF(data.cache_dir)), "tokenizer model and token cache", "RP");
+    add(int_key("data.max_bytes", REF(data.max_bytes)), "read only the first N corpus bytes (0: all)");
     return k;
   }();
   return keys;
@@ -195,15 +225,25 @@ std::string toml_leaf_to_string(const std::string& key, const toml::node& n) {
   OCTET_FAIL("config key '" + key + "': unsupported TOML value type");
 }
 
-void apply_table(RunConfig& cfg, const toml::table& t, const std::string& prefix) {
+// Sets every leaf of `t`; `set_keys` collects the dotted keys it set.
+void apply_table(RunConfig& cfg, const toml::table& t, const std::string& prefix,
+                 std::set<std::string>& set_keys) {
   for (auto&& [k, v] : t) {
     const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
     if (auto sub = v.as_table()) {
-      apply_table(cfg, *sub, key);
+      apply_table(cfg, *sub, key, set_keys);
     } else {
       set_config_value(cfg, key, toml_leaf_to_string(key, v));
+      set_keys.insert(key);
     }
   }
+}
+
+// A relative path made absolute against `base` (empty stays empty: "not given").
+std::string absolute_against(const std::string& value, const std::filesystem::path& base) {
+  const std::filesystem::path p(value);
+  if (value.empty() || p.is_absolute()) return value;
+  return (base / p).lexically_normal().string();
 }
 
 std::string toml_quote(const std::string& s) {
@@ -227,6 +267,7 @@ void set_config_value(RunConfig& cfg, const std::string& key, const std::string&
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
   RunConfig cfg;
+  std::set<std::string> from_file;  // keys whose value comes from the file (not --set)
   if (!path.empty()) {
     toml::table t;
     try {
@@ -237,12 +278,24 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
          << e.source().begin.line << ")";
       OCTET_FAIL(os.str());
     }
-    apply_table(cfg, t, "");
+    apply_table(cfg, t, "", from_file);
   }
   for (const std::string& o : overrides) {
     const auto eq = o.find('=');
     OCTET_CHECK(eq != std::string::npos && eq > 0, "--set expects key=value, got '" + o + "'");
     set_config_value(cfg, o.substr(0, eq), o.substr(eq + 1));
+    from_file.erase(o.substr(0, eq));
+  }
+  // Paths: a relative one from the file resolves against the file's directory, one from --set (or
+  // a default) against the working directory; all end absolute, so that the config.toml a run
+  // writes means the same from wherever it is resumed.
+  namespace fs = std::filesystem;
+  const fs::path file_dir = path.empty() ? fs::path() : fs::absolute(fs::path(path)).parent_path();
+  for (const Key& k : registry()) {
+    if (!k.is_path) continue;
+    const std::string v = k.get(cfg);
+    const std::string resolved = absolute_against(v, from_file.count(k.key) ? file_dir : fs::current_path());
+    if (resolved != v) k.set(cfg, resolved);
   }
   cfg.validate();
   return cfg;
@@ -311,10 +364,38 @@ std::string to_toml(const RunConfig& cfg) {
   return os.str();
 }
 
-std::vector<std::pair<std::string, std::string>> config_rows(const RunConfig& cfg) {
-  std::vector<std::pair<std::string, std::string>> rows;
-  for (const Key& k : registry()) rows.emplace_back(k.key, k.get(cfg));
+std::vector<ConfigRow> config_rows(const RunConfig& cfg) {
+  std::vector<ConfigRow> rows;
+  for (const Key& k : registry()) rows.push_back({k.key, k.get(cfg), k.meaning});
   return rows;
+}
+
+void print_config_table(FILE* log, const std::vector<ConfigRow>& rows, const std::vector<ConfigRow>& base) {
+  auto cell = [](const std::string& v) {  // a '|' in a value (a path) would split the Markdown cell
+    std::string o;
+    for (char ch : v) {
+      if (ch == '|') o += '\\';
+      o += ch;
+    }
+    return o;
+  };
+  std::fprintf(log, "| parameter | value | meaning |\n|---|---|---|\n");
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (base.empty() || base[i].key != rows[i].key || base[i].value != rows[i].value)
+      std::fprintf(log, "| %s | %s | %s |\n", rows[i].key.c_str(), cell(rows[i].value).c_str(), rows[i].meaning.c_str());
+}
+
+std::vector<ConfigChange> resume_changes(const RunConfig& saved, const RunConfig& requested,
+                                         const std::string& run_dir) {
+  std::vector<ConfigChange> changes;
+  for (const Key& k : registry()) {
+    const std::string from = k.get(saved), to = k.get(requested);
+    if (from == to) continue;
+    OCTET_CHECK(k.on_resume, "cannot resume " + run_dir + " with " + k.key + " = " + to + " (it was " + from +
+                                 "): " + k.key + " changes what the run is; start a new run with --out");
+    changes.push_back({k.key, from, to});
+  }
+  return changes;
 }
 
 }  // namespace octet

@@ -1,35 +1,82 @@
 // src/train/plot.cpp — loss curves of one or several runs as a PNG, drawn by gnuplot (Debian's
 // gnuplot-nox; the pngcairo terminal, or the plain png terminal where cairo is missing). Train loss
-// is a thin line, validation loss a thick line with points, one colour per run.
+// is a thin line, validation loss a thick line with points, one colour per run. gnuplot is started
+// without a shell (posix_spawnp) and every user string (title, paths, run names) is a gnuplot
+// single-quoted string shown literally (noenhanced), so any title and any path work.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "octet/error.h"
 #include "octet/train.h"
+
+extern char** environ;
 
 namespace octet {
 
 namespace fs = std::filesystem;
 
 namespace {
-bool has_pngcairo() {
-  FILE* p = ::popen("gnuplot -e 'set terminal pngcairo' 2>&1", "r");
-  if (!p) return false;
-  char buf[256];
-  std::string out;
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int rc = ::pclose(p);
+
+// Runs gnuplot with `args` (no shell: argv as given), its stdout and stderr into `log_path`.
+// Returns the exit status; throws octet::Error if gnuplot cannot be started.
+int run_gnuplot(const std::vector<std::string>& args, const std::string& log_path) {
+  std::vector<char*> argv;
+  std::string prog = "gnuplot";
+  argv.push_back(prog.data());
+  std::vector<std::string> copy = args;
+  for (std::string& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = 0;
+  const int rc = ::posix_spawnp(&pid, "gnuplot", &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  OCTET_CHECK(rc == 0, std::string("cannot run gnuplot: ") + std::strerror(rc) + " (install gnuplot-nox)");
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+bool has_pngcairo(const fs::path& tmp) {
+  const std::string log = (tmp / "probe.log").string();
+  const int rc = run_gnuplot({"-e", "set terminal pngcairo"}, log);
+  const std::string out = read_text(log);
   return rc == 0 && out.find("unknown") == std::string::npos && out.find("rror") == std::string::npos;
 }
+
+// A gnuplot single-quoted string: a quote doubled, control characters (which would end the
+// command) shown as spaces; everything else literal.
 std::string quoted(const std::string& s) {
-  OCTET_CHECK(s.find('\'') == std::string::npos, "path must not contain a single quote: " + s);
-  return "'" + s + "'";
+  std::string o = "'";
+  for (char ch : s) {
+    if (ch == '\'') o += "''";
+    else o += (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ? ' ' : ch;
+  }
+  return o + "'";
 }
+
 }  // namespace
 
 void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_path, const std::string& title) {
@@ -69,32 +116,29 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_
     OCTET_CHECK(n_train > 0, "no training steps in " + metrics);
     std::string label = fs::path(run_dirs[i]).lexically_normal().filename().string();
     if (label.empty()) label = fs::path(run_dirs[i]).lexically_normal().parent_path().filename().string();
-    for (char& ch : label)
-      if (ch == '\'' || ch == '_') ch = '-';
     const int color = int(i) + 1;
     if (!plots.empty()) plots += ", \\\n     ";
-    plots += quoted(tr) + " using 1:2 with lines lw 1 lc " + std::to_string(color) + " title '" + label + " train'";
+    plots += quoted(tr) + " using 1:2 with lines lw 1 lc " + std::to_string(color) + " title " + quoted(label + " train") + " noenhanced";
     if (n_val > 0)
       plots += ", \\\n     " + quoted(va) + " using 1:2 with linespoints lw 3 pt 7 ps 0.8 lc " +
-               std::to_string(color) + " title '" + label + " val'";
+               std::to_string(color) + " title " + quoted(label + " val") + " noenhanced";
   }
   const std::string script = (tmp / "plot.gp").string();
   {
     std::ofstream gp(script);
-    gp << (has_pngcairo() ? "set terminal pngcairo size 1100,650 font 'sans,11'\n" : "set terminal png size 1100,650\n");
+    gp << (has_pngcairo(tmp) ? "set terminal pngcairo size 1100,650 font 'sans,11'\n" : "set terminal png size 1100,650\n");
     gp << "set output " << quoted(png_path) << "\n";
-    gp << "set title " << quoted(title) << "\n";
+    gp << "set title " << quoted(title) << " noenhanced\n";
     gp << "set xlabel 'step'\nset ylabel 'loss (nats/token)'\nset grid\nset key top right\n";
     gp << "plot " << plots << "\n";
   }
-  const std::string cmd = "gnuplot " + quoted(script) + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  OCTET_CHECK(p, "cannot run gnuplot (install gnuplot-nox)");
-  char buf[256];
-  std::string out;
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int rc = ::pclose(p);
-  OCTET_CHECK(rc == 0 && fs::exists(png_path), "gnuplot failed (is gnuplot-nox installed?): " + out);
+  const std::string log = (tmp / "gnuplot.log").string();
+  const int rc = run_gnuplot({script}, log);
+  if (rc == 0 && fs::exists(png_path)) return;
+  std::string why = read_text(log);  // its last non-empty line, for a one-line error
+  while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+  why = why.substr(why.find_last_of('\n') == std::string::npos ? 0 : why.find_last_of('\n') + 1);
+  OCTET_FAIL("gnuplot failed (exit " + std::to_string(rc) + ") writing " + png_path + ": " + why);
 }
 
 }  // namespace octet

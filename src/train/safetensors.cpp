@@ -4,10 +4,7 @@
 // then the raw little-endian data; offsets are relative to the end of the header. The header is
 // padded with spaces to a multiple of 8. octet adds "octet_checksum" (FNV-1a 64 of the data
 // section, hex) to the metadata so that corruption, not only truncation, is detected.
-// Writes go to <path>.tmp, are fsynced and renamed over <path>: a crash leaves the old file intact.
-#include <fcntl.h>
-#include <unistd.h>
-
+// Writes go through write_file_atomic (atomic_file.cpp): a crash leaves the old file intact.
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -74,30 +71,10 @@ void write_safetensors(const std::string& path, const StFile& f) {
   std::string js = header.dump();
   while (js.size() % 8) js += ' ';
 
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  OCTET_CHECK(fd >= 0, "cannot write " + tmp + ": " + std::strerror(errno));
-  bool ok = true;
-  auto put = [&](const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (ok && n > 0) {
-      const ssize_t w = ::write(fd, c, n);
-      if (w <= 0) ok = false;
-      else c += w, n -= size_t(w);
-    }
-  };
   const uint64_t len = js.size();  // little-endian on every platform octet builds for
-  put(&len, 8);
-  put(js.data(), js.size());
-  for (auto& [name, t] : f.tensors) put(t.data.data(), t.data.size());
-  ok = ok && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok) {
-    std::remove(tmp.c_str());
-    OCTET_FAIL("cannot write " + tmp + ": " + std::strerror(errno));
-  }
-  OCTET_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
-              "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+  std::vector<std::string_view> chunks{{reinterpret_cast<const char*>(&len), 8}, js};
+  for (auto& [name, t] : f.tensors) chunks.emplace_back(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+  write_file_atomic(path, chunks);
 }
 
 StFile read_safetensors(const std::string& path) {

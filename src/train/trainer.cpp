@@ -48,8 +48,10 @@ json layers_json(const std::vector<LayerDiag>& diags) {
   return layers;
 }
 
-// Keeps the metrics lines of steps <= last_step (a resumed run rewrites what came after).
-void truncate_metrics(const std::string& path, int64_t last_step) {
+// Cuts metrics.jsonl back to the lines of steps <= last_step (a resumed run rewrites what came
+// after; a torn last line from a crash ends the kept part): the kept prefix is written to a
+// temporary file, fsynced and renamed over the original, never edited in place.
+void cut_back_metrics(const std::string& path, int64_t last_step) {
   std::ifstream in(path);
   if (!in) return;
   std::string line, kept;
@@ -58,39 +60,52 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
       const json j = json::parse(line);
       if (j.value("step", int64_t(0)) <= last_step) kept += line + "\n";
     } catch (const json::exception&) {
-      break;  // a torn last line from a crash
+      break;
     }
   }
   in.close();
-  std::ofstream out(path, std::ios::trunc);
-  out << kept;
+  write_file_atomic(path, {kept});
 }
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    OCTET_CHECK(out.good(), "cannot write " + tmp);
-  }
-  fs::rename(tmp, path);
-}
-
-void print_table(FILE* log, const RunConfig& cfg, const Model& model, const std::string& backend) {
+// The settings table: every key (or, with `base`, the keys whose values differ from it), then the
+// backend, the parameter count and the tokens per optimizer step.
+void print_table(FILE* log, const RunConfig& cfg, const Model& model, const std::string& backend,
+                 const RunConfig* base) {
   if (!log) return;
-  std::fprintf(log, "| parameter | value |\n|---|---|\n");
-  for (auto& [k, v] : config_rows(cfg)) std::fprintf(log, "| %s | %s |\n", k.c_str(), v.c_str());
-  std::fprintf(log, "| backend | %s |\n", backend.c_str());
-  std::fprintf(log, "| parameters | %zu |\n", model.num_params());
-  std::fprintf(log, "| tokens per step | %lld |\n",
+  std::vector<ConfigRow> base_rows;
+  if (base) base_rows = config_rows(*base);
+  print_config_table(log, config_rows(cfg), base_rows);
+  std::fprintf(log, "| backend | %s | |\n", backend.c_str());
+  std::fprintf(log, "| parameters | %zu | |\n", model.num_params());
+  std::fprintf(log, "| tokens per step | %lld | batch_size x grad_accum x seq_len |\n",
                static_cast<long long>(cfg.train.batch_size * cfg.train.grad_accum * cfg.model.seq_len));
   std::fflush(log);
 }
 
 }  // namespace
 
+std::vector<ConfigChange> check_resume(const std::string& dir, const RunConfig& requested, int64_t checkpoint_step) {
+  std::vector<ConfigChange> changes = resume_changes(load_config(dir + "/config.toml"), requested, dir);
+  OCTET_CHECK(checkpoint_step <= requested.train.steps,
+              "cannot resume " + dir + " with train.steps = " + std::to_string(requested.train.steps) +
+                  ": its checkpoint is at step " + std::to_string(checkpoint_step) +
+                  " (a run cannot be shortened; give train.steps >= " + std::to_string(checkpoint_step) + ")");
+  return changes;
+}
+
+ResumePlan plan_resume(const std::string& dir, const std::vector<std::string>& overrides) {
+  const std::string conf = dir + "/config.toml";
+  OCTET_CHECK(fs::exists(conf), "cannot resume " + dir + ": no config.toml there");
+  OCTET_CHECK(fs::exists(dir + "/checkpoint.safetensors"), "cannot resume " + dir + ": no checkpoint.safetensors there");
+  ResumePlan plan;
+  plan.config = load_config(conf, overrides);
+  plan.state = read_checkpoint_state(dir);
+  plan.changes = check_resume(dir, plan.config, plan.state.step);
+  return plan;
+}
+
 TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool resume, Dataset& ds,
-                  FILE* log, const TrainHooks& hooks) {
+                  FILE* log, const TrainHooks& hooks, const RunConfig* table_base) {
   run_cfg.validate();
   auto backend = make_backend(run_cfg.device);
   Backend& be = *backend;
@@ -105,20 +120,39 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
 
   const std::string metrics_path = out_dir + "/metrics.jsonl";
   TrainState st;
-  if (resume) {
+  std::vector<ConfigChange> changes;
+  if (resume) {  // everything checked before the first write (docs/training.md §Resume)
+    resume_changes(load_config(out_dir + "/config.toml"), cfg, out_dir);  // before a checkpoint shape error
     std::vector<float> hm, hv;
     st = load_checkpoint(out_dir, model, hm, hv);
+    changes = check_resume(out_dir, cfg, st.step);
+    if (st.step == t.steps) {
+      TrainResult done;
+      done.complete = true;
+      done.skipped_steps = st.skipped_steps;
+      return done;
+    }
     opt.load(hm, hv, st.adam_step);
-    truncate_metrics(metrics_path, st.step);
+    cut_back_metrics(metrics_path, st.step);
+    if (!changes.empty()) write_file_atomic(out_dir + "/config.toml", {to_toml(cfg)});  // before step one
   } else {
     model.init(t.seed);
-    write_text_atomic(out_dir + "/config.toml", to_toml(cfg));
+    write_file_atomic(out_dir + "/config.toml", {to_toml(cfg)});
   }
   MetricsLog metrics(metrics_path, resume);
   ds.set_position(st.data_position);
-  print_table(log, cfg, model, be.name());
-  if (log && resume)
-    std::fprintf(log, "resuming %s at step %lld\n", out_dir.c_str(), static_cast<long long>(st.step));
+  print_table(log, cfg, model, be.name(), table_base);
+  if (resume) {
+    json record = {{"step", st.step}, {"event", "resume"}, {"changes", json::array()}};
+    for (const ConfigChange& c : changes) {
+      record["changes"].push_back({{"key", c.key}, {"from", c.from}, {"to", c.to}});
+      if (log)
+        std::fprintf(log, "resume: %s %s -> %s from step %lld\n", c.key.c_str(), c.from.c_str(), c.to.c_str(),
+                     static_cast<long long>(st.step));
+    }
+    metrics.write(record.dump());
+    if (log) std::fprintf(log, "resuming %s at step %lld\n", out_dir.c_str(), static_cast<long long>(st.step));
+  }
 
   const int64_t tokens_per_micro = t.batch_size * cfg.model.seq_len;
   const int64_t tokens_per_step = tokens_per_micro * t.grad_accum;

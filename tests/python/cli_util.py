@@ -17,3 +17,24 @@ def octet(*args):
 
 def sets(*pairs):
     return [a for p in pairs for a in ("--set", p)]
+
+
+def octet_in(cwd, *args, env=None):
+    """Runs octet from the directory `cwd` (optionally with another environment)."""
+    return subprocess.run([OCTET, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env)
+
+
+def assert_one_line_error(r, *words):
+    """Exit code 2 and one line on stderr holding every word; returns the line."""
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+def snapshot(d):
+    """Every file under the directory d (relative path -> bytes): what 'nothing written' compares."""
+    d = Path(d)
+    return {str(p.relative_to(d)): (p.read_bytes() if p.is_file() else None) for p in sorted(d.rglob("*"))}

@@ -2,6 +2,9 @@
 // types and out-of-range values are rejected with a message naming the key; to_toml round-trips.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <map>
+
 #include "octet/error.h"
 #include "octet/names.h"
 #include "octet/train.h"
@@ -17,6 +20,12 @@ std::string error_of(const std::function<void()>& f) {
   } catch (const Error& e) {
     return e.what();
   }
+  return "";
+}
+
+std::string value_of(const RunConfig& c, const std::string& key) {
+  for (const ConfigRow& r : config_rows(c))
+    if (r.key == key) return r.value;
   return "";
 }
 
@@ -36,7 +45,66 @@ TEST(Config, TomlSectionsAndOverrides) {
   EXPECT_EQ(c.precision.quant.formats, FormatPolicy::Hybrid);
   EXPECT_FLOAT_EQ(c.train.lr, 1e-3f);  // the override wins
   EXPECT_EQ(c.train.steps, 7);
-  EXPECT_EQ(c.data.path, "x.txt");
+  EXPECT_EQ(c.data.path, (dir.path / "x.txt").string());  // relative to the file's directory
+}
+
+// docs/training.md §"Config keys": a relative path in a file resolves against the file's directory,
+// one from --set against the working directory; both end absolute (config.toml then means the same
+// from anywhere); an absolute path stays as given.
+TEST(Config, RelativePathsResolveAgainstTheConfigFile) {
+  test::TempDir dir("config-paths");
+  test::write_file(dir / "sub/c.toml", "[data]\npath = \"../corpus/*.txt\"\ncache_dir = \"cache\"\ntokenizer = \"byte\"\n");
+  const RunConfig c = load_config(dir / "sub/c.toml");
+  EXPECT_EQ(c.data.path, (dir.path / "corpus/*.txt").string());
+  EXPECT_EQ(c.data.cache_dir, (dir.path / "sub/cache").string());
+  const RunConfig d = load_config(dir / "sub/c.toml", {"data.path=rel/x.txt", "data.cache_dir=/abs/cache"});
+  EXPECT_EQ(d.data.path, (std::filesystem::current_path() / "rel/x.txt").string());
+  EXPECT_EQ(d.data.cache_dir, "/abs/cache");
+}
+
+// docs/training.md §"Config keys": floats print as typed (the shortest text that reads back as the
+// same float), and every key has a meaning in the table.
+TEST(Config, TablePrintsValuesAsTypedWithTheirMeaning) {
+  const RunConfig c = load_config("", {"train.lr=0.003", "train.eps=1e-8", "model.rope_theta=10000", "data.tokenizer=byte"});
+  std::map<std::string, ConfigRow> rows;
+  for (const ConfigRow& r : config_rows(c)) rows[r.key] = r;
+  EXPECT_EQ(rows.at("train.lr").value, "0.003");
+  EXPECT_EQ(rows.at("train.eps").value, "1e-08");
+  EXPECT_EQ(rows.at("model.rope_theta").value, "10000.0");
+  for (const auto& [key, r] : rows) {
+    EXPECT_FALSE(r.meaning.empty()) << key;
+    EXPECT_EQ(r.meaning.find('|'), std::string::npos) << key << ": a '|' splits the Markdown cell";
+  }
+  // The printed text reads back as the very same float (to_toml round trip), also for awkward values.
+  for (const char* v : {"0.1", "3.4028235e+38", "1.17549435e-38", "0.30000001", "1e-45"}) {
+    const RunConfig a = load_config("", {std::string("train.lr=") + v, "data.tokenizer=byte"});
+    const RunConfig b = load_config("", {"train.lr=" + value_of(a, "train.lr"), "data.tokenizer=byte"});
+    EXPECT_EQ(a.train.lr, b.train.lr) << v;
+  }
+}
+
+// docs/training.md §Resume: schedule keys may change on resume, meaning keys are refused naming the key.
+TEST(Config, ResumeChangesAllowOnlyScheduleKeys) {
+  const RunConfig saved = load_config("", {"train.lr=0.003", "train.steps=30", "data.tokenizer=byte"});
+  const RunConfig more = load_config("", {"train.lr=0.1", "train.steps=60", "train.eval_every=5", "data.tokenizer=byte"});
+  const std::vector<ConfigChange> ch = resume_changes(saved, more, "runs/x");
+  ASSERT_EQ(ch.size(), 3u);
+  EXPECT_EQ(ch[0].key, "train.steps");
+  EXPECT_EQ(ch[0].from, "30");
+  EXPECT_EQ(ch[0].to, "60");
+  EXPECT_EQ(ch[1].key, "train.lr");
+  EXPECT_EQ(ch[1].from, "0.003");
+  EXPECT_EQ(ch[1].to, "0.1");
+  EXPECT_TRUE(resume_changes(saved, saved, "runs/x").empty());
+  for (const char* meaning : {"model.n_layer=3", "precision.arm=fp8-matched", "precision.recipe=block",
+                              "data.tokenizer=bpe", "train.seed=7", "train.batch_size=4"}) {
+    RunConfig other = saved;
+    const std::string kv = meaning;
+    set_config_value(other, kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1));
+    const std::string e = error_of([&] { resume_changes(saved, other, "runs/x"); });
+    EXPECT_NE(e.find(kv.substr(0, kv.find('='))), std::string::npos) << e;
+    EXPECT_NE(e.find("runs/x"), std::string::npos) << e;
+  }
 }
 
 TEST(Config, RoundTripsThroughToml) {

@@ -4,6 +4,7 @@
 // Resume is tested for a stateless FP8 recipe and for tensor-delayed scaling (amax histories saved).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -81,8 +82,15 @@ void expect_bitwise_resume(const RunConfig& cfg, Dataset& ds, const test::TempDi
   ASSERT_EQ(rest.train_loss.size(), 3u);  // steps 4..6 after the checkpoint at step 3
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest.train_loss[i], full.train_loss[3 + i]) << i;
   EXPECT_EQ(rest.final_val_loss, full.final_val_loss);
-  // The metrics of the resumed run read like the uninterrupted one.
-  const auto a = read_metrics(dir / "full"), b = read_metrics(dir / "crashed");
+  // The metrics of the resumed run read like the uninterrupted one, plus the resume's event record.
+  const auto a = read_metrics(dir / "full");
+  auto b = read_metrics(dir / "crashed");
+  const auto ev = std::find_if(b.begin(), b.end(), [](const auto& j) { return j.contains("event"); });
+  ASSERT_NE(ev, b.end());
+  EXPECT_EQ((*ev)["event"], "resume");
+  EXPECT_EQ((*ev)["step"], 3);
+  EXPECT_TRUE((*ev)["changes"].empty());
+  b.erase(ev);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].value("loss", 0.0), b[i].value("loss", 0.0)) << i;
 }
@@ -142,6 +150,7 @@ TEST(Trainer, ResumeWithDelayedScalingIsBitwiseIdentical) {
     it = it->first.rfind("quant.", 0) == 0 ? file.tensors.erase(it) : std::next(it);
   file.metadata.erase("octet_checksum");
   write_safetensors(stripped / "checkpoint.safetensors", file);
+  fs::copy_file(f.dir / "full/config.toml", stripped / "config.toml");
   const TrainResult fresh = train(f.cfg, stripped.str(), true, *f.ds, nullptr);
   const TrainResult full = train(f.cfg, f.dir / "full2", false, *f.ds, nullptr);
   ASSERT_EQ(fresh.train_loss.size(), 3u);

@@ -1,0 +1,40 @@
+// src/train/atomic_file.cpp — crash-safe file replacement, the one place octet writes a file that a
+// crash must never leave half-written (checkpoints, weights, config.toml, the cut-back metrics.jsonl):
+// the bytes go to <path>.tmp, are fsynced, and the temporary file is renamed over <path> (POSIX
+// rename is atomic), so <path> is always either the old or the new file (docs/training.md §Output).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "octet/error.h"
+#include "octet/train.h"
+
+namespace octet {
+
+void write_file_atomic(const std::string& path, const std::vector<std::string_view>& chunks) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  OCTET_CHECK(fd >= 0, "cannot write " + tmp + ": " + std::strerror(errno));
+  int err = 0;
+  for (std::string_view c : chunks) {
+    while (err == 0 && !c.empty()) {
+      const ssize_t w = ::write(fd, c.data(), c.size());
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) err = w < 0 ? errno : EIO;
+      else c.remove_prefix(size_t(w));
+    }
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    std::remove(tmp.c_str());
+    OCTET_FAIL("cannot write " + tmp + ": " + std::strerror(err));
+  }
+  OCTET_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
+              "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+}
+
+}  // namespace octet

@@ -1,0 +1,101 @@
+"""octet compare and plot as a user meets them (issue 9, items 3 and 7; docs/training.md §"Comparing
+arms"): a non-empty --out is refused with one line unless --resume (finished arms kept, unfinished
+ones resumed) or --overwrite (nothing stale kept); a repeated arm is an error; the settings table is
+printed once, then per arm only what differs; without gnuplot the results stay (a warning, exit 0);
+any plot title works (no shell sees it)."""
+import json
+import os
+
+import pytest
+
+from cli_util import TINY_MODEL, assert_one_line_error, octet, octet_in, sets, snapshot
+
+TINY = TINY_MODEL + ["train.steps=2", "train.eval_every=2", "train.warmup_steps=1"]
+
+
+@pytest.fixture()
+def config(tmp_path):
+    (tmp_path / "c.txt").write_text("".join(f"the queue drains buffer {i % 13} before it stops.\n"
+                                            for i in range(200)))
+    (tmp_path / "c.toml").write_text('[data]\npath = "c.txt"\ncache_dir = "cache"\n')
+    return tmp_path / "c.toml"
+
+
+def compare(config, out, *extra, arms="bf16,fp8-matched"):
+    return octet("compare", "--config", config, *sets(*TINY), "--arms", arms, "--out", out, *extra)
+
+
+def test_compare_refuses_a_non_empty_out_and_repeated_arms(config, tmp_path):
+    out = tmp_path / "cmp"
+    r = compare(config, out, arms="bf16,bf16")
+    assert_one_line_error(r, "bf16 twice")
+    assert not out.exists()
+    r = compare(config, out)
+    assert r.returncode == 0, r.stderr
+    before = snapshot(out)
+    r = compare(config, out)
+    assert_one_line_error(r, "not empty", "--resume", "--overwrite")
+    assert r.stdout == ""
+    assert snapshot(out) == before
+    r = compare(config, out, "--resume", "--overwrite")
+    assert r.returncode == 2 and snapshot(out) == before
+
+
+def test_compare_resume_keeps_finished_arms(config, tmp_path):
+    out = tmp_path / "cmp"
+    assert compare(config, out, arms="bf16").returncode == 0
+    bf16 = snapshot(out / "bf16")
+    r = compare(config, out, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert "arm bf16 is complete (kept)" in r.stdout
+    assert snapshot(out / "bf16") == bf16, "a finished arm is kept byte for byte"
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["arm"] for s in summary] == ["bf16", "fp8-matched"]
+    # Extending every arm with a schedule key resumes each from its checkpoint.
+    r = compare(config, out, "--resume", *sets("train.steps=3"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("resume: train.steps 2 -> 3 from step 2") == 2
+
+
+def test_compare_overwrite_keeps_nothing_stale(config, tmp_path):
+    out = tmp_path / "cmp"
+    assert compare(config, out, arms="bf16,fp8-stale").returncode == 0
+    r = compare(config, out, "--overwrite", arms="bf16")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["bf16", "curves.png", "summary.json"]
+    assert [s["arm"] for s in json.loads((out / "summary.json").read_text())] == ["bf16"]
+
+
+def test_compare_prints_the_settings_once_then_what_differs(config, tmp_path):
+    r = compare(config, tmp_path / "cmp")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("| model.n_layer |") == 1
+    assert "| precision.arm | bf16, fp8-matched (one run each) |" in r.stdout
+    assert r.stdout.count("| precision.arm | fp8-matched |") == 1
+    assert r.stdout.count("| parameter | value | meaning |") == 3  # once, then once per arm
+    # The max row residual is a check only with the matched delta (docs/training.md §Output).
+    rows = {line.split("|")[1].strip(): line for line in r.stdout.splitlines() if line.startswith("| bf16 |")
+            or line.startswith("| fp8-matched |")}
+    assert "| n/a |" in rows["bf16"] and "| n/a |" not in rows["fp8-matched"]
+
+
+def test_compare_without_gnuplot_keeps_the_results(config, tmp_path):
+    env = dict(os.environ, PATH=str(tmp_path / "no-bin"))
+    out = tmp_path / "cmp"
+    r = octet_in(tmp_path, "compare", "--config", config, *sets(*TINY), "--arms", "bf16", "--out", out, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "warning" in r.stderr and "gnuplot" in r.stderr
+    assert (out / "summary.json").exists() and not (out / "curves.png").exists()
+    r = octet_in(tmp_path, "plot", out / "bf16", "--out", tmp_path / "x.png", env=env)
+    assert_one_line_error(r, "gnuplot")
+
+
+@pytest.mark.parametrize("title", ["Bob's run", 'say "hi" $(touch pwned) `id` \\ ; a_b^2', "two\nlines"])
+def test_plot_any_title(config, tmp_path, title):
+    out = tmp_path / "cmp"
+    assert compare(config, out, arms="bf16").returncode == 0
+    png = tmp_path / "it's here.png"
+    r = octet_in(tmp_path, "plot", out / "bf16", "--title", title, "--out", png)
+    assert r.returncode == 0, r.stderr
+    assert png.stat().st_size > 1000
+    assert not (tmp_path / "pwned").exists()

@@ -1,0 +1,122 @@
+"""A run directory a user can trust (issue 9, items 1, 2, 4, 6; docs/training.md §Resume, §"Config
+keys"): resume applies and persists schedule changes and refuses meaning changes with one line; a
+finished run says so and writes nothing; a run cannot be shortened; metrics.jsonl is cut back through
+a temporary file; relative paths in a config resolve against the config file's directory; the
+settings table prints values as typed with their meaning; a device the build lacks creates nothing."""
+import json
+import math
+
+import pytest
+
+from cli_util import TINY_MODEL, assert_one_line_error, octet, octet_in, sets, snapshot
+
+TINY = TINY_MODEL + ["train.steps=4", "train.eval_every=2", "train.checkpoint_every=2", "train.warmup_steps=1"]
+
+
+@pytest.fixture()
+def run(tmp_path):
+    """A finished 4-step run in tmp_path/r."""
+    text = "".join(f"the queue drains buffer {i % 13} before it stops.\n" for i in range(200))
+    (tmp_path / "c.txt").write_text(text)
+    r = octet("train", *sets(*TINY, f"data.path={tmp_path / 'c.txt'}", f"data.cache_dir={tmp_path / 'cache'}"),
+              "--out", tmp_path / "r")
+    assert r.returncode == 0, r.stderr
+    return tmp_path / "r"
+
+
+def metrics(d):
+    return [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resume_persists_schedule_changes(run):
+    r = octet("train", "--resume", run, *sets("train.steps=6", "train.lr=0.01"))
+    assert r.returncode == 0, r.stderr
+    assert "resume: train.steps 4 -> 6 from step 4\n" in r.stdout
+    assert "resume: train.lr 0.003 -> 0.01 from step 4\n" in r.stdout
+    toml = (run / "config.toml").read_text()
+    assert "steps = 6\n" in toml and "lr = 0.01\n" in toml
+    events = [m for m in metrics(run) if "event" in m]
+    assert events == [{"step": 4, "event": "resume", "changes": [
+        {"key": "train.steps", "from": "4", "to": "6"}, {"key": "train.lr", "from": "0.003", "to": "0.01"}]}]
+    assert [m["step"] for m in metrics(run) if "loss" in m] == [1, 2, 3, 4, 5, 6]
+    # The new steps follow the new schedule (docs/training.md §Training: warmup 1 step, then cosine
+    # from lr to lr * min_lr_ratio (0.1) at the last of 6 steps).
+    lr5 = [m for m in metrics(run) if m.get("step") == 5 and "lr" in m][0]["lr"]
+    progress = (4 - 1) / (6 - 1 - 1)
+    assert lr5 == pytest.approx(0.001 + 0.5 * (0.01 - 0.001) * (1 + math.cos(math.pi * progress)), rel=1e-6)
+
+
+def test_finished_run_says_so_and_writes_nothing(run):
+    before = snapshot(run)
+    r = octet("train", "--resume", run)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"run {run} is complete at step 4 of 4 (nothing to do; extend with --set train.steps=...)\n"
+    assert snapshot(run) == before
+
+
+def test_resume_cannot_shorten_or_change_meaning(run):
+    before = snapshot(run)
+    r = octet("train", "--resume", run, *sets("train.steps=2"))
+    assert_one_line_error(r, "step 4", "train.steps = 2", "cannot be shortened")
+    for override, key in [("model.n_layer=2", "model.n_layer"), ("train.seed=9", "train.seed"),
+                          ("data.val_fraction=0.2", "data.val_fraction")]:
+        r = octet("train", "--resume", run, *sets("train.steps=8", override))
+        assert_one_line_error(r, key, "changes what the run is")
+    r = octet("train", "--resume", run, "--arm", "fp8-matched", *sets("train.steps=8"))
+    assert_one_line_error(r, "precision.arm")
+    assert r.stdout == ""
+    assert snapshot(run) == before
+
+
+def test_metrics_cut_back_never_in_place(run):
+    with open(run / "metrics.jsonl", "a") as f:  # a line of a step after the checkpoint (a crash)
+        f.write(json.dumps({"step": 5, "loss": 9.0, "grad_norm": 1.0, "lr": 0.001, "tokens_per_s": 1.0,
+                            "ms": 1.0}) + "\n")
+    (run / "metrics.jsonl.tmp").mkdir()  # the temporary path is taken: the cut must fail cleanly
+    before = snapshot(run)
+    r = octet("train", "--resume", run, *sets("train.steps=6"))
+    assert_one_line_error(r, "metrics.jsonl.tmp")
+    assert snapshot(run) == before, "metrics.jsonl and config.toml unchanged"
+    (run / "metrics.jsonl.tmp").rmdir()
+    r = octet("train", "--resume", run, *sets("train.steps=6"))
+    assert r.returncode == 0, r.stderr
+    assert all(m.get("loss") != 9.0 for m in metrics(run))
+    assert [m["step"] for m in metrics(run) if "loss" in m] == [1, 2, 3, 4, 5, 6]
+
+
+def test_relative_paths_resolve_against_the_config_file(tmp_path):
+    (tmp_path / "cfg" / "text").mkdir(parents=True)
+    (tmp_path / "cfg" / "text" / "c.txt").write_text("a short corpus line that repeats.\n" * 300)
+    (tmp_path / "cfg" / "run.toml").write_text('[data]\npath = "text/c.txt"\ncache_dir = "cache"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = octet_in(elsewhere, "train", "--config", tmp_path / "cfg" / "run.toml", *sets(*TINY), "--out", "r")
+    assert r.returncode == 0, r.stderr
+    toml = (elsewhere / "r" / "config.toml").read_text()
+    assert f'path = "{tmp_path / "cfg" / "text" / "c.txt"}"' in toml, "config.toml holds absolute paths"
+    assert f'cache_dir = "{tmp_path / "cfg" / "cache"}"' in toml
+    # ... so the run resumes from any directory.
+    r = octet_in(tmp_path, "train", "--resume", elsewhere / "r", *sets("train.steps=5"))
+    assert r.returncode == 0, r.stderr
+
+
+def test_settings_table_values_as_typed_with_meaning(run):
+    r = octet("train", "--resume", run, *sets("train.steps=5"))
+    assert r.returncode == 0, r.stderr
+    assert "| parameter | value | meaning |\n" in r.stdout
+    assert "| train.lr | 0.003 | peak learning rate |\n" in r.stdout
+    assert "| train.eps | 1e-08 | AdamW epsilon |\n" in r.stdout
+
+
+def test_device_the_build_lacks_creates_nothing(tmp_path):
+    if "cuda" in octet("version").stdout:
+        pytest.skip("this build has the CUDA backend")
+    (tmp_path / "c.txt").write_text("a short corpus line that repeats.\n" * 300)
+    (tmp_path / "c.toml").write_text(f'[data]\npath = "c.txt"\ncache_dir = "cache"\n')
+    out = tmp_path / "D"
+    r = octet("train", "--config", tmp_path / "c.toml", *sets(*TINY), "--device", "cuda", "--out", out)
+    assert_one_line_error(r, "CUDA")
+    r = octet("compare", "--config", tmp_path / "c.toml", *sets(*TINY), "--device", "cuda", "--arms", "bf16",
+              "--out", out)
+    assert_one_line_error(r, "CUDA")
+    assert not out.exists()

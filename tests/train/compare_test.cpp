@@ -1,0 +1,141 @@
+// octet compare and its output directory (docs/training.md §"Comparing arms"): a non-empty --out is
+// refused unless Resume (finished arms kept byte for byte, unfinished ones resumed) or Overwrite
+// (nothing of the earlier compare stays); a repeated arm is an error; the rows read back from
+// metrics.jsonl equal what the trainer measured; the max row residual is printed only where it is a
+// check (the matched delta).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "octet/error.h"
+#include "octet/train.h"
+#include "train_test_util.h"
+
+using namespace octet;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+struct Fixture {
+  test::TempDir dir{"compare"};
+  RunConfig cfg;
+  std::unique_ptr<Dataset> ds;
+  Fixture() {
+    test::write_file(dir / "corpus.txt", test::synthetic_text(400));
+    cfg = test::tiny_run(dir / "corpus.txt", dir / "cache");
+    cfg.train.steps = 3;
+    ds = load_dataset(cfg);
+  }
+};
+
+nlohmann::json summary(const std::string& out) { return nlohmann::json::parse(slurp(out + "/summary.json")); }
+
+TEST(Compare, RowsFromMetricsEqualWhatTheTrainerMeasured) {
+  Fixture f;
+  f.cfg.train.steps = 12;
+  const TrainResult r = train(f.cfg, f.dir / "run", false, *f.ds, nullptr);
+  const CompareRow row = compare_row_from_metrics("bf16", f.dir / "run");
+  double sum = 0;
+  for (size_t i = r.train_loss.size() - 10; i < r.train_loss.size(); ++i) sum += r.train_loss[i];
+  EXPECT_NEAR(row.train_loss, sum / 10, 1e-12);
+  EXPECT_EQ(row.val_loss, r.final_val_loss) << std::hexfloat << row.val_loss << " " << r.final_val_loss;
+  EXPECT_EQ(row.kurtosis_max, r.kurtosis_max);
+  EXPECT_EQ(row.row_residual_max, r.row_residual_max);
+  EXPECT_EQ(row.row_residual_mean, r.row_residual_mean);
+  EXPECT_NEAR(row.tokens_per_s, r.tokens_per_s, 1e-6 * r.tokens_per_s);
+  EXPECT_THROW(compare_row_from_metrics("bf16", f.dir / "none"), Error);
+}
+
+TEST(Compare, RefusesRepeatsAndANonEmptyOut) {
+  Fixture f;
+  const std::string out = f.dir / "cmp";
+  EXPECT_THROW(compare_arms(f.cfg, {"bf16", "bf16"}, out, nullptr), Error);
+  EXPECT_FALSE(fs::exists(out)) << "bad input must not create output";
+  compare_arms(f.cfg, {"bf16"}, out, nullptr);
+  const std::string before = slurp(out + "/bf16/metrics.jsonl");
+  try {
+    compare_arms(f.cfg, {"bf16"}, out, nullptr);
+    ADD_FAILURE() << "a non-empty --out must be refused";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("not empty"), std::string::npos) << m;
+    EXPECT_NE(m.find("--resume"), std::string::npos) << m;
+    EXPECT_NE(m.find("--overwrite"), std::string::npos) << m;
+  }
+  EXPECT_EQ(slurp(out + "/bf16/metrics.jsonl"), before);
+  fs::create_directories(f.dir / "empty");  // an existing empty directory is fine
+  EXPECT_EQ(compare_arms(f.cfg, {"bf16"}, f.dir / "empty", nullptr).size(), 1u);
+}
+
+TEST(Compare, ResumeKeepsFinishedArmsAndResumesTheOthers) {
+  Fixture f;
+  const std::string out = f.dir / "cmp";
+  compare_arms(f.cfg, {"bf16"}, out, nullptr);
+  const std::string bf16_metrics = slurp(out + "/bf16/metrics.jsonl");
+  const std::string bf16_model = slurp(out + "/bf16/model.safetensors");
+  // fp8-matched was interrupted after its checkpoint at step 3 of 6.
+  RunConfig longer = f.cfg;
+  longer.train.steps = 6;
+  RunConfig matched = longer;
+  matched.precision.arm = Arm::FP8Matched;
+  TrainHooks crash;
+  crash.after_backward = [](int64_t step, Model&) {
+    if (step == 4) throw std::runtime_error("simulated crash");
+  };
+  EXPECT_THROW(train(matched, out + "/fp8-matched", false, *f.ds, nullptr, crash), std::runtime_error);
+  // bf16 ran 3 steps, the compare asks for 6: bf16 is extended (a schedule change), fp8-matched
+  // resumed from step 3, fp8-linear (absent) trained.
+  const auto rows = compare_arms(longer, {"bf16", "fp8-matched", "fp8-linear"}, out, nullptr, CompareMode::Resume);
+  ASSERT_EQ(rows.size(), 3u);
+  for (const char* arm : {"bf16", "fp8-matched", "fp8-linear"})
+    EXPECT_EQ(read_checkpoint_state(out + "/" + arm).step, 6) << arm;
+  EXPECT_EQ(slurp(out + "/bf16/metrics.jsonl").rfind(bf16_metrics, 0), 0u) << "bf16's first 3 steps kept";
+  // A second --resume finds every arm complete: nothing is retrained or rewritten.
+  const std::string m2 = slurp(out + "/fp8-matched/metrics.jsonl"), w2 = slurp(out + "/bf16/model.safetensors");
+  EXPECT_NE(w2, bf16_model);
+  const auto again = compare_arms(longer, {"bf16", "fp8-matched", "fp8-linear"}, out, nullptr, CompareMode::Resume);
+  EXPECT_EQ(slurp(out + "/fp8-matched/metrics.jsonl"), m2);
+  EXPECT_EQ(slurp(out + "/bf16/model.safetensors"), w2);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(again[i].val_loss, rows[i].val_loss) << i;
+  EXPECT_EQ(summary(out).size(), 3u);
+  // Resuming with a meaning change is refused before anything is trained.
+  RunConfig wider = longer;
+  wider.model.d_ff = 48;
+  EXPECT_THROW(compare_arms(wider, {"bf16"}, out, nullptr, CompareMode::Resume), Error);
+  EXPECT_EQ(slurp(out + "/bf16/model.safetensors"), w2);
+}
+
+TEST(Compare, OverwriteKeepsNothingStale) {
+  Fixture f;
+  const std::string out = f.dir / "cmp";
+  compare_arms(f.cfg, {"bf16", "fp8-stale"}, out, nullptr);
+  test::write_file(out + "/notes.txt", "mine");
+  compare_arms(f.cfg, {"bf16"}, out, nullptr, CompareMode::Overwrite);
+  EXPECT_FALSE(fs::exists(out + "/fp8-stale")) << "an earlier arm's folder must not stay";
+  EXPECT_EQ(summary(out).size(), 1u);
+  EXPECT_TRUE(fs::exists(out + "/notes.txt")) << "only what compare writes is removed";
+  EXPECT_EQ(slurp(out + "/bf16/metrics.jsonl").find("\"event\""), std::string::npos) << "a fresh run, not a resume";
+}
+
+// docs/training.md §Output: the max row residual is a check with the matched delta only.
+TEST(Compare, TablePrintsMaxResidualOnlyForTheMatchedDelta) {
+  CompareRow stale, matched;
+  stale.arm = "fp8-stale", stale.row_residual_max = 0.99, stale.row_residual_mean = 2e-2;
+  matched.arm = "fp8-matched", matched.row_residual_max = 3e-7, matched.matched_delta = true;
+  const std::string t = format_compare_table({stale, matched});
+  EXPECT_NE(t.find("| fp8-stale | 0.0000 | 0.0000 | +0.00% | 0.00 | n/a | 2.000e-02 |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| 3.000e-07 |"), std::string::npos) << t;
+}
+
+}  // namespace
