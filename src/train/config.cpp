@@ -158,6 +158,7 @@ const std::vector<Key>& registry() {
                  }});
     k.push_back(int_key("train.eval_every", REF(train.eval_every)));
     k.push_back(int_key("train.eval_batches", REF(train.eval_batches)));
+    k.push_back(int_key("train.sample_tokens", REF(train.sample_tokens)));
     k.push_back(int_key("train.checkpoint_every", REF(train.checkpoint_every)));
     k.push_back(int_key("train.log_every", REF(train.log_every)));
     k.push_back(int_key("train.max_bad_steps", REF(train.max_bad_steps)));
@@ -263,6 +264,7 @@ void RunConfig::validate() const {
   at_least(t.warmup_steps, 0, "train.warmup_steps");
   at_least(t.eval_every, 1, "train.eval_every");
   at_least(t.eval_batches, 1, "train.eval_batches");
+  at_least(t.sample_tokens, 0, "train.sample_tokens");
   at_least(t.checkpoint_every, 0, "train.checkpoint_every");
   at_least(t.log_every, 1, "train.log_every");
   at_least(t.max_bad_steps, 1, "train.max_bad_steps");

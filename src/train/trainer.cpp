@@ -17,6 +17,7 @@
 
 #include "octet/error.h"
 #include "octet/optim.h"
+#include "octet/eval.h"
 #include "octet/train.h"
 
 namespace octet {
@@ -115,6 +116,8 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     write_text_atomic(out_dir + "/config.toml", to_toml(cfg));
   }
   MetricsLog metrics(metrics_path, resume);
+  std::unique_ptr<EvalSampler> sampler;  // the eval-time sample (train.sample_tokens > 0)
+  if (t.sample_tokens > 0 && log) sampler = std::make_unique<EvalSampler>(cfg, model, ds);
   ds.set_position(st.data_position);
   print_table(log, cfg, model, be.name());
   if (log && resume)
@@ -225,6 +228,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
         std::fprintf(log, "eval step %lld | val loss %.4f | kurtosis max %.3f | attention row residual max %.3e, "
                           "mean %.3e\n",
                      static_cast<long long>(st.step), val, kmax, rmax, rmean);
+        if (sampler) std::fprintf(log, "sample: %s\n", sampler->sample().c_str());
         std::fflush(log);
       }
     }
