@@ -37,7 +37,8 @@ void run_sample(SampleArgs& a) {
     const std::vector<int32_t> out = generate(gen, prompt, a.opt);
     nlohmann::json j = {{"prompt_ids", prompt}, {"ids", out}, {"text", tok->decode(out)},
                         {"precision", prec}, {"last_logits", last}};
-    std::printf("%s\n", j.dump().c_str());
+    // Invalid UTF-8 (a byte token cut from its character) becomes U+FFFD in the JSON text.
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return;
   }
   std::vector<int32_t> seq = prompt;
