@@ -13,8 +13,8 @@ import pytest
 
 from cli_util import octet, sets
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import torch
+import transformers
 
 WORDS = ("the driver frees a buffer before queue stops when each device reports its state and "
          "kernel memory pages are mapped into user space while interrupts wait").split()
@@ -98,13 +98,16 @@ def test_bf16_export_within_bf16_tolerance(runs):
     assert np.abs(logits - want).max() <= 0.05 * np.abs(want).max() + 0.05
 
 
+def last_val_loss(run):
+    return [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines() if "val_loss" in l][-1]["val_loss"]
+
+
 def test_eval_equals_trainer_validation_loss(runs):
     run = runs["bpe_tied"]
-    evals = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines() if "val_loss" in l]
     r = octet("eval", "--run", run, "--json")
     assert r.returncode == 0, r.stderr
     e = json.loads(r.stdout)
-    assert e["loss"] == pytest.approx(evals[-1]["val_loss"], rel=1e-6)
+    assert e["loss"] == pytest.approx(last_val_loss(run), rel=1e-6)
     assert e["perplexity"] == pytest.approx(math.exp(e["loss"]), rel=1e-9)
     text = runs["tmp"] / "other.txt"
     text.write_text(corpus_text(seed=5, lines=40))
@@ -115,6 +118,20 @@ def test_eval_equals_trainer_validation_loss(runs):
     # bits per byte = summed nats / ln 2 / bytes
     assert e["bits_per_byte"] == pytest.approx(e["loss"] * e["tokens"] / math.log(2) / e["bytes"], rel=1e-9)
     assert 0 < e["loss"] < math.log(320)  # trained: better than uniform
+
+
+def test_fp8_run_eval_and_the_trainers_sample(runs):
+    """An FP8 arm (stateless recipe): eval in a new process equals the logged validation loss; with
+    train.sample_tokens the trainer prints one greedy sample per evaluation."""
+    tmp = runs["tmp"]
+    run = tmp / "fp8"
+    r = octet("train", *model_sets(tmp, "byte", 256, ("precision.recipe=tensor-current", "train.sample_tokens=6")),
+              "--arm", "fp8-matched", "--out", run)
+    assert r.returncode == 0, r.stderr
+    assert sum(l.startswith("sample: ") for l in r.stdout.splitlines()) == 2, r.stdout  # eval_every=6 of 12 steps
+    e = json.loads(octet("eval", "--run", run, "--json").stdout)
+    assert e["arm"] == "fp8-matched"
+    assert e["loss"] == pytest.approx(last_val_loss(run), rel=1e-6)
 
 
 def assert_bad_input(r, *words):
