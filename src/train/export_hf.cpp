@@ -187,7 +187,8 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const Ex
                  {"use_cache", true}, {"dtype", dtype_name}, {"torch_dtype", dtype_name},
                  {"octet_arm", to_string(r.cfg.precision.arm)}};
   json tok_config = {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", c.seq_len},
-                     {"add_bos_token", false}, {"add_eos_token", false}, {"clean_up_tokenization_spaces", false}};
+                     {"add_bos_token", false}, {"add_eos_token", false}, {"clean_up_tokenization_spaces", false},
+                     {"model_input_names", {"input_ids", "attention_mask"}}};
 
   fs::create_directories(out_dir, ec);
   OCTET_CHECK(!ec, "cannot create --out " + out_dir + ": " + ec.message());
