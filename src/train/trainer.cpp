@@ -135,15 +135,9 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   // at once (update_quant_scales) so that a checkpoint written after an evaluation holds them and
   // a resumed run scales bitwise like an uninterrupted one.
   auto evaluate = [&]() {
-    int64_t count = 0;
-    for (int64_t i = 0; i < t.eval_batches; ++i) {
-      ds.val_batch(i, t.batch_size, ids, targets);
-      for (int32_t y : targets) count += y >= 0;
-      model.forward_backward(ids.data(), targets.data(), false, 1.0f);
-    }
-    const double sum = model.take_loss();
+    const double loss = evaluate_validation(model, ds, t.eval_batches);  // octet/eval.h
     model.update_quant_scales();
-    return sum / double(std::max<int64_t>(count, 1));
+    return loss;
   };
 
   for (int64_t step = st.step; step < t.steps; ++step) {

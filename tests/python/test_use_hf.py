@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from cli_util import octet, sets
+from cli_util import assert_bad_input, octet, sets
 
 import torch
 import transformers
@@ -132,14 +132,6 @@ def test_fp8_run_eval_and_the_trainers_sample(runs):
     e = json.loads(octet("eval", "--run", run, "--json").stdout)
     assert e["arm"] == "fp8-matched"
     assert e["loss"] == pytest.approx(last_val_loss(run), rel=1e-6)
-
-
-def assert_bad_input(r, *words):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    for w in words:
-        assert w in lines[0], (w, lines[0])
 
 
 def test_bad_input(runs):
