@@ -119,10 +119,16 @@ class BpeTokenizer : public Tokenizer {
       } else if (sp_.IsUnknown(t) || sp_.IsControl(t)) {
         piece.clear();
       } else {
-        for (size_t p; (p = piece.find("\xe2\x96\x81")) != std::string::npos;) piece.replace(p, 3, " ");
+        std::string spaced;  // U+2581 (3 bytes) -> ' '
+        for (size_t i = 0; i < piece.size();) {
+          const bool meta = piece.compare(i, 3, "\xe2\x96\x81") == 0;
+          spaced += meta ? ' ' : piece[i];
+          i += meta ? 3 : 1;
+        }
+        piece = std::move(spaced);
       }
-      if (line_start && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
-      if (!piece.empty() || sp_.IsByte(t)) line_start = false;
+      if (line_start && !sp_.IsByte(t) && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+      line_start = false;
       s += piece;
     }
     return s;
