@@ -30,6 +30,12 @@ ModelConfig decode_model() {
   return c;
 }
 
+PrecisionConfig bf16_arm() {  // the weights' arm; the decoder's own precision is DecodePrecision
+  PrecisionConfig p;
+  p.arm = Arm::BF16;
+  return p;
+}
+
 std::vector<int32_t> tokens(size_t n) {
   std::vector<int32_t> t(n);
   for (size_t i = 0; i < n; ++i) t[i] = int32_t((i * 37 + 11) % 256);
@@ -53,11 +59,9 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
 TEST(CudaGenerate, DecodeMatchesCpuTwinAndPrefill) {
   OCTET_REQUIRE_GPU();
   const ModelConfig c = decode_model();
-  PrecisionConfig p;
-  p.arm = Arm::BF16;
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend();
-  Model mc(c, p, *cpu, 1), mg(c, p, *gpu, 1);
+  Model mc(c, bf16_arm(), *cpu, 1), mg(c, bf16_arm(), *gpu, 1);
   mc.init(5);
   mg.init(5);
   Generator gc(mc, DecodePrecision::BF16), gg(mg, DecodePrecision::BF16);
@@ -79,11 +83,8 @@ TEST(CudaGenerate, DecodeMatchesCpuTwinAndPrefill) {
 
 TEST(CudaGenerate, GreedyRepeatsAndFp32IsRefused) {
   OCTET_REQUIRE_GPU();
-  const ModelConfig c = decode_model();
-  PrecisionConfig p;
-  p.arm = Arm::BF16;
   auto gpu = make_cuda_backend();
-  Model m(c, p, *gpu, 1);
+  Model m(decode_model(), bf16_arm(), *gpu, 1);
   m.init(9);
   Generator g(m, DecodePrecision::BF16);
   SampleOptions opt;
