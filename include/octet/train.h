@@ -43,6 +43,7 @@ struct TrainConfig {
   uint64_t seed = 1234;
   int64_t eval_every = 50;      ///< steps between validation passes (and the last step)
   int64_t eval_batches = 4;     ///< validation micro-batches per pass (fixed windows)
+  int64_t sample_tokens = 0;    ///< greedy sample printed at each evaluation (eval.h); 0: off
   int64_t checkpoint_every = 100;  ///< 0: only at the end
   int64_t log_every = 1;        ///< progress-line interval
   int64_t max_bad_steps = 5;    ///< consecutive NaN/inf steps before the run stops
@@ -129,6 +130,12 @@ class Tokenizer {
   virtual std::string name() const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual std::vector<int32_t> encode(const std::string& text) const = 0;
+  /// The text of `ids`: decode(encode(s)) == s for valid UTF-8 s. Decoding is a concatenation of
+  /// per-token strings, so decode(prefix) is a prefix of decode(ids) (streaming prints the growth).
+  /// Throws octet::Error for an id outside the vocabulary.
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  /// The SentencePiece model file behind a "bpe" tokenizer; empty for "byte".
+  virtual std::string sentencepiece_model() const { return {}; }
 };
 /// Bytes 0..255 are the tokens (vocab 256): every input is encodable.
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
@@ -137,6 +144,10 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer();
 /// the text and the vocab size). Invalid UTF-8 is replaced by U+FFFD before training and encoding.
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(const std::string& text, int64_t vocab_size,
                                               const std::string& cache_dir);
+
+/// The tokenizer of a run: data.tokenizer "byte", or "bpe" with model.vocab_size pieces trained on
+/// (or cached for) `corpus_text` in data.cache_dir.
+std::unique_ptr<Tokenizer> make_tokenizer(const RunConfig& cfg, const std::string& corpus_text);
 
 /// Tokenized corpus with a deterministic train/validation split into windows of seq_len+1 tokens:
 /// windows are grouped 8 at a time and every k-th group (k = round(1/val_fraction)) is validation.

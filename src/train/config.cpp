@@ -186,6 +186,8 @@ const std::vector<Key>& registry() {
         "seed of the init and the data order");
     add(int_key("train.eval_every", REF(train.eval_every)), "steps between validation passes", "R");
     add(int_key("train.eval_batches", REF(train.eval_batches)), "validation micro-batches per pass");
+    add(int_key("train.sample_tokens", REF(train.sample_tokens)),
+        "tokens sampled and printed at each evaluation (0: off)", "R");
     add(int_key("train.checkpoint_every", REF(train.checkpoint_every)),
         "steps between checkpoints (0: only at the end)", "R");
     add(int_key("train.log_every", REF(train.log_every)), "steps between progress lines", "R");
@@ -316,6 +318,7 @@ void RunConfig::validate() const {
   at_least(t.warmup_steps, 0, "train.warmup_steps");
   at_least(t.eval_every, 1, "train.eval_every");
   at_least(t.eval_batches, 1, "train.eval_batches");
+  at_least(t.sample_tokens, 0, "train.sample_tokens");
   at_least(t.checkpoint_every, 0, "train.checkpoint_every");
   at_least(t.log_every, 1, "train.log_every");
   at_least(t.max_bad_steps, 1, "train.max_bad_steps");

@@ -126,9 +126,7 @@ void write_token_cache(const std::string& path, const std::vector<int32_t>& ids)
 
 std::unique_ptr<Dataset> load_dataset(const RunConfig& cfg, std::string* description) {
   const Corpus corpus = read_corpus(cfg.data.path, cfg.data.max_bytes);
-  std::unique_ptr<Tokenizer> tok = cfg.data.tokenizer == "byte"
-                                       ? make_byte_tokenizer()
-                                       : make_bpe_tokenizer(corpus.text, cfg.model.vocab_size, cfg.data.cache_dir);
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(cfg, corpus.text);
   std::vector<int32_t> ids;
   uint64_t h = fnv1a64(corpus.text.data(), corpus.text.size());
   const std::string tname = tok->name() + std::to_string(tok->vocab_size());

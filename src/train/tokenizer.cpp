@@ -31,6 +31,14 @@ class ByteTokenizer : public Tokenizer {
     for (size_t i = 0; i < text.size(); ++i) ids[i] = int32_t(static_cast<unsigned char>(text[i]));
     return ids;
   }
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    std::string s;
+    for (int32_t t : ids) {
+      OCTET_CHECK(t >= 0 && t < 256, "token id " + std::to_string(t) + " outside the byte vocabulary");
+      s.push_back(char(t));
+    }
+    return s;
+  }
 };
 
 constexpr const char* kNewline = "<nl>";
@@ -63,7 +71,7 @@ class LineIterator : public sentencepiece::SentenceIterator {
 
 class BpeTokenizer : public Tokenizer {
  public:
-  BpeTokenizer(const std::string& model_path) {
+  BpeTokenizer(const std::string& model_path) : path_(model_path) {
     const auto st = sp_.Load(model_path);
     OCTET_CHECK(st.ok(), "cannot load SentencePiece model " + model_path + ": " + st.ToString());
     newline_id_ = sp_.PieceToId(kNewline);
@@ -92,13 +100,53 @@ class BpeTokenizer : public Tokenizer {
     }
     return out;
   }
+  // Per piece: <nl> -> "\n", a byte piece <0xNN> -> that byte, else the piece with U+2581 -> ' ';
+  // the space SentencePiece's dummy prefix put at the start of each line is dropped.
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    std::string s;
+    bool line_start = true;
+    for (int32_t t : ids) {
+      OCTET_CHECK(t >= 0 && t < sp_.GetPieceSize(), "token id " + std::to_string(t) + " outside the vocabulary of " +
+                                                         std::to_string(sp_.GetPieceSize()));
+      if (t == newline_id_) {
+        s.push_back('\n');
+        line_start = true;
+        continue;
+      }
+      std::string piece = sp_.IdToPiece(t);
+      if (sp_.IsByte(t)) {
+        piece = std::string(1, char(std::stoi(piece.substr(3, 2), nullptr, 16)));
+      } else if (sp_.IsUnknown(t) || sp_.IsControl(t)) {
+        piece.clear();
+      } else {
+        std::string spaced;  // U+2581 (3 bytes) -> ' '
+        for (size_t i = 0; i < piece.size();) {
+          const bool meta = piece.compare(i, 3, "\xe2\x96\x81") == 0;
+          spaced += meta ? ' ' : piece[i];
+          i += meta ? 3 : 1;
+        }
+        piece = std::move(spaced);
+      }
+      if (line_start && !sp_.IsByte(t) && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+      line_start = false;
+      s += piece;
+    }
+    return s;
+  }
+  std::string sentencepiece_model() const override { return path_; }
 
  private:
+  std::string path_;
   sentencepiece::SentencePieceProcessor sp_;
   int newline_id_ = 0;
 };
 
 }  // namespace
+
+std::unique_ptr<Tokenizer> make_tokenizer(const RunConfig& cfg, const std::string& corpus_text) {
+  return cfg.data.tokenizer == "byte" ? make_byte_tokenizer()
+                                      : make_bpe_tokenizer(corpus_text, cfg.model.vocab_size, cfg.data.cache_dir);
+}
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
 

@@ -17,6 +17,7 @@
 
 #include "octet/error.h"
 #include "octet/optim.h"
+#include "octet/eval.h"
 #include "octet/train.h"
 
 namespace octet {
@@ -140,6 +141,8 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     write_file_atomic(out_dir + "/config.toml", {to_toml(cfg)});
   }
   MetricsLog metrics(metrics_path, resume);
+  std::unique_ptr<EvalSampler> sampler;  // the eval-time sample (train.sample_tokens > 0)
+  if (t.sample_tokens > 0 && log) sampler = std::make_unique<EvalSampler>(cfg, model, ds);
   ds.set_position(st.data_position);
   print_table(log, cfg, model, be.name(), table_base);
   if (resume) {
@@ -166,15 +169,9 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   // at once (update_quant_scales) so that a checkpoint written after an evaluation holds them and
   // a resumed run scales bitwise like an uninterrupted one.
   auto evaluate = [&]() {
-    int64_t count = 0;
-    for (int64_t i = 0; i < t.eval_batches; ++i) {
-      ds.val_batch(i, t.batch_size, ids, targets);
-      for (int32_t y : targets) count += y >= 0;
-      model.forward_backward(ids.data(), targets.data(), false, 1.0f);
-    }
-    const double sum = model.take_loss();
+    const double loss = evaluate_validation(model, ds, t.eval_batches);  // octet/eval.h
     model.update_quant_scales();
-    return sum / double(std::max<int64_t>(count, 1));
+    return loss;
   };
 
   for (int64_t step = st.step; step < t.steps; ++step) {
@@ -259,6 +256,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
         std::fprintf(log, "eval step %lld | val loss %.4f | kurtosis max %.3f | attention row residual max %.3e, "
                           "mean %.3e\n",
                      static_cast<long long>(st.step), val, kmax, rmax, rmean);
+        if (sampler) std::fprintf(log, "sample: %s\n", sampler->sample().c_str());
         std::fflush(log);
       }
     }

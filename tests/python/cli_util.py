@@ -1,5 +1,5 @@
 """Shared helpers of the CLI tests: the octet binary (OCTET_BIN, or build/octet), a runner that
-captures its output, --set pairs, and the settings of a tiny byte-level model."""
+captures its output, the bad-input assertion, --set pairs, and the settings of a tiny byte-level model."""
 import os
 import subprocess
 from pathlib import Path
@@ -13,6 +13,15 @@ TINY_MODEL = ["data.tokenizer=byte", "model.n_layer=1", "model.d_model=16", "mod
 
 def octet(*args):
     return subprocess.run([OCTET, *map(str, args)], capture_output=True, text=True)
+
+
+def assert_bad_input(r, *words):
+    """Bad input: exit code 2 and one line on stderr that contains every word."""
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
 
 
 def sets(*pairs):

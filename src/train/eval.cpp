@@ -1,0 +1,111 @@
+// src/train/eval.cpp — loading a finished run and scoring text with it (octet/eval.h).
+#include "octet/eval.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "octet/error.h"
+#include "octet/generate.h"
+
+namespace octet {
+
+namespace fs = std::filesystem;
+
+LoadedRun load_run(const std::string& dir, const std::string& device, const std::string& checkpoint) {
+  const std::string cfg_path = (fs::path(dir) / "config.toml").string();
+  OCTET_CHECK(fs::is_regular_file(cfg_path), "no run in " + dir + " (missing " + cfg_path + ")");
+  LoadedRun r;
+  r.cfg = load_config(cfg_path);
+  if (!device.empty()) r.cfg.device = device;
+  r.backend = make_backend(r.cfg.device);
+  resolve_activations(r.cfg, *r.backend);
+  r.model = std::make_unique<Model>(r.cfg.model, r.cfg.precision, *r.backend, r.cfg.train.batch_size);
+  std::string file = checkpoint;
+  if (file.empty())
+    file = fs::exists(fs::path(dir) / "checkpoint.safetensors") ? (fs::path(dir) / "checkpoint.safetensors").string()
+                                                                : (fs::path(dir) / "model.safetensors").string();
+  OCTET_CHECK(fs::is_regular_file(file), "no weights: " + file + " does not exist");
+  if (fs::path(file).filename() == "checkpoint.safetensors") {
+    std::vector<float> m, v;
+    load_checkpoint(fs::path(file).parent_path().string(), *r.model, m, v);
+  } else {
+    load_weights(file, *r.model);
+  }
+  return r;
+}
+
+std::unique_ptr<Tokenizer> load_run_tokenizer(const RunConfig& cfg) {
+  if (cfg.data.tokenizer == "byte") return make_tokenizer(cfg, {});
+  return make_tokenizer(cfg, read_corpus(cfg.data.path, cfg.data.max_bytes).text);
+}
+
+EvalResult evaluate_text(Model& model, const Tokenizer& tok, const std::string& text) {
+  const std::vector<int32_t> all = tok.encode(text);
+  OCTET_CHECK(all.size() >= 2, "the text has " + std::to_string(all.size()) +
+                                   " tokens; evaluation needs at least 2 (one to predict)");
+  const int64_t T = model.config().seq_len, B = model.batch(), n = int64_t(all.size());
+  std::vector<int32_t> ids(size_t(B * T)), targets(size_t(B * T));
+  int64_t counted = 0;
+  for (int64_t start = 0; start < n - 1;) {
+    std::fill(ids.begin(), ids.end(), 0);
+    std::fill(targets.begin(), targets.end(), -1);
+    for (int64_t b = 0; b < B && start < n - 1; ++b, start += T) {
+      const int64_t len = std::min(T, n - 1 - start);
+      for (int64_t t = 0; t < len; ++t) {
+        ids[size_t(b * T + t)] = all[size_t(start + t)];
+        targets[size_t(b * T + t)] = all[size_t(start + t + 1)];
+      }
+      counted += len;
+    }
+    model.forward_backward(ids.data(), targets.data(), false, 1.0f);
+  }
+  EvalResult r;
+  r.tokens = counted;
+  r.bytes = int64_t(text.size());
+  r.loss = model.take_loss() / double(counted);
+  r.perplexity = std::exp(r.loss);
+  r.bits_per_byte = r.loss * double(counted) / std::log(2.0) / double(std::max<int64_t>(r.bytes, 1));
+  return r;
+}
+
+double evaluate_validation(Model& model, const Dataset& data, int64_t batches) {
+  OCTET_CHECK(batches >= 1, "evaluation needs at least one batch");
+  std::vector<int32_t> ids, targets;
+  int64_t count = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    data.val_batch(i, model.batch(), ids, targets);
+    for (int32_t y : targets) count += y >= 0;
+    model.forward_backward(ids.data(), targets.data(), false, 1.0f);
+  }
+  return model.take_loss() / double(std::max<int64_t>(count, 1));
+}
+
+struct EvalSampler::Impl {
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<Generator> gen;
+  std::vector<int32_t> prompt;
+  int64_t n = 0;
+};
+
+EvalSampler::EvalSampler(const RunConfig& cfg, Model& model, const Dataset& data) : impl_(std::make_unique<Impl>()) {
+  impl_->tok = load_run_tokenizer(cfg);
+  impl_->gen = std::make_unique<Generator>(model, model.backend().name() == "cpu" ? DecodePrecision::FP32
+                                                                                  : DecodePrecision::BF16);
+  std::vector<int32_t> ids, targets;
+  data.val_batch(0, 1, ids, targets);
+  ids.resize(size_t(std::clamp<int64_t>(cfg.model.seq_len / 2, 1, 8)));
+  impl_->prompt = ids;
+  impl_->n = cfg.train.sample_tokens;
+}
+EvalSampler::~EvalSampler() = default;
+
+std::string EvalSampler::sample() {
+  SampleOptions opt;
+  opt.temperature = 0.0f;
+  opt.max_new_tokens = impl_->n;
+  const std::vector<int32_t> out = generate(*impl_->gen, impl_->prompt, opt);
+  return impl_->tok->decode(impl_->prompt) + "|" + impl_->tok->decode(out);
+}
+
+}  // namespace octet
