@@ -61,7 +61,7 @@ __device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res
       float ev;
       const float pr = rows.prob(r, j, s[nt][e], &ev);
       const float ds = j < rows.vis[r] ? RowDelta<float>{dl[r]}.ds(pr, dp[nt][e]) : 0.0f;
-      if (j < rows.vis[r]) {
+      if (res_sums && j < rows.vis[r]) {  // FP64 work only when the residual is asked for
         rs[r] += double(ds);
         rm[r] += double(pr) * (fabs(double(dp[nt][e])) + fabs(double(dl[r])));
       }
@@ -327,33 +327,6 @@ __global__ void residual_finish_kernel(const double* sums, int64_t rows, double*
     residual[i] = sums[2 * i + 1] > 0.0 ? fabs(sums[2 * i]) / sums[2 * i + 1] : 0.0;
 }
 
-template <int kD, int kBM, int kBN>
-void launch(const BackwardParams& p, cudaStream_t stream) {
-  constexpr int bytes = MainSmem<kD, kBM, kBN>::kBytes;
-  OCTET_CUDA_CHECK(cudaFuncSetAttribute(backward_kernel<kD, kBM, kBN>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  const int64_t blocks = p.B * p.G * ((p.Tk + kBN - 1) / kBN);
-  OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention backward: too many key blocks");
-  backward_kernel<kD, kBM, kBN><<<unsigned(blocks), kThreads, bytes, stream>>>(p);
-  OCTET_CUDA_LAUNCH_CHECK();
-  if (!p.deterministic) return;
-  constexpr int dq_bytes = 3 * bwd::Geom<kD, kBM, kBN>::kKV + kBM * kD * 4;
-  OCTET_CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<kD, kBM, kBN>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, dq_bytes));
-  const int64_t qblocks = p.B * p.H * ((p.Tq + kBM - 1) / kBM);
-  OCTET_CHECK(qblocks <= 0x7FFFFFFF, "fused attention backward: too many query blocks");
-  dq_kernel<kD, kBM, kBN><<<unsigned(qblocks), kThreads, dq_bytes, stream>>>(p);
-  OCTET_CUDA_LAUNCH_CHECK();
-}
-
-template <int kD>
-void dispatch(const BackwardParams& p, cudaStream_t stream) {
-  if (p.block_q == 64)
-    p.block_k == 64 ? launch<kD, 64, 64>(p, stream) : launch<kD, 64, 128>(p, stream);
-  else
-    p.block_k == 64 ? launch<kD, 128, 64>(p, stream) : launch<kD, 128, 128>(p, stream);
-}
-
 bool aligned16(const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) == 0; }
 
 }  // namespace
@@ -387,7 +360,14 @@ void backward_launch(const BackwardParams& p, cudaStream_t stream) {
   if (p.res_sums)
     OCTET_CUDA_CHECK(
         cudaMemsetAsync(p.res_sums, 0, size_t(2 * p.B * p.H * p.Tq) * sizeof(double), stream));
-  p.D == 64 ? dispatch<64>(p, stream) : dispatch<128>(p, stream);
+  bwd::dispatch_sizes(p, [&](auto d, auto bm, auto bn) {
+    constexpr int kD = decltype(d)::value, kBM = decltype(bm)::value, kBN = decltype(bn)::value;
+    bwd::launch_kernel(backward_kernel<kD, kBM, kBN>, p.B * p.G * ((p.Tk + kBN - 1) / kBN),
+                       MainSmem<kD, kBM, kBN>::kBytes, p, stream);
+    if (p.deterministic)  // dQ by the Q-block-major kernel, after the main one (stream order)
+      bwd::launch_kernel(dq_kernel<kD, kBM, kBN>, p.B * p.H * ((p.Tq + kBM - 1) / kBM),
+                         3 * bwd::Geom<kD, kBM, kBN>::kKV + kBM * kD * 4, p, stream);
+  });
 }
 
 void residual_finish_launch(const double* res_sums, int64_t rows, double* residual,

@@ -119,26 +119,6 @@ __global__ void stale_delta_kernel(const BackwardParams p) {
   }
 }
 
-template <int kD, int kBM, int kBN>
-void launch_matched(const BackwardParams& p, cudaStream_t stream) {
-  constexpr int bytes = 2 * bwd::Geom<kD, kBM, kBN>::kKV;
-  OCTET_CUDA_CHECK(cudaFuncSetAttribute(matched_delta_kernel<kD, kBM, kBN>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  const int64_t blocks = p.B * p.H * ((p.Tq + kBM - 1) / kBM);
-  OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention backward: too many query blocks");
-  matched_delta_kernel<kD, kBM, kBN><<<unsigned(blocks), kThreads, bytes, stream>>>(p);
-  OCTET_CUDA_LAUNCH_CHECK();
-}
-
-template <int kD>
-void dispatch_matched(const BackwardParams& p, cudaStream_t stream) {
-  if (p.block_q == 64)
-    p.block_k == 64 ? launch_matched<kD, 64, 64>(p, stream) : launch_matched<kD, 64, 128>(p, stream);
-  else
-    p.block_k == 64 ? launch_matched<kD, 128, 64>(p, stream)
-                    : launch_matched<kD, 128, 128>(p, stream);
-}
-
 }  // namespace
 
 void delta_launch(const BackwardParams& p, cudaStream_t stream) {
@@ -163,7 +143,11 @@ void delta_launch(const BackwardParams& p, cudaStream_t stream) {
   OCTET_CHECK((reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.k) |
                reinterpret_cast<uintptr_t>(p.v) | reinterpret_cast<uintptr_t>(p.d_o)) % 16 == 0,
               "fused attention backward: the Q, K, V, dO code buffers must be 16-byte aligned");
-  p.D == 64 ? dispatch_matched<64>(p, stream) : dispatch_matched<128>(p, stream);
+  bwd::dispatch_sizes(p, [&](auto d, auto bm, auto bn) {
+    constexpr int kD = decltype(d)::value, kBM = decltype(bm)::value, kBN = decltype(bn)::value;
+    bwd::launch_kernel(matched_delta_kernel<kD, kBM, kBN>, p.B * p.H * ((p.Tq + kBM - 1) / kBM),
+                       2 * bwd::Geom<kD, kBM, kBN>::kKV, p, stream);
+  });
 }
 
 }  // namespace octet::cuda::flash

@@ -19,9 +19,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
+#include "cuda/check.h"
 #include "cuda/flash/flash_backward.h"
 #include "cuda/flash/flash_mma_sm89.cuh"
+#include "octet/error.h"
 #include "octet/fp8.h"
 
 namespace octet::cuda::flash::bwd {
@@ -207,6 +210,33 @@ __device__ __forceinline__ float cta_amax(unsigned bits, unsigned* slots) {
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) m = max(m, slots[w]);
   return m > 0x7F800000u ? NAN : __uint_as_float(m);
+}
+
+/// Calls f(head_dim, block_q, block_k) with the instantiated sizes as std::integral_constant (the
+/// one place where the runtime sizes become template parameters; check_backward_supported first).
+template <typename F>
+void dispatch_sizes(const BackwardParams& p, F&& f) {
+  using I64 = std::integral_constant<int, 64>;
+  using I128 = std::integral_constant<int, 128>;
+  auto tiles = [&](auto d) {
+    if (p.block_q == 64)
+      p.block_k == 64 ? f(d, I64{}, I64{}) : f(d, I64{}, I128{});
+    else
+      p.block_k == 64 ? f(d, I128{}, I64{}) : f(d, I128{}, I128{});
+  };
+  p.D == 64 ? tiles(I64{}) : tiles(I128{});
+}
+
+/// Launches kernel(p) on `blocks` CTAs of kThreads with `bytes` of dynamic shared memory (opting in
+/// above 48 KiB, per function on the current device).
+template <typename Kernel>
+void launch_kernel(Kernel kernel, int64_t blocks, int bytes, const BackwardParams& p,
+                   cudaStream_t stream) {
+  OCTET_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention backward: too many blocks (B·H·T/tile)");
+  kernel<<<unsigned(blocks), kThreads, bytes, stream>>>(p);
+  OCTET_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace octet::cuda::flash::bwd
