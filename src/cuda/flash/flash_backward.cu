@@ -46,8 +46,7 @@ struct MainSmem {
 // codes into pt ([kBN][kBM], if given), and this lane's |dS| amax bits.
 template <int kNK, int kBM>
 __device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res_sums,
-                                            const bwd::Rows& rows,
-                                            const float (&dl)[2], int64_t bh, int64_t j0, int key0,
+                                            const bwd::Rows& rows, int64_t bh, int64_t j0, int key0,
                                             int row0, int t, const float (&s)[kNK / 8][4],
                                             float (&dp)[kNK / 8][4], uint8_t* pt) {
   unsigned amax = 0;
@@ -60,10 +59,10 @@ __device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res
       const int64_t j = j0 + kl;
       float ev;
       const float pr = rows.prob(r, j, s[nt][e], &ev);
-      const float ds = j < rows.vis[r] ? RowDelta<float>{dl[r]}.ds(pr, dp[nt][e]) : 0.0f;
+      const float ds = j < rows.vis[r] ? RowDelta<float>{rows.delta[r]}.ds(pr, dp[nt][e]) : 0.0f;
       if (res_sums && j < rows.vis[r]) {  // FP64 work only when the residual is asked for
         rs[r] += double(ds);
-        rm[r] += double(pr) * (fabs(double(dp[nt][e])) + fabs(double(dl[r])));
+        rm[r] += double(pr) * (fabs(double(dp[nt][e])) + fabs(double(rows.delta[r])));
       }
       if (pt) pt[kl * kBM + row0 + 8 * r] = fp8_encode(ev * p.p_scale, Format::E4M3, true);
       dp[nt][e] = ds;
@@ -117,9 +116,9 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   float* const sdk = reinterpret_cast<float*>(sdst + Gm::kPT);  // [kBN][kD]
   float* const sdv = sdk + kBN * kD;                            // [kBN][kD]
   __shared__ unsigned amax_slots[kWarps];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int qs = warp % Gm::kQS, kp = warp / Gm::kQS, key0 = kp * Gm::kNK;
-  const int ks = warp % Gm::kKS, dpart = warp / Gm::kKS;
+  const bwd::Warp<kD, kBM, kBN> w(p);
+  const int g = w.g, t = w.t, qs = w.qs, key0 = w.key0;
+  const int ks = w.warp % Gm::kKS, dpart = w.warp / Gm::kKS;  // the dK/dV phase's split
 
   const int64_t BG = p.B * p.G, rep = p.H / p.G;
   const int64_t bg = int64_t(blockIdx.x) % BG, j0 = int64_t(blockIdx.x) / BG * kBN;
@@ -130,9 +129,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   cp_async_wait<0>();
   __syncthreads();
 
-  const float s_scale = p.tau * *p.q_scale_inv * *p.k_scale_inv;  // the forward's product
-  const float dp_scale = *p.do_scale_inv * *p.v_scale_inv;
-  const bool do_e5m2 = p.do_format == Format::E5M2, ds_e5m2 = p.ds_format == Format::E5M2;
+  const bool do_e5m2 = w.do_e5m2, ds_e5m2 = w.ds_e5m2;
   // Query blocks that see key j0 (causal bottom-right: rows i >= j0 − (Tk − Tq)).
   const int64_t n_qblocks = (p.Tq + kBM - 1) / kBM;
   const int64_t first = p.causal ? j0 - (p.Tk - p.Tq) : 0;
@@ -145,20 +142,15 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
     for (int64_t qb = qb0; qb < n_qblocks; ++qb) {
       const int64_t i0 = qb * kBM;
       bwd::Rows rows;
-      rows.init(p, bh, i0 + 16 * qs + g);
-      float dl[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) dl[r] = rows.vis[r] > 0 ? p.delta[bh * p.Tq + rows.row[r]] : 0.0f;
       float dp[Gm::kNK / 8][4];
       unsigned amax;
       {
         uint32_t qa[kD / 32][4], da[kD / 32][4];
-        bwd::load_row_frags<kD>(qa, p.q + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
-        bwd::load_row_frags<kD>(da, p.d_o + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
+        w.load_rows(p, bh, i0, rows, qa, da);
+        rows.load_delta(p, bh);
         float s[Gm::kNK / 8][4];
-        bwd::tile_s_dp<kD, Gm::kNK>(sk, sv, key0, qa, da, do_e5m2, s_scale, dp_scale, g, t, s, dp);
-        amax = tile_ds<Gm::kNK, kBM>(p, p.res_sums, rows, dl, bh, j0, key0, 16 * qs + g, t, s, dp,
-                                    spt);
+        w.s_dp(sk, sv, qa, da, s, dp);
+        amax = tile_ds<Gm::kNK, kBM>(p, p.res_sums, rows, bh, j0, key0, 16 * qs + g, t, s, dp, spt);
       }
       const float sc = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
       const float g_scale = p.tau * (1.0f / sc);  // τ · dŜ's 1/scale (a power of two: exact)
@@ -176,7 +168,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
                 uint8_t(dsa[kk][r] >> (8 * c));
       if (!p.deterministic) {
         float acc[kD / 8][4];
-        tile_dq<kD, kBN, Gm::kNK>(skt, key0, dsa, ds_e5m2, g, t, acc);
+        tile_dq<kD, kBN, Gm::kNK>(skt, key0, dsa, w.ds_e5m2, g, t, acc);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           if (rows.vis[r] == 0) continue;  // dS = 0: nothing to add (pads, rows without keys)
@@ -245,24 +237,14 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardParams p) {
   uint8_t* const skt = sv + Gm::kKV;
   float* const sred = reinterpret_cast<float*>(skt + Gm::kKV);  // [kBM][kD] (key part 1's dQ)
   __shared__ unsigned amax_slots[kWarps];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int qs = warp % Gm::kQS, kp = warp / Gm::kQS, key0 = kp * Gm::kNK;
-
-  const int64_t BH = p.B * p.H, n_qblocks = (p.Tq + kBM - 1) / kBM;
-  const int64_t bh = int64_t(blockIdx.x) % BH;
-  const int64_t i0 = (n_qblocks - 1 - int64_t(blockIdx.x) / BH) * kBM;
-  const int64_t b = bh / p.H, h = bh % p.H, bg = b * p.G + h / (p.H / p.G);
+  const bwd::Warp<kD, kBM, kBN> w(p);
+  const int g = w.g, t = w.t, qs = w.qs, kp = w.kp, key0 = w.key0;
+  int64_t bh, i0, bg;
+  bwd::q_block_of(p, kBM, &bh, &i0, &bg);
   bwd::Rows rows;
-  rows.init(p, bh, i0 + 16 * qs + g);
-  float dl[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) dl[r] = rows.vis[r] > 0 ? p.delta[bh * p.Tq + rows.row[r]] : 0.0f;
   uint32_t qa[kD / 32][4], da[kD / 32][4];
-  bwd::load_row_frags<kD>(qa, p.q + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
-  bwd::load_row_frags<kD>(da, p.d_o + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
-  const float s_scale = p.tau * *p.q_scale_inv * *p.k_scale_inv;
-  const float dp_scale = *p.do_scale_inv * *p.v_scale_inv;
-  const bool do_e5m2 = p.do_format == Format::E5M2, ds_e5m2 = p.ds_format == Format::E5M2;
+  w.load_rows(p, bh, i0, rows, qa, da);
+  rows.load_delta(p, bh);
   float dq[kD / 8][4];
 #pragma unroll
   for (int dn = 0; dn < kD / 8; ++dn)
@@ -280,17 +262,16 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardParams p) {
     unsigned amax;
     {
       float s[Gm::kNK / 8][4];
-      bwd::tile_s_dp<kD, Gm::kNK>(sk, sv, key0, qa, da, do_e5m2, s_scale, dp_scale, g, t, s, dp);
+      w.s_dp(sk, sv, qa, da, s, dp);
       // No residual sums here: the main kernel adds them.
-      amax = tile_ds<Gm::kNK, kBM>(p, nullptr, rows, dl, bh, j0, key0, 16 * qs + g, t, s, dp,
-                                  nullptr);
+      amax = tile_ds<Gm::kNK, kBM>(p, nullptr, rows, bh, j0, key0, 16 * qs + g, t, s, dp, nullptr);
     }
     const float sc = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
     const float g_scale = p.tau * (1.0f / sc);
     uint32_t dsa[Gm::kNK / 32][4];
     bwd::to_a_frags<Gm::kNK>(dp, sc, p.ds_format, dsa);
     float acc[kD / 8][4];
-    tile_dq<kD, kBN, Gm::kNK>(skt, key0, dsa, ds_e5m2, g, t, acc);
+    tile_dq<kD, kBN, Gm::kNK>(skt, key0, dsa, w.ds_e5m2, g, t, acc);
 #pragma unroll
     for (int dn = 0; dn < kD / 8; ++dn)
 #pragma unroll

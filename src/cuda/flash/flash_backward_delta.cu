@@ -41,22 +41,13 @@ __global__ void __launch_bounds__(kThreads) matched_delta_kernel(const BackwardP
   uint8_t* const sk = smem;
   uint8_t* const sv = smem + Gm::kKV;
   __shared__ double2 part[kWarps][16];  // (Σ P dP, Σ P) per warp and row
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int qs = warp % Gm::kQS, kp = warp / Gm::kQS;
-
-  // Block -> (query block, head): the query blocks with the most keys (causal) start first.
-  const int64_t BH = p.B * p.H, n_qblocks = (p.Tq + kBM - 1) / kBM;
-  const int64_t bh = int64_t(blockIdx.x) % BH;
-  const int64_t i0 = (n_qblocks - 1 - int64_t(blockIdx.x) / BH) * kBM;
-  const int64_t b = bh / p.H, h = bh % p.H, bg = b * p.G + h / (p.H / p.G);
+  const bwd::Warp<kD, kBM, kBN> w(p);
+  const int g = w.g, t = w.t;
+  int64_t bh, i0, bg;
+  bwd::q_block_of(p, kBM, &bh, &i0, &bg);
   bwd::Rows rows;
-  rows.init(p, bh, i0 + 16 * qs + g);
   uint32_t qa[kD / 32][4], da[kD / 32][4];
-  bwd::load_row_frags<kD>(qa, p.q + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
-  bwd::load_row_frags<kD>(da, p.d_o + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
-  const float s_scale = p.tau * *p.q_scale_inv * *p.k_scale_inv;  // the forward's product
-  const float dp_scale = *p.do_scale_inv * *p.v_scale_inv;
-  const bool do_e5m2 = p.do_format == Format::E5M2;
+  w.load_rows(p, bh, i0, rows, qa, da);
 
   const int64_t last = (i0 + kBM < p.Tq ? i0 + kBM : p.Tq) - 1;
   const int64_t n_keys = bwd::visible_keys(p, last);
@@ -67,14 +58,13 @@ __global__ void __launch_bounds__(kThreads) matched_delta_kernel(const BackwardP
     cp_async_wait<0>();
     __syncthreads();
     float s[Gm::kNK / 8][4], dp[Gm::kNK / 8][4];
-    bwd::tile_s_dp<kD, Gm::kNK>(sk, sv, kp * Gm::kNK, qa, da, do_e5m2, s_scale, dp_scale, g, t, s,
-                                dp);
+    w.s_dp(sk, sv, qa, da, s, dp);
 #pragma unroll
     for (int nt = 0; nt < Gm::kNK / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e / 2;
-        const int64_t j = j0 + kp * Gm::kNK + s_key(nt, 2 * t + e % 2);
+        const int64_t j = j0 + w.key0 + s_key(nt, 2 * t + e % 2);
         float ev;
         const float pr = rows.prob(r, j, s[nt][e], &ev);
         if (j < rows.vis[r]) sums[r].add(pr, dp[nt][e]);
@@ -85,17 +75,17 @@ __global__ void __launch_bounds__(kThreads) matched_delta_kernel(const BackwardP
   for (int r = 0; r < 2; ++r) {
     sums[r].p_dp = quad_sum_f64(sums[r].p_dp);
     sums[r].p = quad_sum_f64(sums[r].p);
-    if (t == 0) part[warp][g + 8 * r] = make_double2(sums[r].p_dp, sums[r].p);
+    if (t == 0) part[w.warp][g + 8 * r] = make_double2(sums[r].p_dp, sums[r].p);
   }
   __syncthreads();
-  if (kp != 0 || t != 0) return;
+  if (w.kp != 0 || t != 0) return;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t i = rows.row[r];
     if (i >= p.Tq) continue;
     MatchedSums tot;  // the key parts joined in a fixed order
     for (int k = 0; k < Gm::kKP; ++k) {
-      const double2 x = part[qs + k * Gm::kQS][g + 8 * r];
+      const double2 x = part[w.qs + k * Gm::kQS][g + 8 * r];
       tot += MatchedSums{x.x, x.y};
     }
     p.delta[bh * p.Tq + i] = tot.delta<float>().value;

@@ -154,6 +154,7 @@ struct Rows {
   int64_t row[2];  ///< query rows (may be pads >= Tq)
   int64_t vis[2];  ///< keys each sees (0 for pads and rows without keys)
   float m[2], l[2];
+  float delta[2];  ///< D_i (load_delta; 0 for rows without keys)
 
   __device__ __forceinline__ void init(const BackwardParams& p, int64_t bh, int64_t r0) {
 #pragma unroll
@@ -162,7 +163,13 @@ struct Rows {
       vis[r] = visible_keys(p, row[r]);
       m[r] = vis[r] > 0 ? p.row_max[bh * p.Tq + row[r]] : 0.0f;
       l[r] = vis[r] > 0 ? p.row_sum[bh * p.Tq + row[r]] : 1.0f;
+      delta[r] = 0.0f;
     }
+  }
+  /// Reads D_i (delta_launch's output) of the rows that see keys.
+  __device__ __forceinline__ void load_delta(const BackwardParams& p, int64_t bh) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) delta[r] = vis[r] > 0 ? p.delta[bh * p.Tq + row[r]] : 0.0f;
   }
   /// P = exp(S − m)/l of a visible key (0 otherwise: masked, pad, a row without keys); *e gets
   /// exp(S − m) (dV's P̃ before rounding, <= 1). The unfused row kernel's and the CPU's formula.
@@ -175,6 +182,50 @@ struct Rows {
     return *e / l[r];
   }
 };
+
+/// A warp's place in a CTA (lane (g, t); S phase: query slab qs, key part kp from key key0) and the
+/// tile step's scalars: s_scale = τ·sq·sk (the forward's product, in its order), dp_scale = sdo·sv.
+template <int kD, int kBM, int kBN>
+struct Warp {
+  using Gm = Geom<kD, kBM, kBN>;
+  int warp, g, t, qs, kp, key0;
+  float s_scale, dp_scale;
+  bool do_e5m2, ds_e5m2;
+
+  __device__ __forceinline__ explicit Warp(const BackwardParams& p)
+      : warp(threadIdx.x / 32), g(threadIdx.x % 32 / 4), t(threadIdx.x % 4), qs(warp % Gm::kQS),
+        kp(warp / Gm::kQS), key0(kp * Gm::kNK),
+        s_scale(p.tau * *p.q_scale_inv * *p.k_scale_inv),
+        dp_scale(*p.do_scale_inv * *p.v_scale_inv), do_e5m2(p.do_format == Format::E5M2),
+        ds_e5m2(p.ds_format == Format::E5M2) {}
+
+  /// The query side of this warp's rows i0 + 16·qs + {g, g + 8} of head bh: their state and the Q̂
+  /// and dÔ A fragments.
+  __device__ __forceinline__ void load_rows(const BackwardParams& p, int64_t bh, int64_t i0,
+                                            Rows& rows, uint32_t (&qa)[kD / 32][4],
+                                            uint32_t (&da)[kD / 32][4]) const {
+    rows.init(p, bh, i0 + 16 * qs + g);
+    load_row_frags<kD>(qa, p.q + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
+    load_row_frags<kD>(da, p.d_o + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
+  }
+  /// S and dP of this warp's share of the tile in sk, sv (tile_s_dp).
+  __device__ __forceinline__ void s_dp(const uint8_t* sk, const uint8_t* sv,
+                                       const uint32_t (&qa)[kD / 32][4],
+                                       const uint32_t (&da)[kD / 32][4], float (&s)[Gm::kNK / 8][4],
+                                       float (&dp)[Gm::kNK / 8][4]) const {
+    tile_s_dp<kD, Gm::kNK>(sk, sv, key0, qa, da, do_e5m2, s_scale, dp_scale, g, t, s, dp);
+  }
+};
+
+/// The Q-block-major kernels' CTA -> (bh = b·H + h, first row i0, KV head bg): the query blocks
+/// with the most keys (causal) are scheduled first.
+__device__ __forceinline__ void q_block_of(const BackwardParams& p, int64_t kBM, int64_t* bh,
+                                           int64_t* i0, int64_t* bg) {
+  const int64_t BH = p.B * p.H, n_qblocks = (p.Tq + kBM - 1) / kBM;
+  *bh = int64_t(blockIdx.x) % BH;
+  *i0 = (n_qblocks - 1 - int64_t(blockIdx.x) / BH) * kBM;
+  *bg = *bh / p.H * p.G + *bh % p.H / (p.H / p.G);
+}
 
 /// A 4-byte group of FP8 codes (x0 in the low byte) of x·scale in `f` (saturating, RNE).
 __device__ __forceinline__ uint32_t codes4(float x0, float x1, float x2, float x3, float scale,
