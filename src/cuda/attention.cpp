@@ -14,10 +14,10 @@
 // Softmax, delta, dS and their diagnostics are row kernels (attention_kernels.h). S, dP and dS are
 // materialized ([B, H, Tq, Tk] FP32): this is the reference-exact unfused form, not a flash kernel.
 // Supported: precision fp8 and bf16, QkvScaling::Tensor, head_dim a multiple of 16. Form 'tiled'
-// (FP8 only; head_dim and block_k 64 or 128) runs the forward as the fused kernel of
-// src/cuda/flash/ (twin: the CPU tiled form; no S or P buffer), which saves the same operands and
-// softmax statistics, so this file's unfused backward follows it, recomputing S with the fused
-// kernel's own logits (flash::logits_launch: the bits the saved m and l were computed from).
+// (FP8 only; head_dim, block_q and block_k 64 or 128) runs forward and backward as the fused
+// kernels of src/cuda/flash/ (twin: the CPU tiled form; no S, P or dS buffer): the forward saves
+// the same operands and softmax statistics plus FP8 (not BF16) group transposes of Q̂ and K̂, and
+// the backward recomputes S with the forward's MMA sequence (flash_backward.h).
 // Saved state (docs/design.md §"Saved state"): forward returns Q̂, K̂, V̂ (row copies, the
 // BF16-of-code transposes the dQ/dK GEMMs read), their scales and the softmax statistics (m_i,
 // l_i) per row in a SavedAttention; O and the LSE are the caller's tensors (the backward reads O
@@ -36,6 +36,7 @@
 #include "cuda/act_f32.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/flash/flash_backward.h"
 #include "cuda/flash/flash_forward.h"
 #include "cuda/gemm.h"
 #include "cuda/ops.h"
@@ -52,7 +53,8 @@ constexpr int64_t kScaleStride = 32;
 struct AttnState final : SavedState {
   const void* owner = nullptr;  // the CudaAttention that made it (validation only)
   Buffer q_rows, k_rows, v_rows;  // [B, heads, T_p, D]: FP8 codes or BF16
-  Buffer q_t16, k_t16;            // group transposes, BF16 of code (FP8) or of value (BF16)
+  // Group transposes: BF16 of code (FP8) or of value (BF16); FP8 codes for the fused backward.
+  Buffer q_t, k_t;
   Buffer scales;                  // F32: sq, sk, sv at kScaleStride offsets
   Buffer softmax;                 // F32 [2, B·H·Tq]: m_i = max_j S_ij, then l_i = Σ_j exp(S_ij − m_i)
   int64_t rows = 0;               // B·H·Tq
@@ -77,7 +79,10 @@ class CudaAttention final : public Attention {
                 "cuda attention: form 'tiled' (the fused kernel) is implemented for precision fp8 "
                 "only (use form 'whole' for bf16)");
     fused_ = cfg.form == AttnForm::Tiled;
-    if (fused_) flash::check_forward_supported(shape.head_dim, cfg.block_k);
+    if (fused_) {
+      flash::check_forward_supported(shape.head_dim, cfg.block_k);
+      flash::check_backward_supported(shape.head_dim, cfg.block_q, cfg.block_k);
+    }
     OCTET_CHECK(shape.head_dim % 16 == 0,
                 "cuda attention: head_dim must be a multiple of 16 for the FP8/BF16 tensor-core "
                 "GEMMs, got " + std::to_string(shape.head_dim));
@@ -119,15 +124,16 @@ class CudaAttention final : public Attention {
     st->q_rows = be_.alloc(elem, {nq});
     st->k_rows = be_.alloc(elem, {nk});
     st->v_rows = be_.alloc(elem, {nk});
-    st->q_t16 = be_.alloc(DType::BF16, {nq});
-    st->k_t16 = be_.alloc(DType::BF16, {nk});
+    st->q_t = be_.alloc(fused_ ? DType::E4M3 : DType::BF16, {nq});
+    st->k_t = be_.alloc(fused_ ? DType::E4M3 : DType::BF16, {nk});
     st->scales = be_.alloc(DType::F32, {3 * kScaleStride});
     const PackKind rowk = fp8_ ? PackKind::Fp8Code : PackKind::Bf16OfValue;
-    const PackKind transk16 = fp8_ ? PackKind::Bf16OfCode : PackKind::Bf16OfValue;
+    const PackKind transk = fused_ ? PackKind::Fp8Code
+                            : fp8_ ? PackKind::Bf16OfCode : PackKind::Bf16OfValue;
     pack(as_f32(q, in_q_), d.H, d.Tq, d.Tq_p, d.rep, Format::E4M3, st->sq(), rowk,
-         st->q_rows.tensor().data, transk16, st->q_t16.tensor().data);
+         st->q_rows.tensor().data, transk, st->q_t.tensor().data);
     pack(as_f32(k, in_k_), d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sk(), rowk,
-         st->k_rows.tensor().data, transk16, st->k_t16.tensor().data);
+         st->k_rows.tensor().data, transk, st->k_t.tensor().data);
     pack(as_f32(v, in_v_), d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sv(), rowk,
          st->v_rows.tensor().data, rowk, v_t_.reserve(size_t(nk * eb_), s_));
     const int64_t nrows = d.B * d.H * d.Tq;
@@ -172,12 +178,11 @@ class CudaAttention final : public Attention {
     const float* dof = as_f32(d_o, in_q_);
     pack(dof, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdo(), rowk,
          do_rows_.reserve(size_t(nq * eb_), s_), PackKind::None, nullptr);
-    // S recomputed from the saved Q̂, K̂ — after a fused forward by its own kernel, so that the
-    // saved (m, l) describe this very S (a cuBLASLt S differs by a few ulp: flash_forward.h).
-    if (fused_)
-      flash::logits_launch(flash_params(*st), S_.reserve(size_t(nS()), s_), s_);
-    else
-      logits(*st);
+    if (fused_) {
+      fused_backward(*st, saved, dof, dq, dk, dv, residual);
+      return;
+    }
+    logits(*st);
     mm(do_rows_.get(), cfg_.do_format, sdo(), st->v_rows.tensor().data, Format::E4M3, st->sv(),
        dP_.reserve(size_t(nS()), s_), d.rep * d.Tq_p, d.Tk_p, d.D, 1.0f);
     const int64_t nrows = d.B * d.H * d.Tq;
@@ -192,10 +197,6 @@ class CudaAttention final : public Attention {
     a.matched = cfg_.delta == DeltaMode::Matched;
     a.p_scale = cfg_.p_scale;
     a.P = P_.reserve(size_t(nS() * eb_), s_);
-    // The fused forward writes no P̃, so nothing has zeroed its pad query rows (dV contracts
-    // over them; the backward's row kernel writes only the real rows).
-    if (fused_ && d.Tq_p != d.Tq)
-      OCTET_CUDA_CHECK(cudaMemsetAsync(a.P, 0, size_t(nS() * eb_), s_));
     a.residual = residual_.reserve(size_t(nrows), s_);
     a.row_factor = row_factor_.reserve(size_t(nrows), s_);
     backward_rows_launch(d, a, s_);
@@ -212,21 +213,13 @@ class CudaAttention final : public Attention {
     mm(P_t_.get(), Format::E4M3, p_inv(), do_t_.get(), cfg_.do_format, sdv(),
        dv_acc_.reserve(size_t(nk), s_), d.Tk_p, d.D, d.rep * d.Tq_p, 1.0f);
     const float tau = shape_.tau();
-    gemm_.bf16(ds_rows_.get(), false, st->k_t16.tensor().bf16(), true, dq_acc_.reserve(size_t(nq), s_),
+    gemm_.bf16(ds_rows_.get(), false, st->k_t.tensor().bf16(), true, dq_acc_.reserve(size_t(nq), s_),
                d.rep * d.Tq_p, d.D, d.Tk_p, 0.0f, tau,
                {int(d.B * d.G), d.rep * d.Tq_p * d.Tk_p, d.D * d.Tk_p, d.rep * d.Tq_p * d.D});
-    gemm_.bf16(ds_t_.get(), false, st->q_t16.tensor().bf16(), true, dk_acc_.reserve(size_t(nk), s_),
+    gemm_.bf16(ds_t_.get(), false, st->q_t.tensor().bf16(), true, dk_acc_.reserve(size_t(nk), s_),
                d.Tk_p, d.D, d.rep * d.Tq_p, 0.0f, tau,
                {int(d.B * d.G), d.Tk_p * d.rep * d.Tq_p, d.D * d.rep * d.Tq_p, d.Tk_p * d.D});
-    unpad_scale_launch(dq_acc_.get(), f32_out(dq), d.B * d.H, d.Tq, d.Tq_p, d.D, 1.0f,
-                       fp8_ ? st->sk() : nullptr, nullptr, s_);
-    finish(dq);
-    unpad_scale_launch(dk_acc_.get(), f32_out(dk), d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f,
-                       fp8_ ? st->sq() : nullptr, nullptr, s_);
-    finish(dk);
-    unpad_scale_launch(dv_acc_.get(), f32_out(dv), d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f, nullptr,
-                       nullptr, s_);
-    finish(dv);
+    write_gradients(*st, dq, dk, dv);
     // Diagnostics: r_i = |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) per row -> max and mean, added
     // into the caller's accumulator on the device.
     if (!residual.empty()) residual_accumulate_launch(residual_.get(), nrows, residual.f64(), s_);
@@ -270,8 +263,8 @@ class CudaAttention final : public Attention {
     pack_launch(a, s_);
   }
 
-  // The fused kernel's parameters over a forward's saved Q̂, K̂ (no V̂ᵀ: the forward adds this
-  // call's scratch copy; the backward's logits read none).
+  // The fused forward's parameters over a forward's saved Q̂, K̂ (no V̂ᵀ: the forward adds this
+  // call's scratch copy).
   flash::ForwardParams flash_params(const AttnState& st) {
     flash::ForwardParams p;
     p.q = static_cast<const uint8_t*>(st.q_rows.tensor().data);
@@ -298,6 +291,71 @@ class CudaAttention final : public Attention {
     p.row_sum = st.row_sum();
     flash::forward_launch(p, s_);
     finish(o);
+  }
+
+  // dQ, dK, dV from the padded accumulators: unpadded, dQ × sk and dK × sq (FP8: the GEMMs ran on
+  // codes), rounded once for BF16 outputs.
+  void write_gradients(const AttnState& st, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+    const AttnDims& d = d_;
+    unpad_scale_launch(dq_acc_.get(), f32_out(dq), d.B * d.H, d.Tq, d.Tq_p, d.D, 1.0f,
+                       fp8_ ? st.sk() : nullptr, nullptr, s_);
+    finish(dq);
+    unpad_scale_launch(dk_acc_.get(), f32_out(dk), d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f,
+                       fp8_ ? st.sq() : nullptr, nullptr, s_);
+    finish(dk);
+    unpad_scale_launch(dv_acc_.get(), f32_out(dv), d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f, nullptr,
+                       nullptr, s_);
+    finish(dv);
+  }
+
+  // The fused FP8 backward (src/cuda/flash/flash_backward.h) after a fused forward, dÔ rows
+  // packed: the delta pre-pass (D_i, 1/l_i), dV's operand (dO/l)~ packed with its own scale, the
+  // main kernels into the padded accumulators, then write_gradients and the row residual. Beyond
+  // the inputs, outputs and dQ accumulator it allocates O(T) per head (no S x S buffer).
+  void fused_backward(const AttnState& st, const SavedAttention& saved, const float* dof,
+                      const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                      const Tensor& residual) {
+    const AttnDims& d = d_;
+    const int64_t nq = d.B * d.H * d.Tq_p * d.D, nk = d.B * d.G * d.Tk_p * d.D;
+    const int64_t nrows = d.B * d.H * d.Tq;
+    const flash::ForwardParams f = flash_params(st);
+    flash::BackwardParams p;
+    p.q = f.q, p.k = f.k, p.q_scale_inv = f.q_scale_inv, p.k_scale_inv = f.k_scale_inv;
+    p.q_t = static_cast<const uint8_t*>(st.q_t.tensor().data);
+    p.k_t = static_cast<const uint8_t*>(st.k_t.tensor().data);
+    p.v = static_cast<const uint8_t*>(st.v_rows.tensor().data);
+    p.v_scale_inv = st.sv();
+    p.d_o = do_rows_.get();
+    p.do_scale_inv = sdo();
+    p.row_max = st.row_max();
+    p.row_sum = st.row_sum();
+    p.matched = cfg_.delta == DeltaMode::Matched;
+    if (!p.matched) p.o = as_f32(saved.o, in_k_), p.d_o_f32 = dof;  // stale delta only
+    p.delta = delta_.reserve(size_t(nrows), s_);
+    p.row_factor = row_factor_.reserve(size_t(nrows), s_);
+    p.B = f.B, p.H = f.H, p.G = f.G, p.Tq = f.Tq, p.Tk = f.Tk, p.Tq_p = f.Tq_p, p.Tk_p = f.Tk_p,
+    p.D = f.D;
+    p.causal = f.causal;
+    p.do_format = cfg_.do_format;
+    p.ds_format = cfg_.ds_format;
+    p.tau = f.tau;
+    p.p_scale = cfg_.p_scale;
+    p.block_q = cfg_.block_q;
+    p.block_k = cfg_.block_k;
+    flash::delta_launch(p, s_);
+    pack(dof, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdv(), PackKind::None, nullptr,
+         PackKind::Fp8Code, do_t_.reserve(size_t(nq), s_), row_factor_.get());
+    p.dv_o_t = do_t_.get();
+    p.dvo_scale_inv = sdv();
+    p.dq_acc = dq_acc_.reserve(size_t(nq), s_);
+    p.dk_acc = dk_acc_.reserve(size_t(nk), s_);
+    p.dv_acc = dv_acc_.reserve(size_t(nk), s_);
+    p.res_sums = residual.empty() ? nullptr : res_sums_.reserve(size_t(2 * nrows), s_);
+    flash::backward_launch(p, s_);
+    write_gradients(st, dq, dk, dv);
+    if (residual.empty()) return;
+    flash::residual_finish_launch(res_sums_.get(), nrows, residual_.reserve(size_t(nrows), s_), s_);
+    residual_accumulate_launch(residual_.get(), nrows, residual.f64(), s_);
   }
 
   // S = τ Q̂K̂ᵀ for every head, from a forward's saved operands.
@@ -334,7 +392,7 @@ class CudaAttention final : public Attention {
   cudaStream_t s_;
   AttnDims d_{};
   bool fp8_ = true;
-  bool fused_ = false;  // form 'tiled': the fused FP8 forward
+  bool fused_ = false;  // form 'tiled': the fused FP8 forward and backward
   int64_t eb_ = 1;
   // Scratch, reused in stream order by every call (nothing here outlives one call's use).
   DeviceBuffer<float> scales_;
@@ -342,8 +400,8 @@ class CudaAttention final : public Attention {
   DeviceBuffer<uint8_t> v_t_, P_, P_t_, do_rows_, do_t_;
   DeviceBuffer<uint16_t> ds_rows_, ds_t_;
   DeviceBuffer<float> S_, dP_, o_acc_, rinv_, dq_acc_, dk_acc_, dv_acc_, in_q_, in_k_, in_v_, out_;
-  DeviceBuffer<float> row_factor_;
-  DeviceBuffer<double> residual_;
+  DeviceBuffer<float> row_factor_, delta_;
+  DeviceBuffer<double> residual_, res_sums_;
 };
 
 }  // namespace

@@ -1,7 +1,9 @@
 // src/bench/cuda/bench_attention.cpp — the attention benchmark of bench.h: the CUDA backend's attention
-// (bf16, fp8 with stale delta, fp8 with matched delta: the unfused kernels; octet-fp8-fused: form
-// 'tiled', the fused FP8 forward of src/cuda/flash/ followed by the unfused matched backward, rows
-// only for head_dim 64 and 128) forward and backward through the Attention interface, at
+// (bf16, fp8 with stale delta, fp8 with matched delta: the unfused kernels; octet-fp8-fused and
+// octet-fp8-fused-stale: form 'tiled', the fused FP8 forward and backward of src/cuda/flash/ with
+// the matched or the stale delta, rows only for head_dim 64 and 128; the matched row's backward
+// includes its recompute pre-pass, the stale row's a dO·O row pass) forward and backward through
+// the Attention interface, at
 // B x H x S x D, causal or not; timed with CUDA events (median of the repetitions).
 // FLOPs follow FlashAttention's convention: forward 4·B·H·Sq·Sk·D, halved when causal; backward
 // 2.5x the forward (two of its five GEMMs recompute). The unfused kernels compute the masked half
@@ -31,8 +33,10 @@ void bench_attention(const AttnBenchOptions& opt,
   const Impl impls[] = {{"bf16", AttnPrecision::BF16, DeltaMode::Matched, AttnForm::Whole},
                         {"fp8-stale", AttnPrecision::FP8, DeltaMode::Stale, AttnForm::Whole},
                         {"fp8-matched", AttnPrecision::FP8, DeltaMode::Matched, AttnForm::Whole},
-                        {"octet-fp8-fused", AttnPrecision::FP8, DeltaMode::Matched, AttnForm::Tiled}};
-  const bool fused_ok = opt.head_dim == 64 || opt.head_dim == 128;  // flash_forward.h
+                        {"octet-fp8-fused", AttnPrecision::FP8, DeltaMode::Matched, AttnForm::Tiled},
+                        {"octet-fp8-fused-stale", AttnPrecision::FP8, DeltaMode::Stale,
+                         AttnForm::Tiled}};
+  const bool fused_ok = opt.head_dim == 64 || opt.head_dim == 128;  // flash_forward/backward.h
   for (int64_t S : opt.seqs) {
     AttentionShape shape;
     shape.batch = opt.batch;

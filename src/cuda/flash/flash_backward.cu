@@ -1,0 +1,362 @@
+// src/cuda/flash/flash_backward.cu — the fused FP8 attention backward's main kernels and launch
+// (flash_backward.h backward_launch; CPU twin: src/cpu/attention_tiled.cpp backward_tiled's main
+// pass and attention_backward_tile.cpp ds_step). docs/cuda.md §"Fused FP8 attention backward".
+//
+// backward_kernel: one CTA (8 warps) per (b, KV head, key block of block_k keys), FlashAttention-2's
+// backward (arXiv 2307.08691, Algorithm 2): K̂, V̂, K̂ᵀ of the key block are loaded once into shared
+// memory; for each of the rep = H/G query heads and each query block of block_q rows that sees the
+// key block, per tile:
+//   S, P, dP (flash_backward_tile.cuh: the pre-pass's bits), dS = P∘(dP − D) (octet/delta_rule.h),
+//   the row residual sums (FP64 atomics), the tile's amax over all 8 warps → a power-of-two scale
+//   (fp8.h scale_from_amax, pow2) → dŜ codes in ds_format, P̃ = E4M3(exp(S − m)·p_scale);
+//   dQ_i += τ dŜK̂ per warp (the dŜ accumulator is already the A fragment: s_key order), × 1/scale,
+//   FP32 atomicAdd into dq_acc (unless deterministic);
+//   P̃ᵀ and dŜᵀ go through shared memory ([key][query] bytes), then each warp owns 16 keys x
+//   head_dim/kDP: dV += P̃ᵀ (dO/l)~ and dK += τ dŜᵀ Q̂ · 1/scale, B operands read from the group
+//   transposes in global memory, added into FP32 accumulators in shared memory.
+// Each tile's product is summed by the tensor core over at most 128 terms from a zero accumulator
+// and added in FP32 outside it (Hopper's FP8 MMA accumulates with limited precision).
+// dq_kernel (deterministic mode): one CTA per (b, h, query block) walks the key blocks, recomputes
+// the same tiles (the same amax, scale and codes) and sums dQ in registers in a fixed order.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "cuda/check.h"
+#include "cuda/flash/flash_backward.h"
+#include "cuda/flash/flash_backward_tile.cuh"
+#include "octet/delta_rule.h"
+#include "octet/error.h"
+
+namespace octet::cuda::flash {
+namespace {
+
+using bwd::kThreads;
+using bwd::kWarps;
+
+template <int kD, int kBM, int kBN>
+struct MainSmem {
+  using Gm = bwd::Geom<kD, kBM, kBN>;
+  static constexpr int kBytes = 3 * Gm::kKV + 2 * Gm::kPT + 2 * kBN * kD * 4;
+};
+
+// One warp's dS of a tile (into dp, in place) with the row residual sums (when res_sums), the P̃
+// codes into pt ([kBN][kBM], if given), and this lane's |dS| amax bits.
+template <int kNK, int kBM>
+__device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res_sums,
+                                            const bwd::Rows& rows, int64_t bh, int64_t j0, int key0,
+                                            int row0, int t, const float (&s)[kNK / 8][4],
+                                            float (&dp)[kNK / 8][4], uint8_t* pt) {
+  unsigned amax = 0;
+  double rs[2] = {0.0, 0.0}, rm[2] = {0.0, 0.0};
+#pragma unroll
+  for (int nt = 0; nt < kNK / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e / 2, kl = key0 + s_key(nt, 2 * t + e % 2);
+      const int64_t j = j0 + kl;
+      float ev;
+      const float pr = rows.prob(r, j, s[nt][e], &ev);
+      const float ds = j < rows.vis[r] ? RowDelta<float>{rows.delta[r]}.ds(pr, dp[nt][e]) : 0.0f;
+      if (res_sums && j < rows.vis[r]) {  // FP64 work only when the residual is asked for
+        rs[r] += double(ds);
+        rm[r] += double(pr) * (fabs(double(dp[nt][e])) + fabs(double(rows.delta[r])));
+      }
+      if (pt) pt[kl * kBM + row0 + 8 * r] = fp8_encode(ev * p.p_scale, Format::E4M3, true);
+      dp[nt][e] = ds;
+      amax = max(amax, __float_as_uint(ds) & 0x7FFFFFFFu);
+    }
+  if (res_sums) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      for (int o = 1; o <= 2; o *= 2) {
+        rs[r] += __shfl_xor_sync(0xFFFFFFFFu, rs[r], o);
+        rm[r] += __shfl_xor_sync(0xFFFFFFFFu, rm[r], o);
+      }
+      if (t == 0 && rows.row[r] < p.Tq) {
+        atomicAdd(res_sums + 2 * (bh * p.Tq + rows.row[r]), rs[r]);
+        atomicAdd(res_sums + 2 * (bh * p.Tq + rows.row[r]) + 1, rm[r]);
+      }
+    }
+  }
+  return amax;
+}
+
+// One warp's dQ product over its kNK keys: acc[dn] = dŜ·K̂ (codes; head_dim columns 8dn + 2t..),
+// A = dsa (to_a_frags of dS), B = K̂ᵀ rows 8dn + g of the shared tile, keys key0 + 32kk + 4t..
+template <int kD, int kBN, int kNK>
+__device__ __forceinline__ void tile_dq(const uint8_t* skt, int key0, const uint32_t (&dsa)[kNK / 32][4],
+                                        bool ds_e5m2, int g, int t, float (&acc)[kD / 8][4]) {
+  const int lane_off = g * kBN + 4 * t, vx = v_chunk<kBN>(g, 0);
+#pragma unroll
+  for (int dn = 0; dn < kD / 8; ++dn) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[dn][e] = 0.0f;
+    const uint8_t* krow = skt + 8 * dn * kBN + lane_off;
+#pragma unroll
+    for (int kk = 0; kk < kNK / 32; ++kk) {
+      const int c = (key0 + 32 * kk) / 16;
+      bwd::mma_fp8(acc[dn], dsa[kk], lds32(krow + 16 * (c ^ vx)), lds32(krow + 16 * ((c + 1) ^ vx)),
+              ds_e5m2, false);
+    }
+  }
+}
+
+template <int kD, int kBM, int kBN>
+__global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams p) {
+  using Gm = bwd::Geom<kD, kBM, kBN>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* const sk = smem;
+  uint8_t* const sv = sk + Gm::kKV;
+  uint8_t* const skt = sv + Gm::kKV;
+  uint8_t* const spt = skt + Gm::kKV;   // P̃ᵀ codes [kBN][kBM]
+  uint8_t* const sdst = spt + Gm::kPT;  // dŜᵀ codes [kBN][kBM]
+  float* const sdk = reinterpret_cast<float*>(sdst + Gm::kPT);  // [kBN][kD]
+  float* const sdv = sdk + kBN * kD;                            // [kBN][kD]
+  __shared__ unsigned amax_slots[kWarps];
+  const bwd::Warp<kD, kBM, kBN> w(p);
+  const int g = w.g, t = w.t, qs = w.qs, key0 = w.key0;
+  const int ks = w.warp % Gm::kKS, dpart = w.warp / Gm::kKS;  // the dK/dV phase's split
+
+  const int64_t BG = p.B * p.G, rep = p.H / p.G;
+  const int64_t bg = int64_t(blockIdx.x) % BG, j0 = int64_t(blockIdx.x) / BG * kBN;
+  const int64_t b = bg / p.G, gh = bg % p.G;
+  for (int c = threadIdx.x; c < 2 * kBN * kD; c += kThreads) sdk[c] = 0.0f;  // sdk, sdv
+  bwd::load_kv<kD, kBN>(p, bg, j0, sk, sv, skt);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+
+  const bool do_e5m2 = w.do_e5m2, ds_e5m2 = w.ds_e5m2;
+  // Query blocks that see key j0 (causal bottom-right: rows i >= j0 − (Tk − Tq)).
+  const int64_t n_qblocks = (p.Tq + kBM - 1) / kBM;
+  const int64_t first = p.causal ? j0 - (p.Tk - p.Tq) : 0;
+  const int64_t qb0 = first > 0 ? first / kBM : 0;
+  const int64_t width = rep * p.Tq_p;  // a group transpose's row
+  for (int64_t hr = 0; hr < rep; ++hr) {
+    const int64_t h = gh * rep + hr, bh = b * p.H + h;
+    const uint8_t* const gqt = p.q_t + bg * kD * width + hr * p.Tq_p;
+    const uint8_t* const gdot = p.dv_o_t + bg * kD * width + hr * p.Tq_p;
+    for (int64_t qb = qb0; qb < n_qblocks; ++qb) {
+      const int64_t i0 = qb * kBM;
+      bwd::Rows rows;
+      float dp[Gm::kNK / 8][4];
+      unsigned amax;
+      {
+        uint32_t qa[kD / 32][4], da[kD / 32][4];
+        w.load_rows(p, bh, i0, rows, qa, da);
+        rows.load_delta(p, bh);
+        float s[Gm::kNK / 8][4];
+        w.s_dp(sk, sv, qa, da, s, dp);
+        amax = tile_ds<Gm::kNK, kBM>(p, p.res_sums, rows, bh, j0, key0, 16 * qs + g, t, s, dp, spt);
+      }
+      const float sc = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
+      const float g_scale = p.tau * (1.0f / sc);  // τ · dŜ's 1/scale (a power of two: exact)
+      uint32_t dsa[Gm::kNK / 32][4];
+      bwd::to_a_frags<Gm::kNK>(dp, sc, p.ds_format, dsa);
+      // dŜᵀ into shared memory: the bytes of dsa, a[kk][r] byte c = key 32kk + 16(r/2) + 4t + c
+      // (of the warp's keys), row g + 8(r % 2).
+#pragma unroll
+      for (int kk = 0; kk < Gm::kNK / 32; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            sdst[(key0 + 32 * kk + 16 * (r / 2) + 4 * t + c) * kBM + 16 * qs + g + 8 * (r % 2)] =
+                uint8_t(dsa[kk][r] >> (8 * c));
+      if (!p.deterministic) {
+        float acc[kD / 8][4];
+        tile_dq<kD, kBN, Gm::kNK>(skt, key0, dsa, w.ds_e5m2, g, t, acc);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          if (rows.vis[r] == 0) continue;  // dS = 0: nothing to add (pads, rows without keys)
+          float* dq = p.dq_acc + (bh * p.Tq_p + rows.row[r]) * kD + 2 * t;
+#pragma unroll
+          for (int dn = 0; dn < kD / 8; ++dn) {
+            atomicAdd(dq + 8 * dn, acc[dn][2 * r] * g_scale);
+            atomicAdd(dq + 8 * dn + 1, acc[dn][2 * r + 1] * g_scale);
+          }
+        }
+      }
+      __syncthreads();  // P̃ᵀ, dŜᵀ complete
+      // dV, dK on this warp's 16 keys x kDW columns; A from P̃ᵀ / dŜᵀ rows ks·16 + g (+8),
+      // queries 32qc + 4t (+16); B from the group transposes, columns (head_dim) dpart·kDW + 8dn + g.
+      uint32_t pa[kBM / 32][4], sa[kBM / 32][4];
+#pragma unroll
+      for (int qc = 0; qc < kBM / 32; ++qc)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int at = (16 * ks + g + 8 * (r % 2)) * kBM + 32 * qc + 16 * (r / 2) + 4 * t;
+          pa[qc][r] = lds32(spt + at);
+          sa[qc][r] = lds32(sdst + at);
+        }
+#pragma unroll
+      for (int dn = 0; dn < Gm::kDW / 8; ++dn) {
+        const int dcol = dpart * Gm::kDW + 8 * dn + g;
+        float av[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ak[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int qc = 0; qc < kBM / 32; ++qc) {
+          const int64_t i = i0 + 32 * qc + 4 * t;  // groups of 4 rows: all < Tq_p or none
+          const int64_t off = dcol * width + i;
+          const uint32_t v0 = i < p.Tq_p ? bwd::ldg32(gdot + off) : 0u;
+          const uint32_t v1 = i + 16 < p.Tq_p ? bwd::ldg32(gdot + off + 16) : 0u;
+          const uint32_t q0 = i < p.Tq_p ? bwd::ldg32(gqt + off) : 0u;
+          const uint32_t q1 = i + 16 < p.Tq_p ? bwd::ldg32(gqt + off + 16) : 0u;
+          bwd::mma_fp8(av, pa[qc], v0, v1, false, do_e5m2);
+          bwd::mma_fp8(ak, sa[qc], q0, q1, ds_e5m2, false);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int at = (16 * ks + g + 8 * (e / 2)) * kD + dpart * Gm::kDW + 8 * dn + 2 * t + e % 2;
+          sdv[at] += av[e];
+          sdk[at] += ak[e] * g_scale;
+        }
+      }
+      __syncthreads();  // before the next tile rewrites P̃ᵀ, dŜᵀ and the amax slots
+    }
+  }
+  // dV = Σ P̃_code (dO/l)_code · (1/p_scale) · its 1/scale; dK in Q̂'s code units (× sq later).
+  const float dv_scale = (1.0f / p.p_scale) * *p.dvo_scale_inv;
+  for (int c = threadIdx.x; c < kBN * kD; c += kThreads) {
+    const int64_t j = j0 + c / kD;
+    if (j >= p.Tk_p) continue;
+    const int64_t at = (bg * p.Tk_p + j) * kD + c % kD;
+    p.dv_acc[at] = sdv[c] * dv_scale;
+    p.dk_acc[at] = sdk[c];
+  }
+}
+
+template <int kD, int kBM, int kBN>
+__global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardParams p) {
+  using Gm = bwd::Geom<kD, kBM, kBN>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* const sk = smem;
+  uint8_t* const sv = sk + Gm::kKV;
+  uint8_t* const skt = sv + Gm::kKV;
+  float* const sred = reinterpret_cast<float*>(skt + Gm::kKV);  // [kBM][kD] (key part 1's dQ)
+  __shared__ unsigned amax_slots[kWarps];
+  const bwd::Warp<kD, kBM, kBN> w(p);
+  const int g = w.g, t = w.t, qs = w.qs, kp = w.kp, key0 = w.key0;
+  int64_t bh, i0, bg;
+  bwd::q_block_of(p, kBM, &bh, &i0, &bg);
+  bwd::Rows rows;
+  uint32_t qa[kD / 32][4], da[kD / 32][4];
+  w.load_rows(p, bh, i0, rows, qa, da);
+  rows.load_delta(p, bh);
+  float dq[kD / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < kD / 8; ++dn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dq[dn][e] = 0.0f;
+
+  const int64_t last = (i0 + kBM < p.Tq ? i0 + kBM : p.Tq) - 1;
+  const int64_t n_keys = bwd::visible_keys(p, last);
+  for (int64_t j0 = 0; j0 < n_keys; j0 += kBN) {
+    bwd::load_kv<kD, kBN>(p, bg, j0, sk, sv, skt);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    float dp[Gm::kNK / 8][4];
+    unsigned amax;
+    {
+      float s[Gm::kNK / 8][4];
+      w.s_dp(sk, sv, qa, da, s, dp);
+      // No residual sums here: the main kernel adds them.
+      amax = tile_ds<Gm::kNK, kBM>(p, nullptr, rows, bh, j0, key0, 16 * qs + g, t, s, dp, nullptr);
+    }
+    const float sc = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
+    const float g_scale = p.tau * (1.0f / sc);
+    uint32_t dsa[Gm::kNK / 32][4];
+    bwd::to_a_frags<Gm::kNK>(dp, sc, p.ds_format, dsa);
+    float acc[kD / 8][4];
+    tile_dq<kD, kBN, Gm::kNK>(skt, key0, dsa, w.ds_e5m2, g, t, acc);
+#pragma unroll
+    for (int dn = 0; dn < kD / 8; ++dn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dq[dn][e] += acc[dn][e] * g_scale;
+    __syncthreads();  // before the next load and amax
+  }
+  // Join the key parts in a fixed order (part 0 + part 1), then store the block's rows.
+  if (Gm::kKP == 2 && kp == 1)
+#pragma unroll
+    for (int dn = 0; dn < kD / 8; ++dn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sred[(16 * qs + g + 8 * (e / 2)) * kD + 8 * dn + 2 * t + e % 2] = dq[dn][e];
+  __syncthreads();
+  if (kp != 0) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = rows.row[r];
+    if (i >= p.Tq_p) continue;
+#pragma unroll
+    for (int dn = 0; dn < kD / 8; ++dn)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int d = 8 * dn + 2 * t + c;
+        float x = dq[dn][2 * r + c];
+        if (Gm::kKP == 2) x += sred[(16 * qs + g + 8 * r) * kD + d];
+        p.dq_acc[(bh * p.Tq_p + i) * kD + d] = x;
+      }
+  }
+}
+
+__global__ void residual_finish_kernel(const double* sums, int64_t rows, double* residual) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows;
+       i += int64_t(gridDim.x) * blockDim.x)
+    residual[i] = sums[2 * i + 1] > 0.0 ? fabs(sums[2 * i]) / sums[2 * i + 1] : 0.0;
+}
+
+bool aligned16(const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) == 0; }
+
+}  // namespace
+
+void check_backward_supported(int64_t head_dim, int64_t block_q, int64_t block_k) {
+  OCTET_CHECK(head_dim == 64 || head_dim == 128,
+              "fused FP8 attention backward: head_dim must be 64 or 128, got " +
+                  std::to_string(head_dim));
+  OCTET_CHECK((block_q == 64 || block_q == 128) && (block_k == 64 || block_k == 128),
+              "fused FP8 attention backward: block_q and block_k (the dS scale tile) must be 64 or "
+              "128, got " + std::to_string(block_q) + " x " + std::to_string(block_k));
+}
+
+void backward_launch(const BackwardParams& p, cudaStream_t stream) {
+  check_backward_supported(p.D, p.block_q, p.block_k);
+  OCTET_CHECK(p.B >= 1 && p.H >= 1 && p.G >= 1 && p.H % p.G == 0 && p.Tq >= 1 && p.Tk >= 1,
+              "fused attention backward: need B, H, G, Tq, Tk >= 1 and H a multiple of G");
+  OCTET_CHECK(p.Tq_p == (p.Tq + 15) / 16 * 16 && p.Tk_p == (p.Tk + 15) / 16 * 16,
+              "fused attention backward: Tq_p, Tk_p must be Tq, Tk rounded up to 16");
+  OCTET_CHECK(p.q && p.q_t && p.k && p.k_t && p.v && p.d_o && p.dv_o_t && p.q_scale_inv &&
+                  p.k_scale_inv && p.v_scale_inv && p.do_scale_inv && p.dvo_scale_inv &&
+                  p.row_max && p.row_sum && p.delta,
+              "fused attention backward: a null operand, scale or row statistics pointer");
+  OCTET_CHECK(p.dq_acc && p.dk_acc && p.dv_acc,
+              "fused attention backward: a null output pointer (dq_acc, dk_acc, dv_acc)");
+  OCTET_CHECK(aligned16(p.q) && aligned16(p.q_t) && aligned16(p.k) && aligned16(p.k_t) &&
+                  aligned16(p.v) && aligned16(p.d_o) && aligned16(p.dv_o_t),
+              "fused attention backward: the code buffers must be 16-byte aligned");
+  OCTET_CUDA_CHECK(
+      cudaMemsetAsync(p.dq_acc, 0, size_t(p.B * p.H * p.Tq_p * p.D) * sizeof(float), stream));
+  if (p.res_sums)
+    OCTET_CUDA_CHECK(
+        cudaMemsetAsync(p.res_sums, 0, size_t(2 * p.B * p.H * p.Tq) * sizeof(double), stream));
+  bwd::dispatch_sizes(p, [&](auto d, auto bm, auto bn) {
+    constexpr int kD = decltype(d)::value, kBM = decltype(bm)::value, kBN = decltype(bn)::value;
+    bwd::launch_kernel(backward_kernel<kD, kBM, kBN>, p.B * p.G * ((p.Tk + kBN - 1) / kBN),
+                       MainSmem<kD, kBM, kBN>::kBytes, p, stream);
+    if (p.deterministic)  // dQ by the Q-block-major kernel, after the main one (stream order)
+      bwd::launch_kernel(dq_kernel<kD, kBM, kBN>, p.B * p.H * ((p.Tq + kBM - 1) / kBM),
+                         3 * bwd::Geom<kD, kBM, kBN>::kKV + kBM * kD * 4, p, stream);
+  });
+}
+
+void residual_finish_launch(const double* res_sums, int64_t rows, double* residual,
+                            cudaStream_t stream) {
+  int64_t blocks = (rows + 255) / 256;
+  blocks = blocks < 1 ? 1 : (blocks > 4096 ? 4096 : blocks);
+  residual_finish_kernel<<<unsigned(blocks), 256, 0, stream>>>(res_sums, rows, residual);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace octet::cuda::flash

@@ -1,0 +1,293 @@
+// src/cuda/flash/flash_backward_tile.cuh — what the fused FP8 attention backward's kernels
+// (flash_backward_delta.cu, flash_backward.cu) share: the CTA geometry, the key-block loads into
+// shared memory, the FP8 MMA in any E4M3/E5M2 operand pair, and one warp's share of a tile's
+// S = τ·(Q̂K̂ᵀ)·sq·sk and dP = dÔV̂ᵀ·sdo·sv, the probabilities P = exp(S − m)/l and the masking —
+// one definition, so every kernel gets the same bits for the same (i, j) (the matched delta's
+// zero row sum needs the pre-pass's P and dP to be the main kernel's). docs/cuda.md §"Fused FP8
+// attention backward"; CPU twin: src/cpu/attention_backward_tile.cpp compute_p_dp.
+//
+// A CTA is 8 warps on one (block_q = kBM) x (block_k = kBN) tile of one head. S phase: warp w
+// owns the 16 query rows 16·(w % kQS).. and the kNK keys kNK·(w / kQS).. of the tile. Its S
+// accumulator is the forward's: A = Q̂ rows (registers), B = K̂ rows in the key order
+// flash_mma_sm89.cuh s_key (so an accumulator row is, after an in-place FP8 conversion, the A
+// fragment of the next product over keys), kD/32 MMAs over head_dim in order from a zero
+// accumulator, then one rounded product by τ·sq·sk (forward_kernel's exact sequence: the saved m
+// and l describe this S).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/check.h"
+#include "cuda/flash/flash_backward.h"
+#include "cuda/flash/flash_mma_sm89.cuh"
+#include "octet/error.h"
+#include "octet/fp8.h"
+
+namespace octet::cuda::flash::bwd {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+
+template <int kD, int kBM, int kBN>
+struct Geom {
+  static_assert((kD == 64 || kD == 128) && (kBM == 64 || kBM == 128) && (kBN == 64 || kBN == 128),
+                "head_dim, block_q, block_k of 64 or 128");
+  static constexpr int kQS = kBM / 16;      // S phase: query slabs of 16 rows
+  static constexpr int kKP = kWarps / kQS;  // S phase: key parts (1 or 2)
+  static constexpr int kNK = kBN / kKP;     // S phase: keys per warp (32, 64 or 128)
+  static constexpr int kKS = kBN / 16;      // dK/dV phase: key slabs of 16 keys
+  static constexpr int kDP = kWarps / kKS;  // dK/dV phase: head_dim parts (1 or 2)
+  static constexpr int kDW = kD / kDP;      // dK/dV phase: head_dim columns per warp
+  static constexpr int kKV = kBN * kD;      // bytes of one K̂, V̂ or K̂ᵀ tile
+  static constexpr int kPT = kBN * kBM;     // bytes of one P̃ᵀ or dŜᵀ tile
+  static_assert(kNK % 32 == 0 && kDW % 8 == 0, "warp tiles of whole MMAs");
+};
+
+/// Keys row i sees: all Tk, or causal bottom-right j <= i + Tk − Tq (0 for a pad row i >= Tq).
+__device__ __forceinline__ int64_t visible_keys(const BackwardParams& p, int64_t i) {
+  if (i >= p.Tq) return 0;
+  if (!p.causal) return p.Tk;
+  const int64_t n = i + p.Tk - p.Tq + 1;
+  return n < 0 ? 0 : (n > p.Tk ? p.Tk : n);
+}
+
+/// c += a·b on one m16n8k32 tile with A, B in E4M3 or E5M2 (flags warp-uniform), C FP32.
+__device__ __forceinline__ void mma_fp8(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1, bool a_e5m2, bool b_e5m2) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define OCTET_MMA_FP8(TA, TB)                                                                 \
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." TA "." TB                            \
+               ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                  \
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                              \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+  if (a_e5m2) {
+    if (b_e5m2) OCTET_MMA_FP8("e5m2", "e5m2");
+    else OCTET_MMA_FP8("e5m2", "e4m3");
+  } else {
+    if (b_e5m2) OCTET_MMA_FP8("e4m3", "e5m2");
+    else OCTET_MMA_FP8("e4m3", "e4m3");
+  }
+#undef OCTET_MMA_FP8
+#else
+  __trap();  // FP8 mma.sync needs sm_89+; the CUDA preset builds sm_90a
+#endif
+}
+
+__device__ __forceinline__ uint32_t ldg32(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const unsigned int*>(p));
+}
+
+/// The A fragments of 16 rows [row0, row0 + 16) of a [*, kD] code matrix (rows >= n_rows: 0).
+template <int kD>
+__device__ __forceinline__ void load_row_frags(uint32_t (&a)[kD / 32][4], const uint8_t* base,
+                                               int64_t row0, int64_t n_rows, int g, int t) {
+#pragma unroll
+  for (int kc = 0; kc < kD / 32; ++kc)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {  // a0: row g, a1: row g+8; a2, a3: +16 columns
+      const int64_t i = row0 + g + 8 * (r % 2);
+      a[kc][r] = i < n_rows ? ldg32(base + i * kD + 32 * kc + 16 * (r / 2) + 4 * t) : 0u;
+    }
+}
+
+/// Starts the cp.async copies of key block [j0, j0 + kBN) of KV head bg: K̂ and V̂ rows into sk,
+/// sv ([kBN][kD], chunks k_chunk-swizzled: the forward's K̂ layout) and, if skt is given, K̂ᵀ into
+/// skt ([kD][kBN], v_chunk-swizzled: the forward's V̂ᵀ layout). Keys >= Tk_p read as zero codes.
+template <int kD, int kBN>
+__device__ __forceinline__ void load_kv(const BackwardParams& p, int64_t bg, int64_t j0,
+                                        uint8_t* sk, uint8_t* sv, uint8_t* skt) {
+  const uint8_t* gk = p.k + bg * p.Tk_p * kD;
+  const uint8_t* gv = p.v + bg * p.Tk_p * kD;
+  for (int c = threadIdx.x; c < kBN * kD / 16; c += kThreads) {
+    const int r = c / (kD / 16), cc = c % (kD / 16);
+    const bool in = j0 + r < p.Tk_p;
+    const int at = r * kD + 16 * k_chunk<kD>(r, cc);
+    const int64_t src = in ? (j0 + r) * kD + 16 * cc : 0;
+    cp_async16(sk + at, gk + src, in);
+    cp_async16(sv + at, gv + src, in);
+  }
+  if (skt == nullptr) return;
+  const uint8_t* gkt = p.k_t + bg * kD * p.Tk_p;
+  for (int c = threadIdx.x; c < kD * kBN / 16; c += kThreads) {
+    const int r = c / (kBN / 16), cc = c % (kBN / 16);
+    const bool in = j0 + 16 * cc < p.Tk_p;  // Tk_p is a multiple of 16: whole chunks
+    cp_async16(skt + r * kBN + 16 * v_chunk<kBN>(r, cc), in ? gkt + r * p.Tk_p + j0 + 16 * cc : gkt,
+               in);
+  }
+}
+
+/// One warp's S and dP on its 16 rows x kNK keys (keys key0 + s_key(nt, n) of the tile's shared
+/// K̂, V̂ rows): s = (Q̂K̂ᵀ)·s_scale, dp = (dÔV̂ᵀ)·dp_scale, each a rounded product (never
+/// contracted). Element e of n-tile nt: row e / 2 (g or g + 8), key key0 + s_key(nt, 2t + e % 2).
+template <int kD, int kNK>
+__device__ __forceinline__ void tile_s_dp(const uint8_t* sk, const uint8_t* sv, int key0,
+                                          const uint32_t (&qa)[kD / 32][4],
+                                          const uint32_t (&da)[kD / 32][4], bool do_e5m2,
+                                          float s_scale, float dp_scale, int g, int t,
+                                          float (&s)[kNK / 8][4], float (&dp)[kNK / 8][4]) {
+  const int lane_off = s_key(0, g) * kD + 4 * t, kx = k_chunk<kD>(s_key(0, g), 0);
+#pragma unroll
+  for (int nt = 0; nt < kNK / 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
+    const int off = (key0 + s_key(nt, 0)) * kD + lane_off;  // row key0 + s_key(nt, g), word t
+#pragma unroll
+    for (int kc = 0; kc < kD / 32; ++kc) {
+      const int c0 = 16 * ((2 * kc) ^ kx), c1 = 16 * ((2 * kc + 1) ^ kx);
+      mma_fp8(s[nt], qa[kc], lds32(sk + off + c0), lds32(sk + off + c1), false, false);
+      mma_fp8(dp[nt], da[kc], lds32(sv + off + c0), lds32(sv + off + c1), do_e5m2, false);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[nt][e] = __fmul_rn(s[nt][e], s_scale);
+      dp[nt][e] = __fmul_rn(dp[nt][e], dp_scale);
+    }
+  }
+}
+
+/// The per-row state of one warp's two rows (g, g + 8) in a tile.
+struct Rows {
+  int64_t row[2];  ///< query rows (may be pads >= Tq)
+  int64_t vis[2];  ///< keys each sees (0 for pads and rows without keys)
+  float m[2], l[2];
+  float delta[2];  ///< D_i (load_delta; 0 for rows without keys)
+
+  __device__ __forceinline__ void init(const BackwardParams& p, int64_t bh, int64_t r0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row[r] = r0 + 8 * r;
+      vis[r] = visible_keys(p, row[r]);
+      m[r] = vis[r] > 0 ? p.row_max[bh * p.Tq + row[r]] : 0.0f;
+      l[r] = vis[r] > 0 ? p.row_sum[bh * p.Tq + row[r]] : 1.0f;
+      delta[r] = 0.0f;
+    }
+  }
+  /// Reads D_i (delta_launch's output) of the rows that see keys.
+  __device__ __forceinline__ void load_delta(const BackwardParams& p, int64_t bh) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) delta[r] = vis[r] > 0 ? p.delta[bh * p.Tq + row[r]] : 0.0f;
+  }
+  /// P = exp(S − m)/l of a visible key (0 otherwise: masked, pad, a row without keys); *e gets
+  /// exp(S − m) (dV's P̃ before rounding, <= 1). The unfused row kernel's and the CPU's formula.
+  __device__ __forceinline__ float prob(int r, int64_t j, float s, float* e) const {
+    if (j >= vis[r]) {
+      *e = 0.0f;
+      return 0.0f;
+    }
+    *e = expf(s - m[r]);
+    return *e / l[r];
+  }
+};
+
+/// A warp's place in a CTA (lane (g, t); S phase: query slab qs, key part kp from key key0) and the
+/// tile step's scalars: s_scale = τ·sq·sk (the forward's product, in its order), dp_scale = sdo·sv.
+template <int kD, int kBM, int kBN>
+struct Warp {
+  using Gm = Geom<kD, kBM, kBN>;
+  int warp, g, t, qs, kp, key0;
+  float s_scale, dp_scale;
+  bool do_e5m2, ds_e5m2;
+
+  __device__ __forceinline__ explicit Warp(const BackwardParams& p)
+      : warp(threadIdx.x / 32), g(threadIdx.x % 32 / 4), t(threadIdx.x % 4), qs(warp % Gm::kQS),
+        kp(warp / Gm::kQS), key0(kp * Gm::kNK),
+        s_scale(p.tau * *p.q_scale_inv * *p.k_scale_inv),
+        dp_scale(*p.do_scale_inv * *p.v_scale_inv), do_e5m2(p.do_format == Format::E5M2),
+        ds_e5m2(p.ds_format == Format::E5M2) {}
+
+  /// The query side of this warp's rows i0 + 16·qs + {g, g + 8} of head bh: their state and the Q̂
+  /// and dÔ A fragments.
+  __device__ __forceinline__ void load_rows(const BackwardParams& p, int64_t bh, int64_t i0,
+                                            Rows& rows, uint32_t (&qa)[kD / 32][4],
+                                            uint32_t (&da)[kD / 32][4]) const {
+    rows.init(p, bh, i0 + 16 * qs + g);
+    load_row_frags<kD>(qa, p.q + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
+    load_row_frags<kD>(da, p.d_o + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
+  }
+  /// S and dP of this warp's share of the tile in sk, sv (tile_s_dp).
+  __device__ __forceinline__ void s_dp(const uint8_t* sk, const uint8_t* sv,
+                                       const uint32_t (&qa)[kD / 32][4],
+                                       const uint32_t (&da)[kD / 32][4], float (&s)[Gm::kNK / 8][4],
+                                       float (&dp)[Gm::kNK / 8][4]) const {
+    tile_s_dp<kD, Gm::kNK>(sk, sv, key0, qa, da, do_e5m2, s_scale, dp_scale, g, t, s, dp);
+  }
+};
+
+/// The Q-block-major kernels' CTA -> (bh = b·H + h, first row i0, KV head bg): the query blocks
+/// with the most keys (causal) are scheduled first.
+__device__ __forceinline__ void q_block_of(const BackwardParams& p, int64_t kBM, int64_t* bh,
+                                           int64_t* i0, int64_t* bg) {
+  const int64_t BH = p.B * p.H, n_qblocks = (p.Tq + kBM - 1) / kBM;
+  *bh = int64_t(blockIdx.x) % BH;
+  *i0 = (n_qblocks - 1 - int64_t(blockIdx.x) / BH) * kBM;
+  *bg = *bh / p.H * p.G + *bh % p.H / (p.H / p.G);
+}
+
+/// A 4-byte group of FP8 codes (x0 in the low byte) of x·scale in `f` (saturating, RNE).
+__device__ __forceinline__ uint32_t codes4(float x0, float x1, float x2, float x3, float scale,
+                                           Format f) {
+  return uint32_t(fp8_encode(x0 * scale, f, true)) | uint32_t(fp8_encode(x1 * scale, f, true)) << 8 |
+         uint32_t(fp8_encode(x2 * scale, f, true)) << 16 |
+         uint32_t(fp8_encode(x3 * scale, f, true)) << 24;
+}
+
+/// The A fragments over keys of one warp's tile values v (the S accumulator layout) as FP8 codes of
+/// v·scale: a[kk] covers the warp's keys 32kk.. in natural order (flash_mma_sm89.cuh s_key).
+template <int kNK>
+__device__ __forceinline__ void to_a_frags(const float (&v)[kNK / 8][4], float scale, Format f,
+                                           uint32_t (&a)[kNK / 32][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kNK / 32; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int nt = 4 * kk + 2 * (r / 2), ro = r % 2;
+      a[kk][r] = codes4(v[nt][2 * ro], v[nt][2 * ro + 1], v[nt + 1][2 * ro], v[nt + 1][2 * ro + 1],
+                        scale, f);
+    }
+}
+
+/// The CTA-wide amax of a tile from each thread's |x| bits (NaN largest), through slots[kWarps];
+/// every thread gets it. Ends with a barrier; the caller's next write to slots must follow another.
+__device__ __forceinline__ float cta_amax(unsigned bits, unsigned* slots) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) bits = max(bits, __shfl_xor_sync(0xFFFFFFFFu, bits, o));
+  if (threadIdx.x % 32 == 0) slots[threadIdx.x / 32] = bits;
+  __syncthreads();
+  unsigned m = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) m = max(m, slots[w]);
+  return m > 0x7F800000u ? NAN : __uint_as_float(m);
+}
+
+/// Calls f(head_dim, block_q, block_k) with the instantiated sizes as std::integral_constant (the
+/// one place where the runtime sizes become template parameters; check_backward_supported first).
+template <typename F>
+void dispatch_sizes(const BackwardParams& p, F&& f) {
+  using I64 = std::integral_constant<int, 64>;
+  using I128 = std::integral_constant<int, 128>;
+  auto tiles = [&](auto d) {
+    if (p.block_q == 64)
+      p.block_k == 64 ? f(d, I64{}, I64{}) : f(d, I64{}, I128{});
+    else
+      p.block_k == 64 ? f(d, I128{}, I64{}) : f(d, I128{}, I128{});
+  };
+  p.D == 64 ? tiles(I64{}) : tiles(I128{});
+}
+
+/// Launches kernel(p) on `blocks` CTAs of kThreads with `bytes` of dynamic shared memory (opting in
+/// above 48 KiB, per function on the current device).
+template <typename Kernel>
+void launch_kernel(Kernel kernel, int64_t blocks, int bytes, const BackwardParams& p,
+                   cudaStream_t stream) {
+  OCTET_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention backward: too many blocks (B·H·T/tile)");
+  kernel<<<unsigned(blocks), kThreads, bytes, stream>>>(p);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace octet::cuda::flash::bwd
