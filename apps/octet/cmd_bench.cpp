@@ -237,7 +237,8 @@ void run_train(const TrainArgs& a) {
   octet::bench_train(o, [&](const octet::TrainBenchRow& r) {
     nlohmann::json j = env;
     j.update({{"bench", "train"}, {"impl", "octet"}, {"model", r.model}, {"arm", r.arm},
-              {"recipe", r.arm == "bf16" ? "" : o.recipe}, {"n_layer", r.config.n_layer},
+              {"recipe", r.arm == "bf16" ? "" : o.recipe}, {"attn_form", r.attn_form},
+              {"n_layer", r.config.n_layer},
               {"d_model", r.config.d_model}, {"n_head", r.config.n_head}, {"d_ff", r.config.d_ff},
               {"seq_len", r.config.seq_len}, {"vocab_size", r.config.vocab_size}, {"batch", r.batch},
               {"tokens_per_step", r.batch * r.config.seq_len}, {"n_params", r.n_params},
@@ -333,6 +334,9 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   train->add_option("--peak-tflops", tr.o.peak_tflops, "MFU denominator (dense BF16 H100/H200 SXM)")
       ->capture_default_str();
   octet::cli::add_enum_option<octet::Recipe>(train, "--recipe", tr.o.recipe, "FP8 linears' scaling recipe")
+      ->capture_default_str();
+  train->add_option("--attn-form", tr.o.attn_form, "auto (cuda FP8: the fused kernels), whole, tiled")
+      ->check(CLI::IsMember({"auto", "whole", "tiled"}))
       ->capture_default_str();
   train->add_flag("--profile", tr.o.profile, "time every backend op by class (synchronizes after each op)");
   train->add_option("--peer", tr.peer, "PyTorch peer script run after octet's rows")->capture_default_str();

@@ -87,6 +87,10 @@ struct AttentionConfig {
 /// (got x)"; `name` is how the caller's user spells it (e.g. "precision.p_scale", "--p-scale").
 void validate_p_scale(float p_scale, const std::string& name = "attention p_scale");
 
+/// The sizes the fused FP8 attention kernels of the CUDA backend (src/cuda/flash/, the twin of the
+/// tiled form) implement: head_dim, and each tile (block_q, block_k), 64 or 128.
+inline bool fused_attention_size_supported(int64_t n) { return n == 64 || n == 128; }
+
 /// What the forward saves for the backward (the quantized-dequantized operands, O, the softmax
 /// statistics (m, l) and the LSE).
 struct AttentionSaved {

@@ -50,6 +50,9 @@ struct TrainBenchOptions {
   int warmup = 3, steps = 10;
   double peak_tflops = 989.0;  ///< dense BF16, H100/H200 SXM datasheet
   std::string recipe = "tensor-current";  ///< FP8 linears' recipe (configs/demo.toml's)
+  /// Attention form: "auto" (default_attn_form: the fused FP8 kernels for the FP8-attention arms
+  /// on cuda), "whole" (the unfused CUDA attention) or "tiled".
+  std::string attn_form = "auto";
   /// Optimizer hyperparameters (octet/optim.h via adamw_config) and the constant learning rate
   /// train.lr: a run's [train] defaults. Activations: the backend's preferred dtype.
   TrainConfig train;
@@ -67,6 +70,7 @@ struct TrainBenchOp {
 
 struct TrainBenchRow {
   std::string model, arm;
+  std::string attn_form;  ///< the attention form the arm ran ("whole" | "tiled": the fused kernels)
   ModelConfig config;
   int64_t batch = 0, n_params = 0, n_matmul_params = 0;
   double flops_per_token = 0;

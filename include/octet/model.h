@@ -109,6 +109,12 @@ LinearPrecision linear_precision(Arm arm);
 LinearPrecision head_precision(Arm arm);
 /// The attention config of an arm (dO/dS formats follow the format policy: hybrid → E5M2).
 AttentionConfig attention_config(const PrecisionConfig& p);
+/// The attention form an arm of model `m` runs by default on `backend_name` ("cpu" | "cuda"):
+/// tiled — the fused FP8 attention kernels (src/cuda/flash/) — for the FP8-attention arms on cuda
+/// when the kernels implement the head_dim and tiles (fused_attention_size_supported); whole (the
+/// CPU reference's whole-row form, the unfused CUDA path) otherwise.
+AttnForm default_attn_form(const ModelConfig& m, const PrecisionConfig& p,
+                           const std::string& backend_name);
 /// The attention shape of the model's layers for micro-batches of `batch` sequences: causal,
 /// n_head query heads, n_kv_head KV heads, seq_len queries and keys, head_dim.
 AttentionShape attention_shape(const ModelConfig& m, int64_t batch);

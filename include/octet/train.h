@@ -60,9 +60,12 @@ struct DataConfig {
 struct RunConfig {
   ModelConfig model;
   PrecisionConfig precision;
-  /// The config key precision.activations as given: "auto" (resolve_activations() picks the
+  /// The config key precision.activations as given: "auto" (resolve_for_backend() picks the
   /// backend's preferred_activation_dtype()), "f32" or "bf16". precision.activations holds the dtype.
   std::string activations = "auto";
+  /// The config key precision.attn_form as given: "auto" (resolve_for_backend() picks tiled — the
+  /// fused kernels — for FP8 attention on cuda, whole otherwise), "whole" or "tiled".
+  std::string attn_form = "auto";
   TrainConfig train;
   DataConfig data;
   std::string device = "cpu";
@@ -75,9 +78,11 @@ struct RunConfig {
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 /// Sets one dotted key from its string form; throws octet::Error for an unknown key or bad value.
 void set_config_value(RunConfig& cfg, const std::string& key, const std::string& value);
-/// Resolves precision.activations = "auto" to `backend`'s preferred_activation_dtype() (bf16 on
-/// cuda, f32 on cpu); afterwards cfg.activations names the dtype (what config.toml records).
-void resolve_activations(RunConfig& cfg, const Backend& backend);
+/// Resolves the "auto" keys for `backend`: precision.activations to its
+/// preferred_activation_dtype() (bf16 on cuda, f32 on cpu); precision.attn_form to tiled (the fused
+/// FP8 attention kernels) for the FP8-attention arms on cuda and whole otherwise. Afterwards
+/// cfg.activations and cfg.attn_form name the values (what config.toml records).
+void resolve_for_backend(RunConfig& cfg, const Backend& backend);
 /// The resolved config as TOML (round-trips through load_config).
 std::string to_toml(const RunConfig& cfg);
 /// One row of the start-up table: the dotted key, its value as typed (floats in the shortest form

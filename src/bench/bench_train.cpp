@@ -100,6 +100,8 @@ void bench_train(const TrainBenchOptions& opt, const std::function<void(const Tr
       prec.quant.recipe = parse_recipe(opt.recipe);
       prec.quant.formats = FormatPolicy::Hybrid;
       prec.activations = be.preferred_activation_dtype();
+      prec.attn_form = opt.attn_form == "auto" ? default_attn_form(cfg, prec, be.name())
+                                               : parse_attn_form(opt.attn_form);
       Model model(cfg, prec, be, opt.batch);
       model.init(opt.seed);
       Optimizer optimizer(model, adamw_config(opt.train));
@@ -107,6 +109,7 @@ void bench_train(const TrainBenchOptions& opt, const std::function<void(const Tr
       TrainBenchRow row;
       row.model = name;
       row.arm = arm;
+      row.attn_form = to_string(prec.attn_form);
       row.config = cfg;
       row.batch = opt.batch;
       row.n_params = int64_t(model.num_params());

@@ -90,6 +90,16 @@ AttentionConfig attention_config(const PrecisionConfig& p) {
   return a;
 }
 
+AttnForm default_attn_form(const ModelConfig& m, const PrecisionConfig& p,
+                           const std::string& backend_name) {
+  const AttentionConfig a = attention_config(p);
+  const bool fused = backend_name == "cuda" && a.precision == AttnPrecision::FP8 &&
+                     fused_attention_size_supported(m.head_dim()) &&
+                     fused_attention_size_supported(a.block_q) &&
+                     fused_attention_size_supported(a.block_k);
+  return fused ? AttnForm::Tiled : AttnForm::Whole;
+}
+
 double LayerDiag::kurtosis_max() const {
   double m = kurtosis_attn_in;
   for (double k : {kurtosis_mlp_in, kurtosis_mlp_hidden, kurtosis_out}) m = k > m ? k : m;

@@ -117,7 +117,7 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
   }
   const auto backend = make_backend(cfg.device);  // throws if the device is not available
   RunConfig base = cfg;  // the table printed once; each arm then prints what differs
-  resolve_activations(base, *backend);
+  resolve_for_backend(base, *backend);
   OCTET_CHECK(mode != CompareMode::Fresh || is_empty_dir(out_dir),
               "--out " + out_dir + " is not empty: give --resume to keep its finished arms and resume the others, "
               "--overwrite to replace its results, or another --out");
@@ -125,8 +125,9 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     for (const std::string& arm : arms) {
       const std::string dir = out_dir + "/" + arm;
       if (!fs::exists(dir + "/checkpoint.safetensors")) continue;
-      RunConfig c = base;
+      RunConfig c = cfg;
       c.precision.arm = parse_arm(arm);
+      resolve_for_backend(c, *backend);  // per arm: attn_form "auto" depends on the arm
       check_resume(dir, c, read_checkpoint_state(dir).step);
     }
   std::string desc;

@@ -160,7 +160,16 @@ const std::vector<Key>& registry() {
         "scales leave 2^margin headroom below the format's max (0..32)");
     add(bool_key("precision.pow2_scales", REF(precision.quant.pow2_scales)), "round scales down to powers of two");
     add(float_key("precision.unit_scale", REF(precision.quant.unit_scale)), "the unit recipe's fixed scale");
-    add(enum_key("precision.attn_form", REF(precision.attn_form)), "FP8 attention: whole, tiled");
+    add({"precision.attn_form", [](const RunConfig& c) { return c.attn_form; },
+             [](RunConfig& c, const std::string& v) {
+               OCTET_CHECK(v == "auto" || v == "whole" || v == "tiled",
+                           "config key 'precision.attn_form': expected auto, whole or tiled, got '" +
+                               v + "'");
+               c.attn_form = v;
+               if (v != "auto") c.precision.attn_form = parse_attn_form(v);
+             },
+             true},
+        "attention form: auto (cuda FP8: tiled = the fused kernels; else whole), whole, tiled");
     add(enum_key("precision.qkv_scaling", REF(precision.qkv_scaling)), "Q, K, V scales: tensor, head-block");
     add(float_key("precision.p_scale", REF(precision.p_scale)), "static power-of-two scale of P before E4M3");
     // train
@@ -344,9 +353,12 @@ void RunConfig::validate() const {
               "unknown device '" + device + "' (expected one of: cpu, cuda)");
 }
 
-void resolve_activations(RunConfig& cfg, const Backend& backend) {
+void resolve_for_backend(RunConfig& cfg, const Backend& backend) {
   if (cfg.activations == "auto") cfg.precision.activations = backend.preferred_activation_dtype();
   cfg.activations = to_string(cfg.precision.activations);
+  if (cfg.attn_form == "auto")
+    cfg.precision.attn_form = default_attn_form(cfg.model, cfg.precision, backend.name());
+  cfg.attn_form = to_string(cfg.precision.attn_form);
 }
 
 std::string to_toml(const RunConfig& cfg) {

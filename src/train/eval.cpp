@@ -19,7 +19,7 @@ LoadedRun load_run(const std::string& dir, const std::string& device, const std:
   r.cfg = load_config(cfg_path);
   if (!device.empty()) r.cfg.device = device;
   r.backend = make_backend(r.cfg.device);
-  resolve_activations(r.cfg, *r.backend);
+  resolve_for_backend(r.cfg, *r.backend);
   r.model = std::make_unique<Model>(r.cfg.model, r.cfg.precision, *r.backend, r.cfg.train.batch_size);
   std::string file = checkpoint;
   if (file.empty())

@@ -111,7 +111,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   auto backend = make_backend(run_cfg.device);
   Backend& be = *backend;
   RunConfig cfg = run_cfg;
-  resolve_activations(cfg, be);
+  resolve_for_backend(cfg, be);
   const TrainConfig& t = cfg.train;
   Model model(cfg.model, cfg.precision, be, t.batch_size);
   Optimizer opt(model, adamw_config(t));

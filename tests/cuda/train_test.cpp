@@ -31,6 +31,7 @@
 // activation to BF16 alike; that case takes the FP8 tolerances.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -49,19 +50,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-ModelConfig tiny_model() {
+ModelConfig tiny_model(const std::string& param) {
   ModelConfig c;  // RMSNorm pre-norm, RoPE, SwiGLU (the model.h defaults)
   c.n_layer = 2;
   c.d_model = 64;
   c.n_head = 2;
-  c.n_kv_head = 2;  // head_dim 32: a multiple of 16, as the CUDA attention needs
+  c.n_kv_head = 2;  // head_dim 32: a multiple of 16, as the unfused CUDA attention needs
+  if (param.find("/tiled") != std::string::npos) c.n_head = c.n_kv_head = 1;  // head_dim 64: fused
   c.d_ff = 128;
   c.vocab_size = 256;
   c.seq_len = 64;
   return c;
 }
 
-// "arm" (f32 activations) or "arm/bf16" (bf16 activations).
+// "arm" (f32 activations), "arm/bf16" (bf16 activations) or "arm/tiled" (the tiled attention form:
+// the fused FP8 kernels on the GPU against the CPU tiled form, head_dim 64; f32 activations).
 std::string arm_of(const std::string& param) { return param.substr(0, param.find('/')); }
 DType act_of(const std::string& param) {
   return param.find("/bf16") == std::string::npos ? DType::F32 : DType::BF16;
@@ -73,6 +76,7 @@ PrecisionConfig precision_of(const std::string& param) {
   p.activations = act_of(param);
   p.quant.recipe = Recipe::TensorCurrent;
   p.quant.formats = FormatPolicy::Hybrid;  // E4M3 forward, E5M2 gradients (configs/demo.toml)
+  p.attn_form = param.find("/tiled") == std::string::npos ? AttnForm::Whole : AttnForm::Tiled;
   return p;
 }
 
@@ -114,7 +118,7 @@ class CudaTraining : public ::testing::TestWithParam<std::string> {};
 TEST_P(CudaTraining, OneStepLossAndGradientsMatchCpu) {
   OCTET_REQUIRE_GPU();
   const std::string arm = GetParam();
-  const ModelConfig mc = tiny_model();
+  const ModelConfig mc = tiny_model(arm);
   const int64_t batch = 4, N = batch * mc.seq_len;
   const std::vector<int32_t> tokens = docs_bytes();
   ASSERT_GT(int64_t(tokens.size()), N + 1);
@@ -156,10 +160,14 @@ TEST_P(CudaTraining, OneStepLossAndGradientsMatchCpu) {
 TEST_P(CudaTraining, First20StepsLossesMatchCpu) {
   OCTET_REQUIRE_GPU();
   const std::string arm = GetParam();
-  const std::string tag = arm_of(arm) + (act_of(arm) == DType::BF16 ? "-bf16" : "");
+  std::string tag = arm;
+  std::replace(tag.begin(), tag.end(), '/', '-');
   RunConfig cfg;
-  cfg.model = tiny_model();
+  cfg.model = tiny_model(arm);
   cfg.precision = precision_of(arm);
+  // explicit on both backends (no "auto": it would pick bf16 activations and the fused form on cuda)
+  cfg.activations = to_string(cfg.precision.activations);
+  cfg.attn_form = to_string(cfg.precision.attn_form);
   cfg.train.steps = 20;
   cfg.train.batch_size = 8;
   cfg.train.warmup_steps = 5;
@@ -194,7 +202,7 @@ TEST_P(CudaTraining, First20StepsLossesMatchCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Arms, CudaTraining,
                          ::testing::Values("bf16", "fp8-linear", "fp8-stale", "fp8-matched",
-                                           "fp8-matched/bf16"),
+                                           "fp8-matched/bf16", "fp8-stale/tiled", "fp8-matched/tiled"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)

@@ -313,10 +313,10 @@ bool aligned16(const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) ==
 }  // namespace
 
 void check_backward_supported(int64_t head_dim, int64_t block_q, int64_t block_k) {
-  OCTET_CHECK(head_dim == 64 || head_dim == 128,
+  OCTET_CHECK(fused_attention_size_supported(head_dim),
               "fused FP8 attention backward: head_dim must be 64 or 128, got " +
                   std::to_string(head_dim));
-  OCTET_CHECK((block_q == 64 || block_q == 128) && (block_k == 64 || block_k == 128),
+  OCTET_CHECK(fused_attention_size_supported(block_q) && fused_attention_size_supported(block_k),
               "fused FP8 attention backward: block_q and block_k (the dS scale tile) must be 64 or "
               "128, got " + std::to_string(block_q) + " x " + std::to_string(block_k));
 }

@@ -284,10 +284,10 @@ void check_inputs(const ForwardParams& p, bool needs_v) {
 }  // namespace
 
 void check_forward_supported(int64_t head_dim, int64_t block_k) {
-  OCTET_CHECK(head_dim == 64 || head_dim == 128,
+  OCTET_CHECK(fused_attention_size_supported(head_dim),
               "fused FP8 attention forward: head_dim must be 64 or 128, got " +
                   std::to_string(head_dim));
-  OCTET_CHECK(block_k == 64 || block_k == 128,
+  OCTET_CHECK(fused_attention_size_supported(block_k),
               "fused FP8 attention forward: block_k (the key tile) must be 64 or 128, got " +
                   std::to_string(block_k));
 }
