@@ -27,18 +27,34 @@ struct Registrar {
   Registrar(std::string name, SetupFn fn) { registry().push_back({std::move(name), std::move(fn)}); }
 };
 
+/// A CLI11 check that the value is a whole decimal number >= `min` (and fits int64 / uint64): its
+/// message reads "--seed: must be a whole number >= 0, got '-1'".
+inline CLI::Validator whole_number_at_least(int64_t min) {
+  return CLI::Validator(
+      [min](std::string& v) -> std::string {
+        const bool digits = !v.empty() && v.find_first_not_of("0123456789", v[0] == '-') == std::string::npos &&
+                            v != "-";
+        bool ok = digits && v.size() <= 20;
+        if (ok && v[0] == '-') ok = min < 0 && v.size() <= 19 && std::stoll(v) >= min;
+        else if (ok) ok = (v.size() < 20 || v <= "18446744073709551615") &&
+                          (min <= 0 || std::stoull(v) >= uint64_t(min));
+        return ok ? std::string() : "must be a whole number >= " + std::to_string(min) + ", got '" + v + "'";
+      },
+      "");
+}
+
 /// Adds a seed option storing into `target`: a whole number in [0, 2^64), so "-1" is an error
 /// instead of wrapping to 2^64 - 1 (the config key train.seed follows the same rule, >= 0).
 inline CLI::Option* add_seed_option(CLI::App* cmd, const std::string& name, uint64_t& target,
                                     const std::string& what) {
-  return cmd->add_option(name, target, what + " (a whole number >= 0)")->check(CLI::NonNegativeNumber);
+  return cmd->add_option(name, target, what + " (a whole number >= 0)")->check(whole_number_at_least(0));
 }
 
 /// Adds a count option whose default (0 in `target`) means "derived" but which, when given, must be
 /// >= 1: "--kv-heads 0" is an error, not a silent "same as --heads".
 inline CLI::Option* add_count_option(CLI::App* cmd, const std::string& name, int64_t& target,
                                      const std::string& what) {
-  return cmd->add_option(name, target, what)->check(CLI::PositiveNumber);
+  return cmd->add_option(name, target, what)->check(whole_number_at_least(1));
 }
 
 /// The free arguments of a subcommand that allows extras (cast's values), in the order given: those
