@@ -29,7 +29,7 @@ namespace {
 
 struct Options {
   int64_t batch = 1, heads = 8, kv_heads = 0, seq = 1024, kv_seq = 0, dim = 128;
-  bool causal = false, json = false, force = false;
+  bool causal = false, json = false, force = false, progress = false;
   std::string precision = "fp8", delta = "matched", form = "whole", dist = "normal";
   std::string qkv_scaling = "tensor", do_format = "e5m2", ds_format = "e5m2", dump;
   int64_t block_q = 128, block_k = 128;
@@ -149,7 +149,7 @@ void run(const Options& opt) {
   cfg.validate();
   const AttnInputDist dist = parse_attn_input_dist(opt.dist);
 
-  const bool progress = check_budget(opt);  // before anything is allocated
+  const bool progress = check_budget(opt) || opt.progress;  // before anything is allocated
   using clock = std::chrono::steady_clock;
   auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
   const auto start = clock::now();
@@ -263,5 +263,6 @@ OCTET_COMMAND("attention-check", [](CLI::App& app) {
   cmd->add_option("--dump", opt->dump, "write inputs, results and oracle to a safetensors file");
   cmd->add_flag("--force", opt->force,
                 "run even if the estimate exceeds the available memory or an hour");
+  cmd->add_flag("--progress", opt->progress, "report each phase on stderr (default: runs over ~10 s)");
   cmd->callback([opt] { run(*opt); });
 });

@@ -17,3 +17,9 @@ def octet(*args):
 
 def sets(*pairs):
     return [a for p in pairs for a in ("--set", p)]
+
+
+def octet_at(cwd, *args, env=None):
+    """Runs octet with the working directory `cwd` and extra environment variables `env`."""
+    full = dict(os.environ, **(env or {}))
+    return subprocess.run([OCTET, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=full)
