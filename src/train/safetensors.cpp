@@ -76,13 +76,14 @@ void write_safetensors(const std::string& path, const StFile& f) {
 
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  OCTET_CHECK(fd >= 0, "cannot write " + tmp + ": " + std::strerror(errno));
+  OCTET_CHECK(fd >= 0, io_error("cannot write", tmp));
   bool ok = true;
+  int err = 0;  // the errno of the first failure (remove and close may change errno)
   auto put = [&](const void* p, size_t n) {
     const char* c = static_cast<const char*>(p);
     while (ok && n > 0) {
       const ssize_t w = ::write(fd, c, n);
-      if (w <= 0) ok = false;
+      if (w <= 0) ok = false, err = w < 0 ? errno : ENOSPC;
       else c += w, n -= size_t(w);
     }
   };
@@ -90,19 +91,19 @@ void write_safetensors(const std::string& path, const StFile& f) {
   put(&len, 8);
   put(js.data(), js.size());
   for (auto& [name, t] : f.tensors) put(t.data.data(), t.data.size());
-  ok = ok && ::fsync(fd) == 0;
+  if (ok && ::fsync(fd) != 0) ok = false, err = errno;
   ::close(fd);
   if (!ok) {
     std::remove(tmp.c_str());
-    OCTET_FAIL("cannot write " + tmp + ": " + std::strerror(errno));
+    OCTET_FAIL(io_error("cannot write", tmp, std::strerror(err)));
   }
   OCTET_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
-              "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+              io_error("cannot rename " + tmp + " to", path));
 }
 
 StFile read_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  OCTET_CHECK(in.good(), "cannot open " + path + ": " + std::strerror(errno));
+  OCTET_CHECK(in.good(), io_error("cannot open", path));
   in.seekg(0, std::ios::end);
   const uint64_t size = uint64_t(in.tellg());
   in.seekg(0);
@@ -124,7 +125,8 @@ StFile read_safetensors(const std::string& path) {
   const uint64_t data_size = size - 8 - hlen;
   std::vector<uint8_t> data(data_size);
   in.read(reinterpret_cast<char*>(data.data()), std::streamsize(data_size));
-  OCTET_CHECK(in.good() || data_size == 0, path + ": read error");
+  OCTET_CHECK(in.good() || data_size == 0,
+              io_error("cannot read", path, in.eof() ? "file ended early" : std::strerror(errno)));
 
   StFile f;
   uint64_t covered = 0;
