@@ -11,6 +11,7 @@
 
 #include "octet/command.h"
 #include "octet/error.h"
+#include "octet/train.h"
 
 namespace octet::cli {
 std::vector<CommandEntry>& registry() {
@@ -122,6 +123,8 @@ int main(int argc, char** argv) {
   } catch (const octet::Error& e) {
     return report(kBadInput, e.what(), e.location(), verbose);
   } catch (const octet::cli::RunFailure& e) {
+    return report(kRunFailed, e.what(), "", verbose);
+  } catch (const octet::TrainingStopped& e) {  // a diverged run: its message names the last checkpoint
     return report(kRunFailed, e.what(), "", verbose);
   } catch (const std::bad_alloc&) {
     return report(kRunFailed, "out of memory (the inputs need more memory than the machine has)", "",

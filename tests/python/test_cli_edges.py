@@ -56,6 +56,15 @@ def test_io_error_names_its_cause(tmp_path):
     assert f"cannot create cache directory {tmp_path / 'blocker' / 'cache'}: Not a directory" in line, line
 
 
+def test_a_diverged_run_fails_with_its_own_message(tmp_path):
+    (tmp_path / "c.txt").write_text("".join(f"the queue drains buffer {i % 13} before it stops.\n" for i in range(200)))
+    r = octet("train", *sets(*TINY_MODEL, f"data.path={tmp_path / 'c.txt'}", "train.steps=5", "train.lr=1e30",
+                             "train.grad_clip=0", "train.max_bad_steps=1"), "--out", tmp_path / "run")
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("octet: failed:") and "max_bad_steps" in last and "internal" not in last, last
+
+
 # --- attention-check: memory and time first --------------------------------------------------------
 
 def test_attention_check_refuses_what_memory_cannot_hold():
