@@ -3,13 +3,17 @@ no source location unless --verbose, I/O errors that name their cause, "did you 
 misspelled command, attention-check's memory/time budget, options that reject what they used to
 wrap or reinterpret silently, and the default corpus and tokenizer cache found from any directory."""
 import json
+import os
 import re
+import shutil
+import subprocess
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from cli_util import TINY_MODEL, octet, octet_at, sets
+from cli_util import OCTET, TINY_MODEL, octet, octet_at, sets
 
 LOCATION = re.compile(r"\b\w+\.(cpp|h|cu|cuh):\d+")
 
@@ -175,3 +179,27 @@ def test_missing_default_corpus_says_how_to_get_it(tmp_path):
     line = one_line_error(r)
     assert f"default corpus not found: {tmp_path / 'empty-home' / 'data' / 'linux-docs'}" in line, line
     assert "./dev demo" in line and "OCTET_HOME" in line and "data.path" in line
+
+
+def test_home_is_the_binarys_repository_without_octet_home(tmp_path):
+    exe = Path(OCTET).resolve()
+    repo = next(d for d in exe.parents if (d / "configs" / "demo.toml").is_file())
+    env = {k: v for k, v in os.environ.items() if k != "OCTET_HOME"}
+    r = subprocess.run([OCTET, "train", *sets(*TINY_MODEL, "train.steps=1", "train.eval_every=1",
+                                              "data.max_bytes=20000"), "--out", "run"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
+    # Either the repository holds the corpus (the run starts on it) or the error names where it looked.
+    assert str(repo / "data" / "linux-docs") in r.stdout + r.stderr, (r.stdout, r.stderr)
+    assert not (tmp_path / ".cache").exists()
+
+
+def test_home_falls_back_to_xdg_data_home_outside_a_repository(tmp_path):
+    exe = tmp_path / "bin" / "octet"
+    exe.parent.mkdir()
+    shutil.copy(OCTET, exe)
+    env = {k: v for k, v in os.environ.items() if k != "OCTET_HOME"}
+    env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
+    r = subprocess.run([str(exe), "train", *sets(*TINY_MODEL, "train.steps=1"), "--out", "run"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
+    line = one_line_error(r)
+    assert f"default corpus not found: {tmp_path / 'xdg' / 'octet' / 'data' / 'linux-docs'}" in line, line
