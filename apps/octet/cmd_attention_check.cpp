@@ -8,6 +8,7 @@
 // §"attention-check"): a run that needs more memory than the machine has available is refused
 // or one estimated to take over an hour unless --force, and a run over 10 s reports its phases on
 // stderr as they finish.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -45,9 +46,9 @@ struct Cost {
 // Peak resident memory and CPU time of one attention-check, from the shape. Constants measured on
 // a 2-core x86-64 with the release build (docs/cli.md): ~66 bytes per element of Q, K, V and dO
 // together (inputs, the implementation's saved tensors and results in FP64, the FP64 oracle), ~128
-// with --dump (the safetensors copies), ~130 per query row, and the whole form's three
-// Bq x Tk rows of P, dP and E; time ~0.4 us + 15 ns * D per (query, key) pair seen (half of them
-// when causal). Rounded up, as a budget should be.
+// with --dump (the safetensors copies), plus per query row and the whole form's three Bq x Tk rows
+// of P, dP and E; time ~0.4 us + 15 ns * D per (query, key) pair seen (half of them when causal).
+// The constants below are rounded up (72, 136 bytes), as a budget should be.
 Cost estimate_cost(const Options& opt) {
   const double B = double(opt.batch), H = double(opt.heads),
                G = double(opt.kv_heads ? opt.kv_heads : opt.heads), Tq = double(opt.seq),
@@ -55,7 +56,7 @@ Cost estimate_cost(const Options& opt) {
   Cost c;
   c.elements = B * H * Tq * D + B * G * Tk * D;
   c.bytes = c.elements * (opt.dump.empty() ? 72.0 : 136.0) + B * H * Tq * 136.0 +
-            3.0 * double(opt.block_q) * Tk * 8.0 + 64e6;  // + the process itself
+            3.0 * std::min(double(opt.block_q), Tq) * Tk * 8.0 + 64e6;  // + the process itself
   const double pairs = B * H * Tq * Tk * (opt.causal ? 0.5 : 1.0);
   c.seconds = pairs * (0.4e-6 + 15e-9 * D);
   return c;
@@ -99,15 +100,15 @@ bool check_budget(const Options& opt) {
   const double avail = available_memory();
   OCTET_CHECK(opt.force || avail <= 0 || c.bytes <= avail,
               "attention-check: this run needs about " + human_bytes(c.bytes) + " of memory (and ~" +
-                  human_seconds(c.seconds) + " on 2 cores) but " + human_bytes(avail) +
+                  human_seconds(c.seconds) + ") but " + human_bytes(avail) +
                   " is available; use a smaller --seq/--heads/--dim/--batch, or --force to try anyway");
   OCTET_CHECK(opt.force || c.seconds <= 3600.0,
               "attention-check: this run would take about " + human_seconds(c.seconds) +
-                  " on 2 cores (and " + human_bytes(c.bytes) +
+                  " (and " + human_bytes(c.bytes) +
                   " of memory); use a smaller --seq/--heads/--dim/--batch, or --force to run it anyway");
   const bool long_run = c.seconds > 10.0;
   if (long_run)
-    std::fprintf(stderr, "attention-check: estimated %s of memory and ~%s (on 2 cores)\n",
+    std::fprintf(stderr, "attention-check: estimated %s of memory and ~%s\n",
                  human_bytes(c.bytes).c_str(), human_seconds(c.seconds).c_str());
   return long_run;
 }
