@@ -16,7 +16,7 @@ OCTET_BIN=${OCTET_BIN:-build/octet}
 CONFIG=${OCTET_CONFIG:-configs/demo.toml}
 OUT=${OCTET_OUT:-runs/demo}
 TARBALL=/usr/src/linux-source-6.1.tar.xz
-CORPUS=data/linux-docs
+CORPUS=${OCTET_HOME:-.}/data/linux-docs  # the default corpus of docs/cli.md §"Where octet keeps data"
 
 log() { printf '\033[1m[demo]\033[0m %s\n' "$*" >&2; }
 

@@ -4,10 +4,18 @@
 // softmax-gradient row residual r_i = |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) that Delta-Matching
 // drives to zero (docs/design.md §"The two deltas"; docs/delta-matching.md holds the measured table and its commands).
 // --dump FILE writes inputs, results and the oracle as safetensors (octet/train.h's writer), for
-// the PyTorch oracle test.
+// the PyTorch oracle test. Before any allocation the run's memory and time are estimated (docs/cli.md
+// §"attention-check"): a run that needs more memory than the machine has available is refused
+// or one estimated to take over an hour unless --force, and a run over 10 s reports its phases on
+// stderr as they finish.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "octet/attention.h"
@@ -22,13 +30,88 @@ namespace {
 
 struct Options {
   int64_t batch = 1, heads = 8, kv_heads = 0, seq = 1024, kv_seq = 0, dim = 128;
-  bool causal = false, json = false;
+  bool causal = false, json = false, force = false, progress = false;
   std::string precision = "fp8", delta = "matched", form = "whole", dist = "normal";
   std::string qkv_scaling = "tensor", do_format = "e5m2", ds_format = "e5m2", dump;
   int64_t block_q = 128, block_k = 128;
   float p_scale = 256.0f, scale = 0.0f;
   uint64_t seed = 1;
 };
+
+// What a run will take, from its shape alone, in double (sizes beyond int64 included).
+struct Cost {
+  double bytes = 0, seconds = 0, elements = 0;
+};
+
+// Peak resident memory and CPU time of one attention-check, from the shape. Constants measured on
+// a 2-core x86-64 with the release build (docs/cli.md): ~66 bytes per element of Q, K, V and dO
+// together (inputs, the implementation's saved tensors and results in FP64, the FP64 oracle), ~128
+// with --dump (the safetensors copies), plus per query row and the whole form's three Bq x Tk rows
+// of P, dP and E; time ~0.4 us + 15 ns * D per (query, key) pair seen (half of them when causal).
+// The constants below are rounded up (72, 136 bytes), as a budget should be.
+Cost estimate_cost(const Options& opt) {
+  const double B = double(opt.batch), H = double(opt.heads),
+               G = double(opt.kv_heads ? opt.kv_heads : opt.heads), Tq = double(opt.seq),
+               Tk = double(opt.kv_seq ? opt.kv_seq : opt.seq), D = double(opt.dim);
+  Cost c;
+  c.elements = B * H * Tq * D + B * G * Tk * D;
+  c.bytes = c.elements * (opt.dump.empty() ? 72.0 : 136.0) + B * H * Tq * 136.0 +
+            3.0 * std::min(double(opt.block_q), Tq) * Tk * 8.0 + 64e6;  // + the process itself
+  const double pairs = B * H * Tq * Tk * (opt.causal ? 0.5 : 1.0);
+  c.seconds = pairs * (0.4e-6 + 15e-9 * D);
+  return c;
+}
+
+// Memory the kernel can give without swapping (MemAvailable of /proc/meminfo), in bytes; 0 when unknown.
+double available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024.0;
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? double(pages) * double(page) : 0.0;
+}
+
+std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.3g GB", b / 1e9);
+  else std::snprintf(buf, sizeof buf, "%.3g MB", b / 1e6);
+  return buf;
+}
+
+std::string human_seconds(double s) {
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%.3g h", s / 3600);
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%.3g min", s / 60);
+  else std::snprintf(buf, sizeof buf, "%.2g s", s);
+  return buf;
+}
+
+// Refuses a run beyond the machine's available memory or longer than an hour (unless --force), or
+// beyond what int64 sizes can address; returns whether the run is long enough to report its phases.
+bool check_budget(const Options& opt) {
+  const Cost c = estimate_cost(opt);
+  char n[32];
+  std::snprintf(n, sizeof n, "%.3g", c.elements);
+  OCTET_CHECK(c.elements < 0x1p52, "attention-check: Q, K, V and dO would hold " + std::string(n) +
+                                       " elements, beyond what can be allocated");
+  const double avail = available_memory();
+  OCTET_CHECK(opt.force || avail <= 0 || c.bytes <= avail,
+              "attention-check: this run needs about " + human_bytes(c.bytes) + " of memory (and ~" +
+                  human_seconds(c.seconds) + ") but " + human_bytes(avail) +
+                  " is available; use a smaller --seq/--heads/--dim/--batch, or --force to try anyway");
+  OCTET_CHECK(opt.force || c.seconds <= 3600.0,
+              "attention-check: this run would take about " + human_seconds(c.seconds) +
+                  " (and " + human_bytes(c.bytes) +
+                  " of memory); use a smaller --seq/--heads/--dim/--batch, or --force to run it anyway");
+  const bool long_run = c.seconds > 10.0;
+  if (long_run)
+    std::fprintf(stderr, "attention-check: estimated %s of memory and ~%s\n",
+                 human_bytes(c.bytes).c_str(), human_seconds(c.seconds).c_str());
+  return long_run;
+}
 
 // A safetensors tensor (octet/train.h) holding a copy of x, F32 or F64.
 template <typename T>
@@ -67,24 +150,35 @@ void run(const Options& opt) {
   cfg.validate();
   const AttnInputDist dist = parse_attn_input_dist(opt.dist);
 
+  const bool progress = check_budget(opt) || opt.progress;  // before anything is allocated
+  using clock = std::chrono::steady_clock;
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  const auto start = clock::now();
+  auto phase_done = [&](const char* what) {
+    if (progress)
+      std::fprintf(stderr, "attention-check: %s done (%s elapsed)\n", what,
+                   human_seconds(ms(start, clock::now()) / 1000.0).c_str());
+  };
+
   const AttentionInputs in = make_attention_inputs(shape, dist, opt.seed);
   // Results in double: FP32 values exactly, and the FP64 precision's own values unrounded.
   std::vector<double> o(in.q.size()), lse(size_t(shape.batch * shape.n_heads * shape.seq_q));
   std::vector<double> dq(in.q.size()), dk(in.k.size()), dv(in.k.size());
   AttentionSaved saved;
   AttentionStats stats;
-  using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   attention_forward(shape, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(),
                     &saved);
   const auto t1 = clock::now();
+  phase_done("forward");
   attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), &stats,
                      !opt.dump.empty());
   const auto t2 = clock::now();
+  phase_done("backward");
   const AttentionOracle ref = run_attention_oracle(shape, in);
+  phase_done("FP64 oracle");
   const AttentionErrors err = attention_errors(shape, in, ref, o.data(), lse.data(), dq.data(),
                                                dk.data(), dv.data());
-  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
 
   nlohmann::json j = {
       {"batch", shape.batch}, {"heads", shape.n_heads}, {"kv_heads", shape.n_kv_heads},
@@ -143,9 +237,9 @@ OCTET_COMMAND("attention-check", [](CLI::App& app) {
       "and measure it against the FP64 oracle");
   cmd->add_option("--batch", opt->batch, "batch size B")->capture_default_str();
   cmd->add_option("--heads", opt->heads, "query heads H")->capture_default_str();
-  cmd->add_option("--kv-heads", opt->kv_heads, "KV heads G, dividing H (default: H)");
+  octet::cli::add_count_option(cmd, "--kv-heads", opt->kv_heads, "KV heads G >= 1, dividing H (default: H)");
   cmd->add_option("--seq", opt->seq, "query length Tq")->capture_default_str();
-  cmd->add_option("--kv-seq", opt->kv_seq, "key length Tk (default: Tq)");
+  octet::cli::add_count_option(cmd, "--kv-seq", opt->kv_seq, "key length Tk >= 1 (default: Tq)");
   cmd->add_option("--dim", opt->dim, "head dim D")->capture_default_str();
   cmd->add_flag("--causal", opt->causal, "causal mask, aligned to the bottom-right");
   add_enum_option<AttnPrecision>(cmd, "--precision", opt->precision, "operand precision")
@@ -153,7 +247,7 @@ OCTET_COMMAND("attention-check", [](CLI::App& app) {
   add_enum_option<DeltaMode>(cmd, "--delta", opt->delta, "softmax delta")->capture_default_str();
   add_enum_option<AttnForm>(cmd, "--form", opt->form, "attention form")->capture_default_str();
   add_enum_option<AttnInputDist>(cmd, "--dist", opt->dist, "inputs")->capture_default_str();
-  cmd->add_option("--seed", opt->seed, "input seed")->capture_default_str();
+  octet::cli::add_seed_option(cmd, "--seed", opt->seed, "input seed")->capture_default_str();
   add_enum_option<QkvScaling>(cmd, "--qkv-scaling", opt->qkv_scaling, "fp8 Q/K/V scales")
       ->capture_default_str();
   add_enum_option<Format>(cmd, "--do-format", opt->do_format, "fp8 dO format")->capture_default_str();
@@ -168,5 +262,8 @@ OCTET_COMMAND("attention-check", [](CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--json", opt->json, "print one JSON object");
   cmd->add_option("--dump", opt->dump, "write inputs, results and oracle to a safetensors file");
+  cmd->add_flag("--force", opt->force,
+                "run even if the estimate exceeds the available memory or an hour");
+  cmd->add_flag("--progress", opt->progress, "report each phase on stderr (default: runs over ~10 s)");
   cmd->callback([opt] { run(*opt); });
 });

@@ -158,10 +158,12 @@ struct AttnArgs {
 void run_peer_script(const std::string& what, const std::string& python, const std::string& script,
                      const std::string& args) {
   if (script.empty()) return;
+  errno = 0;
   if (std::FILE* f = std::fopen(script.c_str(), "r")) {
     std::fclose(f);
   } else {
-    std::fprintf(stderr, "octet bench %s: peer script %s not found, skipped\n", what.c_str(), script.c_str());
+    std::fprintf(stderr, "octet bench %s: %s, skipped\n", what.c_str(),
+                 octet::io_error("cannot open peer script", script).c_str());
     return;
   }
   const std::string cmd = python + " " + script + " " + args;

@@ -65,11 +65,13 @@ OCTET_COMMAND("cast", [](CLI::App& app) {
                 "out-of-range values become NaN (e4m3) or inf (e5m2) instead of ±max");
   cmd->add_flag("--json", o->json, "one JSON object per value: input, code, value");
   cmd->add_flag("--decode", o->decode, "the arguments are codes (0x7e or 126): decode them");
-  cmd->allow_extras();  // the values, in order; "-inf" and "-3" included
-  cmd->footer("VALUES (after the options): decimal or hex floats, nan, inf, -inf\n  e.g. octet cast --format e4m3 464 -inf 1e-3;  octet cast --decode 0x7e 0x7f");
+  cmd->allow_extras();  // the values, in order; "-inf" and "-3" included, "--" before them allowed
+  cmd->footer("VALUES (after the options; a \"--\" may precede them): decimal or hex floats, nan, inf, -inf\n"
+              "  e.g. octet cast --format e4m3 464 -inf 1e-3;  octet cast --format e4m3 -- -1;  "
+              "octet cast --decode 0x7e 0x7f");
   cmd->callback([cmd, o] {
     const octet::Format f = octet::parse_format(o->format);
-    const std::vector<std::string> args = cmd->remaining();
+    const std::vector<std::string> args = octet::cli::free_arguments(cmd);
     OCTET_CHECK(!args.empty(), "cast: no values given (e.g. octet cast --format e4m3 448 464)");
     std::vector<uint8_t> codes;  // all arguments are checked before any output
     for (const auto& a : args)

@@ -1,7 +1,9 @@
 // `octet quantize`: quantizes a generated tensor with one scaling recipe (quant.h) and reports
 // what the recipe did to it: amax, the range of its scales, the relative L2 error of the
 // dequantized tensor, and the fractions of values that underflowed to zero or saturated.
-// --format is the format policy (e4m3 | hybrid) or e5m2, which is hybrid with --role gradient.
+// --format is the format policy (e4m3 | hybrid) or e5m2, which is hybrid with --role gradient (so
+// --format e5m2 with another --role is an error; docs/cli.md). --margin follows the trainer's rule
+// (QuantConfig::validate, the same check as precision.margin).
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -64,21 +66,27 @@ OCTET_COMMAND("quantize", [](CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--shape", o->shape, "ROWSxCOLS, e.g. 256x1024")->required();
   cmd->add_option("--dist", o->dist, "normal | zeros | outlier")->capture_default_str();
-  octet::cli::add_enum_option<octet::Role>(cmd, "--role", o->role, "tensor role (block shape, hybrid format)")
+  auto* role_opt = octet::cli::add_enum_option<octet::Role>(cmd, "--role", o->role,
+                                                            "tensor role (block shape, hybrid format)")
+                       ->capture_default_str();
+  octet::cli::add_seed_option(cmd, "--seed", o->seed, "generator seed")->capture_default_str();
+  cmd->add_option("--margin", o->margin, "scale = fp8_max / amax / 2^margin, in [-32, 32]")
       ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "generator seed")->capture_default_str();
-  cmd->add_option("--margin", o->margin, "scale = fp8_max / amax / 2^margin")->capture_default_str();
   cmd->add_option("--unit-scale", o->unit_scale, "unit recipe: the static scale")->capture_default_str();
   cmd->add_flag("--pow2", o->pow2, "round scales to powers of two");
   cmd->add_flag("--no-saturate", o->no_saturate, "non-saturating cast");
   cmd->add_flag("--json", o->json, "one JSON object");
-  cmd->callback([o] {
+  cmd->callback([o, role_opt] {
     octet::QuantConfig cfg;
     cfg.recipe = octet::parse_recipe(o->recipe);
     octet::Role role = octet::parse_enum<octet::Role>(o->role);
     OCTET_CHECK(o->format == "e4m3" || o->format == "hybrid" || o->format == "e5m2",
                 "quantize: unknown format '" + o->format + "' (expected one of: e4m3, hybrid, e5m2)");
     if (o->format == "e5m2") {  // E5M2 elements: the hybrid policy's gradient format
+      OCTET_CHECK(role_opt->count() == 0 || role == octet::Role::Gradient,
+                  "quantize: --format e5m2 is the gradient format (hybrid policy, role gradient); "
+                  "--role " + o->role + " would quantize to E4M3 (use --format hybrid --role " +
+                      o->role + ", or drop --role)");
       cfg.formats = octet::FormatPolicy::Hybrid;
       role = octet::Role::Gradient;
     } else {

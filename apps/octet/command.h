@@ -6,6 +6,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -25,6 +26,46 @@ std::vector<CommandEntry>& registry();
 struct Registrar {
   Registrar(std::string name, SetupFn fn) { registry().push_back({std::move(name), std::move(fn)}); }
 };
+
+/// A CLI11 check that the value is a whole decimal number >= `min` (and fits int64 / uint64): its
+/// message reads "--seed: must be a whole number >= 0, got '-1'".
+inline CLI::Validator whole_number_at_least(int64_t min) {
+  return CLI::Validator(
+      [min](std::string& v) -> std::string {
+        const bool digits = !v.empty() && v.find_first_not_of("0123456789", v[0] == '-') == std::string::npos &&
+                            v != "-";
+        bool ok = digits && v.size() <= 20;
+        if (ok && v[0] == '-') ok = min < 0 && v.size() <= 19 && std::stoll(v) >= min;
+        else if (ok) ok = (v.size() < 20 || v <= "18446744073709551615") &&
+                          (min <= 0 || std::stoull(v) >= uint64_t(min));
+        return ok ? std::string() : "must be a whole number >= " + std::to_string(min) + ", got '" + v + "'";
+      },
+      "");
+}
+
+/// Adds a seed option storing into `target`: a whole number in [0, 2^64), so "-1" is an error
+/// instead of wrapping to 2^64 - 1 (the config key train.seed follows the same rule, >= 0).
+inline CLI::Option* add_seed_option(CLI::App* cmd, const std::string& name, uint64_t& target,
+                                    const std::string& what) {
+  return cmd->add_option(name, target, what + " (a whole number >= 0)")->check(whole_number_at_least(0));
+}
+
+/// Adds a count option whose default (0 in `target`) means "derived" but which, when given, must be
+/// >= 1: "--kv-heads 0" is an error, not a silent "same as --heads".
+inline CLI::Option* add_count_option(CLI::App* cmd, const std::string& name, int64_t& target,
+                                     const std::string& what) {
+  return cmd->add_option(name, target, what)->check(whole_number_at_least(1));
+}
+
+/// The free arguments of a subcommand that allows extras (cast's values), in the order given: those
+/// before a "--" (CLI11 keeps them as the subcommand's extras) and those after it (CLI11 hands them
+/// to the main app, which main.cpp lets through only for a subcommand that allows extras).
+inline std::vector<std::string> free_arguments(CLI::App* cmd) {
+  std::vector<std::string> args = cmd->remaining();
+  const std::vector<std::string> after = cmd->get_parent()->remaining();
+  args.insert(args.end(), after.begin(), after.end());
+  return args;
+}
 
 /// Thrown by a subcommand whose run failed for a reason other than bad input (exit code 1).
 struct RunFailure : std::runtime_error {

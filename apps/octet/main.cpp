@@ -1,11 +1,17 @@
 // apps/octet/main.cpp — the `octet` command line: builds the CLI11 app from the registered
-// subcommands (command.h) and maps errors to exit codes: 2 for bad input (one line naming the
-// problem), 1 for a run that failed.
+// subcommands (command.h) and turns every error into one line and an exit code (docs/cli.md
+// §"Errors"): 2 for bad input ("octet: error: ..."), 1 for a run that failed ("octet: failed:
+// ..."). Nothing escapes main: out-of-memory and any other exception become one sentence, and the
+// source location of an octet::Error is printed only with --verbose.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <new>
+#include <string>
 
 #include "octet/command.h"
 #include "octet/error.h"
+#include "octet/train.h"
 
 namespace octet::cli {
 std::vector<CommandEntry>& registry() {
@@ -14,30 +20,125 @@ std::vector<CommandEntry>& registry() {
 }
 }  // namespace octet::cli
 
+namespace {
+
+// Edit distance with adjacent transpositions (optimal string alignment): "trian" is 1 from "train".
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// The first argument that is not an option of the main app: the subcommand the user meant.
+// Empty when there is none or it is a known command.
+std::string unknown_command(const std::vector<char*>& args, const std::vector<std::string>& names) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string a = args[i];
+    if (!a.empty() && a[0] == '-') continue;  // --verbose, --help
+    return std::find(names.begin(), names.end(), a) == names.end() ? a : std::string();
+  }
+  return {};
+}
+
+// "unknown command 'trian' (did you mean 'train'?)", or the list of commands when none is close.
+std::string unknown_command_message(const std::string& typed, const std::vector<std::string>& names) {
+  std::string best;
+  size_t best_d = std::string::npos;
+  for (const auto& n : names) {
+    const size_t d = edit_distance(typed, n);
+    if (d < best_d) best_d = d, best = n;
+  }
+  // Close: two edits, or a third of the longer name for long ones ("atention-chek").
+  if (!best.empty() && best_d <= std::max<size_t>(2, std::max(typed.size(), best.size()) / 3))
+    return "unknown command '" + typed + "' (did you mean '" + best + "'?)";
+  std::string all;
+  for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+  return "unknown command '" + typed + "' (commands: " + all + "; see octet --help)";
+}
+
+// One line on stderr: "octet: error: ..." for bad input (exit 2), "octet: failed: ..." for a run
+// that failed (exit 1); the source location only with --verbose.
+constexpr int kBadInput = 2, kRunFailed = 1;
+int report(int code, const std::string& msg, const std::string& location, bool verbose) {
+  const char* kind = code == kBadInput ? "error" : "failed";
+  if (verbose && !location.empty())
+    std::fprintf(stderr, "octet: %s: %s [%s]\n", kind, msg.c_str(), location.c_str());
+  else
+    std::fprintf(stderr, "octet: %s: %s\n", kind, msg.c_str());
+  return code;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"octet: native FP8 training of LLMs, with Delta-Matching FP8 attention"};
   app.require_subcommand(1);
+  // --verbose may stand anywhere before a "--"; it is taken out here so that no subcommand's own
+  // arguments (cast's "-1") are reparsed by the main app. It is listed in --help all the same.
+  bool verbose = false;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::string(argv[i]) == "--") {
+      args.insert(args.end(), argv + i, argv + argc);
+      break;
+    }
+    if (std::string(argv[i]) == "--verbose") verbose = true;
+    else args.push_back(argv[i]);
+  }
+  bool verbose_help = false;  // never set: the flag is taken out above
+  app.add_flag("--verbose", verbose_help, "on an error, also print the source location that raised it");
   auto& reg = octet::cli::registry();
   std::sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.name < b.name; });
-  for (auto& c : reg) c.setup(app);
+  std::vector<std::string> names;
+  for (auto& c : reg) {
+    c.setup(app);
+    names.push_back(c.name);
+  }
+  // Arguments after a "--" reach the main app (command.h, free_arguments); only a subcommand that
+  // takes free arguments may have them.
+  app.allow_extras();
+  app.parse_complete_callback([&app] {
+    const auto subs = app.get_subcommands();
+    if (!app.remaining().empty() && (subs.empty() || !subs.front()->get_allow_extras()))
+      throw CLI::ExtrasError(app.remaining());
+  });
+  // Every exception ends here as one line; the callbacks of the subcommands run inside parse().
   try {
-    app.parse(argc, argv);
+    if (const std::string typed = unknown_command(args, names); !typed.empty())
+      return report(kBadInput, unknown_command_message(typed, names), "", verbose);
+    app.parse(int(args.size()), args.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "octet: error: %s\n", e.what());
-    return 2;
+    return report(kBadInput, e.what(), "", verbose);
   } catch (const octet::Error& e) {
-    std::fprintf(stderr, "octet: error: %s\n", e.what());
-    return 2;
+    return report(kBadInput, e.what(), e.location(), verbose);
   } catch (const octet::cli::RunFailure& e) {
-    std::fprintf(stderr, "octet: failed: %s\n", e.what());
-    return 1;
+    return report(kRunFailed, e.what(), "", verbose);
+  } catch (const octet::TrainingStopped& e) {  // a diverged run: its message names the last checkpoint
+    return report(kRunFailed, e.what(), "", verbose);
+  } catch (const std::bad_alloc&) {
+    return report(kRunFailed, "out of memory (the inputs need more memory than the machine has)", "",
+                  verbose);
+  } catch (const std::length_error&) {  // a size beyond what a std::vector can hold
+    return report(kRunFailed, "out of memory (a size is beyond what can be allocated)", "", verbose);
+  } catch (const std::filesystem::filesystem_error& e) {
+    return report(kRunFailed, octet::io_error("cannot access", e.path1().string(), e.code().message()),
+                  "", verbose);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "octet: failed: %s\n", e.what());
-    return 1;
+    return report(kRunFailed, "internal error (rerun with --verbose for the details; please report it)",
+                  e.what(), verbose);
+  } catch (...) {
+    return report(kRunFailed, "internal error of unknown kind (please report it)", "", verbose);
   }
   return 0;
 }

@@ -1,20 +1,30 @@
-// octet/error.h — the one error type octet throws, and the check macro that raises it.
+// octet/error.h — the one error type octet throws, and the check macros that raise it.
 //
 // Every failed precondition (bad shape, unknown name, unreadable file, CUDA or cuBLASLt failure)
-// throws octet::Error whose message names the problem and the source location, following the
-// habit of Transformer Engine's NVTE_CHECK. The CLI catches it, prints the message on one line and
-// exits with a non-zero code.
+// throws octet::Error whose message names the problem; the source location (file:line, the habit of
+// Transformer Engine's NVTE_CHECK) travels beside the message, not inside it, so a user sees only
+// the message and `octet --verbose` adds the location (docs/cli.md §"Errors"). I/O failures name
+// their cause through io_error ("cannot write config.toml.tmp: Permission denied").
 #pragma once
 
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace octet {
 
-/// An error with a human-readable message; `what()` is "file:line: message".
+/// An error with a human-readable message. `what()` is the message alone; `location()` is the
+/// "file:line" of the check that raised it (empty when thrown without one).
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& msg, std::string location = {})
+      : std::runtime_error(msg), location_(std::move(location)) {}
+  const std::string& location() const noexcept { return location_; }
+
+ private:
+  std::string location_;
 };
 
 /// Builds the message and throws. Prefer the OCTET_CHECK / OCTET_FAIL macros.
@@ -22,7 +32,17 @@ class Error : public std::runtime_error {
   std::string f(file);
   auto slash = f.find_last_of('/');
   if (slash != std::string::npos) f = f.substr(slash + 1);
-  throw Error(f + ":" + std::to_string(line) + ": " + msg);
+  throw Error(msg, f + ":" + std::to_string(line));
+}
+
+/// "<action> <path>: <cause>", the cause being strerror(errno) as the failed call left it (or
+/// `cause` when given, e.g. a std::error_code's message). Every I/O error message is built here:
+/// io_error("cannot write", "config.toml.tmp") -> "cannot write config.toml.tmp: Permission denied".
+inline std::string io_error(const std::string& action, const std::string& path,
+                            const std::string& cause = {}) {
+  const int err = errno;
+  std::string why = !cause.empty() ? cause : err != 0 ? std::strerror(err) : "unknown I/O error";
+  return action + " " + path + ": " + why;
 }
 
 }  // namespace octet

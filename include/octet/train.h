@@ -50,10 +50,11 @@ struct TrainConfig {
 };
 
 struct DataConfig {
-  std::string path;                  ///< text file, directory (recursive) or glob
+  std::string path;                  ///< text file, directory (recursive) or glob; "": the default
+                                     ///< corpus, default_corpus_path()
   std::string tokenizer = "bpe";     ///< "bpe" (SentencePiece) | "byte"
   double val_fraction = 0.1;         ///< fraction of windows held out, in (0, 0.5]
-  std::string cache_dir = ".cache/octet";  ///< tokenizer model and token cache
+  std::string cache_dir;             ///< tokenizer model and token cache; "": default_cache_dir()
   int64_t max_bytes = 0;             ///< 0: whole corpus; else the first max_bytes bytes
 };
 
@@ -117,15 +118,28 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
 // ---------------------------------------------------------------------------------------------
 // Corpus and tokenizers
 
+/// octet's home, where the default corpus and the tokenizer cache live (docs/cli.md §"Where octet
+/// keeps data"): $OCTET_HOME, else the source repository the running binary was built in, else
+/// $XDG_DATA_HOME/octet (~/.local/share/octet). Throws octet::Error if none can be named.
+std::string octet_home();
+/// <home>/data/linux-docs: the corpus of `./dev demo`, used when data.path is "".
+std::string default_corpus_path();
+/// <home>/.cache/octet: SentencePiece models and token streams, used when data.cache_dir is "".
+std::string default_cache_dir();
+/// data.path / data.cache_dir as configured, or the default when "".
+std::string resolve_corpus_path(const std::string& configured);
+std::string resolve_cache_dir(const std::string& configured);
+
 /// The corpus as raw bytes: a file, every regular file under a directory (sorted by path), or the
 /// files matching a glob (sorted); files are joined with "\n". Throws octet::Error if the path
-/// matches nothing, a file cannot be read, or the result is empty.
+/// matches nothing, a file cannot be read (naming the cause), or the result is empty; `is_default`
+/// (the path is default_corpus_path()) makes "not found" say how to get the default corpus.
 struct Corpus {
   std::string text;
   std::vector<std::string> files;
   int64_t invalid_utf8 = 0;  ///< bytes that are not valid UTF-8 (kept as bytes)
 };
-Corpus read_corpus(const std::string& path, int64_t max_bytes = 0);
+Corpus read_corpus(const std::string& path, int64_t max_bytes = 0, bool is_default = false);
 /// Number of bytes of `s` that are not part of a valid UTF-8 sequence.
 int64_t count_invalid_utf8(const std::string& s);
 

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -21,15 +20,16 @@ namespace fs = std::filesystem;
 
 namespace {
 std::string read_file(const std::string& path) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  OCTET_CHECK(in.good(), "cannot read corpus file " + path + ": " + std::strerror(errno));
+  OCTET_CHECK(in.good(), io_error("cannot read corpus file", path));
   std::ostringstream ss;
   ss << in.rdbuf();
-  OCTET_CHECK(!in.bad(), "cannot read corpus file " + path + ": read error");
+  OCTET_CHECK(!in.bad(), io_error("cannot read corpus file", path));
   return ss.str();
 }
 
-std::vector<std::string> expand(const std::string& path) {
+std::vector<std::string> expand(const std::string& path, bool is_default) {
   std::vector<std::string> files;
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
@@ -37,7 +37,7 @@ std::vector<std::string> expand(const std::string& path) {
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
       if (it->is_regular_file(ec)) files.push_back(it->path().string());
     }
-    OCTET_CHECK(!ec, "cannot list corpus directory " + path + ": " + ec.message());
+    OCTET_CHECK(!ec, io_error("cannot list corpus directory", path, ec.message()));
   } else if (fs::exists(path, ec)) {
     files.push_back(path);
   } else if (path.find_first_of("*?[") != std::string::npos) {
@@ -48,6 +48,9 @@ std::vector<std::string> expand(const std::string& path) {
         if (fs::is_regular_file(g.gl_pathv[i], ec)) files.push_back(g.gl_pathv[i]);
     globfree(&g);
     OCTET_CHECK(!files.empty(), "corpus glob matches no file: " + path);
+  } else if (is_default) {
+    OCTET_FAIL("default corpus not found: " + path + " (run ./dev demo once to fetch it, set OCTET_HOME "
+               "to the directory that holds data/linux-docs, or set data.path; docs/cli.md)");
   } else {
     OCTET_FAIL("corpus not found: " + path);
   }
@@ -67,10 +70,10 @@ int64_t count_invalid_utf8(const std::string& s) {
   return bad;
 }
 
-Corpus read_corpus(const std::string& path, int64_t max_bytes) {
+Corpus read_corpus(const std::string& path, int64_t max_bytes, bool is_default) {
   OCTET_CHECK(!path.empty(), "no corpus given (set data.path to a text file, directory or glob)");
   Corpus c;
-  c.files = expand(path);
+  c.files = expand(path, is_default);
   OCTET_CHECK(!c.files.empty(), "corpus directory holds no file: " + path);
   for (const std::string& f : c.files) {
     if (!c.text.empty()) c.text += '\n';

@@ -125,7 +125,8 @@ void write_token_cache(const std::string& path, const std::vector<int32_t>& ids)
 }  // namespace
 
 std::unique_ptr<Dataset> load_dataset(const RunConfig& cfg, std::string* description) {
-  const Corpus corpus = read_corpus(cfg.data.path, cfg.data.max_bytes);
+  const std::string corpus_path = resolve_corpus_path(cfg.data.path);
+  const Corpus corpus = read_corpus(corpus_path, cfg.data.max_bytes, cfg.data.path.empty());
   std::unique_ptr<Tokenizer> tok = make_tokenizer(cfg, corpus.text);
   std::vector<int32_t> ids;
   uint64_t h = fnv1a64(corpus.text.data(), corpus.text.size());
@@ -133,7 +134,7 @@ std::unique_ptr<Dataset> load_dataset(const RunConfig& cfg, std::string* descrip
   h = fnv1a64(tname.data(), tname.size(), h);
   char name[64];
   std::snprintf(name, sizeof name, "tokens-%016llx.bin", static_cast<unsigned long long>(h));
-  const std::string cache = (fs::path(cfg.data.cache_dir) / name).string();
+  const std::string cache = (fs::path(cache_dir) / name).string();
   const bool use_cache = tok->name() == "bpe";  // bytes are cheaper to encode than to read
   if (!use_cache || !read_token_cache(cache, ids)) {
     ids = tok->encode(corpus.text);
@@ -147,7 +148,7 @@ std::unique_ptr<Dataset> load_dataset(const RunConfig& cfg, std::string* descrip
                   "corpus %s: %zu file(s), %zu bytes (%lld invalid UTF-8); tokenizer %s (vocab %lld): "
                   "%lld tokens (%.2f bytes/token), %lld train / %lld validation windows; "
                   "unigram entropy %.4f nats/token",
-                  cfg.data.path.c_str(), corpus.files.size(), corpus.text.size(),
+                  corpus_path.c_str(), corpus.files.size(), corpus.text.size(),
                   static_cast<long long>(corpus.invalid_utf8), tok->name().c_str(),
                   static_cast<long long>(tok->vocab_size()), static_cast<long long>(ds->n_tokens()),
                   double(corpus.text.size()) / double(ds->n_tokens()),

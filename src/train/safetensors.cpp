@@ -79,7 +79,7 @@ void write_safetensors(const std::string& path, const StFile& f) {
 
 StFile read_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  OCTET_CHECK(in.good(), "cannot open " + path + ": " + std::strerror(errno));
+  OCTET_CHECK(in.good(), io_error("cannot open", path));
   in.seekg(0, std::ios::end);
   const uint64_t size = uint64_t(in.tellg());
   in.seekg(0);
@@ -101,7 +101,8 @@ StFile read_safetensors(const std::string& path) {
   const uint64_t data_size = size - 8 - hlen;
   std::vector<uint8_t> data(data_size);
   in.read(reinterpret_cast<char*>(data.data()), std::streamsize(data_size));
-  OCTET_CHECK(in.good() || data_size == 0, path + ": read error");
+  OCTET_CHECK(in.good() || data_size == 0,
+              io_error("cannot read", path, in.eof() ? "file ended early" : std::strerror(errno)));
 
   StFile f;
   uint64_t covered = 0;

@@ -6,6 +6,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -145,7 +146,8 @@ class BpeTokenizer : public Tokenizer {
 
 std::unique_ptr<Tokenizer> make_tokenizer(const RunConfig& cfg, const std::string& corpus_text) {
   return cfg.data.tokenizer == "byte" ? make_byte_tokenizer()
-                                      : make_bpe_tokenizer(corpus_text, cfg.model.vocab_size, cfg.data.cache_dir);
+                                      : make_bpe_tokenizer(corpus_text, cfg.model.vocab_size,
+                                                                   resolve_cache_dir(cfg.data.cache_dir));
 }
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
@@ -159,7 +161,7 @@ std::unique_ptr<Tokenizer> make_bpe_tokenizer(const std::string& raw, int64_t vo
   std::snprintf(name, sizeof name, "spm-%016llx.model", static_cast<unsigned long long>(h));
   std::error_code ec;
   fs::create_directories(cache_dir, ec);
-  OCTET_CHECK(!ec, "cannot create cache directory " + cache_dir + ": " + ec.message());
+  OCTET_CHECK(!ec, io_error("cannot create cache directory", cache_dir, ec.message()));
   const std::string path = (fs::path(cache_dir) / name).string();
   if (!fs::exists(path)) {
     LineIterator lines(text);
@@ -187,12 +189,14 @@ std::unique_ptr<Tokenizer> make_bpe_tokenizer(const std::string& raw, int64_t vo
     OCTET_CHECK(st.ok(), "SentencePiece BPE training failed: " + st.ToString());
     const std::string tmp = path + ".tmp";
     {
+      errno = 0;
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
       out.write(model.data(), std::streamsize(model.size()));
-      OCTET_CHECK(out.good(), "cannot write " + tmp);
+      out.close();
+      OCTET_CHECK(out.good(), io_error("cannot write", tmp));
     }
     fs::rename(tmp, path, ec);
-    OCTET_CHECK(!ec, "cannot rename " + tmp + ": " + ec.message());
+    OCTET_CHECK(!ec, io_error("cannot rename " + tmp + " to", path, ec.message()));
   }
   auto tok = std::make_unique<BpeTokenizer>(path);
   OCTET_CHECK(tok->vocab_size() == vocab_size,

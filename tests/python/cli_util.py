@@ -47,3 +47,9 @@ def snapshot(d):
     """Every file under the directory d (relative path -> bytes): what 'nothing written' compares."""
     d = Path(d)
     return {str(p.relative_to(d)): (p.read_bytes() if p.is_file() else None) for p in sorted(d.rglob("*"))}
+
+
+def octet_at(cwd, *args, env=None):
+    """Runs octet with the working directory `cwd` and extra environment variables `env`."""
+    full = dict(os.environ, **(env or {}))
+    return subprocess.run([OCTET, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=full)

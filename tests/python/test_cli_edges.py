@@ -1,0 +1,206 @@
+"""The CLI's edges, paths and messages (issue 9, items 4-7; docs/cli.md): one line per error with
+no source location unless --verbose, I/O errors that name their cause, "did you mean" for a
+misspelled command, attention-check's memory/time budget, options that reject what they used to
+wrap or reinterpret silently, and the default corpus and tokenizer cache found from any directory."""
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from cli_util import OCTET, TINY_MODEL, octet, octet_at, sets
+
+LOCATION = re.compile(r"\b\w+\.(cpp|h|cu|cuh):\d+")
+
+
+def one_line_error(r, code=2):
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    return lines[0]
+
+
+# --- messages ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("typed,meant", [("trian", "train"), ("compar", "compare"),
+                                         ("atention-check", "attention-check"), ("cats", "cast")])
+def test_misspelled_command_suggests_the_closest(typed, meant):
+    line = one_line_error(octet(typed, "--help"))
+    assert f"unknown command '{typed}'" in line and f"did you mean '{meant}'" in line, line
+
+
+def test_unrelated_command_lists_the_commands():
+    line = one_line_error(octet("frobnicate"))
+    assert "did you mean" not in line
+    for c in ("train", "compare", "attention-check", "cast", "quantize"):
+        assert c in line
+
+
+def test_errors_carry_no_source_location_unless_verbose():
+    bad = ["attention-check", "--seq", "8", "--heads", "3", "--kv-heads", "2"]
+    line = one_line_error(octet(*bad))
+    assert "must divide heads" in line and not LOCATION.search(line), line
+    for args in (["--verbose", *bad], [*bad, "--verbose"]):
+        line = one_line_error(octet(*args))
+        assert "must divide heads" in line and LOCATION.search(line), line
+
+
+def test_io_error_names_its_cause(tmp_path):
+    (tmp_path / "c.txt").write_text("".join(f"word{i % 37} and more text\n" for i in range(400)))
+    (tmp_path / "blocker").write_text("a file where a directory should be")
+    r = octet("train", *sets(*TINY_MODEL, "data.tokenizer=bpe", "model.vocab_size=300", "train.steps=1",
+                             f"data.path={tmp_path / 'c.txt'}", f"data.cache_dir={tmp_path / 'blocker' / 'cache'}"),
+              "--out", tmp_path / "run")
+    line = one_line_error(r)
+    assert f"cannot create cache directory {tmp_path / 'blocker' / 'cache'}: Not a directory" in line, line
+
+
+def test_a_diverged_run_fails_with_its_own_message(tmp_path):
+    (tmp_path / "c.txt").write_text("".join(f"the queue drains buffer {i % 13} before it stops.\n" for i in range(200)))
+    r = octet("train", *sets(*TINY_MODEL, f"data.path={tmp_path / 'c.txt'}", "train.steps=5", "train.lr=1e30",
+                             "train.grad_clip=0", "train.max_bad_steps=1"), "--out", tmp_path / "run")
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("octet: failed:") and "max_bad_steps" in last and "internal" not in last, last
+
+
+# --- attention-check: memory and time first --------------------------------------------------------
+
+def test_attention_check_refuses_what_memory_cannot_hold():
+    line = one_line_error(octet("attention-check", "--seq", "99999999999"))
+    assert "needs about" in line and "GB" in line and "--force" in line, line
+    assert "bad_alloc" not in line
+
+
+def test_attention_check_refuses_a_run_of_hours():
+    # ~15 GB and ~50 h on 2 cores: refused for its memory or its time, whichever binds here.
+    line = one_line_error(octet("attention-check", "--seq", "100000"))
+    assert "--force" in line and ("would take about" in line or "needs about" in line), line
+
+
+def test_forced_out_of_memory_is_one_line_not_an_exception_name():
+    r = octet_at(None, "attention-check", "--seq", "99999999999", "--force",
+                 env={"ASAN_OPTIONS": "allocator_may_return_null=1:detect_leaks=0"})
+    if "AddressSanitizer" in r.stderr:
+        pytest.skip("an ASan build's operator new reports out-of-memory itself instead of throwing")
+    line = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert line.startswith("octet: failed: out of memory"), line
+    assert "std::" not in r.stderr and "bad_alloc" not in r.stderr
+
+
+def test_attention_check_reports_progress():
+    r = octet("attention-check", "--seq", "16", "--heads", "2", "--dim", "8", "--progress", "--json")
+    assert r.returncode == 0, r.stderr
+    json.loads(r.stdout)  # stdout stays one JSON object
+    phases = [l for l in r.stderr.splitlines() if l.startswith("attention-check:")]
+    assert [p.split(":")[1].split(" done")[0].strip() for p in phases] == ["forward", "backward", "FP64 oracle"]
+
+
+# --- edges ---------------------------------------------------------------------------------------
+
+def test_cast_takes_values_after_a_double_dash():
+    r = octet("cast", "--format", "e4m3", "--json", "--", "-1", "-inf", "3")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(l) for l in r.stdout.splitlines()]
+    assert [row["input"] for row in rows] == ["-1", "-inf", "3"]
+    expect = np.array([-1.0, -np.inf, 3.0], dtype=np.float32).astype(ml_dtypes.float8_e4m3fn)
+    # saturating: -inf becomes -448 (0xfe), as OFP8 v1.0's saturating conversion
+    expect[1] = np.float32(-448.0).astype(ml_dtypes.float8_e4m3fn)
+    assert [int(row["code"], 16) for row in rows] == list(expect.view(np.uint8))
+
+
+def test_only_cast_takes_arguments_after_a_double_dash():
+    line = one_line_error(octet("quantize", "--recipe", "row", "--shape", "2x2", "--", "3"))
+    assert "not expected: 3" in line, line
+
+
+@pytest.mark.parametrize("margin", ["1000", "33", "-33"])
+def test_quantize_margin_follows_the_trainers_rule(margin):
+    line = one_line_error(octet("quantize", "--recipe", "tensor-current", "--shape", "4x4", "--margin", margin))
+    assert "margin must be in [-32, 32]" in line and margin in line, line
+
+
+def test_quantize_margin_at_the_limit_keeps_a_scale():
+    r = octet("quantize", "--recipe", "tensor-current", "--shape", "8x8", "--margin", "32", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert 0 < j["scale_min"] < np.inf and j["rel_err"] is not None
+
+
+@pytest.mark.parametrize("args,option,value", [
+    (["attention-check", "--seq", "8", "--kv-heads", "0"], "--kv-heads", "0"),
+    (["attention-check", "--seq", "8", "--kv-seq", "0"], "--kv-seq", "0"),
+    (["attention-check", "--seq", "8", "--seed", "-1"], "--seed", "-1"),
+    (["quantize", "--recipe", "row", "--shape", "2x2", "--seed", "-1"], "--seed", "-1"),
+])
+def test_counts_and_seeds_reject_zero_and_negatives(args, option, value):
+    line = one_line_error(octet(*args))
+    assert option in line and f"got '{value}'" in line, line
+
+
+def test_quantize_e5m2_is_the_gradient_format():
+    line = one_line_error(octet("quantize", "--recipe", "row", "--shape", "2x2", "--format", "e5m2",
+                                "--role", "activation"))
+    assert "e5m2" in line and "--role activation" in line, line
+    for extra in ([], ["--role", "gradient"]):
+        r = octet("quantize", "--recipe", "row", "--shape", "2x2", "--format", "e5m2", "--json", *extra)
+        assert r.returncode == 0, r.stderr
+        j = json.loads(r.stdout)
+        assert (j["format"], j["role"]) == ("e5m2", "gradient")
+
+
+# --- paths: octet's home --------------------------------------------------------------------------
+
+def test_default_corpus_and_cache_live_in_octet_home_from_any_directory(tmp_path):
+    home, cwd = tmp_path / "home", tmp_path / "elsewhere"
+    (home / "data" / "linux-docs" / "sub").mkdir(parents=True)
+    cwd.mkdir()
+    words = ["kernel", "queue", "driver", "buffer", "module", "process", "memory", "device", "signal"]
+    text = "".join(f"the {words[i % 9]} {words[(i * 7) % 9]} of line {i % 23} waits.\n" for i in range(600))
+    (home / "data" / "linux-docs" / "sub" / "a.rst").write_text(text)
+    r = octet_at(cwd, "train", *sets(*TINY_MODEL, "data.tokenizer=bpe", "model.vocab_size=300",
+                                     "train.steps=1", "train.eval_every=1"),
+                 "--out", "run", env={"OCTET_HOME": str(home)})
+    assert r.returncode == 0, r.stderr
+    assert str(home / "data" / "linux-docs") in r.stdout + r.stderr
+    assert list((home / ".cache" / "octet").glob("spm-*.model")), "tokenizer cached in the home"
+    assert not (cwd / ".cache").exists(), "nothing cached where the user stands"
+    assert (cwd / "run" / "metrics.jsonl").exists()
+
+
+def test_missing_default_corpus_says_how_to_get_it(tmp_path):
+    r = octet_at(tmp_path, "train", *sets(*TINY_MODEL, "train.steps=1"), "--out", "run",
+                 env={"OCTET_HOME": str(tmp_path / "empty-home")})
+    line = one_line_error(r)
+    assert f"default corpus not found: {tmp_path / 'empty-home' / 'data' / 'linux-docs'}" in line, line
+    assert "./dev demo" in line and "OCTET_HOME" in line and "data.path" in line
+
+
+def test_home_is_the_binarys_repository_without_octet_home(tmp_path):
+    exe = Path(OCTET).resolve()
+    repo = next(d for d in exe.parents if (d / "configs" / "demo.toml").is_file())
+    env = {k: v for k, v in os.environ.items() if k != "OCTET_HOME"}
+    r = subprocess.run([OCTET, "train", *sets(*TINY_MODEL, "train.steps=1", "train.eval_every=1",
+                                              "data.max_bytes=20000"), "--out", "run"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
+    # Either the repository holds the corpus (the run starts on it) or the error names where it looked.
+    assert str(repo / "data" / "linux-docs") in r.stdout + r.stderr, (r.stdout, r.stderr)
+    assert not (tmp_path / ".cache").exists()
+
+
+def test_home_falls_back_to_xdg_data_home_outside_a_repository(tmp_path):
+    exe = tmp_path / "bin" / "octet"
+    exe.parent.mkdir()
+    shutil.copy(OCTET, exe)
+    env = {k: v for k, v in os.environ.items() if k != "OCTET_HOME"}
+    env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
+    r = subprocess.run([str(exe), "train", *sets(*TINY_MODEL, "train.steps=1"), "--out", "run"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env)
+    line = one_line_error(r)
+    assert f"default corpus not found: {tmp_path / 'xdg' / 'octet' / 'data' / 'linux-docs'}" in line, line
