@@ -127,6 +127,7 @@ void write_token_cache(const std::string& path, const std::vector<int32_t>& ids)
 std::unique_ptr<Dataset> load_dataset(const RunConfig& cfg, std::string* description) {
   const std::string corpus_path = resolve_corpus_path(cfg.data.path);
   const Corpus corpus = read_corpus(corpus_path, cfg.data.max_bytes, cfg.data.path.empty());
+  const std::string cache_dir = resolve_cache_dir(cfg.data.cache_dir);
   std::unique_ptr<Tokenizer> tok = make_tokenizer(cfg, corpus.text);
   std::vector<int32_t> ids;
   uint64_t h = fnv1a64(corpus.text.data(), corpus.text.size());
