@@ -27,6 +27,7 @@
 #include "cuda/check.h"
 #include "cuda/flash/flash_backward.h"
 #include "cuda/flash/flash_backward_tile.cuh"
+#include "octet/attention.h"
 #include "octet/delta_rule.h"
 #include "octet/error.h"
 

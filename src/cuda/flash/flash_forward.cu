@@ -30,6 +30,7 @@
 #include "cuda/check.h"
 #include "cuda/flash/flash_mma_sm89.cuh"
 #include "cuda/flash/flash_softmax.cuh"
+#include "octet/attention.h"
 #include "octet/error.h"
 #include "octet/fp8.h"
 
