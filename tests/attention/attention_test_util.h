@@ -81,6 +81,24 @@ inline AttentionInputs large_logit_inputs(const AttentionShape& s, float a, uint
   return in;
 }
 
+/// The row shape that broke the former matched-delta pivot rule in NoPE training
+/// (docs/delta-matching.md, "The delta rule"): every 4th key is one repeated token — the same K row,
+/// tied exactly at the max logit (S = τ·20·40 = 100 at D = 64) — whose V row is 0, so dP = 0 on the
+/// tied keys; the other keys sit ~100 nats below. Q gets +20 along the first coordinate.
+inline AttentionInputs tied_max_key_inputs(const AttentionShape& s, uint64_t seed) {
+  auto in = make_attention_inputs(s, AttnInputDist::Normal, seed);
+  const int64_t D = s.head_dim;
+  for (int64_t r = 0; r < s.batch * s.n_heads * s.seq_q; ++r) in.q[size_t(r * D)] += 20.0f;
+  for (int64_t r = 0; r < s.batch * s.n_kv_heads * s.seq_k; ++r) {
+    if (r % s.seq_k % 4 != 0) continue;
+    for (int64_t c = 0; c < D; ++c) {
+      in.k[size_t(r * D + c)] = c == 0 ? 40.0f : 0.0f;
+      in.v[size_t(r * D + c)] = 0.0f;
+    }
+  }
+  return in;
+}
+
 inline std::string name_of(AttnPrecision p, AttnForm f) { return to_string(p) + "_" + to_string(f); }
 
 }  // namespace octet::test

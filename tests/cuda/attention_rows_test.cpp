@@ -112,16 +112,7 @@ TEST(CudaAttentionRows, TiedMaxKeysWithZeroValueKeepTheMatchedResidual) {
   OCTET_REQUIRE_GPU();
   auto gpu = make_cuda_backend();
   const auto s = shape_of(2, 4, 2, 256, 256, 64, true);
-  auto in = make_attention_inputs(s, AttnInputDist::Normal, 9);
-  const int64_t D = s.head_dim;
-  for (int64_t r = 0; r < s.batch * s.n_heads * s.seq_q; ++r) in.q[size_t(r * D)] += 20.0f;
-  for (int64_t r = 0; r < s.batch * s.n_kv_heads * s.seq_k; ++r) {
-    if (r % s.seq_k % 4 != 0) continue;
-    for (int64_t c = 0; c < D; ++c) {
-      in.k[size_t(r * D + c)] = c == 0 ? 40.0f : 0.0f;
-      in.v[size_t(r * D + c)] = 0.0f;
-    }
-  }
+  const auto in = test::tied_max_key_inputs(s, 9);
   const AttentionConfig cfg = fp8_config(DeltaMode::Matched);
   const GpuRun g = run_gpu(*gpu, s, cfg, in);
   AttentionStats cst;

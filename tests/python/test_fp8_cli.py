@@ -1,33 +1,18 @@
 """`octet cast` and `octet quantize` from the outside: JSON keys, the values they must report, and
 bad arguments (one line on stderr naming the problem, exit code 2)."""
 import json
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-OCTET = os.environ.get("OCTET_BIN", str(ROOT / "build" / "octet"))
+from cli_util import assert_bad_input, octet
+
 RECIPES = ["tensor-delayed", "tensor-current", "row", "block", "mx", "unit"]
 QUANT_KEYS = {"amax", "scale_min", "scale_max", "rel_err", "underflow_frac", "saturated_frac"}
-
-
-def octet(*args):
-    return subprocess.run([OCTET, *map(str, args)], capture_output=True, text=True)
 
 
 def json_lines(r):
     assert r.returncode == 0, r.stderr
     return [json.loads(line) for line in r.stdout.splitlines()]
-
-
-def assert_bad_input(r, *words):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    for w in words:
-        assert w in lines[0], (w, lines[0])
 
 
 def test_cast_json_keys_one_object_per_value():

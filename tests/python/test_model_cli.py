@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from cli_util import TINY_MODEL, octet, sets
+from cli_util import TINY_MODEL, assert_bad_input, octet, sets
 
 TINY = TINY_MODEL + ["train.steps=3", "train.eval_every=3"]
 
@@ -16,14 +16,6 @@ def corpus(tmp_path):
     text = "".join(f"the driver frees buffer {i % 17} before the queue stops.\n" for i in range(200))
     (tmp_path / "c.txt").write_text(text)
     return tmp_path
-
-
-def assert_bad_input(r, *words):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    for w in words:
-        assert w in lines[0], (w, lines[0])
 
 
 @pytest.mark.parametrize("override,word", [

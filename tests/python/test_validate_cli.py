@@ -5,18 +5,9 @@ empty metrics.jsonl. Choices come from the one name table (octet/names.h)."""
 
 import pytest
 
-from cli_util import TINY_MODEL, octet, sets
+from cli_util import TINY_MODEL, assert_one_line_error, octet, sets
 
 TINY = TINY_MODEL + ["train.steps=2", "train.eval_every=2"]
-
-
-def assert_one_line_error(r, *words):
-    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    for w in words:
-        assert w in lines[0], (w, lines[0])
-    return lines[0]
 
 
 @pytest.fixture()
