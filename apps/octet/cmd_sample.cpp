@@ -68,7 +68,7 @@ OCTET_COMMAND("sample", [](CLI::App& app) {
   cmd->add_option("--temperature", a->opt.temperature, "0: greedy (deterministic)")->capture_default_str();
   cmd->add_option("--top-k", a->opt.top_k, "keep the k most likely tokens (0: all)")->capture_default_str();
   cmd->add_option("--top-p", a->opt.top_p, "nucleus: smallest set with this probability")->capture_default_str();
-  cmd->add_option("--seed", a->opt.seed, "random seed")->capture_default_str();
+  octet::cli::add_seed_option(cmd, "--seed", a->opt.seed, "random seed")->capture_default_str();
   cmd->add_option("--precision", a->precision, "fp32 (cpu) | bf16 (default: fp32 on cpu, bf16 on cuda)");
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N (default: the run's)");
   cmd->add_flag("--json", a->json, "one JSON object: prompt ids, new ids, text, last-position logits");

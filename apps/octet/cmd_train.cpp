@@ -33,7 +33,7 @@ void dump_grads(const octet::RunConfig& run_cfg, octet::Dataset& ds, const std::
   using namespace octet;
   auto be = make_backend(run_cfg.device);
   RunConfig cfg = run_cfg;
-  resolve_for_backend(cfg, *be);  // "auto" -> the backend's dtype, recorded in config.toml
+  resolve_run_config(cfg, *be);  // "auto" -> the backend's dtype, recorded in config.toml
   Model model(cfg.model, cfg.precision, *be, cfg.train.batch_size);
   fs::create_directories(dir);  // only once the backend and the model exist
   model.init(cfg.train.seed);

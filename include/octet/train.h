@@ -61,10 +61,10 @@ struct DataConfig {
 struct RunConfig {
   ModelConfig model;
   PrecisionConfig precision;
-  /// The config key precision.activations as given: "auto" (resolve_for_backend() picks the
+  /// The config key precision.activations as given: "auto" (resolve_run_config() picks the
   /// backend's preferred_activation_dtype()), "f32" or "bf16". precision.activations holds the dtype.
   std::string activations = "auto";
-  /// The config key precision.attn_form as given: "auto" (resolve_for_backend() picks tiled — the
+  /// The config key precision.attn_form as given: "auto" (resolve_run_config() picks tiled — the
   /// fused kernels — for FP8 attention on cuda, whole otherwise), "whole" or "tiled".
   std::string attn_form = "auto";
   TrainConfig train;
@@ -79,11 +79,13 @@ struct RunConfig {
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 /// Sets one dotted key from its string form; throws octet::Error for an unknown key or bad value.
 void set_config_value(RunConfig& cfg, const std::string& key, const std::string& value);
-/// Resolves the "auto" keys for `backend`: precision.activations to its
-/// preferred_activation_dtype() (bf16 on cuda, f32 on cpu); precision.attn_form to tiled (the fused
-/// FP8 attention kernels) for the FP8-attention arms on cuda and whole otherwise. Afterwards
-/// cfg.activations and cfg.attn_form name the values (what config.toml records).
-void resolve_for_backend(RunConfig& cfg, const Backend& backend);
+/// Resolves what a run's config leaves to its circumstances: precision.activations = "auto" to
+/// `backend`'s preferred_activation_dtype() (bf16 on cuda, f32 on cpu); precision.attn_form = "auto"
+/// to tiled (the fused FP8 attention kernels) for the FP8-attention arms on cuda when they support
+/// the shape, whole otherwise; an empty data.path / data.cache_dir to the default corpus / tokenizer
+/// cache under octet's home, as absolute paths. Afterwards the config names every value (what
+/// config.toml records).
+void resolve_run_config(RunConfig& cfg, const Backend& backend);
 /// The resolved config as TOML (round-trips through load_config).
 std::string to_toml(const RunConfig& cfg);
 /// One row of the start-up table: the dotted key, its value as typed (floats in the shortest form

@@ -117,7 +117,7 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
   }
   const auto backend = make_backend(cfg.device);  // throws if the device is not available
   RunConfig base = cfg;  // the table printed once; each arm then prints what differs
-  resolve_for_backend(base, *backend);
+  resolve_run_config(base, *backend);
   OCTET_CHECK(mode != CompareMode::Fresh || is_empty_dir(out_dir),
               "--out " + out_dir + " is not empty: give --resume to keep its finished arms and resume the others, "
               "--overwrite to replace its results, or another --out");
@@ -127,7 +127,7 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
       if (!fs::exists(dir + "/checkpoint.safetensors")) continue;
       RunConfig c = cfg;
       c.precision.arm = parse_arm(arm);
-      resolve_for_backend(c, *backend);  // per arm: attn_form "auto" depends on the arm
+      resolve_run_config(c, *backend);  // per arm: attn_form "auto" depends on the arm
       check_resume(dir, c, read_checkpoint_state(dir).step);
     }
   std::string desc;

@@ -280,6 +280,8 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   RunConfig cfg;
   std::set<std::string> from_file;  // keys whose value comes from the file (not --set)
   if (!path.empty()) {
+    OCTET_CHECK(!std::filesystem::is_directory(path),
+                "--config " + path + " is a directory (expected a TOML file)");
     toml::table t;
     try {
       t = toml::parse_file(path);
@@ -353,7 +355,11 @@ void RunConfig::validate() const {
               "unknown device '" + device + "' (expected one of: cpu, cuda)");
 }
 
-void resolve_for_backend(RunConfig& cfg, const Backend& backend) {
+void resolve_run_config(RunConfig& cfg, const Backend& backend) {
+  // the default corpus and tokenizer cache under octet's home, recorded as absolute paths, so a run
+  // resumes and evaluates on the same data wherever octet's home is later (docs/cli.md)
+  cfg.data.path = resolve_corpus_path(cfg.data.path);
+  cfg.data.cache_dir = resolve_cache_dir(cfg.data.cache_dir);
   if (cfg.activations == "auto") cfg.precision.activations = backend.preferred_activation_dtype();
   cfg.activations = to_string(cfg.precision.activations);
   if (cfg.attn_form == "auto")

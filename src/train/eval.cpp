@@ -19,7 +19,7 @@ LoadedRun load_run(const std::string& dir, const std::string& device, const std:
   r.cfg = load_config(cfg_path);
   if (!device.empty()) r.cfg.device = device;
   r.backend = make_backend(r.cfg.device);
-  resolve_for_backend(r.cfg, *r.backend);
+  resolve_run_config(r.cfg, *r.backend);
   r.model = std::make_unique<Model>(r.cfg.model, r.cfg.precision, *r.backend, r.cfg.train.batch_size);
   std::string file = checkpoint;
   if (file.empty())
@@ -37,7 +37,10 @@ LoadedRun load_run(const std::string& dir, const std::string& device, const std:
 
 std::unique_ptr<Tokenizer> load_run_tokenizer(const RunConfig& cfg) {
   if (cfg.data.tokenizer == "byte") return make_tokenizer(cfg, {});
-  return make_tokenizer(cfg, read_corpus(cfg.data.path, cfg.data.max_bytes).text);
+  // the corpus the tokenizer was trained on (the default corpus if the run names none)
+  return make_tokenizer(cfg, read_corpus(resolve_corpus_path(cfg.data.path), cfg.data.max_bytes,
+                                         cfg.data.path.empty())
+                                 .text);
 }
 
 EvalResult evaluate_text(Model& model, const Tokenizer& tok, const std::string& text) {

@@ -108,10 +108,17 @@ ResumePlan plan_resume(const std::string& dir, const std::vector<std::string>& o
 TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool resume, Dataset& ds,
                   FILE* log, const TrainHooks& hooks, const RunConfig* table_base) {
   run_cfg.validate();
+  // an evaluation reads each validation window at most once (Dataset::val_batch wraps around)
+  OCTET_CHECK(run_cfg.train.eval_batches * run_cfg.train.batch_size <= ds.n_val_windows(),
+              "train.eval_batches x train.batch_size = " +
+                  std::to_string(run_cfg.train.eval_batches * run_cfg.train.batch_size) +
+                  " validation sequences, but the validation split has " +
+                  std::to_string(ds.n_val_windows()) +
+                  " (lower train.eval_batches, or raise data.val_fraction or the corpus size)");
   auto backend = make_backend(run_cfg.device);
   Backend& be = *backend;
   RunConfig cfg = run_cfg;
-  resolve_for_backend(cfg, be);
+  resolve_run_config(cfg, be);
   const TrainConfig& t = cfg.train;
   Model model(cfg.model, cfg.precision, be, t.batch_size);
   Optimizer opt(model, adamw_config(t));

@@ -13,7 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from cli_util import OCTET, TINY_MODEL, octet, octet_at, sets
+from cli_util import OCTET, TINY_MODEL, assert_one_line_error, octet, octet_at, sets
 
 LOCATION = re.compile(r"\b\w+\.(cpp|h|cu|cuh):\d+")
 
@@ -172,6 +172,16 @@ def test_default_corpus_and_cache_live_in_octet_home_from_any_directory(tmp_path
     assert list((home / ".cache" / "octet").glob("spm-*.model")), "tokenizer cached in the home"
     assert not (cwd / ".cache").exists(), "nothing cached where the user stands"
     assert (cwd / "run" / "metrics.jsonl").exists()
+    # the run records the default corpus and cache as absolute paths (a later home cannot swap them)
+    conf = (cwd / "run" / "config.toml").read_text()
+    assert f'path = "{home / "data" / "linux-docs"}"' in conf, conf
+    assert f'cache_dir = "{home / ".cache" / "octet"}"' in conf, conf
+    # sample, eval --data and export rebuild the run's BPE tokenizer from that corpus
+    (cwd / "note.txt").write_text(text[:2000])
+    for args in (["sample", "--run", "run", "--prompt", "the kernel", "--max-new-tokens", "4", "--json"],
+                 ["eval", "--run", "run", "--data", "note.txt", "--json"]):
+        r = octet_at(cwd, *args, env={"OCTET_HOME": str(tmp_path / "another-home")})
+        assert r.returncode == 0, (args, r.stderr)
 
 
 def test_missing_default_corpus_says_how_to_get_it(tmp_path):
@@ -204,3 +214,22 @@ def test_home_falls_back_to_xdg_data_home_outside_a_repository(tmp_path):
                        capture_output=True, text=True, cwd=tmp_path, env=env)
     line = one_line_error(r)
     assert f"default corpus not found: {tmp_path / 'xdg' / 'octet' / 'data' / 'linux-docs'}" in line, line
+
+
+def test_config_directory_eval_batches_beyond_validation_and_negative_sample_seed(tmp_path):
+    """Found by a review as a new user: each is one line, exit 2, nothing written."""
+    (tmp_path / "d").mkdir()
+    r = octet_at(tmp_path, "train", "--config", "d", *sets(*TINY_MODEL), "--out", "o1")
+    assert_one_line_error(r, "--config", "is a directory")
+    assert not (tmp_path / "o1").exists()
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the queue waits for the driver.\n" * 200)
+    r = octet_at(tmp_path, "train", *sets(*TINY_MODEL, f"data.path={corpus}", "train.steps=1",
+                                          "train.eval_batches=100000"), "--out", "o2")
+    assert_one_line_error(r, "train.eval_batches", "validation split")
+    assert not (tmp_path / "o2").exists()
+    r = octet_at(tmp_path, "train", *sets(*TINY_MODEL, f"data.path={corpus}", "train.steps=1",
+                                          "train.eval_every=1"), "--out", "run")
+    assert r.returncode == 0, r.stderr
+    r = octet_at(tmp_path, "sample", "--run", "run", "--prompt", "the", "--seed", "-1")
+    assert_one_line_error(r, "--seed")
