@@ -90,6 +90,9 @@ json bpe_tokenizer_json(const std::string& model_path) {
   json decoder = {{"type", "Sequence"},
                   {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", kMeta}}}, {"content", " "}},
                                             {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
+                                            // octet encodes line by line, one dummy-prefix space per line
+                                            // (Tokenizer::encode): drop the one after each newline too
+                                            {{"type", "Replace"}, {"pattern", {{"String", "\n "}}}, {"content", "\n"}},
                                             {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
   return {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
           {"normalizer", normalizer}, {"pre_tokenizer", nullptr}, {"post_processor", nullptr}, {"decoder", decoder},

@@ -76,6 +76,7 @@ def test_fp32_export_matches_octet(runs, name):
         o = sample_json(runs[name], prompt, "--temperature", "0", "--max-new-tokens", "8")
         ids = tok(prompt, add_special_tokens=False)["input_ids"]
         assert ids == o["prompt_ids"], prompt
+        assert tok.decode(ids) == prompt, prompt  # decoding gives octet's text back, line by line
         with torch.no_grad():
             logits = model(torch.tensor([ids])).logits[0, -1].double().numpy()
         want = np.array(o["last_logits"], dtype=np.float64)
