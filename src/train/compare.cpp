@@ -128,7 +128,14 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
       RunConfig c = cfg;
       c.precision.arm = parse_arm(arm);
       resolve_run_config(c, *backend);  // per arm: attn_form "auto" depends on the arm
-      check_resume(dir, c, read_checkpoint_state(dir).step);
+      // The learning-rate schedule may change when one run resumes, not across the arms of one
+      // comparison: arms kept finished, or resumed from other steps, would sit in one table trained
+      // under different schedules.
+      for (const ConfigChange& ch : check_resume(dir, c, read_checkpoint_state(dir).step))
+        OCTET_CHECK(ch.key != "train.lr" && ch.key != "train.min_lr_ratio" && ch.key != "train.warmup_steps",
+                    "compare --resume cannot change " + ch.key + " (" + ch.from + " -> " + ch.to + " for arm " +
+                        arm + "): its arms would be compared under different schedules; use --overwrite or "
+                        "another --out");
     }
   std::string desc;
   auto ds = load_dataset(cfg, &desc);

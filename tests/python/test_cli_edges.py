@@ -233,3 +233,17 @@ def test_config_directory_eval_batches_beyond_validation_and_negative_sample_see
     assert r.returncode == 0, r.stderr
     r = octet_at(tmp_path, "sample", "--run", "run", "--prompt", "the", "--seed", "-1")
     assert_one_line_error(r, "--seed")
+
+
+def test_compare_resume_refuses_a_learning_rate_change(tmp_path):
+    """A resumed comparison may not train its arms under different schedules (review finding)."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the queue waits for the driver.\n" * 200)
+    (tmp_path / "empty.toml").write_text("")
+    base = ["--config", "empty.toml", *sets(*TINY_MODEL, f"data.path={corpus}", "train.steps=2", "train.eval_every=2")]
+    r = octet_at(tmp_path, "compare", *base, "--arms", "bf16,fp8-matched", "--out", "c")
+    assert r.returncode == 0, r.stderr
+    r = octet_at(tmp_path, "compare", *base, "--set", "train.lr=0.001", "--arms", "bf16,fp8-matched,fp8-stale",
+                 "--out", "c", "--resume")
+    assert_one_line_error(r, "train.lr", "--overwrite")
+    assert not (tmp_path / "c" / "fp8-stale").exists()
