@@ -7,7 +7,13 @@
 // One optimizer step: zero_grad; forward_backward of every micro-batch (enqueued, no host wait);
 // update_quant_scales (delayed scaling's update, once per step); the gradient norm enqueued; then a
 // single host synchronization (take_loss, after which the norm is ready) reads loss and norm.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -105,6 +111,27 @@ ResumePlan plan_resume(const std::string& dir, const std::vector<std::string>& o
   return plan;
 }
 
+// An exclusive advisory lock on the run directory itself (flock on its descriptor: no file is
+// written), held while a run trains, so that two octet processes never write one run.
+class RunDirLock {
+ public:
+  explicit RunDirLock(const std::string& dir) : fd_(::open(dir.c_str(), O_RDONLY | O_DIRECTORY)) {
+    OCTET_CHECK(fd_ >= 0, io_error("cannot open", dir));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(fd_);
+      OCTET_CHECK(err != EWOULDBLOCK, "run directory " + dir + " is in use by another octet process");
+      OCTET_FAIL(io_error("cannot lock", dir, std::strerror(err)));
+    }
+  }
+  ~RunDirLock() { ::close(fd_); }
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+
+ private:
+  int fd_;
+};
+
 TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool resume, Dataset& ds,
                   FILE* log, const TrainHooks& hooks, const RunConfig* table_base) {
   run_cfg.validate();
@@ -125,6 +152,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   std::error_code ec;  // the run directory only once the backend and the model exist
   fs::create_directories(out_dir, ec);
   OCTET_CHECK(!ec, "cannot create output directory " + out_dir + ": " + ec.message());
+  const RunDirLock lock(out_dir);
 
   const std::string metrics_path = out_dir + "/metrics.jsonl";
   TrainState st;

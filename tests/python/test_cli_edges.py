@@ -247,3 +247,27 @@ def test_compare_resume_refuses_a_learning_rate_change(tmp_path):
                  "--out", "c", "--resume")
     assert_one_line_error(r, "train.lr", "--overwrite")
     assert not (tmp_path / "c" / "fp8-stale").exists()
+
+
+def test_a_run_directory_in_use_is_refused(tmp_path):
+    """Two octet processes never train one run directory (review finding): the second is refused."""
+    import time
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the queue waits for the driver.\n" * 200)
+    base = sets(*TINY_MODEL, f"data.path={corpus}", "train.eval_every=1000000", "train.checkpoint_every=1000000")
+    r = octet_at(tmp_path, "train", *base, *sets("train.steps=2"), "--out", "run")
+    assert r.returncode == 0, r.stderr
+    first = subprocess.Popen([OCTET, "train", "--resume", "run", *sets("train.steps=100000000")], cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):  # until the first one trains (it logs a resume event first)
+            if "resume" in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1]:
+                break
+            time.sleep(0.05)
+        time.sleep(0.2)
+        r = octet_at(tmp_path, "train", "--resume", "run", *sets("train.steps=100000000"))
+        assert first.poll() is None, first.stderr.read()
+        assert_one_line_error(r, "in use")
+    finally:
+        first.kill()
+        first.wait()
