@@ -20,12 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
 
 struct Fixture {
   test::TempDir dir{"compare"};
@@ -39,7 +33,7 @@ struct Fixture {
   }
 };
 
-nlohmann::json summary(const std::string& out) { return nlohmann::json::parse(slurp(out + "/summary.json")); }
+nlohmann::json summary(const std::string& out) { return nlohmann::json::parse(test::read_file(out + "/summary.json")); }
 
 TEST(Compare, RowsFromMetricsEqualWhatTheTrainerMeasured) {
   Fixture f;
@@ -63,7 +57,7 @@ TEST(Compare, RefusesRepeatsAndANonEmptyOut) {
   EXPECT_THROW(compare_arms(f.cfg, {"bf16", "bf16"}, out, nullptr), Error);
   EXPECT_FALSE(fs::exists(out)) << "bad input must not create output";
   compare_arms(f.cfg, {"bf16"}, out, nullptr);
-  const std::string before = slurp(out + "/bf16/metrics.jsonl");
+  const std::string before = test::read_file(out + "/bf16/metrics.jsonl");
   try {
     compare_arms(f.cfg, {"bf16"}, out, nullptr);
     ADD_FAILURE() << "a non-empty --out must be refused";
@@ -73,7 +67,7 @@ TEST(Compare, RefusesRepeatsAndANonEmptyOut) {
     EXPECT_NE(m.find("--resume"), std::string::npos) << m;
     EXPECT_NE(m.find("--overwrite"), std::string::npos) << m;
   }
-  EXPECT_EQ(slurp(out + "/bf16/metrics.jsonl"), before);
+  EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl"), before);
   fs::create_directories(f.dir / "empty");  // an existing empty directory is fine
   EXPECT_EQ(compare_arms(f.cfg, {"bf16"}, f.dir / "empty", nullptr).size(), 1u);
 }
@@ -82,8 +76,8 @@ TEST(Compare, ResumeKeepsFinishedArmsAndResumesTheOthers) {
   Fixture f;
   const std::string out = f.dir / "cmp";
   compare_arms(f.cfg, {"bf16"}, out, nullptr);
-  const std::string bf16_metrics = slurp(out + "/bf16/metrics.jsonl");
-  const std::string bf16_model = slurp(out + "/bf16/model.safetensors");
+  const std::string bf16_metrics = test::read_file(out + "/bf16/metrics.jsonl");
+  const std::string bf16_model = test::read_file(out + "/bf16/model.safetensors");
   // fp8-matched was interrupted after its checkpoint at step 3 of 6.
   RunConfig longer = f.cfg;
   longer.train.steps = 6;
@@ -100,20 +94,20 @@ TEST(Compare, ResumeKeepsFinishedArmsAndResumesTheOthers) {
   ASSERT_EQ(rows.size(), 3u);
   for (const char* arm : {"bf16", "fp8-matched", "fp8-linear"})
     EXPECT_EQ(read_checkpoint_state(out + "/" + arm).step, 6) << arm;
-  EXPECT_EQ(slurp(out + "/bf16/metrics.jsonl").rfind(bf16_metrics, 0), 0u) << "bf16's first 3 steps kept";
+  EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl").rfind(bf16_metrics, 0), 0u) << "bf16's first 3 steps kept";
   // A second --resume finds every arm complete: nothing is retrained or rewritten.
-  const std::string m2 = slurp(out + "/fp8-matched/metrics.jsonl"), w2 = slurp(out + "/bf16/model.safetensors");
+  const std::string m2 = test::read_file(out + "/fp8-matched/metrics.jsonl"), w2 = test::read_file(out + "/bf16/model.safetensors");
   EXPECT_NE(w2, bf16_model);
   const auto again = compare_arms(longer, {"bf16", "fp8-matched", "fp8-linear"}, out, nullptr, CompareMode::Resume);
-  EXPECT_EQ(slurp(out + "/fp8-matched/metrics.jsonl"), m2);
-  EXPECT_EQ(slurp(out + "/bf16/model.safetensors"), w2);
+  EXPECT_EQ(test::read_file(out + "/fp8-matched/metrics.jsonl"), m2);
+  EXPECT_EQ(test::read_file(out + "/bf16/model.safetensors"), w2);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(again[i].val_loss, rows[i].val_loss) << i;
   EXPECT_EQ(summary(out).size(), 3u);
   // Resuming with a meaning change is refused before anything is trained.
   RunConfig wider = longer;
   wider.model.d_ff = 48;
   EXPECT_THROW(compare_arms(wider, {"bf16"}, out, nullptr, CompareMode::Resume), Error);
-  EXPECT_EQ(slurp(out + "/bf16/model.safetensors"), w2);
+  EXPECT_EQ(test::read_file(out + "/bf16/model.safetensors"), w2);
 }
 
 TEST(Compare, OverwriteKeepsNothingStale) {
@@ -125,7 +119,7 @@ TEST(Compare, OverwriteKeepsNothingStale) {
   EXPECT_FALSE(fs::exists(out + "/fp8-stale")) << "an earlier arm's folder must not stay";
   EXPECT_EQ(summary(out).size(), 1u);
   EXPECT_TRUE(fs::exists(out + "/notes.txt")) << "only what compare writes is removed";
-  EXPECT_EQ(slurp(out + "/bf16/metrics.jsonl").find("\"event\""), std::string::npos) << "a fresh run, not a resume";
+  EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl").find("\"event\""), std::string::npos) << "a fresh run, not a resume";
 }
 
 // docs/training.md §Output: the max row residual is a check with the matched delta only.

@@ -20,18 +20,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
-}
 
 // The files of a run directory, by name, with their bytes.
 std::map<std::string, std::string> snapshot(const std::string& dir) {
   std::map<std::string, std::string> m;
   for (const auto& e : fs::directory_iterator(dir))
-    m[e.path().filename().string()] = e.is_regular_file() ? slurp(e.path().string()) : "<dir>";
+    m[e.path().filename().string()] = e.is_regular_file() ? test::read_file(e.path().string()) : "<dir>";
   return m;
 }
 
@@ -153,7 +147,7 @@ TEST(Resume, MetricsAreCutBackThroughATemporaryFile) {
   };
   EXPECT_THROW(train(r.cfg, r.run, false, *r.ds, nullptr, crash), std::runtime_error);
   const std::string metrics = r.run + "/metrics.jsonl";
-  const std::string original = slurp(metrics);
+  const std::string original = test::read_file(metrics);
   ASSERT_NE(original.find("\"step\":4"), std::string::npos) << "metrics beyond the checkpoint at 3";
   // The temporary path is taken by a directory: the cut fails and leaves everything as it was.
   fs::create_directories(metrics + ".tmp");
@@ -161,7 +155,7 @@ TEST(Resume, MetricsAreCutBackThroughATemporaryFile) {
   const std::string e = error_of([&] { train(r.cfg, r.run, true, *r.ds, nullptr); });
   EXPECT_NE(e.find("metrics.jsonl.tmp"), std::string::npos) << e;
   EXPECT_EQ(snapshot(r.run), before);
-  EXPECT_EQ(slurp(metrics), original);
+  EXPECT_EQ(test::read_file(metrics), original);
   // Once the path is free, the resume cuts the lines after step 3 and continues.
   fs::remove(metrics + ".tmp");
   train(r.cfg, r.run, true, *r.ds, nullptr);

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "octet/train.h"
@@ -29,6 +30,14 @@ struct TempDir {
   std::string str() const { return path.string(); }
   std::string operator/(const std::string& name) const { return (path / name).string(); }
 };
+
+/// The bytes of a file ("" if it cannot be read).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
 
 inline void write_file(const std::string& path, const std::string& text) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
