@@ -75,6 +75,12 @@ struct AttentionConfig {
   /// backward can apply to both dQ = dŜK̂ and dK = dŜᵀQ̂ (the scale is constant over each MMA).
   int64_t block_q = 128;
   float p_scale = 256.0f;           ///< static power-of-two scale of P before the E4M3 cast
+  /// dQ row-sum projection (docs/delta-matching.md §"The dQ row-sum projection"; beyond the
+  /// paper): dQ_i −= τ r̂_i k̄ with r̂_i = Σ_j dŜ_ij the row sum of the rounded dS and k̄ the mean
+  /// of K̂ over the Tk keys of the query head's (batch, KV head). Exact math leaves dQ unchanged
+  /// (dQ_i = τ Σ_j dŜ_ij (K̂_j − k̄) once Σ_j dS_ij = 0, the matched delta); it removes the error
+  /// that rounding dS multiplies by the keys' common component. Off by default.
+  bool dq_projection = false;
   /// Throws octet::Error naming the problem: a block size < 1, or a p_scale that breaks
   /// validate_p_scale's rule.
   void validate() const;

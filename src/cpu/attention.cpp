@@ -59,6 +59,26 @@ void store_forward(ForwardOut<T>&& f, Out* o, Out* lse, AttentionSaved* saved) {
     saved->o_fp64.clear();
 }
 
+// The dQ row-sum projection (AttentionConfig::dq_projection): dQ_i −= τ r̂_i k̄, k̄ the mean of
+// K̂ over the Tk keys of (b, KV head), in FP64.
+template <typename T>
+void project_dq(const attn::Problem& p, const float* k_hat, const double* ds_row_sum, T* dq) {
+  std::vector<double> k_mean(size_t(p.D));
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h) {
+      const float* K = k_hat + p.kv_off(b, h);
+      std::fill(k_mean.begin(), k_mean.end(), 0.0);
+      for (int64_t j = 0; j < p.Tk; ++j)
+        for (int64_t c = 0; c < p.D; ++c) k_mean[c] += double(K[j * p.D + c]);
+      for (auto& x : k_mean) x /= double(p.Tk);
+      T* dqh = dq + p.q_off(b, h);
+      for (int64_t i = 0; i < p.Tq; ++i) {
+        const double g = p.tau * ds_row_sum[p.row_off(b, h) + i];
+        for (int64_t c = 0; c < p.D; ++c) dqh[i * p.D + c] -= T(g * k_mean[c]);
+      }
+    }
+}
+
 // Runs the backward in T into zeroed T accumulators dq, dk, dv.
 template <typename T>
 void run_backward(const attn::Problem& p, attn::BackwardArgs<T> a, std::vector<T>& dq,
@@ -67,10 +87,16 @@ void run_backward(const attn::Problem& p, attn::BackwardArgs<T> a, std::vector<T
   dk.assign(size_t(p.B * p.G * p.Tk * p.D), T(0));
   dv.assign(dk.size(), T(0));
   a.dq = dq.data(), a.dk = dk.data(), a.dv = dv.data();
+  std::vector<double> ds_row_sum;
+  if (p.cfg.dq_projection) {
+    ds_row_sum.assign(size_t(p.B * p.H * p.Tq), 0.0);
+    a.ds_row_sum = ds_row_sum.data();
+  }
   if (p.cfg.form == AttnForm::Whole)
     attn::backward_whole<T>(p, a);
   else
     attn::backward_tiled<T>(p, a);
+  if (p.cfg.dq_projection) project_dq<T>(p, a.k_hat, ds_row_sum.data(), dq.data());
 }
 
 // The saved tensor x in T: FP32 ones as they are, or FP64's own copy x64 when it was saved.

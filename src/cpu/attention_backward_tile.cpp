@@ -63,6 +63,13 @@ void ds_step(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, i
     a.res_mag[row0 + i] += mag;
   }
   round_ds_tile(p.cfg, ds, i1 - i0, nc, nc);
+  if (a.ds_row_sum)  // r̂_i for the dQ row-sum projection: the rounded dS of the visible keys
+    for (int64_t i = i0; i < i1; ++i) {
+      const T* dsr = ds + (i - i0) * nc;
+      double r = 0;
+      for (int64_t j = j0; j < std::min(j1, p.visible(i)); ++j) r += double(dsr[j - j0]);
+      a.ds_row_sum[row0 + i] += r;
+    }
 
   const float* Q = a.q_hat + p.q_off(b, h);
   const T* dOv = a.do_dv + p.q_off(b, h);

@@ -121,6 +121,9 @@ struct BackwardArgs {
   // per (b, h, i) row: Σ_j dS_ij (before rounding) and Σ_j P_ij (|dP_ij| + |D_i|), the magnitude
   // of the terms P_ij dP_ij and P_ij D_i that the row sum cancels (the residual's denominator)
   double *res_sum, *res_mag;
+  // per (b, h, i) row: Σ_j dŜ_ij of the rounded dS that dQ uses (the dQ row-sum projection's r̂_i,
+  // AttentionConfig::dq_projection); null: not accumulated
+  double* ds_row_sum = nullptr;
 };
 template <typename T>
 void backward_whole(const Problem& p, const BackwardArgs<T>& a);

@@ -72,6 +72,9 @@ class CudaAttention final : public Attention {
     shape.validate();
     OCTET_CHECK(cfg.precision != AttnPrecision::FP64,
                 "cuda attention: precision fp64 is CPU-only (use fp8 or bf16)");
+    OCTET_CHECK(!cfg.dq_projection,
+                "cuda attention: the dQ row-sum projection is implemented by the CPU reference "
+                "only (docs/delta-matching.md)");
     OCTET_CHECK(cfg.qkv_scaling == QkvScaling::Tensor,
                 "cuda attention: qkv scaling per (head, 128-token block) is not implemented on "
                 "CUDA (use per-tensor scaling)");
