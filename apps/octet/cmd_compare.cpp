@@ -1,5 +1,6 @@
 // `octet compare`: trains the same config in several precision arms (same seed, same data order)
-// and prints/writes the comparison table (summary.json) and the loss curves (curves.png). A non-empty
+// and prints/writes the comparison table (summary.json) and the loss curves (curves.png); --seeds N
+// repeats every arm with N seeds and tests each gap to bf16 against the noise. A non-empty
 // --out is refused unless --resume (finished arms kept, the others resumed) or --overwrite.
 #include <cstdio>
 
@@ -12,6 +13,7 @@ namespace {
 struct CompareArgs {
   std::string config, out, device;
   bool resume = false, overwrite = false;
+  int64_t seeds = 1;
   std::vector<std::string> arms{"bf16", "fp8-linear", "fp8-stale", "fp8-matched"};
   std::vector<std::string> sets;
 };
@@ -26,6 +28,10 @@ OCTET_COMMAND("compare", [](CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--out", args->out, "output directory (one sub-directory per arm)")->required();
   cmd->add_option("--device", args->device, "cpu | cuda");
+  cmd->add_option("--seeds", args->seeds,
+                  "train every arm with N seeds (train.seed, +1, ...): mean ± std per arm and Welch's t-test "
+                  "of each gap to bf16")
+      ->capture_default_str();
   auto* resume = cmd->add_flag("--resume", args->resume,
                                "--out holds an earlier compare: keep its finished arms, resume the others");
   cmd->add_flag("--overwrite", args->overwrite, "--out holds an earlier compare: remove its results first")
@@ -37,6 +43,6 @@ OCTET_COMMAND("compare", [](CLI::App& app) {
     const auto mode = args->resume      ? octet::CompareMode::Resume
                       : args->overwrite ? octet::CompareMode::Overwrite
                                         : octet::CompareMode::Fresh;
-    octet::compare_arms(cfg, args->arms, args->out, stdout, mode);
+    octet::compare_arms(cfg, args->arms, args->out, stdout, mode, args->seeds);
   });
 });

@@ -334,6 +334,7 @@ struct CompareRow {
   /// The arm's attention uses the matched delta: only then is row_residual_max a check (FP32
   /// rounding); with the stale delta it sits at ~1 in any long run (docs/training.md §Output).
   bool matched_delta = false;
+  uint64_t seed = 0;  ///< the run's train.seed
 };
 /// A row from <dir>/metrics.jsonl: train loss = mean of the last 10 finite step losses, the last
 /// validation loss, maxima over evaluations, tokens/s = all tokens / all step time. Throws
@@ -350,11 +351,49 @@ enum class CompareMode { Fresh, Resume, Overwrite };
 /// before anything is written for an invalid config or arm, a repeated arm, an unavailable device
 /// or a non-empty out_dir in Fresh mode. Without gnuplot the curves are skipped with a warning on
 /// stderr; the results stay.
+///
+/// seeds > 1 (`octet compare --seeds N`): every arm trains once per seed train.seed, train.seed + 1,
+/// ..., train.seed + N − 1 (the seed sets the initialization and the data order, so the arms of one
+/// seed see the same data in the same order), in out_dir/<arm>/seed-<seed>; seeds are run in turn,
+/// each over all arms. The table then gives each arm's validation loss as mean ± std over its seeds
+/// and marks its gap to bf16 as inside or outside noise by Welch's t-test (welch_test);
+/// summary.json adds per arm the seeds, their validation losses, the std and the test. Returns one
+/// row per run (arm × seed), in run order. Throws octet::Error for seeds < 1.
 std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std::string>& arms,
                                      const std::string& out_dir, FILE* log,
-                                     CompareMode mode = CompareMode::Fresh);
-/// The table as Markdown.
+                                     CompareMode mode = CompareMode::Fresh, int64_t seeds = 1);
+/// The table as Markdown (one row per run).
 std::string format_compare_table(const std::vector<CompareRow>& rows);
+
+/// Welch's unequal-variances t-test of the means of two samples (Welch, Biometrika 34, 1947):
+/// t = (mean_a − mean_b) / sqrt(s_a²/n_a + s_b²/n_b) with sample variances (n − 1), the
+/// Welch–Satterthwaite degrees of freedom, and the two-sided p-value from Student's t
+/// (Boost.Math). `outside_noise` is p < alpha. Degenerate case: both variances 0 gives t = ±inf,
+/// p = 0 if the means differ, else t = 0, p = 1 (dof = n_a + n_b − 2). Throws octet::Error if a
+/// sample has fewer than 2 values, a value is not finite, or alpha is not in (0, 1).
+struct WelchTest {
+  double t = 0, dof = 0, p = 1;
+  bool outside_noise = false;
+};
+WelchTest welch_test(const std::vector<double>& a, const std::vector<double>& b, double alpha = 0.05);
+
+/// One arm of a multi-seed comparison: its runs' validation losses and the test against bf16.
+struct CompareArmStats {
+  std::string arm;
+  std::vector<uint64_t> seeds;
+  std::vector<double> val_losses;    ///< per seed, in seed order (NaN: the run stopped)
+  double val_mean = 0, val_std = 0;  ///< over the finite losses; std with n − 1 (0 if n < 2)
+  double gap_pct = 0;                ///< 100 (mean − bf16 mean) / bf16 mean; NaN without bf16
+  bool tested = false;               ///< a test against bf16 was possible (>= 2 finite each, not bf16)
+  WelchTest vs_bf16;
+  double kurtosis_max = 0, row_residual_max = 0, row_residual_mean = 0, tokens_per_s = 0;
+  bool matched_delta = false;
+};
+/// Groups runs by arm (first-seen order) and tests each arm's validation losses against bf16's at
+/// the 95 % level. Throws nothing; arms with fewer than 2 finite losses are left untested.
+std::vector<CompareArmStats> compare_arm_stats(const std::vector<CompareRow>& runs);
+/// The multi-seed table as Markdown (one row per arm).
+std::string format_compare_seeds_table(const std::vector<CompareArmStats>& arms);
 
 /// Writes a PNG of train (thin) and validation (thick) loss curves of the runs (each a directory
 /// holding metrics.jsonl) with gnuplot, run without a shell; any title and path work (quoted for

@@ -54,10 +54,13 @@ std::string format_compare_table(const std::vector<CompareRow>& rows) {
       "| tokens/s |\n"
       "|---|---|---|---|---|---|---|---|\n";
   char buf[320];
+  bool several_seeds = false;
+  for (const CompareRow& r : rows) several_seeds = several_seeds || r.seed != rows.front().seed;
   for (const CompareRow& r : rows) {
+    const std::string name = several_seeds ? r.arm + " (seed " + std::to_string(r.seed) + ")" : r.arm;
     // The max is a check only with the matched delta; with the stale delta it saturates near 1.
     const std::string rmax = r.matched_delta ? sci(r.row_residual_max) : "n/a";
-    std::snprintf(buf, sizeof buf, "| %s | %.4f | %.4f | %+.2f%% | %.2f | %s | %.3e | %.0f |\n", r.arm.c_str(),
+    std::snprintf(buf, sizeof buf, "| %s | %.4f | %.4f | %+.2f%% | %.2f | %s | %.3e | %.0f |\n", name.c_str(),
                   r.train_loss, r.val_loss, r.gap_pct, r.kurtosis_max, rmax.c_str(), r.row_residual_mean,
                   r.tokens_per_s);
     s += buf;
@@ -105,9 +108,22 @@ CompareRow compare_row_from_metrics(const std::string& arm, const std::string& d
 }
 
 std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std::string>& arms,
-                                     const std::string& out_dir, FILE* log, CompareMode mode) {
+                                     const std::string& out_dir, FILE* log, CompareMode mode,
+                                     int64_t seeds) {
   // Everything is checked before the first write: every arm's config, repeats, the device, out_dir.
   OCTET_CHECK(!arms.empty(), "compare needs at least one arm");
+  OCTET_CHECK(seeds >= 1, "--seeds must be >= 1, got " + std::to_string(seeds));
+  // The run of (arm, k-th seed): its config and directory (one seed: out_dir/<arm>, as before).
+  auto run_config = [&](const std::string& arm, int64_t k) {
+    RunConfig c = cfg;
+    c.precision.arm = parse_arm(arm);
+    c.train.seed = cfg.train.seed + uint64_t(k);
+    return c;
+  };
+  auto run_dir = [&](const std::string& arm, int64_t k) {
+    return seeds == 1 ? out_dir + "/" + arm
+                      : out_dir + "/" + arm + "/seed-" + std::to_string(cfg.train.seed + uint64_t(k));
+  };
   std::set<std::string> seen;
   for (const std::string& arm : arms) {
     OCTET_CHECK(seen.insert(arm).second, "--arms lists " + arm + " twice (each arm trains once)");
@@ -121,13 +137,25 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
   OCTET_CHECK(mode != CompareMode::Fresh || is_empty_dir(out_dir),
               "--out " + out_dir + " is not empty: give --resume to keep its finished arms and resume the others, "
               "--overwrite to replace its results, or another --out");
-  if (mode == CompareMode::Resume)  // an arm to resume must be the same run (train() checks again)
+  if (mode == CompareMode::Resume)  // one layout per --out: out/<arm>/ or out/<arm>/seed-<seed>/
     for (const std::string& arm : arms) {
-      const std::string dir = out_dir + "/" + arm;
+      const fs::path dir = fs::path(out_dir) / arm;
+      bool per_seed = false;
+      std::error_code ec;
+      if (fs::is_directory(dir, ec))
+        for (const auto& e : fs::directory_iterator(dir, ec))
+          per_seed = per_seed || e.path().filename().string().rfind("seed-", 0) == 0;
+      const bool one_seed = fs::exists(dir / "metrics.jsonl", ec);
+      OCTET_CHECK(seeds == 1 ? !per_seed : !one_seed,
+                  "compare --resume: --out " + out_dir + " holds arm " + arm + " trained with " +
+                      (one_seed ? "one seed" : "--seeds > 1") + "; give the same --seeds, --overwrite or another --out");
+    }
+  for (int64_t k = 0; mode == CompareMode::Resume && k < seeds; ++k)  // a run to resume must be the same run
+    for (const std::string& arm : arms) {
+      const std::string dir = run_dir(arm, k);
       if (!fs::exists(dir + "/checkpoint.safetensors")) continue;
-      RunConfig c = cfg;
-      c.precision.arm = parse_arm(arm);
-      resolve_run_config(c, *backend);  // per arm: attn_form "auto" depends on the arm
+      RunConfig c = run_config(arm, k);
+      resolve_run_config(c, *backend);  // per arm: attn_form "auto" depends on the arm (train() checks again)
       // The learning-rate schedule may change when one run resumes, not across the arms of one
       // comparison: arms kept finished, or resumed from other steps, would sit in one table trained
       // under different schedules.
@@ -147,46 +175,77 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     std::vector<ConfigRow> rows = config_rows(base);
     std::string all;
     for (const std::string& arm : arms) all += (all.empty() ? "" : ", ") + arm;
-    for (ConfigRow& r : rows)
-      if (r.key == "precision.arm") r.value = all + " (one run each)";
+    for (ConfigRow& r : rows) {
+      if (r.key == "precision.arm") r.value = all + (seeds == 1 ? " (one run each)" : " (one run per seed)");
+      if (r.key == "train.seed" && seeds > 1)
+        r.value = std::to_string(cfg.train.seed) + " .. " + std::to_string(cfg.train.seed + uint64_t(seeds - 1)) +
+                  " (" + std::to_string(seeds) + " seeds)";
+    }
     std::fprintf(log, "\n");
     print_config_table(log, rows);
   }
 
-  std::vector<CompareRow> rows;
-  std::vector<std::string> dirs;
-  for (const std::string& arm : arms) {
-    RunConfig c = cfg;
-    c.precision.arm = parse_arm(arm);
-    const std::string dir = out_dir + "/" + arm;
+  // One run: fresh (its directory cleared) or resumed, then its row read back from metrics.jsonl.
+  auto train_run = [&](const std::string& arm, int64_t k, Dataset& data) {
+    const RunConfig c = run_config(arm, k);
+    const std::string dir = run_dir(arm, k);
     const bool resume = mode == CompareMode::Resume && fs::exists(dir + "/checkpoint.safetensors");
     if (!resume) {  // a fresh run: nothing stale of an unfinished earlier one stays
       std::error_code ec;
       fs::remove_all(dir, ec);
       OCTET_CHECK(!ec, "cannot remove " + dir + ": " + ec.message());
     }
-    if (log) std::fprintf(log, "\n=== arm %s ===\n", arm.c_str());
+    const std::string name = seeds == 1 ? arm : arm + ", seed " + std::to_string(c.train.seed);
+    if (log) std::fprintf(log, "\n=== arm %s ===\n", name.c_str());
     bool stopped = false;
     try {
-      const TrainResult r = train(c, dir, resume, *ds, log, {}, &base);
-      if (log && r.complete) std::fprintf(log, "arm %s is complete (kept)\n", arm.c_str());
+      const TrainResult r = train(c, dir, resume, data, log, {}, &base);
+      if (log && r.complete) std::fprintf(log, "arm %s is complete (kept)\n", name.c_str());
     } catch (const TrainingStopped& e) {
-      if (log) std::fprintf(log, "arm %s stopped: %s\n", arm.c_str(), e.what());
+      if (log) std::fprintf(log, "arm %s stopped: %s\n", name.c_str(), e.what());
       stopped = true;
     }
     CompareRow row = compare_row_from_metrics(arm, dir);
     row.matched_delta = attention_config(c.precision).delta == DeltaMode::Matched;
     if (stopped) row.train_loss = row.val_loss = NAN;
-    rows.push_back(row);
-    dirs.push_back(dir);
+    row.seed = c.train.seed;
+    return row;
+  };
+  std::vector<CompareRow> rows;
+  std::vector<std::string> dirs;
+  for (int64_t k = 0; k < seeds; ++k) {  // seed by seed, so that each finished seed compares all arms
+    if (k > 0) ds = load_dataset(run_config(arms.front(), k));  // this seed's data order
+    for (const std::string& arm : arms) {
+      rows.push_back(train_run(arm, k, *ds));
+      dirs.push_back(run_dir(arm, k));
+    }
   }
-  double base_loss = NAN;
-  for (const CompareRow& r : rows)
-    if (r.arm == "bf16") base_loss = r.val_loss;
-  json summary = json::array();
-  for (CompareRow& r : rows) {
+  for (CompareRow& r : rows) {  // the gap to bf16 of the same seed
+    double base_loss = NAN;
+    for (const CompareRow& b : rows)
+      if (b.arm == "bf16" && b.seed == r.seed) base_loss = b.val_loss;
     r.gap_pct = std::isfinite(base_loss) ? 100.0 * (r.val_loss - base_loss) / base_loss : NAN;
-    auto num = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+  }
+  auto num = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+  json summary = json::array();
+  const std::vector<CompareArmStats> stats = compare_arm_stats(rows);
+  if (seeds > 1)
+    for (const CompareArmStats& a : stats) {
+      json losses = json::array();
+      for (double v : a.val_losses) losses.push_back(num(v));
+      json test = nullptr;
+      if (a.tested)
+        test = {{"name", "Welch's t-test, two-sided"}, {"alpha", 0.05}, {"t", num(a.vs_bf16.t)},
+                {"dof", num(a.vs_bf16.dof)}, {"p", num(a.vs_bf16.p)},
+                {"vs_bf16", a.vs_bf16.outside_noise ? "outside noise" : "inside noise"}};
+      summary.push_back({{"arm", a.arm}, {"seeds", a.seeds}, {"val_losses", losses}, {"val_loss", num(a.val_mean)},
+                         {"val_loss_std", num(a.val_std)}, {"gap_pct", num(a.gap_pct)}, {"test", test},
+                         {"kurtosis_max", num(a.kurtosis_max)}, {"row_residual_max", num(a.row_residual_max)},
+                         {"row_residual_mean", num(a.row_residual_mean)}, {"tokens_per_s", num(a.tokens_per_s)},
+                         {"delta", a.matched_delta ? "matched" : "stale"}});
+    }
+  for (CompareRow& r : rows) {
+    if (seeds > 1) break;
     summary.push_back({{"arm", r.arm}, {"train_loss", num(r.train_loss)}, {"val_loss", num(r.val_loss)},
                        {"gap_pct", num(r.gap_pct)}, {"kurtosis_max", num(r.kurtosis_max)},
                        {"row_residual_max", num(r.row_residual_max)}, {"tokens_per_s", num(r.tokens_per_s)},
@@ -203,6 +262,10 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
   }
   if (log) {
     std::fprintf(log, "\n%s", format_compare_table(rows).c_str());
+    if (seeds > 1)
+      std::fprintf(log, "\nover %lld seeds (Welch's t-test of each arm's validation losses against bf16's, "
+                        "two-sided, 95%%):\n%s",
+                   static_cast<long long>(seeds), format_compare_seeds_table(stats).c_str());
     std::fprintf(log, "max attn row residual: n/a for the arms with the stale delta: rows whose delta "
                       "nearly cancels drive it to 1 in any long run; the mean is the stale delta's error "
                       "(docs/training.md)\n");

@@ -99,3 +99,38 @@ def test_plot_any_title(config, tmp_path, title):
     assert r.returncode == 0, r.stderr
     assert png.stat().st_size > 1000
     assert not (tmp_path / "pwned").exists()
+
+
+def test_compare_seeds_gives_mean_std_and_a_noise_test(config, tmp_path):
+    # docs/training.md §"Several seeds": every arm once per seed in <arm>/seed-<seed>, the same
+    # data order per seed across arms, mean ± std and Welch's t-test of each gap to bf16.
+    out = tmp_path / "cmp"
+    r = compare(config, out, "--seeds", "2")
+    assert r.returncode == 0, r.stderr
+    for arm in ("bf16", "fp8-matched"):
+        for seed in (1234, 1235):
+            assert (out / arm / f"seed-{seed}" / "metrics.jsonl").is_file()
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["arm"] for s in summary] == ["bf16", "fp8-matched"]
+    for s in summary:
+        assert s["seeds"] == [1234, 1235] and len(s["val_losses"]) == 2
+        mean = sum(s["val_losses"]) / 2
+        assert abs(s["val_loss"] - mean) < 1e-9
+        assert abs(s["val_loss_std"] - abs(s["val_losses"][0] - s["val_losses"][1]) / 2 ** 0.5) < 1e-9
+    assert summary[0]["test"] is None
+    test = summary[1]["test"]
+    assert test["name"].startswith("Welch") and 0 <= test["p"] <= 1
+    assert test["vs_bf16"] == ("outside noise" if test["p"] < 0.05 else "inside noise")
+    assert "over 2 seeds" in r.stdout and test["vs_bf16"] in r.stdout
+    # Seeds differ in init and data order: the two bf16 runs are different runs.
+    assert summary[0]["val_losses"][0] != summary[0]["val_losses"][1]
+    # The same seed gives each arm the same data: the first step's loss of bf16 and fp8-matched
+    # differ only by the arm's rounding (they start from the same init on the same batch).
+    first = [json.loads((out / a / "seed-1235" / "metrics.jsonl").read_text().splitlines()[0])
+             for a in ("bf16", "fp8-matched")]
+    assert abs(first[0]["loss"] - first[1]["loss"]) < 0.05
+    # A resume must keep the layout.
+    r = compare(config, out, "--resume")
+    assert_one_line_error(r, "--seeds > 1", "same --seeds")
+    r = compare(config, out, "--seeds", "0")
+    assert_one_line_error(r, "--seeds must be >= 1")
