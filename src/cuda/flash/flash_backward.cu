@@ -40,11 +40,16 @@ using bwd::kWarps;
 template <int kD, int kBM, int kBN>
 struct MainSmem {
   using Gm = bwd::Geom<kD, kBM, kBN>;
-  static constexpr int kBytes = 3 * Gm::kKV + 2 * Gm::kPT + 2 * kBN * kD * 4;
+  // dK/dV FP32 accumulator rows padded by 8 floats: a warp's float2 read-modify-write of rows
+  // g (+8), columns 2t.. then hits 32 distinct banks per half-warp (row stride ≡ 8 banks).
+  static constexpr int kAccLd = kD + 8;
+  static constexpr int kBytes = 3 * Gm::kKV + 2 * Gm::kPT + 2 * kBN * kAccLd * 4;
 };
 
 // One warp's dS of a tile (into dp, in place) with the row residual sums (when res_sums), the P̃
-// codes into pt ([kBN][kBM], if given), and this lane's |dS| amax bits.
+// codes into pt ([kBN][kBM] bytes, chunks pt_chunk-swizzled, if given), and this lane's |dS| amax
+// bits. Element (nt, e): row e / 2, tile key key0 + s_key(nt, 0) + 4t + e % 2; visibility is a
+// 32-bit compare against Rows::lim.
 template <int kNK, int kBM>
 __device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res_sums,
                                             const bwd::Rows& rows, int64_t bh, int64_t j0, int key0,
@@ -52,22 +57,31 @@ __device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res
                                             float (&dp)[kNK / 8][4], uint8_t* pt) {
   unsigned amax = 0;
   double rs[2] = {0.0, 0.0}, rm[2] = {0.0, 0.0};
+  const int lim[2] = {rows.lim(0, j0 + key0 + 4 * t), rows.lim(1, j0 + key0 + 4 * t)};
 #pragma unroll
   for (int nt = 0; nt < kNK / 8; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = e / 2, kl = key0 + s_key(nt, 2 * t + e % 2);
-      const int64_t j = j0 + kl;
-      float ev;
-      const float pr = rows.prob(r, j, s[nt][e], &ev);
-      const float ds = j < rows.vis[r] ? RowDelta<float>{rows.delta[r]}.ds(pr, dp[nt][e]) : 0.0f;
-      if (res_sums && j < rows.vis[r]) {  // FP64 work only when the residual is asked for
-        rs[r] += double(ds);
-        rm[r] += double(pr) * (fabs(double(dp[nt][e])) + fabs(double(rows.delta[r])));
+    for (int r = 0; r < 2; ++r) {
+      float ev[2];
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int e = 2 * r + c;
+        const bool in = s_key(nt, 0) + c < lim[r];
+        const float pr = rows.prob(r, in, s[nt][e], &ev[c]);
+        const float ds = in ? RowDelta<float>{rows.delta[r]}.ds(pr, dp[nt][e]) : 0.0f;
+        if (res_sums && in) {  // FP64 work only when the residual is asked for
+          rs[r] += double(ds);
+          rm[r] += double(pr) * (fabs(double(dp[nt][e])) + fabs(double(rows.delta[r])));
+        }
+        dp[nt][e] = ds;
+        amax = max(amax, __float_as_uint(ds) & 0x7FFFFFFFu);
       }
-      if (pt) pt[kl * kBM + row0 + 8 * r] = fp8_encode(ev * p.p_scale, Format::E4M3, true);
-      dp[nt][e] = ds;
-      amax = max(amax, __float_as_uint(ds) & 0x7FFFFFFFu);
+      if (pt) {  // P̃ = E4M3(exp(S − m)·p_scale) of keys kl, kl + 1 (two rows of P̃ᵀ), query row0 + 8r
+        const uint32_t codes = fp8x2(ev[0] * p.p_scale, ev[1] * p.p_scale, false);
+        const int kl = key0 + s_key(nt, 0) + 4 * t, q = row0 + 8 * r;
+        pt[kl * kBM + 16 * pt_chunk<kBM>(kl, q / 16) + q % 16] = uint8_t(codes);
+        pt[(kl + 1) * kBM + 16 * pt_chunk<kBM>(kl + 1, q / 16) + q % 16] = uint8_t(codes >> 8);
+      }
     }
   if (res_sums) {
 #pragma unroll
@@ -86,21 +100,27 @@ __device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res
 }
 
 // One warp's dQ product over its kNK keys: acc[dn] = dŜ·K̂ (codes; head_dim columns 8dn + 2t..),
-// A = dsa (to_a_frags of dS), B = K̂ᵀ rows 8dn + g of the shared tile, keys key0 + 32kk + 4t..
+// A = dsa (to_a_frags of dS), B = K̂ᵀ rows 8dn + g of the shared tile (shared address skt),
+// keys key0 + 32kk + 4t.. by ldmatrix: lane 8i + r reads row 8dn + r, chunk key0/16 + 4h + i
+// (= key0/16 ^ 4h ^ i: key0 is a multiple of 32 and i < 4), the b0, b1 of kk = 2h, 2h + 1.
 template <int kD, int kBN, int kNK>
-__device__ __forceinline__ void tile_dq(const uint8_t* skt, int key0, const uint32_t (&dsa)[kNK / 32][4],
-                                        bool ds_e5m2, int g, int t, float (&acc)[kD / 8][4]) {
-  const int lane_off = g * kBN + 4 * t, vx = v_chunk<kBN>(g, 0);
+__device__ __forceinline__ void tile_dq(unsigned skt, int key0, const uint32_t (&dsa)[kNK / 32][4],
+                                        bool ds_e5m2, float (&acc)[kD / 8][4]) {
+  constexpr int kX = kNK >= 64 ? 4 : 2;  // matrices per ldmatrix: 2 kk at a time, or the one kk
+  const int lane = threadIdx.x % 32, mi = lane / 8 % kX, mr = lane % 8;
+  const unsigned lane_addr = skt + mr * kBN;
+  const int cx = v_chunk<kBN>(mr, 0) ^ mi ^ (key0 / 16);
 #pragma unroll
   for (int dn = 0; dn < kD / 8; ++dn) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[dn][e] = 0.0f;
-    const uint8_t* krow = skt + 8 * dn * kBN + lane_off;
 #pragma unroll
-    for (int kk = 0; kk < kNK / 32; ++kk) {
-      const int c = (key0 + 32 * kk) / 16;
-      bwd::mma_fp8(acc[dn], dsa[kk], lds32(krow + 16 * (c ^ vx)), lds32(krow + 16 * ((c + 1) ^ vx)),
-              ds_e5m2, false);
+    for (int h = 0; h < kNK / 32 / (kX / 2); ++h) {
+      uint32_t b[kX];
+      ldsm<kX>(b, lane_addr + 8 * dn * kBN + 16 * (cx ^ (kX * h)));
+#pragma unroll
+      for (int x = 0; x < kX / 2; ++x)
+        bwd::mma_fp8(acc[dn], dsa[(kX / 2) * h + x], b[2 * x], b[2 * x + 1], ds_e5m2, false);
     }
   }
 }
@@ -114,8 +134,9 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   uint8_t* const skt = sv + Gm::kKV;
   uint8_t* const spt = skt + Gm::kKV;   // P̃ᵀ codes [kBN][kBM]
   uint8_t* const sdst = spt + Gm::kPT;  // dŜᵀ codes [kBN][kBM]
-  float* const sdk = reinterpret_cast<float*>(sdst + Gm::kPT);  // [kBN][kD]
-  float* const sdv = sdk + kBN * kD;                            // [kBN][kD]
+  constexpr int kLd = MainSmem<kD, kBM, kBN>::kAccLd;
+  float* const sdk = reinterpret_cast<float*>(sdst + Gm::kPT);  // [kBN][kLd]
+  float* const sdv = sdk + kBN * kLd;                           // [kBN][kLd]
   __shared__ unsigned amax_slots[kWarps];
   const bwd::Warp<kD, kBM, kBN> w(p);
   const int g = w.g, t = w.t, qs = w.qs, key0 = w.key0;
@@ -124,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   const int64_t BG = p.B * p.G, rep = p.H / p.G;
   const int64_t bg = int64_t(blockIdx.x) % BG, j0 = int64_t(blockIdx.x) / BG * kBN;
   const int64_t b = bg / p.G, gh = bg % p.G;
-  for (int c = threadIdx.x; c < 2 * kBN * kD; c += kThreads) sdk[c] = 0.0f;  // sdk, sdv
+  for (int c = threadIdx.x; c < 2 * kBN * kLd; c += kThreads) sdk[c] = 0.0f;  // sdk, sdv
   bwd::load_kv<kD, kBN>(p, bg, j0, sk, sv, skt);
   cp_async_commit();
   cp_async_wait<0>();
@@ -158,18 +179,20 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
       uint32_t dsa[Gm::kNK / 32][4];
       bwd::to_a_frags<Gm::kNK>(dp, sc, p.ds_format, dsa);
       // dŜᵀ into shared memory: the bytes of dsa, a[kk][r] byte c = key 32kk + 16(r/2) + 4t + c
-      // (of the warp's keys), row g + 8(r % 2).
+      // (of the warp's keys), query row 16qs + g + 8(r % 2) (chunk qs, pt_chunk-swizzled).
 #pragma unroll
       for (int kk = 0; kk < Gm::kNK / 32; ++kk)
 #pragma unroll
         for (int r = 0; r < 4; ++r)
 #pragma unroll
-          for (int c = 0; c < 4; ++c)
-            sdst[(key0 + 32 * kk + 16 * (r / 2) + 4 * t + c) * kBM + 16 * qs + g + 8 * (r % 2)] =
+          for (int c = 0; c < 4; ++c) {
+            const int key = key0 + 32 * kk + 16 * (r / 2) + 4 * t + c;
+            sdst[key * kBM + 16 * pt_chunk<kBM>(key, qs) + g + 8 * (r % 2)] =
                 uint8_t(dsa[kk][r] >> (8 * c));
+          }
       if (!p.deterministic) {
         float acc[kD / 8][4];
-        tile_dq<kD, kBN, Gm::kNK>(skt, key0, dsa, w.ds_e5m2, g, t, acc);
+        tile_dq<kD, kBN, Gm::kNK>(smem_u32(skt), key0, dsa, w.ds_e5m2, acc);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           if (rows.vis[r] == 0) continue;  // dS = 0: nothing to add (pads, rows without keys)
@@ -183,16 +206,21 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
       }
       __syncthreads();  // P̃ᵀ, dŜᵀ complete
       // dV, dK on this warp's 16 keys x kDW columns; A from P̃ᵀ / dŜᵀ rows ks·16 + g (+8),
-      // queries 32qc + 4t (+16); B from the group transposes, columns (head_dim) dpart·kDW + 8dn + g.
+      // queries 32qc + 4t (+16), by ldmatrix: lane 8i + r reads key row 16ks + r + 8(i % 2),
+      // query chunk 2qc + i/2 (the a0..a3 order); B from the group transposes, columns (head_dim)
+      // dpart·kDW + 8dn + g.
       uint32_t pa[kBM / 32][4], sa[kBM / 32][4];
+      {
+        const int lane = threadIdx.x % 32, mi = lane / 8;
+        const int key = 16 * ks + lane % 8 + 8 * (mi % 2);
+        const unsigned at = unsigned(key * kBM + 16 * pt_chunk<kBM>(key, mi / 2));
+        const unsigned pt_u = smem_u32(spt), st_u = smem_u32(sdst);
 #pragma unroll
-      for (int qc = 0; qc < kBM / 32; ++qc)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int at = (16 * ks + g + 8 * (r % 2)) * kBM + 32 * qc + 16 * (r / 2) + 4 * t;
-          pa[qc][r] = lds32(spt + at);
-          sa[qc][r] = lds32(sdst + at);
+        for (int qc = 0; qc < kBM / 32; ++qc) {  // chunk (2qc + i/2) ^ f = 2qc ^ (i/2 ^ f)
+          ldsm<4>(pa[qc], pt_u + (at ^ (32u * qc)));
+          ldsm<4>(sa[qc], st_u + (at ^ (32u * qc)));
         }
+      }
 #pragma unroll
       for (int dn = 0; dn < Gm::kDW / 8; ++dn) {
         const int dcol = dpart * Gm::kDW + 8 * dn + g;
@@ -209,10 +237,13 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
           bwd::mma_fp8(ak, sa[qc], q0, q1, ds_e5m2, false);
         }
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int at = (16 * ks + g + 8 * (e / 2)) * kD + dpart * Gm::kDW + 8 * dn + 2 * t + e % 2;
-          sdv[at] += av[e];
-          sdk[at] += ak[e] * g_scale;
+        for (int r = 0; r < 2; ++r) {  // rows g, g + 8: float2 read-modify-write (padded rows)
+          const int at = (16 * ks + g + 8 * r) * kLd + dpart * Gm::kDW + 8 * dn + 2 * t;
+          float2 v = *reinterpret_cast<float2*>(sdv + at), k = *reinterpret_cast<float2*>(sdk + at);
+          v.x += av[2 * r], v.y += av[2 * r + 1];
+          k.x += ak[2 * r] * g_scale, k.y += ak[2 * r + 1] * g_scale;
+          *reinterpret_cast<float2*>(sdv + at) = v;
+          *reinterpret_cast<float2*>(sdk + at) = k;
         }
       }
       __syncthreads();  // before the next tile rewrites P̃ᵀ, dŜᵀ and the amax slots
@@ -224,8 +255,9 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
     const int64_t j = j0 + c / kD;
     if (j >= p.Tk_p) continue;
     const int64_t at = (bg * p.Tk_p + j) * kD + c % kD;
-    p.dv_acc[at] = sdv[c] * dv_scale;
-    p.dk_acc[at] = sdk[c];
+    const int sa = c / kD * kLd + c % kD;
+    p.dv_acc[at] = sdv[sa] * dv_scale;
+    p.dk_acc[at] = sdk[sa];
   }
 }
 
@@ -272,7 +304,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardParams p) {
     uint32_t dsa[Gm::kNK / 32][4];
     bwd::to_a_frags<Gm::kNK>(dp, sc, p.ds_format, dsa);
     float acc[kD / 8][4];
-    tile_dq<kD, kBN, Gm::kNK>(skt, key0, dsa, w.ds_e5m2, g, t, acc);
+    tile_dq<kD, kBN, Gm::kNK>(smem_u32(skt), key0, dsa, w.ds_e5m2, acc);
 #pragma unroll
     for (int dn = 0; dn < kD / 8; ++dn)
 #pragma unroll

@@ -59,15 +59,17 @@ __global__ void __launch_bounds__(kThreads) matched_delta_kernel(const BackwardP
     __syncthreads();
     float s[Gm::kNK / 8][4], dp[Gm::kNK / 8][4];
     w.s_dp(sk, sv, qa, da, s, dp);
+    // Element (nt, e): row e / 2, key j0 + key0 + s_key(nt, 0) + 4t + e % 2 (Rows::lim compares).
+    const int lim[2] = {rows.lim(0, j0 + w.key0 + 4 * t), rows.lim(1, j0 + w.key0 + 4 * t)};
 #pragma unroll
     for (int nt = 0; nt < Gm::kNK / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e / 2;
-        const int64_t j = j0 + w.key0 + s_key(nt, 2 * t + e % 2);
+        const bool in = s_key(nt, 0) + e % 2 < lim[r];
         float ev;
-        const float pr = rows.prob(r, j, s[nt][e], &ev);
-        if (j < rows.vis[r]) sums[r].add(pr, dp[nt][e]);
+        const float pr = rows.prob(r, in, s[nt][e], &ev);
+        if (in) sums[r].add(pr, dp[nt][e]);
       }
     __syncthreads();  // every warp is done with the tile before the next load
   }

@@ -121,25 +121,35 @@ __device__ __forceinline__ void load_kv(const BackwardParams& p, int64_t bg, int
 }
 
 /// One warp's S and dP on its 16 rows x kNK keys (keys key0 + s_key(nt, n) of the tile's shared
-/// K̂, V̂ rows): s = (Q̂K̂ᵀ)·s_scale, dp = (dÔV̂ᵀ)·dp_scale, each a rounded product (never
-/// contracted). Element e of n-tile nt: row e / 2 (g or g + 8), key key0 + s_key(nt, 2t + e % 2).
+/// K̂, V̂ rows at shared addresses sk, sv): s = (Q̂K̂ᵀ)·s_scale, dp = (dÔV̂ᵀ)·dp_scale, each a rounded
+/// product (never contracted). Element e of n-tile nt: row e / 2 (g or g + 8), key
+/// key0 + s_key(nt, 2t + e % 2) = key0 + s_key(nt, 0) + 4t + e % 2. The B fragments come by
+/// ldmatrix (flash_mma_sm89.cuh ldsm; the forward's addressing: lane 8i + r reads key row
+/// s_key(nt, r), chunk 4h + i), the MMAs over head_dim in order kc = 0, 1, ... from zero: the
+/// forward's sequence, so S has its bits.
 template <int kD, int kNK>
-__device__ __forceinline__ void tile_s_dp(const uint8_t* sk, const uint8_t* sv, int key0,
+__device__ __forceinline__ void tile_s_dp(unsigned sk, unsigned sv, int key0,
                                           const uint32_t (&qa)[kD / 32][4],
                                           const uint32_t (&da)[kD / 32][4], bool do_e5m2,
-                                          float s_scale, float dp_scale, int g, int t,
+                                          float s_scale, float dp_scale,
                                           float (&s)[kNK / 8][4], float (&dp)[kNK / 8][4]) {
-  const int lane_off = s_key(0, g) * kD + 4 * t, kx = k_chunk<kD>(s_key(0, g), 0);
+  const int lane = threadIdx.x % 32, mi = lane / 8, mr = lane % 8;
+  const int lane_off = (key0 + s_key(0, mr)) * kD;
+  const int kx = k_chunk<kD>(s_key(0, mr), 0) ^ mi;
 #pragma unroll
   for (int nt = 0; nt < kNK / 8; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
-    const int off = (key0 + s_key(nt, 0)) * kD + lane_off;  // row key0 + s_key(nt, g), word t
 #pragma unroll
-    for (int kc = 0; kc < kD / 32; ++kc) {
-      const int c0 = 16 * ((2 * kc) ^ kx), c1 = 16 * ((2 * kc + 1) ^ kx);
-      mma_fp8(s[nt], qa[kc], lds32(sk + off + c0), lds32(sk + off + c1), false, false);
-      mma_fp8(dp[nt], da[kc], lds32(sv + off + c0), lds32(sv + off + c1), do_e5m2, false);
+    for (int h = 0; h < kD / 64; ++h) {
+      const int off = lane_off + s_key(nt, 0) * kD + 16 * (kx ^ (4 * h));
+      uint32_t bk[4], bv[4];
+      ldsm<4>(bk, sk + off);
+      ldsm<4>(bv, sv + off);
+      mma_fp8(s[nt], qa[2 * h], bk[0], bk[1], false, false);
+      mma_fp8(dp[nt], da[2 * h], bv[0], bv[1], do_e5m2, false);
+      mma_fp8(s[nt], qa[2 * h + 1], bk[2], bk[3], false, false);
+      mma_fp8(dp[nt], da[2 * h + 1], bv[2], bv[3], do_e5m2, false);
     }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -154,6 +164,7 @@ struct Rows {
   int64_t row[2];  ///< query rows (may be pads >= Tq)
   int64_t vis[2];  ///< keys each sees (0 for pads and rows without keys)
   float m[2], l[2];
+  float rcp_l[2];  ///< 1/l rounded (div_rn's reciprocal)
   float delta[2];  ///< D_i (load_delta; 0 for rows without keys)
 
   __device__ __forceinline__ void init(const BackwardParams& p, int64_t bh, int64_t r0) {
@@ -163,6 +174,7 @@ struct Rows {
       vis[r] = visible_keys(p, row[r]);
       m[r] = vis[r] > 0 ? p.row_max[bh * p.Tq + row[r]] : 0.0f;
       l[r] = vis[r] > 0 ? p.row_sum[bh * p.Tq + row[r]] : 1.0f;
+      rcp_l[r] = __frcp_rn(l[r]);
       delta[r] = 0.0f;
     }
   }
@@ -171,15 +183,27 @@ struct Rows {
 #pragma unroll
     for (int r = 0; r < 2; ++r) delta[r] = vis[r] > 0 ? p.delta[bh * p.Tq + row[r]] : 0.0f;
   }
-  /// P = exp(S − m)/l of a visible key (0 otherwise: masked, pad, a row without keys); *e gets
-  /// exp(S − m) (dV's P̃ before rounding, <= 1). The unfused row kernel's and the CPU's formula.
-  __device__ __forceinline__ float prob(int r, int64_t j, float s, float* e) const {
-    if (j >= vis[r]) {
-      *e = 0.0f;
-      return 0.0f;
-    }
-    *e = expf(s - m[r]);
-    return *e / l[r];
+  /// How many keys from `jbase` on row r sees, clamped to [−1, 2^20] (32-bit compares against a
+  /// tile-local key index: key jbase + k is visible iff k < lim).
+  __device__ __forceinline__ int lim(int r, int64_t jbase) const {
+    const int64_t n = vis[r] - jbase;
+    return int(n < -1 ? -1 : (n > (1 << 20) ? (1 << 20) : n));
+  }
+  /// P = exp(S − m)/l of a visible key (`in`; 0 otherwise: masked, pad, a row without keys); *e
+  /// gets exp(S − m) (dV's P̃ before rounding, <= 1). The CPU's and the unfused kernel's formula:
+  /// exp by exp_rel (flash_mma_sm89.cuh), the division correctly rounded (div_rn).
+  __device__ __forceinline__ float prob(int r, bool in, float s, float* e) const {
+    const float x = exp_rel(s - m[r]);
+    *e = in ? x : 0.0f;
+    return in ? div_rn(x, l[r], rcp_l[r]) : 0.0f;
+  }
+  /// a / b rounded to nearest even from y = RN(1/b): q = RN(a·y), then one FMA residual step
+  /// (Markstein's correction: q + (a − b·q)·y is the correctly rounded quotient when y is the
+  /// correctly rounded reciprocal and no result is subnormal) — IEEE division's bits in 3
+  /// instructions with the reciprocal hoisted per row.
+  static __device__ __forceinline__ float div_rn(float a, float b, float y) {
+    const float q = __fmul_rn(a, y);
+    return __fmaf_rn(__fmaf_rn(-q, b, a), y, q);
   }
 };
 
@@ -213,7 +237,8 @@ struct Warp {
                                        const uint32_t (&qa)[kD / 32][4],
                                        const uint32_t (&da)[kD / 32][4], float (&s)[Gm::kNK / 8][4],
                                        float (&dp)[Gm::kNK / 8][4]) const {
-    tile_s_dp<kD, Gm::kNK>(sk, sv, key0, qa, da, do_e5m2, s_scale, dp_scale, g, t, s, dp);
+    tile_s_dp<kD, Gm::kNK>(smem_u32(sk), smem_u32(sv), key0, qa, da, do_e5m2, s_scale, dp_scale,
+                           s, dp);
   }
 };
 
@@ -227,26 +252,20 @@ __device__ __forceinline__ void q_block_of(const BackwardParams& p, int64_t kBM,
   *bg = *bh / p.H * p.G + *bh % p.H / (p.H / p.G);
 }
 
-/// A 4-byte group of FP8 codes (x0 in the low byte) of x·scale in `f` (saturating, RNE).
-__device__ __forceinline__ uint32_t codes4(float x0, float x1, float x2, float x3, float scale,
-                                           Format f) {
-  return uint32_t(fp8_encode(x0 * scale, f, true)) | uint32_t(fp8_encode(x1 * scale, f, true)) << 8 |
-         uint32_t(fp8_encode(x2 * scale, f, true)) << 16 |
-         uint32_t(fp8_encode(x3 * scale, f, true)) << 24;
-}
-
 /// The A fragments over keys of one warp's tile values v (the S accumulator layout) as FP8 codes of
-/// v·scale: a[kk] covers the warp's keys 32kk.. in natural order (flash_mma_sm89.cuh s_key).
+/// v·scale in `f` (hardware cvt pairs, flash_mma_sm89.cuh fp8x2: fp8_encode's bits, saturating):
+/// a[kk] covers the warp's keys 32kk.. in natural order (flash_mma_sm89.cuh s_key).
 template <int kNK>
 __device__ __forceinline__ void to_a_frags(const float (&v)[kNK / 8][4], float scale, Format f,
                                            uint32_t (&a)[kNK / 32][4]) {
+  const bool e5m2 = f == Format::E5M2;
 #pragma unroll
   for (int kk = 0; kk < kNK / 32; ++kk)
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int nt = 4 * kk + 2 * (r / 2), ro = r % 2;
-      a[kk][r] = codes4(v[nt][2 * ro], v[nt][2 * ro + 1], v[nt + 1][2 * ro], v[nt + 1][2 * ro + 1],
-                        scale, f);
+      a[kk][r] = fp8x2(v[nt][2 * ro] * scale, v[nt][2 * ro + 1] * scale, e5m2) |
+                 fp8x2(v[nt + 1][2 * ro] * scale, v[nt + 1][2 * ro + 1] * scale, e5m2) << 16;
     }
 }
 

@@ -118,13 +118,21 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
     }
   };
 
-  // Fragment addresses, hoisted: a lane's K̂ rows are s_key(nt, g) = s_key(nt, 0) + s_key(0, g) and
-  // its V̂ᵀ rows 8·dn + g; the swizzles read only row bits that g sets (flash_mma_sm89.cuh), so a
-  // chunk c of any of them sits at c ^ kx (K̂) or c ^ vx (V̂ᵀ).
-  const int k_lane = s_key(0, g) * kD + 4 * t, kx = k_chunk<kD>(s_key(0, g), 0);
-  const int v_lane = g * kBN + 4 * t, vx = v_chunk<kBN>(g, 0);
+  // Fragment loads by ldmatrix (flash_mma_sm89.cuh ldsm): lane 8i + r gives the address of row r
+  // of matrix i. K̂: matrix i of n-tile nt is key row s_key(nt, r) = s_key(nt, 0) + s_key(0, r),
+  // chunk 4h + i (h: which half of head_dim at D = 128) — the b0, b1 of kc = 2h, 2h + 1. V̂ᵀ:
+  // row 8·dn + r, chunk 4h + i — b0, b1 of kk = 2h, 2h + 1. The swizzles read only row bits that r
+  // sets, so a lane's XOR (kx, vx) is the same for every n-tile / dn.
+  // Per lane: the row offset and the swizzled chunk of matrix i for each h ((4h + i) ^ x =
+  // (i ^ x) ^ 4h); the rest of an address is a compile-time constant.
+  const int mi = lane / 8, mr = lane % 8;
+  const unsigned k_lane = smem_u32(sk) + s_key(0, mr) * kD;
+  const unsigned v_lane = smem_u32(sv) + mr * kBN;
+  const int kx = k_chunk<kD>(s_key(0, mr), 0) ^ mi, vx = v_chunk<kBN>(mr, 0) ^ mi;
   const float s_scale = p.tau * *p.q_scale_inv * *p.k_scale_inv;
-  float oacc[kD / 8][4];
+  const float p_scale = p.p_scale;
+  constexpr uint32_t kOnes = 0x38383838u;  // four E4M3 codes of 1.0: P̃·1 = the row sums l̃
+  float oacc[kD / 8][4], lacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // O and l̃ (code units)
 #pragma unroll
   for (int dn = 0; dn < kD / 8; ++dn)
 #pragma unroll
@@ -139,21 +147,22 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
     cp_async_commit();
     cp_async_wait<1>();  // this tile's group is complete (the newest may still be in flight)
     __syncthreads();
-    const uint8_t* tk = sk + (it % 2) * Smem<kD, kBN>::kK;
-    const uint8_t* tv = sv + (it % 2) * Smem<kD, kBN>::kV;
+    const unsigned tk = k_lane + (it % 2) * Smem<kD, kBN>::kK;  // this lane's rows of the stage
+    const unsigned tv = v_lane + (it % 2) * Smem<kD, kBN>::kV;
 
-    // S = Q̂K̂ᵀ (codes), n-tile nt column n = key s_key(nt, n) of the tile.
+    // S = Q̂K̂ᵀ (codes), n-tile nt column n = key s_key(nt, n) of the tile; the MMAs over head_dim
+    // in order kc = 0, 1, ... from a zero accumulator (the backward's tile_s_dp does the same).
     float s[kBN / 8][4];
 #pragma unroll
     for (int nt = 0; nt < kBN / 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
-      const uint8_t* krow = tk + s_key(nt, 0) * kD + k_lane;  // row s_key(nt, g), word t
 #pragma unroll
-      for (int kc = 0; kc < kD / 32; ++kc) {
-        const uint32_t b0 = lds32(krow + 16 * ((2 * kc) ^ kx));
-        const uint32_t b1 = lds32(krow + 16 * ((2 * kc + 1) ^ kx));
-        mma_e4m3_16832(s[nt], qa[kc], b0, b1);
+      for (int h = 0; h < kD / 64; ++h) {
+        uint32_t b[4];
+        ldsm<4>(b, tk + s_key(nt, 0) * kD + 16 * (kx ^ (4 * h)));
+        mma_e4m3_16832(s[nt], qa[2 * h], b[0], b[1]);
+        mma_e4m3_16832(s[nt], qa[2 * h + 1], b[2], b[3]);
       }
     }
     if constexpr (kLogits) {  // S rows i < Tq_p, keys j < Tk_p (pads: 0, as a GEMM gives)
@@ -170,20 +179,39 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
       continue;
     }
     // Scale (a rounded product, never contracted into a later FMA: the backward's S has these
-    // bits) and mask; this lane's max per row. Element e: row e / 2, key s_key(nt, 2t + e % 2).
+    // bits) and mask; this lane's max per row. Element e: row e / 2, key s_key(nt, 2t + e % 2) =
+    // s_key(nt, 0) + 4t + e % 2 of the tile. Only tiles past unmasked_end compare key indices
+    // (CTA-uniform branch), in 32-bit tile-relative units.
     float mx[2] = {-INFINITY, -INFINITY};
-    const bool masked = j0 + kBN > unmasked_end;  // CTA-uniform
+    if (j0 + kBN > unmasked_end) {
+      int lim[2];  // keys of this tile row r sees, relative to j0 + 4t
 #pragma unroll
-    for (int nt = 0; nt < kBN / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t j = j0 + s_key(nt, 2 * t + e % 2);
-        s[nt][e] = !masked || j < vis[e / 2] ? __fmul_rn(s[nt][e], s_scale) : -INFINITY;
-        mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+      for (int r = 0; r < 2; ++r) {
+        const int64_t n = vis[r] - j0;
+        lim[r] = int(n < 0 ? 0 : (n > kBN ? kBN : n)) - 4 * t;
       }
-    float alpha[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) alpha[r] = sm[r].begin_tile(mx[r]);
+      for (int nt = 0; nt < kBN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[nt][e] = s_key(nt, 0) + e % 2 < lim[e / 2] ? __fmul_rn(s[nt][e], s_scale) : -INFINITY;
+          mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+        }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kBN / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[nt][e] = __fmul_rn(s[nt][e], s_scale);
+          mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+        }
+    }
+    float alpha[2], piv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      alpha[r] = sm[r].begin_tile(mx[r]);
+      piv[r] = sm[r].pivot();
+    }
     // P̃ as the A fragment of P̃V̂ over the 32 keys 32kk..: a0/a1 from n-tiles 4kk, 4kk+1 (keys
     // 4t..4t+3 of rows g / g+8), a2/a3 from 4kk+2, 4kk+3 (keys 16+4t..16+4t+3).
     uint32_t pa[kBN / 32][4];
@@ -191,28 +219,36 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
     for (int kk = 0; kk < kBN / 32; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int nt = 4 * kk + 2 * (r / 2), row_of = r % 2;
-        const uint32_t lo = sm[row_of].p_codes(s[nt][2 * row_of], s[nt][2 * row_of + 1], p.p_scale);
+        const int nt = 4 * kk + 2 * (r / 2), ro = r % 2;
+        const uint32_t lo = sm[ro].p_codes(s[nt][2 * ro], s[nt][2 * ro + 1], piv[ro], p_scale);
         const uint32_t hi =
-            sm[row_of].p_codes(s[nt + 1][2 * row_of], s[nt + 1][2 * row_of + 1], p.p_scale);
+            sm[ro].p_codes(s[nt + 1][2 * ro], s[nt + 1][2 * ro + 1], piv[ro], p_scale);
         pa[kk][r] = lo | (hi << 16);
       }
     // O = α·O + P̃·V̂: B = V̂ᵀ rows 8dn + g (head_dim columns), keys 32kk + 4t.. (b0), +16 (b1).
     // The tile's P̃·V̂ (kBN <= 128 keys) is summed by the tensor core in a fresh accumulator and
     // added to O in FP32 on the CUDA cores: Hopper's FP8 MMA accumulates with limited precision,
     // so a long row is never summed inside it (DeepSeek-V3's promotion every N_C = 128, DESIGN §2).
+    // l̃ likewise: the tile's Σ P̃ is P̃·1 (a B fragment of E4M3 ones), α·l̃ + it in FP32.
 #pragma unroll
     for (int dn = 0; dn < kD / 8; ++dn) {
-      const uint8_t* vrow = tv + 8 * dn * kBN + v_lane;  // row 8·dn + g, word t
       float pv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-      for (int kk = 0; kk < kBN / 32; ++kk) {
-        const uint32_t b0 = lds32(vrow + 16 * ((2 * kk) ^ vx));
-        const uint32_t b1 = lds32(vrow + 16 * ((2 * kk + 1) ^ vx));
-        mma_e4m3_16832(pv, pa[kk], b0, b1);
+      for (int h = 0; h < kBN / 64; ++h) {
+        uint32_t b[4];
+        ldsm<4>(b, tv + 8 * dn * kBN + 16 * (vx ^ (4 * h)));
+        mma_e4m3_16832(pv, pa[2 * h], b[0], b[1]);
+        mma_e4m3_16832(pv, pa[2 * h + 1], b[2], b[3]);
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) oacc[dn][e] = oacc[dn][e] * alpha[e / 2] + pv[e];
+    }
+    {
+      float ls[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int kk = 0; kk < kBN / 32; ++kk) mma_e4m3_16832(ls, pa[kk], kOnes, kOnes);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) lacc[e] = lacc[e] * alpha[e / 2] + ls[e];
     }
     __syncthreads();  // every warp is done with this stage before it is loaded again
   }
@@ -220,12 +256,12 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
   if constexpr (kLogits) return;
 
   const float sv_inv = *p.v_scale_inv;
-  float l[2], l_hat[2];  // the quad sums, taken by the whole warp before any row-dependent branch
+  // l: the quad sum, taken by the whole warp before any row-dependent branch; l̃ is already the
+  // row's (every column of the ones product is the row sum: c0 row g, c2 row g + 8).
+  float l[2];
+  const float l_hat[2] = {lacc[0], lacc[2]};
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] = quad_sum(sm[r].l);
-    l_hat[r] = quad_sum(sm[r].l_hat);
-  }
+  for (int r = 0; r < 2; ++r) l[r] = quad_sum(sm[r].l);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t i = row[r];

@@ -13,6 +13,7 @@
 //   C 16x8  (FP32): c0, c1 = C[g][2t, 2t+1], c2, c3 = C[g+8][2t, 2t+1].
 #pragma once
 
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -83,6 +84,67 @@ __device__ __forceinline__ int v_chunk(int row, int chunk) {
 
 __device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
+}
+
+/// ldmatrix.m8n8.xN (N = 1, 2, 4; .b16, no transpose): N 8x16-byte matrices from shared memory in
+/// one instruction. Lane 8i + r gives the shared address of row r of matrix i (16-byte aligned); lane
+/// (g, t) receives r[i] = bytes 4t..4t+3 of row g of matrix i — exactly an FP8 mma.sync A or B
+/// fragment register read from a K-contiguous row (the lds32 of word t of row g), four at a time.
+/// Conflict-free when the 8 rows of each matrix sit in distinct 16-byte bank groups (the swizzles
+/// here are built for that). PTX ISA "ldmatrix".
+template <int N>
+__device__ __forceinline__ void ldsm(uint32_t (&r)[N], unsigned smem_addr) {
+  if constexpr (N == 4)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr));
+  else if constexpr (N == 2)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(smem_addr));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
+                 : "=r"(r[0])
+                 : "r"(smem_addr));
+}
+/// The 32-bit shared-memory address of a generic pointer into shared memory (what ldsm takes).
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return unsigned(__cvta_generic_to_shared(p));
+}
+
+/// Swizzled 16-byte chunk of a row of the backward's P̃ᵀ / dŜᵀ tiles ([key][query] bytes, kBM =
+/// 64 or 128 per key row). Written one byte per (key, query) from the S accumulator (a store
+/// instruction covers the keys base + 4t + c, t = 0..3, and the queries g (+8): the XOR with key
+/// bits 2 and 3 puts the 4 keys in 4 distinct chunks, so the 32 lanes hit distinct banks or the
+/// same word) and read by ldmatrix as A fragments (8 consecutive key rows, one chunk: the XOR with
+/// key bits 0-2 (kBM 128) or 1-2 and the row's half of the 128-byte line (kBM 64) gives 8 distinct
+/// bank groups).
+template <int kBM>
+__device__ __forceinline__ int pt_chunk(int key, int chunk) {
+  static_assert(kBM == 64 || kBM == 128, "P^T row of 64 or 128 bytes");
+  if constexpr (kBM == 128) return chunk ^ ((key & 7) ^ ((key >> 3) & 1));
+  else return chunk ^ (((key >> 1) & 3) ^ ((key >> 3) & 1));
+}
+
+/// exp(x) for x <= 0 (a softmax's exp(S − m)): 2^(x·log2 e) by the SFU's ex2.approx.ftz (one
+/// multiply and one MUFU instead of expf's range reduction; PTX ex2.approx: max relative error
+/// 2^-22 over its range, results below 2^-126 flush to 0, exp(−inf) = 0). The CPU twin computes
+/// std::exp(x): the two agree to a few FP32 ulp (as expf did), the tolerance the tests state.
+/// Every GPU kernel that computes a P uses this one function, so the forward's l, the delta
+/// pre-pass and the main backward see the same bits.
+__device__ __forceinline__ float exp_rel(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(__fmul_rn(x, 1.4426950408889634f)));
+  return y;
+}
+
+/// FP8 codes of (x0, x1), x0 in the low byte: the hardware cvt.rn.satfinite.{e4m3,e5m2}x2.f32
+/// (RNE, |x| beyond max and ±inf saturate to ±max: fp8.h fp8_encode(x, f, true) bit for bit for
+/// every non-NaN input, tests/fp8/cuda_oracle_test.cpp; a NaN gives the canonical NaN code 0x7F
+/// where fp8_encode keeps the sign, 0xFF for −NaN: both NaN codes).
+__device__ __forceinline__ uint32_t fp8x2(float x0, float x1, bool e5m2) {
+  return uint32_t(__nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE,
+                                           e5m2 ? __NV_E5M2 : __NV_E4M3));
 }
 
 }  // namespace octet::cuda::flash
