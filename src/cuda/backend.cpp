@@ -66,6 +66,7 @@ CudaBackend::~CudaBackend() {
   (void)cudaGetDevice(&prev);
   if (prev != device_) (void)cudaSetDevice(device_);
   gemm_.reset();
+  sdpa_.reset();
   parts_.reset();
   row_loss_.reset();
   (void)cudaStreamSynchronize(stream_);  // stream-ordered frees complete before the stream goes
