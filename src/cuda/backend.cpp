@@ -8,6 +8,7 @@
 
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/cudnn_sdpa.h"
 #include "cuda/ops.h"
 #include "octet/error.h"
 
