@@ -105,8 +105,9 @@ class SdpaEngine {
 class CudaBackend;
 
 /// The CUDA backend's attention for precision bf16 in form 'tiled': cuDNN's fused BF16 SDPA
-/// (cudnn_sdpa_attention.cpp). Returns null, after one note on stderr per process, when
-/// sdpa_unsupported() names a reason (the caller then runs the unfused BF16 attention). Throws
+/// (cudnn_sdpa_attention.cpp), stale delta. Returns null, after one note on stderr per process,
+/// for the matched delta or when sdpa_unsupported() names a reason (the caller then runs the
+/// unfused BF16 attention). Throws
 /// octet::Error for an invalid shape or config, or one not bf16/tiled.
 std::unique_ptr<Attention> make_cudnn_sdpa_attention(const AttentionShape& shape,
                                                      const AttentionConfig& config,

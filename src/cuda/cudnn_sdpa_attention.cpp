@@ -1,7 +1,8 @@
 // src/cuda/cudnn_sdpa_attention.cpp — the CUDA backend's BF16 attention in form 'tiled': cuDNN's
 // fused BF16 SDPA (cudnn_sdpa.h) behind octet::Attention. The bf16 and fp8-linear arms run it on
 // CUDA by default (default_attn_form); form 'whole' runs the unfused BF16 path of attention.cpp,
-// which stays the cross-check and the fallback (docs/cuda.md §"cuDNN SDPA").
+// which stays the cross-check and the fallback (docs/cuda.md §"cuDNN SDPA"), as for a config
+// cuDNN cannot run: the matched delta, or a shape sdpa_unsupported() names.
 //
 // Twin: the CPU reference in precision bf16 (attention.h): Q, K, V rounded to BF16, S and the
 // softmax in FP32, P rounded to BF16 for the PV product, O stored BF16, the LSE in FP32 natural log;
@@ -142,7 +143,9 @@ std::unique_ptr<Attention> make_cudnn_sdpa_attention(const AttentionShape& shape
   config.validate();
   OCTET_CHECK(config.precision == AttnPrecision::BF16 && config.form == AttnForm::Tiled,
               "cuda attention: cuDNN's fused SDPA serves precision bf16 in form tiled only");
-  const std::string why = sdpa_unsupported(sdpa_dims(shape), false);
+  const std::string why = config.delta == DeltaMode::Matched
+                              ? "the matched delta (cuDNN's backward computes the stale one)"
+                              : sdpa_unsupported(sdpa_dims(shape), false);
   if (!why.empty()) {
     static std::atomic<bool> said{false};
     if (!said.exchange(true))
