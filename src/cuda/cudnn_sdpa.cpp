@@ -117,6 +117,16 @@ std::shared_ptr<Graph> new_graph(fe::DataType_t io) {
   return g;
 }
 
+// The inputs of a backward graph: Q, K, V, O, dO of `type`, the forward's FP32 Stats.
+struct BackwardInputs {
+  TensorPtr q, k, v, o, d_o, stats;
+  BackwardInputs(Graph& g, const Dims4& x, fe::DataType_t type)
+      : q(input(g, "Q", kQ, x.q, type)), k(input(g, "K", kK, x.kv, type)),
+        v(input(g, "V", kV, x.kv, type)), o(input(g, "O", kO, x.q, type)),
+        d_o(input(g, "dO", kDO, x.q, type)),
+        stats(input(g, "Stats", kStats, x.stats, fe::DataType_t::FLOAT)) {}
+};
+
 std::shared_ptr<Graph> build_bf16_forward(const SdpaDims& d) {
   const Dims4 x(d);
   auto g = new_graph(fe::DataType_t::BFLOAT16);
@@ -134,16 +144,11 @@ std::shared_ptr<Graph> build_bf16_forward(const SdpaDims& d) {
 std::shared_ptr<Graph> build_bf16_backward(const SdpaDims& d, bool deterministic) {
   const Dims4 x(d);
   auto g = new_graph(fe::DataType_t::BFLOAT16);
-  auto q = input(*g, "Q", kQ, x.q, fe::DataType_t::BFLOAT16);
-  auto k = input(*g, "K", kK, x.kv, fe::DataType_t::BFLOAT16);
-  auto v = input(*g, "V", kV, x.kv, fe::DataType_t::BFLOAT16);
-  auto o = input(*g, "O", kO, x.q, fe::DataType_t::BFLOAT16);
-  auto d_o = input(*g, "dO", kDO, x.q, fe::DataType_t::BFLOAT16);
-  auto stats = input(*g, "Stats", kStats, x.stats, fe::DataType_t::FLOAT);
+  const BackwardInputs in(*g, x, fe::DataType_t::BFLOAT16);
   auto a = fe::graph::SDPA_backward_attributes().set_name("sdpa_backward").set_attn_scale(d.tau);
   a.set_deterministic_algorithm(deterministic);
   set_causal(a, d);
-  auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, d_o, stats, a);
+  auto [dq, dk, dv] = g->sdpa_backward(in.q, in.k, in.v, in.o, in.d_o, in.stats, a);
   output(dq, kDQ, x.q, fe::DataType_t::BFLOAT16);
   output(dk, kDK, x.kv, fe::DataType_t::BFLOAT16);
   output(dv, kDV, x.kv, fe::DataType_t::BFLOAT16);
@@ -174,16 +179,12 @@ std::shared_ptr<Graph> build_fp8_backward(const SdpaDims& d) {
   const Dims4 x(d);
   const auto e4m3 = fe::DataType_t::FP8_E4M3;
   auto g = new_graph(e4m3);
-  auto q = input(*g, "Q", kQ, x.q, e4m3);
-  auto k = input(*g, "K", kK, x.kv, e4m3);
-  auto v = input(*g, "V", kV, x.kv, e4m3);
-  auto o = input(*g, "O", kO, x.q, e4m3);
-  auto d_o = input(*g, "dO", kDO, x.q, e4m3);
-  auto stats = input(*g, "Stats", kStats, x.stats, fe::DataType_t::FLOAT);
+  const BackwardInputs in(*g, x, e4m3);
   auto a = fe::graph::SDPA_fp8_backward_attributes().set_name("sdpa_fp8_backward").set_attn_scale(d.tau);
   set_causal(a, d);
   auto [dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp] = g->sdpa_fp8_backward(
-      q, k, v, o, d_o, stats, scalar(*g, "descale_q", kDescaleQ), scalar(*g, "descale_k", kDescaleK),
+      in.q, in.k, in.v, in.o, in.d_o, in.stats, scalar(*g, "descale_q", kDescaleQ),
+      scalar(*g, "descale_k", kDescaleK),
       scalar(*g, "descale_v", kDescaleV), scalar(*g, "descale_o", kDescaleO),
       scalar(*g, "descale_do", kDescaleDO), scalar(*g, "descale_s", kDescaleS),
       scalar(*g, "descale_dp", kDescaleDP), scalar(*g, "scale_s", kScaleS),

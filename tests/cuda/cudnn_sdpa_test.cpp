@@ -38,16 +38,6 @@ AttentionConfig cudnn_config() {
   return c;
 }
 
-double rel_l2(const std::vector<float>& x, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double d = double(x[i]) - double(ref[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
 struct Case {
   int64_t b, h, g, tq, tk, d;
   bool causal;
@@ -91,7 +81,8 @@ TEST(CudnnSdpa, MatchesCpuTwinAndOracle) {
     const GpuRun g = run_gpu(*gpu, s, cfg, in);
     const auto ge = attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(),
                                      g.dk.data(), g.dv.data());
-    const double to_twin[4] = {rel_l2(g.o, o), rel_l2(g.dq, dq), rel_l2(g.dk, dk), rel_l2(g.dv, dv)};
+    const double to_twin[4] = {test::rel_l2(g.o, o), test::rel_l2(g.dq, dq), test::rel_l2(g.dk, dk),
+                               test::rel_l2(g.dv, dv)};
     std::printf("[cudnn-sdpa] %-32s rel err vs FP64 gpu/cpu O %.2e/%.2e dQ %.2e/%.2e dK %.2e/%.2e "
                 "dV %.2e/%.2e; gpu vs twin %.1e %.1e %.1e %.1e\n",
                 what.c_str(), ge.o_rel_err, ce.o_rel_err, ge.dq_rel_err, ce.dq_rel_err,
