@@ -67,17 +67,6 @@ struct Dev {
   T* ptr() { return p; }
 };
 
-/// ||x − ref||₂ / ||ref||₂ (||x||₂ if ref is 0), in double.
-inline double rel_l2(const std::vector<float>& x, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double d = double(x[i]) - double(ref[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
 /// n values with a spread of magnitudes (log-uniform over 2^-20..2^8), random signs, ~5% exact
 /// zeros: after scaling some become FP8 subnormals or underflow to 0.
 inline std::vector<float> awkward_values(size_t n, uint32_t seed) {
