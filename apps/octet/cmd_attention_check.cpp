@@ -1,8 +1,12 @@
-// `octet attention-check`: runs the CPU attention (one precision, delta mode and form) forward and
+// `octet attention-check`: runs the CPU attention (one precision, delta mode and form) — or, with
+// --device cuda, the CUDA backend's (form tiled: the fused FP8 kernels or cuDNN's fused BF16 SDPA;
+// whole: the unfused path; docs/cuda.md) — forward and
 // backward on generated inputs and measures it against the FP64 oracle: relative L2 errors of O,
 // dQ, dK, dV, the cosine of dQ, the dQ error along the attention-weighted mean key, and the
 // softmax-gradient row residual r_i = |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) that Delta-Matching
 // drives to zero (docs/design.md §"The two deltas"; docs/delta-matching.md holds the measured table and its commands).
+// On CUDA the row residual is the backend's device accumulator (max and mean; the per-row values
+// of --dump are CPU-only) and the times include the first call's plan building.
 // --dump FILE writes inputs, results and the oracle as safetensors (octet/train.h's writer), for
 // the PyTorch oracle test. Before any allocation the run's memory and time are estimated (docs/cli.md
 // §"attention-check"): a run that needs more memory than the machine has available is refused
@@ -19,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "octet/attention.h"
+#include "octet/backend.h"
 #include "octet/command.h"
 #include "octet/enum_option.h"
 #include "octet/error.h"
@@ -33,6 +38,7 @@ struct Options {
   bool causal = false, json = false, force = false, progress = false;
   std::string precision = "fp8", delta = "matched", form = "whole", dist = "normal";
   std::string qkv_scaling = "tensor", do_format = "e5m2", ds_format = "e5m2", dump;
+  std::string device = "cpu";
   int64_t block_q = 128, block_k = 128;
   float p_scale = 256.0f, scale = 0.0f;
   uint64_t seed = 1;
@@ -124,6 +130,55 @@ octet::StTensor st_of(const std::vector<T>& x, std::vector<int64_t> shape) {
   return t;
 }
 
+// Forward and backward of the CUDA backend's attention on the inputs (uploaded as F32), results
+// widened to double; times in ms (each phase synchronized), the row residual's max and mean.
+struct DeviceRun {
+  double forward_ms = 0, backward_ms = 0;
+};
+DeviceRun run_cuda(const octet::AttentionShape& shape, const octet::AttentionConfig& cfg,
+                   const octet::AttentionInputs& in, std::vector<double>& o, std::vector<double>& lse,
+                   std::vector<double>& dq, std::vector<double>& dk, std::vector<double>& dv,
+                   octet::AttentionStats& stats) {
+  using namespace octet;
+  auto be = make_cuda_backend();
+  auto attn = be->make_attention(shape, cfg);
+  const Shape qs{shape.batch, shape.n_heads, shape.seq_q, shape.head_dim},
+      ks{shape.batch, shape.n_kv_heads, shape.seq_k, shape.head_dim};
+  Buffer q = be->alloc(DType::F32, qs), k = be->alloc(DType::F32, ks), v = be->alloc(DType::F32, ks),
+         d_o = be->alloc(DType::F32, qs), out = be->alloc(DType::F32, qs),
+         l = be->alloc(DType::F32, {shape.batch, shape.n_heads, shape.seq_q}),
+         gq = be->alloc(DType::F32, qs), gk = be->alloc(DType::F32, ks),
+         gv = be->alloc(DType::F32, ks), res = be->alloc(DType::F64, {2});
+  be->upload(q, in.q.data());
+  be->upload(k, in.k.data());
+  be->upload(v, in.v.data());
+  be->upload(d_o, in.d_o.data());
+  be->synchronize();
+  using clock = std::chrono::steady_clock;
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  DeviceRun r;
+  {
+    const auto t0 = clock::now();
+    const SavedAttention saved = attn->forward(q, k, v, out, l);
+    be->synchronize();
+    const auto t1 = clock::now();
+    attn->backward(saved, d_o, gq, gk, gv, res);
+    be->synchronize();
+    r.forward_ms = ms(t0, t1);
+    r.backward_ms = ms(t1, clock::now());
+  }
+  auto widen = [&](const Buffer& b, std::vector<double>& x) {
+    const std::vector<float> f = be->download_f32(b);
+    x.assign(f.begin(), f.end());
+  };
+  widen(out, o), widen(l, lse), widen(gq, dq), widen(gk, dk), widen(gv, dv);
+  double r2[2];
+  be->download(r2, res);
+  stats.row_residual_max = r2[0];
+  stats.row_residual_mean = r2[1];
+  return r;
+}
+
 void run(const Options& opt) {
   using namespace octet;
   AttentionShape shape;
@@ -149,6 +204,7 @@ void run(const Options& opt) {
   validate_p_scale(cfg.p_scale, "--p-scale");
   cfg.validate();
   const AttnInputDist dist = parse_attn_input_dist(opt.dist);
+  const bool cuda = opt.device == "cuda";
 
   const bool progress = check_budget(opt) || opt.progress;  // before anything is allocated
   using clock = std::chrono::steady_clock;
@@ -166,15 +222,23 @@ void run(const Options& opt) {
   std::vector<double> dq(in.q.size()), dk(in.k.size()), dv(in.k.size());
   AttentionSaved saved;
   AttentionStats stats;
-  const auto t0 = clock::now();
-  attention_forward(shape, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(),
-                    &saved);
-  const auto t1 = clock::now();
-  phase_done("forward");
-  attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), &stats,
-                     !opt.dump.empty());
-  const auto t2 = clock::now();
-  phase_done("backward");
+  double forward_ms = 0, backward_ms = 0;
+  if (cuda) {
+    const DeviceRun r = run_cuda(shape, cfg, in, o, lse, dq, dk, dv, stats);
+    forward_ms = r.forward_ms, backward_ms = r.backward_ms;
+    phase_done("CUDA forward and backward");
+  } else {
+    const auto t0 = clock::now();
+    attention_forward(shape, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(),
+                      &saved);
+    const auto t1 = clock::now();
+    phase_done("forward");
+    attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), &stats,
+                       !opt.dump.empty());
+    const auto t2 = clock::now();
+    phase_done("backward");
+    forward_ms = ms(t0, t1), backward_ms = ms(t1, t2);
+  }
   const AttentionOracle ref = run_attention_oracle(shape, in);
   phase_done("FP64 oracle");
   const AttentionErrors err = attention_errors(shape, in, ref, o.data(), lse.data(), dq.data(),
@@ -195,7 +259,7 @@ void run(const Options& opt) {
       {"dq_bias_mean_key", err.dq_bias_mean_key},
       {"row_residual_max", stats.row_residual_max},
       {"row_residual_mean", stats.row_residual_mean},
-      {"forward_ms", ms(t0, t1)}, {"backward_ms", ms(t1, t2)}};
+      {"forward_ms", forward_ms}, {"backward_ms", backward_ms}, {"device", opt.device}};
   if (opt.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -216,12 +280,13 @@ void run(const Options& opt) {
                {"dq", st_of(dq, {B, H, Tq, D})},
                {"dk", st_of(dk, {B, G, Tk, D})},
                {"dv", st_of(dv, {B, G, Tk, D})},
-               {"row_residual", st_of(stats.row_residual, {B, H, Tq})},
                {"ref_o", st_of(ref.o, {B, H, Tq, D})},
                {"ref_lse", st_of(ref.lse, {B, H, Tq})},
                {"ref_dq", st_of(ref.dq, {B, H, Tq, D})},
                {"ref_dk", st_of(ref.dk, {B, G, Tk, D})},
                {"ref_dv", st_of(ref.dv, {B, G, Tk, D})}};
+  if (!stats.row_residual.empty())  // per row: CPU only
+    f.tensors.emplace("row_residual", st_of(stats.row_residual, {B, H, Tq}));
   write_safetensors(opt.dump, f);
 }
 
@@ -242,6 +307,11 @@ OCTET_COMMAND("attention-check", [](CLI::App& app) {
   octet::cli::add_count_option(cmd, "--kv-seq", opt->kv_seq, "key length Tk >= 1 (default: Tq)");
   cmd->add_option("--dim", opt->dim, "head dim D")->capture_default_str();
   cmd->add_flag("--causal", opt->causal, "causal mask, aligned to the bottom-right");
+  cmd->add_option("--device", opt->device,
+                  "cpu: the reference; cuda: the CUDA backend (form tiled: fused kernels / cuDNN "
+                  "SDPA; whole: unfused)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   add_enum_option<AttnPrecision>(cmd, "--precision", opt->precision, "operand precision")
       ->capture_default_str();
   add_enum_option<DeltaMode>(cmd, "--delta", opt->delta, "softmax delta")->capture_default_str();

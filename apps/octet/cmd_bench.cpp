@@ -1,12 +1,14 @@
 // `octet bench`: GPU benchmarks, one JSON object per line with --json (else a table).
 //   octet bench gemm       cuBLASLt GEMMs of transformer shapes: FP8 per-tensor and block-scaled vs BF16
 //   octet bench quantize   the quantization kernels (both FP8 copies in one pass) per recipe
-//   octet bench attention  the CUDA backend's FP8 attention (stale, matched delta) vs its BF16 one,
-//                          then PyTorch SDPA (cuDNN, flash) through bench/peers/sdpa.py
+//   octet bench attention  the CUDA backend's FP8 attention (stale, matched delta; unfused and
+//                          fused) and BF16 one (unfused, and cuDNN's fused SDPA), the cuDNN BF16
+//                          and FP8 SDPA peers called directly, then PyTorch SDPA through
+//                          bench/peers/sdpa.py
 //   octet bench train      whole training steps (fwd, bwd, clip, AdamW) of GPT-2-small and a 350M
 //                          model per precision arm on synthetic tokens: tokens/s, TFLOP/s, MFU
 //                          (octet/bench.h), then the PyTorch peer bench/peers/gpt2_torch.py
-// Every line carries the GPU name, CUDA runtime/driver and cuBLASLt versions and the UTC date, so a
+// Every line carries the GPU name, CUDA runtime/driver, cuBLASLt and cuDNN versions and the UTC date, so a
 // results file (bench/results/*.jsonl) says where and when it was measured. Method: CUDA events,
 // warm-up, median of the repetitions, operands rotated beyond the L2 (octet/bench.h).
 #include <chrono>
@@ -47,6 +49,7 @@ nlohmann::json env_json() {
           {"cuda_runtime", e.runtime_version},
           {"cuda_driver", e.driver_version},
           {"cublaslt", e.cublaslt_version},
+          {"cudnn", e.cudnn_version},
           {"date", utc_now()}};
 }
 #endif
@@ -146,7 +149,7 @@ void run_quantize(const QuantArgs& a) {
 struct AttnArgs {
   bool json = false;
   int64_t batch = 4, heads = 16, head_dim = 128;
-  std::vector<int64_t> seqs{1024, 4096};
+  std::vector<int64_t> seqs{1024, 4096, 8192, 16384};
   bool causal = true;
   int reps = 20, warmup = 3;
   std::string peer = "bench/peers/sdpa.py";  ///< PyTorch SDPA peer script ("" to skip)
@@ -196,7 +199,7 @@ void run_attention(const AttnArgs& a) {
   o.warmup = a.warmup;
   const nlohmann::json env = env_json();
   if (!a.json)
-    std::printf("%-12s %3s %3s %6s %4s %6s %9s %9s %9s %9s\n", "impl", "B", "H", "S", "D", "causal",
+    std::printf("%-21s %3s %3s %6s %4s %6s %9s %9s %9s %9s\n", "impl", "B", "H", "S", "D", "causal",
                 "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
   octet::cuda::bench_attention(o, [&](const octet::cuda::AttnBenchRow& r) {
     nlohmann::json j = env;
@@ -205,7 +208,7 @@ void run_attention(const AttnArgs& a) {
               {"fwd_ms", r.fwd_ms}, {"bwd_ms", r.bwd_ms}, {"fwd_tflops", r.fwd_tflops},
               {"bwd_tflops", r.bwd_tflops}, {"reps", r.reps}});
     char line[160];
-    std::snprintf(line, sizeof(line), "%-12s %3lld %3lld %6lld %4lld %6s %9.3f %9.1f %9.3f %9.1f",
+    std::snprintf(line, sizeof(line), "%-21s %3lld %3lld %6lld %4lld %6s %9.3f %9.1f %9.3f %9.1f",
                   r.impl.c_str(), (long long)r.batch, (long long)r.heads, (long long)r.seq,
                   (long long)r.head_dim, r.causal ? "yes" : "no", r.fwd_ms, r.fwd_tflops, r.bwd_ms,
                   r.bwd_tflops);
@@ -306,11 +309,12 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   quant->callback([] { run_quantize(qa); });
 
   static AttnArgs t;
-  auto* attn = bench->add_subcommand("attention", "FP8 attention (stale, matched) vs BF16, fwd+bwd");
+  auto* attn = bench->add_subcommand(
+      "attention", "FP8 attention (stale, matched) vs BF16 and the cuDNN SDPA peers, fwd+bwd");
   attn->add_flag("--json", t.json, "one JSON object per line");
   attn->add_option("--batch", t.batch);
   attn->add_option("--heads", t.heads);
-  attn->add_option("--head-dim", t.head_dim);
+  attn->add_option("--head-dim", t.head_dim, "head dim D (the fused and cuDNN rows: 64 or 128)");
   attn->add_option("--seq", t.seqs, "sequence lengths")->delimiter(',');
   attn->add_option("--causal", t.causal, "causal mask (true/false)");
   attn->add_option("--reps", t.reps);

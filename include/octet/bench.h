@@ -97,6 +97,7 @@ struct BenchEnv {
   int runtime_version = 0;  ///< cudaRuntimeGetVersion
   int driver_version = 0;
   size_t cublaslt_version = 0;
+  int64_t cudnn_version = 0;  ///< cudnnGetVersion() of the loaded cuDNN (e.g. 91900)
   int sm_count = 0;
   size_t l2_bytes = 0;
 };
@@ -135,7 +136,9 @@ void bench_quantize(int64_t rows, int64_t cols, int warmup, int reps,
                     const std::function<void(const QuantBenchRow&)>& on_row);
 
 struct AttnBenchRow {
-  std::string impl;  ///< bf16 | fp8-stale | fp8-matched | octet-fp8-fused (fused forward)
+  /// bf16 | fp8-stale | fp8-matched (unfused) | octet-fp8-fused | octet-fp8-fused-stale |
+  /// bf16-fused (cuDNN SDPA behind octet's Attention) | cudnn-bf16 | cudnn-fp8-stale (cuDNN peers)
+  std::string impl;
   int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;
   bool causal = true;
   double fwd_ms = 0, bwd_ms = 0, fwd_tflops = 0, bwd_tflops = 0;
@@ -144,7 +147,7 @@ struct AttnBenchRow {
 
 struct AttnBenchOptions {
   int64_t batch = 4, heads = 16, head_dim = 128;
-  std::vector<int64_t> seqs{1024, 4096};
+  std::vector<int64_t> seqs{1024, 4096, 8192, 16384};
   bool causal = true;
   int warmup = 3, reps = 20;
 };

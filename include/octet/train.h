@@ -65,7 +65,8 @@ struct RunConfig {
   /// backend's preferred_activation_dtype()), "f32" or "bf16". precision.activations holds the dtype.
   std::string activations = "auto";
   /// The config key precision.attn_form as given: "auto" (resolve_run_config() picks tiled — the
-  /// fused kernels — for FP8 attention on cuda, whole otherwise), "whole" or "tiled".
+  /// fused FP8 kernels, or cuDNN's fused SDPA for BF16 attention — on cuda, whole otherwise: the
+  /// unfused path), "whole" or "tiled".
   std::string attn_form = "auto";
   TrainConfig train;
   DataConfig data;

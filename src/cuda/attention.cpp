@@ -17,7 +17,9 @@
 // (FP8 only; head_dim, block_q and block_k 64 or 128) runs forward and backward as the fused
 // kernels of src/cuda/flash/ (twin: the CPU tiled form; no S, P or dS buffer): the forward saves
 // the same operands and softmax statistics plus FP8 (not BF16) group transposes of Q̂ and K̂, and
-// the backward recomputes S with the forward's MMA sequence (flash_backward.h).
+// the backward recomputes S with the forward's MMA sequence (flash_backward.h). Form 'tiled' with
+// precision bf16 is cuDNN's fused SDPA (cudnn_sdpa.h; make_attention below), this file's unfused
+// BF16 path where cuDNN cannot take the shape.
 // Saved state (docs/design.md §"Saved state"): forward returns Q̂, K̂, V̂ (row copies, the
 // BF16-of-code transposes the dQ/dK GEMMs read), their scales and the softmax statistics (m_i,
 // l_i) per row in a SavedAttention; O and the LSE are the caller's tensors (the backward reads O
@@ -36,6 +38,7 @@
 #include "cuda/act_f32.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/cudnn_sdpa.h"
 #include "cuda/flash/flash_backward.h"
 #include "cuda/flash/flash_forward.h"
 #include "cuda/gemm.h"
@@ -412,6 +415,14 @@ class CudaAttention final : public Attention {
 std::unique_ptr<Attention> CudaBackend::make_attention(const AttentionShape& shape,
                                                        const AttentionConfig& config) {
   DeviceGuard g(device_);
+  // BF16 in form 'tiled': cuDNN's fused SDPA (cudnn_sdpa.h), or this file's unfused path where
+  // cuDNN cannot take the shape.
+  if (config.precision == AttnPrecision::BF16 && config.form == AttnForm::Tiled) {
+    if (auto a = make_cudnn_sdpa_attention(shape, config, *this)) return a;
+    AttentionConfig whole = config;
+    whole.form = AttnForm::Whole;
+    return std::make_unique<CudaAttention>(shape, whole, *this);
+  }
   return std::make_unique<CudaAttention>(shape, config, *this);
 }
 

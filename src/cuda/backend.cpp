@@ -8,6 +8,7 @@
 
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/cudnn_sdpa.h"
 #include "cuda/ops.h"
 #include "octet/error.h"
 
@@ -66,6 +67,7 @@ CudaBackend::~CudaBackend() {
   (void)cudaGetDevice(&prev);
   if (prev != device_) (void)cudaSetDevice(device_);
   gemm_.reset();
+  sdpa_.reset();
   parts_.reset();
   row_loss_.reset();
   (void)cudaStreamSynchronize(stream_);  // stream-ordered frees complete before the stream goes

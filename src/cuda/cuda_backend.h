@@ -25,6 +25,8 @@
 
 namespace octet::cuda {
 
+class SdpaEngine;  // cudnn_sdpa.h: cuDNN's fused SDPA graphs (plan cache, handle, workspace)
+
 /// Makes `device` current for the guard's lifetime and restores the previous device after.
 class DeviceGuard {
  public:
@@ -103,12 +105,16 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   /// The shared cuBLASLt engine (plan cache and workspace) of this backend.
   GemmEngine& gemm() { return *gemm_; }
+  /// The shared cuDNN SDPA engine (cudnn_sdpa.h) of this backend, created at first use; throws
+  /// octet::Error if cuDNN cannot be initialized.
+  SdpaEngine& sdpa();
 
  private:
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   bool owns_stream_ = false;
   std::unique_ptr<GemmEngine> gemm_;
+  std::unique_ptr<SdpaEngine> sdpa_;
   DeviceBuffer<double> parts_, row_loss_;
 };
 

@@ -93,10 +93,12 @@ AttentionConfig attention_config(const PrecisionConfig& p) {
 AttnForm default_attn_form(const ModelConfig& m, const PrecisionConfig& p,
                            const std::string& backend_name) {
   const AttentionConfig a = attention_config(p);
-  const bool fused = backend_name == "cuda" && a.precision == AttnPrecision::FP8 &&
-                     fused_attention_size_supported(m.head_dim()) &&
-                     fused_attention_size_supported(a.block_q) &&
-                     fused_attention_size_supported(a.block_k);
+  const bool fused_fp8 = a.precision == AttnPrecision::FP8 &&
+                         fused_attention_size_supported(a.block_q) &&
+                         fused_attention_size_supported(a.block_k);
+  const bool fused_bf16 = a.precision == AttnPrecision::BF16;  // cuDNN's fused SDPA
+  const bool fused = backend_name == "cuda" && fused_attention_size_supported(m.head_dim()) &&
+                     (fused_fp8 || fused_bf16);
   return fused ? AttnForm::Tiled : AttnForm::Whole;
 }
 

@@ -2,17 +2,23 @@
 // (bf16, fp8 with stale delta, fp8 with matched delta: the unfused kernels; octet-fp8-fused and
 // octet-fp8-fused-stale: form 'tiled', the fused FP8 forward and backward of src/cuda/flash/ with
 // the matched or the stale delta, rows only for head_dim 64 and 128; the matched row's backward
-// includes its recompute pre-pass, the stale row's a dO·O row pass) forward and backward through
-// the Attention interface, at
-// B x H x S x D, causal or not; timed with CUDA events (median of the repetitions).
+// includes its recompute pre-pass, the stale row's a dO·O row pass; bf16-fused: form 'tiled' in
+// BF16, cuDNN's fused SDPA with its deterministic backward, as the bf16 arms run it) forward and
+// backward through the Attention interface, then the cuDNN peers called directly
+// (bench_attention_cudnn.h: cudnn-bf16, cudnn-fp8-stale), at B x H x S x D, causal or not; timed
+// with CUDA events (median of the repetitions). The unfused rows materialize S, dP and dS
+// (~18 bytes per (query, key) pair): they are skipped, with a note on stderr, where that exceeds
+// 80% of the free device memory (S = 16384 at B4 H16).
 // FLOPs follow FlashAttention's convention: forward 4·B·H·Sq·Sk·D, halved when causal; backward
 // 2.5x the forward (two of its five GEMMs recompute). The unfused kernels compute the masked half
 // too, so their causal TFLOP/s are understated by that convention, as any unfused kernel's are.
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <memory>
 
 #include "octet/bench.h"
+#include "bench/cuda/bench_attention_cudnn.h"
 #include "bench/cuda/bench_timer.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
@@ -35,7 +41,8 @@ void bench_attention(const AttnBenchOptions& opt,
                         {"fp8-matched", AttnPrecision::FP8, DeltaMode::Matched, AttnForm::Whole},
                         {"octet-fp8-fused", AttnPrecision::FP8, DeltaMode::Matched, AttnForm::Tiled},
                         {"octet-fp8-fused-stale", AttnPrecision::FP8, DeltaMode::Stale,
-                         AttnForm::Tiled}};
+                         AttnForm::Tiled},
+                        {"bf16-fused", AttnPrecision::BF16, DeltaMode::Stale, AttnForm::Tiled}};
   const bool fused_ok = opt.head_dim == 64 || opt.head_dim == 128;  // flash_forward/backward.h
   for (int64_t S : opt.seqs) {
     AttentionShape shape;
@@ -57,8 +64,17 @@ void bench_attention(const AttnBenchOptions& opt,
     fill_random_launch(d_o.tensor().f32(), n, 14, 1e-3f, backend.stream());
     const double fwd_flop = 4.0 * double(opt.batch * opt.heads) * double(S) * double(S) *
                             double(opt.head_dim) * (opt.causal ? 0.5 : 1.0);
+    size_t free_bytes = 0, total_bytes = 0;
+    OCTET_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const double unfused_bytes = 18.0 * double(opt.batch * opt.heads) * double(S) * double(S);
     for (const Impl& im : impls) {
       if (im.form == AttnForm::Tiled && !fused_ok) continue;
+      if (im.form == AttnForm::Whole && unfused_bytes > 0.8 * double(free_bytes)) {
+        std::fprintf(stderr, "octet bench attention: %s at S %lld skipped: its S x S buffers need "
+                     "~%.0f GB, %.0f GB free\n", im.name, (long long)S, unfused_bytes / 1e9,
+                     double(free_bytes) / 1e9);
+        continue;
+      }
       AttentionConfig cfg;
       cfg.precision = im.precision;
       cfg.delta = im.delta;
@@ -82,6 +98,7 @@ void bench_attention(const AttnBenchOptions& opt,
       row.bwd_tflops = 2.5 * fwd_flop / (row.bwd_ms * 1e-3) / 1e12;
       on_row(row);
     }
+    bench_cudnn_sdpa(backend, timer, opt, S, on_row);
   }
 }
 

@@ -12,6 +12,7 @@
 #include "bench/cuda/bench_timer.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/cudnn_sdpa.h"
 #include "cuda/gemm.h"
 #include "cuda/ops.h"
 #include "cuda/quantize.h"
@@ -31,6 +32,7 @@ BenchEnv bench_env() {
   OCTET_CUDA_CHECK(cudaRuntimeGetVersion(&e.runtime_version));
   OCTET_CUDA_CHECK(cudaDriverGetVersion(&e.driver_version));
   e.cublaslt_version = cublasLtGetVersion();
+  e.cudnn_version = SdpaEngine::version();
   return e;
 }
 
