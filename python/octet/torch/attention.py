@@ -75,13 +75,16 @@ def _(q, k, v, d_o, residual, causal, softmax_scale, delta, precision, formats):
 
 def _setup_context(ctx, inputs, output):
     q, k, v, residual, *config = inputs
-    ctx.save_for_backward(q, k, v, residual)
+    ctx.save_for_backward(q, k, v)
+    # Not a saved tensor: each backward writes it, and a graph may be run backward more than once
+    # (retain_graph), which autograd's version check on saved tensors would refuse.
+    ctx.residual = residual
     ctx.config = config
 
 
 def _autograd_backward(ctx, d_o):
-    q, k, v, residual = ctx.saved_tensors
-    dq, dk, dv = _backward(q, k, v, d_o.to(q.dtype).contiguous(), residual, *ctx.config)
+    q, k, v = ctx.saved_tensors
+    dq, dk, dv = _backward(q, k, v, d_o.to(q.dtype).contiguous(), ctx.residual, *ctx.config)
     return dq, dk, dv, None, None, None, None, None, None
 
 
