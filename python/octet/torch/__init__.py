@@ -5,5 +5,7 @@
   update_scales(model)   delayed scaling's once-per-optimizer-step update of every Float8Linear
 """
 from .attention import attention
+from .convert import convert_to_float8
+from .linear import Float8Linear, update_scales
 
-__all__ = ["attention"]
+__all__ = ["attention", "Float8Linear", "convert_to_float8", "update_scales"]
