@@ -14,7 +14,7 @@
 import pytest
 import torch
 
-from octet_torch_util import NaiveFp8, rel, sdpa
+from octet_torch_util import check_attention_rule, rel, run_grads, sdpa
 import octet
 import octet.torch as ot
 
@@ -26,11 +26,6 @@ def inputs(b, tq, tk, h, g, d, seed, dtype=torch.float64):
     v = torch.randn(b, tk, g, d, generator=gen, dtype=dtype)
     d_o = torch.randn(b, tq, h, d, generator=gen, dtype=dtype)
     return [t.requires_grad_() for t in (q, k, v)], d_o
-
-
-def run(fn, qkv, d_o):
-    o = fn(*qkv)
-    return (o.detach(), *torch.autograd.grad(o, qkv, d_o))
 
 
 @pytest.mark.parametrize("causal,g", [(False, 2), (True, 1), (True, 2)])
@@ -50,16 +45,10 @@ SHAPES = [  # b, tq, tk, h, g, d, causal
 @pytest.mark.parametrize("b,tq,tk,h,g,d,causal", SHAPES)
 def test_fp8_within_reference_rule(b, tq, tk, h, g, d, causal):
     qkv, d_o = inputs(b, tq, tk, h, g, d, seed=tq)
-    ref = run(lambda q, k, v: sdpa(q, k, v, causal), qkv, d_o)
-    naive = run(lambda q, k, v: sdpa(q, k, v, causal, NaiveFp8), qkv, d_o)
-    errs = {}
-    for delta in ("stale", "matched"):
-        got = run(lambda q, k, v: ot.attention(q, k, v, causal=causal, delta=delta), qkv, d_o)
-        for name, x, n, r in zip(("o", "dq", "dk", "dv"), got, naive, ref):
-            assert x.dtype == torch.float64
-            errs[delta, name] = rel(x, r)
-            assert errs[delta, name] <= 2 * rel(n, r) + 1e-3, (delta, name, errs[delta, name])
-    assert errs["matched", "dq"] < errs["stale", "dq"]
+    errs = {delta: check_attention_rule(
+        lambda q, k, v: ot.attention(q, k, v, causal=causal, delta=delta), qkv, d_o, causal)
+        for delta in ("stale", "matched")}
+    assert errs["matched"]["dq"] < errs["stale"]["dq"]
 
 
 def test_matched_row_residual():
@@ -76,9 +65,9 @@ def test_matched_row_residual():
 
 def test_gqa_equals_repeated_kv_heads():
     (q, k, v), d_o = inputs(1, 24, 24, 4, 2, 16, seed=9, dtype=torch.float32)
-    got = run(lambda q, k, v: ot.attention(q, k, v, causal=True), (q, k, v), d_o)
+    got = run_grads(lambda q, k, v: ot.attention(q, k, v, causal=True), (q, k, v), d_o)
     rep = lambda t: t.repeat_interleave(2, dim=2)
-    want = run(lambda q, k, v: ot.attention(q, rep(k), rep(v), causal=True), (q, k, v), d_o)
+    want = run_grads(lambda q, k, v: ot.attention(q, rep(k), rep(v), causal=True), (q, k, v), d_o)
     for x, y in zip(got, want):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
 
@@ -89,8 +78,8 @@ def test_strided_inputs_equal_contiguous():
     qs, ks, vs = (t.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()
                   for t in (q, k, v))
     assert not qs.is_contiguous()
-    a = run(lambda q, k, v: ot.attention(q, k, v), (q, k, v), d_o)
-    b = run(lambda q, k, v: ot.attention(q, k, v), (qs, ks, vs), d_o)
+    a = run_grads(lambda q, k, v: ot.attention(q, k, v), (q, k, v), d_o)
+    b = run_grads(lambda q, k, v: ot.attention(q, k, v), (qs, ks, vs), d_o)
     for x, y in zip(a, b):
         assert torch.equal(x, y)
 

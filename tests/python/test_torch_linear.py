@@ -1,13 +1,8 @@
 """octet.torch.Float8Linear and convert_to_float8 on the CPU (python/octet, docs/pytorch.md).
 
-- Float8Linear vs nn.Linear (float64 reference) within a derived FP8 error bound, forward and
-  both backward GEMMs, for recipes tensor-current, tensor-delayed, row, block and formats e4m3,
-  hybrid. Round to nearest in a format with p mantissa bits has relative error <= u = 2^-(p+1)
-  (E4M3 2^-4, E5M2 2^-3) above the smallest normal; below it the absolute error is at most half
-  the subnormal spacing at the block's scale, <= amax / fp8_max · 2^-(bias + p) / 2 with the
-  tensor's amax (a finer recipe's block amax is smaller). So each product a_k b_k of a GEMM is off
-  by at most (u_a + u_b + u_a u_b)|a_k b_k| + |b_k| Δ_a + |a_k| Δ_b + Δ_a Δ_b; summed over k, plus
-  FP32 accumulation (well below the slack of 1e-5 relative used here).
+- Float8Linear vs nn.Linear (float64 reference) within the derived FP8 error bound of
+  octet_torch_util.gemm_bound, forward and both backward GEMMs, for recipes tensor-current,
+  tensor-delayed, row, block and formats e4m3, hybrid.
 - convert_to_float8 keeps state_dict keys (and values), respects module_filter, and a tiny model
   trains (loss falls) with tensor-delayed (update_scales each step) and block scaling.
 - tensor-delayed state: quant_state round-trips into a fresh layer (same outputs), not in the
@@ -17,21 +12,9 @@
 import pytest
 import torch
 
-from octet_torch_util import rel  # noqa: F401  (also puts python/ on the path)
+from octet_torch_util import check_linear_bound
 import octet
 import octet.torch as ot
-
-FMT = {"e4m3": (2.0 ** -4, 448.0, 2.0 ** -9), "e5m2": (2.0 ** -3, 57344.0, 2.0 ** -16)}
-
-
-def gemm_bound(a, b, fa, fb):
-    """Elementwise bound of |A Bᵀ − Â B̂ᵀ| (a [M, K], b [N, K]) for FP8 formats fa, fb."""
-    (ua, ma, sa), (ub, mb, sb) = FMT[fa], FMT[fb]
-    da = a.abs().max() / ma * sa / 2  # half the subnormal spacing at the tensor's scale
-    db = b.abs().max() / mb * sb / 2
-    aa, bb = a.abs(), b.abs()
-    bound = (ua + ub + ua * ub) * aa @ bb.T + da * bb.sum(1)[None, :] + db * aa.sum(1)[:, None]
-    return bound + a.shape[1] * da * db + 1e-5 * (aa @ bb.T)
 
 
 @pytest.mark.parametrize("recipe", ["tensor-current", "tensor-delayed", "row", "block"])
@@ -41,21 +24,7 @@ def test_within_fp8_bound(recipe, fmt):
     m, k, n = 37, 160, 48  # k > 128: two block-scale tiles, one partial
     x = torch.randn(m, k, generator=gen) * torch.rand(m, 1, generator=gen) * 4
     dy = torch.randn(m, n, generator=gen)
-    lin = ot.Float8Linear(k, n, recipe=recipe, format=fmt)
-    xg = x.clone().requires_grad_()
-    y = lin(xg)
-    y.backward(dy)
-    w, b = lin.weight.detach().double(), lin.bias.detach().double()
-    xd, dyd = x.double(), dy.double()
-    g = "e5m2" if fmt == "hybrid" else "e4m3"
-    checks = [("y", y.detach() - b, xd @ w.T, gemm_bound(xd, w, "e4m3", "e4m3")),
-              ("dx", xg.grad, dyd @ w, gemm_bound(dyd, w.T, g, "e4m3")),
-              ("dw", lin.weight.grad, dyd.T @ xd, gemm_bound(dyd.T, xd.T, g, "e4m3"))]
-    for name, got, want, bound in checks:
-        err = (got.double() - want).abs()
-        assert bool((err <= bound).all()), (name, float((err / bound).max()))
-        assert rel(got, want) > 0  # FP8 really ran (an FP32 GEMM would be exact here)
-    torch.testing.assert_close(lin.bias.grad, dy.sum(0))
+    check_linear_bound(ot.Float8Linear(k, n, recipe=recipe, format=fmt), x, dy, fmt)
 
 
 def mlp():
