@@ -87,13 +87,15 @@ def test_linear_within_fp8_bound(recipe, fmt):
     check_linear_bound(lin, x.to(DEV), dy.to(DEV), fmt)
 
 
-def test_linear_bf16_matches_f32():
+def test_linear_bf16_close_to_f32():
     gen = torch.Generator().manual_seed(1)
     lin = ot.Float8Linear(256, 128).to(DEV)
-    x = torch.randn(64, 256, generator=gen).to(DEV)
-    y32, y16 = lin(x), lin(x.bfloat16())
+    x = torch.randn(64, 256, generator=gen)
+    exact = x.double() @ lin.weight.detach().double().cpu().T + lin.bias.detach().double().cpu()
+    y32, y16 = lin(x.to(DEV)), lin(x.to(DEV, torch.bfloat16))
     assert y16.dtype == torch.bfloat16
-    assert rel(y16.float().cpu(), y32.double().cpu()) < 2 ** -7  # BF16 input and output rounding
+    # BF16 input (codes may round differently once) and output rounding, on top of FP8's error
+    assert rel(y16.cpu(), exact) <= 2 * rel(y32.cpu(), exact) + 2 ** -8
 
 
 def test_compile_fullgraph():
