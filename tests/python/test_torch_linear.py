@@ -82,6 +82,15 @@ def test_delayed_state_round_trips():
     assert torch.equal(a(x), b(x))
 
 
+def test_autocast_computes_in_its_dtype():
+    lin = ot.Float8Linear(16, 8)
+    x = torch.randn(4, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = lin(x)
+    assert y.dtype == torch.bfloat16
+    assert torch.equal(y, lin(x.bfloat16()))
+
+
 def test_bad_input_raises():
     lin = ot.Float8Linear(16, 8)
     with pytest.raises(ValueError, match=r"\[\.\.\., 16\]"):

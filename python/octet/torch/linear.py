@@ -136,7 +136,7 @@ class Float8Linear(torch.nn.Linear):
     format: "hybrid" (E4M3 forward, E5M2 gradients) | "e4m3"; amax_history_len, amax_algo
     ("max" | "most_recent") and margin: tensor-delayed's settings (octet/quant.h QuantConfig).
     Input [..., in_features] of dtype float32/bfloat16/float16 (float64 on cpu, computed in
-    float32); the output has the input's dtype. Errors: octet.OctetError naming the problem (an
+    float32); the output has the input's dtype (under torch.autocast, as nn.Linear: autocast's). Errors: octet.OctetError naming the problem (an
     unknown recipe or format at construction; what the backend rejects at the first call).
     """
 
@@ -167,6 +167,8 @@ class Float8Linear(torch.nn.Linear):
         if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"Float8Linear: input must be [..., {self.in_features}], got "
                              f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x)}")
+        if torch.is_autocast_enabled(x.device.type):  # as nn.Linear: compute in autocast's dtype
+            x = x.to(torch.get_autocast_dtype(x.device.type))
         if x.device != self.weight.device:
             raise ValueError(f"Float8Linear: input on {x.device}, weight on {self.weight.device}")
         work = _WORK.get((x.device.type, x.dtype))
