@@ -6,9 +6,11 @@
 - convert_to_float8 keeps state_dict keys (and values), respects module_filter, and a tiny model
   trains (loss falls) with tensor-delayed (update_scales each step) and block scaling.
 - tensor-delayed state: quant_state round-trips into a fresh layer (same outputs), not in the
-  state_dict.
+  state_dict; a deep copy starts from its original's state and then keeps its own.
 - Bad input raises a Python exception naming the problem.
 """
+import copy
+
 import pytest
 import torch
 
@@ -80,6 +82,21 @@ def test_delayed_state_round_trips():
     assert not torch.equal(a(x), b(x))
     b.load_quant_state(state)
     assert torch.equal(a(x), b(x))
+
+
+def test_deepcopy_gets_its_own_state():
+    gen = torch.Generator().manual_seed(3)
+    a = ot.Float8Linear(16, 16, recipe="tensor-delayed", amax_history_len=4)
+    a(torch.randn(8, 16, generator=gen) * 4).sum().backward()
+    a.update_scales()
+    b = copy.deepcopy(a)
+    assert torch.equal(b.quant_state(), a.quant_state())  # starts from the original's state
+    b(torch.randn(8, 16, generator=gen) * 100).sum().backward()
+    b.update_scales()
+    assert not torch.equal(b.quant_state(), a.quant_state())  # and moves on alone
+    del a
+    x = torch.randn(8, 16, generator=gen)
+    assert b(x).shape == (8, 16)  # still works with the original gone
 
 
 def test_autocast_computes_in_its_dtype():

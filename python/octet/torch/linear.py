@@ -145,14 +145,33 @@ class Float8Linear(torch.nn.Linear):
                  amax_algo="max", margin=0):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.recipe, self.format = recipe, format
-        spec = _lib.LinearSpec(in_features, out_features, recipe.encode(), format.encode(),
-                               amax_history_len, amax_algo.encode(), margin)
-        layer = _Layer(spec)
+        self._octet_settings = (recipe, format, amax_history_len, amax_algo, margin)
+        layer = _Layer(self._spec())
         # Validates the spec now (octet's message for an unknown recipe or format).
         layer.handle(torch.device("cpu"))
+        self._register(layer)
+
+    def _register(self, layer):
         self._octet_layer = next(_ids)
+        self._octet_owner = id(self)
         _layers[self._octet_layer] = layer
         weakref.finalize(self, _release, self._octet_layer)
+
+    def _layer(self):
+        """This module's layer id. A copy (copy.deepcopy, pickle) carries its original's id:
+        it gets its own octet Linear, starting from a copy of the original's quantizer state."""
+        if self._octet_owner != id(self):
+            src = _layers.get(self._octet_layer)
+            layer = _Layer(src.spec if src is not None else self._spec())
+            if src is not None and src.last is not None:
+                _load_state(layer.handle(torch.device("cpu")), _quant_state(src.last))
+            self._register(layer)
+        return self._octet_layer
+
+    def _spec(self):
+        recipe, fmt, history, algo, margin = self._octet_settings
+        return _lib.LinearSpec(self.in_features, self.out_features, recipe.encode(), fmt.encode(),
+                               history, algo.encode(), margin)
 
     @classmethod
     def from_linear(cls, linear, **kwargs):
@@ -177,25 +196,25 @@ class Float8Linear(torch.nn.Linear):
         if x.numel() == 0:
             raise ValueError(f"Float8Linear: empty input {tuple(x.shape)}")
         x2 = x.reshape(-1, self.in_features).to(work).contiguous()
-        y = _forward(x2, self.weight.float().contiguous(), self._octet_layer)
+        y = _forward(x2, self.weight.float().contiguous(), self._layer())
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
     def update_scales(self):
         """tensor-delayed: fold the recorded amaxes into the history (once per optimizer step)."""
-        layer = _layers[self._octet_layer]
+        layer = _layers[self._layer()]
         if layer.last is not None:
             _lib.check(_lib.lib().octet_linear_update_scales(layer.last))
 
     def quant_state(self):
         """The quantizer state (octet/backend.h Linear::quant_state layout) as a float32 tensor."""
-        layer = _layers[self._octet_layer]
+        layer = _layers[self._layer()]
         return torch.tensor(_quant_state(layer.last) if layer.last is not None else [],
                             dtype=torch.float32)
 
     def load_quant_state(self, state):
         """Restores a quant_state(); octet.OctetError names a mismatch."""
-        layer = _layers[self._octet_layer]
+        layer = _layers[self._layer()]
         _load_state(layer.handle(self.weight.device), [float(v) for v in state])
 
     def extra_repr(self):
