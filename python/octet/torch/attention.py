@@ -134,7 +134,8 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
     dtype; with return_residual=True, (o, residual) where residual is a float64 [2] tensor on q's
     device that each backward through o fills: [max, mean] over query rows of the softmax-gradient
     row residual |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) (octet/attention.h AttentionStats):
-    FP32 rounding (≤ 1e-6) with the matched delta, the delta's relative error with the stale one.
+    FP32 rounding (≤ 1e-6) with the matched delta, the delta's relative error with the stale one
+    (left at 0 by precision "fp64" on float64 tensors, the exact oracle).
 
     causal: query i sees keys j <= i + seq_k - seq_q (bottom-right aligned, as FlashAttention-2).
     delta: "matched" (Delta-Matching, D_i = Σ_j P_ij dP_ij) or "stale" (D_i = dO_i·O_i).
