@@ -5,8 +5,9 @@ Checked: BF16 attention (fused kernels at head_dim 64/128, the unfused path at 3
 float64 SDPA within FlashAttention-3's rule (check_attention_rule), stale and matched, causal and
 GQA, and against the CPU reference on the same BF16 inputs (GPU error <= 2x the CPU's + 1e-3);
 the matched row residual (<= 1e-5, the CUDA tests' bound); a side stream gives the default
-stream's results bitwise; FP16 keeps its dtype; Float8Linear within the FP8 GEMM bound (float32
-activations) and in BF16; torch.compile(fullgraph=True); bad input raises, never crashes.
+stream's results (O bitwise; the gradients up to the order of the fused backward's atomics);
+FP16 keeps its dtype; Float8Linear within the FP8 GEMM bound (float32 activations) and in BF16;
+torch.compile(fullgraph=True); bad input raises, never crashes.
 """
 import pytest
 import torch
@@ -66,8 +67,9 @@ def test_side_stream_equals_default_stream():
     with torch.cuda.stream(side):
         got = run_grads(fn, qkv, d_o)
     torch.cuda.current_stream().wait_stream(side)
-    for x, y in zip(got, want):
-        assert torch.equal(x, y)
+    assert torch.equal(got[0], want[0])  # the forward is deterministic
+    for x, y in zip(got[1:], want[1:]):  # the fused backward adds dQ with FP32 atomics
+        torch.testing.assert_close(x, y, rtol=1e-2, atol=1e-3)
 
 
 def test_fp16_keeps_dtype():
