@@ -155,7 +155,8 @@ class Float8Linear(torch.nn.Linear):
         self._octet_layer = next(_ids)
         self._octet_owner = id(self)
         _layers[self._octet_layer] = layer
-        weakref.finalize(self, _release, self._octet_layer)
+        # Freed with the module; not at interpreter exit (CUDA may be torn down by then).
+        weakref.finalize(self, _release, self._octet_layer).atexit = False
 
     def _layer(self):
         """This module's layer id. A copy (copy.deepcopy, pickle) carries its original's id:
