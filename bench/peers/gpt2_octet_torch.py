@@ -6,8 +6,10 @@ timing) trained with octet's kernels through the PyTorch package (docs/pytorch.m
                                                      the stale delta) or PyTorch's SDPA
   --linears fp8 | bf16                               convert_to_float8 on the blocks' nn.Linear
                                                      (--recipe, --format) or autocast BF16
-  --data FILE                                        train on a text file's bytes (vocab 256; loss
-                                                     curve in "losses") instead of uniform tokens
+  --data PATH                                        train on the bytes of a text file or of every
+                                                     file under a directory (e.g. data/linux-docs;
+                                                     vocab 256; loss curve in "losses") instead of
+                                                     uniform tokens
   torchrun --nproc-per-node 2 ... --ddp              data-parallel: NCCL, DistributedDataParallel,
                                                      each rank its own batches; rank 0 prints
 The LM head (tied embedding) stays BF16, as in octet's arms. Tensor-delayed scales are updated after
@@ -51,7 +53,9 @@ def batches(a, dev, rank):
     if not a.data:
         fixed = [torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=g).to(dev) for _ in range(4)]
         return lambda s: fixed[s % 4]
-    data = torch.frombuffer(bytearray(pathlib.Path(a.data).read_bytes()), dtype=torch.uint8)
+    src = pathlib.Path(a.data)
+    files = sorted(f for f in src.rglob("*") if f.is_file()) if src.is_dir() else [src]
+    data = torch.frombuffer(bytearray(b"".join(f.read_bytes() for f in files)), dtype=torch.uint8)
     if data.numel() <= a.seq + 1:
         sys.exit(f"--data {a.data}: needs more than {a.seq + 1} bytes")
 
@@ -68,7 +72,7 @@ def main():
     ap.add_argument("--linears", choices=["fp8", "bf16"], default="fp8")
     ap.add_argument("--recipe", default="tensor-current")
     ap.add_argument("--format", default="hybrid")
-    ap.add_argument("--data", default="", help="a text file (bytes are tokens, vocab 256)")
+    ap.add_argument("--data", default="", help="a text file or directory (bytes are tokens, vocab 256)")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=50304)
