@@ -31,6 +31,9 @@ MODELS = {  # name: (n_layer, d_model, n_head, d_ff), as bench_model_config() in
 
 
 class Block(nn.Module):
+    # The attention of q, k, v [B, H, T, D]; bench/peers/gpt2_octet_torch.py swaps in octet's.
+    attend = staticmethod(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
     def __init__(self, d, h, f):
         super().__init__()
         self.h = h
@@ -45,7 +48,7 @@ class Block(nn.Module):
         B, T, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
         q, k, v = (t.view(B, T, self.h, d // self.h).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = self.attend(q, k, v)
         x = x + self.proj(y.transpose(1, 2).reshape(B, T, d))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""bench/peers/gpt2_octet_torch.py — the PyTorch GPT-2 peer (gpt2_torch.py's model, step and
+timing) trained with octet's kernels through the PyTorch package (docs/pytorch.md).
+
+  --attention octet-matched | octet-stale | sdpa     octet.torch.attention (FP8, Delta-Matching or
+                                                     the stale delta) or PyTorch's SDPA
+  --linears fp8 | bf16                               convert_to_float8 on the blocks' nn.Linear
+                                                     (--recipe, --format) or autocast BF16
+  --data PATH                                        train on the bytes of a text file or of every
+                                                     file under a directory (e.g. data/linux-docs;
+                                                     vocab 256; loss curve in "losses") instead of
+                                                     uniform tokens
+  torchrun --nproc-per-node 2 ... --ddp              data-parallel: NCCL, DistributedDataParallel,
+                                                     each rank its own batches; rank 0 prints
+The LM head (tied embedding) stays BF16, as in octet's arms. Tensor-delayed scales are updated after
+every optimizer step (octet.torch.update_scales). One JSON line per model with gpt2_torch.py's keys
+plus attention, linears, recipe, format, world_size and losses; tokens/s counts every rank's tokens.
+"""
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+from gpt2_torch import GPT, MODELS, Block, matmul_params
+
+try:
+    import octet
+except ImportError:  # run from the checkout without installing the package
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python"))
+    import octet
+import octet.torch as ot
+
+
+def octet_attend(delta):
+    """Block.attend with octet's attention: [B, H, T, D] in and out (octet takes [B, T, H, D])."""
+    def attend(q, k, v):
+        t = lambda x: x.transpose(1, 2)
+        return t(ot.attention(t(q), t(k), t(v), causal=True, delta=delta))
+    return staticmethod(attend)
+
+
+def batches(a, dev, rank):
+    """A function step -> ids [batch, seq + 1]: uniform tokens (4 batches cycled, as the peer) or
+    random windows of --data's bytes, different on every rank."""
+    g = torch.Generator(device="cpu").manual_seed(1234 + rank)
+    if not a.data:
+        fixed = [torch.randint(0, a.vocab, (a.batch, a.seq + 1), generator=g).to(dev) for _ in range(4)]
+        return lambda s: fixed[s % 4]
+    src = pathlib.Path(a.data)
+    files = sorted(f for f in src.rglob("*") if f.is_file()) if src.is_dir() else [src]
+    data = torch.frombuffer(bytearray(b"".join(f.read_bytes() for f in files)), dtype=torch.uint8)
+    if data.numel() <= a.seq + 1:
+        sys.exit(f"--data {a.data}: needs more than {a.seq + 1} bytes")
+
+    def window(_):
+        start = torch.randint(0, data.numel() - a.seq - 1, (a.batch,), generator=g)
+        return torch.stack([data[i:i + a.seq + 1] for i in start.tolist()]).long().to(dev)
+    return window
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="gpt2-small")
+    ap.add_argument("--attention", choices=["octet-matched", "octet-stale", "sdpa"], default="octet-matched")
+    ap.add_argument("--linears", choices=["fp8", "bf16"], default="fp8")
+    ap.add_argument("--recipe", default="tensor-current")
+    ap.add_argument("--format", default="hybrid")
+    ap.add_argument("--data", default="", help="a text file or directory (bytes are tokens, vocab 256)")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--vocab", type=int, default=50304)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--peak-tflops", type=float, default=989.0)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--ddp", action="store_true", help="under torchrun: one GPU per rank, NCCL")
+    ap.add_argument("--device", default="cuda", help="cuda (cpu only to test the script)")
+    a = ap.parse_args()
+    if a.data:
+        a.vocab = 256
+    rank, world = 0, 1
+    if a.ddp:
+        dist.init_process_group("nccl")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dev = torch.device("cuda", torch.cuda.current_device())
+    else:
+        dev = torch.device(a.device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    if a.attention != "sdpa":
+        Block.attend = octet_attend(a.attention.split("-")[1])
+    env = {"gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+           "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+           "octet_library": octet.library_path(),
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    for name in a.models.split(","):
+        L, d, h, f = MODELS[name]
+        torch.manual_seed(1234)
+        model = GPT(L, d, h, f, a.vocab, a.seq).to(dev)
+        if a.linears == "fp8":
+            ot.convert_to_float8(model, recipe=a.recipe, format=a.format)
+        n_params = sum(p.numel() for p in model.parameters())
+        decay = [p for p in model.parameters() if p.dim() == 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                                 {"params": no_decay, "weight_decay": 0.0}],
+                                lr=a.lr, betas=(0.9, 0.95), eps=1e-8, fused=dev.type == "cuda")
+        step_model = model
+        if a.ddp:
+            step_model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index])
+        if not a.no_compile:
+            step_model = torch.compile(step_model)
+        batch_of = batches(a, dev, rank)
+        ms, losses = [], []
+        sync()
+        for s in range(a.warmup + a.steps):
+            t0 = time.perf_counter()
+            ids = batch_of(s)
+            with torch.autocast(dev.type, dtype=torch.bfloat16):
+                loss = step_model(ids[:, :-1], ids[:, 1:])
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            ot.update_scales(model)
+            losses.append(loss.item())
+            sync()
+            if s >= a.warmup:
+                ms.append((time.perf_counter() - t0) * 1e3)
+        tokens = a.batch * a.seq * world
+        flops_per_token = 6.0 * matmul_params(L, d, f, a.vocab) + 6.0 * L * 2 * a.seq * d
+        step_ms = statistics.median(ms)
+        tps = tokens / (step_ms * 1e-3)
+        tflops = flops_per_token * tps / 1e12 / world
+        row = dict(env, bench="train", impl="torch-octet" + ("-compile" if not a.no_compile else ""),
+                   model=name, arm=f"{a.linears}+{a.attention}", attention=a.attention,
+                   linears=a.linears, recipe=a.recipe if a.linears == "fp8" else "",
+                   format=a.format if a.linears == "fp8" else "", world_size=world,
+                   n_layer=L, d_model=d, n_head=h, d_ff=f, seq_len=a.seq, vocab_size=a.vocab,
+                   batch=a.batch, tokens_per_step=tokens, n_params=n_params,
+                   flops_per_token=flops_per_token, warmup=a.warmup, steps=a.steps,
+                   step_ms_median=step_ms, step_ms_mean=statistics.mean(ms), tokens_per_s=tps,
+                   tflops=tflops, mfu=tflops / a.peak_tflops, peak_tflops=a.peak_tflops,
+                   loss_first=losses[0], loss_last=losses[-1], losses=losses,
+                   data=a.data or "uniform")
+        if rank == 0:
+            print(json.dumps(row), flush=True)
+        del model, step_model, opt
+    if a.ddp:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+/* octet/c_api.h — a small C ABI over octet's Backend, Attention and Linear (backend.h), for
+ * callers that cannot link C++: the PyTorch package (python/octet, loaded with ctypes; the choice
+ * and its costs: docs/pytorch.md). Built as the shared library liboctet_c by every CMake preset;
+ * the CUDA preset's copy also runs the CUDA backend.
+ *
+ * Conventions
+ *  - Every function that can fail returns 0 on success and -1 on failure; the failure's message
+ *    (octet::Error's, naming the problem) is then returned by octet_last_error() on the same
+ *    thread. Functions returning a handle return NULL on failure. No C++ exception crosses this ABI.
+ *  - Tensors are raw pointers in the memory of the handle's backend (host for "cpu"; device memory
+ *    of the backend's device for "cuda:N", e.g. a PyTorch tensor's data_ptr()), row-major and
+ *    contiguous, with the dtype given by the params (OCTET_C_F64/F32/BF16).
+ *  - On CUDA every call enqueues on the backend's stream (the caller's, e.g. PyTorch's current
+ *    stream) and returns without waiting, except where a function says it synchronizes.
+ *  - Names (delta, precision, formats, recipe) are octet's own (octet/attention.h, octet/quant.h):
+ *    an unknown name fails with a message listing the known ones.
+ */
+#ifndef OCTET_C_API_H
+#define OCTET_C_API_H
+
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define OCTET_C_EXPORT __attribute__((visibility("default")))
+#else
+#define OCTET_C_EXPORT
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The ABI version; bumped on any change of a struct or signature below. */
+#define OCTET_C_API_VERSION 1
+OCTET_C_EXPORT int octet_c_api_version(void);
+
+/** The message of the last failure on this thread ("" if none). Valid until the next call. */
+OCTET_C_EXPORT const char* octet_last_error(void);
+
+/** Element types of the tensors handed to the functions below. */
+enum octet_c_dtype { OCTET_C_F64 = 0, OCTET_C_F32 = 1, OCTET_C_BF16 = 2 };
+
+typedef struct octet_c_backend octet_c_backend;
+typedef struct octet_c_linear octet_c_linear;
+
+/** The CPU reference backend. */
+OCTET_C_EXPORT octet_c_backend* octet_backend_new_cpu(void);
+/** The CUDA backend on device ordinal `device`, enqueuing on `stream` (a cudaStream_t, e.g.
+ *  PyTorch's current stream; NULL: the backend creates its own). NULL on failure: no CUDA in this
+ *  build, no such device, or not sm_90 or newer (backend.h make_cuda_backend). */
+OCTET_C_EXPORT octet_c_backend* octet_backend_new_cuda(int device, void* stream);
+OCTET_C_EXPORT void octet_backend_free(octet_c_backend* backend);
+/** Waits for everything enqueued on the backend's stream. */
+OCTET_C_EXPORT int octet_backend_synchronize(octet_c_backend* backend);
+
+/** One attention call (octet/attention.h), layouts [batch, heads, seq, head_dim]:
+ *    q, o, d_o, dq  [batch, n_heads,    seq_q, head_dim]
+ *    k, v, dk, dv   [batch, n_kv_heads, seq_k, head_dim]   (GQA: n_kv_heads divides n_heads)
+ *    lse            [batch, n_heads, seq_q], F32 (F64 when dtype is OCTET_C_F64), natural log.
+ *  precision "fp8" | "bf16" | "fp64"; delta "matched" | "stale"; formats "hybrid" (dO and dS in
+ *  E5M2) | "e4m3". The FP8 config is the fp8-stale / fp8-matched arms' (model.h
+ *  attention_config; the fused kernels' tiled form on CUDA where they implement head_dim).
+ *  dtype OCTET_C_F32 or OCTET_C_BF16 runs the backend's Attention; OCTET_C_F64 (precision "fp64",
+ *  "cpu" only) runs the FP64 oracle with FP64 inputs and outputs (gradient checks). */
+typedef struct octet_attention_params {
+  int64_t batch, n_heads, n_kv_heads, seq_q, seq_k, head_dim;
+  int32_t causal;      /**< 0 or 1; bottom-right aligned when seq_q != seq_k */
+  float softmax_scale; /**< τ; 0: 1/sqrt(head_dim) */
+  const char* precision;
+  const char* delta;
+  const char* formats;
+  int32_t dtype; /**< enum octet_c_dtype of q, k, v, o, d_o, dq, dk, dv */
+  const void *q, *k, *v;
+  void *o, *lse;             /**< forward: written */
+  const void* d_o;           /**< backward: the output gradient */
+  void *dq, *dk, *dv;        /**< backward: written (not accumulated) */
+  double* residual;          /**< backward, may be NULL: F64 [2] in backend memory, accumulates
+                                  the softmax-gradient row residual (backend.h Attention::backward:
+                                  [0] = max, [1] += mean); not computed for OCTET_C_F64 */
+} octet_attention_params;
+
+/** Forward: writes o and lse. */
+OCTET_C_EXPORT int octet_attention_forward(octet_c_backend* backend,
+                                           const octet_attention_params* params);
+/** Backward: re-runs the forward on q, k, v into scratch (deterministic: the same FP8 codes, O and
+ *  softmax statistics as the caller's forward, so the stale delta reads the same O), then the
+ *  backward from d_o. Costs one extra forward (docs/pytorch.md). */
+OCTET_C_EXPORT int octet_attention_backward(octet_c_backend* backend,
+                                            const octet_attention_params* params);
+
+/** A linear layer Y = X Wᵀ in FP8 (octet/backend.h Linear; recipes octet/quant.h). */
+typedef struct octet_linear_spec {
+  int64_t in_features, out_features;
+  const char* recipe;    /**< "tensor-current" | "tensor-delayed" | "row" | "block" | "mx" | "unit" */
+  const char* formats;   /**< "e4m3" | "hybrid" */
+  int32_t amax_history_len; /**< tensor-delayed: history length H (>= 1) */
+  const char* amax_algo; /**< tensor-delayed: "max" | "most_recent" */
+  int32_t margin;        /**< scale = fp8_max / amax / 2^margin */
+} octet_linear_spec;
+
+/** One linear call: x act [rows, in], w F32 [out, in], y act [rows, out]; dy act [rows, out],
+ *  dx act [rows, in] (written; NULL: skipped), dw F32 [out, in] (accumulated +=; NULL: skipped).
+ *  act dtype: OCTET_C_F32 or OCTET_C_BF16. */
+typedef struct octet_linear_call {
+  int64_t rows;
+  int32_t dtype;
+  const void* x;
+  const float* w;
+  void* y;
+  const void* dy;
+  void* dx;
+  float* dw;
+} octet_linear_call;
+
+/** NULL on failure (invalid spec: unknown recipe or format, history < 1, margin out of range). */
+OCTET_C_EXPORT octet_c_linear* octet_linear_new(octet_c_backend* backend,
+                                                const octet_linear_spec* spec);
+OCTET_C_EXPORT void octet_linear_free(octet_c_linear* linear);
+/** Forward: writes y. Quantizes with each slot's current scale and records the amaxes. */
+OCTET_C_EXPORT int octet_linear_forward(octet_c_linear* linear, const octet_linear_call* call);
+/** Backward: re-runs the forward's quantization of x and w (the same codes: the scales only change
+ *  at update_scales) into scratch, then dx and dw from dy. Costs one extra forward GEMM. */
+OCTET_C_EXPORT int octet_linear_backward(octet_c_linear* linear, const octet_linear_call* call);
+/** Delayed scaling's update step (Linear::update_scales): once per optimizer step. */
+OCTET_C_EXPORT int octet_linear_update_scales(octet_c_linear* linear);
+/** The quantizer state (Linear::quant_state's layout) into out[0..capacity); returns the number of
+ *  floats it holds (call with capacity 0 to ask), or -1 on failure. Synchronizes. */
+OCTET_C_EXPORT int64_t octet_linear_quant_state(octet_c_linear* linear, float* out,
+                                                int64_t capacity);
+/** Restores a quant_state (Linear::load_quant_state); fails naming the mismatch. */
+OCTET_C_EXPORT int octet_linear_load_quant_state(octet_c_linear* linear, const float* state,
+                                                 int64_t count);
+/** Amax recorded at the last quantization of x, w and dy (Linear::stats_*), into out[3].
+ *  Synchronizes. */
+OCTET_C_EXPORT int octet_linear_amax(octet_c_linear* linear, float* out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* OCTET_C_API_H */

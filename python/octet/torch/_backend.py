@@ -1,0 +1,41 @@
+"""octet backends for torch tensors: one CPU backend, and one CUDA backend per (device, stream)
+so that octet enqueues on the stream PyTorch is using (octet/backend.h CudaOptions; nothing in
+octet synchronizes with the host). Handles live as long as the process (a backend is small: a
+cuBLASLt handle and a workspace); dtype codes of c_api.h for torch dtypes.
+"""
+import torch
+
+from .. import _lib
+
+_handles = {}
+
+
+def backend_for(device: torch.device):
+    """The c_api.h backend handle for tensors on `device`, on torch's current stream there."""
+    if device.type == "cpu":
+        key = ("cpu",)
+    elif device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        key = ("cuda", index, torch.cuda.current_stream(index).cuda_stream)
+    else:
+        raise ValueError(f"octet runs on cpu and cuda tensors, not on {device.type}")
+    handle = _handles.get(key)
+    if handle is None:
+        lib = _lib.lib()
+        if key[0] == "cpu":
+            handle = _lib.check_handle(lib.octet_backend_new_cpu())
+        else:
+            # torch's default stream is the legacy NULL stream (0); octet reads NULL as "make
+            # your own", so it gets CUDA's explicit handle for that stream, cudaStreamLegacy (1).
+            handle = _lib.check_handle(lib.octet_backend_new_cuda(key[1], key[2] or 1))
+        _handles[key] = handle
+    return handle
+
+
+_DTYPE_CODES = {torch.float64: _lib.DTYPE_F64, torch.float32: _lib.DTYPE_F32,
+                torch.bfloat16: _lib.DTYPE_BF16}
+
+
+def dtype_code(t: torch.Tensor) -> int:
+    """c_api.h's enum octet_c_dtype for a tensor handed to the library."""
+    return _DTYPE_CODES[t.dtype]

@@ -1,0 +1,169 @@
+"""octet's FP8 attention with Delta-Matching as a PyTorch op (docs/pytorch.md).
+
+`attention(q, k, v)` takes FlashAttention's layout [batch, seq, heads, head_dim] and runs octet's
+attention (octet/attention.h; the fp8-stale / fp8-matched arms' config) through liboctet_c: the
+CPU reference on CPU tensors, the CUDA backend (the fused FP8 kernels where they implement
+head_dim) on CUDA tensors, on torch's current stream. Two custom ops (torch.library), each with a
+fake implementation so torch.compile traces through them:
+  octet::attention_forward(q, k, v, residual, ...) -> o          q, k, v, o in [B, H, T, D]
+  octet::attention_backward(q, k, v, d_o, residual, ...) -> dq, dk, dv   (mutates residual)
+The backward op re-runs the forward (deterministic) before the backward: the backend's saved
+state cannot cross an op boundary, so attention costs one extra forward per backward.
+"""
+import math
+
+import torch
+
+from .. import _lib
+from ._backend import backend_for, dtype_code
+
+# The dtype octet computes in for each input dtype: BF16 and FP32 as they are, FP16 widened to
+# FP32 (exact; the backend has no FP16 tensors), FP64 kept for the FP64 oracle ("fp64") and
+# narrowed to FP32 otherwise (the FP8/BF16 paths read FP32).
+_ACCEPTED = {
+    "cpu": (torch.float32, torch.float64, torch.bfloat16, torch.float16),
+    "cuda": (torch.bfloat16, torch.float16, torch.float32),
+}
+
+
+def _params(q, k, v, causal, softmax_scale, delta, precision, formats):
+    b, h, tq, d = q.shape
+    p = _lib.AttentionParams()
+    p.batch, p.n_heads, p.n_kv_heads, p.seq_q, p.seq_k, p.head_dim = b, h, k.shape[1], tq, \
+        k.shape[2], d
+    p.causal, p.softmax_scale = int(causal), softmax_scale
+    p.precision, p.delta, p.formats = precision.encode(), delta.encode(), formats.encode()
+    p.dtype = dtype_code(q)
+    p.q, p.k, p.v = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    return p
+
+
+@torch.library.custom_op("octet::attention_forward", mutates_args=())
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, residual: torch.Tensor,
+             causal: bool, softmax_scale: float, delta: str, precision: str,
+             formats: str) -> torch.Tensor:
+    o = torch.empty_like(q)
+    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    lse = torch.empty(q.shape[:3], dtype=lse_dtype, device=q.device)
+    p = _params(q, k, v, causal, softmax_scale, delta, precision, formats)
+    p.o, p.lse = o.data_ptr(), lse.data_ptr()
+    _lib.check(_lib.lib().octet_attention_forward(backend_for(q.device), p))
+    return o
+
+
+@_forward.register_fake
+def _(q, k, v, residual, causal, softmax_scale, delta, precision, formats):
+    return torch.empty_like(q)
+
+
+@torch.library.custom_op("octet::attention_backward", mutates_args=("residual",))
+def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_o: torch.Tensor,
+              residual: torch.Tensor, causal: bool, softmax_scale: float, delta: str,
+              precision: str, formats: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    p = _params(q, k, v, causal, softmax_scale, delta, precision, formats)
+    p.d_o, p.dq, p.dk, p.dv = d_o.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
+    p.residual = residual.data_ptr() if residual.numel() == 2 else None
+    _lib.check(_lib.lib().octet_attention_backward(backend_for(q.device), p))
+    return dq, dk, dv
+
+
+@_backward.register_fake
+def _(q, k, v, d_o, residual, causal, softmax_scale, delta, precision, formats):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, residual, *config = inputs
+    ctx.save_for_backward(q, k, v)
+    # Not a saved tensor: each backward writes it, and a graph may be run backward more than once
+    # (retain_graph), which autograd's version check on saved tensors would refuse.
+    ctx.residual = residual
+    ctx.config = config
+
+
+def _autograd_backward(ctx, d_o):
+    q, k, v = ctx.saved_tensors
+    dq, dk, dv = _backward(q, k, v, d_o.to(q.dtype).contiguous(), ctx.residual, *ctx.config)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+_forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+
+def _check(q, k, v, precision):
+    names = ("q", "k", "v")
+    for name, t in zip(names, (q, k, v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"octet.torch.attention: {name} must be a torch.Tensor, "
+                            f"got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"octet.torch.attention: {name} must have 4 dims [batch, seq, heads, "
+                             f"head_dim], got shape {tuple(t.shape)}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"octet.torch.attention: q, k, v must be on one device, got "
+                         f"{q.device}, {k.device}, {v.device}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"octet.torch.attention: q, k, v must have one dtype, got "
+                        f"{q.dtype}, {k.dtype}, {v.dtype}")
+    accepted = _ACCEPTED.get(q.device.type)
+    if accepted is None:
+        raise ValueError(f"octet.torch.attention: tensors must be on cpu or cuda, got {q.device}")
+    if q.dtype not in accepted:
+        raise TypeError(f"octet.torch.attention: dtype {q.dtype} is not supported on "
+                        f"{q.device.type} (expected one of {', '.join(map(str, accepted))})")
+    if k.shape != v.shape:
+        raise ValueError(f"octet.torch.attention: k and v must have one shape, got "
+                         f"{tuple(k.shape)} and {tuple(v.shape)}")
+    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"octet.torch.attention: q {tuple(q.shape)} and k {tuple(k.shape)} must "
+                         f"agree in batch and head_dim")
+    if k.shape[2] < 1 or q.shape[2] % k.shape[2] != 0:
+        raise ValueError(f"octet.torch.attention: the kv heads ({k.shape[2]}) must divide the "
+                         f"query heads ({q.shape[2]}) (GQA)")
+    if precision == "fp64" and q.device.type != "cpu":
+        raise ValueError("octet.torch.attention: precision fp64 (the FP64 oracle) runs on cpu only")
+
+
+def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return_residual=False,
+              *, precision="fp8", format="hybrid"):
+    """Multi-head attention with octet's FP8 kernels and the matched (or stale) softmax delta.
+
+    q [batch, seq_q, heads, head_dim]; k, v [batch, seq_k, kv_heads, head_dim] (FlashAttention's
+    layout; GQA when kv_heads divides heads). Returns o [batch, seq_q, heads, head_dim] in q's
+    dtype; with return_residual=True, (o, residual) where residual is a float64 [2] tensor on q's
+    device that each backward through o fills: [max, mean] over query rows of the softmax-gradient
+    row residual |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) (octet/attention.h AttentionStats):
+    FP32 rounding (≤ 1e-6) with the matched delta, the delta's relative error with the stale one
+    (left at 0 by precision "fp64" on float64 tensors, the exact oracle).
+
+    causal: query i sees keys j <= i + seq_k - seq_q (bottom-right aligned, as FlashAttention-2).
+    delta: "matched" (Delta-Matching, D_i = Σ_j P_ij dP_ij) or "stale" (D_i = dO_i·O_i).
+    softmax_scale: τ (default 1/sqrt(head_dim)).
+    precision: "fp8" (E4M3 Q, K, V, P; the fp8-stale / fp8-matched arms' config), "bf16", or
+      "fp64" (cpu, float64 tensors: octet's FP64 oracle, for gradient checks).
+    format: "hybrid" (dO and dS in E5M2) or "e4m3".
+    dtypes: cpu float32/float64/bfloat16/float16; cuda bfloat16/float16/float32. Any strides
+    (the [B, H, T, D] copies octet reads are made here). Errors: TypeError/ValueError naming the
+    bad argument; octet.OctetError for what the library rejects (e.g. a CUDA head_dim that is not
+    a multiple of 16).
+    """
+    _check(q, k, v, precision)
+    dtype = q.dtype
+    if dtype == torch.float16 or (dtype == torch.float64 and precision != "fp64"):
+        work = torch.float32
+    else:
+        work = dtype
+
+    def heads_major(t):  # [B, T, H, D] -> contiguous [B, H, T, D] in the working dtype
+        return t.transpose(1, 2).to(work).contiguous()
+
+    scale = 0.0 if softmax_scale is None else float(softmax_scale)  # 0: c_api.h's default
+    if softmax_scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"octet.torch.attention: softmax_scale must be finite and > 0, "
+                         f"got {softmax_scale}")
+    residual = torch.zeros(2 if return_residual else 0, dtype=torch.float64, device=q.device)
+    o = _forward(heads_major(q), heads_major(k), heads_major(v), residual, bool(causal), scale,
+                 str(delta), str(precision), str(format))
+    o = o.transpose(1, 2).to(dtype)
+    return (o, residual) if return_residual else o

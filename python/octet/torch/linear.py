@@ -1,0 +1,236 @@
+"""octet's FP8 linear layer for PyTorch: Float8Linear, an nn.Linear whose three GEMMs run in FP8
+through octet's Linear (octet/backend.h; recipes docs/numerics.md) via liboctet_c.
+
+Forward Y = X̂Ŵᵀ, backward dX = dŶŴ and dW = dŶᵀX̂, each operand quantized from its
+high-precision source in the orientation its GEMM reads (DeepSeek-V3, Transformer Engine); the
+bias is added by torch in the input dtype. Two custom ops (torch.library, with fake
+implementations for torch.compile):
+  octet::linear_forward(x [M, in], w f32 [out, in], layer) -> y [M, out]
+  octet::linear_backward(x, w, dy, layer) -> dx [M, in], dw f32 [out, in]
+`layer` names the module's octet Linear (its quantizer state: tensor-delayed amax histories) in
+a registry here. The backward op re-runs the forward's quantization and GEMM first (the saved FP8
+operands cannot cross an op boundary): one extra forward GEMM per backward (docs/pytorch.md).
+
+Delayed scaling (tensor-delayed) is quantize-then-update: call update_scales(model) (or
+Float8Linear.update_scales) once per optimizer step. Its state is not in the state_dict (the keys
+stay nn.Linear's: weight, bias); quant_state() / load_quant_state() carry it.
+"""
+import ctypes
+import itertools
+import weakref
+
+import torch
+
+from .. import _lib
+from ._backend import backend_for, dtype_code
+
+_layers = {}  # layer id -> _Layer
+_ids = itertools.count(1)
+
+
+class _Layer:
+    """The octet Linear handles of one module: one per backend (device and stream) it ran on;
+    a new backend's handle starts from the quantizer state of the last one used."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.handles = {}
+        self.last = None
+
+    def handle(self, device):
+        backend = backend_for(device)
+        h = self.handles.get(backend)
+        if h is None:
+            lib = _lib.lib()
+            h = _lib.check_handle(lib.octet_linear_new(backend, ctypes.byref(self.spec)))
+            if self.last is not None:
+                _load_state(h, _quant_state(self.last))
+            self.handles[backend] = h
+        self.last = h
+        return h
+
+    def free(self):
+        for h in self.handles.values():
+            _lib.lib().octet_linear_free(h)
+        self.handles.clear()
+        self.last = None
+
+
+def _quant_state(h):
+    lib = _lib.lib()
+    n = lib.octet_linear_quant_state(h, None, 0)
+    if n < 0:
+        _lib.check(-1)
+    buf = (ctypes.c_float * max(n, 1))()
+    _lib.check(0 if lib.octet_linear_quant_state(h, buf, n) == n else -1)
+    return list(buf[:n])
+
+
+def _load_state(h, values):
+    buf = (ctypes.c_float * max(len(values), 1))(*values)
+    _lib.check(_lib.lib().octet_linear_load_quant_state(h, buf, len(values)))
+
+
+def _call(x, w, layer):
+    c = _lib.LinearCall()
+    c.rows, c.dtype = x.shape[0], dtype_code(x)
+    c.x, c.w = x.data_ptr(), w.data_ptr()
+    return c, _layers[layer].handle(x.device)
+
+
+@torch.library.custom_op("octet::linear_forward", mutates_args=())
+def _forward(x: torch.Tensor, w: torch.Tensor, layer: int) -> torch.Tensor:
+    y = x.new_empty(x.shape[0], w.shape[0])
+    c, h = _call(x, w, layer)
+    c.y = y.data_ptr()
+    _lib.check(_lib.lib().octet_linear_forward(h, ctypes.byref(c)))
+    return y
+
+
+@_forward.register_fake
+def _(x, w, layer):
+    return x.new_empty(x.shape[0], w.shape[0])
+
+
+@torch.library.custom_op("octet::linear_backward", mutates_args=())
+def _backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor,
+              layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    dx, dw = torch.empty_like(x), torch.zeros_like(w)  # dw accumulates (+=) in octet
+    c, h = _call(x, w, layer)
+    c.dy, c.dx, c.dw = dy.data_ptr(), dx.data_ptr(), dw.data_ptr()
+    _lib.check(_lib.lib().octet_linear_backward(h, ctypes.byref(c)))
+    return dx, dw
+
+
+@_backward.register_fake
+def _(x, w, dy, layer):
+    return torch.empty_like(x), torch.empty_like(w)
+
+
+def _setup_context(ctx, inputs, output):
+    x, w, layer = inputs
+    ctx.save_for_backward(x, w)
+    ctx.layer = layer
+
+
+def _autograd_backward(ctx, dy):
+    x, w = ctx.saved_tensors
+    dx, dw = _backward(x, w, dy.to(x.dtype).contiguous(), ctx.layer)
+    return dx, dw, None
+
+
+_forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+_WORK = {  # activation dtype octet computes in, per input dtype and device type
+    ("cpu", torch.float32): torch.float32, ("cpu", torch.float64): torch.float32,
+    ("cpu", torch.bfloat16): torch.bfloat16, ("cpu", torch.float16): torch.float32,
+    ("cuda", torch.float32): torch.float32, ("cuda", torch.bfloat16): torch.bfloat16,
+    ("cuda", torch.float16): torch.float32,
+}
+
+
+class Float8Linear(torch.nn.Linear):
+    """nn.Linear with FP8 GEMMs (octet). Parameters and state_dict as nn.Linear's.
+
+    recipe: "tensor-current" | "tensor-delayed" | "row" | "block" (also "mx", "unit");
+    format: "hybrid" (E4M3 forward, E5M2 gradients) | "e4m3"; amax_history_len, amax_algo
+    ("max" | "most_recent") and margin: tensor-delayed's settings (octet/quant.h QuantConfig).
+    Input [..., in_features] of dtype float32/bfloat16/float16 (float64 on cpu, computed in
+    float32); the output has the input's dtype (under torch.autocast, as nn.Linear: autocast's). Errors: octet.OctetError naming the problem (an
+    unknown recipe or format at construction; what the backend rejects at the first call).
+    """
+
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None, *,
+                 recipe="tensor-current", format="hybrid", amax_history_len=1024,
+                 amax_algo="max", margin=0):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.recipe, self.format = recipe, format
+        self._octet_settings = (recipe, format, amax_history_len, amax_algo, margin)
+        layer = _Layer(self._spec())
+        # Validates the spec now (octet's message for an unknown recipe or format).
+        layer.handle(torch.device("cpu"))
+        self._register(layer)
+
+    def _register(self, layer):
+        self._octet_layer = next(_ids)
+        self._octet_owner = id(self)
+        _layers[self._octet_layer] = layer
+        # Freed with the module; not at interpreter exit (CUDA may be torn down by then).
+        weakref.finalize(self, _release, self._octet_layer).atexit = False
+
+    def _layer(self):
+        """This module's layer id. A copy (copy.deepcopy, pickle) carries its original's id:
+        it gets its own octet Linear, starting from a copy of the original's quantizer state."""
+        if self._octet_owner != id(self):
+            src = _layers.get(self._octet_layer)
+            layer = _Layer(src.spec if src is not None else self._spec())
+            if src is not None and src.last is not None:
+                _load_state(layer.handle(torch.device("cpu")), _quant_state(src.last))
+            self._register(layer)
+        return self._octet_layer
+
+    def _spec(self):
+        recipe, fmt, history, algo, margin = self._octet_settings
+        return _lib.LinearSpec(self.in_features, self.out_features, recipe.encode(), fmt.encode(),
+                               history, algo.encode(), margin)
+
+    @classmethod
+    def from_linear(cls, linear, **kwargs):
+        """A Float8Linear sharing `linear`'s parameters (the same Parameter objects)."""
+        new = cls(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                  device="meta", **kwargs)
+        new.weight = linear.weight
+        new.bias = linear.bias
+        return new.train(linear.training)
+
+    def forward(self, x):
+        if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.in_features:
+            raise ValueError(f"Float8Linear: input must be [..., {self.in_features}], got "
+                             f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x)}")
+        if torch.is_autocast_enabled(x.device.type):  # as nn.Linear: compute in autocast's dtype
+            x = x.to(torch.get_autocast_dtype(x.device.type))
+        if x.device != self.weight.device:
+            raise ValueError(f"Float8Linear: input on {x.device}, weight on {self.weight.device}")
+        work = _WORK.get((x.device.type, x.dtype))
+        if work is None:
+            raise TypeError(f"Float8Linear: dtype {x.dtype} on {x.device.type} is not supported")
+        if x.numel() == 0:
+            raise ValueError(f"Float8Linear: empty input {tuple(x.shape)}")
+        x2 = x.reshape(-1, self.in_features).to(work).contiguous()
+        y = _forward(x2, self.weight.float().contiguous(), self._layer())
+        y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias.to(x.dtype)
+
+    def update_scales(self):
+        """tensor-delayed: fold the recorded amaxes into the history (once per optimizer step)."""
+        layer = _layers[self._layer()]
+        if layer.last is not None:
+            _lib.check(_lib.lib().octet_linear_update_scales(layer.last))
+
+    def quant_state(self):
+        """The quantizer state (octet/backend.h Linear::quant_state layout) as a float32 tensor."""
+        layer = _layers[self._layer()]
+        return torch.tensor(_quant_state(layer.last) if layer.last is not None else [],
+                            dtype=torch.float32)
+
+    def load_quant_state(self, state):
+        """Restores a quant_state(); octet.OctetError names a mismatch."""
+        layer = _layers[self._layer()]
+        _load_state(layer.handle(self.weight.device), [float(v) for v in state])
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, recipe={self.recipe}, format={self.format}"
+
+
+def _release(layer_id):
+    layer = _layers.pop(layer_id, None)
+    if layer is not None:
+        layer.free()
+
+
+def update_scales(model):
+    """Delayed scaling's update for every Float8Linear in `model`: call once per optimizer step
+    (after the backward of its last micro-batch). A no-op for the other recipes."""
+    for m in model.modules():
+        if isinstance(m, Float8Linear):
+            m.update_scales()

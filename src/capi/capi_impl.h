@@ -1,0 +1,56 @@
+// src/capi/capi_impl.h — what the C ABI's files share (include/octet/c_api.h): the handle types
+// behind the opaque pointers, the per-thread last error, and `guarded`, which turns every C++
+// exception into a -1 return and a message for octet_last_error() (no exception crosses the ABI).
+#pragma once
+
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "octet/backend.h"
+#include "octet/c_api.h"
+#include "octet/error.h"
+#include "octet/tensor.h"
+
+struct octet_c_backend {
+  std::unique_ptr<octet::Backend> backend;
+};
+
+struct octet_c_linear {
+  octet::Backend* backend = nullptr;  // not owned: the caller keeps the octet_c_backend alive
+  octet::LinearSpec spec;
+  std::unique_ptr<octet::Linear> linear;
+};
+
+namespace octet::capi {
+
+/// Records `message` as this thread's last error.
+void set_last_error(const std::string& message);
+
+/// Runs f(); 0 on success, -1 (and the message recorded) if it throws.
+template <class F>
+int guarded(F&& f) noexcept {
+  try {
+    f();
+    return 0;
+  } catch (const std::exception& e) {
+    set_last_error(e.what());
+  } catch (...) {
+    set_last_error("unknown C++ exception");
+  }
+  return -1;
+}
+
+/// Checks a handle or pointer argument the caller must pass: throws "<what> is NULL".
+inline void require(const void* p, const char* what) {
+  OCTET_CHECK(p != nullptr, std::string(what) + " is NULL");
+}
+
+/// The octet dtype of an enum octet_c_dtype value; throws naming an unknown value.
+DType dtype_of(int32_t c_dtype, const char* what);
+
+/// A view of caller memory (the C ABI passes const pointers for inputs; octet's Tensor is a
+/// non-owning view whose constness is the operation's contract).
+inline Tensor view(const void* p, DType t, Shape s) { return Tensor(const_cast<void*>(p), t, s); }
+
+}  // namespace octet::capi

@@ -1,0 +1,122 @@
+"""octet.torch.Float8Linear and convert_to_float8 on the CPU (python/octet, docs/pytorch.md).
+
+- Float8Linear vs nn.Linear (float64 reference) within the derived FP8 error bound of
+  octet_torch_util.gemm_bound, forward and both backward GEMMs, for recipes tensor-current,
+  tensor-delayed, row, block and formats e4m3, hybrid.
+- convert_to_float8 keeps state_dict keys (and values), respects module_filter, and a tiny model
+  trains (loss falls) with tensor-delayed (update_scales each step) and block scaling.
+- tensor-delayed state: quant_state round-trips into a fresh layer (same outputs), not in the
+  state_dict; a deep copy starts from its original's state and then keeps its own.
+- Bad input raises a Python exception naming the problem.
+"""
+import copy
+
+import pytest
+import torch
+
+from octet_torch_util import check_linear_bound
+import octet
+import octet.torch as ot
+
+
+@pytest.mark.parametrize("recipe", ["tensor-current", "tensor-delayed", "row", "block"])
+@pytest.mark.parametrize("fmt", ["e4m3", "hybrid"])
+def test_within_fp8_bound(recipe, fmt):
+    gen = torch.Generator().manual_seed(0)
+    m, k, n = 37, 160, 48  # k > 128: two block-scale tiles, one partial
+    x = torch.randn(m, k, generator=gen) * torch.rand(m, 1, generator=gen) * 4
+    dy = torch.randn(m, n, generator=gen)
+    check_linear_bound(ot.Float8Linear(k, n, recipe=recipe, format=fmt), x, dy, fmt)
+
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 64),
+                               torch.nn.GELU(), torch.nn.Linear(64, 8))
+
+
+def test_convert_keeps_state_dict_and_filter():
+    model = mlp()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    params = list(model.parameters())
+    ot.convert_to_float8(model, recipe="row", module_filter=lambda m, fqn: fqn != "4")
+    assert isinstance(model[0], ot.Float8Linear) and isinstance(model[2], ot.Float8Linear)
+    assert type(model[4]) is torch.nn.Linear  # filtered out
+    after = model.state_dict()
+    assert list(after) == list(before)
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    assert list(model.parameters()) == params  # the same Parameter objects
+    model.load_state_dict(mlp().state_dict())  # an nn.Linear checkpoint loads as it is
+
+
+@pytest.mark.parametrize("recipe", ["tensor-delayed", "block"])
+def test_tiny_model_trains(recipe):
+    model = ot.convert_to_float8(mlp(), recipe=recipe, format="hybrid")
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(128, 32, generator=gen)
+    target = torch.sin(x[:, :8] * 2) + x[:, 8:16] * x[:, 16:24]
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+    losses = []
+    for _ in range(40):
+        loss = torch.nn.functional.mse_loss(model(x), target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        ot.update_scales(model)
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], losses[::10]
+
+
+def test_delayed_state_round_trips():
+    gen = torch.Generator().manual_seed(2)
+    a = ot.Float8Linear(16, 16, recipe="tensor-delayed", amax_history_len=4)
+    for scale in (1.0, 8.0, 2.0):  # three steps of different amax
+        a(torch.randn(8, 16, generator=gen) * scale).sum().backward()
+        a.update_scales()
+    state = a.quant_state()
+    assert state.numel() > 9  # 3 slots, each [n, history..., scale, overflow count]
+    b = ot.Float8Linear(16, 16, recipe="tensor-delayed", amax_history_len=4)
+    b.load_state_dict(a.state_dict())
+    assert list(b.state_dict()) == ["weight", "bias"]  # the quantizer state is not in it
+    x = torch.randn(8, 16, generator=gen) * 0.1  # below the history's amax: its scale shows
+    assert not torch.equal(a(x), b(x))
+    b.load_quant_state(state)
+    assert torch.equal(a(x), b(x))
+
+
+def test_deepcopy_gets_its_own_state():
+    gen = torch.Generator().manual_seed(3)
+    a = ot.Float8Linear(16, 16, recipe="tensor-delayed", amax_history_len=4)
+    a(torch.randn(8, 16, generator=gen) * 4).sum().backward()
+    a.update_scales()
+    b = copy.deepcopy(a)
+    assert torch.equal(b.quant_state(), a.quant_state())  # starts from the original's state
+    b(torch.randn(8, 16, generator=gen) * 100).sum().backward()
+    b.update_scales()
+    assert not torch.equal(b.quant_state(), a.quant_state())  # and moves on alone
+    del a
+    x = torch.randn(8, 16, generator=gen)
+    assert b(x).shape == (8, 16)  # still works with the original gone
+
+
+def test_autocast_computes_in_its_dtype():
+    lin = ot.Float8Linear(16, 8)
+    x = torch.randn(4, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = lin(x)
+    assert y.dtype == torch.bfloat16
+    assert torch.equal(y, lin(x.bfloat16()))
+
+
+def test_bad_input_raises():
+    lin = ot.Float8Linear(16, 8)
+    with pytest.raises(ValueError, match=r"\[\.\.\., 16\]"):
+        lin(torch.randn(4, 15))
+    with pytest.raises(TypeError, match="torch.int64"):
+        lin(torch.ones(4, 16, dtype=torch.int64))
+    with pytest.raises(octet.OctetError, match="unknown recipe 'tensorwise'"):
+        ot.Float8Linear(16, 8, recipe="tensorwise")
+    with pytest.raises(octet.OctetError, match="amax_history_len"):
+        ot.Float8Linear(16, 8, recipe="tensor-delayed", amax_history_len=0)
+    with pytest.raises(octet.OctetError):
+        lin.load_quant_state([1.0, 2.0])  # a stateless recipe has no state to load
