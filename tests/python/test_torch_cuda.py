@@ -109,9 +109,18 @@ def test_compile_fullgraph():
         return ot.attention(qkv, qkv, qkv, causal=True).sum()
 
     x = torch.randn(2, 64, 64, device=DEV, dtype=torch.bfloat16, requires_grad=True)
-    eager = torch.autograd.grad(block(x), x)[0]
-    compiled = torch.autograd.grad(torch.compile(block, fullgraph=True)(x), x)[0]
-    torch.testing.assert_close(compiled, eager, rtol=1e-2, atol=1e-2)
+    y_eager = block(x)
+    y_compiled = torch.compile(block, fullgraph=True)(x)
+    torch.testing.assert_close(y_compiled, y_eager, rtol=1e-3, atol=1e-3)  # summed in another order
+    eager = torch.autograd.grad(y_eager, x)[0]
+    again = torch.autograd.grad(block(x), x)[0]
+    compiled = torch.autograd.grad(y_compiled, x)[0]
+    # The fused backward sums dQ with FP32 atomics (order varies run to run), and the linear then
+    # rounds dY = dQ + dK + dV to FP8 with a current scale, where one flipped E5M2 code moves an
+    # element by up to 25 %: two eager runs differ element-wise, so the check is on the whole
+    # gradient — compiled is as close to eager as eager is to itself, within FP8's error.
+    spread = rel(again.float(), eager.double())
+    assert rel(compiled.float(), eager.double()) <= max(4 * spread, 2 ** -4), spread
 
 
 def test_bad_input_raises():

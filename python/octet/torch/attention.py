@@ -42,7 +42,11 @@ def _params(q, k, v, causal, softmax_scale, delta, precision, formats):
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, residual: torch.Tensor,
              causal: bool, softmax_scale: float, delta: str, precision: str,
              formats: str) -> torch.Tensor:
-    o = torch.empty_like(q)
+    # octet reads and writes contiguous [B, H, T, D]: under torch.compile an op's inputs may come
+    # with whatever strides Inductor chose, so the op makes them contiguous itself (a no-op when
+    # they are) and allocates contiguous outputs (the fake impls say so too).
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    o = q.new_empty(q.shape)
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     lse = torch.empty(q.shape[:3], dtype=lse_dtype, device=q.device)
     p = _params(q, k, v, causal, softmax_scale, delta, precision, formats)
@@ -53,14 +57,15 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, residual: torch.
 
 @_forward.register_fake
 def _(q, k, v, residual, causal, softmax_scale, delta, precision, formats):
-    return torch.empty_like(q)
+    return q.new_empty(q.shape)
 
 
 @torch.library.custom_op("octet::attention_backward", mutates_args=("residual",))
 def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_o: torch.Tensor,
               residual: torch.Tensor, causal: bool, softmax_scale: float, delta: str,
               precision: str, formats: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    q, k, v, d_o = q.contiguous(), k.contiguous(), v.contiguous(), d_o.contiguous()
+    dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
     p = _params(q, k, v, causal, softmax_scale, delta, precision, formats)
     p.d_o, p.dq, p.dk, p.dv = d_o.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
     p.residual = residual.data_ptr() if residual.numel() == 2 else None
@@ -70,7 +75,7 @@ def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_o: torch.Tens
 
 @_backward.register_fake
 def _(q, k, v, d_o, residual, causal, softmax_scale, delta, precision, formats):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):

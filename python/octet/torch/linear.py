@@ -80,6 +80,8 @@ def _call(x, w, layer):
 
 @torch.library.custom_op("octet::linear_forward", mutates_args=())
 def _forward(x: torch.Tensor, w: torch.Tensor, layer: int) -> torch.Tensor:
+    # Contiguous inputs and outputs whatever strides torch.compile gives the op (as attention.py's).
+    x, w = x.contiguous(), w.contiguous()
     y = x.new_empty(x.shape[0], w.shape[0])
     c, h = _call(x, w, layer)
     c.y = y.data_ptr()
@@ -95,7 +97,8 @@ def _(x, w, layer):
 @torch.library.custom_op("octet::linear_backward", mutates_args=())
 def _backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor,
               layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    dx, dw = torch.empty_like(x), torch.zeros_like(w)  # dw accumulates (+=) in octet
+    x, w, dy = x.contiguous(), w.contiguous(), dy.contiguous()
+    dx, dw = x.new_empty(x.shape), w.new_zeros(w.shape)  # dw accumulates (+=) in octet
     c, h = _call(x, w, layer)
     c.dy, c.dx, c.dw = dy.data_ptr(), dx.data_ptr(), dw.data_ptr()
     _lib.check(_lib.lib().octet_linear_backward(h, ctypes.byref(c)))
@@ -104,7 +107,7 @@ def _backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor,
 
 @_backward.register_fake
 def _(x, w, dy, layer):
-    return torch.empty_like(x), torch.empty_like(w)
+    return x.new_empty(x.shape), w.new_empty(w.shape)
 
 
 def _setup_context(ctx, inputs, output):
