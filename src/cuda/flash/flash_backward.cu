@@ -6,7 +6,8 @@
 // backward (arXiv 2307.08691, Algorithm 2): K̂, V̂, K̂ᵀ of the key block are loaded once into shared
 // memory; for each of the rep = H/G query heads and each query block of block_q rows that sees the
 // key block, per tile:
-//   S, P, dP (flash_backward_tile.cuh: the pre-pass's bits), dS = P∘(dP − D) (octet/delta_rule.h),
+//   S → P, then dP → dS = P∘(dP − D) in the same registers (flash_backward_tile.cuh: the
+//   pre-pass's bits; octet/delta_rule.h),
 //   the row residual sums (FP64 atomics), the tile's amax over all 8 warps → a power-of-two scale
 //   (fp8.h scale_from_amax, pow2) → dŜ codes in ds_format, P̃ = E4M3(exp(S − m)·p_scale);
 //   dQ_i += τ dŜK̂ per warp (the dŜ accumulator is already the A fragment: s_key order), × 1/scale,
@@ -46,43 +47,66 @@ struct MainSmem {
   static constexpr int kBytes = 3 * Gm::kKV + 2 * Gm::kPT + 2 * kBN * kAccLd * 4;
 };
 
-// One warp's dS of a tile (into dp, in place) with the row residual sums (when res_sums), the P̃
-// codes into pt ([kBN][kBM] bytes, chunks pt_chunk-swizzled, if given), and this lane's |dS| amax
-// bits. Element (nt, e): row e / 2, tile key key0 + s_key(nt, 0) + 4t + e % 2; visibility is a
-// 32-bit compare against Rows::lim.
-template <int kNK, int kBM>
-__device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res_sums,
-                                            const bwd::Rows& rows, int64_t bh, int64_t j0, int key0,
-                                            int row0, int t, const float (&s)[kNK / 8][4],
-                                            float (&dp)[kNK / 8][4], uint8_t* pt) {
-  unsigned amax = 0;
-  double rs[2] = {0.0, 0.0}, rm[2] = {0.0, 0.0};
-  const int lim[2] = {rows.lim(0, j0 + key0 + 4 * t), rows.lim(1, j0 + key0 + 4 * t)};
+// Phase 1 of one warp's tile step: P = exp(S − m)/l of its 16 rows x kNK keys into pd (n-tile by
+// n-tile: S is never live as a whole), and the P̃ codes into pt ([kBN][kBM] bytes, chunks
+// pt_chunk-swizzled, if given). Element (nt, e): row e / 2, tile key key0 + s_key(nt, 0) + 4t +
+// e % 2, visible iff s_key(nt, 0) + e % 2 < lim[e / 2] (Rows::lim from j0 + key0 + 4t).
+template <int kD, int kBM, int kBN>
+__device__ __forceinline__ void tile_p(const BackwardParams& p, const bwd::Warp<kD, kBM, kBN>& w,
+                                       const bwd::Rows& rows, const uint8_t* sk,
+                                       const uint32_t (&qa)[kD / 32][4], const int (&lim)[2],
+                                       float (&pd)[bwd::Geom<kD, kBM, kBN>::kNK / 8][4],
+                                       uint8_t* pt) {
+  constexpr int kNK = bwd::Geom<kD, kBM, kBN>::kNK;
 #pragma unroll
-  for (int nt = 0; nt < kNK / 8; ++nt)
+  for (int nt = 0; nt < kNK / 8; ++nt) {
+    float s[4];
+    w.s_ntile(sk, nt, qa, s);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float ev[2];
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int e = 2 * r + c;
-        const bool in = s_key(nt, 0) + c < lim[r];
-        const float pr = rows.prob(r, in, s[nt][e], &ev[c]);
-        const float ds = in ? RowDelta<float>{rows.delta[r]}.ds(pr, dp[nt][e]) : 0.0f;
-        if (res_sums && in) {  // FP64 work only when the residual is asked for
-          rs[r] += double(ds);
-          rm[r] += double(pr) * (fabs(double(dp[nt][e])) + fabs(double(rows.delta[r])));
-        }
-        dp[nt][e] = ds;
-        amax = max(amax, __float_as_uint(ds) & 0x7FFFFFFFu);
-      }
-      if (pt) {  // P̃ = E4M3(exp(S − m)·p_scale) of keys kl, kl + 1 (two rows of P̃ᵀ), query row0 + 8r
+      for (int c = 0; c < 2; ++c)
+        pd[nt][2 * r + c] = rows.prob(r, s_key(nt, 0) + c < lim[r], s[2 * r + c], &ev[c]);
+      if (pt) {  // P̃ = E4M3(exp(S − m)·p_scale) of keys kl, kl + 1 (two rows of P̃ᵀ), query q
         const uint32_t codes = fp8x2(ev[0] * p.p_scale, ev[1] * p.p_scale, false);
-        const int kl = key0 + s_key(nt, 0) + 4 * t, q = row0 + 8 * r;
+        const int kl = w.key0 + s_key(nt, 0) + 4 * w.t, q = 16 * w.qs + w.g + 8 * r;
         pt[kl * kBM + 16 * pt_chunk<kBM>(kl, q / 16) + q % 16] = uint8_t(codes);
         pt[(kl + 1) * kBM + 16 * pt_chunk<kBM>(kl + 1, q / 16) + q % 16] = uint8_t(codes >> 8);
       }
     }
+  }
+}
+
+// Phase 2: dP n-tile by n-tile and dS = P∘(dP − D) in place of P (octet/delta_rule.h), the row
+// residual sums (FP64, only when res_sums is given), and this lane's |dS| amax bits.
+template <int kD, int kBM, int kBN>
+__device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res_sums,
+                                            const bwd::Warp<kD, kBM, kBN>& w, const bwd::Rows& rows,
+                                            int64_t bh, const uint8_t* sv,
+                                            const uint32_t (&da)[kD / 32][4], const int (&lim)[2],
+                                            float (&pd)[bwd::Geom<kD, kBM, kBN>::kNK / 8][4]) {
+  constexpr int kNK = bwd::Geom<kD, kBM, kBN>::kNK;
+  unsigned amax = 0;
+  double rs[2] = {0.0, 0.0}, rm[2] = {0.0, 0.0};
+#pragma unroll
+  for (int nt = 0; nt < kNK / 8; ++nt) {
+    float dp[4];
+    w.dp_ntile(sv, nt, da, dp);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e / 2;
+      const bool in = s_key(nt, 0) + e % 2 < lim[r];
+      const float pr = pd[nt][e];
+      const float ds = in ? RowDelta<float>{rows.delta[r]}.ds(pr, dp[e]) : 0.0f;
+      if (res_sums && in) {  // FP64 work only when the residual is asked for
+        rs[r] += double(ds);
+        rm[r] += double(pr) * (fabs(double(dp[e])) + fabs(double(rows.delta[r])));
+      }
+      pd[nt][e] = ds;
+      amax = max(amax, __float_as_uint(ds) & 0x7FFFFFFFu);
+    }
+  }
   if (res_sums) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -90,7 +114,7 @@ __device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res
         rs[r] += __shfl_xor_sync(0xFFFFFFFFu, rs[r], o);
         rm[r] += __shfl_xor_sync(0xFFFFFFFFu, rm[r], o);
       }
-      if (t == 0 && rows.row[r] < p.Tq) {
+      if (w.t == 0 && rows.row[r] < p.Tq) {
         atomicAdd(res_sums + 2 * (bh * p.Tq + rows.row[r]), rs[r]);
         atomicAdd(res_sums + 2 * (bh * p.Tq + rows.row[r]) + 1, rm[r]);
       }
@@ -164,15 +188,15 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
     for (int64_t qb = qb0; qb < n_qblocks; ++qb) {
       const int64_t i0 = qb * kBM;
       bwd::Rows rows;
-      float dp[Gm::kNK / 8][4];
+      float dp[Gm::kNK / 8][4];  // P, then dS
       unsigned amax;
       {
         uint32_t qa[kD / 32][4], da[kD / 32][4];
         w.load_rows(p, bh, i0, rows, qa, da);
         rows.load_delta(p, bh);
-        float s[Gm::kNK / 8][4];
-        w.s_dp(sk, sv, qa, da, s, dp);
-        amax = tile_ds<Gm::kNK, kBM>(p, p.res_sums, rows, bh, j0, key0, 16 * qs + g, t, s, dp, spt);
+        const int lim[2] = {rows.lim(0, j0 + key0 + 4 * t), rows.lim(1, j0 + key0 + 4 * t)};
+        tile_p(p, w, rows, sk, qa, lim, dp, spt);
+        amax = tile_ds(p, p.res_sums, w, rows, bh, sv, da, lim, dp);
       }
       const float sc = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
       const float g_scale = p.tau * (1.0f / sc);  // τ · dŜ's 1/scale (a power of two: exact)
@@ -291,13 +315,13 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardParams p) {
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
-    float dp[Gm::kNK / 8][4];
+    float dp[Gm::kNK / 8][4];  // P, then dS
     unsigned amax;
     {
-      float s[Gm::kNK / 8][4];
-      w.s_dp(sk, sv, qa, da, s, dp);
+      const int lim[2] = {rows.lim(0, j0 + key0 + 4 * t), rows.lim(1, j0 + key0 + 4 * t)};
+      tile_p(p, w, rows, sk, qa, lim, dp, nullptr);
       // No residual sums here: the main kernel adds them.
-      amax = tile_ds<Gm::kNK, kBM>(p, nullptr, rows, bh, j0, key0, 16 * qs + g, t, s, dp, nullptr);
+      amax = tile_ds(p, nullptr, w, rows, bh, sv, da, lim, dp);
     }
     const float sc = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
     const float g_scale = p.tau * (1.0f / sc);

@@ -5,7 +5,7 @@
 //
 // Matched (Delta-Matching, docs/delta-matching.md "The delta rule"): one CTA per (b, h, query
 // block of block_q rows) walks the key blocks its rows see and recomputes each tile's P and dP with
-// the main kernel's own device function (flash_backward_tile.cuh tile_s_dp, Rows::prob: the same
+// the main kernel's own device functions (flash_backward_tile.cuh Warp::s_ntile/dp_ntile, Rows::prob: the same
 // warp tiles, the same bits), adding Σ_j P_ij dP_ij and Σ_j P_ij per row in FP64 (octet/delta_rule.h
 // MatchedSums: products of two FP32 values are exact in FP64); the per-lane partials are joined
 // over the quad and the key-part warps in a fixed order; D_i = Σ P dP / Σ P, rounded once. The cost
@@ -35,7 +35,7 @@ __device__ __forceinline__ double quad_sum_f64(double x) {
 }
 
 template <int kD, int kBM, int kBN>
-__global__ void __launch_bounds__(kThreads) matched_delta_kernel(const BackwardParams p) {
+__global__ void __launch_bounds__(kThreads, 2) matched_delta_kernel(const BackwardParams p) {
   using Gm = bwd::Geom<kD, kBM, kBN>;
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* const sk = smem;
@@ -57,20 +57,22 @@ __global__ void __launch_bounds__(kThreads) matched_delta_kernel(const BackwardP
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
-    float s[Gm::kNK / 8][4], dp[Gm::kNK / 8][4];
-    w.s_dp(sk, sv, qa, da, s, dp);
     // Element (nt, e): row e / 2, key j0 + key0 + s_key(nt, 0) + 4t + e % 2 (Rows::lim compares).
+    // Per n-tile: S → P, dP (the main kernel's functions and bits), then the sums.
     const int lim[2] = {rows.lim(0, j0 + w.key0 + 4 * t), rows.lim(1, j0 + w.key0 + 4 * t)};
 #pragma unroll
-    for (int nt = 0; nt < Gm::kNK / 8; ++nt)
+    for (int nt = 0; nt < Gm::kNK / 8; ++nt) {
+      float s[4], dp[4];
+      w.s_ntile(sk, nt, qa, s);
+      w.dp_ntile(sv, nt, da, dp);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = e / 2;
-        const bool in = s_key(nt, 0) + e % 2 < lim[r];
+        const bool in = s_key(nt, 0) + e % 2 < lim[e / 2];
         float ev;
-        const float pr = rows.prob(r, in, s[nt][e], &ev);
-        if (in) sums[r].add(pr, dp[nt][e]);
+        const float pr = rows.prob(e / 2, in, s[e], &ev);
+        if (in) sums[e / 2].add(pr, dp[e]);
       }
+    }
     __syncthreads();  // every warp is done with the tile before the next load
   }
 #pragma unroll

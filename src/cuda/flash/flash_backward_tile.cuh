@@ -12,7 +12,8 @@
 // flash_mma_sm89.cuh s_key (so an accumulator row is, after an in-place FP8 conversion, the A
 // fragment of the next product over keys), kD/32 MMAs over head_dim in order from a zero
 // accumulator, then one rounded product by τ·sq·sk (forward_kernel's exact sequence: the saved m
-// and l describe this S).
+// and l describe this S). The kernels compute a tile's S (→ P) for all n-tiles first and its dP
+// (→ dS, in the same registers) second, so that only one 16 x kNK FP32 array is live.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -120,42 +121,25 @@ __device__ __forceinline__ void load_kv(const BackwardParams& p, int64_t bg, int
   }
 }
 
-/// One warp's S and dP on its 16 rows x kNK keys (keys key0 + s_key(nt, n) of the tile's shared
-/// K̂, V̂ rows at shared addresses sk, sv): s = (Q̂K̂ᵀ)·s_scale, dp = (dÔV̂ᵀ)·dp_scale, each a rounded
-/// product (never contracted). Element e of n-tile nt: row e / 2 (g or g + 8), key
-/// key0 + s_key(nt, 2t + e % 2) = key0 + s_key(nt, 0) + 4t + e % 2. The B fragments come by
-/// ldmatrix (flash_mma_sm89.cuh ldsm; the forward's addressing: lane 8i + r reads key row
-/// s_key(nt, r), chunk 4h + i), the MMAs over head_dim in order kc = 0, 1, ... from zero: the
-/// forward's sequence, so S has its bits.
-template <int kD, int kNK>
-__device__ __forceinline__ void tile_s_dp(unsigned sk, unsigned sv, int key0,
-                                          const uint32_t (&qa)[kD / 32][4],
-                                          const uint32_t (&da)[kD / 32][4], bool do_e5m2,
-                                          float s_scale, float dp_scale,
-                                          float (&s)[kNK / 8][4], float (&dp)[kNK / 8][4]) {
-  const int lane = threadIdx.x % 32, mi = lane / 8, mr = lane % 8;
-  const int lane_off = (key0 + s_key(0, mr)) * kD;
-  const int kx = k_chunk<kD>(s_key(0, mr), 0) ^ mi;
+/// One n-tile (8 keys) of a warp's S = Q̂K̂ᵀ or dP = dÔV̂ᵀ on its 16 rows: acc = Σ_kc a[kc]·B, the
+/// B fragments of key rows key0 + s_key(nt, n) of a shared [kBN][kD] K̂ or V̂ tile (k_chunk
+/// swizzle) by ldmatrix (flash_mma_sm89.cuh ldsm; the forward's addressing: lane 8i + r reads key
+/// row s_key(nt, r), chunk 4h + i), the MMAs over head_dim in order kc = 0, 1, ... from zero: the
+/// forward's sequence, so S has its bits. `lane_row`: the tile's shared address plus
+/// (key0 + s_key(0, r))·kD; kx: k_chunk(s_key(0, r), 0) ^ i (lane 8i + r). Element e of acc: row
+/// e / 2 (g or g + 8), key key0 + s_key(nt, 2t + e % 2) = key0 + s_key(nt, 0) + 4t + e % 2.
+template <int kD>
+__device__ __forceinline__ void ntile_mma(unsigned lane_row, int kx, int nt,
+                                          const uint32_t (&a)[kD / 32][4], bool a_e5m2,
+                                          float (&acc)[4]) {
 #pragma unroll
-  for (int nt = 0; nt < kNK / 8; ++nt) {
+  for (int e = 0; e < 4; ++e) acc[e] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
-#pragma unroll
-    for (int h = 0; h < kD / 64; ++h) {
-      const int off = lane_off + s_key(nt, 0) * kD + 16 * (kx ^ (4 * h));
-      uint32_t bk[4], bv[4];
-      ldsm<4>(bk, sk + off);
-      ldsm<4>(bv, sv + off);
-      mma_fp8(s[nt], qa[2 * h], bk[0], bk[1], false, false);
-      mma_fp8(dp[nt], da[2 * h], bv[0], bv[1], do_e5m2, false);
-      mma_fp8(s[nt], qa[2 * h + 1], bk[2], bk[3], false, false);
-      mma_fp8(dp[nt], da[2 * h + 1], bv[2], bv[3], do_e5m2, false);
-    }
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[nt][e] = __fmul_rn(s[nt][e], s_scale);
-      dp[nt][e] = __fmul_rn(dp[nt][e], dp_scale);
-    }
+  for (int h = 0; h < kD / 64; ++h) {
+    uint32_t b[4];
+    ldsm<4>(b, lane_row + s_key(nt, 0) * kD + 16 * (kx ^ (4 * h)));
+    mma_fp8(acc, a[2 * h], b[0], b[1], a_e5m2, false);
+    mma_fp8(acc, a[2 * h + 1], b[2], b[3], a_e5m2, false);
   }
 }
 
@@ -213,12 +197,15 @@ template <int kD, int kBM, int kBN>
 struct Warp {
   using Gm = Geom<kD, kBM, kBN>;
   int warp, g, t, qs, kp, key0;
+  int lane_row, kx;  ///< ldmatrix: (key0 + s_key(0, r))·kD and k_chunk(s_key(0, r), 0) ^ i
   float s_scale, dp_scale;
   bool do_e5m2, ds_e5m2;
 
   __device__ __forceinline__ explicit Warp(const BackwardParams& p)
       : warp(threadIdx.x / 32), g(threadIdx.x % 32 / 4), t(threadIdx.x % 4), qs(warp % Gm::kQS),
         kp(warp / Gm::kQS), key0(kp * Gm::kNK),
+        lane_row((key0 + s_key(0, threadIdx.x % 8)) * kD),
+        kx(k_chunk<kD>(s_key(0, threadIdx.x % 8), 0) ^ (threadIdx.x % 32 / 8)),
         s_scale(p.tau * *p.q_scale_inv * *p.k_scale_inv),
         dp_scale(*p.do_scale_inv * *p.v_scale_inv), do_e5m2(p.do_format == Format::E5M2),
         ds_e5m2(p.ds_format == Format::E5M2) {}
@@ -232,13 +219,20 @@ struct Warp {
     load_row_frags<kD>(qa, p.q + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
     load_row_frags<kD>(da, p.d_o + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
   }
-  /// S and dP of this warp's share of the tile in sk, sv (tile_s_dp).
-  __device__ __forceinline__ void s_dp(const uint8_t* sk, const uint8_t* sv,
-                                       const uint32_t (&qa)[kD / 32][4],
-                                       const uint32_t (&da)[kD / 32][4], float (&s)[Gm::kNK / 8][4],
-                                       float (&dp)[Gm::kNK / 8][4]) const {
-    tile_s_dp<kD, Gm::kNK>(smem_u32(sk), smem_u32(sv), key0, qa, da, do_e5m2, s_scale, dp_scale,
-                           s, dp);
+  /// S of n-tile nt of this warp's share of the tile in sk (shared [kBN][kD] K̂ rows):
+  /// (Q̂K̂ᵀ)·s_scale, a rounded product (never contracted).
+  __device__ __forceinline__ void s_ntile(const uint8_t* sk, int nt,
+                                          const uint32_t (&qa)[kD / 32][4], float (&s)[4]) const {
+    ntile_mma<kD>(smem_u32(sk) + lane_row, kx, nt, qa, false, s);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[e] = __fmul_rn(s[e], s_scale);
+  }
+  /// dP of n-tile nt from the V̂ rows in sv: (dÔV̂ᵀ)·dp_scale, a rounded product.
+  __device__ __forceinline__ void dp_ntile(const uint8_t* sv, int nt,
+                                           const uint32_t (&da)[kD / 32][4], float (&dp)[4]) const {
+    ntile_mma<kD>(smem_u32(sv) + lane_row, kx, nt, da, do_e5m2, dp);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dp[e] = __fmul_rn(dp[e], dp_scale);
   }
 };
 

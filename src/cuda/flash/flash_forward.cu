@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
     const unsigned tv = v_lane + (it % 2) * Smem<kD, kBN>::kV;
 
     // S = Q̂K̂ᵀ (codes), n-tile nt column n = key s_key(nt, n) of the tile; the MMAs over head_dim
-    // in order kc = 0, 1, ... from a zero accumulator (the backward's tile_s_dp does the same).
+    // in order kc = 0, 1, ... from a zero accumulator (the backward's ntile_mma does the same).
     float s[kBN / 8][4];
 #pragma unroll
     for (int nt = 0; nt < kBN / 8; ++nt) {
