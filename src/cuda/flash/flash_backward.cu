@@ -12,9 +12,11 @@
 //   (fp8.h scale_from_amax, pow2) → dŜ codes in ds_format, P̃ = E4M3(exp(S − m)·p_scale);
 //   dQ_i += τ dŜK̂ per warp (the dŜ accumulator is already the A fragment: s_key order), × 1/scale,
 //   FP32 atomicAdd into dq_acc (unless deterministic);
-//   P̃ᵀ and dŜᵀ go through shared memory ([key][query] bytes), then each warp owns 16 keys x
-//   head_dim/kDP: dV += P̃ᵀ (dO/l)~ and dK += τ dŜᵀ Q̂ · 1/scale, B operands read from the group
-//   transposes in global memory, added into FP32 accumulators in shared memory.
+//   P̃ᵀ and dŜᵀ go through shared memory ([key][query] bytes, swizzled), then each warp owns 16
+//   keys x head_dim/kDP: dV += P̃ᵀ (dO/l)~ (FP32 accumulator in registers) and dK += τ dŜᵀ Q̂ ·
+//   1/scale (FP32 accumulator in shared memory), the B operands — the query block's columns of
+//   the group transposes — staged in shared memory by cp.async at the start of the tile step
+//   (their load overlaps the S/dP phase). Every shared fragment is read by ldmatrix.
 // Each tile's product is summed by the tensor core over at most 128 terms from a zero accumulator
 // and added in FP32 outside it (Hopper's FP8 MMA accumulates with limited precision).
 // dq_kernel (deterministic mode): one CTA per (b, h, query block) walks the key blocks, recomputes
@@ -41,10 +43,12 @@ using bwd::kWarps;
 template <int kD, int kBM, int kBN>
 struct MainSmem {
   using Gm = bwd::Geom<kD, kBM, kBN>;
-  // dK/dV FP32 accumulator rows padded by 8 floats: a warp's float2 read-modify-write of rows
+  // The dK FP32 accumulator's rows padded by 8 floats: a warp's float2 read-modify-write of rows
   // g (+8), columns 2t.. then hits 32 distinct banks per half-warp (row stride ≡ 8 banks).
   static constexpr int kAccLd = kD + 8;
-  static constexpr int kBytes = 3 * Gm::kKV + 2 * Gm::kPT + 2 * kBN * kAccLd * 4;
+  static constexpr int kQT = kD * kBM;  // bytes of one Q̂ᵀ or (dO/l)~ᵀ query-block tile
+  // K̂, V̂, K̂ᵀ; P̃ᵀ, dŜᵀ; Q̂ᵀ, (dO/l)~ᵀ; dK.
+  static constexpr int kBytes = 3 * Gm::kKV + 2 * Gm::kPT + 2 * kQT + kBN * kAccLd * 4;
 };
 
 // Phase 1 of one warp's tile step: P = exp(S − m)/l of its 16 rows x kNK keys into pd (n-tile by
@@ -158,9 +162,11 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   uint8_t* const skt = sv + Gm::kKV;
   uint8_t* const spt = skt + Gm::kKV;   // P̃ᵀ codes [kBN][kBM]
   uint8_t* const sdst = spt + Gm::kPT;  // dŜᵀ codes [kBN][kBM]
-  constexpr int kLd = MainSmem<kD, kBM, kBN>::kAccLd;
-  float* const sdk = reinterpret_cast<float*>(sdst + Gm::kPT);  // [kBN][kLd]
-  float* const sdv = sdk + kBN * kLd;                           // [kBN][kLd]
+  using Sm = MainSmem<kD, kBM, kBN>;
+  uint8_t* const sqt = sdst + Gm::kPT;  // Q̂ᵀ codes of the query block [kD][kBM]
+  uint8_t* const sdot = sqt + Sm::kQT;  // (dO/l)~ᵀ codes of the query block [kD][kBM]
+  constexpr int kLd = Sm::kAccLd;
+  float* const sdk = reinterpret_cast<float*>(sdot + Sm::kQT);  // dK [kBN][kLd]
   __shared__ unsigned amax_slots[kWarps];
   const bwd::Warp<kD, kBM, kBN> w(p);
   const int g = w.g, t = w.t, qs = w.qs, key0 = w.key0;
@@ -169,7 +175,13 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   const int64_t BG = p.B * p.G, rep = p.H / p.G;
   const int64_t bg = int64_t(blockIdx.x) % BG, j0 = int64_t(blockIdx.x) / BG * kBN;
   const int64_t b = bg / p.G, gh = bg % p.G;
-  for (int c = threadIdx.x; c < 2 * kBN * kLd; c += kThreads) sdk[c] = 0.0f;  // sdk, sdv
+  for (int c = threadIdx.x; c < kBN * kLd; c += kThreads) sdk[c] = 0.0f;
+  // dV in registers: this warp's 16 keys x kDW head_dim columns of the dK/dV phase (below).
+  float dv[Gm::kDW / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < Gm::kDW / 8; ++dn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dv[dn][e] = 0.0f;
   bwd::load_kv<kD, kBN>(p, bg, j0, sk, sv, skt);
   cp_async_commit();
   cp_async_wait<0>();
@@ -187,6 +199,18 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
     const uint8_t* const gdot = p.dv_o_t + bg * kD * width + hr * p.Tq_p;
     for (int64_t qb = qb0; qb < n_qblocks; ++qb) {
       const int64_t i0 = qb * kBM;
+      // The dK/dV phase's B operands, the query block's columns of the group transposes, go to
+      // shared memory now (cp.async, [kD][kBM], v_chunk-swizzled like V̂ᵀ in the forward) and are
+      // waited for only after the S/dP phase. Queries >= Tq_p read as zero codes (whole chunks).
+      for (int c = threadIdx.x; c < kD * kBM / 16; c += kThreads) {
+        const int r = c / (kBM / 16), cc = c % (kBM / 16);
+        const bool in = i0 + 16 * cc < p.Tq_p;
+        const int at = r * kBM + 16 * v_chunk<kBM>(r, cc);
+        const int64_t off = in ? r * width + i0 + 16 * cc : 0;
+        cp_async16(sqt + at, gqt + off, in);
+        cp_async16(sdot + at, gdot + off, in);
+      }
+      cp_async_commit();
       bwd::Rows rows;
       float dp[Gm::kNK / 8][4];  // P, then dS
       unsigned amax;
@@ -228,15 +252,17 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
           }
         }
       }
-      __syncthreads();  // P̃ᵀ, dŜᵀ complete
+      cp_async_wait<0>();
+      __syncthreads();  // P̃ᵀ, dŜᵀ, Q̂ᵀ and (dO/l)~ᵀ complete
       // dV, dK on this warp's 16 keys x kDW columns; A from P̃ᵀ / dŜᵀ rows ks·16 + g (+8),
       // queries 32qc + 4t (+16), by ldmatrix: lane 8i + r reads key row 16ks + r + 8(i % 2),
-      // query chunk 2qc + i/2 (the a0..a3 order); B from the group transposes, columns (head_dim)
-      // dpart·kDW + 8dn + g.
+      // query chunk 2qc + i/2 (the a0..a3 order); B from the staged Q̂ᵀ / (dO/l)~ᵀ rows (head_dim
+      // columns) dpart·kDW + 8dn + g: lane 8i + r reads row dpart·kDW + 8dn + r, chunk 4h + i
+      // (the b0, b1 of qc = 2h, 2h + 1). The products over qc = 0, 1, ... from zero, as before.
       uint32_t pa[kBM / 32][4], sa[kBM / 32][4];
+      const int lane = threadIdx.x % 32, mi = lane / 8, mr = lane % 8;
       {
-        const int lane = threadIdx.x % 32, mi = lane / 8;
-        const int key = 16 * ks + lane % 8 + 8 * (mi % 2);
+        const int key = 16 * ks + mr + 8 * (mi % 2);
         const unsigned at = unsigned(key * kBM + 16 * pt_chunk<kBM>(key, mi / 2));
         const unsigned pt_u = smem_u32(spt), st_u = smem_u32(sdst);
 #pragma unroll
@@ -245,43 +271,54 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
           ldsm<4>(sa[qc], st_u + (at ^ (32u * qc)));
         }
       }
+      const unsigned b_row = unsigned((dpart * Gm::kDW + mr) * kBM);
+      const int bx = v_chunk<kBM>(mr, 0) ^ mi;
+      const unsigned qt_u = smem_u32(sqt) + b_row, dot_u = smem_u32(sdot) + b_row;
 #pragma unroll
       for (int dn = 0; dn < Gm::kDW / 8; ++dn) {
-        const int dcol = dpart * Gm::kDW + 8 * dn + g;
         float av[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ak[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int qc = 0; qc < kBM / 32; ++qc) {
-          const int64_t i = i0 + 32 * qc + 4 * t;  // groups of 4 rows: all < Tq_p or none
-          const int64_t off = dcol * width + i;
-          const uint32_t v0 = i < p.Tq_p ? bwd::ldg32(gdot + off) : 0u;
-          const uint32_t v1 = i + 16 < p.Tq_p ? bwd::ldg32(gdot + off + 16) : 0u;
-          const uint32_t q0 = i < p.Tq_p ? bwd::ldg32(gqt + off) : 0u;
-          const uint32_t q1 = i + 16 < p.Tq_p ? bwd::ldg32(gqt + off + 16) : 0u;
-          bwd::mma_fp8(av, pa[qc], v0, v1, false, do_e5m2);
-          bwd::mma_fp8(ak, sa[qc], q0, q1, ds_e5m2, false);
+        for (int hq = 0; hq < kBM / 64; ++hq) {
+          const unsigned off = unsigned(8 * dn * kBM + 16 * (bx ^ (4 * hq)));
+          uint32_t bv[4], bq[4];
+          ldsm<4>(bv, dot_u + off);
+          ldsm<4>(bq, qt_u + off);
+          bwd::mma_fp8(av, pa[2 * hq], bv[0], bv[1], false, do_e5m2);
+          bwd::mma_fp8(ak, sa[2 * hq], bq[0], bq[1], ds_e5m2, false);
+          bwd::mma_fp8(av, pa[2 * hq + 1], bv[2], bv[3], false, do_e5m2);
+          bwd::mma_fp8(ak, sa[2 * hq + 1], bq[2], bq[3], ds_e5m2, false);
         }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dv[dn][e] += av[e];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {  // rows g, g + 8: float2 read-modify-write (padded rows)
           const int at = (16 * ks + g + 8 * r) * kLd + dpart * Gm::kDW + 8 * dn + 2 * t;
-          float2 v = *reinterpret_cast<float2*>(sdv + at), k = *reinterpret_cast<float2*>(sdk + at);
-          v.x += av[2 * r], v.y += av[2 * r + 1];
+          float2 k = *reinterpret_cast<float2*>(sdk + at);
           k.x += ak[2 * r] * g_scale, k.y += ak[2 * r + 1] * g_scale;
-          *reinterpret_cast<float2*>(sdv + at) = v;
           *reinterpret_cast<float2*>(sdk + at) = k;
         }
       }
       __syncthreads();  // before the next tile rewrites P̃ᵀ, dŜᵀ and the amax slots
     }
   }
-  // dV = Σ P̃_code (dO/l)_code · (1/p_scale) · its 1/scale; dK in Q̂'s code units (× sq later).
+  // dV = Σ P̃_code (dO/l)_code · (1/p_scale) · its 1/scale, from each warp's registers; dK in Q̂'s
+  // code units (× sq later), from shared memory once every warp has added its last tile.
   const float dv_scale = (1.0f / p.p_scale) * *p.dvo_scale_inv;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = j0 + 16 * ks + g + 8 * r;
+    if (j >= p.Tk_p) continue;
+    float* const out = p.dv_acc + (bg * p.Tk_p + j) * kD + dpart * Gm::kDW + 2 * t;
+#pragma unroll
+    for (int dn = 0; dn < Gm::kDW / 8; ++dn)
+      *reinterpret_cast<float2*>(out + 8 * dn) =
+          make_float2(dv[dn][2 * r] * dv_scale, dv[dn][2 * r + 1] * dv_scale);
+  }
+  __syncthreads();
   for (int c = threadIdx.x; c < kBN * kD; c += kThreads) {
     const int64_t j = j0 + c / kD;
     if (j >= p.Tk_p) continue;
-    const int64_t at = (bg * p.Tk_p + j) * kD + c % kD;
-    const int sa = c / kD * kLd + c % kD;
-    p.dv_acc[at] = sdv[sa] * dv_scale;
-    p.dk_acc[at] = sdk[sa];
+    p.dk_acc[(bg * p.Tk_p + j) * kD + c % kD] = sdk[c / kD * kLd + c % kD];
   }
 }
 
@@ -390,6 +427,8 @@ void backward_launch(const BackwardParams& p, cudaStream_t stream) {
               "fused attention backward: a null operand, scale or row statistics pointer");
   OCTET_CHECK(p.dq_acc && p.dk_acc && p.dv_acc,
               "fused attention backward: a null output pointer (dq_acc, dk_acc, dv_acc)");
+  OCTET_CHECK((reinterpret_cast<uintptr_t>(p.dv_acc) & 7u) == 0,
+              "fused attention backward: dv_acc must be 8-byte aligned (float2 stores)");
   OCTET_CHECK(aligned16(p.q) && aligned16(p.q_t) && aligned16(p.k) && aligned16(p.k_t) &&
                   aligned16(p.v) && aligned16(p.d_o) && aligned16(p.dv_o_t),
               "fused attention backward: the code buffers must be 16-byte aligned");
