@@ -2,7 +2,7 @@
 // (flash_forward.h; CPU twin: src/cpu/attention_tiled.cpp). docs/cuda.md §"Fused FP8 attention
 // forward".
 //
-// One CTA = 4 warps = kBM = 64 query rows of one (b, h); each warp owns 16 rows (FlashAttention-2's
+// One CTA = 8 warps = kBM = 128 query rows of one (b, h); each warp owns 16 rows (FlashAttention-2's
 // split: no cross-warp reduction). Q̂'s fragments live in registers for the whole CTA. K̂ and V̂ᵀ
 // key tiles of kBN keys go through a 2-stage cp.async ring in shared memory: tile n+1 loads while
 // tile n computes. Per tile and warp:
@@ -39,7 +39,10 @@ namespace {
 
 bool aligned16(const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) == 0; }
 
-constexpr int kWarps = 4;
+// 8 warps = 128 query rows per CTA: every K̂/V̂ tile brought into shared memory serves 128 rows
+// (half the L2 -> shared traffic per FLOP of 64-row CTAs); at up to 255 registers per thread it is
+// one CTA (8 warps) per SM, the occupancy two 4-warp CTAs had.
+constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kBM = 16 * kWarps;  // query rows per CTA
 
@@ -290,7 +293,7 @@ void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
   // The logits CTAs cover the padded rows too (the forward's last CTA may stop at Tq).
   const int64_t rows = kLogits ? p.Tq_p : p.Tq;
   const int64_t blocks = p.B * p.H * ((rows + kBM - 1) / kBM);
-  OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention forward: too many query blocks (B·H·Tq/64)");
+  OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention forward: too many query blocks (B·H·Tq/128)");
   forward_kernel<kD, kBN, kLogits><<<unsigned(blocks), kThreads, bytes, stream>>>(p, s_out);
   OCTET_CUDA_LAUNCH_CHECK();
 }
