@@ -47,8 +47,8 @@ struct MainSmem {
   // g (+8), columns 2t.. then hits 32 distinct banks per half-warp (row stride ≡ 8 banks).
   static constexpr int kAccLd = kD + 8;
   static constexpr int kQT = kD * kBM;  // bytes of one Q̂ᵀ or (dO/l)~ᵀ query-block tile
-  // K̂, V̂, K̂ᵀ; P̃ᵀ, dŜᵀ; Q̂ᵀ, (dO/l)~ᵀ; dK.
-  static constexpr int kBytes = 3 * Gm::kKV + 2 * Gm::kPT + 2 * kQT + kBN * kAccLd * 4;
+  // K̂, V̂, K̂ᵀ; P̃ᵀ, dŜᵀ; Q̂ᵀ, (dO/l)~ᵀ; Q̂, dÔ; dK.
+  static constexpr int kBytes = 3 * Gm::kKV + 2 * Gm::kPT + 4 * kQT + kBN * kAccLd * 4;
 };
 
 // Phase 1 of one warp's tile step: P = exp(S − m)/l of its 16 rows x kNK keys into pd (n-tile by
@@ -165,8 +165,10 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   using Sm = MainSmem<kD, kBM, kBN>;
   uint8_t* const sqt = sdst + Gm::kPT;  // Q̂ᵀ codes of the query block [kD][kBM]
   uint8_t* const sdot = sqt + Sm::kQT;  // (dO/l)~ᵀ codes of the query block [kD][kBM]
+  uint8_t* const sq = sdot + Sm::kQT;    // Q̂ codes of the query block [kBM][kD]
+  uint8_t* const sdo = sq + Sm::kQT;     // dÔ codes of the query block [kBM][kD]
   constexpr int kLd = Sm::kAccLd;
-  float* const sdk = reinterpret_cast<float*>(sdot + Sm::kQT);  // dK [kBN][kLd]
+  float* const sdk = reinterpret_cast<float*>(sdo + Sm::kQT);  // dK [kBN][kLd]
   __shared__ unsigned amax_slots[kWarps];
   const bwd::Warp<kD, kBM, kBN> w(p);
   const int g = w.g, t = w.t, qs = w.qs, key0 = w.key0;
@@ -182,17 +184,20 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   for (int dn = 0; dn < Gm::kDW / 8; ++dn)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dv[dn][e] = 0.0f;
-  bwd::load_kv<kD, kBN>(p, bg, j0, sk, sv, skt);
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
-
   const bool do_e5m2 = w.do_e5m2, ds_e5m2 = w.ds_e5m2;
   // Query blocks that see key j0 (causal bottom-right: rows i >= j0 − (Tk − Tq)).
   const int64_t n_qblocks = (p.Tq + kBM - 1) / kBM;
   const int64_t first = p.causal ? j0 - (p.Tk - p.Tq) : 0;
   const int64_t qb0 = first > 0 ? first / kBM : 0;
   const int64_t width = rep * p.Tq_p;  // a group transpose's row
+  // cp.async groups, in commit order: the key block; then per tile step (hr, qb) its Q̂/dÔ rows
+  // (committed one step ahead: the first here, the next one mid-step, once every warp has its
+  // fragments) and its Q̂ᵀ/(dO/l)~ᵀ columns (at the step's start). A wait_group 1 at the step's
+  // start finds the step's Q̂/dÔ complete; one before the dK/dV phase its transposes.
+  bwd::load_kv<kD, kBN>(p, bg, j0, sk, sv, skt);
+  cp_async_commit();
+  if (qb0 < n_qblocks) bwd::load_q_do<kD, kBM>(p, b * p.H + gh * rep, qb0 * kBM, sq, sdo);
+  cp_async_commit();
   for (int64_t hr = 0; hr < rep; ++hr) {
     const int64_t h = gh * rep + hr, bh = b * p.H + h;
     const uint8_t* const gqt = p.q_t + bg * kD * width + hr * p.Tq_p;
@@ -211,18 +216,28 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
         cp_async16(sdot + at, gdot + off, in);
       }
       cp_async_commit();
+      cp_async_wait<1>();  // this step's Q̂/dÔ rows (and the key block) have landed
+      __syncthreads();
       bwd::Rows rows;
       float dp[Gm::kNK / 8][4];  // P, then dS
       unsigned amax;
       {
         uint32_t qa[kD / 32][4], da[kD / 32][4];
-        w.load_rows(p, bh, i0, rows, qa, da);
+        bwd::ldsm_row_frags<kD>(qa, sq, qs);
+        bwd::ldsm_row_frags<kD>(da, sdo, qs);
+        rows.init(p, bh, i0 + 16 * qs + g);
         rows.load_delta(p, bh);
         const int lim[2] = {rows.lim(0, j0 + key0 + 4 * t), rows.lim(1, j0 + key0 + 4 * t)};
         tile_p(p, w, rows, sk, qa, lim, dp, spt);
         amax = tile_ds(p, p.res_sums, w, rows, bh, sv, da, lim, dp);
       }
       const float sc = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
+      {  // cta_amax's barrier: every warp has its Q̂/dÔ fragments; prefetch the next step's rows
+        const bool last_qb = qb + 1 == n_qblocks;
+        if (!last_qb || hr + 1 < rep)
+          bwd::load_q_do<kD, kBM>(p, last_qb ? bh + 1 : bh, last_qb ? qb0 * kBM : i0 + kBM, sq, sdo);
+        cp_async_commit();
+      }
       const float g_scale = p.tau * (1.0f / sc);  // τ · dŜ's 1/scale (a power of two: exact)
       uint32_t dsa[Gm::kNK / 32][4];
       bwd::to_a_frags<Gm::kNK>(dp, sc, p.ds_format, dsa);
@@ -252,8 +267,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
           }
         }
       }
-      cp_async_wait<0>();
-      __syncthreads();  // P̃ᵀ, dŜᵀ, Q̂ᵀ and (dO/l)~ᵀ complete
+      cp_async_wait<1>();  // this step's Q̂ᵀ, (dO/l)~ᵀ (the next step's rows may be in flight)
+      __syncthreads();     // P̃ᵀ, dŜᵀ, Q̂ᵀ and (dO/l)~ᵀ complete
       // dV, dK on this warp's 16 keys x kDW columns; A from P̃ᵀ / dŜᵀ rows ks·16 + g (+8),
       // queries 32qc + 4t (+16), by ldmatrix: lane 8i + r reads key row 16ks + r + 8(i % 2),
       // query chunk 2qc + i/2 (the a0..a3 order); B from the staged Q̂ᵀ / (dO/l)~ᵀ rows (head_dim
@@ -301,6 +316,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
       __syncthreads();  // before the next tile rewrites P̃ᵀ, dŜᵀ and the amax slots
     }
   }
+  cp_async_wait<0>();  // nothing left in flight (a CTA whose key block no query block sees)
   // dV = Σ P̃_code (dO/l)_code · (1/p_scale) · its 1/scale, from each warp's registers; dK in Q̂'s
   // code units (× sq later), from shared memory once every warp has added its last tile.
   const float dv_scale = (1.0f / p.p_scale) * *p.dvo_scale_inv;

@@ -95,6 +95,36 @@ __device__ __forceinline__ void load_row_frags(uint32_t (&a)[kD / 32][4], const 
     }
 }
 
+/// Starts the cp.async copies of query rows [i0, i0 + kBM) of head bh's Q̂ and dÔ codes into sq,
+/// sdo ([kBM][kD] each, chunks v_chunk<kD>-swizzled: 8 consecutive rows of one chunk sit in 8
+/// distinct bank groups). Rows >= Tq_p read as zero codes.
+template <int kD, int kBM>
+__device__ __forceinline__ void load_q_do(const BackwardParams& p, int64_t bh, int64_t i0,
+                                          uint8_t* sq, uint8_t* sdo) {
+  const uint8_t* gq = p.q + bh * p.Tq_p * kD;
+  const uint8_t* gdo = p.d_o + bh * p.Tq_p * kD;
+  for (int c = threadIdx.x; c < kBM * kD / 16; c += kThreads) {
+    const int r = c / (kD / 16), cc = c % (kD / 16);
+    const bool in = i0 + r < p.Tq_p;
+    const int at = r * kD + 16 * v_chunk<kD>(r, cc);
+    const int64_t src = in ? (i0 + r) * kD + 16 * cc : 0;
+    cp_async16(sq + at, gq + src, in);
+    cp_async16(sdo + at, gdo + src, in);
+  }
+}
+
+/// The A fragments of a warp's 16 rows 16·qs.. of a staged [kBM][kD] tile (load_q_do's layout) by
+/// ldmatrix: lane 8i + r reads row 16qs + 8(i % 2) + r, chunk 2kc + i/2 (a0..a3 of kc).
+template <int kD>
+__device__ __forceinline__ void ldsm_row_frags(uint32_t (&a)[kD / 32][4], const uint8_t* tile,
+                                               int qs) {
+  const int lane = threadIdx.x % 32, mi = lane / 8, mr = lane % 8;
+  const unsigned row = smem_u32(tile) + unsigned((16 * qs + 8 * (mi % 2) + mr) * kD);
+  const int cx = v_chunk<kD>(mr, 0) ^ (mi / 2);  // (2kc + i/2) ^ v = 2kc ^ (i/2 ^ v)
+#pragma unroll
+  for (int kc = 0; kc < kD / 32; ++kc) ldsm<4>(a[kc], row + 16 * (cx ^ (2 * kc)));
+}
+
 /// Starts the cp.async copies of key block [j0, j0 + kBN) of KV head bg: K̂ and V̂ rows into sk,
 /// sv ([kBN][kD], chunks k_chunk-swizzled: the forward's K̂ layout) and, if skt is given, K̂ᵀ into
 /// skt ([kD][kBN], v_chunk-swizzled: the forward's V̂ᵀ layout). Keys >= Tk_p read as zero codes.
