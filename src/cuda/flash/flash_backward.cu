@@ -11,7 +11,7 @@
 //   the row residual sums (FP64 atomics), the tile's amax over all 8 warps → a power-of-two scale
 //   (fp8.h scale_from_amax, pow2) → dŜ codes in ds_format, P̃ = E4M3(exp(S − m)·p_scale);
 //   dQ_i += τ dŜK̂ per warp (the dŜ accumulator is already the A fragment: s_key order), × 1/scale,
-//   FP32 atomicAdd into dq_acc (unless deterministic);
+//   FP32 atomicAdd into dq_acc, 4 columns per instruction (sm_90 float4; unless deterministic);
 //   P̃ᵀ and dŜᵀ go through shared memory ([key][query] bytes, swizzled), then each warp owns 16
 //   keys x head_dim/kDP: dV += P̃ᵀ (dO/l)~ (FP32 accumulator in registers) and dK += τ dŜᵀ Q̂ ·
 //   1/scale (FP32 accumulator in shared memory), the B operands — the query block's columns of
@@ -256,15 +256,22 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
       if (!p.deterministic) {
         float acc[kD / 8][4];
         tile_dq<kD, kBN, Gm::kNK>(smem_u32(skt), key0, dsa, w.ds_e5m2, acc);
+        // One 16-byte FP32 atomic add (sm_90) per lane and n-tile: lanes t, t ^ 1 swap halves so
+        // that an even t holds row g, columns 4(t/2)..+3, an odd t row g + 8, the same columns.
+        // (Selects, not indices: a register array indexed by t would go to local memory.)
+        const bool odd = t % 2 != 0;
+        const int64_t my_row = odd ? rows.row[1] : rows.row[0];
+        const bool my_vis = (odd ? rows.vis[1] : rows.vis[0]) > 0;  // else dS = 0: nothing to add
+        float* const dq = p.dq_acc + (bh * p.Tq_p + my_row) * kD + 4 * (t / 2);
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          if (rows.vis[r] == 0) continue;  // dS = 0: nothing to add (pads, rows without keys)
-          float* dq = p.dq_acc + (bh * p.Tq_p + rows.row[r]) * kD + 2 * t;
-#pragma unroll
-          for (int dn = 0; dn < kD / 8; ++dn) {
-            atomicAdd(dq + 8 * dn, acc[dn][2 * r] * g_scale);
-            atomicAdd(dq + 8 * dn + 1, acc[dn][2 * r + 1] * g_scale);
-          }
+        for (int dn = 0; dn < kD / 8; ++dn) {
+          const float a0 = acc[dn][0] * g_scale, a1 = acc[dn][1] * g_scale;  // row g
+          const float a2 = acc[dn][2] * g_scale, a3 = acc[dn][3] * g_scale;  // row g + 8
+          const float y0 = __shfl_xor_sync(0xFFFFFFFFu, odd ? a0 : a2, 1);
+          const float y1 = __shfl_xor_sync(0xFFFFFFFFu, odd ? a1 : a3, 1);
+          if (my_vis)
+            atomicAdd(reinterpret_cast<float4*>(dq + 8 * dn),
+                      odd ? make_float4(y0, y1, a2, a3) : make_float4(a0, a1, y0, y1));
         }
       }
       cp_async_wait<1>();  // this step's Q̂ᵀ, (dO/l)~ᵀ (the next step's rows may be in flight)
@@ -443,8 +450,9 @@ void backward_launch(const BackwardParams& p, cudaStream_t stream) {
               "fused attention backward: a null operand, scale or row statistics pointer");
   OCTET_CHECK(p.dq_acc && p.dk_acc && p.dv_acc,
               "fused attention backward: a null output pointer (dq_acc, dk_acc, dv_acc)");
-  OCTET_CHECK((reinterpret_cast<uintptr_t>(p.dv_acc) & 7u) == 0,
-              "fused attention backward: dv_acc must be 8-byte aligned (float2 stores)");
+  OCTET_CHECK((reinterpret_cast<uintptr_t>(p.dv_acc) & 7u) == 0 && aligned16(p.dq_acc),
+              "fused attention backward: dv_acc must be 8-byte aligned (float2 stores) and dq_acc "
+              "16-byte aligned (float4 atomics)");
   OCTET_CHECK(aligned16(p.q) && aligned16(p.q_t) && aligned16(p.k) && aligned16(p.k_t) &&
                   aligned16(p.v) && aligned16(p.d_o) && aligned16(p.dv_o_t),
               "fused attention backward: the code buffers must be 16-byte aligned");

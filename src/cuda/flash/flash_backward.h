@@ -53,7 +53,7 @@ struct BackwardParams {
   const float* d_o_f32 = nullptr;  ///< [B, H, Tq, D] dO as given (stale delta only)
   float* delta = nullptr;          ///< [B, H, Tq] D_i (delta_launch writes, backward reads)
   float* row_factor = nullptr;     ///< [B, H, Tq] 1/l_i, 0 in a row without keys (delta_launch)
-  float* dq_acc = nullptr;  ///< out [B, H, Tq_p, D]: Σ τ dŜK̂ in code units of K̂ (× sk later)
+  float* dq_acc = nullptr;  ///< out [B, H, Tq_p, D]: Σ τ dŜK̂ in code units of K̂ (× sk later; 16-byte aligned)
   float* dk_acc = nullptr;  ///< out [B, G, Tk_p, D]: Σ τ dŜᵀQ̂ in code units of Q̂ (× sq later)
   float* dv_acc = nullptr;  ///< out [B, G, Tk_p, D]: dV, scaled (8-byte aligned)
   /// [B, H, Tq, 2] (Σ_j dS_ij, Σ_j P_ij(|dP_ij| + |D_i|)) in FP64, or null: no residual sums
