@@ -54,8 +54,9 @@ struct MainSmem {
 // Phase 1 of one warp's tile step: P = exp(S − m)/l of its 16 rows x kNK keys into pd (n-tile by
 // n-tile: S is never live as a whole), and the P̃ codes into pt ([kBN][kBM] bytes, chunks
 // pt_chunk-swizzled, if given). Element (nt, e): row e / 2, tile key key0 + s_key(nt, 0) + 4t +
-// e % 2, visible iff s_key(nt, 0) + e % 2 < lim[e / 2] (Rows::lim from j0 + key0 + 4t).
-template <int kD, int kBM, int kBN>
+// e % 2, visible iff s_key(nt, 0) + e % 2 < lim[e / 2] (Rows::lim from j0 + key0 + 4t), or
+// always when kFull (the caller knows every row of the block sees every key of the tile).
+template <bool kFull, int kD, int kBM, int kBN>
 __device__ __forceinline__ void tile_p(const BackwardParams& p, const bwd::Warp<kD, kBM, kBN>& w,
                                        const bwd::Rows& rows, const uint8_t* sk,
                                        const uint32_t (&qa)[kD / 32][4], const int (&lim)[2],
@@ -71,7 +72,7 @@ __device__ __forceinline__ void tile_p(const BackwardParams& p, const bwd::Warp<
       float ev[2];
 #pragma unroll
       for (int c = 0; c < 2; ++c)
-        pd[nt][2 * r + c] = rows.prob(r, s_key(nt, 0) + c < lim[r], s[2 * r + c], &ev[c]);
+        pd[nt][2 * r + c] = rows.prob(r, kFull || s_key(nt, 0) + c < lim[r], s[2 * r + c], &ev[c]);
       if (pt) {  // P̃ = E4M3(exp(S − m)·p_scale) of keys kl, kl + 1 (two rows of P̃ᵀ), query q
         const uint32_t codes = fp8x2(ev[0] * p.p_scale, ev[1] * p.p_scale, false);
         const int kl = w.key0 + s_key(nt, 0) + 4 * w.t, q = 16 * w.qs + w.g + 8 * r;
@@ -83,8 +84,9 @@ __device__ __forceinline__ void tile_p(const BackwardParams& p, const bwd::Warp<
 }
 
 // Phase 2: dP n-tile by n-tile and dS = P∘(dP − D) in place of P (octet/delta_rule.h), the row
-// residual sums (FP64, only when res_sums is given), and this lane's |dS| amax bits.
-template <int kD, int kBM, int kBN>
+// residual sums (FP64, only when res_sums is given), and this lane's |dS| amax bits. kFull as
+// tile_p's.
+template <bool kFull, int kD, int kBM, int kBN>
 __device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res_sums,
                                             const bwd::Warp<kD, kBM, kBN>& w, const bwd::Rows& rows,
                                             int64_t bh, const uint8_t* sv,
@@ -100,7 +102,7 @@ __device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = e / 2;
-      const bool in = s_key(nt, 0) + e % 2 < lim[r];
+      const bool in = kFull || s_key(nt, 0) + e % 2 < lim[r];
       const float pr = pd[nt][e];
       const float ds = in ? RowDelta<float>{rows.delta[r]}.ds(pr, dp[e]) : 0.0f;
       if (res_sums && in) {  // FP64 work only when the residual is asked for
@@ -228,8 +230,13 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
         rows.init(p, bh, i0 + 16 * qs + g);
         rows.load_delta(p, bh);
         const int lim[2] = {rows.lim(0, j0 + key0 + 4 * t), rows.lim(1, j0 + key0 + 4 * t)};
-        tile_p(p, w, rows, sk, qa, lim, dp, spt);
-        amax = tile_ds(p, p.res_sums, w, rows, bh, sv, da, lim, dp);
+        if (bwd::tile_full(p, i0, kBM, j0, kBN)) {  // CTA-uniform: no per-element visibility test
+          tile_p<true>(p, w, rows, sk, qa, lim, dp, spt);
+          amax = tile_ds<true>(p, p.res_sums, w, rows, bh, sv, da, lim, dp);
+        } else {
+          tile_p<false>(p, w, rows, sk, qa, lim, dp, spt);
+          amax = tile_ds<false>(p, p.res_sums, w, rows, bh, sv, da, lim, dp);
+        }
       }
       const float sc = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
       {  // cta_amax's barrier: every warp has its Q̂/dÔ fragments; prefetch the next step's rows
@@ -379,9 +386,12 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardParams p) {
     unsigned amax;
     {
       const int lim[2] = {rows.lim(0, j0 + key0 + 4 * t), rows.lim(1, j0 + key0 + 4 * t)};
-      tile_p(p, w, rows, sk, qa, lim, dp, nullptr);
+      const bool full = bwd::tile_full(p, i0, kBM, j0, kBN);
+      if (full) tile_p<true>(p, w, rows, sk, qa, lim, dp, nullptr);
+      else tile_p<false>(p, w, rows, sk, qa, lim, dp, nullptr);
       // No residual sums here: the main kernel adds them.
-      amax = tile_ds(p, nullptr, w, rows, bh, sv, da, lim, dp);
+      amax = full ? tile_ds<true>(p, nullptr, w, rows, bh, sv, da, lim, dp)
+                  : tile_ds<false>(p, nullptr, w, rows, bh, sv, da, lim, dp);
     }
     const float sc = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
     const float g_scale = p.tau * (1.0f / sc);

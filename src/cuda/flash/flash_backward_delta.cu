@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/check.h"
 #include "cuda/flash/flash_backward.h"
@@ -70,19 +71,23 @@ __global__ void __launch_bounds__(kThreads, 2) matched_delta_kernel(const Backwa
     // Element (nt, e): row e / 2, key j0 + key0 + s_key(nt, 0) + 4t + e % 2 (Rows::lim compares).
     // Per n-tile: S → P, dP (the main kernel's functions and bits), then the sums.
     const int lim[2] = {rows.lim(0, j0 + w.key0 + 4 * t), rows.lim(1, j0 + w.key0 + 4 * t)};
+    auto step = [&](auto full) {  // full: no per-element visibility test (bwd::tile_full)
 #pragma unroll
-    for (int nt = 0; nt < Gm::kNK / 8; ++nt) {
-      float s[4], dp[4];
-      w.s_ntile(sk, nt, qa, s);
-      w.dp_ntile(sv, nt, da, dp);
+      for (int nt = 0; nt < Gm::kNK / 8; ++nt) {
+        float s[4], dp[4];
+        w.s_ntile(sk, nt, qa, s);
+        w.dp_ntile(sv, nt, da, dp);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const bool in = s_key(nt, 0) + e % 2 < lim[e / 2];
-        float ev;
-        const float pr = rows.prob(e / 2, in, s[e], &ev);
-        if (in) sums[e / 2].add(pr, dp[e]);
+        for (int e = 0; e < 4; ++e) {
+          const bool in = decltype(full)::value || s_key(nt, 0) + e % 2 < lim[e / 2];
+          float ev;
+          const float pr = rows.prob(e / 2, in, s[e], &ev);
+          if (in) sums[e / 2].add(pr, dp[e]);
+        }
       }
-    }
+    };
+    if (bwd::tile_full(p, i0, kBM, j0, kBN)) step(std::true_type{});
+    else step(std::false_type{});
     __syncthreads();  // every warp is done with this stage before it is loaded again
   }
   cp_async_wait<0>();

@@ -56,6 +56,14 @@ __device__ __forceinline__ int64_t visible_keys(const BackwardParams& p, int64_t
   return n < 0 ? 0 : (n > p.Tk ? p.Tk : n);
 }
 
+/// True if every row of query block [i0, i0 + bm) sees every key of key block [j0, j0 + bn): all
+/// rows are real (< Tq) and the first one, which sees the fewest keys, sees past the block. Then a
+/// tile step needs no per-element visibility test.
+__device__ __forceinline__ bool tile_full(const BackwardParams& p, int64_t i0, int64_t bm,
+                                          int64_t j0, int64_t bn) {
+  return i0 + bm <= p.Tq && visible_keys(p, i0) >= j0 + bn;
+}
+
 /// c += a·b on one m16n8k32 tile with A, B in E4M3 or E5M2 (flags warp-uniform), C FP32.
 __device__ __forceinline__ void mma_fp8(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                         uint32_t b1, bool a_e5m2, bool b_e5m2) {
