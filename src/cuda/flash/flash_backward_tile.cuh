@@ -8,7 +8,8 @@
 //
 // A CTA is 8 warps on one (block_q = kBM) x (block_k = kBN) tile of one head. S phase: warp w
 // owns the 16 query rows 16·(w % kQS).. and the kNK keys kNK·(w / kQS).. of the tile. Its S
-// accumulator is the forward's: A = Q̂ rows (registers), B = K̂ rows in the key order
+// accumulator is the forward's: A = Q̂ rows (registers: from global memory, or by ldmatrix from the
+// main kernel's staged query block), B = K̂ rows (ldmatrix) in the key order
 // flash_mma_sm89.cuh s_key (so an accumulator row is, after an in-place FP8 conversion, the A
 // fragment of the next product over keys), kD/32 MMAs over head_dim in order from a zero
 // accumulator, then one rounded product by τ·sq·sk (forward_kernel's exact sequence: the saved m
