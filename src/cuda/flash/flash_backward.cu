@@ -12,7 +12,7 @@
 //   (fp8.h scale_from_amax, pow2) → dŜ codes in ds_format, P̃ = E4M3(exp(S − m)·p_scale);
 //   dQ_i += τ dŜK̂ per warp (the dŜ accumulator is already the A fragment: s_key order), × 1/scale,
 //   FP32 atomicAdd into dq_acc, 4 columns per instruction (sm_90 float4; unless deterministic);
-//   P̃ᵀ and dŜᵀ go through shared memory ([key][query] bytes, swizzled), then each warp owns 16
+//   P̃ᵀ and dŜᵀ go through shared memory ([key][query] bytes, swizzled), then each warp owns 32
 //   keys x head_dim/kDP: dV += P̃ᵀ (dO/l)~ (FP32 accumulator in registers) and dK += τ dŜᵀ Q̂ ·
 //   1/scale (FP32 accumulator in shared memory), the B operands — the query block's columns of
 //   the group transposes — staged in shared memory by cp.async at the start of the tile step
@@ -180,12 +180,15 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   const int64_t bg = int64_t(blockIdx.x) % BG, j0 = int64_t(blockIdx.x) / BG * kBN;
   const int64_t b = bg / p.G, gh = bg % p.G;
   for (int c = threadIdx.x; c < kBN * kLd; c += kThreads) sdk[c] = 0.0f;
-  // dV in registers: this warp's 16 keys x kDW head_dim columns of the dK/dV phase (below).
-  float dv[Gm::kDW / 8][4];
+  // dV in registers: this warp's 32 keys (m-tiles mt: keys 32ks + 16mt..) x kDW head_dim columns
+  // of the dK/dV phase (below).
+  float dv[2][Gm::kDW / 8][4];
 #pragma unroll
-  for (int dn = 0; dn < Gm::kDW / 8; ++dn)
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dv[dn][e] = 0.0f;
+    for (int dn = 0; dn < Gm::kDW / 8; ++dn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dv[mt][dn][e] = 0.0f;
   const bool do_e5m2 = w.do_e5m2, ds_e5m2 = w.ds_e5m2;
   // Query blocks that see key j0 (causal bottom-right: rows i >= j0 − (Tk − Tq)).
   const int64_t n_qblocks = (p.Tq + kBM - 1) / kBM;
@@ -283,21 +286,23 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
       }
       cp_async_wait<1>();  // this step's Q̂ᵀ, (dO/l)~ᵀ (the next step's rows may be in flight)
       __syncthreads();     // P̃ᵀ, dŜᵀ, Q̂ᵀ and (dO/l)~ᵀ complete
-      // dV, dK on this warp's 16 keys x kDW columns; A from P̃ᵀ / dŜᵀ rows ks·16 + g (+8),
-      // queries 32qc + 4t (+16), by ldmatrix: lane 8i + r reads key row 16ks + r + 8(i % 2),
-      // query chunk 2qc + i/2 (the a0..a3 order); B from the staged Q̂ᵀ / (dO/l)~ᵀ rows (head_dim
-      // columns) dpart·kDW + 8dn + g: lane 8i + r reads row dpart·kDW + 8dn + r, chunk 4h + i
-      // (the b0, b1 of qc = 2h, 2h + 1). The products over qc = 0, 1, ... from zero, as before.
-      uint32_t pa[kBM / 32][4], sa[kBM / 32][4];
+      // dV, dK on this warp's 32 keys (two m-tiles of 16) x kDW columns; A from P̃ᵀ / dŜᵀ rows
+      // 32ks + 16mt + g (+8), queries 32qc + 4t (+16), by ldmatrix: lane 8i + r reads key row
+      // 32ks + 16mt + r + 8(i % 2), query chunk 2qc + i/2 (the a0..a3 order); B from the staged
+      // Q̂ᵀ / (dO/l)~ᵀ rows (head_dim columns) dpart·kDW + 8dn + g: lane 8i + r reads row
+      // dpart·kDW + 8dn + r, chunk 4h + i (the b0, b1 of qc = 2h, 2h + 1), each B fragment feeding
+      // both m-tiles. The products over qc = 0, 1, ... from zero, as before.
+      uint32_t pa[2][kBM / 32][4], sa[2][kBM / 32][4];
       const int lane = threadIdx.x % 32, mi = lane / 8, mr = lane % 8;
-      {
-        const int key = 16 * ks + mr + 8 * (mi % 2);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const int key = 32 * ks + 16 * mt + mr + 8 * (mi % 2);
         const unsigned at = unsigned(key * kBM + 16 * pt_chunk<kBM>(key, mi / 2));
         const unsigned pt_u = smem_u32(spt), st_u = smem_u32(sdst);
 #pragma unroll
         for (int qc = 0; qc < kBM / 32; ++qc) {  // chunk (2qc + i/2) ^ f = 2qc ^ (i/2 ^ f)
-          ldsm<4>(pa[qc], pt_u + (at ^ (32u * qc)));
-          ldsm<4>(sa[qc], st_u + (at ^ (32u * qc)));
+          ldsm<4>(pa[mt][qc], pt_u + (at ^ (32u * qc)));
+          ldsm<4>(sa[mt][qc], st_u + (at ^ (32u * qc)));
         }
       }
       const unsigned b_row = unsigned((dpart * Gm::kDW + mr) * kBM);
@@ -305,26 +310,37 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
       const unsigned qt_u = smem_u32(sqt) + b_row, dot_u = smem_u32(sdot) + b_row;
 #pragma unroll
       for (int dn = 0; dn < Gm::kDW / 8; ++dn) {
-        float av[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ak[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float av[2][4], ak[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) av[mt][e] = ak[mt][e] = 0.0f;
 #pragma unroll
         for (int hq = 0; hq < kBM / 64; ++hq) {
           const unsigned off = unsigned(8 * dn * kBM + 16 * (bx ^ (4 * hq)));
           uint32_t bv[4], bq[4];
           ldsm<4>(bv, dot_u + off);
           ldsm<4>(bq, qt_u + off);
-          bwd::mma_fp8(av, pa[2 * hq], bv[0], bv[1], false, do_e5m2);
-          bwd::mma_fp8(ak, sa[2 * hq], bq[0], bq[1], ds_e5m2, false);
-          bwd::mma_fp8(av, pa[2 * hq + 1], bv[2], bv[3], false, do_e5m2);
-          bwd::mma_fp8(ak, sa[2 * hq + 1], bq[2], bq[3], ds_e5m2, false);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            bwd::mma_fp8(av[mt], pa[mt][2 * hq], bv[0], bv[1], false, do_e5m2);
+            bwd::mma_fp8(ak[mt], sa[mt][2 * hq], bq[0], bq[1], ds_e5m2, false);
+            bwd::mma_fp8(av[mt], pa[mt][2 * hq + 1], bv[2], bv[3], false, do_e5m2);
+            bwd::mma_fp8(ak[mt], sa[mt][2 * hq + 1], bq[2], bq[3], ds_e5m2, false);
+          }
         }
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dv[dn][e] += av[e];
+        for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {  // rows g, g + 8: float2 read-modify-write (padded rows)
-          const int at = (16 * ks + g + 8 * r) * kLd + dpart * Gm::kDW + 8 * dn + 2 * t;
-          float2 k = *reinterpret_cast<float2*>(sdk + at);
-          k.x += ak[2 * r] * g_scale, k.y += ak[2 * r + 1] * g_scale;
-          *reinterpret_cast<float2*>(sdk + at) = k;
+          for (int e = 0; e < 4; ++e) dv[mt][dn][e] += av[mt][e];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {  // rows g, g + 8: float2 read-modify-write (padded rows)
+            const int at =
+                (32 * ks + 16 * mt + g + 8 * r) * kLd + dpart * Gm::kDW + 8 * dn + 2 * t;
+            float2 k = *reinterpret_cast<float2*>(sdk + at);
+            k.x += ak[mt][2 * r] * g_scale, k.y += ak[mt][2 * r + 1] * g_scale;
+            *reinterpret_cast<float2*>(sdk + at) = k;
+          }
         }
       }
       __syncthreads();  // before the next tile rewrites P̃ᵀ, dŜᵀ and the amax slots
@@ -335,15 +351,17 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   // code units (× sq later), from shared memory once every warp has added its last tile.
   const float dv_scale = (1.0f / p.p_scale) * *p.dvo_scale_inv;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t j = j0 + 16 * ks + g + 8 * r;
-    if (j >= p.Tk_p) continue;
-    float* const out = p.dv_acc + (bg * p.Tk_p + j) * kD + dpart * Gm::kDW + 2 * t;
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int dn = 0; dn < Gm::kDW / 8; ++dn)
-      *reinterpret_cast<float2*>(out + 8 * dn) =
-          make_float2(dv[dn][2 * r] * dv_scale, dv[dn][2 * r + 1] * dv_scale);
-  }
+    for (int r = 0; r < 2; ++r) {
+      const int64_t j = j0 + 32 * ks + 16 * mt + g + 8 * r;
+      if (j >= p.Tk_p) continue;
+      float* const out = p.dv_acc + (bg * p.Tk_p + j) * kD + dpart * Gm::kDW + 2 * t;
+#pragma unroll
+      for (int dn = 0; dn < Gm::kDW / 8; ++dn)
+        *reinterpret_cast<float2*>(out + 8 * dn) =
+            make_float2(dv[mt][dn][2 * r] * dv_scale, dv[mt][dn][2 * r + 1] * dv_scale);
+    }
   __syncthreads();
   for (int c = threadIdx.x; c < kBN * kD; c += kThreads) {
     const int64_t j = j0 + c / kD;

@@ -41,8 +41,8 @@ struct Geom {
   static constexpr int kQS = kBM / 16;      // S phase: query slabs of 16 rows
   static constexpr int kKP = kWarps / kQS;  // S phase: key parts (1 or 2)
   static constexpr int kNK = kBN / kKP;     // S phase: keys per warp (32, 64 or 128)
-  static constexpr int kKS = kBN / 16;      // dK/dV phase: key slabs of 16 keys
-  static constexpr int kDP = kWarps / kKS;  // dK/dV phase: head_dim parts (1 or 2)
+  static constexpr int kKS = kBN / 32;      // dK/dV phase: key slabs of 32 keys (two m-tiles)
+  static constexpr int kDP = kWarps / kKS;  // dK/dV phase: head_dim parts (2 or 4)
   static constexpr int kDW = kD / kDP;      // dK/dV phase: head_dim columns per warp
   static constexpr int kKV = kBN * kD;      // bytes of one K̂, V̂ or K̂ᵀ tile
   static constexpr int kPT = kBN * kBM;     // bytes of one P̃ᵀ or dŜᵀ tile
