@@ -108,7 +108,9 @@ TEST(FlashBackward, MatchesCpuTiledTwinAndOracle) {
       EXPECT_LE(ge.dv_rel_err, 2 * ce.dv_rel_err + 1e-3) << what;
       EXPECT_TRUE(test::all_finite(g.dq) && test::all_finite(g.dk) && test::all_finite(g.dv))
           << what;
-      if (delta == DeltaMode::Matched) EXPECT_LE(g.stats.row_residual_max, 1e-6) << what;
+      if (delta == DeltaMode::Matched) {
+        EXPECT_LE(g.stats.row_residual_max, 1e-6) << what;
+      }
       residual[delta == DeltaMode::Matched] = g.stats.row_residual_max;
       if (HasFailure()) return;
     }
@@ -168,7 +170,7 @@ TEST(FlashBackward, DeterministicModeIsBitwiseRepeatable) {
     int64_t B, H, G, Tq, Tk, D, bq, bk;
     bool causal;
   };
-  for (const Dims c : {Dims{2, 4, 2, 200, 200, 64, 64, 64, true},
+  for (const Dims& c : {Dims{2, 4, 2, 200, 200, 64, 64, 64, true},
                        Dims{1, 4, 1, 130, 300, 128, 128, 128, false},
                        Dims{1, 2, 2, 257, 257, 128, 64, 128, true}}) {
     const int64_t Tq_p = (c.Tq + 15) / 16 * 16, Tk_p = (c.Tk + 15) / 16 * 16, rep = c.H / c.G;

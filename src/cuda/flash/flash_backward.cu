@@ -6,14 +6,17 @@
 // backward (arXiv 2307.08691, Algorithm 2): K̂, V̂, K̂ᵀ of the key block are loaded once into shared
 // memory; for each of the rep = H/G query heads and each query block of block_q rows that sees the
 // key block, per tile:
-//   S, P, dP (flash_backward_tile.cuh: the pre-pass's bits), dS = P∘(dP − D) (octet/delta_rule.h),
+//   S → P, then dP → dS = P∘(dP − D) in the same registers (flash_backward_tile.cuh: the
+//   pre-pass's bits; octet/delta_rule.h),
 //   the row residual sums (FP64 atomics), the tile's amax over all 8 warps → a power-of-two scale
 //   (fp8.h scale_from_amax, pow2) → dŜ codes in ds_format, P̃ = E4M3(exp(S − m)·p_scale);
 //   dQ_i += τ dŜK̂ per warp (the dŜ accumulator is already the A fragment: s_key order), × 1/scale,
-//   FP32 atomicAdd into dq_acc (unless deterministic);
-//   P̃ᵀ and dŜᵀ go through shared memory ([key][query] bytes), then each warp owns 16 keys x
-//   head_dim/kDP: dV += P̃ᵀ (dO/l)~ and dK += τ dŜᵀ Q̂ · 1/scale, B operands read from the group
-//   transposes in global memory, added into FP32 accumulators in shared memory.
+//   FP32 atomicAdd into dq_acc, 4 columns per instruction (sm_90 float4; unless deterministic);
+//   P̃ᵀ and dŜᵀ go through shared memory ([key][query] bytes, swizzled), then each warp owns 32
+//   keys x head_dim/kDP: dV += P̃ᵀ (dO/l)~ (FP32 accumulator in registers) and dK += τ dŜᵀ Q̂ ·
+//   1/scale (FP32 accumulator in shared memory), the B operands — the query block's columns of
+//   the group transposes — staged in shared memory by cp.async at the start of the tile step
+//   (their load overlaps the S/dP phase). Every shared fragment is read by ldmatrix.
 // Each tile's product is summed by the tensor core over at most 128 terms from a zero accumulator
 // and added in FP32 outside it (Hopper's FP8 MMA accumulates with limited precision).
 // dq_kernel (deterministic mode): one CTA per (b, h, query block) walks the key blocks, recomputes
@@ -40,49 +43,76 @@ using bwd::kWarps;
 template <int kD, int kBM, int kBN>
 struct MainSmem {
   using Gm = bwd::Geom<kD, kBM, kBN>;
-  // dK/dV FP32 accumulator rows padded by 8 floats: a warp's float2 read-modify-write of rows
+  // The dK FP32 accumulator's rows padded by 8 floats: a warp's float2 read-modify-write of rows
   // g (+8), columns 2t.. then hits 32 distinct banks per half-warp (row stride ≡ 8 banks).
   static constexpr int kAccLd = kD + 8;
-  static constexpr int kBytes = 3 * Gm::kKV + 2 * Gm::kPT + 2 * kBN * kAccLd * 4;
+  static constexpr int kQT = kD * kBM;  // bytes of one Q̂ᵀ or (dO/l)~ᵀ query-block tile
+  // K̂, V̂, K̂ᵀ; P̃ᵀ, dŜᵀ; Q̂ᵀ, (dO/l)~ᵀ; Q̂, dÔ; dK.
+  static constexpr int kBytes = 3 * Gm::kKV + 2 * Gm::kPT + 4 * kQT + kBN * kAccLd * 4;
 };
 
-// One warp's dS of a tile (into dp, in place) with the row residual sums (when res_sums), the P̃
-// codes into pt ([kBN][kBM] bytes, chunks pt_chunk-swizzled, if given), and this lane's |dS| amax
-// bits. Element (nt, e): row e / 2, tile key key0 + s_key(nt, 0) + 4t + e % 2; visibility is a
-// 32-bit compare against Rows::lim.
-template <int kNK, int kBM>
-__device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res_sums,
-                                            const bwd::Rows& rows, int64_t bh, int64_t j0, int key0,
-                                            int row0, int t, const float (&s)[kNK / 8][4],
-                                            float (&dp)[kNK / 8][4], uint8_t* pt) {
-  unsigned amax = 0;
-  double rs[2] = {0.0, 0.0}, rm[2] = {0.0, 0.0};
-  const int lim[2] = {rows.lim(0, j0 + key0 + 4 * t), rows.lim(1, j0 + key0 + 4 * t)};
+// Phase 1 of one warp's tile step: P = exp(S − m)/l of its 16 rows x kNK keys into pd (n-tile by
+// n-tile: S is never live as a whole), and the P̃ codes into pt ([kBN][kBM] bytes, chunks
+// pt_chunk-swizzled, if given). Element (nt, e): row e / 2, tile key key0 + s_key(nt, 0) + 4t +
+// e % 2, visible iff s_key(nt, 0) + e % 2 < lim[e / 2] (Rows::lim from j0 + key0 + 4t), or
+// always when kFull (the caller knows every row of the block sees every key of the tile).
+template <bool kFull, int kD, int kBM, int kBN>
+__device__ __forceinline__ void tile_p(const BackwardParams& p, const bwd::Warp<kD, kBM, kBN>& w,
+                                       const bwd::Rows& rows, const uint8_t* sk,
+                                       const uint32_t (&qa)[kD / 32][4], const int (&lim)[2],
+                                       float (&pd)[bwd::Geom<kD, kBM, kBN>::kNK / 8][4],
+                                       uint8_t* pt) {
+  constexpr int kNK = bwd::Geom<kD, kBM, kBN>::kNK;
 #pragma unroll
-  for (int nt = 0; nt < kNK / 8; ++nt)
+  for (int nt = 0; nt < kNK / 8; ++nt) {
+    float s[4];
+    w.s_ntile(sk, nt, qa, s);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float ev[2];
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int e = 2 * r + c;
-        const bool in = s_key(nt, 0) + c < lim[r];
-        const float pr = rows.prob(r, in, s[nt][e], &ev[c]);
-        const float ds = in ? RowDelta<float>{rows.delta[r]}.ds(pr, dp[nt][e]) : 0.0f;
-        if (res_sums && in) {  // FP64 work only when the residual is asked for
-          rs[r] += double(ds);
-          rm[r] += double(pr) * (fabs(double(dp[nt][e])) + fabs(double(rows.delta[r])));
-        }
-        dp[nt][e] = ds;
-        amax = max(amax, __float_as_uint(ds) & 0x7FFFFFFFu);
-      }
-      if (pt) {  // P̃ = E4M3(exp(S − m)·p_scale) of keys kl, kl + 1 (two rows of P̃ᵀ), query row0 + 8r
+      for (int c = 0; c < 2; ++c)
+        pd[nt][2 * r + c] = rows.prob(r, kFull || s_key(nt, 0) + c < lim[r], s[2 * r + c], &ev[c]);
+      if (pt) {  // P̃ = E4M3(exp(S − m)·p_scale) of keys kl, kl + 1 (two rows of P̃ᵀ), query q
         const uint32_t codes = fp8x2(ev[0] * p.p_scale, ev[1] * p.p_scale, false);
-        const int kl = key0 + s_key(nt, 0) + 4 * t, q = row0 + 8 * r;
+        const int kl = w.key0 + s_key(nt, 0) + 4 * w.t, q = 16 * w.qs + w.g + 8 * r;
         pt[kl * kBM + 16 * pt_chunk<kBM>(kl, q / 16) + q % 16] = uint8_t(codes);
         pt[(kl + 1) * kBM + 16 * pt_chunk<kBM>(kl + 1, q / 16) + q % 16] = uint8_t(codes >> 8);
       }
     }
+  }
+}
+
+// Phase 2: dP n-tile by n-tile and dS = P∘(dP − D) in place of P (octet/delta_rule.h), the row
+// residual sums (FP64, only when res_sums is given), and this lane's |dS| amax bits. kFull as
+// tile_p's.
+template <bool kFull, int kD, int kBM, int kBN>
+__device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res_sums,
+                                            const bwd::Warp<kD, kBM, kBN>& w, const bwd::Rows& rows,
+                                            int64_t bh, const uint8_t* sv,
+                                            const uint32_t (&da)[kD / 32][4], const int (&lim)[2],
+                                            float (&pd)[bwd::Geom<kD, kBM, kBN>::kNK / 8][4]) {
+  constexpr int kNK = bwd::Geom<kD, kBM, kBN>::kNK;
+  unsigned amax = 0;
+  double rs[2] = {0.0, 0.0}, rm[2] = {0.0, 0.0};
+#pragma unroll
+  for (int nt = 0; nt < kNK / 8; ++nt) {
+    float dp[4];
+    w.dp_ntile(sv, nt, da, dp);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e / 2;
+      const bool in = kFull || s_key(nt, 0) + e % 2 < lim[r];
+      const float pr = pd[nt][e];
+      const float ds = in ? RowDelta<float>{rows.delta[r]}.ds(pr, dp[e]) : 0.0f;
+      if (res_sums && in) {  // FP64 work only when the residual is asked for
+        rs[r] += double(ds);
+        rm[r] += double(pr) * (fabs(double(dp[e])) + fabs(double(rows.delta[r])));
+      }
+      pd[nt][e] = ds;
+      amax = max(amax, __float_as_uint(ds) & 0x7FFFFFFFu);
+    }
+  }
   if (res_sums) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -90,7 +120,7 @@ __device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res
         rs[r] += __shfl_xor_sync(0xFFFFFFFFu, rs[r], o);
         rm[r] += __shfl_xor_sync(0xFFFFFFFFu, rm[r], o);
       }
-      if (t == 0 && rows.row[r] < p.Tq) {
+      if (w.t == 0 && rows.row[r] < p.Tq) {
         atomicAdd(res_sums + 2 * (bh * p.Tq + rows.row[r]), rs[r]);
         atomicAdd(res_sums + 2 * (bh * p.Tq + rows.row[r]) + 1, rm[r]);
       }
@@ -134,9 +164,13 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   uint8_t* const skt = sv + Gm::kKV;
   uint8_t* const spt = skt + Gm::kKV;   // P̃ᵀ codes [kBN][kBM]
   uint8_t* const sdst = spt + Gm::kPT;  // dŜᵀ codes [kBN][kBM]
-  constexpr int kLd = MainSmem<kD, kBM, kBN>::kAccLd;
-  float* const sdk = reinterpret_cast<float*>(sdst + Gm::kPT);  // [kBN][kLd]
-  float* const sdv = sdk + kBN * kLd;                           // [kBN][kLd]
+  using Sm = MainSmem<kD, kBM, kBN>;
+  uint8_t* const sqt = sdst + Gm::kPT;  // Q̂ᵀ codes of the query block [kD][kBM]
+  uint8_t* const sdot = sqt + Sm::kQT;  // (dO/l)~ᵀ codes of the query block [kD][kBM]
+  uint8_t* const sq = sdot + Sm::kQT;    // Q̂ codes of the query block [kBM][kD]
+  uint8_t* const sdo = sq + Sm::kQT;     // dÔ codes of the query block [kBM][kD]
+  constexpr int kLd = Sm::kAccLd;
+  float* const sdk = reinterpret_cast<float*>(sdo + Sm::kQT);  // dK [kBN][kLd]
   __shared__ unsigned amax_slots[kWarps];
   const bwd::Warp<kD, kBM, kBN> w(p);
   const int g = w.g, t = w.t, qs = w.qs, key0 = w.key0;
@@ -145,36 +179,75 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   const int64_t BG = p.B * p.G, rep = p.H / p.G;
   const int64_t bg = int64_t(blockIdx.x) % BG, j0 = int64_t(blockIdx.x) / BG * kBN;
   const int64_t b = bg / p.G, gh = bg % p.G;
-  for (int c = threadIdx.x; c < 2 * kBN * kLd; c += kThreads) sdk[c] = 0.0f;  // sdk, sdv
-  bwd::load_kv<kD, kBN>(p, bg, j0, sk, sv, skt);
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
-
+  for (int c = threadIdx.x; c < kBN * kLd; c += kThreads) sdk[c] = 0.0f;
+  // dV in registers: this warp's 32 keys (m-tiles mt: keys 32ks + 16mt..) x kDW head_dim columns
+  // of the dK/dV phase (below).
+  float dv[2][Gm::kDW / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int dn = 0; dn < Gm::kDW / 8; ++dn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dv[mt][dn][e] = 0.0f;
   const bool do_e5m2 = w.do_e5m2, ds_e5m2 = w.ds_e5m2;
   // Query blocks that see key j0 (causal bottom-right: rows i >= j0 − (Tk − Tq)).
   const int64_t n_qblocks = (p.Tq + kBM - 1) / kBM;
   const int64_t first = p.causal ? j0 - (p.Tk - p.Tq) : 0;
   const int64_t qb0 = first > 0 ? first / kBM : 0;
   const int64_t width = rep * p.Tq_p;  // a group transpose's row
+  // cp.async groups, in commit order: the key block; then per tile step (hr, qb) its Q̂/dÔ rows
+  // (committed one step ahead: the first here, the next one mid-step, once every warp has its
+  // fragments) and its Q̂ᵀ/(dO/l)~ᵀ columns (at the step's start). A wait_group 1 at the step's
+  // start finds the step's Q̂/dÔ complete; one before the dK/dV phase its transposes.
+  bwd::load_kv<kD, kBN>(p, bg, j0, sk, sv, skt);
+  cp_async_commit();
+  if (qb0 < n_qblocks) bwd::load_q_do<kD, kBM>(p, b * p.H + gh * rep, qb0 * kBM, sq, sdo);
+  cp_async_commit();
   for (int64_t hr = 0; hr < rep; ++hr) {
     const int64_t h = gh * rep + hr, bh = b * p.H + h;
     const uint8_t* const gqt = p.q_t + bg * kD * width + hr * p.Tq_p;
     const uint8_t* const gdot = p.dv_o_t + bg * kD * width + hr * p.Tq_p;
     for (int64_t qb = qb0; qb < n_qblocks; ++qb) {
       const int64_t i0 = qb * kBM;
+      // The dK/dV phase's B operands, the query block's columns of the group transposes, go to
+      // shared memory now (cp.async, [kD][kBM], v_chunk-swizzled like V̂ᵀ in the forward) and are
+      // waited for only after the S/dP phase. Queries >= Tq_p read as zero codes (whole chunks).
+      for (int c = threadIdx.x; c < kD * kBM / 16; c += kThreads) {
+        const int r = c / (kBM / 16), cc = c % (kBM / 16);
+        const bool in = i0 + 16 * cc < p.Tq_p;
+        const int at = r * kBM + 16 * v_chunk<kBM>(r, cc);
+        const int64_t off = in ? r * width + i0 + 16 * cc : 0;
+        cp_async16(sqt + at, gqt + off, in);
+        cp_async16(sdot + at, gdot + off, in);
+      }
+      cp_async_commit();
+      cp_async_wait<1>();  // this step's Q̂/dÔ rows (and the key block) have landed
+      __syncthreads();
       bwd::Rows rows;
-      float dp[Gm::kNK / 8][4];
+      float dp[Gm::kNK / 8][4];  // P, then dS
       unsigned amax;
       {
         uint32_t qa[kD / 32][4], da[kD / 32][4];
-        w.load_rows(p, bh, i0, rows, qa, da);
+        bwd::ldsm_row_frags<kD>(qa, sq, qs);
+        bwd::ldsm_row_frags<kD>(da, sdo, qs);
+        rows.init(p, bh, i0 + 16 * qs + g);
         rows.load_delta(p, bh);
-        float s[Gm::kNK / 8][4];
-        w.s_dp(sk, sv, qa, da, s, dp);
-        amax = tile_ds<Gm::kNK, kBM>(p, p.res_sums, rows, bh, j0, key0, 16 * qs + g, t, s, dp, spt);
+        const int lim[2] = {rows.lim(0, j0 + key0 + 4 * t), rows.lim(1, j0 + key0 + 4 * t)};
+        if (bwd::tile_full(p, i0, kBM, j0, kBN)) {  // CTA-uniform: no per-element visibility test
+          tile_p<true>(p, w, rows, sk, qa, lim, dp, spt);
+          amax = tile_ds<true>(p, p.res_sums, w, rows, bh, sv, da, lim, dp);
+        } else {
+          tile_p<false>(p, w, rows, sk, qa, lim, dp, spt);
+          amax = tile_ds<false>(p, p.res_sums, w, rows, bh, sv, da, lim, dp);
+        }
       }
       const float sc = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
+      {  // cta_amax's barrier: every warp has its Q̂/dÔ fragments; prefetch the next step's rows
+        const bool last_qb = qb + 1 == n_qblocks;
+        if (!last_qb || hr + 1 < rep)
+          bwd::load_q_do<kD, kBM>(p, last_qb ? bh + 1 : bh, last_qb ? qb0 * kBM : i0 + kBM, sq, sdo);
+        cp_async_commit();
+      }
       const float g_scale = p.tau * (1.0f / sc);  // τ · dŜ's 1/scale (a power of two: exact)
       uint32_t dsa[Gm::kNK / 32][4];
       bwd::to_a_frags<Gm::kNK>(dp, sc, p.ds_format, dsa);
@@ -193,71 +266,107 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
       if (!p.deterministic) {
         float acc[kD / 8][4];
         tile_dq<kD, kBN, Gm::kNK>(smem_u32(skt), key0, dsa, w.ds_e5m2, acc);
+        // One 16-byte FP32 atomic add (sm_90) per lane and n-tile: lanes t, t ^ 1 swap halves so
+        // that an even t holds row g, columns 4(t/2)..+3, an odd t row g + 8, the same columns.
+        // (Selects, not indices: a register array indexed by t would go to local memory.)
+        const bool odd = t % 2 != 0;
+        const int64_t my_row = odd ? rows.row[1] : rows.row[0];
+        const bool my_vis = (odd ? rows.vis[1] : rows.vis[0]) > 0;  // else dS = 0: nothing to add
+        float* const dq = p.dq_acc + (bh * p.Tq_p + my_row) * kD + 4 * (t / 2);
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          if (rows.vis[r] == 0) continue;  // dS = 0: nothing to add (pads, rows without keys)
-          float* dq = p.dq_acc + (bh * p.Tq_p + rows.row[r]) * kD + 2 * t;
-#pragma unroll
-          for (int dn = 0; dn < kD / 8; ++dn) {
-            atomicAdd(dq + 8 * dn, acc[dn][2 * r] * g_scale);
-            atomicAdd(dq + 8 * dn + 1, acc[dn][2 * r + 1] * g_scale);
-          }
+        for (int dn = 0; dn < kD / 8; ++dn) {
+          const float a0 = acc[dn][0] * g_scale, a1 = acc[dn][1] * g_scale;  // row g
+          const float a2 = acc[dn][2] * g_scale, a3 = acc[dn][3] * g_scale;  // row g + 8
+          const float y0 = __shfl_xor_sync(0xFFFFFFFFu, odd ? a0 : a2, 1);
+          const float y1 = __shfl_xor_sync(0xFFFFFFFFu, odd ? a1 : a3, 1);
+          if (my_vis)
+            atomicAdd(reinterpret_cast<float4*>(dq + 8 * dn),
+                      odd ? make_float4(y0, y1, a2, a3) : make_float4(a0, a1, y0, y1));
         }
       }
-      __syncthreads();  // P̃ᵀ, dŜᵀ complete
-      // dV, dK on this warp's 16 keys x kDW columns; A from P̃ᵀ / dŜᵀ rows ks·16 + g (+8),
-      // queries 32qc + 4t (+16), by ldmatrix: lane 8i + r reads key row 16ks + r + 8(i % 2),
-      // query chunk 2qc + i/2 (the a0..a3 order); B from the group transposes, columns (head_dim)
-      // dpart·kDW + 8dn + g.
-      uint32_t pa[kBM / 32][4], sa[kBM / 32][4];
-      {
-        const int lane = threadIdx.x % 32, mi = lane / 8;
-        const int key = 16 * ks + lane % 8 + 8 * (mi % 2);
+      cp_async_wait<1>();  // this step's Q̂ᵀ, (dO/l)~ᵀ (the next step's rows may be in flight)
+      __syncthreads();     // P̃ᵀ, dŜᵀ, Q̂ᵀ and (dO/l)~ᵀ complete
+      // dV, dK on this warp's 32 keys (two m-tiles of 16) x kDW columns; A from P̃ᵀ / dŜᵀ rows
+      // 32ks + 16mt + g (+8), queries 32qc + 4t (+16), by ldmatrix: lane 8i + r reads key row
+      // 32ks + 16mt + r + 8(i % 2), query chunk 2qc + i/2 (the a0..a3 order); B from the staged
+      // Q̂ᵀ / (dO/l)~ᵀ rows (head_dim columns) dpart·kDW + 8dn + g: lane 8i + r reads row
+      // dpart·kDW + 8dn + r, chunk 4h + i (the b0, b1 of qc = 2h, 2h + 1), each B fragment feeding
+      // both m-tiles. The products over qc = 0, 1, ... from zero, as before.
+      uint32_t pa[2][kBM / 32][4], sa[2][kBM / 32][4];
+      const int lane = threadIdx.x % 32, mi = lane / 8, mr = lane % 8;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const int key = 32 * ks + 16 * mt + mr + 8 * (mi % 2);
         const unsigned at = unsigned(key * kBM + 16 * pt_chunk<kBM>(key, mi / 2));
         const unsigned pt_u = smem_u32(spt), st_u = smem_u32(sdst);
 #pragma unroll
         for (int qc = 0; qc < kBM / 32; ++qc) {  // chunk (2qc + i/2) ^ f = 2qc ^ (i/2 ^ f)
-          ldsm<4>(pa[qc], pt_u + (at ^ (32u * qc)));
-          ldsm<4>(sa[qc], st_u + (at ^ (32u * qc)));
+          ldsm<4>(pa[mt][qc], pt_u + (at ^ (32u * qc)));
+          ldsm<4>(sa[mt][qc], st_u + (at ^ (32u * qc)));
         }
       }
+      const unsigned b_row = unsigned((dpart * Gm::kDW + mr) * kBM);
+      const int bx = v_chunk<kBM>(mr, 0) ^ mi;
+      const unsigned qt_u = smem_u32(sqt) + b_row, dot_u = smem_u32(sdot) + b_row;
 #pragma unroll
       for (int dn = 0; dn < Gm::kDW / 8; ++dn) {
-        const int dcol = dpart * Gm::kDW + 8 * dn + g;
-        float av[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ak[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float av[2][4], ak[2][4];
 #pragma unroll
-        for (int qc = 0; qc < kBM / 32; ++qc) {
-          const int64_t i = i0 + 32 * qc + 4 * t;  // groups of 4 rows: all < Tq_p or none
-          const int64_t off = dcol * width + i;
-          const uint32_t v0 = i < p.Tq_p ? bwd::ldg32(gdot + off) : 0u;
-          const uint32_t v1 = i + 16 < p.Tq_p ? bwd::ldg32(gdot + off + 16) : 0u;
-          const uint32_t q0 = i < p.Tq_p ? bwd::ldg32(gqt + off) : 0u;
-          const uint32_t q1 = i + 16 < p.Tq_p ? bwd::ldg32(gqt + off + 16) : 0u;
-          bwd::mma_fp8(av, pa[qc], v0, v1, false, do_e5m2);
-          bwd::mma_fp8(ak, sa[qc], q0, q1, ds_e5m2, false);
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) av[mt][e] = ak[mt][e] = 0.0f;
+#pragma unroll
+        for (int hq = 0; hq < kBM / 64; ++hq) {
+          const unsigned off = unsigned(8 * dn * kBM + 16 * (bx ^ (4 * hq)));
+          uint32_t bv[4], bq[4];
+          ldsm<4>(bv, dot_u + off);
+          ldsm<4>(bq, qt_u + off);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            bwd::mma_fp8(av[mt], pa[mt][2 * hq], bv[0], bv[1], false, do_e5m2);
+            bwd::mma_fp8(ak[mt], sa[mt][2 * hq], bq[0], bq[1], ds_e5m2, false);
+            bwd::mma_fp8(av[mt], pa[mt][2 * hq + 1], bv[2], bv[3], false, do_e5m2);
+            bwd::mma_fp8(ak[mt], sa[mt][2 * hq + 1], bq[2], bq[3], ds_e5m2, false);
+          }
         }
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {  // rows g, g + 8: float2 read-modify-write (padded rows)
-          const int at = (16 * ks + g + 8 * r) * kLd + dpart * Gm::kDW + 8 * dn + 2 * t;
-          float2 v = *reinterpret_cast<float2*>(sdv + at), k = *reinterpret_cast<float2*>(sdk + at);
-          v.x += av[2 * r], v.y += av[2 * r + 1];
-          k.x += ak[2 * r] * g_scale, k.y += ak[2 * r + 1] * g_scale;
-          *reinterpret_cast<float2*>(sdv + at) = v;
-          *reinterpret_cast<float2*>(sdk + at) = k;
+        for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dv[mt][dn][e] += av[mt][e];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {  // rows g, g + 8: float2 read-modify-write (padded rows)
+            const int at =
+                (32 * ks + 16 * mt + g + 8 * r) * kLd + dpart * Gm::kDW + 8 * dn + 2 * t;
+            float2 k = *reinterpret_cast<float2*>(sdk + at);
+            k.x += ak[mt][2 * r] * g_scale, k.y += ak[mt][2 * r + 1] * g_scale;
+            *reinterpret_cast<float2*>(sdk + at) = k;
+          }
         }
       }
       __syncthreads();  // before the next tile rewrites P̃ᵀ, dŜᵀ and the amax slots
     }
   }
-  // dV = Σ P̃_code (dO/l)_code · (1/p_scale) · its 1/scale; dK in Q̂'s code units (× sq later).
+  cp_async_wait<0>();  // nothing left in flight (a CTA whose key block no query block sees)
+  // dV = Σ P̃_code (dO/l)_code · (1/p_scale) · its 1/scale, from each warp's registers; dK in Q̂'s
+  // code units (× sq later), from shared memory once every warp has added its last tile.
   const float dv_scale = (1.0f / p.p_scale) * *p.dvo_scale_inv;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t j = j0 + 32 * ks + 16 * mt + g + 8 * r;
+      if (j >= p.Tk_p) continue;
+      float* const out = p.dv_acc + (bg * p.Tk_p + j) * kD + dpart * Gm::kDW + 2 * t;
+#pragma unroll
+      for (int dn = 0; dn < Gm::kDW / 8; ++dn)
+        *reinterpret_cast<float2*>(out + 8 * dn) =
+            make_float2(dv[mt][dn][2 * r] * dv_scale, dv[mt][dn][2 * r + 1] * dv_scale);
+    }
+  __syncthreads();
   for (int c = threadIdx.x; c < kBN * kD; c += kThreads) {
     const int64_t j = j0 + c / kD;
     if (j >= p.Tk_p) continue;
-    const int64_t at = (bg * p.Tk_p + j) * kD + c % kD;
-    const int sa = c / kD * kLd + c % kD;
-    p.dv_acc[at] = sdv[sa] * dv_scale;
-    p.dk_acc[at] = sdk[sa];
+    p.dk_acc[(bg * p.Tk_p + j) * kD + c % kD] = sdk[c / kD * kLd + c % kD];
   }
 }
 
@@ -291,13 +400,16 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardParams p) {
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
-    float dp[Gm::kNK / 8][4];
+    float dp[Gm::kNK / 8][4];  // P, then dS
     unsigned amax;
     {
-      float s[Gm::kNK / 8][4];
-      w.s_dp(sk, sv, qa, da, s, dp);
+      const int lim[2] = {rows.lim(0, j0 + key0 + 4 * t), rows.lim(1, j0 + key0 + 4 * t)};
+      const bool full = bwd::tile_full(p, i0, kBM, j0, kBN);
+      if (full) tile_p<true>(p, w, rows, sk, qa, lim, dp, nullptr);
+      else tile_p<false>(p, w, rows, sk, qa, lim, dp, nullptr);
       // No residual sums here: the main kernel adds them.
-      amax = tile_ds<Gm::kNK, kBM>(p, nullptr, rows, bh, j0, key0, 16 * qs + g, t, s, dp, nullptr);
+      amax = full ? tile_ds<true>(p, nullptr, w, rows, bh, sv, da, lim, dp)
+                  : tile_ds<false>(p, nullptr, w, rows, bh, sv, da, lim, dp);
     }
     const float sc = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
     const float g_scale = p.tau * (1.0f / sc);
@@ -366,6 +478,9 @@ void backward_launch(const BackwardParams& p, cudaStream_t stream) {
               "fused attention backward: a null operand, scale or row statistics pointer");
   OCTET_CHECK(p.dq_acc && p.dk_acc && p.dv_acc,
               "fused attention backward: a null output pointer (dq_acc, dk_acc, dv_acc)");
+  OCTET_CHECK((reinterpret_cast<uintptr_t>(p.dv_acc) & 7u) == 0 && aligned16(p.dq_acc),
+              "fused attention backward: dv_acc must be 8-byte aligned (float2 stores) and dq_acc "
+              "16-byte aligned (float4 atomics)");
   OCTET_CHECK(aligned16(p.q) && aligned16(p.q_t) && aligned16(p.k) && aligned16(p.k_t) &&
                   aligned16(p.v) && aligned16(p.d_o) && aligned16(p.dv_o_t),
               "fused attention backward: the code buffers must be 16-byte aligned");

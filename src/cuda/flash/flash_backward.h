@@ -16,7 +16,8 @@
 //                    sequence and scale product: the saved (m, l) describe this S), P = exp(S − m)/l,
 //                    dP = dÔV̂ᵀ·sdo·sv, dS = P∘(dP − D), the row residual sums, dŜ = dS rounded on
 //                    the tile's power-of-two scale (fp8.h scale_from_amax, pow2), then
-//                    dV_j += P̃ᵀ(dO/l)~, dK_j += τ dŜᵀQ̂ (shared-memory FP32 accumulators) and
+//                    dV_j += P̃ᵀ(dO/l)~, dK_j += τ dŜᵀQ̂ (FP32 accumulators: dV in registers,
+//                    dK in shared memory) and
 //                    dQ_i += τ dŜK̂ (FP32 atomicAdd), or, deterministic, a separate Q-block-major dQ
 //                    kernel that recomputes the tile (fixed summation order: identical bits per run).
 // No S x S buffer: besides inputs and outputs, O(T) per head (delta, row factor, residual sums).
@@ -52,9 +53,9 @@ struct BackwardParams {
   const float* d_o_f32 = nullptr;  ///< [B, H, Tq, D] dO as given (stale delta only)
   float* delta = nullptr;          ///< [B, H, Tq] D_i (delta_launch writes, backward reads)
   float* row_factor = nullptr;     ///< [B, H, Tq] 1/l_i, 0 in a row without keys (delta_launch)
-  float* dq_acc = nullptr;  ///< out [B, H, Tq_p, D]: Σ τ dŜK̂ in code units of K̂ (× sk later)
+  float* dq_acc = nullptr;  ///< out [B, H, Tq_p, D]: Σ τ dŜK̂ in code units of K̂ (× sk later; 16-byte aligned)
   float* dk_acc = nullptr;  ///< out [B, G, Tk_p, D]: Σ τ dŜᵀQ̂ in code units of Q̂ (× sq later)
-  float* dv_acc = nullptr;  ///< out [B, G, Tk_p, D]: dV, scaled
+  float* dv_acc = nullptr;  ///< out [B, G, Tk_p, D]: dV, scaled (8-byte aligned)
   /// [B, H, Tq, 2] (Σ_j dS_ij, Σ_j P_ij(|dP_ij| + |D_i|)) in FP64, or null: no residual sums
   double* res_sums = nullptr;
   int64_t B = 0, H = 0, G = 0, Tq = 0, Tk = 0, Tq_p = 0, Tk_p = 0, D = 0;

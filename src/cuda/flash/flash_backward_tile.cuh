@@ -8,11 +8,13 @@
 //
 // A CTA is 8 warps on one (block_q = kBM) x (block_k = kBN) tile of one head. S phase: warp w
 // owns the 16 query rows 16·(w % kQS).. and the kNK keys kNK·(w / kQS).. of the tile. Its S
-// accumulator is the forward's: A = Q̂ rows (registers), B = K̂ rows in the key order
+// accumulator is the forward's: A = Q̂ rows (registers: from global memory, or by ldmatrix from the
+// main kernel's staged query block), B = K̂ rows (ldmatrix) in the key order
 // flash_mma_sm89.cuh s_key (so an accumulator row is, after an in-place FP8 conversion, the A
 // fragment of the next product over keys), kD/32 MMAs over head_dim in order from a zero
 // accumulator, then one rounded product by τ·sq·sk (forward_kernel's exact sequence: the saved m
-// and l describe this S).
+// and l describe this S). The kernels compute a tile's S (→ P) for all n-tiles first and its dP
+// (→ dS, in the same registers) second, so that only one 16 x kNK FP32 array is live.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -39,8 +41,8 @@ struct Geom {
   static constexpr int kQS = kBM / 16;      // S phase: query slabs of 16 rows
   static constexpr int kKP = kWarps / kQS;  // S phase: key parts (1 or 2)
   static constexpr int kNK = kBN / kKP;     // S phase: keys per warp (32, 64 or 128)
-  static constexpr int kKS = kBN / 16;      // dK/dV phase: key slabs of 16 keys
-  static constexpr int kDP = kWarps / kKS;  // dK/dV phase: head_dim parts (1 or 2)
+  static constexpr int kKS = kBN / 32;      // dK/dV phase: key slabs of 32 keys (two m-tiles)
+  static constexpr int kDP = kWarps / kKS;  // dK/dV phase: head_dim parts (2 or 4)
   static constexpr int kDW = kD / kDP;      // dK/dV phase: head_dim columns per warp
   static constexpr int kKV = kBN * kD;      // bytes of one K̂, V̂ or K̂ᵀ tile
   static constexpr int kPT = kBN * kBM;     // bytes of one P̃ᵀ or dŜᵀ tile
@@ -53,6 +55,14 @@ __device__ __forceinline__ int64_t visible_keys(const BackwardParams& p, int64_t
   if (!p.causal) return p.Tk;
   const int64_t n = i + p.Tk - p.Tq + 1;
   return n < 0 ? 0 : (n > p.Tk ? p.Tk : n);
+}
+
+/// True if every row of query block [i0, i0 + bm) sees every key of key block [j0, j0 + bn): all
+/// rows are real (< Tq) and the first one, which sees the fewest keys, sees past the block. Then a
+/// tile step needs no per-element visibility test.
+__device__ __forceinline__ bool tile_full(const BackwardParams& p, int64_t i0, int64_t bm,
+                                          int64_t j0, int64_t bn) {
+  return i0 + bm <= p.Tq && visible_keys(p, i0) >= j0 + bn;
 }
 
 /// c += a·b on one m16n8k32 tile with A, B in E4M3 or E5M2 (flags warp-uniform), C FP32.
@@ -94,6 +104,36 @@ __device__ __forceinline__ void load_row_frags(uint32_t (&a)[kD / 32][4], const 
     }
 }
 
+/// Starts the cp.async copies of query rows [i0, i0 + kBM) of head bh's Q̂ and dÔ codes into sq,
+/// sdo ([kBM][kD] each, chunks v_chunk<kD>-swizzled: 8 consecutive rows of one chunk sit in 8
+/// distinct bank groups). Rows >= Tq_p read as zero codes.
+template <int kD, int kBM>
+__device__ __forceinline__ void load_q_do(const BackwardParams& p, int64_t bh, int64_t i0,
+                                          uint8_t* sq, uint8_t* sdo) {
+  const uint8_t* gq = p.q + bh * p.Tq_p * kD;
+  const uint8_t* gdo = p.d_o + bh * p.Tq_p * kD;
+  for (int c = threadIdx.x; c < kBM * kD / 16; c += kThreads) {
+    const int r = c / (kD / 16), cc = c % (kD / 16);
+    const bool in = i0 + r < p.Tq_p;
+    const int at = r * kD + 16 * v_chunk<kD>(r, cc);
+    const int64_t src = in ? (i0 + r) * kD + 16 * cc : 0;
+    cp_async16(sq + at, gq + src, in);
+    cp_async16(sdo + at, gdo + src, in);
+  }
+}
+
+/// The A fragments of a warp's 16 rows 16·qs.. of a staged [kBM][kD] tile (load_q_do's layout) by
+/// ldmatrix: lane 8i + r reads row 16qs + 8(i % 2) + r, chunk 2kc + i/2 (a0..a3 of kc).
+template <int kD>
+__device__ __forceinline__ void ldsm_row_frags(uint32_t (&a)[kD / 32][4], const uint8_t* tile,
+                                               int qs) {
+  const int lane = threadIdx.x % 32, mi = lane / 8, mr = lane % 8;
+  const unsigned row = smem_u32(tile) + unsigned((16 * qs + 8 * (mi % 2) + mr) * kD);
+  const int cx = v_chunk<kD>(mr, 0) ^ (mi / 2);  // (2kc + i/2) ^ v = 2kc ^ (i/2 ^ v)
+#pragma unroll
+  for (int kc = 0; kc < kD / 32; ++kc) ldsm<4>(a[kc], row + 16 * (cx ^ (2 * kc)));
+}
+
 /// Starts the cp.async copies of key block [j0, j0 + kBN) of KV head bg: K̂ and V̂ rows into sk,
 /// sv ([kBN][kD], chunks k_chunk-swizzled: the forward's K̂ layout) and, if skt is given, K̂ᵀ into
 /// skt ([kD][kBN], v_chunk-swizzled: the forward's V̂ᵀ layout). Keys >= Tk_p read as zero codes.
@@ -120,42 +160,25 @@ __device__ __forceinline__ void load_kv(const BackwardParams& p, int64_t bg, int
   }
 }
 
-/// One warp's S and dP on its 16 rows x kNK keys (keys key0 + s_key(nt, n) of the tile's shared
-/// K̂, V̂ rows at shared addresses sk, sv): s = (Q̂K̂ᵀ)·s_scale, dp = (dÔV̂ᵀ)·dp_scale, each a rounded
-/// product (never contracted). Element e of n-tile nt: row e / 2 (g or g + 8), key
-/// key0 + s_key(nt, 2t + e % 2) = key0 + s_key(nt, 0) + 4t + e % 2. The B fragments come by
-/// ldmatrix (flash_mma_sm89.cuh ldsm; the forward's addressing: lane 8i + r reads key row
-/// s_key(nt, r), chunk 4h + i), the MMAs over head_dim in order kc = 0, 1, ... from zero: the
-/// forward's sequence, so S has its bits.
-template <int kD, int kNK>
-__device__ __forceinline__ void tile_s_dp(unsigned sk, unsigned sv, int key0,
-                                          const uint32_t (&qa)[kD / 32][4],
-                                          const uint32_t (&da)[kD / 32][4], bool do_e5m2,
-                                          float s_scale, float dp_scale,
-                                          float (&s)[kNK / 8][4], float (&dp)[kNK / 8][4]) {
-  const int lane = threadIdx.x % 32, mi = lane / 8, mr = lane % 8;
-  const int lane_off = (key0 + s_key(0, mr)) * kD;
-  const int kx = k_chunk<kD>(s_key(0, mr), 0) ^ mi;
+/// One n-tile (8 keys) of a warp's S = Q̂K̂ᵀ or dP = dÔV̂ᵀ on its 16 rows: acc = Σ_kc a[kc]·B, the
+/// B fragments of key rows key0 + s_key(nt, n) of a shared [kBN][kD] K̂ or V̂ tile (k_chunk
+/// swizzle) by ldmatrix (flash_mma_sm89.cuh ldsm; the forward's addressing: lane 8i + r reads key
+/// row s_key(nt, r), chunk 4h + i), the MMAs over head_dim in order kc = 0, 1, ... from zero: the
+/// forward's sequence, so S has its bits. `lane_row`: the tile's shared address plus
+/// (key0 + s_key(0, r))·kD; kx: k_chunk(s_key(0, r), 0) ^ i (lane 8i + r). Element e of acc: row
+/// e / 2 (g or g + 8), key key0 + s_key(nt, 2t + e % 2) = key0 + s_key(nt, 0) + 4t + e % 2.
+template <int kD>
+__device__ __forceinline__ void ntile_mma(unsigned lane_row, int kx, int nt,
+                                          const uint32_t (&a)[kD / 32][4], bool a_e5m2,
+                                          float (&acc)[4]) {
 #pragma unroll
-  for (int nt = 0; nt < kNK / 8; ++nt) {
+  for (int e = 0; e < 4; ++e) acc[e] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.0f;
-#pragma unroll
-    for (int h = 0; h < kD / 64; ++h) {
-      const int off = lane_off + s_key(nt, 0) * kD + 16 * (kx ^ (4 * h));
-      uint32_t bk[4], bv[4];
-      ldsm<4>(bk, sk + off);
-      ldsm<4>(bv, sv + off);
-      mma_fp8(s[nt], qa[2 * h], bk[0], bk[1], false, false);
-      mma_fp8(dp[nt], da[2 * h], bv[0], bv[1], do_e5m2, false);
-      mma_fp8(s[nt], qa[2 * h + 1], bk[2], bk[3], false, false);
-      mma_fp8(dp[nt], da[2 * h + 1], bv[2], bv[3], do_e5m2, false);
-    }
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[nt][e] = __fmul_rn(s[nt][e], s_scale);
-      dp[nt][e] = __fmul_rn(dp[nt][e], dp_scale);
-    }
+  for (int h = 0; h < kD / 64; ++h) {
+    uint32_t b[4];
+    ldsm<4>(b, lane_row + s_key(nt, 0) * kD + 16 * (kx ^ (4 * h)));
+    mma_fp8(acc, a[2 * h], b[0], b[1], a_e5m2, false);
+    mma_fp8(acc, a[2 * h + 1], b[2], b[3], a_e5m2, false);
   }
 }
 
@@ -213,12 +236,15 @@ template <int kD, int kBM, int kBN>
 struct Warp {
   using Gm = Geom<kD, kBM, kBN>;
   int warp, g, t, qs, kp, key0;
+  int lane_row, kx;  ///< ldmatrix: (key0 + s_key(0, r))·kD and k_chunk(s_key(0, r), 0) ^ i
   float s_scale, dp_scale;
   bool do_e5m2, ds_e5m2;
 
   __device__ __forceinline__ explicit Warp(const BackwardParams& p)
       : warp(threadIdx.x / 32), g(threadIdx.x % 32 / 4), t(threadIdx.x % 4), qs(warp % Gm::kQS),
         kp(warp / Gm::kQS), key0(kp * Gm::kNK),
+        lane_row((key0 + s_key(0, threadIdx.x % 8)) * kD),
+        kx(k_chunk<kD>(s_key(0, threadIdx.x % 8), 0) ^ (threadIdx.x % 32 / 8)),
         s_scale(p.tau * *p.q_scale_inv * *p.k_scale_inv),
         dp_scale(*p.do_scale_inv * *p.v_scale_inv), do_e5m2(p.do_format == Format::E5M2),
         ds_e5m2(p.ds_format == Format::E5M2) {}
@@ -232,13 +258,20 @@ struct Warp {
     load_row_frags<kD>(qa, p.q + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
     load_row_frags<kD>(da, p.d_o + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
   }
-  /// S and dP of this warp's share of the tile in sk, sv (tile_s_dp).
-  __device__ __forceinline__ void s_dp(const uint8_t* sk, const uint8_t* sv,
-                                       const uint32_t (&qa)[kD / 32][4],
-                                       const uint32_t (&da)[kD / 32][4], float (&s)[Gm::kNK / 8][4],
-                                       float (&dp)[Gm::kNK / 8][4]) const {
-    tile_s_dp<kD, Gm::kNK>(smem_u32(sk), smem_u32(sv), key0, qa, da, do_e5m2, s_scale, dp_scale,
-                           s, dp);
+  /// S of n-tile nt of this warp's share of the tile in sk (shared [kBN][kD] K̂ rows):
+  /// (Q̂K̂ᵀ)·s_scale, a rounded product (never contracted).
+  __device__ __forceinline__ void s_ntile(const uint8_t* sk, int nt,
+                                          const uint32_t (&qa)[kD / 32][4], float (&s)[4]) const {
+    ntile_mma<kD>(smem_u32(sk) + lane_row, kx, nt, qa, false, s);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[e] = __fmul_rn(s[e], s_scale);
+  }
+  /// dP of n-tile nt from the V̂ rows in sv: (dÔV̂ᵀ)·dp_scale, a rounded product.
+  __device__ __forceinline__ void dp_ntile(const uint8_t* sv, int nt,
+                                           const uint32_t (&da)[kD / 32][4], float (&dp)[4]) const {
+    ntile_mma<kD>(smem_u32(sv) + lane_row, kx, nt, da, do_e5m2, dp);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dp[e] = __fmul_rn(dp[e], dp_scale);
   }
 };
 

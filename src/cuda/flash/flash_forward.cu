@@ -2,8 +2,8 @@
 // (flash_forward.h; CPU twin: src/cpu/attention_tiled.cpp). docs/cuda.md §"Fused FP8 attention
 // forward".
 //
-// One CTA = 4 warps = kBM = 64 query rows of one (b, h); each warp owns 16 rows (FlashAttention-2's
-// split: no cross-warp reduction). Q̂'s fragments live in registers for the whole CTA. K̂ and V̂ᵀ
+// One CTA = 8 warps = kBM = 128 query rows (head_dim 64: 4 warps, 64 rows) of one (b, h); each
+// warp owns 16 rows (FlashAttention-2's split: no cross-warp reduction). Q̂'s fragments live in registers for the whole CTA. K̂ and V̂ᵀ
 // key tiles of kBN keys go through a 2-stage cp.async ring in shared memory: tile n+1 loads while
 // tile n computes. Per tile and warp:
 //   S (16 x kBN, FP32) = Q̂·K̂ᵀ by mma.sync m16n8k32 (flash_mma_sm89.cuh), × τ·sq·sk, masked to −inf;
@@ -39,9 +39,17 @@ namespace {
 
 bool aligned16(const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) == 0; }
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kBM = 16 * kWarps;  // query rows per CTA
+// Warps (16 query rows each) per CTA. head_dim 128: 8 warps = 128 rows, so every K̂/V̂ tile brought
+// into shared memory serves 128 rows (half the L2 -> shared traffic per FLOP of 64-row CTAs); at
+// up to 255 registers per thread that is one CTA (8 warps) per SM, the occupancy two 4-warp CTAs
+// had. head_dim 64: 4 warps (ptxas spills the key tile of 128 at 256 threads, not at 128 threads;
+// two or more CTAs per SM).
+template <int kD>
+constexpr int kWarps = kD == 128 ? 8 : 4;
+template <int kD>
+constexpr int kThreads = 32 * kWarps<kD>;
+template <int kD>
+constexpr int kBM = 16 * kWarps<kD>;  // query rows per CTA
 
 template <int kD, int kBN>
 struct Smem {
@@ -60,16 +68,16 @@ __device__ __forceinline__ int64_t visible(const ForwardParams& p, int64_t i) {
 // S = Q̂K̂ᵀ·(τ·sq·sk) tile by tile to s_out instead of the softmax and P̃V̂ (logits_launch): the very
 // instructions and scale product of the forward, so every element has the forward's bits.
 template <int kD, int kBN, bool kLogits>
-__global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p, float* s_out) {
+__global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardParams p, float* s_out) {
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* const sk = smem;                          // [2][kBN][kD], chunks k_chunk-swizzled
   uint8_t* const sv = smem + 2 * Smem<kD, kBN>::kK;  // [2][kD][kBN], chunks v_chunk-swizzled
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
   // Block -> (query block, head): the query blocks with the most keys (causal) start first.
-  const int64_t BH = p.B * p.H, n_qblocks = ((kLogits ? p.Tq_p : p.Tq) + kBM - 1) / kBM;
+  const int64_t BH = p.B * p.H, n_qblocks = ((kLogits ? p.Tq_p : p.Tq) + kBM<kD> - 1) / kBM<kD>;
   const int64_t bh = int64_t(blockIdx.x) % BH;
-  const int64_t q0 = (n_qblocks - 1 - int64_t(blockIdx.x) / BH) * kBM;
+  const int64_t q0 = (n_qblocks - 1 - int64_t(blockIdx.x) / BH) * kBM<kD>;
   const int64_t b = bh / p.H, h = bh % p.H;
   const int64_t bg = b * p.G + h / (p.H / p.G);  // GQA: the KV head of query head h
   const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
@@ -90,11 +98,12 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
   }
 
   // Keys this CTA visits: those its last real row sees (visible() grows with i).
-  const int64_t last = (q0 + kBM < p.Tq ? q0 + kBM : p.Tq) - 1;
+  const int64_t last = (q0 + kBM<kD> < p.Tq ? q0 + kBM<kD> : p.Tq) - 1;
   const int64_t n_keys = kLogits ? p.Tk_p : visible(p, last);
   const int n_tiles = int((n_keys + kBN - 1) / kBN);
-  const int64_t vis[2] = {row[0] < p.Tq ? visible(p, row[0]) : 0,
-                          row[1] < p.Tq ? visible(p, row[1]) : 0};
+  // Keys each of this lane's rows sees (launch checks Tk < 2^31: 32-bit).
+  const int vis[2] = {row[0] < p.Tq ? int(visible(p, row[0])) : 0,
+                      row[1] < p.Tq ? int(visible(p, row[1])) : 0};
   // Tiles that end at or below this see no mask in any real row of the CTA (its first row sees
   // the fewest keys); pad rows (>= Tq) then see zero logits, harmless, and are never written.
   const int64_t unmasked_end = visible(p, q0);
@@ -103,14 +112,14 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
   const uint8_t* const gv = kLogits ? nullptr : p.v_t + bg * kD * p.Tk_p;  // logits: no V̂ᵀ
   auto load_tile = [&](int stage, int64_t j0) {
     uint8_t* dk = sk + stage * Smem<kD, kBN>::kK;
-    for (int c = threadIdx.x; c < kBN * kD / 16; c += kThreads) {
+    for (int c = threadIdx.x; c < kBN * kD / 16; c += kThreads<kD>) {
       const int r = c / (kD / 16), cc = c % (kD / 16);
       const bool in = j0 + r < p.Tk_p;
       cp_async16(dk + r * kD + 16 * k_chunk<kD>(r, cc), in ? gk + (j0 + r) * kD + 16 * cc : gk, in);
     }
     if constexpr (kLogits) return;
     uint8_t* dv = sv + stage * Smem<kD, kBN>::kV;
-    for (int c = threadIdx.x; c < kD * kBN / 16; c += kThreads) {
+    for (int c = threadIdx.x; c < kD * kBN / 16; c += kThreads<kD>) {
       const int r = c / (kBN / 16), cc = c % (kBN / 16);
       const bool in = j0 + 16 * cc < p.Tk_p;  // Tk_p is a multiple of 16: whole chunks
       cp_async16(dv + r * kBN + 16 * v_chunk<kBN>(r, cc), in ? gv + r * p.Tk_p + j0 + 16 * cc : gv,
@@ -151,7 +160,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
     const unsigned tv = v_lane + (it % 2) * Smem<kD, kBN>::kV;
 
     // S = Q̂K̂ᵀ (codes), n-tile nt column n = key s_key(nt, n) of the tile; the MMAs over head_dim
-    // in order kc = 0, 1, ... from a zero accumulator (the backward's tile_s_dp does the same).
+    // in order kc = 0, 1, ... from a zero accumulator (the backward's ntile_mma does the same).
     float s[kBN / 8][4];
 #pragma unroll
     for (int nt = 0; nt < kBN / 8; ++nt) {
@@ -187,8 +196,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
       int lim[2];  // keys of this tile row r sees, relative to j0 + 4t
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int64_t n = vis[r] - j0;
-        lim[r] = int(n < 0 ? 0 : (n > kBN ? kBN : n)) - 4 * t;
+        const int n = vis[r] - int(j0);
+        lim[r] = (n < 0 ? 0 : (n > kBN ? kBN : n)) - 4 * t;
       }
 #pragma unroll
       for (int nt = 0; nt < kBN / 8; ++nt)
@@ -264,7 +273,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardParams p
   for (int r = 0; r < 2; ++r) l[r] = quad_sum(sm[r].l);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t i = row[r];
+    const int64_t i = q0 + warp * 16 + g + 8 * r;  // row[r], recomputed (not live in the loop)
     if (i >= p.Tq) continue;
     const float inv = l_hat[r] > 0.0f ? sv_inv / l_hat[r] : 0.0f;  // 0 in a row that sees no key
     float* o = p.o + (bh * p.Tq + i) * kD;
@@ -289,9 +298,9 @@ void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   // The logits CTAs cover the padded rows too (the forward's last CTA may stop at Tq).
   const int64_t rows = kLogits ? p.Tq_p : p.Tq;
-  const int64_t blocks = p.B * p.H * ((rows + kBM - 1) / kBM);
-  OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention forward: too many query blocks (B·H·Tq/64)");
-  forward_kernel<kD, kBN, kLogits><<<unsigned(blocks), kThreads, bytes, stream>>>(p, s_out);
+  const int64_t blocks = p.B * p.H * ((rows + kBM<kD> - 1) / kBM<kD>);
+  OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention forward: too many query blocks (B·H·Tq/kBM)");
+  forward_kernel<kD, kBN, kLogits><<<unsigned(blocks), kThreads<kD>, bytes, stream>>>(p, s_out);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
@@ -331,6 +340,7 @@ void check_forward_supported(int64_t head_dim, int64_t block_k) {
 
 void forward_launch(const ForwardParams& p, cudaStream_t stream) {
   check_inputs(p, true);
+  OCTET_CHECK(p.Tk < (int64_t(1) << 31), "fused attention forward: Tk must be below 2^31");
   OCTET_CHECK(p.o && p.lse && p.row_max && p.row_sum,
               "fused attention forward: a null output pointer (o, lse, row_max, row_sum)");
   OCTET_CHECK((reinterpret_cast<uintptr_t>(p.o) & 7u) == 0,
