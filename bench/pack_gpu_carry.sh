@@ -29,5 +29,5 @@ if [ -n "${OCTET_CARRY_CACHE:-}" ]; then
   cp "$OCTET_CARRY_CACHE"/spm-*.model "$OCTET_CARRY_CACHE"/tokens-*.bin .cuda-carry/cache/
   tar -cJf .cuda-carry/linux-docs.tar.xz -C data linux-docs linux-docs.complete
 fi
-grep -qx '/.cuda-carry/' .git/info/exclude 2>/dev/null || echo '/.cuda-carry/' >> .git/info/exclude
+git check-ignore -q .cuda-carry || echo '/.cuda-carry/' >> "$(git rev-parse --git-path info/exclude)"
 du -sh .cuda-carry

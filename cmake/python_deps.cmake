@@ -4,8 +4,9 @@
 # site-packages/cutlass_library/source/include). Found through the interpreter OCTET_PYTHON (the
 # venv's python), or given directly as OCTET_CUDNN_FRONTEND_INCLUDE / OCTET_CUTLASS_INCLUDE.
 # Defines, for a CUDA build:
-#   octet_cudnn   INTERFACE target: the frontend's include directory + libcudnn (cuDNN 9, from the
-#                 CUDA toolkit's lib directory or CUDNN_ROOT); required (src/cuda/cudnn_sdpa.cpp).
+#   octet_cudnn   INTERFACE target: the frontend's include directory and cuDNN 9's headers (beside
+#                 the CUDA toolkit, or CUDNN_ROOT); required (src/cuda/cudnn_sdpa.cpp). cuDNN itself
+#                 is loaded at run time (the frontend's dynamic loading), so nothing is linked but libdl.
 #   octet_cutlass INTERFACE target: CUTLASS/CuTe include directories (only when found).
 if(DEFINED OCTET_PYTHON AND NOT OCTET_PYTHON_SITE)
   execute_process(COMMAND ${OCTET_PYTHON} -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
@@ -29,14 +30,13 @@ if(OCTET_CUDA)
             "or pass -DOCTET_CUDNN_FRONTEND_INCLUDE=<dir holding cudnn_frontend.h>")
   endif()
   find_path(OCTET_CUDNN_INCLUDE cudnn.h HINTS $ENV{CUDNN_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS})
-  find_library(OCTET_CUDNN_LIB cudnn HINTS $ENV{CUDNN_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR})
-  if(NOT OCTET_CUDNN_INCLUDE OR NOT OCTET_CUDNN_LIB)
-    message(FATAL_ERROR "cuDNN 9 (cudnn.h, libcudnn) not found beside the CUDA toolkit; set CUDNN_ROOT")
+  if(NOT OCTET_CUDNN_INCLUDE)
+    message(FATAL_ERROR "cuDNN 9 headers (cudnn.h) not found beside the CUDA toolkit; set CUDNN_ROOT")
   endif()
   add_library(octet_cudnn INTERFACE)
   # SYSTEM: the frontend's own warnings are not octet's.
   target_include_directories(octet_cudnn SYSTEM INTERFACE ${OCTET_CUDNN_FRONTEND_INCLUDE} ${OCTET_CUDNN_INCLUDE})
-  target_link_libraries(octet_cudnn INTERFACE ${OCTET_CUDNN_LIB})
+  target_link_libraries(octet_cudnn INTERFACE ${CMAKE_DL_LIBS})
   if(OCTET_CUTLASS_INCLUDE)
     add_library(octet_cutlass INTERFACE)
     target_include_directories(octet_cutlass SYSTEM INTERFACE ${OCTET_CUTLASS_INCLUDE})

@@ -6,13 +6,20 @@
 // [1,1,1,1] FP32 device tensors. Causal: Tq == Tk uses cuDNN's top-left diagonal (identical to the
 // bottom-right one then, and supported by every kernel), Tq < Tk the bottom-right alignment
 // (octet's rule, attention.h). Plans come from cuDNN's heuristics mode A.
+// cuDNN is loaded at run time (the frontend's dynamic loading: libcudnn.so.9 by dlopen at the first
+// SdpaEngine; the frontend dlopens NVRTC and the CUDA libraries it needs itself), so octet links
+// neither cuDNN nor NVRTC and starts on a machine without them; only this engine then fails, with
+// an octet::Error naming the library.
+#define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING 1  // before any frontend header
 #include "cuda/cudnn_sdpa.h"
 
 #include <cudnn.h>
 #include <cudnn_frontend.h>
+#include <dlfcn.h>
 
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -21,10 +28,32 @@
 #include "cuda/cuda_backend.h"
 #include "octet/error.h"
 
+// The frontend's handle of the loaded cuDNN (declared by cudnn_frontend_shim.h, defined by its user).
+namespace cudnn_frontend {
+void* cudnn_dlhandle = nullptr;
+}
+
 namespace octet::cuda {
 namespace {
 
 namespace fe = cudnn_frontend;
+
+// dlopens cuDNN 9 once per process; throws octet::Error if it is not on the library path.
+void load_cudnn() {
+  static std::once_flag once;
+  static std::string error;
+  std::call_once(once, [] {
+    fe::cudnn_dlhandle = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
+    if (!fe::cudnn_dlhandle) {
+      const char* e = dlerror();
+      error = e ? e : "unknown error";
+    }
+  });
+  OCTET_CHECK(fe::cudnn_dlhandle != nullptr,
+              "cannot load cuDNN 9 (libcudnn.so.9) for the fused SDPA: " + error +
+                  " (put cuDNN's lib directory on LD_LIBRARY_PATH, or use precision.attn_form "
+                  "= \"whole\" for the unfused BF16 attention)");
+}
 using Graph = fe::graph::Graph;
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
@@ -63,7 +92,7 @@ void check_fe(fe::error_t e, Kind k, const SdpaDims& d, const char* step) {
 
 void check_cudnn(cudnnStatus_t s, const char* call) {
   if (s != CUDNN_STATUS_SUCCESS)
-    OCTET_FAIL(std::string("cuDNN call failed: ") + call + ": " + cudnnGetErrorString(s));
+    OCTET_FAIL(std::string("cuDNN call failed: ") + call + ": " + fe::detail::get_error_string(s));
 }
 
 std::vector<int64_t> contiguous(const std::vector<int64_t>& dim) {
@@ -264,17 +293,21 @@ struct SdpaEngine::Impl {
 
 SdpaEngine::SdpaEngine(cudaStream_t stream) : impl_(std::make_unique<Impl>()) {
   impl_->stream = stream;
-  check_cudnn(cudnnCreate(&impl_->handle), "cudnnCreate");
-  check_cudnn(cudnnSetStream(impl_->handle, stream), "cudnnSetStream");
+  load_cudnn();
+  check_cudnn(fe::detail::create_handle(&impl_->handle), "cudnnCreate");
+  check_cudnn(fe::detail::set_stream(impl_->handle, stream), "cudnnSetStream");
 }
 
 SdpaEngine::~SdpaEngine() {
   impl_->graphs.clear();
   impl_->workspace.reset();
-  if (impl_->handle) (void)cudnnDestroy(impl_->handle);  // no throwing at teardown
+  if (impl_->handle) (void)fe::detail::destroy_handle(impl_->handle);  // no throwing at teardown
 }
 
-int64_t SdpaEngine::version() { return int64_t(cudnnGetVersion()); }
+int64_t SdpaEngine::version() {
+  load_cudnn();
+  return int64_t(fe::detail::get_backend_version());
+}
 
 void SdpaEngine::bf16_forward(const SdpaDims& d, const SdpaBf16Forward& a) {
   std::unordered_map<int64_t, void*> p{{kQ, const_cast<void*>(a.q)}, {kK, const_cast<void*>(a.k)},

@@ -10,7 +10,8 @@
 // BF16 for dQ and dK. cuDNN normalizes P by the FP32 row sum rather than the sum of the rounded P
 // and orders its sums differently, so it equals the twin to BF16 rounding, not bitwise
 // (tests/cuda/cudnn_sdpa_test.cpp states the tolerance). The backward is cuDNN's deterministic one
-// (identical bits run to run, as octet's trainer promises). It does not measure the softmax
+// (identical bits run to run, as octet's trainer promises; if cuDNN refuses that graph, its default
+// one, with a note on stderr). It does not measure the softmax
 // gradient's row residual (dS stays inside cuDNN): the residual accumulator is left unchanged.
 // Saved state (docs/design.md §"Saved state"): BF16 copies of Q, K, V and cuDNN's LSE; O is the
 // caller's (read by the backward, as the unfused stale path reads it). Act tensors may be F32 or
@@ -97,7 +98,19 @@ class CudnnSdpaAttention final : public Attention {
     a.d_o = bf16_in(d_o, do_);
     a.lse = st->lse.tensor().f32();
     a.dq = bf16_out(dq, dq_), a.dk = bf16_out(dk, dk_), a.dv = bf16_out(dv, dv_);
-    engine_.bf16_backward(dims_, a, /*deterministic=*/true);
+    if (deterministic_) {
+      try {
+        engine_.bf16_backward(dims_, a, true);
+      } catch (const Error& e) {  // cuDNN refused the deterministic graph: its default, said once
+        deterministic_ = false;
+        static std::atomic<bool> said{false};
+        if (!said.exchange(true))
+          std::fprintf(stderr, "octet: cuda attention: cuDNN's deterministic SDPA backward is "
+                       "unavailable (%s); using its default backward (not bitwise repeatable)\n",
+                       e.what());
+      }
+    }
+    if (!deterministic_) engine_.bf16_backward(dims_, a, false);
     bf16_finish(dq, dq_);
     bf16_finish(dk, dk_);
     bf16_finish(dv, dv_);
@@ -131,6 +144,7 @@ class CudnnSdpaAttention final : public Attention {
   CudaBackend& be_;
   cudaStream_t s_;
   SdpaEngine& engine_;
+  bool deterministic_ = true;  // cuDNN's deterministic backward, unless cuDNN refuses its graph
   DeviceBuffer<uint16_t> o_, do_, dq_, dk_, dv_;  // BF16 scratch for F32 act tensors
 };
 
