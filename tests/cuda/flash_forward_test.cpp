@@ -268,9 +268,7 @@ TEST(FlashForward, RefusesUnsupportedHeadDimAndKeyTile) {
   EXPECT_THROW(gpu->make_attention(make_shape(2, 2, 16, 16, 64, false),
                                    fused_config(DeltaMode::Matched, 96)),
                Error);
-  AttentionConfig bf16 = fused_config(DeltaMode::Matched);
-  bf16.precision = AttnPrecision::BF16;
-  EXPECT_THROW(gpu->make_attention(make_shape(2, 2, 16, 16, 64, false), bf16), Error);
+  // BF16 in form tiled is no longer refused: it runs cuDNN's fused SDPA (tests/cuda/cudnn_sdpa_test.cpp).
 }
 
 }  // namespace
