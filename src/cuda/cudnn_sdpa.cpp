@@ -246,6 +246,8 @@ std::string sdpa_unsupported(const SdpaDims& d, bool fp8, bool fp8_backward) {
     return "head_dim " + std::to_string(d.D) + " (cuDNN's FP8 SDPA backward on Hopper: 128 only)";
   if (d.D != 64 && d.D != 128)
     return "head_dim " + std::to_string(d.D) + " (octet sends 64 and 128 to cuDNN)";
+  if (d.Tq == 1 && d.Tk == 1)  // measured on the H200 (cuDNN 9.14): the backward graph fails validation
+    return "s_q = s_kv = 1 (cuDNN's SDPA backward refuses it)";
   if (d.causal && d.Tq > d.Tk)
     return "causal with Tq " + std::to_string(d.Tq) + " > Tk " + std::to_string(d.Tk) +
            " (cuDNN's bottom-right mask cannot leave rows without keys)";
