@@ -1,18 +1,16 @@
 // The hybrid model (model.mixer = hybrid: layers l % 4 == 3 attention, the others Gated DeltaNet,
 // arXiv 2412.06464): its parameter table, that its recurrent layers' linears stay out of FP8 in the
 // FP8 arms (no quantizer state, no FP8 diagnostics, no softmax row residual), that the attention
-// mixer's table is untouched, and that a hybrid overfits one fixed sequence in the bf16 and
-// fp8-matched arms with F32 and BF16 activations. Its whole-model gradients are checked against
-// finite differences in grad_check_test.cpp.
+// mixer's table is untouched. A hybrid's whole-model gradients are checked against finite
+// differences in grad_check_test.cpp, its training (overfitting a fixed sequence in every arm) in
+// arms_test.cpp, its cached decode in generate_test.cpp.
 #include <gtest/gtest.h>
 
 #include <string>
-#include <tuple>
 
 #include "model_test_util.h"
 #include "octet/backend.h"
 #include "octet/error.h"
-#include "octet/optim.h"
 
 using namespace octet;
 
@@ -82,56 +80,5 @@ TEST(Hybrid, RecurrentLayersStayOutOfFp8) {
   EXPECT_EQ(recurrent_precision(Arm::FP8Matched), LinearPrecision::BF16);
   EXPECT_EQ(recurrent_precision(Arm::FP32), LinearPrecision::FP32);
 }
-
-// One fixed 16-token sequence and its next-token targets (as arms_test.cpp's overfit).
-class HybridOverfit : public ::testing::TestWithParam<std::tuple<Arm, DType>> {};
-
-TEST_P(HybridOverfit, FixedStringToLowLoss) {
-  const auto [arm, act] = GetParam();
-  ModelConfig cfg = hybrid(4);
-  cfg.d_model = 32;
-  cfg.n_kv_head = 2;
-  cfg.d_ff = 64;
-  cfg.seq_len = 16;
-  cfg.init_std = 0.05f;
-  cfg.gdn_chunk = 8;
-  auto be = make_cpu_backend();
-  PrecisionConfig prec = test::arm_precision(arm);
-  prec.activations = act;
-  Model m(cfg, prec, *be, 1);
-  m.init(5);
-  const std::string text = "octet trains fp8";
-  std::vector<int32_t> ids(16), targets(16);
-  for (int i = 0; i < 16; ++i) {
-    ids[size_t(i)] = int32_t(text[size_t(i)]) % 32;
-    targets[size_t(i)] = int32_t(text[size_t((i + 1) % 16)]) % 32;
-  }
-  AdamWConfig ac;
-  ac.beta2 = 0.99f;
-  ac.weight_decay = 0.0f;
-  ac.grad_clip = 0.0f;
-  Optimizer opt(m, ac);
-  double first = 0, last = 0;
-  for (int step = 1; step <= 120; ++step) {
-    m.zero_grad();
-    last = m.step(ids.data(), targets.data(), true, 1.0f / 16) / 16;
-    m.update_quant_scales();
-    if (step == 1) first = last;
-    opt.step(1e-2f, 0.0);
-  }
-  EXPECT_GT(first, 2.5);
-  EXPECT_LT(last, 0.1) << to_string(arm) << " " << to_string(act) << ": first loss " << first;
-}
-
-INSTANTIATE_TEST_SUITE_P(Arms, HybridOverfit,
-                         ::testing::Combine(::testing::Values(Arm::BF16, Arm::FP8Matched),
-                                            ::testing::Values(DType::F32, DType::BF16)),
-                         [](const auto& info) {
-                           std::string s = to_string(std::get<0>(info.param)) + "_" +
-                                           to_string(std::get<1>(info.param));
-                           for (char& c : s)
-                             if (c == '-') c = '_';
-                           return s;
-                         });
 
 }  // namespace
