@@ -1,8 +1,9 @@
 // The precision arms on one model: same seed ⇒ same initial weights and (nearly) the same initial
-// loss in every arm, each arm's documented precision map (docs/design.md §"Precision arms"), and that a 2-layer model
-// overfits one fixed sequence to near-zero loss in every arm (FP8 GEMMs and FP8 attention can learn),
-// also as a 4-layer 3:1 Gated DeltaNet/attention hybrid, with F32 and with BF16 activations; BF16
-// activations start within 1e-2 (relative) of the F32 loss; the loss accumulates on the backend across forward_backward calls until take_loss().
+// loss in every arm, each arm's documented precision map (docs/design.md §"Precision arms"), and
+// that a 2-layer model overfits one fixed sequence to near-zero loss in every arm (FP8 GEMMs and
+// FP8 attention can learn), also as a 4-layer 3:1 Gated DeltaNet/attention hybrid, with F32 and
+// with BF16 activations; BF16 activations start within 1e-2 (relative) of the F32 loss; the loss
+// accumulates on the backend across forward_backward calls until take_loss().
 #include <gtest/gtest.h>
 
 #include <cmath>
