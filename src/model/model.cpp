@@ -123,25 +123,7 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
   };
   const AttentionShape shape = attention_shape(c, m.B);
   const AttentionConfig acfg = attention_config(precision_);
-
-  for (int64_t i = 0; i <= 2 * c.n_layer; ++i) m.stream.push_back(A.make(act, Nd));
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const std::string h = "h." + std::to_string(l);
-    for (int k = 0; k < 2; ++k) {
-      UnitBuffers u;
-      u.norm = make_norm(h + (k == 0 ? ".norm1" : ".norm2"));
-      if (c.norm_placement == NormPlacement::Pre) u.u = A.make(act, Nd);
-      if (c.norm_placement == NormPlacement::Post) u.s = A.make(act, Nd);
-      u.f = A.make(act, Nd);
-      u.mean = A.make(DType::F32, rows);
-      u.rstd = A.make(DType::F32, rows);
-      m.units.push_back(std::move(u));
-    }
-    if (!c.attention_layer(l)) {
-      m.attn.emplace_back();
-      m.gdn.push_back(make_gdn_layer(h));
-    } else {
-    m.gdn.emplace_back();
+  auto make_attn_layer = [&](const std::string& h) {
     AttnLayer al;
     al.qkv = make_linear("qkv", h + ".attn.qkv.weight", m.d, qkv_w, lp);
     al.proj = make_linear("proj", h + ".attn.proj.weight", m.H * m.Dh, m.d, lp);
@@ -170,7 +152,28 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
     al.lse = A.make(DType::F32, {m.B, m.H, m.T});
     al.ot = A.make(act, {m.N, m.H * m.Dh});
     al.residual = A.make(DType::F64, {2});
-    m.attn.push_back(std::move(al));
+    return al;
+  };
+
+  for (int64_t i = 0; i <= 2 * c.n_layer; ++i) m.stream.push_back(A.make(act, Nd));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string h = "h." + std::to_string(l);
+    for (int k = 0; k < 2; ++k) {
+      UnitBuffers u;
+      u.norm = make_norm(h + (k == 0 ? ".norm1" : ".norm2"));
+      if (c.norm_placement == NormPlacement::Pre) u.u = A.make(act, Nd);
+      if (c.norm_placement == NormPlacement::Post) u.s = A.make(act, Nd);
+      u.f = A.make(act, Nd);
+      u.mean = A.make(DType::F32, rows);
+      u.rstd = A.make(DType::F32, rows);
+      m.units.push_back(std::move(u));
+    }
+    if (c.attention_layer(l)) {
+      m.attn.push_back(make_attn_layer(h));
+      m.gdn.emplace_back();
+    } else {
+      m.attn.emplace_back();
+      m.gdn.push_back(make_gdn_layer(h));
     }
     MlpLayer ml;
     ml.fc1 = make_linear("fc1", h + ".mlp.fc1.weight", m.d, fc1_w, lp);
