@@ -81,6 +81,18 @@ struct SavedAttention {
   std::unique_ptr<SavedState> state;
 };
 
+/// The inputs of Backend::gated_delta_forward/backward: one Gated DeltaNet mixer call (recurrent.h;
+/// Yang, Kautz & Hatamizadeh, arXiv 2412.06464) on B sequences of T tokens, H heads.
+///   q, k act [B, H, T, Dk] (k's rows should have unit L2 norm: the caller normalizes q and k),
+///   v act [B, H, T, Dv],
+///   gates act [B, T, 2H] (or [B·T, 2H]): the raw gate projections of each token, a in columns
+///     0..H−1 and b in H..2H−1; log decay g = log σ(a)/16 and β = σ(b) (gated_delta_gates).
+struct GatedDeltaArgs {
+  Tensor q, k, v, gates;
+  float scale = 1.0f;  ///< o_t = scale · S_tᵀ q_t
+  int64_t chunk = 64;  ///< chunk length of the chunked (WY/UT) form; any value >= 1 gives the same o
+};
+
 /// One linear layer's GEMMs Y = X Wᵀ and its quantizer state (delayed-scaling histories).
 /// Forward: Y = X̂Ŵᵀ. Backward: dX = dŶŴ, dW += dŶᵀX̂, each operand quantized from its
 /// high-precision source in the orientation its GEMM needs (never re-quantized from FP8).
@@ -216,6 +228,15 @@ class Backend {
   /// config.precision FP64 is CPU-only; the CUDA backend takes BF16 and FP8.
   virtual std::unique_ptr<Attention> make_attention(const AttentionShape& shape,
                                                     const AttentionConfig& config) = 0;
+
+  // ---- recurrent mixer (Gated DeltaNet, recurrent.h); no saved state: the backward recomputes ----
+  /// o act [B, H, T, Dv] written. Throws octet::Error naming a shape or dtype mismatch; the CUDA
+  /// backend throws "not implemented on cuda yet".
+  virtual void gated_delta_forward(const GatedDeltaArgs& in, const Tensor& o) = 0;
+  /// d_o act [B, H, T, Dv]; dq, dk act [B, H, T, Dk], dv act [B, H, T, Dv] and dgates act (the
+  /// layout of in.gates) overwritten.
+  virtual void gated_delta_backward(const GatedDeltaArgs& in, const Tensor& d_o, const Tensor& dq,
+                                    const Tensor& dk, const Tensor& dv, const Tensor& dgates) = 0;
 
   // ---- loss: logits act [n, vocab], targets ids [n] (a target < 0 is ignored) ----
   /// Softmax cross-entropy. Writes dlogits act = (softmax − onehot) * grad_scale (may alias

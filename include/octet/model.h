@@ -10,6 +10,13 @@
 //   attention: qkv = Linear(u); optional QK RMSNorm per head (trainable or fixed gain 1);
 //     RoPE (Su et al., arXiv 2104.09864) | learned | NoPE; causal GQA attention (attention.h);
 //     out = Linear(heads). MLP: SwiGLU (Shazeer 2020) or GELU-tanh.
+//   mixer (model.mixer): attention — every layer's token mixer is the attention above (GPT-2);
+//     hybrid — every 4th layer (l % 4 == 3) attention, the other layers Gated DeltaNet (Yang, Kautz
+//     & Hatamizadeh, arXiv 2412.06464; recurrent.h): qkv = Linear(u) split into H heads of Dh,
+//     q, k RMS-normalized per head (k scaled to unit norm), gates = Linear(u) [N, 2H] giving the
+//     decay α = σ(a)^{1/16} and β = σ(b), o = the chunked recurrence, out = Linear(heads); no short
+//     convolution and no output gate. Its three linears are BF16 in every arm but fp32 (FP32), as
+//     the Delta-Matching paper keeps its recurrent layers in BF16.
 //   logits = LM head(norm_f(x_L)) with the embedding tied or a separate matrix; loss =
 //     softmax cross-entropy (nats per token).
 // FOG (Hernández-Cano et al., arXiv 2505.20524): norm_placement = output (no pre-norm, a norm on
@@ -46,15 +53,20 @@ enum class NormKind { RMSNorm, LayerNorm };
 enum class NormPlacement { Pre, Post, Output };
 enum class PositionKind { RoPE, Learned, NoPE };
 enum class MlpKind { SwiGLU, GELU };
+/// attention: every layer attention (GPT-2). hybrid: layers l % 4 == 3 attention, the others Gated
+/// DeltaNet (3 recurrent : 1 attention, the Delta-Matching paper's hybrid).
+enum class MixerKind { Attention, Hybrid };
 
 NormKind parse_norm_kind(const std::string& s);            ///< "rmsnorm" | "layernorm"
 NormPlacement parse_norm_placement(const std::string& s);  ///< "pre" | "post" | "output"
 PositionKind parse_position_kind(const std::string& s);    ///< "rope" | "learned" | "nope"
 MlpKind parse_mlp_kind(const std::string& s);              ///< "swiglu" | "gelu"
+MixerKind parse_mixer_kind(const std::string& s);          ///< "attention" | "hybrid"
 std::string to_string(NormKind v);
 std::string to_string(NormPlacement v);
 std::string to_string(PositionKind v);
 std::string to_string(MlpKind v);
+std::string to_string(MixerKind v);
 
 struct ModelConfig {
   int64_t n_layer = 2;
@@ -71,6 +83,8 @@ struct ModelConfig {
   PositionKind positions = PositionKind::RoPE;
   float rope_theta = 10000.0f;
   MlpKind mlp = MlpKind::SwiGLU;
+  MixerKind mixer = MixerKind::Attention;
+  int64_t gdn_chunk = 64;  ///< hybrid: chunk length of Gated DeltaNet's chunked form (not a config key)
   bool tied_embeddings = true;
   float init_std = 0.02f;  ///< std of matrices and embeddings (residual projections / √(2·n_layer))
   float norm_eps = 1e-5f;
@@ -78,6 +92,9 @@ struct ModelConfig {
   float residual_tau = 0.2f;   ///< unit scaling: R(x, y) = √(1−τ)·x + √τ·y, τ in (0, 1)
 
   int64_t head_dim() const { return d_model / n_head; }
+  /// Whether layer l's token mixer is attention (else Gated DeltaNet): always for mixer attention,
+  /// l % 4 == 3 for hybrid.
+  bool attention_layer(int64_t l) const { return mixer == MixerKind::Attention || l % 4 == 3; }
   /// Throws octet::Error naming the first invalid field (sizes < 1, n_head not dividing d_model,
   /// n_kv_head not dividing n_head, odd head_dim with RoPE, τ outside (0, 1), init_std <= 0).
   void validate() const;
@@ -107,6 +124,8 @@ struct PrecisionConfig {
 LinearPrecision linear_precision(Arm arm);
 /// The LM head: BF16, or FP32 in the reference arm.
 LinearPrecision head_precision(Arm arm);
+/// The linears of a Gated DeltaNet layer (hybrid): never FP8 — BF16, or FP32 in the reference arm.
+LinearPrecision recurrent_precision(Arm arm);
 /// The attention config of an arm (dO/dS formats follow the format policy: hybrid → E5M2).
 AttentionConfig attention_config(const PrecisionConfig& p);
 /// The attention form an arm of model `m` runs by default on `backend_name` ("cpu" | "cuda"):

@@ -3,7 +3,7 @@
 // Every enum that a user names on the command line or in a config has exactly one name table
 // (src/core/names.cpp): Recipe, FormatPolicy, Format, Role, AmaxAlgo (quant.h / fp8.h);
 // AttnPrecision, DeltaMode, AttnForm, QkvScaling, AttnInputDist (attention.h); NormKind,
-// NormPlacement, PositionKind, MlpKind, Arm (model.h). Config parsing, the CLI's choices and help,
+// NormPlacement, PositionKind, MlpKind, MixerKind, Arm (model.h). Config parsing, the CLI's choices and help,
 // the config printer and the named parse_* / to_string functions of those headers all read it.
 // Include the header that defines the enum together with this one.
 #pragma once

@@ -137,6 +137,13 @@ std::unique_ptr<Attention> ProfilingBackend::make_attention(const AttentionShape
                                                             const AttentionConfig& config) {
   return std::make_unique<ProfiledAttention>(*this, inner_.make_attention(shape, config));
 }
+void ProfilingBackend::gated_delta_forward(const GatedDeltaArgs& in, const Tensor& o) {
+  timed("gated_delta.fwd", [&] { inner_.gated_delta_forward(in, o); });
+}
+void ProfilingBackend::gated_delta_backward(const GatedDeltaArgs& in, const Tensor& d_o, const Tensor& dq,
+                                            const Tensor& dk, const Tensor& dv, const Tensor& dgates) {
+  timed("gated_delta.bwd", [&] { inner_.gated_delta_backward(in, d_o, dq, dk, dv, dgates); });
+}
 void ProfilingBackend::cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& dlogits,
                                      float grad_scale, const Tensor& loss_sum) {
   timed("cross_entropy", [&] { inner_.cross_entropy(logits, targets, dlogits, grad_scale, loss_sum); });

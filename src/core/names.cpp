@@ -53,6 +53,7 @@ OCTET_NAMES(NormPlacement, "norm placement", {"pre", NormPlacement::Pre},
 OCTET_NAMES(PositionKind, "position encoding", {"rope", PositionKind::RoPE},
             {"learned", PositionKind::Learned}, {"nope", PositionKind::NoPE});
 OCTET_NAMES(MlpKind, "mlp", {"swiglu", MlpKind::SwiGLU}, {"gelu", MlpKind::GELU});
+OCTET_NAMES(MixerKind, "mixer", {"attention", MixerKind::Attention}, {"hybrid", MixerKind::Hybrid});
 OCTET_NAMES(Arm, "arm", {"bf16", Arm::BF16}, {"fp8-linear", Arm::FP8Linear},
             {"fp8-stale", Arm::FP8Stale}, {"fp8-matched", Arm::FP8Matched}, {"fp32", Arm::FP32});
 #undef OCTET_NAMES
@@ -96,6 +97,7 @@ OCTET_ENUM(NormKind);
 OCTET_ENUM(NormPlacement);
 OCTET_ENUM(PositionKind);
 OCTET_ENUM(MlpKind);
+OCTET_ENUM(MixerKind);
 OCTET_ENUM(Arm);
 #undef OCTET_ENUM
 
@@ -111,6 +113,7 @@ NormKind parse_norm_kind(const std::string& s) { return parse_enum<NormKind>(s);
 NormPlacement parse_norm_placement(const std::string& s) { return parse_enum<NormPlacement>(s); }
 PositionKind parse_position_kind(const std::string& s) { return parse_enum<PositionKind>(s); }
 MlpKind parse_mlp_kind(const std::string& s) { return parse_enum<MlpKind>(s); }
+MixerKind parse_mixer_kind(const std::string& s) { return parse_enum<MixerKind>(s); }
 Arm parse_arm(const std::string& s) { return parse_enum<Arm>(s); }
 std::string to_string(Recipe v) { return enum_name(v); }
 std::string to_string(FormatPolicy v) { return enum_name(v); }
@@ -123,6 +126,7 @@ std::string to_string(NormKind v) { return enum_name(v); }
 std::string to_string(NormPlacement v) { return enum_name(v); }
 std::string to_string(PositionKind v) { return enum_name(v); }
 std::string to_string(MlpKind v) { return enum_name(v); }
+std::string to_string(MixerKind v) { return enum_name(v); }
 std::string to_string(Arm v) { return enum_name(v); }
 
 }  // namespace octet

@@ -92,6 +92,10 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Attention> make_attention(const AttentionShape& shape,
                                             const AttentionConfig& config) override;
 
+  void gated_delta_forward(const GatedDeltaArgs& in, const Tensor& o) override;
+  void gated_delta_backward(const GatedDeltaArgs& in, const Tensor& d_o, const Tensor& dq,
+                            const Tensor& dk, const Tensor& dv, const Tensor& dgates) override;
+
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& dlogits,
                      float grad_scale, const Tensor& loss_sum) override;
 

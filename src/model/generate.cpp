@@ -6,11 +6,16 @@
 // QK-norm and before RoPE, [G, seq_len, Dh] per layer; at each feed the first L positions are
 // copied into contiguous [1, G, L, Dh] views and rotated (RoPE by position index t, backend.h), and
 // the new queries are rotated inside a zero-filled [1, H, L, Dh] scratch at their positions.
+// A Gated DeltaNet layer of the hybrid mixer (gated_delta_layer.cpp) caches its normalized q̂, k̂,
+// v [H, seq_len, Dh] and gate projections [seq_len, 2H] instead, and reruns the recurrence over the
+// first L positions at each feed (the backend op keeps no state between calls): O(L) per new token,
+// as the attention's read of the cache.
 #include "octet/generate.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
 #include "model/ops.h"
 #include "octet/error.h"
@@ -58,12 +63,16 @@ struct Generator::Impl {
   DecodePrecision precision;
   AttentionConfig acfg;
   int64_t T, d, H, G, Dh, F, V, fc1_w;
+  int64_t KVH;               // heads of the k/v scratch: G, or H when some layer is Gated DeltaNet
+  float gdn_scale = 1.0f;    // Gated DeltaNet: 1/√Dh (gated_delta_layer.cpp)
   float res_a = 1.0f, res_b = 1.0f;
   int64_t length = 0;
   struct Layer {
-    LinearOp qkv, proj, fc1, fc2;
+    bool gdn = false;  // a Gated DeltaNet layer (hybrid mixer): qkv, gates, proj and the caches qc, kc, vc, gc
+    LinearOp qkv, proj, fc1, fc2, gates;
     NormOp norm1, norm2, q_norm, k_norm;
-    Buffer kc, vc;  // F32 [G, T, Dh]: keys after the QK-norm, before RoPE; values
+    Buffer kc, vc;  // F32 [G, T, Dh]: keys after the QK-norm, before RoPE; values (gdn: [H, T, Dh] k̂, v)
+    Buffer qc, gc;  // gdn: F32 [H, T, Dh] q̂; [T, 2H] gate projections
   };
   std::vector<Layer> layers;
   NormOp norm_f;
@@ -78,6 +87,8 @@ struct Generator::Impl {
     T = c.seq_len, d = c.d_model, H = c.n_head, G = c.n_kv_head, Dh = c.head_dim(), F = c.d_ff;
     V = c.vocab_size;
     fc1_w = c.mlp == MlpKind::SwiGLU ? 2 * F : F;
+    KVH = c.mixer == MixerKind::Hybrid ? H : G;
+    gdn_scale = float(1.0 / std::sqrt(double(Dh)));
     if (c.unit_scaling) res_a = std::sqrt(1.0f - c.residual_tau), res_b = std::sqrt(c.residual_tau);
     acfg.precision = p == DecodePrecision::FP32 ? AttnPrecision::FP64 : AttnPrecision::BF16;
     const LinearPrecision lp = p == DecodePrecision::FP32 ? LinearPrecision::FP32 : LinearPrecision::BF16;
@@ -110,17 +121,29 @@ struct Generator::Impl {
       Layer L;
       L.norm1 = norm(hn + ".norm1");
       L.norm2 = norm(hn + ".norm2");
-      L.qkv = linear(hn + ".attn.qkv.weight", d, (H + 2 * G) * Dh);
-      L.proj = linear(hn + ".attn.proj.weight", H * Dh, d);
+      L.gdn = !c.attention_layer(l);
+      if (L.gdn) {
+        L.qkv = linear(hn + ".gdn.qkv.weight", d, 3 * H * Dh);
+        L.gates = linear(hn + ".gdn.gates.weight", d, 2 * H);
+        L.proj = linear(hn + ".gdn.proj.weight", H * Dh, d);
+      } else {
+        L.qkv = linear(hn + ".attn.qkv.weight", d, (H + 2 * G) * Dh);
+        L.proj = linear(hn + ".attn.proj.weight", H * Dh, d);
+      }
       L.fc1 = linear(hn + ".mlp.fc1.weight", d, fc1_w);
       L.fc2 = linear(hn + ".mlp.fc2.weight", F, d);
       for (NormOp* qn : {&L.q_norm, &L.k_norm}) qn->kind = NormKind::RMSNorm, qn->eps = c.norm_eps;
-      if (c.qk_norm && c.qk_norm_trainable) {
+      if (!L.gdn && c.qk_norm && c.qk_norm_trainable) {
         L.q_norm.w = view(hn + ".attn.q_norm.weight");
         L.k_norm.w = view(hn + ".attn.k_norm.weight");
       }
-      L.kc = be.alloc(DType::F32, {G, T, Dh});
-      L.vc = be.alloc(DType::F32, {G, T, Dh});
+      const int64_t cache_heads = L.gdn ? H : G;
+      L.kc = be.alloc(DType::F32, {cache_heads, T, Dh});
+      L.vc = be.alloc(DType::F32, {cache_heads, T, Dh});
+      if (L.gdn) {
+        L.qc = be.alloc(DType::F32, {H, T, Dh});
+        L.gc = be.alloc(DType::F32, {T, 2 * H});
+      }
       layers.push_back(std::move(L));
     }
     norm_f = norm("norm_f");
@@ -134,9 +157,9 @@ struct Generator::Impl {
     };
     for (Scratch* sc : {&x0, &x1, &u, &f, &g, &s}) make(*sc, T * d);
     for (Scratch* sc : {&mean, &rstd}) make(*sc, T * std::max(H, int64_t(1)));
-    make(qkv, T * (H + 2 * G) * Dh);
+    make(qkv, T * std::max(H + 2 * G, KVH == H ? 3 * H : int64_t(0)) * Dh);
     for (Scratch* sc : {&q, &qr, &qs, &o, &ot}) make(*sc, H * T * Dh);
-    for (Scratch* sc : {&k, &kr, &v, &kw, &vw}) make(*sc, G * T * Dh);
+    for (Scratch* sc : {&k, &kr, &v, &kw, &vw}) make(*sc, KVH * T * Dh);
     make(lse, H * T);
     make(h, T * fc1_w);
     make(a, T * F);
@@ -182,6 +205,36 @@ struct Generator::Impl {
     L.proj.forward(be, otn.reshape({n, H * Dh}), out);
   }
 
+  // The Gated DeltaNet sublayer (hybrid) for n new tokens at [p0, p0 + n): u [n, d] -> out [n, d].
+  void gated_delta(Layer& L, const Tensor& u_, int64_t p0, int64_t n, const Tensor& out) {
+    const int64_t len = p0 + n;
+    const Tensor qkv_t = qkv.as({n, 3 * H * Dh});
+    L.qkv.forward(be, u_, qkv_t);
+    const Tensor qn = q.as({1, H, n, Dh}), kn = k.as({1, H, n, Dh}), vn = v.as({1, H, n, Dh});
+    const Tensor q0 = qr.as({1, H, n, Dh}), k0 = kr.as({1, H, n, Dh});
+    be.split_qkv(qkv_t.reshape({1, n, 3 * H * Dh}), q0, k0, vn);
+    L.q_norm.forward(be, q0, qn, {}, rstd.as({H * n}));
+    L.k_norm.forward(be, k0, kn, {}, rstd.as({H * n}));
+    be.scale(gdn_scale, kn);
+    const Tensor gc = L.gc.tensor();
+    L.gates.forward(be, u_, at(gc, p0 * 2 * H, {n, 2 * H}));
+    const Tensor qc = L.qc.tensor(), kc = L.kc.tensor(), vc = L.vc.tensor();
+    const Tensor ql = qs.as({1, H, len, Dh}), kl = kw.as({1, H, len, Dh}), vl = vw.as({1, H, len, Dh});
+    for (int64_t j = 0; j < H; ++j) {  // append the new rows, then gather the first len of each head
+      for (auto [cache, fresh, all] : {std::tuple{qc, qn, ql}, std::tuple{kc, kn, kl}, std::tuple{vc, vn, vl}}) {
+        be.copy(at(cache, (j * T + p0) * Dh, {n, Dh}), at(fresh, j * n * Dh, {n, Dh}));
+        be.copy(at(all, j * len * Dh, {len, Dh}), at(cache, j * T * Dh, {len, Dh}));
+      }
+    }
+    const Tensor ol = o.as({1, H, len, Dh});
+    be.gated_delta_forward({ql, kl, vl, at(gc, 0, {len, 2 * H}), gdn_scale, c.gdn_chunk}, ol);
+    for (int64_t j = 0; j < H; ++j)  // the new positions' outputs (qn is free again)
+      be.copy(at(qn, j * n * Dh, {n, Dh}), at(ol, (j * len + p0) * Dh, {n, Dh}));
+    const Tensor otn = ot.as({1, n, H * Dh});
+    be.heads_to_tokens(qn, otn);
+    L.proj.forward(be, otn.reshape({n, H * Dh}), out);
+  }
+
   void mlp(Layer& L, const Tensor& u_, int64_t n, const Tensor& out) {
     const Tensor hn = h.as({n, fc1_w}), an = a.as({n, F});
     L.fc1.forward(be, u_, hn);
@@ -213,7 +266,8 @@ struct Generator::Impl {
           nrm.forward(be, x, un, mn, rn);
           in = un;
         }
-        if (k == 0) attention(L, in, p0, n, fn);
+        if (k == 0 && L.gdn) gated_delta(L, in, p0, n, fn);
+        else if (k == 0) attention(L, in, p0, n, fn);
         else mlp(L, in, n, fn);
         Tensor gv = fn;
         if (c.norm_placement == NormPlacement::Output) {

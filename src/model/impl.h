@@ -1,7 +1,8 @@
 // src/model/impl.h — Model::Impl: the transformer's backend tensors (activations, statistics,
 // gradient scratch, accumulators), its layers (LinearOp, NormOp, Attention) and the saved state of
 // the current micro-batch, shared by model.cpp (construction, parameters, diagnostics, quantizer
-// state) and transformer.cpp (forward and backward). Shapes use N = B·T tokens, d = d_model,
+// state), transformer.cpp (forward and backward) and gated_delta_layer.cpp (the hybrid's
+// recurrent layers). Shapes use N = B·T tokens, d = d_model,
 // H / G query / KV heads of Dh, F = d_ff, V = vocab; "act" tensors have precision.activations.
 #pragma once
 
@@ -52,6 +53,34 @@ struct AttnLayer {
   SavedAttention saved;          // of the current micro-batch
 };
 
+// A Gated DeltaNet layer (model.mixer = hybrid; gated_delta_layer.cpp). n = H heads of Dh.
+struct GdnScratch;
+struct GdnLayer {
+  model_detail::LinearOp qkv, gates, proj;
+  model_detail::NormOp q_norm, k_norm;  // RMSNorm, fixed gain 1
+  float scale = 1.0f;                   // 1/√Dh: k_norm's output to unit rows; q's read-out scale
+  int64_t chunk = 64;
+  Tensor qkv_out;                       // act [N, 3·H·Dh]
+  Tensor gate_out;                      // act [N, 2H]
+  Tensor q_raw, k_raw, q, k, v;         // act [B, H, T, Dh]
+  Tensor q_rstd, k_rstd;                // F32 [B·H·T]
+  Tensor o;                             // act [B, H, T, Dh]
+  Tensor ot;                            // act [N, H·Dh]
+
+  /// f (act [N, d]) = proj(heads(GatedDeltaNet(q, k, v, gates))) of the unit input u.
+  void forward(Backend& be, const Tensor& u, const Tensor& f);
+  /// df (act [N, d], clobbered) → du (act [N, d], overwritten); weight gradients accumulate.
+  void backward(Backend& be, const Tensor& df, const Tensor& du, const GdnScratch& s);
+};
+// Gradient scratch shared by the Gated DeltaNet layers (allocated for the hybrid mixer only).
+struct GdnScratch {
+  Tensor dot;                      // act [N, H·Dh]
+  Tensor dout, dq, dk, dv, dq2, dk2;  // act [B, H, T, Dh]
+  Tensor dgates;                   // act [N, 2H]
+  Tensor dqkv;                     // act [N, 3·H·Dh]
+  Tensor dx;                       // act [N, d]: the gate linear's input gradient
+};
+
 struct MlpLayer {
   model_detail::LinearOp fc1, fc2;
   Tensor h, a;  // act [N, fc1 width], [N, F]
@@ -64,7 +93,9 @@ struct Model::Impl {
   Buffer params, grads;              // F32 [num_params]
   std::vector<Tensor> stream;        // 2L+1 residual-stream tensors act [N, d]
   std::vector<UnitBuffers> units;    // 2L
-  std::vector<AttnLayer> attn;
+  std::vector<AttnLayer> attn;    // per layer (empty for a Gated DeltaNet layer)
+  std::vector<GdnLayer> gdn;      // per layer (empty for an attention layer)
+  GdnScratch gdn_scratch;
   std::vector<MlpLayer> mlp;
   model_detail::NormOp norm_f;
   Tensor xf, mean_f, rstd_f, logits;

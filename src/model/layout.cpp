@@ -31,12 +31,18 @@ std::vector<ParamInfo> build_param_table(const ModelConfig& c) {
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const std::string h = "h." + std::to_string(l);
     add_norm(h + ".norm1");
-    add(h + ".attn.qkv.weight", {qkv_out, d}, true);
-    if (c.qk_norm && c.qk_norm_trainable) {
-      add(h + ".attn.q_norm.weight", {hd}, false);
-      add(h + ".attn.k_norm.weight", {hd}, false);
+    if (c.attention_layer(l)) {
+      add(h + ".attn.qkv.weight", {qkv_out, d}, true);
+      if (c.qk_norm && c.qk_norm_trainable) {
+        add(h + ".attn.q_norm.weight", {hd}, false);
+        add(h + ".attn.k_norm.weight", {hd}, false);
+      }
+      add(h + ".attn.proj.weight", {d, c.n_head * hd}, true);
+    } else {  // Gated DeltaNet: q, k, v of n_head heads; the gate projections a, b
+      add(h + ".gdn.qkv.weight", {3 * c.n_head * hd, d}, true);
+      add(h + ".gdn.gates.weight", {2 * c.n_head, d}, true);
+      add(h + ".gdn.proj.weight", {d, c.n_head * hd}, true);
     }
-    add(h + ".attn.proj.weight", {d, c.n_head * hd}, true);
     add_norm(h + ".norm2");
     add(h + ".mlp.fc1.weight", {fc1_out, d}, true);
     add(h + ".mlp.fc2.weight", {d, c.d_ff}, true);
@@ -61,7 +67,8 @@ std::vector<float> init_params(const ModelConfig& c, const std::vector<ParamInfo
       continue;
     }
     double std = base;
-    if (p.name.find(".attn.proj.") != std::string::npos || p.name.find(".mlp.fc2.") != std::string::npos)
+    if (p.name.find(".attn.proj.") != std::string::npos || p.name.find(".gdn.proj.") != std::string::npos ||
+        p.name.find(".mlp.fc2.") != std::string::npos)
       std *= resid_scale;
     uint64_t state = seed ^ fnv1a64(p.name.data(), p.name.size());
     for (size_t i = 0; i < p.numel; i += 2) {  // Box–Muller on 53-bit uniforms

@@ -17,8 +17,14 @@ std::vector<std::pair<std::string, LinearOp*>> Model::Impl::linears() {
   std::vector<std::pair<std::string, LinearOp*>> v;
   for (size_t l = 0; l < attn.size(); ++l) {
     const std::string h = "h." + std::to_string(l);
-    v.emplace_back(h + ".attn.qkv", &attn[l].qkv);
-    v.emplace_back(h + ".attn.proj", &attn[l].proj);
+    if (attn[l].attn) {
+      v.emplace_back(h + ".attn.qkv", &attn[l].qkv);
+      v.emplace_back(h + ".attn.proj", &attn[l].proj);
+    } else {
+      v.emplace_back(h + ".gdn.qkv", &gdn[l].qkv);
+      v.emplace_back(h + ".gdn.gates", &gdn[l].gates);
+      v.emplace_back(h + ".gdn.proj", &gdn[l].proj);
+    }
     v.emplace_back(h + ".mlp.fc1", &mlp[l].fc1);
     v.emplace_back(h + ".mlp.fc2", &mlp[l].fc2);
   }
@@ -93,22 +99,31 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
   };
 
   const LinearPrecision lp = linear_precision(precision_.arm);
+  // A Gated DeltaNet layer (hybrid mixer): H heads of Dh for q, k and v; gates [N, 2H].
+  const Shape sh{m.B, m.H, m.T, m.Dh};
+  auto make_gdn_layer = [&](const std::string& h) {
+    const LinearPrecision rp = recurrent_precision(precision_.arm);
+    GdnLayer g;
+    g.qkv = make_linear("gdn.qkv", h + ".gdn.qkv.weight", m.d, 3 * m.H * m.Dh, rp);
+    g.gates = make_linear("gdn.gates", h + ".gdn.gates.weight", m.d, 2 * m.H, rp);
+    g.proj = make_linear("gdn.proj", h + ".gdn.proj.weight", m.H * m.Dh, m.d, rp);
+    for (NormOp* qn : {&g.q_norm, &g.k_norm}) {
+      qn->kind = NormKind::RMSNorm;
+      qn->eps = c.norm_eps;
+    }
+    g.scale = float(1.0 / std::sqrt(double(m.Dh)));
+    g.chunk = c.gdn_chunk;
+    g.qkv_out = A.make(act, {m.N, 3 * m.H * m.Dh});
+    g.gate_out = A.make(act, {m.N, 2 * m.H});
+    for (Tensor* t : {&g.q_raw, &g.k_raw, &g.q, &g.k, &g.v, &g.o}) *t = A.make(act, sh);
+    g.q_rstd = A.make(DType::F32, {m.B * m.H * m.T});
+    g.k_rstd = A.make(DType::F32, {m.B * m.H * m.T});
+    g.ot = A.make(act, {m.N, m.H * m.Dh});
+    return g;
+  };
   const AttentionShape shape = attention_shape(c, m.B);
   const AttentionConfig acfg = attention_config(precision_);
-
-  for (int64_t i = 0; i <= 2 * c.n_layer; ++i) m.stream.push_back(A.make(act, Nd));
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const std::string h = "h." + std::to_string(l);
-    for (int k = 0; k < 2; ++k) {
-      UnitBuffers u;
-      u.norm = make_norm(h + (k == 0 ? ".norm1" : ".norm2"));
-      if (c.norm_placement == NormPlacement::Pre) u.u = A.make(act, Nd);
-      if (c.norm_placement == NormPlacement::Post) u.s = A.make(act, Nd);
-      u.f = A.make(act, Nd);
-      u.mean = A.make(DType::F32, rows);
-      u.rstd = A.make(DType::F32, rows);
-      m.units.push_back(std::move(u));
-    }
+  auto make_attn_layer = [&](const std::string& h) {
     AttnLayer al;
     al.qkv = make_linear("qkv", h + ".attn.qkv.weight", m.d, qkv_w, lp);
     al.proj = make_linear("proj", h + ".attn.proj.weight", m.H * m.Dh, m.d, lp);
@@ -137,7 +152,29 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
     al.lse = A.make(DType::F32, {m.B, m.H, m.T});
     al.ot = A.make(act, {m.N, m.H * m.Dh});
     al.residual = A.make(DType::F64, {2});
-    m.attn.push_back(std::move(al));
+    return al;
+  };
+
+  for (int64_t i = 0; i <= 2 * c.n_layer; ++i) m.stream.push_back(A.make(act, Nd));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string h = "h." + std::to_string(l);
+    for (int k = 0; k < 2; ++k) {
+      UnitBuffers u;
+      u.norm = make_norm(h + (k == 0 ? ".norm1" : ".norm2"));
+      if (c.norm_placement == NormPlacement::Pre) u.u = A.make(act, Nd);
+      if (c.norm_placement == NormPlacement::Post) u.s = A.make(act, Nd);
+      u.f = A.make(act, Nd);
+      u.mean = A.make(DType::F32, rows);
+      u.rstd = A.make(DType::F32, rows);
+      m.units.push_back(std::move(u));
+    }
+    if (c.attention_layer(l)) {
+      m.attn.push_back(make_attn_layer(h));
+      m.gdn.emplace_back();
+    } else {
+      m.attn.emplace_back();
+      m.gdn.push_back(make_gdn_layer(h));
+    }
     MlpLayer ml;
     ml.fc1 = make_linear("fc1", h + ".mlp.fc1.weight", m.d, fc1_w, lp);
     ml.fc2 = make_linear("fc2", h + ".mlp.fc2.weight", m.F, m.d, lp);
@@ -172,6 +209,14 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
   m.dot = A.make(act, {m.N, m.H * m.Dh});
   m.dh = A.make(act, {m.N, fc1_w});
   m.da = A.make(act, {m.N, m.F});
+  if (c.mixer == MixerKind::Hybrid) {
+    GdnScratch& s = m.gdn_scratch;
+    s.dot = A.make(act, {m.N, m.H * m.Dh});
+    for (Tensor* t : {&s.dout, &s.dq, &s.dk, &s.dv, &s.dq2, &s.dk2}) *t = A.make(act, sh);
+    s.dgates = A.make(act, {m.N, 2 * m.H});
+    s.dqkv = A.make(act, {m.N, 3 * m.H * m.Dh});
+    s.dx = A.make(act, Nd);
+  }
 }
 
 Model::~Model() = default;
@@ -209,7 +254,8 @@ void Model::upload_params(const std::vector<float>& host) {
 
 void Model::zero_grad() {
   backend_.fill(grad_data(), 0.0);
-  for (auto& al : impl_->attn) backend_.fill(al.residual, 0.0);
+  for (auto& al : impl_->attn)
+    if (al.attn) backend_.fill(al.residual, 0.0);
   impl_->n_backward = 0;
 }
 
@@ -233,12 +279,15 @@ std::vector<LayerDiag> Model::diagnostics() {
     dg.kurtosis_out = be.moments(m.stream[size_t(2 * l + 2)]).kurtosis;
     AttnLayer& al = m.attn[size_t(l)];
     double res[2] = {0, 0};
-    be.download(res, al.residual);
+    if (al.attn) be.download(res, al.residual);  // a Gated DeltaNet layer has no softmax
     dg.row_residual_max = res[0];
     dg.row_residual_mean = m.n_backward ? res[1] / double(m.n_backward) : 0.0;
     if (fp8) {
       MlpLayer& ml = m.mlp[size_t(l)];
-      for (const LinearOp* op : {&al.qkv, &al.proj, &ml.fc1, &ml.fc2})
+      std::vector<const LinearOp*> ops;  // the FP8 ones (a Gated DeltaNet layer's are BF16)
+      if (al.attn) ops = {&al.qkv, &al.proj};
+      ops.insert(ops.end(), {&ml.fc1, &ml.fc2});
+      for (const LinearOp* op : ops)
         dg.linears.push_back(
             {op->name, op->lin->stats_x(), op->lin->stats_w(), op->lin->stats_dy()});
     }

@@ -31,6 +31,7 @@ void ModelConfig::validate() const {
   OCTET_CHECK(std::isfinite(norm_eps) && norm_eps > 0, "model.norm_eps must be > 0");
   OCTET_CHECK(std::isfinite(rope_theta) && rope_theta > 1, "model.rope_theta must be > 1");
   OCTET_CHECK(residual_tau > 0 && residual_tau < 1, "model.residual_tau must be in (0, 1)");
+  OCTET_CHECK(gdn_chunk >= 1, "model.gdn_chunk must be >= 1 (got " + std::to_string(gdn_chunk) + ")");
 }
 
 void PrecisionConfig::validate() const {
@@ -71,6 +72,8 @@ LinearPrecision linear_precision(Arm arm) {
 LinearPrecision head_precision(Arm arm) {
   return arm == Arm::FP32 ? LinearPrecision::FP32 : LinearPrecision::BF16;
 }
+
+LinearPrecision recurrent_precision(Arm arm) { return head_precision(arm); }
 
 AttentionConfig attention_config(const PrecisionConfig& p) {
   AttentionConfig a;

@@ -47,7 +47,9 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         U.norm.forward(be, x, U.u, U.mean, U.rstd);
         u = U.u;
       }
-      if (k == 0) {
+      if (k == 0 && !c.attention_layer(l)) {
+        m.gdn[size_t(l)].forward(be, u, U.f);
+      } else if (k == 0) {
         AttnLayer& al = m.attn[size_t(l)];
         al.qkv.forward(be, u, al.qkv_out);
         const Tensor& q0 = c.qk_norm ? al.q_raw : al.q;
@@ -111,7 +113,9 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         df = m.dt1;
       }
       Tensor du = m.dt3;
-      if (k == 0) {
+      if (k == 0 && !c.attention_layer(l)) {
+        m.gdn[size_t(l)].backward(be, df, du, m.gdn_scratch);
+      } else if (k == 0) {
         AttnLayer& al = m.attn[size_t(l)];
         al.proj.backward(be, df, m.dot);
         be.tokens_to_heads(m.dot, m.dout);

@@ -132,6 +132,8 @@ const std::vector<Key>& registry() {
     add(enum_key("model.positions", REF(model.positions)), "rope, learned, nope");
     add(float_key("model.rope_theta", REF(model.rope_theta)), "RoPE base");
     add(enum_key("model.mlp", REF(model.mlp)), "swiglu, gelu");
+    add(enum_key("model.mixer", REF(model.mixer)),
+        "attention, hybrid (every 4th layer attention, the others Gated DeltaNet)");
     add(bool_key("model.tied_embeddings", REF(model.tied_embeddings)), "LM head = token embedding");
     add(float_key("model.init_std", REF(model.init_std)), "sigma of the N(0, sigma) init of matrices and embeddings");
     add(float_key("model.norm_eps", REF(model.norm_eps)), "epsilon of the norms");

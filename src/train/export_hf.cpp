@@ -137,6 +137,7 @@ void check_hf_exportable(const RunConfig& cfg) {
   refuse(m.mlp != MlpKind::SwiGLU, "model.mlp = " + to_string(m.mlp));
   refuse(m.qk_norm, "model.qk_norm = true");
   refuse(m.unit_scaling, "model.unit_scaling = true (μnit scales)");
+  refuse(m.mixer != MixerKind::Attention, "model.mixer = " + to_string(m.mixer) + " (Gated DeltaNet layers)");
 }
 
 void export_run(const std::string& run_dir, const std::string& out_dir, const ExportOptions& opt,

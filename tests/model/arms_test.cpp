@@ -1,8 +1,9 @@
 // The precision arms on one model: same seed ⇒ same initial weights and (nearly) the same initial
-// loss in every arm, each arm's documented precision map (docs/design.md §"Precision arms"), and that a 2-layer model
-// overfits one fixed sequence to near-zero loss in every arm (FP8 GEMMs and FP8 attention can learn),
-// with F32 and with BF16 activations; BF16 activations start within 1e-2 (relative) of the F32
-// loss; the loss accumulates on the backend across forward_backward calls until take_loss().
+// loss in every arm, each arm's documented precision map (docs/design.md §"Precision arms"), and
+// that a 2-layer model overfits one fixed sequence to near-zero loss in every arm (FP8 GEMMs and
+// FP8 attention can learn), also as a 4-layer 3:1 Gated DeltaNet/attention hybrid, with F32 and
+// with BF16 activations; BF16 activations start within 1e-2 (relative) of the F32 loss; the loss
+// accumulates on the backend across forward_backward calls until take_loss().
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -123,12 +124,14 @@ void fixed_string(std::vector<int32_t>& ids, std::vector<int32_t>& targets) {
 }
 
 // Overfit one fixed sequence with AdamW (octet/optim.h) through the backend: the loss must drop
-// from ~ln(32) to < 0.1 nats in every arm, with F32 and with BF16 activations.
-class Overfit : public ::testing::TestWithParam<std::tuple<Arm, DType>> {};
+// from ~ln(32) to < 0.1 nats in every arm, with F32 and with BF16 activations, for the transformer
+// and for the hybrid (4 layers: 3 Gated DeltaNet, 1 attention; chunks of 8 over 16 tokens).
+class Overfit : public ::testing::TestWithParam<std::tuple<Arm, DType, MixerKind>> {};
 
 TEST_P(Overfit, FixedStringToNearZeroLoss) {
-  const auto [arm, act] = GetParam();
-  const ModelConfig cfg = overfit_model();
+  const auto [arm, act, mixer] = GetParam();
+  ModelConfig cfg = overfit_model();
+  if (mixer == MixerKind::Hybrid) cfg.mixer = mixer, cfg.n_layer = 4, cfg.gdn_chunk = 8;
   auto be = make_cpu_backend();
   PrecisionConfig prec = test::arm_precision(arm);
   prec.activations = act;
@@ -150,16 +153,18 @@ TEST_P(Overfit, FixedStringToNearZeroLoss) {
     opt.step(1e-2f, 0.0);
   }
   EXPECT_GT(first, 2.5);
-  EXPECT_LT(last, 0.1) << "arm " << to_string(arm) << " (" << to_string(act)
-                       << " activations) failed to overfit (first loss " << first << ")";
+  EXPECT_LT(last, 0.1) << "arm " << to_string(arm) << " (" << to_string(act) << " activations, "
+                       << to_string(mixer) << ") failed to overfit (first loss " << first << ")";
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArms, Overfit,
                          ::testing::Combine(::testing::ValuesIn(kArms),
-                                            ::testing::Values(DType::F32, DType::BF16)),
+                                            ::testing::Values(DType::F32, DType::BF16),
+                                            ::testing::Values(MixerKind::Attention, MixerKind::Hybrid)),
                          [](const auto& info) {
                            std::string s = to_string(std::get<0>(info.param)) + "_" +
                                            to_string(std::get<1>(info.param));
+                           if (std::get<2>(info.param) == MixerKind::Hybrid) s += "_hybrid";
                            for (char& c : s)
                              if (c == '-') c = '_';
                            return s;

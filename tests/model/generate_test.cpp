@@ -34,6 +34,9 @@ const std::map<std::string, std::function<void(ModelConfig&)>>& variants() {
       {"fog", [](ModelConfig& c) {
          c.norm_placement = NormPlacement::Output, c.qk_norm = true, c.qk_norm_trainable = false;
        }},
+      {"hybrid_gated_deltanet", [](ModelConfig& c) {
+         c.mixer = MixerKind::Hybrid, c.n_layer = 4, c.gdn_chunk = 3;
+       }},
       {"post_norm_unit", [](ModelConfig& c) {
          c.norm_placement = NormPlacement::Post, c.unit_scaling = true, c.init_std = 1.0f;
        }},

@@ -91,6 +91,22 @@ const Variant kVariants[] = {
        c.residual_tau = 0.3f;
        c.norm_placement = NormPlacement::Output;
      }},
+    // 3 Gated DeltaNet layers and 1 attention layer; chunks of 3 over T = 8 (a short last chunk).
+    {"HybridGatedDeltaNet",
+     [](ModelConfig& c) {
+       c.mixer = MixerKind::Hybrid;
+       c.n_layer = 4;
+       c.gdn_chunk = 3;
+     }},
+    {"HybridPostLayerNormGeluUnitScaling",
+     [](ModelConfig& c) {
+       c.mixer = MixerKind::Hybrid;
+       c.n_layer = 4;
+       c.norm_placement = NormPlacement::Post;
+       c.norm = NormKind::LayerNorm;
+       c.mlp = MlpKind::GELU;
+       c.unit_scaling = true;
+     }},
 };
 
 class GradCheck : public ::testing::TestWithParam<Variant> {};

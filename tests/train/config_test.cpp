@@ -96,7 +96,7 @@ TEST(Config, ResumeChangesAllowOnlyScheduleKeys) {
   EXPECT_EQ(ch[1].from, "0.003");
   EXPECT_EQ(ch[1].to, "0.1");
   EXPECT_TRUE(resume_changes(saved, saved, "runs/x").empty());
-  for (const char* meaning : {"model.n_layer=3", "precision.arm=fp8-matched", "precision.recipe=block",
+  for (const char* meaning : {"model.n_layer=3", "model.mixer=hybrid", "precision.arm=fp8-matched", "precision.recipe=block",
                               "data.tokenizer=bpe", "train.seed=7", "train.batch_size=4"}) {
     RunConfig other = saved;
     const std::string kv = meaning;
@@ -183,6 +183,9 @@ TEST(Config, EnumKeysRoundTripEveryName) {
     EXPECT_EQ(enum_name(load_config("", {"data.tokenizer=byte", "precision.amax_algo=" + algo}).precision.quant.amax_algo), algo);
   for (const std::string& q : enum_names<QkvScaling>())
     EXPECT_EQ(enum_name(load_config("", {"data.tokenizer=byte", "precision.qkv_scaling=" + q}).precision.qkv_scaling), q);
+  for (const std::string& m : enum_names<MixerKind>())
+    EXPECT_EQ(enum_name(load_config("", {"data.tokenizer=byte", "model.mixer=" + m}).model.mixer), m);
+  EXPECT_EQ(load_config("", {"data.tokenizer=byte"}).model.mixer, MixerKind::Attention);  // the default
 }
 
 TEST(Schedule, WarmupThenCosineToTheFloor) {

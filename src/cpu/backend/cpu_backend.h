@@ -8,7 +8,7 @@
 // octet/backend.h; each concept lives in its own file of this folder:
 //   memory.cpp (memory, elementwise, make_cpu_backend), embedding.cpp, norms.cpp, rope.cpp,
 //   activations.cpp, heads.cpp (head layouts), loss.cpp, reductions.cpp, adamw.cpp,
-//   linear.cpp (CpuLinear), attention.cpp (CpuAttention).
+//   linear.cpp (CpuLinear), attention.cpp (CpuAttention), gated_delta.cpp (the recurrent mixer).
 #pragma once
 
 #include <cstddef>
@@ -65,6 +65,10 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Linear> make_linear(const LinearSpec& spec) override;
   std::unique_ptr<Attention> make_attention(const AttentionShape& shape,
                                             const AttentionConfig& config) override;
+
+  void gated_delta_forward(const GatedDeltaArgs& in, const Tensor& o) override;
+  void gated_delta_backward(const GatedDeltaArgs& in, const Tensor& d_o, const Tensor& dq,
+                            const Tensor& dk, const Tensor& dv, const Tensor& dgates) override;
 
   void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& dlogits,
                      float grad_scale, const Tensor& loss_sum) override;
