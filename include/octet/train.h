@@ -85,7 +85,8 @@ void set_config_value(RunConfig& cfg, const std::string& key, const std::string&
 /// to tiled (the fused FP8 attention kernels) for the FP8-attention arms on cuda when they support
 /// the shape, whole otherwise; an empty data.path / data.cache_dir to the default corpus / tokenizer
 /// cache under octet's home, as absolute paths. Afterwards the config names every value (what
-/// config.toml records).
+/// config.toml records). Throws octet::Error for model.mixer = hybrid on cuda (no CUDA Gated
+/// DeltaNet kernel yet), before a run writes anything.
 void resolve_run_config(RunConfig& cfg, const Backend& backend);
 /// The resolved config as TOML (round-trips through load_config).
 std::string to_toml(const RunConfig& cfg);
