@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "octet/dist.h"
 #include "octet/error.h"
 #include "octet/names.h"
 #include "octet/train.h"
@@ -105,7 +106,11 @@ CompareRow compare_row_from_metrics(const std::string& arm, const std::string& d
 }
 
 std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std::string>& arms,
-                                     const std::string& out_dir, FILE* log, CompareMode mode) {
+                                     const std::string& out_dir, FILE* log_in, CompareMode mode,
+                                     DistSession* dist) {
+  // ranks (docs/distributed.md): rank 0 checks out_dir, writes and logs; every rank trains every arm
+  const bool writer = !dist || dist->comm->rank() == 0;
+  FILE* log = writer ? log_in : nullptr;
   // Everything is checked before the first write: every arm's config, repeats, the device, out_dir.
   OCTET_CHECK(!arms.empty(), "compare needs at least one arm");
   std::set<std::string> seen;
@@ -115,19 +120,21 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     c.precision.arm = parse_arm(arm);
     c.validate();
   }
-  const auto backend = make_backend(cfg.device);  // throws if the device is not available
+  std::unique_ptr<Backend> own_backend;
+  if (!dist) own_backend = make_backend(cfg.device);  // throws if the device is not available
+  Backend& backend = dist ? *dist->backend : *own_backend;
   RunConfig base = cfg;  // the table printed once; each arm then prints what differs
-  resolve_run_config(base, *backend);
-  OCTET_CHECK(mode != CompareMode::Fresh || is_empty_dir(out_dir),
+  resolve_run_config(base, backend);
+  OCTET_CHECK(!writer || mode != CompareMode::Fresh || is_empty_dir(out_dir),
               "--out " + out_dir + " is not empty: give --resume to keep its finished arms and resume the others, "
               "--overwrite to replace its results, or another --out");
-  if (mode == CompareMode::Resume)  // an arm to resume must be the same run (train() checks again)
+  if (writer && mode == CompareMode::Resume)  // an arm to resume must be the same run (train() checks again)
     for (const std::string& arm : arms) {
       const std::string dir = out_dir + "/" + arm;
       if (!fs::exists(dir + "/checkpoint.safetensors")) continue;
       RunConfig c = cfg;
       c.precision.arm = parse_arm(arm);
-      resolve_run_config(c, *backend);  // per arm: attn_form "auto" depends on the arm
+      resolve_run_config(c, backend);  // per arm: attn_form "auto" depends on the arm
       // The learning-rate schedule may change when one run resumes, not across the arms of one
       // comparison: arms kept finished, or resumed from other steps, would sit in one table trained
       // under different schedules.
@@ -139,7 +146,7 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     }
   std::string desc;
   auto ds = load_dataset(cfg, &desc);
-  if (mode == CompareMode::Overwrite) remove_earlier_compare(out_dir);
+  if (writer && mode == CompareMode::Overwrite) remove_earlier_compare(out_dir);
   if (log) {
     std::fprintf(log, "%s\n", desc.c_str());
     std::fprintf(log, "unigram entropy of the corpus: %.4f nats/token (the loss of a context-free model)\n",
@@ -160,7 +167,7 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     c.precision.arm = parse_arm(arm);
     const std::string dir = out_dir + "/" + arm;
     const bool resume = mode == CompareMode::Resume && fs::exists(dir + "/checkpoint.safetensors");
-    if (!resume) {  // a fresh run: nothing stale of an unfinished earlier one stays
+    if (writer && !resume) {  // a fresh run: nothing stale of an unfinished earlier one stays
       std::error_code ec;
       fs::remove_all(dir, ec);
       OCTET_CHECK(!ec, "cannot remove " + dir + ": " + ec.message());
@@ -168,18 +175,20 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     if (log) std::fprintf(log, "\n=== arm %s ===\n", arm.c_str());
     bool stopped = false;
     try {
-      const TrainResult r = train(c, dir, resume, *ds, log, {}, &base);
+      const TrainResult r = train(c, dir, resume, *ds, log, {}, &base, dist);
       if (log && r.complete) std::fprintf(log, "arm %s is complete (kept)\n", arm.c_str());
     } catch (const TrainingStopped& e) {
       if (log) std::fprintf(log, "arm %s stopped: %s\n", arm.c_str(), e.what());
       stopped = true;
     }
+    if (!writer) continue;  // the table is rank 0's
     CompareRow row = compare_row_from_metrics(arm, dir);
     row.matched_delta = attention_config(c.precision).delta == DeltaMode::Matched;
     if (stopped) row.train_loss = row.val_loss = NAN;
     rows.push_back(row);
     dirs.push_back(dir);
   }
+  if (!writer) return rows;
   double base_loss = NAN;
   for (const CompareRow& r : rows)
     if (r.arm == "bf16") base_loss = r.val_loss;
