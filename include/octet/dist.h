@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -115,6 +116,13 @@ void all_reduce_host_sum(Communicator& comm, Backend& backend, double* values, i
 /// signal) the others get SIGTERM, and SIGKILL after `grace_s`; the first failure's status (128 +
 /// signal for a signal) is returned. Throws octet::Error if a child cannot be started.
 int launch_local(int nproc, const std::string& device, const std::vector<std::string>& args, double grace_s = 10);
+
+/// Runs `body` as this rank's part of a job. An exception that leaves it (an error of this rank
+/// that the others cannot see, so they would wait in their next collective) prints one line
+/// "octet: failed: rank r of N: <message>" on stderr and ends every rank through comm.abort() with
+/// exit status 2 for an octet::Error, 1 otherwise. A run that every rank stops
+/// alike (train.h TrainingStopped) should be caught inside `body`.
+void run_rank(Communicator& comm, const std::function<void()>& body);
 
 // ---------------------------------------------------------------------------------------------
 // ZeRO-1 over the model's flat F32 parameter and gradient buffers (Model::param_data/grad_data)
