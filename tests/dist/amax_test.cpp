@@ -28,8 +28,11 @@ TEST(AmaxExchange, IntegerOrderIsFloatOrderWithNaNOnTop) {
     EXPECT_GT(e, prev) << a;
     prev = e;
     const float back = detail::amax_from_exchange(e);
-    if (std::isnan(a)) EXPECT_TRUE(std::isnan(back));
-    else EXPECT_EQ(back, a);
+    if (std::isnan(a)) {
+      EXPECT_TRUE(std::isnan(back));
+    } else {
+      EXPECT_EQ(back, a);
+    }
   }
   EXPECT_EQ(detail::amax_to_exchange(-NAN), detail::amax_to_exchange(NAN));  // sign cleared
   EXPECT_EQ(detail::amax_from_exchange(-1), -1.0f);

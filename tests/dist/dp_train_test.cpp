@@ -23,13 +23,15 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Fixture {
-  test::TempDir local{"dp"};  // this rank's corpus and single-process runs
+  test::TempDir local{"dp"};  // this rank's single-process runs
   test::SharedDir shared{"dp"};
   RunConfig cfg;
   std::unique_ptr<Dataset> ds;
   explicit Fixture(Arm arm) {
-    test::write_file(local / "corpus.txt", test::synthetic_text(400));  // the same text on every rank
-    cfg = test::tiny_run(local / "corpus.txt", local / "cache");
+    // one config on every rank (a resume compares it with the run's config.toml, data.path included)
+    if (comm().rank() == 0) test::write_file(shared / "corpus.txt", test::synthetic_text(400));
+    comm().barrier();
+    cfg = test::tiny_run(shared / "corpus.txt", shared / "cache");
     cfg.precision.arm = arm;
     ds = load_dataset(cfg);
   }
@@ -66,9 +68,10 @@ TEST(DataParallel, Fp32TwoRanksEqualOneRankToRounding) {
   for (size_t i = 0; i < one.train_loss.size(); ++i)
     EXPECT_NEAR(two.train_loss[i], one.train_loss[i], 1e-5 * one.train_loss[i]) << "step " << i + 1;
   EXPECT_NEAR(two.final_val_loss, one.final_val_loss, 1e-5 * one.final_val_loss);
-  if (comm().rank() == 0)  // lr 3e-3 × 6 steps: AdamW moves a weight by at most ~2e-2 in all
+  if (comm().rank() == 0) {  // lr 3e-3 × 6 steps: AdamW moves a weight by at most ~2e-2 in all
     EXPECT_LT(max_abs_diff(weights(f.local / "one/model.safetensors"), weights(f.shared / "two/model.safetensors")),
               1e-4);
+  }
 }
 
 TEST(DataParallel, Fp8ArmsWithinTheirOwnDistanceFromFp32) {
@@ -121,7 +124,9 @@ TEST(DataParallel, NaNOnOneRankSkipsTheStepOnBoth) {
   ASSERT_EQ(two.train_loss.size(), one.train_loss.size());
   EXPECT_TRUE(std::isnan(two.train_loss[1]));
   for (size_t i = 0; i < one.train_loss.size(); ++i)
-    if (i != 1) EXPECT_NEAR(two.train_loss[i], one.train_loss[i], 1e-5 * one.train_loss[i]) << "step " << i + 1;
+    if (i != 1) {
+      EXPECT_NEAR(two.train_loss[i], one.train_loss[i], 1e-5 * one.train_loss[i]) << "step " << i + 1;
+    }
   // every rank holds the same weights afterwards: rank 0's broadcast equals rank 1's bitwise
   std::vector<float> w = comm().rank() == 0 ? weights(f.shared / "two/model.safetensors") : std::vector<float>();
   int32_t n = int32_t(w.size());
@@ -129,7 +134,9 @@ TEST(DataParallel, NaNOnOneRankSkipsTheStepOnBoth) {
   w.resize(size_t(n));
   comm().broadcast(Tensor(w.data(), DType::F32, {n}), 0);
   comm().barrier();
-  if (comm().rank() == 1) EXPECT_EQ(w, weights(f.shared / "two/model.safetensors"));
+  if (comm().rank() == 1) {
+    EXPECT_EQ(w, weights(f.shared / "two/model.safetensors"));
+  }
 }
 
 TEST(DataParallel, CheckpointOfTwoRanksResumesOnOneAndBitwiseOnTwo) {

@@ -16,15 +16,15 @@ using namespace octet;
 
 namespace {
 
-struct Run {
+struct CliRun {
   int status = -1;
   std::string out;
 };
 
-Run run(const std::string& args) {
+CliRun run(const std::string& args) {
   const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 " +
                           std::string(OCTET_BINARY_DIR) + "/octet " + args + " 2>&1";
-  Run r;
+  CliRun r;
   FILE* p = ::popen(cmd.c_str(), "r");
   char buf[4096];
   size_t k;
@@ -49,13 +49,13 @@ struct Fixture {
 TEST(Launch, TwoRanksTrainLikeOneProcessAndRankZeroWrites) {
   if (test::comm().size() > 1 || std::getenv("OCTET_TEST_FAILURE_CHILD")) GTEST_SKIP() << "one process";
   Fixture f;
-  const Run two = run("train --config " + f.config + " --out " + (f.dir / "two") + " --nproc 2");
+  const CliRun two = run("train --config " + f.config + " --out " + (f.dir / "two") + " --nproc 2");
   ASSERT_EQ(two.status, 0) << two.out;
   EXPECT_NE(two.out.find("| ranks | 2 |"), std::string::npos) << two.out;
   size_t done = 0;
   for (size_t p = 0; (p = two.out.find("done: final val loss", p)) != std::string::npos; ++p) ++done;
   EXPECT_EQ(done, 1u) << "one log: rank 0's";
-  const Run one = run("train --config " + f.config + " --out " + (f.dir / "one"));
+  const CliRun one = run("train --config " + f.config + " --out " + (f.dir / "one"));
   ASSERT_EQ(one.status, 0) << one.out;
   // the same final validation loss to FP32 reduction-order rounding (printed with 4 decimals)
   auto final_loss = [](const std::string& s) {
@@ -69,7 +69,7 @@ TEST(Launch, TwoRanksTrainLikeOneProcessAndRankZeroWrites) {
 TEST(Launch, ARankLocalErrorEndsTheJobNonZero) {
   if (test::comm().size() > 1 || std::getenv("OCTET_TEST_FAILURE_CHILD")) GTEST_SKIP() << "one process";
   Fixture f;  // 2 sequences per micro-batch cannot split over 3 ranks: every rank fails in train()
-  const Run r = run("train --config " + f.config + " --out " + (f.dir / "three") + " --nproc 3");
+  const CliRun r = run("train --config " + f.config + " --out " + (f.dir / "three") + " --nproc 3");
   EXPECT_NE(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("cannot be split evenly over 3 ranks"), std::string::npos) << r.out;
 }
@@ -77,7 +77,7 @@ TEST(Launch, ARankLocalErrorEndsTheJobNonZero) {
 TEST(Launch, NonPositiveNprocIsRefused) {
   if (test::comm().size() > 1 || std::getenv("OCTET_TEST_FAILURE_CHILD")) GTEST_SKIP() << "one process";
   Fixture f;
-  const Run r = run("train --config " + f.config + " --out " + (f.dir / "x") + " --nproc 0");
+  const CliRun r = run("train --config " + f.config + " --out " + (f.dir / "x") + " --nproc 0");
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_FALSE(std::filesystem::exists(f.dir / "x"));
 }
