@@ -85,12 +85,15 @@ TEST(DataParallel, Fp8ArmsWithinTheirOwnDistanceFromFp32) {
     RunConfig ref_cfg = f.cfg;
     ref_cfg.precision.arm = Arm::FP32;
     const TrainResult ref = train(ref_cfg, f.local / "fp32", false, *f.ds, nullptr);
-    // Stated tolerance: FP8 on 2 ranks quantizes other tensors (half batches; the first step's
-    // scales come from each rank's own amax) than on 1 rank, so the two FP8 runs may differ by as
-    // much as FP8 differs from FP32 itself, |L2 - L1| <= |L1 - L32| + 1e-3 (a floor for steps where
-    // the FP8 and FP32 losses happen to cross), but not by more.
+    // Stated tolerance: FP8 on 2 ranks quantizes other tensors than on 1 rank (the first step's
+    // scales come from each rank's own half-batch amax; later sums split differently), so it is
+    // another draw of the FP8 rounding: both runs lie within the FP8 noise |L1 - L32| of the FP32
+    // run, hence within twice that of each other, |L2 - L1| <= 2 |L1 - L32| + 2e-4 (the floor for
+    // steps where the FP8 and FP32 losses happen to cross). Measured: |L2 - L1| <= 5e-4 while
+    // |L1 - L32| reaches 3e-4.
     for (size_t i = 0; i < one.train_loss.size(); ++i)
-      EXPECT_LE(std::fabs(two.train_loss[i] - one.train_loss[i]), std::fabs(one.train_loss[i] - ref.train_loss[i]) + 1e-3)
+      EXPECT_LE(std::fabs(two.train_loss[i] - one.train_loss[i]),
+                2 * std::fabs(one.train_loss[i] - ref.train_loss[i]) + 2e-4)
           << to_string(arm) << " step " << i + 1 << ": 1 rank " << one.train_loss[i] << ", 2 ranks "
           << two.train_loss[i] << ", fp32 " << ref.train_loss[i];
     // Both ranks hold the same delayed-scaling state (reduced amaxes): the checkpoint is rank 0's,
