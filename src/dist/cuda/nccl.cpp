@@ -64,6 +64,7 @@ class NcclCommunicator final : public Communicator {
     std::memcpy(&id, rdv_->payload().data(), sizeof id);
     check(ncclCommInitRank(&comm_, size_, id, rank_), "comm_init_rank");
     cuda_check(cudaMalloc(&flag_, sizeof(int)), where("nccl", "barrier buffer", rank_, size_));
+    cuda_check(cudaMemset(flag_, 0, sizeof(int)), where("nccl", "barrier buffer", rank_, size_));
     watchdog_ = std::thread([this] { watch(); });
   }
 
