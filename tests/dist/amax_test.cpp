@@ -1,7 +1,8 @@
 // Delayed scaling across ranks: the exchange form of a recorded amax (integer order = float order,
 // NaN above inf, −1 none), and the right value — rank amaxes 1 and 8 give both ranks the
 // E4M3 scale 448/8 = 56 after the max-reduction (under `mpirun -np 2`), where rank 0 alone would
-// have taken 448/1.
+// have taken 448/1; and a whole model's quantizer states agree on both ranks after
+// reduce_pending_amaxes although each rank saw other tokens (and differ without it).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "fp8/linear_state.h"
 #include "job.h"
+#include "octet/model.h"
 #include "octet/quant.h"
 
 using namespace octet;
@@ -89,6 +91,52 @@ TEST(AmaxReduction, NaNOnOneRankCountsAnOverflowOnEvery) {
   const std::vector<DelayedState> s = unpack_delayed_states(lin->quant_state(), 3, 4);
   EXPECT_EQ(s[0].overflow_count, 1);
   EXPECT_TRUE(s[0].history.empty());  // a non-finite amax keeps the scale and the history
+}
+
+// The quantizer states of a tiny FP8 tensor-delayed model after one forward/backward on this
+// rank's own tokens and the scale update, with or without the cross-rank amax reduction; flattened.
+std::vector<float> model_states_after_a_step(bool reduce) {
+  ModelConfig mc;
+  mc.n_layer = 1;
+  mc.d_model = 16;
+  mc.n_head = 2;
+  mc.n_kv_head = 2;
+  mc.d_ff = 32;
+  mc.vocab_size = 256;
+  mc.seq_len = 8;
+  PrecisionConfig pc;
+  pc.arm = Arm::FP8Matched;
+  pc.quant.recipe = Recipe::TensorDelayed;
+  pc.quant.amax_history_len = 4;
+  Model m(mc, pc, cpu(), 1);
+  m.init(7);
+  std::vector<int32_t> ids(8), targets(8);
+  for (int i = 0; i < 8; ++i) {
+    ids[size_t(i)] = (i * 37 + comm().rank() * 101) % 256;  // other tokens on each rank
+    targets[size_t(i)] = (ids[size_t(i)] + 1) % 256;
+  }
+  m.zero_grad();
+  m.forward_backward(ids.data(), targets.data(), true, 1.0f);
+  EXPECT_EQ(m.amax_slots(), 3 * 5);  // X, W, dY of qkv, proj, fc1, fc2 and the head
+  if (reduce) reduce_pending_amaxes(m, comm());
+  m.update_quant_scales();
+  std::vector<float> flat;
+  for (const auto& [key, st] : m.quant_states()) flat.insert(flat.end(), st.begin(), st.end());
+  return flat;
+}
+
+TEST(AmaxReduction, AModelsScalesAgreeOnBothRanksOnlyAfterTheReduction) {
+  if (comm().size() != 2) GTEST_SKIP() << "needs 2 ranks";
+  for (bool reduce : {true, false}) {
+    const std::vector<float> mine = model_states_after_a_step(reduce);
+    std::vector<float> root = mine;
+    comm().broadcast(Tensor(root.data(), DType::F32, {int64_t(root.size())}), 0);
+    if (reduce) {
+      EXPECT_EQ(mine, root);
+    } else if (comm().rank() == 1) {
+      EXPECT_NE(mine, root) << "the ranks' tokens must differ for the test above to mean something";
+    }
+  }
 }
 
 }  // namespace
