@@ -115,6 +115,8 @@ void all_reduce_host_sum(Communicator& comm, Backend& backend, double* values, i
 /// 127.0.0.1) and MASTER_PORT (default: a free port). When a child fails (non-zero exit or a
 /// signal) the others get SIGTERM, and SIGKILL after `grace_s`; the first failure's status (128 +
 /// signal for a signal) is returned. Throws octet::Error if a child cannot be started.
+/// A TCP port of this host that was free a moment ago (the default MASTER_PORT of launch_local).
+int free_tcp_port();
 int launch_local(int nproc, const std::string& device, const std::vector<std::string>& args, double grace_s = 10);
 
 /// Runs `body` as this rank's part of a job. An exception that leaves it (an error of this rank

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -23,10 +24,7 @@ extern char** environ;
 
 namespace octet {
 
-namespace {
-
-// A TCP port that was free a moment ago (bind to port 0, read it back).
-int free_port() {
+int free_tcp_port() {  // bind to port 0, read the port back
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   OCTET_CHECK(fd >= 0, io_error("cannot create a socket to find", "a free port"));
   sockaddr_in a{};
@@ -39,6 +37,8 @@ int free_port() {
   OCTET_CHECK(ok, io_error("cannot find", "a free TCP port"));
   return ntohs(a.sin_port);
 }
+
+namespace {
 
 std::string self_exe() {
   std::vector<char> buf(4096);
@@ -95,7 +95,7 @@ int launch_local(int nproc, const std::string& device, const std::vector<std::st
   if (device.rfind("cuda", 0) == 0) {
     const char* addr = std::getenv("MASTER_ADDR");
     const char* port = std::getenv("MASTER_PORT");
-    const std::string a = addr ? addr : "127.0.0.1", p = port ? port : std::to_string(free_port());
+    const std::string a = addr ? addr : "127.0.0.1", p = port ? port : std::to_string(free_tcp_port());
     for (int r = 0; r < nproc; ++r)
       start(argv, {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(nproc),
                    "MASTER_ADDR=" + a, "MASTER_PORT=" + p});

@@ -3,9 +3,6 @@
 // rank 0's watch() (what ends a job instead of a hang), an orderly finish() is not; an absent rank
 // 0 is a timeout error naming the address.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <future>
 #include <memory>
@@ -18,18 +15,6 @@ using namespace octet;
 
 namespace {
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 DistEnv env_of(int rank, int world, int port) {
   DistEnv e;
   e.rank = rank;
@@ -40,7 +25,7 @@ DistEnv env_of(int rank, int world, int port) {
 }
 
 TEST(Rendezvous, PayloadReachesEveryRankAndACrashIsSeen) {
-  const int port = free_port();
+  const int port = free_tcp_port();
   const std::string id(128, '\x5a');
   auto r0 = std::async(std::launch::async, [&] { return tcp_rendezvous(env_of(0, 3, port), id, 20); });
   auto r1 = std::async(std::launch::async, [&] { return tcp_rendezvous(env_of(1, 3, port), "", 20); });
@@ -58,7 +43,7 @@ TEST(Rendezvous, PayloadReachesEveryRankAndACrashIsSeen) {
 }
 
 TEST(Rendezvous, OrderlyFinishIsNotACrash) {
-  const int port = free_port();
+  const int port = free_tcp_port();
   auto r0 = std::async(std::launch::async, [&] { return tcp_rendezvous(env_of(0, 2, port), "id", 20); });
   std::unique_ptr<Rendezvous> b = tcp_rendezvous(env_of(1, 2, port), "", 20);
   std::unique_ptr<Rendezvous> a = r0.get();
@@ -70,7 +55,7 @@ TEST(Rendezvous, OrderlyFinishIsNotACrash) {
 
 TEST(Rendezvous, MissingRankZeroTimesOut) {
   try {
-    tcp_rendezvous(env_of(1, 2, free_port()), "", 0.5);
+    tcp_rendezvous(env_of(1, 2, free_tcp_port()), "", 0.5);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("could not reach rank 0 at 127.0.0.1"), std::string::npos) << e.what();
