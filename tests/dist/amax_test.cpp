@@ -11,6 +11,7 @@
 
 #include "fp8/linear_state.h"
 #include "job.h"
+#include "model/model_test_util.h"
 #include "octet/model.h"
 #include "octet/quant.h"
 
@@ -96,28 +97,18 @@ TEST(AmaxReduction, NaNOnOneRankCountsAnOverflowOnEvery) {
 // The quantizer states of a tiny FP8 tensor-delayed model after one forward/backward on this
 // rank's own tokens and the scale update, with or without the cross-rank amax reduction; flattened.
 std::vector<float> model_states_after_a_step(bool reduce) {
-  ModelConfig mc;
-  mc.n_layer = 1;
-  mc.d_model = 16;
-  mc.n_head = 2;
-  mc.n_kv_head = 2;
-  mc.d_ff = 32;
-  mc.vocab_size = 256;
-  mc.seq_len = 8;
+  const ModelConfig mc = test::tiny_model();
   PrecisionConfig pc;
   pc.arm = Arm::FP8Matched;
   pc.quant.recipe = Recipe::TensorDelayed;
   pc.quant.amax_history_len = 4;
   Model m(mc, pc, cpu(), 1);
   m.init(7);
-  std::vector<int32_t> ids(8), targets(8);
-  for (int i = 0; i < 8; ++i) {
-    ids[size_t(i)] = (i * 37 + comm().rank() * 101) % 256;  // other tokens on each rank
-    targets[size_t(i)] = (ids[size_t(i)] + 1) % 256;
-  }
+  std::vector<int32_t> ids, targets;
+  test::tiny_batch(mc, 1, ids, targets, uint32_t(1 + comm().rank()));  // other tokens on each rank
   m.zero_grad();
   m.forward_backward(ids.data(), targets.data(), true, 1.0f);
-  EXPECT_EQ(m.amax_slots(), 3 * 5);  // X, W, dY of qkv, proj, fc1, fc2 and the head
+  EXPECT_EQ(m.amax_slots(), 3 * 9);  // X, W, dY of qkv, proj, fc1, fc2 per layer and the head
   if (reduce) reduce_pending_amaxes(m, comm());
   m.update_quant_scales();
   std::vector<float> flat;
