@@ -2,7 +2,9 @@
 # bench/gpu_dist.sh — data-parallel training on a 2×H200 machine (docs/distributed.md), in one call of
 # at most ~6 minutes:
 #   equal   the same config on 1 GPU and on 2 GPUs (`--nproc 2`, NCCL): step losses side by side
-#           (train.batch_size is the global batch, so the two runs are one run up to summation order);
+#           (train.batch_size is the global batch, so the two runs are one run up to summation order),
+#           fp8-matched with tensor-delayed scaling, so the amax exchange kernels and their NCCL max
+#           run too;
 #   speed   tokens/s of 1 vs 2 GPUs for 124M (results/gpt2-small-compare.toml) and 350M (24 layers,
 #           d 1024), bf16 and fp8-matched, as JSON lines {"model","arm","gpus","tokens_per_s"} and
 #           the speed-up 2 GPUs / 1 GPU;
@@ -28,14 +30,15 @@ for s in ${*:-equal speed kill}; do
     equal)
       for n in 1 2; do
         np=(); [ $n = 2 ] && np=(--nproc 2)
-        timeout 120 $B train "${COMMON[@]}" --arm fp8-matched --set train.steps=30 --set train.batch_size=8 \
+        timeout 120 $B train "${COMMON[@]}" --arm fp8-matched --set precision.recipe=tensor-delayed \
+          --set train.steps=30 --set train.batch_size=8 \
           --out /tmp/eq$n "${np[@]}" > "$OUT/equal-$n.log" 2>&1; echo "equal gpus=$n rc=$?"
       done
       python3 - /tmp/eq1/metrics.jsonl /tmp/eq2/metrics.jsonl <<'PY' | tee -a "$OUT/dist.jsonl"
 import json, sys
 a, b = ([json.loads(l) for l in open(p) if '"loss"' in l] for p in sys.argv[1:3])
 d = [abs(x["loss"] - y["loss"]) / x["loss"] for x, y in zip(a, b) if x.get("loss") and y.get("loss")]
-print(json.dumps({"test": "equal", "arm": "fp8-matched", "steps": len(d), "max_rel_loss_diff": max(d),
+print(json.dumps({"test": "equal", "arm": "fp8-matched", "recipe": "tensor-delayed", "steps": len(d), "max_rel_loss_diff": max(d),
                   "first": [a[0]["loss"], b[0]["loss"]], "last": [a[-1]["loss"], b[-1]["loss"]]}))
 PY
       ;;
