@@ -84,8 +84,8 @@ std::unique_ptr<Communicator> make_single_communicator(Backend& backend);
 /// (MPI_THREAD_FUNNELED) and finalizes it at exit. Errors return (MPI_ERRORS_RETURN) and throw.
 std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend);
 
-/// The TCP rendezvous (no shared file): rank 0 listens on `port` and sends `payload` to each of the
-/// world − 1 ranks that connect to host:port; other ranks connect (retrying until `timeout_s`) and
+/// The TCP rendezvous (no shared file): rank 0 listens on env.master_port and sends `payload` to
+/// each of the world − 1 ranks that connect to MASTER_ADDR:MASTER_PORT; other ranks connect (retrying until `timeout_s`) and
 /// return what rank 0 sent (rank 0 returns its payload). The connections stay open while the
 /// returned Rendezvous lives, as a liveness link: watch() reports the first rank whose link closed
 /// (a crashed process) so a watchdog can end the job instead of hanging in a collective.
@@ -115,15 +115,16 @@ void all_reduce_host_sum(Communicator& comm, Backend& backend, double* values, i
 /// 127.0.0.1) and MASTER_PORT (default: a free port). When a child fails (non-zero exit or a
 /// signal) the others get SIGTERM, and SIGKILL after `grace_s`; the first failure's status (128 +
 /// signal for a signal) is returned. Throws octet::Error if a child cannot be started.
+int launch_local(int nproc, const std::string& device, const std::vector<std::string>& args, double grace_s = 10);
+
 /// A TCP port of this host that was free a moment ago (the default MASTER_PORT of launch_local).
 int free_tcp_port();
-int launch_local(int nproc, const std::string& device, const std::vector<std::string>& args, double grace_s = 10);
 
 /// Runs `body` as this rank's part of a job. An exception that leaves it (an error of this rank
 /// that the others cannot see, so they would wait in their next collective) prints one line
 /// "octet: failed: rank r of N: <message>" on stderr and ends every rank through comm.abort() with
-/// exit status 2 for an octet::Error, 1 otherwise. A run that every rank stops
-/// alike (train.h TrainingStopped) should be caught inside `body`.
+/// exit status 2 for an octet::Error, 1 otherwise. A run that every rank stops alike (train.h
+/// TrainingStopped) should be caught inside `body`.
 void run_rank(Communicator& comm, const std::function<void()>& body);
 
 // ---------------------------------------------------------------------------------------------
