@@ -2,8 +2,8 @@
 # bench/pack_gpu_carry.sh — collects what a GPU machine without the Debian -dev packages needs to run
 # octet's CUDA build: the octet CLI and test_cuda from the CUDA build directory, and every shared
 # library they load that is neither glibc's, libstdc++/libgcc nor CUDA's own (which the GPU image
-# has; nor cuDNN, which the GPU image has too), into .cuda-carry/{bin,lib} (git-ignored via
-# .git/info/exclude). Then: carry .cuda-carry and
+# has; nor cuDNN, which the GPU image has too, nor libnccl, 218 MB), into .cuda-carry/{bin,lib}
+# (git-ignored via .git/info/exclude). Then: carry .cuda-carry and
 # run bench/gpu_run.sh there.
 # Environment: OCTET_BUILD (default build/cuda) is the CUDA build directory. OCTET_CARRY_CACHE, if
 # set, is a tokenizer cache directory (data.cache_dir of a BPE run made here) whose spm-*.model and
@@ -18,7 +18,7 @@ cp "$BUILD/octet" "$BUILD/tests/test_cuda" .cuda-carry/bin/
 strip .cuda-carry/bin/* || true
 ldd .cuda-carry/bin/* | awk '/=>/ {print $3}' | sort -u | while read -r lib; do
   case $(basename "$lib") in
-    libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libstdc++*|libgcc_s*|libcudart*|libcublas*) ;;
+    libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libstdc++*|libgcc_s*|libcudart*|libcublas*|libnccl*) ;;
     libcudnn*) ;;  # cuDNN 9 is on the GPU image (~500 MB: it would not fit the carry)
     *) cp -L "$lib" .cuda-carry/lib/ ;;
   esac

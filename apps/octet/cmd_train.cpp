@@ -1,12 +1,16 @@
 // `octet train`: trains one model from a TOML config (or resumes a run directory), printing the
 // settings table and one line per step; `--dump-grads DIR` instead writes the initial weights, the
 // first training batch and the gradients of one forward/backward (the PyTorch twin's input).
+// `--nproc N` (or a job started by torchrun/mpirun) trains data parallel (docs/distributed.md): the
+// launcher checks the config and prepares the tokenizer once, then starts the ranks.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "octet/command.h"
+#include "octet/dist.h"
 #include "octet/enum_option.h"
 #include "octet/error.h"
 #include "octet/train.h"
@@ -18,7 +22,23 @@ namespace fs = std::filesystem;
 struct TrainArgs {
   std::string config, out, resume, device, arm, dump_grads;
   std::vector<std::string> sets;
+  int nproc = 0;
 };
+
+// The arguments each rank of `--nproc N` is started with: these, without --nproc.
+std::vector<std::string> rank_args(const TrainArgs& a) {
+  std::vector<std::string> v{"train"};
+  auto add = [&](const char* flag, const std::string& value) {
+    if (!value.empty()) v.insert(v.end(), {flag, value});
+  };
+  add("--config", a.config);
+  add("--out", a.out);
+  add("--resume", a.resume);
+  add("--device", a.device);
+  add("--arm", a.arm);
+  for (const std::string& s : a.sets) add("--set", s);
+  return v;
+}
 
 octet::StTensor st_i32(const std::vector<int64_t>& shape, const std::vector<int32_t>& v) {
   octet::StTensor t;
@@ -91,11 +111,39 @@ void run_train(const TrainArgs& a) {
                       " or choose another --out");
     }
   }
+  const DistEnv env = dist_env_from_environment();
+  OCTET_CHECK(a.dump_grads.empty() || (a.nproc <= 1 && env.world == 1), "--dump-grads runs in one process");
   std::string desc;
-  auto ds = load_dataset(cfg, &desc);
-  std::printf("%s\n", desc.c_str());
+  auto ds = load_dataset(cfg, &desc);  // the launcher builds the tokenizer cache once for the ranks
+  if (env.rank == 0) std::printf("%s\n", desc.c_str());
   if (!a.dump_grads.empty()) return dump_grads(cfg, *ds, a.dump_grads);
-  const TrainResult r = train(cfg, out, !a.resume.empty(), *ds, stdout);
+  if (a.nproc > 1 && env.world == 1) {  // the launcher: everything above is checked; start the ranks
+    std::fflush(stdout);
+    const int rc = launch_local(a.nproc, cfg.device, rank_args(a));
+    if (rc != 0)
+      throw cli::RunFailure("the " + std::to_string(a.nproc) + "-rank job ended with exit status " +
+                            std::to_string(rc) + " (the ranks' messages are above)");
+    return;
+  }
+  TrainResult r;
+  if (env.world > 1) {  // one rank of a job (docs/distributed.md)
+    std::string stopped;
+    {
+      DistSession session = open_dist_session(env, cfg.device);
+      run_rank(*session.comm, [&] {
+        try {
+          r = train(cfg, out, !a.resume.empty(), *ds, stdout, {}, nullptr, &session);
+        } catch (const TrainingStopped& e) {  // every rank stops alike: no abort needed
+          stopped = e.what();
+        }
+      });
+    }  // the session ends in order on every rank (no rank takes it for a crash)
+    if (!stopped.empty() && env.rank == 0) throw TrainingStopped(stopped);
+    if (!stopped.empty()) std::exit(1);
+    if (env.rank != 0) return;
+  } else {
+    r = train(cfg, out, !a.resume.empty(), *ds, stdout);
+  }
   std::printf("done: final val loss %.4f (unigram entropy %.4f), %lld skipped steps, %.0f tok/s; weights in "
               "%s/model.safetensors\n",
               r.final_val_loss, ds->unigram_entropy(), static_cast<long long>(r.skipped_steps), r.tokens_per_s,
@@ -113,6 +161,10 @@ OCTET_COMMAND("train", [](CLI::App& app) {
   cmd->add_option("--resume", args->resume, "continue the run in this directory from its checkpoint");
   cmd->add_option("--device", args->device, "cpu | cuda (default: the config's, cpu)");
   octet::cli::add_enum_option<octet::Arm>(cmd, "--arm", args->arm, "precision arm (fp32: the reference)");
+  cmd->add_option("--nproc", args->nproc,
+                  "train data parallel on N ranks of this host (cpu: mpirun; cuda: one GPU each; "
+                  "docs/distributed.md)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--dump-grads", args->dump_grads,
                   "write initial weights, the first batch and its gradients to DIR (oracle tests)");
   cmd->callback([args] { run_train(*args); });

@@ -126,6 +126,16 @@ class Linear {
   /// mismatch (wrong size, a history longer than amax_history_len, invalid values, non-empty for a
   /// stateless linear) and leaves the state unchanged.
   virtual void load_quant_state(const std::vector<float>& state) = 0;
+  /// Delayed scaling across ranks (docs/distributed.md §"Amax reduction"): writes the amaxes of X,
+  /// W and dY recorded since the last update_scales() to `amax` (I32 [3], this backend's memory) as
+  /// IEEE-754 bit patterns with the sign bit cleared, so that integer order is float order and NaN
+  /// sorts above inf, and −1 for a slot with nothing recorded (or a linear without delayed state).
+  /// Enqueued, no host synchronization. The default (a backend without it) throws octet::Error.
+  virtual void pending_amaxes(const Tensor& amax) const;
+  /// Replaces the recorded amaxes by `amax` (I32 [3] in pending_amaxes' form; −1: none), e.g. their
+  /// max over ranks; the next update_scales() folds them in. A no-op without delayed state.
+  /// Enqueued. The default throws octet::Error.
+  virtual void set_pending_amaxes(const Tensor& amax);
 };
 
 /// One attention layer's forward/backward (semantics: attention.h, the CPU reference).

@@ -16,6 +16,8 @@
 
 namespace octet {
 
+class Communicator;  // octet/dist.h
+
 struct LoadedRun {
   RunConfig cfg;                     ///< <dir>/config.toml (device replaced by the one asked for)
   std::unique_ptr<Backend> backend;  ///< make_backend(device)
@@ -49,7 +51,10 @@ EvalResult evaluate_text(Model& model, const Tokenizer& tok, const std::string& 
 
 /// The trainer's validation loss: the mean over the first `batches` fixed validation batches
 /// (Dataset::val_batch) of model.batch() windows — the number `octet train` logs at an evaluation.
-double evaluate_validation(Model& model, const Dataset& data, int64_t batches);
+/// With `comm` of N ranks (octet/dist.h; every rank calls it), rank r scores the r-th slice of each
+/// batch of N·model.batch() windows and the sums are added over the ranks: the windows and the
+/// number of one rank with batch N·model.batch() (docs/distributed.md).
+double evaluate_validation(Model& model, const Dataset& data, int64_t batches, Communicator* comm = nullptr);
 
 /// The trainer's sample at each evaluation (as llm.c prints one): a greedy continuation of
 /// sample_tokens tokens after the first min(8, seq_len / 2) tokens of the first validation window,

@@ -214,6 +214,14 @@ class Model {
   /// once per optimizer step, after the last micro-batch's backward and before the optimizer and
   /// any checkpoint.
   void update_quant_scales();
+  /// Delayed scaling across ranks (docs/distributed.md §"Amax reduction"; octet/dist.h
+  /// reduce_pending_amaxes): 3 I32 slots (X, W, dY) per linear in quant_states' key order when the
+  /// linears are FP8 with the tensor-delayed recipe, else 0.
+  int64_t amax_slots() const;
+  /// Linear::pending_amaxes of every linear into amax (I32 [amax_slots()], backend memory) /
+  /// Linear::set_pending_amaxes from it. Enqueued, no host synchronization.
+  void pending_amaxes(const Tensor& amax);
+  void set_pending_amaxes(const Tensor& amax);
 
   /// Diagnostics of the last forward/backward (kurtosis of its saved activations, quantizer stats;
   /// the attention row residual since zero_grad(): max over the micro-batches and mean of their

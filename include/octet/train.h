@@ -27,12 +27,14 @@
 
 namespace octet {
 
+struct DistSession;  // octet/dist.h
+
 // ---------------------------------------------------------------------------------------------
 // Configuration
 
 struct TrainConfig {
   int64_t steps = 200;          ///< optimizer steps
-  int64_t batch_size = 16;      ///< sequences per micro-batch
+  int64_t batch_size = 16;      ///< sequences per micro-batch (over all ranks: docs/distributed.md)
   int64_t grad_accum = 1;       ///< micro-batches per optimizer step
   float lr = 3e-3f;             ///< peak learning rate
   float min_lr_ratio = 0.1f;    ///< cosine floor as a fraction of lr
@@ -183,8 +185,12 @@ class Dataset {
   int64_t n_tokens() const { return int64_t(tokens_.size()); }
   int64_t n_train_windows() const { return int64_t(train_.size()); }
   int64_t n_val_windows() const { return int64_t(val_.size()); }
-  /// Fills ids/targets [batch, seq_len] with the next training windows (advances the position).
-  void next_train_batch(int64_t batch, std::vector<int32_t>& ids, std::vector<int32_t>& targets);
+  /// Fills ids/targets [batch, seq_len] with the next training windows and advances the position
+  /// by batch·world: data parallel rank `rank` of `world` takes windows [rank·batch, (rank+1)·batch)
+  /// of the next batch·world, so N ranks × batch B see the global order of 1 rank × batch N·B
+  /// (docs/distributed.md). Throws octet::Error for a rank outside [0, world).
+  void next_train_batch(int64_t batch, std::vector<int32_t>& ids, std::vector<int32_t>& targets,
+                        int rank = 0, int world = 1);
   /// The i-th fixed validation batch (wraps around the validation windows).
   void val_batch(int64_t i, int64_t batch, std::vector<int32_t>& ids, std::vector<int32_t>& targets) const;
   int64_t position() const { return position_; }
@@ -307,8 +313,17 @@ struct TrainHooks {
 /// note each change (docs/training.md §Resume). `dataset` may be shared between runs (its position
 /// is reset/restored here). Progress goes to `log` (may be null). The settings table lists every
 /// key, or with `table_base` only the keys whose values differ from it (compare prints the rest once).
+///
+/// Data parallel (docs/distributed.md): with `dist` (octet/dist.h open_dist_session) of N > 1 ranks,
+/// every rank calls train() with the same arguments; train.batch_size stays the global micro-batch
+/// (it must divide by N): rank r trains on the r-th slice of batch_size / N sequences on dist's
+/// backend, so the run is the one-rank run up to summation order; ZeRO-1 shards AdamW's moments; only rank 0
+/// creates out_dir and writes config.toml, metrics, checkpoints (the full, gathered optimizer state:
+/// resumable on any number of ranks) and `log`. Every rank returns the same result. Without `dist`
+/// (or with one rank) the run is the single-process one, on a backend made from cfg.device.
 TrainResult train(const RunConfig& cfg, const std::string& out_dir, bool resume, Dataset& dataset,
-                  FILE* log, const TrainHooks& hooks = {}, const RunConfig* table_base = nullptr);
+                  FILE* log, const TrainHooks& hooks = {}, const RunConfig* table_base = nullptr,
+                  DistSession* dist = nullptr);
 
 /// The checks of resuming `dir` with `requested` (activations resolved) from a checkpoint at
 /// `checkpoint_step`, before anything is written: the changes of schedule keys against
@@ -361,9 +376,13 @@ enum class CompareMode { Fresh, Resume, Overwrite };
 /// and marks its gap to bf16 as inside or outside noise by Welch's t-test (welch_test);
 /// summary.json adds per arm the seeds, their validation losses, the std and the test. Returns one
 /// row per run (arm × seed), in run order. Throws octet::Error for seeds < 1.
+///
+/// With `dist` of N > 1 ranks every rank calls it alike and trains every arm data parallel (train());
+/// rank 0 alone checks and writes out_dir and logs, and returns the rows (the others: none).
 std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std::string>& arms,
                                      const std::string& out_dir, FILE* log,
-                                     CompareMode mode = CompareMode::Fresh, int64_t seeds = 1);
+                                     CompareMode mode = CompareMode::Fresh, int64_t seeds = 1,
+                                     DistSession* dist = nullptr);
 /// The table as Markdown (one row per run).
 std::string format_compare_table(const std::vector<CompareRow>& rows);
 

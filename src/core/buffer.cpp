@@ -1,5 +1,6 @@
 // src/core/buffer.cpp — the owning Buffer of tensor.h and the Backend helpers that every backend
-// shares (host FP32 copies of F32/BF16 tensors, reading an F64 accumulator).
+// shares (host FP32 copies of F32/BF16 tensors, reading an F64 accumulator), and the defaults of
+// Linear's cross-rank amax methods for a Linear that lacks them.
 #include <cstring>
 #include <vector>
 
@@ -43,6 +44,14 @@ double Backend::read_f64(const Tensor& acc) {
   double v = 0;
   download(&v, acc);
   return v;
+}
+
+void Linear::pending_amaxes(const Tensor&) const {
+  OCTET_FAIL("this backend's linear does not expose its recorded amaxes (cross-rank amax reduction)");
+}
+
+void Linear::set_pending_amaxes(const Tensor&) {
+  OCTET_FAIL("this backend's linear does not accept recorded amaxes (cross-rank amax reduction)");
 }
 
 }  // namespace octet

@@ -152,6 +152,30 @@ class CudaLinear final : public Linear {
     return detail::linear_quant_state(delayed(), qx_.get(), qw_.get(), qdy_.get());
   }
 
+  // Cross-rank amax exchange (backend.h): device int32 [3], enqueued on the stream.
+  void pending_amaxes(const Tensor& amax) const override {
+    check_dtype(amax, DType::I32, "linear pending_amaxes");
+    check_numel(amax, 3, "linear pending_amaxes");
+    DeviceGuard g(be_.device());
+    if (!delayed()) {
+      OCTET_CUDA_CHECK(cudaMemsetAsync(amax.data, 0xFF, 3 * sizeof(int32_t), s_));  // −1 each
+      return;
+    }
+    qx_->pending_exchange(amax.i32());
+    qw_->pending_exchange(amax.i32() + 1);
+    qdy_->pending_exchange(amax.i32() + 2);
+  }
+
+  void set_pending_amaxes(const Tensor& amax) override {
+    check_dtype(amax, DType::I32, "linear set_pending_amaxes");
+    check_numel(amax, 3, "linear set_pending_amaxes");
+    if (!delayed()) return;
+    DeviceGuard g(be_.device());
+    qx_->set_pending_exchange(amax.i32());
+    qw_->set_pending_exchange(amax.i32() + 1);
+    qdy_->set_pending_exchange(amax.i32() + 2);
+  }
+
   void load_quant_state(const std::vector<float>& state) override {
     DeviceGuard g(be_.device());
     detail::load_linear_quant_state(delayed(), state, spec_.quant.amax_history_len, qx_.get(),

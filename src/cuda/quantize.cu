@@ -312,6 +312,17 @@ __global__ void delayed_set_pending_kernel(unsigned* pending, int* st, float ama
   st[4] = none ? 0 : 1;
 }
 
+// Cross-rank amax exchange form (fp8/linear_state.h amax_to_exchange): −1 none, else the bits.
+__global__ void delayed_get_exchange_kernel(const unsigned* pending, const int* st, int* out) {
+  *out = st[4] ? int(*pending & 0x7FFFFFFFu) : -1;
+}
+
+__global__ void delayed_set_exchange_kernel(unsigned* pending, int* st, const int* in) {
+  const int v = *in;
+  *pending = v < 0 ? 0u : unsigned(v);
+  st[4] = v < 0 ? 0 : 1;
+}
+
 int grid_for(int64_t n, int threads) {
   const int64_t b = ceil_div(n, threads);
   return int(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
@@ -407,6 +418,17 @@ void delayed_update_launch(unsigned* pending, float* history, int hist_len, int*
 
 void delayed_set_pending_launch(unsigned* pending, int* state_i, float amax, cudaStream_t stream) {
   delayed_set_pending_kernel<<<1, 1, 0, stream>>>(pending, state_i, amax);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void delayed_get_exchange_launch(const unsigned* pending, const int* state_i, int* out,
+                                 cudaStream_t stream) {
+  delayed_get_exchange_kernel<<<1, 1, 0, stream>>>(pending, state_i, out);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void delayed_set_exchange_launch(unsigned* pending, int* state_i, const int* in, cudaStream_t stream) {
+  delayed_set_exchange_kernel<<<1, 1, 0, stream>>>(pending, state_i, in);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 

@@ -97,5 +97,10 @@ void delayed_update_launch(unsigned* pending, float* history, int hist_len, int*
                            cudaStream_t stream);
 /// pending = amax bits (amax < 0: nothing recorded), for a cross-rank reduction (quant.h).
 void delayed_set_pending_launch(unsigned* pending, int* state_i, float amax, cudaStream_t stream);
+/// The cross-rank exchange form (octet::Linear::pending_amaxes, backend.h) of pending, read into /
+/// written from the device int *out / *in (−1: nothing recorded), enqueued without a host wait.
+void delayed_get_exchange_launch(const unsigned* pending, const int* state_i, int* out,
+                                 cudaStream_t stream);
+void delayed_set_exchange_launch(unsigned* pending, int* state_i, const int* in, cudaStream_t stream);
 
 }  // namespace octet::cuda

@@ -147,6 +147,16 @@ void CudaQuantizer::set_pending_amax(float amax) {
   delayed_set_pending_launch(pending_.get(), state_.get(), amax, stream_);
 }
 
+void CudaQuantizer::pending_exchange(int32_t* out) const {
+  OCTET_CHECK(config_.recipe == Recipe::TensorDelayed, "pending_exchange: not a tensor-delayed quantizer");
+  delayed_get_exchange_launch(pending_.get(), state_.get(), out, stream_);
+}
+
+void CudaQuantizer::set_pending_exchange(const int32_t* in) {
+  OCTET_CHECK(config_.recipe == Recipe::TensorDelayed, "set_pending_exchange: not a tensor-delayed quantizer");
+  delayed_set_exchange_launch(pending_.get(), state_.get(), in, stream_);
+}
+
 void CudaQuantizer::read_state(int st[5]) const {
   OCTET_CUDA_CHECK(cudaMemcpyAsync(st, state_.get(), kStateInts * sizeof(int),
                                    cudaMemcpyDeviceToHost, stream_));

@@ -51,6 +51,10 @@ class CudaQuantizer {
   /// tensor-delayed: the recorded amax (-1: none; synchronizes) / replaces it (enqueued).
   float pending_amax() const;
   void set_pending_amax(float amax);
+  /// tensor-delayed: the recorded amax in the cross-rank exchange form (backend.h
+  /// Linear::pending_amaxes) into the device int *out / replaced from *in. Enqueued, no host wait.
+  void pending_exchange(int32_t* out) const;
+  void set_pending_exchange(const int32_t* in);
 
   const QuantConfig& config() const { return config_; }
   Role role() const { return role_; }

@@ -4,6 +4,8 @@
 // CUDA twin); the layout is pack_delayed_states' (quant.h). Only tensor-delayed has state.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,24 @@ void load_linear_quant_state(bool delayed, const std::vector<float>& state, int 
   x->load_delayed_state(s[0]);
   w->load_delayed_state(s[1]);
   dy->load_delayed_state(s[2]);
+}
+
+/// The cross-rank exchange form of a recorded amax (backend.h Linear::pending_amaxes): −1 for
+/// none (Quantizer::pending_amax() −1), else the float's bit pattern with the sign cleared (NaN
+/// sorts above inf, so an int32 max over ranks is the float max and keeps a NaN).
+inline int32_t amax_to_exchange(float pending) {
+  if (pending == -1.0f) return -1;
+  uint32_t bits;
+  std::memcpy(&bits, &pending, 4);
+  return int32_t(bits & 0x7FFFFFFFu);
+}
+/// The inverse (any negative value: none, −1).
+inline float amax_from_exchange(int32_t v) {
+  if (v < 0) return -1.0f;
+  float f;
+  const uint32_t bits = uint32_t(v);
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 }  // namespace octet::detail

@@ -263,6 +263,24 @@ void Model::update_quant_scales() {
   for (auto& [key, op] : impl_->linears()) op->lin->update_scales();
 }
 
+int64_t Model::amax_slots() const {
+  const bool delayed = linear_precision(precision_.arm) == LinearPrecision::FP8 &&
+                       precision_.quant.recipe == Recipe::TensorDelayed;
+  return delayed ? 3 * int64_t(impl_->linears().size()) : 0;
+}
+
+void Model::pending_amaxes(const Tensor& amax) {
+  check_numel(amax, amax_slots(), "pending_amaxes");
+  int64_t i = 0;
+  for (auto& [key, op] : impl_->linears()) op->lin->pending_amaxes(amax.slice(3 * i++, 3));
+}
+
+void Model::set_pending_amaxes(const Tensor& amax) {
+  check_numel(amax, amax_slots(), "set_pending_amaxes");
+  int64_t i = 0;
+  for (auto& [key, op] : impl_->linears()) op->lin->set_pending_amaxes(amax.slice(3 * i++, 3));
+}
+
 std::vector<LayerDiag> Model::diagnostics() {
   Impl& m = *impl_;
   Backend& be = backend_;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "octet/dist.h"
 #include "octet/error.h"
 #include "octet/names.h"
 #include "octet/train.h"
@@ -108,8 +109,11 @@ CompareRow compare_row_from_metrics(const std::string& arm, const std::string& d
 }
 
 std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std::string>& arms,
-                                     const std::string& out_dir, FILE* log, CompareMode mode,
-                                     int64_t seeds) {
+                                     const std::string& out_dir, FILE* log_in, CompareMode mode,
+                                     int64_t seeds, DistSession* dist) {
+  // ranks (docs/distributed.md): rank 0 checks out_dir, writes and logs; every rank trains every arm
+  const bool writer = !dist || dist->comm->rank() == 0;
+  FILE* log = writer ? log_in : nullptr;
   // Everything is checked before the first write: every arm's config, repeats, the device, out_dir.
   OCTET_CHECK(!arms.empty(), "compare needs at least one arm");
   OCTET_CHECK(seeds >= 1, "--seeds must be >= 1, got " + std::to_string(seeds));
@@ -131,13 +135,15 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     c.precision.arm = parse_arm(arm);
     c.validate();
   }
-  const auto backend = make_backend(cfg.device);  // throws if the device is not available
+  std::unique_ptr<Backend> own_backend;
+  if (!dist) own_backend = make_backend(cfg.device);  // throws if the device is not available
+  Backend& backend = dist ? *dist->backend : *own_backend;
   RunConfig base = cfg;  // the table printed once; each arm then prints what differs
-  resolve_run_config(base, *backend);
-  OCTET_CHECK(mode != CompareMode::Fresh || is_empty_dir(out_dir),
+  resolve_run_config(base, backend);
+  OCTET_CHECK(!writer || mode != CompareMode::Fresh || is_empty_dir(out_dir),
               "--out " + out_dir + " is not empty: give --resume to keep its finished arms and resume the others, "
               "--overwrite to replace its results, or another --out");
-  if (mode == CompareMode::Resume)  // one layout per --out: out/<arm>/ or out/<arm>/seed-<seed>/
+  if (writer && mode == CompareMode::Resume)  // one layout per --out: out/<arm>/ or out/<arm>/seed-<seed>/
     for (const std::string& arm : arms) {
       const fs::path dir = fs::path(out_dir) / arm;
       bool per_seed = false;
@@ -150,12 +156,12 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
                   "compare --resume: --out " + out_dir + " holds arm " + arm + " trained with " +
                       (one_seed ? "one seed" : "--seeds > 1") + "; give the same --seeds, --overwrite or another --out");
     }
-  for (int64_t k = 0; mode == CompareMode::Resume && k < seeds; ++k)  // a run to resume must be the same run
+  for (int64_t k = 0; writer && mode == CompareMode::Resume && k < seeds; ++k)  // a run to resume must be the same run
     for (const std::string& arm : arms) {
       const std::string dir = run_dir(arm, k);
       if (!fs::exists(dir + "/checkpoint.safetensors")) continue;
       RunConfig c = run_config(arm, k);
-      resolve_run_config(c, *backend);  // per arm: attn_form "auto" depends on the arm (train() checks again)
+      resolve_run_config(c, backend);  // per arm: attn_form "auto" depends on the arm (train() checks again)
       // The learning-rate schedule may change when one run resumes, not across the arms of one
       // comparison: arms kept finished, or resumed from other steps, would sit in one table trained
       // under different schedules.
@@ -167,7 +173,7 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     }
   std::string desc;
   auto ds = load_dataset(cfg, &desc);
-  if (mode == CompareMode::Overwrite) remove_earlier_compare(out_dir);
+  if (writer && mode == CompareMode::Overwrite) remove_earlier_compare(out_dir);
   if (log) {
     std::fprintf(log, "%s\n", desc.c_str());
     std::fprintf(log, "unigram entropy of the corpus: %.4f nats/token (the loss of a context-free model)\n",
@@ -190,7 +196,7 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     const RunConfig c = run_config(arm, k);
     const std::string dir = run_dir(arm, k);
     const bool resume = mode == CompareMode::Resume && fs::exists(dir + "/checkpoint.safetensors");
-    if (!resume) {  // a fresh run: nothing stale of an unfinished earlier one stays
+    if (writer && !resume) {  // a fresh run: nothing stale of an unfinished earlier one stays
       std::error_code ec;
       fs::remove_all(dir, ec);
       OCTET_CHECK(!ec, "cannot remove " + dir + ": " + ec.message());
@@ -199,12 +205,13 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     if (log) std::fprintf(log, "\n=== arm %s ===\n", name.c_str());
     bool stopped = false;
     try {
-      const TrainResult r = train(c, dir, resume, data, log, {}, &base);
+      const TrainResult r = train(c, dir, resume, data, log, {}, &base, dist);
       if (log && r.complete) std::fprintf(log, "arm %s is complete (kept)\n", name.c_str());
     } catch (const TrainingStopped& e) {
       if (log) std::fprintf(log, "arm %s stopped: %s\n", name.c_str(), e.what());
       stopped = true;
     }
+    if (!writer) return CompareRow{};  // the table is rank 0's
     CompareRow row = compare_row_from_metrics(arm, dir);
     row.matched_delta = attention_config(c.precision).delta == DeltaMode::Matched;
     if (stopped) row.train_loss = row.val_loss = NAN;
@@ -216,10 +223,13 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
   for (int64_t k = 0; k < seeds; ++k) {  // seed by seed, so that each finished seed compares all arms
     if (k > 0) ds = load_dataset(run_config(arms.front(), k));  // this seed's data order
     for (const std::string& arm : arms) {
-      rows.push_back(train_run(arm, k, *ds));
+      CompareRow row = train_run(arm, k, *ds);
+      if (!writer) continue;
+      rows.push_back(row);
       dirs.push_back(run_dir(arm, k));
     }
   }
+  if (!writer) return rows;
   for (CompareRow& r : rows) {  // the gap to bf16 of the same seed
     double base_loss = NAN;
     for (const CompareRow& b : rows)

@@ -61,12 +61,18 @@ void fill_window(const std::vector<int32_t>& tok, int64_t w, int64_t T, int32_t*
 }
 }  // namespace
 
-void Dataset::next_train_batch(int64_t batch, std::vector<int32_t>& ids, std::vector<int32_t>& targets) {
+void Dataset::next_train_batch(int64_t batch, std::vector<int32_t>& ids, std::vector<int32_t>& targets,
+                               int rank, int world) {
+  OCTET_CHECK(world >= 1 && rank >= 0 && rank < world,
+              "next_train_batch: rank " + std::to_string(rank) + " outside [0, " + std::to_string(world) + ")");
   ids.resize(size_t(batch * seq_len_));
   targets.resize(size_t(batch * seq_len_));
+  // rank r reads the r-th slice of the global batch of batch·world windows (docs/distributed.md)
+  const int64_t first = position_ + int64_t(rank) * batch;
   for (int64_t b = 0; b < batch; ++b)
-    fill_window(tokens_, window_at(position_++), seq_len_, ids.data() + b * seq_len_,
+    fill_window(tokens_, window_at(first + b), seq_len_, ids.data() + b * seq_len_,
                 targets.data() + b * seq_len_);
+  position_ += batch * world;
 }
 
 void Dataset::val_batch(int64_t i, int64_t batch, std::vector<int32_t>& ids,

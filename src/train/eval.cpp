@@ -1,4 +1,5 @@
 // src/train/eval.cpp — loading a finished run and scoring text with it (octet/eval.h).
+#include "octet/dist.h"
 #include "octet/eval.h"
 
 #include <algorithm>
@@ -72,16 +73,20 @@ EvalResult evaluate_text(Model& model, const Tokenizer& tok, const std::string& 
   return r;
 }
 
-double evaluate_validation(Model& model, const Dataset& data, int64_t batches) {
+double evaluate_validation(Model& model, const Dataset& data, int64_t batches, Communicator* comm) {
   OCTET_CHECK(batches >= 1, "evaluation needs at least one batch");
+  const int rank = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
   std::vector<int32_t> ids, targets;
   int64_t count = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    data.val_batch(i, model.batch(), ids, targets);
+    data.val_batch(i * world + rank, model.batch(), ids, targets);  // this rank's slice
     for (int32_t y : targets) count += y >= 0;
     model.forward_backward(ids.data(), targets.data(), false, 1.0f);
   }
-  return model.take_loss() / double(std::max<int64_t>(count, 1));
+  if (!comm) return model.take_loss() / double(std::max<int64_t>(count, 1));
+  double sums[2] = {model.take_loss(), double(count)};
+  all_reduce_host_sum(*comm, model.backend(), sums, 2);
+  return sums[0] / std::max(sums[1], 1.0);
 }
 
 struct EvalSampler::Impl {

@@ -1,5 +1,6 @@
 // src/train/optimizer.cpp — Optimizer (octet/optim.h): global-norm clipping and AdamW over the
 // model's parameter tensors through the Backend, with the no-decay group and the step counter.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -27,47 +28,62 @@ AdamWConfig adamw_config(const TrainConfig& t) {
   return c;
 }
 
-Optimizer::Optimizer(Model& model, const AdamWConfig& config) : model_(model), config_(config) {
+Optimizer::Optimizer(Model& model, const AdamWConfig& config)
+    : Optimizer(model, config, ShardRange{0, int64_t(model.num_params())}) {}
+
+Optimizer::Optimizer(Model& model, const AdamWConfig& config, ShardRange shard)
+    : model_(model), config_(config), shard_(shard) {
   config_.validate();
+  const int64_t n = int64_t(model_.num_params());
+  OCTET_CHECK(shard.begin >= 0 && shard.begin <= shard.end && shard.end <= n,
+              "optimizer shard [" + std::to_string(shard.begin) + ", " + std::to_string(shard.end) +
+                  ") is outside the model's " + std::to_string(n) + " parameters");
   Backend& be = model_.backend();
-  const Shape n{int64_t(model_.num_params())};
-  m_ = be.alloc(DType::F32, n);
-  v_ = be.alloc(DType::F32, n);
+  grads_ = model_.grad_data().reshape({n}).slice(shard.begin, shard.size());
+  m_ = be.alloc(DType::F32, {shard.size()});
+  v_ = be.alloc(DType::F32, {shard.size()});
   norm_sq_ = be.alloc(DType::F64, {1});
+}
+
+void Optimizer::use_gradients(const Tensor& grads) {
+  check_dtype(grads, DType::F32, "optimizer gradients");
+  check_numel(grads, shard_.size(), "optimizer gradients (the shard's size)");
+  grads_ = grads.reshape({shard_.size()});
 }
 
 void Optimizer::compute_grad_norm() {
   Backend& be = model_.backend();
   be.fill(norm_sq_, 0.0);
-  be.sum_squares(model_.grad_data(), norm_sq_);
+  if (shard_.size() > 0) be.sum_squares(grads_, norm_sq_);
 }
 
 double Optimizer::grad_norm() { return std::sqrt(model_.backend().read_f64(norm_sq_)); }
 
 void Optimizer::step(float lr, double grad_norm) {
   Backend& be = model_.backend();
-  const Tensor grads = model_.grad_data();
-  if (config_.grad_clip > 0 && grad_norm > config_.grad_clip)
-    be.scale(float(config_.grad_clip / grad_norm), grads);
+  if (config_.grad_clip > 0 && grad_norm > config_.grad_clip && shard_.size() > 0)
+    be.scale(float(config_.grad_clip / grad_norm), grads_);
   steps_ += 1;
-  const Tensor params = model_.param_data();
-  for (const ParamInfo& p : model_.params()) {
-    const int64_t off = int64_t(p.offset), n = int64_t(p.numel);
-    auto part = [&](const Tensor& t) { return t.reshape({t.numel()}).slice(off, n); };
-    be.adamw(part(params), part(grads), part(m_), part(v_), lr, config_.beta1, config_.beta2,
+  const Tensor params = model_.param_data().reshape({int64_t(model_.num_params())});
+  for (const ParamInfo& p : model_.params()) {  // each tensor's part inside the shard
+    const int64_t lo = std::max(int64_t(p.offset), shard_.begin);
+    const int64_t hi = std::min(int64_t(p.offset + p.numel), shard_.end);
+    if (lo >= hi) continue;
+    auto part = [&](const Tensor& t) { return t.slice(lo - shard_.begin, hi - lo); };
+    be.adamw(params.slice(lo, hi - lo), part(grads_), part(m_), part(v_), lr, config_.beta1, config_.beta2,
              config_.eps, p.decay ? config_.weight_decay : 0.0f, steps_);
   }
 }
 
 std::vector<float> Optimizer::download_m() {
-  std::vector<float> h(model_.num_params());
-  model_.backend().download(h.data(), m_);
+  std::vector<float> h(size_t(shard_.size()));
+  if (!h.empty()) model_.backend().download(h.data(), m_);
   return h;
 }
 
 std::vector<float> Optimizer::download_v() {
-  std::vector<float> h(model_.num_params());
-  model_.backend().download(h.data(), v_);
+  std::vector<float> h(size_t(shard_.size()));
+  if (!h.empty()) model_.backend().download(h.data(), v_);
   return h;
 }
 
@@ -77,8 +93,10 @@ void Optimizer::load(const std::vector<float>& m, const std::vector<float>& v, i
                   " moments each, got " + std::to_string(m.size()) + " and " +
                   std::to_string(v.size()));
   OCTET_CHECK(steps >= 0, "optimizer state: negative step count " + std::to_string(steps));
-  model_.backend().upload(m_, m.data());
-  model_.backend().upload(v_, v.data());
+  if (shard_.size() > 0) {
+    model_.backend().upload(m_, m.data() + shard_.begin);
+    model_.backend().upload(v_, v.data() + shard_.begin);
+  }
   steps_ = steps;
 }
 

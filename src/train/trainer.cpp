@@ -7,6 +7,11 @@
 // One optimizer step: zero_grad; forward_backward of every micro-batch (enqueued, no host wait);
 // update_quant_scales (delayed scaling's update, once per step); the gradient norm enqueued; then a
 // single host synchronization (take_loss, after which the norm is ready) reads loss and norm.
+// Data parallel (a DistSession of N > 1 ranks; docs/distributed.md): each rank reads its slice of
+// the global batch, the amaxes are max-reduced before the scale update, the gradients are
+// reduce-scattered (ZeRO-1: each rank updates its shard, the shards are all-gathered), the gradient
+// norm and the loss are summed over ranks (so every rank skips a non-finite step together), and only
+// rank 0 writes files and the log. One rank runs exactly the single-process code.
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -18,9 +23,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "octet/dist.h"
 #include "octet/error.h"
 #include "octet/optim.h"
 #include "octet/eval.h"
@@ -77,15 +84,19 @@ void cut_back_metrics(const std::string& path, int64_t last_step) {
 // The settings table: every key (or, with `base`, the keys whose values differ from it), then the
 // backend, the parameter count and the tokens per optimizer step.
 void print_table(FILE* log, const RunConfig& cfg, const Model& model, const std::string& backend,
-                 const RunConfig* base) {
+                 const RunConfig* base, int world) {
   if (!log) return;
   std::vector<ConfigRow> base_rows;
   if (base) base_rows = config_rows(*base);
   print_config_table(log, config_rows(cfg), base_rows);
   std::fprintf(log, "| backend | %s | |\n", backend.c_str());
   std::fprintf(log, "| parameters | %zu | |\n", model.num_params());
-  std::fprintf(log, "| tokens per step | %lld | batch_size x grad_accum x seq_len |\n",
-               static_cast<long long>(cfg.train.batch_size * cfg.train.grad_accum * cfg.model.seq_len));
+  const long long tokens = cfg.train.batch_size * cfg.train.grad_accum * cfg.model.seq_len;
+  if (world > 1) {
+    std::fprintf(log, "| ranks | %d | data parallel, ZeRO-1; batch_size / ranks sequences each (docs/distributed.md) |\n",
+                 world);
+  }
+  std::fprintf(log, "| tokens per step | %lld | batch_size x grad_accum x seq_len |\n", tokens);
   std::fflush(log);
 }
 
@@ -133,7 +144,7 @@ class RunDirLock {
 };
 
 TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool resume, Dataset& ds,
-                  FILE* log, const TrainHooks& hooks, const RunConfig* table_base) {
+                  FILE* log_in, const TrainHooks& hooks, const RunConfig* table_base, DistSession* dist) {
   run_cfg.validate();
   // an evaluation reads each validation window at most once (Dataset::val_batch wraps around)
   OCTET_CHECK(run_cfg.train.eval_batches * run_cfg.train.batch_size <= ds.n_val_windows(),
@@ -142,17 +153,33 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
                   " validation sequences, but the validation split has " +
                   std::to_string(ds.n_val_windows()) +
                   " (lower train.eval_batches, or raise data.val_fraction or the corpus size)");
-  auto backend = make_backend(run_cfg.device);
-  Backend& be = *backend;
+  std::unique_ptr<Backend> own_backend;
+  if (!dist) own_backend = make_backend(run_cfg.device);
+  Backend& be = dist ? *dist->backend : *own_backend;
+  // comm is null for one rank: the single-process code runs unchanged (bitwise)
+  Communicator* comm = dist && dist->comm->size() > 1 ? dist->comm.get() : nullptr;
+  const int rank = comm ? comm->rank() : 0, world = comm ? comm->size() : 1;
+  const bool writer = rank == 0;  // files and the log: rank 0 only
+  FILE* log = writer ? log_in : nullptr;
   RunConfig cfg = run_cfg;
   resolve_run_config(cfg, be);
   const TrainConfig& t = cfg.train;
-  Model model(cfg.model, cfg.precision, be, t.batch_size);
-  Optimizer opt(model, adamw_config(t));
-  std::error_code ec;  // the run directory only once the backend and the model exist
-  fs::create_directories(out_dir, ec);
-  OCTET_CHECK(!ec, "cannot create output directory " + out_dir + ": " + ec.message());
-  const RunDirLock lock(out_dir);
+  // train.batch_size is the global micro-batch: each of the ranks takes an equal slice of it
+  OCTET_CHECK(t.batch_size % world == 0, "train.batch_size = " + std::to_string(t.batch_size) +
+                                             " sequences cannot be split evenly over " + std::to_string(world) +
+                                             " ranks (docs/distributed.md)");
+  const int64_t rank_batch = t.batch_size / world;
+  Model model(cfg.model, cfg.precision, be, rank_batch);
+  std::unique_ptr<Zero1> zero;
+  if (comm) zero = std::make_unique<Zero1>(model, *comm);
+  Optimizer opt(model, adamw_config(t), zero ? zero->shard() : ShardRange{0, int64_t(model.num_params())});
+  std::optional<RunDirLock> lock;
+  if (writer) {
+    std::error_code ec;  // the run directory only once the backend and the model exist
+    fs::create_directories(out_dir, ec);
+    OCTET_CHECK(!ec, "cannot create output directory " + out_dir + ": " + ec.message());
+    lock.emplace(out_dir);
+  }
 
   const std::string metrics_path = out_dir + "/metrics.jsonl";
   TrainState st;
@@ -169,17 +196,23 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
       return done;
     }
     opt.load(hm, hv, st.adam_step);
-    cut_back_metrics(metrics_path, st.step);
-    if (!changes.empty()) write_file_atomic(out_dir + "/config.toml", {to_toml(cfg)});  // before step one
+    if (writer) {
+      cut_back_metrics(metrics_path, st.step);
+      if (!changes.empty()) write_file_atomic(out_dir + "/config.toml", {to_toml(cfg)});  // before step one
+    }
   } else {
     model.init(t.seed);
-    write_file_atomic(out_dir + "/config.toml", {to_toml(cfg)});
+    if (writer) write_file_atomic(out_dir + "/config.toml", {to_toml(cfg)});
   }
-  MetricsLog metrics(metrics_path, resume);
+  std::optional<MetricsLog> metrics_log;
+  if (writer) metrics_log.emplace(metrics_path, resume);
+  auto write_metrics = [&](const json& j) {
+    if (metrics_log) metrics_log->write(j.dump());
+  };
   std::unique_ptr<EvalSampler> sampler;  // the eval-time sample (train.sample_tokens > 0)
   if (t.sample_tokens > 0 && log) sampler = std::make_unique<EvalSampler>(cfg, model, ds);
   ds.set_position(st.data_position);
-  print_table(log, cfg, model, be.name(), table_base);
+  print_table(log, cfg, model, be.name(), table_base, world);
   if (resume) {
     json record = {{"step", st.step}, {"event", "resume"}, {"changes", json::array()}};
     for (const ConfigChange& c : changes) {
@@ -188,11 +221,11 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
         std::fprintf(log, "resume: %s %s -> %s from step %lld\n", c.key.c_str(), c.from.c_str(), c.to.c_str(),
                      static_cast<long long>(st.step));
     }
-    metrics.write(record.dump());
+    write_metrics(record);
     if (log) std::fprintf(log, "resuming %s at step %lld\n", out_dir.c_str(), static_cast<long long>(st.step));
   }
 
-  const int64_t tokens_per_micro = t.batch_size * cfg.model.seq_len;
+  const int64_t tokens_per_micro = t.batch_size * cfg.model.seq_len;  // over all ranks
   const int64_t tokens_per_step = tokens_per_micro * t.grad_accum;
   const float grad_scale = 1.0f / float(tokens_per_step);
   std::vector<int32_t> ids, targets;
@@ -203,9 +236,15 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   // Validation loss (nats/token). Its forwards record amaxes like any other; they are folded in
   // at once (update_quant_scales) so that a checkpoint written after an evaluation holds them and
   // a resumed run scales bitwise like an uninterrupted one.
-  auto evaluate = [&]() {
-    const double loss = evaluate_validation(model, ds, t.eval_batches);  // octet/eval.h
+  // Delayed scaling's update; with ranks, after the max of their amaxes (the same scales on all).
+  auto update_scales = [&]() {
+    if (comm) reduce_pending_amaxes(model, *comm);
     model.update_quant_scales();
+  };
+  // Ranks evaluate their slices of the validation batches (the loss summed over ranks).
+  auto evaluate = [&]() {
+    const double loss = evaluate_validation(model, ds, t.eval_batches, comm);  // octet/eval.h
+    update_scales();
     return loss;
   };
 
@@ -214,14 +253,23 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     model.zero_grad();
     int64_t counted = 0;
     for (int64_t a = 0; a < t.grad_accum; ++a) {
-      ds.next_train_batch(t.batch_size, ids, targets);
+      ds.next_train_batch(rank_batch, ids, targets, rank, world);
       for (int32_t y : targets) counted += y >= 0;
       model.forward_backward(ids.data(), targets.data(), true, grad_scale);
     }
-    model.update_quant_scales();
+    update_scales();
     if (hooks.after_backward) hooks.after_backward(step, model);
+    if (zero) opt.use_gradients(zero->reduce_gradients());  // this rank's shard of the summed gradients
     opt.compute_grad_norm();
-    const double loss = model.take_loss() / double(std::max<int64_t>(counted, 1));  // the sync
+    if (comm) comm->all_reduce(opt.grad_norm_sq(), ReduceOp::Sum);  // a NaN anywhere reaches every rank
+    double loss_sum = model.take_loss();  // the sync
+    if (comm) {
+      double sums[2] = {loss_sum, double(counted)};
+      all_reduce_host_sum(*comm, be, sums, 2);
+      loss_sum = sums[0];
+      counted = int64_t(sums[1]);
+    }
+    const double loss = loss_sum / double(std::max<int64_t>(counted, 1));
     const double gnorm = opt.grad_norm();
     const float lr = learning_rate(t, step);
     const bool bad = !std::isfinite(loss) || !std::isfinite(gnorm);
@@ -231,6 +279,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     } else {
       st.bad_in_a_row = 0;
       opt.step(lr, gnorm);
+      if (zero) zero->gather_params();
       st.adam_step = opt.steps();
     }
     be.synchronize();
@@ -246,7 +295,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
                  {"grad_norm", std::isfinite(gnorm) ? json(gnorm) : json(nullptr)},
                  {"lr", lr}, {"tokens_per_s", tok_s}, {"ms", seconds * 1e3}};
     if (bad) line["skipped"] = true;
-    metrics.write(line.dump());
+    write_metrics(line);
     if (log && (bad || st.step % t.log_every == 0 || st.step == t.steps)) {
       if (bad)
         std::fprintf(log, "step %5lld/%lld | non-finite loss or gradient (loss %g, grad norm %g): "
@@ -271,7 +320,8 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
 
     const bool last = st.step == t.steps;
     if (st.step % t.eval_every == 0 || last) {
-      const std::vector<LayerDiag> diags = model.diagnostics();  // before eval overwrites activations
+      std::vector<LayerDiag> diags;  // before eval overwrites activations; only rank 0 reports them
+      if (writer) diags = model.diagnostics();
       const double val = evaluate();
       result.val_loss.emplace_back(st.step, val);
       result.final_val_loss = val;
@@ -286,7 +336,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
       result.row_residual_mean = std::max(result.row_residual_mean, rmean);
       json ev = {{"step", st.step}, {"val_loss", val}, {"kurtosis_max", kmax}, {"row_residual_max", rmax},
                  {"row_residual_mean", rmean}, {"layers", layers_json(diags)}};
-      metrics.write(ev.dump());
+      write_metrics(ev);
       if (log) {
         std::fprintf(log, "eval step %lld | val loss %.4f | kurtosis max %.3f | attention row residual max %.3e, "
                           "mean %.3e\n",
@@ -295,10 +345,16 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
         std::fflush(log);
       }
     }
-    if (!bad && (last || (t.checkpoint_every > 0 && st.step % t.checkpoint_every == 0)))
-      save_checkpoint(out_dir, model, opt.download_m(), opt.download_v(), st);
+    if (!bad && (last || (t.checkpoint_every > 0 && st.step % t.checkpoint_every == 0))) {
+      if (zero) {  // the full optimizer state (every rank takes part), written once by rank 0
+        const std::vector<float> m = zero->gather_to_host(opt.m()), v = zero->gather_to_host(opt.v());
+        if (writer) save_checkpoint(out_dir, model, m, v, st);
+      } else {
+        save_checkpoint(out_dir, model, opt.download_m(), opt.download_v(), st);
+      }
+    }
   }
-  save_weights(out_dir + "/model.safetensors", model);
+  if (writer) save_weights(out_dir + "/model.safetensors", model);
   result.skipped_steps = st.skipped_steps;
   result.tokens_per_s = total_seconds > 0 ? double(total_tokens) / total_seconds : 0;
   if (result.val_loss.empty() && st.step == t.steps) result.final_val_loss = evaluate();

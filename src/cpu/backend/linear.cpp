@@ -170,6 +170,22 @@ class CpuLinear final : public Linear {
     return detail::linear_quant_state(delayed(), qx_.get(), qw_.get(), qdy_.get());
   }
 
+  // Cross-rank amax exchange (backend.h): the CPU tensors are host memory.
+  void pending_amaxes(const Tensor& amax) const override {
+    check_dtype(amax, DType::I32, "linear pending_amaxes");
+    check_numel(amax, 3, "linear pending_amaxes");
+    const Quantizer* q[3] = {qx_.get(), qw_.get(), qdy_.get()};
+    for (int i = 0; i < 3; ++i) amax.i32()[i] = delayed() ? detail::amax_to_exchange(q[i]->pending_amax()) : -1;
+  }
+
+  void set_pending_amaxes(const Tensor& amax) override {
+    check_dtype(amax, DType::I32, "linear set_pending_amaxes");
+    check_numel(amax, 3, "linear set_pending_amaxes");
+    if (!delayed()) return;
+    Quantizer* q[3] = {qx_.get(), qw_.get(), qdy_.get()};
+    for (int i = 0; i < 3; ++i) q[i]->set_pending_amax(detail::amax_from_exchange(amax.i32()[i]));
+  }
+
   void load_quant_state(const std::vector<float>& state) override {
     detail::load_linear_quant_state(delayed(), state, spec_.quant.amax_history_len, qx_.get(),
                                     qw_.get(), qdy_.get());

@@ -1,0 +1,166 @@
+// octet/dist.h — data-parallel training across processes: the communicator the trainer talks to
+// (NCCL on GPUs, MPI for CPU ranks, one rank without either), the launch environment (torchrun /
+// mpirun variables), ZeRO-1's sharding of the optimizer (Rajbhandari et al., "ZeRO", arXiv
+// 1910.02054, stage 1) and the cross-rank max of delayed scaling's amaxes (TransformerEngine's
+// amax reduction before amax_and_scale_update). Design and launch: docs/distributed.md.
+//
+// Tensors are views in the memory of the communicator's backend (tensor.h). A collective is issued
+// by every rank in the same order with the same shapes (a mismatch is undefined in MPI and NCCL and
+// is not detected here). On the NCCL communicator every collective is enqueued on the backend's
+// stream and returns without a host synchronization; the MPI and single-rank ones complete before
+// they return.
+// Errors: a failed collective throws octet::Error naming the call and the rank ("nccl all_reduce on
+// rank 1 of 2: ..."); invalid arguments throw octet::Error naming the argument. After such an error
+// the other ranks may be blocked in a collective: call abort() (the CLI does) to end every rank.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "octet/backend.h"
+#include "octet/optim.h"
+
+namespace octet {
+
+class Model;
+
+enum class ReduceOp { Sum, Max };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;  ///< 0 .. size()-1
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  ///< "single", "mpi" or "nccl"
+  /// x = the elementwise reduction of x over the ranks, in place. F32 and F64: Sum or Max
+  /// (Sum propagates NaN/inf); I32: Max only (the amax bit patterns, reduce_pending_amaxes).
+  virtual void all_reduce(const Tensor& x, ReduceOp op) = 0;
+  /// in F32 [size()·n] → out F32 [n]: out = Σ over ranks of their in[rank()·n, (rank()+1)·n).
+  virtual void reduce_scatter(const Tensor& in, const Tensor& out) = 0;
+  /// in F32 [n] → out F32 [size()·n]: out[r·n, (r+1)·n) = rank r's in.
+  virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
+  /// x (any dtype) = root's x on every rank.
+  virtual void broadcast(const Tensor& x, int root) = 0;
+  /// Returns when every rank has called it (NCCL: enqueued, and the host waits for the stream).
+  virtual void barrier() = 0;
+  /// Ends every rank of the job with exit status `code` after an error on this rank (MPI_Abort;
+  /// NCCL: ncclCommAbort, then exit). Never returns.
+  [[noreturn]] virtual void abort(int code) noexcept = 0;
+};
+
+/// Where this process sits in a job, from the launcher's environment: RANK, WORLD_SIZE,
+/// LOCAL_RANK, MASTER_ADDR, MASTER_PORT (torchrun; `octet --nproc` on CUDA sets the same), else
+/// OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK (mpirun). Neither: one rank.
+struct DistEnv {
+  int rank = 0, world = 1, local_rank = 0;
+  std::string master_addr;  ///< NCCL rendezvous host ("" unless set)
+  int master_port = 0;      ///< NCCL rendezvous TCP port (0 unless set)
+  bool mpi = false;         ///< launched by Open MPI's mpirun (OMPI_COMM_WORLD_* set)
+};
+/// Reads the variables above; throws octet::Error naming a variable that is not an integer or is
+/// out of range (rank outside [0, world), world < 1, port outside [1, 65535]).
+DistEnv dist_env_from_environment();
+
+/// A communicator and the backend it runs on (the NCCL one enqueues on the backend's stream).
+/// (Declared comm first: the backend, whose stream the communicator may own, goes first.)
+struct DistSession {
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Backend> backend;
+};
+/// device "cpu": the CPU backend with MPI ranks (env.world > 1: the job must come from mpirun)
+/// or one rank. device "cuda": the CUDA backend on GPU env.local_rank with NCCL (the unique id
+/// travels from rank 0 through tcp_rendezvous at MASTER_ADDR:MASTER_PORT), or one rank. Throws
+/// octet::Error naming what is missing (a variable, MPI for a torchrun-launched CPU job, a build
+/// without CUDA).
+DistSession open_dist_session(const DistEnv& env, const std::string& device);
+
+/// One rank without a transport: every collective is the identity (all_gather/reduce_scatter
+/// copy), as a job of size 1.
+std::unique_ptr<Communicator> make_single_communicator(Backend& backend);
+/// MPI_COMM_WORLD (duplicated) on CPU-backend tensors; initializes MPI once per process
+/// (MPI_THREAD_FUNNELED) and finalizes it at exit. Errors return (MPI_ERRORS_RETURN) and throw.
+std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend);
+
+/// The TCP rendezvous (no shared file): rank 0 listens on env.master_port and sends `payload` to
+/// each of the world − 1 ranks that connect to MASTER_ADDR:MASTER_PORT; other ranks connect (retrying until `timeout_s`) and
+/// return what rank 0 sent (rank 0 returns its payload). The connections stay open while the
+/// returned Rendezvous lives, as a liveness link: watch() reports the first rank whose link closed
+/// (a crashed process) so a watchdog can end the job instead of hanging in a collective.
+class Rendezvous {
+ public:
+  virtual ~Rendezvous() = default;
+  virtual const std::string& payload() const = 0;
+  /// Blocks up to timeout_ms; returns "" while every link is up, else a message naming the lost
+  /// peer ("rank 1 disconnected").
+  virtual std::string watch(int timeout_ms) = 0;
+  /// The orderly end (every rank calls it once, after its last collective and after its watcher
+  /// stopped): each rank says goodbye to rank 0, which answers once all did, so that no rank takes
+  /// another's normal exit for a crash. Waits up to the constructor's timeout.
+  virtual void finish() = 0;
+};
+std::unique_ptr<Rendezvous> tcp_rendezvous(const DistEnv& env, const std::string& payload,
+                                           double timeout_s = 120);
+
+/// values[0..n) = their sum over the ranks (host doubles, through an F64 [n] tensor of `backend`;
+/// a collective). Synchronizes.
+void all_reduce_host_sum(Communicator& comm, Backend& backend, double* values, int64_t n);
+
+/// `octet ... --nproc N` on one host (docs/distributed.md §Launch): runs this program with `args`
+/// (argv without --nproc) as N ranks and returns the job's exit status. device cpu: one child
+/// `mpirun --oversubscribe -np N` (as root with Open MPI's OMPI_ALLOW_RUN_AS_ROOT{,_CONFIRM}=1);
+/// device cuda: N children with RANK = LOCAL_RANK = i, WORLD_SIZE = N, MASTER_ADDR (default
+/// 127.0.0.1) and MASTER_PORT (default: a free port). When a child fails (non-zero exit or a
+/// signal) the others get SIGTERM, and SIGKILL after `grace_s`; the first failure's status (128 +
+/// signal for a signal) is returned. Throws octet::Error if a child cannot be started.
+int launch_local(int nproc, const std::string& device, const std::vector<std::string>& args, double grace_s = 10);
+
+/// A TCP port of this host that was free a moment ago (the default MASTER_PORT of launch_local).
+int free_tcp_port();
+
+/// Runs `body` as this rank's part of a job. An exception that leaves it (an error of this rank
+/// that the others cannot see, so they would wait in their next collective) prints one line
+/// "octet: failed: rank r of N: <message>" on stderr and ends every rank through comm.abort() with
+/// exit status 2 for an octet::Error, 1 otherwise. A run that every rank stops alike (train.h
+/// TrainingStopped) should be caught inside `body`.
+void run_rank(Communicator& comm, const std::function<void()>& body);
+
+// ---------------------------------------------------------------------------------------------
+// ZeRO-1 over the model's flat F32 parameter and gradient buffers (Model::param_data/grad_data)
+
+/// Rank r owns params [r·S, min(n, (r+1)·S)) with S = ceil(n / size) (the last shard may be short
+/// or empty); the optimizer state of those parameters lives only on rank r (optim.h ShardRange).
+ShardRange shard_range(int64_t n, int rank, int world);
+
+class Zero1 {
+ public:
+  /// Buffers of size·S floats on the model's backend (S above).
+  Zero1(Model& model, Communicator& comm);
+  const ShardRange& shard() const { return shard_; }
+  /// The model's gradients summed over ranks, this rank's shard: reduce_scatter of grad_data()
+  /// (zero-padded to size·S). Returns F32 [shard().size()] (valid until the next call).
+  Tensor reduce_gradients();
+  /// Every rank's updated shard of param_data() into every rank's param_data() (all_gather).
+  void gather_params();
+  /// A per-shard F32 state (e.g. AdamW's m, [shard().size()]) gathered to the full [n] host vector
+  /// on every rank (a collective). Synchronizes.
+  std::vector<float> gather_to_host(const Tensor& shard_state);
+
+ private:
+  Model& model_;
+  Communicator& comm_;
+  ShardRange shard_;
+  int64_t chunk_;  // S
+  Buffer padded_, chunk_buf_;
+};
+
+/// Delayed scaling across ranks: every FP8 linear's amaxes recorded since the last update
+/// (Model::pending_amaxes) max-reduced over the ranks and written back, so that the following
+/// Model::update_quant_scales() computes the same scales on every rank (rank amaxes 1 and 8 → both
+/// use E4M3 scale 448/8 = 56). A collective; enqueued without a host synchronization on NCCL.
+/// A no-op for a model without delayed-scaling state.
+void reduce_pending_amaxes(Model& model, Communicator& comm);
+
+}  // namespace octet

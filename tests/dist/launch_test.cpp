@@ -1,0 +1,85 @@
+// `octet train --nproc 2` end to end on the CPU (mpirun): the job trains like one process (the same
+// config: train.batch_size is the global batch), only rank 0 logs and writes; a rank-local error
+// ends the job non-zero; an invalid --nproc is refused before anything starts.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "job.h"
+#include "train/train_test_util.h"
+
+using namespace octet;
+
+namespace {
+
+struct CliRun {
+  int status = -1;
+  std::string out;
+};
+
+CliRun run(const std::string& args) {
+  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 " +
+                          std::string(OCTET_BINARY_DIR) + "/octet " + args + " 2>&1";
+  CliRun r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t k;
+  while ((k = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, k);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+struct Fixture {
+  test::TempDir dir{"launch"};
+  std::string config;
+  Fixture() {
+    test::write_file(dir / "corpus.txt", test::synthetic_text(400));
+    RunConfig c = test::tiny_run(dir / "corpus.txt", dir / "cache");
+    c.precision.arm = Arm::FP32;
+    config = dir / "tiny.toml";
+    test::write_file(config, to_toml(c));
+  }
+};
+
+TEST(Launch, TwoRanksTrainLikeOneProcessAndRankZeroWrites) {
+  if (test::comm().size() > 1 || std::getenv("OCTET_TEST_FAILURE_CHILD")) GTEST_SKIP() << "one process";
+  Fixture f;
+  const CliRun two = run("train --config " + f.config + " --out " + (f.dir / "two") + " --nproc 2");
+  ASSERT_EQ(two.status, 0) << two.out;
+  EXPECT_NE(two.out.find("| ranks | 2 |"), std::string::npos) << two.out;
+  size_t done = 0;
+  for (size_t p = 0; (p = two.out.find("done: final val loss", p)) != std::string::npos; ++p) ++done;
+  EXPECT_EQ(done, 1u) << "one log: rank 0's";
+  const CliRun one = run("train --config " + f.config + " --out " + (f.dir / "one"));
+  ASSERT_EQ(one.status, 0) << one.out;
+  // the same final validation loss to FP32 reduction-order rounding (printed with 4 decimals)
+  auto final_loss = [](const std::string& s) {
+    const size_t p = s.find("done: final val loss ");
+    return std::stod(s.substr(p + 21, 8));
+  };
+  EXPECT_NEAR(final_loss(two.out), final_loss(one.out), 1.5e-4);
+  EXPECT_TRUE(std::filesystem::exists(f.dir / "two/checkpoint.safetensors"));
+}
+
+TEST(Launch, ARankLocalErrorEndsTheJobNonZero) {
+  if (test::comm().size() > 1 || std::getenv("OCTET_TEST_FAILURE_CHILD")) GTEST_SKIP() << "one process";
+  Fixture f;  // 2 sequences per micro-batch cannot split over 3 ranks: every rank fails in train()
+  const CliRun r = run("train --config " + f.config + " --out " + (f.dir / "three") + " --nproc 3");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("cannot be split evenly over 3 ranks"), std::string::npos) << r.out;
+}
+
+TEST(Launch, NonPositiveNprocIsRefused) {
+  if (test::comm().size() > 1 || std::getenv("OCTET_TEST_FAILURE_CHILD")) GTEST_SKIP() << "one process";
+  Fixture f;
+  const CliRun r = run("train --config " + f.config + " --out " + (f.dir / "x") + " --nproc 0");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(f.dir / "x"));
+}
+
+}  // namespace
