@@ -50,7 +50,7 @@ PY
             np=(); [ $n = 2 ] && np=(--nproc 2)
             run=/tmp/speed-$model-$arm-$n; rm -rf $run
             timeout 100 $B train "${COMMON[@]}" "${extra[@]}" --arm $arm --set train.steps=25 \
-              --set train.batch_size=16 --set train.checkpoint_every=0 --out $run "${np[@]}" \
+              --set train.batch_size=16 --set train.eval_batches=4 --set train.checkpoint_every=0 --out $run "${np[@]}" \
               > "$OUT/speed-$model-$arm-$n.log" 2>&1 || echo "speed $model $arm gpus=$n failed rc=$?"
             [ -f $run/metrics.jsonl ] && echo "{\"test\":\"speed\",\"model\":\"$model\",\"arm\":\"$arm\",\"gpus\":$n,\"tokens_per_s\":$(tps $run)}" | tee -a "$OUT/dist.jsonl"
           done

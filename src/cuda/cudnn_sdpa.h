@@ -40,7 +40,8 @@ struct SdpaDims {
 /// Why octet does not send `d` to cuDNN's fused SDPA (BF16, or FP8 when fp8): a reason naming the
 /// limit, or "" when octet's checks pass (cuDNN may still refuse at graph build: SdpaEngine throws).
 /// Checked: head_dim 64 or 128 (FP8 backward on Hopper: 128 only, fp8_backward), G dividing H,
-/// and causal with Tq > Tk (cuDNN's bottom-right mask needs Tq <= Tk).
+/// causal with Tq > Tk (cuDNN's bottom-right mask needs Tq <= Tk), and Tq = Tk = 1 (cuDNN 9.14's
+/// backward graph fails validation for s_q = s_kv = 1).
 std::string sdpa_unsupported(const SdpaDims& d, bool fp8, bool fp8_backward = false);
 
 /// BF16 forward: q, k, v, o BF16; lse F32 [B, H, Tq] (natural log).
