@@ -65,6 +65,7 @@ OCTET_COMMAND("compare", [](CLI::App& app) {
                                         : octet::CompareMode::Fresh;
     const octet::DistEnv env = octet::dist_env_from_environment();
     if (args->nproc > 1 && env.world == 1) {  // the launcher: config checked, tokenizer cached once
+      octet::check_rank_split(cfg, args->nproc);
       octet::load_dataset(cfg);
       const int rc = octet::launch_local(args->nproc, cfg.device, rank_args(*args));
       if (rc != 0)

@@ -118,6 +118,7 @@ void run_train(const TrainArgs& a) {
   if (env.rank == 0) std::printf("%s\n", desc.c_str());
   if (!a.dump_grads.empty()) return dump_grads(cfg, *ds, a.dump_grads);
   if (a.nproc > 1 && env.world == 1) {  // the launcher: everything above is checked; start the ranks
+    check_rank_split(cfg, a.nproc);
     std::fflush(stdout);
     const int rc = launch_local(a.nproc, cfg.device, rank_args(a));
     if (rc != 0)

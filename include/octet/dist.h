@@ -114,7 +114,9 @@ void all_reduce_host_sum(Communicator& comm, Backend& backend, double* values, i
 /// device cuda: N children with RANK = LOCAL_RANK = i, WORLD_SIZE = N, MASTER_ADDR (default
 /// 127.0.0.1) and MASTER_PORT (default: a free port). When a child fails (non-zero exit or a
 /// signal) the others get SIGTERM, and SIGKILL after `grace_s`; the first failure's status (128 +
-/// signal for a signal) is returned. Throws octet::Error if a child cannot be started.
+/// signal for a signal) is returned. A SIGTERM, SIGINT or SIGHUP to the launcher while it waits is
+/// passed on the same way (SIGTERM, then SIGKILL after `grace_s`) and makes the status 128 + that
+/// signal. Throws octet::Error if a child cannot be started.
 int launch_local(int nproc, const std::string& device, const std::vector<std::string>& args, double grace_s = 10);
 
 /// A TCP port of this host that was free a moment ago (the default MASTER_PORT of launch_local).

@@ -90,6 +90,9 @@ void set_config_value(RunConfig& cfg, const std::string& key, const std::string&
 /// config.toml records). Throws octet::Error for model.mixer = hybrid on cuda (no CUDA Gated
 /// DeltaNet kernel yet), before a run writes anything.
 void resolve_run_config(RunConfig& cfg, const Backend& backend);
+/// Data parallel: train.batch_size (the global micro-batch) must divide evenly over `ranks`. Throws
+/// octet::Error naming both otherwise; the `--nproc` launcher calls it before starting any rank.
+void check_rank_split(const RunConfig& cfg, int64_t ranks);
 /// The resolved config as TOML (round-trips through load_config).
 std::string to_toml(const RunConfig& cfg);
 /// One row of the start-up table: the dotted key, its value as typed (floats in the shortest form

@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -75,6 +76,11 @@ pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>
 
 int status_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
+// A SIGTERM, SIGINT or SIGHUP to the launcher is passed on to the ranks (mpirun passes SIGTERM to
+// its own), so that stopping the launcher stops the job and releases its run directory.
+volatile std::sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
 }  // namespace
 
 int launch_local(int nproc, const std::string& device, const std::vector<std::string>& args, double grace_s) {
@@ -106,7 +112,15 @@ int launch_local(int nproc, const std::string& device, const std::vector<std::st
     if (::geteuid() == 0) set = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"};
     start(mpi, set);
   }
-  // Wait for every child; the first failure ends the others.
+  // Wait for every child; the first failure, or a stop signal to the launcher, ends the others.
+  g_stop_signal = 0;
+  struct sigaction sa {}, old_int {}, old_term {}, old_hup {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+  ::sigaction(SIGHUP, &sa, &old_hup);
+  bool forwarded = false;
   int result = 0;
   size_t alive = kids.size();
   auto deadline = std::chrono::steady_clock::time_point::max();
@@ -127,6 +141,13 @@ int launch_local(int nproc, const std::string& device, const std::vector<std::st
       continue;
     }
     if (pid < 0 && errno != EINTR) break;
+    if (g_stop_signal != 0 && !forwarded) {
+      forwarded = true;
+      if (result == 0) result = 128 + int(g_stop_signal);
+      for (pid_t k : kids)
+        if (k > 0) ::kill(k, SIGTERM);
+      deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(grace_s * 1000));
+    }
     if (std::chrono::steady_clock::now() > deadline) {
       for (pid_t k : kids)
         if (k > 0) ::kill(k, SIGKILL);
@@ -134,6 +155,9 @@ int launch_local(int nproc, const std::string& device, const std::vector<std::st
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  ::sigaction(SIGHUP, &old_hup, nullptr);
   return result;
 }
 

@@ -7,6 +7,7 @@
 // --resume reports its whole run. An output directory is never mixed with an earlier compare's:
 // docs/training.md §"Comparing arms".
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -116,7 +117,9 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
   FILE* log = writer ? log_in : nullptr;
   // Everything is checked before the first write: every arm's config, repeats, the device, out_dir.
   OCTET_CHECK(!arms.empty(), "compare needs at least one arm");
-  OCTET_CHECK(seeds >= 1, "--seeds must be >= 1, got " + std::to_string(seeds));
+  OCTET_CHECK(seeds >= 1 && seeds <= 1000, "--seeds must be in [1, 1000], got " + std::to_string(seeds));
+  OCTET_CHECK(cfg.train.seed <= uint64_t(INT64_MAX) - uint64_t(seeds - 1),
+              "train.seed + --seeds - 1 must stay <= 2^63 - 1 (a seed a config can hold)");
   // The run of (arm, k-th seed): its config and directory (one seed: out_dir/<arm>, as before).
   auto run_config = [&](const std::string& arm, int64_t k) {
     RunConfig c = cfg;
@@ -155,6 +158,16 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
       OCTET_CHECK(seeds == 1 ? !per_seed : !one_seed,
                   "compare --resume: --out " + out_dir + " holds arm " + arm + " trained with " +
                       (one_seed ? "one seed" : "--seeds > 1") + "; give the same --seeds, --overwrite or another --out");
+      if (seeds > 1 && per_seed)  // every seed folder there must be one of this compare's seeds
+        for (const auto& e : fs::directory_iterator(dir, ec)) {
+          const std::string name = e.path().filename().string();
+          bool ours = false;
+          for (int64_t k = 0; k < seeds; ++k) ours = ours || name == fs::path(run_dir(arm, k)).filename().string();
+          OCTET_CHECK(ours || name.rfind("seed-", 0) != 0,
+                      "compare --resume: --out " + out_dir + " holds " + arm + "/" + name + ", which --seeds " +
+                          std::to_string(seeds) + " from train.seed " + std::to_string(cfg.train.seed) +
+                          " does not include; give the same --seeds (a larger one adds seeds), --overwrite or another --out");
+        }
     }
   for (int64_t k = 0; writer && mode == CompareMode::Resume && k < seeds; ++k)  // a run to resume must be the same run
     for (const std::string& arm : arms) {

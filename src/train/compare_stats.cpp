@@ -109,7 +109,9 @@ std::string format_compare_seeds_table(const std::vector<CompareArmStats>& arms)
       return std::string(b);
     }() : "n/a";
     char test[64] = "—", p[32] = "—";
-    const char* verdict = a.arm == "bf16" ? "(baseline)" : "untested (< 2 runs)";
+    bool has_bf16 = false;
+    for (const CompareArmStats& b : arms) has_bf16 = has_bf16 || b.arm == "bf16";
+    const char* verdict = a.arm == "bf16" ? "(baseline)" : !has_bf16 ? "untested (no bf16 arm)" : "untested (< 2 finished runs)";
     if (a.tested) {
       std::snprintf(test, sizeof test, "%+.2f (%.1f)", a.vs_bf16.t, a.vs_bf16.dof);
       std::snprintf(p, sizeof p, "%.3g", a.vs_bf16.p);

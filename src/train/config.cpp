@@ -353,8 +353,10 @@ void RunConfig::validate() const {
     OCTET_CHECK(model.vocab_size >= 300 && model.vocab_size <= 65536,
                 "model.vocab_size must be in [300, 65536] for the bpe tokenizer (got " +
                     std::to_string(model.vocab_size) + ")");
-  OCTET_CHECK(device == "cpu" || device == "cuda",
-              "unknown device '" + device + "' (expected one of: cpu, cuda)");
+  const bool cuda_n = device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() <= 8 &&
+                      device.find_first_not_of("0123456789", 5) == std::string::npos;
+  OCTET_CHECK(device == "cpu" || device == "cuda" || cuda_n,
+              "unknown device '" + device + "' (expected one of: cpu, cuda, cuda:N)");
 }
 
 void resolve_run_config(RunConfig& cfg, const Backend& backend) {

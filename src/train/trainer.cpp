@@ -35,6 +35,13 @@
 
 namespace octet {
 
+void check_rank_split(const RunConfig& cfg, int64_t ranks) {
+  // train.batch_size is the global micro-batch: each of the ranks takes an equal slice of it
+  OCTET_CHECK(ranks >= 1 && cfg.train.batch_size % ranks == 0,
+              "train.batch_size = " + std::to_string(cfg.train.batch_size) + " sequences cannot be split evenly over " +
+                  std::to_string(ranks) + " ranks (docs/distributed.md)");
+}
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
@@ -164,10 +171,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   RunConfig cfg = run_cfg;
   resolve_run_config(cfg, be);
   const TrainConfig& t = cfg.train;
-  // train.batch_size is the global micro-batch: each of the ranks takes an equal slice of it
-  OCTET_CHECK(t.batch_size % world == 0, "train.batch_size = " + std::to_string(t.batch_size) +
-                                             " sequences cannot be split evenly over " + std::to_string(world) +
-                                             " ranks (docs/distributed.md)");
+  check_rank_split(cfg, world);
   const int64_t rank_batch = t.batch_size / world;
   Model model(cfg.model, cfg.precision, be, rank_batch);
   std::unique_ptr<Zero1> zero;

@@ -133,4 +133,17 @@ def test_compare_seeds_gives_mean_std_and_a_noise_test(config, tmp_path):
     r = compare(config, out, "--resume")
     assert_one_line_error(r, "--seeds > 1", "same --seeds")
     r = compare(config, out, "--seeds", "0")
-    assert_one_line_error(r, "--seeds must be >= 1")
+    assert_one_line_error(r, "--seeds must be in [1, 1000]")
+
+
+def test_compare_resume_refuses_seeds_it_does_not_include(config, tmp_path):
+    # A larger --seeds adds seeds; a smaller one would leave finished seeds out of the table.
+    out = tmp_path / "cmp"
+    assert compare(config, out, "--seeds", "3", arms="bf16").returncode == 0
+    before = snapshot(out)
+    r = compare(config, out, "--seeds", "2", "--resume", arms="bf16")
+    assert_one_line_error(r, "seed-1236", "does not include")
+    assert snapshot(out) == before
+    r = compare(config, out, "--seeds", "4", "--resume", arms="bf16")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((out / "summary.json").read_text())[0]["seeds"] == [1234, 1235, 1236, 1237]
