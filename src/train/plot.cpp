@@ -116,6 +116,8 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_
     OCTET_CHECK(n_train > 0, "no training steps in " + metrics);
     std::string label = fs::path(run_dirs[i]).lexically_normal().filename().string();
     if (label.empty()) label = fs::path(run_dirs[i]).lexically_normal().parent_path().filename().string();
+    if (label.rfind("seed-", 0) == 0)  // a run of compare --seeds: <arm>/seed-<seed>
+      label = fs::path(run_dirs[i]).lexically_normal().parent_path().filename().string() + "/" + label;
     const int color = int(i) + 1;
     if (!plots.empty()) plots += ", \\\n     ";
     plots += quoted(tr) + " using 1:2 with lines lw 1 lc " + std::to_string(color) + " title " + quoted(label + " train") + " noenhanced";
