@@ -66,11 +66,13 @@ void project_dq(const attn::Problem& p, const float* k_hat, const double* ds_row
   std::vector<double> k_mean(size_t(p.D));
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h) {
-      const float* K = k_hat + p.kv_off(b, h);
-      std::fill(k_mean.begin(), k_mean.end(), 0.0);
-      for (int64_t j = 0; j < p.Tk; ++j)
-        for (int64_t c = 0; c < p.D; ++c) k_mean[c] += double(K[j * p.D + c]);
-      for (auto& x : k_mean) x /= double(p.Tk);
+      if (h % p.group == 0) {  // k̄ once per KV head, for the query heads of its group
+        const float* K = k_hat + p.kv_off(b, h);
+        std::fill(k_mean.begin(), k_mean.end(), 0.0);
+        for (int64_t j = 0; j < p.Tk; ++j)
+          for (int64_t c = 0; c < p.D; ++c) k_mean[c] += double(K[j * p.D + c]);
+        for (auto& x : k_mean) x /= double(p.Tk);
+      }
       T* dqh = dq + p.q_off(b, h);
       for (int64_t i = 0; i < p.Tq; ++i) {
         const double g = p.tau * ds_row_sum[p.row_off(b, h) + i];

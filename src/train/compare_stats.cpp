@@ -102,6 +102,8 @@ std::string format_compare_seeds_table(const std::vector<CompareArmStats>& arms)
       "| max attn row residual | mean attn row residual | tokens/s |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n";
   char buf[400];
+  bool has_bf16 = false;
+  for (const CompareArmStats& b : arms) has_bf16 = has_bf16 || b.arm == "bf16";
   for (const CompareArmStats& a : arms) {
     const std::string rmax = a.matched_delta ? [&] {
       char b[32];
@@ -109,8 +111,6 @@ std::string format_compare_seeds_table(const std::vector<CompareArmStats>& arms)
       return std::string(b);
     }() : "n/a";
     char test[64] = "—", p[32] = "—";
-    bool has_bf16 = false;
-    for (const CompareArmStats& b : arms) has_bf16 = has_bf16 || b.arm == "bf16";
     const char* verdict = a.arm == "bf16" ? "(baseline)" : !has_bf16 ? "untested (no bf16 arm)" : "untested (< 2 finished runs)";
     if (a.tested) {
       std::snprintf(test, sizeof test, "%+.2f (%.1f)", a.vs_bf16.t, a.vs_bf16.dof);
