@@ -16,10 +16,12 @@
 //     accumulator added to O in FP32 (α·O + P̃V̂: a row is never summed inside the tensor core
 //     beyond one tile, as in the mma.sync kernel); l̃'s tile sum is one more m64n8k32 with B = an
 //     8 x kBN tile of E4M3 ones.
-// Loads: all 256 threads copy the next tile's K̂ and V̂ᵀ by cp.async into the other stage of a
-// 2-stage ring while the current one computes (cp.async.wait_group + fence.proxy.async + barrier
-// before wgmma reads it); the two warpgroups overlap each other's softmax and GEMMs. Not yet: TMA,
-// a producer warp, intra-warpgroup overlap of the softmax with the next tile's S GEMM.
+// Loads: all 256 threads copy K̂ and V̂ᵀ tiles by cp.async into a 3-stage ring, two tiles ahead of
+// the one computing (cp.async.wait_group + fence.proxy.async + one barrier per tile before wgmma
+// reads it; the stage a load overwrites was last read before that barrier); the two warpgroups
+// overlap each other's softmax and GEMMs as the warp schedulers interleave them. Not yet: TMA, a
+// producer warp, ping-pong scheduling of the warpgroups, intra-warpgroup overlap of the softmax
+// with the next tile's S GEMM (its accumulator does not fit beside O, P̃V̂'s and S's at head_dim 128).
 // Logits mode (logits_launch after a wgmma forward): the same S instructions, S written out.
 // FP32 order vs the mma.sync kernel: the tensor core's sum over head_dim may round differently
 // between wgmma and mma.sync, so S (and from it m, l, P̃, O) may differ at FP32 rounding level.
@@ -43,13 +45,14 @@ constexpr int kThreads = 256;  // 2 warpgroups
 constexpr int kBM = 128;       // query rows per CTA
 
 // Shared memory (from a 1024-byte aligned base; every tile 1024-aligned, the swizzles' period):
-// 2 stages of [K̂ tile kBN x kD | V̂ᵀ tile kD x kBN], then the 8 x kBN ones tile.
+// kStages stages of [K̂ tile kBN x kD | V̂ᵀ tile kD x kBN], then the 8 x kBN ones tile.
+constexpr int kStages = 3;
 template <int kD, int kBN>
 struct WgLayout {
   static constexpr int kK = kBN * kD;  // bytes of one K̂ tile (a multiple of 1024)
   static constexpr int kV = kD * kBN;  // bytes of one V̂ᵀ tile
   static constexpr int kStage = kK + kV;
-  static constexpr int kOnes = 2 * kStage;                // offset of the ones tile
+  static constexpr int kOnes = kStages * kStage;          // offset of the ones tile
   static constexpr int kBytes = kOnes + 1024 + 1024;      // ones (<= 1024) + alignment slack
 };
 
@@ -86,18 +89,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint8_t* const gv = kLogits ? nullptr : p.v_t + bg * kD * p.Tk_p;  // logits: no V̂ᵀ
   // Tile at key j0 into `stage`: K̂ row r <- key j0 + s_key(r / 8, r % 8), V̂ᵀ row d <- keys
   // j0..j0+kBN-1 of head_dim column d; past Tk_p: zero codes (masked keys meet P̃ = 0).
+  // Chunk c = threadIdx.x + kThreads·n of a tile (every tile is a multiple of kThreads chunks).
+  static_assert(kBN * kD / 16 % kThreads == 0, "whole chunks per thread");
   auto load_tile = [&](int stage, int64_t j0) {
     uint8_t* dk = smem + stage * L::kStage;
-    for (int c = threadIdx.x; c < kBN * kD / 16; c += kThreads) {
-      const int r = c / (kD / 16), cc = c % (kD / 16);
+#pragma unroll
+    for (int n = 0; n < kBN * kD / 16 / kThreads; ++n) {
+      const int c = threadIdx.x + kThreads * n, r = c / (kD / 16), cc = c % (kD / 16);
       const int64_t j = j0 + s_key(r / 8, r % 8);
       const bool in = j < p.Tk_p;
       cp_async16(dk + swizzle<kD>(r * kD + 16 * cc), in ? gk + j * kD + 16 * cc : gk, in);
     }
     if constexpr (kLogits) return;
     uint8_t* dv = dk + L::kK;
-    for (int c = threadIdx.x; c < kD * kBN / 16; c += kThreads) {
-      const int r = c / (kBN / 16), cc = c % (kBN / 16);
+#pragma unroll
+    for (int n = 0; n < kD * kBN / 16 / kThreads; ++n) {
+      const int c = threadIdx.x + kThreads * n, r = c / (kBN / 16), cc = c % (kBN / 16);
       const bool in = j0 + 16 * cc < p.Tk_p;  // Tk_p is a multiple of 16: whole chunks
       cp_async16(dv + swizzle<kBN>(r * kBN + 16 * cc), in ? gv + r * p.Tk_p + j0 + 16 * cc : gv,
                  in);
@@ -118,16 +125,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int e = 0; e < 4; ++e) oacc[dn][e] = 0.0f;
   RowSoftmax sm[2];
 
+  // One cp.async group per tile, committed even when empty, so that group n is tile n.
   if (n_tiles > 0) load_tile(0, 0);
+  cp_async_commit();
+  if (n_tiles > 1) load_tile(1, kBN);
   cp_async_commit();
   for (int it = 0; it < n_tiles; ++it) {
     const int64_t j0 = int64_t(it) * kBN;
-    if (it + 1 < n_tiles) load_tile((it + 1) % 2, j0 + kBN);
-    cp_async_commit();
-    cp_async_wait<1>();       // this tile's group is complete (the newest may still be in flight)
+    cp_async_wait<1>();        // groups 0..it are complete (it + 1 may still be in flight)
     fence_proxy_async_smem();  // ... and visible to wgmma's async proxy, after the barrier
-    __syncthreads();
-    const unsigned tk = sbase + (it % 2) * L::kStage, tv = tk + L::kK;
+    __syncthreads();           // every thread's part of tile it; every warp done with tile it − 1
+    if (it + 2 < n_tiles) load_tile((it + 2) % kStages, j0 + 2 * kBN);  // the stage of tile it − 1
+    cp_async_commit();
+    const unsigned tk = sbase + (it % kStages) * L::kStage, tv = tk + L::kK;
 
     float s[kBN / 8][4];
     wgmma_fence();
@@ -139,7 +149,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(s);
     if constexpr (kLogits) {
       store_logits<kBN>(p, s_out, bh, row, j0, t, s, s_scale);
-      __syncthreads();
       continue;
     }
     float alpha[2];
@@ -155,6 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     wgmma_commit();
     wgmma_wait<0>();
+    fence_regs(pa);
     fence_regs(pv);
     fence_regs(ls);
 #pragma unroll
@@ -163,7 +173,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int e = 0; e < 4; ++e) oacc[dn][e] = oacc[dn][e] * alpha[e / 2] + pv[dn][e];
 #pragma unroll
     for (int e = 0; e < 4; ++e) lacc[e] = lacc[e] * alpha[e / 2] + ls[0][e];
-    __syncthreads();  // every warp is done with this stage before it is loaded again
   }
   cp_async_wait<0>();
   if constexpr (!kLogits) store_rows<kD>(p, bh, q0 + warp * 16 + g, t, oacc, lacc, sm);

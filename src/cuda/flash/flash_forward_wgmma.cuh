@@ -68,6 +68,15 @@ __device__ __forceinline__ void fence_regs(float (&d)[R][4]) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
 }
+/// The same for an A fragment read from registers: ties its registers' life to after the wait
+/// (the tensor core reads them asynchronously; nothing may reuse them before wgmma_wait).
+template <int R>
+__device__ __forceinline__ void fence_regs(uint32_t (&a)[R][4]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[i][e])::"memory");
+}
 /// Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async) visible to the
 /// async proxy that wgmma reads shared memory through; then a barrier publishes them to the CTA.
 __device__ __forceinline__ void fence_proxy_async_smem() {
