@@ -41,19 +41,24 @@
 namespace octet::cuda::flash {
 namespace {
 
-constexpr int kThreads = 256;  // 2 warpgroups
-constexpr int kBM = 128;       // query rows per CTA
+constexpr int kThreads = 384;  // warpgroup 0: the producer; 1 and 2: the consumers
+constexpr int kBM = 128;       // query rows per CTA (64 per consumer warpgroup)
+constexpr int kStages = 3;     // the K̂/V̂ᵀ ring
+// setmaxnreg: the producer gives registers back, the consumers (the accumulators) take them:
+// 128·40 + 256·232 = 64512 of the SM's 65536.
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 
 // Shared memory (from a 1024-byte aligned base; every tile 1024-aligned, the swizzles' period):
-// kStages stages of [K̂ tile kBN x kD | V̂ᵀ tile kD x kBN], then the 8 x kBN ones tile.
-constexpr int kStages = 3;
+// kStages stages of [K̂ tile kBN x kD | V̂ᵀ tile kD x kBN], the 8 x kBN ones tile, then the ring's
+// mbarriers full[kStages] and empty[kStages].
 template <int kD, int kBN>
 struct WgLayout {
   static constexpr int kK = kBN * kD;  // bytes of one K̂ tile (a multiple of 1024)
   static constexpr int kV = kD * kBN;  // bytes of one V̂ᵀ tile
   static constexpr int kStage = kK + kV;
-  static constexpr int kOnes = kStages * kStage;          // offset of the ones tile
-  static constexpr int kBytes = kOnes + 1024 + 1024;      // ones (<= 1024) + alignment slack
+  static constexpr int kOnes = kStages * kStage;  // offset of the ones tile (<= 1024 bytes)
+  static constexpr int kBars = kOnes + 1024;      // offset of the mbarriers (8 bytes each)
+  static constexpr int kBytes = kBars + 16 * kStages + 1024;  // + alignment slack
 };
 
 template <int kD, int kBN, bool kLogits>
@@ -64,58 +69,86 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
   const unsigned sbase = smem_u32(smem);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const unsigned full = sbase + L::kBars, empty = full + 8 * kStages;  // + 8·stage
+  const int wg = threadIdx.x / 128;
 
   // Block -> (query block, head): the query blocks with the most keys (causal) start first.
   const int64_t BH = p.B * p.H, n_qblocks = ((kLogits ? p.Tq_p : p.Tq) + kBM - 1) / kBM;
   const int64_t bh = int64_t(blockIdx.x) % BH;
   const int64_t q0 = (n_qblocks - 1 - int64_t(blockIdx.x) / BH) * kBM;
-  const int64_t b = bh / p.H, h = bh % p.H;
-  const int64_t bg = b * p.G + h / (p.H / p.G);  // GQA: the KV head of query head h
-  const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-
-  uint32_t qa[kD / 32][4];
-  load_q_fragments<kD>(p, bh, row, t, qa);
-
   // Keys this CTA visits: those its last real row sees (visible() grows with i).
   const int64_t last = (q0 + kBM < p.Tq ? q0 + kBM : p.Tq) - 1;
   const int64_t n_keys = kLogits ? p.Tk_p : visible(p, last);
   const int n_tiles = int((n_keys + kBN - 1) / kBN);
-  const int vis[2] = {row[0] < p.Tq ? int(visible(p, row[0])) : 0,
-                      row[1] < p.Tq ? int(visible(p, row[1])) : 0};
-  const int64_t unmasked_end = visible(p, q0);  // tiles ending here need no mask in any real row
 
-  const uint8_t* const gk = p.k + bg * p.Tk_p * kD;
-  const uint8_t* const gv = kLogits ? nullptr : p.v_t + bg * kD * p.Tk_p;  // logits: no V̂ᵀ
-  // Tile at key j0 into `stage`: K̂ row r <- key j0 + s_key(r / 8, r % 8), V̂ᵀ row d <- keys
-  // j0..j0+kBN-1 of head_dim column d; past Tk_p: zero codes (masked keys meet P̃ = 0).
-  // Chunk c = threadIdx.x + kThreads·n of a tile (every tile is a multiple of kThreads chunks).
-  static_assert(kBN * kD / 16 % kThreads == 0, "whole chunks per thread");
-  auto load_tile = [&](int stage, int64_t j0) {
-    uint8_t* dk = smem + stage * L::kStage;
-#pragma unroll
-    for (int n = 0; n < kBN * kD / 16 / kThreads; ++n) {
-      const int c = threadIdx.x + kThreads * n, r = c / (kD / 16), cc = c % (kD / 16);
-      const int64_t j = j0 + s_key(r / 8, r % 8);
-      const bool in = j < p.Tk_p;
-      cp_async16(dk + swizzle<kD>(r * kD + 16 * cc), in ? gk + j * kD + 16 * cc : gk, in);
+  // The ring's barriers: full[s] completes when the 128 producer threads have arrived and their
+  // copies into stage s have landed; empty[s] when the 256 consumer threads are done with it.
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full + 8 * s, 128);
+      mbar_init(empty + 8 * s, 256);
     }
-    if constexpr (kLogits) return;
-    uint8_t* dv = dk + L::kK;
-#pragma unroll
-    for (int n = 0; n < kD * kBN / 16 / kThreads; ++n) {
-      const int c = threadIdx.x + kThreads * n, r = c / (kBN / 16), cc = c % (kBN / 16);
-      const bool in = j0 + 16 * cc < p.Tk_p;  // Tk_p is a multiple of 16: whole chunks
-      cp_async16(dv + swizzle<kBN>(r * kBN + 16 * cc), in ? gv + r * p.Tk_p + j0 + 16 * cc : gv,
-                 in);
-    }
-  };
+    fence_mbar_init();
+  }
   if constexpr (!kLogits) {  // the ones tile (every byte the same: no swizzle to apply)
     constexpr uint32_t kOnes = 0x38383838u;  // four E4M3 codes of 1.0
     for (int c = threadIdx.x; c < 8 * kBN / 16; c += kThreads)
       *reinterpret_cast<uint4*>(smem + L::kOnes + 16 * c) = make_uint4(kOnes, kOnes, kOnes, kOnes);
+    fence_proxy_async_smem();  // visible to wgmma's async proxy after the barrier
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // Producer: tile n into stage n % kStages once the consumers have released the stage's
+    // previous tile n − kStages (empty's completion number n / kStages − 1). K̂ row r <- key
+    // j0 + s_key(r / 8, r % 8); V̂ᵀ row d <- keys j0..j0+kBN-1 of head_dim column d; past Tk_p:
+    // zero codes (masked keys meet P̃ = 0). Chunk c = tid + 128·n of a tile.
+    setmaxnreg_dec<kProducerRegs>();
+    const int64_t b = bh / p.H, h = bh % p.H;
+    const int64_t bg = b * p.G + h / (p.H / p.G);  // GQA: the KV head of query head h
+    const uint8_t* const gk = p.k + bg * p.Tk_p * kD;
+    const uint8_t* const gv = kLogits ? nullptr : p.v_t + bg * kD * p.Tk_p;  // logits: no V̂ᵀ
+    const int tid = threadIdx.x;
+    static_assert(kBN * kD / 16 % 128 == 0, "whole chunks per producer thread");
+    for (int n = 0; n < n_tiles; ++n) {
+      const int stage = n % kStages;
+      const int64_t j0 = int64_t(n) * kBN;
+      if (n >= kStages) mbar_wait(empty + 8 * stage, ((n / kStages) & 1) ^ 1);
+      uint8_t* dk = smem + stage * L::kStage;
+#pragma unroll 1  // the producer has few registers: addresses computed per copy, not hoisted
+      for (int u = 0; u < kBN * kD / 16 / 128; ++u) {
+        const int c = tid + 128 * u, r = c / (kD / 16), cc = c % (kD / 16);
+        const int64_t j = j0 + s_key(r / 8, r % 8);
+        const bool in = j < p.Tk_p;
+        cp_async16(dk + swizzle<kD>(r * kD + 16 * cc), in ? gk + j * kD + 16 * cc : gk, in);
+      }
+      if constexpr (!kLogits) {
+        uint8_t* dv = dk + L::kK;
+#pragma unroll 1
+        for (int u = 0; u < kD * kBN / 16 / 128; ++u) {
+          const int c = tid + 128 * u, r = c / (kBN / 16), cc = c % (kBN / 16);
+          const bool in = j0 + 16 * cc < p.Tk_p;  // Tk_p is a multiple of 16: whole chunks
+          cp_async16(dv + swizzle<kBN>(r * kBN + 16 * cc),
+                     in ? gv + r * p.Tk_p + j0 + 16 * cc : gv, in);
+        }
+      }
+      mbar_arrive_on_cp_async(full + 8 * stage);  // completes with this thread's copies
+      mbar_arrive(full + 8 * stage);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();  // no copy outlives its thread
+    return;
   }
 
+  // Consumers: warpgroup wg − 1 owns rows 64(wg − 1)..+63, warp w (0..7) rows 16w..16w+15.
+  setmaxnreg_inc<kConsumerRegs>();
+  const int warp = threadIdx.x / 32 - 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  uint32_t qa[kD / 32][4];
+  load_q_fragments<kD>(p, bh, row, t, qa);
+  const int vis[2] = {row[0] < p.Tq ? int(visible(p, row[0])) : 0,
+                      row[1] < p.Tq ? int(visible(p, row[1])) : 0};
+  const int64_t unmasked_end = visible(p, q0);  // tiles ending here need no mask in any real row
   const float s_scale = p.tau * *p.q_scale_inv * *p.k_scale_inv;
   const float p_scale = p.p_scale;
   float oacc[kD / 8][4], lacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // O and l̃ (code units)
@@ -125,19 +158,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int e = 0; e < 4; ++e) oacc[dn][e] = 0.0f;
   RowSoftmax sm[2];
 
-  // One cp.async group per tile, committed even when empty, so that group n is tile n.
-  if (n_tiles > 0) load_tile(0, 0);
-  cp_async_commit();
-  if (n_tiles > 1) load_tile(1, kBN);
-  cp_async_commit();
-  for (int it = 0; it < n_tiles; ++it) {
-    const int64_t j0 = int64_t(it) * kBN;
-    cp_async_wait<1>();        // groups 0..it are complete (it + 1 may still be in flight)
-    fence_proxy_async_smem();  // ... and visible to wgmma's async proxy, after the barrier
-    __syncthreads();           // every thread's part of tile it; every warp done with tile it − 1
-    if (it + 2 < n_tiles) load_tile((it + 2) % kStages, j0 + 2 * kBN);  // the stage of tile it − 1
-    cp_async_commit();
-    const unsigned tk = sbase + (it % kStages) * L::kStage, tv = tk + L::kK;
+  for (int n = 0; n < n_tiles; ++n) {
+    const int stage = n % kStages;
+    const int64_t j0 = int64_t(n) * kBN;
+    mbar_wait(full + 8 * stage, (n / kStages) & 1);  // full's completion number n / kStages
+    const unsigned tk = sbase + stage * L::kStage, tv = tk + L::kK;
 
     float s[kBN / 8][4];
     wgmma_fence();
@@ -148,6 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     fence_regs(s);
     if constexpr (kLogits) {
+      mbar_arrive(empty + 8 * stage);
       store_logits<kBN>(p, s_out, bh, row, j0, t, s, s_scale);
       continue;
     }
@@ -167,6 +193,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(pa);
     fence_regs(pv);
     fence_regs(ls);
+    mbar_arrive(empty + 8 * stage);  // this thread's reads of the stage are done
 #pragma unroll
     for (int dn = 0; dn < kD / 8; ++dn)
 #pragma unroll
@@ -174,7 +201,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int e = 0; e < 4; ++e) lacc[e] = lacc[e] * alpha[e / 2] + ls[0][e];
   }
-  cp_async_wait<0>();
   if constexpr (!kLogits) store_rows<kD>(p, bh, q0 + warp * 16 + g, t, oacc, lacc, sm);
 #else
   __trap();  // wgmma needs sm_90a (the CUDA preset builds it); forward_launch dispatches by device

@@ -83,6 +83,45 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/// mbarrier (PTX ISA §9.7.13.15) at shared address `bar`: initialized with the number of arrivals
+/// that complete a phase; fence_mbar_init then a CTA barrier publish the initialization.
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/// One arrival (release semantics: this thread's earlier memory accesses happen before the phase
+/// completes for a waiter).
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+/// Makes the phase also wait for this thread's cp.async copies issued so far (pending count + 1
+/// now, − 1 when they land: no net arrival; CUTLASS's cp.async pipelines do the same).
+__device__ __forceinline__ void mbar_arrive_on_cp_async(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+/// Waits until the phase of parity `parity` has completed (phase k has parity k mod 2).
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+/// Hands registers back to (dec) or takes them from (inc) the CTA's pool, for the whole warpgroup
+/// (warp specialization: the producer needs few, the consumers' accumulators many).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 /// d (+)= A·Bᵀ on one m64nNk32 tile: A 64x32 E4M3 from registers (this warp's 16 rows), B N x 32
 /// E4M3 K-major by descriptor, D FP32; scale_d = 0 ignores d's old value (D = A·Bᵀ). Asynchronous:
 /// d holds the result only after wgmma_commit + wgmma_wait (and a, d must not be touched before).
