@@ -54,6 +54,20 @@ bool device_is_sm90() {
          major == 9 && minor == 0;
 }
 
+/// E4M3 codes of sigma·N(0, 1) for `heads` (b, head) pairs of T rows of D, padded to T_p rows with
+/// zero codes: [heads, T_p, D], or transposed [heads, D, T_p] (V̂ᵀ's layout).
+std::vector<uint8_t> random_codes(std::mt19937& rng, float sigma, int64_t heads, int64_t T,
+                                  int64_t T_p, int64_t D, bool transposed) {
+  std::normal_distribution<float> nd;
+  std::vector<uint8_t> x(size_t(heads * T_p * D), 0);
+  for (int64_t bh = 0; bh < heads; ++bh)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < D; ++d)
+        x[size_t(transposed ? (bh * D + d) * T_p + t : (bh * T_p + t) * D + d)] =
+            fp8_encode(sigma * nd(rng), Format::E4M3, true);
+  return x;
+}
+
 /// Sets OCTET_FLASH_FORWARD for the scope of a test and restores the previous value.
 class ScopedForwardEnv {
  public:
@@ -247,18 +261,9 @@ TEST_P(FlashForward, SavedStatisticsDescribeTheLogitsKernelsS) {
                        Dims{1, 2, 2, 200, 90, 64, true, 128}}) {
     const int64_t Tq_p = (c.Tq + 15) / 16 * 16, Tk_p = (c.Tk + 15) / 16 * 16;
     std::mt19937 rng(3);
-    std::normal_distribution<float> nd;
-    auto codes = [&](int64_t heads, int64_t T, int64_t T_p, bool transposed) {
-      std::vector<uint8_t> x(size_t(c.B * heads * T_p * c.D), 0);
-      for (int64_t bh = 0; bh < c.B * heads; ++bh)
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t d = 0; d < c.D; ++d)
-            x[size_t(transposed ? (bh * c.D + d) * T_p + t : (bh * T_p + t) * c.D + d)] =
-                fp8_encode(nd(rng), Format::E4M3, true);
-      return x;
-    };
-    test::Dev<uint8_t> q(codes(c.H, c.Tq, Tq_p, false)), k(codes(c.G, c.Tk, Tk_p, false)),
-        vt(codes(c.G, c.Tk, Tk_p, true));
+    test::Dev<uint8_t> q(random_codes(rng, 1.0f, c.B * c.H, c.Tq, Tq_p, c.D, false)),
+        k(random_codes(rng, 1.0f, c.B * c.G, c.Tk, Tk_p, c.D, false)),
+        vt(random_codes(rng, 1.0f, c.B * c.G, c.Tk, Tk_p, c.D, true));
     test::Dev<float> scales(std::vector<float>{1.0f, 1.0f, 1.0f}), o(size_t(c.B * c.H * c.Tq * c.D)),
         lse(size_t(c.B * c.H * c.Tq)), m(size_t(c.B * c.H * c.Tq)), l(size_t(c.B * c.H * c.Tq)),
         S(size_t(c.B * c.H * Tq_p * Tk_p));
@@ -333,18 +338,9 @@ TEST(FlashForwardFlavors, FlavorsAgree) {
                        Dims{1, 2, 1, 4096, 4096, 128, true, 128}}) {
     const int64_t Tq_p = (c.Tq + 15) / 16 * 16, Tk_p = (c.Tk + 15) / 16 * 16;
     std::mt19937 rng(11);
-    std::normal_distribution<float> nd;
-    auto codes = [&](int64_t heads, int64_t T, int64_t T_p, bool transposed) {
-      std::vector<uint8_t> x(size_t(c.B * heads * T_p * c.D), 0);
-      for (int64_t bh = 0; bh < c.B * heads; ++bh)
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t d = 0; d < c.D; ++d)
-            x[size_t(transposed ? (bh * c.D + d) * T_p + t : (bh * T_p + t) * c.D + d)] =
-                fp8_encode(4.0f * nd(rng), Format::E4M3, true);
-      return x;
-    };
-    test::Dev<uint8_t> q(codes(c.H, c.Tq, Tq_p, false)), k(codes(c.G, c.Tk, Tk_p, false)),
-        vt(codes(c.G, c.Tk, Tk_p, true));
+    test::Dev<uint8_t> q(random_codes(rng, 4.0f, c.B * c.H, c.Tq, Tq_p, c.D, false)),
+        k(random_codes(rng, 4.0f, c.B * c.G, c.Tk, Tk_p, c.D, false)),
+        vt(random_codes(rng, 4.0f, c.B * c.G, c.Tk, Tk_p, c.D, true));
     test::Dev<float> scales(std::vector<float>{0.25f, 0.25f, 0.25f});
     const size_t no = size_t(c.B * c.H * c.Tq * c.D), nr = size_t(c.B * c.H * c.Tq);
     struct Out {

@@ -209,28 +209,13 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
   store_rows<kD>(p, bh, q0 + warp * 16 + g, t, oacc, lacc, sm);
 }
 
-template <int kD, int kBN, bool kLogits>
-void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
-  constexpr int bytes = Smem<kD, kBN>::kBytes;
-  // Above 48 KiB of dynamic shared memory needs the opt-in (per function, on the current device).
-  OCTET_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<kD, kBN, kLogits>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  // The logits CTAs cover the padded rows too (the forward's last CTA may stop at Tq).
-  const int64_t rows = kLogits ? p.Tq_p : p.Tq;
-  const int64_t blocks = p.B * p.H * ((rows + kBM<kD> - 1) / kBM<kD>);
-  OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention forward: too many query blocks (B·H·Tq/kBM)");
-  forward_kernel<kD, kBN, kLogits><<<unsigned(blocks), kThreads<kD>, bytes, stream>>>(p, s_out);
-  OCTET_CUDA_LAUNCH_CHECK();
-}
-
 template <bool kLogits>
 void dispatch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
-  if (p.D == 64)
-    p.block_k == 64 ? launch<64, 64, kLogits>(p, s_out, stream)
-                    : launch<64, 128, kLogits>(p, s_out, stream);
-  else
-    p.block_k == 64 ? launch<128, 64, kLogits>(p, s_out, stream)
-                    : launch<128, 128, kLogits>(p, s_out, stream);
+  dispatch_sizes(p, [&](auto d, auto bn) {
+    constexpr int kD = decltype(d)::value, kBN = decltype(bn)::value;
+    launch_forward_kernel(forward_kernel<kD, kBN, kLogits>, kThreads<kD>, kBM<kD>,
+                          Smem<kD, kBN>::kBytes, kLogits, p, s_out, stream);
+  });
 }
 
 // The checks both entry points share (the logits read no V̂ᵀ).

@@ -8,19 +8,53 @@
 //
 // Key order: column 8·nt + c of a tile's S holds key s_key(nt, c) of the tile (flash_mma_sm89.cuh),
 // so that the S accumulator converts in place into P̃V̂'s A fragment (V̂ᵀ read in natural order).
+// Host side, also shared: the launch of one kernel instance and the dispatch over (D, block_k).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
+#include "cuda/check.h"
 #include "cuda/flash/flash_forward.h"
 #include "cuda/flash/flash_mma_sm89.cuh"
 #include "cuda/flash/flash_softmax.cuh"
+#include "octet/error.h"
 #include "octet/fp8.h"
 
 namespace octet::cuda::flash {
+
+/// Launches `kernel(p, s_out)` (either flavor, forward or logits mode) on `stream` over B·H·⌈rows /
+/// bm⌉ CTAs of `threads`, rows = Tq (forward) or Tq_p (logits: the padded rows too; the forward's
+/// last CTA may stop at Tq), with `bytes` of dynamic shared memory (above 48 KiB that needs the
+/// opt-in, per function on the current device).
+template <class Kernel>
+void launch_forward_kernel(Kernel* kernel, int threads, int bm, int bytes, bool logits,
+                           const ForwardParams& p, float* s_out, cudaStream_t stream) {
+  OCTET_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  const int64_t rows = logits ? p.Tq_p : p.Tq;
+  const int64_t blocks = p.B * p.H * ((rows + bm - 1) / bm);
+  OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention forward: too many query blocks (B·H·Tq/" +
+                                        std::to_string(bm) + ")");
+  kernel<<<unsigned(blocks), threads, bytes, stream>>>(p, s_out);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+/// Calls launch(D, block_k) with both as std::integral_constant<int, 64 or 128> for p's values
+/// (check_forward_supported has admitted only those): the kernels' template instances.
+template <class Launch>
+void dispatch_sizes(const ForwardParams& p, Launch&& launch) {
+  using k64 = std::integral_constant<int, 64>;
+  using k128 = std::integral_constant<int, 128>;
+  if (p.D == 64)
+    p.block_k == 64 ? launch(k64{}, k64{}) : launch(k64{}, k128{});
+  else
+    p.block_k == 64 ? launch(k128{}, k64{}) : launch(k128{}, k128{});
+}
 
 /// Keys query row i sees: all Tk, or causal bottom-right j <= i + Tk − Tq (clamped to [0, Tk]).
 __device__ __forceinline__ int64_t visible(const ForwardParams& p, int64_t i) {

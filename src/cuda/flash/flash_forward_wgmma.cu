@@ -206,33 +206,19 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <int kD, int kBN, bool kLogits>
-void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
-  constexpr int bytes = WgLayout<kD, kBN>::kBytes;
-  OCTET_CUDA_CHECK(cudaFuncSetAttribute(wgmma_forward_kernel<kD, kBN, kLogits>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  // The logits CTAs cover the padded rows too (the forward's last CTA may stop at Tq).
-  const int64_t rows = kLogits ? p.Tq_p : p.Tq;
-  const int64_t blocks = p.B * p.H * ((rows + kBM - 1) / kBM);
-  OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention forward: too many query blocks (B·H·Tq/128)");
-  wgmma_forward_kernel<kD, kBN, kLogits><<<unsigned(blocks), kThreads, bytes, stream>>>(p, s_out);
-  OCTET_CUDA_LAUNCH_CHECK();
-}
-
-template <bool kLogits>
-void dispatch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
-  if (p.D == 64)
-    p.block_k == 64 ? launch<64, 64, kLogits>(p, s_out, stream)
-                    : launch<64, 128, kLogits>(p, s_out, stream);
-  else
-    p.block_k == 64 ? launch<128, 64, kLogits>(p, s_out, stream)
-                    : launch<128, 128, kLogits>(p, s_out, stream);
-}
-
 }  // namespace
 
 void wgmma_forward_launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
-  s_out ? dispatch<true>(p, s_out, stream) : dispatch<false>(p, nullptr, stream);
+  dispatch_sizes(p, [&](auto d, auto bn) {
+    constexpr int kD = decltype(d)::value, kBN = decltype(bn)::value;
+    constexpr int bytes = WgLayout<kD, kBN>::kBytes;
+    if (s_out)
+      launch_forward_kernel(wgmma_forward_kernel<kD, kBN, true>, kThreads, kBM, bytes, true, p,
+                            s_out, stream);
+    else
+      launch_forward_kernel(wgmma_forward_kernel<kD, kBN, false>, kThreads, kBM, bytes, false, p,
+                            nullptr, stream);
+  });
 }
 
 }  // namespace octet::cuda::flash
