@@ -44,21 +44,30 @@ constexpr int kThreads = 384;  // warpgroup 0: the producer; 1 and 2: the consum
 constexpr int kBM = 128;       // query rows per CTA (64 per consumer warpgroup)
 constexpr int kStages = 3;     // the K̂/V̂ᵀ ring
 // setmaxnreg: the producer gives registers back, the consumers (the accumulators) take them:
-// 128·40 + 256·232 = 64512 of the SM's 65536.
+// 128·40 + 256·232 = 64512 = 384·168, the launch's allocation (ptxas pins the kernel to 168).
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 
 // Shared memory (from a 1024-byte aligned base; every tile 1024-aligned, the swizzles' period):
-// kStages stages of [K̂ tile kBN x kD | V̂ᵀ tile kD x kBN], the 8 x kBN ones tile, then the ring's
-// mbarriers full[kStages] and empty[kStages].
+// kStages stages of [K̂ as FP16 | V̂ᵀ codes], 2 staging buffers of K̂ codes, the 8 x kBN ones tile,
+// the ring's mbarriers full[kStages] and empty[kStages].
+//   K̂ FP16 tile: kD/64 column blocks of [kBN rows][64 halves = 128 bytes], 128-byte swizzle (the
+//     K-major layout of a 16-bit wgmma B operand whose rows exceed 128 bytes): head_dim column k of
+//     row r at block k / 64, byte 2·(k % 64) of the row.
+//   V̂ᵀ tile [kD][kBN] codes, kBN-byte swizzle. Staging: [kBN][kD] codes as loaded (K̂ rows permuted).
 template <int kD, int kBN>
 struct WgLayout {
-  static constexpr int kK = kBN * kD;  // bytes of one K̂ tile (a multiple of 1024)
-  static constexpr int kV = kD * kBN;  // bytes of one V̂ᵀ tile
+  static constexpr int kKBlock = kBN * 128;        // one 64-column block of the FP16 K̂ tile
+  static constexpr int kK = 2 * kBN * kD;          // bytes of the FP16 K̂ tile
+  static constexpr int kV = kD * kBN;              // bytes of one V̂ᵀ tile (a multiple of 1024)
   static constexpr int kStage = kK + kV;
-  static constexpr int kOnes = kStages * kStage;  // offset of the ones tile (<= 1024 bytes)
-  static constexpr int kBars = kOnes + 1024;      // offset of the mbarriers (8 bytes each)
+  static constexpr int kStaging = kStages * kStage;       // 2 x kBN·kD code buffers
+  static constexpr int kOnes = kStaging + 2 * kBN * kD;   // offset of the ones tile (<= 1024)
+  static constexpr int kBars = kOnes + 1024;              // offset of the mbarriers (8 bytes each)
   static constexpr int kBytes = kBars + 16 * kStages + 1024;  // + alignment slack
 };
+
+/// bar.sync on named barrier 1 for the producer warpgroup's 128 threads only.
+__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 
 template <int kD, int kBN, bool kLogits>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -80,8 +89,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t n_keys = kLogits ? p.Tk_p : visible(p, last);
   const int n_tiles = int((n_keys + kBN - 1) / kBN);
 
-  // The ring's barriers: full[s] completes when the 128 producer threads have arrived and their
-  // copies into stage s have landed; empty[s] when the 256 consumer threads are done with it.
+  // The ring's barriers: full[s] completes when the 128 producer threads have published stage s
+  // (K̂ converted, V̂ᵀ landed); empty[s] when the 256 consumer threads are done with it.
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full + 8 * s, 128);
@@ -98,10 +107,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (wg == 0) {
-    // Producer: tile n into stage n % kStages once the consumers have released the stage's
-    // previous tile n − kStages (empty's completion number n / kStages − 1). K̂ row r <- key
-    // j0 + s_key(r / 8, r % 8); V̂ᵀ row d <- keys j0..j0+kBN-1 of head_dim column d; past Tk_p:
-    // zero codes (masked keys meet P̃ = 0). Chunk c = tid + 128·n of a tile.
+    // Producer (tid 0..127). Per tile n, stage n % kStages, once the consumers have released the
+    // stage's previous tile n − kStages (empty's completion number n / kStages − 1):
+    //   V̂ᵀ codes by cp.async (row d <- keys j0..j0+kBN-1 of head_dim column d);
+    //   the next tile's K̂ codes by cp.async into the other staging buffer (row r <- key
+    //   j0 + s_key(r / 8, r % 8)); past Tk_p: zero codes (masked keys meet P̃ = 0);
+    //   this tile's staged K̂ codes -> FP16 (exact) into the stage's swizzled K̂ tile;
+    //   fence.proxy.async (its shared-memory writes, and its landed copies, to wgmma's proxy),
+    //   then one arrival on full. Named barrier 1 orders the 128 threads around the staging.
     setmaxnreg_dec<kProducerRegs>();
     const int64_t b = bh / p.H, h = bh % p.H;
     const int64_t bg = b * p.G + h / (p.H / p.G);  // GQA: the KV head of query head h
@@ -109,32 +122,61 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint8_t* const gv = kLogits ? nullptr : p.v_t + bg * kD * p.Tk_p;  // logits: no V̂ᵀ
     const int tid = threadIdx.x;
     static_assert(kBN * kD / 16 % 128 == 0, "whole chunks per producer thread");
+    constexpr int kChunks = kBN * kD / 16 / 128;  // 16-byte chunks per thread of a code tile
+    auto load_codes = [&](int buf, int64_t j0) {
+      uint8_t* dst = smem + L::kStaging + buf * kBN * kD;
+#pragma unroll 1  // the producer has few registers: addresses computed per copy, not hoisted
+      for (int u = 0; u < kChunks; ++u) {
+        const int c = tid + 128 * u, r = c / (kD / 16), cc = c % (kD / 16);
+        const int64_t j = j0 + s_key(r / 8, r % 8);
+        const bool in = j < p.Tk_p;
+        cp_async16(dst + 16 * c, in ? gk + j * kD + 16 * cc : gk, in);
+      }
+    };
+    if (n_tiles > 0) load_codes(0, 0);
+    cp_async_commit();
     for (int n = 0; n < n_tiles; ++n) {
       const int stage = n % kStages;
       const int64_t j0 = int64_t(n) * kBN;
       if (n >= kStages) mbar_wait(empty + 8 * stage, ((n / kStages) & 1) ^ 1);
-      uint8_t* dk = smem + stage * L::kStage;
-#pragma unroll 1  // the producer has few registers: addresses computed per copy, not hoisted
-      for (int u = 0; u < kBN * kD / 16 / 128; ++u) {
-        const int c = tid + 128 * u, r = c / (kD / 16), cc = c % (kD / 16);
-        const int64_t j = j0 + s_key(r / 8, r % 8);
-        const bool in = j < p.Tk_p;
-        cp_async16(dk + swizzle<kD>(r * kD + 16 * cc), in ? gk + j * kD + 16 * cc : gk, in);
-      }
+      uint8_t* const sk = smem + stage * L::kStage;
       if constexpr (!kLogits) {
-        uint8_t* dv = dk + L::kK;
+        uint8_t* dv = sk + L::kK;
 #pragma unroll 1
-        for (int u = 0; u < kD * kBN / 16 / 128; ++u) {
+        for (int u = 0; u < kChunks; ++u) {
           const int c = tid + 128 * u, r = c / (kBN / 16), cc = c % (kBN / 16);
           const bool in = j0 + 16 * cc < p.Tk_p;  // Tk_p is a multiple of 16: whole chunks
           cp_async16(dv + swizzle<kBN>(r * kBN + 16 * cc),
                      in ? gv + r * p.Tk_p + j0 + 16 * cc : gv, in);
         }
       }
-      mbar_arrive_on_cp_async(full + 8 * stage);  // completes with this thread's copies
+      cp_async_commit();  // group: V̂ᵀ of tile n
+      producer_sync();    // every thread has converted tile n − 1 out of the buffer reused next
+      if (n + 1 < n_tiles) load_codes((n + 1) % 2, j0 + kBN);
+      cp_async_commit();  // group: K̂ codes of tile n + 1
+      cp_async_wait<1>();  // this thread's K̂ codes of tile n and V̂ᵀ of tile n have landed
+      producer_sync();     // ... every thread's
+      const uint8_t* src = smem + L::kStaging + (n % 2) * kBN * kD;
+#pragma unroll 1
+      for (int u = 0; u < kChunks; ++u) {  // chunk c: row r, head_dim columns 16cc..16cc+15
+        const int c = tid + 128 * u, r = c / (kD / 16), cc = c % (kD / 16);
+        const uint4 x = *reinterpret_cast<const uint4*>(src + 16 * c);
+        const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+        uint32_t hf[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          hf[2 * i] = e4m3x2_to_f16x2(uint16_t(w[i] & 0xFFFFu));
+          hf[2 * i + 1] = e4m3x2_to_f16x2(uint16_t(w[i] >> 16));
+        }
+        // Columns 16cc.. = block cc / 4, bytes 32·(cc % 4) and +16 of the row's 128.
+        uint8_t* blk = sk + (cc / 4) * L::kKBlock;
+        const int off = r * 128 + 32 * (cc % 4);
+        *reinterpret_cast<uint4*>(blk + swizzle<128>(off)) = make_uint4(hf[0], hf[1], hf[2], hf[3]);
+        *reinterpret_cast<uint4*>(blk + swizzle<128>(off + 16)) = make_uint4(hf[4], hf[5], hf[6], hf[7]);
+      }
+      fence_proxy_async_smem();
       mbar_arrive(full + 8 * stage);
     }
-    cp_async_commit();
     cp_async_wait<0>();  // no copy outlives its thread
     return;
   }
@@ -143,8 +185,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   setmaxnreg_inc<kConsumerRegs>();
   const int warp = threadIdx.x / 32 - 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  uint32_t qa[kD / 32][4];
-  load_q_fragments<kD>(p, bh, row, t, qa);
+  // Q̂ as FP16 A fragments of the S GEMM (k16 step ks: head_dim 16ks + 2t (+1), +8; rows past
+  // Tq_p: zero codes).
+  uint32_t qa[kD / 16][4];
+  {
+    const uint8_t* q = p.q + bh * p.Tq_p * kD;
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {  // a0: row g, a1: row g+8; a2, a3: +8 columns
+        const int64_t i = row[r % 2];
+        qa[ks][r] = e4m3x2_to_f16x2(
+            i < p.Tq_p ? *reinterpret_cast<const uint16_t*>(q + i * kD + 16 * ks + 8 * (r / 2) + 2 * t)
+                       : uint16_t(0));
+      }
+  }
   const int vis[2] = {row[0] < p.Tq ? int(visible(p, row[0])) : 0,
                       row[1] < p.Tq ? int(visible(p, row[1])) : 0};
   const int64_t unmasked_end = visible(p, q0);  // tiles ending here need no mask in any real row
@@ -163,11 +218,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_wait(full + 8 * stage, (n / kStages) & 1);  // full's completion number n / kStages
     const unsigned tk = sbase + stage * L::kStage, tv = tk + L::kK;
 
+    // S = Q̂K̂ᵀ in FP32 (FP16 wgmma on the exact FP16 values of the codes), head_dim in order.
     float s[kBN / 8][4];
     wgmma_fence();
 #pragma unroll
-    for (int kc = 0; kc < kD / 32; ++kc)
-      WgmmaRS<kBN>::run(s, qa[kc], kmajor_desc<kD>(tk + 32 * kc), kc);
+    for (int ks = 0; ks < kD / 16; ++ks)
+      WgmmaF16RS<kBN>::run(s, qa[ks], kmajor_desc<128>(tk + (ks / 4) * L::kKBlock + 32 * (ks % 4)),
+                           ks);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(s);
@@ -180,6 +237,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t pa[kBN / 32][4];
     softmax_tile<kBN>(s, s_scale, j0 + kBN > unmasked_end, vis, j0, t, p_scale, sm, alpha, pa);
 
+    // P̃V̂ (FP8 wgmma, one tile: the tensor core's accumulator, promoted to FP32 per tile) and l̃.
     float pv[kD / 8][4], ls[1][4];
     wgmma_fence();
 #pragma unroll
