@@ -13,6 +13,15 @@
 // is E5M2 per tile: a code flip in dS moves a gradient element by ~1/8 of a term). And every
 // result obeys FlashAttention-3's rule against the FP64 oracle (STYLE.md): error <= 2 x the CPU
 // twin's error + 1e-3.
+// The wgmma flavor sums each tile's P̃V̂ and l̃ on the FP8 tensor core, whose accumulator keeps 13
+// mantissa bits (truncating; DeepSeek-V3 §3.3.2, promoted to FP32 per tile as there; docs/
+// numerics.md "Limited-precision accumulation"): O before its BF16 rounding moves by ~1e-4..1e-3
+// relative and BF16 elements near a rounding boundary flip by one ulp (2^-8). A NumPy model of
+// this forward on these inputs (T 1000, D 128, block_k 128) gives O within 6.5e-4 relative L2 of
+// the FP32-accumulated one when the accumulator truncates once per k32 instruction, 1.7e-3 when
+// after every product (the pessimistic bound): its O tolerance against the twin and the mma.sync
+// flavor is kOTolWgmma = 3e-3. Its S is FP32 (FP16 wgmma on the exact values of the codes): LSE,
+// m and l keep the mma.sync flavor's tolerances.
 // The kernels directly (flash_forward.h): the saved m is bit for bit the max of logits_launch's S,
 // l its Σ exp(S − m), LSE = m + log l, S's pads 0.
 // Identities: V = 1 gives O = 1 exactly up to 2^18 keys (P̃ is row-max-relative: no underflow);
@@ -43,8 +52,10 @@
 namespace octet {
 namespace {
 
-constexpr double kOTol = 1e-3, kLseTol = 1e-4, kGradTol = 1e-2;
+constexpr double kOTol = 1e-3, kOTolWgmma = 3e-3, kLseTol = 1e-4, kGradTol = 1e-2;
 using cuda::flash::ForwardKernel;
+
+double o_tol(ForwardKernel k) { return k == ForwardKernel::Wgmma ? kOTolWgmma : kOTol; }
 
 bool device_is_sm90() {
   int dev = 0, major = 0, minor = 0;
@@ -167,7 +178,7 @@ TEST_P(FlashForward, MatchesCpuTiledTwinAndTheBackwardFollows) {
                    ev = rel_l2(g.dv, dv);
       std::printf("[flash fwd] %-51s vs twin: O %.1e LSE %.1e dQ %.1e dK %.1e dV %.1e\n",
                   what.c_str(), eo, lse_err, eq, ek, ev);
-      EXPECT_LE(eo, kOTol) << what;
+      EXPECT_LE(eo, o_tol(GetParam())) << what;
       EXPECT_LE(lse_err, kLseTol) << what;
       EXPECT_LE(eq, kGradTol) << what;
       EXPECT_LE(ek, kGradTol) << what;
@@ -322,9 +333,10 @@ TEST_P(FlashForward, RefusesUnsupportedHeadDimAndKeyTile) {
   // BF16 in form tiled is no longer refused: it runs cuDNN's fused SDPA (tests/cuda/cudnn_sdpa_test.cpp).
 }
 
-// The two flavors on the same E4M3 codes (direct entry, ForwardParams::kernel): O to kOTol relative
-// L2, LSE to kLseTol, m to kLseTol (S may differ at FP32 rounding level: the tensor cores' sums over
-// head_dim), l to 1e-5 relative; every block_k and head_dim, causal with Tq < Tk and Tq > Tk.
+// The two flavors on the same E4M3 codes (direct entry, ForwardParams::kernel): O to kOTolWgmma
+// relative L2 (the FP8 tile sums of P̃V̂), LSE and m to kLseTol (S may differ at FP32 rounding
+// level: the tensor cores' sums over head_dim), l to 1e-5 relative; every block_k and head_dim,
+// causal with Tq < Tk and Tq > Tk (rows without keys: both LSE −inf and l 0).
 TEST(FlashForwardFlavors, FlavorsAgree) {
   OCTET_REQUIRE_GPU();
   if (!device_is_sm90()) GTEST_SKIP() << "the wgmma forward needs an sm_90 GPU";
@@ -385,7 +397,7 @@ TEST(FlashForwardFlavors, FlavorsAgree) {
     std::printf("[flash fwd] wgmma vs mma_sync %-36s O %.1e LSE %.1e m %.1e l %.1e\n", what.c_str(),
                 eo, lse_err, m_err, l_err);
     EXPECT_EQ(nonfinite, 0u) << what;
-    EXPECT_LE(eo, kOTol) << what;
+    EXPECT_LE(eo, kOTolWgmma) << what;
     EXPECT_LE(lse_err, kLseTol) << what;
     EXPECT_LE(m_err, kLseTol) << what;
     EXPECT_LE(l_err, 1e-5) << what;

@@ -1,29 +1,32 @@
 // src/cuda/flash/flash_forward_wgmma.cu — the Hopper (sm_90a) flavor of the fused FP8 attention
-// forward: the same semantics as the mma.sync kernel (flash_forward.h; CPU twin:
-// src/cpu/attention_tiled.cpp) with both GEMMs on warpgroup MMA (wgmma, QGMMA in SASS;
-// FlashAttention-3's structure, arXiv 2407.08608: warp specialization, wgmma, an mbarrier ring).
-// docs/cuda.md §"wgmma forward".
+// forward: the semantics of flash_forward.h (CPU twin: src/cpu/attention_tiled.cpp) with both GEMMs
+// on warpgroup MMA (wgmma) in FlashAttention-3's structure (arXiv 2407.08608: warp specialization,
+// an mbarrier ring). docs/cuda.md §"wgmma forward".
 //
-// One CTA = 3 warpgroups, kBM = 128 query rows of one (b, h). Warpgroup 0, the producer, copies
-// the K̂ and V̂ᵀ key tiles by cp.async into a 3-stage shared-memory ring (mbarriers full/empty per
-// stage; CUTLASS's cp.async pipeline protocol). Warpgroups 1 and 2, the consumers, own 64 rows each
-// (consumer warp v: rows 16v..16v+15, the mma.sync kernel's rows per warp) and per key tile of kBN:
-//   S (64 x kBN, FP32) = Q̂·K̂ᵀ: wgmma m64n{kBN}k32, A = Q̂ from registers (loaded once), B = the K̂
-//     tile in shared memory; head_dim in order k = 0, 32, ... from a fresh accumulator. The K̂ rows
-//     are stored permuted (row r holds key s_key(r / 8, r % 8)), so the accumulator converts in
-//     place into P̃V̂'s A fragment (flash_forward_tile.cuh) — and why the copies are not TMA's;
+// One CTA = 3 warpgroups, kBM = 128 query rows of one (b, h). Warpgroup 0, the producer, fills a
+// 3-stage shared-memory ring (mbarriers full/empty per stage): V̂ᵀ tiles by cp.async, K̂ tiles by
+// cp.async into a staging buffer one tile ahead, then converted to FP16 (exact) into the stage.
+// Warpgroups 1 and 2, the consumers, own 64 rows each (consumer warp v: rows 16v..16v+15, the
+// mma.sync kernel's rows per warp) and per key tile of kBN keys:
+//   S (64 x kBN) = Q̂·K̂ᵀ: FP16 wgmma m64n{kBN}k16 (HGMMA), A = Q̂ as FP16 from registers (loaded
+//     once), B = the FP16 K̂ tile; head_dim in order from a fresh accumulator. The codes' values are
+//     exact in FP16 and their products in FP32, so S is an FP32 sum as the twin's — the FP8
+//     instruction's 13-bit accumulator would move S by ~1e-4 of its partial sums, and with it m,
+//     the LSE and the P the backward recomputes (at logits ~100, P by percents). The K̂ rows are
+//     stored permuted (row r holds key s_key(r / 8, r % 8)), so the accumulator converts in place
+//     into P̃V̂'s A fragment (flash_forward_tile.cuh) — one reason the copies are not TMA's;
 //   the tile's softmax (flash_forward_tile.cuh softmax_tile, shared with the mma.sync kernel);
-//   P̃V̂ (64 x kD) = wgmma m64n{kD}k32, A = P̃ from registers, B = the V̂ᵀ tile, in a fresh
-//     accumulator added to O in FP32 (α·O + P̃V̂: a row is never summed inside the tensor core
-//     beyond one tile, as in the mma.sync kernel); l̃'s tile sum is one more m64n8k32 with B = an
-//     8 x kBN tile of E4M3 ones.
+//   P̃V̂ (64 x kD) = FP8 wgmma m64n{kD}k32 (QGMMA), A = P̃ from registers, B = the V̂ᵀ tile, in a
+//     fresh accumulator added to O in FP32 (α·O + P̃V̂: the tensor core sums at most one tile of
+//     keys, DeepSeek-V3's promotion interval N_C = 128, docs/numerics.md);
+//     l̃'s tile sum is one more m64n8k32 with B = an 8 x kBN tile of E4M3 ones.
 // No CTA-wide barrier in the loop: each consumer warpgroup waits only for its data, so the two
 // overlap each other's softmax and GEMMs as the warp schedulers interleave them. Not yet: TMA,
 // ping-pong scheduling of the consumers, intra-warpgroup overlap of the softmax with the next
 // tile's S GEMM (its accumulator does not fit beside O's, P̃V̂'s and S's at head_dim 128).
 // Logits mode (logits_launch after a wgmma forward): the same S instructions, S written out.
-// FP32 order vs the mma.sync kernel: the tensor cores' sums (over head_dim for S, over a tile's keys
-// for P̃V̂ and l̃) may round differently, so S (and from it m, l, P̃, O) may differ at FP32 rounding level.
+// Numerics vs the mma.sync kernel: S, m, l at FP32 rounding level (another tensor-core summation
+// order); P̃V̂ and l̃ with the FP8 accumulator's 13 bits within a tile (O: ~1e-4 relative).
 #include <cuda_runtime.h>
 
 #include <cmath>
