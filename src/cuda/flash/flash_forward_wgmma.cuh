@@ -1,8 +1,9 @@
 // src/cuda/flash/flash_forward_wgmma.cuh — the Hopper (sm_90a) building blocks of the wgmma
-// flavor of the fused FP8 attention forward (flash_forward_wgmma.cu): warpgroup MMA with E4M3
-// operands and FP32 accumulators, A from registers and B from shared memory through a matrix
-// descriptor ("RS"), the fences and groups around it, and the 128-/64-byte swizzled K-major shared
-// memory layout the descriptor names. PTX ISA §9.7.15 "Asynchronous Warpgroup Level Matrix
+// flavor of the fused FP8 attention forward (flash_forward_wgmma.cu): warpgroup MMA with E4M3 (and,
+// for S, FP16) operands and FP32 accumulators, A from registers and B from shared memory through a
+// matrix descriptor ("RS"), the fences and groups around it, the 128-/64-byte swizzled K-major
+// shared-memory layout the descriptor names, and the mbarrier / setmaxnreg primitives of the
+// warp-specialized pipeline (PTX ISA "mbarrier", "setmaxnreg"). PTX ISA §9.7.15 "Asynchronous Warpgroup Level Matrix
 // Multiply-Accumulate" (wgmma.mma_async, its register fragments, matrix descriptors and
 // shared-memory layouts). docs/cuda.md §"wgmma forward".
 //
@@ -17,7 +18,8 @@
 // chunk c ^ (r mod 8) (W = 128, "128B swizzle") or c ^ ((r / 2) mod 4) (W = 64, "64B swizzle"):
 // the hardware applies that XOR to the byte address bits [4, 7) ^= [7, 10) (resp. [4, 6) ^= [7, 9)),
 // so a tile must start on a 1024-byte boundary, and the k-th 32-byte step of a row is addressed by
-// adding 32·k to the descriptor's start address.
+// adding 32·k to the descriptor's start address (FP16: a k16 step is 32 bytes too; rows longer than
+// 128 bytes are split into 64-column blocks, each its own swizzled tile).
 #pragma once
 
 #include <cuda_runtime.h>
