@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
 
   // Q̂ A fragments, all of D (rows past Tq_p: zero codes).
   uint32_t qa[kD / 32][4];
-  load_q_fragments<kD>(p, bh, row, t, qa);
+  load_q_fragments<kD, false>(p, bh, row, t, qa);
 
   // Keys this CTA visits: those its last real row sees (visible() grows with i).
   const int64_t last = (q0 + kBM<kD> < p.Tq ? q0 + kBM<kD> : p.Tq) - 1;
@@ -133,12 +133,7 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
   const float s_scale = p.tau * *p.q_scale_inv * *p.k_scale_inv;
   const float p_scale = p.p_scale;
   constexpr uint32_t kOnes = 0x38383838u;  // four E4M3 codes of 1.0: P̃·1 = the row sums l̃
-  float oacc[kD / 8][4], lacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // O and l̃ (code units)
-#pragma unroll
-  for (int dn = 0; dn < kD / 8; ++dn)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) oacc[dn][e] = 0.0f;
-  RowSoftmax sm[2];
+  ForwardRows<kD> acc;  // O, l̃ (code units) and the online softmax of this lane's rows
 
   if (n_tiles > 0) load_tile(0, 0);
   cp_async_commit();
@@ -175,7 +170,7 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
     // A fragments of P̃V̂ over the 32 keys 32kk.. (flash_forward_tile.cuh).
     float alpha[2];
     uint32_t pa[kBN / 32][4];
-    softmax_tile<kBN>(s, s_scale, j0 + kBN > unmasked_end, vis, j0, t, p_scale, sm, alpha, pa);
+    softmax_tile<kBN>(s, s_scale, j0 + kBN > unmasked_end, vis, j0, t, p_scale, acc.sm, alpha, pa);
     // O = α·O + P̃·V̂: B = V̂ᵀ rows 8dn + g (head_dim columns), keys 32kk + 4t.. (b0), +16 (b1).
     // The tile's P̃·V̂ (kBN <= 128 keys) is summed by the tensor core in a fresh accumulator and
     // added to O in FP32 on the CUDA cores: Hopper's FP8 MMA accumulates with limited precision,
@@ -191,22 +186,20 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
         mma_e4m3_16832(pv, pa[2 * h], b[0], b[1]);
         mma_e4m3_16832(pv, pa[2 * h + 1], b[2], b[3]);
       }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) oacc[dn][e] = oacc[dn][e] * alpha[e / 2] + pv[e];
+      acc.add_pv(dn, alpha, pv);
     }
     {
       float ls[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int kk = 0; kk < kBN / 32; ++kk) mma_e4m3_16832(ls, pa[kk], kOnes, kOnes);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) lacc[e] = lacc[e] * alpha[e / 2] + ls[e];
+      acc.add_l(alpha, ls);
     }
     __syncthreads();  // every warp is done with this stage before it is loaded again
   }
   cp_async_wait<0>();
   if constexpr (kLogits) return;
   // row[0], recomputed (not live in the loop)
-  store_rows<kD>(p, bh, q0 + warp * 16 + g, t, oacc, lacc, sm);
+  acc.store(p, bh, q0 + warp * 16 + g, t);
 }
 
 template <bool kLogits>

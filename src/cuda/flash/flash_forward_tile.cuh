@@ -63,21 +63,35 @@ __device__ __forceinline__ int64_t visible(const ForwardParams& p, int64_t i) {
   return n < 0 ? 0 : (n > p.Tk ? p.Tk : n);
 }
 
-/// Q̂'s A fragments over all of head_dim for rows row[0] (g) and row[1] (g + 8) of head bh
-/// (rows past Tq_p: zero codes). qa[kc] covers head_dim bytes 32kc..32kc+31.
-template <int kD>
+/// FP16 bits of two E4M3 codes (the low byte's value in the low half): exact (cvt.rn.f16x2.e4m3x2).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint16_t codes) {
+  uint32_t h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(codes));
+  return h;
+}
+
+/// Q̂'s A fragments over all of head_dim for rows row[0] (g) and row[1] (g + 8) of head bh (rows
+/// past Tq_p: zero codes), qa[kc] covering head_dim kK·kc.. of one MMA k-step:
+///   kF16 = false: E4M3 codes (mma.sync m16n8k32, wgmma k32): kK = 32, register r = the 4 codes at
+///                 32kc + 16(r / 2) + 4t of row r % 2;
+///   kF16 = true:  their exact FP16 values (wgmma k16): kK = 16, register r = the 2 values at
+///                 16kc + 8(r / 2) + 2t of row r % 2, low half first.
+template <int kD, bool kF16>
 __device__ __forceinline__ void load_q_fragments(const ForwardParams& p, int64_t bh,
                                                  const int64_t (&row)[2], int t,
-                                                 uint32_t (&qa)[kD / 32][4]) {
+                                                 uint32_t (&qa)[kD / (kF16 ? 16 : 32)][4]) {
+  constexpr int kB = kF16 ? 2 : 4, kK = 8 * kB;  // codes per register, head_dim per k-step
   const uint8_t* q = p.q + bh * p.Tq_p * kD;
 #pragma unroll
-  for (int kc = 0; kc < kD / 32; ++kc)
+  for (int kc = 0; kc < kD / kK; ++kc)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {  // a0: row g, a1: row g+8; a2, a3: +16 columns
+    for (int r = 0; r < 4; ++r) {  // a0: row g, a1: row g+8; a2, a3: + kK / 2 columns
       const int64_t i = row[r % 2];
-      qa[kc][r] = i < p.Tq_p ? *reinterpret_cast<const uint32_t*>(q + i * kD + 32 * kc +
-                                                                  16 * (r / 2) + 4 * t)
-                             : 0u;
+      const uint8_t* at = q + i * kD + kK * kc + (kK / 2) * (r / 2) + kB * t;
+      if constexpr (kF16)
+        qa[kc][r] = e4m3x2_to_f16x2(i < p.Tq_p ? *reinterpret_cast<const uint16_t*>(at) : 0);
+      else
+        qa[kc][r] = i < p.Tq_p ? *reinterpret_cast<const uint32_t*>(at) : 0u;
     }
 }
 
@@ -153,37 +167,62 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float s_sca
     }
 }
 
-/// The epilogue of this lane's rows i0 = (first row of its warp) + g and i0 + 8: O =
-/// bf16_round(O_acc · sv / l̃) (0 in a row that sees no key), and from the lane with t = 0 the
-/// LSE = m + log l (−inf without keys), row_max = m, row_sum = l. l is the quad sum of the lanes'
-/// partial sums, taken by the whole warp before any row-dependent branch; l̃ (lacc, code units)
-/// is already the row's: every column of the P̃·1 product is the row sum (c0 row g, c2 row g + 8).
+/// What a lane accumulates for its two rows over the key tiles: O and l̃ in code units (FP32, one
+/// tile's tensor-core sums added per tile: α·acc + tile) and the rows' online softmax.
 template <int kD>
-__device__ __forceinline__ void store_rows(const ForwardParams& p, int64_t bh, int64_t i0, int t,
-                                           const float (&oacc)[kD / 8][4], const float (&lacc)[4],
-                                           const RowSoftmax (&sm)[2]) {
-  const float sv_inv = *p.v_scale_inv;
-  float l[2];
-  const float l_hat[2] = {lacc[0], lacc[2]};
-#pragma unroll
-  for (int r = 0; r < 2; ++r) l[r] = quad_sum(sm[r].l);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t i = i0 + 8 * r;
-    if (i >= p.Tq) continue;
-    const float inv = l_hat[r] > 0.0f ? sv_inv / l_hat[r] : 0.0f;  // 0 in a row that sees no key
-    float* o = p.o + (bh * p.Tq + i) * kD;
+struct ForwardRows {
+  float oacc[kD / 8][4];  ///< O's columns 8dn + 2t (+1) of rows g (e = 0, 1) and g + 8 (e = 2, 3)
+  float lacc[4];          ///< l̃: every column of the P̃·1 product is the row sum (c0 g, c2 g + 8)
+  RowSoftmax sm[2];
+
+  __device__ __forceinline__ ForwardRows() {
 #pragma unroll
     for (int dn = 0; dn < kD / 8; ++dn)
-      *reinterpret_cast<float2*>(o + 8 * dn + 2 * t) =
-          make_float2(bf16_round(oacc[dn][2 * r] * inv), bf16_round(oacc[dn][2 * r + 1] * inv));
-    if (t == 0) {
-      const float m = sm[r].m;
-      p.lse[bh * p.Tq + i] = m == -INFINITY ? -INFINITY : m + logf(l[r]);
-      p.row_max[bh * p.Tq + i] = m;
-      p.row_sum[bh * p.Tq + i] = l[r];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) oacc[dn][e] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) lacc[e] = 0.0f;
+  }
+  /// O's n-tile dn = α·O + the tile's P̃V̂ n-tile.
+  __device__ __forceinline__ void add_pv(int dn, const float (&alpha)[2], const float (&pv)[4]) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) oacc[dn][e] = oacc[dn][e] * alpha[e / 2] + pv[e];
+  }
+  /// l̃ = α·l̃ + the tile's P̃·1.
+  __device__ __forceinline__ void add_l(const float (&alpha)[2], const float (&ls)[4]) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) lacc[e] = lacc[e] * alpha[e / 2] + ls[e];
+  }
+
+  /// The epilogue of rows i0 = (first row of the lane's warp) + g and i0 + 8: O =
+  /// bf16_round(O_acc · sv / l̃) (0 in a row that sees no key), and from the lane with t = 0 the
+  /// LSE = m + log l (−inf without keys), row_max = m, row_sum = l. l is the quad sum of the
+  /// lanes' partial sums, taken by the whole warp before any row-dependent branch.
+  __device__ __forceinline__ void store(const ForwardParams& p, int64_t bh, int64_t i0,
+                                        int t) const {
+    const float sv_inv = *p.v_scale_inv;
+    float l[2];
+    const float l_hat[2] = {lacc[0], lacc[2]};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l[r] = quad_sum(sm[r].l);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = i0 + 8 * r;
+      if (i >= p.Tq) continue;
+      const float inv = l_hat[r] > 0.0f ? sv_inv / l_hat[r] : 0.0f;  // 0: a row that sees no key
+      float* o = p.o + (bh * p.Tq + i) * kD;
+#pragma unroll
+      for (int dn = 0; dn < kD / 8; ++dn)
+        *reinterpret_cast<float2*>(o + 8 * dn + 2 * t) = make_float2(
+            bf16_round(oacc[dn][2 * r] * inv), bf16_round(oacc[dn][2 * r + 1] * inv));
+      if (t == 0) {
+        const float m = sm[r].m;
+        p.lse[bh * p.Tq + i] = m == -INFINITY ? -INFINITY : m + logf(l[r]);
+        p.row_max[bh * p.Tq + i] = m;
+        p.row_sum[bh * p.Tq + i] = l[r];
+      }
     }
   }
-}
+};
 
 }  // namespace octet::cuda::flash

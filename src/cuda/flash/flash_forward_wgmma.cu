@@ -188,32 +188,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   setmaxnreg_inc<kConsumerRegs>();
   const int warp = threadIdx.x / 32 - 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  // Q̂ as FP16 A fragments of the S GEMM (k16 step ks: head_dim 16ks + 2t (+1), +8; rows past
-  // Tq_p: zero codes).
-  uint32_t qa[kD / 16][4];
-  {
-    const uint8_t* q = p.q + bh * p.Tq_p * kD;
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {  // a0: row g, a1: row g+8; a2, a3: +8 columns
-        const int64_t i = row[r % 2];
-        qa[ks][r] = e4m3x2_to_f16x2(
-            i < p.Tq_p ? *reinterpret_cast<const uint16_t*>(q + i * kD + 16 * ks + 8 * (r / 2) + 2 * t)
-                       : uint16_t(0));
-      }
-  }
+  uint32_t qa[kD / 16][4];  // Q̂ as FP16 A fragments of the S GEMM (k16 steps)
+  load_q_fragments<kD, true>(p, bh, row, t, qa);
   const int vis[2] = {row[0] < p.Tq ? int(visible(p, row[0])) : 0,
                       row[1] < p.Tq ? int(visible(p, row[1])) : 0};
   const int64_t unmasked_end = visible(p, q0);  // tiles ending here need no mask in any real row
   const float s_scale = p.tau * *p.q_scale_inv * *p.k_scale_inv;
   const float p_scale = p.p_scale;
-  float oacc[kD / 8][4], lacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // O and l̃ (code units)
-#pragma unroll
-  for (int dn = 0; dn < kD / 8; ++dn)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) oacc[dn][e] = 0.0f;
-  RowSoftmax sm[2];
+  ForwardRows<kD> acc;  // O, l̃ (code units) and the online softmax of this lane's rows
 
   for (int n = 0; n < n_tiles; ++n) {
     const int stage = n % kStages;
@@ -238,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     float alpha[2];
     uint32_t pa[kBN / 32][4];
-    softmax_tile<kBN>(s, s_scale, j0 + kBN > unmasked_end, vis, j0, t, p_scale, sm, alpha, pa);
+    softmax_tile<kBN>(s, s_scale, j0 + kBN > unmasked_end, vis, j0, t, p_scale, acc.sm, alpha, pa);
 
     // P̃V̂ (FP8 wgmma, one tile: the tensor core's accumulator, promoted to FP32 per tile) and l̃.
     float pv[kD / 8][4], ls[1][4];
@@ -255,13 +237,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(ls);
     mbar_arrive(empty + 8 * stage);  // this thread's reads of the stage are done
 #pragma unroll
-    for (int dn = 0; dn < kD / 8; ++dn)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) oacc[dn][e] = oacc[dn][e] * alpha[e / 2] + pv[dn][e];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) lacc[e] = lacc[e] * alpha[e / 2] + ls[0][e];
+    for (int dn = 0; dn < kD / 8; ++dn) acc.add_pv(dn, alpha, pv[dn]);
+    acc.add_l(alpha, ls[0]);
   }
-  if constexpr (!kLogits) store_rows<kD>(p, bh, q0 + warp * 16 + g, t, oacc, lacc, sm);
+  if constexpr (!kLogits) acc.store(p, bh, q0 + warp * 16 + g, t);
 #else
   __trap();  // wgmma needs sm_90a (the CUDA preset builds it); forward_launch dispatches by device
 #endif

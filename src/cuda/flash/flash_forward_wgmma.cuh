@@ -229,13 +229,6 @@ struct WgmmaF16RS<128> {
   }
 };
 
-/// FP16 bits of two E4M3 codes (the low byte's value in the low half): exact (cvt.rn.f16x2.e4m3x2).
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint16_t codes) {
-  uint32_t h;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(codes));
-  return h;
-}
-
 #undef OCTET_WGMMA_RS
 #undef OCTET_WGMMA_D8_REGS
 #undef OCTET_WGMMA_D8_OUTS
