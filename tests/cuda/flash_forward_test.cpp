@@ -79,6 +79,59 @@ std::vector<uint8_t> random_codes(std::mt19937& rng, float sigma, int64_t heads,
   return x;
 }
 
+/// The kernels' own dimensions (flash_forward.h ForwardParams).
+struct Dims {
+  int64_t B, H, G, Tq, Tk, D;
+  bool causal;
+  int64_t block_k;
+};
+
+/// One forward call on random codes, through the direct entry: E4M3 codes of sigma·N(0, 1) for Q̂,
+/// K̂, V̂ᵀ (seeded), every scale_inv = scale_inv, and the output buffers.
+struct DirectForward {
+  Dims c;
+  int64_t Tq_p, Tk_p;
+  test::Dev<uint8_t> q, k, vt;
+  test::Dev<float> scales, o, lse, m, l;
+
+  DirectForward(const Dims& dims, float sigma, float scale_inv, uint32_t seed)
+      : c(dims), Tq_p((dims.Tq + 15) / 16 * 16), Tk_p((dims.Tk + 15) / 16 * 16) {
+    std::mt19937 rng(seed);
+    q.set(random_codes(rng, sigma, c.B * c.H, c.Tq, Tq_p, c.D, false));
+    k.set(random_codes(rng, sigma, c.B * c.G, c.Tk, Tk_p, c.D, false));
+    vt.set(random_codes(rng, sigma, c.B * c.G, c.Tk, Tk_p, c.D, true));
+    scales.set(std::vector<float>{scale_inv, scale_inv, scale_inv});
+    for (auto* x : {&lse, &m, &l}) x->resize(size_t(c.B * c.H * c.Tq));
+    o.resize(size_t(c.B * c.H * c.Tq * c.D));
+    poison_outputs();
+  }
+  /// Every output element NaN (bytes 0xFF), so that one a kernel leaves unwritten is seen.
+  void poison_outputs() {
+    for (auto* x : {&o, &lse, &m, &l}) {
+      OCTET_CUDA_CHECK(cudaDeviceSynchronize());
+      OCTET_CUDA_CHECK(cudaMemset(x->p, 0xFF, x->n * sizeof(float)));
+    }
+  }
+  cuda::flash::ForwardParams params(ForwardKernel kernel) {
+    cuda::flash::ForwardParams p;
+    p.q = q.p, p.k = k.p, p.v_t = vt.p;
+    p.q_scale_inv = scales.p, p.k_scale_inv = scales.p + 1, p.v_scale_inv = scales.p + 2;
+    p.o = o.p, p.lse = lse.p, p.row_max = m.p, p.row_sum = l.p;
+    p.B = c.B, p.H = c.H, p.G = c.G, p.Tq = c.Tq, p.Tk = c.Tk, p.Tq_p = Tq_p, p.Tk_p = Tk_p,
+    p.D = c.D;
+    p.causal = c.causal;
+    p.tau = 1.0f / std::sqrt(float(c.D));
+    p.block_k = c.block_k;
+    p.kernel = kernel;
+    return p;
+  }
+  std::string name() const {
+    return "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + "/G" + std::to_string(c.G) +
+           " " + std::to_string(c.Tq) + "x" + std::to_string(c.Tk) + " d" + std::to_string(c.D) +
+           (c.causal ? " causal" : "") + " bk" + std::to_string(c.block_k);
+  }
+};
+
 /// Sets OCTET_FLASH_FORWARD for the scope of a test and restores the previous value.
 class ScopedForwardEnv {
  public:
@@ -263,34 +316,17 @@ TEST_P(FlashForward, ZerosAndRowsWithoutKeys) {
 // of logits_launch's S over the row's visible keys, row_sum = Σ exp(S − m) over them (FP64
 // reference, 1e-5 relative: FP32 sums of <= 150 terms), LSE = m + log l; S pads are 0.
 TEST_P(FlashForward, SavedStatisticsDescribeTheLogitsKernelsS) {
-  struct Dims {
-    int64_t B, H, G, Tq, Tk, D;
-    bool causal;
-    int64_t block_k;
-  };
   for (const Dims c : {Dims{2, 4, 2, 100, 150, 128, true, 64}, Dims{1, 2, 1, 129, 129, 64, false, 128},
                        Dims{1, 2, 2, 200, 90, 64, true, 128}}) {
-    const int64_t Tq_p = (c.Tq + 15) / 16 * 16, Tk_p = (c.Tk + 15) / 16 * 16;
-    std::mt19937 rng(3);
-    test::Dev<uint8_t> q(random_codes(rng, 1.0f, c.B * c.H, c.Tq, Tq_p, c.D, false)),
-        k(random_codes(rng, 1.0f, c.B * c.G, c.Tk, Tk_p, c.D, false)),
-        vt(random_codes(rng, 1.0f, c.B * c.G, c.Tk, Tk_p, c.D, true));
-    test::Dev<float> scales(std::vector<float>{1.0f, 1.0f, 1.0f}), o(size_t(c.B * c.H * c.Tq * c.D)),
-        lse(size_t(c.B * c.H * c.Tq)), m(size_t(c.B * c.H * c.Tq)), l(size_t(c.B * c.H * c.Tq)),
-        S(size_t(c.B * c.H * Tq_p * Tk_p));
-    cuda::flash::ForwardParams p;
-    p.q = q.p, p.k = k.p, p.v_t = vt.p;
-    p.q_scale_inv = scales.p, p.k_scale_inv = scales.p + 1, p.v_scale_inv = scales.p + 2;
-    p.o = o.p, p.lse = lse.p, p.row_max = m.p, p.row_sum = l.p;
-    p.B = c.B, p.H = c.H, p.G = c.G, p.Tq = c.Tq, p.Tk = c.Tk, p.Tq_p = Tq_p, p.Tk_p = Tk_p,
-    p.D = c.D;
-    p.causal = c.causal;
-    p.tau = 1.0f / std::sqrt(float(c.D));
-    p.block_k = c.block_k;
-    p.kernel = GetParam();
+    DirectForward run(c, 1.0f, 1.0f, 3);
+    const int64_t Tq_p = run.Tq_p, Tk_p = run.Tk_p;
+    test::Dev<float> S(size_t(c.B * c.H * Tq_p * Tk_p));
+    OCTET_CUDA_CHECK(cudaMemset(S.p, 0xFF, S.n * sizeof(float)));  // NaN: every element written
+    const cuda::flash::ForwardParams p = run.params(GetParam());
     cuda::flash::forward_launch(p, nullptr);
     cuda::flash::logits_launch(p, S.p, nullptr);
-    const auto hs = S.get(), hm = m.get(), hl = l.get(), hlse = lse.get(), ho = o.get();
+    const auto hs = S.get(), hm = run.m.get(), hl = run.l.get(), hlse = run.lse.get(),
+               ho = run.o.get();
     for (float x : ho) ASSERT_TRUE(std::isfinite(x));
     for (int64_t bh = 0; bh < c.B * c.H; ++bh)
       for (int64_t i = 0; i < Tq_p; ++i) {
@@ -340,50 +376,22 @@ TEST_P(FlashForward, RefusesUnsupportedHeadDimAndKeyTile) {
 TEST(FlashForwardFlavors, FlavorsAgree) {
   OCTET_REQUIRE_GPU();
   if (!device_is_sm90()) GTEST_SKIP() << "the wgmma forward needs an sm_90 GPU";
-  struct Dims {
-    int64_t B, H, G, Tq, Tk, D;
-    bool causal;
-    int64_t block_k;
-  };
   for (const Dims c : {Dims{2, 8, 2, 1000, 1000, 128, false, 128}, Dims{1, 8, 1, 333, 1000, 128, true, 64},
                        Dims{2, 4, 4, 517, 129, 64, true, 128}, Dims{1, 4, 2, 1, 77, 64, false, 64},
                        Dims{1, 2, 1, 4096, 4096, 128, true, 128}}) {
-    const int64_t Tq_p = (c.Tq + 15) / 16 * 16, Tk_p = (c.Tk + 15) / 16 * 16;
-    std::mt19937 rng(11);
-    test::Dev<uint8_t> q(random_codes(rng, 4.0f, c.B * c.H, c.Tq, Tq_p, c.D, false)),
-        k(random_codes(rng, 4.0f, c.B * c.G, c.Tk, Tk_p, c.D, false)),
-        vt(random_codes(rng, 4.0f, c.B * c.G, c.Tk, Tk_p, c.D, true));
-    test::Dev<float> scales(std::vector<float>{0.25f, 0.25f, 0.25f});
-    const size_t no = size_t(c.B * c.H * c.Tq * c.D), nr = size_t(c.B * c.H * c.Tq);
-    struct Out {
-      test::Dev<float> o, lse, m, l;
-    };
-    Out out[2] = {{test::Dev<float>(no), test::Dev<float>(nr), test::Dev<float>(nr), test::Dev<float>(nr)},
-                  {test::Dev<float>(no), test::Dev<float>(nr), test::Dev<float>(nr), test::Dev<float>(nr)}};
-    const ForwardKernel kernels[2] = {ForwardKernel::MmaSync, ForwardKernel::Wgmma};
-    for (int f = 0; f < 2; ++f) {
-      cuda::flash::ForwardParams p;
-      p.q = q.p, p.k = k.p, p.v_t = vt.p;
-      p.q_scale_inv = scales.p, p.k_scale_inv = scales.p + 1, p.v_scale_inv = scales.p + 2;
-      p.o = out[f].o.p, p.lse = out[f].lse.p, p.row_max = out[f].m.p, p.row_sum = out[f].l.p;
-      p.B = c.B, p.H = c.H, p.G = c.G, p.Tq = c.Tq, p.Tk = c.Tk, p.Tq_p = Tq_p, p.Tk_p = Tk_p,
-      p.D = c.D;
-      p.causal = c.causal;
-      p.tau = 1.0f / std::sqrt(float(c.D));
-      p.block_k = c.block_k;
-      p.kernel = kernels[f];
-      cuda::flash::forward_launch(p, nullptr);
-    }
-    const auto o0 = out[0].o.get(), o1 = out[1].o.get();
-    const auto lse0 = out[0].lse.get(), lse1 = out[1].lse.get(), m0 = out[0].m.get(),
-               m1 = out[1].m.get(), l0 = out[0].l.get(), l1 = out[1].l.get();
-    const std::string what = "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + "/G" +
-                             std::to_string(c.G) + " " + std::to_string(c.Tq) + "x" +
-                             std::to_string(c.Tk) + " d" + std::to_string(c.D) +
-                             (c.causal ? " causal" : "") + " bk" + std::to_string(c.block_k);
+    DirectForward run(c, 4.0f, 0.25f, 11);
+    const size_t nr = size_t(c.B * c.H * c.Tq);
+    cuda::flash::forward_launch(run.params(ForwardKernel::MmaSync), nullptr);
+    const auto o0 = run.o.get(), lse0 = run.lse.get(), m0 = run.m.get(), l0 = run.l.get();
+    run.poison_outputs();
+    cuda::flash::forward_launch(run.params(ForwardKernel::Wgmma), nullptr);
+    const auto o1 = run.o.get(), lse1 = run.lse.get(), m1 = run.m.get(), l1 = run.l.get();
+    const std::string what = run.name();
     double lse_err = 0, m_err = 0, l_err = 0;
     size_t nonfinite = 0;
     for (size_t i = 0; i < nr; ++i) {
+      ASSERT_FALSE(std::isnan(lse1[i]) || std::isnan(m1[i]) || std::isnan(l1[i]))
+          << what << " row " << i << " not written";
       if (std::isinf(lse0[i]) || std::isinf(lse1[i])) {  // a row without keys: both −inf, l = 0
         EXPECT_TRUE(lse0[i] == lse1[i] && l0[i] == 0.0f && l1[i] == 0.0f) << what << " row " << i;
         continue;
