@@ -441,8 +441,9 @@ TEST(FlashForwardFlavors, EnvironmentChoosesTheKernel) {
     }
   }
   ScopedForwardEnv env(nullptr);
-  EXPECT_EQ(cuda::flash::select_forward_kernel(),
-            device_is_sm90() ? ForwardKernel::Wgmma : ForwardKernel::MmaSync);
+  EXPECT_EQ(cuda::flash::select_forward_kernel(), device_is_sm90() && cuda::flash::kWgmmaOnSm90
+                                                      ? ForwardKernel::Wgmma
+                                                      : ForwardKernel::MmaSync);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, FlashForward,

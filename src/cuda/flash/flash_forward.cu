@@ -42,10 +42,6 @@
 namespace octet::cuda::flash {
 namespace {
 
-// The default of ForwardKernel::Auto on an sm_90 device. To run the mma.sync kernel everywhere
-// (e.g. if the wgmma kernel's GPU tests fail), set this to false (or OCTET_FLASH_FORWARD=mma_sync).
-constexpr bool kWgmmaOnSm90 = true;
-
 bool aligned16(const void* x) { return (reinterpret_cast<uintptr_t>(x) & 15u) == 0; }
 
 // Warps (16 query rows each) per CTA. head_dim 128: 8 warps = 128 rows, so every K̂/V̂ tile brought

@@ -23,8 +23,12 @@ namespace octet::cuda::flash {
 
 /// Which kernel runs the forward (and logits_launch). Auto: the environment variable
 /// OCTET_FLASH_FORWARD if set (`mma_sync` or `wgmma`; anything else is an octet::Error), else
-/// wgmma on an sm_90 device (head_dim 64 and 128, every block_k), else mma_sync.
+/// wgmma on an sm_90 device (head_dim 64 and 128, every block_k) when kWgmmaOnSm90, else mma_sync.
 enum class ForwardKernel { Auto, MmaSync, Wgmma };
+
+/// Auto's choice on an sm_90 device: the wgmma kernel. Set to false to run the mma.sync kernel
+/// everywhere by default (OCTET_FLASH_FORWARD=wgmma still selects wgmma).
+inline constexpr bool kWgmmaOnSm90 = true;
 
 /// "mma_sync" | "wgmma" ("auto" for Auto): the names OCTET_FLASH_FORWARD takes.
 const char* forward_kernel_name(ForwardKernel k);
