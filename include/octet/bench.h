@@ -143,6 +143,9 @@ struct AttnBenchRow {
   bool causal = true;
   double fwd_ms = 0, bwd_ms = 0, fwd_tflops = 0, bwd_tflops = 0;
   int reps = 0;
+  /// The fused FP8 forward's kernel flavor for the octet-fp8-fused rows: "wgmma" | "mma_sync"
+  /// (src/cuda/flash/flash_forward.h; OCTET_FLASH_FORWARD forces one); empty for the other rows.
+  std::string fwd_kernel;
 };
 
 struct AttnBenchOptions {

@@ -1,6 +1,7 @@
 // src/cuda/flash/flash_forward.cu — the fused FP8 attention forward kernel and its launch
 // (flash_forward.h; CPU twin: src/cpu/attention_tiled.cpp). docs/cuda.md §"Fused FP8 attention
-// forward".
+// forward". The wgmma flavor (flash_forward_wgmma.cu) and the choice between them
+// (select_forward_kernel, OCTET_FLASH_FORWARD) are also here: this file's kernel is mma_sync.
 //
 // One CTA = 8 warps = kBM = 128 query rows (head_dim 64: 4 warps, 64 rows) of one (b, h); each
 // warp owns 16 rows (FlashAttention-2's split: no cross-warp reduction). Q̂'s fragments live in registers for the whole CTA. K̂ and V̂ᵀ
@@ -11,6 +12,8 @@
 //   (the S accumulator's key order is permuted so the layouts agree: flash_mma_sm89.cuh s_key);
 //   O_acc = α·O_acc + P̃·V̂ (the tile's product from the tensor core, the sum over tiles in FP32).
 // End: O = bf16_round(O_acc · sv / l̃), LSE, m, l per row.
+// The per-warp tile code (masking, softmax, P̃ fragments, epilogue) is flash_forward_tile.cuh, shared
+// with the wgmma flavor.
 // The same kernel in its logits mode writes S instead (logits_launch): the unfused backward after a
 // fused forward recomputes S with the forward's bits.
 // FP32 order vs the CPU twin (documented differences, all at FP32 rounding level; a P̃ code or a
@@ -25,9 +28,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "cuda/check.h"
+#include "cuda/flash/flash_forward_tile.cuh"
 #include "cuda/flash/flash_mma_sm89.cuh"
 #include "cuda/flash/flash_softmax.cuh"
 #include "octet/attention.h"
@@ -58,12 +63,6 @@ struct Smem {
   static constexpr int kBytes = 2 * (kK + kV);
 };
 
-__device__ __forceinline__ int64_t visible(const ForwardParams& p, int64_t i) {
-  if (!p.causal) return p.Tk;
-  const int64_t n = i + p.Tk - p.Tq + 1;
-  return n < 0 ? 0 : (n > p.Tk ? p.Tk : n);
-}
-
 // kLogits = false: the forward. kLogits = true: the same CTA walks all Tk_p keys and writes its
 // S = Q̂K̂ᵀ·(τ·sq·sk) tile by tile to s_out instead of the softmax and P̃V̂ (logits_launch): the very
 // instructions and scale product of the forward, so every element has the forward's bits.
@@ -84,18 +83,7 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
 
   // Q̂ A fragments, all of D (rows past Tq_p: zero codes).
   uint32_t qa[kD / 32][4];
-  {
-    const uint8_t* q = p.q + bh * p.Tq_p * kD;
-#pragma unroll
-    for (int kc = 0; kc < kD / 32; ++kc)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {  // a0: row g, a1: row g+8; a2, a3: +16 columns
-        const int64_t i = row[r % 2];
-        qa[kc][r] = i < p.Tq_p ? *reinterpret_cast<const uint32_t*>(q + i * kD + 32 * kc +
-                                                                    16 * (r / 2) + 4 * t)
-                               : 0u;
-      }
-  }
+  load_q_fragments<kD, false>(p, bh, row, t, qa);
 
   // Keys this CTA visits: those its last real row sees (visible() grows with i).
   const int64_t last = (q0 + kBM<kD> < p.Tq ? q0 + kBM<kD> : p.Tq) - 1;
@@ -141,12 +129,7 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
   const float s_scale = p.tau * *p.q_scale_inv * *p.k_scale_inv;
   const float p_scale = p.p_scale;
   constexpr uint32_t kOnes = 0x38383838u;  // four E4M3 codes of 1.0: P̃·1 = the row sums l̃
-  float oacc[kD / 8][4], lacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // O and l̃ (code units)
-#pragma unroll
-  for (int dn = 0; dn < kD / 8; ++dn)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) oacc[dn][e] = 0.0f;
-  RowSoftmax sm[2];
+  ForwardRows<kD> acc;  // O, l̃ (code units) and the online softmax of this lane's rows
 
   if (n_tiles > 0) load_tile(0, 0);
   cp_async_commit();
@@ -175,65 +158,15 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
       }
     }
     if constexpr (kLogits) {  // S rows i < Tq_p, keys j < Tk_p (pads: 0, as a GEMM gives)
-#pragma unroll
-      for (int nt = 0; nt < kBN / 8; ++nt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int64_t j = j0 + s_key(nt, 2 * t);  // even; j + 1 < Tk_p too (Tk_p % 16 == 0)
-          if (row[r] < p.Tq_p && j < p.Tk_p)
-            *reinterpret_cast<float2*>(s_out + (bh * p.Tq_p + row[r]) * p.Tk_p + j) =
-                make_float2(__fmul_rn(s[nt][2 * r], s_scale), __fmul_rn(s[nt][2 * r + 1], s_scale));
-        }
+      store_logits<kBN>(p, s_out, bh, row, j0, t, s, s_scale);
       __syncthreads();
       continue;
     }
-    // Scale (a rounded product, never contracted into a later FMA: the backward's S has these
-    // bits) and mask; this lane's max per row. Element e: row e / 2, key s_key(nt, 2t + e % 2) =
-    // s_key(nt, 0) + 4t + e % 2 of the tile. Only tiles past unmasked_end compare key indices
-    // (CTA-uniform branch), in 32-bit tile-relative units.
-    float mx[2] = {-INFINITY, -INFINITY};
-    if (j0 + kBN > unmasked_end) {
-      int lim[2];  // keys of this tile row r sees, relative to j0 + 4t
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int n = vis[r] - int(j0);
-        lim[r] = (n < 0 ? 0 : (n > kBN ? kBN : n)) - 4 * t;
-      }
-#pragma unroll
-      for (int nt = 0; nt < kBN / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[nt][e] = s_key(nt, 0) + e % 2 < lim[e / 2] ? __fmul_rn(s[nt][e], s_scale) : -INFINITY;
-          mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
-        }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < kBN / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[nt][e] = __fmul_rn(s[nt][e], s_scale);
-          mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
-        }
-    }
-    float alpha[2], piv[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      alpha[r] = sm[r].begin_tile(mx[r]);
-      piv[r] = sm[r].pivot();
-    }
-    // P̃ as the A fragment of P̃V̂ over the 32 keys 32kk..: a0/a1 from n-tiles 4kk, 4kk+1 (keys
-    // 4t..4t+3 of rows g / g+8), a2/a3 from 4kk+2, 4kk+3 (keys 16+4t..16+4t+3).
+    // Scale, mask (only tiles past unmasked_end: a CTA-uniform branch), online softmax, P̃ as the
+    // A fragments of P̃V̂ over the 32 keys 32kk.. (flash_forward_tile.cuh).
+    float alpha[2];
     uint32_t pa[kBN / 32][4];
-#pragma unroll
-    for (int kk = 0; kk < kBN / 32; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int nt = 4 * kk + 2 * (r / 2), ro = r % 2;
-        const uint32_t lo = sm[ro].p_codes(s[nt][2 * ro], s[nt][2 * ro + 1], piv[ro], p_scale);
-        const uint32_t hi =
-            sm[ro].p_codes(s[nt + 1][2 * ro], s[nt + 1][2 * ro + 1], piv[ro], p_scale);
-        pa[kk][r] = lo | (hi << 16);
-      }
+    softmax_tile<kBN>(s, s_scale, j0 + kBN > unmasked_end, vis, j0, t, p_scale, acc.sm, alpha, pa);
     // O = α·O + P̃·V̂: B = V̂ᵀ rows 8dn + g (head_dim columns), keys 32kk + 4t.. (b0), +16 (b1).
     // The tile's P̃·V̂ (kBN <= 128 keys) is summed by the tensor core in a fresh accumulator and
     // added to O in FP32 on the CUDA cores: Hopper's FP8 MMA accumulates with limited precision,
@@ -249,69 +182,29 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
         mma_e4m3_16832(pv, pa[2 * h], b[0], b[1]);
         mma_e4m3_16832(pv, pa[2 * h + 1], b[2], b[3]);
       }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) oacc[dn][e] = oacc[dn][e] * alpha[e / 2] + pv[e];
+      acc.add_pv(dn, alpha, pv);
     }
     {
       float ls[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int kk = 0; kk < kBN / 32; ++kk) mma_e4m3_16832(ls, pa[kk], kOnes, kOnes);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) lacc[e] = lacc[e] * alpha[e / 2] + ls[e];
+      acc.add_l(alpha, ls);
     }
     __syncthreads();  // every warp is done with this stage before it is loaded again
   }
   cp_async_wait<0>();
   if constexpr (kLogits) return;
-
-  const float sv_inv = *p.v_scale_inv;
-  // l: the quad sum, taken by the whole warp before any row-dependent branch; l̃ is already the
-  // row's (every column of the ones product is the row sum: c0 row g, c2 row g + 8).
-  float l[2];
-  const float l_hat[2] = {lacc[0], lacc[2]};
-#pragma unroll
-  for (int r = 0; r < 2; ++r) l[r] = quad_sum(sm[r].l);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t i = q0 + warp * 16 + g + 8 * r;  // row[r], recomputed (not live in the loop)
-    if (i >= p.Tq) continue;
-    const float inv = l_hat[r] > 0.0f ? sv_inv / l_hat[r] : 0.0f;  // 0 in a row that sees no key
-    float* o = p.o + (bh * p.Tq + i) * kD;
-#pragma unroll
-    for (int dn = 0; dn < kD / 8; ++dn)
-      *reinterpret_cast<float2*>(o + 8 * dn + 2 * t) =
-          make_float2(bf16_round(oacc[dn][2 * r] * inv), bf16_round(oacc[dn][2 * r + 1] * inv));
-    if (t == 0) {
-      const float m = sm[r].m;
-      p.lse[bh * p.Tq + i] = m == -INFINITY ? -INFINITY : m + logf(l[r]);
-      p.row_max[bh * p.Tq + i] = m;
-      p.row_sum[bh * p.Tq + i] = l[r];
-    }
-  }
-}
-
-template <int kD, int kBN, bool kLogits>
-void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
-  constexpr int bytes = Smem<kD, kBN>::kBytes;
-  // Above 48 KiB of dynamic shared memory needs the opt-in (per function, on the current device).
-  OCTET_CUDA_CHECK(cudaFuncSetAttribute(forward_kernel<kD, kBN, kLogits>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  // The logits CTAs cover the padded rows too (the forward's last CTA may stop at Tq).
-  const int64_t rows = kLogits ? p.Tq_p : p.Tq;
-  const int64_t blocks = p.B * p.H * ((rows + kBM<kD> - 1) / kBM<kD>);
-  OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention forward: too many query blocks (B·H·Tq/kBM)");
-  forward_kernel<kD, kBN, kLogits><<<unsigned(blocks), kThreads<kD>, bytes, stream>>>(p, s_out);
-  OCTET_CUDA_LAUNCH_CHECK();
+  // row[0], recomputed (not live in the loop)
+  acc.store(p, bh, q0 + warp * 16 + g, t);
 }
 
 template <bool kLogits>
 void dispatch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
-  if (p.D == 64)
-    p.block_k == 64 ? launch<64, 64, kLogits>(p, s_out, stream)
-                    : launch<64, 128, kLogits>(p, s_out, stream);
-  else
-    p.block_k == 64 ? launch<128, 64, kLogits>(p, s_out, stream)
-                    : launch<128, 128, kLogits>(p, s_out, stream);
+  dispatch_sizes(p, [&](auto d, auto bn) {
+    constexpr int kD = decltype(d)::value, kBN = decltype(bn)::value;
+    launch_forward_kernel(forward_kernel<kD, kBN, kLogits>, kThreads<kD>, kBM<kD>,
+                          Smem<kD, kBN>::kBytes, kLogits, p, s_out, stream);
+  });
 }
 
 // The checks both entry points share (the logits read no V̂ᵀ).
@@ -338,6 +231,38 @@ void check_forward_supported(int64_t head_dim, int64_t block_k) {
                   std::to_string(block_k));
 }
 
+const char* forward_kernel_name(ForwardKernel k) {
+  switch (k) {
+    case ForwardKernel::MmaSync: return "mma_sync";
+    case ForwardKernel::Wgmma: return "wgmma";
+    default: return "auto";
+  }
+}
+
+ForwardKernel select_forward_kernel(ForwardKernel requested) {
+  int dev = 0, major = 0, minor = 0;
+  OCTET_CUDA_CHECK(cudaGetDevice(&dev));
+  OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  const bool sm90 = major == 9 && minor == 0;
+  ForwardKernel k = requested;
+  if (k == ForwardKernel::Auto) {
+    const char* env = std::getenv("OCTET_FLASH_FORWARD");
+    const std::string v = env ? env : "";
+    if (v == forward_kernel_name(ForwardKernel::MmaSync)) k = ForwardKernel::MmaSync;
+    else if (v == forward_kernel_name(ForwardKernel::Wgmma)) k = ForwardKernel::Wgmma;
+    else
+      OCTET_CHECK(v.empty(), "OCTET_FLASH_FORWARD must be mma_sync or wgmma (or unset), got '" + v +
+                                 "'");
+  }
+  if (k == ForwardKernel::Auto)
+    k = kWgmmaOnSm90 && sm90 ? ForwardKernel::Wgmma : ForwardKernel::MmaSync;
+  OCTET_CHECK(k != ForwardKernel::Wgmma || sm90,
+              "fused attention forward: the wgmma kernel needs an sm_90 GPU (Hopper), this is sm_" +
+                  std::to_string(10 * major + minor) + " (use OCTET_FLASH_FORWARD=mma_sync)");
+  return k;
+}
+
 void forward_launch(const ForwardParams& p, cudaStream_t stream) {
   check_inputs(p, true);
   OCTET_CHECK(p.Tk < (int64_t(1) << 31), "fused attention forward: Tk must be below 2^31");
@@ -345,14 +270,16 @@ void forward_launch(const ForwardParams& p, cudaStream_t stream) {
               "fused attention forward: a null output pointer (o, lse, row_max, row_sum)");
   OCTET_CHECK((reinterpret_cast<uintptr_t>(p.o) & 7u) == 0,
               "fused attention forward: o must be 8-byte aligned (float2 stores)");
-  dispatch<false>(p, nullptr, stream);
+  if (select_forward_kernel(p.kernel) == ForwardKernel::Wgmma) wgmma_forward_launch(p, nullptr, stream);
+  else dispatch<false>(p, nullptr, stream);
 }
 
 void logits_launch(const ForwardParams& p, float* s, cudaStream_t stream) {
   check_inputs(p, false);
   OCTET_CHECK(s && (reinterpret_cast<uintptr_t>(s) & 7u) == 0,
               "fused attention logits: s must be a non-null, 8-byte aligned pointer");
-  dispatch<true>(p, s, stream);
+  if (select_forward_kernel(p.kernel) == ForwardKernel::Wgmma) wgmma_forward_launch(p, s, stream);
+  else dispatch<true>(p, s, stream);
 }
 
 }  // namespace octet::cuda::flash
