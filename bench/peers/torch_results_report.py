@@ -34,8 +34,8 @@ def load(arm_dir):
     return status, steps, evals
 
 
-def fmt(v, spec):
-    return "n/a" if v is None else format(v, spec)
+def fmt(v, spec, unit=""):
+    return "n/a" if v is None else format(v, spec) + unit
 
 
 def main():
@@ -67,8 +67,8 @@ def main():
         tps = st["tokens_per_s"]
         linears = f"fp8 {st['recipe']} {st['format']}" if st["linears"] == "fp8" else st["linears"]
         print(f"| {name} | {st['attention']} | {linears} | "
-              f"{fmt(train, '.4f')} | {fmt(val, '.4f')} | {fmt(gap, '+.2f')}% | {tps:,.0f} | "
-              f"{fmt(tps / base_tps if base_tps else None, '.2f')}x |")
+              f"{fmt(train, '.4f')} | {fmt(val, '.4f')} | {fmt(gap, '+.2f', '%')} | {tps:,.0f} | "
+              f"{fmt(tps / base_tps if base_tps else None, '.2f', 'x')} |")
     if ddp:
         one = arms.get("octet-matched", ({}, [], []))[0].get("tokens_per_s")
         print("\n| data parallel | GPUs | tokens/s | vs 1 GPU (octet-matched) |\n|---|---|---|---|")
@@ -77,7 +77,7 @@ def main():
                 print(f"| {name} | {st.get('status')}: {st.get('why', 'rc ' + str(st.get('rc')))} |||")
                 continue
             print(f"| {name} | {st['world_size']} | {st['tokens_per_s']:,.0f} | "
-                  f"{fmt(st['tokens_per_s'] / one if one else None, '.2f')}x |")
+                  f"{fmt(st['tokens_per_s'] / one if one else None, '.2f', 'x')} |")
     if a.no_plot:
         return
     runs = [str(root / n) for n, (st, steps, _) in arms.items() if steps and not n.startswith("ddp-")]
