@@ -197,7 +197,8 @@ def main():
         step_ms = statistics.median(ms)
         tps = tokens / (step_ms * 1e-3)
         tflops = flops_per_token * tps / 1e12 / world
-        impl = "torchao" if a.linears.startswith("torchao") else "torch-octet"
+        impl = ("torchao" if a.linears.startswith("torchao") else
+                "torch" if (a.linears, a.attention) == ("bf16", "sdpa") else "torch-octet")
         row = dict(env, bench="train", impl=impl + ("-compile" if not a.no_compile else ""),
                    model=name, arm=f"{a.linears}+{a.attention}", attention=a.attention,
                    linears=a.linears, recipe=a.recipe if a.linears == "fp8" else a.linears[8:],

@@ -142,3 +142,26 @@ def test_compiled_training_steps_are_eager_bitwise(backend, recipe):
             states.append(results[0][-1])
     if recipe == "tensor-delayed":
         assert not torch.equal(states[0], states[-1])  # the state really advanced
+
+
+def test_residual_runs_eagerly_inside_a_compiled_graph():
+    """return_residual=True: the backward fills a tensor the forward made, which a graph cannot
+    express, so that call runs eagerly (a graph break); fullgraph=True refuses it."""
+    q = torch.randn(1, 32, 2, 16)
+
+    def fn(q):
+        o, residual = ot.attention(q, q, q, causal=True, delta="stale", return_residual=True)
+        return 2 * o, residual
+
+    want = []
+    for f in (fn, torch.compile(fn, backend="aot_eager")):
+        qi = q.clone().requires_grad_()
+        o, residual = f(qi)
+        o.square().sum().backward()
+        want.append((o.detach(), qi.grad, residual))
+    for a, b in zip(*want):
+        assert torch.equal(a, b)
+    assert want[0][2][1] > 0  # the stale delta's residual was filled
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="disable"):
+        torch.compile(fn, fullgraph=True, backend="aot_eager")(q)
