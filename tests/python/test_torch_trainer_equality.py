@@ -25,16 +25,16 @@ PyTorch model, whose activations are FP32 tensors, computes the same thing. RoPE
 CPU in CI (the CLI next to liboctet_c); the cuda parametrization (the fused FP8 attention kernels
 at head_dim 64, cuBLASLt FP8 GEMMs) is skipped without a GPU.
 """
+import json
 import os
 import pathlib
+import struct
 import subprocess
 import tomllib
 
 import pytest
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
-from safetensors.torch import load_file
 
 from octet_torch_util import rel  # noqa: F401  (also puts python/ on the path)
 import octet
@@ -150,6 +150,26 @@ class Twin(torch.nn.Module):
 # ---- the test ----------------------------------------------------------------------------------
 
 
+def read_safetensors(path):
+    """(name -> tensor, metadata) of a safetensors file: the `safetensors` package where it is
+    installed; else the format read directly (8-byte little-endian header size, a JSON header of
+    dtype, shape and byte offsets, the data) — the GPU machine's python may lack the package."""
+    try:
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+        with safe_open(str(path), "pt") as f:
+            return load_file(str(path)), f.metadata() or {}
+    except ImportError:
+        raw = pathlib.Path(path).read_bytes()
+        n = struct.unpack("<Q", raw[:8])[0]
+        header = json.loads(raw[8:8 + n])
+        dtypes = {"F32": torch.float32, "I32": torch.int32, "F64": torch.float64}
+        out = {k: torch.frombuffer(bytearray(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]),
+                                   dtype=dtypes[v["dtype"]]).reshape(v["shape"])
+               for k, v in header.items() if k != "__metadata__"}
+        return out, header.get("__metadata__", {})
+
+
 def dump(tmp, corpus, arm, device):
     out = tmp / f"{arm}-{device}"
     cmd = [octet_cli(), "train", "--dump-grads", str(out), "--device", device, "--arm", arm]
@@ -157,10 +177,10 @@ def dump(tmp, corpus, arm, device):
         cmd += ["--set", s]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    with safe_open(str(out / "grads.safetensors"), "pt") as f:
-        loss = float(f.metadata()["loss"])
-    return (tomllib.loads((out / "config.toml").read_text()), load_file(str(out / "model.safetensors")),
-            load_file(str(out / "batch.safetensors")), load_file(str(out / "grads.safetensors")), loss)
+    grads, meta = read_safetensors(out / "grads.safetensors")
+    return (tomllib.loads((out / "config.toml").read_text()),
+            read_safetensors(out / "model.safetensors")[0],
+            read_safetensors(out / "batch.safetensors")[0], grads, float(meta["loss"]))
 
 
 @pytest.fixture(scope="module")
