@@ -208,7 +208,8 @@ class Float8Linear(torch.nn.Linear):
             # output dtype: Inductor fuses this add and drops an intermediate rounding of the bias
             # to BF16 (torch._inductor.config.emulate_precision_casts), so adding a BF16-rounded
             # bias would make compiled and eager outputs differ by one BF16 unit in ~1/8 of the
-            # elements, which FP8 quantization downstream magnifies (docs/pytorch.md, "torch.compile").
+            # elements, which FP8 quantization downstream magnifies (docs/pytorch.md,
+            # "torch.compile").
             acc = torch.promote_types(x.dtype, torch.float32)
             y = y.to(acc) + self.bias.to(acc)
         return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
