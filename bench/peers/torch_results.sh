@@ -13,7 +13,8 @@
 # each arm gets what is left of $TORCH_RESULTS_DEADLINE seconds (an arm that cannot start is
 # recorded as skipped). Arm names as arguments run only those.
 #
-# Here (once, with network):  bench/peers/torch_results.sh fetch    # torchao wheel -> .cuda-carry/wheels
+# Here (once, with network, after bench/pack_gpu_carry.sh, which empties .cuda-carry):
+#   bench/peers/torch_results.sh fetch    # the pinned torchao wheel -> .cuda-carry/wheels
 # There:  OCTET_LIBRARY=/tmp/oc/lib/liboctet_c.so bench/peers/torch_results.sh   (carry .cuda-carry)
 # Environment: OCTET_LIBRARY (default /tmp/oc/lib/liboctet_c.so, else build/cuda/liboctet_c.so);
 #   OCTET_CORPUS (default data/linux-docs; unpacked from .cuda-carry/linux-docs.tar.xz if missing);
