@@ -1,10 +1,20 @@
-"""torch.compile(fullgraph=True) of a transformer block that calls octet.torch.attention and
-octet.torch.Float8Linear (CPU; docs/pytorch.md): the custom ops' fake implementations let Dynamo
-trace the whole block without a graph break, AOTAutograd traces their registered backward, and
-the compiled block gives the eager block's output and gradients (the ops themselves are the same
-calls; only the torch ops around them may be fused differently). Backends: aot_eager (tracing,
-fake implementations, autograd) and inductor (also code generation; skipped where the ASan
-runtime is preloaded — the sanitized CI run — since its C++ compiler subprocesses inherit it)."""
+"""torch.compile(fullgraph=True) of octet.torch (CPU; docs/pytorch.md, "torch.compile"): the custom
+ops' fake implementations let Dynamo trace without a graph break, AOTAutograd traces their
+registered backward, and the compiled code gives the eager code's results.
+
+octet's ops are the same calls compiled or not and the CPU reference is deterministic, so where
+the torch ops around them are exact (views, splits, one add) compiled equals eager bit for bit:
+a linear alone (BF16 with a bias: Inductor fuses the bias add and drops intermediate roundings,
+which once made ~1/8 of the outputs differ by a BF16 unit), an attention alone on strided inputs,
+and several training steps of a block whose tensor-delayed scales advance from step to step (a
+copy of the eager block, compiled: its octet state must evolve exactly as the eager one's). The
+transformer block with a LayerNorm (which Inductor reduces in another order) is held to
+assert_close. Backends: aot_eager (tracing, fake implementations, autograd) and inductor (also
+code generation; where the ASan runtime is preloaded — the sanitized CI run — its compiler
+subprocesses are started without the preload).
+"""
+import contextlib
+import copy
 import os
 
 import pytest
@@ -13,14 +23,32 @@ import torch
 from octet_torch_util import rel  # noqa: F401  (also puts python/ on the path)
 import octet.torch as ot
 
+BACKENDS = ["aot_eager", "inductor"]
+
+
+@contextlib.contextmanager
+def compiling(backend):
+    """Inductor's C++ compiler subprocesses must not inherit an ASan LD_PRELOAD (this process
+    already has the runtime loaded; the compiler is not instrumented)."""
+    preload = os.environ.get("LD_PRELOAD") if backend == "inductor" else None
+    if preload:
+        del os.environ["LD_PRELOAD"]
+    try:
+        yield
+    finally:
+        if preload:
+            os.environ["LD_PRELOAD"] = preload
+
 
 class Block(torch.nn.Module):
-    def __init__(self, d=64, heads=4, kv_heads=2):
+    """x + proj(attention(split(qkv(norm(x))))), GQA, causal."""
+
+    def __init__(self, d=64, heads=4, kv_heads=2, norm=True, bias=True):
         super().__init__()
         self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
-        self.norm = torch.nn.LayerNorm(d)
-        self.qkv = torch.nn.Linear(d, (heads + 2 * kv_heads) * self.hd)
-        self.proj = torch.nn.Linear(d, d)
+        self.norm = torch.nn.LayerNorm(d) if norm else torch.nn.Identity()
+        self.qkv = torch.nn.Linear(d, (heads + 2 * kv_heads) * self.hd, bias=bias)
+        self.proj = torch.nn.Linear(d, d, bias=bias)
 
     def forward(self, x):
         b, t, _ = x.shape
@@ -31,22 +59,109 @@ class Block(torch.nn.Module):
         return x + self.proj(o.reshape(b, t, -1))
 
 
-@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def run(fn, params, *inputs):
+    """(output, input grads, param grads) of fn(*inputs) with loss Σ out² (in float32)."""
+    xs = [x.detach().clone().requires_grad_() for x in inputs]
+    y = fn(*xs)
+    grads = torch.autograd.grad(y.float().square().sum(), xs + list(params))
+    return y.detach(), grads[:len(xs)], grads[len(xs):]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_compile_fullgraph_matches_eager(backend):
-    if backend == "inductor" and "asan" in os.environ.get("LD_PRELOAD", ""):
-        pytest.skip("inductor's compiler subprocesses would inherit the ASan preload")
     torch.manual_seed(0)
     block = ot.convert_to_float8(Block(), recipe="tensor-current", format="hybrid")
     x = torch.randn(2, 16, 64)
-    grads = []
-    outs = []
-    for fn in (block, torch.compile(block, fullgraph=True, backend=backend)):
-        xi = x.clone().requires_grad_()
-        y = fn(xi)
-        y.square().sum().backward()
-        outs.append(y.detach())
-        grads.append([xi.grad] + [p.grad.clone() for p in block.parameters()])
-        block.zero_grad()
-    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
-    for a, b in zip(grads[1], grads[0]):
+    with compiling(backend):
+        got = run(torch.compile(block, fullgraph=True, backend=backend), block.parameters(), x)
+    want = run(block, block.parameters(), x)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
+    for a, b in zip(got[1] + got[2], want[1] + want[2]):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("bias", [True, False])
+def test_compiled_linear_is_eager_bitwise(backend, dtype, bias):
+    torch.manual_seed(1)
+    lin = ot.Float8Linear(64, 96, bias=bias, recipe="tensor-current", format="hybrid")
+    x = torch.randn(3, 40, 64).to(dtype)
+    with compiling(backend):
+        got = run(torch.compile(lin, fullgraph=True, backend=backend), lin.parameters(), x)
+    want = run(lin, lin.parameters(), x)
+    assert torch.equal(got[0], want[0]), int((got[0] != want[0]).sum())
+    assert torch.equal(got[1][0], want[1][0])          # dx
+    assert torch.equal(got[2][0], want[2][0])          # dw (FP8 GEMM)
+    if bias:  # db: a sum over rows, in whatever order the compiled reduction takes
+        torch.testing.assert_close(got[2][1], want[2][1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("delta", ["matched", "stale"])
+def test_compiled_attention_strided_is_eager_bitwise(backend, delta):
+    gen = torch.Generator().manual_seed(2)
+    b, t, h, g, d = 2, 24, 4, 2, 16
+
+    def fn(packed):  # packed [B, H + 2G, T, D]: q, k, v are strided views of one tensor
+        q, k, v = packed.transpose(1, 2).split([h, g, g], dim=2)
+        return ot.attention(q, k, v, causal=True, delta=delta)
+
+    packed = torch.randn(b, h + 2 * g, t, d, generator=gen).bfloat16()
+    with compiling(backend):
+        got = run(torch.compile(fn, fullgraph=True, backend=backend), [], packed)
+    want = run(fn, [], packed)
+    assert torch.equal(got[0], want[0])
+    assert torch.equal(got[1][0], want[1][0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("recipe", ["tensor-delayed", "tensor-current"])
+def test_compiled_training_steps_are_eager_bitwise(backend, recipe):
+    """A block without norm and biases (only exact torch ops around octet's), trained a few steps
+    compiled and eagerly from the same start: outputs, gradients and the quantizer state equal at
+    every step, while the delayed scales change from step to step."""
+    torch.manual_seed(3)
+    eager = ot.convert_to_float8(Block(norm=False, bias=False), recipe=recipe, format="hybrid")
+    twin = copy.deepcopy(eager)  # its own octet state, starting from eager's
+    with compiling(backend):
+        compiled = torch.compile(twin, fullgraph=True, backend=backend)
+        states = []
+        for step in range(4):
+            x = torch.randn(2, 16, 64, dtype=torch.bfloat16)
+            results = []
+            for module, fn in ((eager, eager), (twin, compiled)):
+                out, dx, dparams = run(fn, module.parameters(), x)
+                with torch.no_grad():
+                    for p, dp in zip(module.parameters(), dparams):
+                        p -= 0.05 * dp
+                ot.update_scales(module)
+                results.append((out, dx[0], *dparams, module.qkv.quant_state()))
+            for a, b in zip(*results):
+                assert torch.equal(a, b), f"step {step}"
+            states.append(results[0][-1])
+    if recipe == "tensor-delayed":
+        assert not torch.equal(states[0], states[-1])  # the state really advanced
+
+
+def test_residual_runs_eagerly_inside_a_compiled_graph():
+    """return_residual=True: the backward fills a tensor the forward made, which a graph cannot
+    express, so that call runs eagerly (a graph break); fullgraph=True refuses it."""
+    q = torch.randn(1, 32, 2, 16)
+
+    def fn(q):
+        o, residual = ot.attention(q, q, q, causal=True, delta="stale", return_residual=True)
+        return 2 * o, residual
+
+    want = []
+    for f in (fn, torch.compile(fn, backend="aot_eager")):
+        qi = q.clone().requires_grad_()
+        o, residual = f(qi)
+        o.square().sum().backward()
+        want.append((o.detach(), qi.grad, residual))
+    for a, b in zip(*want):
+        assert torch.equal(a, b)
+    assert want[0][2][1] > 0  # the stale delta's residual was filled
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="disable"):
+        torch.compile(fn, fullgraph=True, backend="aot_eager")(q)

@@ -10,6 +10,7 @@
 - Bad input raises a Python exception naming the problem.
 """
 import copy
+import pickle
 
 import pytest
 import torch
@@ -84,12 +85,15 @@ def test_delayed_state_round_trips():
     assert torch.equal(a(x), b(x))
 
 
-def test_deepcopy_gets_its_own_state():
+@pytest.mark.parametrize("how", ["deepcopy", "copy", "pickle"])
+def test_copy_gets_its_own_state(how):
     gen = torch.Generator().manual_seed(3)
     a = ot.Float8Linear(16, 16, recipe="tensor-delayed", amax_history_len=4)
     a(torch.randn(8, 16, generator=gen) * 4).sum().backward()
     a.update_scales()
-    b = copy.deepcopy(a)
+    b = {"deepcopy": copy.deepcopy, "copy": copy.copy,
+         "pickle": lambda m: pickle.loads(pickle.dumps(m))}[how](a)
+    assert b._octet_layer != a._octet_layer
     assert torch.equal(b.quant_state(), a.quant_state())  # starts from the original's state
     b(torch.randn(8, 16, generator=gen) * 100).sum().backward()
     b.update_scales()

@@ -8,7 +8,9 @@ fake implementation so torch.compile traces through them:
   octet::attention_forward(q, k, v, residual, ...) -> o          q, k, v, o in [B, H, T, D]
   octet::attention_backward(q, k, v, d_o, residual, ...) -> dq, dk, dv   (mutates residual)
 The backward op re-runs the forward (deterministic) before the backward: the backend's saved
-state cannot cross an op boundary, so attention costs one extra forward per backward.
+state cannot cross an op boundary, so attention costs one extra forward per backward. A call with
+return_residual=True runs eagerly even inside torch.compile (a graph break): its backward writes a
+tensor the forward made, which a compiled graph cannot express.
 """
 import math
 
@@ -140,7 +142,8 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
     device that each backward through o fills: [max, mean] over query rows of the softmax-gradient
     row residual |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) (octet/attention.h AttentionStats):
     FP32 rounding (≤ 1e-6) with the matched delta, the delta's relative error with the stale one
-    (left at 0 by precision "fp64" on float64 tensors, the exact oracle).
+    (left at 0 by precision "fp64" on float64 tensors, the exact oracle). Such a call runs
+    eagerly under torch.compile (a graph break; fullgraph=True refuses it).
 
     causal: query i sees keys j <= i + seq_k - seq_q (bottom-right aligned, as FlashAttention-2).
     delta: "matched" (Delta-Matching, D_i = Σ_j P_ij dP_ij) or "stale" (D_i = dO_i·O_i).
@@ -167,8 +170,19 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
     if softmax_scale is not None and not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"octet.torch.attention: softmax_scale must be finite and > 0, "
                          f"got {softmax_scale}")
-    residual = torch.zeros(2 if return_residual else 0, dtype=torch.float64, device=q.device)
-    o = _forward(heads_major(q), heads_major(k), heads_major(v), residual, bool(causal), scale,
-                 str(delta), str(precision), str(format))
-    o = o.transpose(1, 2).to(dtype)
-    return (o, residual) if return_residual else o
+    args = (heads_major(q), heads_major(k), heads_major(v), bool(causal), scale, str(delta),
+            str(precision), str(format))
+    if return_residual:
+        o, residual = _with_residual(*args)
+        return o.transpose(1, 2).to(dtype), residual
+    empty = torch.zeros(0, dtype=torch.float64, device=q.device)  # no residual: a NULL pointer
+    return _forward(*args[:3], empty, *args[3:]).transpose(1, 2).to(dtype)
+
+
+@torch.compiler.disable
+def _with_residual(q, k, v, *config):
+    """The forward op with a residual tensor that the backward op fills. Always run eagerly: the
+    backward writes a tensor made in the forward, which a compiled graph cannot express, so
+    torch.compile breaks the graph here (fullgraph=True refuses it; docs/pytorch.md)."""
+    residual = torch.zeros(2, dtype=torch.float64, device=q.device)
+    return _forward(q, k, v, residual, *config), residual

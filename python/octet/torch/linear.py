@@ -16,7 +16,7 @@ Float8Linear.update_scales) once per optimizer step. Its state is not in the sta
 stay nn.Linear's: weight, bias); quant_state() / load_quant_state() carry it.
 """
 import ctypes
-import itertools
+import secrets
 import weakref
 
 import torch
@@ -25,7 +25,6 @@ from .. import _lib
 from ._backend import backend_for, dtype_code
 
 _layers = {}  # layer id -> _Layer
-_ids = itertools.count(1)
 
 
 class _Layer:
@@ -155,22 +154,25 @@ class Float8Linear(torch.nn.Linear):
         self._register(layer)
 
     def _register(self, layer):
-        self._octet_layer = next(_ids)
-        self._octet_owner = id(self)
+        # A random 62-bit id, not a counter: a module unpickled in another process brings its id
+        # along, and must not find an unrelated layer of this process under it.
+        self._octet_layer = next(i for i in iter(lambda: secrets.randbits(62), None)
+                                 if i not in _layers)
         _layers[self._octet_layer] = layer
         # Freed with the module; not at interpreter exit (CUDA may be torn down by then).
         weakref.finalize(self, _release, self._octet_layer).atexit = False
 
-    def _layer(self):
-        """This module's layer id. A copy (copy.deepcopy, pickle) carries its original's id:
-        it gets its own octet Linear, starting from a copy of the original's quantizer state."""
-        if self._octet_owner != id(self):
-            src = _layers.get(self._octet_layer)
-            layer = _Layer(src.spec if src is not None else self._spec())
-            if src is not None and src.last is not None:
-                _load_state(layer.handle(torch.device("cpu")), _quant_state(src.last))
-            self._register(layer)
-        return self._octet_layer
+    def __setstate__(self, state):
+        """A copy (copy.deepcopy, copy.copy, pickle) gets its own octet Linear, starting from a
+        copy of its original's quantizer state (a fresh one when the original is not in this
+        process). Done here, at copy time, so that forward() only reads an int: torch.compile
+        traces it without side effects."""
+        super().__setstate__(state)
+        src = _layers.get(self._octet_layer)
+        layer = _Layer(self._spec())
+        if src is not None and src.last is not None:
+            _load_state(layer.handle(torch.device("cpu")), _quant_state(src.last))
+        self._register(layer)
 
     def _spec(self):
         recipe, fmt, history, algo, margin = self._octet_settings
@@ -200,25 +202,33 @@ class Float8Linear(torch.nn.Linear):
         if x.numel() == 0:
             raise ValueError(f"Float8Linear: empty input {tuple(x.shape)}")
         x2 = x.reshape(-1, self.in_features).to(work).contiguous()
-        y = _forward(x2, self.weight.float().contiguous(), self._layer())
-        y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
-        return y if self.bias is None else y + self.bias.to(x.dtype)
+        y = _forward(x2, self.weight.float().contiguous(), self._octet_layer)
+        if self.bias is not None:
+            # The bias is added in FP32 (FP64 for float64 input) and the sum rounded once to the
+            # output dtype: Inductor fuses this add and drops an intermediate rounding of the bias
+            # to BF16 (torch._inductor.config.emulate_precision_casts), so adding a BF16-rounded
+            # bias would make compiled and eager outputs differ by one BF16 unit in ~1/8 of the
+            # elements, which FP8 quantization downstream magnifies (docs/pytorch.md,
+            # "torch.compile").
+            acc = torch.promote_types(x.dtype, torch.float32)
+            y = y.to(acc) + self.bias.to(acc)
+        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
     def update_scales(self):
         """tensor-delayed: fold the recorded amaxes into the history (once per optimizer step)."""
-        layer = _layers[self._layer()]
+        layer = _layers[self._octet_layer]
         if layer.last is not None:
             _lib.check(_lib.lib().octet_linear_update_scales(layer.last))
 
     def quant_state(self):
         """The quantizer state (octet/backend.h Linear::quant_state layout) as a float32 tensor."""
-        layer = _layers[self._layer()]
+        layer = _layers[self._octet_layer]
         return torch.tensor(_quant_state(layer.last) if layer.last is not None else [],
                             dtype=torch.float32)
 
     def load_quant_state(self, state):
         """Restores a quant_state(); octet.OctetError names a mismatch."""
-        layer = _layers[self._layer()]
+        layer = _layers[self._octet_layer]
         _load_state(layer.handle(self.weight.device), [float(v) for v in state])
 
     def extra_repr(self):
