@@ -74,6 +74,12 @@ struct QuantizeArgs {
 /// present, must share the format. Throws octet::Error on a launch failure.
 void quantize_launch(const QuantizeArgs& args, cudaStream_t stream);
 
+/// *amax_bits = max(*amax_bits, |x| max as float bits) over x [n] (F32, or BF16 bit patterns if
+/// x_bf16; NaN compares largest); nothing if skip_if && *skip_if > 0 (read on the device).
+/// One streaming pass, no host synchronization. Throws octet::Error for n < 1.
+void tensor_amax_launch(const void* x, bool x_bf16, int64_t n, const int* skip_if,
+                        unsigned* amax_bits, cudaStream_t stream);
+
 /// out[r, c] = decode(code) * scale_inv (FP32, [rows, cols] contiguous, padding dropped).
 void dequantize_launch(const DevQTensor& q, float* out, cudaStream_t stream);
 
