@@ -74,20 +74,25 @@ __global__ void fill_random_kernel(float* x, size_t n, uint32_t seed, float sigm
   }
 }
 
-// GELU (tanh form) in FP32 with CUDA's tanhf (max error 2 ulp): the CPU twin evaluates the same
-// formula in double; FP64 tanh runs at 1/64 of the FP32 rate on an H100/H200 and made these kernels
-// compute-bound at ~6x their memory time. The difference is FP32 rounding (|Δy| ~ 1e-7·|y|),
-// below one BF16 ulp (docs/cuda.md §"Memory-bound kernels").
+// GELU (tanh form) in FP32: the CPU twin evaluates 0.5·x·(1 + tanh(u)) in double; FP64 runs at
+// 1/64 of the FP32 rate on an H100/H200 and made these kernels compute-bound at ~5x their memory
+// time. Here 0.5·(1 + tanh(u)) = σ(2u) = 1/(1 + exp(−2u)) and 1 − tanh²(u) = 4σ(2u)(1 − σ(2u)):
+// the same function, without the cancellation of 1 + tanh(u) in the left tail. The outputs differ
+// from the twin's by FP32 rounding (~1e-7 relative), below one BF16 ulp (docs/cuda.md
+// §"Memory-bound kernels").
 constexpr float kGeluC = 0.044715f;
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 
-__device__ __forceinline__ float gelu_f(float v) {
-  return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kGeluC * v * v * v)));
+// σ(2u) for u = √(2/π)·(v + c·v³).
+__device__ __forceinline__ float gelu_sigma(float v) {
+  const float u = kSqrt2OverPi * (v + kGeluC * v * v * v);
+  return 1.0f / (1.0f + expf(-2.0f * u));
 }
+__device__ __forceinline__ float gelu_f(float v) { return v * gelu_sigma(v); }
 __device__ __forceinline__ float gelu_grad_f(float v, float dy) {
-  const float th = tanhf(kSqrt2OverPi * (v + kGeluC * v * v * v));
+  const float s = gelu_sigma(v);
   const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluC * v * v);
-  return dy * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * du);
+  return dy * (s + 2.0f * v * s * (1.0f - s) * du);
 }
 
 // Vectorized pointwise loops: with `vec` (every pointer 16-byte aligned) the first n/8·8 elements

@@ -5,8 +5,12 @@
 // casts that overflow, from F32 and from BF16 sources. The column-wise copy is compared with the CPU's
 // quantize_transposed(). Tensor-delayed follows quant.h's quantize-then-update: codes, scales, the
 // recorded amax and the state after each update() are the CPU's, over micro-batches and a NaN step.
+// The tensor-amax pre-pass is checked against the host max on aligned and misaligned sources.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,8 +92,11 @@ void check_once(cuda::CudaQuantizer& gq, Quantizer& cq, std::vector<float> x, in
   EXPECT_EQ(sat, cc.n_saturated) << what << " (column-wise)";
 }
 
+// Awkward shapes (partial tiles, one element per load) and, from {129, 512} on, columns that are
+// multiples of 4: the tile kernel's vector loads (BF16 for odd row counts: check_once's rule).
 const std::vector<std::pair<int64_t, int64_t>> kShapes = {
-    {1, 1}, {7, 129}, {127, 133}, {129, 7}, {255, 257}, {257, 255}, {133, 1}, {1, 257}};
+    {1, 1}, {7, 129}, {127, 133}, {129, 7}, {255, 257}, {257, 255}, {133, 1}, {1, 257},
+    {129, 512}, {256, 384}, {131, 4}};
 
 TEST(CudaQuantize, StatelessRecipesMatchCpuBitwise) {
   OCTET_REQUIRE_GPU();
@@ -116,7 +123,7 @@ TEST(CudaQuantize, StatelessRecipesMatchCpuBitwise) {
             ++checked;
             if (HasFatalFailure()) return;
           }
-  EXPECT_GT(checked, 600);
+  EXPECT_GT(checked, 900);
 }
 
 TEST(CudaQuantize, NonSaturatingOverflowAndMarginsMatchCpu) {
@@ -223,6 +230,52 @@ TEST(CudaQuantize, SeparateOrientationsShareTheDelayedScale) {
     gq.update();
     cq.update();
   }
+}
+
+// The streaming tensor amax (tensor_amax_launch): the max of |x| over every element, for F32 and
+// BF16 sources, 16-byte aligned (vector loads + tail) or not (a view one element in), with a NaN
+// that must win over every finite value and over an existing larger amax; skip_if > 0 does nothing.
+TEST(CudaQuantize, TensorAmaxIsTheMaxOfAbsoluteValues) {
+  OCTET_REQUIRE_GPU();
+  Gpu gpu;
+  const cudaStream_t s = gpu.be.stream();
+  Dev<unsigned> amax(size_t(1));
+  Dev<int> skip(std::vector<int>{1});
+  for (const int64_t n : {1, 7, 8, 1000, 4099, 100003})
+    for (const bool bf16 : {false, true})
+      for (const int64_t offset : {0, 1})
+        for (const bool with_nan : {false, true}) {
+          const std::string what = "n " + std::to_string(n) + (bf16 ? " bf16" : " f32") +
+                                   " offset " + std::to_string(offset) + (with_nan ? " NaN" : "");
+          std::vector<float> x = test::awkward_values(size_t(n + offset), uint32_t(n) + 5u);
+          if (with_nan) x[size_t(offset + n / 2)] = NAN;
+          Dev<float> df;
+          Dev<uint16_t> db;
+          const void* src = nullptr;
+          if (bf16) {
+            std::vector<uint16_t> b(x.size());
+            for (size_t i = 0; i < x.size(); ++i) b[i] = bf16_from_float(x[i]), x[i] = bf16_to_float(b[i]);
+            db.set(b);
+            src = db.ptr() + offset;
+          } else {
+            df.set(x);
+            src = df.ptr() + offset;
+          }
+          float expect = 0.0f;
+          for (int64_t i = offset; i < offset + n; ++i) expect = std::max(expect, std::fabs(x[size_t(i)]));
+          amax.set(std::vector<unsigned>{0x3F800000u});  // an existing amax of 1.0 is kept if larger
+          cuda::tensor_amax_launch(src, bf16, n, nullptr, amax.ptr(), s);
+          unsigned bits = amax.get()[0];
+          float got;
+          std::memcpy(&got, &bits, sizeof(got));
+          if (with_nan) {
+            EXPECT_GT(bits, 0x7F800000u) << what << ": a NaN must make the amax NaN";
+          } else {
+            EXPECT_EQ(got, std::max(expect, 1.0f)) << what;
+          }
+          cuda::tensor_amax_launch(src, bf16, n, skip.ptr(), amax.ptr(), s);
+          EXPECT_EQ(amax.get()[0], bits) << what << ": skip_if > 0 must leave the amax alone";
+        }
 }
 
 TEST(CudaQuantize, DequantizeMatchesCpu) {
