@@ -9,6 +9,7 @@
 
 #include "cuda/check.h"
 #include "cuda/ops.h"
+#include "cuda/reduce_util.cuh"
 #include "cuda/typed.cuh"
 
 namespace octet::cuda {
@@ -97,19 +98,28 @@ __device__ __forceinline__ float gelu_grad_f(float v, float dy) {
 
 // Vectorized pointwise loops: with `vec` (every pointer 16-byte aligned) the first n/8·8 elements
 // go 8 at a time (ld8/st8), the rest one at a time.
+// amax (may be null): max of |y| as stored, reduced into *amax (reduce_util.cuh block_amax_out).
 template <class TX, class TY>
-__global__ void gelu_forward_kernel(const TX* x, TY* y, int64_t n, bool vec) {
+__global__ void gelu_forward_kernel(const TX* x, TY* y, int64_t n, bool vec, unsigned* amax) {
+  __shared__ unsigned scratch[32];
   const int64_t nv = vec ? n / 8 : 0;
+  unsigned m = 0;
   OCTET_GRID_STRIDE(i, nv) {
     float v[8];
     ld8(x + 8 * i, v);
-    for (int j = 0; j < 8; ++j) v[j] = gelu_f(v[j]);
+    for (int j = 0; j < 8; ++j) {
+      v[j] = gelu_f(v[j]);
+      m = max(m, stored_abs_bits(y, v[j]));
+    }
     st8(y + 8 * i, v);
   }
   OCTET_GRID_STRIDE(k, n - 8 * nv) {
     const int64_t i = 8 * nv + k;
-    st(y, i, gelu_f(ld(x, i)));
+    const float v = gelu_f(ld(x, i));
+    m = max(m, stored_abs_bits(y, v));
+    st(y, i, v);
   }
+  block_amax_out(m, scratch, amax);
 }
 template <class TX, class TD, class TG>
 __global__ void gelu_backward_kernel(const TX* x, const TD* dy, TG* dx, int64_t n, bool vec) {
@@ -261,11 +271,11 @@ void scale_launch(float alpha, const Tensor& x, cudaStream_t s) {
     launch(scale_kernel<OCTET_T(a)>, x.numel(), s, alpha, typed(x, a), x.numel());
   }, x.dtype);
 }
-void gelu_forward_launch(const Tensor& x, const Tensor& y, cudaStream_t s) {
+void gelu_forward_launch(const Tensor& x, const Tensor& y, cudaStream_t s, unsigned* amax) {
   const bool vec = vec_ok({x.data, y.data});
   dispatch_act([&](auto a, auto b) {
     launch(gelu_forward_kernel<OCTET_T(a), OCTET_T(b)>, work_items(x.numel(), vec), s, typed(x, a),
-           typed(y, b), x.numel(), vec);
+           typed(y, b), x.numel(), vec, amax);
   }, x.dtype, y.dtype);
 }
 void gelu_backward_launch(const Tensor& x, const Tensor& dy, const Tensor& dx, cudaStream_t s) {

@@ -43,21 +43,31 @@ __device__ __forceinline__ void lane_walk(const TA* a, const TB* b, int64_t dim,
     for (int64_t i = lane; i < dim; i += 32) f(i, ld(a, i), ld(b, i));
   }
 }
-// out[i] = f(i, a[i], b[i]) for each element i of the row this lane owns.
+// out[i] = f(i, a[i], b[i]) for each element i of the row this lane owns; returns the largest
+// |out[i]| as stored (float bits: typed.cuh stored_abs_bits), for the forwards' amax output.
 template <bool kVec, class TA, class TB, class TO, class F>
-__device__ __forceinline__ void lane_map(const TA* a, const TB* b, TO* out, int64_t dim, int lane,
-                                         F&& f) {
+__device__ __forceinline__ unsigned lane_map(const TA* a, const TB* b, TO* out, int64_t dim,
+                                             int lane, F&& f) {
+  unsigned m = 0;
   if constexpr (kVec) {
     for (int64_t i = 8 * lane; i < dim; i += 256) {
       float va[8], vb[8];
       ld8(a + i, va);
       ld8(b + i, vb);
-      for (int e = 0; e < 8; ++e) va[e] = f(i + e, va[e], vb[e]);
+      for (int e = 0; e < 8; ++e) {
+        va[e] = f(i + e, va[e], vb[e]);
+        m = max(m, stored_abs_bits(out, va[e]));
+      }
       st8(out + i, va);
     }
   } else {
-    for (int64_t i = lane; i < dim; i += 32) st(out, i, f(i, ld(a, i), ld(b, i)));
+    for (int64_t i = lane; i < dim; i += 32) {
+      const float v = f(i, ld(a, i), ld(b, i));
+      m = max(m, stored_abs_bits(out, v));
+      st(out, i, v);
+    }
   }
+  return m;
 }
 
 // The row of this warp, or -1 past the last row (uniform over the warp).
@@ -66,20 +76,26 @@ __device__ __forceinline__ int64_t warp_row(int64_t rows) {
   return r < rows ? r : -1;
 }
 
+// amax (may be null): max of |y| as stored, one atomicMax per block (ops.h). The forwards keep every
+// warp to the end (no early return) for that block reduction.
 template <bool kVec, class TX, class TY>
 __global__ void rmsnorm_forward_kernel(const TX* x, const float* w, TY* y, float* rstd,
-                                       int64_t rows, int64_t dim, float eps) {
+                                       int64_t rows, int64_t dim, float eps, unsigned* amax) {
+  __shared__ unsigned scratch[32];
   const int64_t r = warp_row(rows);
-  if (r < 0) return;
   const int lane = threadIdx.x % 32;
-  const TX* xr = x + r * dim;
-  double ss = 0.0;
-  lane_walk<kVec>(xr, xr, dim, lane, [&](int64_t, float v, float) { ss += double(v) * v; });
-  ss = warp_sum(ss);
-  const float rs = float(1.0 / sqrt(ss / double(dim) + double(eps)));
-  lane_map<kVec>(xr, xr, y + r * dim, dim, lane,
-                 [&](int64_t i, float v, float) { return v * rs * w_at(w, i); });
-  if (lane == 0) rstd[r] = rs;
+  unsigned m = 0;
+  if (r >= 0) {
+    const TX* xr = x + r * dim;
+    double ss = 0.0;
+    lane_walk<kVec>(xr, xr, dim, lane, [&](int64_t, float v, float) { ss += double(v) * v; });
+    ss = warp_sum(ss);
+    const float rs = float(1.0 / sqrt(ss / double(dim) + double(eps)));
+    m = lane_map<kVec>(xr, xr, y + r * dim, dim, lane,
+                       [&](int64_t i, float v, float) { return v * rs * w_at(w, i); });
+    if (lane == 0) rstd[r] = rs;
+  }
+  block_amax_out(m, scratch, amax);
 }
 
 template <bool kVec, class TX, class TD, class TG>
@@ -149,25 +165,29 @@ __global__ void norm_param_finish_kernel(const double* pw, const double* pb, flo
 template <bool kVec, class TX, class TY>
 __global__ void layernorm_forward_kernel(const TX* x, const float* w, const float* b, TY* y,
                                          float* mean, float* rstd, int64_t rows, int64_t dim,
-                                         float eps) {
+                                         float eps, unsigned* amax) {
+  __shared__ unsigned scratch[32];
   const int64_t r = warp_row(rows);
-  if (r < 0) return;
   const int lane = threadIdx.x % 32;
-  const TX* xr = x + r * dim;
-  double s = 0.0;
-  lane_walk<kVec>(xr, xr, dim, lane, [&](int64_t, float v, float) { s += v; });
-  const double mu = warp_sum(s) / double(dim);
-  double var = 0.0;
-  lane_walk<kVec>(xr, xr, dim, lane, [&](int64_t, float v, float) { var += (v - mu) * (v - mu); });
-  var = warp_sum(var) / double(dim);
-  const double rs = 1.0 / sqrt(var + double(eps));
-  lane_map<kVec>(xr, xr, y + r * dim, dim, lane, [&](int64_t i, float v, float) {
-    return float((v - mu) * rs * w_at(w, i) + (b ? b[i] : 0.0f));
-  });
-  if (lane == 0) {
-    mean[r] = float(mu);
-    rstd[r] = float(rs);
+  unsigned m = 0;
+  if (r >= 0) {
+    const TX* xr = x + r * dim;
+    double s = 0.0;
+    lane_walk<kVec>(xr, xr, dim, lane, [&](int64_t, float v, float) { s += v; });
+    const double mu = warp_sum(s) / double(dim);
+    double var = 0.0;
+    lane_walk<kVec>(xr, xr, dim, lane, [&](int64_t, float v, float) { var += (v - mu) * (v - mu); });
+    var = warp_sum(var) / double(dim);
+    const double rs = 1.0 / sqrt(var + double(eps));
+    m = lane_map<kVec>(xr, xr, y + r * dim, dim, lane, [&](int64_t i, float v, float) {
+      return float((v - mu) * rs * w_at(w, i) + (b ? b[i] : 0.0f));
+    });
+    if (lane == 0) {
+      mean[r] = float(mu);
+      rstd[r] = float(rs);
+    }
   }
+  block_amax_out(m, scratch, amax);
 }
 
 template <bool kVec, class TX, class TD, class TG>
@@ -228,14 +248,14 @@ bool rows_vec(int64_t dim, std::initializer_list<const void*> ptrs) {
 }  // namespace
 
 void rmsnorm_forward_launch(const Tensor& x, const float* w, const Tensor& y, float* rstd,
-                            int64_t rows, int64_t dim, float eps, cudaStream_t s) {
+                            int64_t rows, int64_t dim, float eps, cudaStream_t s, unsigned* amax) {
   if (rows == 0) return;
   const bool vec = rows_vec(dim, {x.data, y.data});
   dispatch_act([&](auto a, auto b) {
     using TX = OCTET_T(a);
     using TY = OCTET_T(b);
     auto* k = vec ? rmsnorm_forward_kernel<true, TX, TY> : rmsnorm_forward_kernel<false, TX, TY>;
-    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, typed(y, b), rstd, rows, dim, eps);
+    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, typed(y, b), rstd, rows, dim, eps, amax);
   }, x.dtype, y.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
@@ -258,14 +278,15 @@ void rmsnorm_backward_launch(const Tensor& x, const float* w, const float* rstd,
 
 void layernorm_forward_launch(const Tensor& x, const float* w, const float* b, const Tensor& y,
                               float* mean, float* rstd, int64_t rows, int64_t dim, float eps,
-                              cudaStream_t s) {
+                              cudaStream_t s, unsigned* amax) {
   if (rows == 0) return;
   const bool vec = rows_vec(dim, {x.data, y.data});
   dispatch_act([&](auto ta, auto tb) {
     using TX = OCTET_T(ta);
     using TY = OCTET_T(tb);
     auto* k = vec ? layernorm_forward_kernel<true, TX, TY> : layernorm_forward_kernel<false, TX, TY>;
-    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, ta), w, b, typed(y, tb), mean, rstd, rows, dim, eps);
+    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, ta), w, b, typed(y, tb), mean, rstd, rows, dim,
+                                             eps, amax);
   }, x.dtype, y.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }

@@ -366,8 +366,12 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
   p.acc = a.accum;
   OCTET_CHECK(a.accum.counters, "quantize: no counters");
   OCTET_CUDA_CHECK(cudaMemsetAsync(a.accum.counters, 0, sizeof(QuantCounters), stream));
-  const bool prepass = a.source == ScaleSource::TensorAmax || a.source == ScaleSource::RowCol ||
-                       a.amax_prepass;
+  const bool given = a.source == ScaleSource::TensorAmax && a.amax_given;
+  const bool prepass = (a.source == ScaleSource::TensorAmax && !given) ||
+                       a.source == ScaleSource::RowCol || a.amax_prepass;
+  if (given)
+    OCTET_CUDA_CHECK(cudaMemcpyAsync(&a.accum.counters->amax_bits, a.amax_given, sizeof(unsigned),
+                                     cudaMemcpyDeviceToDevice, stream));
   if (a.source == ScaleSource::RowCol) {
     OCTET_CHECK(a.accum.row_amax && a.accum.col_amax, "quantize: row recipe needs amax scratch");
     OCTET_CUDA_CHECK(cudaMemsetAsync(a.accum.row_amax, 0, p.rows_pad * sizeof(unsigned), stream));
@@ -387,7 +391,7 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
     if (a.after_prepass) a.after_prepass(a.after_prepass_ctx, stream);
   }
   p.amax_only = false;
-  p.accumulate_amax = !prepass || a.skip_prepass_if != nullptr;
+  p.accumulate_amax = (!prepass && !given) || a.skip_prepass_if != nullptr;  // given: read only
   switch (a.source) {
     case ScaleSource::Pointer:
       OCTET_CHECK(a.scale_ptr, "quantize: pointer scale source without a pointer");

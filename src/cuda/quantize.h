@@ -63,6 +63,9 @@ struct QuantizeArgs {
   /// Called on the stream between the amax pre-pass and the cast (tensor-delayed's first use).
   void (*after_prepass)(void* ctx, cudaStream_t stream) = nullptr;
   void* after_prepass_ctx = nullptr;
+  /// TensorAmax source: the tensor's amax (|x| max as float bits, device) computed by the kernel
+  /// that produced x (ops.h: the norms' and GELU's amax output): no pre-pass, one read of x.
+  const unsigned* amax_given = nullptr;
   const float* scale_ptr = nullptr;  ///< Pointer source: the scale s
   DevQTensor* rowwise = nullptr;     ///< [rows, cols] copy (may be null)
   DevQTensor* colwise = nullptr;     ///< [cols, rows] copy (may be null); same format as rowwise

@@ -30,6 +30,15 @@ __device__ __forceinline__ float ld(const Bf16* p, int64_t i) { return bf16_to_f
 __device__ __forceinline__ void st(float* p, int64_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void st(Bf16* p, int64_t i, float v) { p[i].bits = bf16_from_float(v); }
 
+/// |v| as float bits after the rounding st() applies for the element type (the value a later reader
+/// of the tensor sees): for amaxes computed by the kernel that writes the tensor.
+__device__ __forceinline__ unsigned stored_abs_bits(const float*, float v) {
+  return __float_as_uint(v) & 0x7FFFFFFFu;
+}
+__device__ __forceinline__ unsigned stored_abs_bits(const Bf16*, float v) {
+  return (uint32_t(bf16_from_float(v)) << 16) & 0x7FFFFFFFu;
+}
+
 /// Eight consecutive elements loaded as FP32 / stored with one rounding (as ld/st): one 16-byte
 /// access for BF16, two for F32. The address must be 16-byte aligned (callers check vec_ok).
 __device__ __forceinline__ void ld8(const float* p, float v[8]) {

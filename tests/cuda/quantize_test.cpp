@@ -5,7 +5,8 @@
 // casts that overflow, from F32 and from BF16 sources. The column-wise copy is compared with the CPU's
 // quantize_transposed(). Tensor-delayed follows quant.h's quantize-then-update: codes, scales, the
 // recorded amax and the state after each update() are the CPU's, over micro-batches and a NaN step.
-// The tensor-amax pre-pass is checked against the host max on aligned and misaligned sources.
+// The tensor-amax pre-pass is checked against the host max on aligned and misaligned sources, and
+// the amax a producer kernel (norm, GELU) computes gives the codes of the pre-pass.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "cuda/cuda_backend.h"
+#include "cuda/ops.h"
 #include "cuda/quantize.h"
 #include "cuda/quantizer.h"
 #include "cuda_test_util.h"
@@ -276,6 +278,49 @@ TEST(CudaQuantize, TensorAmaxIsTheMaxOfAbsoluteValues) {
           cuda::tensor_amax_launch(src, bf16, n, skip.ptr(), amax.ptr(), s);
           EXPECT_EQ(amax.get()[0], bits) << what << ": skip_if > 0 must leave the amax alone";
         }
+}
+
+// Amax in the producer (ops.h amax outputs; quantizer.h quantize(..., amax)): LayerNorm, RMSNorm
+// and GELU forwards reduce |y| as stored; tensor-current quantization with that amax (no pre-pass)
+// gives bitwise the codes, scales and amax of the quantization with its own pre-pass. F32 and BF16
+// outputs, a row width on the 8-wide path (1024) and one off it (129).
+TEST(CudaQuantize, ProducerAmaxGivesThePrePassCodes) {
+  OCTET_REQUIRE_GPU();
+  Gpu gpu;
+  const cudaStream_t s = gpu.be.stream();
+  const int64_t rows = 37;
+  for (const int64_t dim : {1024, 129})
+    for (const DType out : {DType::F32, DType::BF16})
+      for (const std::string producer : {"layernorm", "rmsnorm", "gelu"}) {
+        const std::string what = producer + " dim " + std::to_string(dim) + " " + to_string(out);
+        Dev<float> x(test::gaussian(size_t(rows * dim), uint32_t(dim) + 3u, 2.0f));
+        Dev<float> w(test::gaussian(size_t(dim), 4u)), b(test::gaussian(size_t(dim), 5u));
+        Dev<float> mean(size_t(rows)), rstd(size_t(rows));
+        Dev<float> yf(size_t(rows * dim));
+        Dev<uint16_t> yb(size_t(rows * dim));
+        const Tensor xt(x.ptr(), DType::F32, {rows, dim});
+        const Tensor yt = out == DType::F32 ? Tensor(yf.ptr(), DType::F32, {rows, dim})
+                                            : Tensor(yb.ptr(), DType::BF16, {rows, dim});
+        Dev<unsigned> amax(std::vector<unsigned>{0u});
+        if (producer == "layernorm")
+          cuda::layernorm_forward_launch(xt, w.ptr(), b.ptr(), yt, mean.ptr(), rstd.ptr(), rows, dim,
+                                         1e-5f, s, amax.ptr());
+        else if (producer == "rmsnorm")
+          cuda::rmsnorm_forward_launch(xt, w.ptr(), yt, rstd.ptr(), rows, dim, 1e-5f, s, amax.ptr());
+        else
+          cuda::gelu_forward_launch(xt, yt, s, amax.ptr());
+        QuantConfig cfg;
+        cfg.recipe = Recipe::TensorCurrent;
+        cuda::CudaQuantizer fused = gpu.make(cfg, Role::Activation), plain = gpu.make(cfg, Role::Activation);
+        cuda::DevQ r1, c1, r2, c2;
+        fused.quantize(yt, &r1, &c1, amax.ptr());
+        plain.quantize(yt, &r2, &c2);
+        expect_same(cuda::to_host(r1.view, s), cuda::to_host(r2.view, s), what + " row-wise");
+        expect_same(cuda::to_host(c1.view, s), cuda::to_host(c2.view, s), what + " column-wise");
+        EXPECT_TRUE(test::same_float(fused.last_amax(), plain.last_amax())) << what;
+        EXPECT_GT(plain.last_amax(), 0.0f) << what << " (test premise)";
+        if (HasFatalFailure()) return;
+      }
 }
 
 TEST(CudaQuantize, DequantizeMatchesCpu) {
