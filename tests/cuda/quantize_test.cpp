@@ -295,9 +295,9 @@ TEST(CudaQuantize, ProducerAmaxGivesThePrePassCodes) {
         const std::string what = producer + " dim " + std::to_string(dim) + " " + to_string(out);
         Dev<float> x(test::gaussian(size_t(rows * dim), uint32_t(dim) + 3u, 2.0f));
         Dev<float> w(test::gaussian(size_t(dim), 4u)), b(test::gaussian(size_t(dim), 5u));
-        Dev<float> mean(size_t(rows)), rstd(size_t(rows));
-        Dev<float> yf(size_t(rows * dim));
-        Dev<uint16_t> yb(size_t(rows * dim));
+        Dev<float> mean{size_t(rows)}, rstd{size_t(rows)};
+        Dev<float> yf{size_t(rows * dim)};
+        Dev<uint16_t> yb{size_t(rows * dim)};
         const Tensor xt(x.ptr(), DType::F32, {rows, dim});
         const Tensor yt = out == DType::F32 ? Tensor(yf.ptr(), DType::F32, {rows, dim})
                                             : Tensor(yb.ptr(), DType::BF16, {rows, dim});
