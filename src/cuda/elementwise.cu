@@ -84,16 +84,19 @@ __global__ void fill_random_kernel(float* x, size_t n, uint32_t seed, float sigm
 constexpr float kGeluC = 0.044715f;
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 
-// σ(2u) for u = √(2/π)·(v + c·v³).
-__device__ __forceinline__ float gelu_sigma(float v) {
+// σ(2u) and 1 − σ(2u) for u = √(2/π)·(v + c·v³), with e = exp(−2u): σ = 1/(1 + e), and
+// 1 − σ = e·σ where σ > 1/2 (no cancellation in the right tail either).
+__device__ __forceinline__ float2 gelu_sigma(float v) {
   const float u = kSqrt2OverPi * (v + kGeluC * v * v * v);
-  return 1.0f / (1.0f + expf(-2.0f * u));
+  const float e = expf(-2.0f * u);
+  const float s = 1.0f / (1.0f + e);
+  return make_float2(s, u > 0.0f ? e * s : 1.0f - s);
 }
-__device__ __forceinline__ float gelu_f(float v) { return v * gelu_sigma(v); }
+__device__ __forceinline__ float gelu_f(float v) { return v * gelu_sigma(v).x; }
 __device__ __forceinline__ float gelu_grad_f(float v, float dy) {
-  const float s = gelu_sigma(v);
+  const float2 s = gelu_sigma(v);
   const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluC * v * v);
-  return dy * (s + 2.0f * v * s * (1.0f - s) * du);
+  return dy * (s.x + 2.0f * v * s.x * s.y * du);
 }
 
 // Vectorized pointwise loops: with `vec` (every pointer 16-byte aligned) the first n/8·8 elements
