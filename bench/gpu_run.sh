@@ -5,7 +5,7 @@
 # Binaries are built on the development machine (nvcc, -arch sm_90a) and carried with their
 # non-system shared libraries:
 #   tools: bench/pack_gpu_carry.sh builds .cuda-carry/{bin,lib}; this script runs from the repo root.
-# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [attention] [train] [bench-train] [compare]
+# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [train] [bench-train] [compare]
 #   (default: tests gemm quantize attention train); logs in $OUT (at most 8 files come back).
 #   bench-train: `octet bench train --json` (OCTET_BENCH_TRAIN_ARGS adds options, e.g. "--no-peer" to
 #     skip the PyTorch peer) -> bench-train.jsonl; then --profile of GPT-2-small -> bench-train-profile.jsonl
@@ -32,6 +32,8 @@ for s in $steps; do
           echo "gemm rc=$?"; tail -5 "$OUT/gemm.err"; python3 bench/summarize.py "$OUT/gemm.jsonl" ;;
     quantize) timeout 120 "$BIN/octet" bench quantize --json > "$OUT/quantize.jsonl" 2> "$OUT/quantize.err"
           echo "quantize rc=$?"; tail -5 "$OUT/quantize.err"; python3 bench/summarize.py "$OUT/quantize.jsonl" ;;
+    ops) timeout 120 "$BIN/octet" bench ops --json > "$OUT/ops.jsonl" 2> "$OUT/ops.err"
+          echo "ops rc=$?"; tail -5 "$OUT/ops.err"; python3 bench/summarize.py "$OUT/ops.jsonl" ;;
     attention) timeout 300 "$BIN/octet" bench attention --json > "$OUT/attention.jsonl" 2> "$OUT/attention.err"
           echo "attention rc=$?"; tail -5 "$OUT/attention.err"; python3 bench/summarize.py "$OUT/attention.jsonl" ;;
     train) for arm in bf16 fp8-linear fp8-stale fp8-matched; do

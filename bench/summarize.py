@@ -6,7 +6,7 @@
 gemm: per d_model and mode, the total time of the 12 GEMMs of one layer (QKV, out-proj, MLP up and
 down; forward, dgrad, wgrad) and the speed-up over BF16, then the per-GEMM TFLOP/s; attention:
 forward and backward time and TFLOP/s per implementation (octet's and the PyTorch SDPA peer's);
-train: per model and arm, step time, tokens/s, TFLOP/s and MFU, octet's and the PyTorch peer's,
+ops: the memory-bound kernels alone (time, GB/s); train: per model and arm, step time, tokens/s, TFLOP/s and MFU, octet's and the PyTorch peer's,
 with each row's tokens/s relative to the peer's on the same model.
 Markdown output, ready for docs/cuda.md.
 """
@@ -20,6 +20,7 @@ def main(paths):
     gemm = [r for r in rows if r.get("bench") == "gemm"]
     attn = [r for r in rows if r.get("bench") == "attention"]
     quant = [r for r in rows if r.get("bench") == "quantize"]
+    ops = [r for r in rows if r.get("bench") == "ops"]
     train = [r for r in rows if r.get("bench") == "train"]
     if rows:
         r = rows[0]
@@ -53,6 +54,11 @@ def main(paths):
         print("| recipe | role | rows x cols | ms | GB/s (FP32 read + 2 FP8 copies) |\n|---|---|---|---|---|")
         for r in quant:
             print(f"| {r['recipe']} | {r['role']} | {r['rows']}x{r['cols']} | {r['ms_median']:.4f} | {r['gbps']:.0f} |")
+        print()
+    if ops:
+        print("| op | model | rows x cols | us | GB/s (fewest bytes) |\n|---|---|---|---|---|")
+        for r in ops:
+            print(f"| {r['op']} | {r['model']} | {r['rows']}x{r['cols']} | {1e3 * r['ms_median']:.1f} | {r['gbps']:.0f} |")
         print()
     if attn:
         print("| impl | B | H | S | D | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|")

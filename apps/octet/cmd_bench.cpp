@@ -146,6 +146,31 @@ void run_quantize(const QuantArgs& a) {
 #endif
 }
 
+struct OpsArgs {
+  bool json = false;
+  int reps = 50, warmup = 5;
+};
+
+void run_ops(const OpsArgs& a) {
+#ifdef OCTET_WITH_CUDA
+  const nlohmann::json env = env_json();
+  if (!a.json)
+    std::printf("%-18s %-5s %6s %6s %9s %8s\n", "op", "model", "rows", "cols", "ms", "GB/s");
+  octet::cuda::bench_ops(a.warmup, a.reps, [&](const octet::cuda::OpsBenchRow& r) {
+    nlohmann::json j = env;
+    j.update({{"bench", "ops"}, {"op", r.op}, {"model", r.model}, {"rows", r.rows}, {"cols", r.cols},
+              {"bytes", r.bytes}, {"ms_median", r.ms}, {"gbps", r.gbps}, {"reps", r.reps}});
+    char line[160];
+    std::snprintf(line, sizeof(line), "%-18s %-5s %6lld %6lld %9.4f %8.0f", r.op.c_str(),
+                  r.model.c_str(), (long long)r.rows, (long long)r.cols, r.ms, r.gbps);
+    emit(a.json, j, line);
+  });
+#else
+  (void)a;
+  no_cuda();
+#endif
+}
+
 struct AttnArgs {
   bool json = false;
   int64_t batch = 4, heads = 16, head_dim = 128;
@@ -308,6 +333,14 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   quant->add_option("--cols", qa.cols);
   quant->add_option("--reps", qa.reps);
   quant->callback([] { run_quantize(qa); });
+
+  static OpsArgs oa;
+  auto* ops = bench->add_subcommand(
+      "ops", "memory-bound kernels (quantize, layouts, GELU, LayerNorm, cross-entropy) alone: GB/s");
+  ops->add_flag("--json", oa.json, "one JSON object per line");
+  ops->add_option("--reps", oa.reps);
+  ops->add_option("--warmup", oa.warmup);
+  ops->callback([] { run_ops(oa); });
 
   static AttnArgs t;
   auto* attn = bench->add_subcommand(

@@ -48,6 +48,13 @@ struct LinearSpec {
   int64_t in_features = 0, out_features = 0;
   LinearPrecision precision = LinearPrecision::BF16;
   QuantConfig quant;  ///< FP8 only: recipe and formats (X, W: forward roles; dY: gradient role)
+  /// FP8 weight cache: W is quantized (both orientations) at the first forward after construction,
+  /// update_scales(), load_quant_state() or weights_changed(), and every later forward reuses those
+  /// codes and scales, whatever `w` it is given — for callers whose weights change only at those
+  /// points (the trainer: gradient accumulation quantizes W once per optimizer step). The results
+  /// equal an uncached linear's bitwise. Off: every forward quantizes its `w`. Backends without a
+  /// cache ignore it.
+  bool cache_weight = false;
 };
 
 /// Statistics of one quantized operand at its last quantization.
@@ -111,6 +118,9 @@ class Linear {
   /// quantizations use. The trainer calls it once per optimizer step (this is where a cross-rank
   /// amax max-reduction goes). A no-op for the stateless recipes, BF16 and FP32.
   virtual void update_scales() = 0;
+  /// The weights changed outside an optimizer step (e.g. Model::upload_params): a weight cache
+  /// (LinearSpec::cache_weight) is dropped, so the next forward quantizes the new W. Enqueues nothing.
+  virtual void weights_changed() {}
   /// Stats of X, W (forward) and dY (backward) at their last quantization (FP8 only).
   /// May synchronize (diagnostics only).
   virtual QuantStats stats_x() const = 0;

@@ -135,6 +135,19 @@ struct QuantBenchRow {
 void bench_quantize(int64_t rows, int64_t cols, int warmup, int reps,
                     const std::function<void(const QuantBenchRow&)>& on_row);
 
+struct OpsBenchRow {
+  std::string op;     ///< quantize.act | quantize.weight | amax.* | layout.* | gelu.* | layernorm.* | cross_entropy
+  std::string model;  ///< 124M | 350M (GPT-2 shapes, 8 x 1024 tokens) | any
+  int64_t rows = 0, cols = 0;
+  double bytes = 0;         ///< the fewest bytes the op moves (inputs read once, outputs written once)
+  double ms = 0, gbps = 0;  ///< median time; bytes / time
+  int reps = 0;
+};
+
+/// The memory-bound kernels of a training step (src/bench/cuda/bench_ops.cpp), each timed alone
+/// on the 124M and 350M shapes with BF16 activations; on_row is called after each measurement.
+void bench_ops(int warmup, int reps, const std::function<void(const OpsBenchRow&)>& on_row);
+
 struct AttnBenchRow {
   /// bf16 | fp8-stale | fp8-matched (unfused) | octet-fp8-fused | octet-fp8-fused-stale |
   /// bf16-fused (cuDNN SDPA behind octet's Attention) | cudnn-bf16 | cudnn-fp8-stale (cuDNN peers)

@@ -187,6 +187,9 @@ class Model {
   size_t num_params() const { return n_params_; }
   const ParamInfo& param(const std::string& name) const;  ///< throws octet::Error if unknown
   /// F32 [num_params()] views of all parameters / gradients (backend memory, params() order).
+  /// The parameters may be written between update_quant_scales() and the next forward (the
+  /// optimizer step) or through upload_params(): the FP8 linears keep their quantized weights in
+  /// between (backend.h LinearSpec::cache_weight).
   Tensor param_data() const;
   Tensor grad_data() const;
 

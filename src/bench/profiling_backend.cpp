@@ -34,6 +34,7 @@ class ProfiledLinear final : public Linear {
     pb_.timed(bwd_, [&] { inner_->backward(saved, dy, dx, dw); });
   }
   void update_scales() override { pb_.timed("linear.update_scales", [&] { inner_->update_scales(); }); }
+  void weights_changed() override { inner_->weights_changed(); }
   QuantStats stats_x() const override { return inner_->stats_x(); }
   QuantStats stats_w() const override { return inner_->stats_w(); }
   QuantStats stats_dy() const override { return inner_->stats_dy(); }

@@ -3,11 +3,13 @@
 // lookup/scatter-add, RoPE (Su et al., arXiv 2104.09864, rotate-half pairing) and the head-layout
 // permutations. Twins of src/cpu/backend/{memory,activations,embedding,rope,heads}.cpp; see ops.h.
 // Kernels are templated on the element types of their act tensors (typed.cuh: FP32 loads, one
-// rounding on store). Activations are evaluated in double, as the CPU twin does.
+// rounding on store). SwiGLU is evaluated in double, as the CPU twin does; GELU in FP32 (see its
+// kernels). GELU and the head layouts move 8 elements per thread with 16-byte accesses.
 #include <cuda_runtime.h>
 
 #include "cuda/check.h"
 #include "cuda/ops.h"
+#include "cuda/reduce_util.cuh"
 #include "cuda/typed.cuh"
 
 namespace octet::cuda {
@@ -29,6 +31,10 @@ void launch(void (*kernel)(P...), int64_t n, cudaStream_t s, A... args) {
   kernel<<<blocks_for(n), kThreads, 0, s>>>(args...);
   OCTET_CUDA_LAUNCH_CHECK();
 }
+
+// Threads a vectorized pointwise kernel wants for n elements: one per 8 (plus the tail), or one
+// per element.
+int64_t work_items(int64_t n, bool vec) { return vec ? n / 8 + n % 8 : n; }
 
 #define OCTET_GRID_STRIDE(i, n)                                                       \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < int64_t(n); \
@@ -69,24 +75,68 @@ __global__ void fill_random_kernel(float* x, size_t n, uint32_t seed, float sigm
   }
 }
 
-constexpr double kGeluC = 0.044715;
-constexpr double kSqrt2OverPi = 0.79788456080286535588;
+// GELU (tanh form) in FP32: the CPU twin evaluates 0.5·x·(1 + tanh(u)) in double; FP64 runs at
+// 1/64 of the FP32 rate on an H100/H200 and made these kernels compute-bound at ~5x their memory
+// time. Here 0.5·(1 + tanh(u)) = σ(2u) = 1/(1 + exp(−2u)) and 1 − tanh²(u) = 4σ(2u)(1 − σ(2u)):
+// the same function, without the cancellation of 1 + tanh(u) in the left tail. The outputs differ
+// from the twin's by FP32 rounding (~1e-7 relative), below one BF16 ulp (docs/cuda.md
+// §"Memory-bound kernels").
+constexpr float kGeluC = 0.044715f;
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 
+// σ(2u) and 1 − σ(2u) for u = √(2/π)·(v + c·v³), with e = exp(−2u): σ = 1/(1 + e), and
+// 1 − σ = e·σ where σ > 1/2 (no cancellation in the right tail either).
+__device__ __forceinline__ float2 gelu_sigma(float v) {
+  const float u = kSqrt2OverPi * (v + kGeluC * v * v * v);
+  const float e = expf(-2.0f * u);
+  const float s = 1.0f / (1.0f + e);
+  return make_float2(s, u > 0.0f ? e * s : 1.0f - s);
+}
+__device__ __forceinline__ float gelu_f(float v) { return v * gelu_sigma(v).x; }
+__device__ __forceinline__ float gelu_grad_f(float v, float dy) {
+  const float2 s = gelu_sigma(v);
+  const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluC * v * v);
+  return dy * (s.x + 2.0f * v * s.x * s.y * du);
+}
+
+// Vectorized pointwise loops: with `vec` (every pointer 16-byte aligned) the first n/8·8 elements
+// go 8 at a time (ld8/st8), the rest one at a time.
+// amax (may be null): max of |y| as stored, reduced into *amax (reduce_util.cuh block_amax_out).
 template <class TX, class TY>
-__global__ void gelu_forward_kernel(const TX* x, TY* y, int64_t n) {
-  OCTET_GRID_STRIDE(i, n) {
-    const double v = ld(x, i);
-    const double u = kSqrt2OverPi * (v + kGeluC * v * v * v);
-    st(y, i, float(0.5 * v * (1.0 + tanh(u))));
+__global__ void gelu_forward_kernel(const TX* x, TY* y, int64_t n, bool vec, unsigned* amax) {
+  __shared__ unsigned scratch[32];
+  const int64_t nv = vec ? n / 8 : 0;
+  unsigned m = 0;
+  OCTET_GRID_STRIDE(i, nv) {
+    float v[8];
+    ld8(x + 8 * i, v);
+    for (int j = 0; j < 8; ++j) {
+      v[j] = gelu_f(v[j]);
+      m = max(m, stored_abs_bits(y, v[j]));
+    }
+    st8(y + 8 * i, v);
   }
+  OCTET_GRID_STRIDE(k, n - 8 * nv) {
+    const int64_t i = 8 * nv + k;
+    const float v = gelu_f(ld(x, i));
+    m = max(m, stored_abs_bits(y, v));
+    st(y, i, v);
+  }
+  block_amax_out(m, scratch, amax);
 }
 template <class TX, class TD, class TG>
-__global__ void gelu_backward_kernel(const TX* x, const TD* dy, TG* dx, int64_t n) {
-  OCTET_GRID_STRIDE(i, n) {
-    const double v = ld(x, i);
-    const double th = tanh(kSqrt2OverPi * (v + kGeluC * v * v * v));
-    const double du = kSqrt2OverPi * (1.0 + 3.0 * kGeluC * v * v);
-    st(dx, i, float(double(ld(dy, i)) * (0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * du)));
+__global__ void gelu_backward_kernel(const TX* x, const TD* dy, TG* dx, int64_t n, bool vec) {
+  const int64_t nv = vec ? n / 8 : 0;
+  OCTET_GRID_STRIDE(i, nv) {
+    float v[8], g[8];
+    ld8(x + 8 * i, v);
+    ld8(dy + 8 * i, g);
+    for (int j = 0; j < 8; ++j) v[j] = gelu_grad_f(v[j], g[j]);
+    st8(dx + 8 * i, v);
+  }
+  OCTET_GRID_STRIDE(k, n - 8 * nv) {
+    const int64_t i = 8 * nv + k;
+    st(dx, i, gelu_grad_f(ld(x, i), ld(dy, i)));
   }
 }
 
@@ -140,31 +190,46 @@ __global__ void rope_kernel(T* x, int64_t bh, int64_t seq, int64_t head_dim, dou
 }
 
 // tokens [B, T, width*D] <-> heads [B, n, T, D] for heads [first, first + n) of the token tensor.
-template <class TS, class TD>
+// Each (b, h, t) row of D elements is contiguous on both sides: a thread moves `kVec` consecutive
+// elements (8 with ld8/st8 when D % 8 == 0 and the pointers are aligned, else 1), so a warp reads
+// and writes whole rows (coalesced) and the index arithmetic is paid once per vector.
+template <int kVec, class TS, class TD>
 __global__ void move_heads_kernel(const TS* src, TD* dst, int64_t batch, int64_t seq, int64_t width,
                                   int64_t first, int64_t n, int64_t head_dim, bool to_heads) {
-  OCTET_GRID_STRIDE(idx, batch * n * seq * head_dim) {
-    const int64_t d = idx % head_dim;
-    const int64_t t = (idx / head_dim) % seq;
-    const int64_t h = (idx / (head_dim * seq)) % n;
-    const int64_t b = idx / (head_dim * seq * n);
+  const int64_t dv = head_dim / kVec;
+  OCTET_GRID_STRIDE(idx, batch * n * seq * dv) {
+    const int64_t d = (idx % dv) * kVec;
+    const int64_t row = idx / dv;  // (b, h, t) in the heads layout
+    const int64_t t = row % seq, bh = row / seq;
+    const int64_t h = bh % n, b = bh / n;
+    const int64_t head = row * head_dim + d;
     const int64_t tok = ((b * seq + t) * width + first + h) * head_dim + d;
-    if (to_heads)
-      st(dst, idx, ld(src, tok));
-    else
-      st(dst, tok, ld(src, idx));
+    const int64_t from = to_heads ? tok : head, to = to_heads ? head : tok;
+    if constexpr (kVec == 8) {
+      float v[8];
+      ld8(src + from, v);
+      st8(dst + to, v);
+    } else {
+      st(dst, to, ld(src, from));
+    }
   }
 }
 
 // src -> dst for heads [first, first + n) of a token tensor of `width` heads (see the kernel).
 void move_heads(const Tensor& src, const Tensor& dst, int64_t batch, int64_t seq, int64_t width,
                 int64_t first, int64_t n, int64_t head_dim, bool to_heads, cudaStream_t s) {
+  const bool vec = head_dim % 8 == 0 && vec_ok({src.data, dst.data});
   dispatch_act(
       [&](auto ts, auto td) {
-        launch(move_heads_kernel<std::remove_pointer_t<decltype(ts)>,
-                                 std::remove_pointer_t<decltype(td)>>,
-               batch * n * seq * head_dim, s, typed(src, ts), typed(dst, td), batch, seq, width,
-               first, n, head_dim, to_heads);
+        using TS = std::remove_pointer_t<decltype(ts)>;
+        using TD = std::remove_pointer_t<decltype(td)>;
+        const int64_t rows = batch * n * seq;
+        if (vec)
+          launch(move_heads_kernel<8, TS, TD>, rows * head_dim / 8, s, typed(src, ts),
+                 typed(dst, td), batch, seq, width, first, n, head_dim, to_heads);
+        else
+          launch(move_heads_kernel<1, TS, TD>, rows * head_dim, s, typed(src, ts), typed(dst, td),
+                 batch, seq, width, first, n, head_dim, to_heads);
       },
       src.dtype, dst.dtype);
 }
@@ -209,15 +274,18 @@ void scale_launch(float alpha, const Tensor& x, cudaStream_t s) {
     launch(scale_kernel<OCTET_T(a)>, x.numel(), s, alpha, typed(x, a), x.numel());
   }, x.dtype);
 }
-void gelu_forward_launch(const Tensor& x, const Tensor& y, cudaStream_t s) {
+void gelu_forward_launch(const Tensor& x, const Tensor& y, cudaStream_t s, unsigned* amax) {
+  const bool vec = vec_ok({x.data, y.data});
   dispatch_act([&](auto a, auto b) {
-    launch(gelu_forward_kernel<OCTET_T(a), OCTET_T(b)>, x.numel(), s, typed(x, a), typed(y, b), x.numel());
+    launch(gelu_forward_kernel<OCTET_T(a), OCTET_T(b)>, work_items(x.numel(), vec), s, typed(x, a),
+           typed(y, b), x.numel(), vec, amax);
   }, x.dtype, y.dtype);
 }
 void gelu_backward_launch(const Tensor& x, const Tensor& dy, const Tensor& dx, cudaStream_t s) {
+  const bool vec = vec_ok({x.data, dy.data, dx.data});
   dispatch_act([&](auto a, auto b, auto c) {
-    launch(gelu_backward_kernel<OCTET_T(a), OCTET_T(b), OCTET_T(c)>, x.numel(), s, typed(x, a),
-           typed(dy, b), typed(dx, c), x.numel());
+    launch(gelu_backward_kernel<OCTET_T(a), OCTET_T(b), OCTET_T(c)>, work_items(x.numel(), vec), s,
+           typed(x, a), typed(dy, b), typed(dx, c), x.numel(), vec);
   }, x.dtype, dy.dtype, dx.dtype);
 }
 void swiglu_forward_launch(const Tensor& h, const Tensor& y, int64_t rows, int64_t f, cudaStream_t s) {

@@ -11,7 +11,9 @@
 // SavedLinear's state (stream-ordered Buffers), so the backward's operands are the forward's —
 // quantized from the high-precision source, never from FP8 — however many forwards are
 // outstanding. dY is quantized into the orientations the backward needs, once. update_scales() is
-// the delayed recipe's update step. BF16: operands rounded to BF16 (RNE, a BF16 input is used as
+// the delayed recipe's update step. With spec.cache_weight (backend.h) W is quantized once and its
+// Ŵ / Ŵᵀ reused until update_scales(), load_quant_state() or weights_changed(): the scale_inv each
+// GEMM applies is the one stored with the codes, so cached and uncached results are bitwise equal. BF16: operands rounded to BF16 (RNE, a BF16 input is used as
 // is), cuBLASLt BF16 GEMMs with FP32 accumulation. FP32: cuBLASLt FP32 (no TF32), the reference
 // path. X, Y, dY, dX are F32 or BF16 each: the FP8 and BF16 GEMMs write Y and dX in their dtype
 // (a BF16 output is the FP32 result rounded once, by cuBLASLt's epilogue: gemm.h); the FP32 path
@@ -35,8 +37,9 @@ namespace {
 // What a CudaLinear forward keeps for its backward (FP8: X̂ᵀ and Ŵᵀ; BF16/FP32: nothing beyond the
 // views in SavedLinear).
 struct LinearState final : SavedState {
-  const void* owner = nullptr;  // the CudaLinear that made it (validation only)
-  DevQ xt, wt;                  // FP8: X̂ᵀ [in, M], Ŵᵀ [in, out]
+  const void* owner = nullptr;      // the CudaLinear that made it (validation only)
+  DevQ xt;                          // FP8: X̂ᵀ [in, M]
+  std::shared_ptr<const DevQ> wt;   // FP8: Ŵᵀ [in, out] (shared with the weight cache)
 };
 
 class CudaLinear final : public Linear {
@@ -74,8 +77,14 @@ class CudaLinear final : public Linear {
     switch (spec_.precision) {
       case LinearPrecision::FP8:
         qx_->quantize(x, &xq_, &st->xt);
-        qw_->quantize(w2, &wq_, &st->wt);
+        if (!wt_) {  // Ŵ into wq_ (scratch, kept while cached) and Ŵᵀ (shared with the saved states)
+          auto wt = std::make_shared<DevQ>();
+          qw_->quantize(w2, &wq_, wt.get());
+          wt_ = std::move(wt);
+        }
+        st->wt = wt_;
         gemm_.fp8(xq_.view, wq_.view, y);
+        if (!spec_.cache_weight) wt_.reset();
         break;
       case LinearPrecision::BF16:
         gemm_.bf16(as_bf16(x, xb_), false, as_bf16(w2, wb_), true, y, m, out, in);
@@ -110,7 +119,7 @@ class CudaLinear final : public Linear {
     switch (spec_.precision) {
       case LinearPrecision::FP8: {
         qdy_->quantize(dy, dx.empty() ? nullptr : &dyq_, dw.empty() ? nullptr : &dytq_);
-        if (!dx.empty()) gemm_.fp8(dyq_.view, st->wt.view, dx);
+        if (!dx.empty()) gemm_.fp8(dyq_.view, st->wt->view, dx);
         if (!dw.empty()) gemm_.fp8(dytq_.view, st->xt.view, dw.f32(), 1.0f);
         return;
       }
@@ -136,6 +145,7 @@ class CudaLinear final : public Linear {
 
   void update_scales() override {
     if (spec_.precision != LinearPrecision::FP8) return;
+    wt_.reset();  // the optimizer step that follows changes W (backend.h cache_weight)
     DeviceGuard g(be_.device());
     qx_->update();
     qw_->update();
@@ -176,7 +186,10 @@ class CudaLinear final : public Linear {
     qdy_->set_pending_exchange(amax.i32() + 2);
   }
 
+  void weights_changed() override { wt_.reset(); }
+
   void load_quant_state(const std::vector<float>& state) override {
+    wt_.reset();
     DeviceGuard g(be_.device());
     detail::load_linear_quant_state(delayed(), state, spec_.quant.amax_history_len, qx_.get(),
                                     qw_.get(), qdy_.get());
@@ -215,6 +228,9 @@ class CudaLinear final : public Linear {
   cudaStream_t s_;
   std::unique_ptr<CudaQuantizer> qx_, qw_, qdy_;
   DevQ xq_, wq_, dyq_, dytq_;  // scratch: the GEMM operands not kept for a backward
+  // The Ŵᵀ of the current weight quantization while it is cached (wq_ holds its Ŵ); null: the
+  // next forward quantizes W. Held only between forwards with spec.cache_weight.
+  std::shared_ptr<const DevQ> wt_;
   DeviceBuffer<uint16_t> xb_, wb_, dyb_;
   DeviceBuffer<float> xf_, dyf_, acc_;
 };

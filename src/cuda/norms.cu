@@ -1,11 +1,14 @@
 // src/cuda/norms.cu — RMSNorm (Zhang & Sennrich 2019) and LayerNorm (Ba et al. 2016), forward and
-// backward, one thread block per row; row statistics and the backward's row sums in double, the
-// weight/bias gradients by a two-stage column reduction (partial sums over chunks of kChunkRows
-// rows in a 32-column x 8-row thread block, then one thread per feature adds the chunks in order:
-// deterministic, no atomics; the partials live in stream-ordered scratch, cudaMallocAsync).
-// Twin of src/cpu/backend/norms.cpp (same formulas, same double accumulation); see ops.h.
-// x, y, dy, dx may be F32 or BF16 each (typed.cuh); weights, statistics and their gradients are F32.
+// backward, one warp per row (8-wide 16-byte accesses when the row allows: see lane_walk); row
+// statistics and the backward's row sums in double, the weight/bias gradients by a two-stage column
+// reduction (partial sums over chunks of kChunkRows rows in a 32-column x 8-row thread block, then
+// one thread per feature adds the chunks in order: deterministic, no atomics; the partials live in
+// stream-ordered scratch, cudaMallocAsync). Twin of src/cpu/backend/norms.cpp (same formulas, same
+// double accumulation); see ops.h. x, y, dy, dx may be F32 or BF16 each (typed.cuh); weights,
+// statistics and their gradients are F32. docs/cuda.md §"Memory-bound kernels".
 #include <cuda_runtime.h>
+
+#include <initializer_list>
 
 #include "cuda/check.h"
 #include "cuda/ops.h"
@@ -15,39 +18,103 @@
 namespace octet::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;  // = 32 * kRowWarps for the row kernels
 
 __device__ __forceinline__ float w_at(const float* w, int64_t i) { return w ? w[i] : 1.0f; }
 
-template <class TX, class TY>
-__global__ void rmsnorm_forward_kernel(const TX* x, const float* w, TY* y, float* rstd,
-                                       int64_t dim, float eps) {
-  __shared__ double scratch[32];
-  const int64_t r = blockIdx.x;
-  const TX* xr = x + r * dim;
-  double ss = 0.0;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += double(ld(xr, i)) * ld(xr, i);
-  ss = block_sum(ss, scratch);
-  const float rs = float(1.0 / sqrt(ss / double(dim) + double(eps)));
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) st(y, r * dim + i, ld(xr, i) * rs * w_at(w, i));
-  if (threadIdx.x == 0) rstd[r] = rs;
+// One warp per row (kRowWarps rows per block): a lane walks its elements of the row — with kVec,
+// 8 consecutive ones at 8·lane + 256·k through ld8/st8 (16-byte accesses for BF16), else lane +
+// 32·k — and the row sums are warp shuffles, no block barriers. The second walk over the row
+// (the outputs) re-reads it from L1. Same formulas and double sums as the twin; only the
+// summation order differs.
+constexpr int kRowWarps = 8;
+
+// Calls f(i, a[i], b[i]) for each element i of the row this lane owns.
+template <bool kVec, class TA, class TB, class F>
+__device__ __forceinline__ void lane_walk(const TA* a, const TB* b, int64_t dim, int lane, F&& f) {
+  if constexpr (kVec) {
+    for (int64_t i = 8 * lane; i < dim; i += 256) {
+      float va[8], vb[8];
+      ld8(a + i, va);
+      ld8(b + i, vb);
+      for (int e = 0; e < 8; ++e) f(i + e, va[e], vb[e]);
+    }
+  } else {
+    for (int64_t i = lane; i < dim; i += 32) f(i, ld(a, i), ld(b, i));
+  }
+}
+// out[i] = f(i, a[i], b[i]) for each element i of the row this lane owns; returns the largest
+// |out[i]| as stored (float bits: typed.cuh stored_abs_bits), for the forwards' amax output.
+template <bool kVec, class TA, class TB, class TO, class F>
+__device__ __forceinline__ unsigned lane_map(const TA* a, const TB* b, TO* out, int64_t dim,
+                                             int lane, F&& f) {
+  unsigned m = 0;
+  if constexpr (kVec) {
+    for (int64_t i = 8 * lane; i < dim; i += 256) {
+      float va[8], vb[8];
+      ld8(a + i, va);
+      ld8(b + i, vb);
+      for (int e = 0; e < 8; ++e) {
+        va[e] = f(i + e, va[e], vb[e]);
+        m = max(m, stored_abs_bits(out, va[e]));
+      }
+      st8(out + i, va);
+    }
+  } else {
+    for (int64_t i = lane; i < dim; i += 32) {
+      const float v = f(i, ld(a, i), ld(b, i));
+      m = max(m, stored_abs_bits(out, v));
+      st(out, i, v);
+    }
+  }
+  return m;
 }
 
-template <class TX, class TD, class TG>
+// The row of this warp, or -1 past the last row (uniform over the warp).
+__device__ __forceinline__ int64_t warp_row(int64_t rows) {
+  const int64_t r = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / 32;
+  return r < rows ? r : -1;
+}
+
+// amax (may be null): max of |y| as stored, one atomicMax per block (ops.h). The forwards keep every
+// warp to the end (no early return) for that block reduction.
+template <bool kVec, class TX, class TY>
+__global__ void rmsnorm_forward_kernel(const TX* x, const float* w, TY* y, float* rstd,
+                                       int64_t rows, int64_t dim, float eps, unsigned* amax) {
+  __shared__ unsigned scratch[32];
+  const int64_t r = warp_row(rows);
+  const int lane = threadIdx.x % 32;
+  unsigned m = 0;
+  if (r >= 0) {
+    const TX* xr = x + r * dim;
+    double ss = 0.0;
+    lane_walk<kVec>(xr, xr, dim, lane, [&](int64_t, float v, float) { ss += double(v) * v; });
+    ss = warp_sum(ss);
+    const float rs = float(1.0 / sqrt(ss / double(dim) + double(eps)));
+    m = lane_map<kVec>(xr, xr, y + r * dim, dim, lane,
+                       [&](int64_t i, float v, float) { return v * rs * w_at(w, i); });
+    if (lane == 0) rstd[r] = rs;
+  }
+  block_amax_out(m, scratch, amax);
+}
+
+template <bool kVec, class TX, class TD, class TG>
 __global__ void rmsnorm_backward_kernel(const TX* x, const float* w, const float* rstd,
-                                        const TD* dy, TG* dx, int64_t dim) {
-  __shared__ double scratch[32];
-  const int64_t r = blockIdx.x;
+                                        const TD* dy, TG* dx, int64_t rows, int64_t dim) {
+  const int64_t r = warp_row(rows);
+  if (r < 0) return;
+  const int lane = threadIdx.x % 32;
   const TX* xr = x + r * dim;
   const TD* dyr = dy + r * dim;
   const double rs = rstd[r];
   double gx = 0.0;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-    gx += double(ld(dyr, i)) * w_at(w, i) * ld(xr, i);
-  gx = block_sum(gx, scratch);
+  lane_walk<kVec>(dyr, xr, dim, lane,
+                  [&](int64_t i, float g, float v) { gx += double(g) * w_at(w, i) * v; });
+  gx = warp_sum(gx);
   const double c = rs * rs * rs * gx / double(dim);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-    st(dx, r * dim + i, float(rs * double(ld(dyr, i)) * w_at(w, i) - c * ld(xr, i)));
+  lane_map<kVec>(dyr, xr, dx + r * dim, dim, lane, [&](int64_t i, float g, float v) {
+    return float(rs * double(g) * w_at(w, i) - c * v);
+  });
 }
 
 // dw[i] += Σ_r dy[r,i]·x̂[r,i], with x̂ = x·rstd (rms) or (x − mean)·rstd (layer); db[i] += Σ_r dy.
@@ -95,49 +162,57 @@ __global__ void norm_param_finish_kernel(const double* pw, const double* pb, flo
   if (db) db[i] += float(sb);
 }
 
-template <class TX, class TY>
+template <bool kVec, class TX, class TY>
 __global__ void layernorm_forward_kernel(const TX* x, const float* w, const float* b, TY* y,
-                                         float* mean, float* rstd, int64_t dim, float eps) {
-  __shared__ double scratch[32];
-  const int64_t r = blockIdx.x;
-  const TX* xr = x + r * dim;
-  double s = 0.0;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += ld(xr, i);
-  const double mu = block_sum(s, scratch) / double(dim);
-  double var = 0.0;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) var += (ld(xr, i) - mu) * (ld(xr, i) - mu);
-  var = block_sum(var, scratch) / double(dim);
-  const double rs = 1.0 / sqrt(var + double(eps));
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-    st(y, r * dim + i, float((ld(xr, i) - mu) * rs * w_at(w, i) + (b ? b[i] : 0.0f)));
-  if (threadIdx.x == 0) {
-    mean[r] = float(mu);
-    rstd[r] = float(rs);
+                                         float* mean, float* rstd, int64_t rows, int64_t dim,
+                                         float eps, unsigned* amax) {
+  __shared__ unsigned scratch[32];
+  const int64_t r = warp_row(rows);
+  const int lane = threadIdx.x % 32;
+  unsigned m = 0;
+  if (r >= 0) {
+    const TX* xr = x + r * dim;
+    double s = 0.0;
+    lane_walk<kVec>(xr, xr, dim, lane, [&](int64_t, float v, float) { s += v; });
+    const double mu = warp_sum(s) / double(dim);
+    double var = 0.0;
+    lane_walk<kVec>(xr, xr, dim, lane, [&](int64_t, float v, float) { var += (v - mu) * (v - mu); });
+    var = warp_sum(var) / double(dim);
+    const double rs = 1.0 / sqrt(var + double(eps));
+    m = lane_map<kVec>(xr, xr, y + r * dim, dim, lane, [&](int64_t i, float v, float) {
+      return float((v - mu) * rs * w_at(w, i) + (b ? b[i] : 0.0f));
+    });
+    if (lane == 0) {
+      mean[r] = float(mu);
+      rstd[r] = float(rs);
+    }
   }
+  block_amax_out(m, scratch, amax);
 }
 
-template <class TX, class TD, class TG>
+template <bool kVec, class TX, class TD, class TG>
 __global__ void layernorm_backward_kernel(const TX* x, const float* w, const float* mean,
-                                          const float* rstd, const TD* dy, TG* dx,
+                                          const float* rstd, const TD* dy, TG* dx, int64_t rows,
                                           int64_t dim) {
-  __shared__ double scratch[32];
-  const int64_t r = blockIdx.x;
+  const int64_t r = warp_row(rows);
+  if (r < 0) return;
+  const int lane = threadIdx.x % 32;
   const TX* xr = x + r * dim;
   const TD* dyr = dy + r * dim;
   const double mu = mean[r], rs = rstd[r];
   double gs = 0.0, gxs = 0.0;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    const double g = double(ld(dyr, i)) * w_at(w, i);
+  lane_walk<kVec>(dyr, xr, dim, lane, [&](int64_t i, float dv, float v) {
+    const double g = double(dv) * w_at(w, i);
     gs += g;
-    gxs += g * (ld(xr, i) - mu) * rs;
-  }
-  const double g_mean = block_sum(gs, scratch) / double(dim);
-  const double gx_mean = block_sum(gxs, scratch) / double(dim);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    const double xhat = (ld(xr, i) - mu) * rs;
-    const double g = double(ld(dyr, i)) * w_at(w, i);
-    st(dx, r * dim + i, float(rs * (g - g_mean - xhat * gx_mean)));
-  }
+    gxs += g * (v - mu) * rs;
+  });
+  const double g_mean = warp_sum(gs) / double(dim);
+  const double gx_mean = warp_sum(gxs) / double(dim);
+  lane_map<kVec>(dyr, xr, dx + r * dim, dim, lane, [&](int64_t i, float dv, float v) {
+    const double xhat = (v - mu) * rs;
+    const double g = double(dv) * w_at(w, i);
+    return float(rs * (g - g_mean - xhat * gx_mean));
+  });
 }
 
 unsigned col_blocks(int64_t dim) { return unsigned((dim + kThreads - 1) / kThreads); }
@@ -163,14 +238,24 @@ void norm_param_grad(const Tensor& x, const float* mean, const float* rstd, cons
   OCTET_CUDA_CHECK(cudaFreeAsync(partial, s));
 }
 
+// Blocks of kRowWarps warps for one warp per row; 8-wide walks when dim % 8 == 0 and every act
+// tensor of the row is 16-byte aligned.
+unsigned row_blocks(int64_t rows) { return unsigned((rows + kRowWarps - 1) / kRowWarps); }
+bool rows_vec(int64_t dim, std::initializer_list<const void*> ptrs) {
+  return dim % 8 == 0 && vec_ok(ptrs);
+}
+
 }  // namespace
 
 void rmsnorm_forward_launch(const Tensor& x, const float* w, const Tensor& y, float* rstd,
-                            int64_t rows, int64_t dim, float eps, cudaStream_t s) {
+                            int64_t rows, int64_t dim, float eps, cudaStream_t s, unsigned* amax) {
   if (rows == 0) return;
+  const bool vec = rows_vec(dim, {x.data, y.data});
   dispatch_act([&](auto a, auto b) {
-    rmsnorm_forward_kernel<OCTET_T(a), OCTET_T(b)><<<unsigned(rows), kThreads, 0, s>>>(
-        typed(x, a), w, typed(y, b), rstd, dim, eps);
+    using TX = OCTET_T(a);
+    using TY = OCTET_T(b);
+    auto* k = vec ? rmsnorm_forward_kernel<true, TX, TY> : rmsnorm_forward_kernel<false, TX, TY>;
+    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, typed(y, b), rstd, rows, dim, eps, amax);
   }, x.dtype, y.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
@@ -179,9 +264,13 @@ void rmsnorm_backward_launch(const Tensor& x, const float* w, const float* rstd,
                              const Tensor& dx, float* dw, int64_t rows, int64_t dim,
                              cudaStream_t s) {
   if (rows == 0) return;
+  const bool vec = rows_vec(dim, {x.data, dy.data, dx.data});
   dispatch_act([&](auto a, auto b, auto c) {
-    rmsnorm_backward_kernel<OCTET_T(a), OCTET_T(b), OCTET_T(c)><<<unsigned(rows), kThreads, 0, s>>>(
-        typed(x, a), w, rstd, typed(dy, b), typed(dx, c), dim);
+    using TX = OCTET_T(a);
+    using TD = OCTET_T(b);
+    using TG = OCTET_T(c);
+    auto* k = vec ? rmsnorm_backward_kernel<true, TX, TD, TG> : rmsnorm_backward_kernel<false, TX, TD, TG>;
+    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, rstd, typed(dy, b), typed(dx, c), rows, dim);
   }, x.dtype, dy.dtype, dx.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
   if (dw) norm_param_grad(x, nullptr, rstd, dy, dw, nullptr, rows, dim, s);
@@ -189,11 +278,15 @@ void rmsnorm_backward_launch(const Tensor& x, const float* w, const float* rstd,
 
 void layernorm_forward_launch(const Tensor& x, const float* w, const float* b, const Tensor& y,
                               float* mean, float* rstd, int64_t rows, int64_t dim, float eps,
-                              cudaStream_t s) {
+                              cudaStream_t s, unsigned* amax) {
   if (rows == 0) return;
+  const bool vec = rows_vec(dim, {x.data, y.data});
   dispatch_act([&](auto ta, auto tb) {
-    layernorm_forward_kernel<OCTET_T(ta), OCTET_T(tb)><<<unsigned(rows), kThreads, 0, s>>>(
-        typed(x, ta), w, b, typed(y, tb), mean, rstd, dim, eps);
+    using TX = OCTET_T(ta);
+    using TY = OCTET_T(tb);
+    auto* k = vec ? layernorm_forward_kernel<true, TX, TY> : layernorm_forward_kernel<false, TX, TY>;
+    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, ta), w, b, typed(y, tb), mean, rstd, rows, dim,
+                                             eps, amax);
   }, x.dtype, y.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
@@ -202,9 +295,15 @@ void layernorm_backward_launch(const Tensor& x, const float* w, const float* mea
                                const float* rstd, const Tensor& dy, const Tensor& dx, float* dw,
                                float* db, int64_t rows, int64_t dim, cudaStream_t s) {
   if (rows == 0) return;
+  const bool vec = rows_vec(dim, {x.data, dy.data, dx.data});
   dispatch_act([&](auto a, auto b, auto c) {
-    layernorm_backward_kernel<OCTET_T(a), OCTET_T(b), OCTET_T(c)><<<unsigned(rows), kThreads, 0, s>>>(
-        typed(x, a), w, mean, rstd, typed(dy, b), typed(dx, c), dim);
+    using TX = OCTET_T(a);
+    using TD = OCTET_T(b);
+    using TG = OCTET_T(c);
+    auto* k = vec ? layernorm_backward_kernel<true, TX, TD, TG>
+                  : layernorm_backward_kernel<false, TX, TD, TG>;
+    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, mean, rstd, typed(dy, b), typed(dx, c),
+                                             rows, dim);
   }, x.dtype, dy.dtype, dx.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
   if (dw || db) norm_param_grad(x, mean, rstd, dy, dw, db, rows, dim, s);

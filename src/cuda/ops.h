@@ -26,7 +26,10 @@ void fill_launch(const Tensor& x, double value, cudaStream_t s);
 void convert_launch(const Tensor& dst, const Tensor& src, cudaStream_t s);
 void axpy_launch(float a, const Tensor& x, const Tensor& y, cudaStream_t s);
 void scale_launch(float a, const Tensor& x, cudaStream_t s);
-void gelu_forward_launch(const Tensor& x, const Tensor& y, cudaStream_t s);
+/// amax (optional, device): *amax = max(*amax, |y| max as float bits, of y as stored) — the amax an
+/// FP8 tensor-current quantizer of y needs (quantizer.h quantize(..., amax)), computed by the kernel
+/// that writes y instead of a pre-pass over it. The same for the norms' forwards below.
+void gelu_forward_launch(const Tensor& x, const Tensor& y, cudaStream_t s, unsigned* amax = nullptr);
 void gelu_backward_launch(const Tensor& x, const Tensor& dy, const Tensor& dx, cudaStream_t s);
 /// h [rows, 2f], y [rows, f].
 void swiglu_forward_launch(const Tensor& h, const Tensor& y, int64_t rows, int64_t f,
@@ -56,13 +59,14 @@ void fill_random_launch(float* x, size_t n, uint32_t seed, float sigma, cudaStre
 // norms.cu: x, y, dy, dx act [rows, dim]; w F32 [dim] or null (gain 1); b F32 or null;
 // mean, rstd F32 [rows]; dw, db F32 accumulated (null: skipped).
 void rmsnorm_forward_launch(const Tensor& x, const float* w, const Tensor& y, float* rstd,
-                            int64_t rows, int64_t dim, float eps, cudaStream_t s);
+                            int64_t rows, int64_t dim, float eps, cudaStream_t s,
+                            unsigned* amax = nullptr);
 void rmsnorm_backward_launch(const Tensor& x, const float* w, const float* rstd, const Tensor& dy,
                              const Tensor& dx, float* dw, int64_t rows, int64_t dim,
                              cudaStream_t s);
 void layernorm_forward_launch(const Tensor& x, const float* w, const float* b, const Tensor& y,
                               float* mean, float* rstd, int64_t rows, int64_t dim, float eps,
-                              cudaStream_t s);
+                              cudaStream_t s, unsigned* amax = nullptr);
 void layernorm_backward_launch(const Tensor& x, const float* w, const float* mean,
                                const float* rstd, const Tensor& dy, const Tensor& dx, float* dw,
                                float* db, int64_t rows, int64_t dim, cudaStream_t s);

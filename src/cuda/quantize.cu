@@ -1,11 +1,15 @@
 // src/cuda/quantize.cu — the quantization kernels of quantize.h: a 128x128-tile cast kernel that
-// writes the row-wise and the column-wise FP8 copy of a tile from one shared-memory staging, an amax
-// pre-pass (same kernel, amax-only), dequantization and the tensor-delayed record/update kernels.
+// writes the row-wise and the column-wise FP8 copy of a tile from one shared-memory staging (the
+// row recipe's amax pre-pass is the same kernel, amax only), and dequantization. The tensor amax
+// pre-pass is tensor_amax.cu, the tensor-delayed state kernels quantize_delayed.cu. Memory-access
+// plan and expected bandwidth: docs/cuda.md §"Memory-bound kernels".
 //
 // All rounding goes through octet/fp8.h (fp8_encode, scale_from_amax, bf16_round), the functions the
-// CPU reference uses, so codes and scales match it bit for bit. Amaxes are reduced as the bit
+// CPU reference uses, so codes and scales match it bit for bit (the saturating cast through the
+// hardware instruction that gives the same codes: see encode()). Amaxes are reduced as the bit
 // patterns of |x| with unsigned max: for non-negative floats that order is the numeric order, and
 // every NaN pattern compares above +inf, so a NaN anywhere makes the amax NaN (never dropped).
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -19,7 +23,10 @@ namespace {
 
 constexpr int kTile = 128;
 constexpr int kThreads = 512;
-constexpr int kLds = kTile + 1;  // padded row stride of the staged tile (no bank conflicts)
+constexpr int kWarps = kThreads / 32;
+// Row stride of the staged tile: 132 floats keeps every row 16-byte aligned (float4 stores and
+// loads) and, with lanes on consecutive columns, makes the column reads conflict-free.
+constexpr int kLds = kTile + 4;
 constexpr size_t kSmemBytes = sizeof(float) * (kTile * kLds + 4 * kTile * 4);
 
 __device__ __forceinline__ float amax_from_bits(unsigned b) {
@@ -29,6 +36,7 @@ __device__ __forceinline__ float amax_from_bits(unsigned b) {
 struct TileParams {
   const void* x;
   bool x_bf16;
+  bool x_vec;          // 4-element vector loads: cols % 4 == 0 and x aligned for them
   const int* skip_if;  // pre-pass: return at once if *skip_if > 0
   int64_t rows, cols;
   int64_t rows_pad, cols_pad;  // extent covered by tiles
@@ -60,11 +68,17 @@ __device__ __forceinline__ unsigned block_bits(ScaleLayout layout, const unsigne
   }
 }
 
+// The block's scale range (QuantCounters::scale_min_flip / scale_max), reduced in shared memory
+// and added to the device counters once per block.
+struct ScaleRange {
+  unsigned min_flip, max;
+};
+
 // Writes 1/s for the block of `q` holding element (r, c), once per block (the caller picks the
 // thread: the first line and first 32-wide sub-block of the block inside this tile).
 __device__ __forceinline__ void store_scale(const DevQTensor& q, int64_t r, int64_t c, float s,
                                             bool first_tile_row, bool first_tile_col, int i,
-                                            int sub, QuantCounters* range) {
+                                            int sub, ScaleRange* range) {
   if (r >= q.rows_pad || c >= q.ld) return;
   bool writer = false;
   switch (q.layout) {
@@ -88,57 +102,106 @@ __device__ __forceinline__ void store_scale(const DevQTensor& q, int64_t r, int6
   if (range && r < q.rows && c < q.cols) {
     // The stats' scale is 1/scale_inv (> 0 or NaN: bits order like values, NaN largest).
     const unsigned b = __float_as_uint(1.0f / inv);
-    atomicMax(&range->scale_min_flip, ~b);
-    atomicMax(&range->scale_max, b);
+    atomicMax(&range->min_flip, ~b);
+    atomicMax(&range->max, b);
   }
 }
 
+// Four consecutive source elements of row gr from column gc (zeros outside the tensor), as FP32.
+__device__ __forceinline__ float4 load4(const TileParams& p, int64_t gr, int64_t gc) {
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (gr >= p.rows || gc >= p.cols) return v;
+  const int64_t k = gr * p.cols + gc;
+  if (p.x_vec) {  // cols % 4 == 0: all four are inside the row
+    if (p.x_bf16) {
+      const uint2 b = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(p.x) + k);
+      v.x = __uint_as_float(b.x << 16);
+      v.y = __uint_as_float(b.x & 0xFFFF0000u);
+      v.z = __uint_as_float(b.y << 16);
+      v.w = __uint_as_float(b.y & 0xFFFF0000u);
+    } else {
+      v = *reinterpret_cast<const float4*>(static_cast<const float*>(p.x) + k);
+    }
+    return v;
+  }
+  float e[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int j = 0; j < 4 && gc + j < p.cols; ++j)
+    e[j] = p.x_bf16 ? bf16_to_float(static_cast<const uint16_t*>(p.x)[k + j])
+                    : static_cast<const float*>(p.x)[k + j];
+  return make_float4(e[0], e[1], e[2], e[3]);
+}
+
+__device__ __forceinline__ unsigned abs_bits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
+
+// fp8.h's fp8_encode(y, f, saturate). The saturating cast is the hardware's (cvt.rn.satfinite, one
+// instruction instead of ~20): RNE with saturation, the same code for every input as fp8_encode
+// (tests/fp8/cuda_oracle_test.cpp checks cuda_fp8.h's conversion against it for every code,
+// every midpoint and a sweep of all floats) except NaN, where the hardware returns the canonical
+// 0x7F and octet keeps the sign of the input: restored here.
+__device__ __forceinline__ uint8_t encode(float y, Format f, bool saturate) {
+  if (!saturate) return fp8_encode(y, f, false);
+  const uint8_t c = __nv_cvt_float_to_fp8(y, __NV_SATFINITE, f == Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+  return y != y ? uint8_t(((__float_as_uint(y) >> 24) & 0x80u) | 0x7Fu) : c;
+}
+
+// One FP8 code of v·s, counting an underflow (a non-zero value that became ±0) and a saturation.
+__device__ __forceinline__ uint32_t encode_counted(float v, float s, const TileParams& p,
+                                                   unsigned long long& under,
+                                                   unsigned long long& sat) {
+  const float y = v * s;
+  const uint8_t code = encode(y, p.format, p.saturate);
+  under += (v != 0.0f) & ((code & 0x7F) == 0);
+  sat += fp8_overflows(y, p.format);
+  return code;
+}
+
+// One 128x128 tile of the source: staged in shared memory by 16-byte (F32) / 8-byte (BF16) loads
+// (a warp reads 128 consecutive elements of a row), the row-wise copy written by 4-byte stores (a
+// warp writes 128 consecutive codes), the column-wise copy by 16-byte stores of 16 codes (the
+// lanes of a warp read consecutive columns: no bank conflicts).
 template <int kSource>
-__global__ void __launch_bounds__(kThreads) quantize_tile_kernel(TileParams p) {
+__global__ void __launch_bounds__(kThreads, 2) quantize_tile_kernel(TileParams p) {
   extern __shared__ float smem[];
-  float* tile = smem;                                        // [128][129]
+  float* tile = smem;                                        // [128][132]
   unsigned* rbits = reinterpret_cast<unsigned*>(tile + kTile * kLds);  // [128][4] row sub-blocks
   unsigned* cbits = rbits + kTile * 4;                       // [128][4] column sub-blocks
   float* rs = reinterpret_cast<float*>(cbits + kTile * 4);   // [128][4] row-wise scales
   float* cs = rs + kTile * 4;                                // [128][4] column-wise scales
   __shared__ unsigned tile_max;
   __shared__ unsigned long long cnt[4];
+  __shared__ ScaleRange range;
 
   if (p.skip_if && *p.skip_if > 0) return;  // uniform over the grid
   const int64_t r0 = int64_t(blockIdx.y) * kTile, c0 = int64_t(blockIdx.x) * kTile;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  if (tid == 0) tile_max = 0;
+  if (tid == 0) tile_max = 0, range.min_flip = 0, range.max = 0;
   if (tid < 4) cnt[tid] = 0;
-  for (int idx = tid; idx < kTile * kTile; idx += kThreads) {
-    const int r = idx / kTile, c = idx % kTile;
-    const int64_t gr = r0 + r, gc = c0 + c;
-    float v = 0.0f;
-    if (gr < p.rows && gc < p.cols) {
-      const int64_t k = gr * p.cols + gc;
-      v = p.x_bf16 ? bf16_to_float(static_cast<const uint16_t*>(p.x)[k])
-                   : static_cast<const float*>(p.x)[k];
-    }
-    tile[r * kLds + c] = v;
-  }
-  __syncthreads();
 
-  // Amaxes of every 32-wide sub-block of each tile row and each tile column.
+  // Stage the tile; the amax of each 32-wide row sub-block (8 lanes) by shuffles.
+  float4 v[kTile / kWarps];
+#pragma unroll
+  for (int k = 0; k < kTile / kWarps; ++k) v[k] = load4(p, r0 + warp + kWarps * k, c0 + 4 * lane);
   unsigned wmax = 0;
-  for (int k = 0; k < kTile / (kThreads / 32); ++k) {
-    const int i = warp * (kTile / (kThreads / 32)) + k;
-    for (int q = 0; q < 4; ++q) {
-      const unsigned br = __float_as_uint(tile[i * kLds + lane + 32 * q]) & 0x7FFFFFFFu;
-      const unsigned bc = __float_as_uint(tile[(lane + 32 * q) * kLds + i]) & 0x7FFFFFFFu;
-      const unsigned mr = __reduce_max_sync(0xFFFFFFFFu, br);
-      const unsigned mc = __reduce_max_sync(0xFFFFFFFFu, bc);
-      if (lane == 0) {
-        rbits[i * 4 + q] = mr;
-        cbits[i * 4 + q] = mc;
-      }
-      wmax = max(wmax, mr);
-    }
+#pragma unroll
+  for (int k = 0; k < kTile / kWarps; ++k) {
+    const int r = warp + kWarps * k;
+    *reinterpret_cast<float4*>(tile + r * kLds + 4 * lane) = v[k];
+    unsigned m = max(max(abs_bits(v[k].x), abs_bits(v[k].y)), max(abs_bits(v[k].z), abs_bits(v[k].w)));
+    for (int off = 1; off < 8; off *= 2) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+    if (lane % 8 == 0) rbits[r * 4 + lane / 8] = m;
+    wmax = max(wmax, m);
   }
+  wmax = __reduce_max_sync(0xFFFFFFFFu, wmax);
+  __syncthreads();  // the tile_max/range/cnt initialization is visible, the tile staged
   if (lane == 0) atomicMax(&tile_max, wmax);
+  // Column sub-block amaxes (tile-local scales and the row recipe's pre-pass only): thread
+  // (q, c) reduces rows 32q..32q+31 of column c; lanes on consecutive columns.
+  if (kSource == int(ScaleSource::Tile)) {
+    const int c = tid % kTile, q = tid / kTile;
+    unsigned m = 0;
+    for (int k = 0; k < 32; ++k) m = max(m, abs_bits(tile[(32 * q + k) * kLds + c]));
+    cbits[c * 4 + q] = m;
+  }
   __syncthreads();
 
   if (p.amax_only) {
@@ -180,51 +243,40 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(TileParams p) {
     rs[i * 4 + q] = s_row;
     cs[i * 4 + q] = s_col;
     if (p.has_row)
-      store_scale(p.row, r0 + i, c0 + 32 * q, s_row, blockIdx.y == 0, blockIdx.x == 0, i, q,
-                  p.acc.counters);
+      store_scale(p.row, r0 + i, c0 + 32 * q, s_row, blockIdx.y == 0, blockIdx.x == 0, i, q, &range);
     if (p.has_col)
       store_scale(p.col, c0 + i, r0 + 32 * q, s_col, blockIdx.x == 0, blockIdx.y == 0, i, q,
-                  p.has_row ? nullptr : p.acc.counters);
+                  p.has_row ? nullptr : &range);
   }
   __syncthreads();
 
   unsigned long long under_r = 0, sat_r = 0, under_c = 0, sat_c = 0;
-  if (p.has_row) {
-    for (int idx = tid; idx < kTile * kTile / 4; idx += kThreads) {
-      const int r = idx / (kTile / 4), c = (idx % (kTile / 4)) * 4;
-      const int64_t gr = r0 + r, gc = c0 + c;
+  if (p.has_row) {  // warp: one tile row; lane: its 4 columns 4·lane..4·lane+3 (one 4-byte store)
+    const int64_t gc = c0 + 4 * lane;
+    for (int k = 0; k < kTile / kWarps; ++k) {
+      const int r = warp + kWarps * k;
+      const int64_t gr = r0 + r;
       if (gr >= p.row.rows_pad || gc >= p.row.ld) continue;
-      const float s = rs[r * 4 + c / 32];
+      const float s = rs[r * 4 + lane / 8];
+      const float4 t = *reinterpret_cast<const float4*>(tile + r * kLds + 4 * lane);
+      const float e[4] = {t.x, t.y, t.z, t.w};
       uint32_t word = 0;
-      for (int e = 0; e < 4; ++e) {
-        if (gr >= p.rows || gc + e >= p.cols) continue;
-        const float v = tile[r * kLds + c + e];
-        const float y = v * s;
-        const uint8_t code = fp8_encode(y, p.format, p.saturate);
-        under_r += (v != 0.0f) & ((code & 0x7F) == 0);
-        sat_r += fp8_overflows(y, p.format);
-        word |= uint32_t(code) << (8 * e);
-      }
+      for (int j = 0; j < 4; ++j)
+        if (gr < p.rows && gc + j < p.cols) word |= encode_counted(e[j], s, p, under_r, sat_r) << (8 * j);
       *reinterpret_cast<uint32_t*>(p.row.codes + gr * p.row.ld + gc) = word;
     }
   }
-  if (p.has_col) {
-    for (int idx = tid; idx < kTile * kTile / 4; idx += kThreads) {
-      const int c = idx / (kTile / 4), r = (idx % (kTile / 4)) * 4;
-      const int64_t gc = c0 + c, gr = r0 + r;  // element (gc, gr) of the transpose
+  if (p.has_col) {  // thread: tile column c, rows 16g..16g+15 (one 16-byte store); lanes on columns
+    for (int idx = tid; idx < kTile * (kTile / 16); idx += kThreads) {
+      const int c = idx % kTile, g = idx / kTile;
+      const int64_t gc = c0 + c, gr = r0 + 16 * g;  // element (gc, gr) of the transpose
       if (gc >= p.col.rows_pad || gr >= p.col.ld) continue;
-      const float s = cs[c * 4 + r / 32];
-      uint32_t word = 0;
-      for (int e = 0; e < 4; ++e) {
-        if (gc >= p.cols || gr + e >= p.rows) continue;
-        const float v = tile[(r + e) * kLds + c];
-        const float y = v * s;
-        const uint8_t code = fp8_encode(y, p.format, p.saturate);
-        under_c += (v != 0.0f) & ((code & 0x7F) == 0);
-        sat_c += fp8_overflows(y, p.format);
-        word |= uint32_t(code) << (8 * e);
-      }
-      *reinterpret_cast<uint32_t*>(p.col.codes + gc * p.col.ld + gr) = word;
+      const float s = cs[c * 4 + g / 2];
+      uint32_t w[4] = {0, 0, 0, 0};
+      for (int e = 0; e < 16; ++e)
+        if (gc < p.cols && gr + e < p.rows)
+          w[e / 4] |= encode_counted(tile[(16 * g + e) * kLds + c], s, p, under_c, sat_c) << (8 * (e % 4));
+      *reinterpret_cast<uint4*>(p.col.codes + gc * p.col.ld + gr) = make_uint4(w[0], w[1], w[2], w[3]);
     }
   }
   for (int off = 16; off > 0; off /= 2) {
@@ -241,6 +293,10 @@ __global__ void __launch_bounds__(kThreads) quantize_tile_kernel(TileParams p) {
   }
   __syncthreads();
   if (tid < 4 && cnt[tid]) atomicAdd(&p.acc.counters->counts[tid], cnt[tid]);
+  if (tid == 4 && range.max) {
+    atomicMax(&p.acc.counters->scale_min_flip, range.min_flip);
+    atomicMax(&p.acc.counters->scale_max, range.max);
+  }
 }
 
 template <int kSource>
@@ -270,59 +326,6 @@ __global__ void dequantize_kernel(DevQTensor q, float* out) {
   }
 }
 
-// tensor-delayed (quantize.h): the scale of this quantization, after the amax pre-pass.
-// Non-empty history or a non-finite amax: the delayed scale; else this tensor's own amax.
-__global__ void delayed_select_kernel(const unsigned* amax_bits, const int* st, float* scale,
-                                      Format format, int margin, bool pow2) {
-  const float amax = amax_from_bits(*amax_bits);
-  const bool finite = amax < INFINITY;
-  scale[1] = (finite && st[0] == 0) ? scale_from_amax(amax, format, margin, pow2) : scale[0];
-}
-
-__global__ void delayed_record_kernel(const unsigned* amax_bits, unsigned* pending, int* st) {
-  *pending = st[4] ? max(*pending, *amax_bits) : *amax_bits;
-  st[4] = 1;
-}
-
-__global__ void delayed_update_kernel(unsigned* pending, float* history, int hist_len, int* st,
-                                      float* scale, Format format, int margin, bool pow2,
-                                      bool most_recent) {
-  if (!st[4]) return;  // nothing recorded since the last update
-  const float amax = amax_from_bits(*pending);
-  st[4] = 0;
-  *pending = 0;
-  if (!(amax < INFINITY)) {  // NaN or inf: keep the scale, the history does not advance
-    st[2] = 1;
-    st[3] += 1;
-    return;
-  }
-  st[2] = 0;
-  history[st[1]] = amax;
-  st[1] = (st[1] + 1) % hist_len;
-  st[0] = min(st[0] + 1, hist_len);
-  float reduced = amax;
-  if (!most_recent)
-    for (int i = 0; i < st[0]; ++i) reduced = fmaxf(reduced, history[i]);
-  scale[0] = scale_from_amax(reduced, format, margin, pow2);
-}
-
-__global__ void delayed_set_pending_kernel(unsigned* pending, int* st, float amax) {
-  const bool none = amax < 0.0f;  // NaN compares false: recorded
-  *pending = none ? 0u : (__float_as_uint(amax) & 0x7FFFFFFFu);
-  st[4] = none ? 0 : 1;
-}
-
-// Cross-rank amax exchange form (fp8/linear_state.h amax_to_exchange): −1 none, else the bits.
-__global__ void delayed_get_exchange_kernel(const unsigned* pending, const int* st, int* out) {
-  *out = st[4] ? int(*pending & 0x7FFFFFFFu) : -1;
-}
-
-__global__ void delayed_set_exchange_kernel(unsigned* pending, int* st, const int* in) {
-  const int v = *in;
-  *pending = v < 0 ? 0u : unsigned(v);
-  st[4] = v < 0 ? 0 : 1;
-}
-
 int grid_for(int64_t n, int threads) {
   const int64_t b = ceil_div(n, threads);
   return int(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
@@ -338,6 +341,7 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
   TileParams p{};
   p.x = a.x;
   p.x_bf16 = a.x_bf16;
+  p.x_vec = a.cols % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % (a.x_bf16 ? 8 : 16) == 0;
   p.skip_if = nullptr;
   p.rows = a.rows;
   p.cols = a.cols;
@@ -362,8 +366,12 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
   p.acc = a.accum;
   OCTET_CHECK(a.accum.counters, "quantize: no counters");
   OCTET_CUDA_CHECK(cudaMemsetAsync(a.accum.counters, 0, sizeof(QuantCounters), stream));
-  const bool prepass = a.source == ScaleSource::TensorAmax || a.source == ScaleSource::RowCol ||
-                       a.amax_prepass;
+  const bool given = a.source == ScaleSource::TensorAmax && a.amax_given;
+  const bool prepass = (a.source == ScaleSource::TensorAmax && !given) ||
+                       a.source == ScaleSource::RowCol || a.amax_prepass;
+  if (given)
+    OCTET_CUDA_CHECK(cudaMemcpyAsync(&a.accum.counters->amax_bits, a.amax_given, sizeof(unsigned),
+                                     cudaMemcpyDeviceToDevice, stream));
   if (a.source == ScaleSource::RowCol) {
     OCTET_CHECK(a.accum.row_amax && a.accum.col_amax, "quantize: row recipe needs amax scratch");
     OCTET_CUDA_CHECK(cudaMemsetAsync(a.accum.row_amax, 0, p.rows_pad * sizeof(unsigned), stream));
@@ -372,14 +380,18 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
     p.acc.row_amax = p.acc.col_amax = nullptr;
   }
   if (prepass) {
-    TileParams pre = p;
-    pre.amax_only = true;
-    pre.skip_if = a.skip_prepass_if;
-    launch_tile<int(ScaleSource::Tile)>(pre, stream);
+    if (a.source == ScaleSource::RowCol) {  // row and column amaxes: the tile kernel, amax only
+      TileParams pre = p;
+      pre.amax_only = true;
+      launch_tile<int(ScaleSource::Tile)>(pre, stream);
+    } else {  // one tensor amax: a streaming reduction
+      tensor_amax_launch(a.x, a.x_bf16, a.rows * a.cols, a.skip_prepass_if,
+                         &a.accum.counters->amax_bits, stream);
+    }
     if (a.after_prepass) a.after_prepass(a.after_prepass_ctx, stream);
   }
   p.amax_only = false;
-  p.accumulate_amax = !prepass || a.skip_prepass_if != nullptr;
+  p.accumulate_amax = (!prepass && !given) || a.skip_prepass_if != nullptr;  // given: read only
   switch (a.source) {
     case ScaleSource::Pointer:
       OCTET_CHECK(a.scale_ptr, "quantize: pointer scale source without a pointer");
@@ -393,42 +405,6 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
 
 void dequantize_launch(const DevQTensor& q, float* out, cudaStream_t stream) {
   dequantize_kernel<<<grid_for(q.rows * q.cols, 256), 256, 0, stream>>>(q, out);
-  OCTET_CUDA_LAUNCH_CHECK();
-}
-
-void delayed_select_launch(const unsigned* amax_bits, const int* state_i, float* scale,
-                           Format format, int margin, bool pow2, cudaStream_t stream) {
-  delayed_select_kernel<<<1, 1, 0, stream>>>(amax_bits, state_i, scale, format, margin, pow2);
-  OCTET_CUDA_LAUNCH_CHECK();
-}
-
-void delayed_record_launch(const unsigned* amax_bits, unsigned* pending, int* state_i,
-                           cudaStream_t stream) {
-  delayed_record_kernel<<<1, 1, 0, stream>>>(amax_bits, pending, state_i);
-  OCTET_CUDA_LAUNCH_CHECK();
-}
-
-void delayed_update_launch(unsigned* pending, float* history, int hist_len, int* state_i,
-                           float* scale, Format format, int margin, bool pow2, bool most_recent,
-                           cudaStream_t stream) {
-  delayed_update_kernel<<<1, 1, 0, stream>>>(pending, history, hist_len, state_i, scale, format,
-                                             margin, pow2, most_recent);
-  OCTET_CUDA_LAUNCH_CHECK();
-}
-
-void delayed_set_pending_launch(unsigned* pending, int* state_i, float amax, cudaStream_t stream) {
-  delayed_set_pending_kernel<<<1, 1, 0, stream>>>(pending, state_i, amax);
-  OCTET_CUDA_LAUNCH_CHECK();
-}
-
-void delayed_get_exchange_launch(const unsigned* pending, const int* state_i, int* out,
-                                 cudaStream_t stream) {
-  delayed_get_exchange_kernel<<<1, 1, 0, stream>>>(pending, state_i, out);
-  OCTET_CUDA_LAUNCH_CHECK();
-}
-
-void delayed_set_exchange_launch(unsigned* pending, int* state_i, const int* in, cudaStream_t stream) {
-  delayed_set_exchange_kernel<<<1, 1, 0, stream>>>(pending, state_i, in);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 

@@ -63,6 +63,9 @@ struct QuantizeArgs {
   /// Called on the stream between the amax pre-pass and the cast (tensor-delayed's first use).
   void (*after_prepass)(void* ctx, cudaStream_t stream) = nullptr;
   void* after_prepass_ctx = nullptr;
+  /// TensorAmax source: the tensor's amax (|x| max as float bits, device) computed by the kernel
+  /// that produced x (ops.h: the norms' and GELU's amax output): no pre-pass, one read of x.
+  const unsigned* amax_given = nullptr;
   const float* scale_ptr = nullptr;  ///< Pointer source: the scale s
   DevQTensor* rowwise = nullptr;     ///< [rows, cols] copy (may be null)
   DevQTensor* colwise = nullptr;     ///< [cols, rows] copy (may be null); same format as rowwise
@@ -73,6 +76,12 @@ struct QuantizeArgs {
 /// The DevQTensors must have their shapes set and their buffers allocated; both copies, when
 /// present, must share the format. Throws octet::Error on a launch failure.
 void quantize_launch(const QuantizeArgs& args, cudaStream_t stream);
+
+/// *amax_bits = max(*amax_bits, |x| max as float bits) over x [n] (F32, or BF16 bit patterns if
+/// x_bf16; NaN compares largest); nothing if skip_if && *skip_if > 0 (read on the device).
+/// One streaming pass, no host synchronization. Throws octet::Error for n < 1.
+void tensor_amax_launch(const void* x, bool x_bf16, int64_t n, const int* skip_if,
+                        unsigned* amax_bits, cudaStream_t stream);
 
 /// out[r, c] = decode(code) * scale_inv (FP32, [rows, cols] contiguous, padding dropped).
 void dequantize_launch(const DevQTensor& q, float* out, cudaStream_t stream);

@@ -59,7 +59,7 @@ CudaQuantizer::CudaQuantizer(const QuantConfig& config, Role role, CudaBackend& 
   }
 }
 
-void CudaQuantizer::quantize(const Tensor& x, DevQ* rowwise, DevQ* colwise) {
+void CudaQuantizer::quantize(const Tensor& x, DevQ* rowwise, DevQ* colwise, const unsigned* amax) {
   check_activation(x, "quantize: x");
   const int64_t rows = x.rows(), cols = x.cols();
   OCTET_CHECK(rows >= 1 && cols >= 1, "quantize: rows and cols must be >= 1, got " + x.str());
@@ -109,7 +109,10 @@ void CudaQuantizer::quantize(const Tensor& x, DevQ* rowwise, DevQ* colwise) {
       a.source = ScaleSource::Pointer;
       a.scale_ptr = scale_.get();
       break;
-    case Recipe::TensorCurrent: a.source = ScaleSource::TensorAmax; break;
+    case Recipe::TensorCurrent:
+      a.source = ScaleSource::TensorAmax;
+      a.amax_given = amax;
+      break;
     case Recipe::Row:
       a.source = ScaleSource::RowCol;
       a.accum.row_amax = row_amax_.reserve(size_t(round_up(rows, 16)), stream_);

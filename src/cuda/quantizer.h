@@ -44,7 +44,10 @@ class CudaQuantizer {
   /// Quantizes x (act, F32 or BF16, viewed as [x.rows(), x.cols()]) into `rowwise` ([rows, cols])
   /// and/or `colwise` ([cols, rows]); either may be null, not both. Tensor-delayed: the current
   /// scale (this tensor's own amax while the history is empty) and the amax recorded.
-  void quantize(const Tensor& x, DevQ* rowwise, DevQ* colwise);
+  /// `amax` (optional, device): x's amax as |x| float bits, computed by the kernel that wrote x (ops.h
+  /// amax outputs); tensor-current then skips its amax pre-pass (same scale, same codes). Ignored by
+  /// the other recipes.
+  void quantize(const Tensor& x, DevQ* rowwise, DevQ* colwise, const unsigned* amax = nullptr);
   /// tensor-delayed: folds the recorded amax into the history (quant.h Quantizer::update);
   /// other recipes: no-op. Enqueued, no synchronization.
   void update();

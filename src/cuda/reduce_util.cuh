@@ -1,4 +1,5 @@
-// src/cuda/reduce_util.cuh — warp and block sum/max reductions shared by the CUDA kernels.
+// src/cuda/reduce_util.cuh — warp and block sum/max reductions shared by the CUDA kernels, and the
+// block amax output of the kernels that produce a tensor an FP8 quantizer reads (quantize.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -40,6 +41,15 @@ __device__ __forceinline__ T block_max(T v, T* scratch, T lowest) {
   __syncthreads();
   T r = lane < nw ? scratch[lane] : lowest;
   return warp_max(r);
+}
+
+/// *out = max(*out, the block's largest m) with one atomicMax per block (every thread of the block
+/// must call it; out null: nothing). Amaxes as |x| float bits: unsigned order is numeric order and
+/// NaN compares above inf (quantize.h).
+__device__ __forceinline__ void block_amax_out(unsigned m, unsigned* scratch, unsigned* out) {
+  if (!out) return;  // uniform
+  m = block_max(m, scratch, 0u);
+  if (threadIdx.x == 0 && m) atomicMax(out, m);
 }
 
 }  // namespace octet::cuda

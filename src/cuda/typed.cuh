@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <utility>
 
 #include "octet/error.h"
@@ -28,6 +29,48 @@ __device__ __forceinline__ float ld(const float* p, int64_t i) { return p[i]; }
 __device__ __forceinline__ float ld(const Bf16* p, int64_t i) { return bf16_to_float(p[i].bits); }
 __device__ __forceinline__ void st(float* p, int64_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void st(Bf16* p, int64_t i, float v) { p[i].bits = bf16_from_float(v); }
+
+/// |v| as float bits after the rounding st() applies for the element type (the value a later reader
+/// of the tensor sees): for amaxes computed by the kernel that writes the tensor.
+__device__ __forceinline__ unsigned stored_abs_bits(const float*, float v) {
+  return __float_as_uint(v) & 0x7FFFFFFFu;
+}
+__device__ __forceinline__ unsigned stored_abs_bits(const Bf16*, float v) {
+  return (uint32_t(bf16_from_float(v)) << 16) & 0x7FFFFFFFu;
+}
+
+/// Eight consecutive elements loaded as FP32 / stored with one rounding (as ld/st): one 16-byte
+/// access for BF16, two for F32. The address must be 16-byte aligned (callers check vec_ok).
+__device__ __forceinline__ void ld8(const float* p, float v[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void ld8(const Bf16* p, float v[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  for (int j = 0; j < 4; ++j) {
+    v[2 * j] = __uint_as_float(w[j] << 16);
+    v[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+  }
+}
+__device__ __forceinline__ void st8(float* p, const float v[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void st8(Bf16* p, const float v[8]) {
+  uint32_t w[4];
+  for (int j = 0; j < 4; ++j)
+    w[j] = uint32_t(bf16_from_float(v[2 * j])) | (uint32_t(bf16_from_float(v[2 * j + 1])) << 16);
+  *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/// True if every pointer is 16-byte aligned: then ld8/st8 may be used at element offsets that are
+/// multiples of 8.
+inline bool vec_ok(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
 
 namespace detail {
 template <class... Done>

@@ -94,6 +94,9 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
     spec.out_features = out;
     spec.precision = prec;
     spec.quant = precision_.quant;
+    // The weights change only in the optimizer step (after update_quant_scales) and in
+    // upload_params (which tells the linears): one FP8 weight quantization per step (backend.h).
+    spec.cache_weight = true;
     op.lin = backend_.make_linear(spec);
     return op;
   };
@@ -250,6 +253,7 @@ void Model::upload_params(const std::vector<float>& host) {
                                             std::to_string(host.size()) + ", model has " +
                                             std::to_string(n_params_));
   backend_.upload(param_data(), host.data());
+  for (auto& [key, op] : impl_->linears()) op->lin->weights_changed();
 }
 
 void Model::zero_grad() {

@@ -7,7 +7,8 @@
 // checked in gemm_test.cpp), 1e-5·max|cpu| for BF16/FP32 GEMMs, plus one BF16 ulp of |cpu| for
 // BF16 outputs. Saved state: two forwards then two backwards equal one at a time, bitwise. And
 // the checkpoint state (quant_state): equal to the CPU's, and a second CudaLinear restored from it
-// continues bitwise.
+// continues bitwise. The FP8 weight cache equals no cache, bitwise, and is invalidated where
+// backend.h says.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -276,6 +277,68 @@ TEST(CudaLinear, QuantStateRoundTripContinuesBitwise) {
   bad[0] = 4.0f;  // X history longer than amax_history_len
   EXPECT_THROW(lb->load_quant_state(bad), Error);
   EXPECT_EQ(lb->quant_state(), before);
+}
+
+// FP8 weight cache (backend.h LinearSpec::cache_weight): with gradient accumulation (2 micro-batches
+// per step, update_scales() between steps, W changed by an "optimizer step" after it), a caching
+// linear's Y, dX, dW and delayed state equal an uncaching one's bitwise. The cache is really used:
+// W changed without update_scales() leaves the caching linear's Y as it was (the uncached one
+// follows the new W); weights_changed() drops it, and both agree again.
+TEST(CudaLinear, WeightCacheEqualsUncachedBitwise) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  for (Recipe recipe : {Recipe::TensorCurrent, Recipe::TensorDelayed, Recipe::Block}) {
+    const Case c{LinearPrecision::FP8, recipe, FormatPolicy::Hybrid, 64, 160, 96};
+    LinearSpec spec = spec_of(c);
+    auto plain = gpu->make_linear(spec);
+    spec.cache_weight = true;
+    auto cached = gpu->make_linear(spec);
+    Io ia(*gpu, c.m, c.in, c.out, DType::BF16), ib(*gpu, c.m, c.in, c.out, DType::BF16);
+    const std::string what = to_string(recipe);
+    auto same = [&](const Tensor& a, const Tensor& b, const std::string& at) {
+      const auto ha = gpu->download_f32(a), hb = gpu->download_f32(b);
+      ASSERT_EQ(ha.size(), hb.size());
+      for (size_t i = 0; i < ha.size(); ++i)
+        ASSERT_TRUE(test::same_float(ha[i], hb[i])) << what << " " << at << " at " << i;
+    };
+    auto micro = [&](int step, int k) {  // one forward + backward on both
+      const uint32_t seed = uint32_t(10 * step + k);
+      const auto x = test::gaussian(size_t(c.m * c.in), 60u + seed, 1.0f + float(k));
+      const auto dy = test::gaussian(size_t(c.m * c.out), 70u + seed, 1e-3f);
+      for (Io* io : {&ia, &ib}) put(*gpu, io->x, x), put(*gpu, io->dy, dy);
+      const SavedLinear sa = plain->forward(ia.x, ia.w, ia.y);
+      const SavedLinear sb = cached->forward(ib.x, ib.w, ib.y);
+      plain->backward(sa, ia.dy, ia.dx, ia.dw);
+      cached->backward(sb, ib.dy, ib.dx, ib.dw);
+    };
+    for (int step = 0; step < 3; ++step) {
+      const auto w = test::gaussian(size_t(c.out * c.in), 80u + uint32_t(step), 0.05f * float(step + 1));
+      put(*gpu, ia.w, w), put(*gpu, ib.w, w);  // the optimizer step (after update_scales)
+      gpu->fill(ia.dw, 0.0), gpu->fill(ib.dw, 0.0);
+      for (int k = 0; k < 2; ++k) {
+        micro(step, k);
+        const std::string at = "step " + std::to_string(step) + " micro " + std::to_string(k);
+        same(ia.y, ib.y, at + " y");
+        same(ia.dx, ib.dx, at + " dx");
+        if (HasFatalFailure()) return;
+      }
+      same(ia.dw, ib.dw, "step " + std::to_string(step) + " dw (accumulated)");
+      plain->update_scales();
+      cached->update_scales();
+      EXPECT_EQ(plain->quant_state(), cached->quant_state()) << what;
+    }
+    // W changes without update_scales(): the cache keeps the old Ŵ.
+    micro(3, 0);
+    const auto y_before = gpu->download_f32(ib.y);
+    const auto w2 = test::gaussian(size_t(c.out * c.in), 99u, 0.2f);
+    put(*gpu, ia.w, w2), put(*gpu, ib.w, w2);
+    micro(3, 0);
+    EXPECT_EQ(gpu->download_f32(ib.y), y_before) << what << ": the cached Ŵ must be reused";
+    EXPECT_NE(gpu->download_f32(ia.y), y_before) << what << ": the new W changes Y (test premise)";
+    cached->weights_changed();
+    micro(3, 1);
+    same(ia.y, ib.y, "after weights_changed y");
+  }
 }
 
 }  // namespace

@@ -5,13 +5,19 @@
 // casts that overflow, from F32 and from BF16 sources. The column-wise copy is compared with the CPU's
 // quantize_transposed(). Tensor-delayed follows quant.h's quantize-then-update: codes, scales, the
 // recorded amax and the state after each update() are the CPU's, over micro-batches and a NaN step.
+// The tensor-amax pre-pass is checked against the host max on aligned and misaligned sources, and
+// the amax a producer kernel (norm, GELU) computes gives the codes of the pre-pass.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cuda/cuda_backend.h"
+#include "cuda/ops.h"
 #include "cuda/quantize.h"
 #include "cuda/quantizer.h"
 #include "cuda_test_util.h"
@@ -88,8 +94,11 @@ void check_once(cuda::CudaQuantizer& gq, Quantizer& cq, std::vector<float> x, in
   EXPECT_EQ(sat, cc.n_saturated) << what << " (column-wise)";
 }
 
+// Awkward shapes (partial tiles, one element per load) and, from {129, 512} on, columns that are
+// multiples of 4: the tile kernel's vector loads (BF16 for odd row counts: check_once's rule).
 const std::vector<std::pair<int64_t, int64_t>> kShapes = {
-    {1, 1}, {7, 129}, {127, 133}, {129, 7}, {255, 257}, {257, 255}, {133, 1}, {1, 257}};
+    {1, 1}, {7, 129}, {127, 133}, {129, 7}, {255, 257}, {257, 255}, {133, 1}, {1, 257},
+    {129, 512}, {256, 384}, {131, 4}};
 
 TEST(CudaQuantize, StatelessRecipesMatchCpuBitwise) {
   OCTET_REQUIRE_GPU();
@@ -116,7 +125,7 @@ TEST(CudaQuantize, StatelessRecipesMatchCpuBitwise) {
             ++checked;
             if (HasFatalFailure()) return;
           }
-  EXPECT_GT(checked, 600);
+  EXPECT_GT(checked, 900);
 }
 
 TEST(CudaQuantize, NonSaturatingOverflowAndMarginsMatchCpu) {
@@ -223,6 +232,95 @@ TEST(CudaQuantize, SeparateOrientationsShareTheDelayedScale) {
     gq.update();
     cq.update();
   }
+}
+
+// The streaming tensor amax (tensor_amax_launch): the max of |x| over every element, for F32 and
+// BF16 sources, 16-byte aligned (vector loads + tail) or not (a view one element in), with a NaN
+// that must win over every finite value and over an existing larger amax; skip_if > 0 does nothing.
+TEST(CudaQuantize, TensorAmaxIsTheMaxOfAbsoluteValues) {
+  OCTET_REQUIRE_GPU();
+  Gpu gpu;
+  const cudaStream_t s = gpu.be.stream();
+  Dev<unsigned> amax(size_t(1));
+  Dev<int> skip(std::vector<int>{1});
+  for (const int64_t n : {1, 7, 8, 1000, 4099, 100003})
+    for (const bool bf16 : {false, true})
+      for (const int64_t offset : {0, 1})
+        for (const bool with_nan : {false, true}) {
+          const std::string what = "n " + std::to_string(n) + (bf16 ? " bf16" : " f32") +
+                                   " offset " + std::to_string(offset) + (with_nan ? " NaN" : "");
+          std::vector<float> x = test::awkward_values(size_t(n + offset), uint32_t(n) + 5u);
+          if (with_nan) x[size_t(offset + n / 2)] = NAN;
+          Dev<float> df;
+          Dev<uint16_t> db;
+          const void* src = nullptr;
+          if (bf16) {
+            std::vector<uint16_t> b(x.size());
+            for (size_t i = 0; i < x.size(); ++i) b[i] = bf16_from_float(x[i]), x[i] = bf16_to_float(b[i]);
+            db.set(b);
+            src = db.ptr() + offset;
+          } else {
+            df.set(x);
+            src = df.ptr() + offset;
+          }
+          float expect = 0.0f;
+          for (int64_t i = offset; i < offset + n; ++i) expect = std::max(expect, std::fabs(x[size_t(i)]));
+          amax.set(std::vector<unsigned>{0x3F800000u});  // an existing amax of 1.0 is kept if larger
+          cuda::tensor_amax_launch(src, bf16, n, nullptr, amax.ptr(), s);
+          unsigned bits = amax.get()[0];
+          float got;
+          std::memcpy(&got, &bits, sizeof(got));
+          if (with_nan) {
+            EXPECT_GT(bits, 0x7F800000u) << what << ": a NaN must make the amax NaN";
+          } else {
+            EXPECT_EQ(got, std::max(expect, 1.0f)) << what;
+          }
+          cuda::tensor_amax_launch(src, bf16, n, skip.ptr(), amax.ptr(), s);
+          EXPECT_EQ(amax.get()[0], bits) << what << ": skip_if > 0 must leave the amax alone";
+        }
+}
+
+// Amax in the producer (ops.h amax outputs; quantizer.h quantize(..., amax)): LayerNorm, RMSNorm
+// and GELU forwards reduce |y| as stored; tensor-current quantization with that amax (no pre-pass)
+// gives bitwise the codes, scales and amax of the quantization with its own pre-pass. F32 and BF16
+// outputs, a row width on the 8-wide path (1024) and one off it (129).
+TEST(CudaQuantize, ProducerAmaxGivesThePrePassCodes) {
+  OCTET_REQUIRE_GPU();
+  Gpu gpu;
+  const cudaStream_t s = gpu.be.stream();
+  const int64_t rows = 37;
+  for (const int64_t dim : {1024, 129})
+    for (const DType out : {DType::F32, DType::BF16})
+      for (const std::string producer : {"layernorm", "rmsnorm", "gelu"}) {
+        const std::string what = producer + " dim " + std::to_string(dim) + " " + to_string(out);
+        Dev<float> x(test::gaussian(size_t(rows * dim), uint32_t(dim) + 3u, 2.0f));
+        Dev<float> w(test::gaussian(size_t(dim), 4u)), b(test::gaussian(size_t(dim), 5u));
+        Dev<float> mean{size_t(rows)}, rstd{size_t(rows)};
+        Dev<float> yf{size_t(rows * dim)};
+        Dev<uint16_t> yb{size_t(rows * dim)};
+        const Tensor xt(x.ptr(), DType::F32, {rows, dim});
+        const Tensor yt = out == DType::F32 ? Tensor(yf.ptr(), DType::F32, {rows, dim})
+                                            : Tensor(yb.ptr(), DType::BF16, {rows, dim});
+        Dev<unsigned> amax(std::vector<unsigned>{0u});
+        if (producer == "layernorm")
+          cuda::layernorm_forward_launch(xt, w.ptr(), b.ptr(), yt, mean.ptr(), rstd.ptr(), rows, dim,
+                                         1e-5f, s, amax.ptr());
+        else if (producer == "rmsnorm")
+          cuda::rmsnorm_forward_launch(xt, w.ptr(), yt, rstd.ptr(), rows, dim, 1e-5f, s, amax.ptr());
+        else
+          cuda::gelu_forward_launch(xt, yt, s, amax.ptr());
+        QuantConfig cfg;
+        cfg.recipe = Recipe::TensorCurrent;
+        cuda::CudaQuantizer fused = gpu.make(cfg, Role::Activation), plain = gpu.make(cfg, Role::Activation);
+        cuda::DevQ r1, c1, r2, c2;
+        fused.quantize(yt, &r1, &c1, amax.ptr());
+        plain.quantize(yt, &r2, &c2);
+        expect_same(cuda::to_host(r1.view, s), cuda::to_host(r2.view, s), what + " row-wise");
+        expect_same(cuda::to_host(c1.view, s), cuda::to_host(c2.view, s), what + " column-wise");
+        EXPECT_TRUE(test::same_float(fused.last_amax(), plain.last_amax())) << what;
+        EXPECT_GT(plain.last_amax(), 0.0f) << what << " (test premise)";
+        if (HasFatalFailure()) return;
+      }
 }
 
 TEST(CudaQuantize, DequantizeMatchesCpu) {
