@@ -35,6 +35,9 @@ class Communicator {
   virtual int rank() const = 0;  ///< 0 .. size()-1
   virtual int size() const = 0;
   virtual std::string name() const = 0;  ///< "single", "mpi" or "nccl"
+  /// The transport library and its version ("NCCL 2.27.3", MPI_Get_library_version's first line);
+  /// "" for the single-rank communicator.
+  virtual std::string library_version() const { return ""; }
   /// x = the elementwise reduction of x over the ranks, in place. F32 and F64: Sum or Max
   /// (Sum propagates NaN/inf); I32: Max only (the amax bit patterns, reduce_pending_amaxes).
   virtual void all_reduce(const Tensor& x, ReduceOp op) = 0;

@@ -70,6 +70,13 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "mpi"; }
+  std::string library_version() const override {
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(v, &len);
+    const std::string s(v, size_t(len));
+    return s.substr(0, s.find_first_of(",\n"));  // "Open MPI v4.1.4"
+  }
 
   void all_reduce(const Tensor& x, ReduceOp op) override {
     dist_detail::check_all_reduce(x, op);

@@ -97,6 +97,11 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "nccl"; }
+  std::string library_version() const override {
+    int v = 0;  // NCCL >= 2.9: major·10000 + minor·100 + patch
+    if (ncclGetVersion(&v) != ncclSuccess) return "NCCL";
+    return "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+  }
 
   void all_reduce(const Tensor& x, ReduceOp op) override {
     check_all_reduce(x, op);
