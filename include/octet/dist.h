@@ -150,7 +150,7 @@ void run_rank(Communicator& comm, const std::function<void()>& body);
 
 // ---------------------------------------------------------------------------------------------
 // ZeRO-1 over the model's flat F32 parameter and gradient buffers (Model::param_data/grad_data),
-// with gradient buckets reduced while the backward runs (docs/distributed.md §"Buckets")
+// with gradient buckets reduced while the backward runs (docs/distributed.md §"Gradient buckets")
 
 /// One gradient bucket: the flat parameters [begin, end), reduce-scattered as one collective. It is
 /// split evenly over the ranks: rank r owns [begin + r·chunk, min(end, begin + (r+1)·chunk)),

@@ -28,7 +28,7 @@ struct ShardPiece {
 };
 
 /// The parameters whose optimizer state one rank keeps under ZeRO-1 (octet/dist.h BucketPlan,
-/// docs/distributed.md §"Buckets"): disjoint pieces in increasing `begin`, laid out in state vectors
+/// docs/distributed.md §"Gradient buckets"): disjoint pieces in increasing `begin`, laid out in state vectors
 /// of state_size floats (state slots between pieces are padding: zero, never updated). whole(n):
 /// one piece {0, n, 0}, state_size n — every parameter, as in one process.
 struct ShardLayout {

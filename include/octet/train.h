@@ -62,7 +62,7 @@ struct DataConfig {
 
 /// Data parallel (docs/distributed.md); ignored by a run of one rank.
 struct DistConfig {
-  /// MiB of F32 gradients per bucket reduce-scattered while the backward runs (§"Buckets");
+  /// MiB of F32 gradients per bucket reduce-scattered while the backward runs (§"Gradient buckets");
   /// 0: one bucket after the whole backward.
   float bucket_mb = 25.0f;
 };

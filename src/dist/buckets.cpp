@@ -2,7 +2,7 @@
 // parameter vector is cut into buckets that are reduce-scattered while the backward runs, and which
 // part of each bucket a rank owns. Every bucket is split evenly over the ranks (as one reduce-scatter
 // leaves it), so a rank's shard is the union of its part of every bucket (docs/distributed.md
-// §"Buckets"; PyTorch DDP's bucket_cap_mb is the same knob, in MiB).
+// §"Gradient buckets"; PyTorch DDP's bucket_cap_mb is the same knob, in MiB).
 #include <cmath>
 #include <string>
 

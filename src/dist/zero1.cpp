@@ -4,7 +4,7 @@
 // cross-rank max of the delayed-scaling amaxes.
 // A bucket of a multiple of world floats is reduce-scattered straight from grad_data() and
 // all-gathered in place into param_data(); only the top bucket, when its size is not such a multiple,
-// goes through a zero-padded staging copy (docs/distributed.md §"Buckets").
+// goes through a zero-padded staging copy (docs/distributed.md §"Gradient buckets").
 #include <algorithm>
 
 #include "octet/dist.h"

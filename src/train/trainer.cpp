@@ -261,7 +261,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
       ds.next_train_batch(rank_batch, ids, targets, rank, world);
       for (int32_t y : targets) counted += y >= 0;
       // the last micro-batch's backward starts each finished gradient bucket's reduce-scatter
-      // (docs/distributed.md §"Buckets"); not under an after_backward hook, which may change them
+      // (docs/distributed.md §"Gradient buckets"); not under an after_backward hook, which may change them
       const bool overlap = zero && a + 1 == t.grad_accum && !hooks.after_backward;
       if (overlap) model.set_grad_ready_hook([&z = *zero](int64_t f) { z.grads_final_from(f); });
       model.forward_backward(ids.data(), targets.data(), true, grad_scale);

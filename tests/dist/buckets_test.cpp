@@ -1,4 +1,4 @@
-// The gradient buckets' plan (octet/dist.h BucketPlan, docs/distributed.md §"Buckets"): buckets tile
+// The gradient buckets' plan (octet/dist.h BucketPlan, docs/distributed.md §"Gradient buckets"): buckets tile
 // the parameters in order; every bucket but the top one splits over the ranks without padding; the
 // ranks' shards cover every parameter exactly once, each at its own state slot; no bucket size means
 // one bucket, whose shards are the contiguous ranges [r·S, (r+1)·S) of ZeRO-1 without buckets.

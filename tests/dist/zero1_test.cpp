@@ -1,4 +1,4 @@
-// ZeRO-1 with gradient buckets (octet/dist.h Zero1, docs/distributed.md §"Buckets") on a model whose
+// ZeRO-1 with gradient buckets (octet/dist.h Zero1, docs/distributed.md §"Gradient buckets") on a model whose
 // parameter count is odd, so that with 2 ranks the top bucket is padded: run as one process and by
 // ctest under `mpirun -np 2`. Each rank's gradients are known integers (sums exact in FP32), so the
 // reduce-scattered shard must hold exactly their sum over the ranks in every piece; an all-gather

@@ -5,7 +5,7 @@
 // communicator, ordered after the backend's stream by a CUDA event, so that the gradient buckets are
 // reduced while the backward's kernels run; wait_async makes the backend's stream wait for it, and
 // every other collective does so first, so that the collectives of one communicator keep one order
-// on the device as on the host (docs/distributed.md §"Buckets"). The unique id travels from rank 0 over the TCP rendezvous (no shared file),
+// on the device as on the host (docs/distributed.md §"Gradient buckets"). The unique id travels from rank 0 over the TCP rendezvous (no shared file),
 // whose links stay open; a watchdog thread ends every rank (ncclCommAbort, exit 1, one message) when
 // a peer's link closes without its goodbye or NCCL reports an asynchronous error, so a crashed rank
 // never leaves the others hanging in a collective. (docs/distributed.md §"Failures")
