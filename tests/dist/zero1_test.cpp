@@ -31,6 +31,50 @@ ModelConfig odd_model() {
   return m;
 }
 
+// The seam (Model::set_grad_ready_hook): at each call, the gradients at offsets >= f already hold
+// their final values of the micro-batch (CPU ops complete when they return), the frontier only falls,
+// and it reaches every layer — for tied and untied heads, learned positions, post-norm and the
+// hybrid model's recurrent layers.
+TEST(Zero1, GradReadyHookReportsOnlyFinalGradients) {
+  if (comm().rank() != 0) GTEST_SKIP() << "one process";
+  for (int variant = 0; variant < 3; ++variant) {
+    ModelConfig m;
+    m.n_layer = 4;
+    m.d_model = 32;
+    m.n_head = 2;
+    m.n_kv_head = 2;
+    m.d_ff = 64;
+    m.vocab_size = 64;
+    m.seq_len = 8;
+    if (variant == 1) {
+      m.tied_embeddings = false;
+      m.positions = PositionKind::Learned;
+      m.norm_placement = NormPlacement::Post;
+    }
+    if (variant == 2) m.mixer = MixerKind::Hybrid;
+    Model model(m, PrecisionConfig{}, cpu(), 2);
+    model.init(7);
+    const int64_t n = int64_t(model.num_params());
+    std::vector<int32_t> ids(16), targets(16);
+    for (int i = 0; i < 16; ++i) ids[size_t(i)] = (i * 7) % 64, targets[size_t(i)] = (i * 5 + 3) % 64;
+    std::vector<std::pair<int64_t, std::vector<float>>> seen;
+    model.set_grad_ready_hook([&](int64_t f) { seen.emplace_back(f, model.download_grads()); });
+    model.zero_grad();
+    model.forward_backward(ids.data(), targets.data(), true, 1.0f / 16);
+    model.set_grad_ready_hook({});
+    const std::vector<float> final_grads = model.download_grads();
+    ASSERT_EQ(seen.size(), size_t(m.n_layer + 1)) << "norm_f, then every layer";
+    int64_t prev = n;
+    for (const auto& [f, g] : seen) {
+      EXPECT_LT(f, prev) << "variant " << variant;
+      EXPECT_GT(f, 0) << "the embedding is final only at the end";
+      for (int64_t i = f; i < n; ++i) ASSERT_EQ(g[size_t(i)], final_grads[size_t(i)]) << "variant " << variant << " f " << f << " i " << i;
+      prev = f;
+    }
+    EXPECT_EQ(seen.back().first, int64_t(model.param("h.0.norm1.weight").offset));
+  }
+}
+
 float grad_of(int rank, int64_t i) { return float((rank + 1) * (i % 97)); }
 
 TEST(Zero1, BucketsReduceGatherAndRestoreEveryShard) {
