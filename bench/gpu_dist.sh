@@ -81,6 +81,17 @@ for l in open(sys.argv[1]):
     x = json.loads(l)
     print(f'{x["op"]:15s} {x["bytes"] / 2**20:7.0f} MiB {x["ms"]:9.3f} ms  busbw {x["busbw_gbs"]:7.1f} GB/s  ({x["library"]}, {x["gpu"]})')
 PY
+      # ZeRO-1's weight all-gather at 350M (P = 316.7M, f = 0.973 of it in FP8 linears) in FP32 and,
+      # were it built, with the FP8 linears' weights as E4M3 codes (docs/distributed.md §"FP8 all-gather"),
+      # from the largest all-gather's bus bandwidth: t = bytes·(N-1)/N / busbw
+      python3 - "$OUT/comm.jsonl" <<'PY' | tee -a "$OUT/dist.jsonl"
+import json, sys
+ag = [json.loads(l) for l in open(sys.argv[1]) if '"all_gather"' in l]
+big = max(ag, key=lambda x: x["bytes"]); n = big["ranks"]; P, f = 316.7e6, 0.973
+t = lambda b: b * P * (n - 1) / n / (big["busbw_gbs"] * 1e9) * 1e3
+print(json.dumps({"test": "allgather-350m", "ranks": n, "busbw_gbs": big["busbw_gbs"], "at_bytes": big["bytes"],
+                  "fp32_ms": t(4), "fp8_linears_ms": t(4 - 3 * f), "saved_ms": t(3 * f)}))
+PY
       ;;
     kill)
       run=/tmp/kill; rm -rf $run
