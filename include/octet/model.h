@@ -205,8 +205,8 @@ class Model {
   /// accumulates in an F64 accumulator on the backend (take_loss). With backward=true, the
   /// gradients of grad_scale·(summed loss) are accumulated into grad_data().
   void forward_backward(const int32_t* ids, const int32_t* targets, bool backward, float grad_scale);
-  /// The backward's seam for data parallel (docs/distributed.md §"Gradient buckets"): while forward_backward
-  /// runs its backward, `hook(f)` is called each time the gradients of every parameter at flat
+  /// The backward's seam for data parallel (docs/distributed.md §"Gradient buckets"): while
+  /// forward_backward runs its backward, `hook(f)` is called each time the gradients of every parameter at flat
   /// offsets >= f (params() order) are final for this micro-batch — after the LM head and the final
   /// norm (f = norm_f's offset), then after each layer from the top (f = the layer's first
   /// parameter, h.<l>.norm1). The rest (the embeddings, which the tied LM head also writes) is final

@@ -10,8 +10,8 @@
 // Data parallel (a DistSession of N > 1 ranks; docs/distributed.md): each rank reads its slice of
 // the global batch, the amaxes are max-reduced before the scale update, the gradients are
 // reduce-scattered in buckets, those of the last micro-batch's backward while it runs (the model's
-// set_grad_ready_hook seam; ZeRO-1: each rank updates its shard, the shards are all-gathered), the gradient
-// norm and the loss are summed over ranks (so every rank skips a non-finite step together), and only
+// set_grad_ready_hook seam; ZeRO-1: each rank updates its shard, the shards are all-gathered), the
+// gradient norm and the loss are summed over ranks (so every rank skips a non-finite step together), and only
 // rank 0 writes files and the log. One rank runs exactly the single-process code.
 #include <fcntl.h>
 #include <sys/file.h>

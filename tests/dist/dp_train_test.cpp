@@ -94,7 +94,8 @@ TEST(DataParallel, EveryBucketSizeEqualsOneRankAndCheckpointsTheSameState) {
     const TrainResult two = train(cfg, dir, false, *f.ds, nullptr, {}, nullptr, &test::job());
     ASSERT_EQ(one.train_loss.size(), two.train_loss.size());
     for (size_t i = 0; i < one.train_loss.size(); ++i)
-      EXPECT_NEAR(two.train_loss[i], one.train_loss[i], 1e-5 * one.train_loss[i]) << "bucket_mb " << mb << " step " << i + 1;
+      EXPECT_NEAR(two.train_loss[i], one.train_loss[i], 1e-5 * one.train_loss[i])
+          << "bucket_mb " << mb << " step " << i + 1;
     if (comm().rank() != 0) continue;
     // the checkpoint gathers the sharded moments back into params() order, as one process writes them
     const StFile ck = read_safetensors(dir + "/checkpoint.safetensors");

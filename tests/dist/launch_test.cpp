@@ -56,7 +56,8 @@ TEST(Launch, TwoRanksTrainLikeOneProcessAndRankZeroWrites) {
   for (size_t p = 0; (p = two.out.find("done: final val loss", p)) != std::string::npos; ++p) ++done;
   EXPECT_EQ(done, 1u) << "one log: rank 0's";
   size_t corpus = 0;  // the corpus line: rank 0's only, not also the launcher's
-  for (size_t p = 0; (p = two.out.find("corpus ", p)) != std::string::npos; ++p) corpus += p == 0 || two.out[p - 1] == '\n';
+  for (size_t p = 0; (p = two.out.find("corpus ", p)) != std::string::npos; ++p)
+    corpus += p == 0 || two.out[p - 1] == '\n';
   EXPECT_EQ(corpus, 1u) << two.out;
   const CliRun one = run("train --config " + f.config + " --out " + (f.dir / "one"));
   ASSERT_EQ(one.status, 0) << one.out;

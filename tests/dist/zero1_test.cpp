@@ -68,7 +68,8 @@ TEST(Zero1, GradReadyHookReportsOnlyFinalGradients) {
     for (const auto& [f, g] : seen) {
       EXPECT_LT(f, prev) << "variant " << variant;
       EXPECT_GT(f, 0) << "the embedding is final only at the end";
-      for (int64_t i = f; i < n; ++i) ASSERT_EQ(g[size_t(i)], final_grads[size_t(i)]) << "variant " << variant << " f " << f << " i " << i;
+      for (int64_t i = f; i < n; ++i)
+        ASSERT_EQ(g[size_t(i)], final_grads[size_t(i)]) << "variant " << variant << " f " << f << " i " << i;
       prev = f;
     }
     EXPECT_EQ(seen.back().first, int64_t(model.param("h.0.norm1.weight").offset));

@@ -5,8 +5,8 @@
 // communicator, ordered after the backend's stream by a CUDA event, so that the gradient buckets are
 // reduced while the backward's kernels run; wait_async makes the backend's stream wait for it, and
 // every other collective does so first, so that the collectives of one communicator keep one order
-// on the device as on the host (docs/distributed.md §"Gradient buckets"). The unique id travels from rank 0 over the TCP rendezvous (no shared file),
-// whose links stay open; a watchdog thread ends every rank (ncclCommAbort, exit 1, one message) when
+// on the device as on the host (docs/distributed.md §"Gradient buckets"). The unique id travels
+// from rank 0 over the TCP rendezvous (no shared file), whose links stay open; a watchdog thread ends every rank (ncclCommAbort, exit 1, one message) when
 // a peer's link closes without its goodbye or NCCL reports an asynchronous error, so a crashed rank
 // never leaves the others hanging in a collective. (docs/distributed.md §"Failures")
 #include <cuda_runtime.h>
@@ -71,7 +71,8 @@ class NcclCommunicator final : public Communicator {
     cuda_check(cudaMemset(flag_, 0, sizeof(int)), where("nccl", "barrier buffer", rank_, size_));
     int least = 0, greatest = 0;  // the second stream at the highest priority: buckets go first
     cuda_check(cudaDeviceGetStreamPriorityRange(&least, &greatest), where("nccl", "stream", rank_, size_));
-    cuda_check(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, greatest), where("nccl", "stream", rank_, size_));
+    cuda_check(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, greatest),
+               where("nccl", "stream", rank_, size_));
     cuda_check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), where("nccl", "event", rank_, size_));
     cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), where("nccl", "event", rank_, size_));
     watchdog_ = std::thread([this] { watch(); });
