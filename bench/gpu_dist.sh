@@ -35,7 +35,7 @@ for s in ${*:-equal speed comm}; do
       for v in 1:0 2:0 2:1 2:25; do
         n=${v%%:*}; mb=${v##*:}; np=(); [ $n = 2 ] && np=(--nproc 2)
         run=/tmp/eq-$n-$mb; rm -rf $run
-        timeout 120 $B train "${COMMON[@]}" --arm bf16 --set train.steps=30 --set train.batch_size=8 \
+        timeout 80 $B train "${COMMON[@]}" --arm bf16 --set train.steps=30 --set train.batch_size=8 \
           --set dist.bucket_mb=$mb --out $run "${np[@]}" > "$OUT/equal-$n-$mb.log" 2>&1; echo "equal gpus=$n bucket_mb=$mb rc=$?"
       done
       python3 - <<'PY' | tee -a "$OUT/dist.jsonl"
@@ -56,7 +56,7 @@ PY
         for v in 1:0 2:0 2:25; do
           n=${v%%:*}; mb=${v##*:}; np=(); [ $n = 2 ] && np=(--nproc 2)
           run=/tmp/speed-350m-$arm-$n-$mb; rm -rf $run
-          timeout 100 $B train "${COMMON[@]}" "${M350[@]}" --arm $arm --set train.steps=25 --set dist.bucket_mb=$mb \
+          timeout 75 $B train "${COMMON[@]}" "${M350[@]}" --arm $arm --set train.steps=25 --set dist.bucket_mb=$mb \
             --set train.batch_size=16 --set train.eval_batches=4 --set train.checkpoint_every=0 --out $run "${np[@]}" \
             > "$OUT/speed-350m-$arm-$n-$mb.log" 2>&1 || echo "speed 350m $arm gpus=$n bucket_mb=$mb failed rc=$?"
           [ -f $run/metrics.jsonl ] && echo "{\"test\":\"speed\",\"model\":\"350m\",\"arm\":\"$arm\",\"gpus\":$n,\"bucket_mb\":$mb,\"tokens_per_s\":$(tps $run)}" | tee -a "$OUT/dist.jsonl"
@@ -74,7 +74,7 @@ for (m, a, g, mb), v in sorted(r.items()):
 PY
       ;;
     comm)
-      timeout 180 $B bench comm --device cuda --nproc 2 --json > "$OUT/comm.jsonl" 2> "$OUT/comm.log"; echo "comm rc=$?"
+      timeout 120 $B bench comm --device cuda --nproc 2 --json > "$OUT/comm.jsonl" 2> "$OUT/comm.log"; echo "comm rc=$?"
       python3 - "$OUT/comm.jsonl" <<'PY'
 import json, sys
 for l in open(sys.argv[1]):
