@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # bench/gpu_dist.sh — data-parallel training on a 2×H200 machine (docs/distributed.md), in one call of
-# at most ~6 minutes:
-#   equal   the same config on 1 GPU and on 2 GPUs (`--nproc 2`, NCCL): step losses side by side
-#           (train.batch_size is the global batch, so the two runs are one run up to summation order),
-#           fp8-matched with tensor-delayed scaling, so the amax exchange kernels and their NCCL max
-#           run too;
-#   speed   tokens/s of 1 vs 2 GPUs for 124M (results/gpt2-small-compare.toml) and 350M (24 layers,
-#           d 1024), bf16 and fp8-matched, as JSON lines {"model","arm","gpus","tokens_per_s"} and
-#           the speed-up 2 GPUs / 1 GPU;
-#   kill    a 2-GPU run whose rank 1 is killed: rank 0 must end non-zero within 60 s, checkpoint intact.
+# at most ~6 minutes (default: equal speed comm):
+#   equal   the same bf16 config (124M, 30 steps, global batch 8) on 1 GPU and on 2 GPUs (`--nproc 2`,
+#           NCCL) with gradient buckets of 0 (one, after the backward), 1 and 25 MiB (reduced while the
+#           backward runs): step losses side by side. The 2-GPU runs sum the same two gradients
+#           whatever the buckets, so they must agree to the gradient norm's summation order (~1e-6);
+#           1 vs 2 GPUs differ by BF16 rounding of differently split GEMMs;
+#   speed   tokens/s of 350M (24 layers, d 1024) on 1 GPU and on 2 GPUs with dist.bucket_mb 0 and 25,
+#           bf16 and fp8-matched, as JSON lines {"model","arm","gpus","bucket_mb","tokens_per_s"}, and
+#           the speed-ups over 1 GPU;
+#   comm    `octet bench comm --nproc 2 --json`: NCCL all-reduce / reduce-scatter / all-gather bus
+#           bandwidth, 1 MiB..1 GiB (comm.jsonl);
+#   kill    (not in the default list) a 2-GPU run whose rank 1 is killed: rank 0 must end non-zero
+#           within 60 s, checkpoint intact.
 # Carry (bench/pack_gpu_carry.sh with OCTET_CARRY_CACHE, then `tar -cJf .cuda-carry/carry.tar.xz -C
 # .cuda-carry bin lib`): .cuda-carry/carry.tar.xz, .cuda-carry/linux-docs.tar.xz, .cuda-carry/cache.
 # NCCL comes from the machine's CUDA (pack_gpu_carry.sh does not carry libnccl).
-# Usage: bench/gpu_dist.sh [equal] [speed] [kill]; logs and dist.jsonl in $OUT.
+# Usage: bench/gpu_dist.sh [equal] [speed] [comm] [kill]; logs, dist.jsonl and comm.jsonl in $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/octet-gpu}
 mkdir -p "$OUT" /tmp/oc data && tar -xJf .cuda-carry/carry.tar.xz -C /tmp/oc
@@ -25,35 +29,37 @@ M350=(--set model.n_layer=24 --set model.d_model=1024 --set model.n_head=16 --se
       --set model.d_ff=2816)
 # mean tokens/s of the steps after the first 5 (warm-up), from a run's metrics.jsonl
 tps() { python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; t=[x['tokens_per_s'] for x in r if 'tokens_per_s' in x][5:]; print(sum(t)/len(t))" "$1/metrics.jsonl"; }
-for s in ${*:-equal speed kill}; do
+for s in ${*:-equal speed comm}; do
   case $s in
     equal)
-      for n in 1 2; do
-        np=(); [ $n = 2 ] && np=(--nproc 2)
-        timeout 120 $B train "${COMMON[@]}" --arm fp8-matched --set precision.recipe=tensor-delayed \
-          --set train.steps=30 --set train.batch_size=8 \
-          --out /tmp/eq$n "${np[@]}" > "$OUT/equal-$n.log" 2>&1; echo "equal gpus=$n rc=$?"
+      for v in 1:0 2:0 2:1 2:25; do
+        n=${v%%:*}; mb=${v##*:}; np=(); [ $n = 2 ] && np=(--nproc 2)
+        run=/tmp/eq-$n-$mb; rm -rf $run
+        timeout 80 $B train "${COMMON[@]}" --arm bf16 --set train.steps=30 --set train.batch_size=8 \
+          --set dist.bucket_mb=$mb --out $run "${np[@]}" > "$OUT/equal-$n-$mb.log" 2>&1; echo "equal gpus=$n bucket_mb=$mb rc=$?"
       done
-      python3 - /tmp/eq1/metrics.jsonl /tmp/eq2/metrics.jsonl <<'PY' | tee -a "$OUT/dist.jsonl"
-import json, sys
-a, b = ([json.loads(l) for l in open(p) if '"loss"' in l] for p in sys.argv[1:3])
-d = [abs(x["loss"] - y["loss"]) / x["loss"] for x, y in zip(a, b) if x.get("loss") and y.get("loss")]
-print(json.dumps({"test": "equal", "arm": "fp8-matched", "recipe": "tensor-delayed", "steps": len(d), "max_rel_loss_diff": max(d),
-                  "first": [a[0]["loss"], b[0]["loss"]], "last": [a[-1]["loss"], b[-1]["loss"]]}))
+      python3 - <<'PY' | tee -a "$OUT/dist.jsonl"
+import json
+def losses(run): return [json.loads(l)["loss"] for l in open(f"/tmp/{run}/metrics.jsonl") if '"loss"' in l]
+def rel(a, b):
+    d = [abs(x - y) / x for x, y in zip(a, b) if x and y]
+    return max(d) if d else None
+one, b0, b1, b25 = (losses(r) for r in ("eq-1-0", "eq-2-0", "eq-2-1", "eq-2-25"))
+print(json.dumps({"test": "equal", "arm": "bf16", "steps": len(b0),
+                  "max_rel_loss_diff_1gpu_vs_2gpu_bucket0": rel(one, b0),
+                  "max_rel_loss_diff_bucket0_vs_1MiB": rel(b0, b1), "max_rel_loss_diff_bucket0_vs_25MiB": rel(b0, b25),
+                  "last": {"1gpu": one[-1], "bucket0": b0[-1], "bucket1": b1[-1], "bucket25": b25[-1]}}))
 PY
       ;;
     speed)
-      for model in 124m 350m; do
-        extra=(); [ $model = 350m ] && extra=("${M350[@]}")
-        for arm in bf16 fp8-matched; do
-          for n in 1 2; do
-            np=(); [ $n = 2 ] && np=(--nproc 2)
-            run=/tmp/speed-$model-$arm-$n; rm -rf $run
-            timeout 100 $B train "${COMMON[@]}" "${extra[@]}" --arm $arm --set train.steps=25 \
-              --set train.batch_size=16 --set train.eval_batches=4 --set train.checkpoint_every=0 --out $run "${np[@]}" \
-              > "$OUT/speed-$model-$arm-$n.log" 2>&1 || echo "speed $model $arm gpus=$n failed rc=$?"
-            [ -f $run/metrics.jsonl ] && echo "{\"test\":\"speed\",\"model\":\"$model\",\"arm\":\"$arm\",\"gpus\":$n,\"tokens_per_s\":$(tps $run)}" | tee -a "$OUT/dist.jsonl"
-          done
+      for arm in bf16 fp8-matched; do
+        for v in 1:0 2:0 2:25; do
+          n=${v%%:*}; mb=${v##*:}; np=(); [ $n = 2 ] && np=(--nproc 2)
+          run=/tmp/speed-350m-$arm-$n-$mb; rm -rf $run
+          timeout 75 $B train "${COMMON[@]}" "${M350[@]}" --arm $arm --set train.steps=25 --set dist.bucket_mb=$mb \
+            --set train.batch_size=16 --set train.eval_batches=4 --set train.checkpoint_every=0 --out $run "${np[@]}" \
+            > "$OUT/speed-350m-$arm-$n-$mb.log" 2>&1 || echo "speed 350m $arm gpus=$n bucket_mb=$mb failed rc=$?"
+          [ -f $run/metrics.jsonl ] && echo "{\"test\":\"speed\",\"model\":\"350m\",\"arm\":\"$arm\",\"gpus\":$n,\"bucket_mb\":$mb,\"tokens_per_s\":$(tps $run)}" | tee -a "$OUT/dist.jsonl"
         done
       done
       python3 - "$OUT/dist.jsonl" <<'PY'
@@ -61,9 +67,30 @@ import json, sys
 r = {}
 for l in open(sys.argv[1]):
     x = json.loads(l)
-    if x["test"] == "speed": r[(x["model"], x["arm"], x["gpus"])] = x["tokens_per_s"]
-for (m, a, g), v in sorted(r.items()):
-    if g == 2 and (m, a, 1) in r: print(json.dumps({"test": "speedup", "model": m, "arm": a, "speedup_2_over_1": v / r[(m, a, 1)]}))
+    if x["test"] == "speed": r[(x["model"], x["arm"], x["gpus"], x.get("bucket_mb", 0))] = x["tokens_per_s"]
+for (m, a, g, mb), v in sorted(r.items()):
+    if g == 2 and (m, a, 1, 0) in r:
+        print(json.dumps({"test": "speedup", "model": m, "arm": a, "bucket_mb": mb, "speedup_2_over_1": v / r[(m, a, 1, 0)]}))
+PY
+      ;;
+    comm)
+      timeout 120 $B bench comm --device cuda --nproc 2 --json > "$OUT/comm.jsonl" 2> "$OUT/comm.log"; echo "comm rc=$?"
+      python3 - "$OUT/comm.jsonl" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    x = json.loads(l)
+    print(f'{x["op"]:15s} {x["bytes"] / 2**20:7.0f} MiB {x["ms"]:9.3f} ms  busbw {x["busbw_gbs"]:7.1f} GB/s  ({x["library"]}, {x["gpu"]})')
+PY
+      # ZeRO-1's weight all-gather at 350M (P = 316.7M, f = 0.973 of it in FP8 linears) in FP32 and,
+      # were it built, with the FP8 linears' weights as E4M3 codes (docs/distributed.md §"FP8 all-gather"),
+      # from the largest all-gather's bus bandwidth: t = bytes·(N-1)/N / busbw
+      python3 - "$OUT/comm.jsonl" <<'PY' | tee -a "$OUT/dist.jsonl"
+import json, sys
+ag = [json.loads(l) for l in open(sys.argv[1]) if '"all_gather"' in l]
+big = max(ag, key=lambda x: x["bytes"]); n = big["ranks"]; P, f = 316.7e6, 0.973
+t = lambda b: b * P * (n - 1) / n / (big["busbw_gbs"] * 1e9) * 1e3
+print(json.dumps({"test": "allgather-350m", "ranks": n, "busbw_gbs": big["busbw_gbs"], "at_bytes": big["bytes"],
+                  "fp32_ms": t(4), "fp8_linears_ms": t(4 - 3 * f), "saved_ms": t(3 * f)}))
 PY
       ;;
     kill)

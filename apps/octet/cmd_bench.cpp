@@ -8,6 +8,7 @@
 //   octet bench train      whole training steps (fwd, bwd, clip, AdamW) of GPT-2-small and a 350M
 //                          model per precision arm on synthetic tokens: tokens/s, TFLOP/s, MFU
 //                          (octet/bench.h), then the PyTorch peer bench/peers/gpt2_torch.py
+//   octet bench comm       the collectives of data parallel, 1 MiB..1 GiB (cmd_bench_comm.cpp)
 // Every line carries the GPU name, CUDA runtime/driver, cuBLASLt and cuDNN versions and the UTC date, so a
 // results file (bench/results/*.jsonl) says where and when it was measured. Method: CUDA events,
 // warm-up, median of the repetitions, operands rotated beyond the L2 (octet/bench.h).
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "octet/bench_output.h"
 #include "octet/bench.h"
 #include "octet/command.h"
 #include "octet/enum_option.h"
@@ -27,31 +29,10 @@
 
 namespace {
 
-std::string utc_now() {
-  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
-void emit(bool json, const nlohmann::json& j, const std::string& table_line) {
-  if (json)
-    std::printf("%s\n", j.dump().c_str());
-  else
-    std::printf("%s\n", table_line.c_str());
-  std::fflush(stdout);
-}
-
+using octet::cli::emit;
+using octet::cli::utc_now;
 #ifdef OCTET_WITH_CUDA
-nlohmann::json env_json() {
-  const auto e = octet::cuda::bench_env();
-  return {{"gpu", e.gpu},
-          {"cuda_runtime", e.runtime_version},
-          {"cuda_driver", e.driver_version},
-          {"cublaslt", e.cublaslt_version},
-          {"cudnn", e.cudnn_version},
-          {"date", utc_now()}};
-}
+using octet::cli::env_json;
 #endif
 
 #ifndef OCTET_WITH_CUDA
@@ -383,4 +364,6 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   train->add_flag("--no-peer", tr.no_peer, "skip the PyTorch peer");
   train->add_option("--python", tr.python, "interpreter for the peer script");
   train->callback([] { run_train(tr); });
+
+  octet::cli::add_bench_comm(bench);
 });

@@ -51,7 +51,7 @@ OCTET_COMMAND("compare", [](CLI::App& app) {
                   "of each gap to bf16")
       ->capture_default_str();
   cmd->add_option("--nproc", args->nproc, "train data parallel on N ranks of this host (docs/distributed.md)")
-      ->check(CLI::PositiveNumber);
+      ->check(octet::cli::whole_number_at_least(1));
   auto* resume = cmd->add_flag("--resume", args->resume,
                                "--out holds an earlier compare: keep its finished arms, resume the others");
   cmd->add_flag("--overwrite", args->overwrite, "--out holds an earlier compare: remove its results first")

@@ -115,9 +115,10 @@ void run_train(const TrainArgs& a) {
   OCTET_CHECK(a.dump_grads.empty() || (a.nproc <= 1 && env.world == 1), "--dump-grads runs in one process");
   std::string desc;
   auto ds = load_dataset(cfg, &desc);  // the launcher builds the tokenizer cache once for the ranks
-  if (env.rank == 0) std::printf("%s\n", desc.c_str());
+  const bool launcher = a.nproc > 1 && env.world == 1;
+  if (env.rank == 0 && !launcher) std::printf("%s\n", desc.c_str());  // once: by rank 0 of a job
   if (!a.dump_grads.empty()) return dump_grads(cfg, *ds, a.dump_grads);
-  if (a.nproc > 1 && env.world == 1) {  // the launcher: everything above is checked; start the ranks
+  if (launcher) {  // everything above is checked; start the ranks
     check_rank_split(cfg, a.nproc);
     std::fflush(stdout);
     const int rc = launch_local(a.nproc, cfg.device, rank_args(a));
@@ -165,7 +166,7 @@ OCTET_COMMAND("train", [](CLI::App& app) {
   cmd->add_option("--nproc", args->nproc,
                   "train data parallel on N ranks of this host (cpu: mpirun; cuda: one GPU each; "
                   "docs/distributed.md)")
-      ->check(CLI::PositiveNumber);
+      ->check(octet::cli::whole_number_at_least(1));
   cmd->add_option("--dump-grads", args->dump_grads,
                   "write initial weights, the first batch and its gradients to DIR (oracle tests)");
   cmd->callback([args] { run_train(*args); });

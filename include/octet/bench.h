@@ -29,6 +29,37 @@
 
 namespace octet {
 
+class Communicator;  // octet/dist.h
+
+/// `octet bench comm`: the collectives of data parallel (docs/distributed.md) on the ranks of a job.
+struct CommBenchOptions {
+  std::vector<std::string> ops{"all_reduce", "reduce_scatter", "all_gather"};
+  int64_t min_bytes = int64_t(1) << 20, max_bytes = int64_t(1) << 30;  ///< sizes doubling from min to max
+  int warmup = 2, reps = 5;
+};
+
+/// One size of one collective. bytes is the larger buffer, as nccl-tests counts it (all_reduce: the
+/// buffer; reduce_scatter: the input of all ranks' parts; all_gather: the gathered output), rounded
+/// down to a multiple of 4·ranks. Bus bandwidth (nccl-tests' PERFORMANCE.md): algbw = bytes / time;
+/// busbw = algbw·2(n−1)/n for all_reduce, algbw·(n−1)/n for reduce_scatter and all_gather — the
+/// bytes each rank's link carries per second in a ring, comparable with the link's rate; 0 on 1 rank.
+struct CommBenchRow {
+  std::string op;
+  int ranks = 1;
+  int64_t bytes = 0;
+  int iters = 0, reps = 0;  ///< collectives per timed batch; batches (the median reported)
+  double ms = 0;            ///< one collective: the median batch / iters, the slowest rank's
+  double algbw_gbs = 0, busbw_gbs = 0;  ///< GB/s (10^9 bytes)
+};
+
+/// Times each op of `opt` at every size on `comm` (a collective: every rank calls it; buffers of
+/// max_bytes on `backend`, zeros): warm-up calls, then `reps` batches of iters = clamp(256 MiB / bytes,
+/// 1, 20) calls between Backend::synchronize() calls (host clock); the slowest rank's median is
+/// reported on every rank. Throws octet::Error for an unknown op, sizes below 4·ranks bytes or
+/// min > max, reps < 1 or warmup < 0.
+void bench_comm(Communicator& comm, Backend& backend, const CommBenchOptions& opt,
+                const std::function<void(const CommBenchRow&)>& on_row);
+
 /// Named architectures: "gpt2-small" (12 layers, d 768, 12 heads, d_ff 3072), "350m" (24 layers,
 /// d 1024, 16 heads, d_ff 4096: GPT-2 medium), "tiny" (2 layers, d 64, 2 heads; for tests). All are
 /// GPT-2's block: LayerNorm pre-norm, learned positions, GELU MLP, tied embeddings, no linear biases.

@@ -35,13 +35,32 @@ class Communicator {
   virtual int rank() const = 0;  ///< 0 .. size()-1
   virtual int size() const = 0;
   virtual std::string name() const = 0;  ///< "single", "mpi" or "nccl"
+  /// The transport library and its version ("NCCL 2.27.3", MPI_Get_library_version's first line);
+  /// "" for the single-rank communicator.
+  virtual std::string library_version() const { return ""; }
   /// x = the elementwise reduction of x over the ranks, in place. F32 and F64: Sum or Max
   /// (Sum propagates NaN/inf); I32: Max only (the amax bit patterns, reduce_pending_amaxes).
   virtual void all_reduce(const Tensor& x, ReduceOp op) = 0;
   /// in F32 [size()·n] → out F32 [n]: out = Σ over ranks of their in[rank()·n, (rank()+1)·n).
   virtual void reduce_scatter(const Tensor& in, const Tensor& out) = 0;
-  /// in F32 [n] → out F32 [size()·n]: out[r·n, (r+1)·n) = rank r's in.
+  /// in F32 [n] → out F32 [size()·n]: out[r·n, (r+1)·n) = rank r's in. In place when `in` is
+  /// out's slice [rank()·n, (rank()+1)·n) (no copy of this rank's part).
   virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
+  /// reduce_scatter started without waiting for it: ordered after everything enqueued on the
+  /// backend's stream before the call, complete only after the next wait_async(); until then
+  /// neither `in` nor `out` may be touched. NCCL: on the communicator's second stream, which first
+  /// waits for a CUDA event recorded on the backend's stream, so the caller's next kernels (the rest
+  /// of the backward) run beside it. MPI: MPI_Ireduce_scatter_block, progressed by progress() and
+  /// wait_async(). Default (one rank): reduce_scatter at once. Every other collective waits for the
+  /// pending ones first (wait_async), so the ranks' collectives keep one order.
+  virtual void reduce_scatter_async(const Tensor& in, const Tensor& out) { reduce_scatter(in, out); }
+  /// Everything enqueued on the backend's stream after this call sees the pending async
+  /// collectives complete. NCCL: the backend's stream waits for an event of the second stream (no
+  /// host wait); MPI: MPI_Waitall.
+  virtual void wait_async() {}
+  /// Lets pending async collectives advance without waiting for them (MPI: MPI_Testall; Open MPI
+  /// progresses a non-blocking collective only inside MPI calls). Cheap; a no-op elsewhere.
+  virtual void progress() {}
   /// x (any dtype) = root's x on every rank.
   virtual void broadcast(const Tensor& x, int root) = 0;
   /// Returns when every rank has called it (NCCL: enqueued, and the host waits for the stream).
@@ -130,32 +149,66 @@ int free_tcp_port();
 void run_rank(Communicator& comm, const std::function<void()>& body);
 
 // ---------------------------------------------------------------------------------------------
-// ZeRO-1 over the model's flat F32 parameter and gradient buffers (Model::param_data/grad_data)
+// ZeRO-1 over the model's flat F32 parameter and gradient buffers (Model::param_data/grad_data),
+// with gradient buckets reduced while the backward runs (docs/distributed.md §"Gradient buckets")
 
-/// Rank r owns params [r·S, min(n, (r+1)·S)) with S = ceil(n / size) (the last shard may be short
-/// or empty); the optimizer state of those parameters lives only on rank r (optim.h ShardRange).
-ShardRange shard_range(int64_t n, int rank, int world);
+/// One gradient bucket: the flat parameters [begin, end), reduce-scattered as one collective. It is
+/// split evenly over the ranks: rank r owns [begin + r·chunk, min(end, begin + (r+1)·chunk)),
+/// chunk = ceil((end − begin) / world) (the last ranks' parts may be short or empty), and keeps the
+/// summed gradients and optimizer state of that part at [state, state + chunk) of its state vectors.
+struct Bucket {
+  int64_t begin = 0, end = 0, chunk = 0, state = 0;
+  bool padded(int world) const { return chunk * world != end - begin; }
+};
+
+/// The buckets of n parameters on `world` ranks: bucket k = [k·E, min(n, (k+1)·E)) with E the bucket
+/// size rounded up to a multiple of world (so every bucket but the top one splits without padding),
+/// state offsets k·E / world, state_size = Σ chunk. Rank r's ZeRO-1 shard is the union of its parts
+/// of every bucket (shard(r)). bucket_elems 0: one bucket [0, n) — chunk ceil(n / world), rank r's
+/// shard the contiguous [r·chunk, (r+1)·chunk) (the layout without buckets).
+struct BucketPlan {
+  int world = 1;
+  std::vector<Bucket> buckets;  ///< in increasing begin (the backward finishes them top down)
+  int64_t state_size = 0;
+  ShardLayout shard(int rank) const;
+};
+/// Throws octet::Error for n < 0, world < 1 or bucket_elems < 0.
+BucketPlan plan_buckets(int64_t n, int world, int64_t bucket_elems);
+/// dist.bucket_mb (MiB of F32 gradients; 0: one bucket) as the element count plan_buckets takes.
+int64_t bucket_elems_from_mb(double bucket_mb);
 
 class Zero1 {
  public:
-  /// Buffers of size·S floats on the model's backend (S above).
-  Zero1(Model& model, Communicator& comm);
-  const ShardRange& shard() const { return shard_; }
-  /// The model's gradients summed over ranks, this rank's shard: reduce_scatter of grad_data()
-  /// (zero-padded to size·S). Returns F32 [shard().size()] (valid until the next call).
+  /// Plans the buckets of the model's parameters (bucket_mb: MiB of F32 gradients per bucket, 0: one
+  /// bucket after the whole backward) and allocates this rank's state vector of summed gradients
+  /// and, if the top bucket needs padding, its zero-padded staging copy, on the model's backend.
+  Zero1(Model& model, Communicator& comm, double bucket_mb);
+  const BucketPlan& plan() const { return plan_; }
+  /// This rank's shard (optimizer state layout) for Optimizer.
+  ShardLayout shard() const { return plan_.shard(comm_.rank()); }
+  /// The backward's seam (Model::set_grad_ready_hook): the gradients at flat offsets >= frontier
+  /// are final. Starts the reduce-scatter (Communicator::reduce_scatter_async) of every bucket that
+  /// lies wholly there and was not started yet, top down. The gradients must not change afterwards
+  /// until reduce_gradients() returned.
+  void grads_final_from(int64_t frontier);
+  /// Starts the buckets not started yet (all gradients are final now), waits for every bucket
+  /// (wait_async) and returns this rank's summed gradients, F32 [plan().state_size] in its state
+  /// layout (padding slots zero; valid until the next call).
   Tensor reduce_gradients();
-  /// Every rank's updated shard of param_data() into every rank's param_data() (all_gather).
+  /// Every rank's updated parts of param_data() into every rank's param_data(): one all_gather per
+  /// bucket, in place (the padded bucket through its staging copy).
   void gather_params();
-  /// A per-shard F32 state (e.g. AdamW's m, [shard().size()]) gathered to the full [n] host vector
-  /// on every rank (a collective). Synchronizes.
+  /// A per-shard F32 state in the state layout (e.g. AdamW's m, [plan().state_size]) gathered to
+  /// the full [n] host vector, params() order, on every rank (one all_gather). Synchronizes.
   std::vector<float> gather_to_host(const Tensor& shard_state);
 
  private:
+  void start(size_t k);
   Model& model_;
   Communicator& comm_;
-  ShardRange shard_;
-  int64_t chunk_;  // S
-  Buffer padded_, chunk_buf_;
+  BucketPlan plan_;
+  size_t unstarted_;  // buckets [0, unstarted_) are not started in this step
+  Buffer grads_, staging_;
 };
 
 /// Delayed scaling across ranks: every FP8 linear's amaxes recorded since the last update

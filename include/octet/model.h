@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -207,6 +208,14 @@ class Model {
   /// accumulates in an F64 accumulator on the backend (take_loss). With backward=true, the
   /// gradients of grad_scale·(summed loss) are accumulated into grad_data().
   void forward_backward(const int32_t* ids, const int32_t* targets, bool backward, float grad_scale);
+  /// The backward's seam for data parallel (docs/distributed.md §"Gradient buckets"): while
+  /// forward_backward runs its backward, `hook(f)` is called each time the gradients of every parameter at flat
+  /// offsets >= f (params() order) are final for this micro-batch — after the LM head and the final
+  /// norm (f = norm_f's offset), then after each layer from the top (f = the layer's first
+  /// parameter, h.<l>.norm1). The rest (the embeddings, which the tied LM head also writes) is final
+  /// when forward_backward returns. On CUDA the hook runs when the kernels are enqueued, not done:
+  /// work it enqueues is ordered after them. An empty hook (the default) is not called.
+  void set_grad_ready_hook(std::function<void(int64_t)> hook) { grad_ready_hook_ = std::move(hook); }
   /// The summed loss (nats) accumulated by forward_backward() since the last take_loss(), and
   /// resets it. Synchronizes once.
   double take_loss();
@@ -250,6 +259,7 @@ class Model {
   int64_t batch_;
   std::vector<ParamInfo> params_;
   size_t n_params_ = 0;
+  std::function<void(int64_t)> grad_ready_hook_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -20,11 +20,22 @@ namespace octet {
 
 struct TrainConfig;
 
-/// A contiguous range [begin, end) of the model's flat parameters (params() order): the part whose
-/// optimizer state one rank keeps under ZeRO-1 (octet/dist.h shard_range); {0, num_params} is all.
-struct ShardRange {
-  int64_t begin = 0, end = 0;
+/// One piece of an optimizer's shard: the flat parameters [begin, end) (params() order), whose
+/// gradients and moments sit at [state, state + size()) of the optimizer's state vectors.
+struct ShardPiece {
+  int64_t begin = 0, end = 0, state = 0;
   int64_t size() const { return end - begin; }
+};
+
+/// The parameters whose optimizer state one rank keeps under ZeRO-1 (octet/dist.h BucketPlan,
+/// docs/distributed.md §"Gradient buckets"): disjoint pieces in increasing `begin`, laid out in state vectors
+/// of state_size floats (state slots between pieces are padding: zero, never updated). whole(n):
+/// one piece {0, n, 0}, state_size n — every parameter, as in one process.
+struct ShardLayout {
+  std::vector<ShardPiece> pieces;
+  int64_t state_size = 0;
+  static ShardLayout whole(int64_t n) { return {{ShardPiece{0, n, 0}}, n}; }
+  int64_t params() const;  ///< Σ piece sizes (the parameters this shard updates)
 };
 
 /// AdamW's hyperparameters (the [train] section of a run's config).
@@ -39,14 +50,17 @@ AdamWConfig adamw_config(const TrainConfig& t);
 
 class Optimizer {
  public:
-  /// Allocates zeroed moments for `model`'s parameters in `shard` (default: all of them) on its
-  /// backend. Throws on invalid hyperparameters or a shard outside [0, num_params].
+  /// Allocates zeroed moments [shard.state_size] for `model`'s parameters in `shard` (default: all
+  /// of them) on its backend. Throws on invalid hyperparameters, or pieces that overlap, are not in
+  /// increasing order or leave [0, num_params] or [0, state_size].
   Optimizer(Model& model, const AdamWConfig& config);
-  Optimizer(Model& model, const AdamWConfig& config, ShardRange shard);
+  Optimizer(Model& model, const AdamWConfig& config, ShardLayout shard);
 
-  const ShardRange& shard() const { return shard_; }
-  /// Where the shard's gradients are read from: F32 [shard().size()] backend memory; by default
-  /// the model's own grad_data() slice, under ZeRO-1 the reduce-scattered sums (octet/dist.h).
+  const ShardLayout& shard() const { return shard_; }
+  /// Where the shard's gradients are read from: F32 [shard().state_size] backend memory in the
+  /// shard's state layout (padding slots zero). By default — a shard of one piece at state 0 — the
+  /// model's own grad_data() slice; under ZeRO-1 the reduce-scattered sums (octet/dist.h), which
+  /// must be given before compute_grad_norm().
   void use_gradients(const Tensor& grads);
   /// Enqueues Σ g² of the shard's gradients into the optimizer's F64 accumulator (reset first).
   void compute_grad_norm();
@@ -62,20 +76,20 @@ class Optimizer {
 
   /// Successful updates so far (AdamW's bias-correction step t of the next update is steps() + 1).
   int64_t steps() const { return steps_; }
-  /// The moments, F32 [shard().size()] backend tensors.
+  /// The moments, F32 [shard().state_size] backend tensors (the shard's state layout).
   const Tensor& m() const { return m_; }
   const Tensor& v() const { return v_; }
-  /// Host copies of the moments (shard().size() floats). Synchronize.
+  /// Host copies of the moments (shard().state_size floats, state layout). Synchronize.
   std::vector<float> download_m();
   std::vector<float> download_v();
-  /// Restores a checkpoint's moments of ALL num_params parameters (this shard's part is kept) and
-  /// step counter; throws on a size mismatch.
+  /// Restores a checkpoint's moments of ALL num_params parameters (params() order; this shard's
+  /// pieces are kept) and step counter; throws on a size mismatch.
   void load(const std::vector<float>& m, const std::vector<float>& v, int64_t steps);
 
  private:
   Model& model_;
   AdamWConfig config_;
-  ShardRange shard_;
+  ShardLayout shard_;
   Tensor grads_;
   Buffer m_, v_, norm_sq_;
   int64_t steps_ = 0;

@@ -60,6 +60,13 @@ struct DataConfig {
   int64_t max_bytes = 0;             ///< 0: whole corpus; else the first max_bytes bytes
 };
 
+/// Data parallel (docs/distributed.md); ignored by a run of one rank.
+struct DistConfig {
+  /// MiB of F32 gradients per bucket reduce-scattered while the backward runs (§"Gradient buckets");
+  /// 0: one bucket after the whole backward.
+  float bucket_mb = 25.0f;
+};
+
 struct RunConfig {
   ModelConfig model;
   PrecisionConfig precision;
@@ -72,6 +79,7 @@ struct RunConfig {
   std::string attn_form = "auto";
   TrainConfig train;
   DataConfig data;
+  DistConfig dist;
   std::string device = "cpu";
   void validate() const;  ///< all sections; throws octet::Error naming the field
 };

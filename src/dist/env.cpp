@@ -54,15 +54,4 @@ DistEnv dist_env_from_environment() {
   return e;
 }
 
-ShardRange shard_range(int64_t n, int rank, int world) {
-  OCTET_CHECK(n >= 0 && world >= 1 && rank >= 0 && rank < world,
-              "shard_range: need n >= 0 and 0 <= rank < world, got n " + std::to_string(n) + ", rank " +
-                  std::to_string(rank) + ", world " + std::to_string(world));
-  const int64_t chunk = (n + world - 1) / world;
-  ShardRange r;
-  r.begin = std::min<int64_t>(n, chunk * rank);
-  r.end = std::min<int64_t>(n, chunk * (rank + 1));
-  return r;
-}
-
 }  // namespace octet

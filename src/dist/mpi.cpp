@@ -1,5 +1,6 @@
 // src/dist/mpi.cpp — the MPI communicator for CPU ranks (octet/dist.h; MPI 3.1 standard:
-// MPI_Allreduce with MPI_IN_PLACE, MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast, MPI_Abort),
+// MPI_Allreduce with MPI_IN_PLACE, MPI_Reduce_scatter_block and its non-blocking
+// MPI_Ireduce_scatter_block, MPI_Allgather (MPI_IN_PLACE for an in-place call), MPI_Bcast, MPI_Abort),
 // on a duplicate of MPI_COMM_WORLD whose errors return (MPI_ERRORS_RETURN) and become octet::Error
 // naming the call and the rank. MPI is initialized once per process and finalized at exit.
 // (docs/distributed.md §"The communicator")
@@ -8,6 +9,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 
 #include "dist/checks.h"
 #include "octet/dist.h"
@@ -61,16 +63,24 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_size(comm_, &size_);
   }
   ~MpiCommunicator() override {
-    int finalized = 0;
+    int finalized = 0;  // pending requests of an abandoned step are left to MPI_Finalize / the abort
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Comm_free(&comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "mpi"; }
+  std::string library_version() const override {
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(v, &len);
+    const std::string s(v, size_t(len));
+    return s.substr(0, s.find_first_of(",\n"));  // "Open MPI v4.1.4"
+  }
 
   void all_reduce(const Tensor& x, ReduceOp op) override {
     dist_detail::check_all_reduce(x, op);
+    wait_async();
     check(MPI_Allreduce(MPI_IN_PLACE, x.data, mpi_count(x), mpi_type(x.dtype),
                         op == ReduceOp::Sum ? MPI_SUM : MPI_MAX, comm_),
           "all_reduce");
@@ -78,22 +88,50 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(const Tensor& in, const Tensor& out) override {
     dist_detail::check_reduce_scatter(in, out, size_);
     mpi_count(in);
+    wait_async();
     check(MPI_Reduce_scatter_block(in.data, out.data, mpi_count(out), MPI_FLOAT, MPI_SUM, comm_),
           "reduce_scatter");
   }
   void all_gather(const Tensor& in, const Tensor& out) override {
     dist_detail::check_all_gather(in, out, size_);
     mpi_count(out);
-    check(MPI_Allgather(in.data, mpi_count(in), MPI_FLOAT, out.data, mpi_count(in), MPI_FLOAT, comm_),
+    wait_async();
+    const int n = mpi_count(in);
+    const bool in_place = in.data == static_cast<float*>(out.data) + int64_t(rank_) * n;
+    check(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data, n, MPI_FLOAT, out.data, n, MPI_FLOAT, comm_),
           "all_gather");
+  }
+  void reduce_scatter_async(const Tensor& in, const Tensor& out) override {
+    dist_detail::check_reduce_scatter(in, out, size_);
+    mpi_count(in);
+    MPI_Request req = MPI_REQUEST_NULL;
+    check(MPI_Ireduce_scatter_block(in.data, out.data, mpi_count(out), MPI_FLOAT, MPI_SUM, comm_, &req),
+          "reduce_scatter_async");
+    pending_.push_back(req);
+  }
+  void wait_async() override {
+    if (pending_.empty()) return;
+    std::vector<MPI_Request> reqs;
+    reqs.swap(pending_);
+    check(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "wait_async");
+  }
+  void progress() override {
+    if (pending_.empty()) return;
+    int done = 0;
+    check(MPI_Testall(int(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE), "progress");
+    if (done) pending_.clear();
   }
   void broadcast(const Tensor& x, int root) override {
     OCTET_CHECK(root >= 0 && root < size_, "broadcast: root " + std::to_string(root) + " outside [0, " +
                                                std::to_string(size_) + ")");
     OCTET_CHECK(x.bytes() <= size_t(1) << 31, "broadcast: more than 2 GiB in one call");
+    wait_async();
     check(MPI_Bcast(x.data, int(x.bytes()), MPI_BYTE, root, comm_), "broadcast");
   }
-  void barrier() override { check(MPI_Barrier(comm_), "barrier"); }
+  void barrier() override {
+    wait_async();
+    check(MPI_Barrier(comm_), "barrier");
+  }
   [[noreturn]] void abort(int code) noexcept override {
     MPI_Abort(comm_, code);
     ::_exit(code);
@@ -109,6 +147,7 @@ class MpiCommunicator final : public Communicator {
   }
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  std::vector<MPI_Request> pending_;  // reduce_scatter_async calls not yet waited for
 };
 
 }  // namespace

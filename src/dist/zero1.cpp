@@ -1,50 +1,87 @@
 // src/dist/zero1.cpp — ZeRO-1 over the model's flat F32 buffers (octet/dist.h; Rajbhandari et al.,
 // arXiv 1910.02054, stage 1: optimizer states partitioned, gradients reduce-scattered, updated
-// parameters all-gathered) and the cross-rank max of the delayed-scaling amaxes.
-// The flat buffers hold n floats; collectives need size·S (S = ceil(n / size)), so the gradients
-// are copied into a zero-padded buffer before the reduce-scatter and the gathered parameters copied
-// back; with n a multiple of size those copies could go (docs/distributed.md §"ZeRO-1").
+// parameters all-gathered) with the gradients reduced in buckets while the backward runs, and the
+// cross-rank max of the delayed-scaling amaxes.
+// A bucket of a multiple of world floats is reduce-scattered straight from grad_data() and
+// all-gathered in place into param_data(); only the top bucket, when its size is not such a multiple,
+// goes through a zero-padded staging copy (docs/distributed.md §"Gradient buckets").
+#include <algorithm>
+
 #include "octet/dist.h"
 #include "octet/error.h"
 #include "octet/model.h"
 
 namespace octet {
 
-Zero1::Zero1(Model& model, Communicator& comm)
-    : model_(model), comm_(comm), shard_(shard_range(int64_t(model.num_params()), comm.rank(), comm.size())) {
-  const int64_t n = int64_t(model.num_params());
-  chunk_ = (n + comm.size() - 1) / comm.size();
+Zero1::Zero1(Model& model, Communicator& comm, double bucket_mb)
+    : model_(model),
+      comm_(comm),
+      plan_(plan_buckets(int64_t(model.num_params()), comm.size(), bucket_elems_from_mb(bucket_mb))),
+      unstarted_(plan_.buckets.size()) {
   Backend& be = model_.backend();
-  padded_ = be.alloc(DType::F32, {chunk_ * comm.size()});  // the padding is never read back
-  chunk_buf_ = be.alloc(DType::F32, {chunk_});
+  grads_ = be.alloc(DType::F32, {plan_.state_size});  // zeroed: padding slots stay 0
+  const Bucket& top = plan_.buckets.back();
+  if (top.padded(comm_.size())) staging_ = be.alloc(DType::F32, {top.chunk * comm_.size()});
+}
+
+void Zero1::start(size_t k) {
+  const Bucket& b = plan_.buckets[k];
+  const int64_t n = int64_t(model_.num_params());
+  const Tensor grads = model_.grad_data().reshape({n});
+  const Tensor out = grads_.tensor().slice(b.state, b.chunk);
+  if (b.padded(comm_.size())) {  // the padding of staging_ is never written: it stays 0
+    model_.backend().copy(staging_.tensor().slice(0, b.end - b.begin), grads.slice(b.begin, b.end - b.begin));
+    comm_.reduce_scatter_async(staging_, out);
+  } else {
+    comm_.reduce_scatter_async(grads.slice(b.begin, b.end - b.begin), out);
+  }
+}
+
+void Zero1::grads_final_from(int64_t frontier) {
+  while (unstarted_ > 0 && plan_.buckets[unstarted_ - 1].begin >= frontier) start(--unstarted_);
+  comm_.progress();
 }
 
 Tensor Zero1::reduce_gradients() {
-  Backend& be = model_.backend();
-  const int64_t n = int64_t(model_.num_params());
-  be.copy(padded_.tensor().slice(0, n), model_.grad_data().reshape({n}));
-  comm_.reduce_scatter(padded_, chunk_buf_);
-  return chunk_buf_.tensor().slice(0, shard_.size());
+  grads_final_from(0);
+  comm_.wait_async();
+  unstarted_ = plan_.buckets.size();  // the next step starts them again
+  return grads_;
 }
 
 void Zero1::gather_params() {
   Backend& be = model_.backend();
-  const int64_t n = int64_t(model_.num_params());
-  const Tensor params = model_.param_data().reshape({n});
-  if (shard_.size() > 0) be.copy(chunk_buf_.tensor().slice(0, shard_.size()), params.slice(shard_.begin, shard_.size()));
-  comm_.all_gather(chunk_buf_, padded_);
-  be.copy(params, padded_.tensor().slice(0, n));
+  const int world = comm_.size(), rank = comm_.rank();
+  const Tensor params = model_.param_data().reshape({int64_t(model_.num_params())});
+  for (const Bucket& b : plan_.buckets) {
+    if (!b.padded(world)) {
+      const Tensor all = params.slice(b.begin, b.end - b.begin);
+      comm_.all_gather(all.slice(rank * b.chunk, b.chunk), all);
+      continue;
+    }
+    const Tensor mine = staging_.tensor().slice(rank * b.chunk, b.chunk);
+    const int64_t own = std::max<int64_t>(0, std::min(b.chunk, b.end - b.begin - rank * b.chunk));
+    if (own > 0) be.copy(mine.slice(0, own), params.slice(b.begin + rank * b.chunk, own));
+    comm_.all_gather(mine, staging_);
+    be.copy(params.slice(b.begin, b.end - b.begin), staging_.tensor().slice(0, b.end - b.begin));
+  }
 }
 
 std::vector<float> Zero1::gather_to_host(const Tensor& shard_state) {
   check_dtype(shard_state, DType::F32, "gather_to_host");
-  check_numel(shard_state, shard_.size(), "gather_to_host (this rank's shard)");
+  check_numel(shard_state, plan_.state_size, "gather_to_host (this rank's state vector)");
   Backend& be = model_.backend();
-  if (shard_.size() > 0) be.copy(chunk_buf_.tensor().slice(0, shard_.size()), shard_state);
-  comm_.all_gather(chunk_buf_, padded_);
-  std::vector<float> full(size_t(chunk_ * comm_.size()));
-  be.download(full.data(), padded_);
-  full.resize(model_.num_params());
+  const int world = comm_.size();
+  Buffer all = be.alloc(DType::F32, {plan_.state_size * world});
+  comm_.all_gather(shard_state.reshape({plan_.state_size}), all);
+  std::vector<float> ranks(size_t(plan_.state_size * world));
+  be.download(ranks.data(), all);
+  std::vector<float> full(model_.num_params());
+  for (const Bucket& b : plan_.buckets)
+    for (int r = 0; r < world; ++r) {
+      const int64_t lo = std::min(b.end, b.begin + r * b.chunk), hi = std::min(b.end, lo + b.chunk);
+      std::copy_n(ranks.begin() + r * plan_.state_size + b.state, hi - lo, full.begin() + lo);
+    }
   return full;
 }
 

@@ -95,6 +95,8 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
   // ---- backward (m.logits now holds dlogits) ----
   m.head.backward(be, m.logits, m.dt1);
   m.norm_f.backward(be, xL, m.dt1, m.dcur, m.mean_f, m.rstd_f);
+  // the seams of data parallel's gradient buckets (model.h set_grad_ready_hook)
+  if (grad_ready_hook_) grad_ready_hook_(int64_t(param("norm_f.weight").offset));
   for (int64_t l = c.n_layer - 1; l >= 0; --l) {
     for (int k = 1; k >= 0; --k) {
       UnitBuffers& U = m.units[size_t(2 * l + k)];
@@ -146,6 +148,7 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
       }
       be.axpy(1.0f, du, m.dcur);
     }
+    if (grad_ready_hook_) grad_ready_hook_(int64_t(param("h." + std::to_string(l) + ".norm1.weight").offset));
   }
   m.n_backward += 1;
   be.embedding_backward(m.ids, m.dcur, m.dwte);

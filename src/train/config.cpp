@@ -1,5 +1,5 @@
 // src/train/config.cpp — the run configuration: one registry of dotted keys (model.*, precision.*,
-// train.*, data.*, device) with a typed parser and printer each, used by the TOML reader (toml++,
+// train.*, data.*, dist.*, device) with a typed parser and printer each, used by the TOML reader (toml++,
 // TOML v1.0), the --set overrides, the start-up table and the config.toml a run writes.
 // Unknown keys, wrong types and out-of-range values are errors naming the key (torchtitan-style
 // TOML configs, but strict).
@@ -16,6 +16,7 @@
 #include <utility>
 #include <toml++/toml.h>
 
+#include "octet/dist.h"
 #include "octet/error.h"
 #include "octet/names.h"
 #include "octet/train.h"
@@ -214,6 +215,9 @@ const std::vector<Key>& registry() {
         "share of windows held out for validation");
     add(string_key("data.cache_dir", REF(data.cache_dir)), "tokenizer model and token cache", "RP");
     add(int_key("data.max_bytes", REF(data.max_bytes)), "read only the first N corpus bytes (0: all)");
+    // dist (data parallel; docs/distributed.md)
+    add(float_key("dist.bucket_mb", REF(dist.bucket_mb)),
+        "MiB of gradients per bucket reduced during the backward (0: one, after it)", "R");
     return k;
   }();
   return keys;
@@ -336,6 +340,7 @@ void RunConfig::validate() const {
   at_least(t.log_every, 1, "train.log_every");
   at_least(t.max_bad_steps, 1, "train.max_bad_steps");
   at_least(data.max_bytes, 0, "data.max_bytes");
+  bucket_elems_from_mb(dist.bucket_mb);  // the rule of dist.bucket_mb (octet/dist.h)
   OCTET_CHECK(t.lr > 0, "train.lr must be > 0");
   OCTET_CHECK(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1, "train.min_lr_ratio must be in [0, 1]");
   OCTET_CHECK(t.weight_decay >= 0, "train.weight_decay must be >= 0");

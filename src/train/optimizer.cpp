@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "octet/error.h"
 #include "octet/optim.h"
@@ -28,61 +29,80 @@ AdamWConfig adamw_config(const TrainConfig& t) {
   return c;
 }
 
-Optimizer::Optimizer(Model& model, const AdamWConfig& config)
-    : Optimizer(model, config, ShardRange{0, int64_t(model.num_params())}) {}
+int64_t ShardLayout::params() const {
+  int64_t n = 0;
+  for (const ShardPiece& p : pieces) n += p.size();
+  return n;
+}
 
-Optimizer::Optimizer(Model& model, const AdamWConfig& config, ShardRange shard)
-    : model_(model), config_(config), shard_(shard) {
+Optimizer::Optimizer(Model& model, const AdamWConfig& config)
+    : Optimizer(model, config, ShardLayout::whole(int64_t(model.num_params()))) {}
+
+Optimizer::Optimizer(Model& model, const AdamWConfig& config, ShardLayout shard)
+    : model_(model), config_(config), shard_(std::move(shard)) {
   config_.validate();
   const int64_t n = int64_t(model_.num_params());
-  OCTET_CHECK(shard.begin >= 0 && shard.begin <= shard.end && shard.end <= n,
-              "optimizer shard [" + std::to_string(shard.begin) + ", " + std::to_string(shard.end) +
-                  ") is outside the model's " + std::to_string(n) + " parameters");
+  int64_t prev_end = 0, prev_state_end = 0;
+  for (const ShardPiece& p : shard_.pieces) {
+    OCTET_CHECK(p.begin >= prev_end && p.begin <= p.end && p.end <= n && p.state >= prev_state_end &&
+                    p.state + p.size() <= shard_.state_size,
+                "optimizer shard piece [" + std::to_string(p.begin) + ", " + std::to_string(p.end) + ") at state " +
+                    std::to_string(p.state) + " overlaps another or leaves the model's " + std::to_string(n) +
+                    " parameters or the " + std::to_string(shard_.state_size) + " state slots");
+    prev_end = p.end;
+    prev_state_end = p.state + p.size();
+  }
   Backend& be = model_.backend();
-  grads_ = model_.grad_data().reshape({n}).slice(shard.begin, shard.size());
-  m_ = be.alloc(DType::F32, {shard.size()});
-  v_ = be.alloc(DType::F32, {shard.size()});
+  const bool one_piece = shard_.pieces.size() == 1 && shard_.pieces[0].state == 0 &&
+                         shard_.pieces[0].size() == shard_.state_size;
+  if (one_piece) grads_ = model_.grad_data().reshape({n}).slice(shard_.pieces[0].begin, shard_.state_size);
+  m_ = be.alloc(DType::F32, {shard_.state_size});
+  v_ = be.alloc(DType::F32, {shard_.state_size});  // zeroed, padding slots included
   norm_sq_ = be.alloc(DType::F64, {1});
 }
 
 void Optimizer::use_gradients(const Tensor& grads) {
   check_dtype(grads, DType::F32, "optimizer gradients");
-  check_numel(grads, shard_.size(), "optimizer gradients (the shard's size)");
-  grads_ = grads.reshape({shard_.size()});
+  check_numel(grads, shard_.state_size, "optimizer gradients (the shard's state size)");
+  grads_ = grads.reshape({shard_.state_size});
 }
 
 void Optimizer::compute_grad_norm() {
   Backend& be = model_.backend();
+  OCTET_CHECK(grads_.numel() == shard_.state_size, "optimizer: a sharded optimizer needs use_gradients() first");
   be.fill(norm_sq_, 0.0);
-  if (shard_.size() > 0) be.sum_squares(grads_, norm_sq_);
+  if (shard_.state_size > 0) be.sum_squares(grads_, norm_sq_);
 }
 
 double Optimizer::grad_norm() { return std::sqrt(model_.backend().read_f64(norm_sq_)); }
 
 void Optimizer::step(float lr, double grad_norm) {
   Backend& be = model_.backend();
-  if (config_.grad_clip > 0 && grad_norm > config_.grad_clip && shard_.size() > 0)
+  OCTET_CHECK(grads_.numel() == shard_.state_size, "optimizer: a sharded optimizer needs use_gradients() first");
+  if (config_.grad_clip > 0 && grad_norm > config_.grad_clip && shard_.state_size > 0)
     be.scale(float(config_.grad_clip / grad_norm), grads_);
   steps_ += 1;
   const Tensor params = model_.param_data().reshape({int64_t(model_.num_params())});
-  for (const ParamInfo& p : model_.params()) {  // each tensor's part inside the shard
-    const int64_t lo = std::max(int64_t(p.offset), shard_.begin);
-    const int64_t hi = std::min(int64_t(p.offset + p.numel), shard_.end);
-    if (lo >= hi) continue;
-    auto part = [&](const Tensor& t) { return t.slice(lo - shard_.begin, hi - lo); };
-    be.adamw(params.slice(lo, hi - lo), part(grads_), part(m_), part(v_), lr, config_.beta1, config_.beta2,
-             config_.eps, p.decay ? config_.weight_decay : 0.0f, steps_);
+  for (const ShardPiece& piece : shard_.pieces) {
+    for (const ParamInfo& p : model_.params()) {  // each tensor's part inside the piece
+      const int64_t lo = std::max(int64_t(p.offset), piece.begin);
+      const int64_t hi = std::min(int64_t(p.offset + p.numel), piece.end);
+      if (lo >= hi) continue;
+      auto part = [&](const Tensor& t) { return t.slice(piece.state + lo - piece.begin, hi - lo); };
+      be.adamw(params.slice(lo, hi - lo), part(grads_), part(m_), part(v_), lr, config_.beta1, config_.beta2,
+               config_.eps, p.decay ? config_.weight_decay : 0.0f, steps_);
+    }
   }
 }
 
 std::vector<float> Optimizer::download_m() {
-  std::vector<float> h(size_t(shard_.size()));
+  std::vector<float> h(size_t(shard_.state_size));
   if (!h.empty()) model_.backend().download(h.data(), m_);
   return h;
 }
 
 std::vector<float> Optimizer::download_v() {
-  std::vector<float> h(size_t(shard_.size()));
+  std::vector<float> h(size_t(shard_.state_size));
   if (!h.empty()) model_.backend().download(h.data(), v_);
   return h;
 }
@@ -93,9 +113,10 @@ void Optimizer::load(const std::vector<float>& m, const std::vector<float>& v, i
                   " moments each, got " + std::to_string(m.size()) + " and " +
                   std::to_string(v.size()));
   OCTET_CHECK(steps >= 0, "optimizer state: negative step count " + std::to_string(steps));
-  if (shard_.size() > 0) {
-    model_.backend().upload(m_, m.data() + shard_.begin);
-    model_.backend().upload(v_, v.data() + shard_.begin);
+  for (const ShardPiece& p : shard_.pieces) {
+    if (p.size() == 0) continue;
+    model_.backend().upload(m_.tensor().slice(p.state, p.size()), m.data() + p.begin);
+    model_.backend().upload(v_.tensor().slice(p.state, p.size()), v.data() + p.begin);
   }
   steps_ = steps;
 }

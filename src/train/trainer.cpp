@@ -9,8 +9,9 @@
 // single host synchronization (take_loss, after which the norm is ready) reads loss and norm.
 // Data parallel (a DistSession of N > 1 ranks; docs/distributed.md): each rank reads its slice of
 // the global batch, the amaxes are max-reduced before the scale update, the gradients are
-// reduce-scattered (ZeRO-1: each rank updates its shard, the shards are all-gathered), the gradient
-// norm and the loss are summed over ranks (so every rank skips a non-finite step together), and only
+// reduce-scattered in buckets, those of the last micro-batch's backward while it runs (the model's
+// set_grad_ready_hook seam; ZeRO-1: each rank updates its shard, the shards are all-gathered), the
+// gradient norm and the loss are summed over ranks (so every rank skips a non-finite step together), and only
 // rank 0 writes files and the log. One rank runs exactly the single-process code.
 #include <fcntl.h>
 #include <sys/file.h>
@@ -175,8 +176,8 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   const int64_t rank_batch = t.batch_size / world;
   Model model(cfg.model, cfg.precision, be, rank_batch);
   std::unique_ptr<Zero1> zero;
-  if (comm) zero = std::make_unique<Zero1>(model, *comm);
-  Optimizer opt(model, adamw_config(t), zero ? zero->shard() : ShardRange{0, int64_t(model.num_params())});
+  if (comm) zero = std::make_unique<Zero1>(model, *comm, cfg.dist.bucket_mb);
+  Optimizer opt(model, adamw_config(t), zero ? zero->shard() : ShardLayout::whole(int64_t(model.num_params())));
   std::optional<RunDirLock> lock;
   if (writer) {
     std::error_code ec;  // the run directory only once the backend and the model exist
@@ -259,11 +260,16 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     for (int64_t a = 0; a < t.grad_accum; ++a) {
       ds.next_train_batch(rank_batch, ids, targets, rank, world);
       for (int32_t y : targets) counted += y >= 0;
+      // the last micro-batch's backward starts each finished gradient bucket's reduce-scatter
+      // (docs/distributed.md §"Gradient buckets"); not under an after_backward hook, which may change them
+      const bool overlap = zero && a + 1 == t.grad_accum && !hooks.after_backward;
+      if (overlap) model.set_grad_ready_hook([&z = *zero](int64_t f) { z.grads_final_from(f); });
       model.forward_backward(ids.data(), targets.data(), true, grad_scale);
+      if (overlap) model.set_grad_ready_hook({});
     }
     update_scales();
     if (hooks.after_backward) hooks.after_backward(step, model);
-    if (zero) opt.use_gradients(zero->reduce_gradients());  // this rank's shard of the summed gradients
+    if (zero) opt.use_gradients(zero->reduce_gradients());  // the rest, then all: this rank's shard
     opt.compute_grad_norm();
     if (comm) comm->all_reduce(opt.grad_norm_sq(), ReduceOp::Sum);  // a NaN anywhere reaches every rank
     double loss_sum = model.take_loss();  // the sync

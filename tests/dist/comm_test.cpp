@@ -1,6 +1,7 @@
 // The communicator's collectives against values computed here from each rank's known input: run
 // as one process (the single-rank communicator) and by ctest under `mpirun -np 2` (MPI). Also the
-// argument checks, NaN propagation of a sum, shard ranges and the launch environment.
+// argument checks, NaN propagation of a sum, the asynchronous reduce-scatter of the gradient buckets,
+// the in-place all-gather and the launch environment.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -81,19 +82,36 @@ TEST(Comm, BadArgumentsNameTheCall) {
   EXPECT_THROW(comm().broadcast(ta, comm().size()), Error);
 }
 
-TEST(Shards, CoverTheParametersOnceInRankOrder) {
-  for (int world : {1, 2, 3, 8})
-    for (int64_t n : {0, 1, 7, 8, 1001}) {
-      int64_t next = 0;
-      for (int r = 0; r < world; ++r) {
-        const ShardRange s = shard_range(n, r, world);
-        EXPECT_EQ(s.begin, next);
-        EXPECT_LE(s.size(), (n + world - 1) / world);
-        next = s.end;
-      }
-      EXPECT_EQ(next, n) << world << " " << n;
-    }
-  EXPECT_THROW(shard_range(10, 2, 2), Error);
+TEST(Comm, AsyncReduceScattersCompleteAtTheWaitInIssueOrder) {
+  // three buckets in flight at once (as the backward starts them), then one wait; a synchronous
+  // collective issued meanwhile (the amax all-reduce) must come after them on every rank
+  const int R = comm().size(), me = comm().rank();
+  const int n = 4, buckets = 3;
+  std::vector<float> in(size_t(buckets * R * n)), out(size_t(buckets * n), -1.0f);
+  for (size_t j = 0; j < in.size(); ++j) in[j] = float(10000 * me + int(j));
+  for (int b = buckets - 1; b >= 0; --b) {  // top down
+    comm().reduce_scatter_async(Tensor(in.data() + b * R * n, DType::F32, {R * n}),
+                                Tensor(out.data() + b * n, DType::F32, {n}));
+    comm().progress();
+  }
+  int32_t flag = me;
+  comm().all_reduce(Tensor(&flag, DType::I32, {1}), ReduceOp::Max);
+  comm().wait_async();
+  EXPECT_EQ(flag, R - 1);
+  for (int b = 0; b < buckets; ++b)
+    for (int k = 0; k < n; ++k)  // Σ_r (10000 r + b·R·n + me·n + k)
+      EXPECT_EQ(out[size_t(b * n + k)], float(10000.0 * R * (R - 1) / 2 + R * (b * R * n + me * n + k)))
+          << "bucket " << b << " element " << k;
+}
+
+TEST(Comm, AllGatherInPlace) {
+  const int R = comm().size(), me = comm().rank();
+  const int n = 5;
+  std::vector<float> all(size_t(R * n), -1.0f);
+  for (int k = 0; k < n; ++k) all[size_t(me * n + k)] = float(100 * me + k);  // only this rank's part
+  comm().all_gather(Tensor(all.data() + me * n, DType::F32, {n}), Tensor(all.data(), DType::F32, {R * n}));
+  for (int r = 0; r < R; ++r)
+    for (int k = 0; k < n; ++k) EXPECT_EQ(all[size_t(r * n + k)], float(100 * r + k)) << r << " " << k;
 }
 
 TEST(Env, TorchrunVariablesAndTheirErrors) {

@@ -74,6 +74,43 @@ TEST(DataParallel, Fp32TwoRanksEqualOneRankToRounding) {
   }
 }
 
+TEST(DataParallel, EveryBucketSizeEqualsOneRankAndCheckpointsTheSameState) {
+  NEED_TWO_RANKS();
+  Fixture f(Arm::FP32);
+  f.cfg.model.n_layer = 3;  // seams between the head, three layers and the embedding
+  f.cfg.model.d_model = 15;  // 3 heads of 5, no RoPE: an odd parameter count, so the top bucket pads
+  f.cfg.model.n_head = 3;
+  f.cfg.model.n_kv_head = 3;
+  f.cfg.model.positions = PositionKind::NoPE;
+  const TrainResult one = train(f.cfg, f.local / "one", false, *f.ds, nullptr);
+  const StFile ck_one = read_safetensors(f.local / "one/checkpoint.safetensors");
+  // 0: one bucket after the backward; 0.001 MiB = 262 floats: ~40 buckets started during the last
+  // micro-batch's backward (grad_accum 2: the first micro-batch's gradients must be in them);
+  // the default 25 MiB: this small model's one bucket, started when the backward is done
+  for (float mb : {0.0f, 0.001f, 25.0f}) {
+    RunConfig cfg = f.cfg;
+    cfg.dist.bucket_mb = mb;
+    const std::string dir = f.shared / ("two-" + std::to_string(mb));
+    const TrainResult two = train(cfg, dir, false, *f.ds, nullptr, {}, nullptr, &test::job());
+    ASSERT_EQ(one.train_loss.size(), two.train_loss.size());
+    for (size_t i = 0; i < one.train_loss.size(); ++i)
+      EXPECT_NEAR(two.train_loss[i], one.train_loss[i], 1e-5 * one.train_loss[i])
+          << "bucket_mb " << mb << " step " << i + 1;
+    if (comm().rank() != 0) continue;
+    // the checkpoint gathers the sharded moments back into params() order, as one process writes them
+    const StFile ck = read_safetensors(dir + "/checkpoint.safetensors");
+    ASSERT_EQ(ck.tensors.size(), ck_one.tensors.size());
+    for (const auto& [name, t] : ck_one.tensors) {
+      if (t.dtype != "F32") continue;
+      ASSERT_TRUE(ck.tensors.count(name)) << name;
+      const std::vector<float> a = st_to_f32(t), b = st_to_f32(ck.tensors.at(name));
+      double scale = 0;
+      for (float x : a) scale = std::max(scale, double(std::fabs(x)));
+      EXPECT_LE(max_abs_diff(a, b), 1e-4 * scale + 1e-12) << "bucket_mb " << mb << " " << name;
+    }
+  }
+}
+
 TEST(DataParallel, Fp8ArmsWithinTheirOwnDistanceFromFp32) {
   NEED_TWO_RANKS();
   for (Arm arm : {Arm::FP8Matched, Arm::FP8Linear}) {

@@ -55,6 +55,10 @@ TEST(Launch, TwoRanksTrainLikeOneProcessAndRankZeroWrites) {
   size_t done = 0;
   for (size_t p = 0; (p = two.out.find("done: final val loss", p)) != std::string::npos; ++p) ++done;
   EXPECT_EQ(done, 1u) << "one log: rank 0's";
+  size_t corpus = 0;  // the corpus line: rank 0's only, not also the launcher's
+  for (size_t p = 0; (p = two.out.find("corpus ", p)) != std::string::npos; ++p)
+    corpus += p == 0 || two.out[p - 1] == '\n';
+  EXPECT_EQ(corpus, 1u) << two.out;
   const CliRun one = run("train --config " + f.config + " --out " + (f.dir / "one"));
   ASSERT_EQ(one.status, 0) << one.out;
   // the same final validation loss to FP32 reduction-order rounding (printed with 4 decimals)
@@ -77,9 +81,12 @@ TEST(Launch, ARankLocalErrorEndsTheJobNonZero) {
 TEST(Launch, NonPositiveNprocIsRefused) {
   if (test::comm().size() > 1 || std::getenv("OCTET_TEST_FAILURE_CHILD")) GTEST_SKIP() << "one process";
   Fixture f;
-  const CliRun r = run("train --config " + f.config + " --out " + (f.dir / "x") + " --nproc 0");
-  EXPECT_EQ(r.status, 2) << r.out;
-  EXPECT_FALSE(std::filesystem::exists(f.dir / "x"));
+  for (const char* cmd : {"train", "compare"}) {
+    const CliRun r = run(std::string(cmd) + " --config " + f.config + " --out " + (f.dir / "x") + " --nproc 0");
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_EQ(r.out, "octet: error: --nproc: must be a whole number >= 1, got '0'\n") << "one line naming the flag";
+    EXPECT_FALSE(std::filesystem::exists(f.dir / "x"));
+  }
 }
 
 }  // namespace

@@ -1,8 +1,12 @@
 // src/dist/cuda/nccl.cpp — the NCCL communicator (octet/dist.h; NCCL 2 API: ncclCommInitRank,
 // ncclAllReduce, ncclReduceScatter, ncclAllGather, ncclBroadcast, ncclCommGetAsyncError,
 // ncclCommAbort) on the CUDA backend's stream: every collective is enqueued and returns without a
-// host synchronization. The unique id travels from rank 0 over the TCP rendezvous (no shared file),
-// whose links stay open; a watchdog thread ends every rank (ncclCommAbort, exit 1, one message) when
+// host synchronization. reduce_scatter_async runs on a second, high-priority stream of the
+// communicator, ordered after the backend's stream by a CUDA event, so that the gradient buckets are
+// reduced while the backward's kernels run; wait_async makes the backend's stream wait for it, and
+// every other collective does so first, so that the collectives of one communicator keep one order
+// on the device as on the host (docs/distributed.md §"Gradient buckets"). The unique id travels
+// from rank 0 over the TCP rendezvous (no shared file), whose links stay open; a watchdog thread ends every rank (ncclCommAbort, exit 1, one message) when
 // a peer's link closes without its goodbye or NCCL reports an asynchronous error, so a crashed rank
 // never leaves the others hanging in a collective. (docs/distributed.md §"Failures")
 #include <cuda_runtime.h>
@@ -65,6 +69,12 @@ class NcclCommunicator final : public Communicator {
     check(ncclCommInitRank(&comm_, size_, id, rank_), "comm_init_rank");
     cuda_check(cudaMalloc(&flag_, sizeof(int)), where("nccl", "barrier buffer", rank_, size_));
     cuda_check(cudaMemset(flag_, 0, sizeof(int)), where("nccl", "barrier buffer", rank_, size_));
+    int least = 0, greatest = 0;  // the second stream at the highest priority: buckets go first
+    cuda_check(cudaDeviceGetStreamPriorityRange(&least, &greatest), where("nccl", "stream", rank_, size_));
+    cuda_check(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, greatest),
+               where("nccl", "stream", rank_, size_));
+    cuda_check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), where("nccl", "event", rank_, size_));
+    cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), where("nccl", "event", rank_, size_));
     watchdog_ = std::thread([this] { watch(); });
   }
 
@@ -79,16 +89,25 @@ class NcclCommunicator final : public Communicator {
     DeviceScope d(device_);
     ncclCommDestroy(comm_);
     cudaFree(flag_);
+    cudaEventDestroy(ready_);
+    cudaEventDestroy(done_);
+    cudaStreamDestroy(side_);
     cudaStreamDestroy(stream_);
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "nccl"; }
+  std::string library_version() const override {
+    int v = 0;  // NCCL >= 2.9: major·10000 + minor·100 + patch
+    if (ncclGetVersion(&v) != ncclSuccess) return "NCCL";
+    return "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+  }
 
   void all_reduce(const Tensor& x, ReduceOp op) override {
     check_all_reduce(x, op);
     DeviceScope d(device_);
+    join_side();
     check(ncclAllReduce(x.data, x.data, size_t(x.numel()), nccl_type(x.dtype), op == ReduceOp::Sum ? ncclSum : ncclMax,
                         comm_, stream_),
           "all_reduce");
@@ -96,22 +115,39 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter(const Tensor& in, const Tensor& out) override {
     check_reduce_scatter(in, out, size_);
     DeviceScope d(device_);
+    join_side();
     check(ncclReduceScatter(in.data, out.data, size_t(out.numel()), ncclFloat32, ncclSum, comm_, stream_),
           "reduce_scatter");
+  }
+  void reduce_scatter_async(const Tensor& in, const Tensor& out) override {
+    check_reduce_scatter(in, out, size_);
+    DeviceScope d(device_);
+    cuda_check(cudaEventRecord(ready_, stream_), where("nccl", "reduce_scatter_async", rank_, size_));
+    cuda_check(cudaStreamWaitEvent(side_, ready_, 0), where("nccl", "reduce_scatter_async", rank_, size_));
+    check(ncclReduceScatter(in.data, out.data, size_t(out.numel()), ncclFloat32, ncclSum, comm_, side_),
+          "reduce_scatter_async");
+    pending_ = true;
+  }
+  void wait_async() override {
+    DeviceScope d(device_);
+    join_side();
   }
   void all_gather(const Tensor& in, const Tensor& out) override {
     check_all_gather(in, out, size_);
     DeviceScope d(device_);
+    join_side();
     check(ncclAllGather(in.data, out.data, size_t(in.numel()), ncclFloat32, comm_, stream_), "all_gather");
   }
   void broadcast(const Tensor& x, int root) override {
     OCTET_CHECK(root >= 0 && root < size_, "broadcast: root " + std::to_string(root) + " outside [0, " +
                                                std::to_string(size_) + ")");
     DeviceScope d(device_);
+    join_side();
     check(ncclBroadcast(x.data, x.data, x.bytes(), ncclUint8, root, comm_, stream_), "broadcast");
   }
   void barrier() override {
     DeviceScope d(device_);
+    join_side();
     check(ncclAllReduce(flag_, flag_, 1, ncclInt32, ncclSum, comm_, stream_), "barrier");
     cuda_check(cudaStreamSynchronize(stream_), where("nccl", "barrier", rank_, size_));
   }
@@ -130,6 +166,15 @@ class NcclCommunicator final : public Communicator {
       if (last && *last) msg += std::string(" (") + last + ")";
     }
     OCTET_FAIL(msg);
+  }
+
+  // The backend's stream waits for the second stream's collectives (no host wait). The device must
+  // be current.
+  void join_side() {
+    if (!pending_) return;
+    cuda_check(cudaEventRecord(done_, side_), where("nccl", "wait_async", rank_, size_));
+    cuda_check(cudaStreamWaitEvent(stream_, done_, 0), where("nccl", "wait_async", rank_, size_));
+    pending_ = false;
   }
 
   // The watchdog: a lost peer or an asynchronous NCCL error ends this rank at once (the others
@@ -151,7 +196,10 @@ class NcclCommunicator final : public Communicator {
   }
 
   int rank_, size_, device_;
-  cudaStream_t stream_;
+  cudaStream_t stream_;              // the backend's (owned: destroyed last)
+  cudaStream_t side_ = nullptr;      // reduce_scatter_async's
+  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  bool pending_ = false;             // side_ holds collectives stream_ has not waited for
   ncclComm_t comm_ = nullptr;
   int* flag_ = nullptr;
   std::unique_ptr<Rendezvous> rdv_;
