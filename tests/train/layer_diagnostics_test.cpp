@@ -80,13 +80,6 @@ TEST(DqBias, Fp64IsZeroMatchedIsRoundingStaleIsNot) {
   }
 }
 
-TEST(DqBias, DISABLED_Timing) {
-  AttentionSample s = sample_of(12, 12, 1024, 64, AttnPrecision::FP8, DeltaMode::Stale);
-  s.config.form = AttnForm::Tiled;
-  const DqBias b = attention_dq_bias(s);
-  std::printf("%g\n", b.norm);
-}
-
 TEST(DqBias, RejectsASampleWithoutCaptureOrOfTheWrongShape) {
   AttentionSample s = sample_of(2, 2, 8, 16, AttnPrecision::FP8, DeltaMode::Stale);
   s.d_o.clear();
