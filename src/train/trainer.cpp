@@ -351,24 +351,24 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
       const double val = evaluate();
       result.val_loss.emplace_back(st.step, val);
       result.final_val_loss = val;
-      double kmax = 0, rmax = 0, rmean = 0, bmean = 0;
+      double kmax = 0, rmax = 0, rmean = 0, bnorm = 0;
       for (const LayerReport& r : diags) {
         const LayerDiag& d = r.diag;
         kmax = std::max(kmax, d.kurtosis_max());
         rmax = std::max(rmax, d.row_residual_max);
         rmean = std::max(rmean, d.row_residual_mean);
-        if (r.dq_bias) bmean = std::max(bmean, r.dq_bias->mean);
+        if (r.dq_bias) bnorm = std::max(bnorm, r.dq_bias->norm);
       }
       result.kurtosis_max = std::max(result.kurtosis_max, kmax);
       result.row_residual_max = std::max(result.row_residual_max, rmax);
       result.row_residual_mean = std::max(result.row_residual_mean, rmean);
       json ev = {{"step", st.step}, {"val_loss", val}, {"kurtosis_max", kmax}, {"row_residual_max", rmax},
-                 {"row_residual_mean", rmean}, {"dq_bias_mean", bmean}, {"layers", layers_json(diags)}};
+                 {"row_residual_mean", rmean}, {"dq_bias_norm", bnorm}, {"layers", layers_json(diags)}};
       write_metrics(ev);
       if (log) {
         std::fprintf(log, "eval step %lld | val loss %.4f | kurtosis max %.3f | attention row residual max %.3e, "
-                          "mean %.3e | dQ bias mean %.3e\n",
-                     static_cast<long long>(st.step), val, kmax, rmax, rmean, bmean);
+                          "mean %.3e | dQ bias (norm) max %.3e\n",
+                     static_cast<long long>(st.step), val, kmax, rmax, rmean, bnorm);
         if (sampler) std::fprintf(log, "sample: %s\n", sampler->sample().c_str());
         std::fflush(log);
       }
