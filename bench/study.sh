@@ -14,6 +14,8 @@
 #   STUDY_CONDITIONS NAME OVERRIDES... per line [results/stale-delta-study/conditions.txt]
 #   STUDY_ARMS       [bf16,fp8-stale,fp8-matched]     STUDY_SEEDS  [3]
 #   STUDY_TIMEOUT    seconds per condition [540]      STUDY_DEVICE [cuda]
+#   STUDY_SET        extra --set overrides for every run, space-separated [data.cache_dir=<repo>/.cuda-carry/cache
+#                    if that folder exists (the tokenizer cache bench/pack_gpu_carry.sh carries), else none]
 # The conditions run at the same time on the one device: their time limits are wall-clock, and
 # the report reads whatever each compare finished (a cut condition has no summary.json yet and is
 # left out of the report, said on stderr).
@@ -30,6 +32,9 @@ ARMS=${STUDY_ARMS:-bf16,fp8-stale,fp8-matched}
 SEEDS=${STUDY_SEEDS:-3}
 LIMIT=${STUDY_TIMEOUT:-540}
 DEVICE=${STUDY_DEVICE:-cuda}
+if [ -z "${STUDY_SET+x}" ] && [ -d .cuda-carry/cache ]; then STUDY_SET="data.cache_dir=$PWD/.cuda-carry/cache"; fi
+common=()
+for kv in ${STUDY_SET:-}; do common+=(--set "$kv"); done
 mkdir -p "$OUT" "$RUNS"
 [ -x "$OCTET_BIN" ] || { echo "study.sh: no octet binary at $OCTET_BIN (set OCTET_BIN)" >&2; exit 2; }
 [ -f "$CONDITIONS" ] || { echo "study.sh: no conditions file $CONDITIONS" >&2; exit 2; }
@@ -45,7 +50,7 @@ fi
 # The BPE tokenizer of each vocabulary size is trained once before the parallel runs (they would
 # all train it at once and write the same cache file): a one-step, one-layer run per size.
 for vocab in $(for name in "${names[@]}"; do grep -E "^${name}[[:space:]]" "$CONDITIONS" | grep -oE 'model\.vocab_size=[0-9]+'; done | sort -u) ""; do
-  "$OCTET_BIN" train --config "$CONFIG" --device "$DEVICE" ${vocab:+--set "$vocab"} --set model.n_layer=1 \
+  "$OCTET_BIN" train --config "$CONFIG" --device "$DEVICE" "${common[@]}" ${vocab:+--set "$vocab"} --set model.n_layer=1 \
     --set train.steps=1 --set train.eval_every=1 --set train.eval_batches=1 --set train.batch_size=1 \
     --out "$RUNS/.tokenizer-warmup" > "$OUT/tokenizer-warmup.log" 2>&1 || { echo "study.sh: warm-up failed:" >&2; tail -3 "$OUT/tokenizer-warmup.log" >&2; exit 2; }
   rm -rf "$RUNS/.tokenizer-warmup"
@@ -54,7 +59,7 @@ pids=()
 for name in "${names[@]}"; do
   line=$(grep -E "^${name}[[:space:]]" "$CONDITIONS" | head -1)
   [ -n "$line" ] || { echo "study.sh: no condition '$name' in $CONDITIONS" >&2; exit 2; }
-  sets=()
+  sets=("${common[@]}")
   for kv in $(echo "$line" | cut -d' ' -f2-); do sets+=(--set "$kv"); done
   echo "$(date -u +%H:%M:%S) start $name: ${sets[*]}"
   timeout --signal=TERM --kill-after=30 "$LIMIT" "$OCTET_BIN" compare --config "$CONFIG" --device "$DEVICE" \
