@@ -54,7 +54,7 @@ TEST_P(CudaLayerDiagnostics, SampleAndDqBiasMatchTheCpu) {
   pc.quant.formats = FormatPolicy::Hybrid;
   pc.attn_form = tiled ? AttnForm::Tiled : AttnForm::Whole;
   const int64_t batch = 4, N = batch * mc.seq_len;
-  std::vector<int32_t> ids(size_t(N)), targets(size_t(N));
+  std::vector<int32_t> ids(static_cast<size_t>(N)), targets(static_cast<size_t>(N));
   uint32_t x = 2026;
   for (int64_t i = 0; i < N; ++i) {
     x = x * 1664525u + 1013904223u;
@@ -98,7 +98,9 @@ TEST_P(CudaLayerDiagnostics, SampleAndDqBiasMatchTheCpu) {
       EXPECT_GT(g.dq_bias->norm, 0.5 * c.dq_bias->norm);
       EXPECT_LT(g.dq_bias->norm, 2.0 * c.dq_bias->norm);
       // the stale delta's error is there on the GPU too (cuDNN does not report it: bf16/tiled)
-      if (fp8) EXPECT_GT(g.diag.row_residual_mean, 1e-5);
+      if (fp8) {
+        EXPECT_GT(g.diag.row_residual_mean, 1e-5);
+      }
     }
   }
   if (arm == "fp8-stale") {  // stale ≫ matched holds for the GPU's samples as on the CPU (layer by layer)
