@@ -446,7 +446,8 @@ std::vector<CompareArmLayers> compare_arm_layers(const std::vector<CompareRow>& 
                                                  const std::vector<std::vector<LayerFinal>>& layers);
 /// The layers as a JSON array text of objects {"layer", <names()>...} (NaN as null).
 std::string compare_layers_json(const std::vector<LayerFinal>& layers);
-/// The per-layer table as Markdown (one row per arm and layer).
+/// The per-layer table as Markdown (one row per arm and layer; the layer first, so that a row of
+/// it never reads like a row of the arm tables, which start with the arm).
 std::string format_compare_layers_table(const std::vector<CompareArmLayers>& arms);
 
 /// Writes a PNG of train (thin) and validation (thick) loss curves of the runs (each a directory

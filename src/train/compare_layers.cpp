@@ -110,7 +110,7 @@ std::string compare_layers_json(const std::vector<LayerFinal>& layers) {
 
 std::string format_compare_layers_table(const std::vector<CompareArmLayers>& arms) {
   std::string s =
-      "| arm | layer | runs | row residual mean | dQ bias (norm) | dQ bias mean | kurtosis max | amax X | amax W "
+      "| layer | arm | runs | row residual mean | dQ bias (norm) | dQ bias mean | kurtosis max | amax X | amax W "
       "| amax dY |\n|---|---|---|---|---|---|---|---|---|---|\n";
   auto cell = [](double v, const char* fmt) {
     if (!std::isfinite(v)) return std::string("—");
@@ -121,7 +121,7 @@ std::string format_compare_layers_table(const std::vector<CompareArmLayers>& arm
   using F = LayerFinal;
   for (const CompareArmLayers& a : arms)
     for (const LayerFinal& l : a.layers)
-      s += "| " + a.arm + " | " + std::to_string(l.layer) + " | " + std::to_string(a.runs) + " | " +
+      s += "| " + std::to_string(l.layer) + " | " + a.arm + " | " + std::to_string(a.runs) + " | " +
            cell(l.v[F::RowResidualMean], "%.3e") + " | " + cell(l.v[F::DqBiasNorm], "%.3e") + " | " +
            cell(l.v[F::DqBiasMean], "%.3e") + " | " + cell(l.v[F::KurtosisMax], "%.2f") + " | " +
            cell(l.v[F::AmaxX], "%.3g") + " | " + cell(l.v[F::AmaxW], "%.3g") + " | " + cell(l.v[F::AmaxDy], "%.3g") +

@@ -50,7 +50,7 @@ TEST(CompareLayers, LastEvaluationReadBackAndAveragedPerArm) {
   EXPECT_EQ(j[0]["dq_bias_norm"], 0.5);
   EXPECT_EQ(j[0].size(), 1 + LayerFinal::kFields);
   const std::string table = format_compare_layers_table(arms);
-  EXPECT_NE(table.find("| fp8-stale | 0 | 2 | 5.000e-01 | 5.000e-01 |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| 0 | fp8-stale | 2 | 5.000e-01 | 5.000e-01 |"), std::string::npos) << table;
   EXPECT_THROW(compare_arm_layers({ra}, {a, b}), Error);
   EXPECT_THROW(final_layers_from_metrics(dir / "none"), Error);
 }
