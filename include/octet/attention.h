@@ -128,10 +128,17 @@ struct AttentionSaved {
 /// + |D_i|), the relative error of the delta, with the stale one. (Dividing by Σ_j |dS_ij| instead
 /// is degenerate: in rows whose exact dS is 0 — a causal row that sees one key, one-hot or sink
 /// rows — Σ_j |dS_ij| is itself rounding noise and the ratio is ~1 whatever the delta.)
+/// With want_rows the backward also returns the two factors of the bias that a non-zero row sum puts
+/// into dQ (DESIGN: dQ_i gains τ r_i k̄_i, along the attention-weighted mean key;
+/// docs/delta-matching.md §"The dQ bias along the mean key"): the signed row sum r_i = Σ_j dS_ij
+/// (before dS is quantized, as the residual's numerator) and k̄_i = Σ_j P_ij K̂_j (the backward's
+/// FP32 P). Computing k̄ costs one more P·K̂ product, so only on request.
 struct AttentionStats {
   double row_residual_max = 0.0;
   double row_residual_mean = 0.0;
   std::vector<double> row_residual;  ///< per (batch, head, query) row, filled if requested
+  std::vector<double> row_sum;       ///< r_i per (batch, head, query) row [B,H,Tq], if requested
+  std::vector<double> mean_key;      ///< k̄_i [B,H,Tq,D] (0 in a row without keys), if requested
 };
 
 /// Forward. o and lse as laid out above; `saved` (may be null) receives what backward needs.
@@ -146,9 +153,9 @@ void attention_forward(const AttentionShape& shape, const AttentionConfig& confi
                        const float* k, const float* v, double* o, double* lse,
                        AttentionSaved* saved);
 
-/// Backward from dO. dq, dk, dv are written (not accumulated). stats may be null; if
-/// want_rows, stats->row_residual is filled. Throws octet::Error if `saved` does not hold the
-/// tensors of its shape. The double overload as attention_forward's.
+/// Backward from dO. dq, dk, dv are written (not accumulated). stats may be null; if want_rows,
+/// stats->row_residual, row_sum and mean_key are filled. Throws octet::Error if `saved` does not
+/// hold the tensors of its shape. The double overload as attention_forward's.
 void attention_backward(const AttentionSaved& saved, const float* d_o, float* dq, float* dk,
                         float* dv, AttentionStats* stats, bool want_rows = false);
 void attention_backward(const AttentionSaved& saved, const float* d_o, double* dq, double* dk,

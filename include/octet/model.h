@@ -166,6 +166,18 @@ struct LayerDiag {
   double kurtosis_max() const;
 };
 
+/// One attention layer's inputs for batch element 0 of the last forward_backward, as host FP32
+/// copies: q [1,H,T,Dh], k, v [1,G,T,Dh] (after QK-norm and RoPE: what Attention::forward got) and
+/// d_o [1,H,T,Dh], the gradient of the layer's attention output in that forward's backward if the
+/// backward ran with Model::set_attention_capture(true), else empty. shape: the layer's attention
+/// shape with batch 1; config: its attention config. The input of the per-layer dQ-bias replay
+/// (octet/eval.h attention_dq_bias; docs/training.md §Output).
+struct AttentionSample {
+  AttentionShape shape;
+  AttentionConfig config;
+  std::vector<float> q, k, v, d_o;
+};
+
 /// The transformer. Buffers live on the backend; one instance serves micro-batches of exactly
 /// `batch` sequences of config.seq_len tokens (N = batch·seq_len tokens). Activations and their
 /// gradients are tensors of precision.activations; parameters, gradients and statistics are F32.
@@ -239,6 +251,14 @@ class Model {
   /// the attention row residual since zero_grad(): max over the micro-batches and mean of their
   /// means). Synchronizes.
   std::vector<LayerDiag> diagnostics();
+  /// While on, each backward copies batch element 0's attention output gradient dO of every
+  /// attention layer aside (1/batch of one activation tensor per layer, allocated at the first
+  /// call with true; one device copy per layer and micro-batch), for attention_sample(). Off by
+  /// default: the trainer turns it on only for the steps that end in an evaluation.
+  void set_attention_capture(bool on);
+  /// The sample of layer `layer` (AttentionSample). Throws octet::Error if the layer is out of range
+  /// or has no attention (a Gated DeltaNet layer of the hybrid mixer). Synchronizes.
+  AttentionSample attention_sample(int64_t layer);
 
   /// The quantizer state of every linear that keeps one (Linear::quant_state: tensor-delayed FP8
   /// linears), keyed "h.<l>.attn.qkv", "h.<l>.attn.proj", "h.<l>.mlp.fc1", "h.<l>.mlp.fc2" (and

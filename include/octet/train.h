@@ -12,6 +12,7 @@
 // throws TrainingStopped.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -426,6 +427,36 @@ struct CompareArmStats {
 std::vector<CompareArmStats> compare_arm_stats(const std::vector<CompareRow>& runs);
 /// The multi-seed table as Markdown (one row per arm).
 std::string format_compare_seeds_table(const std::vector<CompareArmStats>& arms);
+
+/// One layer's diagnostics at a run's final evaluation (the last "layers" record of its
+/// metrics.jsonl; docs/training.md §Output), or their mean over an arm's seeds. v[k] is NaN where
+/// the record has none (no dq_bias without attention or capture; no amax without FP8 linears).
+struct LayerFinal {
+  enum Field : size_t { RowResidualMean, RowResidualMax, DqBiasNorm, DqBiasMean, DqBiasMax, KurtosisMax,
+                        AmaxX, AmaxW, AmaxDy, kFields };
+  /// summary.json's names of the fields, in Field order ("row_residual_mean", ..., "amax_dy").
+  static const std::array<const char*, kFields>& names();
+  int64_t layer = 0;
+  std::array<double, kFields> v{};
+};
+/// The layers of <dir>/metrics.jsonl's last evaluation (empty if none). Throws octet::Error if the
+/// file is missing.
+std::vector<LayerFinal> final_layers_from_metrics(const std::string& dir);
+/// Per arm (first-seen order) and layer, the mean over the arm's runs of each field (of the runs
+/// where it is finite; NaN if none). layers[r] belongs to runs[r]. Throws octet::Error if the sizes
+/// differ.
+struct CompareArmLayers {
+  std::string arm;
+  int64_t runs = 0;
+  std::vector<LayerFinal> layers;
+};
+std::vector<CompareArmLayers> compare_arm_layers(const std::vector<CompareRow>& runs,
+                                                 const std::vector<std::vector<LayerFinal>>& layers);
+/// The layers as a JSON array text of objects {"layer", <names()>...} (NaN as null).
+std::string compare_layers_json(const std::vector<LayerFinal>& layers);
+/// The per-layer table as Markdown (one row per arm and layer; the layer first, so that a row of
+/// it never reads like a row of the arm tables, which start with the arm).
+std::string format_compare_layers_table(const std::vector<CompareArmLayers>& arms);
 
 /// Writes a PNG of train (thin) and validation (thick) loss curves of the runs (each a directory
 /// holding metrics.jsonl) with gnuplot, run without a shell; any title and path work (quoted for

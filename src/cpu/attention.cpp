@@ -134,7 +134,7 @@ void forward_impl(const AttentionShape& shape, const AttentionConfig& config, co
 template <typename T>
 void backward_in(const AttentionSaved& saved, const attn::Problem& p, const float* d_o,
                  const float* do_hat, std::vector<double>& res_sum, std::vector<double>& res_mag,
-                 std::vector<T>& dq, std::vector<T>& dk, std::vector<T>& dv) {
+                 double* mean_key, std::vector<T>& dq, std::vector<T>& dk, std::vector<T>& dv) {
   const std::vector<T> o = saved_in<T>(saved.o, saved.o_fp64);
   const std::vector<T> m(saved.row_max.begin(), saved.row_max.end());
   const std::vector<T> l(saved.row_sum.begin(), saved.row_sum.end());
@@ -147,6 +147,7 @@ void backward_in(const AttentionSaved& saved, const attn::Problem& p, const floa
   a.d_o = d_o, a.do_hat = do_hat;
   a.o = o.data(), a.row_max = m.data(), a.row_sum = l.data(), a.do_dv = do_dv.data();
   a.res_sum = res_sum.data(), a.res_mag = res_mag.data();
+  a.mean_key = mean_key;
   run_backward<T>(p, a, dq, dk, dv);
 }
 
@@ -167,20 +168,30 @@ void backward_impl(const AttentionSaved& saved, const float* d_o, Out* dq, Out* 
               "forward run with a `saved` argument?)");
   std::vector<float> do_hat(nq);
   attn::round_do(p, d_o, do_hat.data());
-  std::vector<double> res_sum(rows, 0.0), res_mag(rows, 0.0);
+  std::vector<double> res_sum(rows, 0.0), res_mag(rows, 0.0), mean_key;
+  const bool rows_out = stats && want_rows;
+  if (rows_out) mean_key.assign(nq, 0.0);  // k̄_i, only for the per-row diagnostics
+  double* mk = rows_out ? mean_key.data() : nullptr;
   if (saved.config.precision == AttnPrecision::FP64) {
     std::vector<double> gq, gk, gv;
-    backward_in<double>(saved, p, d_o, do_hat.data(), res_sum, res_mag, gq, gk, gv);
+    backward_in<double>(saved, p, d_o, do_hat.data(), res_sum, res_mag, mk, gq, gk, gv);
     convert(gq, dq), convert(gk, dk), convert(gv, dv);
   } else {
     std::vector<float> gq, gk, gv;
-    backward_in<float>(saved, p, d_o, do_hat.data(), res_sum, res_mag, gq, gk, gv);
+    backward_in<float>(saved, p, d_o, do_hat.data(), res_sum, res_mag, mk, gq, gk, gv);
     convert(gq, dq), convert(gk, dk), convert(gv, dv);
   }
   if (!stats) return;
   stats->row_residual_max = 0.0;
   double total = 0.0;
-  if (want_rows) stats->row_residual.assign(rows, 0.0);
+  if (want_rows) {
+    stats->row_residual.assign(rows, 0.0);
+    stats->row_sum = res_sum;
+    stats->mean_key = std::move(mean_key);
+  } else {
+    stats->row_sum.clear();
+    stats->mean_key.clear();
+  }
   // The denominator's floor: each visible key counts at least at the working type's smallest
   // normal number (attention.h AttentionStats: below it there is no relative precision to cancel).
   const double tiny = saved.config.precision == AttnPrecision::FP64

@@ -2,8 +2,8 @@
 // that both execution forms share: recompute P = exp(S − m) / l from the saved softmax statistics
 // and dP = dÔV̂ᵀ, form
 // dS = P ∘ (dP − D), record the softmax-gradient residual sums (Σ_j dS_ij and the magnitude
-// Σ_j P_ij(|dP_ij| + |D_i|) of the terms it cancels), round dS on its tile scale, and
-// accumulate dV, dK, dQ. Structure after FlashAttention-2's backward (Dao, arXiv 2307.08691,
+// Σ_j P_ij(|dP_ij| + |D_i|) of the terms it cancels; on request the mean key Σ_j P_ij K̂_j),
+// round dS on its tile scale, and accumulate dV, dK, dQ. Structure after FlashAttention-2's backward (Dao, arXiv 2307.08691,
 // Algorithm 2); the delta D is the caller's (stale or matched, docs/design.md §"The two deltas").
 #include <algorithm>
 #include <cmath>
@@ -61,6 +61,11 @@ void ds_step(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, i
     }
     a.res_sum[row0 + i] += sum;
     a.res_mag[row0 + i] += mag;
+    if (a.mean_key) {  // k̄_i += Σ_j P_ij K̂_j (masked keys have P = 0)
+      const float* K = a.k_hat + p.kv_off(b, h);
+      double* mk = a.mean_key + (row0 + i) * p.D;
+      for (int64_t j = j0; j < std::min(j1, p.visible(i)); ++j) axpy<double>(double(Pr[j - j0]), K + j * p.D, mk, p.D);
+    }
   }
   round_ds_tile(p.cfg, ds, i1 - i0, nc, nc);
   if (a.ds_row_sum)  // r̂_i for the dQ row-sum projection: the rounded dS of the visible keys

@@ -124,6 +124,9 @@ struct BackwardArgs {
   // per (b, h, i) row: Σ_j dŜ_ij of the rounded dS that dQ uses (the dQ row-sum projection's r̂_i,
   // AttentionConfig::dq_projection); null: not accumulated
   double* ds_row_sum = nullptr;
+  // per (b, h, i) row [B,H,Tq,D]: k̄_i += Σ_j P_ij K̂_j, the attention-weighted mean key (the dQ bias
+  // diagnostic's direction, attention.h AttentionStats::mean_key); null: not accumulated
+  double* mean_key = nullptr;
 };
 template <typename T>
 void backward_whole(const Problem& p, const BackwardArgs<T>& a);
@@ -148,7 +151,8 @@ void compute_p_dp(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t
                   int64_t i1, int64_t j0, int64_t j1, T* P, T* dP, T* E, int64_t ld);
 
 /// ds_step: dS = P ∘ (dP − D) with delta[r] the D of row i0 + r (octet/delta_rule.h); adds
-/// Σ_j dS_ij (before rounding) and Σ_j P_ij (|dP_ij| + |D_i|) to the residual sums; rounds dS on
+/// Σ_j dS_ij (before rounding) and Σ_j P_ij (|dP_ij| + |D_i|) to the residual sums (and, if
+/// a.mean_key, Σ_j P_ij K̂_j to k̄_i); rounds dS on
 /// the tile's scale (round_ds_tile); and accumulates dV += P̃ᵀ(dO/l) with P̃ = round_p(E),
 /// dK += τ dŜᵀQ̂, dQ += τ dŜK̂. ds is scratch of (i1 − i0) * (j1 − j0).
 template <typename T>

@@ -50,6 +50,7 @@ struct AttnLayer {
   Tensor lse;                    // F32 [B, H, T]
   Tensor ot;                     // act [N, H·Dh]
   Tensor residual;               // F64 [2]: row residual max, Σ of means (since zero_grad)
+  Tensor d_o_sample;             // act [1, H, T, Dh]: batch element 0's dO (attention capture only)
   SavedAttention saved;          // of the current micro-batch
 };
 
@@ -103,6 +104,8 @@ struct Model::Impl {
   Tensor ids, targets;      // I32 [N]
   Tensor loss;              // F64 [1]: summed loss since the last take_loss()
   int64_t n_backward = 0;   // attention backwards since zero_grad (the residual mean's count)
+  bool capture = false;     // set_attention_capture: keep d_o_sample in each backward
+  bool captured = false;    // d_o_sample belongs to the last forward (its backward ran with capture)
   Tensor wte, dwte, wpe, dwpe;  // F32 views (wpe: learned positions only)
   // gradient scratch (act)
   Tensor dcur, dt1, dt2, dt3, gtmp, dqkv, dq, dk, dv, dq2, dk2, dout, dot, dh, da;

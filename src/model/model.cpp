@@ -318,6 +318,32 @@ std::vector<LayerDiag> Model::diagnostics() {
   return out;
 }
 
+void Model::set_attention_capture(bool on) {
+  Impl& m = *impl_;
+  if (on)
+    for (AttnLayer& al : m.attn)
+      if (al.attn && al.d_o_sample.empty()) al.d_o_sample = m.arena.make(precision_.activations, {1, m.H, m.T, m.Dh});
+  m.capture = on;
+}
+
+AttentionSample Model::attention_sample(int64_t layer) {
+  Impl& m = *impl_;
+  OCTET_CHECK(layer >= 0 && layer < config_.n_layer,
+              "attention_sample: layer " + std::to_string(layer) + " is out of range [0, " +
+                  std::to_string(config_.n_layer) + ")");
+  AttnLayer& al = m.attn[size_t(layer)];
+  OCTET_CHECK(al.attn != nullptr, "attention_sample: layer " + std::to_string(layer) +
+                                      " has no attention (a Gated DeltaNet layer)");
+  AttentionSample s;
+  s.shape = attention_shape(config_, 1);
+  s.config = attention_config(precision_);
+  s.q = backend_.download_f32(al.q.slice(0, 1));
+  s.k = backend_.download_f32(al.k.slice(0, 1));
+  s.v = backend_.download_f32(al.v.slice(0, 1));
+  if (m.captured && !al.d_o_sample.empty()) s.d_o = backend_.download_f32(al.d_o_sample);
+  return s;
+}
+
 std::map<std::string, std::vector<float>> Model::quant_states() const {
   std::map<std::string, std::vector<float>> out;
   for (const auto& [key, op] : impl_->linears()) {

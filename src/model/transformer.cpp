@@ -32,6 +32,7 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
   const NormPlacement place = c.norm_placement;
   be.upload(m.ids, ids);
   be.upload(m.targets, targets);
+  m.captured = false;  // a capture describes the forward it was taken in
 
   // ---- forward ----
   be.embedding_forward(m.ids, m.wte, m.stream[0]);
@@ -121,6 +122,7 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         AttnLayer& al = m.attn[size_t(l)];
         al.proj.backward(be, df, m.dot);
         be.tokens_to_heads(m.dot, m.dout);
+        if (m.capture) be.copy(al.d_o_sample, m.dout.slice(0, 1));  // layer diagnostics (model.h)
         al.attn->backward(al.saved, m.dout, m.dq, m.dk, m.dv, al.residual);
         if (c.positions == PositionKind::RoPE) {
           be.rope(m.dq, c.rope_theta, true);
@@ -151,6 +153,7 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
     if (grad_ready_hook_) grad_ready_hook_(int64_t(param("h." + std::to_string(l) + ".norm1.weight").offset));
   }
   m.n_backward += 1;
+  m.captured = m.capture;
   be.embedding_backward(m.ids, m.dcur, m.dwte);
   if (c.positions == PositionKind::Learned)
     for (int64_t b = 0; b < m.B; ++b) be.axpy(1.0f, m.dcur.slice(b * m.T, m.T), m.dwpe);

@@ -3,7 +3,8 @@
 // 10 steps), final validation loss, the validation-loss gap to bf16 in percent, the largest activation
 // kurtosis (FOG's divergence warning, arXiv 2505.20524), the softmax-gradient row residual (the
 // stale-delta error of arXiv 2609.37852; what its max means per arm: docs/training.md §Output) and
-// throughput. The rows are read back from each arm's metrics.jsonl, so an arm kept or resumed by
+// throughput; then per layer at the final evaluation the row residual, the dQ bias along the mean key,
+// kurtosis and amax (compare_layers.cpp). The rows are read back from each arm's metrics.jsonl, so an arm kept or resumed by
 // --resume reports its whole run. An output directory is never mixed with an earlier compare's:
 // docs/training.md §"Comparing arms".
 #include <cmath>
@@ -252,6 +253,15 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
   auto num = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
   json summary = json::array();
   const std::vector<CompareArmStats> stats = compare_arm_stats(rows);
+  // per layer at the final evaluation: each run's, and per arm the mean over its seeds (compare_layers.cpp)
+  std::vector<std::vector<LayerFinal>> run_layers;
+  for (const std::string& d : dirs) run_layers.push_back(final_layers_from_metrics(d));
+  const std::vector<CompareArmLayers> arm_layers = compare_arm_layers(rows, run_layers);
+  auto layers_of = [&](const std::string& arm) {
+    for (const CompareArmLayers& a : arm_layers)
+      if (a.arm == arm) return json::parse(compare_layers_json(a.layers));
+    return json::array();
+  };
   if (seeds > 1)
     for (const CompareArmStats& a : stats) {
       json losses = json::array();
@@ -265,7 +275,7 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
                          {"val_loss_std", num(a.val_std)}, {"gap_pct", num(a.gap_pct)}, {"test", test},
                          {"kurtosis_max", num(a.kurtosis_max)}, {"row_residual_max", num(a.row_residual_max)},
                          {"row_residual_mean", num(a.row_residual_mean)}, {"tokens_per_s", num(a.tokens_per_s)},
-                         {"delta", a.matched_delta ? "matched" : "stale"}});
+                         {"delta", a.matched_delta ? "matched" : "stale"}, {"layers", layers_of(a.arm)}});
     }
   for (CompareRow& r : rows) {
     if (seeds > 1) break;
@@ -273,7 +283,7 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
                        {"gap_pct", num(r.gap_pct)}, {"kurtosis_max", num(r.kurtosis_max)},
                        {"row_residual_max", num(r.row_residual_max)}, {"tokens_per_s", num(r.tokens_per_s)},
                        {"row_residual_mean", num(r.row_residual_mean)},
-                       {"delta", r.matched_delta ? "matched" : "stale"}});
+                       {"delta", r.matched_delta ? "matched" : "stale"}, {"layers", layers_of(r.arm)}});
   }
   write_file_atomic(out_dir + "/summary.json", {summary.dump(2) + "\n"});
   std::string png = out_dir + "/curves.png";
@@ -289,6 +299,8 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
       std::fprintf(log, "\nover %lld seeds (Welch's t-test of each arm's validation losses against bf16's, "
                         "two-sided, 95%%):\n%s",
                    static_cast<long long>(seeds), format_compare_seeds_table(stats).c_str());
+    std::fprintf(log, "\nper layer at the final evaluation (%s; docs/training.md §Output):\n%s",
+                 seeds > 1 ? "mean over the seeds" : "one run each", format_compare_layers_table(arm_layers).c_str());
     std::fprintf(log, "max attn row residual: n/a for the arms with the stale delta: rows whose delta "
                       "nearly cancels drive it to 1 in any long run; the mean is the stale delta's error "
                       "(docs/training.md)\n");

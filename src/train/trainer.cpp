@@ -53,18 +53,36 @@ json quant_json(const QuantStats& q) {
           {"underflow", q.underflow_frac}, {"saturated", q.saturated_frac}};
 }
 
-json layers_json(const std::vector<LayerDiag>& diags) {
+// JSON numbers, NaN/inf as null (JSON has neither).
+json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+// The "layers" array of an evaluation record (docs/training.md §Output).
+json layers_json(const std::vector<LayerReport>& reports) {
   json layers = json::array();
-  for (size_t l = 0; l < diags.size(); ++l) {
-    const LayerDiag& d = diags[l];
+  for (size_t l = 0; l < reports.size(); ++l) {
+    const LayerDiag& d = reports[l].diag;
     json q = json::object();
-    for (const LinearDiag& ld : d.linears)
+    double amax[3] = {0, 0, 0};  // the layer's largest X, W, dY amax over its FP8 linears
+    for (const LinearDiag& ld : d.linears) {
       q[ld.name] = {{"x", quant_json(ld.x)}, {"w", quant_json(ld.w)}, {"dy", quant_json(ld.dy)}};
+      amax[0] = std::max(amax[0], double(ld.x.amax));
+      amax[1] = std::max(amax[1], double(ld.w.amax));
+      amax[2] = std::max(amax[2], double(ld.dy.amax));
+    }
+    json dq = nullptr;
+    if (const std::optional<DqBias>& b = reports[l].dq_bias)
+      dq = {{"mean", num(b->mean)}, {"max", num(b->max)}, {"norm", num(b->norm)},
+            {"row_residual_mean", num(b->row_residual_mean)}, {"rows", b->rows}};
     layers.push_back({{"layer", l},
+                      {"mixer", reports[l].attention ? "attention" : "gated_delta"},
                       {"kurtosis", {{"attn_in", d.kurtosis_attn_in}, {"mlp_in", d.kurtosis_mlp_in},
                                     {"mlp_hidden", d.kurtosis_mlp_hidden}, {"out", d.kurtosis_out}}},
+                      {"kurtosis_max", d.kurtosis_max()},
                       {"row_residual_max", d.row_residual_max},
                       {"row_residual_mean", d.row_residual_mean},
+                      {"dq_bias", dq},
+                      {"amax", d.linears.empty() ? json(nullptr)
+                                                 : json{{"x", amax[0]}, {"w", amax[1]}, {"dy", amax[2]}}},
                       {"quant", q}});
   }
   return layers;
@@ -253,8 +271,12 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     return loss;
   };
 
+  // The steps that end in an evaluation keep a sample of each attention layer's dO for the
+  // per-layer dQ-bias replay (layer_diagnostics, octet/eval.h); the others pay nothing.
+  auto evaluates_after = [&](int64_t s) { return s % t.eval_every == 0 || s == t.steps; };
   for (int64_t step = st.step; step < t.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
+    model.set_attention_capture(writer && evaluates_after(step + 1));
     model.zero_grad();
     int64_t counted = 0;
     for (int64_t a = 0; a < t.grad_accum; ++a) {
@@ -329,28 +351,30 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     }
 
     const bool last = st.step == t.steps;
-    if (st.step % t.eval_every == 0 || last) {
-      std::vector<LayerDiag> diags;  // before eval overwrites activations; only rank 0 reports them
-      if (writer) diags = model.diagnostics();
+    if (evaluates_after(st.step)) {
+      std::vector<LayerReport> diags;  // before eval overwrites activations; only rank 0 reports them
+      if (writer) diags = layer_diagnostics(model);
       const double val = evaluate();
       result.val_loss.emplace_back(st.step, val);
       result.final_val_loss = val;
-      double kmax = 0, rmax = 0, rmean = 0;
-      for (const LayerDiag& d : diags) {
+      double kmax = 0, rmax = 0, rmean = 0, bnorm = 0;
+      for (const LayerReport& r : diags) {
+        const LayerDiag& d = r.diag;
         kmax = std::max(kmax, d.kurtosis_max());
         rmax = std::max(rmax, d.row_residual_max);
         rmean = std::max(rmean, d.row_residual_mean);
+        if (r.dq_bias) bnorm = std::max(bnorm, r.dq_bias->norm);
       }
       result.kurtosis_max = std::max(result.kurtosis_max, kmax);
       result.row_residual_max = std::max(result.row_residual_max, rmax);
       result.row_residual_mean = std::max(result.row_residual_mean, rmean);
       json ev = {{"step", st.step}, {"val_loss", val}, {"kurtosis_max", kmax}, {"row_residual_max", rmax},
-                 {"row_residual_mean", rmean}, {"layers", layers_json(diags)}};
+                 {"row_residual_mean", rmean}, {"dq_bias_norm", bnorm}, {"layers", layers_json(diags)}};
       write_metrics(ev);
       if (log) {
         std::fprintf(log, "eval step %lld | val loss %.4f | kurtosis max %.3f | attention row residual max %.3e, "
-                          "mean %.3e\n",
-                     static_cast<long long>(st.step), val, kmax, rmax, rmean);
+                          "mean %.3e | dQ bias (norm) max %.3e\n",
+                     static_cast<long long>(st.step), val, kmax, rmax, rmean, bnorm);
         if (sampler) std::fprintf(log, "sample: %s\n", sampler->sample().c_str());
         std::fflush(log);
       }

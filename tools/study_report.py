@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""tools/study_report.py — tables and plots of the stale-delta study from `octet compare` folders.
+
+Reads one or more `octet compare --out` folders (one per study condition; `NAME=DIR` names a
+condition, else the folder's name is used) and writes, from their files only:
+
+  tables.md           per condition: validation loss per arm (mean ± std over seeds, gap to bf16,
+                      Welch's t-test as compare computed it: summary.json) and, per layer and arm at the
+                      final evaluation (mean over seeds), the row residual and the dQ bias along the
+                      mean key (summary.json "layers"; docs/training.md §Output)
+  val_loss.csv        condition, arm, step, n, mean, std: the validation loss at each evaluation over
+                      the seeds (each run's metrics.jsonl)
+  layers.csv          condition, arm, layer and every per-layer field of summary.json
+  val_loss_<condition>.png, layers_<condition>.png   with gnuplot, if installed (else skipped, said
+                      on stderr): loss per arm (mean ± std bars) and residual / dQ bias per layer (log y)
+  curves_<condition>.png   `octet plot` of every run's train/validation curves, if --octet is given
+
+No number is computed here that is not in the files or a mean/std of them. Standard library only,
+so it runs on the GPU machine's python3 as well. Usage:
+  tools/study_report.py [--out results/stale-delta-study] [--octet build/octet] COND_DIR|NAME=DIR ...
+"""
+import argparse
+import csv
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+LAYER_FIELDS = ["row_residual_mean", "row_residual_max", "dq_bias_norm", "dq_bias_mean", "dq_bias_max",
+                "kurtosis_max", "amax_x", "amax_w", "amax_dy"]
+
+
+def fail(msg):
+    print(f"study_report: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def mean_std(xs):
+    """Mean and sample std (n - 1; 0 for one value) of the finite values; (nan, nan) if none."""
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    if not xs:
+        return math.nan, math.nan, 0
+    m = sum(xs) / len(xs)
+    s = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
+    return m, s, len(xs)
+
+
+def run_dirs(cond_dir, arm):
+    """The runs of an arm: <arm>/seed-<seed>/ (compare --seeds N > 1) or <arm>/ itself."""
+    d = cond_dir / arm
+    seeds = sorted(p for p in d.glob("seed-*") if (p / "metrics.jsonl").exists())
+    return seeds or ([d] if (d / "metrics.jsonl").exists() else [])
+
+
+def evaluations(run):
+    """(step, val_loss) of every evaluation in run/metrics.jsonl (a torn line is skipped)."""
+    out = []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        try:
+            j = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "val_loss" in j:
+            out.append((j["step"], j["val_loss"]))
+    return out
+
+
+def load_condition(name, cond_dir):
+    summary_path = cond_dir / "summary.json"
+    if not summary_path.exists():
+        fail(f"{cond_dir} holds no summary.json (is it an `octet compare --out` folder?)")
+    arms = []
+    for a in json.loads(summary_path.read_text()):
+        runs = run_dirs(cond_dir, a["arm"])
+        curves = {}  # step -> values over the runs
+        for r in runs:
+            for step, v in evaluations(r):
+                curves.setdefault(step, []).append(v)
+        arms.append({
+            "arm": a["arm"], "seeds": len(a.get("seeds", [])) or 1, "val_loss": a.get("val_loss"),
+            "val_loss_std": a.get("val_loss_std", 0.0 if "seeds" not in a else None),
+            "gap_pct": a.get("gap_pct"), "test": a.get("test"), "delta": a.get("delta"),
+            "row_residual_mean": a.get("row_residual_mean"), "kurtosis_max": a.get("kurtosis_max"),
+            "layers": a.get("layers", []), "curves": curves, "runs": runs,
+        })
+    return {"name": name, "dir": cond_dir, "arms": arms}
+
+
+def fmt(v, spec):
+    return "—" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
+def tables_md(conds):
+    out = ["# Stale-delta study: tables", "",
+           "Written by tools/study_report.py from the compare folders below; every number is read from",
+           "their summary.json / metrics.jsonl (docs/training.md §Output, §\"Several seeds\").", ""]
+    for c in conds:
+        out += [f"## {c['name']}", "", f"Folder: `{c['dir']}`", "",
+                "| arm | delta | seeds | val loss (mean ± std) | gap to bf16 | p (Welch) | vs bf16 at 95% "
+                "| mean attn row residual | max kurtosis |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for a in c["arms"]:
+            t = a["test"] or {}
+            verdict = t.get("vs_bf16", "(baseline)" if a["arm"] == "bf16" else "untested")
+            out.append(f"| {a['arm']} | {a['delta'] or '—'} | {a['seeds']} | {fmt(a['val_loss'], '.4f')} ± "
+                       f"{fmt(a['val_loss_std'], '.4f')} | {fmt(a['gap_pct'], '+.2f')}% | {fmt(t.get('p'), '.3g')} "
+                       f"| {verdict} | {fmt(a['row_residual_mean'], '.3e')} | {fmt(a['kurtosis_max'], '.2f')} |")
+        layers = sorted({l["layer"] for a in c["arms"] for l in a["layers"]})
+        if layers:
+            arms = [a["arm"] for a in c["arms"]]
+            for field, title in (("row_residual_mean", "mean attention row residual"),
+                                 ("dq_bias_norm", "dQ bias along the mean key, ||τ r k̄|| / ||dQ|| (norm)"),
+                                 ("kurtosis_max", "max activation kurtosis")):
+                out += ["", f"Per layer at the final evaluation, mean over seeds: {title}", "",
+                        "| layer | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+                for l in layers:
+                    cells = []
+                    for a in c["arms"]:
+                        v = next((x.get(field) for x in a["layers"] if x["layer"] == l), None)
+                        cells.append(fmt(v, ".2f" if field == "kurtosis_max" else ".3e"))
+                    out.append(f"| {l} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def write_csvs(conds, out):
+    with open(out / "val_loss.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["condition", "arm", "step", "n", "mean", "std"])
+        for c in conds:
+            for a in c["arms"]:
+                for step in sorted(a["curves"]):
+                    m, s, n = mean_std(a["curves"][step])
+                    w.writerow([c["name"], a["arm"], step, n, repr(m), repr(s)])
+    with open(out / "layers.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["condition", "arm", "layer"] + LAYER_FIELDS)
+        for c in conds:
+            for a in c["arms"]:
+                for l in a["layers"]:
+                    w.writerow([c["name"], a["arm"], l["layer"]] + ["" if l.get(k) is None else repr(l[k])
+                                                                    for k in LAYER_FIELDS])
+
+
+def gnuplot(script, log):
+    """Runs gnuplot on `script` (no shell); False if gnuplot is missing or fails."""
+    if not shutil.which("gnuplot"):
+        return False
+    r = subprocess.run(["gnuplot"], input=script, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"study_report: gnuplot failed for {log}: {r.stderr.strip()}", file=sys.stderr)
+    return r.returncode == 0
+
+
+def q(s):
+    """A gnuplot single-quoted string."""
+    return "'" + str(s).replace("'", "''") + "'"
+
+
+def plots(conds, out):
+    if not shutil.which("gnuplot"):
+        print("study_report: gnuplot not found: no PNGs (the CSVs hold the numbers)", file=sys.stderr)
+        return
+    for c in conds:
+        name = c["name"]
+        data = out / f"val_loss_{name}.dat"
+        blocks, titles = [], []
+        for a in c["arms"]:
+            rows = [(st, *mean_std(a["curves"][st])[:2]) for st in sorted(a["curves"])]
+            blocks.append("\n".join(f"{st} {m!r} {s!r}" for st, m, s in rows if math.isfinite(m)))
+            titles.append(a["arm"])
+        data.write_text("\n\n\n".join(blocks) + "\n")
+        series = ", ".join(f"{q(data)} index {i} using 1:2:3 with yerrorlines title {q(t)}"
+                           for i, t in enumerate(titles))
+        gnuplot(f"set terminal pngcairo size 900,600 noenhanced\nset output {q(out / f'val_loss_{name}.png')}\n"
+                f"set title {q(name + ': validation loss per arm (mean ± std over seeds)')}\n"
+                f"set xlabel 'step'\nset ylabel 'validation loss (nats/token)'\nset key top right\n"
+                f"plot {series}\n", data)
+        data.unlink()
+        layers = sorted({l["layer"] for a in c["arms"] for l in a["layers"]})
+        if not layers:
+            continue
+        data = out / f"layers_{name}.dat"
+        blocks = []
+        for a in c["arms"]:
+            rows = []
+            for l in a["layers"]:
+                vals = [l.get("row_residual_mean"), l.get("dq_bias_norm")]
+                rows.append(f"{l['layer']} " + " ".join("nan" if v is None or not v > 0 else repr(v) for v in vals))
+            blocks.append("\n".join(rows))
+        data.write_text("\n\n\n".join(blocks) + "\n")
+        series = []
+        for i, a in enumerate(c["arms"]):
+            series.append(f"{q(data)} index {i} using 1:2 with linespoints title {q(a['arm'] + ' row residual')}")
+            series.append(f"{q(data)} index {i} using 1:3 with linespoints dashtype 2 "
+                          f"title {q(a['arm'] + ' dQ bias (norm)')}")
+        gnuplot(f"set terminal pngcairo size 900,600 noenhanced\nset output {q(out / f'layers_{name}.png')}\n"
+                f"set title {q(name + ': per layer at the final evaluation (mean over seeds)')}\n"
+                f"set xlabel 'layer'\nset xtics 1\nset logscale y\nset format y '%.0e'\nset key outside right\n"
+                f"set datafile missing 'nan'\nplot {', '.join(series)}\n", data)
+        data.unlink()
+
+
+def octet_curves(conds, out, octet):
+    for c in conds:
+        runs = [str(r) for a in c["arms"] for r in a["runs"]]
+        r = subprocess.run([octet, "plot", *runs, "--out", str(out / f"curves_{c['name']}.png"),
+                            "--title", f"{c['name']}: train (thin) and validation (thick) loss"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"study_report: octet plot failed for {c['name']}: {r.stderr.strip()}", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("conditions", nargs="+", help="compare --out folders, or NAME=DIR")
+    ap.add_argument("--out", default="results/stale-delta-study", help="where tables, CSVs and plots go")
+    ap.add_argument("--octet", help="an octet binary: also draw every run's curves with `octet plot`")
+    args = ap.parse_args()
+    conds, names = [], set()
+    for spec in args.conditions:
+        name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        d = Path(path)
+        name = name or d.resolve().name
+        if not d.is_dir():
+            fail(f"{d} is not a folder")
+        if name in names:
+            fail(f"condition {name} is given twice (name them NAME=DIR)")
+        names.add(name)
+        conds.append(load_condition(name, d))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tables.md").write_text(tables_md(conds))
+    write_csvs(conds, out)
+    plots(conds, out)
+    if args.octet:
+        octet_curves(conds, out, args.octet)
+    print(f"study_report: {len(conds)} condition(s) -> {out}/tables.md, val_loss.csv, layers.csv")
+
+
+if __name__ == "__main__":
+    main()
