@@ -67,12 +67,96 @@ def evaluations(run):
     return out
 
 
+def welch_p(a, b):
+    """Two-sided p of Welch's t-test of mean(a) = mean(b) (docs/training.md §"Several seeds", the
+    test compare applies): p = I_{df/(df+t²)}(df/2, 1/2), the Student-t tail through the regularized
+    incomplete beta function (continued fraction, Lentz's method). None below 2 values a side."""
+    (ma, sa, na), (mb, sb, nb) = mean_std(a), mean_std(b)
+    if na < 2 or nb < 2:
+        return None
+    va, vb = sa * sa / na, sb * sb / nb
+    if va + vb == 0:
+        return None
+    t = (ma - mb) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va * va / (na - 1) + vb * vb / (nb - 1))
+
+    def betacf(a_, b_, x):
+        c, d = 1.0, 1.0 - (a_ + b_) * x / (a_ + 1.0)
+        d = 1.0 / (d if abs(d) > 1e-300 else 1e-300)
+        h = d
+        for m in range(1, 300):
+            for num in (m * (b_ - m) * x / ((a_ + 2 * m - 1) * (a_ + 2 * m)),
+                        -(a_ + m) * (a_ + b_ + m) * x / ((a_ + 2 * m) * (a_ + 2 * m + 1))):
+                d = 1.0 + num * d
+                d = 1.0 / (d if abs(d) > 1e-300 else 1e-300)
+                c = 1.0 + num / c
+                c = c if abs(c) > 1e-300 else 1e-300
+                h *= d * c
+            if abs(d * c - 1.0) < 1e-15:
+                break
+        return h
+
+    x, a_, b_ = df / (df + t * t), df / 2.0, 0.5
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:  # t = 0
+        return 1.0
+    front = math.exp(math.lgamma(a_ + b_) - math.lgamma(a_) - math.lgamma(b_) + a_ * math.log(x) + b_ * math.log1p(-x))
+    if x < (a_ + 1.0) / (a_ + b_ + 2.0):
+        return front * betacf(a_, b_, x) / a_
+    return 1.0 - front * betacf(b_, a_, 1.0 - x) / b_
+
+
+def condition_from_runs(cond_dir):
+    """A condition assembled from separate compare runs (no summary.json): the arms found as
+    <arm>/seed-<seed>/metrics.jsonl, each run's final evaluation, mean ± std over the seeds, the gap
+    to bf16 and Welch's p computed here (the same test compare applies). Runs that did not reach the
+    condition's last step are not in the folder (results/stale-delta-study/partial-runs)."""
+    entries = []
+    for d in sorted(p for p in cond_dir.iterdir() if p.is_dir()):
+        finals = []
+        for r in run_dirs(cond_dir, d.name):
+            recs = [json.loads(l) for l in (r / "metrics.jsonl").read_text().splitlines() if '"val_loss"' in l]
+            if recs:
+                finals.append(recs[-1])
+        if finals:
+            entries.append((d.name, finals))
+    if not entries:
+        fail(f"{cond_dir} holds neither a summary.json nor <arm>/seed-*/metrics.jsonl runs")
+    base = next((f for a, f in entries if a == "bf16"), None)
+    base_losses = [r["val_loss"] for r in base] if base else []
+    out = []
+    for arm, finals in entries:
+        losses = [r["val_loss"] for r in finals]
+        m, s, n = mean_std(losses)
+        bm = mean_std(base_losses)[0] if base else math.nan
+        p = welch_p(losses, base_losses) if base and arm != "bf16" else None
+        layers = {}
+        for r in finals:
+            for l in r.get("layers", []):
+                e = layers.setdefault(l["layer"], {"row_residual_mean": [], "kurtosis_max": [], "dq_bias_norm": []})
+                e["row_residual_mean"].append(l.get("row_residual_mean"))
+                k = l.get("kurtosis_max", max(l.get("kurtosis", {}).values(), default=None))
+                e["kurtosis_max"].append(k)
+                e["dq_bias_norm"].append((l.get("dq_bias") or {}).get("norm"))
+        out.append({
+            "arm": arm, "seeds": [r.get("seed") for r in finals], "val_loss": m, "val_loss_std": s,
+            "gap_pct": 100.0 * (m / bm - 1.0) if base else None,
+            "test": None if p is None else {"p": p, "vs_bf16": "outside noise" if p < 0.05 else "inside noise"},
+            "delta": None,
+            "row_residual_mean": mean_std([r.get("row_residual_mean") for r in finals])[0],
+            "kurtosis_max": mean_std([r.get("kurtosis_max") for r in finals])[0],
+            "layers": [{"layer": k, **{f: mean_std(v)[0] if any(x is not None for x in v) else None
+                                      for f, v in e.items()}} for k, e in sorted(layers.items())],
+        })
+    return out
+
+
 def load_condition(name, cond_dir):
     summary_path = cond_dir / "summary.json"
-    if not summary_path.exists():
-        fail(f"{cond_dir} holds no summary.json (is it an `octet compare --out` folder?)")
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else condition_from_runs(cond_dir)
     arms = []
-    for a in json.loads(summary_path.read_text()):
+    for a in summary:
         runs = run_dirs(cond_dir, a["arm"])
         curves = {}  # step -> values over the runs
         for r in runs:

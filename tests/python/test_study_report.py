@@ -86,3 +86,21 @@ def test_report_refuses_a_folder_that_is_not_a_compare(tmp_path):
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "summary.json" in r.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_report_of_runs_without_a_summary_recomputes_compares_numbers(study, tmp_path):
+    """A condition assembled from separate compare runs has no summary.json: the report computes the
+    mean, the gap and Welch's p from the runs' metrics.jsonl itself — the same numbers compare wrote."""
+    import shutil
+    runs = tmp_path / "runs"
+    shutil.copytree(study / "cmp", runs, ignore=shutil.ignore_patterns("summary.json", "*.safetensors"))
+    r = subprocess.run([sys.executable, REPORT, "--out", tmp_path / "o", f"c={runs}"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]]
+            for line in (tmp_path / "o" / "tables.md").read_text().splitlines()
+            if line.startswith("| fp8-") or line.startswith("| bf16 ")}
+    for a in json.loads((study / "cmp" / "summary.json").read_text()):
+        cells = rows[a["arm"]]
+        assert float(cells[3].split("±")[0]) == pytest.approx(a["val_loss"], abs=1e-4)
+        if a["arm"] != "bf16" and (a.get("test") or {}).get("p") is not None:
+            assert float(cells[5]) == pytest.approx(a["test"]["p"], rel=1e-2)
