@@ -21,6 +21,7 @@
 # left out of the report, said on stderr).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+case ${1:-} in -h|--help) sed -n '2,21p' bench/study.sh | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 if [ -z "${OCTET_BIN:-}" ]; then
   if [ -x /tmp/oc/bin/octet ]; then OCTET_BIN=/tmp/oc/bin/octet; else OCTET_BIN=$PWD/build/octet; fi
 fi
@@ -47,9 +48,19 @@ names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
   mapfile -t names < <(grep -vE '^\s*(#|$)' "$CONDITIONS" | awk '{print $1}')
 fi
+# Every name checked before anything runs: a known condition (matched literally, not as a regex),
+# a plain name (it becomes a folder and a log file), given once.
+declare -A seen=()
+for name in "${names[@]}"; do
+  [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || { echo "study.sh: condition name '$name' must be letters, digits, '.', '_' or '-'" >&2; exit 2; }
+  awk -v n="$name" '$1 == n {found = 1} END {exit !found}' "$CONDITIONS" \
+    || { echo "study.sh: no condition '$name' in $CONDITIONS (bench/study.sh --help)" >&2; exit 2; }
+  [ -z "${seen[$name]:-}" ] || { echo "study.sh: condition '$name' is given twice" >&2; exit 2; }
+  seen[$name]=1
+done
 # The BPE tokenizer of each vocabulary size is trained once before the parallel runs (they would
 # all train it at once and write the same cache file): a one-step, one-layer run per size.
-for vocab in $(for name in "${names[@]}"; do grep -E "^${name}[[:space:]]" "$CONDITIONS" | grep -oE 'model\.vocab_size=[0-9]+'; done | sort -u) ""; do
+for vocab in $(for name in "${names[@]}"; do awk -v n="$name" '$1 == n' "$CONDITIONS" | grep -oE 'model\.vocab_size=[0-9]+'; done | sort -u) ""; do
   "$OCTET_BIN" train --config "$CONFIG" --device "$DEVICE" "${common[@]}" ${vocab:+--set "$vocab"} --set model.n_layer=1 \
     --set train.steps=1 --set train.eval_every=1 --set train.eval_batches=1 --set train.batch_size=1 \
     --out "$RUNS/.tokenizer-warmup" > "$OUT/tokenizer-warmup.log" 2>&1 || { echo "study.sh: warm-up failed:" >&2; tail -3 "$OUT/tokenizer-warmup.log" >&2; exit 2; }
@@ -57,8 +68,7 @@ for vocab in $(for name in "${names[@]}"; do grep -E "^${name}[[:space:]]" "$CON
 done
 pids=()
 for name in "${names[@]}"; do
-  line=$(grep -E "^${name}[[:space:]]" "$CONDITIONS" | head -1)
-  [ -n "$line" ] || { echo "study.sh: no condition '$name' in $CONDITIONS" >&2; exit 2; }
+  line=$(awk -v n="$name" '$1 == n' "$CONDITIONS" | head -1)
   sets=("${common[@]}")
   for kv in $(echo "$line" | cut -d' ' -f2-); do sets+=(--set "$kv"); done
   echo "$(date -u +%H:%M:%S) start $name: ${sets[*]}"

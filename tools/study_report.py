@@ -23,6 +23,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -114,19 +115,21 @@ def condition_from_runs(cond_dir):
     condition's last step are not in the folder (results/stale-delta-study/partial-runs)."""
     entries = []
     for d in sorted(p for p in cond_dir.iterdir() if p.is_dir()):
-        finals = []
+        finals, peaks = [], {"row_residual_mean": [], "kurtosis_max": []}
         for r in run_dirs(cond_dir, d.name):
             recs = [json.loads(l) for l in (r / "metrics.jsonl").read_text().splitlines() if '"val_loss"' in l]
             if recs:
                 finals.append(recs[-1])
+                for k in peaks:  # compare's arm value: the largest over evaluations (and seeds)
+                    peaks[k] += [x[k] for x in recs if isinstance(x.get(k), (int, float))]
         if finals:
-            entries.append((d.name, finals))
+            entries.append((d.name, finals, peaks))
     if not entries:
         fail(f"{cond_dir} holds neither a summary.json nor <arm>/seed-*/metrics.jsonl runs")
-    base = next((f for a, f in entries if a == "bf16"), None)
+    base = next((f for a, f, _ in entries if a == "bf16"), None)
     base_losses = [r["val_loss"] for r in base] if base else []
     out = []
-    for arm, finals in entries:
+    for arm, finals, peaks in entries:
         losses = [r["val_loss"] for r in finals]
         m, s, n = mean_std(losses)
         bm = mean_std(base_losses)[0] if base else math.nan
@@ -144,8 +147,8 @@ def condition_from_runs(cond_dir):
             "gap_pct": 100.0 * (m / bm - 1.0) if base else None,
             "test": None if p is None else {"p": p, "vs_bf16": "outside noise" if p < 0.05 else "inside noise"},
             "delta": None,
-            "row_residual_mean": mean_std([r.get("row_residual_mean") for r in finals])[0],
-            "kurtosis_max": mean_std([r.get("kurtosis_max") for r in finals])[0],
+            "row_residual_mean": max(peaks["row_residual_mean"], default=None),
+            "kurtosis_max": max(peaks["kurtosis_max"], default=None),
             "layers": [{"layer": k, **{f: mean_std(v)[0] if any(x is not None for x in v) else None
                                       for f, v in e.items()}} for k, e in sorted(layers.items())],
         })
@@ -154,7 +157,16 @@ def condition_from_runs(cond_dir):
 
 def load_condition(name, cond_dir):
     summary_path = cond_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else condition_from_runs(cond_dir)
+    if summary_path.exists():
+        try:
+            summary = json.loads(summary_path.read_text())
+        except json.JSONDecodeError as e:
+            fail(f"{summary_path} is not valid JSON ({e.msg} at line {e.lineno})")
+        if not isinstance(summary, list) or not summary or not all(
+                isinstance(a, dict) and isinstance(a.get("arm"), str) for a in summary):
+            fail(f"{summary_path} is not a compare summary (a non-empty list of per-arm objects with 'arm')")
+    else:
+        summary = condition_from_runs(cond_dir)
     arms = []
     for a in summary:
         runs = run_dirs(cond_dir, a["arm"])
@@ -183,13 +195,14 @@ def tables_md(conds):
     for c in conds:
         out += [f"## {c['name']}", "", f"Folder: `{c['dir']}`", "",
                 "| arm | delta | seeds | val loss (mean ± std) | gap to bf16 | p (Welch) | vs bf16 at 95% "
-                "| mean attn row residual | max kurtosis |",
+                "| attn row residual (mean over rows; max over evaluations, seeds) | max kurtosis |",
                 "|---|---|---|---|---|---|---|---|---|"]
         for a in c["arms"]:
             t = a["test"] or {}
             verdict = t.get("vs_bf16", "(baseline)" if a["arm"] == "bf16" else "untested")
+            std = fmt(a['val_loss_std'], '.4f') if a['seeds'] > 1 else "—"
             out.append(f"| {a['arm']} | {a['delta'] or '—'} | {a['seeds']} | {fmt(a['val_loss'], '.4f')} ± "
-                       f"{fmt(a['val_loss_std'], '.4f')} | {fmt(a['gap_pct'], '+.2f')}% | {fmt(t.get('p'), '.3g')} "
+                       f"{std} | {fmt(a['gap_pct'], '+.2f')}% | {fmt(t.get('p'), '.3g')} "
                        f"| {verdict} | {fmt(a['row_residual_mean'], '.3e')} | {fmt(a['kurtosis_max'], '.2f')} |")
         layers = sorted({l["layer"] for a in c["arms"] for l in a["layers"]})
         if layers:
@@ -305,16 +318,24 @@ def main():
     args = ap.parse_args()
     conds, names = [], set()
     for spec in args.conditions:
-        name, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        name, _, path = spec.partition("=") if "=" in spec else ("", "", spec)
+        if not path:
+            fail(f"'{spec}': NAME=DIR needs a folder after '='")
         d = Path(path)
         name = name or d.resolve().name
         if not d.is_dir():
             fail(f"{d} is not a folder")
+        if not name or any(c in name for c in '/\\') or name in (".", ".."):
+            fail(f"condition name '{name}' must not be empty or hold a path separator (it names plot files)")
         if name in names:
             fail(f"condition {name} is given twice (name them NAME=DIR)")
         names.add(name)
         conds.append(load_condition(name, d))
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        fail(f"--out {out} exists and is not a folder")
+    if args.octet and not (Path(args.octet).is_file() and os.access(args.octet, os.X_OK)):
+        fail(f"--octet {args.octet} is not an executable file")
     out.mkdir(parents=True, exist_ok=True)
     (out / "tables.md").write_text(tables_md(conds))
     write_csvs(conds, out)

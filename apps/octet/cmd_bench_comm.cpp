@@ -24,8 +24,13 @@ struct CommArgs {
 
 // The arguments each rank of `--nproc N` is started with: these, without --nproc.
 std::vector<std::string> rank_args(const CommArgs& a) {
-  std::vector<std::string> v{"bench", "comm", "--device", a.device, "--min-mb", std::to_string(a.min_mb),
-                             "--max-mb", std::to_string(a.max_mb), "--reps", std::to_string(a.o.reps),
+  auto exact = [](double x) {  // round-trips: the ranks parse the value this process checked
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", x);
+    return std::string(buf);
+  };
+  std::vector<std::string> v{"bench", "comm", "--device", a.device, "--min-mb", exact(a.min_mb),
+                             "--max-mb", exact(a.max_mb), "--reps", std::to_string(a.o.reps),
                              "--warmup", std::to_string(a.o.warmup)};
   std::string ops;
   for (const std::string& op : a.o.ops) ops += (ops.empty() ? "" : ",") + op;
@@ -37,8 +42,10 @@ std::vector<std::string> rank_args(const CommArgs& a) {
 void run_comm(CommArgs a) {
   using namespace octet;
   OCTET_CHECK(a.device == "cpu" || a.device == "cuda", "--device: expected cpu or cuda, got '" + a.device + "'");
-  OCTET_CHECK(a.min_mb > 0 && a.max_mb >= a.min_mb && a.max_mb <= 1 << 16,
-              "--min-mb and --max-mb: need 0 < min <= max <= 65536 MiB");
+  // 1 KiB floor: every rank's part of the smallest buffer must hold at least one FP32 (4 bytes x ranks),
+  // checked here, before any rank starts, for the ranks --nproc would launch (at most 256 on a host).
+  OCTET_CHECK(a.min_mb >= 1.0 / 1024 && a.max_mb >= a.min_mb && a.max_mb <= 1 << 16,
+              "--min-mb and --max-mb: need 1/1024 (1 KiB) <= min <= max <= 65536 MiB");
   a.o.min_bytes = int64_t(a.min_mb * double(1 << 20));
   a.o.max_bytes = int64_t(a.max_mb * double(1 << 20));
   const DistEnv env = dist_env_from_environment();
@@ -91,8 +98,8 @@ void add_bench_comm(CLI::App* bench) {
   comm->add_option("--ops", c.o.ops, "all_reduce, reduce_scatter, all_gather")
       ->delimiter(',')
       ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather"}));
-  comm->add_option("--reps", c.o.reps, "timed batches (median reported)")->capture_default_str();
-  comm->add_option("--warmup", c.o.warmup, "untimed calls per size")->capture_default_str();
+  comm->add_option("--reps", c.o.reps, "timed batches (median reported)")->check(CLI::PositiveNumber)->capture_default_str();
+  comm->add_option("--warmup", c.o.warmup, "untimed calls per size")->check(CLI::NonNegativeNumber)->capture_default_str();
   comm->callback([] { run_comm(c); });
 }
 

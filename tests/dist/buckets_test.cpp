@@ -77,8 +77,8 @@ TEST(Buckets, NoBucketSizeIsTheContiguousZero1Layout) {
 TEST(Buckets, MiBAndTheirErrors) {
   EXPECT_EQ(bucket_elems_from_mb(0), 0);
   EXPECT_EQ(bucket_elems_from_mb(25), 25 * (1 << 20) / 4);
-  EXPECT_EQ(bucket_elems_from_mb(1e-9), 1);  // a positive size is at least one element
-  for (double bad : {-1.0, double(NAN), double(INFINITY), 2e6}) {
+  EXPECT_EQ(bucket_elems_from_mb(1.0 / 1024), 256);  // the floor: 1 KiB of FP32 gradients
+  for (double bad : {-1.0, double(NAN), double(INFINITY), 2e6, 1e-9, 0.5 / 1024}) {
     try {
       bucket_elems_from_mb(bad);
       ADD_FAILURE() << bad << " accepted";

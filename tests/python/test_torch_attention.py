@@ -113,6 +113,10 @@ def test_bad_input_raises():
         ot.attention(q, k, torch.randn(1, 9, 1, 16))
     with pytest.raises(ValueError, match="softmax_scale"):
         ot.attention(q, k, v, softmax_scale=float("nan"))
+    with pytest.raises(TypeError, match="softmax_scale must be a number"):
+        ot.attention(q, k, v, softmax_scale="x")
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        ot.attention(q, k, v, causal="yes")
     with pytest.raises(octet.OctetError, match="unknown delta mode 'fresh'"):
         ot.attention(q, k, v, delta="fresh")
     with pytest.raises(octet.OctetError, match="unknown attention precision"):

@@ -124,3 +124,9 @@ def test_bad_input_raises():
         ot.Float8Linear(16, 8, recipe="tensor-delayed", amax_history_len=0)
     with pytest.raises(octet.OctetError):
         lin.load_quant_state([1.0, 2.0])  # a stateless recipe has no state to load
+    with pytest.raises(ValueError, match="amax_history_len"):  # would wrap around as a C int
+        ot.Float8Linear(16, 8, recipe="tensor-delayed", amax_history_len=10**12)
+    with pytest.raises(ValueError, match="margin"):
+        ot.Float8Linear(16, 8, margin=1.5)
+    with pytest.raises(TypeError, match="recipe must be a str"):
+        ot.Float8Linear(16, 8, recipe=None)

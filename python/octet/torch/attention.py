@@ -166,6 +166,12 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
     def heads_major(t):  # [B, T, H, D] -> contiguous [B, H, T, D] in the working dtype
         return t.transpose(1, 2).to(work).contiguous()
 
+    if not isinstance(causal, bool):
+        raise TypeError(f"octet.torch.attention: causal must be a bool, got {type(causal).__name__}")
+    if softmax_scale is not None and (isinstance(softmax_scale, bool)
+                                      or not isinstance(softmax_scale, (int, float))):
+        raise TypeError(f"octet.torch.attention: softmax_scale must be a number or None, got "
+                        f"{type(softmax_scale).__name__}")
     scale = 0.0 if softmax_scale is None else float(softmax_scale)  # 0: c_api.h's default
     if softmax_scale is not None and not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"octet.torch.attention: softmax_scale must be finite and > 0, "

@@ -145,6 +145,14 @@ class Float8Linear(torch.nn.Linear):
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=None, *,
                  recipe="tensor-current", format="hybrid", amax_history_len=1024,
                  amax_algo="max", margin=0):
+        for name, value in (("recipe", recipe), ("format", format), ("amax_algo", amax_algo)):
+            if not isinstance(value, str):
+                raise TypeError(f"Float8Linear: {name} must be a str, got {type(value).__name__}")
+        for name, value in (("amax_history_len", amax_history_len), ("margin", margin)):
+            # A C int crosses to octet (which checks the ranges: octet/quant.h QuantConfig); a value
+            # that does not fit would wrap around on the way.
+            if isinstance(value, bool) or not isinstance(value, int) or not -2**31 <= value < 2**31:
+                raise ValueError(f"Float8Linear: {name} must be an int (32-bit), got {value!r}")
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.recipe, self.format = recipe, format
         self._octet_settings = (recipe, format, amax_history_len, amax_algo, margin)
