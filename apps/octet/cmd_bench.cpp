@@ -14,6 +14,7 @@
 // warm-up, median of the repetitions, operands rotated beyond the L2 (octet/bench.h).
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <cstdlib>
 #include <ctime>
 #include <map>
@@ -301,39 +302,39 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   auto* gemm = bench->add_subcommand("gemm", "FP8 (per-tensor, block-scaled) vs BF16 cuBLASLt GEMMs");
   gemm->add_flag("--json", g.json, "one JSON object per line");
   gemm->add_option("--d-model", g.d_models, "model widths")->delimiter(',');
-  gemm->add_option("--tokens", g.tokens, "tokens per step (forward M)")->check(CLI::PositiveNumber)->capture_default_str();
-  gemm->add_option("--reps", g.reps, "timed repetitions (median reported)")->check(CLI::PositiveNumber)->capture_default_str();
-  gemm->add_option("--warmup", g.warmup, "untimed warm-up calls")->check(CLI::NonNegativeNumber)->capture_default_str();
+  gemm->add_option("--tokens", g.tokens, "tokens per step (forward M)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
+  gemm->add_option("--reps", g.reps, "timed repetitions (median reported)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
+  gemm->add_option("--warmup", g.warmup, "untimed warm-up calls")->check(CLI::Range(0, std::numeric_limits<int>::max()))->capture_default_str();
   gemm->add_option("--modes", g.modes, "bf16, fp8-tensor, fp8-block")->delimiter(',');
   gemm->callback([] { run_gemm(g); });
 
   static QuantArgs qa;
   auto* quant = bench->add_subcommand("quantize", "FP8 quantization kernels (row + column copies) per recipe (needs CUDA)");
   quant->add_flag("--json", qa.json, "one JSON object per line");
-  quant->add_option("--rows", qa.rows, "tensor rows")->check(CLI::PositiveNumber)->capture_default_str();
-  quant->add_option("--cols", qa.cols, "tensor columns")->check(CLI::PositiveNumber)->capture_default_str();
-  quant->add_option("--reps", qa.reps, "timed repetitions (median reported)")->check(CLI::PositiveNumber)->capture_default_str();
+  quant->add_option("--rows", qa.rows, "tensor rows")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
+  quant->add_option("--cols", qa.cols, "tensor columns")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
+  quant->add_option("--reps", qa.reps, "timed repetitions (median reported)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
   quant->callback([] { run_quantize(qa); });
 
   static OpsArgs oa;
   auto* ops = bench->add_subcommand(
       "ops", "memory-bound kernels (quantize, layouts, GELU, LayerNorm, cross-entropy) alone: GB/s (needs CUDA)");
   ops->add_flag("--json", oa.json, "one JSON object per line");
-  ops->add_option("--reps", oa.reps, "timed repetitions (median reported)")->check(CLI::PositiveNumber)->capture_default_str();
-  ops->add_option("--warmup", oa.warmup, "untimed warm-up calls")->check(CLI::NonNegativeNumber)->capture_default_str();
+  ops->add_option("--reps", oa.reps, "timed repetitions (median reported)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
+  ops->add_option("--warmup", oa.warmup, "untimed warm-up calls")->check(CLI::Range(0, std::numeric_limits<int>::max()))->capture_default_str();
   ops->callback([] { run_ops(oa); });
 
   static AttnArgs t;
   auto* attn = bench->add_subcommand(
       "attention", "FP8 attention (stale, matched) vs BF16 and the cuDNN SDPA peers, fwd+bwd");
   attn->add_flag("--json", t.json, "one JSON object per line");
-  attn->add_option("--batch", t.batch, "batch B")->check(CLI::PositiveNumber)->capture_default_str();
-  attn->add_option("--heads", t.heads, "query heads H")->check(CLI::PositiveNumber)->capture_default_str();
+  attn->add_option("--batch", t.batch, "batch B")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
+  attn->add_option("--heads", t.heads, "query heads H")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
   attn->add_option("--head-dim", t.head_dim, "head dim D (the fused and cuDNN rows: 64 or 128)");
   attn->add_option("--seq", t.seqs, "sequence lengths")->delimiter(',');
   attn->add_option("--causal", t.causal, "causal mask (true/false)");
-  attn->add_option("--reps", t.reps, "timed repetitions (median reported)")->check(CLI::PositiveNumber)->capture_default_str();
-  attn->add_option("--warmup", t.warmup, "untimed warm-up calls")->check(CLI::NonNegativeNumber)->capture_default_str();
+  attn->add_option("--reps", t.reps, "timed repetitions (median reported)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
+  attn->add_option("--warmup", t.warmup, "untimed warm-up calls")->check(CLI::Range(0, std::numeric_limits<int>::max()))->capture_default_str();
   attn->add_option("--peer", t.peer, "PyTorch SDPA peer script run after octet's rows ('' skips)");
   attn->add_option("--python", t.python, "interpreter for the peer script");
   attn->callback([] { run_attention(t); });

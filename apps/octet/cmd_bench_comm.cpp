@@ -4,6 +4,7 @@
 // may start them too. Rank 0 prints one line per (op, size): a table, or JSON with the GPU, the
 // transport library's version and the date. docs/distributed.md uses the bus bandwidth.
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -98,8 +99,8 @@ void add_bench_comm(CLI::App* bench) {
   comm->add_option("--ops", c.o.ops, "all_reduce, reduce_scatter, all_gather")
       ->delimiter(',')
       ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather"}));
-  comm->add_option("--reps", c.o.reps, "timed batches (median reported)")->check(CLI::PositiveNumber)->capture_default_str();
-  comm->add_option("--warmup", c.o.warmup, "untimed calls per size")->check(CLI::NonNegativeNumber)->capture_default_str();
+  comm->add_option("--reps", c.o.reps, "timed batches (median reported)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
+  comm->add_option("--warmup", c.o.warmup, "untimed calls per size")->check(CLI::Range(0, std::numeric_limits<int>::max()))->capture_default_str();
   comm->callback([] { run_comm(c); });
 }
 
