@@ -109,6 +109,10 @@ void run_train(const TrainArgs& a) {
       OCTET_CHECK(!fs::exists(out + "/checkpoint.safetensors"),
                   out + " already holds a run (checkpoint.safetensors): resume it with --resume " + out +
                       " or choose another --out");
+      // A run that ended before its first checkpoint (or any other run log) is not overwritten either.
+      OCTET_CHECK(!fs::exists(out + "/metrics.jsonl"),
+                  out + " already holds a run's metrics.jsonl (no checkpoint to resume): choose another --out "
+                        "or remove that folder");
     }
   }
   const DistEnv env = dist_env_from_environment();

@@ -120,3 +120,14 @@ def test_device_the_build_lacks_creates_nothing(tmp_path):
               "--out", out)
     assert_one_line_error(r, "CUDA")
     assert not out.exists()
+
+
+def test_a_folder_with_a_run_log_but_no_checkpoint_is_not_overwritten(run):
+    """A run that ended before its first checkpoint leaves metrics.jsonl and no checkpoint: a new
+    `octet train --out` there is refused, its files untouched (--resume needs a checkpoint)."""
+    (run / "checkpoint.safetensors").unlink()
+    before = snapshot(run)
+    text_path = run.parent / "c.txt"
+    r = octet("train", *sets(*TINY, f"data.path={text_path}", f"data.cache_dir={run.parent / 'cache'}"), "--out", run)
+    assert_one_line_error(r, "metrics.jsonl", str(run))
+    assert snapshot(run) == before
