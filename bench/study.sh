@@ -63,8 +63,8 @@ done
 for vocab in $(for name in "${names[@]}"; do awk -v n="$name" '$1 == n' "$CONDITIONS" | grep -oE 'model\.vocab_size=[0-9]+'; done | sort -u) ""; do
   "$OCTET_BIN" train --config "$CONFIG" --device "$DEVICE" "${common[@]}" ${vocab:+--set "$vocab"} --set model.n_layer=1 \
     --set train.steps=1 --set train.eval_every=1 --set train.eval_batches=1 --set train.batch_size=1 \
-    --out "$RUNS/.tokenizer-warmup" > "$OUT/tokenizer-warmup.log" 2>&1 || { echo "study.sh: warm-up failed:" >&2; tail -3 "$OUT/tokenizer-warmup.log" >&2; exit 2; }
-  rm -rf "$RUNS/.tokenizer-warmup"
+    --out "$RUNS/.tokenizer-warmup-$$" > "$OUT/tokenizer-warmup.log" 2>&1 || { echo "study.sh: warm-up failed:" >&2; tail -3 "$OUT/tokenizer-warmup.log" >&2; exit 2; }
+  rm -rf "$RUNS/.tokenizer-warmup-$$"
 done
 pids=()
 for name in "${names[@]}"; do
