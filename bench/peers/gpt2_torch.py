@@ -117,10 +117,12 @@ def batch_for(a, name):
 
 def to_float8(model, recipe):
     """torchao float8 training on the blocks' nn.Linear (recipe tensorwise | rowwise); the tied LM
-    head is F.linear and stays BF16. Needs torchao importable."""
+    head is F.linear and stays BF16. Needs torchao importable. Returns the number of converted linears."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    from torchao.float8.float8_linear import Float8Linear
     convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
                                module_filter_fn=lambda m, fqn: m.in_features % 16 == 0 and m.out_features % 16 == 0)
+    return sum(isinstance(m, Float8Linear) for m in model.modules())
 
 
 def throughput(shape, vocab, seq, tokens, ms, world=1, peak_bf16=BF16_PEAK, peak_fp8=FP8_PEAK):
@@ -189,8 +191,7 @@ def main():
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
         model = GPT(L, d, h, f, a.vocab, a.seq).to(dev)
-        if a.fp8 != "none":
-            to_float8(model, a.fp8)
+        fp8_linears = to_float8(model, a.fp8) if a.fp8 != "none" else 0
         n_params = sum(p.numel() for p in model.parameters())
         decay = [p for p in model.parameters() if p.dim() == 2]
         no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -216,7 +217,7 @@ def main():
             if s >= a.warmup:
                 ms.append((time.perf_counter() - t0) * 1e3)
         row = dict(env, bench="train", impl="torch-compile" if not a.no_compile else "torch-eager",
-                   model=name, arm=arm, recipe="" if a.fp8 == "none" else a.fp8, batch=batch,
+                   model=name, arm=arm, recipe="" if a.fp8 == "none" else a.fp8, fp8_linears=fp8_linears, batch=batch,
                    n_params=n_params, warmup=a.warmup, steps=a.steps, loss_first=losses[0],
                    loss_last=losses[-1])
         row.update(throughput(MODELS[name], a.vocab, a.seq, batch * a.seq, ms, 1, a.peak_tflops, a.peak_tflops_fp8))
