@@ -17,7 +17,9 @@
 #     OCTET_BENCH_SEQ (default 1024), OCTET_BENCH_TOKENS (tokens per step, default 8192),
 #     OCTET_BENCH_WARMUP/OCTET_BENCH_STEPS (3/10) apply to both; OCTET_BENCH_PEER_COMPILE (default
 #     blocks: torch.compile per block, compile time independent of depth; "model" compiles the whole
-#     model); OCTET_BENCH_TRAIN_ARGS adds options to octet's call (e.g. "--model-batch 1.3b=4").
+#     model); OCTET_BENCH_TRAIN_ARGS adds options to octet's call (e.g. "--model-batch 1.3b=4"),
+#     OCTET_BENCH_PEER_ARGS to the peers' (a CPU dry run: both "--device cpu --vocab 256", with
+#     OCTET_BENCH_MODELS=tiny OCTET_BENCH_SEQ=32 OCTET_BENCH_TOKENS=64 OCTET_BENCH_PEER_COMPILE=none).
 #   bench-train-profile: `octet bench train --profile` of GPT-2-small, bf16 and fp8-matched
 #     -> bench-train-profile.jsonl, the op classes above 2 % of the step
 #   compare: results/gpt2-small-compare.toml on data/linux-docs (carried as .cuda-carry/linux-docs.tar.xz
@@ -29,7 +31,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/octet-gpu}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$PWD/.cuda-carry/lib:${LD_LIBRARY_PATH:-}
-BIN=$PWD/.cuda-carry/bin
+BIN=${OCTET_BIN_DIR:-$PWD/.cuda-carry/bin}  # where octet and test_cuda are (e.g. OCTET_BIN_DIR=build/cuda for bench steps)
 steps=${*:-tests gemm quantize attention train}
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
@@ -62,13 +64,15 @@ for s in $steps; do
           timeout $(( deadline - SECONDS )) "$BIN/octet" bench train "${common[@]}" --no-peer ${OCTET_BENCH_TRAIN_ARGS:-} \
             >> "$OUT/bench-train.jsonl" 2>> "$OUT/bench-train.err"
           echo "bench-train octet rc=$? ($SECONDS s)"
-          bench/peers/install_wheels.sh /tmp/octet-pyext >> "$OUT/bench-train.err" 2>&1
+          pyext=${OCTET_PYEXT:-/tmp/octet-pyext}  # torchao, installed from the carried wheel
+          bench/peers/install_wheels.sh "$pyext" >> "$OUT/bench-train.err" 2>&1
           for peer in $(echo "${OCTET_BENCH_PEERS:-bf16,torchao-tensorwise,torchao-rowwise}" | tr , ' '); do
             left=$(( deadline - SECONDS ))
             if [ "$left" -lt 30 ]; then echo "bench-train peer $peer: skipped (${left} s left)"; continue; fi
             fp8=none; [ "$peer" = bf16 ] || fp8=${peer#torchao-}
-            PYTHONPATH=/tmp/octet-pyext${PYTHONPATH:+:$PYTHONPATH} timeout "$left" python3 bench/peers/gpt2_torch.py \
-              "${common[@]}" --fp8 "$fp8" --compile "${OCTET_BENCH_PEER_COMPILE:-blocks}" \
+            # shellcheck disable=SC2086
+            PYTHONPATH=$pyext${PYTHONPATH:+:$PYTHONPATH} timeout "$left" python3 bench/peers/gpt2_torch.py \
+              "${common[@]}" --fp8 "$fp8" --compile "${OCTET_BENCH_PEER_COMPILE:-blocks}" ${OCTET_BENCH_PEER_ARGS:-} \
               >> "$OUT/bench-train.jsonl" 2>> "$OUT/bench-train.err"
             echo "bench-train peer $peer rc=$? ($SECONDS s)"
           done

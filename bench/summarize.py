@@ -88,7 +88,7 @@ def print_train(train):
     order = {m: i for i, m in enumerate(dict.fromkeys(r["model"] for r in train))}
     for r in sorted(train, key=lambda r: (order[r["model"]], r["seq_len"], r["impl"] != "octet")):
         ratio = r["tokens_per_s"] / peer[shape(r)] if shape(r) in peer else float("nan")
-        impl = r["impl"] + (f" ({r['compile']})" if r.get("compile") not in (None, "model") else "")
+        impl = r["impl"] + (" (blocks)" if r.get("compile") == "blocks" else "")
         mem = r.get("peak_mem_gib")
         print(f"| {impl} | {r['model']} | {r['arm']} | {r['n_params'] / 1e6:.1f}M | "
               f"{r['batch']}x{r['seq_len']} | {r['step_ms_median']:.1f} | {r['tokens_per_s']:.0f} | "

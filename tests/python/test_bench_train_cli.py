@@ -120,3 +120,21 @@ def test_peer_torchao_arms_on_cpu(recipe):
     assert (x["arm"], x["recipe"]) == (f"torchao-{recipe}", recipe)
     assert x["fp8_linears"] == 8  # qkv, proj, fc1, fc2 of both layers; the tied LM head stays BF16
     assert abs(x["loss_first"] - 5.545) < 0.3  # log(256) at init: the converted model still trains
+
+
+def test_summarize_ratios_against_the_torch_bf16_peer(tmp_path):
+    base = dict(bench="train", n_params=1e6, seq_len=1024, batch=8, step_ms_median=10.0, tflops=1.0, mfu=0.1)
+    lines = [dict(base, impl="octet", model="m", arm="fp8-matched", tokens_per_s=300.0, mfu_bf16=0.1,
+                  mfu_fp8=0.05, peak_mem_gib=3.25),
+             dict(base, impl="torch-compile", model="m", arm="bf16-autocast", tokens_per_s=200.0),  # an older row
+             dict(base, impl="torch-compile", model="m", arm="torchao-rowwise", tokens_per_s=250.0, compile="blocks"),
+             dict(base, impl="octet", model="m", arm="bf16", tokens_per_s=100.0, batch=2, seq_len=4096)]
+    f = tmp_path / "rows.jsonl"
+    f.write_text("".join(json.dumps(l) + "\n" for l in lines))
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "summarize.py"), str(f)],
+                         capture_output=True, text=True, check=True).stdout
+    table = [l for l in out.splitlines() if l.startswith("| ") and "---" not in l][1:]
+    assert "| 1.500x |" in table[0] and "| 5.0% |" in table[0] and "| 3.2 |" in table[0]
+    assert "| 1.000x |" in table[1]
+    assert table[2].startswith("| torch-compile (blocks) |") and "| 1.250x |" in table[2]
+    assert "| nanx |" in table[3]  # no peer at 2x4096
