@@ -5,10 +5,23 @@
 # Binaries are built on the development machine (nvcc, -arch sm_90a) and carried with their
 # non-system shared libraries:
 #   tools: bench/pack_gpu_carry.sh builds .cuda-carry/{bin,lib}; this script runs from the repo root.
-# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [train] [bench-train] [compare]
-#   (default: tests gemm quantize attention train); logs in $OUT (at most 8 files come back).
-#   bench-train: `octet bench train --json` (OCTET_BENCH_TRAIN_ARGS adds options, e.g. "--no-peer" to
-#     skip the PyTorch peer) -> bench-train.jsonl; then --profile of GPT-2-small -> bench-train-profile.jsonl
+# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [train] [bench-train]
+#   [bench-train-profile] [compare] (default: tests gemm quantize attention train); logs in $OUT (at
+#   most 8 files come back).
+#   bench-train: within OCTET_BENCH_TRAIN_TIMEOUT seconds (default 360) -> bench-train.jsonl, a table:
+#     first `octet bench train --json --no-peer` (octet's 4 arms) for every model of OCTET_BENCH_MODELS
+#     (default gpt2-small,350m,760m,1.3b), then the PyTorch peers bench/peers/gpt2_torch.py, one call
+#     per arm of OCTET_BENCH_PEERS (default bf16,torchao-tensorwise,torchao-rowwise; torchao from the
+#     carried wheel, bench/peers/install_wheels.sh), each over every model, each given what is left of
+#     the time (rows are written as they finish, so a cut run keeps the rows before the cut).
+#     OCTET_BENCH_SEQ (default 1024), OCTET_BENCH_TOKENS (tokens per step, default 8192),
+#     OCTET_BENCH_WARMUP/OCTET_BENCH_STEPS (3/10) apply to both; OCTET_BENCH_PEER_COMPILE (default
+#     blocks: torch.compile per block, compile time independent of depth; "model" compiles the whole
+#     model); OCTET_BENCH_TRAIN_ARGS adds options to octet's call (e.g. "--model-batch 1.3b=4"),
+#     OCTET_BENCH_PEER_ARGS to the peers' (a CPU dry run: both "--device cpu --vocab 256", with
+#     OCTET_BENCH_MODELS=tiny OCTET_BENCH_SEQ=32 OCTET_BENCH_TOKENS=64 OCTET_BENCH_PEER_COMPILE=none).
+#   bench-train-profile: `octet bench train --profile` of GPT-2-small, bf16 and fp8-matched
+#     -> bench-train-profile.jsonl, the op classes above 2 % of the step
 #   compare: results/gpt2-small-compare.toml on data/linux-docs (carried as .cuda-carry/linux-docs.tar.xz
 #     with its tokenizer cache, OCTET_CARRY_CACHE in pack_gpu_carry.sh); OCTET_COMPARE_ARGS adds
 #     options (e.g. "--set train.steps=300"); summary, metrics and log -> compare.tgz. Its time
@@ -18,7 +31,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/octet-gpu}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$PWD/.cuda-carry/lib:${LD_LIBRARY_PATH:-}
-BIN=$PWD/.cuda-carry/bin
+BIN=${OCTET_BIN_DIR:-$PWD/.cuda-carry/bin}  # where octet and test_cuda are (e.g. OCTET_BIN_DIR=build/cuda for bench steps)
 steps=${*:-tests gemm quantize attention train}
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
@@ -42,12 +55,33 @@ for s in $steps; do
              echo "train $arm rc=$?"; grep -E "^step +(1|30)/|^eval|^done|rror" "$OUT/train-$arm.log"
            done ;;
     bench-train)
+          deadline=$(( SECONDS + ${OCTET_BENCH_TRAIN_TIMEOUT:-360} ))
+          common=(--models "${OCTET_BENCH_MODELS:-gpt2-small,350m,760m,1.3b}" --seq "${OCTET_BENCH_SEQ:-1024}"
+                  --tokens-per-step "${OCTET_BENCH_TOKENS:-8192}" --warmup "${OCTET_BENCH_WARMUP:-3}"
+                  --steps "${OCTET_BENCH_STEPS:-10}" --json)
+          : > "$OUT/bench-train.jsonl"; : > "$OUT/bench-train.err"
           # shellcheck disable=SC2086
-          timeout 420 "$BIN/octet" bench train --json ${OCTET_BENCH_TRAIN_ARGS:-} > "$OUT/bench-train.jsonl" 2> "$OUT/bench-train.err"
-          echo "bench-train rc=$?"; tail -5 "$OUT/bench-train.err"; python3 bench/summarize.py "$OUT/bench-train.jsonl"
+          timeout $(( deadline - SECONDS )) "$BIN/octet" bench train "${common[@]}" --no-peer ${OCTET_BENCH_TRAIN_ARGS:-} \
+            >> "$OUT/bench-train.jsonl" 2>> "$OUT/bench-train.err"
+          echo "bench-train octet rc=$? ($SECONDS s)"
+          pyext=${OCTET_PYEXT:-/tmp/octet-pyext}  # torchao, installed from the carried wheel
+          bench/peers/install_wheels.sh "$pyext" >> "$OUT/bench-train.err" 2>&1
+          for peer in $(echo "${OCTET_BENCH_PEERS:-bf16,torchao-tensorwise,torchao-rowwise}" | tr , ' '); do
+            left=$(( deadline - SECONDS ))
+            if [ "$left" -lt 30 ]; then echo "bench-train peer $peer: skipped (${left} s left)"; continue; fi
+            fp8=none; [ "$peer" = bf16 ] || fp8=${peer#torchao-}
+            # shellcheck disable=SC2086
+            PYTHONPATH=$pyext${PYTHONPATH:+:$PYTHONPATH} timeout "$left" python3 bench/peers/gpt2_torch.py \
+              "${common[@]}" --fp8 "$fp8" --compile "${OCTET_BENCH_PEER_COMPILE:-blocks}" ${OCTET_BENCH_PEER_ARGS:-} \
+              >> "$OUT/bench-train.jsonl" 2>> "$OUT/bench-train.err"
+            echo "bench-train peer $peer rc=$? ($SECONDS s)"
+          done
+          grep -iE "error|Traceback|no wheel" "$OUT/bench-train.err" | tail -5
+          python3 bench/summarize.py "$OUT/bench-train.jsonl" ;;
+    bench-train-profile)
           # where the time goes: every backend op timed by class, GPT-2-small, bf16 and fp8-matched
           timeout 240 "$BIN/octet" bench train --json --profile --models gpt2-small --arms bf16,fp8-matched \
-            --warmup 2 --steps 3 > "$OUT/bench-train-profile.jsonl" 2>> "$OUT/bench-train.err"
+            --warmup 2 --steps 3 > "$OUT/bench-train-profile.jsonl" 2> "$OUT/bench-train-profile.err"
           echo "bench-train --profile rc=$?"
           python3 -c 'import json,sys
 for l in open(sys.argv[1]):

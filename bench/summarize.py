@@ -6,8 +6,10 @@
 gemm: per d_model and mode, the total time of the 12 GEMMs of one layer (QKV, out-proj, MLP up and
 down; forward, dgrad, wgrad) and the speed-up over BF16, then the per-GEMM TFLOP/s; attention:
 forward and backward time and TFLOP/s per implementation (octet's and the PyTorch SDPA peer's);
-ops: the memory-bound kernels alone (time, GB/s); train: per model and arm, step time, tokens/s, TFLOP/s and MFU, octet's and the PyTorch peer's,
-with each row's tokens/s relative to the peer's on the same model.
+ops: the memory-bound kernels alone (time, GB/s); train: per model (and sequence length) and arm,
+octet's and the PyTorch peers' (BF16 + torch.compile, torchao float8 tensorwise / rowwise), step
+time, tokens/s, TFLOP/s, MFU against the dense BF16 and FP8 peaks, peak memory, and each row's
+tokens/s relative to the PyTorch BF16 peer's on the same model and shape ("vs torch bf16").
 Markdown output, ready for docs/cuda.md.
 """
 import json
@@ -69,15 +71,29 @@ def main(paths):
             print(f"| {r['impl']} | {r['batch']} | {r['heads']} | {r['seq']} | {r['head_dim']} | {r['causal']} | "
                   f"{r['fwd_ms']:.3f} | {r['fwd_tflops']:.1f} | {r['bwd_ms']:.3f} | {r['bwd_tflops']:.1f} |")
     if train:
-        peer = {r["model"]: r["tokens_per_s"] for r in train if r["impl"] != "octet"}
-        print("| impl | model | arm | params | batch x seq | step ms | tokens/s | TFLOP/s | MFU | vs peer |\n"
-              "|---|---|---|---|---|---|---|---|---|---|")
-        for r in train:
-            ratio = r["tokens_per_s"] / peer[r["model"]] if r["model"] in peer else float("nan")
-            print(f"| {r['impl']} | {r['model']} | {r['arm']} | {r['n_params'] / 1e6:.1f}M | "
-                  f"{r['batch']}x{r['seq_len']} | {r['step_ms_median']:.1f} | {r['tokens_per_s']:.0f} | "
-                  f"{r['tflops']:.1f} | {100 * r['mfu']:.1f}% | {ratio:.3f}x |")
+        print_train(train)
 
+
+def pct(x):
+    return "" if x is None else f"{100 * x:.1f}%"
+
+
+def print_train(train):
+    """The training-throughput table; older rows without mfu_fp8 or memory leave those cells empty."""
+    shape = lambda r: (r["model"], r["seq_len"], r["batch"])
+    peer = {shape(r): r["tokens_per_s"] for r in train
+            if r["impl"].startswith("torch") and r["arm"] == "bf16-autocast"}
+    print("| impl | model | arm | params | batch x seq | step ms | tokens/s | TFLOP/s | MFU bf16 | MFU fp8 "
+          "| peak GiB | vs torch bf16 |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+    order = {m: i for i, m in enumerate(dict.fromkeys(r["model"] for r in train))}
+    for r in sorted(train, key=lambda r: (order[r["model"]], r["seq_len"], r["impl"] != "octet")):
+        ratio = r["tokens_per_s"] / peer[shape(r)] if shape(r) in peer else float("nan")
+        impl = r["impl"] + (" (blocks)" if r.get("compile") == "blocks" else "")
+        mem = r.get("peak_mem_gib")
+        print(f"| {impl} | {r['model']} | {r['arm']} | {r['n_params'] / 1e6:.1f}M | "
+              f"{r['batch']}x{r['seq_len']} | {r['step_ms_median']:.1f} | {r['tokens_per_s']:.0f} | "
+              f"{r['tflops']:.1f} | {pct(r.get('mfu_bf16', r['mfu']))} | {pct(r.get('mfu_fp8'))} | "
+              f"{'' if mem is None else f'{mem:.1f}'} | {ratio:.3f}x |")
 
 if __name__ == "__main__":
     main(sys.argv[1:])

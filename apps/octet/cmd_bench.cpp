@@ -5,9 +5,10 @@
 //                          fused) and BF16 one (unfused, and cuDNN's fused SDPA), the cuDNN BF16
 //                          and FP8 SDPA peers called directly, then PyTorch SDPA through
 //                          bench/peers/sdpa.py
-//   octet bench train      whole training steps (fwd, bwd, clip, AdamW) of GPT-2-small and a 350M
-//                          model per precision arm on synthetic tokens: tokens/s, TFLOP/s, MFU
-//                          (octet/bench.h), then the PyTorch peer bench/peers/gpt2_torch.py
+//   octet bench train      whole training steps (fwd, bwd, clip, AdamW) of GPT-2-family models
+//                          (124M..1.3B) per precision arm on synthetic tokens: tokens/s, TFLOP/s,
+//                          MFU against the BF16 and FP8 peaks, peak memory (octet/bench.h), then
+//                          the PyTorch peers of bench/peers/gpt2_torch.py (BF16, torchao float8)
 //   octet bench comm       the collectives of data parallel, 1 MiB..1 GiB (cmd_bench_comm.cpp)
 // Every line carries the GPU name, CUDA runtime/driver, cuBLASLt and cuDNN versions and the UTC date, so a
 // results file (bench/results/*.jsonl) says where and when it was measured. Method: CUDA events,
@@ -232,12 +233,51 @@ void run_attention(const AttnArgs& a) {
 struct TrainArgs {
   bool json = false;
   octet::TrainBenchOptions o;
+  std::vector<std::string> model_batch;  ///< NAME=N entries of --model-batch
   std::string peer = "bench/peers/gpt2_torch.py";  ///< PyTorch peer script
+  /// The peer's arms, one script call each: bf16 (autocast), torchao-tensorwise, torchao-rowwise.
+  std::vector<std::string> peer_arms{"bf16"};
   bool no_peer = false;
   std::string python = "python3";
 };
 
-void run_train(const TrainArgs& a) {
+// "NAME=N" entries -> TrainBenchOptions::model_batch (N an integer; bench_train checks N >= 1).
+std::map<std::string, int64_t> parse_model_batch(const std::vector<std::string>& items) {
+  std::map<std::string, int64_t> out;
+  for (const std::string& item : items) {
+    const size_t eq = item.find('=');
+    size_t used = 0;
+    int64_t n = 0;
+    try {
+      if (eq != std::string::npos) n = std::stoll(item.substr(eq + 1), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    OCTET_CHECK(eq != std::string::npos && eq > 0 && used > 0 && used == item.size() - eq - 1,
+                "--model-batch: expected NAME=N (e.g. 1.3b=4), got '" + item + "'");
+    out[item.substr(0, eq)] = n;
+  }
+  return out;
+}
+
+// The peer script's arguments for one of its arms (the same models, batches, steps and peaks).
+std::string peer_args(const TrainArgs& a, const std::string& arm) {
+  const auto& o = a.o;
+  std::string models, batches;
+  for (const std::string& m : o.models) models += (models.empty() ? "" : ",") + m;
+  for (const auto& [m, b] : o.model_batch) batches += (batches.empty() ? "" : ",") + m + "=" + std::to_string(b);
+  char peaks[96];
+  std::snprintf(peaks, sizeof peaks, " --peak-tflops %g --peak-tflops-fp8 %g", o.peak_tflops, o.peak_tflops_fp8);
+  const std::string fp8 = arm == "bf16" ? "none" : arm.substr(std::string("torchao-").size());
+  return "--models " + models + " --batch " + std::to_string(o.batch) + " --tokens-per-step " +
+         std::to_string(o.tokens_per_step) + (batches.empty() ? "" : " --model-batch " + batches) +
+         " --seq " + std::to_string(o.seq_len) + " --vocab " + std::to_string(o.vocab_size) +
+         " --warmup " + std::to_string(o.warmup) + " --steps " + std::to_string(o.steps) + peaks +
+         " --fp8 " + fp8 + (a.json ? " --json" : "");
+}
+
+void run_train(TrainArgs& a) {
+  a.o.model_batch = parse_model_batch(a.model_batch);
   const auto& o = a.o;
 #ifdef OCTET_WITH_CUDA
   const nlohmann::json env = o.device == "cuda" ? env_json() : nlohmann::json{{"gpu", "cpu"}, {"date", utc_now()}};
@@ -245,8 +285,8 @@ void run_train(const TrainArgs& a) {
   const nlohmann::json env = {{"gpu", "cpu"}, {"date", utc_now()}};
 #endif
   if (!a.json)
-    std::printf("%-22s %-11s %-12s %5s %10s %9s %11s %8s %6s %8s\n", "impl", "model", "arm", "batch",
-                "params", "step ms", "tokens/s", "TFLOP/s", "MFU", "loss");
+    std::printf("%-22s %-11s %-18s %5s %10s %9s %11s %8s %6s %6s %6s %8s\n", "impl", "model", "arm",
+                "batch", "params", "step ms", "tokens/s", "TFLOP/s", "MFU16", "MFU8", "GiB", "loss");
   octet::bench_train(o, [&](const octet::TrainBenchRow& r) {
     nlohmann::json j = env;
     j.update({{"bench", "train"}, {"impl", "octet"}, {"model", r.model}, {"arm", r.arm},
@@ -258,12 +298,18 @@ void run_train(const TrainArgs& a) {
               {"n_matmul_params", r.n_matmul_params}, {"flops_per_token", r.flops_per_token},
               {"warmup", r.warmup}, {"steps", r.steps}, {"step_ms_median", r.step_ms_median},
               {"step_ms_mean", r.step_ms_mean}, {"tokens_per_s", r.tokens_per_s}, {"tflops", r.tflops},
-              {"mfu", r.mfu}, {"peak_tflops", o.peak_tflops}, {"loss_first", r.loss_first},
-              {"loss_last", r.loss_last}});
-    char line[200];
-    std::snprintf(line, sizeof(line), "%-22s %-11s %-12s %5lld %10lld %9.2f %11.0f %8.1f %5.1f%% %8.4f",
+              {"mfu", r.mfu}, {"mfu_bf16", r.mfu_bf16}, {"mfu_fp8", r.mfu_fp8},
+              {"peak_tflops", o.peak_tflops}, {"peak_tflops_fp8", o.peak_tflops_fp8},
+              {"peak_mem_gib", r.peak_mem_gib ? nlohmann::json(*r.peak_mem_gib) : nlohmann::json()},
+              {"device_mem_gib", r.device_mem_gib ? nlohmann::json(*r.device_mem_gib) : nlohmann::json()},
+              {"loss_first", r.loss_first}, {"loss_last", r.loss_last}});
+    char mem[16] = "     -";
+    if (r.peak_mem_gib) std::snprintf(mem, sizeof mem, "%6.1f", *r.peak_mem_gib);
+    char line[220];
+    std::snprintf(line, sizeof(line), "%-22s %-11s %-18s %5lld %10lld %9.2f %11.0f %8.1f %5.1f%% %5.1f%% %s %8.4f",
                   "octet", r.model.c_str(), r.arm.c_str(), (long long)r.batch, (long long)r.n_params,
-                  r.step_ms_median, r.tokens_per_s, r.tflops, 100.0 * r.mfu, r.loss_last);
+                  r.step_ms_median, r.tokens_per_s, r.tflops, 100.0 * r.mfu_bf16, 100.0 * r.mfu_fp8, mem,
+                  r.loss_last);
     emit(a.json, j, line);
   }, [&](const octet::TrainBenchRow& r, const std::vector<octet::TrainBenchOp>& ops) {
     double total = 0;
@@ -281,15 +327,7 @@ void run_train(const TrainArgs& a) {
     }
   });
   if (o.device != "cuda" || o.profile || a.no_peer) return;  // the peer is a GPU measurement, unprofiled
-  std::string models;
-  for (const std::string& m : o.models) models += (models.empty() ? "" : ",") + m;
-  char peak[32];
-  std::snprintf(peak, sizeof peak, "%g", o.peak_tflops);
-  run_peer_script("train", a.python, a.peer,
-                  "--models " + models + " --batch " + std::to_string(o.batch) + " --seq " +
-                      std::to_string(o.seq_len) + " --vocab " + std::to_string(o.vocab_size) +
-                      " --warmup " + std::to_string(o.warmup) + " --steps " + std::to_string(o.steps) +
-                      " --peak-tflops " + peak + (a.json ? " --json" : ""));
+  for (const std::string& arm : a.peer_arms) run_peer_script("train", a.python, a.peer, peer_args(a, arm));
 }
 
 }  // namespace
@@ -341,19 +379,25 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
 
   static TrainArgs tr;
   auto* train = bench->add_subcommand(
-      "train", "whole training steps per arm: tokens/s, TFLOP/s, MFU; then the PyTorch BF16 peer");
+      "train", "whole training steps per arm: tokens/s, TFLOP/s, MFU, peak memory; then the PyTorch peers");
   train->add_flag("--json", tr.json, "one JSON object per line");
   train->add_option("--device", tr.o.device, "cuda | cpu (cpu: for testing, with --models tiny)")
       ->capture_default_str();
-  train->add_option("--models", tr.o.models, "gpt2-small, 350m, tiny")->delimiter(',');
+  train->add_option("--models", tr.o.models, "gpt2-small, 350m, 760m, 1.3b, tiny")->delimiter(',');
   octet::cli::add_enum_option<octet::Arm>(train, "--arms", tr.o.arms, "precision arms");
   train->add_option("--batch", tr.o.batch, "sequences per step")->capture_default_str();
+  train->add_option("--tokens-per-step", tr.o.tokens_per_step,
+                    "batch = this / --seq for every model (a multiple of --seq; overrides --batch)");
+  train->add_option("--model-batch", tr.model_batch, "NAME=N,...: one model's batch (overrides both)")
+      ->delimiter(',');
   train->add_option("--seq", tr.o.seq_len, "tokens per sequence")->capture_default_str();
   train->add_option("--vocab", tr.o.vocab_size, "vocabulary (GPT-2's 50257 padded to 50304)")
       ->capture_default_str();
   train->add_option("--warmup", tr.o.warmup, "untimed warm-up steps")->capture_default_str();
   train->add_option("--steps", tr.o.steps, "timed steps (median reported)")->capture_default_str();
-  train->add_option("--peak-tflops", tr.o.peak_tflops, "MFU denominator (dense BF16 H100/H200 SXM)")
+  train->add_option("--peak-tflops", tr.o.peak_tflops, "mfu/mfu_bf16 denominator (dense BF16 H100/H200 SXM)")
+      ->capture_default_str();
+  train->add_option("--peak-tflops-fp8", tr.o.peak_tflops_fp8, "mfu_fp8 denominator (dense FP8 H100/H200 SXM)")
       ->capture_default_str();
   octet::cli::add_enum_option<octet::Recipe>(train, "--recipe", tr.o.recipe, "FP8 linears' scaling recipe")
       ->capture_default_str();
@@ -362,6 +406,9 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
       ->capture_default_str();
   train->add_flag("--profile", tr.o.profile, "time every backend op by class (synchronizes after each op)");
   train->add_option("--peer", tr.peer, "PyTorch peer script run after octet's rows")->capture_default_str();
+  train->add_option("--peer-arms", tr.peer_arms, "the peer's arms: bf16, torchao-tensorwise, torchao-rowwise")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"bf16", "torchao-tensorwise", "torchao-rowwise"}));
   train->add_flag("--no-peer", tr.no_peer, "skip the PyTorch peer");
   train->add_option("--python", tr.python, "interpreter for the peer script");
   train->callback([] { run_train(tr); });

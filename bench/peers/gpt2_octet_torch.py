@@ -31,14 +31,13 @@ import datetime
 import json
 import os
 import pathlib
-import statistics
 import sys
 import time
 
 import torch
 import torch.distributed as dist
 
-from gpt2_torch import GPT, MODELS, Block, matmul_params
+from gpt2_torch import GPT, MODELS, Block, throughput, to_float8
 
 try:
     import octet
@@ -89,10 +88,7 @@ def convert_linears(model, a):
     if a.linears == "fp8":
         ot.convert_to_float8(model, recipe=a.recipe, format=a.format)
     elif a.linears.startswith("torchao-"):
-        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
-        config = Float8LinearConfig.from_recipe_name(a.linears.split("-", 1)[1])
-        convert_to_float8_training(model, config=config, module_filter_fn=lambda m, fqn:
-                                   m.in_features % 16 == 0 and m.out_features % 16 == 0)
+        to_float8(model, a.linears.split("-", 1)[1])
 
 
 def evaluate(model, val, dev):
@@ -192,25 +188,17 @@ def main():
                 if log:
                     log.write(json.dumps({"step": s + 1, "val_loss": val_losses[-1][1]}) + "\n")
                     log.flush()
-        tokens = a.batch * a.seq * world
-        flops_per_token = 6.0 * matmul_params(L, d, f, a.vocab) + 6.0 * L * 2 * a.seq * d
-        step_ms = statistics.median(ms)
-        tps = tokens / (step_ms * 1e-3)
-        tflops = flops_per_token * tps / 1e12 / world
         impl = ("torchao" if a.linears.startswith("torchao") else
                 "torch" if (a.linears, a.attention) == ("bf16", "sdpa") else "torch-octet")
         row = dict(env, bench="train", impl=impl + ("-compile" if not a.no_compile else ""),
                    model=name, arm=f"{a.linears}+{a.attention}", attention=a.attention,
                    linears=a.linears, recipe=a.recipe if a.linears == "fp8" else a.linears[8:],
                    format=a.format if a.linears == "fp8" else "", world_size=world,
-                   n_layer=L, d_model=d, n_head=h, d_ff=f, seq_len=a.seq, vocab_size=a.vocab,
-                   batch=a.batch, tokens_per_step=tokens, n_params=n_params,
-                   flops_per_token=flops_per_token, warmup=a.warmup, steps=a.steps,
-                   step_ms_median=step_ms, step_ms_mean=statistics.mean(ms), tokens_per_s=tps,
-                   tflops=tflops, mfu=tflops / a.peak_tflops, peak_tflops=a.peak_tflops,
+                   batch=a.batch, n_params=n_params, warmup=a.warmup, steps=a.steps,
                    loss_first=losses[0], loss_last=losses[-1], losses=losses,
                    val_loss_last=val_losses[-1][1] if val_losses else None,
                    val_losses=val_losses, data=a.data or "uniform")
+        row.update(throughput(MODELS[name], a.vocab, a.seq, a.batch * a.seq * world, ms, world, a.peak_tflops))
         if rank == 0:
             print(json.dumps(row), flush=True)
             if a.log_dir:

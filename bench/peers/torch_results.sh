@@ -47,14 +47,9 @@ CORPUS=${OCTET_CORPUS:-data/linux-docs}
 if [ ! -d "$CORPUS" ] && [ -f .cuda-carry/linux-docs.tar.xz ]; then
   mkdir -p data && tar -xJf .cuda-carry/linux-docs.tar.xz -C data
 fi
-# torchao, pinned, from the carried wheel: pip --no-deps into a target dir (a wheel is a zip: unpack
-# it if this python has no pip).
+# torchao, pinned, from the carried wheel (pip --no-deps into a target dir on PYTHONPATH).
 EXT=$W/pyext
-grep -v '^#' "$REQ" | while read -r req; do
-  whl=$(find "$WHEELS" -name "${req%%==*}-${req##*==}-*.whl" 2>/dev/null | head -1)
-  if [ -z "$whl" ]; then echo "no wheel for $req in $WHEELS (run: $0 fetch)"; continue; fi
-  "$PY" -m pip install -q --no-deps --target "$EXT" "$whl" || "$PY" -m zipfile -e "$whl" "$EXT"
-done
+OCTET_WHEELS=$WHEELS PYTHON=$PY bench/peers/install_wheels.sh "$EXT"
 export PYTHONPATH=$EXT:$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 date -u; nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
 "$PY" -c 'import torch, octet; print("torch", torch.__version__, "cuda", torch.version.cuda, "octet", octet.library_path())'

@@ -12,8 +12,11 @@
 // token 6·N_matmul + 6·L·2·T·d, where N_matmul counts the weights that enter matrix products (qkv,
 // proj, fc1, fc2 of every layer and the LM head, V·d; not norms, biases or position embeddings) and
 // the second term is attention's QKᵀ and PV counted over the full T×T square although the mask is
-// causal (PaLM's convention). MFU = achieved FLOP/s over a stated peak (989 TFLOP/s: dense BF16 of
-// an H100/H200 SXM, used for every arm).
+// causal (PaLM's convention). MFU = achieved FLOP/s over a stated dense peak of an H100/H200 SXM
+// (NVIDIA H100/H200 datasheets, without sparsity): mfu_bf16 against 989 TFLOP/s (BF16), mfu_fp8
+// against 1979 (FP8), for every arm — an FP8 arm's mfu_fp8 says how close it comes to what FP8
+// GEMMs could reach, its mfu_bf16 compares with the BF16 arm. "mfu" is mfu_bf16 (the field's meaning
+// before mfu_fp8 existed).
 //
 // The GPU benchmarks (namespace octet::cuda) exist only in a CUDA build (OCTET_WITH_CUDA).
 #pragma once
@@ -21,6 +24,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,8 +65,14 @@ struct CommBenchRow {
 void bench_comm(Communicator& comm, Backend& backend, const CommBenchOptions& opt,
                 const std::function<void(const CommBenchRow&)>& on_row);
 
-/// Named architectures: "gpt2-small" (12 layers, d 768, 12 heads, d_ff 3072), "350m" (24 layers,
-/// d 1024, 16 heads, d_ff 4096: GPT-2 medium), "tiny" (2 layers, d 64, 2 heads; for tests). All are
+/// Named architectures (Radford et al. 2019, GPT-2, table 2; Brown et al. 2020, GPT-3, table 2.1):
+///   "gpt2-small" 12 layers, d 768,  12 heads of 64,  d_ff 3072 (GPT-2 small, 124M with vocab 50304)
+///   "350m"       24 layers, d 1024, 16 heads of 64,  d_ff 4096 (GPT-2 medium)
+///   "760m"       36 layers, d 1280, 20 heads of 64,  d_ff 5120 (GPT-2 large)
+///   "1.3b"       24 layers, d 2048, 16 heads of 128, d_ff 8192 (GPT-3 XL's depth and width; the
+///                paper's 24 heads of 128 do not multiply to d 2048, so 16 heads of 128 here)
+///   "tiny"       2 layers,  d 64,   2 heads of 32,   d_ff 256 (for tests)
+/// Every head_dim but tiny's is 64 or 128, the sizes the fused attention kernels take. All are
 /// GPT-2's block: LayerNorm pre-norm, learned positions, GELU MLP, tied embeddings, no linear biases.
 /// vocab_size and seq_len are set by the caller. Throws octet::Error for an unknown name.
 ModelConfig bench_model_config(const std::string& name, int64_t vocab_size, int64_t seq_len);
@@ -77,9 +88,14 @@ struct TrainBenchOptions {
   std::vector<std::string> arms{"bf16", "fp8-linear", "fp8-stale", "fp8-matched"};
   int64_t vocab_size = 50304;  ///< GPT-2's 50257 rounded up to a multiple of 64 (as llm.c does)
   int64_t seq_len = 1024;
-  int64_t batch = 8;           ///< sequences per step (one micro-batch)
+  int64_t batch = 8;           ///< sequences per step (one micro-batch), unless one of the next two
+  /// Tokens per step (> 0): batch = tokens_per_step / seq_len (a multiple of seq_len), for every model.
+  int64_t tokens_per_step = 0;
+  /// Batch of a named model (e.g. {"1.3b", 4}): overrides batch and tokens_per_step for that model.
+  std::map<std::string, int64_t> model_batch;
   int warmup = 3, steps = 10;
-  double peak_tflops = 989.0;  ///< dense BF16, H100/H200 SXM datasheet
+  double peak_tflops = 989.0;      ///< dense BF16, H100/H200 SXM datasheet (mfu, mfu_bf16)
+  double peak_tflops_fp8 = 1979.0; ///< dense FP8, H100/H200 SXM datasheet (mfu_fp8)
   std::string recipe = "tensor-current";  ///< FP8 linears' recipe (configs/demo.toml's)
   /// Attention form: "auto" (default_attn_form: the fused FP8 kernels for the FP8-attention arms
   /// on cuda), "whole" (the unfused CUDA attention) or "tiled".
@@ -109,9 +125,22 @@ struct TrainBenchRow {
   double step_ms_median = 0, step_ms_mean = 0;
   double tokens_per_s = 0;   ///< batch·seq_len / median step time
   double tflops = 0;         ///< flops_per_token · tokens_per_s / 1e12
-  double mfu = 0;            ///< tflops / peak_tflops
+  double mfu = 0;            ///< tflops / peak_tflops (= mfu_bf16, kept for older readers)
+  double mfu_bf16 = 0;       ///< tflops / peak_tflops (dense BF16)
+  double mfu_fp8 = 0;        ///< tflops / peak_tflops_fp8 (dense FP8)
+  /// GiB (2^30 bytes), CUDA only (std::nullopt on the CPU). peak_mem_gib: the most the backend had
+  /// allocated at once during the row (model, optimizer, activations, scratch; the memory pool's
+  /// high-water mark, reset before the model is built). device_mem_gib: the device's used memory
+  /// (cudaMemGetInfo total − free: also the CUDA context, library handles and the pool's cached
+  /// memory) after the last step.
+  std::optional<double> peak_mem_gib, device_mem_gib;
   double loss_first = 0, loss_last = 0;  ///< nats/token, first warm-up step and last timed step
 };
+
+/// The batch (sequences per step) of `model` under `opt`: opt.model_batch[model] if present, else
+/// opt.tokens_per_step / opt.seq_len if tokens_per_step > 0, else opt.batch. Throws octet::Error if
+/// the result is < 1 or tokens_per_step is not a multiple of seq_len.
+int64_t bench_batch(const TrainBenchOptions& opt, const std::string& model);
 
 /// Runs every (model, arm) pair; on_row is called after each (with opt.profile, on_profile too, with
 /// the op classes sorted by time, largest first). Throws octet::Error for bad options.

@@ -18,6 +18,7 @@
 #include "octet/optim.h"
 #include "octet/quant.h"
 #include "bench/profiling_backend.h"
+#include "bench/row_memory.h"
 
 namespace octet {
 
@@ -27,10 +28,14 @@ ModelConfig bench_model_config(const std::string& name, int64_t vocab_size, int6
     c.n_layer = 12, c.d_model = 768, c.n_head = 12, c.d_ff = 3072;
   } else if (name == "350m") {
     c.n_layer = 24, c.d_model = 1024, c.n_head = 16, c.d_ff = 4096;
+  } else if (name == "760m") {
+    c.n_layer = 36, c.d_model = 1280, c.n_head = 20, c.d_ff = 5120;
+  } else if (name == "1.3b") {
+    c.n_layer = 24, c.d_model = 2048, c.n_head = 16, c.d_ff = 8192;
   } else if (name == "tiny") {
     c.n_layer = 2, c.d_model = 64, c.n_head = 2, c.d_ff = 256;
   } else {
-    OCTET_FAIL("unknown benchmark model '" + name + "' (expected gpt2-small, 350m or tiny)");
+    OCTET_FAIL("unknown benchmark model '" + name + "' (expected gpt2-small, 350m, 760m, 1.3b or tiny)");
   }
   c.n_kv_head = c.n_head;
   c.vocab_size = vocab_size;
@@ -58,6 +63,21 @@ double train_flops_per_token(const ModelConfig& c) {
   return 6.0 * double(matmul_params(c)) + attn;
 }
 
+int64_t bench_batch(const TrainBenchOptions& opt, const std::string& model) {
+  int64_t b = opt.batch;
+  std::string from = "batch";
+  if (auto it = opt.model_batch.find(model); it != opt.model_batch.end()) {
+    b = it->second, from = "the batch of model " + model;
+  } else if (opt.tokens_per_step > 0) {
+    OCTET_CHECK(opt.tokens_per_step % opt.seq_len == 0,
+                "bench train: tokens per step " + std::to_string(opt.tokens_per_step) +
+                    " is not a multiple of the sequence length " + std::to_string(opt.seq_len));
+    b = opt.tokens_per_step / opt.seq_len, from = "tokens per step / sequence length";
+  }
+  OCTET_CHECK(b >= 1, "bench train: " + from + " must give >= 1 sequence per step (got " + std::to_string(b) + ")");
+  return b;
+}
+
 namespace {
 
 double median(std::vector<double> v) {
@@ -72,9 +92,16 @@ void bench_train(const TrainBenchOptions& opt, const std::function<void(const Tr
                  const std::function<void(const TrainBenchRow&, const std::vector<TrainBenchOp>&)>& on_profile) {
   OCTET_CHECK(opt.warmup >= 1, "bench train needs at least one warm-up step (got " + std::to_string(opt.warmup) + ")");
   OCTET_CHECK(opt.steps >= 1, "bench train needs at least one timed step (got " + std::to_string(opt.steps) + ")");
-  OCTET_CHECK(opt.batch >= 1, "bench train: batch must be >= 1");
-  OCTET_CHECK(opt.peak_tflops > 0, "bench train: peak TFLOP/s must be > 0");
-  for (const std::string& a : opt.arms) parse_arm(a);  // reject unknown names before any work
+  OCTET_CHECK(opt.peak_tflops > 0 && opt.peak_tflops_fp8 > 0, "bench train: peak TFLOP/s must be > 0");
+  OCTET_CHECK(opt.seq_len >= 1, "bench train: sequence length must be >= 1");
+  for (const auto& [m, b] : opt.model_batch)  // a batch for a model not run is a typo
+    OCTET_CHECK(std::find(opt.models.begin(), opt.models.end(), m) != opt.models.end(),
+                "bench train: a batch is given for model '" + m + "', which is not among the models run");
+  for (const std::string& m : opt.models) {  // reject unknown names and bad batches before any work
+    bench_model_config(m, opt.vocab_size, opt.seq_len);
+    bench_batch(opt, m);
+  }
+  for (const std::string& a : opt.arms) parse_arm(a);
   auto backend = make_backend(opt.device);
   std::unique_ptr<ProfilingBackend> profiler;
   if (opt.profile) profiler = std::make_unique<ProfilingBackend>(*backend);
@@ -82,7 +109,8 @@ void bench_train(const TrainBenchOptions& opt, const std::function<void(const Tr
 
   for (const std::string& name : opt.models) {
     const ModelConfig cfg = bench_model_config(name, opt.vocab_size, opt.seq_len);
-    const int64_t tokens = opt.batch * cfg.seq_len;
+    const int64_t batch = bench_batch(opt, name);
+    const int64_t tokens = batch * cfg.seq_len;
     // Synthetic tokens: uniform ids, a few distinct batches cycled (targets are the next id).
     constexpr int kBatches = 4;
     std::mt19937_64 rng(opt.seed);
@@ -94,7 +122,9 @@ void bench_train(const TrainBenchOptions& opt, const std::function<void(const Tr
       ids[b].assign(stream.begin(), stream.end() - 1);
       targets[b].assign(stream.begin() + 1, stream.end());
     }
+    std::vector<float> init;  // the initial parameters, drawn once per model (slow on the host at 1B+)
     for (const std::string& arm : opt.arms) {
+      bench_detail::reset_row_memory(*backend);
       PrecisionConfig prec;
       prec.arm = parse_arm(arm);
       prec.quant.recipe = parse_recipe(opt.recipe);
@@ -102,8 +132,13 @@ void bench_train(const TrainBenchOptions& opt, const std::function<void(const Tr
       prec.activations = be.preferred_activation_dtype();
       prec.attn_form = opt.attn_form == "auto" ? default_attn_form(cfg, prec, be.name())
                                                : parse_attn_form(opt.attn_form);
-      Model model(cfg, prec, be, opt.batch);
-      model.init(opt.seed);
+      Model model(cfg, prec, be, batch);
+      if (init.empty()) {
+        model.init(opt.seed);
+        init = model.download_params();
+      } else {
+        model.upload_params(init);  // = model.init(opt.seed): the parameter layout is the arm's too
+      }
       Optimizer optimizer(model, adamw_config(opt.train));
       const float grad_scale = 1.0f / float(tokens);
       TrainBenchRow row;
@@ -111,7 +146,7 @@ void bench_train(const TrainBenchOptions& opt, const std::function<void(const Tr
       row.arm = arm;
       row.attn_form = to_string(prec.attn_form);
       row.config = cfg;
-      row.batch = opt.batch;
+      row.batch = batch;
       row.n_params = int64_t(model.num_params());
       row.n_matmul_params = matmul_params(cfg);
       row.flops_per_token = train_flops_per_token(cfg);
@@ -143,7 +178,12 @@ void bench_train(const TrainBenchOptions& opt, const std::function<void(const Tr
       row.step_ms_mean = std::accumulate(ms.begin(), ms.end(), 0.0) / double(ms.size());
       row.tokens_per_s = double(tokens) / (row.step_ms_median * 1e-3);
       row.tflops = row.flops_per_token * row.tokens_per_s / 1e12;
-      row.mfu = row.tflops / opt.peak_tflops;
+      row.mfu_bf16 = row.tflops / opt.peak_tflops;
+      row.mfu_fp8 = row.tflops / opt.peak_tflops_fp8;
+      row.mfu = row.mfu_bf16;
+      const bench_detail::RowMemory mem = bench_detail::read_row_memory(*backend);
+      row.peak_mem_gib = mem.peak_gib;
+      row.device_mem_gib = mem.device_gib;
       on_row(row);
       if (profiler && on_profile) {
         std::vector<TrainBenchOp> ops;

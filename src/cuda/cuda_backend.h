@@ -40,6 +40,17 @@ class DeviceGuard {
   bool changed_ = false;
 };
 
+/// Device memory in bytes (memory_stats.cpp). pool_*: the device's default stream-ordered memory
+/// pool, which every allocation of the backend draws from (alloc, alloc_uninitialized, the scratch
+/// DeviceBuffers of the GEMM engine, quantizers and attention): in use now, the most in use since
+/// the last reset_memory_stats() (the pool's high-water mark, cudaMemPoolAttrUsedMemHigh), and held
+/// by the pool (freed memory is kept: see the constructor). device_*: cudaMemGetInfo, total − free,
+/// i.e. everything on the GPU (the pool, the CUDA context, library handles, other processes).
+struct MemoryStats {
+  uint64_t pool_used = 0, pool_used_peak = 0, pool_reserved = 0;
+  uint64_t device_used = 0, device_total = 0;
+};
+
 class CudaBackend final : public Backend {
  public:
   /// Throws octet::Error if the device does not exist or is older than sm_90.
@@ -107,6 +118,12 @@ class CudaBackend final : public Backend {
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
+  /// The memory counters now (synchronizes the stream first, so frees already enqueued count).
+  MemoryStats memory_stats();
+  /// Synchronizes, returns the pool's unused memory to the device (cudaMemPoolTrimTo 0) and restarts
+  /// the pool's high-water marks at the current use: what follows is measured alone. The pool is the
+  /// device's, so another backend on the same device shares these counters.
+  void reset_memory_stats();
   /// The shared cuBLASLt engine (plan cache and workspace) of this backend.
   GemmEngine& gemm() { return *gemm_; }
   /// The shared cuDNN SDPA engine (cudnn_sdpa.h) of this backend, created at first use; throws
