@@ -153,7 +153,9 @@ TEST(FlashBackwardWgmma, ZerosAndRowsWithoutKeys) {
       }
       double norm = 0;
       for (float v : g.dk) norm += double(v) * v;
-      if (mode == 2) EXPECT_GT(norm, 0.0) << what << ": dK must not be trivially zero";
+      if (mode == 2) {
+        EXPECT_GT(norm, 0.0) << what << ": dK must not be trivially zero";
+      }
       for (int64_t h = 0; h < s.n_heads; ++h)
         for (int64_t i = 0; i < s.seq_q - s.seq_k; ++i)  // rows without a key
           for (int64_t c = 0; c < s.head_dim; ++c)
