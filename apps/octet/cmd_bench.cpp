@@ -208,7 +208,7 @@ void run_attention(const AttnArgs& a) {
   const nlohmann::json env = env_json();
   if (!a.json)
     std::printf("%-21s %3s %3s %6s %4s %6s %9s %9s %9s %9s  %s\n", "impl", "B", "H", "S", "D",
-                "causal", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s", "fwd kernel");
+                "causal", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s", "fwd/bwd kernel");
   octet::cuda::bench_attention(o, [&](const octet::cuda::AttnBenchRow& r) {
     nlohmann::json j = env;
     j.update({{"bench", "attention"}, {"impl", r.impl}, {"batch", r.batch}, {"heads", r.heads},
@@ -216,11 +216,13 @@ void run_attention(const AttnArgs& a) {
               {"fwd_ms", r.fwd_ms}, {"bwd_ms", r.bwd_ms}, {"fwd_tflops", r.fwd_tflops},
               {"bwd_tflops", r.bwd_tflops}, {"reps", r.reps}});
     if (!r.fwd_kernel.empty()) j["fwd_kernel"] = r.fwd_kernel;  // octet-fp8-fused rows
-    char line[192];
-    std::snprintf(line, sizeof(line), "%-21s %3lld %3lld %6lld %4lld %6s %9.3f %9.1f %9.3f %9.1f  %s",
+    if (!r.bwd_kernel.empty()) j["bwd_kernel"] = r.bwd_kernel;
+    char line[224];
+    std::snprintf(line, sizeof(line), "%-21s %3lld %3lld %6lld %4lld %6s %9.3f %9.1f %9.3f %9.1f  %s/%s",
                   r.impl.c_str(), (long long)r.batch, (long long)r.heads, (long long)r.seq,
                   (long long)r.head_dim, r.causal ? "yes" : "no", r.fwd_ms, r.fwd_tflops, r.bwd_ms,
-                  r.bwd_tflops, r.fwd_kernel.empty() ? "-" : r.fwd_kernel.c_str());
+                  r.bwd_tflops, r.fwd_kernel.empty() ? "-" : r.fwd_kernel.c_str(),
+                  r.bwd_kernel.empty() ? "-" : r.bwd_kernel.c_str());
     emit(a.json, j, line);
   });
   run_peer(a);

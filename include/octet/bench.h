@@ -219,6 +219,9 @@ struct AttnBenchRow {
   /// The fused FP8 forward's kernel flavor for the octet-fp8-fused rows: "wgmma" | "mma_sync"
   /// (src/cuda/flash/flash_forward.h; OCTET_FLASH_FORWARD forces one); empty for the other rows.
   std::string fwd_kernel;
+  /// The fused FP8 backward's kernel flavor for the same rows: "wgmma" | "mma_sync"
+  /// (src/cuda/flash/flash_backward.h select_backward_kernel; OCTET_FLASH_BACKWARD forces one).
+  std::string bwd_kernel;
 };
 
 struct AttnBenchOptions {

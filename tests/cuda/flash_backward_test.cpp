@@ -23,12 +23,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "attention/attention_test_util.h"
 #include "attention_gpu_run.h"
+#include "flash_backward_codes.h"
 #include "cuda/flash/flash_backward.h"
 #include "cuda/flash/flash_forward.h"
 #include "cuda_test_util.h"
@@ -40,25 +40,8 @@ namespace {
 
 constexpr double kGradTol = 1e-2;
 
-double rel_l2(const std::vector<float>& x, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double d = double(x[i]) - double(ref[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-AttentionConfig fused_config(DeltaMode delta, int64_t block_q = 128, int64_t block_k = 128) {
-  AttentionConfig c;
-  c.precision = AttnPrecision::FP8;
-  c.form = AttnForm::Tiled;
-  c.delta = delta;
-  c.block_q = block_q;
-  c.block_k = block_k;
-  return c;
-}
+using test::fused_config;
+using test::rel_l2;
 
 struct Case {
   int64_t h, g, tq, tk, d;
@@ -166,66 +149,13 @@ TEST(FlashBackward, LargeLogitsMatchedResidual) {
 // the atomic dQ agrees with it to FP32 summation order; dK, dV are the same bits in both modes.
 TEST(FlashBackward, DeterministicModeIsBitwiseRepeatable) {
   OCTET_REQUIRE_GPU();
-  struct Dims {
-    int64_t B, H, G, Tq, Tk, D, bq, bk;
-    bool causal;
-  };
-  for (const Dims& c : {Dims{2, 4, 2, 200, 200, 64, 64, 64, true},
-                       Dims{1, 4, 1, 130, 300, 128, 128, 128, false},
-                       Dims{1, 2, 2, 257, 257, 128, 64, 128, true}}) {
-    const int64_t Tq_p = (c.Tq + 15) / 16 * 16, Tk_p = (c.Tk + 15) / 16 * 16, rep = c.H / c.G;
-    std::mt19937 rng(5);
-    std::normal_distribution<float> nd;
-    // Row codes [B, heads, T_p, D] (pads 0) and their transposes: per head [D, T_p] (K̂ᵀ, V̂ᵀ), or
-    // the group transpose [B, G, D, rep·T_p] (Q̂ᵀ, (dO/l)~ᵀ).
-    auto codes = [&](int64_t heads, int64_t T, int64_t T_p, Format f) {
-      std::vector<uint8_t> x(size_t(c.B * heads * T_p * c.D), 0);
-      for (int64_t bh = 0; bh < c.B * heads; ++bh)
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t d = 0; d < c.D; ++d)
-            x[size_t((bh * T_p + t) * c.D + d)] = fp8_encode(nd(rng), f, true);
-      return x;
-    };
-    auto transpose = [&](const std::vector<uint8_t>& x, int64_t heads, int64_t T_p, int64_t r) {
-      std::vector<uint8_t> y(x.size());
-      for (int64_t bh = 0; bh < c.B * heads; ++bh)
-        for (int64_t t = 0; t < T_p; ++t)
-          for (int64_t d = 0; d < c.D; ++d) {
-            const int64_t grp = bh / r, l = bh % r;
-            y[size_t((grp * c.D + d) * r * T_p + l * T_p + t)] = x[size_t((bh * T_p + t) * c.D + d)];
-          }
-      return y;
-    };
-    const auto hq = codes(c.H, c.Tq, Tq_p, Format::E4M3), hk = codes(c.G, c.Tk, Tk_p, Format::E4M3),
-               hv = codes(c.G, c.Tk, Tk_p, Format::E4M3), hdo = codes(c.H, c.Tq, Tq_p, Format::E5M2),
-               hdv = codes(c.H, c.Tq, Tq_p, Format::E5M2);
-    test::Dev<uint8_t> q(hq), k(hk), v(hv), vt(transpose(hv, c.G, Tk_p, 1)),
-        kt(transpose(hk, c.G, Tk_p, 1)), qt(transpose(hq, c.H, Tq_p, rep)), d_o(hdo),
-        dvt(transpose(hdv, c.H, Tq_p, rep));
-    const size_t rows = size_t(c.B * c.H * c.Tq), nq = size_t(c.B * c.H * Tq_p * c.D),
-                 nk = size_t(c.B * c.G * Tk_p * c.D);
-    test::Dev<float> scales(std::vector<float>(8, 1.0f)), o(size_t(c.B * c.H * c.Tq * c.D)),
-        lse(rows), m(rows), l(rows), delta(rows), rf(rows), dq(nq), dk(nk), dv(nk);
-    cuda::flash::ForwardParams f;
-    f.q = q.p, f.k = k.p, f.v_t = vt.p;
-    f.q_scale_inv = f.k_scale_inv = f.v_scale_inv = scales.p;
-    f.o = o.p, f.lse = lse.p, f.row_max = m.p, f.row_sum = l.p;
-    f.B = c.B, f.H = c.H, f.G = c.G, f.Tq = c.Tq, f.Tk = c.Tk, f.Tq_p = Tq_p, f.Tk_p = Tk_p,
-    f.D = c.D;
-    f.causal = c.causal;
-    f.tau = 1.0f / std::sqrt(float(c.D));
-    f.block_k = c.bk;
-    cuda::flash::forward_launch(f, nullptr);
-    cuda::flash::BackwardParams p;
-    p.q = q.p, p.q_t = qt.p, p.k = k.p, p.k_t = kt.p, p.v = v.p, p.d_o = d_o.p, p.dv_o_t = dvt.p;
-    p.q_scale_inv = p.k_scale_inv = p.v_scale_inv = p.do_scale_inv = p.dvo_scale_inv = scales.p;
-    p.row_max = m.p, p.row_sum = l.p, p.delta = delta.p, p.row_factor = rf.p;
-    p.dq_acc = dq.p, p.dk_acc = dk.p, p.dv_acc = dv.p;
-    p.B = c.B, p.H = c.H, p.G = c.G, p.Tq = c.Tq, p.Tk = c.Tk, p.Tq_p = Tq_p, p.Tk_p = Tk_p,
-    p.D = c.D;
-    p.causal = c.causal;
-    p.tau = f.tau;
-    p.block_q = c.bq, p.block_k = c.bk;
+  for (const test::BackwardDims& c : {test::BackwardDims{2, 4, 2, 200, 200, 64, 64, 64, true},
+                                      test::BackwardDims{1, 4, 1, 130, 300, 128, 128, 128, false},
+                                      test::BackwardDims{1, 2, 2, 257, 257, 128, 64, 128, true}}) {
+    test::BackwardCodes bc(c, Format::E5M2, 5);
+    cuda::flash::BackwardParams& p = bc.p;
+    p.kernel = cuda::flash::BackwardKernel::MmaSync;  // the mma.sync kernels' deterministic mode
+    auto &dq = bc.dq, &dk = bc.dk, &dv = bc.dv;
     cuda::flash::delta_launch(p, nullptr);
     std::vector<float> runs[3][3];  // deterministic, deterministic, atomic x (dq, dk, dv)
     for (int r = 0; r < 3; ++r) {

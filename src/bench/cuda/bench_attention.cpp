@@ -22,6 +22,7 @@
 #include "bench/cuda/bench_timer.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/flash/flash_backward.h"
 #include "cuda/flash/flash_forward.h"
 #include "cuda/ops.h"
 
@@ -89,8 +90,12 @@ void bench_attention(const AttnBenchOptions& opt,
       row.head_dim = opt.head_dim;
       row.causal = opt.causal;
       row.reps = opt.reps;
-      if (im.form == AttnForm::Tiled && im.precision == AttnPrecision::FP8)
+      if (im.form == AttnForm::Tiled && im.precision == AttnPrecision::FP8) {
         row.fwd_kernel = flash::forward_kernel_name(flash::select_forward_kernel());
+        flash::BackwardParams bp;  // what select_backward_kernel reads of the fused backward's
+        bp.D = opt.head_dim, bp.Tk = S, bp.block_q = cfg.block_q, bp.block_k = cfg.block_k;
+        row.bwd_kernel = flash::backward_kernel_name(flash::select_backward_kernel(bp));
+      }
       // Forwards include allocating (stream-ordered) and dropping their saved state; the
       // backwards all use the state of one forward.
       row.fwd_ms = timer.median_ms(opt.warmup, opt.reps, [&](int) { attn->forward(q, k, v, o, lse); });

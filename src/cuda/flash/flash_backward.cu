@@ -21,10 +21,13 @@
 // and added in FP32 outside it (Hopper's FP8 MMA accumulates with limited precision).
 // dq_kernel (deterministic mode): one CTA per (b, h, query block) walks the key blocks, recomputes
 // the same tiles (the same amax, scale and codes) and sums dQ in registers in a fixed order.
+// The choice of flavor (select_backward_kernel, OCTET_FLASH_BACKWARD) is here too: the wgmma
+// kernels are flash_backward_wgmma.cu.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "cuda/check.h"
@@ -466,6 +469,39 @@ void check_backward_supported(int64_t head_dim, int64_t block_q, int64_t block_k
               "128, got " + std::to_string(block_q) + " x " + std::to_string(block_k));
 }
 
+const char* backward_kernel_name(BackwardKernel k) {
+  switch (k) {
+    case BackwardKernel::MmaSync: return "mma_sync";
+    case BackwardKernel::Wgmma: return "wgmma";
+    default: return "auto";
+  }
+}
+
+BackwardKernel select_backward_kernel(const BackwardParams& p) {
+  int dev = 0, major = 0, minor = 0;
+  OCTET_CUDA_CHECK(cudaGetDevice(&dev));
+  OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  const bool sm90 = major == 9 && minor == 0;
+  BackwardKernel k = p.kernel;
+  if (k == BackwardKernel::Auto) {
+    const char* env = std::getenv("OCTET_FLASH_BACKWARD");
+    const std::string v = env ? env : "";
+    if (v == backward_kernel_name(BackwardKernel::MmaSync)) k = BackwardKernel::MmaSync;
+    else if (v == backward_kernel_name(BackwardKernel::Wgmma)) k = BackwardKernel::Wgmma;
+    else
+      OCTET_CHECK(v.empty(), "OCTET_FLASH_BACKWARD must be mma_sync or wgmma (or unset), got '" +
+                                 v + "'");
+  }
+  if (k == BackwardKernel::Auto)
+    k = kWgmmaBackwardOnSm90 && sm90 ? BackwardKernel::Wgmma : BackwardKernel::MmaSync;
+  OCTET_CHECK(k != BackwardKernel::Wgmma || sm90,
+              "fused attention backward: the wgmma kernels need an sm_90 GPU (Hopper), this is sm_" +
+                  std::to_string(10 * major + minor) + " (use OCTET_FLASH_BACKWARD=mma_sync)");
+  return k == BackwardKernel::Wgmma && wgmma_backward_supported(p) ? BackwardKernel::Wgmma
+                                                                  : BackwardKernel::MmaSync;
+}
+
 void backward_launch(const BackwardParams& p, cudaStream_t stream) {
   check_backward_supported(p.D, p.block_q, p.block_k);
   OCTET_CHECK(p.B >= 1 && p.H >= 1 && p.G >= 1 && p.H % p.G == 0 && p.Tq >= 1 && p.Tk >= 1,
@@ -489,6 +525,10 @@ void backward_launch(const BackwardParams& p, cudaStream_t stream) {
   if (p.res_sums)
     OCTET_CUDA_CHECK(
         cudaMemsetAsync(p.res_sums, 0, size_t(2 * p.B * p.H * p.Tq) * sizeof(double), stream));
+  if (select_backward_kernel(p) == BackwardKernel::Wgmma) {
+    wgmma_backward_launch(p, stream);
+    return;
+  }
   bwd::dispatch_sizes(p, [&](auto d, auto bm, auto bn) {
     constexpr int kD = decltype(d)::value, kBM = decltype(bm)::value, kBN = decltype(bn)::value;
     bwd::launch_kernel(backward_kernel<kD, kBM, kBN>, p.B * p.G * ((p.Tk + kBN - 1) / kBN),

@@ -31,6 +31,20 @@
 
 namespace octet::cuda::flash {
 
+/// Which kernels run the backward (delta_launch's matched pre-pass and backward_launch). Auto: the
+/// environment variable OCTET_FLASH_BACKWARD if set (`mma_sync` or `wgmma`; anything else is an
+/// octet::Error), else wgmma on an sm_90 device when kWgmmaBackwardOnSm90, else mma_sync. Wgmma
+/// (asked for or chosen) runs only where wgmma_backward_supported(p) holds and mma_sync elsewhere.
+enum class BackwardKernel { Auto, MmaSync, Wgmma };
+
+/// Whether Auto picks the wgmma kernels on an sm_90 device. Off until their first GPU run passes
+/// tests/cuda/flash_backward_wgmma_test.cpp (docs/cuda.md §"wgmma backward"): opt in with
+/// OCTET_FLASH_BACKWARD=wgmma.
+inline constexpr bool kWgmmaBackwardOnSm90 = false;
+
+/// "mma_sync" | "wgmma" ("auto" for Auto): the names OCTET_FLASH_BACKWARD takes.
+const char* backward_kernel_name(BackwardKernel k);
+
 /// One backward call. Tq_p, Tk_p: the sequence lengths rounded up to 16 (pads hold zero codes).
 /// Device pointers; every code buffer 16-byte aligned. The "group transposes" are the layout of
 /// src/cuda/attention_kernels.h: [B, G, D, rep·T_p], query head h = g·rep + r at column r·Tq_p + i.
@@ -68,7 +82,25 @@ struct BackwardParams {
   float p_scale = 256.0f;  ///< P̃'s static power-of-two scale
   int64_t block_q = 128;   ///< the dS scale tile and the kernels' query tile: 64 or 128
   int64_t block_k = 128;   ///< the dS scale tile and the kernels' key tile: 64 or 128
+  BackwardKernel kernel = BackwardKernel::Auto;  ///< which flavor runs (select_backward_kernel)
 };
+
+/// The kernel flavor delta_launch (matched) and backward_launch run for p on the current device
+/// (BackwardKernel's rule; never Auto). Both must see the same p.kernel, D, block sizes and
+/// deterministic flag: the matched delta needs the main kernel's P and dP bits. Throws
+/// octet::Error on an unknown OCTET_FLASH_BACKWARD value, or when wgmma is asked for on a device
+/// that is not sm_90.
+BackwardKernel select_backward_kernel(const BackwardParams& p);
+
+/// Whether the wgmma kernels cover p: head_dim 64, block_q = block_k = 128, not deterministic,
+/// Tk < 2^31 (residual sums included).
+bool wgmma_backward_supported(const BackwardParams& p);
+
+/// The wgmma flavor's launches (flash_backward_wgmma.cu), after delta_launch's / backward_launch's
+/// checks and zeroing: the matched pre-pass, and the main kernel. Throw octet::Error unless
+/// wgmma_backward_supported(p) (and, for the pre-pass, p.matched).
+void wgmma_delta_launch(const BackwardParams& p, cudaStream_t stream);
+void wgmma_backward_launch(const BackwardParams& p, cudaStream_t stream);
 
 /// Throws octet::Error unless head_dim ∈ {64, 128} and block_q, block_k ∈ {64, 128}, naming the
 /// supported values.

@@ -14,6 +14,8 @@
 // of matching: two more FP8 GEMMs per visible tile (S and dP), the recompute candidate (a) of
 // DESIGN §7.
 // Stale (FlashAttention-2/3, cuDNN): D_i = dO_i·O_i from the forward's stored O, one warp per row.
+// With the wgmma main kernel (select_backward_kernel) the matched pre-pass is its wgmma twin
+// (flash_backward_wgmma.cu); the stale one is the same for both flavors.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -153,6 +155,10 @@ void delta_launch(const BackwardParams& p, cudaStream_t stream) {
   OCTET_CHECK((reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.k) |
                reinterpret_cast<uintptr_t>(p.v) | reinterpret_cast<uintptr_t>(p.d_o)) % 16 == 0,
               "fused attention backward: the Q, K, V, dO code buffers must be 16-byte aligned");
+  if (select_backward_kernel(p) == BackwardKernel::Wgmma) {  // the main kernel's instructions
+    wgmma_delta_launch(p, stream);
+    return;
+  }
   bwd::dispatch_sizes(p, [&](auto d, auto bm, auto bn) {
     constexpr int kD = decltype(d)::value, kBM = decltype(bm)::value, kBN = decltype(bn)::value;
     bwd::launch_kernel(matched_delta_kernel<kD, kBM, kBN>, p.B * p.H * ((p.Tq + kBM - 1) / kBM),

@@ -35,7 +35,7 @@
 #include "cuda/check.h"
 #include "cuda/flash/flash_forward.h"
 #include "cuda/flash/flash_forward_tile.cuh"
-#include "cuda/flash/flash_forward_wgmma.cuh"
+#include "cuda/flash/flash_wgmma.cuh"
 #include "cuda/flash/flash_mma_sm89.cuh"
 #include "cuda/flash/flash_softmax.cuh"
 #include "octet/error.h"

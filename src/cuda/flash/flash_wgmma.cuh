@@ -1,7 +1,8 @@
-// src/cuda/flash/flash_forward_wgmma.cuh — the Hopper (sm_90a) building blocks of the wgmma
-// flavor of the fused FP8 attention forward (flash_forward_wgmma.cu): warpgroup MMA with E4M3 (and,
-// for S, FP16) operands and FP32 accumulators, A from registers and B from shared memory through a
-// matrix descriptor ("RS"), the fences and groups around it, the 128-/64-byte swizzled K-major
+// src/cuda/flash/flash_wgmma.cuh — the Hopper (sm_90a) building blocks of the wgmma flavors of the
+// fused FP8 attention forward (flash_forward_wgmma.cu) and backward (flash_backward_wgmma.cu):
+// warpgroup MMA with E4M3/E5M2 (and, for the forward's S, FP16) operands and FP32 accumulators, A
+// from registers ("RS") or from shared memory ("SS") and B from shared memory through a matrix
+// descriptor, the fences and groups around it, the 128-/64-byte swizzled K-major
 // shared-memory layout the descriptor names, and the mbarrier / setmaxnreg primitives of the
 // warp-specialized pipeline (PTX ISA "mbarrier", "setmaxnreg"). PTX ISA §9.7.15 "Asynchronous Warpgroup Level Matrix
 // Multiply-Accumulate" (wgmma.mma_async, its register fragments, matrix descriptors and
@@ -19,7 +20,8 @@
 // the hardware applies that XOR to the byte address bits [4, 7) ^= [7, 10) (resp. [4, 6) ^= [7, 9)),
 // so a tile must start on a 1024-byte boundary, and the k-th 32-byte step of a row is addressed by
 // adding 32·k to the descriptor's start address (FP16: a k16 step is 32 bytes too; rows longer than
-// 128 bytes are split into 64-column blocks, each its own swizzled tile).
+// 128 bytes are split into 64-column blocks, each its own swizzled tile). An A operand in shared
+// memory (SS) uses the same K-major layout and descriptor: its 64 rows (M) are 8 atoms.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -222,6 +224,55 @@ struct WgmmaF16RS<128> {
   }
 };
 
+// One SS wgmma: the N/2 accumulators, A's and B's descriptors, scale_d (SCALE), the immediates.
+#define OCTET_WGMMA_SS(INSTR, N, DESCS, SCALE, IMM)                                           \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n" INSTR " " OCTET_WGMMA_D##N##_REGS \
+               ", " DESCS ", p, " IMM ";\n}\n"                                                 \
+               : OCTET_WGMMA_D##N##_OUTS(d)                                                   \
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+// The four FP8 operand-type pairs of one shape, chosen at compile time by kAE5M2, kBE5M2.
+#define OCTET_WGMMA_FP8_TYPES(MACRO, SHAPE, N, OPS, SCALE)                                \
+  if constexpr (kAE5M2 && kBE5M2)                                                        \
+    MACRO("wgmma.mma_async.sync.aligned." SHAPE ".f32.e5m2.e5m2", N, OPS, SCALE, "1, 1"); \
+  else if constexpr (kAE5M2)                                                             \
+    MACRO("wgmma.mma_async.sync.aligned." SHAPE ".f32.e5m2.e4m3", N, OPS, SCALE, "1, 1"); \
+  else if constexpr (kBE5M2)                                                             \
+    MACRO("wgmma.mma_async.sync.aligned." SHAPE ".f32.e4m3.e5m2", N, OPS, SCALE, "1, 1"); \
+  else                                                                                   \
+    MACRO("wgmma.mma_async.sync.aligned." SHAPE ".f32.e4m3.e4m3", N, OPS, SCALE, "1, 1")
+
+/// d (+)= A·Bᵀ on one m64nNk32 tile with FP8 operands in either format (kAE5M2, kBE5M2: E5M2 if
+/// true, else E4M3), D FP32, A from registers (WgmmaRS's fragment) or from shared memory by
+/// descriptor (SS; K-major like B), B by descriptor. scale_d = 0: D = A·Bᵀ (the old d ignored).
+/// Asynchronous, as WgmmaRS. N ∈ {64, 128}. (PTX ISA §9.7.15.5.2: wgmma with .e4m3/.e5m2 takes
+/// both operands K-major and no transpose immediates.)
+template <int N, bool kAE5M2, bool kBE5M2>
+struct WgmmaFp8;
+template <bool kAE5M2, bool kBE5M2>
+struct WgmmaFp8<64, kAE5M2, kBE5M2> {
+  __device__ __forceinline__ static void rs(float (&d)[8][4], const uint32_t (&a)[4],
+                                            uint64_t desc_b, int scale_d) {
+    OCTET_WGMMA_FP8_TYPES(OCTET_WGMMA_RS, "m64n64k32", 64, "{%32, %33, %34, %35}, %36", "%37");
+  }
+  __device__ __forceinline__ static void ss(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b,
+                                            int scale_d) {
+    OCTET_WGMMA_FP8_TYPES(OCTET_WGMMA_SS, "m64n64k32", 64, "%32, %33", "%34");
+  }
+};
+template <bool kAE5M2, bool kBE5M2>
+struct WgmmaFp8<128, kAE5M2, kBE5M2> {
+  __device__ __forceinline__ static void rs(float (&d)[16][4], const uint32_t (&a)[4],
+                                            uint64_t desc_b, int scale_d) {
+    OCTET_WGMMA_FP8_TYPES(OCTET_WGMMA_RS, "m64n128k32", 128, "{%64, %65, %66, %67}, %68", "%69");
+  }
+  __device__ __forceinline__ static void ss(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b,
+                                            int scale_d) {
+    OCTET_WGMMA_FP8_TYPES(OCTET_WGMMA_SS, "m64n128k32", 128, "%64, %65", "%66");
+  }
+};
+
+#undef OCTET_WGMMA_FP8_TYPES
+#undef OCTET_WGMMA_SS
 #undef OCTET_WGMMA_RS
 #undef OCTET_WGMMA_D8_REGS
 #undef OCTET_WGMMA_D8_OUTS
