@@ -122,7 +122,8 @@ Result run_backend(Backend& be, const Problem& p, const Inputs& in, DType dt = D
 // The FP64 naive recurrence on the same (FP32) inputs, with the gradients taken through the gates.
 Result run_reference(const Problem& p, const Inputs& in) {
   const int64_t rows = p.B * p.H * p.T;
-  std::vector<double> g(size_t(rows)), beta(size_t(rows)), dgda(size_t(rows)), dbdb(size_t(rows));
+  const size_t nr = static_cast<size_t>(rows);
+  std::vector<double> g(nr), beta(nr), dgda(nr), dbdb(nr);
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t t = 0; t < p.T; ++t)
       for (int64_t h = 0; h < p.H; ++h) {
@@ -139,7 +140,7 @@ Result run_reference(const Problem& p, const Inputs& in) {
   r.dq.resize(size_t(rows * p.Dk));
   r.dk.resize(size_t(rows * p.Dk));
   r.dv.resize(size_t(rows * p.Dv));
-  std::vector<double> dg(size_t(rows)), db(size_t(rows));
+  std::vector<double> dg(nr), db(nr);
   gated_delta_naive_forward(s, gi, r.o.data());
   gated_delta_naive_backward(s, gi, d_o.data(), {r.dq.data(), r.dk.data(), r.dv.data(), dg.data(), db.data()});
   for (int64_t b = 0; b < p.B; ++b)  // token-major halves, as split_gates
@@ -323,7 +324,7 @@ TEST_P(GatedDeltaCudaModel, HybridOneStepMatchesCpu) {
   const int64_t batch = 2, N = batch * mc.seq_len;
   std::mt19937 rng(11);
   std::uniform_int_distribution<int32_t> tok(0, 255);
-  std::vector<int32_t> ids(size_t(N)), targets(size_t(N));
+  std::vector<int32_t> ids(static_cast<size_t>(N)), targets(static_cast<size_t>(N));
   for (auto& t : ids) t = tok(rng);
   for (int64_t i = 0; i < N; ++i) targets[size_t(i)] = ids[size_t((i + 1) % N)];
 
