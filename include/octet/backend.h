@@ -35,6 +35,7 @@
 
 #include "octet/attention.h"
 #include "octet/quant.h"
+#include "octet/recurrent.h"
 #include "octet/tensor.h"
 
 namespace octet {
@@ -98,6 +99,11 @@ struct GatedDeltaArgs {
   Tensor q, k, v, gates;
   float scale = 1.0f;  ///< o_t = scale · S_tᵀ q_t
   int64_t chunk = 64;  ///< chunk length of the chunked (WY/UT) form; any value >= 1 gives the same o
+
+  /// The call's sizes from q and v, after checking every tensor of the call against them (k as q;
+  /// gates [B·T, 2H]; chunk >= 1): one octet::Error naming `op` and the argument otherwise. The
+  /// boundary check of every backend (src/core/gated_delta_rules.cpp).
+  GatedDeltaShape shape(const char* op) const;
 };
 
 /// One linear layer's GEMMs Y = X Wᵀ and its quantizer state (delayed-scaling histories).

@@ -32,14 +32,17 @@
 // values, only its stability needs them.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+
+#include "octet/fp8.h"  // OCTET_HD
 
 namespace octet {
 
 /// Sizes of one Gated DeltaNet call (every head has its own state; no head sharing).
 struct GatedDeltaShape {
   int64_t batch = 1, heads = 1, seq = 1, dk = 1, dv = 1;
-  /// Throws octet::Error naming the first size < 1.
+  /// Throws octet::Error naming the first size < 1 (src/core/gated_delta_rules.cpp).
   void validate() const;
 };
 
@@ -78,10 +81,17 @@ void gated_delta_chunked_backward(const GatedDeltaShape& shape, const GatedDelta
 /// sigmoid gate with temperature of Gated Linear Attention (Yang et al., arXiv 2312.06635), so that
 /// α = σ(a)^{1/16} starts near 1 (0.958 at a = 0) and g ≤ 0 always.
 inline constexpr double kGateTemperature = 16.0;
+/// Header-only and usable in CUDA device code (OCTET_HD): the CPU and CUDA backends share it.
 struct GateValues {
   double g, beta;      ///< log decay, writing strength
   double dg_da, dbeta_db;  ///< derivatives for the backward
 };
-GateValues gated_delta_gates(double a, double b);
+OCTET_HD GateValues gated_delta_gates(double a, double b) {
+  // log σ(a) = −softplus(−a), written to stay finite for any a; d/da log σ(a) = σ(−a).
+  const double log_sig = a >= 0 ? -::log1p(::exp(-a)) : a - ::log1p(::exp(a));
+  const double sig_neg_a = 1.0 / (1.0 + ::exp(a));
+  const double beta = 1.0 / (1.0 + ::exp(-b));
+  return {log_sig / kGateTemperature, beta, sig_neg_a / kGateTemperature, beta * (1.0 - beta)};
+}
 
 }  // namespace octet

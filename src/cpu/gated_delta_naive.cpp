@@ -1,6 +1,6 @@
 // gated_delta_naive.cpp — Gated DeltaNet's naive sequential recurrence in FP64, forward and
 // reverse-mode backward (octet/recurrent.h; Yang, Kautz & Hatamizadeh, arXiv 2412.06464): the
-// reference the chunked form is tested against. Also the shape rule and the model's gates.
+// reference the chunked form is tested against.
 //
 // Backward of one step S_t = α A S_{t−1} + β k vᵀ, A = I − β k kᵀ, o_t = scale·S_tᵀ q_t, with
 // P = S_{t−1}, w = v − α Pᵀk (so S_t = αP + β k wᵀ) and G = dL/dS_t (accumulated from the end):
@@ -15,26 +15,6 @@
 #include "octet/recurrent.h"
 
 namespace octet {
-
-void GatedDeltaShape::validate() const {
-  auto positive = [](int64_t v, const char* name) {
-    OCTET_CHECK(v >= 1, std::string("gated delta: ") + name + " must be >= 1 (got " +
-                            std::to_string(v) + ")");
-  };
-  positive(batch, "batch");
-  positive(heads, "heads");
-  positive(seq, "seq");
-  positive(dk, "dk");
-  positive(dv, "dv");
-}
-
-GateValues gated_delta_gates(double a, double b) {
-  // log σ(a) = −softplus(−a), written to stay finite for any a; d/da log σ(a) = σ(−a).
-  const double log_sig = a >= 0 ? -std::log1p(std::exp(-a)) : a - std::log1p(std::exp(a));
-  const double sig_neg_a = 1.0 / (1.0 + std::exp(a));
-  const double beta = 1.0 / (1.0 + std::exp(-b));
-  return {log_sig / kGateTemperature, beta, sig_neg_a / kGateTemperature, beta * (1.0 - beta)};
-}
 
 void gated_delta_naive_forward(const GatedDeltaShape& s, const GatedDeltaInputs<double>& in,
                                double* o) {

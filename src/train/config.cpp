@@ -365,10 +365,6 @@ void RunConfig::validate() const {
 }
 
 void resolve_run_config(RunConfig& cfg, const Backend& backend) {
-  // Refused here, before a run writes anything, rather than at the first forward.
-  OCTET_CHECK(!(cfg.model.mixer == MixerKind::Hybrid && backend.name() == "cuda"),
-              "model.mixer = \"hybrid\" runs on the CPU only for now (the Gated DeltaNet layers have no "
-              "CUDA kernel yet): use --device cpu or model.mixer = \"attention\"");
   // the default corpus and tokenizer cache under octet's home, recorded as absolute paths, so a run
   // resumes and evaluates on the same data wherever octet's home is later (docs/cli.md)
   cfg.data.path = resolve_corpus_path(cfg.data.path);

@@ -14,28 +14,6 @@
 namespace octet::cpu {
 namespace {
 
-// The call's shape from q [B, H, T, Dk] and v [B, H, T, Dv], every other tensor checked against it.
-GatedDeltaShape check_args(const char* op, const GatedDeltaArgs& in) {
-  const Tensor& q = in.q;
-  OCTET_CHECK(q.shape.rank == 4, std::string(op) + ": expected q [B, H, T, Dk], got " + q.str());
-  OCTET_CHECK(in.v.shape.rank == 4 && in.v.shape[0] == q.shape[0] && in.v.shape[1] == q.shape[1] &&
-                  in.v.shape[2] == q.shape[2],
-              std::string(op) + ": expected v [B, H, T, Dv] matching q " + q.str() + ", got " + in.v.str());
-  GatedDeltaShape s;
-  s.batch = q.shape[0];
-  s.heads = q.shape[1];
-  s.seq = q.shape[2];
-  s.dk = q.shape[3];
-  s.dv = in.v.shape[3];
-  s.validate();
-  check_shape(in.k, q.shape, (std::string(op) + " k").c_str());
-  OCTET_CHECK(in.gates.numel() == s.batch * s.seq * 2 * s.heads && in.gates.cols() == 2 * s.heads,
-              std::string(op) + ": expected gates [" + std::to_string(s.batch) + ", " +
-                  std::to_string(s.seq) + ", " + std::to_string(2 * s.heads) + "], got " + in.gates.str());
-  OCTET_CHECK(in.chunk >= 1, std::string(op) + ": chunk must be >= 1 (got " + std::to_string(in.chunk) + ")");
-  return s;
-}
-
 // g, β [B, H, T] and their derivatives from the token-major gate projections.
 struct Gates {
   std::vector<float> g, beta, dg_da, dbeta_db;
@@ -62,7 +40,7 @@ struct Gates {
 }  // namespace
 
 void CpuBackend::gated_delta_forward(const GatedDeltaArgs& in, const Tensor& o) {
-  const GatedDeltaShape s = check_args("gated_delta_forward", in);
+  const GatedDeltaShape s = in.shape("gated_delta_forward");
   check_shape(o, in.v.shape, "gated_delta_forward o");
   ActIn q(in.q, "gated_delta_forward q"), k(in.k, "gated_delta_forward k"),
       v(in.v, "gated_delta_forward v");
@@ -75,7 +53,7 @@ void CpuBackend::gated_delta_forward(const GatedDeltaArgs& in, const Tensor& o) 
 
 void CpuBackend::gated_delta_backward(const GatedDeltaArgs& in, const Tensor& d_o, const Tensor& dq,
                                       const Tensor& dk, const Tensor& dv, const Tensor& dgates) {
-  const GatedDeltaShape s = check_args("gated_delta_backward", in);
+  const GatedDeltaShape s = in.shape("gated_delta_backward");
   check_shape(d_o, in.v.shape, "gated_delta_backward d_o");
   check_shape(dq, in.q.shape, "gated_delta_backward dq");
   check_shape(dk, in.q.shape, "gated_delta_backward dk");
