@@ -76,7 +76,7 @@ TEST(CudaLinear, GatheredWeightCodesEqualTheWholeWeightsQuantization) {
       for (size_t k = 0; k + 1 < cuts.size(); ++k)
         gathered->encode_weight_piece(wd.tensor().reshape({n}).slice(cuts[k], cuts[k + 1] - cuts[k]), amax,
                                       codes.tensor().slice(cuts[k], cuts[k + 1] - cuts[k]));
-      std::vector<uint8_t> got(size_t(n));
+      std::vector<uint8_t> got(static_cast<size_t>(n));
       gpu->download(got.data(), codes);
       // the host reference: Quantizer's tensor-current codes of the whole W
       Quantizer ref(spec.quant, Role::Weight);
