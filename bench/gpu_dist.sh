@@ -11,12 +11,17 @@
 #           the speed-ups over 1 GPU;
 #   comm    `octet bench comm --nproc 2 --json`: NCCL all-reduce / reduce-scatter / all-gather bus
 #           bandwidth, 1 MiB..1 GiB (comm.jsonl);
+#   fp8ag   (not in the default list) dist.allgather_fp8 (the FP8 weight all-gather): fp8-matched,
+#           tensor-current, 124M, 20 steps on 2 GPUs with the option off and on: the step losses and
+#           the final weights must be bitwise equal (if off twice is: off_vs_off_differing_steps
+#           empty); then 350M, 25 steps, off and on: the mean step
+#           time of steps 6-25 of each and their difference (the all-gather time saved per step).
 #   kill    (not in the default list) a 2-GPU run whose rank 1 is killed: rank 0 must end non-zero
 #           within 60 s, checkpoint intact.
 # Carry (bench/pack_gpu_carry.sh with OCTET_CARRY_CACHE, then `tar -cJf .cuda-carry/carry.tar.xz -C
 # .cuda-carry bin lib`): .cuda-carry/carry.tar.xz, .cuda-carry/linux-docs.tar.xz, .cuda-carry/cache.
 # NCCL comes from the machine's CUDA (pack_gpu_carry.sh does not carry libnccl).
-# Usage: bench/gpu_dist.sh [equal] [speed] [comm] [kill]; logs, dist.jsonl and comm.jsonl in $OUT.
+# Usage: bench/gpu_dist.sh [equal] [speed] [comm] [fp8ag] [kill]; logs, dist.jsonl and comm.jsonl in $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/octet-gpu}
 mkdir -p "$OUT" /tmp/oc data && tar -xJf .cuda-carry/carry.tar.xz -C /tmp/oc
@@ -91,6 +96,35 @@ big = max(ag, key=lambda x: x["bytes"]); n = big["ranks"]; P, f = 316.7e6, 0.973
 t = lambda b: b * P * (n - 1) / n / (big["busbw_gbs"] * 1e9) * 1e3
 print(json.dumps({"test": "allgather-350m", "ranks": n, "busbw_gbs": big["busbw_gbs"], "at_bytes": big["bytes"],
                   "fp32_ms": t(4), "fp8_linears_ms": t(4 - 3 * f), "saved_ms": t(3 * f)}))
+PY
+      ;;
+    fp8ag)
+      for ag in false true false2; do  # false2: off again, the run-to-run baseline (atomics in a kernel?)
+        run=/tmp/fp8ag-eq-$ag; rm -rf $run
+        timeout 90 $B train "${COMMON[@]}" --arm fp8-matched --set precision.recipe=tensor-current \
+          --set train.steps=20 --set train.batch_size=8 --set dist.allgather_fp8=${ag%2} --out $run --nproc 2 \
+          > "$OUT/fp8ag-eq-$ag.log" 2>&1; echo "fp8ag equal allgather_fp8=$ag rc=$?"
+      done
+      cmp /tmp/fp8ag-eq-false/model.safetensors /tmp/fp8ag-eq-true/model.safetensors && echo "fp8ag: final weights bitwise equal"
+      for ag in false true; do
+        run=/tmp/fp8ag-350m-$ag; rm -rf $run
+        timeout 90 $B train "${COMMON[@]}" "${M350[@]}" --arm fp8-matched --set precision.recipe=tensor-current \
+          --set train.steps=25 --set train.batch_size=16 --set train.eval_batches=4 --set train.checkpoint_every=0 \
+          --set dist.allgather_fp8=$ag --out $run --nproc 2 > "$OUT/fp8ag-350m-$ag.log" 2>&1 \
+          || echo "fp8ag 350m allgather_fp8=$ag failed rc=$?"
+      done
+      python3 - <<'PY' | tee -a "$OUT/dist.jsonl"
+import json
+def rows(run): return [json.loads(l) for l in open(f"/tmp/{run}/metrics.jsonl") if '"loss"' in l]
+off, on, off2 = (rows(f"fp8ag-eq-{a}") for a in ("false", "true", "false2"))
+diff = [i + 1 for i, (a, b) in enumerate(zip(off, on)) if a["loss"] != b["loss"]]
+base = [i + 1 for i, (a, b) in enumerate(zip(off, off2)) if a["loss"] != b["loss"]]
+ms = {a: rows(f"fp8ag-350m-{a}")[5:] for a in ("false", "true")}
+mean = {a: sum(r["ms"] for r in v) / len(v) for a, v in ms.items()}
+print(json.dumps({"test": "fp8ag", "equal_steps": len(off), "bitwise_equal_losses": not diff and len(off) == len(on),
+                  "differing_steps": diff, "off_vs_off_differing_steps": base, "350m_step_ms_fp32_gather": mean["false"],
+                  "350m_step_ms_fp8_gather": mean["true"], "saved_ms_per_step": mean["false"] - mean["true"],
+                  "tokens_per_s": {a: sum(r["tokens_per_s"] for r in v) / len(v) for a, v in ms.items()}}))
 PY
       ;;
     kill)

@@ -152,6 +152,29 @@ class Linear {
   /// max over ranks; the next update_scales() folds them in. A no-op without delayed state.
   /// Enqueued. The default throws octet::Error.
   virtual void set_pending_amaxes(const Tensor& amax);
+
+  // ---- FP8 weight all-gather (ZeRO-1 with dist.allgather_fp8; docs/distributed.md §"FP8 all-gather")
+  // Each rank quantizes its shard of W with the tensor scale of W's amax over all ranks; the codes
+  // are all-gathered and installed here as the weight cache. The scale rule is the weight slot's
+  // own (fp8.h scale_from_amax with the recipe's format, margin and pow2), so the installed codes
+  // are bitwise those the forward would have computed from the whole FP32 W.
+  // Amaxes travel as I32 |x| float bit patterns (NaN above inf: integer max = float max).
+  /// True for FP8 with the tensor-current recipe and LinearSpec::cache_weight: the only linears
+  /// whose weight operand a gathered code set can stand in for. The defaults below throw
+  /// octet::Error for every other linear.
+  virtual bool gathers_weight_codes() const { return false; }
+  /// amax (I32 [1], this backend's memory) = max(amax, max |w_piece|) in the bit form above;
+  /// w_piece F32 [n >= 1], any contiguous piece of W. Enqueued.
+  virtual void weight_piece_amax(const Tensor& w_piece, const Tensor& amax) const;
+  /// codes (E4M3 or E5M2: the weight slot's format, [n]) = fp8(w_piece · s), s = the tensor scale
+  /// of amax (I32 [1], the whole W's amax). Enqueued.
+  virtual void encode_weight_piece(const Tensor& w_piece, const Tensor& amax, const Tensor& codes) const;
+  /// Installs W's codes (the weight slot's format, [out·in] row-major) with the scale of amax
+  /// (I32 [1]) as the weight cache (both orientations): the forwards until the next
+  /// update_scales(), load_quant_state() or weights_changed() use them and ignore their `w`.
+  /// stats_w() then reports that amax and scale, and NaN underflow/saturation fractions (not
+  /// counted without the FP32 W). Enqueued; `codes` and `amax` may be reused once it returns.
+  virtual void install_weight_codes(const Tensor& codes, const Tensor& amax);
 };
 
 /// One attention layer's forward/backward (semantics: attention.h, the CPU reference).

@@ -43,8 +43,9 @@ class Communicator {
   virtual void all_reduce(const Tensor& x, ReduceOp op) = 0;
   /// in F32 [size()·n] → out F32 [n]: out = Σ over ranks of their in[rank()·n, (rank()+1)·n).
   virtual void reduce_scatter(const Tensor& in, const Tensor& out) = 0;
-  /// in F32 [n] → out F32 [size()·n]: out[r·n, (r+1)·n) = rank r's in. In place when `in` is
-  /// out's slice [rank()·n, (rank()+1)·n) (no copy of this rank's part).
+  /// in [n] → out [size()·n] of the same dtype, F32 or FP8 codes (E4M3/E5M2, moved as bytes):
+  /// out[r·n, (r+1)·n) = rank r's in. In place when `in` is out's slice [rank()·n, (rank()+1)·n)
+  /// (no copy of this rank's part).
   virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
   /// reduce_scatter started without waiting for it: ordered after everything enqueued on the
   /// backend's stream before the call, complete only after the next wait_async(); until then
@@ -209,6 +210,59 @@ class Zero1 {
   BucketPlan plan_;
   size_t unstarted_;  // buckets [0, unstarted_) are not started in this step
   Buffer grads_, staging_;
+};
+
+/// ZeRO-1's FP8 weight all-gather (dist.allgather_fp8; docs/distributed.md §"FP8 all-gather"), in
+/// place of Zero1::gather_params after the optimizer step. For every weight that takes gathered
+/// codes (Model::code_weights: FP8 linears, tensor-current), each rank takes the amax of its shard's
+/// pieces, the amaxes are max-all-reduced (one I32 [weights] all-reduce), each rank encodes its
+/// pieces with the tensor scale of that amax (the weight cache's own rule, so the codes are bitwise
+/// those of quantizing the whole FP32 W), the codes (1 byte per parameter) are all-gathered and
+/// installed as every linear's weight cache (Linear::install_weight_codes). Every other parameter
+/// is all-gathered in FP32. Each rank sends one packed block per all-gather: its shard's pieces of
+/// the code weights (and, in the other, of the rest) in flat order, padded to the largest rank's.
+/// Afterwards the FP32 masters of the other ranks' code-weight pieces are STALE on this rank: only
+/// the installed caches hold the current weights. Whoever reads param_data() as a whole (a
+/// checkpoint, the export, the sampler) first calls Zero1::gather_params (the full FP32 all-gather).
+class Fp8WeightGather {
+ public:
+  /// Throws octet::Error if the model has no code weights (a BF16/FP32 arm: the caller keeps
+  /// Zero1::gather_params) or `plan` was made for another world size or parameter count.
+  Fp8WeightGather(Model& model, Communicator& comm, const BucketPlan& plan);
+  /// After the optimizer step (this rank's shard of param_data() updated): the FP32 all-gather of
+  /// the other parameters, the amax all-reduce, the code all-gather, the install. Collectives;
+  /// enqueued without a host synchronization on NCCL.
+  void gather();
+  /// Installs the last gathered codes again (no communication): after Model::update_quant_scales(),
+  /// which drops the weight caches, when the weights did not change since gather() (an
+  /// evaluation, a skipped step). A no-op before the first gather().
+  void reinstall();
+  /// Elements of one rank's block in the FP32 and in the code all-gather (the largest rank's).
+  int64_t f32_block() const { return a32_; }
+  int64_t code_block() const { return a8_; }
+  /// Bytes one gather() moves through each rank's link in a ring all-gather, (N−1)/N · N blocks:
+  /// (N−1)·(4·f32_block() + code_block()) (+ the amax all-reduce, 4 bytes per weight), against
+  /// Zero1::gather_params' (N−1)·4·state_size.
+  int64_t link_bytes() const;
+
+  /// A run of flat parameters [flat, flat + count) that one rank sends at [packed, packed + count)
+  /// of its block; weight: index in Model::code_weights() (code run) or −1 (FP32 run).
+  struct Run {
+    int64_t flat = 0, count = 0, packed = 0;
+    int weight = -1;
+  };
+  const std::vector<Run>& runs(int rank) const { return runs_[size_t(rank)]; }
+
+ private:
+  void install();
+  Model& model_;
+  Communicator& comm_;
+  std::vector<Model::CodeWeight> weights_;
+  std::vector<std::vector<Run>> runs_;  // per rank, flat order
+  int64_t a32_ = 0, a8_ = 0;
+  Buffer f32_, codes_, wcodes_, amax_, zeros_;  // blocks; every weight's codes; I32 amaxes and zeros
+  std::vector<int64_t> wcodes_at_;             // weight k's codes start at wcodes_[wcodes_at_[k]]
+  bool installed_ = false;
 };
 
 /// Delayed scaling across ranks: every FP8 linear's amaxes recorded since the last update

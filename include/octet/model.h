@@ -247,6 +247,16 @@ class Model {
   void pending_amaxes(const Tensor& amax);
   void set_pending_amaxes(const Tensor& amax);
 
+  /// A linear whose weight the FP8 weight all-gather (octet/dist.h Fp8WeightGather) installs
+  /// (Linear::gathers_weight_codes), with its weight's entry of params().
+  struct CodeWeight {
+    const ParamInfo* param;
+    Linear* linear;
+  };
+  /// Those linears in quant_states' key order: the FP8 transformer-layer linears under the
+  /// tensor-current recipe; empty for the other arms and recipes.
+  std::vector<CodeWeight> code_weights();
+
   /// Diagnostics of the last forward/backward (kurtosis of its saved activations, quantizer stats;
   /// the attention row residual since zero_grad(): max over the micro-batches and mean of their
   /// means). Synchronizes.

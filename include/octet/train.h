@@ -66,6 +66,10 @@ struct DistConfig {
   /// MiB of F32 gradients per bucket reduce-scattered while the backward runs (§"Gradient buckets");
   /// 0: one bucket after the whole backward.
   float bucket_mb = 25.0f;
+  /// ZeRO-1's weight all-gather moves the FP8 linears' weights as their E4M3/E5M2 codes (1 byte per
+  /// parameter, octet/dist.h Fp8WeightGather) instead of FP32; the rest stays FP32. Needs the
+  /// tensor-current recipe; a no-op for the bf16/fp32 arms (nothing is FP8). §"FP8 all-gather".
+  bool allgather_fp8 = false;
 };
 
 struct RunConfig {

@@ -2,6 +2,7 @@
 // shares (host FP32 copies of F32/BF16 tensors, reading an F64 accumulator), and the defaults of
 // Linear's cross-rank amax methods for a Linear that lacks them.
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "octet/backend.h"
@@ -53,5 +54,19 @@ void Linear::pending_amaxes(const Tensor&) const {
 void Linear::set_pending_amaxes(const Tensor&) {
   OCTET_FAIL("this backend's linear does not accept recorded amaxes (cross-rank amax reduction)");
 }
+
+// The FP8 weight all-gather (backend.h): only FP8 tensor-current linears with a weight cache.
+namespace {
+[[noreturn]] void no_weight_codes(const char* what) {
+  OCTET_FAIL(std::string("linear ") + what +
+             ": this linear takes no gathered FP8 weight codes (dist.allgather_fp8 needs FP8 linears with the "
+             "tensor-current recipe)");
+}
+}  // namespace
+void Linear::weight_piece_amax(const Tensor&, const Tensor&) const { no_weight_codes("weight_piece_amax"); }
+void Linear::encode_weight_piece(const Tensor&, const Tensor&, const Tensor&) const {
+  no_weight_codes("encode_weight_piece");
+}
+void Linear::install_weight_codes(const Tensor&, const Tensor&) { no_weight_codes("install_weight_codes"); }
 
 }  // namespace octet

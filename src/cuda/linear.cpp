@@ -18,6 +18,7 @@
 // path. X, Y, dY, dX are F32 or BF16 each: the FP8 and BF16 GEMMs write Y and dX in their dtype
 // (a BF16 output is the FP32 result rounded once, by cuBLASLt's epilogue: gemm.h); the FP32 path
 // writes FP32 and rounds a BF16 output once (act_f32.h). dW accumulates in FP32 (beta = 1).
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,6 +82,7 @@ class CudaLinear final : public Linear {
           auto wt = std::make_shared<DevQ>();
           qw_->quantize(w2, &wq_, wt.get());
           wt_ = std::move(wt);
+          installed_stats_ = false;
         }
         st->wt = wt_;
         gemm_.fp8(xq_.view, wq_.view, y);
@@ -153,7 +155,7 @@ class CudaLinear final : public Linear {
   }
 
   QuantStats stats_x() const override { return stats(qx_.get()); }
-  QuantStats stats_w() const override { return stats(qw_.get()); }
+  QuantStats stats_w() const override { return installed_stats_ ? installed_stats() : stats(qw_.get()); }
   QuantStats stats_dy() const override { return stats(qdy_.get()); }
 
   // Checkpoint state: as CpuLinear's, downloaded from / uploaded to the quantizers' device state.
@@ -188,6 +190,46 @@ class CudaLinear final : public Linear {
 
   void weights_changed() override { wt_.reset(); }
 
+  // FP8 weight all-gather (backend.h): the shard's amax and codes under the whole W's tensor scale
+  // (quantize.h encode_piece_launch, the cast kernel's rule), and the gathered codes installed as
+  // the weight cache (install_codes_launch: Ŵ into wq_, Ŵᵀ shared with the saved states).
+  bool gathers_weight_codes() const override {
+    return spec_.precision == LinearPrecision::FP8 && spec_.quant.recipe == Recipe::TensorCurrent &&
+           spec_.cache_weight;
+  }
+  void weight_piece_amax(const Tensor& w_piece, const Tensor& amax) const override {
+    check_gather("weight_piece_amax", w_piece, amax);
+    DeviceGuard g(be_.device());
+    tensor_amax_launch(w_piece.data, false, w_piece.numel(), nullptr, reinterpret_cast<unsigned*>(amax.i32()), s_);
+  }
+  void encode_weight_piece(const Tensor& w_piece, const Tensor& amax, const Tensor& codes) const override {
+    check_gather("encode_weight_piece", w_piece, amax);
+    check_codes("linear encode_weight_piece: codes", codes, w_piece.numel());
+    DeviceGuard g(be_.device());
+    encode_piece_launch(w_piece.f32(), w_piece.numel(), reinterpret_cast<const unsigned*>(amax.i32()),
+                        qw_->format(), spec_.quant.margin, spec_.quant.pow2_scales, spec_.quant.saturate,
+                        codes.fp8(), s_);
+  }
+  void install_weight_codes(const Tensor& codes, const Tensor& amax) override {
+    const int64_t in = spec_.in_features, out = spec_.out_features;
+    OCTET_CHECK(gathers_weight_codes(), "linear install_weight_codes: needs FP8 tensor-current with cache_weight");
+    check_dtype(amax, DType::I32, "linear install_weight_codes: amax");
+    check_numel(amax, 1, "linear install_weight_codes: amax");
+    check_codes("linear install_weight_codes: codes", codes, out * in);
+    DeviceGuard g(be_.device());
+    // A fresh Ŵᵀ: saved states of earlier forwards may still hold the previous one.
+    auto wt = std::make_shared<DevQ>();
+    wq_.ensure(out, in, qw_->format(), ScaleLayout::Tensor, be_);
+    wt->ensure(in, out, qw_->format(), ScaleLayout::Tensor, be_);
+    install_codes_launch(codes.fp8(), out, in, reinterpret_cast<const unsigned*>(amax.i32()), spec_.quant.margin,
+                         spec_.quant.pow2_scales, &wq_.view, &wt->view, s_);
+    wt_ = std::move(wt);
+    // stats_w(): this amax and scale; the underflow/saturation counts need the FP32 W (NaN)
+    OCTET_CUDA_CHECK(cudaMemcpyAsync(installed_amax_.reserve(1, s_), amax.data, sizeof(unsigned),
+                                     cudaMemcpyDeviceToDevice, s_));
+    installed_stats_ = true;
+  }
+
   void load_quant_state(const std::vector<float>& state) override {
     wt_.reset();
     DeviceGuard g(be_.device());
@@ -205,6 +247,32 @@ class CudaLinear final : public Linear {
                     w.cols() == spec_.in_features,
                 std::string(what) + ": expected [" + std::to_string(spec_.out_features) + ", " +
                     std::to_string(spec_.in_features) + "], got " + w.str());
+  }
+  void check_gather(const char* what, const Tensor& w_piece, const Tensor& amax) const {
+    OCTET_CHECK(gathers_weight_codes(),
+                std::string("linear ") + what + ": needs an FP8 tensor-current linear with cache_weight");
+    check_dtype(w_piece, DType::F32, what);
+    OCTET_CHECK(w_piece.numel() >= 1 && w_piece.numel() <= spec_.out_features * spec_.in_features,
+                std::string("linear ") + what + ": a piece of W must hold 1 to out*in values, got " + w_piece.str());
+    check_dtype(amax, DType::I32, what);
+    check_numel(amax, 1, what);
+  }
+  void check_codes(const char* what, const Tensor& codes, int64_t n) const {
+    check_dtype(codes, qw_->format() == Format::E4M3 ? DType::E4M3 : DType::E5M2, what);
+    check_numel(codes, n, what);
+  }
+  QuantStats installed_stats() const {  // synchronizes (diagnostics only)
+    DeviceGuard g(be_.device());
+    int32_t bits = 0;
+    OCTET_CUDA_CHECK(cudaMemcpyAsync(&bits, installed_amax_.get(), sizeof(bits), cudaMemcpyDeviceToHost, s_));
+    OCTET_CUDA_CHECK(cudaStreamSynchronize(s_));
+    QuantStats st;
+    st.amax = detail::amax_from_exchange(bits);
+    // 1 / scale_inv, as the cast kernel's statistics report a scale
+    st.scale_min = st.scale_max =
+        1.0f / (1.0f / scale_from_amax(st.amax, qw_->format(), spec_.quant.margin, spec_.quant.pow2_scales));
+    st.underflow_frac = st.saturated_frac = NAN;
+    return st;
   }
   QuantStats stats(const CudaQuantizer* q) const {
     if (!q) return {};
@@ -231,6 +299,10 @@ class CudaLinear final : public Linear {
   // The Ŵᵀ of the current weight quantization while it is cached (wq_ holds its Ŵ); null: the
   // next forward quantizes W. Held only between forwards with spec.cache_weight.
   std::shared_ptr<const DevQ> wt_;
+  // install_weight_codes: the installed W's amax (device bits) for stats_w(), while no forward has
+  // quantized W since.
+  DeviceBuffer<unsigned> installed_amax_;
+  bool installed_stats_ = false;
   DeviceBuffer<uint16_t> xb_, wb_, dyb_;
   DeviceBuffer<float> xf_, dyf_, acc_;
 };

@@ -331,6 +331,50 @@ int grid_for(int64_t n, int threads) {
   return int(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
 }
 
+// The tensor scale of the TensorAmax cast (quantize_tile_kernel's s_row = s_col).
+__device__ __forceinline__ float tensor_scale(const unsigned* amax_bits, Format f, int margin, bool pow2) {
+  return scale_from_amax(amax_from_bits(*amax_bits), f, margin, pow2);
+}
+
+// codes[i] = encode(x[i]·s): the tile cast's element rule with the whole tensor's scale.
+__global__ void encode_piece_kernel(const float* x, int64_t n, const unsigned* amax_bits, Format f,
+                                    int margin, bool pow2, bool saturate, uint8_t* codes) {
+  const float s = tensor_scale(amax_bits, f, margin, pow2);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    codes[i] = encode(x[i] * s, f, saturate);
+}
+
+// One 32x32 tile of codes [rows, cols] per block (32x8 threads): the row-wise copy [rows_pad, ld]
+// and the column-wise copy [cols_pad, ld_t] through shared memory, so that both the loads and the
+// transposed stores are consecutive in a warp; the padding of both copies is written 0. Block (0,0)
+// also writes scale_inv.
+constexpr int kT = 32;
+__global__ void install_codes_kernel(const uint8_t* codes, int64_t rows, int64_t cols, const unsigned* amax_bits,
+                                     int margin, bool pow2, bool has_row, DevQTensor row, bool has_col,
+                                     DevQTensor col) {
+  __shared__ uint8_t tile[kT][kT + 1];
+  const int64_t r0 = int64_t(blockIdx.y) * kT, c0 = int64_t(blockIdx.x) * kT;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (int k = ty; k < kT; k += blockDim.y) {
+    const int64_t r = r0 + k, c = c0 + tx;  // (r, c) inside the padded extent of the row-wise copy
+    const uint8_t q = r < rows && c < cols ? codes[r * cols + c] : uint8_t(0);
+    tile[k][tx] = q;
+    if (has_row && r < row.rows_pad && c < row.ld) row.codes[r * row.ld + c] = q;
+  }
+  __syncthreads();
+  if (has_col)
+    for (int k = ty; k < kT; k += blockDim.y) {
+      const int64_t cr = c0 + k, cc = r0 + tx;  // element (cr, cc) of the transpose = (cc, cr) of codes
+      if (cr < col.rows_pad && cc < col.ld) col.codes[cr * col.ld + cc] = tile[tx][k];
+    }
+  if (blockIdx.x == 0 && blockIdx.y == 0 && tx == 0 && ty == 0) {
+    const Format f = has_row ? row.format : col.format;
+    const float inv = 1.0f / tensor_scale(amax_bits, f, margin, pow2);  // store_scale's 1/s
+    if (has_row) row.scale_inv[0] = inv;
+    if (has_col) col.scale_inv[0] = inv;
+  }
+}
+
 }  // namespace
 
 void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
@@ -401,6 +445,31 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
     case ScaleSource::RowCol: launch_tile<int(ScaleSource::RowCol)>(p, stream); break;
     case ScaleSource::Tile: launch_tile<int(ScaleSource::Tile)>(p, stream); break;
   }
+}
+
+void encode_piece_launch(const float* x, int64_t n, const unsigned* amax_bits, Format format, int margin,
+                         bool pow2, bool saturate, uint8_t* codes, cudaStream_t stream) {
+  OCTET_CHECK(n >= 1, "encode_piece: empty piece");
+  encode_piece_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, n, amax_bits, format, margin, pow2, saturate,
+                                                            codes);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void install_codes_launch(const uint8_t* codes, int64_t rows, int64_t cols, const unsigned* amax_bits,
+                          int margin, bool pow2, DevQTensor* rowwise, DevQTensor* colwise,
+                          cudaStream_t stream) {
+  OCTET_CHECK(rows >= 1 && cols >= 1, "install_codes: empty tensor");
+  OCTET_CHECK(rowwise || colwise, "install_codes: no output copy requested");
+  const DevQTensor row = rowwise ? *rowwise : DevQTensor{}, col = colwise ? *colwise : DevQTensor{};
+  OCTET_CHECK(!rowwise || (row.rows == rows && row.cols == cols && row.layout == ScaleLayout::Tensor),
+              "install_codes: row-wise copy shape/layout");
+  OCTET_CHECK(!colwise || (col.rows == cols && col.cols == rows && col.layout == ScaleLayout::Tensor),
+              "install_codes: column-wise copy shape/layout");
+  // The grid covers the padded extents of both copies (rows_pad x ld of one is ld x rows_pad of the other).
+  const dim3 grid(unsigned(ceil_div(round_up(cols, 16), kT)), unsigned(ceil_div(round_up(rows, 16), kT)));
+  install_codes_kernel<<<grid, dim3(kT, 8), 0, stream>>>(codes, rows, cols, amax_bits, margin, pow2,
+                                                         rowwise != nullptr, row, colwise != nullptr, col);
+  OCTET_CUDA_LAUNCH_CHECK();
 }
 
 void dequantize_launch(const DevQTensor& q, float* out, cudaStream_t stream) {

@@ -83,6 +83,20 @@ void quantize_launch(const QuantizeArgs& args, cudaStream_t stream);
 void tensor_amax_launch(const void* x, bool x_bf16, int64_t n, const int* skip_if,
                         unsigned* amax_bits, cudaStream_t stream);
 
+/// FP8 weight all-gather (octet::Linear::encode_weight_piece, docs/distributed.md §"FP8 all-gather"):
+/// codes[i] = the tile cast's code of x[i] (F32 [n], n >= 1) under the tensor scale
+/// s = scale_from_amax(amax) of the whole tensor's amax (*amax_bits, |x| float bits): the code the
+/// TensorAmax cast of the whole tensor writes for that element. Enqueued.
+void encode_piece_launch(const float* x, int64_t n, const unsigned* amax_bits, Format format, int margin,
+                         bool pow2, bool saturate, uint8_t* codes, cudaStream_t stream);
+/// The Tensor-layout operand of a whole tensor from its codes [rows, cols] (row-major, contiguous):
+/// `rowwise` [rows, cols] and `colwise` [cols, rows] (shapes and buffers set, Tensor layout, either
+/// may be null, not both) get the codes (padding 0) and scale_inv = 1 / scale_from_amax(amax), as
+/// the TensorAmax cast writes it. Enqueued.
+void install_codes_launch(const uint8_t* codes, int64_t rows, int64_t cols, const unsigned* amax_bits,
+                          int margin, bool pow2, DevQTensor* rowwise, DevQTensor* colwise,
+                          cudaStream_t stream);
+
 /// out[r, c] = decode(code) * scale_inv (FP32, [rows, cols] contiguous, padding dropped).
 void dequantize_launch(const DevQTensor& q, float* out, cudaStream_t stream);
 

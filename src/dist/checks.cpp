@@ -20,8 +20,9 @@ void check_reduce_scatter(const Tensor& in, const Tensor& out, int world) {
 }
 
 void check_all_gather(const Tensor& in, const Tensor& out, int world) {
-  check_dtype(in, DType::F32, "all_gather input");
-  check_dtype(out, DType::F32, "all_gather output");
+  const bool ok = in.dtype == DType::F32 || in.dtype == DType::E4M3 || in.dtype == DType::E5M2;
+  OCTET_CHECK(ok, "all_gather input: expected f32, e4m3 or e5m2, got " + in.str());
+  check_dtype(out, in.dtype, "all_gather output");
   check_numel(out, in.numel() * world, "all_gather output (world x input)");
 }
 

@@ -97,9 +97,9 @@ class MpiCommunicator final : public Communicator {
     mpi_count(out);
     wait_async();
     const int n = mpi_count(in);
-    const bool in_place = in.data == static_cast<float*>(out.data) + int64_t(rank_) * n;
-    check(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data, n, MPI_FLOAT, out.data, n, MPI_FLOAT, comm_),
-          "all_gather");
+    const MPI_Datatype t = in.dtype == DType::F32 ? MPI_FLOAT : MPI_BYTE;  // FP8 codes: bytes
+    const bool in_place = in.data == static_cast<char*>(out.data) + int64_t(rank_) * int64_t(in.bytes());
+    check(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data, n, t, out.data, n, t, comm_), "all_gather");
   }
   void reduce_scatter_async(const Tensor& in, const Tensor& out) override {
     dist_detail::check_reduce_scatter(in, out, size_);

@@ -285,6 +285,21 @@ void Model::set_pending_amaxes(const Tensor& amax) {
   for (auto& [key, op] : impl_->linears()) op->lin->set_pending_amaxes(amax.slice(3 * i++, 3));
 }
 
+std::vector<Model::CodeWeight> Model::code_weights() {
+  std::vector<CodeWeight> out;
+  const float* base = param_data().f32();
+  for (auto& [key, op] : impl_->linears()) {
+    if (!op->lin->gathers_weight_codes()) continue;
+    const size_t offset = size_t(op->w.f32() - base);
+    const ParamInfo* p = nullptr;
+    for (const ParamInfo& q : params_)
+      if (q.offset == offset) p = &q;
+    OCTET_CHECK(p && p->numel == size_t(op->w.numel()), "code_weights: linear " + key + " has no weight parameter");
+    out.push_back({p, op->lin.get()});
+  }
+  return out;
+}
+
 std::vector<LayerDiag> Model::diagnostics() {
   Impl& m = *impl_;
   Backend& be = backend_;

@@ -218,6 +218,8 @@ const std::vector<Key>& registry() {
     // dist (data parallel; docs/distributed.md)
     add(float_key("dist.bucket_mb", REF(dist.bucket_mb)),
         "MiB of gradients per bucket reduced during the backward (0: one, after it)", "R");
+    add(bool_key("dist.allgather_fp8", REF(dist.allgather_fp8)),
+        "all-gather the FP8 linears' weights as FP8 codes (tensor-current only)", "R");
     return k;
   }();
   return keys;
@@ -341,6 +343,11 @@ void RunConfig::validate() const {
   at_least(t.max_bad_steps, 1, "train.max_bad_steps");
   at_least(data.max_bytes, 0, "data.max_bytes");
   bucket_elems_from_mb(dist.bucket_mb);  // the rule of dist.bucket_mb (octet/dist.h)
+  OCTET_CHECK(!dist.allgather_fp8 || precision.quant.recipe == Recipe::TensorCurrent,
+              "dist.allgather_fp8 = true needs precision.recipe = tensor-current (got " +
+                  to_string(precision.quant.recipe) +
+                  "): only a whole-tensor scale from the current amax lets each rank quantize its shard alone "
+                  "(docs/distributed.md §\"FP8 all-gather\")");
   OCTET_CHECK(t.lr > 0, "train.lr must be > 0");
   OCTET_CHECK(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1, "train.min_lr_ratio must be in [0, 1]");
   OCTET_CHECK(t.weight_decay >= 0, "train.weight_decay must be >= 0");

@@ -195,6 +195,16 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   Model model(cfg.model, cfg.precision, be, rank_batch);
   std::unique_ptr<Zero1> zero;
   if (comm) zero = std::make_unique<Zero1>(model, *comm, cfg.dist.bucket_mb);
+  // dist.allgather_fp8: the FP8 linears' weights gathered as codes (a no-op without such weights).
+  // The other ranks' FP32 masters of those weights are then stale here until gather_masters().
+  std::unique_ptr<Fp8WeightGather> fp8_gather;
+  if (zero && cfg.dist.allgather_fp8 && !model.code_weights().empty())
+    fp8_gather = std::make_unique<Fp8WeightGather>(model, *comm, zero->plan());
+  bool masters_stale = false;
+  auto gather_masters = [&]() {  // a collective: every rank, before param_data() is read whole
+    if (masters_stale) zero->gather_params();
+    masters_stale = false;
+  };
   Optimizer opt(model, adamw_config(t), zero ? zero->shard() : ShardLayout::whole(int64_t(model.num_params())));
   std::optional<RunDirLock> lock;
   if (writer) {
@@ -263,6 +273,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   auto update_scales = [&]() {
     if (comm) reduce_pending_amaxes(model, *comm);
     model.update_quant_scales();
+    if (fp8_gather) fp8_gather->reinstall();  // the weights did not change: the same codes
   };
   // Ranks evaluate their slices of the validation batches (the loss summed over ranks).
   auto evaluate = [&]() {
@@ -311,7 +322,12 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     } else {
       st.bad_in_a_row = 0;
       opt.step(lr, gnorm);
-      if (zero) zero->gather_params();
+      if (fp8_gather) {
+        fp8_gather->gather();
+        masters_stale = true;
+      } else if (zero) {
+        zero->gather_params();
+      }
       st.adam_step = opt.steps();
     }
     be.synchronize();
@@ -352,6 +368,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
 
     const bool last = st.step == t.steps;
     if (evaluates_after(st.step)) {
+      if (t.sample_tokens > 0) gather_masters();  // rank 0's sampler reads the FP32 weights
       std::vector<LayerReport> diags;  // before eval overwrites activations; only rank 0 reports them
       if (writer) diags = layer_diagnostics(model);
       const double val = evaluate();
@@ -380,6 +397,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
       }
     }
     if (!bad && (last || (t.checkpoint_every > 0 && st.step % t.checkpoint_every == 0))) {
+      gather_masters();
       if (zero) {  // the full optimizer state (every rank takes part), written once by rank 0
         const std::vector<float> m = zero->gather_to_host(opt.m()), v = zero->gather_to_host(opt.v());
         if (writer) save_checkpoint(out_dir, model, m, v, st);
@@ -388,6 +406,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
       }
     }
   }
+  gather_masters();
   if (writer) save_weights(out_dir + "/model.safetensors", model);
   result.skipped_steps = st.skipped_steps;
   result.tokens_per_s = total_seconds > 0 ? double(total_tokens) / total_seconds : 0;

@@ -144,6 +144,49 @@ TEST(DataParallel, Fp8ArmsWithinTheirOwnDistanceFromFp32) {
   }
 }
 
+// Issue 13's data order: N ranks x batch B read the global order of 1 rank x batch N·B (the
+// windows of each global batch split in rank order), batch after batch. No MPI needed.
+TEST(DataParallel, RanksReadTheGlobalBatchOrderOfOneProcess) {
+  Fixture f(Arm::FP32);
+  std::unique_ptr<Dataset> one = load_dataset(f.cfg), r0 = load_dataset(f.cfg), r1 = load_dataset(f.cfg);
+  std::vector<int32_t> ids, tg, a, ta, b, tb;
+  for (int step = 0; step < 5; ++step) {
+    one->next_train_batch(4, ids, tg);
+    r0->next_train_batch(2, a, ta, 0, 2);
+    r1->next_train_batch(2, b, tb, 1, 2);
+    a.insert(a.end(), b.begin(), b.end());
+    ta.insert(ta.end(), tb.begin(), tb.end());
+    EXPECT_EQ(a, ids) << "batch " << step;
+    EXPECT_EQ(ta, tg) << "batch " << step;
+  }
+  EXPECT_EQ(r0->position(), one->position());
+}
+
+// Global gradient-norm clipping: every step is clipped (clip far below the gradient norm) and
+// AdamW's eps = 1 makes its update nearly linear in the gradient (with the usual eps, m/sqrt(v) would
+// hide the clip's scale). A rank clipping by its own shard's norm (about 1/sqrt(2) of the global
+// norm) would step like one process with a clip sqrt(2) larger: the control shows that moves the
+// losses far beyond the tolerance; the ranks' summed sum of squares keeps them equal to rounding.
+TEST(DataParallel, ClippingUsesTheGlobalNormOfAllRanks) {
+  NEED_TWO_RANKS();
+  Fixture f(Arm::FP32);
+  f.cfg.train.grad_clip = 0.05f;
+  f.cfg.train.lr = 1.0f;
+  f.cfg.train.eps = 1.0f;
+  const TrainResult one = train(f.cfg, f.local / "one", false, *f.ds, nullptr);
+  const TrainResult two = train(f.cfg, f.shared / "two", false, *f.ds, nullptr, {}, nullptr, &test::job());
+  RunConfig local = f.cfg;
+  local.train.grad_clip = 0.05f * std::sqrt(2.0f);
+  const TrainResult wrong = train(local, f.local / "wrong", false, *f.ds, nullptr);
+  ASSERT_EQ(one.train_loss.size(), two.train_loss.size());
+  double control = 0;
+  for (size_t i = 0; i < one.train_loss.size(); ++i) {
+    EXPECT_NEAR(two.train_loss[i], one.train_loss[i], 1e-5 * one.train_loss[i]) << "step " << i + 1;
+    control = std::max(control, std::fabs(wrong.train_loss[i] - one.train_loss[i]) / one.train_loss[i]);
+  }
+  EXPECT_GT(control, 1e-4) << "test premise: a per-shard clip would be visible";
+}
+
 TEST(DataParallel, NaNOnOneRankSkipsTheStepOnBoth) {
   NEED_TWO_RANKS();
   Fixture f(Arm::FP32);

@@ -17,6 +17,7 @@
 // its amax; update_scales() folds the amaxes in. Activation tensors may be F32 or BF16
 // (act_io.h: read as FP32, Y and dX rounded once on store). (docs/design.md §"Saved state")
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <string>
@@ -98,12 +99,17 @@ class CpuLinear final : public Linear {
     } else {
       QTensor x_q, w_q;
       qx_->quantize(xin.data, m, in, x_q);
-      qw_->quantize(w.f32(), out, in, w_q);
       qx_->quantize_transposed(xin.data, m, in, state->x_t_q);
-      qw_->quantize_transposed(w.f32(), out, in, state->w_t_q);
-      gemm_fp8(x_q, w_q, yout.data);
+      if (installed_) {  // gathered codes (install_weight_codes): bitwise quantize(W)
+        state->w_t_q = w_t_inst_;
+        gemm_fp8(x_q, w_inst_, yout.data);
+      } else {
+        qw_->quantize(w.f32(), out, in, w_q);
+        qw_->quantize_transposed(w.f32(), out, in, state->w_t_q);
+        gemm_fp8(x_q, w_q, yout.data);
+        stats_w_ = stats_of(w_q);
+      }
       stats_x_ = stats_of(x_q);
-      stats_w_ = stats_of(w_q);
     }
     yout.store();
     SavedLinear saved;
@@ -157,6 +163,7 @@ class CpuLinear final : public Linear {
 
   void update_scales() override {
     if (!fp8()) return;
+    installed_ = false;  // as the CUDA weight cache: the optimizer step that follows changes W
     qx_->update();
     qw_->update();
     qdy_->update();
@@ -186,7 +193,63 @@ class CpuLinear final : public Linear {
     for (int i = 0; i < 3; ++i) q[i]->set_pending_amax(detail::amax_from_exchange(amax.i32()[i]));
   }
 
+  void weights_changed() override { installed_ = false; }
+
+  // FP8 weight all-gather (backend.h): the host twin of the CUDA linear's, the rule of
+  // Quantizer::run for a whole-tensor block (s = scale_from_amax(amax), q = fp8(x·s), 1/s).
+  bool gathers_weight_codes() const override {
+    return fp8() && spec_.quant.recipe == Recipe::TensorCurrent && spec_.cache_weight;
+  }
+  void weight_piece_amax(const Tensor& w_piece, const Tensor& amax) const override {
+    check_gather("weight_piece_amax", w_piece, amax);
+    float a = 0.0f;
+    bool nan = false;
+    const float* x = w_piece.f32();
+    for (int64_t i = 0; i < w_piece.numel(); ++i) {
+      const float v = std::fabs(x[i]);
+      a = v > a ? v : a;
+      nan |= v != v;
+    }
+    amax.i32()[0] = std::max(amax.i32()[0], detail::amax_to_exchange(nan ? NAN : a));
+  }
+  void encode_weight_piece(const Tensor& w_piece, const Tensor& amax, const Tensor& codes) const override {
+    check_gather("encode_weight_piece", w_piece, amax);
+    check_codes("encode_weight_piece: codes", codes, w_piece.numel());
+    const Format f = qw_->format();
+    const float s = tensor_scale(amax);
+    const float* x = w_piece.f32();
+    uint8_t* q = codes.fp8();
+    for (int64_t i = 0; i < w_piece.numel(); ++i) q[i] = fp8_encode(x[i] * s, f, spec_.quant.saturate);
+  }
+  void install_weight_codes(const Tensor& codes, const Tensor& amax) override {
+    const int64_t in = spec_.in_features, out = spec_.out_features;
+    OCTET_CHECK(gathers_weight_codes(), "linear install_weight_codes: needs FP8 tensor-current with cache_weight");
+    check_dtype(amax, DType::I32, "linear install_weight_codes: amax");
+    check_numel(amax, 1, "linear install_weight_codes: amax");
+    check_codes("install_weight_codes: codes", codes, out * in);
+    const float s_inv = 1.0f / tensor_scale(amax);  // Quantizer's from_scale
+    const uint8_t* q = codes.fp8();
+    for (QTensor* t : {&w_inst_, &w_t_inst_}) {
+      const bool tr = t == &w_t_inst_;
+      t->rows = tr ? in : out;
+      t->cols = tr ? out : in;
+      t->format = qw_->format();
+      t->block = block_shape(Recipe::TensorCurrent, Role::Weight, t->rows, t->cols);
+      t->scale_inv.assign(1, s_inv);
+      t->amax = detail::amax_from_exchange(amax.i32()[0]);
+      t->n_underflow = t->n_saturated = 0;
+      t->codes.resize(size_t(out * in));
+    }
+    std::copy_n(q, out * in, w_inst_.codes.begin());
+    for (int64_t r = 0; r < out; ++r)
+      for (int64_t c = 0; c < in; ++c) w_t_inst_.codes[size_t(c * out + r)] = q[r * in + c];
+    installed_ = true;
+    stats_w_ = stats_of(w_inst_);
+    stats_w_.underflow_frac = stats_w_.saturated_frac = NAN;  // not counted without the FP32 W
+  }
+
   void load_quant_state(const std::vector<float>& state) override {
+    installed_ = false;
     detail::load_linear_quant_state(delayed(), state, spec_.quant.amax_history_len, qx_.get(),
                                     qw_.get(), qdy_.get());
   }
@@ -217,11 +280,33 @@ class CpuLinear final : public Linear {
                     std::to_string(spec_.in_features) + "], got " + w.str());
   }
 
+  void check_gather(const char* what, const Tensor& w_piece, const Tensor& amax) const {
+    OCTET_CHECK(gathers_weight_codes(),
+                std::string("linear ") + what + ": needs an FP8 tensor-current linear with cache_weight");
+    check_dtype(w_piece, DType::F32, what);
+    OCTET_CHECK(w_piece.numel() >= 1 && w_piece.numel() <= spec_.out_features * spec_.in_features,
+                std::string("linear ") + what + ": a piece of W must hold 1 to out*in values, got " + w_piece.str());
+    check_dtype(amax, DType::I32, what);
+    check_numel(amax, 1, what);
+  }
+  void check_codes(const char* what, const Tensor& codes, int64_t n) const {
+    check_dtype(codes, qw_->format() == Format::E4M3 ? DType::E4M3 : DType::E5M2, what);
+    check_numel(codes, n, what);
+  }
+  // The weight slot's tensor scale for the I32 amax bits (Quantizer::scale_for_tensor's rule).
+  float tensor_scale(const Tensor& amax) const {
+    return scale_from_amax(detail::amax_from_exchange(amax.i32()[0]), qw_->format(), spec_.quant.margin,
+                           spec_.quant.pow2_scales);
+  }
+
   using DenseGemm = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t, float);
   LinearSpec spec_;
   DenseGemm dense_gemm_;                      // BF16 / FP32: gemm_bf16 or gemm_f32
   std::unique_ptr<Quantizer> qx_, qw_, qdy_;  // FP8: one quantizer per operand slot
   QuantStats stats_x_, stats_w_, stats_dy_;   // FP8: at the last quantization of each slot
+  // FP8: W's gathered codes (install_weight_codes), used instead of quantizing W while installed_
+  bool installed_ = false;
+  QTensor w_inst_, w_t_inst_;
 };
 
 }  // namespace

@@ -136,7 +136,9 @@ class NcclCommunicator final : public Communicator {
     check_all_gather(in, out, size_);
     DeviceScope d(device_);
     join_side();
-    check(ncclAllGather(in.data, out.data, size_t(in.numel()), ncclFloat32, comm_, stream_), "all_gather");
+    check(ncclAllGather(in.data, out.data, size_t(in.numel()), in.dtype == DType::F32 ? ncclFloat32 : ncclUint8,
+                        comm_, stream_),
+          "all_gather");  // FP8 codes travel as bytes
   }
   void broadcast(const Tensor& x, int root) override {
     OCTET_CHECK(root >= 0 && root < size_, "broadcast: root " + std::to_string(root) + " outside [0, " +
