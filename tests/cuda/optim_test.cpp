@@ -7,9 +7,11 @@
 // distance per tensor.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -57,7 +59,8 @@ TEST(CudaFusedOptimizer, OneStepEqualsTheCpuTwin) {
   const int64_t n = (1 << 20) + 4099;
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
-  std::vector<float> p(size_t(n)), g(size_t(n)), m(size_t(n)), v(size_t(n));
+  const size_t un = static_cast<size_t>(n);
+  std::vector<float> p(un), g(un), m(un), v(un);
   for (int64_t i = 0; i < n; ++i) {
     p[size_t(i)] = nd(rng), g[size_t(i)] = 0.01f * nd(rng), m[size_t(i)] = 0.001f * nd(rng);
     v[size_t(i)] = 1e-5f * std::fabs(nd(rng));
