@@ -309,6 +309,23 @@ class Backend {
   virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                      float lr, float beta1, float beta2, float eps, float weight_decay,
                      int64_t step) = 0;
+  /// The fused optimizer step, part 1 (octet/adamw_rule.h decide_step; no host read): from
+  /// norm_sq (acc F64 [1], the global Σg²) and loss_sum (acc F64 [1], or an empty Tensor: not
+  /// checked) decides on the device whether the step is skipped (norm or loss not finite) and the
+  /// clip factor, and updates state (F64 [kOptStateSlots], adamw_rule.h OptStateSlot): a skip
+  /// bumps kOptSkipped and kOptBadInARow; an update advances kOptSteps to t and writes
+  /// kOptBc1/kOptBc2 = bias_corr[t − 1] (F64 [T, 2], row t−1 = {1−β1^t, 1−β2^t}; the caller keeps
+  /// T >= every t it can reach — a t beyond T writes NaN corrections, poisoning the update).
+  virtual void adamw_prepare(const Tensor& norm_sq, const Tensor& loss_sum, const Tensor& bias_corr,
+                             const Tensor& state, float grad_clip) = 0;
+  /// Part 2: unless state says skip, AdamW (as adamw(), with t and the corrections from state)
+  /// with the gradients multiplied by the clip factor (fp32(g·c); grad itself is not written) over
+  /// param [n] and grad, m, v [n] (all F32). Weight decay per element from segments (F64 [k, 2],
+  /// rows {end, decay} with integer ends increasing to n: element i belongs to the first row whose
+  /// end > i, decayed by weight_decay if decay != 0, else not). One launch for the n elements.
+  virtual void adamw_apply(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                           const Tensor& segments, const Tensor& state, float lr, float beta1,
+                           float beta2, float eps, float weight_decay) = 0;
 };
 
 /// The CPU reference backend. Never null.

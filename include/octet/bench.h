@@ -122,8 +122,10 @@ struct TrainBenchRow {
   int64_t batch = 0, n_params = 0, n_matmul_params = 0;
   double flops_per_token = 0;
   int warmup = 0, steps = 0;
+  /// ms per timed step: the steps run back to back between two synchronizations, so both are the
+  /// interval / steps (the median field is kept for the JSON readers)
   double step_ms_median = 0, step_ms_mean = 0;
-  double tokens_per_s = 0;   ///< batch·seq_len / median step time
+  double tokens_per_s = 0;   ///< batch·seq_len / step time
   double tflops = 0;         ///< flops_per_token · tokens_per_s / 1e12
   double mfu = 0;            ///< tflops / peak_tflops (= mfu_bf16, kept for older readers)
   double mfu_bf16 = 0;       ///< tflops / peak_tflops (dense BF16)

@@ -231,6 +231,9 @@ class Model {
   /// The summed loss (nats) accumulated by forward_backward() since the last take_loss(), and
   /// resets it. Synchronizes once.
   double take_loss();
+  /// The F64 [1] backend accumulator take_loss() reads and resets (for a device-side check or sum
+  /// over ranks without a host read).
+  const Tensor& loss_sum() const;
   /// forward_backward + take_loss; *n_counted (if given) is the number of counted targets (host).
   double step(const int32_t* ids, const int32_t* targets, bool backward, float grad_scale,
               int64_t* n_counted = nullptr);

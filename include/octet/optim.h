@@ -4,9 +4,13 @@
 // correction. Used by the trainer (train.h) and by `octet bench train`. (docs/design.md
 // §"The trainer in parts")
 //
-// All work is enqueued on the model's backend (Backend::sum_squares, scale, adamw); the only host
-// read is grad_norm(), once per step. Moments m and v are F32 backend tensors over the optimizer's
-// shard of the parameters (all of them in one process; a ZeRO-1 rank's part: docs/distributed.md).
+// All work is enqueued on the model's backend: Σg² (Backend::sum_squares), then the fused step
+// (Backend::adamw_prepare + one adamw_apply per shard piece; octet/adamw_rule.h): the clip factor,
+// the skip of a step whose gradient norm (or loss) is not finite, and the step counter t of the
+// bias correction all live on the device, so a step needs no host read. The host learns them when
+// it asks (counters(), steps(), grad_norm(): each synchronizes). Moments m and v are F32 backend
+// tensors over the optimizer's shard of the parameters (all of them in one process; a ZeRO-1
+// rank's part: docs/distributed.md).
 // Errors: invalid hyperparameters or moment sizes throw octet::Error naming the value.
 #pragma once
 
@@ -68,14 +72,29 @@ class Optimizer {
   const Tensor& grad_norm_sq() const { return norm_sq_; }
   /// sqrt of the accumulator (NaN/inf propagate). Synchronizes.
   double grad_norm();
-  /// One update with learning rate lr, given the step's global gradient norm: if grad_clip > 0
-  /// and grad_norm > grad_clip the shard's gradients are scaled by grad_clip / grad_norm; then the
-  /// step counter advances and AdamW updates the shard's part of every parameter tensor (weight
-  /// decay on the decay group).
-  void step(float lr, double grad_norm);
+  /// Enqueues one optimizer step with learning rate lr, decided on the device from grad_norm_sq()
+  /// as compute_grad_norm() (and any sum over ranks) left it, and from loss_sum (F64 [1] backend
+  /// accumulator, e.g. Model::loss_sum(); empty: not checked): a non-finite norm or loss skips the
+  /// step (params, moments and t unchanged; the skip counters advance); else, if grad_clip > 0 and
+  /// norm > grad_clip, every gradient g is used as fp32(g · fp32(grad_clip / norm)) (the gradient
+  /// memory is not written), t advances and AdamW updates the shard (weight decay on the decay
+  /// group). No host synchronization.
+  void step(float lr, const Tensor& loss_sum = {});
 
+  /// What the device knows after the enqueued steps (octet/adamw_rule.h OptStateSlot).
+  struct Counters {
+    int64_t steps = 0;         ///< successful updates (bias-correction step of the last one)
+    int64_t skipped = 0;       ///< skipped steps since construction or load()
+    int64_t bad_in_a_row = 0;  ///< consecutive skipped steps up to the last one
+    bool last_skipped = false;
+    double last_grad_norm = 0;  ///< √Σg² of the last step
+    float last_clip = 1;        ///< the last step's clip factor (1: not clipped)
+  };
+  /// Synchronizes.
+  Counters counters();
   /// Successful updates so far (AdamW's bias-correction step t of the next update is steps() + 1).
-  int64_t steps() const { return steps_; }
+  /// Synchronizes.
+  int64_t steps() { return counters().steps; }
   /// The moments, F32 [shard().state_size] backend tensors (the shard's state layout).
   const Tensor& m() const { return m_; }
   const Tensor& v() const { return v_; }
@@ -87,12 +106,17 @@ class Optimizer {
   void load(const std::vector<float>& m, const std::vector<float>& v, int64_t steps);
 
  private:
+  void reserve_bias_corrections(int64_t t);  // bias_corr_ holds rows for every t <= this
+
   Model& model_;
   AdamWConfig config_;
   ShardLayout shard_;
   Tensor grads_;
   Buffer m_, v_, norm_sq_;
-  int64_t steps_ = 0;
+  Buffer state_;                   // F64 [kOptStateSlots] (adamw_rule.h OptStateSlot)
+  Buffer bias_corr_;               // F64 [T, 2]: row t−1 = {1−β1^t, 1−β2^t}
+  std::vector<Buffer> segments_;   // per shard piece: F64 [k, 2] rows {end, decay}, piece-relative
+  int64_t t_bound_ = 0;            // the largest t the enqueued steps can have reached
 };
 
 }  // namespace octet

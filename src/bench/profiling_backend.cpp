@@ -159,5 +159,14 @@ void ProfilingBackend::adamw(const Tensor& param, const Tensor& grad, const Tens
                              float beta1, float beta2, float eps, float weight_decay, int64_t step) {
   timed("adamw", [&] { inner_.adamw(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step); });
 }
+void ProfilingBackend::adamw_prepare(const Tensor& norm_sq, const Tensor& loss_sum, const Tensor& bias_corr,
+                                     const Tensor& state, float grad_clip) {
+  timed("adamw", [&] { inner_.adamw_prepare(norm_sq, loss_sum, bias_corr, state, grad_clip); });
+}
+void ProfilingBackend::adamw_apply(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                                   const Tensor& segments, const Tensor& state, float lr, float beta1, float beta2,
+                                   float eps, float weight_decay) {
+  timed("adamw", [&] { inner_.adamw_apply(param, grad, m, v, segments, state, lr, beta1, beta2, eps, weight_decay); });
+}
 
 }  // namespace octet

@@ -8,9 +8,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/adamw_args.h"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/ops.h"
+#include "octet/adamw_rule.h"
 #include "octet/error.h"
 
 namespace octet::cuda {
@@ -316,10 +318,25 @@ void CudaBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& m
   OCTET_CHECK(step >= 1, "adamw: step must be >= 1, got " + std::to_string(step));
   OCTET_CHECK(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f,
               "adamw: betas must lie in [0, 1)");
-  const double bc1 = 1.0 - std::pow(double(beta1), double(step));
-  const double bc2 = 1.0 - std::pow(double(beta2), double(step));
   adamw_launch(param.f32(), grad.f32(), m.f32(), v.f32(), size_t(n), lr, beta1, beta2, eps,
-               weight_decay, bc1, bc2, stream_);
+               weight_decay, adamw_bias_correction(beta1, step), adamw_bias_correction(beta2, step), stream_);
+}
+
+void CudaBackend::adamw_prepare(const Tensor& norm_sq, const Tensor& loss_sum, const Tensor& bias_corr,
+                                const Tensor& state, float grad_clip) {
+  DeviceGuard g(device_);
+  check_adamw_prepare_args(norm_sq, loss_sum, bias_corr, state, grad_clip);
+  adamw_prepare_launch(norm_sq.f64(), loss_sum.empty() ? nullptr : loss_sum.f64(), bias_corr.f64(),
+                       bias_corr.shape[0], state.f64(), grad_clip, stream_);
+}
+
+void CudaBackend::adamw_apply(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                              const Tensor& segments, const Tensor& state, float lr, float beta1, float beta2,
+                              float eps, float weight_decay) {
+  DeviceGuard g(device_);
+  const int64_t n = check_adamw_apply_args(param, grad, m, v, segments, state, beta1, beta2);
+  adamw_apply_launch(param.f32(), grad.f32(), m.f32(), v.f32(), n, segments.f64(), segments.shape[0], state.f64(),
+                     lr, beta1, beta2, eps, weight_decay, stream_);
 }
 
 }  // namespace octet::cuda

@@ -115,6 +115,10 @@ class CudaBackend final : public Backend {
 
   void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, float lr,
              float beta1, float beta2, float eps, float weight_decay, int64_t step) override;
+  void adamw_prepare(const Tensor& norm_sq, const Tensor& loss_sum, const Tensor& bias_corr, const Tensor& state,
+                     float grad_clip) override;
+  void adamw_apply(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& segments,
+                   const Tensor& state, float lr, float beta1, float beta2, float eps, float weight_decay) override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }

@@ -96,4 +96,15 @@ void residual_accumulate_launch(const double* r, int64_t n, double* acc, cudaStr
 void adamw_launch(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
                   float beta2, float eps, float wd, double bc1, double bc2, cudaStream_t s);
 
+// optim.cu: the fused optimizer step (backend.h adamw_prepare / adamw_apply; adamw_rule.h).
+/// One thread: decides skip and clip from norm_sq[0] (and loss_sum[0] if not null) and updates
+/// state (F64 [kOptStateSlots]); bias_corr F64 [t_rows, 2].
+void adamw_prepare_launch(const double* norm_sq, const double* loss_sum, const double* bias_corr,
+                          int64_t t_rows, double* state, float grad_clip, cudaStream_t s);
+/// Unless state says skip: AdamW over n elements with clipped gradients, weight decay per element
+/// from segments (F64 [k, 2] rows {end, decay}). Scalar grid-stride, one launch.
+void adamw_apply_launch(float* p, const float* g, float* m, float* v, int64_t n, const double* segments,
+                        int64_t k, const double* state, float lr, float beta1, float beta2, float eps, float wd,
+                        cudaStream_t s);
+
 }  // namespace octet::cuda

@@ -1,6 +1,7 @@
 // src/cuda/reduce.cu — whole-tensor reductions in double: Σx, Σx², central moments (two passes:
 // the mean first, then Σ(x−μ)² and Σ(x−μ)⁴, as the CPU twin src/cpu/backend/reductions.cpp),
-// and AdamW (Loshchilov & Hutter, arXiv 1711.05101) evaluated in double per element like its twin.
+// and AdamW per tensor (Loshchilov & Hutter, arXiv 1711.05101; the rule of octet/adamw_rule.h, as its
+// CPU twin src/cpu/backend/adamw.cpp; the fused step is optim.cu).
 // Each reduction writes one double partial per block; accumulate_parts adds the partials in order
 // into an F64 device accumulator (deterministic, no host round trip); moments() reads them on the
 // host. x may be F32 or BF16 (typed.cuh).
@@ -10,6 +11,7 @@
 #include "cuda/ops.h"
 #include "cuda/reduce_util.cuh"
 #include "cuda/typed.cuh"
+#include "octet/adamw_rule.h"
 
 namespace octet::cuda {
 namespace {
@@ -84,21 +86,10 @@ __global__ void residual_accumulate_kernel(const double* r, int64_t n, double* a
   }
 }
 
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_t n, float lr,
-                             float beta1, float beta2, float eps, float wd, double bc1,
-                             double bc2) {
-  const double b1 = beta1, b2 = beta2;
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_t n, AdamWCoef c, double wd) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    const double gi = g[i];
-    const double mi = b1 * m[i] + (1.0 - b1) * gi;
-    const double vi = b2 * v[i] + (1.0 - b2) * gi * gi;
-    m[i] = float(mi);
-    v[i] = float(vi);
-    const double update = (mi / bc1) / (sqrt(vi / bc2) + double(eps));
-    const double pi = p[i];
-    p[i] = float(pi - double(lr) * (update + double(wd) * pi));
-  }
+       i += size_t(gridDim.x) * blockDim.x)
+    adamw_element(p[i], m[i], v[i], g[i], c, wd);
 }
 
 }  // namespace
@@ -146,8 +137,8 @@ void sum_double_launch(const double* x, size_t n, double* parts, cudaStream_t s)
 void adamw_launch(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
                   float beta2, float eps, float wd, double bc1, double bc2, cudaStream_t s) {
   if (n == 0) return;
-  adamw_kernel<<<reduce_parts(n) * 4, kThreads, 0, s>>>(p, g, m, v, n, lr, beta1, beta2, eps, wd,
-                                                        bc1, bc2);
+  adamw_kernel<<<reduce_parts(n) * 4, kThreads, 0, s>>>(p, g, m, v, n, AdamWCoef{beta1, beta2, bc1, bc2, lr, eps},
+                                                        double(wd));
   OCTET_CUDA_LAUNCH_CHECK();
 }
 

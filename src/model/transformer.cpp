@@ -159,6 +159,8 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
     for (int64_t b = 0; b < m.B; ++b) be.axpy(1.0f, m.dcur.slice(b * m.T, m.T), m.dwpe);
 }
 
+const Tensor& Model::loss_sum() const { return impl_->loss; }
+
 double Model::take_loss() {
   const double loss = backend_.read_f64(impl_->loss);
   backend_.fill(impl_->loss, 0.0);

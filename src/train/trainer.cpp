@@ -5,8 +5,9 @@
 // (step | loss | grad norm | lr | ms | tok/s).
 //
 // One optimizer step: zero_grad; forward_backward of every micro-batch (enqueued, no host wait);
-// update_quant_scales (delayed scaling's update, once per step); the gradient norm enqueued; then a
-// single host synchronization (take_loss, after which the norm is ready) reads loss and norm.
+// update_quant_scales (delayed scaling's update, once per step); the gradient norm and the fused
+// optimizer step (clip and non-finite skip decided on the device) enqueued. No host read inside a
+// step: loss and norm go to a device history read at the steps that log, evaluate or checkpoint.
 // Data parallel (a DistSession of N > 1 ranks; docs/distributed.md): each rank reads its slice of
 // the global batch, the amaxes are max-reduced before the scale update, the gradients are
 // reduce-scattered in buckets, those of the last micro-batch's backward while it runs (the model's
@@ -285,8 +286,71 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   // The steps that end in an evaluation keep a sample of each attention layer's dO for the
   // per-layer dQ-bias replay (layer_diagnostics, octet/eval.h); the others pay nothing.
   auto evaluates_after = [&](int64_t s) { return s % t.eval_every == 0 || s == t.steps; };
+  // Nothing inside a step reads the device: the optimizer decides clip and skip there
+  // (octet/optim.h), and each step's summed loss and Σg² are copied into a device history that the
+  // host reads at the steps that log, evaluate or checkpoint (and when it is full). The records of
+  // those steps are then written in order; their ms is the window's mean.
+  struct Pending {
+    int64_t step;
+    float lr;
+    int64_t counted;
+  };
+  std::vector<Pending> pending;
+  const int64_t window = std::min<int64_t>(t.log_every, 256);
+  Buffer history = be.alloc(DType::F64, {2 * window});  // {loss_sum, Σg²} per pending step
+  auto window_t0 = std::chrono::steady_clock::now();
+  bool bad = false;  // the last read step's
+  auto read_pending = [&]() {
+    if (pending.empty()) return;
+    const size_t n = pending.size();
+    std::vector<double> h(2 * n), counted(n);
+    be.download(h.data(), history.tensor().slice(0, int64_t(2 * n)));  // the sync
+    for (size_t i = 0; i < n; ++i) counted[i] = double(pending[i].counted);
+    if (comm) all_reduce_host_sum(*comm, be, counted.data(), int64_t(n));  // the loss is summed on the device
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_t0).count() / double(n);
+    st.adam_step = opt.steps();
+    for (size_t i = 0; i < n; ++i) {
+      const Pending& p = pending[i];
+      const int64_t done = p.step + 1;
+      const double loss = h[2 * i] / std::max(counted[i], 1.0), gnorm = std::sqrt(h[2 * i + 1]);
+      bad = !std::isfinite(loss) || !std::isfinite(gnorm);  // the device's decision (adamw_rule.h decide_step)
+      st.skipped_steps += bad;
+      st.bad_in_a_row = bad ? st.bad_in_a_row + 1 : 0;
+      total_seconds += seconds;
+      total_tokens += tokens_per_step;
+      const double tok_s = double(tokens_per_step) / seconds;
+      result.train_loss.push_back(bad ? NAN : loss);
+      json line = {{"step", done}, {"loss", bad ? json(nullptr) : json(loss)},
+                   {"grad_norm", std::isfinite(gnorm) ? json(gnorm) : json(nullptr)},
+                   {"lr", p.lr}, {"tokens_per_s", tok_s}, {"ms", seconds * 1e3}};
+      if (bad) line["skipped"] = true;
+      write_metrics(line);
+      if (log && (bad || done % t.log_every == 0 || done == t.steps)) {
+        if (bad)
+          std::fprintf(log, "step %5lld/%lld | non-finite loss or gradient (loss %g, grad norm %g): "
+                            "step skipped (%lld in a row, %lld in all)\n",
+                       static_cast<long long>(done), static_cast<long long>(t.steps), loss, gnorm,
+                       static_cast<long long>(st.bad_in_a_row), static_cast<long long>(st.skipped_steps));
+        else
+          std::fprintf(log, "step %5lld/%lld | loss %.4f | grad norm %.4f | lr %.3e | %7.1f ms | %6.0f tok/s\n",
+                       static_cast<long long>(done), static_cast<long long>(t.steps), loss, gnorm,
+                       double(p.lr), seconds * 1e3, tok_s);
+        std::fflush(log);
+      }
+      if (bad && st.bad_in_a_row >= t.max_bad_steps) {
+        std::string msg = std::to_string(st.bad_in_a_row) + " steps in a row had a non-finite loss or gradient "
+                          "(train.max_bad_steps = " + std::to_string(t.max_bad_steps) + "); stopping at step " +
+                          std::to_string(done) + ". ";
+        msg += fs::exists(out_dir + "/checkpoint.safetensors")
+                   ? "The last good checkpoint is " + out_dir + "/checkpoint.safetensors."
+                   : "No checkpoint was written yet.";
+        throw TrainingStopped(msg);
+      }
+    }
+    pending.clear();
+  };
   for (int64_t step = st.step; step < t.steps; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
+    if (pending.empty()) window_t0 = std::chrono::steady_clock::now();
     model.set_attention_capture(writer && evaluates_after(step + 1));
     model.zero_grad();
     int64_t counted = 0;
@@ -304,67 +368,31 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     if (hooks.after_backward) hooks.after_backward(step, model);
     if (zero) opt.use_gradients(zero->reduce_gradients());  // the rest, then all: this rank's shard
     opt.compute_grad_norm();
-    if (comm) comm->all_reduce(opt.grad_norm_sq(), ReduceOp::Sum);  // a NaN anywhere reaches every rank
-    double loss_sum = model.take_loss();  // the sync
-    if (comm) {
-      double sums[2] = {loss_sum, double(counted)};
-      all_reduce_host_sum(*comm, be, sums, 2);
-      loss_sum = sums[0];
-      counted = int64_t(sums[1]);
+    if (comm) {  // a NaN anywhere reaches every rank: all skip together
+      comm->all_reduce(opt.grad_norm_sq(), ReduceOp::Sum);
+      comm->all_reduce(model.loss_sum(), ReduceOp::Sum);
     }
-    const double loss = loss_sum / double(std::max<int64_t>(counted, 1));
-    const double gnorm = opt.grad_norm();
     const float lr = learning_rate(t, step);
-    const bool bad = !std::isfinite(loss) || !std::isfinite(gnorm);
-    if (bad) {
-      st.skipped_steps += 1;
-      st.bad_in_a_row += 1;
-    } else {
-      st.bad_in_a_row = 0;
-      opt.step(lr, gnorm);
-      if (fp8_gather) {
-        fp8_gather->gather();
-        masters_stale = true;
-      } else if (zero) {
-        zero->gather_params();
-      }
-      st.adam_step = opt.steps();
+    opt.step(lr, model.loss_sum());
+    if (fp8_gather) {  // after a skipped step: the unchanged shards' codes again
+      fp8_gather->gather();
+      masters_stale = true;
+    } else if (zero) {
+      zero->gather_params();  // after a skipped step: the unchanged shards
     }
-    be.synchronize();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const int64_t slot = int64_t(pending.size());
+    be.copy(history.tensor().slice(2 * slot, 1), model.loss_sum());
+    be.copy(history.tensor().slice(2 * slot + 1, 1), opt.grad_norm_sq());
+    be.fill(model.loss_sum(), 0.0);
+    pending.push_back({step, lr, counted});
     st.step = step + 1;
     st.data_position = ds.position();
-    total_seconds += seconds;
-    total_tokens += tokens_per_step;
-    const double tok_s = double(tokens_per_step) / seconds;
-    result.train_loss.push_back(bad ? NAN : loss);
-
-    json line = {{"step", st.step}, {"loss", bad ? json(nullptr) : json(loss)},
-                 {"grad_norm", std::isfinite(gnorm) ? json(gnorm) : json(nullptr)},
-                 {"lr", lr}, {"tokens_per_s", tok_s}, {"ms", seconds * 1e3}};
-    if (bad) line["skipped"] = true;
-    write_metrics(line);
-    if (log && (bad || st.step % t.log_every == 0 || st.step == t.steps)) {
-      if (bad)
-        std::fprintf(log, "step %5lld/%lld | non-finite loss or gradient (loss %g, grad norm %g): "
-                          "step skipped (%lld in a row, %lld in all)\n",
-                     static_cast<long long>(st.step), static_cast<long long>(t.steps), loss, gnorm,
-                     static_cast<long long>(st.bad_in_a_row), static_cast<long long>(st.skipped_steps));
-      else
-        std::fprintf(log, "step %5lld/%lld | loss %.4f | grad norm %.4f | lr %.3e | %7.1f ms | %6.0f tok/s\n",
-                     static_cast<long long>(st.step), static_cast<long long>(t.steps), loss, gnorm,
-                     double(lr), seconds * 1e3, tok_s);
-      std::fflush(log);
-    }
-    if (bad && st.bad_in_a_row >= t.max_bad_steps) {
-      std::string msg = std::to_string(st.bad_in_a_row) + " steps in a row had a non-finite loss or gradient "
-                        "(train.max_bad_steps = " + std::to_string(t.max_bad_steps) + "); stopping at step " +
-                        std::to_string(st.step) + ". ";
-      msg += fs::exists(out_dir + "/checkpoint.safetensors")
-                 ? "The last good checkpoint is " + out_dir + "/checkpoint.safetensors."
-                 : "No checkpoint was written yet.";
-      throw TrainingStopped(msg);
-    }
+    const bool checkpoints = t.checkpoint_every > 0 && st.step % t.checkpoint_every == 0;
+    if (st.step % t.log_every == 0 || st.step == t.steps || evaluates_after(st.step) || checkpoints ||
+        int64_t(pending.size()) == window)
+      read_pending();
+    else
+      continue;  // the host runs ahead: the next step is enqueued at once
 
     const bool last = st.step == t.steps;
     if (evaluates_after(st.step)) {

@@ -1,15 +1,15 @@
-// adamw.cpp — the AdamW update on FP32 master weights, CPU backend.
-//
-// AdamW (Loshchilov & Hutter, arXiv 1711.05101; Adam: Kingma & Ba, arXiv 1412.6980), with the
-// bias correction of step t >= 1 and decoupled weight decay, exactly as octet/backend.h states:
-//   m = β1 m + (1−β1) g;  v = β2 v + (1−β2) g²;  m̂ = m/(1−β1^t);  v̂ = v/(1−β2^t);
-//   p -= lr (m̂/(√v̂ + ε) + wd·p)      (the decay uses p before this step's update).
-// Each element is updated in double and stored in FP32; param, grad, m and v are F32 [n].
+// adamw.cpp — the AdamW update on FP32 master weights, CPU backend: per tensor (adamw) and the
+// fused step over a flat parameter vector (adamw_prepare + adamw_apply), both through the one
+// per-element rule of octet/adamw_rule.h (AdamW: Loshchilov & Hutter, arXiv 1711.05101; Adam:
+// Kingma & Ba, arXiv 1412.6980), so the two paths give the same bits. The CUDA twins are in
+// src/cuda/reduce.cu (adamw) and src/cuda/optim.cu (the fused step).
 #include <cmath>
 #include <string>
 
+#include "core/adamw_args.h"
 #include "cpu/backend/act_io.h"
 #include "cpu/backend/cpu_backend.h"
+#include "octet/adamw_rule.h"
 #include "octet/error.h"
 
 namespace octet::cpu {
@@ -26,18 +26,49 @@ void CpuBackend::adamw(const Tensor& param_t, const Tensor& grad_t, const Tensor
   OCTET_CHECK(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f,
               "adamw: betas must lie in [0, 1), got beta1=" + std::to_string(beta1) +
                   " beta2=" + std::to_string(beta2));
-  const double b1 = beta1, b2 = beta2;
-  const double bc1 = 1.0 - std::pow(b1, double(step));
-  const double bc2 = 1.0 - std::pow(b2, double(step));
+  const AdamWCoef c{beta1, beta2, adamw_bias_correction(beta1, step), adamw_bias_correction(beta2, step), lr, eps};
+  for (int64_t i = 0; i < n; ++i) adamw_element(param[i], m[i], v[i], grad[i], c, weight_decay);
+}
+
+void CpuBackend::adamw_prepare(const Tensor& norm_sq, const Tensor& loss_sum, const Tensor& bias_corr,
+                               const Tensor& state_t, float grad_clip) {
+  check_adamw_prepare_args(norm_sq, loss_sum, bias_corr, state_t, grad_clip);
+  double* state = state_t.f64();
+  const StepDecision d = decide_step(norm_sq.f64()[0], !loss_sum.empty(), loss_sum.empty() ? 0.0 : loss_sum.f64()[0],
+                                     grad_clip);
+  state[kOptSkip] = d.skip ? 1.0 : 0.0;
+  state[kOptClip] = d.clip;
+  state[kOptNorm] = d.norm;
+  if (d.skip) {
+    state[kOptSkipped] += 1;
+    state[kOptBadInARow] += 1;
+    return;
+  }
+  state[kOptBadInARow] = 0;
+  const double t = state[kOptSteps] += 1;
+  const bool in_table = t <= double(bias_corr.shape[0]);
+  state[kOptBc1] = in_table ? bias_corr.f64()[2 * int64_t(t - 1)] : NAN;
+  state[kOptBc2] = in_table ? bias_corr.f64()[2 * int64_t(t - 1) + 1] : NAN;
+}
+
+void CpuBackend::adamw_apply(const Tensor& param_t, const Tensor& grad_t, const Tensor& m_t, const Tensor& v_t,
+                             const Tensor& segments, const Tensor& state_t, float lr, float beta1, float beta2,
+                             float eps, float weight_decay) {
+  const int64_t n = check_adamw_apply_args(param_t, grad_t, m_t, v_t, segments, state_t, beta1, beta2);
+  const double* state = state_t.f64();
+  if (state[kOptSkip] != 0.0) return;
+  float* param = param_t.f32();
+  const float* grad = grad_t.f32();
+  float *m = m_t.f32(), *v = v_t.f32();
+  const float clip = float(state[kOptClip]);
+  const AdamWCoef c{beta1, beta2, state[kOptBc1], state[kOptBc2], lr, eps};
+  const double* seg = segments.f64();
+  const int64_t k = segments.shape[0];
+  int64_t j = 0;  // the segment of element i: the first row whose end > i (the last if none)
   for (int64_t i = 0; i < n; ++i) {
-    const double g = grad[i];
-    const double mi = b1 * m[i] + (1.0 - b1) * g;
-    const double vi = b2 * v[i] + (1.0 - b2) * g * g;
-    m[i] = float(mi);
-    v[i] = float(vi);
-    const double update = (mi / bc1) / (std::sqrt(vi / bc2) + double(eps));
-    const double p = param[i];
-    param[i] = float(p - double(lr) * (update + double(weight_decay) * p));
+    while (j + 1 < k && double(i) >= seg[2 * j]) ++j;
+    const float g = grad[i] * clip;  // fp32(g·c), as Backend::scale
+    adamw_element(param[i], m[i], v[i], g, c, seg[2 * j + 1] != 0.0 ? double(weight_decay) : 0.0);
   }
 }
 
