@@ -83,8 +83,9 @@ TEST(FlashBackward, MatchesCpuTiledTwinAndOracle) {
                   what.c_str(), eq, ek, ev, ge.dq_rel_err, ce.dq_rel_err, ge.dk_rel_err,
                   ce.dk_rel_err, ge.dv_rel_err, ce.dv_rel_err, g.stats.row_residual_max,
                   cpu.stats.row_residual_max);
-      EXPECT_LE(eq, kGradTol) << what;
-      EXPECT_LE(ek, kGradTol) << what;
+      const double tol = test::grad_tol_vs_twin(c.d, c.block_q, c.block_k);  // by flavor
+      EXPECT_LE(eq, tol) << what;
+      EXPECT_LE(ek, tol) << what;
       EXPECT_LE(ev, kGradTol) << what;
       EXPECT_LE(ge.dq_rel_err, 2 * ce.dq_rel_err + 1e-3) << what;
       EXPECT_LE(ge.dk_rel_err, 2 * ce.dk_rel_err + 1e-3) << what;

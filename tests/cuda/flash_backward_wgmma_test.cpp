@@ -3,7 +3,8 @@
 // BackwardParams::kernel) against the CPU tiled twin, the FP64 oracle and the mma.sync flavor.
 // Skipped without an sm_90 device.
 //
-// Tolerances: as flash_backward_test.cpp's (kGradTol = 1e-2 relative L2 against the twin; the FA3
+// Tolerances: as flash_backward_test.cpp's (against the twin: dQ, dK within kGradTolTwinWgmma = 3e-2
+// (flash_backward_codes.h: S and dP on the FP8 accumulator), dV kGradTol = 1e-2; the FA3
 // rule against the FP64 oracle: error <= 2 x the twin's + 1e-3; matched residual <= 1e-6 in every
 // row; stale residual > 10x matched). The wgmma flavor's S, dP and the products are summed by the
 // FP8 wgmma accumulator (~13-14 bits within one k32 step chain of a tile, DeepSeek-V3 §3.3.2) where
@@ -112,8 +113,8 @@ TEST(FlashBackwardWgmma, MatchesCpuTiledTwinAndOracle) {
                   what.c_str(), eq, ek, ev, ge.dq_rel_err, ce.dq_rel_err, ge.dk_rel_err,
                   ce.dk_rel_err, ge.dv_rel_err, ce.dv_rel_err, g.stats.row_residual_max,
                   cpu.stats.row_residual_max);
-      EXPECT_LE(eq, kGradTol) << what;
-      EXPECT_LE(ek, kGradTol) << what;
+      EXPECT_LE(eq, test::kGradTolTwinWgmma) << what;  // flash_backward_codes.h: the FP8 accumulator
+      EXPECT_LE(ek, test::kGradTolTwinWgmma) << what;
       EXPECT_LE(ev, kGradTol) << what;
       EXPECT_LE(ge.dq_rel_err, 2 * ce.dq_rel_err + 1e-3) << what;
       EXPECT_LE(ge.dk_rel_err, 2 * ce.dk_rel_err + 1e-3) << what;
@@ -124,7 +125,6 @@ TEST(FlashBackwardWgmma, MatchesCpuTiledTwinAndOracle) {
         EXPECT_LE(g.stats.row_residual_max, 1e-6) << what;
       }
       residual[delta == DeltaMode::Matched] = g.stats.row_residual_max;
-      if (HasFailure()) return;
     }
     EXPECT_GT(residual[0], 10 * residual[1]) << "stale must break the zero row sum";
   }

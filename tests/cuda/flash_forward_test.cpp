@@ -46,6 +46,7 @@
 #include "attention_gpu_run.h"
 #include "cuda/flash/flash_forward.h"
 #include "cuda_test_util.h"
+#include "flash_backward_codes.h"
 #include "octet/attention.h"
 #include "octet/backend.h"
 
@@ -239,8 +240,9 @@ TEST_P(FlashForward, MatchesCpuTiledTwinAndTheBackwardFollows) {
       // (2026-11-30) 1.26e-2 at 17x17 d64 against kGradTol 1e-2. For that pair the FP64-oracle rule
       // below is the check; dV (no delta in it) and the matched delta keep the twin's tolerance.
       if (!(GetParam() == ForwardKernel::Wgmma && delta == DeltaMode::Stale)) {
-        EXPECT_LE(eq, kGradTol) << what;
-        EXPECT_LE(ek, kGradTol) << what;
+        const double tol = test::grad_tol_vs_twin(c.d, 128, c.block_k);  // the backward's flavor
+        EXPECT_LE(eq, tol) << what;
+        EXPECT_LE(ek, tol) << what;
       }
       EXPECT_LE(ev, kGradTol) << what;
       const auto ce = attention_errors(s, in, ref, o.data(), lse.data(), dq.data(), dk.data(), dv.data());

@@ -23,18 +23,28 @@ using namespace octet;
 
 namespace {
 
+// The CPU tests' tiny model widened for the GPU: the CUDA attention's tensor-core GEMMs need a
+// head_dim that is a multiple of 16 (the CPU model's is 8) and the FP8 GEMMs inner sizes that are
+// multiples of 16 (d_ff 24 is not): head_dim 16, d_ff 64.
+ModelConfig gpu_tiny_model() {
+  ModelConfig c = test::tiny_model();
+  c.d_model = 32;
+  c.d_ff = 64;
+  return c;
+}
+
 TEST(CudaFusedOptimizer, EqualsPerTensorPathBitwiseWithClipAndSkip) {
   OCTET_REQUIRE_GPU();
   auto gpu = make_cuda_backend();
   PrecisionConfig p = test::arm_precision(Arm::FP8Linear);
   p.activations = DType::BF16;
-  test::expect_fused_equals_reference(*gpu, test::tiny_model(), p, nullptr, 8, 3);
+  test::expect_fused_equals_reference(*gpu, gpu_tiny_model(), p, nullptr, 8, 3);
 }
 
 TEST(CudaFusedOptimizer, EqualsPerTensorPathBitwiseOnAShard) {
   OCTET_REQUIRE_GPU();
   auto gpu = make_cuda_backend();
-  const ModelConfig cfg = test::tiny_model();
+  const ModelConfig cfg = gpu_tiny_model();
   Model probe(cfg, test::arm_precision(Arm::BF16), *gpu, 2);
   const int64_t n = int64_t(probe.num_params());
   ShardLayout shard;

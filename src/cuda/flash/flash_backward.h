@@ -37,10 +37,11 @@ namespace octet::cuda::flash {
 /// (asked for or chosen) runs only where wgmma_backward_supported(p) holds and mma_sync elsewhere.
 enum class BackwardKernel { Auto, MmaSync, Wgmma };
 
-/// Whether Auto picks the wgmma kernels on an sm_90 device. Off until their first GPU run passes
-/// tests/cuda/flash_backward_wgmma_test.cpp (docs/cuda.md §"wgmma backward"): opt in with
-/// OCTET_FLASH_BACKWARD=wgmma.
-inline constexpr bool kWgmmaBackwardOnSm90 = false;
+/// Whether Auto picks the wgmma kernels on an sm_90 device (where wgmma_backward_supported): on since
+/// the H200 run of 2026-11-30 (test_cuda 119/119 with mma_sync, and the flash, training, diagnostics,
+/// attention, recurrent and optimizer tests 59/59 with OCTET_FLASH_BACKWARD=wgmma; docs/cuda.md
+/// §"wgmma backward"). OCTET_FLASH_BACKWARD=mma_sync goes back to the first kernels.
+inline constexpr bool kWgmmaBackwardOnSm90 = true;
 
 /// "mma_sync" | "wgmma" ("auto" for Auto): the names OCTET_FLASH_BACKWARD takes.
 const char* backward_kernel_name(BackwardKernel k);
