@@ -67,4 +67,23 @@ enum OptStateSlot : int {
   kOptStateSlots = 8
 };
 
+/// adamw_prepare's state update, the same on the host and the device: records the decision d in
+/// `state` (kOptStateSlots values) and, unless it skips, advances t and takes the bias corrections
+/// of step t from `bias_corr` (F64 [t_rows, 2]: 1 − β1^t, 1 − β2^t per row; NaN past its end).
+OCTET_HD void record_step(const StepDecision& d, const double* bias_corr, int64_t t_rows, double* state) {
+  state[kOptSkip] = d.skip ? 1.0 : 0.0;
+  state[kOptClip] = d.clip;
+  state[kOptNorm] = d.norm;
+  if (d.skip) {
+    state[kOptSkipped] += 1;
+    state[kOptBadInARow] += 1;
+    return;
+  }
+  state[kOptBadInARow] = 0;
+  const double t = state[kOptSteps] += 1;
+  const bool in_table = t <= double(t_rows);
+  state[kOptBc1] = in_table ? bias_corr[2 * int64_t(t - 1)] : NAN;
+  state[kOptBc2] = in_table ? bias_corr[2 * int64_t(t - 1) + 1] : NAN;
+}
+
 }  // namespace octet

@@ -18,19 +18,7 @@ constexpr int kThreads = 256;
 __global__ void adamw_prepare_kernel(const double* norm_sq, const double* loss_sum, const double* bias_corr,
                                      int64_t t_rows, double* state, float grad_clip) {
   const StepDecision d = decide_step(norm_sq[0], loss_sum != nullptr, loss_sum ? loss_sum[0] : 0.0, grad_clip);
-  state[kOptSkip] = d.skip ? 1.0 : 0.0;
-  state[kOptClip] = d.clip;
-  state[kOptNorm] = d.norm;
-  if (d.skip) {
-    state[kOptSkipped] += 1;
-    state[kOptBadInARow] += 1;
-    return;
-  }
-  state[kOptBadInARow] = 0;
-  const double t = state[kOptSteps] += 1;
-  const bool in_table = t <= double(t_rows);
-  state[kOptBc1] = in_table ? bias_corr[2 * int64_t(t - 1)] : NAN;
-  state[kOptBc2] = in_table ? bias_corr[2 * int64_t(t - 1) + 1] : NAN;
+  record_step(d, bias_corr, t_rows, state);
 }
 
 // Grid-stride over the n elements; each thread keeps the segment [lo, hi) of its last element and

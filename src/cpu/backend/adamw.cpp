@@ -36,19 +36,7 @@ void CpuBackend::adamw_prepare(const Tensor& norm_sq, const Tensor& loss_sum, co
   double* state = state_t.f64();
   const StepDecision d = decide_step(norm_sq.f64()[0], !loss_sum.empty(), loss_sum.empty() ? 0.0 : loss_sum.f64()[0],
                                      grad_clip);
-  state[kOptSkip] = d.skip ? 1.0 : 0.0;
-  state[kOptClip] = d.clip;
-  state[kOptNorm] = d.norm;
-  if (d.skip) {
-    state[kOptSkipped] += 1;
-    state[kOptBadInARow] += 1;
-    return;
-  }
-  state[kOptBadInARow] = 0;
-  const double t = state[kOptSteps] += 1;
-  const bool in_table = t <= double(bias_corr.shape[0]);
-  state[kOptBc1] = in_table ? bias_corr.f64()[2 * int64_t(t - 1)] : NAN;
-  state[kOptBc2] = in_table ? bias_corr.f64()[2 * int64_t(t - 1) + 1] : NAN;
+  record_step(d, bias_corr.f64(), bias_corr.shape[0], state);
 }
 
 void CpuBackend::adamw_apply(const Tensor& param_t, const Tensor& grad_t, const Tensor& m_t, const Tensor& v_t,

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/weight_gather_args.h"
 #include "cpu/backend/act_io.h"
 #include "cpu/backend/cpu_backend.h"
 #include "fp8/linear_state.h"
@@ -281,17 +282,10 @@ class CpuLinear final : public Linear {
   }
 
   void check_gather(const char* what, const Tensor& w_piece, const Tensor& amax) const {
-    OCTET_CHECK(gathers_weight_codes(),
-                std::string("linear ") + what + ": needs an FP8 tensor-current linear with cache_weight");
-    check_dtype(w_piece, DType::F32, what);
-    OCTET_CHECK(w_piece.numel() >= 1 && w_piece.numel() <= spec_.out_features * spec_.in_features,
-                std::string("linear ") + what + ": a piece of W must hold 1 to out*in values, got " + w_piece.str());
-    check_dtype(amax, DType::I32, what);
-    check_numel(amax, 1, what);
+    check_weight_piece_args(gathers_weight_codes(), spec_, what, w_piece, amax);
   }
   void check_codes(const char* what, const Tensor& codes, int64_t n) const {
-    check_dtype(codes, qw_->format() == Format::E4M3 ? DType::E4M3 : DType::E5M2, what);
-    check_numel(codes, n, what);
+    check_weight_codes_args(qw_->format(), what, codes, n);
   }
   // The weight slot's tensor scale for the I32 amax bits (Quantizer::scale_for_tensor's rule).
   float tensor_scale(const Tensor& amax) const {
