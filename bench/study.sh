@@ -36,7 +36,6 @@ DEVICE=${STUDY_DEVICE:-cuda}
 if [ -z "${STUDY_SET+x}" ] && [ -d .cuda-carry/cache ]; then STUDY_SET="data.cache_dir=$PWD/.cuda-carry/cache"; fi
 common=()
 for kv in ${STUDY_SET:-}; do common+=(--set "$kv"); done
-mkdir -p "$OUT" "$RUNS"
 [ -x "$OCTET_BIN" ] || { echo "study.sh: no octet binary at $OCTET_BIN (set OCTET_BIN)" >&2; exit 2; }
 [ -f "$CONDITIONS" ] || { echo "study.sh: no conditions file $CONDITIONS" >&2; exit 2; }
 # the corpus, as bench/gpu_run.sh carries it
@@ -47,6 +46,7 @@ fi
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
   mapfile -t names < <(grep -vE '^\s*(#|$)' "$CONDITIONS" | awk '{print $1}')
+  [ ${#names[@]} -gt 0 ] || { echo "study.sh: no conditions in $CONDITIONS (lines: NAME OVERRIDES...)" >&2; exit 2; }
 fi
 # Every name checked before anything runs: a known condition (matched literally, not as a regex),
 # a plain name (it becomes a folder and a log file), given once.
@@ -60,6 +60,7 @@ for name in "${names[@]}"; do
 done
 # The BPE tokenizer of each vocabulary size is trained once before the parallel runs (they would
 # all train it at once and write the same cache file): a one-step, one-layer run per size.
+mkdir -p "$OUT" "$RUNS"  # only once every name is known good
 for vocab in $(for name in "${names[@]}"; do awk -v n="$name" '$1 == n' "$CONDITIONS" | grep -oE 'model\.vocab_size=[0-9]+'; done | sort -u) ""; do
   "$OCTET_BIN" train --config "$CONFIG" --device "$DEVICE" "${common[@]}" ${vocab:+--set "$vocab"} --set model.n_layer=1 \
     --set train.steps=1 --set train.eval_every=1 --set train.eval_batches=1 --set train.batch_size=1 \
@@ -70,7 +71,7 @@ pids=()
 for name in "${names[@]}"; do
   line=$(awk -v n="$name" '$1 == n' "$CONDITIONS" | head -1)
   sets=("${common[@]}")
-  for kv in $(echo "$line" | cut -d' ' -f2-); do sets+=(--set "$kv"); done
+  for kv in $(echo "$line" | awk '{$1 = ""; print}'); do sets+=(--set "$kv"); done  # any whitespace, as the name
   echo "$(date -u +%H:%M:%S) start $name: ${sets[*]}"
   timeout --signal=TERM --kill-after=30 "$LIMIT" "$OCTET_BIN" compare --config "$CONFIG" --device "$DEVICE" \
     --arms "$ARMS" --seeds "$SEEDS" --resume "${sets[@]}" --out "$RUNS/$name" > "$OUT/$name.log" 2>&1 &

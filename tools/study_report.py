@@ -146,7 +146,8 @@ def condition_from_runs(cond_dir):
             "arm": arm, "seeds": [r.get("seed") for r in finals], "val_loss": m, "val_loss_std": s,
             "gap_pct": 100.0 * (m / bm - 1.0) if base else None,
             "test": None if p is None else {"p": p, "vs_bf16": "outside noise" if p < 0.05 else "inside noise"},
-            "delta": None,
+            # the arm's delta rule by its name (octet's arms: fp8-stale, fp8-matched; none for the others)
+            "delta": {"fp8-stale": "stale", "fp8-matched": "matched"}.get(arm),
             "row_residual_mean": max(peaks["row_residual_mean"], default=None),
             "kurtosis_max": max(peaks["kurtosis_max"], default=None),
             "layers": [{"layer": k, **{f: mean_std(v)[0] if any(x is not None for x in v) else None

@@ -257,6 +257,8 @@ std::map<std::string, int64_t> parse_model_batch(const std::vector<std::string>&
     }
     OCTET_CHECK(eq != std::string::npos && eq > 0 && used > 0 && used == item.size() - eq - 1,
                 "--model-batch: expected NAME=N (e.g. 1.3b=4), got '" + item + "'");
+    OCTET_CHECK(!out.count(item.substr(0, eq)),
+                "--model-batch: model '" + item.substr(0, eq) + "' is given twice");
     out[item.substr(0, eq)] = n;
   }
   return out;
@@ -286,10 +288,12 @@ void run_train(TrainArgs& a) {
 #else
   const nlohmann::json env = {{"gpu", "cpu"}, {"date", utc_now()}};
 #endif
-  if (!a.json)
-    std::printf("%-22s %-11s %-18s %5s %10s %9s %11s %8s %6s %6s %6s %8s\n", "impl", "model", "arm",
-                "batch", "params", "step ms", "tokens/s", "TFLOP/s", "MFU16", "MFU8", "GiB", "loss");
+  bool header = a.json;  // the table's header with the first row: a rejected option prints nothing
   octet::bench_train(o, [&](const octet::TrainBenchRow& r) {
+    if (!header)
+      std::printf("%-22s %-11s %-18s %5s %10s %9s %11s %8s %6s %6s %6s %8s\n", "impl", "model", "arm",
+                  "batch", "params", "step ms", "tokens/s", "TFLOP/s", "MFU16", "MFU8", "GiB", "loss");
+    header = true;
     nlohmann::json j = env;
     j.update({{"bench", "train"}, {"impl", "octet"}, {"model", r.model}, {"arm", r.arm},
               {"recipe", r.arm == "bf16" ? "" : o.recipe}, {"attn_form", r.attn_form},
@@ -389,7 +393,8 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   octet::cli::add_enum_option<octet::Arm>(train, "--arms", tr.o.arms, "precision arms");
   train->add_option("--batch", tr.o.batch, "sequences per step")->capture_default_str();
   train->add_option("--tokens-per-step", tr.o.tokens_per_step,
-                    "batch = this / --seq for every model (a multiple of --seq; overrides --batch)");
+                    "batch = this / --seq for every model (a multiple of --seq; overrides --batch)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   train->add_option("--model-batch", tr.model_batch, "NAME=N,...: one model's batch (overrides both)")
       ->delimiter(',');
   train->add_option("--seq", tr.o.seq_len, "tokens per sequence")->capture_default_str();
@@ -398,9 +403,11 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   train->add_option("--warmup", tr.o.warmup, "untimed warm-up steps")->capture_default_str();
   train->add_option("--steps", tr.o.steps, "timed steps (median reported)")->capture_default_str();
   train->add_option("--peak-tflops", tr.o.peak_tflops, "mfu/mfu_bf16 denominator (dense BF16 H100/H200 SXM)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(1e-3, 1e6));
   train->add_option("--peak-tflops-fp8", tr.o.peak_tflops_fp8, "mfu_fp8 denominator (dense FP8 H100/H200 SXM)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(1e-3, 1e6));
   octet::cli::add_enum_option<octet::Recipe>(train, "--recipe", tr.o.recipe, "FP8 linears' scaling recipe")
       ->capture_default_str();
   train->add_option("--attn-form", tr.o.attn_form, "auto (cuda FP8: the fused kernels), whole, tiled")

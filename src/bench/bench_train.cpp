@@ -82,7 +82,9 @@ void bench_train(const TrainBenchOptions& opt, const std::function<void(const Tr
                  const std::function<void(const TrainBenchRow&, const std::vector<TrainBenchOp>&)>& on_profile) {
   OCTET_CHECK(opt.warmup >= 1, "bench train needs at least one warm-up step (got " + std::to_string(opt.warmup) + ")");
   OCTET_CHECK(opt.steps >= 1, "bench train needs at least one timed step (got " + std::to_string(opt.steps) + ")");
-  OCTET_CHECK(opt.peak_tflops > 0 && opt.peak_tflops_fp8 > 0, "bench train: peak TFLOP/s must be > 0");
+  OCTET_CHECK(opt.peak_tflops > 0, "bench train: the BF16 peak TFLOP/s (--peak-tflops) must be > 0");
+  OCTET_CHECK(opt.peak_tflops_fp8 > 0, "bench train: the FP8 peak TFLOP/s (--peak-tflops-fp8) must be > 0");
+  OCTET_CHECK(opt.tokens_per_step >= 0, "bench train: tokens per step must be > 0 (0: use the batch)");
   OCTET_CHECK(opt.seq_len >= 1, "bench train: sequence length must be >= 1");
   for (const auto& [m, b] : opt.model_batch)  // a batch for a model not run is a typo
     OCTET_CHECK(std::find(opt.models.begin(), opt.models.end(), m) != opt.models.end(),

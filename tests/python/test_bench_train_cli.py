@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_util import ROOT, assert_one_line_error, octet
+from cli_util import OCTET, ROOT, assert_one_line_error, octet
 
 PEER = ROOT / "bench" / "peers" / "gpt2_torch.py"
 SMALL = ["--models", "tiny", "--seq", "32", "--vocab", "256", "--warmup", "1", "--steps", "2"]
@@ -65,6 +65,32 @@ def test_octet_tokens_per_step_and_bad_batches():
                           "1.3b", "not among")
     assert_one_line_error(octet("bench", "train", "--device", "cpu", *SMALL[2:], "--models", "2.7b"),
                           "2.7b", "760m", "1.3b")
+    for bad in ("0", "-64"):  # not silently the default batch
+        assert_one_line_error(octet("bench", "train", "--device", "cpu", *SMALL, "--tokens-per-step", bad),
+                              "--tokens-per-step", bad)
+    assert_one_line_error(octet("bench", "train", "--device", "cpu", *SMALL, "--model-batch", "tiny=1,tiny=2"),
+                          "tiny", "twice")
+    assert_one_line_error(octet("bench", "train", "--device", "cpu", *SMALL, "--peak-tflops-fp8", "0"),
+                          "--peak-tflops-fp8")
+
+
+def test_octet_rejected_options_print_no_table():
+    """A rejected option ends before anything reaches stdout (the table's header comes with the first row)."""
+    r = octet("bench", "train", "--device", "cpu", *SMALL, "--tokens-per-step", "100")
+    assert r.returncode != 0 and r.stdout == "", r.stdout
+    r = octet("bench", "train", "--device", "cpu", *SMALL, "--arms", "bf16")
+    assert r.returncode == 0 and r.stdout.splitlines()[0].split()[:3] == ["impl", "model", "arm"], r.stdout
+
+
+def test_study_driver_refuses_a_file_without_conditions(tmp_path):
+    """bench/study.sh: no condition in the file is an error before anything runs (no warm-up run, no folder)."""
+    conditions = tmp_path / "conditions.txt"
+    conditions.write_text("# only a comment\n\n")
+    env = dict(os.environ, OCTET_BIN=OCTET, STUDY_CONDITIONS=str(conditions), OUT=str(tmp_path / "out"),
+               STUDY_RUNS=str(tmp_path / "runs"), STUDY_DEVICE="cpu")
+    r = subprocess.run(["bash", str(ROOT / "bench" / "study.sh")], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "no conditions" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
 
 
 def peer_module():
