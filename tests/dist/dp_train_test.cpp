@@ -3,7 +3,7 @@
 // on 2 ranks equals 1 rank step by step (FP32 arm: to reduction-order rounding; FP8 arms: within the
 // FP8 arm's own distance from FP32), delayed-scaling states are equal on both ranks, a NaN gradient
 // on one rank makes both skip that step (as one process skipping it), and a checkpoint of 2 ranks
-// resumes on 1 rank (to rounding) and on 2 ranks bitwise.
+// resumes on 1 rank (to rounding) and on 2 ranks bitwise; one rank's checkpoint resumes on 2.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -246,6 +246,29 @@ TEST(DataParallel, CheckpointOfTwoRanksResumesOnOneAndBitwiseOnTwo) {
     EXPECT_LT(max_abs_diff(weights(f.shared / "b/model.safetensors"), weights(f.shared / "full/model.safetensors")),
               1e-4);
   }
+  comm().barrier();
+}
+
+// The other direction: a checkpoint written by one process resumes on two ranks (the sharded
+// optimizer state is cut from the full one in the checkpoint), to rounding of the 2-rank run.
+TEST(DataParallel, CheckpointOfOneRankResumesOnTwo) {
+  NEED_TWO_RANKS();
+  Fixture f(Arm::FP32);
+  TrainHooks crash;
+  crash.after_backward = [](int64_t step, Model&) {
+    if (step == 4) throw std::runtime_error("simulated crash");
+  };
+  const TrainResult full = train(f.cfg, f.shared / "full-2", false, *f.ds, nullptr, {}, nullptr, &test::job());
+  if (comm().rank() == 0)
+    EXPECT_THROW(train(f.cfg, f.shared / "one", false, *f.ds, nullptr, crash), std::runtime_error);
+  comm().barrier();
+  const TrainResult two = train(f.cfg, f.shared / "one", true, *f.ds, nullptr, {}, nullptr, &test::job());
+  ASSERT_EQ(two.train_loss.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(two.train_loss[i], full.train_loss[3 + i], 1e-5 * full.train_loss[3 + i]);
+  comm().barrier();
+  if (comm().rank() == 0)
+    EXPECT_LT(max_abs_diff(weights(f.shared / "one/model.safetensors"), weights(f.shared / "full-2/model.safetensors")),
+              1e-4);
   comm().barrier();
 }
 
