@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "dist_run.h"
 #include "job.h"
 #include "octet/train.h"
 #include "train/train_test_util.h"
@@ -28,11 +29,7 @@ struct Fixture {
   RunConfig cfg;
   std::unique_ptr<Dataset> ds;
   explicit Fixture(Arm arm) {
-    // one config on every rank (a resume compares it with the run's config.toml, data.path included)
-    if (comm().rank() == 0) test::write_file(shared / "corpus.txt", test::synthetic_text(400));
-    comm().barrier();
-    cfg = test::tiny_run(shared / "corpus.txt", shared / "cache");
-    cfg.precision.arm = arm;
+    cfg = test::shared_tiny_run(shared, arm);
     ds = load_dataset(cfg);
   }
 };

@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "dist_run.h"
 #include "job.h"
 #include "octet/dist.h"
 #include "octet/error.h"
@@ -174,10 +175,7 @@ struct Fixture {
   RunConfig cfg;
   std::unique_ptr<Dataset> ds;
   explicit Fixture(Arm arm) {
-    if (comm().rank() == 0) test::write_file(shared / "corpus.txt", test::synthetic_text(400));
-    comm().barrier();
-    cfg = test::tiny_run(shared / "corpus.txt", shared / "cache");
-    cfg.precision.arm = arm;
+    cfg = test::shared_tiny_run(shared, arm);
     cfg.precision.quant.recipe = Recipe::TensorCurrent;
     cfg.model.d_model = 15;  // an odd parameter count: the top bucket pads
     cfg.model.n_head = 3;
