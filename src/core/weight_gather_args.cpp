@@ -22,4 +22,11 @@ void check_weight_codes_args(Format format, const char* what, const Tensor& code
   check_numel(codes, n, what);
 }
 
+void check_install_codes_args(bool gathers, Format format, const Tensor& codes, const Tensor& amax, int64_t n) {
+  OCTET_CHECK(gathers, "linear install_weight_codes: needs FP8 tensor-current with cache_weight");
+  check_dtype(amax, DType::I32, "linear install_weight_codes: amax");
+  check_numel(amax, 1, "linear install_weight_codes: amax");
+  check_weight_codes_args(format, "linear install_weight_codes: codes", codes, n);
+}
+
 }  // namespace octet

@@ -213,10 +213,7 @@ class CudaLinear final : public Linear {
   }
   void install_weight_codes(const Tensor& codes, const Tensor& amax) override {
     const int64_t in = spec_.in_features, out = spec_.out_features;
-    OCTET_CHECK(gathers_weight_codes(), "linear install_weight_codes: needs FP8 tensor-current with cache_weight");
-    check_dtype(amax, DType::I32, "linear install_weight_codes: amax");
-    check_numel(amax, 1, "linear install_weight_codes: amax");
-    check_codes("linear install_weight_codes: codes", codes, out * in);
+    check_install_codes_args(gathers_weight_codes(), qw_->format(), codes, amax, out * in);
     DeviceGuard g(be_.device());
     // A fresh Ŵᵀ: saved states of earlier forwards may still hold the previous one.
     auto wt = std::make_shared<DevQ>();
