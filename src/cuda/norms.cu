@@ -1,9 +1,9 @@
 // src/cuda/norms.cu — RMSNorm (Zhang & Sennrich 2019) and LayerNorm (Ba et al. 2016), forward and
 // backward, one warp per row (8-wide 16-byte accesses when the row allows: see lane_walk); row
 // statistics and the backward's row sums in double, the weight/bias gradients by a two-stage column
-// reduction (partial sums over chunks of kChunkRows rows in a 32-column x 8-row thread block, then
-// one thread per feature adds the chunks in order: deterministic, no atomics; the partials live in
-// stream-ordered scratch, cudaMallocAsync). Twin of src/cpu/backend/norms.cpp (same formulas, same
+// reduction (partial sums over chunks of kChunkRows rows in a 256-column x 8-row-lane thread block,
+// then one warp per feature adds the chunks in a fixed order: deterministic, no atomics; the
+// partials live in stream-ordered scratch, cudaMallocAsync). Twin of src/cpu/backend/norms.cpp (same formulas, same
 // double accumulation); see ops.h. x, y, dy, dx may be F32 or BF16 each (typed.cuh); weights,
 // statistics and their gradients are F32. docs/cuda.md §"Memory-bound kernels".
 #include <cuda_runtime.h>
@@ -118,46 +118,82 @@ __global__ void rmsnorm_backward_kernel(const TX* x, const float* w, const float
 }
 
 // dw[i] += Σ_r dy[r,i]·x̂[r,i], with x̂ = x·rstd (rms) or (x − mean)·rstd (layer); db[i] += Σ_r dy.
-// Stage 1: block (blockIdx.x, blockIdx.y) sums columns [32·bx, 32·bx + 32) over rows
-// [kChunkRows·by, kChunkRows·(by + 1)) in double, 8 row-strided lanes per column combined in shared
-// memory; the chunk's partials go to pw/pb [chunks, dim]. (One thread per column looping over all
-// rows, the first form, left ~130 of 132 SMs idle: 2 ms per call at 8192 x 768 on an H200.)
-constexpr int kChunkRows = 128, kColTile = 32, kRowLanes = 8;
+// Stage 1: block (blockIdx.x, blockIdx.y) sums columns [256·bx, 256·bx + 256) over rows
+// [kChunkRows·by, kChunkRows·(by + 1)) in double: lane l owns 8 consecutive columns (one 16-byte
+// BF16 load per row with kVec), the 8 warps of the block take every 8th row and are combined in
+// shared memory in warp order; the chunk's partials go to pw/pb [chunks, dim].
+// Stage 2: one warp per column adds the chunks' partials (lane l: chunks l, l + 32, ... in order,
+// then a fixed shuffle tree). Deterministic, no atomics. (The first forms: one thread per column
+// over all rows left ~130 of 132 SMs idle, 2 ms per call at 8192 x 768 on an H200; then 32
+// columns per block with 2-byte loads and one thread per column for stage 2: 55 us per call.)
+constexpr int kChunkRows = 32, kColLanes = 32, kColsPerLane = 8, kRowLanes = 8;
+constexpr int kColsPerBlock = kColLanes * kColsPerLane;
 
-template <class TX, class TD>
-__global__ void norm_param_partial_kernel(const TX* x, const float* mean, const float* rstd,
-                                          const TD* dy, double* pw, double* pb, int64_t rows,
-                                          int64_t dim) {
-  __shared__ double sw_s[kRowLanes][kColTile], sb_s[kRowLanes][kColTile];
-  const int64_t i = blockIdx.x * int64_t(kColTile) + threadIdx.x;
+template <bool kVec, class TX, class TD>
+__global__ void __launch_bounds__(kColLanes * kRowLanes)
+    norm_param_partial_kernel(const TX* x, const float* mean, const float* rstd, const TD* dy,
+                              double* pw, double* pb, int64_t rows, int64_t dim) {
+  __shared__ double sw_s[kRowLanes][kColsPerBlock], sb_s[kRowLanes][kColsPerBlock];
+  const int64_t c0 = blockIdx.x * int64_t(kColsPerBlock) + kColsPerLane * threadIdx.x;
   const int64_t r0 = blockIdx.y * int64_t(kChunkRows);
   const int64_t r1 = r0 + kChunkRows < rows ? r0 + kChunkRows : rows;
-  double sw = 0.0, sb = 0.0;
-  if (i < dim) {
+  double sw[kColsPerLane], sb[kColsPerLane];
+#pragma unroll
+  for (int e = 0; e < kColsPerLane; ++e) sw[e] = 0.0, sb[e] = 0.0;
+  if (c0 < dim) {
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
-      const double xhat = (double(ld(x, r * dim + i)) - (mean ? double(mean[r]) : 0.0)) * double(rstd[r]);
-      const double g = ld(dy, r * dim + i);
-      sw += g * xhat;
-      sb += g;
+      float xv[kColsPerLane], gv[kColsPerLane];
+      if constexpr (kVec) {  // dim % 8 == 0: the 8 columns are inside the row
+        ld8(x + r * dim + c0, xv);
+        ld8(dy + r * dim + c0, gv);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kColsPerLane; ++e) {
+          const bool in = c0 + e < dim;
+          xv[e] = in ? ld(x, r * dim + c0 + e) : 0.0f;
+          gv[e] = in ? ld(dy, r * dim + c0 + e) : 0.0f;
+        }
+      }
+      const double mu = mean ? double(mean[r]) : 0.0, rs = rstd[r];
+#pragma unroll
+      for (int e = 0; e < kColsPerLane; ++e) {
+        const double g = gv[e];
+        sw[e] += g * ((double(xv[e]) - mu) * rs);
+        sb[e] += g;
+      }
     }
   }
-  sw_s[threadIdx.y][threadIdx.x] = sw;
-  sb_s[threadIdx.y][threadIdx.x] = sb;
+#pragma unroll
+  for (int e = 0; e < kColsPerLane; ++e) {
+    sw_s[threadIdx.y][kColsPerLane * threadIdx.x + e] = sw[e];
+    sb_s[threadIdx.y][kColsPerLane * threadIdx.x + e] = sb[e];
+  }
   __syncthreads();
-  if (threadIdx.y == 0 && i < dim) {
-    for (int l = 1; l < kRowLanes; ++l) sw += sw_s[l][threadIdx.x], sb += sb_s[l][threadIdx.x];
-    pw[blockIdx.y * dim + i] = sw;
-    pb[blockIdx.y * dim + i] = sb;
+  // Thread t of the block: column 256·bx + t, the row lanes in order.
+  const int t = threadIdx.y * kColLanes + threadIdx.x;
+  const int64_t i = blockIdx.x * int64_t(kColsPerBlock) + t;
+  if (i < dim) {
+    double w = sw_s[0][t], bb = sb_s[0][t];
+    for (int l = 1; l < kRowLanes; ++l) w += sw_s[l][t], bb += sb_s[l][t];
+    pw[blockIdx.y * dim + i] = w;
+    pb[blockIdx.y * dim + i] = bb;
   }
 }
 
-// Stage 2: one thread per column adds the chunks' partials in chunk order.
+constexpr int kFinishThreads = 256;  // 8 columns (warps) per block
+
 __global__ void norm_param_finish_kernel(const double* pw, const double* pb, float* dw, float* db,
                                          int64_t chunks, int64_t dim) {
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= dim) return;
+  const int64_t i = blockIdx.x * int64_t(kFinishThreads / 32) + threadIdx.x / 32;
+  if (i >= dim) return;  // uniform over the warp
+  const int lane = threadIdx.x % 32;
   double sw = 0.0, sb = 0.0;
-  for (int64_t c = 0; c < chunks; ++c) sw += pw[c * dim + i], sb += pb[c * dim + i];
+  for (int64_t c = lane; c < chunks; c += 32) sw += pw[c * dim + i], sb += pb[c * dim + i];
+  for (int off = 16; off > 0; off /= 2) {
+    sw += __shfl_xor_sync(0xFFFFFFFFu, sw, off);
+    sb += __shfl_xor_sync(0xFFFFFFFFu, sb, off);
+  }
+  if (lane != 0) return;
   if (dw) dw[i] += float(sw);
   if (db) db[i] += float(sb);
 }
@@ -215,8 +251,6 @@ __global__ void layernorm_backward_kernel(const TX* x, const float* w, const flo
   });
 }
 
-unsigned col_blocks(int64_t dim) { return unsigned((dim + kThreads - 1) / kThreads); }
-
 #define OCTET_T(tag) std::remove_pointer_t<decltype(tag)>
 
 // dw += Σ_r dy·x̂ and db += Σ_r dy (either may be null) through the two kernels above.
@@ -226,14 +260,19 @@ void norm_param_grad(const Tensor& x, const float* mean, const float* rstd, cons
   double* partial = nullptr;  // [2, chunks, dim]: weight partials, then bias partials
   OCTET_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial),
                                    size_t(2 * chunks * dim) * sizeof(double), s));
-  const dim3 grid(unsigned((dim + kColTile - 1) / kColTile), unsigned(chunks));
+  const dim3 grid(unsigned((dim + kColsPerBlock - 1) / kColsPerBlock), unsigned(chunks));
+  const bool vec = dim % kColsPerLane == 0 && vec_ok({x.data, dy.data});
   dispatch_act([&](auto a, auto b) {
-    norm_param_partial_kernel<OCTET_T(a), OCTET_T(b)><<<grid, dim3(kColTile, kRowLanes), 0, s>>>(
-        typed(x, a), mean, rstd, typed(dy, b), partial, partial + chunks * dim, rows, dim);
+    using TX = OCTET_T(a);
+    using TD = OCTET_T(b);
+    auto* k = vec ? norm_param_partial_kernel<true, TX, TD> : norm_param_partial_kernel<false, TX, TD>;
+    k<<<grid, dim3(kColLanes, kRowLanes), 0, s>>>(typed(x, a), mean, rstd, typed(dy, b), partial,
+                                                   partial + chunks * dim, rows, dim);
   }, x.dtype, dy.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
-  norm_param_finish_kernel<<<col_blocks(dim), kThreads, 0, s>>>(partial, partial + chunks * dim, dw, db,
-                                                                 chunks, dim);
+  const unsigned finish_blocks = unsigned((dim + kFinishThreads / 32 - 1) / (kFinishThreads / 32));
+  norm_param_finish_kernel<<<finish_blocks, kFinishThreads, 0, s>>>(partial, partial + chunks * dim,
+                                                                    dw, db, chunks, dim);
   OCTET_CUDA_LAUNCH_CHECK();
   OCTET_CUDA_CHECK(cudaFreeAsync(partial, s));
 }
