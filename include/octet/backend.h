@@ -53,8 +53,8 @@ struct LinearSpec {
   /// update_scales(), load_quant_state() or weights_changed(), and every later forward reuses those
   /// codes and scales, whatever `w` it is given — for callers whose weights change only at those
   /// points (the trainer: gradient accumulation quantizes W once per optimizer step). The results
-  /// equal an uncached linear's bitwise. Off: every forward quantizes its `w`. Backends without a
-  /// cache ignore it.
+  /// equal an uncached linear's bitwise. Off: every forward quantizes its `w`. The CUDA backend
+  /// keeps a BF16 linear's rounded copy of W the same way. Backends without a cache ignore it.
   bool cache_weight = false;
 };
 

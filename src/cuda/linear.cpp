@@ -13,9 +13,10 @@
 // outstanding. dY is quantized into the orientations the backward needs, once. update_scales() is
 // the delayed recipe's update step. With spec.cache_weight (backend.h) W is quantized once and its
 // Ŵ / Ŵᵀ reused until update_scales(), load_quant_state() or weights_changed(): the scale_inv each
-// GEMM applies is the one stored with the codes, so cached and uncached results are bitwise equal. BF16: operands rounded to BF16 (RNE, a BF16 input is used as
-// is), cuBLASLt BF16 GEMMs with FP32 accumulation. FP32: cuBLASLt FP32 (no TF32), the reference
-// path. X, Y, dY, dX are F32 or BF16 each: the FP8 and BF16 GEMMs write Y and dX in their dtype
+// GEMM applies is the one stored with the codes, so cached and uncached results are bitwise equal.
+// BF16: operands rounded to BF16 (RNE, a BF16 input is used as is), cuBLASLt BF16 GEMMs with FP32
+// accumulation; with spec.cache_weight W's BF16 copy is likewise made once per cache period.
+// FP32: cuBLASLt FP32 (no TF32), the reference path. X, Y, dY, dX are F32 or BF16 each: the FP8 and BF16 GEMMs write Y and dX in their dtype
 // (a BF16 output is the FP32 result rounded once, by cuBLASLt's epilogue: gemm.h); the FP32 path
 // writes FP32 and rounds a BF16 output once (act_f32.h). dW accumulates in FP32 (beta = 1).
 #include <cmath>
@@ -90,7 +91,7 @@ class CudaLinear final : public Linear {
         if (!spec_.cache_weight) wt_.reset();
         break;
       case LinearPrecision::BF16:
-        gemm_.bf16(as_bf16(x, xb_), false, as_bf16(w2, wb_), true, y, m, out, in);
+        gemm_.bf16(as_bf16(x, xb_), false, w_bf16(w2), true, y, m, out, in);
         break;
       case LinearPrecision::FP32:
         gemm_.f32(as_f32(x, xf_), false, w2.f32(), true, f32_out(y), m, out, in);
@@ -128,7 +129,7 @@ class CudaLinear final : public Linear {
       }
       case LinearPrecision::BF16: {
         const uint16_t* dyb = as_bf16(dy, dyb_);
-        if (!dx.empty()) gemm_.bf16(dyb, false, as_bf16(saved.w, wb_), false, dx, m, in, out);
+        if (!dx.empty()) gemm_.bf16(dyb, false, w_bf16(saved.w), false, dx, m, in, out);
         if (!dw.empty())
           gemm_.bf16(dyb, true, as_bf16(saved.x, xb_), false, dw.f32(), out, in, m, 1.0f);
         return;
@@ -147,6 +148,7 @@ class CudaLinear final : public Linear {
   }
 
   void update_scales() override {
+    wb_cached_ = false;  // the optimizer step that follows changes W (backend.h cache_weight)
     if (spec_.precision != LinearPrecision::FP8) return;
     wt_.reset();  // the optimizer step that follows changes W (backend.h cache_weight)
     DeviceGuard g(be_.device());
@@ -189,7 +191,10 @@ class CudaLinear final : public Linear {
     qdy_->set_pending_exchange(amax.i32() + 2);
   }
 
-  void weights_changed() override { wt_.reset(); }
+  void weights_changed() override {
+    wt_.reset();
+    wb_cached_ = false;
+  }
 
   // FP8 weight all-gather (backend.h): the shard's amax and codes under the whole W's tensor scale
   // (quantize.h encode_piece_launch, the cast kernel's rule), and the gathered codes installed as
@@ -278,6 +283,17 @@ class CudaLinear final : public Linear {
     return b.bf16();
   }
   const float* as_f32(const Tensor& t, DeviceBuffer<float>& buf) { return f32_in(t, buf, s_); }
+  // BF16: W rounded to BF16 (RNE) into wb_, once per weight-cache period with spec.cache_weight
+  // (the BF16 twin of the FP8 weight cache: kept until update_scales() or weights_changed(), the
+  // points where W may change) — the forward, its backward's dgrad and every micro-batch of a
+  // gradient-accumulation step read the same copy, bitwise what each would have rounded. A W that
+  // is BF16 already is read in place (nothing cached).
+  const uint16_t* w_bf16(const Tensor& w) {
+    if (spec_.cache_weight && wb_cached_) return wb_.get();
+    const uint16_t* p = as_bf16(w, wb_);
+    wb_cached_ = spec_.cache_weight && p == wb_.get();
+    return p;
+  }
   float* f32_out(const Tensor& t) { return cuda::f32_out(t, acc_, s_); }
   void finish(const Tensor& t) { f32_out_finish(t, acc_, s_); }
 
@@ -295,6 +311,7 @@ class CudaLinear final : public Linear {
   DeviceBuffer<unsigned> installed_amax_;
   bool installed_stats_ = false;
   DeviceBuffer<uint16_t> xb_, wb_, dyb_;
+  bool wb_cached_ = false;  // BF16: wb_ holds W's BF16 copy of this weight-cache period (w_bf16)
   DeviceBuffer<float> xf_, dyf_, acc_;
 };
 

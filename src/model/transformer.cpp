@@ -48,8 +48,12 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         U.norm.forward(be, x, U.u, U.mean, U.rstd);
         u = U.u;
       }
+      // Pre-norm with R(x, y) = x + y (the default): the sublayer writes into the unit's output and
+      // x is added in place — round(f + x), the same bits as round(x + f) without the copy of x.
+      const bool in_place = place == NormPlacement::Pre && m.res_a == 1.0f && m.res_b == 1.0f;
+      const Tensor& f = in_place ? out : U.f;
       if (k == 0 && !c.attention_layer(l)) {
-        m.gdn[size_t(l)].forward(be, u, U.f);
+        m.gdn[size_t(l)].forward(be, u, f);
       } else if (k == 0) {
         AttnLayer& al = m.attn[size_t(l)];
         al.qkv.forward(be, u, al.qkv_out);
@@ -66,13 +70,17 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         }
         al.saved = al.attn->forward(al.q, al.k, al.v, al.o, al.lse);
         be.heads_to_tokens(al.o, al.ot);
-        al.proj.forward(be, al.ot, U.f);
+        al.proj.forward(be, al.ot, f);
       } else {
         MlpLayer& ml = m.mlp[size_t(l)];
         ml.fc1.forward(be, u, ml.h);
         if (c.mlp == MlpKind::SwiGLU) be.swiglu_forward(ml.h, ml.a);
         else be.gelu_forward(ml.h, ml.a);
-        ml.fc2.forward(be, ml.a, U.f);
+        ml.fc2.forward(be, ml.a, f);
+      }
+      if (in_place) {
+        be.axpy(1.0f, x, out);
+        continue;
       }
       Tensor g = U.f;
       if (place == NormPlacement::Output) {
@@ -107,16 +115,23 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         U.norm.backward(be, U.s, m.dcur, m.dt1, U.mean, U.rstd);
         be.copy(m.dcur, m.dt1);
       }
-      be.copy(m.dt2, m.dcur);  // dt2 = dg = b·ds; dcur = dx = a·ds
-      if (m.res_b != 1.0f) be.scale(m.res_b, m.dt2);
-      if (m.res_a != 1.0f) be.scale(m.res_a, m.dcur);
+      // dt2 = dg = b·ds; dcur = dx = a·ds. With a = b = 1 and no output norm, the attention and
+      // MLP backwards read dg without changing it (a Gated DeltaNet layer clobbers it): dcur itself.
+      const bool gdn = k == 0 && !c.attention_layer(l);
       Tensor df = m.dt2;
+      if (m.res_a == 1.0f && m.res_b == 1.0f && place != NormPlacement::Output && !gdn) {
+        df = m.dcur;
+      } else {
+        be.copy(m.dt2, m.dcur);
+        if (m.res_b != 1.0f) be.scale(m.res_b, m.dt2);
+        if (m.res_a != 1.0f) be.scale(m.res_a, m.dcur);
+      }
       if (place == NormPlacement::Output) {
         U.norm.backward(be, U.f, m.dt2, m.dt1, U.mean, U.rstd);
         df = m.dt1;
       }
       Tensor du = m.dt3;
-      if (k == 0 && !c.attention_layer(l)) {
+      if (gdn) {
         m.gdn[size_t(l)].backward(be, df, du, m.gdn_scratch);
       } else if (k == 0) {
         AttnLayer& al = m.attn[size_t(l)];

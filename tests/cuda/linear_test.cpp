@@ -279,7 +279,8 @@ TEST(CudaLinear, QuantStateRoundTripContinuesBitwise) {
   EXPECT_EQ(lb->quant_state(), before);
 }
 
-// FP8 weight cache (backend.h LinearSpec::cache_weight): with gradient accumulation (2 micro-batches
+// Weight cache (backend.h LinearSpec::cache_weight; FP8 codes, or a BF16 linear's rounded copy of
+// W): with gradient accumulation (2 micro-batches
 // per step, update_scales() between steps, W changed by an "optimizer step" after it), a caching
 // linear's Y, dX, dW and delayed state equal an uncaching one's bitwise. The cache is really used:
 // W changed without update_scales() leaves the caching linear's Y as it was (the uncached one
@@ -287,14 +288,17 @@ TEST(CudaLinear, QuantStateRoundTripContinuesBitwise) {
 TEST(CudaLinear, WeightCacheEqualsUncachedBitwise) {
   OCTET_REQUIRE_GPU();
   auto gpu = make_cuda_backend();
-  for (Recipe recipe : {Recipe::TensorCurrent, Recipe::TensorDelayed, Recipe::Block}) {
-    const Case c{LinearPrecision::FP8, recipe, FormatPolicy::Hybrid, 64, 160, 96};
+  for (const Case& c : {Case{LinearPrecision::FP8, Recipe::TensorCurrent, FormatPolicy::Hybrid, 64, 160, 96},
+                        Case{LinearPrecision::FP8, Recipe::TensorDelayed, FormatPolicy::Hybrid, 64, 160, 96},
+                        Case{LinearPrecision::FP8, Recipe::Block, FormatPolicy::Hybrid, 64, 160, 96},
+                        Case{LinearPrecision::BF16, Recipe::TensorCurrent, FormatPolicy::Hybrid, 64, 160, 96}}) {
     LinearSpec spec = spec_of(c);
     auto plain = gpu->make_linear(spec);
     spec.cache_weight = true;
     auto cached = gpu->make_linear(spec);
     Io ia(*gpu, c.m, c.in, c.out, DType::BF16), ib(*gpu, c.m, c.in, c.out, DType::BF16);
-    const std::string what = to_string(recipe);
+    const std::string what =
+        c.precision == LinearPrecision::BF16 ? std::string("bf16") : to_string(c.recipe);
     auto same = [&](const Tensor& a, const Tensor& b, const std::string& at) {
       const auto ha = gpu->download_f32(a), hb = gpu->download_f32(b);
       ASSERT_EQ(ha.size(), hb.size());
