@@ -297,6 +297,7 @@ void run_train(TrainArgs& a) {
     nlohmann::json j = env;
     j.update({{"bench", "train"}, {"impl", "octet"}, {"model", r.model}, {"arm", r.arm},
               {"recipe", r.arm == "bf16" ? "" : o.recipe}, {"attn_form", r.attn_form},
+              {"activation_checkpointing", o.train.activation_checkpointing},
               {"n_layer", r.config.n_layer},
               {"d_model", r.config.d_model}, {"n_head", r.config.n_head}, {"d_ff", r.config.d_ff},
               {"seq_len", r.config.seq_len}, {"vocab_size", r.config.vocab_size}, {"batch", r.batch},
@@ -413,6 +414,8 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   train->add_option("--attn-form", tr.o.attn_form, "auto (cuda FP8: the fused kernels), whole, tiled")
       ->check(CLI::IsMember({"auto", "whole", "tiled"}))
       ->capture_default_str();
+  train->add_flag("--activation-checkpointing", tr.o.train.activation_checkpointing,
+                 "recompute each layer's forward in the backward (peak memory vs one more forward)");
   train->add_flag("--profile", tr.o.profile, "time every backend op by class (synchronizes after each op)");
   train->add_option("--peer", tr.peer, "PyTorch peer script run after octet's rows")->capture_default_str();
   train->add_option("--peer-arms", tr.peer_arms, "the peer's arms: bf16, torchao-tensorwise, torchao-rowwise")

@@ -101,7 +101,8 @@ struct TrainBenchOptions {
   /// on cuda), "whole" (the unfused CUDA attention) or "tiled".
   std::string attn_form = "auto";
   /// Optimizer hyperparameters (octet/optim.h via adamw_config) and the constant learning rate
-  /// train.lr: a run's [train] defaults. Activations: the backend's preferred dtype.
+  /// train.lr: a run's [train] defaults; train.activation_checkpointing: the models' ModelMemory.
+  /// Activations: the backend's preferred dtype.
   TrainConfig train;
   uint64_t seed = 1234;
   /// Time every backend op by class (profiling_backend.h: a synchronization after each op, so the

@@ -178,6 +178,19 @@ struct AttentionSample {
   std::vector<float> q, k, v, d_o;
 };
 
+/// How a Model trades memory for compute (docs/training.md §"Activation checkpointing").
+struct ModelMemory {
+  /// Activation checkpointing with full recompute per layer (Chen et al., arXiv 1604.06174;
+  /// Megatron-LM's "full" granularity, arXiv 2205.05198): between the forward and the backward only
+  /// each layer's input (the residual stream) is kept; the backward re-runs a layer's forward
+  /// before its backward, and one set of per-layer activation buffers serves every layer (the
+  /// saved FP8/BF16 operands of each layer are freed after its forward). The losses and gradients
+  /// are bitwise those without it (the forward kernels are deterministic); the cost is one more
+  /// forward of every layer per step. diagnostics() and attention_sample() need every layer's
+  /// activations and throw octet::Error while it is on.
+  bool activation_checkpointing = false;
+};
+
 /// The transformer. Buffers live on the backend; one instance serves micro-batches of exactly
 /// `batch` sequences of config.seq_len tokens (N = batch·seq_len tokens). Activations and their
 /// gradients are tensors of precision.activations; parameters, gradients and statistics are F32.
@@ -186,7 +199,8 @@ struct AttentionSample {
 class Model {
  public:
   /// Throws octet::Error if the config or precision is invalid. Parameters start at zero: call init().
-  Model(const ModelConfig& config, const PrecisionConfig& precision, Backend& backend, int64_t batch);
+  Model(const ModelConfig& config, const PrecisionConfig& precision, Backend& backend, int64_t batch,
+        const ModelMemory& memory = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -194,6 +208,7 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const PrecisionConfig& precision() const { return precision_; }
   int64_t batch() const { return batch_; }
+  const ModelMemory& memory() const { return memory_; }
   Backend& backend() { return backend_; }
 
   const std::vector<ParamInfo>& params() const { return params_; }
@@ -262,7 +277,7 @@ class Model {
 
   /// Diagnostics of the last forward/backward (kurtosis of its saved activations, quantizer stats;
   /// the attention row residual since zero_grad(): max over the micro-batches and mean of their
-  /// means). Synchronizes.
+  /// means). Synchronizes. Throws octet::Error under activation checkpointing (ModelMemory).
   std::vector<LayerDiag> diagnostics();
   /// While on, each backward copies batch element 0's attention output gradient dO of every
   /// attention layer aside (1/batch of one activation tensor per layer, allocated at the first
@@ -270,7 +285,8 @@ class Model {
   /// default: the trainer turns it on only for the steps that end in an evaluation.
   void set_attention_capture(bool on);
   /// The sample of layer `layer` (AttentionSample). Throws octet::Error if the layer is out of range
-  /// or has no attention (a Gated DeltaNet layer of the hybrid mixer). Synchronizes.
+  /// or has no attention (a Gated DeltaNet layer of the hybrid mixer), and under activation
+  /// checkpointing (ModelMemory). Synchronizes.
   AttentionSample attention_sample(int64_t layer);
 
   /// The quantizer state of every linear that keeps one (Linear::quant_state: tensor-delayed FP8
@@ -290,6 +306,7 @@ class Model {
   PrecisionConfig precision_;
   Backend& backend_;
   int64_t batch_;
+  ModelMemory memory_;
   std::vector<ParamInfo> params_;
   size_t n_params_ = 0;
   std::function<void(int64_t)> grad_ready_hook_;

@@ -50,6 +50,10 @@ struct TrainConfig {
   int64_t checkpoint_every = 100;  ///< 0: only at the end
   int64_t log_every = 1;        ///< progress-line interval
   int64_t max_bad_steps = 5;    ///< consecutive NaN/inf steps before the run stops
+  /// Keep only each layer's input between forward and backward and recompute the rest (model.h
+  /// ModelMemory): less activation memory for one more forward per step, bitwise the same run.
+  /// The per-layer diagnostics of the evaluation records are then not computed.
+  bool activation_checkpointing = false;
 };
 
 struct DataConfig {
@@ -126,8 +130,8 @@ struct ConfigChange {
 };
 /// The keys whose values differ between a run's saved config and the one requested on resume.
 /// "Schedule" keys (train.steps, train.lr, train.min_lr_ratio, train.warmup_steps,
-/// train.eval_every, train.checkpoint_every, train.log_every, train.max_bad_steps, device,
-/// data.cache_dir) may change; any other key changes what the run is, and a change throws
+/// train.eval_every, train.checkpoint_every, train.log_every, train.max_bad_steps,
+/// train.activation_checkpointing, device, data.cache_dir) may change; any other key changes what the run is, and a change throws
 /// octet::Error naming the key, its two values and `run_dir` (docs/training.md §Resume).
 std::vector<ConfigChange> resume_changes(const RunConfig& saved, const RunConfig& requested,
                                          const std::string& run_dir);

@@ -124,7 +124,9 @@ void bench_train(const TrainBenchOptions& opt, const std::function<void(const Tr
       prec.activations = be.preferred_activation_dtype();
       prec.attn_form = opt.attn_form == "auto" ? default_attn_form(cfg, prec, be.name())
                                                : parse_attn_form(opt.attn_form);
-      Model model(cfg, prec, be, batch);
+      ModelMemory memory;
+      memory.activation_checkpointing = opt.train.activation_checkpointing;
+      Model model(cfg, prec, be, batch, memory);
       if (init.empty()) {
         model.init(opt.seed);
         init = model.download_params();

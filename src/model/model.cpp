@@ -33,8 +33,8 @@ std::vector<std::pair<std::string, LinearOp*>> Model::Impl::linears() {
 }
 
 Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backend& backend,
-             int64_t batch)
-    : config_(config), precision_(precision), backend_(backend), batch_(batch) {
+             int64_t batch, const ModelMemory& memory)
+    : config_(config), precision_(precision), backend_(backend), batch_(batch), memory_(memory) {
   validate_model_precision(config_, precision_, batch);  // the checks a run makes up front
   params_ = model_detail::build_param_table(config_);
   n_params_ = params_.back().offset + params_.back().numel;
@@ -43,6 +43,15 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
   Arena& A = m.arena;
   const ModelConfig& c = config_;
   const DType act = precision_.activations;
+  // A layer's activation buffer: its own, or under activation checkpointing the one buffer of that
+  // role (key) that every layer shares — the backward re-runs each layer's forward into it.
+  std::map<std::string, Tensor> shared;
+  auto layer_buf = [&](const std::string& key, DType t, Shape sh) {
+    if (!memory_.activation_checkpointing) return A.make(t, std::move(sh));
+    auto it = shared.find(key);
+    if (it == shared.end()) it = shared.emplace(key, A.make(t, std::move(sh))).first;
+    return it->second;
+  };
   m.B = batch;
   m.T = c.seq_len;
   m.N = m.B * m.T;
@@ -116,12 +125,17 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
     }
     g.scale = float(1.0 / std::sqrt(double(m.Dh)));
     g.chunk = c.gdn_chunk;
-    g.qkv_out = A.make(act, {m.N, 3 * m.H * m.Dh});
-    g.gate_out = A.make(act, {m.N, 2 * m.H});
-    for (Tensor* t : {&g.q_raw, &g.k_raw, &g.q, &g.k, &g.v, &g.o}) *t = A.make(act, sh);
-    g.q_rstd = A.make(DType::F32, {m.B * m.H * m.T});
-    g.k_rstd = A.make(DType::F32, {m.B * m.H * m.T});
-    g.ot = A.make(act, {m.N, m.H * m.Dh});
+    g.qkv_out = layer_buf("gdn.qkv_out", act, {m.N, 3 * m.H * m.Dh});
+    g.gate_out = layer_buf("gdn.gate_out", act, {m.N, 2 * m.H});
+    g.q_raw = layer_buf("gdn.q_raw", act, sh);
+    g.k_raw = layer_buf("gdn.k_raw", act, sh);
+    g.q = layer_buf("gdn.q", act, sh);
+    g.k = layer_buf("gdn.k", act, sh);
+    g.v = layer_buf("gdn.v", act, sh);
+    g.o = layer_buf("gdn.o", act, sh);
+    g.q_rstd = layer_buf("gdn.q_rstd", DType::F32, {m.B * m.H * m.T});
+    g.k_rstd = layer_buf("gdn.k_rstd", DType::F32, {m.B * m.H * m.T});
+    g.ot = layer_buf("gdn.ot", act, {m.N, m.H * m.Dh});
     return g;
   };
   const AttentionShape shape = attention_shape(c, m.B);
@@ -141,20 +155,20 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
       al.k_norm.dw = view(h + ".attn.k_norm.weight", m.grads);
     }
     al.attn = backend_.make_attention(shape, acfg);
-    al.qkv_out = A.make(act, {m.N, qkv_w});
-    al.q = A.make(act, sq);
-    al.k = A.make(act, sk);
-    al.v = A.make(act, sk);
+    al.qkv_out = layer_buf("attn.qkv_out", act, {m.N, qkv_w});
+    al.q = layer_buf("attn.q", act, sq);
+    al.k = layer_buf("attn.k", act, sk);
+    al.v = layer_buf("attn.v", act, sk);
     if (c.qk_norm) {
-      al.q_raw = A.make(act, sq);
-      al.k_raw = A.make(act, sk);
-      al.q_rstd = A.make(DType::F32, {m.B * m.H * m.T});
-      al.k_rstd = A.make(DType::F32, {m.B * m.G * m.T});
+      al.q_raw = layer_buf("attn.q_raw", act, sq);
+      al.k_raw = layer_buf("attn.k_raw", act, sk);
+      al.q_rstd = layer_buf("attn.q_rstd", DType::F32, {m.B * m.H * m.T});
+      al.k_rstd = layer_buf("attn.k_rstd", DType::F32, {m.B * m.G * m.T});
     }
-    al.o = A.make(act, sq);
-    al.lse = A.make(DType::F32, {m.B, m.H, m.T});
-    al.ot = A.make(act, {m.N, m.H * m.Dh});
-    al.residual = A.make(DType::F64, {2});
+    al.o = layer_buf("attn.o", act, sq);
+    al.lse = layer_buf("attn.lse", DType::F32, {m.B, m.H, m.T});
+    al.ot = layer_buf("attn.ot", act, {m.N, m.H * m.Dh});
+    al.residual = A.make(DType::F64, {2});  // an accumulator of this layer's: never shared
     return al;
   };
 
@@ -164,11 +178,12 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
     for (int k = 0; k < 2; ++k) {
       UnitBuffers u;
       u.norm = make_norm(h + (k == 0 ? ".norm1" : ".norm2"));
-      if (c.norm_placement == NormPlacement::Pre) u.u = A.make(act, Nd);
-      if (c.norm_placement == NormPlacement::Post) u.s = A.make(act, Nd);
-      u.f = A.make(act, Nd);
-      u.mean = A.make(DType::F32, rows);
-      u.rstd = A.make(DType::F32, rows);
+      const std::string unit = "unit" + std::to_string(k);  // the two units of a layer: two sets
+      if (c.norm_placement == NormPlacement::Pre) u.u = layer_buf(unit + ".u", act, Nd);
+      if (c.norm_placement == NormPlacement::Post) u.s = layer_buf(unit + ".s", act, Nd);
+      u.f = layer_buf(unit + ".f", act, Nd);
+      u.mean = layer_buf(unit + ".mean", DType::F32, rows);
+      u.rstd = layer_buf(unit + ".rstd", DType::F32, rows);
       m.units.push_back(std::move(u));
     }
     if (c.attention_layer(l)) {
@@ -181,8 +196,8 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
     MlpLayer ml;
     ml.fc1 = make_linear("fc1", h + ".mlp.fc1.weight", m.d, fc1_w, lp);
     ml.fc2 = make_linear("fc2", h + ".mlp.fc2.weight", m.F, m.d, lp);
-    ml.h = A.make(act, {m.N, fc1_w});
-    ml.a = A.make(act, {m.N, m.F});
+    ml.h = layer_buf("mlp.h", act, {m.N, fc1_w});
+    ml.a = layer_buf("mlp.a", act, {m.N, m.F});
     m.mlp.push_back(std::move(ml));
   }
   m.norm_f = make_norm("norm_f");
@@ -301,6 +316,9 @@ std::vector<Model::CodeWeight> Model::code_weights() {
 }
 
 std::vector<LayerDiag> Model::diagnostics() {
+  OCTET_CHECK(!memory_.activation_checkpointing,
+              "layer diagnostics read every layer's activations of the last forward, which "
+              "activation checkpointing does not keep (train.activation_checkpointing = false)");
   Impl& m = *impl_;
   Backend& be = backend_;
   const bool fp8 = linear_precision(precision_.arm) == LinearPrecision::FP8;
@@ -342,6 +360,9 @@ void Model::set_attention_capture(bool on) {
 }
 
 AttentionSample Model::attention_sample(int64_t layer) {
+  OCTET_CHECK(!memory_.activation_checkpointing,
+              "attention_sample: activation checkpointing does not keep the layers' q, k, v "
+              "(train.activation_checkpointing = false)");
   Impl& m = *impl_;
   OCTET_CHECK(layer >= 0 && layer < config_.n_layer,
               "attention_sample: layer " + std::to_string(layer) + " is out of range [0, " +

@@ -6,13 +6,17 @@
 // u (pre), g (output, FOG arXiv 2505.20524) or after R (post). Backward walks the same units in
 // reverse: d(post-norm) → split by R → d(output norm) → d(sublayer) → d(pre-norm) + residual.
 // Every op is enqueued on the backend: nothing here waits for the device except take_loss().
-// Each linear and attention keeps its forward's saved state (model/impl.h) until its backward.
+// Each linear and attention keeps its forward's saved state (model/impl.h) until its backward;
+// under activation checkpointing (model.h ModelMemory) only until the end of its layer's forward,
+// and the backward runs the layer's forward again first.
 #include <cmath>
 
 #include "model/impl.h"
 #include "octet/error.h"
 
 namespace octet {
+
+using model_detail::LinearOp;
 
 namespace {
 // dst = a·x + b·y
@@ -38,7 +42,9 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
   be.embedding_forward(m.ids, m.wte, m.stream[0]);
   if (c.positions == PositionKind::Learned)
     for (int64_t b = 0; b < m.B; ++b) be.axpy(1.0f, m.wpe, m.stream[0].slice(b * m.T, m.T));
-  for (int64_t l = 0; l < c.n_layer; ++l) {
+  // Layer l's two units from its input stream[2l] (run again by the backward under activation
+  // checkpointing: the same kernels on the same inputs, so the same bits).
+  auto forward_layer = [&](int64_t l) {
     for (int k = 0; k < 2; ++k) {
       UnitBuffers& U = m.units[size_t(2 * l + k)];
       const Tensor& x = m.stream[size_t(2 * l + k)];
@@ -94,6 +100,19 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         residual(be, m.res_a, x, m.res_b, g, out);
       }
     }
+  };
+  // Under activation checkpointing a layer's saved operands are freed once its forward is done.
+  const bool recompute = memory_.activation_checkpointing;
+  auto release_layer = [&](int64_t l) {
+    AttnLayer& al = m.attn[size_t(l)];
+    GdnLayer& gl = m.gdn[size_t(l)];
+    MlpLayer& ml = m.mlp[size_t(l)];
+    al.saved = {};
+    for (LinearOp* op : {&al.qkv, &al.proj, &gl.qkv, &gl.gates, &gl.proj, &ml.fc1, &ml.fc2}) op->saved = {};
+  };
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    forward_layer(l);
+    if (recompute) release_layer(l);
   }
   const Tensor& xL = m.stream.back();
   m.norm_f.forward(be, xL, m.xf, m.mean_f, m.rstd_f);
@@ -107,6 +126,7 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
   // the seams of data parallel's gradient buckets (model.h set_grad_ready_hook)
   if (grad_ready_hook_) grad_ready_hook_(int64_t(param("norm_f.weight").offset));
   for (int64_t l = c.n_layer - 1; l >= 0; --l) {
+    if (recompute) forward_layer(l);
     for (int k = 1; k >= 0; --k) {
       UnitBuffers& U = m.units[size_t(2 * l + k)];
       const Tensor& x = m.stream[size_t(2 * l + k)];
@@ -165,6 +185,7 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
       }
       be.axpy(1.0f, du, m.dcur);
     }
+    if (recompute) release_layer(l);
     if (grad_ready_hook_) grad_ready_hook_(int64_t(param("h." + std::to_string(l) + ".norm1.weight").offset));
   }
   m.n_backward += 1;

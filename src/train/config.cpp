@@ -204,6 +204,8 @@ const std::vector<Key>& registry() {
         "steps between checkpoints (0: only at the end)", "R");
     add(int_key("train.log_every", REF(train.log_every)), "steps between progress lines", "R");
     add(int_key("train.max_bad_steps", REF(train.max_bad_steps)), "NaN/inf steps in a row before the run stops", "R");
+    add(bool_key("train.activation_checkpointing", REF(train.activation_checkpointing)),
+        "recompute each layer's forward in the backward (less memory, same bits)", "R");
     // data
     add(string_key("data.path", REF(data.path)), "corpus: a file, a directory or a glob", "P");
     add(string_key("data.tokenizer", REF(data.tokenizer)), "bpe, byte");

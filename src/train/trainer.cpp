@@ -193,7 +193,9 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   const TrainConfig& t = cfg.train;
   check_rank_split(cfg, world);
   const int64_t rank_batch = t.batch_size / world;
-  Model model(cfg.model, cfg.precision, be, rank_batch);
+  ModelMemory memory;
+  memory.activation_checkpointing = t.activation_checkpointing;
+  Model model(cfg.model, cfg.precision, be, rank_batch, memory);
   std::unique_ptr<Zero1> zero;
   if (comm) zero = std::make_unique<Zero1>(model, *comm, cfg.dist.bucket_mb);
   // dist.allgather_fp8: the FP8 linears' weights gathered as codes (a no-op without such weights).
@@ -351,7 +353,9 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   };
   for (int64_t step = st.step; step < t.steps; ++step) {
     if (pending.empty()) window_t0 = std::chrono::steady_clock::now();
-    model.set_attention_capture(writer && evaluates_after(step + 1));
+    // per-layer diagnostics need every layer's activations: none under activation checkpointing
+    const bool layer_diags = writer && !t.activation_checkpointing;
+    model.set_attention_capture(layer_diags && evaluates_after(step + 1));
     model.zero_grad();
     int64_t counted = 0;
     for (int64_t a = 0; a < t.grad_accum; ++a) {
@@ -398,7 +402,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     if (evaluates_after(st.step)) {
       if (t.sample_tokens > 0) gather_masters();  // rank 0's sampler reads the FP32 weights
       std::vector<LayerReport> diags;  // before eval overwrites activations; only rank 0 reports them
-      if (writer) diags = layer_diagnostics(model);
+      if (layer_diags) diags = layer_diagnostics(model);
       const double val = evaluate();
       result.val_loss.emplace_back(st.step, val);
       result.final_val_loss = val;

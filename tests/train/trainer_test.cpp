@@ -67,6 +67,28 @@ TEST(Trainer, DeterministicAndLearns) {
   EXPECT_TRUE(fs::exists(f.dir / "a/config.toml"));
 }
 
+// train.activation_checkpointing (model.h ModelMemory): the run is bitwise the one without it; its
+// evaluation records carry no per-layer diagnostics (they need every layer's activations).
+TEST(Trainer, ActivationCheckpointingIsBitwiseTheSameRun) {
+  Fixture f;
+  f.cfg.train.steps = 6;
+  const TrainResult a = train(f.cfg, f.dir / "keep", false, *f.ds, nullptr);
+  set_config_value(f.cfg, "train.activation_checkpointing", "true");
+  EXPECT_TRUE(f.cfg.train.activation_checkpointing);
+  const TrainResult b = train(f.cfg, f.dir / "recompute", false, *f.ds, nullptr);
+  EXPECT_EQ(a.train_loss, b.train_loss);
+  EXPECT_EQ(a.val_loss, b.val_loss);
+  EXPECT_TRUE(load_config(f.dir / "recompute/config.toml").train.activation_checkpointing);
+  int evals = 0;
+  for (const auto& j : read_metrics(f.dir / "recompute"))
+    if (j.contains("val_loss")) {
+      ++evals;
+      EXPECT_TRUE(j["layers"].empty());
+    }
+  EXPECT_EQ(evals, 2);
+  EXPECT_THROW(set_config_value(f.cfg, "train.activation_checkpointing", "maybe"), Error);
+}
+
 // Runs cfg uninterrupted in <dir>/full and crashed at step 4 in <dir>/crashed (checkpoint of step 3
 // kept, copied to <dir>/step3), resumes the crashed run and expects its losses and metrics to equal the full run's bitwise.
 void expect_bitwise_resume(const RunConfig& cfg, Dataset& ds, const test::TempDir& dir) {
