@@ -162,6 +162,7 @@ struct AttnArgs {
   int reps = 20, warmup = 3;
   std::string peer = "bench/peers/sdpa.py";  ///< PyTorch SDPA peer script ("" to skip)
   std::string python = "python3";
+  std::string input_dtype = "bf16";  ///< octet's rows: bf16 (as the trainer) | f32
 };
 
 // Runs a peer script (python + script + args) after octet's rows, so both sets of numbers come from
@@ -205,6 +206,7 @@ void run_attention(const AttnArgs& a) {
   o.causal = a.causal;
   o.reps = a.reps;
   o.warmup = a.warmup;
+  o.input_dtype = octet::parse_dtype(a.input_dtype);
   const nlohmann::json env = env_json();
   if (!a.json)
     std::printf("%-21s %3s %3s %6s %4s %6s %9s %9s %9s %9s  %s\n", "impl", "B", "H", "S", "D",
@@ -217,6 +219,7 @@ void run_attention(const AttnArgs& a) {
               {"bwd_tflops", r.bwd_tflops}, {"reps", r.reps}});
     if (!r.fwd_kernel.empty()) j["fwd_kernel"] = r.fwd_kernel;  // octet-fp8-fused rows
     if (!r.bwd_kernel.empty()) j["bwd_kernel"] = r.bwd_kernel;
+    if (!r.input_dtype.empty()) j["input_dtype"] = r.input_dtype;  // octet's rows
     char line[224];
     std::snprintf(line, sizeof(line), "%-21s %3lld %3lld %6lld %4lld %6s %9.3f %9.1f %9.3f %9.1f  %s/%s",
                   r.impl.c_str(), (long long)r.batch, (long long)r.heads, (long long)r.seq,
@@ -380,6 +383,10 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   attn->add_option("--causal", t.causal, "causal mask (true/false)");
   attn->add_option("--reps", t.reps, "timed repetitions (median reported)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
   attn->add_option("--warmup", t.warmup, "untimed warm-up calls")->check(CLI::Range(0, std::numeric_limits<int>::max()))->capture_default_str();
+  attn->add_option("--input-dtype", t.input_dtype,
+                   "dtype of q, k, v, o, dO and the gradients for octet's rows (bf16: as the trainer)")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
   attn->add_option("--peer", t.peer, "PyTorch SDPA peer script run after octet's rows ('' skips)");
   attn->add_option("--python", t.python, "interpreter for the peer script");
   attn->callback([] { run_attention(t); });

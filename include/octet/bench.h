@@ -225,6 +225,9 @@ struct AttnBenchRow {
   /// The fused FP8 backward's kernel flavor for the same rows: "wgmma" | "mma_sync"
   /// (src/cuda/flash/flash_backward.h select_backward_kernel; OCTET_FLASH_BACKWARD forces one).
   std::string bwd_kernel;
+  /// The dtype of q, k, v, o, dO, dQ, dK, dV for octet's rows ("bf16" | "f32"); empty for the
+  /// cuDNN peers' rows.
+  std::string input_dtype;
 };
 
 struct AttnBenchOptions {
@@ -232,6 +235,9 @@ struct AttnBenchOptions {
   std::vector<int64_t> seqs{1024, 4096, 8192, 16384};
   bool causal = true;
   int warmup = 3, reps = 20;
+  /// The activations' dtype for octet's rows: BF16 as the trainer passes them (the operand glue
+  /// reads them without a widening copy), or F32.
+  DType input_dtype = DType::BF16;
 };
 
 /// FP8 (stale, matched) and BF16 attention of the CUDA backend, forward and backward.

@@ -25,14 +25,17 @@
 // l_i) per row in a SavedAttention; O and the LSE are the caller's tensors (the backward reads O
 // for the stale delta, never the LSE: its P = exp(S − m) / l sums to 1 at any logit size,
 // docs/delta-matching.md). The backward reads only those and its own scratch, so any number
-// of forwards may be outstanding. q, k, v, o, dO, dQ, dK, dV are F32 or BF16 each: BF16 inputs are
-// widened to FP32 for these kernels (exact) and BF16 outputs rounded once (O is BF16-valued
-// already). The row residual accumulates into the caller's F64 [2] on the device; nothing waits.
+// of forwards may be outstanding. q, k, v, o, dO, dQ, dK, dV are F32 or BF16 each: the operand
+// glue (attention_glue.h: amax, pack, unpad) reads and writes them as they are; only the unfused
+// stale delta's row kernel widens O and dO to FP32 scratch (exact), and O goes through FP32 scratch
+// rounded once (it is BF16-valued already). The row residual accumulates into the caller's F64 [2]
+// on the device; nothing waits.
 #include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cuda/attention_glue.h"
 #include "cuda/attention_kernels.h"
 #include "cuda/buffer.h"
 #include "cuda/act_f32.h"
@@ -136,11 +139,11 @@ class CudaAttention final : public Attention {
     const PackKind rowk = fp8_ ? PackKind::Fp8Code : PackKind::Bf16OfValue;
     const PackKind transk = fused_ ? PackKind::Fp8Code
                             : fp8_ ? PackKind::Bf16OfCode : PackKind::Bf16OfValue;
-    pack(as_f32(q, in_q_), d.H, d.Tq, d.Tq_p, d.rep, Format::E4M3, st->sq(), rowk,
-         st->q_rows.tensor().data, transk, st->q_t.tensor().data);
-    pack(as_f32(k, in_k_), d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sk(), rowk,
-         st->k_rows.tensor().data, transk, st->k_t.tensor().data);
-    pack(as_f32(v, in_v_), d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sv(), rowk,
+    pack(q, d.H, d.Tq, d.Tq_p, d.rep, Format::E4M3, st->sq(), rowk, st->q_rows.tensor().data,
+         transk, st->q_t.tensor().data);
+    pack(k, d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sk(), rowk, st->k_rows.tensor().data, transk,
+         st->k_t.tensor().data);
+    pack(v, d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sv(), rowk,
          st->v_rows.tensor().data, rowk, v_t_.reserve(size_t(nk * eb_), s_));
     const int64_t nrows = d.B * d.H * d.Tq;
     st->rows = nrows;
@@ -181,11 +184,10 @@ class CudaAttention final : public Attention {
     }
     const int64_t nq = d.B * d.H * d.Tq_p * d.D, nk = d.B * d.G * d.Tk_p * d.D;
     const PackKind rowk = fp8_ ? PackKind::Fp8Code : PackKind::Bf16OfValue;
-    const float* dof = as_f32(d_o, in_q_);
-    pack(dof, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdo(), rowk,
+    pack(d_o, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdo(), rowk,
          do_rows_.reserve(size_t(nq * eb_), s_), PackKind::None, nullptr);
     if (fused_) {
-      fused_backward(*st, saved, dof, dq, dk, dv, residual);
+      fused_backward(*st, saved, d_o, dq, dk, dv, residual);
       return;
     }
     logits(*st);
@@ -197,8 +199,9 @@ class CudaAttention final : public Attention {
     a.dP = dP_.get();
     a.row_max = st->row_max();
     a.row_sum = st->row_sum();
-    a.o = cfg_.delta == DeltaMode::Stale ? as_f32(saved.o, in_k_) : nullptr;  // stale delta only
-    a.d_o = dof;
+    const bool stale = cfg_.delta == DeltaMode::Stale;  // the row kernel reads O and dO in FP32
+    a.o = stale ? as_f32(saved.o, in_k_) : nullptr;
+    a.d_o = stale ? as_f32(d_o, in_q_) : nullptr;
     a.fp8 = fp8_;
     a.matched = cfg_.delta == DeltaMode::Matched;
     a.p_scale = cfg_.p_scale;
@@ -207,7 +210,7 @@ class CudaAttention final : public Attention {
     a.row_factor = row_factor_.reserve(size_t(nrows), s_);
     backward_rows_launch(d, a, s_);
     // dV's operand dO_i / l_i (P without underflow: P̃ is exp(S − m)), its own per-tensor scale.
-    pack(dof, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdv(), PackKind::None, nullptr, rowk,
+    pack(d_o, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdv(), PackKind::None, nullptr, rowk,
          do_t_.reserve(size_t(nq * eb_), s_), row_factor_.get());
     const int64_t ntiles = d.B * d.H * ((d.Tq + cfg_.block_q - 1) / cfg_.block_q) *
                            ((d.Tk + cfg_.block_k - 1) / cfg_.block_k);
@@ -245,11 +248,13 @@ class CudaAttention final : public Attention {
   float* f32_out(const Tensor& t) { return cuda::f32_out(t, out_, s_); }
   void finish(const Tensor& t) { f32_out_finish(t, out_, s_); }
 
-  void pack(const float* x, int64_t heads, int64_t T, int64_t T_p, int64_t rep, Format f,
+  // x (F32 or BF16, as given) -> its amax (FP8) and its packed row / transposed copies.
+  void pack(const Tensor& x, int64_t heads, int64_t T, int64_t T_p, int64_t rep, Format f,
             float* scale_inv, PackKind row_kind, void* row, PackKind trans_kind, void* trans,
             const float* row_factor = nullptr) {
     PackArgs a;
-    a.x = x;
+    a.x = x.data;
+    a.x_dtype = x.dtype;
     a.B = d_.B;
     a.heads = heads;
     a.T = T;
@@ -259,7 +264,8 @@ class CudaAttention final : public Attention {
     a.format = f;
     a.fp8 = fp8_;
     a.row_factor = row_factor;
-    if (fp8_) amax_launch(x, d_.B * heads * T * d_.D, amax_.get(), s_, row_factor, d_.D);
+    if (fp8_)
+      pack_amax_launch(x.data, x.dtype, d_.B * heads * T * d_.D, amax_.get(), s_, row_factor, d_.D);
     a.amax_bits = amax_.get();
     a.scale_inv = scale_inv;
     a.row_kind = row_kind;
@@ -300,25 +306,22 @@ class CudaAttention final : public Attention {
   }
 
   // dQ, dK, dV from the padded accumulators: unpadded, dQ × sk and dK × sq (FP8: the GEMMs ran on
-  // codes), rounded once for BF16 outputs.
+  // codes), written straight into the F32 or BF16 outputs (rounded once).
   void write_gradients(const AttnState& st, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
     const AttnDims& d = d_;
-    unpad_scale_launch(dq_acc_.get(), f32_out(dq), d.B * d.H, d.Tq, d.Tq_p, d.D, 1.0f,
+    unpad_scale_launch(dq_acc_.get(), dq.data, dq.dtype, d.B * d.H, d.Tq, d.Tq_p, d.D, 1.0f,
                        fp8_ ? st.sk() : nullptr, nullptr, s_);
-    finish(dq);
-    unpad_scale_launch(dk_acc_.get(), f32_out(dk), d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f,
+    unpad_scale_launch(dk_acc_.get(), dk.data, dk.dtype, d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f,
                        fp8_ ? st.sq() : nullptr, nullptr, s_);
-    finish(dk);
-    unpad_scale_launch(dv_acc_.get(), f32_out(dv), d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f, nullptr,
-                       nullptr, s_);
-    finish(dv);
+    unpad_scale_launch(dv_acc_.get(), dv.data, dv.dtype, d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f,
+                       nullptr, nullptr, s_);
   }
 
   // The fused FP8 backward (src/cuda/flash/flash_backward.h) after a fused forward, dÔ rows
   // packed: the delta pre-pass (D_i, 1/l_i), dV's operand (dO/l)~ packed with its own scale, the
   // main kernels into the padded accumulators, then write_gradients and the row residual. Beyond
   // the inputs, outputs and dQ accumulator it allocates O(T) per head (no S x S buffer).
-  void fused_backward(const AttnState& st, const SavedAttention& saved, const float* dof,
+  void fused_backward(const AttnState& st, const SavedAttention& saved, const Tensor& d_o,
                       const Tensor& dq, const Tensor& dk, const Tensor& dv,
                       const Tensor& residual) {
     const AttnDims& d = d_;
@@ -336,7 +339,10 @@ class CudaAttention final : public Attention {
     p.row_max = st.row_max();
     p.row_sum = st.row_sum();
     p.matched = cfg_.delta == DeltaMode::Matched;
-    if (!p.matched) p.o = as_f32(saved.o, in_k_), p.d_o_f32 = dof;  // stale delta only
+    if (!p.matched) {  // the stale delta reads O and dO as they are (F32 or BF16)
+      if (saved.o.dtype == DType::BF16) p.o_bf16 = saved.o.bf16(); else p.o = saved.o.f32();
+      if (d_o.dtype == DType::BF16) p.d_o_bf16 = d_o.bf16(); else p.d_o_f32 = d_o.f32();
+    }
     p.delta = delta_.reserve(size_t(nrows), s_);
     p.row_factor = row_factor_.reserve(size_t(nrows), s_);
     p.B = f.B, p.H = f.H, p.G = f.G, p.Tq = f.Tq, p.Tk = f.Tk, p.Tq_p = f.Tq_p, p.Tk_p = f.Tk_p,
@@ -349,7 +355,7 @@ class CudaAttention final : public Attention {
     p.block_q = cfg_.block_q;
     p.block_k = cfg_.block_k;
     flash::delta_launch(p, s_);
-    pack(dof, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdv(), PackKind::None, nullptr,
+    pack(d_o, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdv(), PackKind::None, nullptr,
          PackKind::Fp8Code, do_t_.reserve(size_t(nq), s_), row_factor_.get());
     p.dv_o_t = do_t_.get();
     p.dvo_scale_inv = sdv();
@@ -405,7 +411,7 @@ class CudaAttention final : public Attention {
   DeviceBuffer<unsigned> amax_, tile_amax_;
   DeviceBuffer<uint8_t> v_t_, P_, P_t_, do_rows_, do_t_;
   DeviceBuffer<uint16_t> ds_rows_, ds_t_;
-  DeviceBuffer<float> S_, dP_, o_acc_, rinv_, dq_acc_, dk_acc_, dv_acc_, in_q_, in_k_, in_v_, out_;
+  DeviceBuffer<float> S_, dP_, o_acc_, rinv_, dq_acc_, dk_acc_, dv_acc_, in_q_, in_k_, out_;
   DeviceBuffer<float> row_factor_, delta_;
   DeviceBuffer<double> residual_, res_sums_;
 };

@@ -20,77 +20,14 @@
 
 #include "cuda/attention_kernels.h"
 #include "cuda/check.h"
+#include "cuda/fp8_device.cuh"
 #include "cuda/reduce_util.cuh"
 #include "octet/delta_rule.h"
 
 namespace octet::cuda {
 namespace {
 
-__device__ __forceinline__ float amax_from_bits(unsigned b) {
-  return b > 0x7F800000u ? NAN : __uint_as_float(b);
-}
-__device__ __forceinline__ uint16_t bf16_bits(float x) {
-  return uint16_t(detail::f32_bits(bf16_round(x)) >> 16);
-}
 __device__ __forceinline__ float bf16_value(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
-
-// x_i · row_factor[i / D] (row_factor null: x_i), the value pack_kernel quantizes.
-__device__ __forceinline__ float scaled(const float* x, const float* row_factor, int64_t D,
-                                        int64_t i) {
-  return row_factor ? x[i] * row_factor[i / D] : x[i];
-}
-
-__global__ void amax_kernel(const float* x, int64_t n, const float* row_factor, int64_t D,
-                            unsigned* bits) {
-  unsigned m = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    m = max(m, __float_as_uint(scaled(x, row_factor, D, i)) & 0x7FFFFFFFu);
-  m = warp_max(m);
-  if (threadIdx.x % 32 == 0) atomicMax(bits, m);
-}
-
-// 32x32 (t, d) tiles of one head; blockDim (32, 8).
-__global__ void pack_kernel(PackArgs a) {
-  __shared__ float tile[32][33];
-  const int64_t bh = blockIdx.z, t0 = int64_t(blockIdx.y) * 32, d0 = int64_t(blockIdx.x) * 32;
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const float s = a.fp8 ? scale_from_amax(amax_from_bits(*a.amax_bits), a.format) : 1.0f;
-  if (a.fp8 && bh == 0 && t0 == 0 && d0 == 0 && tx == 0 && ty == 0) *a.scale_inv = 1.0f / s;
-  for (int k = ty; k < 32; k += 8) {
-    const int64_t t = t0 + k, d = d0 + tx;
-    tile[k][tx] = (t < a.T && d < a.D) ? scaled(a.x, a.row_factor, a.D, (bh * a.T + t) * a.D + d)
-                                       : 0.0f;
-  }
-  __syncthreads();
-  auto encode = [&](float v, bool valid, PackKind kind, uint8_t* b8, uint16_t* b16, int64_t idx) {
-    if (kind == PackKind::Fp8Code) {
-      b8[idx] = valid ? fp8_encode(v * s, a.format, true) : uint8_t(0);
-    } else if (kind == PackKind::Bf16OfCode) {
-      b16[idx] = valid ? bf16_bits(fp8_decode(fp8_encode(v * s, a.format, true), a.format)) : uint16_t(0);
-    } else {
-      b16[idx] = valid ? bf16_bits(v) : uint16_t(0);
-    }
-  };
-  if (a.row_kind != PackKind::None) {
-    for (int k = ty; k < 32; k += 8) {
-      const int64_t t = t0 + k, d = d0 + tx;
-      if (t >= a.T_p || d >= a.D) continue;
-      encode(tile[k][tx], t < a.T, a.row_kind, static_cast<uint8_t*>(a.row),
-             static_cast<uint16_t*>(a.row), (bh * a.T_p + t) * a.D + d);
-    }
-  }
-  if (a.trans_kind != PackKind::None) {
-    const int64_t b = bh / a.heads, h = bh % a.heads, g = h / a.rep, l = h % a.rep;
-    const int64_t G = a.heads / a.rep, width = a.rep * a.T_p;
-    for (int k = ty; k < 32; k += 8) {
-      const int64_t d = d0 + k, t = t0 + tx;
-      if (t >= a.T_p || d >= a.D) continue;
-      encode(tile[tx][k], t < a.T, a.trans_kind, static_cast<uint8_t*>(a.trans),
-             static_cast<uint16_t*>(a.trans), ((b * G + g) * a.D + d) * width + l * a.T_p + t);
-    }
-  }
-}
 
 __device__ __forceinline__ int64_t visible(const AttnDims& d, int64_t i) {
   if (!d.causal) return d.Tk;
@@ -284,37 +221,12 @@ __global__ void ds_write_kernel(AttnDims d, const float* dS, bool fp8, Format fm
   }
 }
 
-__global__ void unpad_scale_kernel(const float* src, float* dst, int64_t bh, int64_t T,
-                                   int64_t T_p, int64_t D, float alpha, const float* sa,
-                                   const float* sb) {
-  const float f = alpha * (sa ? *sa : 1.0f) * (sb ? *sb : 1.0f);
-  const int64_t n = bh * T * D;
-  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = idx % D, t = (idx / D) % T, b = idx / (D * T);
-    dst[idx] = src[(b * T_p + t) * D + c] * f;
-  }
-}
-
 unsigned blocks(int64_t n, int threads) {
   int64_t b = (n + threads - 1) / threads;
   return unsigned(b < 1 ? 1 : (b > 132 * 32 ? 132 * 32 : b));
 }
 
 }  // namespace
-
-void amax_launch(const float* x, int64_t n, unsigned* bits, cudaStream_t s,
-                 const float* row_factor, int64_t D) {
-  OCTET_CUDA_CHECK(cudaMemsetAsync(bits, 0, sizeof(unsigned), s));
-  amax_kernel<<<blocks(n, 256), 256, 0, s>>>(x, n, row_factor, D, bits);
-  OCTET_CUDA_LAUNCH_CHECK();
-}
-
-void pack_launch(const PackArgs& a, cudaStream_t s) {
-  const dim3 grid(unsigned((a.D + 31) / 32), unsigned((a.T_p + 31) / 32), unsigned(a.B * a.heads));
-  pack_kernel<<<grid, dim3(32, 8), 0, s>>>(a);
-  OCTET_CUDA_LAUNCH_CHECK();
-}
 
 void softmax_forward_launch(const AttnDims& d, const float* S, bool fp8, float p_scale, void* P,
                             float* lse, float* rinv, float* row_max, float* row_sum,
@@ -349,14 +261,6 @@ void ds_quantize_launch(const AttnDims& d, const float* dS, bool fp8, Format ds_
   }
   ds_write_kernel<<<grid, dim3(32, 8), 0, s>>>(d, dS, fp8, ds_format, block_q, block_k, tile_amax,
                                                ds_rows, ds_trans, P, P_trans, p_elem_bytes);
-  OCTET_CUDA_LAUNCH_CHECK();
-}
-
-void unpad_scale_launch(const float* src, float* dst, int64_t bh, int64_t T, int64_t T_p,
-                        int64_t D, float alpha, const float* scale_a, const float* scale_b,
-                        cudaStream_t s) {
-  unpad_scale_kernel<<<blocks(bh * T * D, 256), 256, 0, s>>>(src, dst, bh, T, T_p, D, alpha,
-                                                             scale_a, scale_b);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 

@@ -1,6 +1,7 @@
 // src/cuda/attention_kernels.h — the non-GEMM kernels of the unfused CUDA attention
-// (attention.cpp): operand packing/quantization, the forward softmax, the output normalization, the
-// backward's per-row delta and dS, the dS tile quantization, and the un-padding copies.
+// (attention.cpp): the forward softmax, the output normalization, the backward's per-row delta and
+// dS, and the dS tile quantization. The operand packing, amax and un-padding copies shared with the
+// fused path are attention_glue.h.
 //
 // Layouts (padded: Tq_p, Tk_p are the sequence lengths rounded up to 16, pads hold zeros):
 //   row copies         [B, heads, T_p, D]
@@ -20,29 +21,6 @@
 #include "octet/fp8.h"
 
 namespace octet::cuda {
-
-enum class PackKind : int { None = 0, Fp8Code = 1, Bf16OfCode = 2, Bf16OfValue = 3 };
-
-struct PackArgs {
-  const float* x = nullptr;  ///< [B, heads, T, D]
-  /// [B, heads, T] or null: the packed value is x · row_factor of its row (dV's dO_i / l_i)
-  const float* row_factor = nullptr;
-  int64_t B = 0, heads = 0, T = 0, T_p = 0, D = 0;
-  int64_t rep = 1;           ///< heads per group in the transposed layout (H/G for Q, 1 for K, V)
-  Format format = Format::E4M3;
-  bool fp8 = true;           ///< scale from the tensor amax (FP8); else scale 1 (BF16)
-  const unsigned* amax_bits = nullptr;  ///< tensor amax (FP8)
-  float* scale_inv = nullptr;           ///< out: 1/s (FP8)
-  PackKind row_kind = PackKind::None, trans_kind = PackKind::None;
-  void* row = nullptr;
-  void* trans = nullptr;
-};
-
-/// Tensor amax (as |x| bits, NaN largest) of n floats into *bits (zeroed by the launcher); with a
-/// row_factor ([n / D] floats), the amax of x_i · row_factor[i / D] (what pack_launch packs).
-void amax_launch(const float* x, int64_t n, unsigned* bits, cudaStream_t s,
-                 const float* row_factor = nullptr, int64_t D = 1);
-void pack_launch(const PackArgs& a, cudaStream_t s);
 
 struct AttnDims {
   int64_t B, H, G, rep, Tq, Tk, Tq_p, Tk_p, D;
@@ -89,11 +67,6 @@ void backward_rows_launch(const AttnDims& d, const BackwardRowArgs& a, cudaStrea
 void ds_quantize_launch(const AttnDims& d, const float* dS, bool fp8, Format ds_format,
                         int64_t block_q, int64_t block_k, unsigned* tile_amax, uint16_t* ds_rows,
                         uint16_t* ds_trans, const void* P, void* P_trans, int p_elem_bytes,
-                        cudaStream_t s);
-
-/// dst [BH', T, D] = src [BH', T_p, D] · alpha · (*scale_a) · (*scale_b) (null scales: 1).
-void unpad_scale_launch(const float* src, float* dst, int64_t bh, int64_t T, int64_t T_p,
-                        int64_t D, float alpha, const float* scale_a, const float* scale_b,
                         cudaStream_t s);
 
 }  // namespace octet::cuda

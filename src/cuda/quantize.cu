@@ -9,13 +9,13 @@
 // hardware instruction that gives the same codes: see encode()). Amaxes are reduced as the bit
 // patterns of |x| with unsigned max: for non-negative floats that order is the numeric order, and
 // every NaN pattern compares above +inf, so a NaN anywhere makes the amax NaN (never dropped).
-#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cmath>
 
 #include "cuda/check.h"
+#include "cuda/fp8_device.cuh"
 #include "cuda/quantize.h"
 
 namespace octet::cuda {
@@ -28,10 +28,6 @@ constexpr int kWarps = kThreads / 32;
 // loads) and, with lanes on consecutive columns, makes the column reads conflict-free.
 constexpr int kLds = kTile + 4;
 constexpr size_t kSmemBytes = sizeof(float) * (kTile * kLds + 4 * kTile * 4);
-
-__device__ __forceinline__ float amax_from_bits(unsigned b) {
-  return b > 0x7F800000u ? NAN : __uint_as_float(b);
-}
 
 struct TileParams {
   const void* x;
@@ -133,15 +129,9 @@ __device__ __forceinline__ float4 load4(const TileParams& p, int64_t gr, int64_t
 
 __device__ __forceinline__ unsigned abs_bits(float v) { return __float_as_uint(v) & 0x7FFFFFFFu; }
 
-// fp8.h's fp8_encode(y, f, saturate). The saturating cast is the hardware's (cvt.rn.satfinite, one
-// instruction instead of ~20): RNE with saturation, the same code for every input as fp8_encode
-// (tests/fp8/cuda_oracle_test.cpp checks cuda_fp8.h's conversion against it for every code,
-// every midpoint and a sweep of all floats) except NaN, where the hardware returns the canonical
-// 0x7F and octet keeps the sign of the input: restored here.
+// fp8.h's fp8_encode(y, f, saturate); the saturating cast is the hardware's (fp8_device.cuh).
 __device__ __forceinline__ uint8_t encode(float y, Format f, bool saturate) {
-  if (!saturate) return fp8_encode(y, f, false);
-  const uint8_t c = __nv_cvt_float_to_fp8(y, __NV_SATFINITE, f == Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
-  return y != y ? uint8_t(((__float_as_uint(y) >> 24) & 0x80u) | 0x7Fu) : c;
+  return saturate ? fp8_encode_sat(y, f) : fp8_encode(y, f, false);
 }
 
 // One FP8 code of v·s, counting an underflow (a non-zero value that became ±0) and a saturation.

@@ -6,7 +6,9 @@
 // BF16, cuDNN's fused SDPA with its deterministic backward, as the bf16 arms run it) forward and
 // backward through the Attention interface, then the cuDNN peers called directly
 // (bench_attention_cudnn.h: cudnn-bf16, cudnn-fp8-stale), at B x H x S x D, causal or not; timed
-// with CUDA events (median of the repetitions). The unfused rows materialize S, dP and dS
+// with CUDA events (median of the repetitions). octet's rows take q, k, v, o, dO and the gradients
+// in opt.input_dtype (BF16 by default: what the trainer passes, so the operand glue's cost is the
+// training-time one; the values are the same N(0, 1) draws rounded to BF16). The unfused rows materialize S, dP and dS
 // (~18 bytes per (query, key) pair): they are skipped, with a note on stderr, where that exceeds
 // 80% of the free device memory (S = 16384 at B4 H16).
 // FLOPs follow FlashAttention's convention: forward 4·B·H·Sq·Sk·D, halved when causal; backward
@@ -16,6 +18,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <tuple>
 
 #include "octet/bench.h"
 #include "bench/cuda/bench_attention_cudnn.h"
@@ -54,16 +57,21 @@ void bench_attention(const AttnBenchOptions& opt,
     shape.head_dim = opt.head_dim;
     shape.causal = opt.causal;
     const Shape qs{opt.batch, opt.heads, S, opt.head_dim};
-    Buffer q = backend.alloc(DType::F32, qs), k = backend.alloc(DType::F32, qs),
-           v = backend.alloc(DType::F32, qs), o = backend.alloc(DType::F32, qs),
-           lse = backend.alloc(DType::F32, {opt.batch, opt.heads, S}),
-           d_o = backend.alloc(DType::F32, qs), dq = backend.alloc(DType::F32, qs),
-           dk = backend.alloc(DType::F32, qs), dv = backend.alloc(DType::F32, qs);
+    const DType dt = opt.input_dtype;
+    Buffer q = backend.alloc(dt, qs), k = backend.alloc(dt, qs), v = backend.alloc(dt, qs),
+           o = backend.alloc(dt, qs), lse = backend.alloc(DType::F32, {opt.batch, opt.heads, S}),
+           d_o = backend.alloc(dt, qs), dq = backend.alloc(dt, qs), dk = backend.alloc(dt, qs),
+           dv = backend.alloc(dt, qs);
     const size_t n = size_t(q.tensor().numel());
-    fill_random_launch(q.tensor().f32(), n, 11, 1.0f, backend.stream());
-    fill_random_launch(k.tensor().f32(), n, 12, 1.0f, backend.stream());
-    fill_random_launch(v.tensor().f32(), n, 13, 1.0f, backend.stream());
-    fill_random_launch(d_o.tensor().f32(), n, 14, 1e-3f, backend.stream());
+    {
+      Buffer f32 = backend.alloc(DType::F32, qs);  // drawn in FP32, then converted (BF16: rounded)
+      for (auto [t, seed, sigma] : {std::tuple{&q, 11u, 1.0f}, {&k, 12u, 1.0f}, {&v, 13u, 1.0f},
+                                    {&d_o, 14u, 1e-3f}}) {
+        fill_random_launch(f32.tensor().f32(), n, seed, sigma, backend.stream());
+        convert_launch(t->tensor(), f32.tensor(), backend.stream());
+      }
+      OCTET_CUDA_CHECK(cudaStreamSynchronize(backend.stream()));
+    }
     const double fwd_flop = 4.0 * double(opt.batch * opt.heads) * double(S) * double(S) *
                             double(opt.head_dim) * (opt.causal ? 0.5 : 1.0);
     size_t free_bytes = 0, total_bytes = 0;
@@ -90,6 +98,7 @@ void bench_attention(const AttnBenchOptions& opt,
       row.head_dim = opt.head_dim;
       row.causal = opt.causal;
       row.reps = opt.reps;
+      row.input_dtype = to_string(dt);
       if (im.form == AttnForm::Tiled && im.precision == AttnPrecision::FP8) {
         row.fwd_kernel = flash::forward_kernel_name(flash::select_forward_kernel());
         flash::BackwardParams bp;  // what select_backward_kernel reads of the fused backward's

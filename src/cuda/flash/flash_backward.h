@@ -66,6 +66,10 @@ struct BackwardParams {
   const float* row_sum = nullptr;  ///< [B, H, Tq] the forward's l_i
   const float* o = nullptr;        ///< [B, H, Tq, D] the forward's O (stale delta only)
   const float* d_o_f32 = nullptr;  ///< [B, H, Tq, D] dO as given (stale delta only)
+  /// BF16 forms of o and d_o_f32 (stale delta only): for a BF16 tensor, set this instead of the F32
+  /// pointer (read and widened in registers: no FP32 copy)
+  const uint16_t* o_bf16 = nullptr;
+  const uint16_t* d_o_bf16 = nullptr;
   float* delta = nullptr;          ///< [B, H, Tq] D_i (delta_launch writes, backward reads)
   float* row_factor = nullptr;     ///< [B, H, Tq] 1/l_i, 0 in a row without keys (delta_launch)
   float* dq_acc = nullptr;  ///< out [B, H, Tq_p, D]: Σ τ dŜK̂ in code units of K̂ (× sk later; 16-byte aligned)
@@ -108,7 +112,8 @@ void wgmma_backward_launch(const BackwardParams& p, cudaStream_t stream);
 void check_backward_supported(int64_t head_dim, int64_t block_q, int64_t block_k);
 
 /// The delta pre-pass (asynchronous on `stream`): delta and row_factor for every row. Matched reads
-/// q, k, v, d_o, their scales, row_max, row_sum; stale reads o, d_o_f32, row_sum. Throws
+/// q, k, v, d_o, their scales, row_max, row_sum; stale reads o (or o_bf16), d_o_f32 (or
+/// d_o_bf16), row_sum. Throws
 /// octet::Error on unsupported sizes (check_backward_supported), inconsistent dimensions, a null or
 /// misaligned pointer.
 void delta_launch(const BackwardParams& p, cudaStream_t stream);

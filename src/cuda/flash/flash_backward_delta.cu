@@ -25,6 +25,7 @@
 #include "cuda/check.h"
 #include "cuda/flash/flash_backward.h"
 #include "cuda/flash/flash_backward_tile.cuh"
+#include "cuda/typed.cuh"
 #include "octet/delta_rule.h"
 #include "octet/error.h"
 
@@ -115,13 +116,15 @@ __global__ void __launch_bounds__(kThreads, 2) matched_delta_kernel(const Backwa
   }
 }
 
-// Stale: D_i = dO_i·O_i (FP32, lane partials then a warp sum), one warp per row; and 1/l_i.
-__global__ void stale_delta_kernel(const BackwardParams p) {
+// Stale: D_i = dO_i·O_i (FP32, lane partials then a warp sum), one warp per row; and 1/l_i. O and
+// dO are read as they are given, F32 or BF16 (typed.cuh: BF16 widened exactly in registers).
+template <class TO, class TDO>
+__global__ void stale_delta_kernel(const BackwardParams p, const TO* o, const TDO* d_o) {
   const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= p.B * p.H * p.Tq) return;
   float dot = 0.0f;
-  for (int64_t c = lane; c < p.D; c += 32) dot += p.d_o_f32[row * p.D + c] * p.o[row * p.D + c];
+  for (int64_t c = lane; c < p.D; c += 32) dot += ld(d_o, row * p.D + c) * ld(o, row * p.D + c);
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xFFFFFFFFu, dot, o);
   if (lane == 0) {
@@ -140,10 +143,19 @@ void delta_launch(const BackwardParams& p, cudaStream_t stream) {
   OCTET_CHECK(p.delta && p.row_factor && p.row_sum,
               "fused attention backward: a null delta, row_factor or row_sum pointer");
   if (!p.matched) {
-    OCTET_CHECK(p.o && p.d_o_f32, "fused attention backward: the stale delta needs o and d_o_f32");
+    OCTET_CHECK((p.o != nullptr) != (p.o_bf16 != nullptr) &&
+                    (p.d_o_f32 != nullptr) != (p.d_o_bf16 != nullptr),
+                "fused attention backward: the stale delta needs one of o / o_bf16 and one of "
+                "d_o_f32 / d_o_bf16");
     const int64_t blocks = (p.B * p.H * p.Tq + kWarps - 1) / kWarps;
     OCTET_CHECK(blocks <= 0x7FFFFFFF, "fused attention backward: too many rows");
-    stale_delta_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(p);
+    const Bf16* o16 = reinterpret_cast<const Bf16*>(p.o_bf16);
+    const Bf16* do16 = reinterpret_cast<const Bf16*>(p.d_o_bf16);
+    const unsigned grid = unsigned(blocks);
+    if (o16 && do16) stale_delta_kernel<<<grid, kThreads, 0, stream>>>(p, o16, do16);
+    else if (o16) stale_delta_kernel<<<grid, kThreads, 0, stream>>>(p, o16, p.d_o_f32);
+    else if (do16) stale_delta_kernel<<<grid, kThreads, 0, stream>>>(p, p.o, do16);
+    else stale_delta_kernel<<<grid, kThreads, 0, stream>>>(p, p.o, p.d_o_f32);
     OCTET_CUDA_LAUNCH_CHECK();
     return;
   }

@@ -1,0 +1,41 @@
+// src/cuda/fp8_device.cuh — device-side forms of octet/fp8.h's rules shared by the CUDA kernels
+// (quantize.cu, attention_glue.cu, attention_kernels.cu): the saturating FP8 cast through the
+// hardware instruction, bitwise equal to fp8_encode(y, f, /*saturate=*/true); the amax decoded
+// from its |x| bit pattern; the BF16 bits of bf16_round.
+//
+// cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 (PTX ISA §"cvt", sm_89+; cuda_fp8.h __nv_cvt_float_to_fp8)
+// rounds to nearest even and saturates finite overflow and ±inf to ±max, as fp8_encode does
+// (tests/fp8/cuda_oracle_test.cpp checks cuda_fp8.h's conversion against fp8_encode for every code,
+// every midpoint and a sweep of all floats). The one difference is NaN: the hardware returns the
+// canonical 0x7F, octet keeps the sign of the input, restored here (OCP OFP8 v1.0 allows both).
+#pragma once
+
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "octet/fp8.h"
+
+namespace octet::cuda {
+
+/// fp8_encode(y, f, true) in one conversion instruction (plus the NaN sign select).
+__device__ __forceinline__ uint8_t fp8_encode_sat(float y, Format f) {
+  const uint8_t c =
+      __nv_cvt_float_to_fp8(y, __NV_SATFINITE, f == Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+  return y != y ? uint8_t(((__float_as_uint(y) >> 24) & 0x80u) | 0x7Fu) : c;
+}
+
+/// The amax whose |x| bit pattern is b (the unsigned-max reduction's result): NaN above inf.
+__device__ __forceinline__ float amax_from_bits(unsigned b) {
+  return b > 0x7F800000u ? NAN : __uint_as_float(b);
+}
+
+/// The 16 high bits of bf16_round(x) (a NaN keeps its high bits, unlike bf16_from_float: the
+/// attention kernels' rule since their first version).
+__device__ __forceinline__ uint16_t bf16_bits(float x) {
+  return uint16_t(__float_as_uint(bf16_round(x)) >> 16);
+}
+
+}  // namespace octet::cuda
