@@ -324,6 +324,14 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
     // from a zero accumulator: in one wgmma batch at head_dim 64; one after the other at 128 (two
     // m64n128 accumulators do not fit beside dK, dV).
     float ak[kD / 8][4], aq[kD / 8][4];
+    auto fold_dk = [&] {  // after dK's product has landed: dk += its FP32 values · τ/scale
+      fence_regs(ak);
+      fence_regs(dsa);
+#pragma unroll
+      for (int dn = 0; dn < kD / 8; ++dn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk[dn][e] += ak[dn][e] * g_scale;
+    };
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBM / 32; ++kk)
@@ -332,12 +340,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
     if constexpr (kD == 128) {
       wgmma_commit();
       wgmma_wait<0>();
-      fence_regs(ak);
-      fence_regs(dsa);
-#pragma unroll
-      for (int dn = 0; dn < kD / 8; ++dn)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dk[dn][e] += ak[dn][e] * g_scale;
+      fold_dk();
       wgmma_fence();
     }
 #pragma unroll
@@ -347,14 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(aq);
-    if constexpr (kD == 64) {
-      fence_regs(ak);
-      fence_regs(dsa);
-#pragma unroll
-      for (int dn = 0; dn < kD / 8; ++dn)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dk[dn][e] += ak[dn][e] * g_scale;
-    }
+    if constexpr (kD == 64) fold_dk();
     {
       // dQ rows: query 64wg + 16w + g (+ 8). One 16-byte FP32 atomic per lane and n-tile: lanes t,
       // t ^ 1 swap halves so that an even t holds row g, columns 8dn + 4(t/2).., an odd t row g + 8.
