@@ -1,5 +1,6 @@
 """NumPy emulation of the wgmma FP8 attention backward's indexing (src/cuda/flash/
-flash_backward_wgmma.{cu,cuh}) on one 128-query x 128-key tile at head_dim 64, before any GPU run.
+flash_backward_wgmma.{cu,cuh}) on one 128-query x 128-key tile at head_dim 64 and 128, before any
+GPU run.
 
 Each kernel formula is transcribed (copy_rows with the s_key permutation, copy_cols, the swizzle,
 the byte scatter of dS, the to_a_frags packing, the dQ atomics' lane swap, column_sum8's shuffles,
@@ -8,11 +9,23 @@ fragment layouts (§9.7.15.5: the m64nNk32 accumulator, the register A fragment)
 K-major swizzled descriptor read (logical byte row·W + 32·kstep + c, stored at swizzle(offset)). The
 products that result must equal plain matrix products of the same integer-valued operands: a wrong
 index anywhere gives a different matrix.
+
+head_dim 128 (docs/cuda.md §"wgmma backward"): Sᵀ and dPᵀ are products over 64-query halves h
+(kCols = 64, B = Q̂/dÔ tile rows 64h..), P̃ fragments of both halves feed one dV product over the
+128 queries in two 64-column parts of head_dim, half 0's dS is parked in shared memory as
+[element][thread] float4s (the dŜ tile's space), and the pre-pass's per-lane sums of half h sit at
+group 2h + kk.
 """
 import numpy as np
+import pytest
 
-D, BM, BN, WG_KEYS = 64, 128, 128, 64
+BM, BN, WG_KEYS, THREADS = 128, 128, 64, 256
 rng = np.random.default_rng(7)
+
+
+def k_cols(d):
+    """bwdw::kCols: queries per Sᵀ / dPᵀ product."""
+    return BM if d == 64 else BM // 2
 
 
 def s_key(nt, n):
@@ -93,8 +106,10 @@ def to_a_frags(v):
     return out
 
 
-def test_tile_products_and_scatter():
+@pytest.mark.parametrize("D", [64, 128])
+def test_tile_products_and_scatter(D):
     tq_p, i0 = 256, 128  # the second query block of a 256-row head
+    n = k_cols(D)
     q = rng.integers(0, 50, (tq_p, D))
     k = rng.integers(0, 50, (BN, D))
     v = rng.integers(0, 50, (BN, D))
@@ -106,39 +121,110 @@ def test_tile_products_and_scatter():
     q_blk = q[i0:i0 + BM]
     for wg in range(2):
         a = desc_read(s_k, WG_KEYS * wg * D, 64, D, D)
-        b = desc_read(s_q, 0, BM, D, D)
-        st = a @ b.T  # Sᵀ as the tensor core forms it
-        # tile_prob's column -> query: element (i, e) of lane (w, g, t) is key 64wg + 16w + g +
-        # 8(e/2), query s_key(i, 2t + e%2).
-        frags = {}
-        for _, wg_, w, g, t in threads():
-            if wg_ != wg:
-                continue
-            acc = acc_of(st, w, g, t)
-            for i in range(BN // 8):
-                for e in range(4):
-                    key = WG_KEYS * wg + 16 * w + g + 8 * (e // 2)
-                    qq = s_key(i, 2 * t + e % 2)
-                    assert acc[i][e] == k[key] @ q_blk[qq]
-            # P̃ (here: the S values as stand-in codes) -> A fragments over queries in natural order
-            frags[(w, g, t)] = to_a_frags(acc)
+        frags = {}  # lane -> the P̃ A fragments over the 128 queries (pa[kN/32·h + kk])
+        for h in range(BM // n):
+            # tile_product's B: kN rows of the Q̂ tile from row kN·h (stage + kN·h·kD)
+            b = desc_read(s_q, n * h * D, n, D, D)
+            st = a @ b.T  # Sᵀ of half h as the tensor core forms it (m64nNk32, N = kN)
+            # tile_prob's column -> query: element (i, e) of lane (w, g, t) is key 64wg + 16w +
+            # g + 8(e/2), query q_off + s_key(i, 2t + e%2), q_off = kN·h.
+            for _, wg_, w, g, t in threads():
+                if wg_ != wg:
+                    continue
+                acc = acc_of(st, w, g, t)
+                for i in range(n // 8):
+                    for e in range(4):
+                        key = WG_KEYS * wg + 16 * w + g + 8 * (e // 2)
+                        qq = n * h + s_key(i, 2 * t + e % 2)
+                        assert acc[i][e] == k[key] @ q_blk[qq]
+                # P̃ (the S values as stand-in codes) -> A fragments over queries, natural order
+                frags.setdefault((w, g, t), []).extend(to_a_frags(acc))
         a_p = a_frags_matrix(frags)
         np.testing.assert_array_equal(a_p, (k[64 * wg:64 * wg + 64] @ q_blk.T))
-        # dV's product: A = P̃ᵀ [keys][queries], B = (dO/l)~ᵀ columns [d][queries]
-        b_dv = desc_read(s_dvt, 0, D, BM, 128)
-        np.testing.assert_array_equal(b_dv, dvo[i0:i0 + BM].T)
+        # dV's product (dv_product): A = P̃ᵀ [keys][queries], B = (dO/l)~ᵀ [d][queries] in head_dim
+        # parts of kNd rows from row kNd·part; accumulator n-tile dn of part -> dv[kNd/8·part + dn]
+        knd = D if D == 64 else 64
+        dv = np.zeros((64, D), dtype=np.int64)
+        for part in range(D // knd):
+            b_dv = desc_read(s_dvt, part * knd * BM, knd, BM, 128)
+            np.testing.assert_array_equal(b_dv, dvo[i0:i0 + BM, knd * part:knd * (part + 1)].T)
+            prod = a_p @ b_dv.T
+            for _, wg_, w, g, t in threads():
+                if wg_ != wg:
+                    continue
+                acc = acc_of(prod, w, g, t)
+                for dn in range(knd // 8):
+                    for e in range(4):
+                        col = 8 * (knd // 8 * part + dn) + 2 * t + e % 2  # the epilogue's dv column
+                        dv[16 * w + g + 8 * (e // 2), col] += acc[dn][e]
+        np.testing.assert_array_equal(dv, (k[64 * wg:64 * wg + 64] @ q_blk.T) @ dvo[i0:i0 + BM])
         # dQ's B = K̂ᵀ [d][keys]
         np.testing.assert_array_equal(desc_read(s_kt, 0, D, BN, 128), k.T)
 
 
-def test_ds_scatter_and_dq_atomics():
+def test_park_is_one_slot_per_thread_value():
+    """head_dim 128: park[i·kThreads + tid] float4 = s[i][0..3], i < kCols/8: every float of the
+    kPark bytes written once, each thread reads back its own values; the dŜ bytes fit inside."""
+    n = k_cols(128)
+    park_bytes = THREADS * (n // 8) * 4 * 4  # MainLayout::kPark
+    owner = np.full(park_bytes // 4, -1)
+    for tid in range(THREADS):
+        for i in range(n // 8):
+            f0 = 4 * (i * THREADS + tid)
+            assert (owner[f0:f0 + 4] == -1).all()
+            owner[f0:f0 + 4] = tid
+    assert (owner >= 0).all() and park_bytes == 32768 and park_bytes >= BM * BN
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_shared_memory_layouts(D):
+    """MainLayout / DeltaLayout offsets: 1024-aligned tiles, no overlap, within 227 KiB."""
+    col_stats = 5 * BM * 4
+    rows = BN * D
+    park = 0 if D == 64 else THREADS * (k_cols(D) // 8) * 16
+    k_, v_, kt, ds = 0, rows, 2 * rows, 3 * rows
+    stage0 = ds + max(park, BM * BN)
+    stage = 4 * rows
+    stats = stage0 + 2 * stage
+    main_bytes = stats + 2 * col_stats + 1024
+    for off in (k_, v_, kt, ds, stage0, stage0 + stage):
+        assert off % 1024 == 0
+    assert main_bytes + 64 <= 227 * 1024, main_bytes
+    assert main_bytes == (112640 if D == 64 else 219136)
+    kparts = 2 * rows + 2 * 2 * rows + (col_stats + 15) // 16 * 16
+    delta_bytes = kparts + 8 * BM * 16 + 1024
+    assert delta_bytes <= 227 * 1024
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_prepass_groups_cover_each_query_once(D):
+    """The pre-pass's acc[kN/32·h + kk] and residual_sums' query q_off + column_sum8_query(kk):
+    the same query as column_sum8_query of the tile group kN/32·h + kk, every query once."""
+    n = k_cols(D)
+    seen = []
+    for h in range(BM // n):
+        for kk in range(n // 32):
+            for g in range(8):
+                for t in range(4):
+                    qq = n * h + s_key(4 * kk + g // 2, 2 * t + g % 2)
+                    assert qq == s_key(4 * (n // 32 * h + kk) + g // 2, 2 * t + g % 2)
+                    seen.append(qq)
+    assert sorted(seen) == list(range(BM))
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_ds_scatter_and_dq_atomics(D):
+    n = k_cols(D)
     ds = rng.integers(0, 255, (BM, BN))  # dŜ codes [query][key]
     sds = np.full(BM * BN, -1, dtype=np.int64)
     for _, wg, w, g, t in threads():
-        # the lane's dS accumulator values (S layout: keys 64wg + 16w + g (+8), query s_key(i, ...))
-        acc = [[ds[s_key(i, 2 * t + e % 2), WG_KEYS * wg + 16 * w + g + 8 * (e // 2)]
-                for e in range(4)] for i in range(BM // 8)]
-        dsa = to_a_frags(acc)
+        # the lane's dS accumulator values per half h (keys 64wg + 16w + g (+8), query kN·h +
+        # s_key(i, ...)); to_a_frags per half, dsa[kN/32·h + kk] (head_dim 64: one half)
+        dsa = []
+        for h in range(BM // n):
+            acc = [[ds[n * h + s_key(i, 2 * t + e % 2), WG_KEYS * wg + 16 * w + g + 8 * (e // 2)]
+                    for e in range(4)] for i in range(n // 8)]
+            dsa.extend(to_a_frags(acc))
         key = WG_KEYS * wg + 16 * w + g
         for kk in range(BM // 32):
             for r in range(4):
@@ -171,7 +257,8 @@ def test_ds_scatter_and_dq_atomics():
     np.testing.assert_array_equal(dq, ds @ k)
 
 
-def test_column_sum8_and_epilogue():
+@pytest.mark.parametrize("D", [64, 128])
+def test_column_sum8_and_epilogue(D):
     # Per lane (g, t) of a warp: v[u] partials of columns u of group kk; column_sum8's shuffles.
     vals = rng.integers(0, 1000, (32, 8)).astype(np.float64)  # lane, u
     g_of = [lane // 4 for lane in range(32)]

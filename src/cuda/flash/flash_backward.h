@@ -97,8 +97,8 @@ struct BackwardParams {
 /// that is not sm_90.
 BackwardKernel select_backward_kernel(const BackwardParams& p);
 
-/// Whether the wgmma kernels cover p: head_dim 64, block_q = block_k = 128, not deterministic,
-/// Tk < 2^31 (residual sums included).
+/// Whether the wgmma kernels cover p: head_dim 64 or 128, block_q = block_k = 128, not
+/// deterministic, Tk < 2^31 (residual sums included).
 bool wgmma_backward_supported(const BackwardParams& p);
 
 /// The wgmma flavor's launches (flash_backward_wgmma.cu), after delta_launch's / backward_launch's

@@ -2,8 +2,8 @@
 // backward: flash_backward.h's semantics (CPU twin: src/cpu/attention_tiled.cpp backward_tiled,
 // attention_backward_tile.cpp) with every product on warpgroup MMA (wgmma, QGMMA in SASS) in
 // FlashAttention-3's transposed orientation (arXiv 2407.08608 §3; Delta-Matching's matched delta,
-// arXiv 2609.37852). docs/cuda.md §"wgmma backward". Supported: head_dim 64, block_q = block_k =
-// 128, not deterministic (wgmma_backward_supported); the launches in
+// arXiv 2609.37852). docs/cuda.md §"wgmma backward". Supported: head_dim 64 and 128, block_q =
+// block_k = 128, not deterministic (wgmma_backward_supported); the launches in
 // flash_backward.cu and flash_backward_delta.cu run the mma.sync kernels otherwise.
 //
 // Main kernel: one CTA (two warpgroups, flash_backward_wgmma.cuh geometry) per (b, KV head, block
@@ -18,6 +18,10 @@
 //   power-of-two scale (fp8.h scale_from_amax, pow2) → dŜᵀ A fragments (to_a_frags) and dŜ bytes
 //   into shared memory [query][key] (K-major); dK += τ dŜᵀQ̂ (RS, B = Q̂ᵀ) and dQ = τ dŜK̂ (SS,
 //   A = dŜ rows 64wg.., B = K̂ᵀ) added to dq_acc by 16-byte FP32 atomics.
+// At head_dim 128 (dK, dV accumulators: 128 registers a thread) Sᵀ and dPᵀ are m64n64 products on
+// the 64-query halves of the step, half 0's dS is parked in shared memory until the tile's amax
+// covers both halves, dV's product runs in two 64-column parts of head_dim, and dK's and dQ's
+// products one after the other (docs/cuda.md §"wgmma backward", head_dim 128).
 // Every product is one tile's (≤ 128 terms) from a zero accumulator, added in FP32 outside the
 // tensor core (Hopper's FP8 wgmma keeps ~13 bits in its accumulator; DeepSeek-V3 §3.3.2).
 // Matched-delta pre-pass: one CTA per (b, h, 128-query block) walks the key blocks its rows see
@@ -51,18 +55,21 @@ using bwdw::kThreads;
 using bwdw::Lane;
 
 // The main kernel's shared memory (offsets from a 1024-byte aligned base; every tile 1024-aligned):
-// K̂, V̂ [kBN][kD] (kD-byte swizzle), K̂ᵀ [kD][kBN], dŜ [kBM][kBN] (128-byte swizzle); 2 stages of
-// Q̂, dÔ [kBM][kD] (permuted rows, kD-byte swizzle), Q̂ᵀ, (dO/l)~ᵀ [kD][kBM] (128-byte swizzle);
-// 2 ColStats.
+// K̂, V̂ [kBN][kD] (kD-byte swizzle), K̂ᵀ [kD][kBN], dŜ [kBM][kBN] (128-byte swizzle; at head_dim
+// 128 the same space first parks half 0's FP32 dS, kPark bytes: [element][thread] float4s); 2
+// stages of Q̂, dÔ [kBM][kD] (permuted rows, kD-byte swizzle), Q̂ᵀ, (dO/l)~ᵀ [kD][kBM] (128-byte
+// swizzle); 2 ColStats. head_dim 64: 110 KiB; 128: 214 KiB (of the 227 KiB an sm_90 CTA may have).
 template <int kD>
 struct MainLayout {
   static constexpr int kRows = kBN * kD;  // one K̂, V̂, K̂ᵀ, Q̂, dÔ, Q̂ᵀ or (dO/l)~ᵀ tile
   static constexpr int kK = 0, kV = kRows, kKt = 2 * kRows, kDs = 3 * kRows;
-  static constexpr int kStage0 = kDs + kBM * kBN;
+  static constexpr int kPark = kD == 64 ? 0 : kThreads * (bwdw::kCols<kD> / 8) * 4 * 4;
+  static constexpr int kStage0 = kDs + (kPark > kBM * kBN ? kPark : kBM * kBN);
   static constexpr int kStage = 4 * kRows;  // + 0: Q̂, + kRows: dÔ, + 2 kRows: Q̂ᵀ, + 3: (dO/l)~ᵀ
   static constexpr int kStats = kStage0 + 2 * kStage;
   static constexpr int kBytes = kStats + 2 * int(sizeof(ColStats)) + 1024;  // + alignment slack
-  static_assert(kRows % 1024 == 0, "1024-aligned tiles");
+  static_assert(kRows % 1024 == 0 && kPark % 1024 == 0, "1024-aligned tiles");
+  static_assert(kBytes + 64 <= 227 * 1024, "an sm_90 CTA's shared memory (+ amax_slots)");
 };
 
 // The delta pre-pass's: Q̂, dÔ [kBM][kD] (permuted rows); 2 stages of K̂, V̂ [kBN][kD]; ColStats;
@@ -74,6 +81,7 @@ struct DeltaLayout {
   static constexpr int kStats = kStage0 + 2 * kStage;
   static constexpr int kParts = kStats + (int(sizeof(ColStats)) + 15) / 16 * 16;
   static constexpr int kBytes = kParts + bwd::kWarps * kBM * 16 + 1024;
+  static_assert(kBytes <= 227 * 1024, "an sm_90 CTA's shared memory");
 };
 
 __device__ __forceinline__ uint8_t* align1024(uint8_t* p) {
@@ -86,21 +94,23 @@ struct Steps {
   int64_t qb0, per_head, count;
 };
 
-// The row residual sums of one tile (flash_backward.cu tile_ds's, per query column here): dS of
-// this lane's elements by the main loop's formula, (Σ dS, Σ P(|dP| + |D|)) in FP64 summed over the
-// lane's two keys and the 8 lanes of a column (column_sum8), added to res_sums by FP64 atomics.
-template <bool kFull>
+// The row residual sums of one product's kN queries q_off.. (flash_backward.cu tile_ds's, per
+// query column here): dS of this lane's elements by the main loop's formula, (Σ dS, Σ P(|dP| +
+// |D|)) in FP64 summed over the lane's two keys and the 8 lanes of a column (column_sum8), added
+// to res_sums by FP64 atomics.
+template <bool kFull, int kNT>
 __device__ __forceinline__ void residual_sums(const BackwardParams& p, const ColStats& cs,
-                                              const Lane& ln, int64_t kbase, float dp_scale,
-                                              int64_t bh, int64_t i0, const float (&s)[kBN / 8][4],
-                                              const float (&dp)[kBN / 8][4]) {
+                                              const Lane& ln, int64_t kbase, int q_off,
+                                              float dp_scale, int64_t bh, int64_t i0,
+                                              const float (&s)[kNT][4],
+                                              const float (&dp)[kNT][4]) {
 #pragma unroll
-  for (int kk = 0; kk < kBM / 32; ++kk) {
+  for (int kk = 0; kk < kNT / 4; ++kk) {
     double rs[8], rm[8];
 #pragma unroll
     for (int u = 0; u < 8; ++u) rs[u] = rm[u] = 0.0;
-    bwdw::for_each_dp<kFull>(cs, ln, kbase, dp_scale, dp, [&](int nt, int el, int q, bool in,
-                                                               float dpv) {
+    bwdw::for_each_dp<kFull>(cs, ln, kbase, q_off, dp_scale, dp, [&](int nt, int el, int q,
+                                                                      bool in, float dpv) {
       if (nt / 4 != kk || !in) return;
       const int u = 2 * (nt % 4) + el % 2;
       const float d = cs.delta[q];
@@ -108,12 +118,61 @@ __device__ __forceinline__ void residual_sums(const BackwardParams& p, const Col
       rm[u] += double(s[nt][el]) * (fabs(double(dpv)) + fabs(double(d)));
     });
     const double x = bwdw::column_sum8(rs, ln.g), y = bwdw::column_sum8(rm, ln.g);
-    const int64_t i = i0 + bwdw::column_sum8_query(kk, ln.g, ln.t);
+    const int64_t i = i0 + q_off + bwdw::column_sum8_query(kk, ln.g, ln.t);
     if (i < p.Tq) {
       atomicAdd(p.res_sums + 2 * (bh * p.Tq + i), x);
       atomicAdd(p.res_sums + 2 * (bh * p.Tq + i) + 1, y);
     }
   }
+}
+
+// dV += P̃ᵀ(dO/l)~ over the tile's 128 queries: A = P̃ᵀ fragments pa (queries 32kk.. at pa[kk]),
+// B = (dO/l)~ᵀ [kD][kBM] (128-byte swizzle) at `dvo_t`, k-steps kk = 0..3 from a zero
+// accumulator, in head_dim parts of kNd columns (rows of B), each added in FP32 to dv's n-tiles of
+// that part (kNd = kD at head_dim 64; 64 at 128: a 32-register accumulator beside dK, dV).
+template <int kD, bool kDoE5M2, int kNd>
+__device__ __forceinline__ void dv_product(unsigned dvo_t, uint32_t (&pa)[kBM / 32][4],
+                                           float (&dv)[kD / 8][4]) {
+#pragma unroll
+  for (int part = 0; part < kD / kNd; ++part) {
+    float acc[kNd / 8][4];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBM / 32; ++kk)
+      WgmmaFp8<kNd, false, kDoE5M2>::rs(
+          acc, pa[kk], kmajor_desc<128>(dvo_t + unsigned(part * kNd * kBM) + 32 * kk), kk);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(acc);
+    fence_regs(pa);
+#pragma unroll
+    for (int dn = 0; dn < kNd / 8; ++dn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dv[part * kNd / 8 + dn][e] += acc[dn][e];
+  }
+}
+
+// dPᵀ of the kN queries q_off.. (B rows at do_rows) → dS = P∘(dP − D) in place of s (P); the
+// lane's |dS| amax bits into amax; the residual sums first when kRes.
+template <int kD, bool kDoE5M2, bool kRes, int kNT>
+__device__ __forceinline__ void tile_ds(const BackwardParams& p, const ColStats& cs,
+                                        const Lane& ln, int64_t kbase, int q_off,
+                                        const bwdw::Scales& sc, int64_t bh, int64_t i0, bool full,
+                                        unsigned a_v, unsigned do_rows, float (&s)[kNT][4],
+                                        unsigned& amax) {
+  float dp[kNT][4];
+  bwdw::tile_product<kD, kDoE5M2>(a_v, do_rows, dp);
+  if constexpr (kRes) {  // FP64 (Σ dS, Σ P(|dP| + |D|)) per query, only when asked for
+    if (full) residual_sums<true>(p, cs, ln, kbase, q_off, sc.dp_scale, bh, i0, s, dp);
+    else residual_sums<false>(p, cs, ln, kbase, q_off, sc.dp_scale, bh, i0, s, dp);
+  }
+  auto ds = [&](int nt, int el, int q, bool in, float dpv) {
+    const float x = in ? RowDelta<float>{cs.delta[q]}.ds(s[nt][el], dpv) : 0.0f;
+    s[nt][el] = x;
+    amax = max(amax, __float_as_uint(x) & 0x7FFFFFFFu);
+  };
+  if (full) bwdw::for_each_dp<true>(cs, ln, kbase, q_off, sc.dp_scale, dp, ds);
+  else bwdw::for_each_dp<false>(cs, ln, kbase, q_off, sc.dp_scale, dp, ds);
 }
 
 // kDoE5M2, kDsE5M2: do_format, ds_format are E5M2; kRes: res_sums is given.
@@ -196,87 +255,102 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
     const ColStats& cs = stats[n % 2];
     const bool full = bwd::tile_full(p, i0, kBM, j0, kBN);  // CTA-uniform
 
-    // Sᵀ → P (in place) and P̃'s A fragments; dV += P̃ᵀ(dO/l)~ from a zero accumulator.
-    float s[kBN / 8][4];
-    bwdw::tile_product<kD, false>(a_k, stage, s);
-    uint32_t pa[kBM / 32][4];
-    if (full) bwdw::tile_prob<true>(cs, ln, kbase, sc.s_scale, p.p_scale, s, pa);
-    else bwdw::tile_prob<false>(cs, ln, kbase, sc.s_scale, p.p_scale, s, pa);
-    {
-      float acc[kD / 8][4];
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBM / 32; ++kk)
-        WgmmaFp8<kD, false, kDoE5M2>::rs(acc, pa[kk],
-                                         kmajor_desc<128>(stage + 3 * L::kRows + 32 * kk), kk);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(acc);
-      fence_regs(pa);
-#pragma unroll
-      for (int dn = 0; dn < kD / 8; ++dn)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dv[dn][e] += acc[dn][e];
-    }
-    // dPᵀ → dS = P∘(dP − D) in place of P; the lane's |dS| amax bits.
+    // Sᵀ → P → dV; dPᵀ → dS = P∘(dP − D); the lane's |dS| amax bits; the tile's power-of-two
+    // scale over both warpgroups (bwd::cta_amax) and dŜᵀ's A fragments over the 128 queries.
     unsigned amax = 0;
-    {
-      float dp[kBN / 8][4];
-      bwdw::tile_product<kD, kDoE5M2>(a_v, stage + L::kRows, dp);
-      if constexpr (kRes) {  // FP64 (Σ dS, Σ P(|dP| + |D|)) per query, only when asked for
-        if (full) residual_sums<true>(p, cs, ln, kbase, sc.dp_scale, bh, i0, s, dp);
-        else residual_sums<false>(p, cs, ln, kbase, sc.dp_scale, bh, i0, s, dp);
-      }
-      auto ds = [&](int nt, int el, int q, bool in, float dpv) {
-        const float x = in ? RowDelta<float>{cs.delta[q]}.ds(s[nt][el], dpv) : 0.0f;
-        s[nt][el] = x;
-        amax = max(amax, __float_as_uint(x) & 0x7FFFFFFFu);
-      };
-      if (full) bwdw::for_each_dp<true>(cs, ln, kbase, sc.dp_scale, dp, ds);
-      else bwdw::for_each_dp<false>(cs, ln, kbase, sc.dp_scale, dp, ds);
-    }
-    const float scale = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
-    const float g_scale = p.tau * (1.0f / scale);  // τ · dŜ's 1/scale (a power of two: exact)
     uint32_t dsa[kBM / 32][4];
-    bwd::to_a_frags<kBN>(s, scale, p.ds_format, dsa);
-    // dŜ into shared memory [query][key] (K-major for dQ's A): byte c of dsa[kk][r] is key
-    // 16w + g + 8(r % 2) of the warpgroup's, query 32kk + 16(r / 2) + 4t + c.
-    {
-      uint8_t* const sds = smem + L::kDs;
-      const int key = bwdw::kWgKeys * ln.wg + 16 * ln.w + ln.g;
+    float scale;
+    if constexpr (kD == 64) {
+      // The whole tile in one product each.
+      float s[kBN / 8][4];
+      bwdw::tile_product<kD, false>(a_k, stage, s);
+      uint32_t pa[kBM / 32][4];
+      if (full) bwdw::tile_prob<true>(cs, ln, kbase, 0, sc.s_scale, p.p_scale, s, pa);
+      else bwdw::tile_prob<false>(cs, ln, kbase, 0, sc.s_scale, p.p_scale, s, pa);
+      dv_product<kD, kDoE5M2, kD>(stage + 3 * L::kRows, pa, dv);
+      tile_ds<kD, kDoE5M2, kRes>(p, cs, ln, kbase, 0, sc, bh, i0, full, a_v, stage + L::kRows, s,
+                                 amax);
+      scale = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
+      bwd::to_a_frags<kBN>(s, scale, p.ds_format, dsa);
+    } else {
+      // Two 64-query halves h (bwdw::kCols): Sᵀ_h → P_h, P̃_h fragments; after half 1's P, dV +=
+      // P̃ᵀ(dO/l)~ over all 128 queries (as at head_dim 64) in two 64-column parts of head_dim;
+      // dPᵀ_h → dS_h. Half 0's dS waits in shared memory (each thread its own FP32 values, in the
+      // dŜ tile's space) until the amax covers the whole 128 x 128 scale tile.
+      constexpr int kN = bwdw::kCols<kD>;
+      float4* const park = reinterpret_cast<float4*>(smem + L::kDs) + tid;
+      uint32_t pa[kBM / 32][4];  // P̃ᵀ fragments over the 128 queries (half h: pa[kN / 32 · h..])
+      float s[kN / 8][4];  // half h's P, then dS
 #pragma unroll
-      for (int kk = 0; kk < kBM / 32; ++kk)
+      for (int h = 0; h < kBM / kN; ++h) {
+        bwdw::tile_product<kD, false>(a_k, stage + kN * h * kD, s);
+        uint32_t(*const pa_h)[4] = pa + kN / 32 * h;
+        if (full) bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, p.p_scale, s, pa_h);
+        else bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, p.p_scale, s, pa_h);
+        if (h == 1) {
+          dv_product<kD, kDoE5M2, 64>(stage + 3 * L::kRows, pa, dv);
+        }
+        tile_ds<kD, kDoE5M2, kRes>(p, cs, ln, kbase, kN * h, sc, bh, i0, full, a_v,
+                                   stage + L::kRows + kN * h * kD, s, amax);
+        if (h == 0) {
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
+          for (int i = 0; i < kN / 8; ++i)
+            park[i * kThreads] = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
+        }
+      }
+      float s0[kN / 8][4];  // half 0's dS back (this thread's own values: no barrier needed)
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int q = 32 * kk + 16 * (r / 2) + 4 * ln.t + c;
-            sds[swizzle<128>(q * kBN + key + 8 * (r % 2))] = uint8_t(dsa[kk][r] >> (8 * c));
-          }
+      for (int i = 0; i < kN / 8; ++i) {
+        const float4 x = park[i * kThreads];
+        s0[i][0] = x.x, s0[i][1] = x.y, s0[i][2] = x.z, s0[i][3] = x.w;
+      }
+      // cta_amax's barrier also orders every thread's park reads before the dŜ bytes below.
+      scale = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
+      uint32_t d0[kN / 32][4], d1[kN / 32][4];
+      bwd::to_a_frags<kN>(s0, scale, p.ds_format, d0);
+      bwd::to_a_frags<kN>(s, scale, p.ds_format, d1);
+#pragma unroll
+      for (int kk = 0; kk < kN / 32; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) dsa[kk][r] = d0[kk][r], dsa[kN / 32 + kk][r] = d1[kk][r];
     }
+    const float g_scale = p.tau * (1.0f / scale);  // τ · dŜ's 1/scale (a power of two: exact)
+    // dŜ into shared memory [query][key] (K-major for dQ's A).
+#pragma unroll
+    for (int kk = 0; kk < kBM / 32; ++kk) bwdw::store_ds_frag(smem + L::kDs, ln, kk, dsa[kk]);
     fence_proxy_async_smem();
     __syncthreads();  // both warpgroups' dŜ columns are in place
     // dK += τ dŜᵀQ̂ (A = dŜᵀ fragments, B = Q̂ᵀ) and dQ = τ dŜK̂ (A = dŜ rows 64wg.., B = K̂ᵀ), each
-    // from a zero accumulator, in one wgmma batch.
+    // from a zero accumulator: in one wgmma batch at head_dim 64; one after the other at 128 (two
+    // m64n128 accumulators do not fit beside dK, dV).
     float ak[kD / 8][4], aq[kD / 8][4];
+    auto fold_dk = [&] {  // after dK's product has landed: dk += its FP32 values · τ/scale
+      fence_regs(ak);
+      fence_regs(dsa);
+#pragma unroll
+      for (int dn = 0; dn < kD / 8; ++dn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk[dn][e] += ak[dn][e] * g_scale;
+    };
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBM / 32; ++kk)
       WgmmaFp8<kD, kDsE5M2, false>::rs(ak, dsa[kk],
                                        kmajor_desc<128>(stage + 2 * L::kRows + 32 * kk), kk);
+    if constexpr (kD == 128) {
+      wgmma_commit();
+      wgmma_wait<0>();
+      fold_dk();
+      wgmma_fence();
+    }
 #pragma unroll
     for (int kk = 0; kk < kBN / 32; ++kk)
       WgmmaFp8<kD, kDsE5M2, false>::ss(aq, kmajor_desc<128>(a_ds + 32 * kk),
                                        kmajor_desc<128>(sb + L::kKt + 32 * kk), kk);
     wgmma_commit();
     wgmma_wait<0>();
-    fence_regs(ak);
     fence_regs(aq);
-    fence_regs(dsa);
-#pragma unroll
-    for (int dn = 0; dn < kD / 8; ++dn)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dk[dn][e] += ak[dn][e] * g_scale;
+    if constexpr (kD == 64) fold_dk();
     {
       // dQ rows: query 64wg + 16w + g (+ 8). One 16-byte FP32 atomic per lane and n-tile: lanes t,
       // t ^ 1 swap halves so that an even t holds row g, columns 8dn + 4(t/2).., an odd t row g + 8.
@@ -365,28 +439,34 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_delta_kernel(const Backward
     const unsigned a_off = bwdw::kWgKeys * ln.wg * kD;
     const int64_t kbase = j0 + bwdw::kWgKeys * ln.wg + 16 * ln.w;
     const bool full = bwd::tile_full(p, i0, kBM, j0, kBN);
-    float s[kBN / 8][4], dp[kBN / 8][4];
-    bwdw::tile_product<kD, false>(stage + a_off, sb + L::kQ, s);
-    if (full) bwdw::tile_prob<true>(cs, ln, kbase, sc.s_scale, 0.0f, s, nullptr);
-    else bwdw::tile_prob<false>(cs, ln, kbase, sc.s_scale, 0.0f, s, nullptr);
-    bwdw::tile_product<kD, kDoE5M2>(stage + L::kRows + a_off, sb + L::kDo, dp);
-    // Per query group kk (n-tiles 4kk.., columns u = 2(nt − 4kk) + c): the lane's two keys in
-    // FP64 (P·dP exact), then the sum over the 8 lanes of each column (column_sum8).
+    // The main kernel's products: the whole tile at head_dim 64, two 64-query halves h at 128.
+    constexpr int kN = bwdw::kCols<kD>;
 #pragma unroll
-    for (int kk = 0; kk < kBM / 32; ++kk) {
-      double v_pdp[8], v_p[8];
+    for (int h = 0; h < kBM / kN; ++h) {
+      float s[kN / 8][4], dp[kN / 8][4];
+      bwdw::tile_product<kD, false>(stage + a_off, sb + L::kQ + kN * h * kD, s);
+      if (full) bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, 0.0f, s, nullptr);
+      else bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, 0.0f, s, nullptr);
+      bwdw::tile_product<kD, kDoE5M2>(stage + L::kRows + a_off, sb + L::kDo + kN * h * kD, dp);
+      // Per query group kk (n-tiles 4kk.., columns u = 2(nt − 4kk) + c; group kN/32·h + kk of the
+      // tile): the lane's two keys in FP64 (P·dP exact), then the sum over the 8 lanes of each
+      // column (column_sum8).
 #pragma unroll
-      for (int u = 0; u < 8; ++u) v_pdp[u] = v_p[u] = 0.0;
-      auto add = [&](int nt, int el, int, bool in, float dpv) {
-        if (nt / 4 != kk || !in) return;
-        const int u = 2 * (nt % 4) + el % 2;
-        v_pdp[u] += double(s[nt][el]) * double(dpv);
-        v_p[u] += double(s[nt][el]);
-      };
-      if (full) bwdw::for_each_dp<true>(cs, ln, kbase, sc.dp_scale, dp, add);
-      else bwdw::for_each_dp<false>(cs, ln, kbase, sc.dp_scale, dp, add);
-      acc_pdp[kk] += bwdw::column_sum8(v_pdp, ln.g);
-      acc_p[kk] += bwdw::column_sum8(v_p, ln.g);
+      for (int kk = 0; kk < kN / 32; ++kk) {
+        double v_pdp[8], v_p[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v_pdp[u] = v_p[u] = 0.0;
+        auto add = [&](int nt, int el, int, bool in, float dpv) {
+          if (nt / 4 != kk || !in) return;
+          const int u = 2 * (nt % 4) + el % 2;
+          v_pdp[u] += double(s[nt][el]) * double(dpv);
+          v_p[u] += double(s[nt][el]);
+        };
+        if (full) bwdw::for_each_dp<true>(cs, ln, kbase, kN * h, sc.dp_scale, dp, add);
+        else bwdw::for_each_dp<false>(cs, ln, kbase, kN * h, sc.dp_scale, dp, add);
+        acc_pdp[kN / 32 * h + kk] += bwdw::column_sum8(v_pdp, ln.g);
+        acc_p[kN / 32 * h + kk] += bwdw::column_sum8(v_p, ln.g);
+      }
     }
   }
   cp_async_wait<0>();
@@ -423,36 +503,46 @@ void launch(Kernel kernel, int64_t blocks, int bytes, const BackwardParams& p, c
 }  // namespace
 
 bool wgmma_backward_supported(const BackwardParams& p) {
-  return p.D == 64 && p.block_q == kBM && p.block_k == kBN && !p.deterministic &&
+  return (p.D == 64 || p.D == 128) && p.block_q == kBM && p.block_k == kBN && !p.deterministic &&
          p.Tk < (int64_t(1) << 31);
 }
 
 void wgmma_backward_launch(const BackwardParams& p, cudaStream_t stream) {
   OCTET_CHECK(wgmma_backward_supported(p),
-              "fused attention backward (wgmma): supports head_dim 64, block_q = block_k = 128, "
-              "not deterministic");
+              "fused attention backward (wgmma): supports head_dim 64 or 128, block_q = block_k = "
+              "128, not deterministic");
   const int64_t blocks = p.B * p.G * ((p.Tk + kBN - 1) / kBN);
   const bool do_e5m2 = p.do_format == Format::E5M2, ds_e5m2 = p.ds_format == Format::E5M2;
-  // The one place where the formats and the residual flag become template parameters.
-  auto go = [&](auto kernel) { launch(kernel, blocks, MainLayout<64>::kBytes, p, stream); };
-  auto res = [&](auto d5, auto s5) {
+  // The one place where head_dim, the formats and the residual flag become template parameters.
+  auto res = [&](auto d, auto d5, auto s5) {
+    constexpr int kD = decltype(d)::value;
     constexpr bool kDo = decltype(d5)::value, kDs = decltype(s5)::value;
-    if (p.res_sums) go(wgmma_backward_kernel<64, kDo, kDs, true>);
-    else go(wgmma_backward_kernel<64, kDo, kDs, false>);
+    const int bytes = MainLayout<kD>::kBytes;
+    if (p.res_sums) launch(wgmma_backward_kernel<kD, kDo, kDs, true>, blocks, bytes, p, stream);
+    else launch(wgmma_backward_kernel<kD, kDo, kDs, false>, blocks, bytes, p, stream);
   };
   using T = std::true_type;
   using F = std::false_type;
-  if (do_e5m2) ds_e5m2 ? res(T{}, T{}) : res(T{}, F{});
-  else ds_e5m2 ? res(F{}, T{}) : res(F{}, F{});
+  auto formats = [&](auto d) {
+    if (do_e5m2) ds_e5m2 ? res(d, T{}, T{}) : res(d, T{}, F{});
+    else ds_e5m2 ? res(d, F{}, T{}) : res(d, F{}, F{});
+  };
+  if (p.D == 64) formats(std::integral_constant<int, 64>{});
+  else formats(std::integral_constant<int, 128>{});
 }
 
 void wgmma_delta_launch(const BackwardParams& p, cudaStream_t stream) {
-  OCTET_CHECK(p.D == 64 && p.block_q == kBM && p.block_k == kBN && p.matched,
-              "fused attention delta (wgmma): supports the matched delta at head_dim 64, block_q = "
-              "block_k = 128");
+  OCTET_CHECK(wgmma_backward_supported(p) && p.matched,
+              "fused attention delta (wgmma): supports the matched delta at head_dim 64 or 128, "
+              "block_q = block_k = 128, not deterministic");
   const int64_t blocks = p.B * p.H * ((p.Tq + kBM - 1) / kBM);
-  if (p.do_format == Format::E5M2) launch(wgmma_delta_kernel<64, true>, blocks, DeltaLayout<64>::kBytes, p, stream);
-  else launch(wgmma_delta_kernel<64, false>, blocks, DeltaLayout<64>::kBytes, p, stream);
+  auto go = [&](auto d) {
+    constexpr int kD = decltype(d)::value;
+    if (p.do_format == Format::E5M2) launch(wgmma_delta_kernel<kD, true>, blocks, DeltaLayout<kD>::kBytes, p, stream);
+    else launch(wgmma_delta_kernel<kD, false>, blocks, DeltaLayout<kD>::kBytes, p, stream);
+  };
+  if (p.D == 64) go(std::integral_constant<int, 64>{});
+  else go(std::integral_constant<int, 128>{});
 }
 
 }  // namespace octet::cuda::flash

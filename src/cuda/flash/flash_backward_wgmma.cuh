@@ -10,12 +10,16 @@
 //
 // Geometry: a tile is kBM = 128 queries x kBN = 128 keys (the dS scale tile block_q x block_k).
 // Two warpgroups; warpgroup wg owns the 64 keys 64wg.. of the tile, its warp w the 16 keys
-// 64wg + 16w.. . Its Sᵀ accumulator (wgmma m64n128k32, flash_wgmma.cuh fragments) holds, for lane
-// (g, t), keys 16w + g (elements 0, 1) and 16w + g + 8 (2, 3) of n-tile i, columns 2t, 2t + 1. The
-// query rows of the B operand (Q̂, dÔ) are stored permuted, row r = query s_key(r / 8, r % 8)
-// (flash_mma_sm89.cuh), so column (i, n) is query s_key(i, n) and the accumulator converts in
-// place into the A fragments over queries in natural order (flash_backward_tile.cuh to_a_frags) of
-// the dV and dK products, whose B operands are the group transposes' natural query columns.
+// 64wg + 16w.. . One Sᵀ or dPᵀ product covers kCols<kD> queries of the tile: all 128 at head_dim
+// 64 (wgmma m64n128k32), a 64-query half at head_dim 128 (m64n64k32, queries 64h.. of half h: the
+// dK, dV accumulators take 128 of the 255 registers there; docs/cuda.md). Its accumulator
+// (flash_wgmma.cuh fragments) holds, for lane (g, t), keys 16w + g (elements 0, 1) and 16w + g + 8
+// (2, 3) of n-tile i, columns 2t, 2t + 1. The query rows of the B operand (Q̂, dÔ) are stored
+// permuted, row r = query s_key(r / 8, r % 8) (flash_mma_sm89.cuh; rows 64h.. hold queries 64h..,
+// as s_key(nt + 8, n) = 64 + s_key(nt, n)), so column (i, n) of half h is query
+// 64h + s_key(i, n) and the accumulator converts in place into the A fragments over queries in
+// natural order (flash_backward_tile.cuh to_a_frags) of the dV and dK products, whose B operands
+// are the group transposes' natural query columns.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,6 +39,10 @@ constexpr int kBM = 128;       // queries per tile
 constexpr int kBN = 128;       // keys per tile
 constexpr int kWgKeys = 64;    // keys per warpgroup
 static_assert(kThreads == 32 * bwd::kWarps, "bwd::cta_amax's slots are one per warp");
+/// Queries per Sᵀ / dPᵀ product (the N of its m64nNk32): the tile at head_dim 64, half of it at 128.
+/// The pre-pass and the main kernel both use it (the same instruction shape: the same bits).
+template <int kD>
+inline constexpr int kCols = kD == 64 ? kBM : kBM / 2;
 
 /// The per-query statistics of one query block, in natural query order (query i0 + q at q):
 /// Rows::init's values (m = 0, l = 1, delta = 0 for a row without keys or a pad), 1/l rounded, the
@@ -98,19 +106,21 @@ struct Lane {
         t(threadIdx.x % 4) {}
 };
 
-/// One warpgroup's m64n128 product over head_dim: acc = Σ_kc A[64 keys, kc]·B[128 queries, kc]ᵀ,
-/// A the warpgroup's 64 rows of a K̂ or V̂ tile and B a Q̂ or dÔ query tile (both [rows][kD]
-/// K-major, kD-byte swizzle, by descriptor), k-steps kc = 0, 1, ... in order from a zero
-/// accumulator; committed and waited for. Sᵀ: (a_tile = K̂, b_tile = Q̂, E4M3 x E4M3); dPᵀ: (V̂,
-/// dÔ, E4M3 x do_format: kBE5M2).
-template <int kD, bool kBE5M2>
+/// One warpgroup's m64nN product over head_dim (N = kN = kCols<kD> queries): acc = Σ_kc A[64 keys,
+/// kc]·B[kN queries, kc]ᵀ, A the warpgroup's 64 rows of a K̂ or V̂ tile and B kN rows of a Q̂ or dÔ
+/// query tile (both [rows][kD] K-major, kD-byte swizzle, by descriptor; b_tile: the first row, a
+/// multiple of 8 rows in), k-steps kc = 0, 1, ... in order from a zero accumulator; committed and
+/// waited for. Sᵀ: (a_tile = K̂, b_tile = Q̂, E4M3 x E4M3); dPᵀ: (V̂, dÔ, E4M3 x do_format: kBE5M2).
+template <int kD, bool kBE5M2, int kNT>
 __device__ __forceinline__ void tile_product(unsigned a_tile, unsigned b_tile,
-                                             float (&acc)[kBN / 8][4]) {
+                                             float (&acc)[kNT][4]) {
+  constexpr int kN = 8 * kNT;  // queries (kNT n-tiles of 8)
+  static_assert(kN == kCols<kD>, "one product shape per head_dim in every kernel (same bits)");
   wgmma_fence();
 #pragma unroll
   for (int kc = 0; kc < kD / 32; ++kc)
-    WgmmaFp8<kBM, false, kBE5M2>::ss(acc, kmajor_desc<kD>(a_tile + 32 * kc),
-                                      kmajor_desc<kD>(b_tile + 32 * kc), kc);
+    WgmmaFp8<kN, false, kBE5M2>::ss(acc, kmajor_desc<kD>(a_tile + 32 * kc),
+                                     kmajor_desc<kD>(b_tile + 32 * kc), kc);
   wgmma_commit();
   wgmma_wait<0>();
   fence_regs(acc);
@@ -132,22 +142,23 @@ __device__ __forceinline__ int col_lim(const ColStats& cs, int q, int64_t kbase)
   return int(n < -1 ? -1 : (n > (1 << 20) ? (1 << 20) : n));
 }
 
-/// P = exp(S − m)/l in place of this lane's Sᵀ accumulator (code units; × s_scale first, a rounded
-/// product), Rows::prob's formula (exp_rel, div_rn with the hoisted 1/l), 0 where the key is not
-/// visible (unless kFull: the caller knows every query of the tile sees every key). kbase: the
-/// tile's first key j0 + 64wg + 16w (this warp's keys kbase + g, + 8). If pa is given, the P̃ codes
-/// E4M3(exp(S − m)·p_scale) as the A fragments over queries (to_a_frags' order: pa[kk] covers
-/// queries 32kk.., a0/a1 = rows g/g + 8 of n-tiles 4kk, 4kk + 1, a2/a3 of 4kk + 2, 4kk + 3).
-template <bool kFull>
+/// P = exp(S − m)/l in place of this lane's Sᵀ accumulator over kN queries q_off.. of the tile
+/// (code units; × s_scale first, a rounded product), Rows::prob's formula (exp_rel, div_rn with the
+/// hoisted 1/l), 0 where the key is not visible (unless kFull: the caller knows every query of the
+/// tile sees every key). kbase: the tile's first key j0 + 64wg + 16w (this warp's keys kbase + g,
+/// + 8). If pa is given, the P̃ codes E4M3(exp(S − m)·p_scale) as the A fragments over queries
+/// (to_a_frags' order: pa[kk] covers queries q_off + 32kk.., a0/a1 = rows g/g + 8 of n-tiles 4kk,
+/// 4kk + 1, a2/a3 of 4kk + 2, 4kk + 3).
+template <bool kFull, int kNT>
 __device__ __forceinline__ void tile_prob(const ColStats& cs, const Lane& ln, int64_t kbase,
-                                          float s_scale, float p_scale, float (&s)[kBN / 8][4],
-                                          uint32_t (*pa)[4]) {
+                                          int q_off, float s_scale, float p_scale,
+                                          float (&s)[kNT][4], uint32_t (*pa)[4]) {
 #pragma unroll
-  for (int kk = 0; kk < kBM / 32; ++kk) {
+  for (int kk = 0; kk < kNT / 4; ++kk) {
     float e[4][4];  // exp(S − m)·p_scale of n-tiles 4kk + j
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int nt = 4 * kk + j, q0 = s_key(nt, 2 * ln.t);  // queries q0, q0 + 1 (even q0)
+      const int nt = 4 * kk + j, q0 = q_off + s_key(nt, 2 * ln.t);  // queries q0, q0 + 1 (even)
       const float2 m = *reinterpret_cast<const float2*>(cs.m + q0);
       const float2 l = *reinterpret_cast<const float2*>(cs.l + q0);
       const float2 rl = *reinterpret_cast<const float2*>(cs.rcp_l + q0);
@@ -172,14 +183,16 @@ __device__ __forceinline__ void tile_prob(const ColStats& cs, const Lane& ln, in
   }
 }
 
-/// Visits this lane's (P, dP) elements of a tile: f(n-tile, element, query q, visible, dP) with dP
-/// = the dPᵀ accumulator × dp_scale (a rounded product); p holds tile_prob's P.
-template <bool kFull, typename F>
+/// Visits this lane's (P, dP) elements of a product over kN queries q_off.. of the tile: f(n-tile,
+/// element, query q, visible, dP) with dP = the dPᵀ accumulator × dp_scale (a rounded product);
+/// the caller's P array holds tile_prob's P.
+template <bool kFull, int kNT, typename F>
 __device__ __forceinline__ void for_each_dp(const ColStats& cs, const Lane& ln, int64_t kbase,
-                                            float dp_scale, const float (&dp)[kBN / 8][4], F&& f) {
+                                            int q_off, float dp_scale, const float (&dp)[kNT][4],
+                                            F&& f) {
 #pragma unroll
-  for (int nt = 0; nt < kBN / 8; ++nt) {
-    const int q0 = s_key(nt, 2 * ln.t);
+  for (int nt = 0; nt < kNT; ++nt) {
+    const int q0 = q_off + s_key(nt, 2 * ln.t);
     const int lim0 = kFull ? 0 : col_lim(cs, q0, kbase), lim1 = kFull ? 0 : col_lim(cs, q0 + 1, kbase);
 #pragma unroll
     for (int el = 0; el < 4; ++el) {
@@ -207,9 +220,25 @@ __device__ __forceinline__ double column_sum8(const double (&v)[8], int g) {
   return (g0 ? x[1] : x[0]) + __shfl_xor_sync(0xFFFFFFFFu, g0 ? x[0] : x[1], 4);
 }
 
-/// The query of column_sum8's result in group kk for lane (g, t).
+/// The query of column_sum8's result in group kk for lane (g, t) (group kk of half h is group
+/// 2h + kk of the tile: s_key(nt + 8, n) = 64 + s_key(nt, n)).
 __device__ __forceinline__ int column_sum8_query(int kk, int g, int t) {
   return s_key(4 * kk + g / 2, 2 * t + g % 2);
+}
+
+/// Stores the dŜ codes of one A fragment (to_a_frags' a[kk], over queries 32kk.. of the tile) into
+/// the [query][key] tile sds (kBN-byte rows, 128-byte swizzle; K-major for dQ's A): byte c of a[r]
+/// is key 16w + g + 8(r % 2) of the warpgroup's keys, query 32kk + 16(r / 2) + 4t + c.
+__device__ __forceinline__ void store_ds_frag(uint8_t* sds, const Lane& ln, int kk,
+                                              const uint32_t (&a)[4]) {
+  const int key = kWgKeys * ln.wg + 16 * ln.w + ln.g;
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int q = 32 * kk + 16 * (r / 2) + 4 * ln.t + c;
+      sds[swizzle<128>(q * kBN + key + 8 * (r % 2))] = uint8_t(a[r] >> (8 * c));
+    }
 }
 
 }  // namespace octet::cuda::flash::bwdw
