@@ -172,18 +172,8 @@ void check(int64_t rows, int64_t cols, bool bf16, int offset, const Launch& l, b
                            (bf16 ? " bf16" : " f32") + (offset ? " offset" : "") +
                            (l.has_row ? " row" : "") + (l.has_col ? " col" : "");
   std::vector<float> x = inputs(rows * cols + offset, uint32_t(rows * 7 + cols), specials);
-  Dev<float> df;
-  Dev<uint16_t> db;
-  const void* src;
-  if (bf16) {
-    std::vector<uint16_t> b(x.size());
-    for (size_t i = 0; i < x.size(); ++i) b[i] = bf16_from_float(x[i]), x[i] = bf16_to_float(b[i]);
-    db.set(b);
-    src = db.ptr() + offset;
-  } else {
-    df.set(x);
-    src = df.ptr() + offset;
-  }
+  const test::DevSource dev(x, bf16, size_t(offset));
+  const void* src = dev.ptr();
   x.erase(x.begin(), x.begin() + offset);
   const unsigned amax = amax_bits_of(x);
   const Result fast = run(src, bf16, rows, cols, l, false, amax);
