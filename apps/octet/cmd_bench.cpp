@@ -356,7 +356,7 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   gemm->callback([] { run_gemm(g); });
 
   static QuantArgs qa;
-  auto* quant = bench->add_subcommand("quantize", "FP8 quantization kernels (row + column copies) per recipe (needs CUDA)");
+  auto* quant = bench->add_subcommand("quantize", "FP8 quantization kernels (row + column copies) per recipe, then BF16 [8192, 768] and [8192, 3072] with tensor scales on the tensor-scaled and the tile kernel (needs CUDA)");
   quant->add_flag("--json", qa.json, "one JSON object per line");
   quant->add_option("--rows", qa.rows, "tensor rows")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
   quant->add_option("--cols", qa.cols, "tensor columns")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
