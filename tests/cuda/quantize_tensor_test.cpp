@@ -133,6 +133,15 @@ void expect_host_rule(const Result& r, const std::vector<float>& x, int64_t rows
       if (l.has_col && (r.col_codes[size_t(j * ldt + i)] & mask) != (want & mask)) ++bad;
     }
   EXPECT_EQ(bad, 0) << what << ": codes that differ from fp8_encode(x·s)";
+  // Padding (rows/columns up to the multiples of 16) holds code 0, never the sentinel.
+  int64_t pad = 0;
+  for (int64_t i = 0; i < ldt; ++i)
+    for (int64_t j = 0; j < ld; ++j)
+      if (i >= rows || j >= cols) {
+        if (l.has_row) pad += r.row_codes[size_t(i * ld + j)] != 0;
+        if (l.has_col) pad += r.col_codes[size_t(j * ldt + i)] != 0;
+      }
+  EXPECT_EQ(pad, 0) << what << ": non-zero padding codes";
   EXPECT_EQ(r.counters.counts[0], l.has_row ? uint64_t(under) : 0u) << what;
   EXPECT_EQ(r.counters.counts[1], l.has_row ? uint64_t(sat) : 0u) << what;
   EXPECT_EQ(r.counters.counts[2], l.has_col ? uint64_t(under) : 0u) << what;
