@@ -53,9 +53,11 @@ def main(paths):
             print(f"| {k[0]} | {k[1]} {k[2]} | {any_r['M']}x{any_r['N']}x{any_r['K']} | " + " | ".join(cells) + " |")
         print()
     if quant:
-        print("| recipe | role | rows x cols | ms | GB/s (FP32 read + 2 FP8 copies) |\n|---|---|---|---|---|")
+        print("| recipe | role | source | kernel | rows x cols | us | GB/s (source read + 2 FP8 copies) |\n"
+              "|---|---|---|---|---|---|---|")
         for r in quant:
-            print(f"| {r['recipe']} | {r['role']} | {r['rows']}x{r['cols']} | {r['ms_median']:.4f} | {r['gbps']:.0f} |")
+            print(f"| {r['recipe']} | {r['role']} | {r.get('dtype', 'f32')} | {r.get('kernel', 'auto')} | "
+                  f"{r['rows']}x{r['cols']} | {1e3 * r['ms_median']:.1f} | {r['gbps']:.0f} |")
         print()
     if ops:
         print("| op | model | rows x cols | us | GB/s (fewest bytes) |\n|---|---|---|---|---|")

@@ -113,14 +113,17 @@ void run_quantize(const QuantArgs& a) {
 #ifdef OCTET_WITH_CUDA
   const nlohmann::json env = env_json();
   if (!a.json)
-    std::printf("%-15s %-10s %6s %6s %9s %8s\n", "recipe", "role", "rows", "cols", "ms", "GB/s");
+    std::printf("%-20s %-10s %-4s %-6s %6s %6s %9s %8s\n", "recipe", "role", "src", "kernel", "rows", "cols",
+                "ms", "GB/s");
   octet::cuda::bench_quantize(a.rows, a.cols, a.warmup, a.reps, [&](const octet::cuda::QuantBenchRow& r) {
     nlohmann::json j = env;
-    j.update({{"bench", "quantize"}, {"recipe", r.recipe}, {"role", r.role}, {"rows", r.rows},
-              {"cols", r.cols}, {"ms_median", r.ms}, {"gbps", r.gbps}, {"reps", r.reps}});
+    j.update({{"bench", "quantize"}, {"recipe", r.recipe}, {"role", r.role}, {"dtype", r.dtype},
+              {"kernel", r.kernel}, {"rows", r.rows}, {"cols", r.cols}, {"ms_median", r.ms},
+              {"gbps", r.gbps}, {"reps", r.reps}});
     char line[160];
-    std::snprintf(line, sizeof(line), "%-15s %-10s %6lld %6lld %9.4f %8.0f", r.recipe.c_str(),
-                  r.role.c_str(), (long long)r.rows, (long long)r.cols, r.ms, r.gbps);
+    std::snprintf(line, sizeof(line), "%-20s %-10s %-4s %-6s %6lld %6lld %9.4f %8.0f", r.recipe.c_str(),
+                  r.role.c_str(), r.dtype.c_str(), r.kernel.c_str(), (long long)r.rows, (long long)r.cols,
+                  r.ms, r.gbps);
     emit(a.json, j, line);
   });
 #else
@@ -357,7 +360,7 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   gemm->callback([] { run_gemm(g); });
 
   static QuantArgs qa;
-  auto* quant = bench->add_subcommand("quantize", "FP8 quantization kernels (row + column copies) per recipe (needs CUDA)");
+  auto* quant = bench->add_subcommand("quantize", "FP8 quantization kernels (row + column copies) per recipe, then BF16 [8192, 768] and [8192, 3072] with tensor scales on the tensor-scaled and the tile kernel (needs CUDA)");
   quant->add_flag("--json", qa.json, "one JSON object per line");
   quant->add_option("--rows", qa.rows, "tensor rows")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
   quant->add_option("--cols", qa.cols, "tensor columns")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();

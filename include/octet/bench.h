@@ -188,13 +188,17 @@ void bench_gemm(const GemmBenchOptions& opt, const std::function<void(const Gemm
 
 struct QuantBenchRow {
   std::string recipe, role;
+  std::string dtype = "f32";  ///< source dtype
+  std::string kernel = "auto";  ///< auto (the quantizer's choice) | tensor | tile (quantize.h)
   int64_t rows = 0, cols = 0;
-  double ms = 0, gbps = 0;  ///< gbps: (4 B read + 2 x 1 B written) per element / time
+  double ms = 0, gbps = 0;  ///< gbps: (source bytes read + 2 x 1 B written) per element / time
   int reps = 0;
 };
 
 /// The quantize kernels (quantize.h) producing both copies of an FP32 [rows, cols] tensor, per
 /// recipe; bandwidth counts the fewest bytes (one FP32 read, two FP8 writes), so pre-passes show.
+/// Then the BF16 [8192, 768] and [8192, 3072] activations with the tensor scales (tensor-current,
+/// tensor-current with a given amax, tensor-delayed) on the tensor-scaled and on the tile kernel.
 void bench_quantize(int64_t rows, int64_t cols, int warmup, int reps,
                     const std::function<void(const QuantBenchRow&)>& on_row);
 

@@ -1,6 +1,8 @@
 // src/cuda/quantize.cu — the quantization kernels of quantize.h: a 128x128-tile cast kernel that
 // writes the row-wise and the column-wise FP8 copy of a tile from one shared-memory staging (the
-// row recipe's amax pre-pass is the same kernel, amax only), and dequantization. The tensor amax
+// row recipe's amax pre-pass is the same kernel, amax only), a lighter cast kernel for a tensor-wide
+// scale (tensor-current, tensor-delayed, unit: each element encoded once, only the codes staged for
+// the transpose; the same bytes as the tile kernel), and dequantization. The tensor amax
 // pre-pass is tensor_amax.cu, the tensor-delayed state kernels quantize_delayed.cu. Memory-access
 // plan and expected bandwidth: docs/cuda.md §"Memory-bound kernels".
 //
@@ -33,6 +35,7 @@ struct TileParams {
   const void* x;
   bool x_bf16;
   bool x_vec;          // 4-element vector loads: cols % 4 == 0 and x aligned for them
+  bool x_vec16;        // 16-byte loads: every row starts 16-byte aligned (tensor-scaled cast)
   const int* skip_if;  // pre-pass: return at once if *skip_if > 0
   int64_t rows, cols;
   int64_t rows_pad, cols_pad;  // extent covered by tiles
@@ -135,9 +138,9 @@ __device__ __forceinline__ uint8_t encode(float y, Format f, bool saturate) {
 }
 
 // One FP8 code of v·s, counting an underflow (a non-zero value that became ±0) and a saturation.
-__device__ __forceinline__ uint32_t encode_counted(float v, float s, const TileParams& p,
-                                                   unsigned long long& under,
-                                                   unsigned long long& sat) {
+template <class Count>
+__device__ __forceinline__ uint32_t encode_counted(float v, float s, const TileParams& p, Count& under,
+                                                   Count& sat) {
   const float y = v * s;
   const uint8_t code = encode(y, p.format, p.saturate);
   under += (v != 0.0f) & ((code & 0x7F) == 0);
@@ -307,6 +310,197 @@ void launch_tile(const TileParams& p, cudaStream_t stream) {
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
+// ---- The tensor-scaled cast: ScaleSource::Pointer / TensorAmax with Tensor-layout copies ----
+// One scale for the whole tensor, so an element's row-wise and column-wise codes are one code: each
+// element is encoded once, and nothing needs the tile in FP32 (no sub-block amaxes). A block of
+// kTtThreads threads owns a kTtRows x kTtCols tile; thread (rg, t) = (tid / 16, tid % 16) owns rows
+// 4rg..4rg+3 and columns 8t..8t+7 of it: four rows of 8 elements loaded (16-byte loads; two per row
+// for F32) before any is used, the row-wise codes stored from registers (8 bytes per row: a
+// half-warp writes a 128-byte row segment), each 4x4 byte block transposed in registers (prmt) into
+// column words (4 rows of one column) and staged in an 8 KiB shared tile [kTtCols][16 words], read
+// back as 16-row runs of one column and written by 16-byte stores (4 threads: 64 bytes of a
+// column-wise row). The under/saturation counts and the amax are per-thread registers, one warp
+// reduction, one shared atomic per warp and one global atomic per block. docs/cuda.md
+// §"Memory-bound kernels" has the byte and occupancy budget.
+constexpr int kTtRows = 64, kTtCols = 128, kTtThreads = 256;
+constexpr int kTtWords = kTtRows / 4;  // column words per tile column
+static_assert(kTtThreads == (kTtRows / 4) * (kTtCols / 8), "one thread per 4x8 block of the tile");
+static_assert(kTtCols * (kTtRows / 16) == 2 * kTtThreads, "two 16-byte column stores per thread");
+
+// Physical slot of column word w (rows 4w..4w+3) of tile column cc in the shared tile. The XOR with
+// bits of cc spreads both access patterns over the 32 banks: the stores (16 threads on columns 8
+// apart, two row groups on columns of opposite parity) and the reads (8 adjacent columns x 4 runs).
+__device__ __forceinline__ int tt_slot(int cc, int w) {
+  return cc * kTtWords + (w ^ (((cc >> 1) ^ (cc >> 3)) & 15));
+}
+
+// Eight consecutive source elements of one row, as loaded (BF16 bits or FP32).
+template <class T>
+struct Row8;
+template <>
+struct Row8<uint16_t> {
+  uint4 u;
+  __device__ __forceinline__ float operator[](int j) const {
+    const unsigned w = j < 2 ? u.x : j < 4 ? u.y : j < 6 ? u.z : u.w;
+    return __uint_as_float(j % 2 ? w & 0xFFFF0000u : w << 16);
+  }
+};
+template <>
+struct Row8<float> {
+  float4 a, b;
+  __device__ __forceinline__ float operator[](int j) const {
+    const float4& h = j < 4 ? a : b;
+    const int k = j % 4;
+    return k == 0 ? h.x : k == 1 ? h.y : k == 2 ? h.z : h.w;
+  }
+};
+
+// Row gr, columns gc..gc+7 of the source (zeros outside it). x_vec16: cols is a multiple of the
+// 16-byte vector (8 BF16 / 4 F32), so a vector starting inside the row lies inside it.
+__device__ __forceinline__ void load_row8(const TileParams& p, int64_t gr, int64_t gc, Row8<uint16_t>& e) {
+  e.u = make_uint4(0, 0, 0, 0);
+  if (gr >= p.rows || gc >= p.cols) return;
+  const uint16_t* x = static_cast<const uint16_t*>(p.x) + gr * p.cols + gc;
+  if (p.x_vec16) {
+    e.u = *reinterpret_cast<const uint4*>(x);
+    return;
+  }
+  unsigned w[4] = {0, 0, 0, 0};
+  for (int j = 0; j < 8 && gc + j < p.cols; ++j) w[j / 2] |= unsigned(x[j]) << (16 * (j % 2));
+  e.u = make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ void load_row8(const TileParams& p, int64_t gr, int64_t gc, Row8<float>& e) {
+  e.a = e.b = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (gr >= p.rows || gc >= p.cols) return;
+  const float* x = static_cast<const float*>(p.x) + gr * p.cols + gc;
+  if (p.x_vec16) {
+    e.a = *reinterpret_cast<const float4*>(x);
+    if (gc + 4 < p.cols) e.b = *reinterpret_cast<const float4*>(x + 4);
+    return;
+  }
+  float f[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  for (int j = 0; j < 8 && gc + j < p.cols; ++j) f[j] = x[j];
+  e.a = make_float4(f[0], f[1], f[2], f[3]);
+  e.b = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+// Rows 0..3 of a 4x4 byte block (byte i of r[k] = column i of row k) -> columns 0..3 (byte k of
+// c[i] = row k of column i).
+__device__ __forceinline__ void transpose4x4(const uint32_t r[4], uint32_t c[4]) {
+  const uint32_t lo01 = __byte_perm(r[0], r[1], 0x5140), hi01 = __byte_perm(r[0], r[1], 0x7362);
+  const uint32_t lo23 = __byte_perm(r[2], r[3], 0x5140), hi23 = __byte_perm(r[2], r[3], 0x7362);
+  c[0] = __byte_perm(lo01, lo23, 0x5410);
+  c[1] = __byte_perm(lo01, lo23, 0x7632);
+  c[2] = __byte_perm(hi01, hi23, 0x5410);
+  c[3] = __byte_perm(hi01, hi23, 0x7632);
+}
+
+template <class T, int kSource>
+__global__ void __launch_bounds__(kTtThreads, sizeof(T) == 2 ? 6 : 4)
+    quantize_tensor_kernel(TileParams p) {
+  __shared__ uint32_t colw[kTtCols * kTtWords];
+  __shared__ unsigned blk_under, blk_sat, blk_amax;
+  __shared__ float blk_scale;
+  const int tid = threadIdx.x, lane = tid % 32, t = tid % 16, rg = tid / 16;
+  const int64_t tiles_x = ceil_div(p.cols_pad, kTtCols);
+  const int64_t r0 = int64_t(blockIdx.x / tiles_x) * kTtRows, c0 = int64_t(blockIdx.x % tiles_x) * kTtCols;
+  const int64_t gr0 = r0 + 4 * rg, gc = c0 + 8 * t;
+  if (tid == 0) {  // the tensor scale, once per block (its registers are not live beside the loads)
+    blk_under = 0, blk_sat = 0, blk_amax = 0;
+    blk_scale = kSource == int(ScaleSource::Pointer)
+                    ? *p.scale_ptr
+                    : scale_from_amax(amax_from_bits(p.acc.counters->amax_bits), p.format, p.margin, p.pow2);
+  }
+  Row8<T> e[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) load_row8(p, gr0 + k, gc, e[k]);
+  __syncthreads();  // blk_scale and the zeroed block counters are visible
+  const float s = blk_scale;
+
+  // Encode (padding elements: code 0, not counted), store the row-wise copy.
+  unsigned under = 0, sat = 0, amax = 0;
+  uint32_t w[2][4];  // w[h][k]: row k, columns 8t+4h..8t+4h+3
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const bool row_in = gr0 + k < p.rows;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t word = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float v = e[k][4 * h + i];
+        amax = max(amax, abs_bits(v));
+        if (row_in && gc + 4 * h + i < p.cols) word |= encode_counted(v, s, p, under, sat) << (8 * i);
+      }
+      w[h][k] = word;
+    }
+    if (p.has_row && gr0 + k < p.row.rows_pad && gc < p.row.ld)
+      *reinterpret_cast<uint2*>(p.row.codes + (gr0 + k) * p.row.ld + gc) = make_uint2(w[0][k], w[1][k]);
+  }
+  // Column words into the shared tile; odd row groups visit the columns in pair-swapped order so
+  // that the two row groups of a warp store to opposite column parities (conflict-free).
+  if (p.has_col) {
+    uint32_t cw[8];
+    transpose4x4(w[0], cw);
+    transpose4x4(w[1], cw + 4);
+    const bool odd = rg % 2;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) colw[tt_slot(8 * t + (i ^ odd), rg)] = odd ? cw[i ^ 1] : cw[i];
+  }
+  under = __reduce_add_sync(0xFFFFFFFFu, under);
+  sat = __reduce_add_sync(0xFFFFFFFFu, sat);
+  amax = __reduce_max_sync(0xFFFFFFFFu, amax);
+  __syncthreads();  // the shared tile is complete
+  if (lane == 0) {
+    if (under) atomicAdd(&blk_under, under);
+    if (sat) atomicAdd(&blk_sat, sat);
+    if (p.accumulate_amax) atomicMax(&blk_amax, amax);
+  }
+  if (p.has_col) {  // thread: tile column cc, rows 16g..16g+15 (words 4g..4g+3)
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int idx = tid + kTtThreads * k, g = idx % 4, cc = idx / 4;
+      const int64_t gcol = c0 + cc, grow = r0 + 16 * g;  // element (gcol, grow) of the transpose
+      if (gcol >= p.col.rows_pad || grow >= p.col.ld) continue;
+      const uint4 q = make_uint4(colw[tt_slot(cc, 4 * g)], colw[tt_slot(cc, 4 * g + 1)],
+                                 colw[tt_slot(cc, 4 * g + 2)], colw[tt_slot(cc, 4 * g + 3)]);
+      *reinterpret_cast<uint4*>(p.col.codes + gcol * p.col.ld + grow) = q;
+    }
+  }
+  __syncthreads();
+  QuantCounters* cnt = p.acc.counters;
+  if (tid == 0 && blk_under) {
+    if (p.has_row) atomicAdd(&cnt->counts[0], (unsigned long long)blk_under);
+    if (p.has_col) atomicAdd(&cnt->counts[2], (unsigned long long)blk_under);
+  }
+  if (tid == 1 && blk_sat) {
+    if (p.has_row) atomicAdd(&cnt->counts[1], (unsigned long long)blk_sat);
+    if (p.has_col) atomicAdd(&cnt->counts[3], (unsigned long long)blk_sat);
+  }
+  if (tid == 2 && p.accumulate_amax) atomicMax(&cnt->amax_bits, blk_amax);
+  if (tid == 3 && blockIdx.x == 0) {  // scale_inv and the scale range, as store_scale writes them
+    const float inv = 1.0f / s;
+    if (p.has_row) p.row.scale_inv[0] = inv;
+    if (p.has_col) p.col.scale_inv[0] = inv;
+    const unsigned b = __float_as_uint(1.0f / inv);
+    if (b) {
+      atomicMax(&cnt->scale_min_flip, ~b);
+      atomicMax(&cnt->scale_max, b);
+    }
+  }
+}
+
+template <int kSource>
+void launch_tensor(const TileParams& p, cudaStream_t stream) {
+  const int64_t tiles = ceil_div(p.cols_pad, kTtCols) * ceil_div(p.rows_pad, kTtRows);
+  OCTET_CHECK(tiles <= INT32_MAX, "quantize: tensor too large for one launch");
+  if (p.x_bf16)
+    quantize_tensor_kernel<uint16_t, kSource><<<unsigned(tiles), kTtThreads, 0, stream>>>(p);
+  else
+    quantize_tensor_kernel<float, kSource><<<unsigned(tiles), kTtThreads, 0, stream>>>(p);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
 __global__ void dequantize_kernel(DevQTensor q, float* out) {
   const int64_t n = q.rows * q.cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -376,6 +570,7 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
   p.x = a.x;
   p.x_bf16 = a.x_bf16;
   p.x_vec = a.cols % 4 == 0 && reinterpret_cast<uintptr_t>(a.x) % (a.x_bf16 ? 8 : 16) == 0;
+  p.x_vec16 = a.cols % (a.x_bf16 ? 8 : 4) == 0 && reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   p.skip_if = nullptr;
   p.rows = a.rows;
   p.cols = a.cols;
@@ -426,12 +621,23 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
   }
   p.amax_only = false;
   p.accumulate_amax = (!prepass && !given) || a.skip_prepass_if != nullptr;  // given: read only
+  // One scale for the whole tensor: the tensor-scaled kernel (no FP32 tile staging).
+  const bool tensor_layouts = !a.tile_kernel && (!p.has_row || p.row.layout == ScaleLayout::Tensor) &&
+                              (!p.has_col || p.col.layout == ScaleLayout::Tensor);
   switch (a.source) {
     case ScaleSource::Pointer:
       OCTET_CHECK(a.scale_ptr, "quantize: pointer scale source without a pointer");
-      launch_tile<int(ScaleSource::Pointer)>(p, stream);
+      if (tensor_layouts)
+        launch_tensor<int(ScaleSource::Pointer)>(p, stream);
+      else
+        launch_tile<int(ScaleSource::Pointer)>(p, stream);
       break;
-    case ScaleSource::TensorAmax: launch_tile<int(ScaleSource::TensorAmax)>(p, stream); break;
+    case ScaleSource::TensorAmax:
+      if (tensor_layouts)
+        launch_tensor<int(ScaleSource::TensorAmax)>(p, stream);
+      else
+        launch_tile<int(ScaleSource::TensorAmax)>(p, stream);
+      break;
     case ScaleSource::RowCol: launch_tile<int(ScaleSource::RowCol)>(p, stream); break;
     case ScaleSource::Tile: launch_tile<int(ScaleSource::Tile)>(p, stream); break;
   }

@@ -10,7 +10,9 @@
 //   TensorAmax   s from the whole tensor's amax (tensor-current; an amax pre-pass runs first)
 //   RowCol       s per row of each copy from full-row amaxes (row recipe; a pre-pass runs first)
 //   Tile         s per 1x128 / 128x128 / 1x32 block, from the tile itself (block, mx): one pass
-// The kernel works on 128x128 tiles of the source staged in shared memory (DeepSeek-V3 §3.3 tiles).
+// The kernel works on 128x128 tiles of the source staged in shared memory (DeepSeek-V3 §3.3 tiles);
+// a tensor-wide scale (Pointer, TensorAmax) runs a lighter kernel on 64x128 tiles that encodes each
+// element once and stages only the FP8 codes of the column-wise copy (the same bytes).
 // The source may be F32 or BF16 (loaded as FP32). Nothing here synchronizes with the host.
 #pragma once
 
@@ -70,6 +72,10 @@ struct QuantizeArgs {
   DevQTensor* rowwise = nullptr;     ///< [rows, cols] copy (may be null)
   DevQTensor* colwise = nullptr;     ///< [cols, rows] copy (may be null); same format as rowwise
   QuantAccum accum;
+  /// Pointer / TensorAmax sources with Tensor-layout copies run the tensor-scaled kernel (one
+  /// encode per element, no FP32 tile staging); true forces the general 128x128 tile kernel, which
+  /// writes the same bytes (tests and `octet bench quantize` compare the two).
+  bool tile_kernel = false;
 };
 
 /// Runs the pre-pass (if the source needs one) and the tile cast kernel on `stream`.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/check.h"
+#include "octet/fp8.h"
 
 namespace octet::test {
 
@@ -65,6 +66,27 @@ struct Dev {
     return h;
   }
   T* ptr() { return p; }
+};
+
+/// x on the device as F32, or as BF16 bit patterns (then x is rounded to BF16 in place, so the host
+/// holds the values the device holds); ptr() is the element `offset` elements in (offset 1: a source
+/// off 16-byte alignment).
+struct DevSource {
+  Dev<float> f32;
+  Dev<uint16_t> bf16;
+  const void* at = nullptr;
+  DevSource(std::vector<float>& x, bool as_bf16, size_t offset = 0) {
+    if (as_bf16) {
+      std::vector<uint16_t> b(x.size());
+      for (size_t i = 0; i < x.size(); ++i) b[i] = bf16_from_float(x[i]), x[i] = bf16_to_float(b[i]);
+      bf16.set(b);
+      at = bf16.ptr() + offset;
+    } else {
+      f32.set(x);
+      at = f32.ptr() + offset;
+    }
+  }
+  const void* ptr() const { return at; }
 };
 
 /// n values with a spread of magnitudes (log-uniform over 2^-20..2^8), random signs, ~5% exact

@@ -64,18 +64,8 @@ struct Gpu {
 void check_once(cuda::CudaQuantizer& gq, Quantizer& cq, std::vector<float> x, int64_t rows,
                 int64_t cols, const std::string& what, bool bf16 = false) {
   const cudaStream_t s = gq.stream();
-  Dev<float> dx;
-  Dev<uint16_t> db;
-  Tensor src;
-  if (bf16) {
-    std::vector<uint16_t> b(x.size());
-    for (size_t i = 0; i < x.size(); ++i) b[i] = bf16_from_float(x[i]), x[i] = bf16_to_float(b[i]);
-    db.set(b);
-    src = Tensor(db.ptr(), DType::BF16, {rows, cols});
-  } else {
-    dx.set(x);
-    src = Tensor(dx.ptr(), DType::F32, {rows, cols});
-  }
+  const test::DevSource dev(x, bf16);
+  const Tensor src(const_cast<void*>(dev.ptr()), bf16 ? DType::BF16 : DType::F32, {rows, cols});
   cuda::DevQ row, col;
   gq.quantize(src, &row, &col);
   QTensor cr, cc;
@@ -251,18 +241,8 @@ TEST(CudaQuantize, TensorAmaxIsTheMaxOfAbsoluteValues) {
                                    " offset " + std::to_string(offset) + (with_nan ? " NaN" : "");
           std::vector<float> x = test::awkward_values(size_t(n + offset), uint32_t(n) + 5u);
           if (with_nan) x[size_t(offset + n / 2)] = NAN;
-          Dev<float> df;
-          Dev<uint16_t> db;
-          const void* src = nullptr;
-          if (bf16) {
-            std::vector<uint16_t> b(x.size());
-            for (size_t i = 0; i < x.size(); ++i) b[i] = bf16_from_float(x[i]), x[i] = bf16_to_float(b[i]);
-            db.set(b);
-            src = db.ptr() + offset;
-          } else {
-            df.set(x);
-            src = df.ptr() + offset;
-          }
+          const test::DevSource dev(x, bf16, size_t(offset));
+          const void* src = dev.ptr();
           float expect = 0.0f;
           for (int64_t i = offset; i < offset + n; ++i) expect = std::max(expect, std::fabs(x[size_t(i)]));
           amax.set(std::vector<unsigned>{0x3F800000u});  // an existing amax of 1.0 is kept if larger

@@ -29,12 +29,6 @@ struct Shape4 {
 
 constexpr int64_t kVocab = 50304, kBatch = 8, kSeq = 1024;
 
-// Copies of each operand so that one rotation reads more than the L2 cache (bench.h: method).
-int copies_for(double bytes_per_call, size_t l2_bytes) {
-  const double want = 3.0 * double(std::max<size_t>(l2_bytes, 1)) / std::max(bytes_per_call, 1.0);
-  return std::clamp(int(want) + 1, 1, 16);
-}
-
 }  // namespace
 
 void bench_ops(int warmup, int reps, const std::function<void(const OpsBenchRow&)>& on_row) {
@@ -82,7 +76,7 @@ void bench_ops(int warmup, int reps, const std::function<void(const OpsBenchRow&
       const int64_t r = weight ? ff : rows, c = d;
       const DType dt = weight ? DType::F32 : DType::BF16;
       const double bytes = double(r * c) * (dtype_size(dt) + 2.0);
-      const int n = copies_for(bytes, size_t(l2));
+      const int n = rotation_copies(bytes, size_t(l2));
       std::vector<Buffer> x;
       for (int k = 0; k < n; ++k) x.push_back(random(dt, {r, c}));
       QuantConfig cfg;
@@ -101,7 +95,7 @@ void bench_ops(int warmup, int reps, const std::function<void(const OpsBenchRow&
     }
     {  // head layouts: [B, T, H·D] <-> [B, H, T, D], BF16
       const double bytes = double(rows * d) * 4.0;
-      const int n = copies_for(bytes, size_t(l2));
+      const int n = rotation_copies(bytes, size_t(l2));
       std::vector<Buffer> tok, heads;
       for (int k = 0; k < n; ++k) {
         tok.push_back(random(DType::BF16, {rows, d}));
@@ -118,7 +112,7 @@ void bench_ops(int warmup, int reps, const std::function<void(const OpsBenchRow&
     }
     {  // GELU [rows, ff], BF16
       const double bytes = double(rows * ff) * 2.0;
-      const int n = copies_for(2.0 * bytes, size_t(l2));
+      const int n = rotation_copies(2.0 * bytes, size_t(l2));
       std::vector<Buffer> x, y, dy;
       for (int k = 0; k < n; ++k) {
         x.push_back(random(DType::BF16, {rows, ff}));
@@ -134,7 +128,7 @@ void bench_ops(int warmup, int reps, const std::function<void(const OpsBenchRow&
     }
     {  // LayerNorm [rows, d], BF16, with weight and bias (and their gradients)
       const double bytes = double(rows * d) * 2.0;
-      const int n = copies_for(3.0 * bytes, size_t(l2));
+      const int n = rotation_copies(3.0 * bytes, size_t(l2));
       std::vector<Buffer> x, y, dy;
       for (int k = 0; k < n; ++k) {
         x.push_back(random(DType::BF16, {rows, d}));

@@ -11,6 +11,12 @@
 
 namespace octet::cuda {
 
+// Copies of each operand so that one rotation reads more than the L2 cache (bench.h: method).
+inline int rotation_copies(double bytes_per_call, size_t l2_bytes) {
+  const double want = 3.0 * double(std::max<size_t>(l2_bytes, 1)) / std::max(bytes_per_call, 1.0);
+  return std::clamp(int(want) + 1, 1, 16);
+}
+
 class EventTimer {
  public:
   explicit EventTimer(cudaStream_t stream) : stream_(stream) {}
