@@ -58,6 +58,10 @@ struct Dev {
     resize(h.size());
     OCTET_CUDA_CHECK(cudaDeviceSynchronize());
     OCTET_CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    // From pageable memory cudaMemcpy may return before the DMA lands, and the backends' streams
+    // do not wait for the legacy stream: without this, a kernel could read the old contents
+    // (seen on a busy H200: zero BF16 GEMM inputs, a zero amax).
+    OCTET_CUDA_CHECK(cudaDeviceSynchronize());
   }
   std::vector<T> get() const {
     std::vector<T> h(n);

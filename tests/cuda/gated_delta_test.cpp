@@ -360,7 +360,10 @@ TEST_P(GatedDeltaCudaModel, HybridOneStepMatchesCpu) {
   std::printf("[hybrid %s] one step: loss cpu %.6f gpu %.6f (rel %.2e); gradient rel. L2 diff %.2e\n",
               bf16 ? "bf16" : "f32", loss_cpu, loss_gpu, loss_rel, grad_rel);
   EXPECT_LE(loss_rel, bf16 ? 1e-3 : 1e-4);
-  EXPECT_LE(grad_rel, bf16 ? 5e-2 : 2e-3);
+  // F32: BF16 linears on both sides, so a few operands round the other way; measured 1.92e-3 and
+  // 2.03e-3 on two H200 leases (the CPU side's OpenBLAS kernels differ with the host CPU: its loss
+  // 5.615162 vs 5.615196 for the same inputs).
+  EXPECT_LE(grad_rel, bf16 ? 5e-2 : 3e-3);
   for (const ParamInfo& pi : m_gpu.params()) {  // every parameter got a gradient on the GPU
     double s = 0;
     for (size_t i = 0; i < pi.numel; ++i) s += std::fabs(g_gpu[pi.offset + i]);
