@@ -70,8 +70,10 @@ def main(paths):
             if "error" in r:
                 print(f"| {r['impl']} | {r['batch']} | {r['heads']} | {r['seq']} | {r['head_dim']} | {r['causal']} | unavailable: {r['error']} |||")
                 continue
+            num = lambda v, f: "—" if v is None else format(v, f)  # a peer without a backward: None
             print(f"| {r['impl']} | {r['batch']} | {r['heads']} | {r['seq']} | {r['head_dim']} | {r['causal']} | "
-                  f"{r['fwd_ms']:.3f} | {r['fwd_tflops']:.1f} | {r['bwd_ms']:.3f} | {r['bwd_tflops']:.1f} |")
+                  f"{num(r['fwd_ms'], '.3f')} | {num(r['fwd_tflops'], '.1f')} | {num(r.get('bwd_ms'), '.3f')} | "
+                  f"{num(r.get('bwd_tflops'), '.1f')} |")
     if train:
         print_train(train)
 
