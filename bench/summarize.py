@@ -71,7 +71,8 @@ def main(paths):
                 print(f"| {r['impl']} | {r['batch']} | {r['heads']} | {r['seq']} | {r['head_dim']} | {r['causal']} | unavailable: {r['error']} |||")
                 continue
             num = lambda v, f: "—" if v is None else format(v, f)  # a peer without a backward: None
-            print(f"| {r['impl']} | {r['batch']} | {r['heads']} | {r['seq']} | {r['head_dim']} | {r['causal']} | "
+            impl = r["impl"] + (f" ({r['bwd_kernel']} bwd)" if r.get("bwd_kernel") else "")
+            print(f"| {impl} | {r['batch']} | {r['heads']} | {r['seq']} | {r['head_dim']} | {r['causal']} | "
                   f"{num(r['fwd_ms'], '.3f')} | {num(r['fwd_tflops'], '.1f')} | {num(r.get('bwd_ms'), '.3f')} | "
                   f"{num(r.get('bwd_tflops'), '.1f')} |")
     if train:
@@ -91,13 +92,14 @@ def print_train(train):
           "| peak GiB | vs torch bf16 |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     order = {m: i for i, m in enumerate(dict.fromkeys(r["model"] for r in train))}
     for r in sorted(train, key=lambda r: (order[r["model"]], r["seq_len"], r["impl"] != "octet")):
-        ratio = r["tokens_per_s"] / peer[shape(r)] if shape(r) in peer else float("nan")
+        ratio = f"{r['tokens_per_s'] / peer[shape(r)]:.3f}x" if shape(r) in peer else "—"  # no peer row
         impl = r["impl"] + (" (blocks)" if r.get("compile") == "blocks" else "")
+        arm = r["arm"] + (" + activation checkpointing" if r.get("activation_checkpointing") else "")
         mem = r.get("peak_mem_gib")
-        print(f"| {impl} | {r['model']} | {r['arm']} | {r['n_params'] / 1e6:.1f}M | "
+        print(f"| {impl} | {r['model']} | {arm} | {r['n_params'] / 1e6:.1f}M | "
               f"{r['batch']}x{r['seq_len']} | {r['step_ms_median']:.1f} | {r['tokens_per_s']:.0f} | "
               f"{r['tflops']:.1f} | {pct(r.get('mfu_bf16', r['mfu']))} | {pct(r.get('mfu_fp8'))} | "
-              f"{'' if mem is None else f'{mem:.1f}'} | {ratio:.3f}x |")
+              f"{'' if mem is None else f'{mem:.1f}'} | {ratio} |")
 
 if __name__ == "__main__":
     main(sys.argv[1:])

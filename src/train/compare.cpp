@@ -27,10 +27,25 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string sci(double v) {
+// A diagnostic in the table's form; NaN: not computed (layer diagnostics off, e.g. under
+// activation checkpointing).
+std::string fmt(double v, const char* f) {
+  if (std::isnan(v)) return "n/a";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3e", v);
+  std::snprintf(buf, sizeof buf, f, v);
   return buf;
+}
+std::string sci(double v) { return fmt(v, "%.3e"); }
+
+// acc = max(acc, the evaluation record's value of key): a missing key counts as 0 (older
+// metrics), a null one (not computed) makes acc NaN for good.
+void merge_max(double& acc, const json& j, const char* key) {
+  if (!j.contains(key)) return;
+  if (!j[key].is_number()) {
+    acc = NAN;
+    return;
+  }
+  if (!std::isnan(acc)) acc = std::max(acc, j[key].get<double>());
 }
 
 bool is_empty_dir(const std::string& dir) {
@@ -63,9 +78,9 @@ std::string format_compare_table(const std::vector<CompareRow>& rows) {
     const std::string name = several_seeds ? r.arm + " (seed " + std::to_string(r.seed) + ")" : r.arm;
     // The max is a check only with the matched delta; with the stale delta it saturates near 1.
     const std::string rmax = r.matched_delta ? sci(r.row_residual_max) : "n/a";
-    std::snprintf(buf, sizeof buf, "| %s | %.4f | %.4f | %+.2f%% | %.2f | %s | %.3e | %.0f |\n", name.c_str(),
-                  r.train_loss, r.val_loss, r.gap_pct, r.kurtosis_max, rmax.c_str(), r.row_residual_mean,
-                  r.tokens_per_s);
+    std::snprintf(buf, sizeof buf, "| %s | %.4f | %.4f | %+.2f%% | %s | %s | %s | %.0f |\n", name.c_str(),
+                  r.train_loss, r.val_loss, r.gap_pct, fmt(r.kurtosis_max, "%.2f").c_str(), rmax.c_str(),
+                  sci(r.row_residual_mean).c_str(), r.tokens_per_s);
     s += buf;
   }
   return s;
@@ -90,9 +105,9 @@ CompareRow compare_row_from_metrics(const std::string& arm, const std::string& d
     }
     if (j.contains("val_loss")) {  // an evaluation
       row.val_loss = j["val_loss"].is_number() ? j["val_loss"].get<double>() : double(NAN);
-      row.kurtosis_max = std::max(row.kurtosis_max, j.value("kurtosis_max", 0.0));
-      row.row_residual_max = std::max(row.row_residual_max, j.value("row_residual_max", 0.0));
-      row.row_residual_mean = std::max(row.row_residual_mean, j.value("row_residual_mean", 0.0));
+      merge_max(row.kurtosis_max, j, "kurtosis_max");
+      merge_max(row.row_residual_max, j, "row_residual_max");
+      merge_max(row.row_residual_mean, j, "row_residual_mean");
     } else if (j.contains("tokens_per_s") && j.contains("ms")) {  // a step
       ++steps;
       const double s = j["ms"].get<double>() * 1e-3;

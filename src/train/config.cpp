@@ -57,7 +57,7 @@ float parse_float(const std::string& key, const std::string& v) {
 bool parse_bool(const std::string& key, const std::string& v) {
   if (v == "true" || v == "on" || v == "1") return true;
   if (v == "false" || v == "off" || v == "0") return false;
-  OCTET_FAIL("config key '" + key + "': expected true/false (or on/off), got '" + v + "'");
+  OCTET_FAIL("config key '" + key + "': expected true/false (or on/off, 1/0), got '" + v + "'");
 }
 // The shortest decimal that reads back as the same float (0.003, not 0.00300000003): the value as a
 // user types it, and still an exact round trip through config.toml.

@@ -79,8 +79,9 @@ json layers_json(const std::vector<LayerReport>& reports) {
                       {"kurtosis", {{"attn_in", d.kurtosis_attn_in}, {"mlp_in", d.kurtosis_mlp_in},
                                     {"mlp_hidden", d.kurtosis_mlp_hidden}, {"out", d.kurtosis_out}}},
                       {"kurtosis_max", d.kurtosis_max()},
-                      {"row_residual_max", d.row_residual_max},
-                      {"row_residual_mean", d.row_residual_mean},
+                      // a Gated DeltaNet layer has no softmax: no residual (null, not 0)
+                      {"row_residual_max", reports[l].attention ? json(d.row_residual_max) : json(nullptr)},
+                      {"row_residual_mean", reports[l].attention ? json(d.row_residual_mean) : json(nullptr)},
                       {"dq_bias", dq},
                       {"amax", d.linears.empty() ? json(nullptr)
                                                  : json{{"x", amax[0]}, {"w", amax[1]}, {"dy", amax[2]}}},
@@ -419,8 +420,16 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
       result.row_residual_mean = std::max(result.row_residual_mean, rmean);
       json ev = {{"step", st.step}, {"val_loss", val}, {"kurtosis_max", kmax}, {"row_residual_max", rmax},
                  {"row_residual_mean", rmean}, {"dq_bias_norm", bnorm}, {"layers", layers_json(diags)}};
+      if (!layer_diags) {  // not computed (activation checkpointing): null, never a 0 that reads as measured
+        for (const char* k : {"kurtosis_max", "row_residual_max", "row_residual_mean", "dq_bias_norm"}) ev[k] = nullptr;
+        ev["layer_diagnostics"] = "off (activation checkpointing)";
+        result.kurtosis_max = result.row_residual_max = result.row_residual_mean = NAN;
+      }
       write_metrics(ev);
-      if (log) {
+      if (log && !layer_diags) {
+        std::fprintf(log, "eval step %lld | val loss %.4f | layer diagnostics off (activation checkpointing)\n",
+                     static_cast<long long>(st.step), val);
+      } else if (log) {
         std::fprintf(log, "eval step %lld | val loss %.4f | kurtosis max %.3f | attention row residual max %.3e, "
                           "mean %.3e | dQ bias (norm) max %.3e\n",
                      static_cast<long long>(st.step), val, kmax, rmax, rmean, bnorm);

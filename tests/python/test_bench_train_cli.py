@@ -154,7 +154,8 @@ def test_summarize_ratios_against_the_torch_bf16_peer(tmp_path):
                   mfu_fp8=0.05, peak_mem_gib=3.25),
              dict(base, impl="torch-compile", model="m", arm="bf16-autocast", tokens_per_s=200.0),  # an older row
              dict(base, impl="torch-compile", model="m", arm="torchao-rowwise", tokens_per_s=250.0, compile="blocks"),
-             dict(base, impl="octet", model="m", arm="bf16", tokens_per_s=100.0, batch=2, seq_len=4096)]
+             dict(base, impl="octet", model="m", arm="bf16", tokens_per_s=100.0, batch=2, seq_len=4096,
+                  activation_checkpointing=True)]
     f = tmp_path / "rows.jsonl"
     f.write_text("".join(json.dumps(l) + "\n" for l in lines))
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "summarize.py"), str(f)],
@@ -163,4 +164,5 @@ def test_summarize_ratios_against_the_torch_bf16_peer(tmp_path):
     assert "| 1.500x |" in table[0] and "| 5.0% |" in table[0] and "| 3.2 |" in table[0]
     assert "| 1.000x |" in table[1]
     assert table[2].startswith("| torch-compile (blocks) |") and "| 1.250x |" in table[2]
-    assert "| nanx |" in table[3]  # no peer at 2x4096
+    assert table[3].endswith("| — |")  # no peer at 2x4096
+    assert "| bf16 + activation checkpointing |" in table[3]

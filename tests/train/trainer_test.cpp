@@ -81,10 +81,17 @@ TEST(Trainer, ActivationCheckpointingIsBitwiseTheSameRun) {
   EXPECT_TRUE(load_config(f.dir / "recompute/config.toml").train.activation_checkpointing);
   int evals = 0;
   for (const auto& j : read_metrics(f.dir / "recompute"))
-    if (j.contains("val_loss")) {
+    if (j.contains("val_loss")) {  // not computed: null, never a 0 that reads as measured
       ++evals;
       EXPECT_TRUE(j["layers"].empty());
+      EXPECT_TRUE(j["kurtosis_max"].is_null());
+      EXPECT_TRUE(j["row_residual_max"].is_null());
+      EXPECT_EQ(j["layer_diagnostics"], "off (activation checkpointing)");
     }
+  EXPECT_TRUE(std::isnan(b.kurtosis_max));
+  const CompareRow row = compare_row_from_metrics("fp8-matched", f.dir / "recompute");
+  EXPECT_TRUE(std::isnan(row.kurtosis_max) && std::isnan(row.row_residual_max));
+  EXPECT_NE(format_compare_table({row}).find("| n/a |"), std::string::npos);
   EXPECT_EQ(evals, 2);
   EXPECT_THROW(set_config_value(f.cfg, "train.activation_checkpointing", "maybe"), Error);
 }

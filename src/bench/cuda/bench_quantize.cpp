@@ -57,7 +57,7 @@ void bench_tensor_scaled(CudaBackend& backend, EventTimer& timer, int64_t rows, 
     bool given;
   };
   const Mode modes[] = {{"tensor-current", ScaleSource::TensorAmax, false},
-                        {"tensor-current+amax", ScaleSource::TensorAmax, true},
+                        {"tensor-current(given-amax)", ScaleSource::TensorAmax, true},  // no pre-pass
                         {"tensor-delayed", ScaleSource::Pointer, false}};
   for (const Mode& m : modes)
     for (const bool tile : {false, true}) {
