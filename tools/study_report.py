@@ -11,6 +11,9 @@ condition, else the folder's name is used) and writes, from their files only:
   val_loss.csv        condition, arm, step, n, mean, std: the validation loss at each evaluation over
                       the seeds (each run's metrics.jsonl)
   layers.csv          condition, arm, layer and every per-layer field of summary.json
+  dq_bias.csv         condition, arm, step, n, mean, std: the dQ bias along the mean key at each
+                      evaluation (each run's mean over its attention layers, then over the seeds; runs
+                      made before the diagnostic existed have none) — its trajectory over training
   val_loss_<condition>.png, layers_<condition>.png   with gnuplot, if installed (else skipped, said
                       on stderr): loss per arm (mean ± std bars) and residual / dQ bias per layer (log y)
   curves_<condition>.png   `octet plot` of every run's train/validation curves, if --octet is given
@@ -55,8 +58,8 @@ def run_dirs(cond_dir, arm):
     return seeds or ([d] if (d / "metrics.jsonl").exists() else [])
 
 
-def evaluations(run):
-    """(step, val_loss) of every evaluation in run/metrics.jsonl (a torn line is skipped)."""
+def eval_records(run):
+    """Every evaluation record of run/metrics.jsonl (a torn line is skipped)."""
     out = []
     for line in (run / "metrics.jsonl").read_text().splitlines():
         try:
@@ -64,7 +67,23 @@ def evaluations(run):
         except json.JSONDecodeError:
             continue
         if "val_loss" in j:
-            out.append((j["step"], j["val_loss"]))
+            out.append(j)
+    return out
+
+
+def evaluations(run):
+    """(step, val_loss) of every evaluation in run/metrics.jsonl."""
+    return [(j["step"], j["val_loss"]) for j in eval_records(run)]
+
+
+def dq_bias_by_step(run):
+    """(step, mean over the attention layers of the dQ bias norm) of every evaluation that has one."""
+    out = []
+    for j in eval_records(run):
+        v = [(l.get("dq_bias") or {}).get("norm") for l in j.get("layers") or []]
+        v = [x for x in v if isinstance(x, (int, float)) and math.isfinite(x)]
+        if v:
+            out.append((j["step"], sum(v) / len(v)))
     return out
 
 
@@ -171,16 +190,18 @@ def load_condition(name, cond_dir):
     arms = []
     for a in summary:
         runs = run_dirs(cond_dir, a["arm"])
-        curves = {}  # step -> values over the runs
+        curves, bias = {}, {}  # step -> values over the runs
         for r in runs:
             for step, v in evaluations(r):
                 curves.setdefault(step, []).append(v)
+            for step, v in dq_bias_by_step(r):
+                bias.setdefault(step, []).append(v)
         arms.append({
             "arm": a["arm"], "seeds": len(a.get("seeds", [])) or 1, "val_loss": a.get("val_loss"),
             "val_loss_std": a.get("val_loss_std", 0.0 if "seeds" not in a else None),
             "gap_pct": a.get("gap_pct"), "test": a.get("test"), "delta": a.get("delta"),
             "row_residual_mean": a.get("row_residual_mean"), "kurtosis_max": a.get("kurtosis_max"),
-            "layers": a.get("layers", []), "curves": curves, "runs": runs,
+            "layers": a.get("layers", []), "curves": curves, "dq_bias": bias, "runs": runs,
         })
     return {"name": name, "dir": cond_dir, "arms": arms}
 
@@ -219,6 +240,18 @@ def tables_md(conds):
                         v = next((x.get(field) for x in a["layers"] if x["layer"] == l), None)
                         cells.append(fmt(v, ".2f" if field == "kurtosis_max" else ".3e"))
                     out.append(f"| {l} | " + " | ".join(cells) + " |")
+        steps = sorted({st for a in c["arms"] for st in a["dq_bias"]})
+        if steps:
+            out += ["", "Per evaluation, mean over seeds: dQ bias along the mean key (mean over the attention "
+                    "layers) and the validation loss", "",
+                    "| step | " + " | ".join(f"{a['arm']} bias | {a['arm']} loss" for a in c["arms"]) + " |",
+                    "|---|" + "---|---|" * len(c["arms"])]
+            for st in steps:
+                cells = []
+                for a in c["arms"]:
+                    cells += [fmt(mean_std(a["dq_bias"].get(st, []))[0], ".3e"),
+                              fmt(mean_std(a["curves"].get(st, []))[0], ".4f")]
+                out.append(f"| {st} | " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out) + "\n"
 
@@ -231,6 +264,14 @@ def write_csvs(conds, out):
             for a in c["arms"]:
                 for step in sorted(a["curves"]):
                     m, s, n = mean_std(a["curves"][step])
+                    w.writerow([c["name"], a["arm"], step, n, repr(m), repr(s)])
+    with open(out / "dq_bias.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["condition", "arm", "step", "n", "mean", "std"])
+        for c in conds:
+            for a in c["arms"]:
+                for step in sorted(a["dq_bias"]):
+                    m, s, n = mean_std(a["dq_bias"][step])
                     w.writerow([c["name"], a["arm"], step, n, repr(m), repr(s)])
     with open(out / "layers.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -343,7 +384,7 @@ def main():
     plots(conds, out)
     if args.octet:
         octet_curves(conds, out, args.octet)
-    print(f"study_report: {len(conds)} condition(s) -> {out}/tables.md, val_loss.csv, layers.csv")
+    print(f"study_report: {len(conds)} condition(s) -> {out}/tables.md, val_loss.csv, dq_bias.csv, layers.csv")
 
 
 if __name__ == "__main__":

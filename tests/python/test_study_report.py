@@ -75,6 +75,19 @@ def test_report_tables_and_csvs_are_the_files_numbers(study):
         # summary's per-layer value is the mean of the two seeds' final evaluations
         seeds = [evals(run)[-1]["layers"][int(row["layer"])] for run in sorted((study / "cmp" / row["arm"]).glob("seed-*"))]
         assert math.isclose(float(row["dq_bias_norm"]), sum(s["dq_bias"]["norm"] for s in seeds) / 2, rel_tol=1e-12)
+    # dq_bias.csv: at each evaluation, the mean over the seeds of each run's mean over its layers
+    bias = list(csv.DictReader(open(out / "dq_bias.csv")))
+    assert len(bias) == 3 * 2  # arms x evaluations
+    for row in bias:
+        per_run = []
+        for run in sorted((study / "cmp" / row["arm"]).glob("seed-*")):
+            for e in evals(run):
+                if e["step"] == int(row["step"]):
+                    v = [l["dq_bias"]["norm"] for l in e["layers"]]
+                    per_run.append(sum(v) / len(v))
+        assert int(row["n"]) == 2
+        assert math.isclose(float(row["mean"]), sum(per_run) / 2, rel_tol=1e-12)
+    assert "| step | bf16 bias | bf16 loss |" in tables
     stale = [r for r in csv.DictReader(open(out / "layers.csv")) if r["arm"] == "fp8-stale"]
     matched = [r for r in csv.DictReader(open(out / "layers.csv")) if r["arm"] == "fp8-matched"]
     for s, m in zip(stale, matched):
