@@ -257,22 +257,15 @@ def tables_md(conds):
 
 
 def write_csvs(conds, out):
-    with open(out / "val_loss.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["condition", "arm", "step", "n", "mean", "std"])
-        for c in conds:
-            for a in c["arms"]:
-                for step in sorted(a["curves"]):
-                    m, s, n = mean_std(a["curves"][step])
-                    w.writerow([c["name"], a["arm"], step, n, repr(m), repr(s)])
-    with open(out / "dq_bias.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["condition", "arm", "step", "n", "mean", "std"])
-        for c in conds:
-            for a in c["arms"]:
-                for step in sorted(a["dq_bias"]):
-                    m, s, n = mean_std(a["dq_bias"][step])
-                    w.writerow([c["name"], a["arm"], step, n, repr(m), repr(s)])
+    for name, key in (("val_loss.csv", "curves"), ("dq_bias.csv", "dq_bias")):  # step -> values per arm
+        with open(out / name, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["condition", "arm", "step", "n", "mean", "std"])
+            for c in conds:
+                for a in c["arms"]:
+                    for step in sorted(a[key]):
+                        m, s, n = mean_std(a[key][step])
+                        w.writerow([c["name"], a["arm"], step, n, repr(m), repr(s)])
     with open(out / "layers.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["condition", "arm", "layer"] + LAYER_FIELDS)
