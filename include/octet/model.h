@@ -158,7 +158,9 @@ struct LinearDiag {
   QuantStats x, w, dy;
 };
 /// Per-layer diagnostics after a training step (FOG's kurtosis early warning; Delta-Matching's row
-/// residual, max over the micro-batches of the step and mean of their means).
+/// residual, max over the micro-batches of the step and mean of their means: measured only by the
+/// backwards run with Model::set_attention_capture(true), NaN for an attention layer when none
+/// ran since zero_grad(); 0 for a Gated DeltaNet layer, which has no softmax).
 struct LayerDiag {
   double kurtosis_attn_in = 0, kurtosis_mlp_in = 0, kurtosis_mlp_hidden = 0, kurtosis_out = 0;
   double row_residual_max = 0, row_residual_mean = 0;
@@ -276,13 +278,16 @@ class Model {
   std::vector<CodeWeight> code_weights();
 
   /// Diagnostics of the last forward/backward (kurtosis of its saved activations, quantizer stats;
-  /// the attention row residual since zero_grad(): max over the micro-batches and mean of their
-  /// means). Synchronizes. Throws octet::Error under activation checkpointing (ModelMemory).
+  /// the attention row residual of the capturing backwards since zero_grad(): max over the
+  /// micro-batches and mean of their means, LayerDiag). Synchronizes. Throws octet::Error under
+  /// activation checkpointing (ModelMemory).
   std::vector<LayerDiag> diagnostics();
   /// While on, each backward copies batch element 0's attention output gradient dO of every
   /// attention layer aside (1/batch of one activation tensor per layer, allocated at the first
-  /// call with true; one device copy per layer and micro-batch), for attention_sample(). Off by
-  /// default: the trainer turns it on only for the steps that end in an evaluation.
+  /// call with true; one device copy per layer and micro-batch), for attention_sample(), and
+  /// measures the attention row residual that diagnostics() reports (FP64 work per score in the
+  /// fused CUDA backward). Off by default: the trainer turns it on only for the steps that end in
+  /// an evaluation, the only ones whose diagnostics it reads.
   void set_attention_capture(bool on);
   /// The sample of layer `layer` (AttentionSample). Throws octet::Error if the layer is out of range
   /// or has no attention (a Gated DeltaNet layer of the hybrid mixer), and under activation

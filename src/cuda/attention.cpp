@@ -78,9 +78,9 @@ class CudaAttention final : public Attention {
     shape.validate();
     OCTET_CHECK(cfg.precision != AttnPrecision::FP64,
                 "cuda attention: precision fp64 is CPU-only (use fp8 or bf16)");
-    OCTET_CHECK(!cfg.dq_projection,
-                "cuda attention: the dQ row-sum projection is implemented by the CPU reference "
-                "only (docs/delta-matching.md)");
+    OCTET_CHECK(!cfg.dq_projection || (cfg.form == AttnForm::Tiled && cfg.precision == AttnPrecision::FP8),
+                "cuda attention: the dQ row-sum projection is implemented for the fused FP8 "
+                "kernels (form 'tiled', precision fp8) and the CPU reference (docs/delta-matching.md)");
     OCTET_CHECK(cfg.qkv_scaling == QkvScaling::Tensor,
                 "cuda attention: qkv scaling per (head, 128-token block) is not implemented on "
                 "CUDA (use per-tensor scaling)");
@@ -91,6 +91,15 @@ class CudaAttention final : public Attention {
     if (fused_) {
       flash::check_forward_supported(shape.head_dim, cfg.block_k);
       flash::check_backward_supported(shape.head_dim, cfg.block_q, cfg.block_k);
+      if (cfg.dq_projection) {  // its row sums come from the wgmma backward
+        flash::BackwardParams p;
+        p.D = shape.head_dim, p.block_q = cfg.block_q, p.block_k = cfg.block_k;
+        p.Tq = shape.seq_q, p.Tk = shape.seq_k;
+        OCTET_CHECK(flash::select_backward_kernel(p) == flash::BackwardKernel::Wgmma,
+                    "cuda attention: the dQ row-sum projection needs the wgmma backward (an sm_90 "
+                    "GPU, head_dim 64 or 128, block_q = block_k = 128, OCTET_FLASH_BACKWARD unset "
+                    "or wgmma)");
+      }
     }
     OCTET_CHECK(shape.head_dim % 16 == 0,
                 "cuda attention: head_dim must be a multiple of 16 for the FP8/BF16 tensor-core "
@@ -363,7 +372,9 @@ class CudaAttention final : public Attention {
     p.dk_acc = dk_acc_.reserve(size_t(nk), s_);
     p.dv_acc = dv_acc_.reserve(size_t(nk), s_);
     p.res_sums = residual.empty() ? nullptr : res_sums_.reserve(size_t(2 * nrows), s_);
+    p.ds_row_sum = cfg_.dq_projection ? ds_row_sum_.reserve(size_t(nrows), s_) : nullptr;
     flash::backward_launch(p, s_);
+    if (cfg_.dq_projection) flash::dq_projection_launch(p, s_);
     write_gradients(st, dq, dk, dv);
     if (residual.empty()) return;
     flash::residual_finish_launch(res_sums_.get(), nrows, residual_.reserve(size_t(nrows), s_), s_);
@@ -414,6 +425,7 @@ class CudaAttention final : public Attention {
   DeviceBuffer<float> S_, dP_, o_acc_, rinv_, dq_acc_, dk_acc_, dv_acc_, in_q_, in_k_, out_;
   DeviceBuffer<float> row_factor_, delta_;
   DeviceBuffer<double> residual_, res_sums_;
+  DeviceBuffer<float> ds_row_sum_;  // the dQ row-sum projection's r̂ (fused backward)
 };
 
 }  // namespace

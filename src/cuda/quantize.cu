@@ -148,6 +148,11 @@ __device__ __forceinline__ uint32_t encode_counted(float v, float s, const TileP
   return code;
 }
 
+// The tensor scale of the TensorAmax cast (quantize_tile_kernel's s_row = s_col).
+__device__ __forceinline__ float tensor_scale(const unsigned* amax_bits, Format f, int margin, bool pow2) {
+  return scale_from_amax(amax_from_bits(*amax_bits), f, margin, pow2);
+}
+
 // One 128x128 tile of the source: staged in shared memory by 16-byte (F32) / 8-byte (BF16) loads
 // (a warp reads 128 consecutive elements of a row), the row-wise copy written by 4-byte stores (a
 // warp writes 128 consecutive codes), the column-wise copy by 16-byte stores of 16 codes (the
@@ -219,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 2) quantize_tile_kernel(TileParams p
     if (kSource == int(ScaleSource::Pointer)) {
       s_row = s_col = *p.scale_ptr;
     } else if (kSource == int(ScaleSource::TensorAmax)) {
-      s_row = s_col = scale_from_amax(amax_from_bits(p.acc.counters->amax_bits), p.format, p.margin, p.pow2);
+      s_row = s_col = tensor_scale(&p.acc.counters->amax_bits, p.format, p.margin, p.pow2);
     } else if (kSource == int(ScaleSource::RowCol)) {
       s_row = r0 + i < p.rows_pad
                   ? scale_from_amax(amax_from_bits(p.acc.row_amax[r0 + i]), p.format, p.margin, p.pow2)
@@ -409,7 +414,7 @@ __global__ void __launch_bounds__(kTtThreads, sizeof(T) == 2 ? 6 : 4)
     blk_under = 0, blk_sat = 0, blk_amax = 0;
     blk_scale = kSource == int(ScaleSource::Pointer)
                     ? *p.scale_ptr
-                    : scale_from_amax(amax_from_bits(p.acc.counters->amax_bits), p.format, p.margin, p.pow2);
+                    : tensor_scale(&p.acc.counters->amax_bits, p.format, p.margin, p.pow2);
   }
   Row8<T> e[4];
 #pragma unroll
@@ -513,11 +518,6 @@ __global__ void dequantize_kernel(DevQTensor q, float* out) {
 int grid_for(int64_t n, int threads) {
   const int64_t b = ceil_div(n, threads);
   return int(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
-}
-
-// The tensor scale of the TensorAmax cast (quantize_tile_kernel's s_row = s_col).
-__device__ __forceinline__ float tensor_scale(const unsigned* amax_bits, Format f, int margin, bool pow2) {
-  return scale_from_amax(amax_from_bits(*amax_bits), f, margin, pow2);
 }
 
 // codes[i] = encode(x[i]·s): the tile cast's element rule with the whole tensor's scale.

@@ -7,14 +7,11 @@
 #include <cmath>
 
 #include "cuda/check.h"
+#include "cuda/fp8_device.cuh"
 #include "cuda/quantize.h"
 
 namespace octet::cuda {
 namespace {
-
-__device__ __forceinline__ float amax_from_bits(unsigned b) {
-  return b > 0x7F800000u ? NAN : __uint_as_float(b);
-}
 
 // tensor-delayed (quantize.h): the scale of this quantization, after the amax pre-pass.
 // Non-empty history or a non-finite amax: the delayed scale; else this tensor's own amax.

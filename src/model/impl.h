@@ -103,8 +103,8 @@ struct Model::Impl {
   model_detail::LinearOp head;
   Tensor ids, targets;      // I32 [N]
   Tensor loss;              // F64 [1]: summed loss since the last take_loss()
-  int64_t n_backward = 0;   // attention backwards since zero_grad (the residual mean's count)
-  bool capture = false;     // set_attention_capture: keep d_o_sample in each backward
+  int64_t n_backward = 0;   // capturing backwards since zero_grad (the residual mean's count)
+  bool capture = false;     // set_attention_capture: keep d_o_sample and the row residual in each backward
   bool captured = false;    // d_o_sample belongs to the last forward (its backward ran with capture)
   Tensor wte, dwte, wpe, dwpe;  // F32 views (wpe: learned positions only)
   // gradient scratch (act)

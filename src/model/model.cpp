@@ -2,6 +2,7 @@
 // construction of every backend tensor and layer (model/impl.h), parameters and gradients,
 // initialization, diagnostics and the quantizer state of checkpoints.
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "model/impl.h"
@@ -337,6 +338,8 @@ std::vector<LayerDiag> Model::diagnostics() {
     if (al.attn) be.download(res, al.residual);  // a Gated DeltaNet layer has no softmax
     dg.row_residual_max = res[0];
     dg.row_residual_mean = m.n_backward ? res[1] / double(m.n_backward) : 0.0;
+    if (al.attn && m.n_backward == 0)  // no backward since zero_grad computed it: not measured
+      dg.row_residual_max = dg.row_residual_mean = std::numeric_limits<double>::quiet_NaN();
     if (fp8) {
       MlpLayer& ml = m.mlp[size_t(l)];
       std::vector<const LinearOp*> ops;  // the FP8 ones (a Gated DeltaNet layer's are BF16)

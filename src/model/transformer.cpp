@@ -158,7 +158,9 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         al.proj.backward(be, df, m.dot);
         be.tokens_to_heads(m.dot, m.dout);
         if (m.capture) be.copy(al.d_o_sample, m.dout.slice(0, 1));  // layer diagnostics (model.h)
-        al.attn->backward(al.saved, m.dout, m.dq, m.dk, m.dv, al.residual);
+        // the row residual (a diagnostic) only in the backwards that capture: it costs the fused
+        // CUDA backward FP64 work per element (docs/cuda.md §"Row residual on demand")
+        al.attn->backward(al.saved, m.dout, m.dq, m.dk, m.dv, m.capture ? al.residual : Tensor{});
         if (c.positions == PositionKind::RoPE) {
           be.rope(m.dq, c.rope_theta, true);
           be.rope(m.dk, c.rope_theta, true);
@@ -188,7 +190,7 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
     if (recompute) release_layer(l);
     if (grad_ready_hook_) grad_ready_hook_(int64_t(param("h." + std::to_string(l) + ".norm1.weight").offset));
   }
-  m.n_backward += 1;
+  if (m.capture) m.n_backward += 1;
   m.captured = m.capture;
   be.embedding_backward(m.ids, m.dcur, m.dwte);
   if (c.positions == PositionKind::Learned)

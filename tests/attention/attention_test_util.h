@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,19 @@ inline AttentionInputs large_logit_inputs(const AttentionShape& s, float a, uint
   auto in = make_attention_inputs(s, AttnInputDist::Normal, seed);
   for (auto* x : {&in.q, &in.k})
     for (float& v : *x) v += a;
+  return in;
+}
+
+/// The dQ row-sum projection's case (issue [3/8], AttentionConfig::dq_projection): Q and K entries
+/// 0.1·N(0, 1), V and dO N(0, 1); with `common`, the first coordinate of every key is −80 (a common
+/// component ~100x the keys' spread: attention sinks, massive activations).
+inline AttentionInputs common_key_inputs(const AttentionShape& s, bool common, uint64_t seed) {
+  AttentionInputs in = make_attention_inputs(s, AttnInputDist::Normal, seed);  // sizes, V, dO
+  std::mt19937_64 rng(seed + 1);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (auto& x : in.q) x = float(0.1 * normal(rng));
+  for (size_t e = 0; e < in.k.size(); ++e)
+    in.k[e] = common && e % size_t(s.head_dim) == 0 ? -80.0f : float(0.1 * normal(rng));
   return in;
 }
 

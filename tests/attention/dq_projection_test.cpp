@@ -7,24 +7,11 @@
 
 #include <cmath>
 #include <cstdio>
-#include <random>
 
 #include "attention/attention_test_util.h"
 
 namespace octet::test {
 namespace {
-
-// T = 192, D = 64, H = G = 2; Q and K entries 0.1·N(0, 1), V and dO N(0, 1); with `common`, the
-// first coordinate of every key is −80.
-AttentionInputs common_key_inputs(const AttentionShape& s, bool common, uint64_t seed) {
-  AttentionInputs in = make_attention_inputs(s, AttnInputDist::Normal, seed);  // sizes, V, dO
-  std::mt19937_64 rng(seed + 1);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  for (auto& x : in.q) x = float(0.1 * normal(rng));
-  for (size_t e = 0; e < in.k.size(); ++e)
-    in.k[e] = common && e % size_t(s.head_dim) == 0 ? -80.0f : float(0.1 * normal(rng));
-  return in;
-}
 
 double dq_error(const AttentionShape& s, const AttentionInputs& in, AttnForm form, DeltaMode delta,
                 bool projection) {

@@ -10,7 +10,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -48,11 +47,8 @@ Result one_step(const Case& c, bool checkpointing) {
   p.activations = c.act;
   p.attn_form = AttnForm::Tiled;  // cuDNN for bf16, the fused FP8 kernels for the FP8-attention arms
   const int64_t batch = 2, n = batch * m.seq_len;
-  std::mt19937 rng(5);
-  std::uniform_int_distribution<int32_t> tok(0, 255);
-  std::vector<int32_t> ids(static_cast<size_t>(n)), targets(static_cast<size_t>(n));
-  for (auto& t : ids) t = tok(rng);
-  for (int64_t i = 0; i < n; ++i) targets[size_t(i)] = ids[size_t((i + 1) % n)];
+  std::vector<int32_t> ids, targets;
+  test::next_token_batch(n, 256, 5, ids, targets);
   auto gpu = make_cuda_backend();
   ModelMemory mem;
   mem.activation_checkpointing = checkpointing;

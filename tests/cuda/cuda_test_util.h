@@ -25,6 +25,18 @@ inline bool have_gpu() {
 #define OCTET_REQUIRE_GPU() \
   if (!::octet::test::have_gpu()) GTEST_SKIP() << "no CUDA device"
 
+/// Whether the current device is sm_90 (Hopper: the wgmma kernels); false without a GPU.
+inline bool device_is_sm90() {
+  int dev = 0, major = 0, minor = 0;
+  return have_gpu() && cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+         major == 9 && minor == 0;
+}
+
+#define OCTET_REQUIRE_SM90() \
+  if (!::octet::test::device_is_sm90()) GTEST_SKIP() << "no sm_90 device (the wgmma kernels need Hopper)"
+
 /// A device copy of a host vector (plain cudaMalloc; every transfer and the release synchronize the
 /// device, so it may be used from any stream in a test).
 template <typename T>
@@ -113,6 +125,18 @@ inline std::vector<float> gaussian(size_t n, uint32_t seed, float sigma = 1.0f) 
   std::vector<float> v(n);
   for (auto& x : v) x = d(rng);
   return v;
+}
+
+/// A language-model batch of n tokens: ids uniform over [0, vocab) (mt19937 seeded with `seed`),
+/// targets[i] = ids[(i + 1) % n] (next-token, cyclic).
+inline void next_token_batch(int64_t n, int32_t vocab, uint32_t seed, std::vector<int32_t>& ids,
+                             std::vector<int32_t>& targets) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
+  ids.resize(size_t(n));
+  targets.resize(size_t(n));
+  for (auto& t : ids) t = tok(rng);
+  for (int64_t i = 0; i < n; ++i) targets[size_t(i)] = ids[size_t((i + 1) % n)];
 }
 
 inline uint32_t bits(float x) {

@@ -48,6 +48,19 @@ inline double grad_tol_vs_twin(int64_t D, int64_t bq, int64_t bk) {
                                                                                       : kGradTolTwin;
 }
 
+/// Whether the stale delta of this backward reads an O summed on the FP8 wgmma accumulator: the
+/// forward select_forward_kernel(`forward`) picks is the wgmma one (its P̃V̂ moves O within
+/// flash_forward_test.cpp's kOTolWgmma of the twin's FP32 sum). Then every dS_ij of the kernel and
+/// of the twin differ by P_ij·dO_i·ΔO_i, so dQ/dK against the twin are no equality check: measured
+/// on the H200 (2026-11-30) 1.26e-2 and 2.6e-2 against 1e-2 with the mma.sync backward. For that
+/// pair the FP64-oracle rule is the check; dV (no delta in it) and the matched delta keep the
+/// twin's tolerance.
+inline bool stale_reads_wgmma_o(DeltaMode delta,
+                                cuda::flash::ForwardKernel forward = cuda::flash::ForwardKernel::Auto) {
+  return delta == DeltaMode::Stale &&
+         cuda::flash::select_forward_kernel(forward) == cuda::flash::ForwardKernel::Wgmma;
+}
+
 /// The fused FP8 attention's config (form 'tiled') with the given delta rule and dS scale tile.
 inline AttentionConfig fused_config(DeltaMode delta, int64_t block_q = 128, int64_t block_k = 128) {
   AttentionConfig c;

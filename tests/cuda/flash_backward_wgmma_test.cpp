@@ -41,17 +41,6 @@ using test::rel_l2;
 
 constexpr double kGradTol = 1e-2;
 
-bool have_sm90() {
-  if (!test::have_gpu()) return false;
-  int dev = 0, major = 0, minor = 0;
-  OCTET_CUDA_CHECK(cudaGetDevice(&dev));
-  OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  return major == 9 && minor == 0;
-}
-#define REQUIRE_SM90() \
-  if (!have_sm90()) GTEST_SKIP() << "no sm_90 device (the wgmma kernels need Hopper)"
-
 /// Sets OCTET_FLASH_BACKWARD for the scope, restoring the previous value.
 struct BackwardEnv {
   std::string old;
@@ -78,7 +67,7 @@ class FlashBackwardWgmma : public ::testing::TestWithParam<int64_t> {};
 
 // Through CudaAttention (form 'tiled', 128 x 128 tiles) with the wgmma flavor forced.
 TEST_P(FlashBackwardWgmma, MatchesCpuTiledTwinAndOracle) {
-  REQUIRE_SM90();
+  OCTET_REQUIRE_SM90();
   BackwardEnv env("wgmma");
   const int64_t D = GetParam();
   {  // the selection: wgmma for what it supports, mma.sync for the rest
@@ -139,7 +128,7 @@ TEST_P(FlashBackwardWgmma, MatchesCpuTiledTwinAndOracle) {
 // dO = 0 and all-zero inputs ⇒ every gradient exactly 0; Tq > Tk causal ⇒ the first Tq − Tk rows
 // see no key: dQ = 0 there, all finite.
 TEST_P(FlashBackwardWgmma, ZerosAndRowsWithoutKeys) {
-  REQUIRE_SM90();
+  OCTET_REQUIRE_SM90();
   BackwardEnv env("wgmma");
   auto gpu = make_cuda_backend();
   const AttentionShape s = test::make_shape(1, 4, 2, 300, 70, GetParam(), true);
@@ -173,7 +162,7 @@ TEST_P(FlashBackwardWgmma, ZerosAndRowsWithoutKeys) {
 // Large logits (S ~ 60-110): the matched residual of the actual dS stays <= 1e-6. The shift a of
 // Q and K gives S ≈ τ·D·a² = √D·a²: a = 3.2·(64/D)^(1/4) keeps S ~ 80 at both head_dims.
 TEST_P(FlashBackwardWgmma, LargeLogitsMatchedResidual) {
-  REQUIRE_SM90();
+  OCTET_REQUIRE_SM90();
   BackwardEnv env("wgmma");
   auto gpu = make_cuda_backend();
   const int64_t D = GetParam();
@@ -193,7 +182,7 @@ TEST_P(FlashBackwardWgmma, LargeLogitsMatchedResidual) {
 // residual (its pre-pass + main kernel) <= 1e-6 in every row; two wgmma runs give dK, dV with
 // identical bits (fixed order) and dQ to FP32 atomic order.
 TEST_P(FlashBackwardWgmma, MatchesMmaSyncFlavorOnCodes) {
-  REQUIRE_SM90();
+  OCTET_REQUIRE_SM90();
   const int64_t D = GetParam();
   const test::BackwardDims dims[] = {{2, 4, 2, 200, 200, D, 128, 128, true},
                                      {1, 4, 1, 130, 300, D, 128, 128, false},

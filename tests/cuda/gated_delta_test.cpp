@@ -331,11 +331,8 @@ TEST_P(GatedDeltaCudaModel, HybridOneStepMatchesCpu) {
   pc.arm = parse_arm("bf16");
   pc.activations = GetParam();
   const int64_t batch = 2, N = batch * mc.seq_len;
-  std::mt19937 rng(11);
-  std::uniform_int_distribution<int32_t> tok(0, 255);
-  std::vector<int32_t> ids(static_cast<size_t>(N)), targets(static_cast<size_t>(N));
-  for (auto& t : ids) t = tok(rng);
-  for (int64_t i = 0; i < N; ++i) targets[size_t(i)] = ids[size_t((i + 1) % N)];
+  std::vector<int32_t> ids, targets;
+  test::next_token_batch(N, 256, 11, ids, targets);
 
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend();

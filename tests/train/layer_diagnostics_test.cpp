@@ -126,11 +126,19 @@ TEST(LayerDiagnostics, KurtosisOfAKnownDistributionPerLayer) {
     EXPECT_NEAR(l.diag.kurtosis_attn_in, 1.0, 1e-6);
     EXPECT_NEAR(l.diag.kurtosis_mlp_in, 1.0, 1e-6);
     ASSERT_TRUE(l.attention && l.dq_bias.has_value());
+    EXPECT_TRUE(std::isfinite(l.diag.row_residual_max) && l.diag.row_residual_max >= 0);
   }
-  // Without capture in the last backward there is no dO to replay: no dq_bias.
+  // Without capture in the last backward there is no dO to replay: no dq_bias; and with no
+  // capturing backward since zero_grad the row residual was not measured: NaN, never 0.
   model.set_attention_capture(false);
   model.forward_backward(ids.data(), targets.data(), true, 1.0f);
   for (const LayerReport& l : layer_diagnostics(model)) EXPECT_FALSE(l.dq_bias.has_value());
+  model.zero_grad();
+  model.forward_backward(ids.data(), targets.data(), true, 1.0f);
+  for (const LayerReport& l : layer_diagnostics(model)) {
+    EXPECT_TRUE(std::isnan(l.diag.row_residual_max));
+    EXPECT_TRUE(std::isnan(l.diag.row_residual_mean));
+  }
 }
 
 TEST(LayerDiagnostics, EveryLayerOfEveryArmInMetrics) {

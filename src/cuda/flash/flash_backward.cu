@@ -269,23 +269,11 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
       if (!p.deterministic) {
         float acc[kD / 8][4];
         tile_dq<kD, kBN, Gm::kNK>(smem_u32(skt), key0, dsa, w.ds_e5m2, acc);
-        // One 16-byte FP32 atomic add (sm_90) per lane and n-tile: lanes t, t ^ 1 swap halves so
-        // that an even t holds row g, columns 4(t/2)..+3, an odd t row g + 8, the same columns.
-        // (Selects, not indices: a register array indexed by t would go to local memory.)
-        const bool odd = t % 2 != 0;
+        const bool odd = t % 2 != 0;  // bwd::atomic_add_dq's row: g + 8 for an odd t
         const int64_t my_row = odd ? rows.row[1] : rows.row[0];
         const bool my_vis = (odd ? rows.vis[1] : rows.vis[0]) > 0;  // else dS = 0: nothing to add
-        float* const dq = p.dq_acc + (bh * p.Tq_p + my_row) * kD + 4 * (t / 2);
-#pragma unroll
-        for (int dn = 0; dn < kD / 8; ++dn) {
-          const float a0 = acc[dn][0] * g_scale, a1 = acc[dn][1] * g_scale;  // row g
-          const float a2 = acc[dn][2] * g_scale, a3 = acc[dn][3] * g_scale;  // row g + 8
-          const float y0 = __shfl_xor_sync(0xFFFFFFFFu, odd ? a0 : a2, 1);
-          const float y1 = __shfl_xor_sync(0xFFFFFFFFu, odd ? a1 : a3, 1);
-          if (my_vis)
-            atomicAdd(reinterpret_cast<float4*>(dq + 8 * dn),
-                      odd ? make_float4(y0, y1, a2, a3) : make_float4(a0, a1, y0, y1));
-        }
+        bwd::atomic_add_dq<kD>(p.dq_acc + (bh * p.Tq_p + my_row) * kD + 4 * (t / 2), acc, g_scale,
+                               odd, my_vis);
       }
       cp_async_wait<1>();  // this step's Q̂ᵀ, (dO/l)~ᵀ (the next step's rows may be in flight)
       __syncthreads();     // P̃ᵀ, dŜᵀ, Q̂ᵀ and (dO/l)~ᵀ complete
@@ -525,7 +513,14 @@ void backward_launch(const BackwardParams& p, cudaStream_t stream) {
   if (p.res_sums)
     OCTET_CUDA_CHECK(
         cudaMemsetAsync(p.res_sums, 0, size_t(2 * p.B * p.H * p.Tq) * sizeof(double), stream));
-  if (select_backward_kernel(p) == BackwardKernel::Wgmma) {
+  const bool wgmma = select_backward_kernel(p) == BackwardKernel::Wgmma;
+  OCTET_CHECK(!p.ds_row_sum || wgmma,
+              "fused attention backward: the dQ row-sum projection needs the wgmma kernel (sm_90, "
+              "head_dim 64 or 128, block_q = block_k = 128, not deterministic)");
+  if (p.ds_row_sum)
+    OCTET_CUDA_CHECK(
+        cudaMemsetAsync(p.ds_row_sum, 0, size_t(p.B * p.H * p.Tq) * sizeof(float), stream));
+  if (wgmma) {
     wgmma_backward_launch(p, stream);
     return;
   }

@@ -77,6 +77,10 @@ struct BackwardParams {
   float* dv_acc = nullptr;  ///< out [B, G, Tk_p, D]: dV, scaled (8-byte aligned)
   /// [B, H, Tq, 2] (Σ_j dS_ij, Σ_j P_ij(|dP_ij| + |D_i|)) in FP64, or null: no residual sums
   double* res_sums = nullptr;
+  /// [B, H, Tq] FP32 r̂_i = Σ_j dŜ_ij (the rounded dS of every key, in dS units), or null: the dQ
+  /// row-sum projection's row sums (AttentionConfig::dq_projection; dq_projection_launch). The
+  /// wgmma kernel only (an octet::Error for the mma.sync flavor).
+  float* ds_row_sum = nullptr;
   int64_t B = 0, H = 0, G = 0, Tq = 0, Tk = 0, Tq_p = 0, Tk_p = 0, D = 0;
   bool causal = false;
   bool matched = true;        ///< delta rule: matched (Delta-Matching) or stale
@@ -118,10 +122,19 @@ void check_backward_supported(int64_t head_dim, int64_t block_q, int64_t block_k
 /// misaligned pointer.
 void delta_launch(const BackwardParams& p, cudaStream_t stream);
 
-/// The main backward (asynchronous): zeroes dq_acc (and res_sums when given) first, then writes
-/// dq_acc, dk_acc, dv_acc in full (pads included) and adds the residual sums. Needs delta_launch's
-/// outputs and dv_o_t packed with its row_factor. Errors as delta_launch's.
+/// The main backward (asynchronous): zeroes dq_acc (and res_sums, ds_row_sum when given) first,
+/// then writes dq_acc, dk_acc, dv_acc in full (pads included) and adds the residual sums and the dŜ
+/// row sums. Needs delta_launch's outputs and dv_o_t packed with its row_factor. Errors as
+/// delta_launch's, and octet::Error when ds_row_sum is given to the mma.sync flavor.
 void backward_launch(const BackwardParams& p, cudaStream_t stream);
+
+/// The dQ row-sum projection (asynchronous; after backward_launch with p.ds_row_sum, before dq_acc
+/// is scaled out; docs/delta-matching.md §"The dQ row-sum projection", the CPU reference's
+/// src/cpu/attention.cpp project_dq): dq_acc[b, h, i, :] −= τ · r̂_i · k̄, with k̄ the mean of K̂'s
+/// decoded codes over the Tk keys of (b, KV head h / (H/G)) summed in FP64 — dq_acc's units, the
+/// code units of K̂ (× sk when scaled out). Reads p.k (K̂ rows [B, G, Tk_p, D]), p.ds_row_sum,
+/// p.tau; one CTA per (b, h). Throws octet::Error on a null pointer or unsupported head_dim.
+void dq_projection_launch(const BackwardParams& p, cudaStream_t stream);
 
 /// residual[row] = |Σ dS| / Σ P(|dP| + |D|) (0 where the magnitude is 0) from res_sums, rows
 /// B·H·Tq: the per-row diagnostic of attention.h.

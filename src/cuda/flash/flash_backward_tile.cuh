@@ -330,6 +330,27 @@ void dispatch_sizes(const BackwardParams& p, F&& f) {
   p.D == 64 ? tiles(I64{}) : tiles(I128{});
 }
 
+/// dQ += g_scale · acc for one warp's 16 x kD accumulator in the MMA lane layout (lane (g, t): rows g
+/// and g + 8, columns 8dn + 2t, +1), by one 16-byte FP32 atomic add (sm_90) per lane and n-tile:
+/// lanes t, t ^ 1 swap halves so that an even t holds row g, columns 8dn + 4(t/2)..+3, an odd t row
+/// g + 8, the same columns. `dq` is this lane's row (g for an even t, g + 8 for an odd one) of the
+/// FP32 accumulator at column 4(t/2); nothing is added where !vis (the row's dS is 0). (Selects, not
+/// indices: a register array indexed by t would go to local memory.) Both backward kernels' dQ.
+template <int kD>
+__device__ __forceinline__ void atomic_add_dq(float* dq, const float (&acc)[kD / 8][4], float g_scale,
+                                              bool odd, bool vis) {
+#pragma unroll
+  for (int dn = 0; dn < kD / 8; ++dn) {
+    const float a0 = acc[dn][0] * g_scale, a1 = acc[dn][1] * g_scale;  // row g
+    const float a2 = acc[dn][2] * g_scale, a3 = acc[dn][3] * g_scale;  // row g + 8
+    const float y0 = __shfl_xor_sync(0xFFFFFFFFu, odd ? a0 : a2, 1);
+    const float y1 = __shfl_xor_sync(0xFFFFFFFFu, odd ? a1 : a3, 1);
+    if (vis)
+      atomicAdd(reinterpret_cast<float4*>(dq + 8 * dn),
+                odd ? make_float4(y0, y1, a2, a3) : make_float4(a0, a1, y0, y1));
+  }
+}
+
 /// Launches kernel(p) on `blocks` CTAs of kThreads with `bytes` of dynamic shared memory (opting in
 /// above 48 KiB, per function on the current device).
 template <typename Kernel>

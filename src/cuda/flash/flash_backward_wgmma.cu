@@ -30,6 +30,7 @@
 // and dP have the main kernel's bits; Σ P dP and Σ P per query in FP64 (octet/delta_rule.h): a
 // lane's two keys, then a reduce-scatter over the 8 lanes of a column (shuffles), accumulated per
 // lane over the key blocks, the 8 warps joined in a fixed order at the end.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -173,6 +174,40 @@ __device__ __forceinline__ void tile_ds(const BackwardParams& p, const ColStats&
   };
   if (full) bwdw::for_each_dp<true>(cs, ln, kbase, q_off, sc.dp_scale, dp, ds);
   else bwdw::for_each_dp<false>(cs, ln, kbase, q_off, sc.dp_scale, dp, ds);
+}
+
+// The dQ row-sum projection's r̂_i (BackwardParams::ds_row_sum): the tile's dŜ row sums, read
+// from the [query][key] tile in shared memory while dK's and dQ's products run (row q = query i0 + q;
+// the 128-byte swizzle permutes 16-byte chunks within a row, so a row's bytes are its own). Thread
+// tid decodes 64 codes of row tid / 2 (cvt …f16x2.e5m2x2/e4m3x2: exact) and sums them in FP32,
+// joins its neighbour's half and adds the row's sum · inv_scale (dS = code / scale) by one FP32
+// atomic.
+template <bool kDsE5M2>
+__device__ __forceinline__ void add_ds_row_sums(const BackwardParams& p, const uint8_t* sds, int tid,
+                                                int64_t bh, int64_t i0, float inv_scale) {
+  const int q = tid / 2;
+  const uint4* const row = reinterpret_cast<const uint4*>(sds + q * kBN + 64 * (tid % 2));
+  float sum = 0.0f;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const uint4 w = row[c];
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int hw = 0; hw < 2; ++hw) {
+        const uint16_t two = uint16_t(words[k] >> (16 * hw));
+        uint32_t h;
+        if constexpr (kDsE5M2)
+          asm("cvt.rn.f16x2.e5m2x2 %0, %1;\n" : "=r"(h) : "h"(two));
+        else
+          asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(two));
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+        sum += f.x + f.y;
+      }
+  }
+  sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
+  if (tid % 2 == 0 && i0 + q < p.Tq) atomicAdd(p.ds_row_sum + bh * p.Tq + i0 + q, sum * inv_scale);
 }
 
 // kDoE5M2, kDsE5M2: do_format, ds_format are E5M2; kRes: res_sums is given.
@@ -348,26 +383,17 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
       WgmmaFp8<kD, kDsE5M2, false>::ss(aq, kmajor_desc<128>(a_ds + 32 * kk),
                                        kmajor_desc<128>(sb + L::kKt + 32 * kk), kk);
     wgmma_commit();
+    if (p.ds_row_sum) add_ds_row_sums<kDsE5M2>(p, smem + L::kDs, tid, bh, i0, 1.0f / scale);
     wgmma_wait<0>();
     fence_regs(aq);
     if constexpr (kD == 64) fold_dk();
     {
-      // dQ rows: query 64wg + 16w + g (+ 8). One 16-byte FP32 atomic per lane and n-tile: lanes t,
-      // t ^ 1 swap halves so that an even t holds row g, columns 8dn + 4(t/2).., an odd t row g + 8.
+      // dQ rows: query 64wg + 16w + g (+ 8 for an odd t: bwd::atomic_add_dq's lane pairing)
       const bool odd = ln.t % 2 != 0;
       const int q = 64 * ln.wg + 16 * ln.w + ln.g + (odd ? 8 : 0);
       const bool my_vis = cs.vis[q] > 0;  // else dS = 0 in the row: nothing to add (pads too)
-      float* const dq = p.dq_acc + (bh * p.Tq_p + i0 + q) * kD + 4 * (ln.t / 2);
-#pragma unroll
-      for (int dn = 0; dn < kD / 8; ++dn) {
-        const float a0 = aq[dn][0] * g_scale, a1 = aq[dn][1] * g_scale;  // row g
-        const float a2 = aq[dn][2] * g_scale, a3 = aq[dn][3] * g_scale;  // row g + 8
-        const float y0 = __shfl_xor_sync(0xFFFFFFFFu, odd ? a0 : a2, 1);
-        const float y1 = __shfl_xor_sync(0xFFFFFFFFu, odd ? a1 : a3, 1);
-        if (my_vis)
-          atomicAdd(reinterpret_cast<float4*>(dq + 8 * dn),
-                    odd ? make_float4(y0, y1, a2, a3) : make_float4(a0, a1, y0, y1));
-      }
+      bwd::atomic_add_dq<kD>(p.dq_acc + (bh * p.Tq_p + i0 + q) * kD + 4 * (ln.t / 2), aq, g_scale,
+                             odd, my_vis);
     }
     if (n + 1 < st.count) store_stat(n + 1);  // published by the next step's barrier
   }
@@ -423,7 +449,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_delta_kernel(const Backward
     c.store(cs, tid);
   }
   const bwdw::Scales sc(p);
-  // This lane's FP64 sums of query column_sum8_query(kk, g, t), kk = 0..3, over the key blocks.
+  // This lane's FP64 sums of query column_sum8_query(kk, g, t), kk = 0..3, over the key blocks
+  // (of FP32 partials of 16 keys each).
   double acc_pdp[kBM / 32], acc_p[kBM / 32];
 #pragma unroll
   for (int kk = 0; kk < kBM / 32; ++kk) acc_pdp[kk] = acc_p[kk] = 0.0;
@@ -449,23 +476,27 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_delta_kernel(const Backward
       else bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, 0.0f, s, nullptr);
       bwdw::tile_product<kD, kDoE5M2>(stage + L::kRows + a_off, sb + L::kDo + kN * h * kD, dp);
       // Per query group kk (n-tiles 4kk.., columns u = 2(nt − 4kk) + c; group kN/32·h + kk of the
-      // tile): the lane's two keys in FP64 (P·dP exact), then the sum over the 8 lanes of each
-      // column (column_sum8).
+      // tile): the column's 16 keys of this warp summed in FP32 — the lane's two keys by FMA, then
+      // the 8 lanes (column_sum8) — and that partial added to the FP64 sums. Each partial is within
+      // 5u·Σ|P dP| of its exact sum (u = 2^-24: two roundings in the lane, three in the tree), so D
+      // stays within ~6e-7 of Σ|P dP|/Σ P of delta_rule.h's all-FP64 sum and the row residual of the
+      // actual dS below 1e-6 in every row; one FP64 conversion per 16 keys instead of two per key
+      // (F2F.F64 issues at 16/clk/SM on sm_90, as slow as the exponential).
 #pragma unroll
       for (int kk = 0; kk < kN / 32; ++kk) {
-        double v_pdp[8], v_p[8];
+        float v_pdp[8], v_p[8];
 #pragma unroll
-        for (int u = 0; u < 8; ++u) v_pdp[u] = v_p[u] = 0.0;
+        for (int u = 0; u < 8; ++u) v_pdp[u] = v_p[u] = 0.0f;
         auto add = [&](int nt, int el, int, bool in, float dpv) {
           if (nt / 4 != kk || !in) return;
           const int u = 2 * (nt % 4) + el % 2;
-          v_pdp[u] += double(s[nt][el]) * double(dpv);
-          v_p[u] += double(s[nt][el]);
+          v_pdp[u] = __fmaf_rn(s[nt][el], dpv, v_pdp[u]);
+          v_p[u] = __fadd_rn(v_p[u], s[nt][el]);
         };
         if (full) bwdw::for_each_dp<true>(cs, ln, kbase, kN * h, sc.dp_scale, dp, add);
         else bwdw::for_each_dp<false>(cs, ln, kbase, kN * h, sc.dp_scale, dp, add);
-        acc_pdp[kN / 32 * h + kk] += bwdw::column_sum8(v_pdp, ln.g);
-        acc_p[kN / 32 * h + kk] += bwdw::column_sum8(v_p, ln.g);
+        acc_pdp[kN / 32 * h + kk] += double(bwdw::column_sum8(v_pdp, ln.g));
+        acc_p[kN / 32 * h + kk] += double(bwdw::column_sum8(v_p, ln.g));
       }
     }
   }

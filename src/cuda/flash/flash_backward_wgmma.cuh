@@ -204,13 +204,14 @@ __device__ __forceinline__ void for_each_dp(const ColStats& cs, const Lane& ln, 
 
 /// The sum over the 8 lanes g (same t) of column g of an 8-column group: v[u] is this lane's
 /// partial of column u; a reduce-scatter by shuffles (lane ^ 16: bit 2 of g keeps columns 4·g2..;
-/// lane ^ 8: bit 1 keeps 2·g1 + 4·g2..; lane ^ 4: bit 0 keeps u = g). 7 FP64 additions per column
-/// in a fixed tree. The main kernel's residual sums and the delta pre-pass's Σ P dP, Σ P use it on
+/// lane ^ 8: bit 1 keeps 2·g1 + 4·g2..; lane ^ 4: bit 0 keeps u = g). 7 additions per column in
+/// a fixed tree. The main kernel's residual sums and the delta pre-pass's Σ P dP, Σ P use it on
 /// the 8 columns of n-tiles 4kk..4kk + 3 (u = 2(nt − 4kk) + c): lane g gets query
-/// s_key(4kk + g / 2, 2t + g % 2).
-__device__ __forceinline__ double column_sum8(const double (&v)[8], int g) {
+/// s_key(4kk + g / 2, 2t + g % 2). T: double (the residual sums) or float (the pre-pass's partials).
+template <typename T>
+__device__ __forceinline__ T column_sum8(const T (&v)[8], int g) {
   const bool g0 = g & 1, g1 = g & 2, g2 = g & 4;
-  double w[4], x[2];
+  T w[4], x[2];
 #pragma unroll
   for (int k = 0; k < 4; ++k)
     w[k] = (g2 ? v[k + 4] : v[k]) + __shfl_xor_sync(0xFFFFFFFFu, g2 ? v[k] : v[k + 4], 16);

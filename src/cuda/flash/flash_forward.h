@@ -26,11 +26,13 @@ namespace octet::cuda::flash {
 /// wgmma on an sm_90 device (head_dim 64 and 128, every block_k) when kWgmmaOnSm90, else mma_sync.
 enum class ForwardKernel { Auto, MmaSync, Wgmma };
 
-/// Whether Auto picks the wgmma kernel on an sm_90 device. Off: the first H200 run (2026-11-30,
-/// docs/cuda.md §"wgmma forward") measured it 1.4-1.8x faster than mma.sync and within the FP64
-/// oracle's rule, but its FP8 P̃V̂ accumulator moves O enough that the stale delta's dQ/dK leave the
-/// twin's tolerance; it stays opt-in (OCTET_FLASH_FORWARD=wgmma) until that is settled.
-inline constexpr bool kWgmmaOnSm90 = false;
+/// Whether Auto picks the wgmma kernel on an sm_90 device. On since 2026-12-01: faster than
+/// mma.sync at every shape measured on the H200 (docs/cuda.md §"wgmma forward": 1.15-1.55x with
+/// the operand glue, B4-8 H12-16 D64/128 S1024-4096) and within the FP64 oracle's rule. Its FP8
+/// P̃V̂ accumulator moves O by up to ~3e-3 relative, which the stale delta D_i = dO_i·O_i reads: as
+/// after cuDNN's FP8 forward, whose P̃V̂ runs on the same instruction. mma.sync stays for other GPUs
+/// and as OCTET_FLASH_FORWARD=mma_sync.
+inline constexpr bool kWgmmaOnSm90 = true;
 
 /// "mma_sync" | "wgmma" ("auto" for Auto): the names OCTET_FLASH_FORWARD takes.
 const char* forward_kernel_name(ForwardKernel k);
