@@ -79,7 +79,11 @@ struct AttentionConfig {
   /// paper): dQ_i −= τ r̂_i k̄ with r̂_i = Σ_j dŜ_ij the row sum of the rounded dS and k̄ the mean
   /// of K̂ over the Tk keys of the query head's (batch, KV head). Exact math leaves dQ unchanged
   /// (dQ_i = τ Σ_j dŜ_ij (K̂_j − k̄) once Σ_j dS_ij = 0, the matched delta); it removes the error
-  /// that rounding dS multiplies by the keys' common component. Off by default.
+  /// that rounding dS multiplies by the keys' common component. Off by default. Where it runs:
+  /// the CPU backend (both forms, every precision); the CUDA backend only in the fused FP8 kernels
+  /// (form 'tiled', precision fp8) with the wgmma backward (an sm_90 GPU, head_dim 64 or 128,
+  /// block_q = block_k = 128, OCTET_FLASH_BACKWARD unset or wgmma); any other CUDA config is refused
+  /// by make_attention with an octet::Error.
   bool dq_projection = false;
   /// Throws octet::Error naming the problem: a block size < 1, or a p_scale that breaks
   /// validate_p_scale's rule.

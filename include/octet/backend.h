@@ -190,6 +190,10 @@ class Attention {
   /// residual[0] = max(residual[0], this backward's max), residual[1] += this backward's mean.
   virtual void backward(const SavedAttention& saved, const Tensor& d_o, const Tensor& dq,
                         const Tensor& dk, const Tensor& dv, const Tensor& residual) = 0;
+  /// Whether backward() measures the row residual into `residual`. False for cuDNN's fused SDPA
+  /// (the bf16 and fp8-linear arms on CUDA): its dS stays inside cuDNN and the accumulator is left
+  /// unchanged, so a 0 there means "not measured" (Model::diagnostics reports NaN).
+  virtual bool measures_row_residual() const { return true; }
 };
 
 class Backend {

@@ -159,8 +159,9 @@ struct LinearDiag {
 };
 /// Per-layer diagnostics after a training step (FOG's kurtosis early warning; Delta-Matching's row
 /// residual, max over the micro-batches of the step and mean of their means: measured only by the
-/// backwards run with Model::set_attention_capture(true), NaN for an attention layer when none
-/// ran since zero_grad(); 0 for a Gated DeltaNet layer, which has no softmax).
+/// backwards run with Model::set_attention_capture(true); NaN for an attention layer when none
+/// ran since zero_grad() or when its attention does not measure it (Attention::
+/// measures_row_residual: cuDNN's SDPA); 0 for a Gated DeltaNet layer, which has no softmax).
 struct LayerDiag {
   double kurtosis_attn_in = 0, kurtosis_mlp_in = 0, kurtosis_mlp_hidden = 0, kurtosis_out = 0;
   double row_residual_max = 0, row_residual_mean = 0;

@@ -312,8 +312,9 @@ struct TrainResult {
   double final_val_loss = 0;
   double tokens_per_s = 0;                            ///< mean over the steps of this process
   double kurtosis_max = 0;                            ///< over evaluations and layers
-  double row_residual_max = 0;                        ///< over evaluations and layers
-  double row_residual_mean = 0;                       ///< max over evaluations and layers of the row mean
+  double row_residual_max = 0;   ///< over evaluations and layers; NaN if some evaluation did not measure it
+  double row_residual_mean = 0;  ///< max over evaluations and layers of the row mean; NaN likewise
+                                 ///< (cuDNN's SDPA keeps dS inside: Attention::measures_row_residual)
   int64_t skipped_steps = 0;
   /// A resume found the checkpoint at train.steps: nothing was trained and nothing written.
   bool complete = false;

@@ -435,7 +435,8 @@ std::unique_ptr<Attention> CudaBackend::make_attention(const AttentionShape& sha
   DeviceGuard g(device_);
   // BF16 in form 'tiled': cuDNN's fused SDPA (cudnn_sdpa.h), or this file's unfused path where
   // cuDNN cannot take the shape.
-  if (config.precision == AttnPrecision::BF16 && config.form == AttnForm::Tiled) {
+  // (The dQ row-sum projection is not cuDNN's: CudaAttention refuses it for BF16 with an error.)
+  if (config.precision == AttnPrecision::BF16 && config.form == AttnForm::Tiled && !config.dq_projection) {
     if (auto a = make_cudnn_sdpa_attention(shape, config, *this)) return a;
     AttentionConfig whole = config;
     whole.form = AttnForm::Whole;

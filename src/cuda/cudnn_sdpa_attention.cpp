@@ -78,6 +78,8 @@ class CudnnSdpaAttention final : public Attention {
     return SavedAttention{q, k, v, o, lse, std::move(st)};
   }
 
+  bool measures_row_residual() const override { return false; }  // dS stays inside cuDNN
+
   void backward(const SavedAttention& saved, const Tensor& d_o, const Tensor& dq, const Tensor& dk,
                 const Tensor& dv, const Tensor& residual) override {
     DeviceGuard g(be_.device());

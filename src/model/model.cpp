@@ -338,7 +338,8 @@ std::vector<LayerDiag> Model::diagnostics() {
     if (al.attn) be.download(res, al.residual);  // a Gated DeltaNet layer has no softmax
     dg.row_residual_max = res[0];
     dg.row_residual_mean = m.n_backward ? res[1] / double(m.n_backward) : 0.0;
-    if (al.attn && m.n_backward == 0)  // no backward since zero_grad computed it: not measured
+    // not measured: no capturing backward since zero_grad, or an attention that keeps dS (cuDNN)
+    if (al.attn && (m.n_backward == 0 || !al.attn->measures_row_residual()))
       dg.row_residual_max = dg.row_residual_mean = std::numeric_limits<double>::quiet_NaN();
     if (fp8) {
       MlpLayer& ml = m.mlp[size_t(l)];

@@ -2,9 +2,11 @@
 // loss over its seeds (mean ± std) and Welch's t-test of its gap to bf16 (docs/training.md
 // §"Several seeds"). Student's t distribution comes from Boost.Math.
 #include <boost/math/distributions/students_t.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <utility>
 
 #include "octet/error.h"
 #include "octet/train.h"
@@ -74,8 +76,10 @@ std::vector<CompareArmStats> compare_arm_stats(const std::vector<CompareRow>& ru
     a->seeds.push_back(r.seed);
     a->val_losses.push_back(r.val_loss);
     a->kurtosis_max = std::max(a->kurtosis_max, r.kurtosis_max);
-    a->row_residual_max = std::max(a->row_residual_max, r.row_residual_max);
-    a->row_residual_mean = std::max(a->row_residual_mean, r.row_residual_mean);
+    // NaN (not measured in some run: cuDNN's SDPA, layer diagnostics off) stays NaN, as in compare
+    for (auto [acc, x] : {std::pair{&a->row_residual_max, r.row_residual_max},
+                          std::pair{&a->row_residual_mean, r.row_residual_mean}})
+      *acc = std::isnan(*acc) || std::isnan(x) ? NAN : std::max(*acc, x);
     a->tokens_per_s += r.tokens_per_s;
   }
   const CompareArmStats* bf16 = nullptr;
@@ -105,11 +109,12 @@ std::string format_compare_seeds_table(const std::vector<CompareArmStats>& arms)
   bool has_bf16 = false;
   for (const CompareArmStats& b : arms) has_bf16 = has_bf16 || b.arm == "bf16";
   for (const CompareArmStats& a : arms) {
-    const std::string rmax = a.matched_delta ? [&] {
-      char b[32];
-      std::snprintf(b, sizeof b, "%.3e", a.row_residual_max);
+    auto sci = [](double x) {  // NaN: not measured
+      char b[32] = "n/a";
+      if (!std::isnan(x)) std::snprintf(b, sizeof b, "%.3e", x);
       return std::string(b);
-    }() : "n/a";
+    };
+    const std::string rmax = a.matched_delta ? sci(a.row_residual_max) : "n/a";
     char test[64] = "—", p[32] = "—";
     const char* verdict = a.arm == "bf16" ? "(baseline)" : !has_bf16 ? "untested (no bf16 arm)" : "untested (< 2 finished runs)";
     if (a.tested) {
@@ -117,9 +122,9 @@ std::string format_compare_seeds_table(const std::vector<CompareArmStats>& arms)
       std::snprintf(p, sizeof p, "%.3g", a.vs_bf16.p);
       verdict = a.vs_bf16.outside_noise ? "outside noise" : "inside noise";
     }
-    std::snprintf(buf, sizeof buf, "| %s | %zu | %.4f ± %.4f | %+.2f%% | %s | %s | %s | %.2f | %s | %.3e | %.0f |\n",
+    std::snprintf(buf, sizeof buf, "| %s | %zu | %.4f ± %.4f | %+.2f%% | %s | %s | %s | %.2f | %s | %s | %.0f |\n",
                   a.arm.c_str(), a.seeds.size(), a.val_mean, a.val_std, a.gap_pct, test, p, verdict,
-                  a.kurtosis_max, rmax.c_str(), a.row_residual_mean, a.tokens_per_s);
+                  a.kurtosis_max, rmax.c_str(), sci(a.row_residual_mean).c_str(), a.tokens_per_s);
     s += buf;
   }
   return s;

@@ -18,6 +18,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -26,6 +27,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <utility>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -80,8 +82,8 @@ json layers_json(const std::vector<LayerReport>& reports) {
                                     {"mlp_hidden", d.kurtosis_mlp_hidden}, {"out", d.kurtosis_out}}},
                       {"kurtosis_max", d.kurtosis_max()},
                       // a Gated DeltaNet layer has no softmax: no residual (null, not 0)
-                      {"row_residual_max", reports[l].attention ? json(d.row_residual_max) : json(nullptr)},
-                      {"row_residual_mean", reports[l].attention ? json(d.row_residual_mean) : json(nullptr)},
+                      {"row_residual_max", reports[l].attention ? num(d.row_residual_max) : json(nullptr)},
+                      {"row_residual_mean", reports[l].attention ? num(d.row_residual_mean) : json(nullptr)},
                       {"dq_bias", dq},
                       {"amax", d.linears.empty() ? json(nullptr)
                                                  : json{{"x", amax[0]}, {"w", amax[1]}, {"dy", amax[2]}}},
@@ -407,19 +409,25 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
       const double val = evaluate();
       result.val_loss.emplace_back(st.step, val);
       result.final_val_loss = val;
-      double kmax = 0, rmax = 0, rmean = 0, bnorm = 0;
+      // The row residual: max over the attention layers that measured it; NaN (null in the record,
+      // "n/a" in the log) when none did (cuDNN's SDPA keeps dS inside; LayerDiag), and then NaN
+      // for the run too, as compare's merge of the records.
+      double kmax = 0, rmax = NAN, rmean = NAN, bnorm = 0;
+      auto fold = [](double& acc, double x) { acc = std::isnan(acc) ? x : std::max(acc, x); };
       for (const LayerReport& r : diags) {
         const LayerDiag& d = r.diag;
         kmax = std::max(kmax, d.kurtosis_max());
-        rmax = std::max(rmax, d.row_residual_max);
-        rmean = std::max(rmean, d.row_residual_mean);
+        if (r.attention && !std::isnan(d.row_residual_max)) {
+          fold(rmax, d.row_residual_max);
+          fold(rmean, d.row_residual_mean);
+        }
         if (r.dq_bias) bnorm = std::max(bnorm, r.dq_bias->norm);
       }
       result.kurtosis_max = std::max(result.kurtosis_max, kmax);
-      result.row_residual_max = std::max(result.row_residual_max, rmax);
-      result.row_residual_mean = std::max(result.row_residual_mean, rmean);
-      json ev = {{"step", st.step}, {"val_loss", val}, {"kurtosis_max", kmax}, {"row_residual_max", rmax},
-                 {"row_residual_mean", rmean}, {"dq_bias_norm", bnorm}, {"layers", layers_json(diags)}};
+      for (auto [acc, x] : {std::pair{&result.row_residual_max, rmax}, std::pair{&result.row_residual_mean, rmean}})
+        *acc = std::isnan(x) || std::isnan(*acc) ? NAN : std::max(*acc, x);
+      json ev = {{"step", st.step}, {"val_loss", val}, {"kurtosis_max", kmax}, {"row_residual_max", num(rmax)},
+                 {"row_residual_mean", num(rmean)}, {"dq_bias_norm", bnorm}, {"layers", layers_json(diags)}};
       if (!layer_diags) {  // not computed (activation checkpointing): null, never a 0 that reads as measured
         for (const char* k : {"kurtosis_max", "row_residual_max", "row_residual_mean", "dq_bias_norm"}) ev[k] = nullptr;
         ev["layer_diagnostics"] = "off (activation checkpointing)";
@@ -430,9 +438,14 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
         std::fprintf(log, "eval step %lld | val loss %.4f | layer diagnostics off (activation checkpointing)\n",
                      static_cast<long long>(st.step), val);
       } else if (log) {
-        std::fprintf(log, "eval step %lld | val loss %.4f | kurtosis max %.3f | attention row residual max %.3e, "
-                          "mean %.3e | dQ bias (norm) max %.3e\n",
-                     static_cast<long long>(st.step), val, kmax, rmax, rmean, bnorm);
+        auto sci = [](double x) {
+          char b[32] = "n/a";
+          if (!std::isnan(x)) std::snprintf(b, sizeof b, "%.3e", x);
+          return std::string(b);
+        };
+        std::fprintf(log, "eval step %lld | val loss %.4f | kurtosis max %.3f | attention row residual max %s, "
+                          "mean %s | dQ bias (norm) max %.3e\n",
+                     static_cast<long long>(st.step), val, kmax, sci(rmax).c_str(), sci(rmean).c_str(), bnorm);
         if (sampler) std::fprintf(log, "sample: %s\n", sampler->sample().c_str());
         std::fflush(log);
       }

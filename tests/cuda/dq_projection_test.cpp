@@ -108,6 +108,10 @@ TEST(CudaDqProjection, RefusesWhatTheFusedPathCannotServe) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("dQ row-sum projection"), std::string::npos) << e.what();
   }
+  // BF16 in form tiled would be cuDNN's SDPA, which has no projection: refused, not dropped
+  AttentionConfig bf16 = test::make_config(AttnPrecision::BF16, AttnForm::Tiled, DeltaMode::Stale);
+  bf16.dq_projection = true;
+  EXPECT_THROW(gpu->make_attention(s, bf16), Error);
   AttentionConfig small_tiles = projection_config(DeltaMode::Matched, true);
   small_tiles.block_q = small_tiles.block_k = 64;  // the mma.sync backward: no row sums
   if (test::device_is_sm90()) {

@@ -190,7 +190,7 @@ __device__ __forceinline__ void add_ds_row_sums(const BackwardParams& p, const u
   float sum = 0.0f;
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
-    const uint4 w = row[c];
+    const uint4 w = row[(c + q) % 4];  // rows start their reads at different banks
     const uint32_t words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k)
