@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "octet/error.h"
 #include "octet/train.h"
@@ -75,6 +77,29 @@ TEST(CompareArmStats, GroupsBySeedAndTestsAgainstBf16) {
   EXPECT_NEAR(s[2].val_mean, 4.27, 1e-12);
   EXPECT_DOUBLE_EQ(s[2].vs_bf16.t, welch_test({4.24, 4.30}, {4.20, 4.25, 4.22}).t);
   EXPECT_NE(format_compare_seeds_table(s).find("outside noise"), std::string::npos);
+}
+
+// The row residual over the seeds: the max of the measured ones; a run that did not measure it
+// (NaN: cuDNN's SDPA, layer diagnostics off) makes the arm's NaN ("n/a" in the table), never the
+// other runs' max and never 0.
+TEST(CompareArmStats, RowResidualNotMeasuredStaysNotMeasured) {
+  std::vector<CompareRow> runs{run("bf16", 1, 4.2), run("bf16", 2, 4.3), run("fp8-matched", 1, 4.2),
+                               run("fp8-matched", 2, 4.3)};
+  runs[0].row_residual_max = runs[0].row_residual_mean = NAN;  // bf16 on CUDA: cuDNN
+  runs[1].row_residual_max = runs[1].row_residual_mean = NAN;
+  runs[2].row_residual_max = 3e-8, runs[2].row_residual_mean = 1e-8;
+  runs[3].row_residual_max = 5e-8, runs[3].row_residual_mean = 2e-8;
+  for (CompareRow& r : runs) r.matched_delta = r.arm == "fp8-matched";
+  const std::vector<CompareArmStats> s = compare_arm_stats(runs);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_TRUE(std::isnan(s[0].row_residual_max) && std::isnan(s[0].row_residual_mean));
+  EXPECT_DOUBLE_EQ(s[1].row_residual_max, 5e-8);
+  EXPECT_DOUBLE_EQ(s[1].row_residual_mean, 2e-8);
+  const std::string table = format_compare_seeds_table(s);
+  EXPECT_EQ(table.find("nan"), std::string::npos) << table;
+  EXPECT_NE(table.find("5.000e-08"), std::string::npos) << table;
+  runs[3].row_residual_max = NAN;  // one matched seed not measured: the arm's max is not known
+  EXPECT_TRUE(std::isnan(compare_arm_stats(runs)[1].row_residual_max));
 }
 
 }  // namespace
