@@ -27,7 +27,7 @@ namespace octet::cuda::flash {
 enum class ForwardKernel { Auto, MmaSync, Wgmma };
 
 /// Whether Auto picks the wgmma kernel on an sm_90 device. On since 2026-12-01: faster than
-/// mma.sync at every shape measured on the H200 (docs/cuda.md §"wgmma forward": 1.15-1.55x with
+/// mma.sync at every shape measured on the H200 (docs/cuda.md §"wgmma forward": 1.17-1.55x with
 /// the operand glue, B4-8 H12-16 D64/128 S1024-4096) and within the FP64 oracle's rule. Its FP8
 /// P̃V̂ accumulator moves O by up to ~3e-3 relative, which the stale delta D_i = dO_i·O_i reads: as
 /// after cuDNN's FP8 forward, whose P̃V̂ runs on the same instruction. mma.sync stays for other GPUs
