@@ -32,6 +32,18 @@ __device__ __forceinline__ float amax_from_bits(unsigned b) {
   return b > 0x7F800000u ? NAN : __uint_as_float(b);
 }
 
+/// FP16 bits of two FP8 codes (E5M2 if kE5M2, else E4M3; the low byte's value in the low half):
+/// exact, every FP8 value is an FP16 value (cvt.rn.f16x2.{e4m3x2,e5m2x2}, PTX ISA §"cvt", sm_89+).
+template <bool kE5M2>
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint16_t codes) {
+  uint32_t h;
+  if constexpr (kE5M2)
+    asm("cvt.rn.f16x2.e5m2x2 %0, %1;\n" : "=r"(h) : "h"(codes));
+  else
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(codes));
+  return h;
+}
+
 /// The 16 high bits of bf16_round(x) (a NaN keeps its high bits, unlike bf16_from_float: the
 /// attention kernels' rule since their first version).
 __device__ __forceinline__ uint16_t bf16_bits(float x) {

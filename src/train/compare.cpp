@@ -19,6 +19,7 @@
 #include "octet/error.h"
 #include "octet/names.h"
 #include "octet/train.h"
+#include "train/report_format.h"
 
 namespace octet {
 
@@ -27,25 +28,14 @@ using json = nlohmann::json;
 
 namespace {
 
-// A diagnostic in the table's form; NaN: not computed (layer diagnostics off, e.g. under
-// activation checkpointing).
-std::string fmt(double v, const char* f) {
-  if (std::isnan(v)) return "n/a";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-std::string sci(double v) { return fmt(v, "%.3e"); }
+using report::fmt;
+using report::sci;
 
 // acc = max(acc, the evaluation record's value of key): a missing key counts as 0 (older
 // metrics), a null one (not computed) makes acc NaN for good.
 void merge_max(double& acc, const json& j, const char* key) {
   if (!j.contains(key)) return;
-  if (!j[key].is_number()) {
-    acc = NAN;
-    return;
-  }
-  if (!std::isnan(acc)) acc = std::max(acc, j[key].get<double>());
+  acc = report::max_or_nan(acc, j[key].is_number() ? j[key].get<double>() : double(NAN));
 }
 
 bool is_empty_dir(const std::string& dir) {

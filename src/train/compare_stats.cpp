@@ -6,10 +6,10 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
-#include <utility>
 
 #include "octet/error.h"
 #include "octet/train.h"
+#include "train/report_format.h"
 
 namespace octet {
 namespace {
@@ -77,9 +77,8 @@ std::vector<CompareArmStats> compare_arm_stats(const std::vector<CompareRow>& ru
     a->val_losses.push_back(r.val_loss);
     a->kurtosis_max = std::max(a->kurtosis_max, r.kurtosis_max);
     // NaN (not measured in some run: cuDNN's SDPA, layer diagnostics off) stays NaN, as in compare
-    for (auto [acc, x] : {std::pair{&a->row_residual_max, r.row_residual_max},
-                          std::pair{&a->row_residual_mean, r.row_residual_mean}})
-      *acc = std::isnan(*acc) || std::isnan(x) ? NAN : std::max(*acc, x);
+    a->row_residual_max = report::max_or_nan(a->row_residual_max, r.row_residual_max);
+    a->row_residual_mean = report::max_or_nan(a->row_residual_mean, r.row_residual_mean);
     a->tokens_per_s += r.tokens_per_s;
   }
   const CompareArmStats* bf16 = nullptr;
@@ -109,11 +108,7 @@ std::string format_compare_seeds_table(const std::vector<CompareArmStats>& arms)
   bool has_bf16 = false;
   for (const CompareArmStats& b : arms) has_bf16 = has_bf16 || b.arm == "bf16";
   for (const CompareArmStats& a : arms) {
-    auto sci = [](double x) {  // NaN: not measured
-      char b[32] = "n/a";
-      if (!std::isnan(x)) std::snprintf(b, sizeof b, "%.3e", x);
-      return std::string(b);
-    };
+    using report::sci;  // NaN: not measured
     const std::string rmax = a.matched_delta ? sci(a.row_residual_max) : "n/a";
     char test[64] = "—", p[32] = "—";
     const char* verdict = a.arm == "bf16" ? "(baseline)" : !has_bf16 ? "untested (no bf16 arm)" : "untested (< 2 finished runs)";

@@ -27,7 +27,6 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <utility>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -36,6 +35,7 @@
 #include "octet/optim.h"
 #include "octet/eval.h"
 #include "octet/train.h"
+#include "train/report_format.h"
 
 namespace octet {
 
@@ -424,8 +424,8 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
         if (r.dq_bias) bnorm = std::max(bnorm, r.dq_bias->norm);
       }
       result.kurtosis_max = std::max(result.kurtosis_max, kmax);
-      for (auto [acc, x] : {std::pair{&result.row_residual_max, rmax}, std::pair{&result.row_residual_mean, rmean}})
-        *acc = std::isnan(x) || std::isnan(*acc) ? NAN : std::max(*acc, x);
+      result.row_residual_max = report::max_or_nan(result.row_residual_max, rmax);
+      result.row_residual_mean = report::max_or_nan(result.row_residual_mean, rmean);
       json ev = {{"step", st.step}, {"val_loss", val}, {"kurtosis_max", kmax}, {"row_residual_max", num(rmax)},
                  {"row_residual_mean", num(rmean)}, {"dq_bias_norm", bnorm}, {"layers", layers_json(diags)}};
       if (!layer_diags) {  // not computed (activation checkpointing): null, never a 0 that reads as measured
@@ -438,11 +438,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
         std::fprintf(log, "eval step %lld | val loss %.4f | layer diagnostics off (activation checkpointing)\n",
                      static_cast<long long>(st.step), val);
       } else if (log) {
-        auto sci = [](double x) {
-          char b[32] = "n/a";
-          if (!std::isnan(x)) std::snprintf(b, sizeof b, "%.3e", x);
-          return std::string(b);
-        };
+        using report::sci;
         std::fprintf(log, "eval step %lld | val loss %.4f | kurtosis max %.3f | attention row residual max %s, "
                           "mean %s | dQ bias (norm) max %.3e\n",
                      static_cast<long long>(st.step), val, kmax, sci(rmax).c_str(), sci(rmean).c_str(), bnorm);

@@ -41,6 +41,7 @@
 #include "cuda/flash/flash_backward.h"
 #include "cuda/flash/flash_backward_tile.cuh"
 #include "cuda/flash/flash_backward_wgmma.cuh"
+#include "cuda/fp8_device.cuh"
 #include "octet/delta_rule.h"
 #include "octet/error.h"
 #include "octet/fp8.h"
@@ -179,7 +180,7 @@ __device__ __forceinline__ void tile_ds(const BackwardParams& p, const ColStats&
 // The dQ row-sum projection's r̂_i (BackwardParams::ds_row_sum): the tile's dŜ row sums, read
 // from the [query][key] tile in shared memory while dK's and dQ's products run (row q = query i0 + q;
 // the 128-byte swizzle permutes 16-byte chunks within a row, so a row's bytes are its own). Thread
-// tid decodes 64 codes of row tid / 2 (cvt …f16x2.e5m2x2/e4m3x2: exact) and sums them in FP32,
+// tid decodes 64 codes of row tid / 2 (fp8x2_to_f16x2: exact) and sums them in FP32,
 // joins its neighbour's half and adds the row's sum · inv_scale (dS = code / scale) by one FP32
 // atomic.
 template <bool kDsE5M2>
@@ -196,12 +197,7 @@ __device__ __forceinline__ void add_ds_row_sums(const BackwardParams& p, const u
     for (int k = 0; k < 4; ++k)
 #pragma unroll
       for (int hw = 0; hw < 2; ++hw) {
-        const uint16_t two = uint16_t(words[k] >> (16 * hw));
-        uint32_t h;
-        if constexpr (kDsE5M2)
-          asm("cvt.rn.f16x2.e5m2x2 %0, %1;\n" : "=r"(h) : "h"(two));
-        else
-          asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(two));
+        const uint32_t h = fp8x2_to_f16x2<kDsE5M2>(uint16_t(words[k] >> (16 * hw)));
         const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
         sum += f.x + f.y;
       }

@@ -20,6 +20,7 @@
 
 #include "cuda/check.h"
 #include "cuda/flash/flash_forward.h"
+#include "cuda/fp8_device.cuh"
 #include "cuda/flash/flash_mma_sm89.cuh"
 #include "cuda/flash/flash_softmax.cuh"
 #include "octet/error.h"
@@ -63,13 +64,6 @@ __device__ __forceinline__ int64_t visible(const ForwardParams& p, int64_t i) {
   return n < 0 ? 0 : (n > p.Tk ? p.Tk : n);
 }
 
-/// FP16 bits of two E4M3 codes (the low byte's value in the low half): exact (cvt.rn.f16x2.e4m3x2).
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint16_t codes) {
-  uint32_t h;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h) : "h"(codes));
-  return h;
-}
-
 /// Q̂'s A fragments over all of head_dim for rows row[0] (g) and row[1] (g + 8) of head bh (rows
 /// past Tq_p: zero codes), qa[kc] covering head_dim kK·kc.. of one MMA k-step:
 ///   kF16 = false: E4M3 codes (mma.sync m16n8k32, wgmma k32): kK = 32, register r = the 4 codes at
@@ -89,7 +83,7 @@ __device__ __forceinline__ void load_q_fragments(const ForwardParams& p, int64_t
       const int64_t i = row[r % 2];
       const uint8_t* at = q + i * kD + kK * kc + (kK / 2) * (r / 2) + kB * t;
       if constexpr (kF16)
-        qa[kc][r] = e4m3x2_to_f16x2(i < p.Tq_p ? *reinterpret_cast<const uint16_t*>(at) : 0);
+        qa[kc][r] = fp8x2_to_f16x2<false>(i < p.Tq_p ? *reinterpret_cast<const uint16_t*>(at) : 0);
       else
         qa[kc][r] = i < p.Tq_p ? *reinterpret_cast<const uint32_t*>(at) : 0u;
     }

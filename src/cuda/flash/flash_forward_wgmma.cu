@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t hf[8];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          hf[2 * i] = e4m3x2_to_f16x2(uint16_t(w[i] & 0xFFFFu));
-          hf[2 * i + 1] = e4m3x2_to_f16x2(uint16_t(w[i] >> 16));
+          hf[2 * i] = fp8x2_to_f16x2<false>(uint16_t(w[i] & 0xFFFFu));
+          hf[2 * i + 1] = fp8x2_to_f16x2<false>(uint16_t(w[i] >> 16));
         }
         // Columns 16cc.. = block cc / 4, bytes 32·(cc % 4) and +16 of the row's 128.
         uint8_t* blk = sk + (cc / 4) * L::kKBlock;
