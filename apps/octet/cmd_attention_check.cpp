@@ -174,8 +174,10 @@ DeviceRun run_cuda(const octet::AttentionShape& shape, const octet::AttentionCon
   widen(out, o), widen(l, lse), widen(gq, dq), widen(gk, dk), widen(gv, dv);
   double r2[2];
   be->download(r2, res);
-  stats.row_residual_max = r2[0];
-  stats.row_residual_mean = r2[1];
+  // cuDNN's SDPA keeps dS inside: not measured (NaN, written null), not a residual of 0.
+  const bool measured = attn->measures_row_residual();
+  stats.row_residual_max = measured ? r2[0] : std::nan("");
+  stats.row_residual_mean = measured ? r2[1] : std::nan("");
   return r;
 }
 

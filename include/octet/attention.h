@@ -45,6 +45,8 @@ enum class DeltaMode { Stale, Matched };
 enum class AttnForm { Whole, Tiled };
 /// FP8 scaling of Q, K, V: one scale per tensor, or one per (batch, head, 128-token block).
 enum class QkvScaling { Tensor, HeadBlock };
+/// Tokens per scale block of QkvScaling::HeadBlock (blocks start at token 0 of each head).
+inline constexpr int64_t kQkvScaleBlock = 128;
 
 AttnPrecision parse_attn_precision(const std::string& s);  ///< "fp64" | "bf16" | "fp8"
 DeltaMode parse_delta_mode(const std::string& s);          ///< "stale" | "matched"

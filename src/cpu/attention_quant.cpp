@@ -20,8 +20,6 @@
 namespace octet::attn {
 namespace {
 
-constexpr int64_t kQkvBlock = 128;  // tokens per scale block of QkvScaling::HeadBlock
-
 // max(m, |x_i|) where a NaN wins and stays (the scale becomes NaN: carried, never dropped).
 template <typename T>
 float amax_of(const T* x, int64_t n, float m = 0.0f) {
@@ -61,9 +59,9 @@ void round_qkv(const Problem& p, const float* x, int64_t heads, int64_t seq, flo
       }
       // One scale per (batch, head, block of 128 tokens): blocks are contiguous [tokens, D].
       for (int64_t bh = 0; bh < p.B * heads; ++bh)
-        for (int64_t t0 = 0; t0 < seq; t0 += kQkvBlock) {
+        for (int64_t t0 = 0; t0 < seq; t0 += kQkvScaleBlock) {
           const int64_t off = (bh * seq + t0) * p.D;
-          const int64_t len = (std::min(seq, t0 + kQkvBlock) - t0) * p.D;
+          const int64_t len = (std::min(seq, t0 + kQkvScaleBlock) - t0) * p.D;
           fp8_qdq_tensor(x + off, len, Format::E4M3, x_hat + off);
         }
       return;

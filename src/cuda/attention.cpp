@@ -13,7 +13,8 @@
 //             codes with the tensor scale applied after the GEMM, so the products are the FP8 ones.
 // Softmax, delta, dS and their diagnostics are row kernels (attention_kernels.h). S, dP and dS are
 // materialized ([B, H, Tq, Tk] FP32): this is the reference-exact unfused form, not a flash kernel.
-// Supported: precision fp8 and bf16, QkvScaling::Tensor, head_dim a multiple of 16. Form 'tiled'
+// Supported: precision fp8 and bf16, QkvScaling::Tensor (HeadBlock: the fused kernels only),
+// head_dim a multiple of 16. Form 'tiled'
 // (FP8 only; head_dim, block_q and block_k 64 or 128) runs forward and backward as the fused
 // kernels of src/cuda/flash/ (twin: the CPU tiled form; no S, P or dS buffer): the forward saves
 // the same operands and softmax statistics plus FP8 (not BF16) group transposes of Q̂ and K̂, and
@@ -61,12 +62,13 @@ struct AttnState final : SavedState {
   Buffer q_rows, k_rows, v_rows;  // [B, heads, T_p, D]: FP8 codes or BF16
   // Group transposes: BF16 of code (FP8) or of value (BF16); FP8 codes for the fused backward.
   Buffer q_t, k_t;
-  Buffer scales;                  // F32: sq, sk, sv at kScaleStride offsets
+  Buffer scales;                  // F32: sq, sk, sv (one each, or one per block) at sk_at, sv_at
+  int64_t sk_at = kScaleStride, sv_at = 2 * kScaleStride;
   Buffer softmax;                 // F32 [2, B·H·Tq]: m_i = max_j S_ij, then l_i = Σ_j exp(S_ij − m_i)
   int64_t rows = 0;               // B·H·Tq
-  float* sq() const { return scales.tensor().f32() + 0 * kScaleStride; }
-  float* sk() const { return scales.tensor().f32() + 1 * kScaleStride; }
-  float* sv() const { return scales.tensor().f32() + 2 * kScaleStride; }
+  float* sq() const { return scales.tensor().f32(); }
+  float* sk() const { return scales.tensor().f32() + sk_at; }
+  float* sv() const { return scales.tensor().f32() + sv_at; }
   float* row_max() const { return softmax.tensor().f32(); }
   float* row_sum() const { return softmax.tensor().f32() + rows; }
 };
@@ -81,9 +83,11 @@ class CudaAttention final : public Attention {
     OCTET_CHECK(!cfg.dq_projection || (cfg.form == AttnForm::Tiled && cfg.precision == AttnPrecision::FP8),
                 "cuda attention: the dQ row-sum projection is implemented for the fused FP8 "
                 "kernels (form 'tiled', precision fp8) and the CPU reference (docs/delta-matching.md)");
-    OCTET_CHECK(cfg.qkv_scaling == QkvScaling::Tensor,
-                "cuda attention: qkv scaling per (head, 128-token block) is not implemented on "
-                "CUDA (use per-tensor scaling)");
+    // (BF16 has no scales: the option does not apply, as on the CPU.)
+    OCTET_CHECK(cfg.qkv_scaling == QkvScaling::Tensor || cfg.precision != AttnPrecision::FP8 ||
+                    cfg.form == AttnForm::Tiled,
+                "cuda attention: qkv scaling per (head, 128-token block) runs on the fused FP8 "
+                "kernels (form 'tiled'); the unfused form 'whole' takes one scale per tensor");
     OCTET_CHECK(cfg.form == AttnForm::Whole || cfg.precision == AttnPrecision::FP8,
                 "cuda attention: form 'tiled' (the fused kernel) is implemented for precision fp8 "
                 "only (use form 'whole' for bf16)");
@@ -121,7 +125,9 @@ class CudaAttention final : public Attention {
     eb_ = fp8_ ? 1 : 2;
     scales_.reserve(3 * kScaleStride, s_);  // sdo, p_inv, sdv, each 128-byte aligned
     fill_launch(Tensor(p_inv(), DType::F32, {1}), 1.0 / double(cfg.p_scale), s_);
-    amax_.reserve(1, s_);
+    head_block_ = fp8_ && cfg.qkv_scaling == QkvScaling::HeadBlock;
+    // One amax (and scale) per tensor, or per (b, head, 128-token block) of Q, K, V.
+    amax_.reserve(size_t(head_block_ ? std::max(q_scales(), k_scales()) : 1), s_);
   }
 
   SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
@@ -144,16 +150,22 @@ class CudaAttention final : public Attention {
     st->v_rows = be_.alloc(elem, {nk});
     st->q_t = be_.alloc(fused_ ? DType::E4M3 : DType::BF16, {nq});
     st->k_t = be_.alloc(fused_ ? DType::E4M3 : DType::BF16, {nk});
-    st->scales = be_.alloc(DType::F32, {3 * kScaleStride});
+    if (head_block_) {  // each array 128-byte aligned
+      st->sk_at = round_up(q_scales(), kScaleStride);
+      st->sv_at = st->sk_at + round_up(k_scales(), kScaleStride);
+    }
+    const int64_t sv_len = head_block_ ? round_up(k_scales(), kScaleStride) : kScaleStride;
+    st->scales = be_.alloc(DType::F32, {st->sv_at + sv_len});
     const PackKind rowk = fp8_ ? PackKind::Fp8Code : PackKind::Bf16OfValue;
     const PackKind transk = fused_ ? PackKind::Fp8Code
                             : fp8_ ? PackKind::Bf16OfCode : PackKind::Bf16OfValue;
+    const int64_t blk = head_block_ ? kQkvScaleBlock : 0;
     pack(q, d.H, d.Tq, d.Tq_p, d.rep, Format::E4M3, st->sq(), rowk, st->q_rows.tensor().data,
-         transk, st->q_t.tensor().data);
+         transk, st->q_t.tensor().data, nullptr, blk);
     pack(k, d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sk(), rowk, st->k_rows.tensor().data, transk,
-         st->k_t.tensor().data);
+         st->k_t.tensor().data, nullptr, blk);
     pack(v, d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sv(), rowk,
-         st->v_rows.tensor().data, rowk, v_t_.reserve(size_t(nk * eb_), s_));
+         st->v_rows.tensor().data, rowk, v_t_.reserve(size_t(nk * eb_), s_), nullptr, blk);
     const int64_t nrows = d.B * d.H * d.Tq;
     st->rows = nrows;
     st->softmax = be_.alloc(DType::F32, {2 * nrows});
@@ -245,6 +257,10 @@ class CudaAttention final : public Attention {
 
  private:
   int64_t nS() const { return d_.B * d_.H * d_.Tq_p * d_.Tk_p; }
+  static int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+  // Per-block scale counts: B·H·⌈Tq/128⌉ of Q, B·G·⌈Tk/128⌉ of K and V.
+  int64_t q_scales() const { return d_.B * d_.H * round_up(d_.Tq, kQkvScaleBlock) / kQkvScaleBlock; }
+  int64_t k_scales() const { return d_.B * d_.G * round_up(d_.Tk, kQkvScaleBlock) / kQkvScaleBlock; }
   float* sdo() { return scales_.get() + 0 * kScaleStride; }
   float* p_inv() { return scales_.get() + 1 * kScaleStride; }
   float* sdv() { return scales_.get() + 2 * kScaleStride; }
@@ -257,10 +273,11 @@ class CudaAttention final : public Attention {
   float* f32_out(const Tensor& t) { return cuda::f32_out(t, out_, s_); }
   void finish(const Tensor& t) { f32_out_finish(t, out_, s_); }
 
-  // x (F32 or BF16, as given) -> its amax (FP8) and its packed row / transposed copies.
+  // x (F32 or BF16, as given) -> its amax (FP8; per tensor, or per (b, head, block of
+  // scale_block tokens)) and its packed row / transposed copies.
   void pack(const Tensor& x, int64_t heads, int64_t T, int64_t T_p, int64_t rep, Format f,
             float* scale_inv, PackKind row_kind, void* row, PackKind trans_kind, void* trans,
-            const float* row_factor = nullptr) {
+            const float* row_factor = nullptr, int64_t scale_block = 0) {
     PackArgs a;
     a.x = x.data;
     a.x_dtype = x.dtype;
@@ -273,7 +290,10 @@ class CudaAttention final : public Attention {
     a.format = f;
     a.fp8 = fp8_;
     a.row_factor = row_factor;
-    if (fp8_)
+    a.scale_block = scale_block;
+    if (fp8_ && scale_block)
+      pack_block_amax_launch(x.data, x.dtype, d_.B * heads, T, d_.D, scale_block, amax_.get(), s_);
+    else if (fp8_)
       pack_amax_launch(x.data, x.dtype, d_.B * heads * T * d_.D, amax_.get(), s_, row_factor, d_.D);
     a.amax_bits = amax_.get();
     a.scale_inv = scale_inv;
@@ -292,6 +312,7 @@ class CudaAttention final : public Attention {
     p.k = static_cast<const uint8_t*>(st.k_rows.tensor().data);
     p.q_scale_inv = st.sq();
     p.k_scale_inv = st.sk();
+    p.qkv_head_block = head_block_;
     p.B = d_.B, p.H = d_.H, p.G = d_.G, p.Tq = d_.Tq, p.Tk = d_.Tk, p.Tq_p = d_.Tq_p,
     p.Tk_p = d_.Tk_p, p.D = d_.D;
     p.causal = d_.causal;
@@ -314,14 +335,16 @@ class CudaAttention final : public Attention {
     finish(o);
   }
 
-  // dQ, dK, dV from the padded accumulators: unpadded, dQ × sk and dK × sq (FP8: the GEMMs ran on
-  // codes), written straight into the F32 or BF16 outputs (rounded once).
+  // dQ, dK, dV from the padded accumulators: unpadded, dQ × sk and dK × sq (FP8 with per-tensor
+  // scales: the GEMMs ran on codes; per-block scales were applied per tile), written straight into
+  // the F32 or BF16 outputs (rounded once).
   void write_gradients(const AttnState& st, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
     const AttnDims& d = d_;
+    const bool scale_out = fp8_ && !head_block_;
     unpad_scale_launch(dq_acc_.get(), dq.data, dq.dtype, d.B * d.H, d.Tq, d.Tq_p, d.D, 1.0f,
-                       fp8_ ? st.sk() : nullptr, nullptr, s_);
+                       scale_out ? st.sk() : nullptr, nullptr, s_);
     unpad_scale_launch(dk_acc_.get(), dk.data, dk.dtype, d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f,
-                       fp8_ ? st.sq() : nullptr, nullptr, s_);
+                       scale_out ? st.sq() : nullptr, nullptr, s_);
     unpad_scale_launch(dv_acc_.get(), dv.data, dv.dtype, d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f,
                        nullptr, nullptr, s_);
   }
@@ -339,6 +362,7 @@ class CudaAttention final : public Attention {
     const flash::ForwardParams f = flash_params(st);
     flash::BackwardParams p;
     p.q = f.q, p.k = f.k, p.q_scale_inv = f.q_scale_inv, p.k_scale_inv = f.k_scale_inv;
+    p.qkv_head_block = f.qkv_head_block;
     p.q_t = static_cast<const uint8_t*>(st.q_t.tensor().data);
     p.k_t = static_cast<const uint8_t*>(st.k_t.tensor().data);
     p.v = static_cast<const uint8_t*>(st.v_rows.tensor().data);
@@ -416,6 +440,7 @@ class CudaAttention final : public Attention {
   AttnDims d_{};
   bool fp8_ = true;
   bool fused_ = false;  // form 'tiled': the fused FP8 forward and backward
+  bool head_block_ = false;  // QkvScaling::HeadBlock: Q, K, V scales per (b, head, 128 tokens)
   int64_t eb_ = 1;
   // Scratch, reused in stream order by every call (nothing here outlives one call's use).
   DeviceBuffer<float> scales_;

@@ -76,6 +76,28 @@ __global__ void __launch_bounds__(kThreads) row_scaled_amax_kernel(const T* x, c
   block_amax_out(m, scratch, bits);
 }
 
+// amax of each block of `block` tokens (all D) of each head of x [bh, T, D]: CTA k·nb-major,
+// bits[blockIdx.x] written by thread 0 (8-element chunks never straddle a token: D % 8 == 0).
+template <class T>
+__global__ void __launch_bounds__(kThreads) block_amax_kernel(const T* x, int64_t T_, int64_t D,
+                                                              int64_t block, int64_t nb, bool vec,
+                                                              unsigned* bits) {
+  __shared__ unsigned scratch[32];
+  const int64_t bh = blockIdx.x / nb, t0 = (blockIdx.x % nb) * block;
+  const int64_t t1 = t0 + block < T_ ? t0 + block : T_;
+  const T* const base = x + (bh * T_ + t0) * D;
+  const int64_t chunks = (t1 - t0) * D / 8;
+  unsigned m = 0;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    float v[8];
+    load8(base + 8 * c, vec, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) m = max(m, __float_as_uint(v[j]) & 0x7FFFFFFFu);
+  }
+  m = block_max(m, scratch, 0u);
+  if (threadIdx.x == 0) bits[blockIdx.x] = m;
+}
+
 // One packed element: the code or BF16 bits of value v under `kind` (pad elements: 0, also when
 // s is NaN, as the CPU twin's zero padding).
 __device__ __forceinline__ uint32_t pack_elem(float v, bool valid, PackKind kind, float s,
@@ -135,8 +157,13 @@ __global__ void __launch_bounds__(kThreads) pack_kernel(const PackArgs a, bool v
   const int64_t bh = blockIdx.x / ntd;
   const int64_t d0 = (blockIdx.x % ntd) * kTileD, t0 = int64_t(blockIdx.y) * kTileT;
   const int tid = threadIdx.x;
-  const float s = a.fp8 ? scale_from_amax(amax_from_bits(*a.amax_bits), a.format) : 1.0f;
-  if (a.fp8 && blockIdx.x == 0 && blockIdx.y == 0 && tid == 0) *a.scale_inv = 1.0f / s;
+  // The tile's scale: the tensor's, or its (head, token block)'s (a tile never straddles a block).
+  const int64_t si = a.scale_block ? bh * ((a.T + a.scale_block - 1) / a.scale_block) +
+                                         t0 / a.scale_block
+                                   : 0;
+  const float s = a.fp8 ? scale_from_amax(amax_from_bits(a.amax_bits[si]), a.format) : 1.0f;
+  const bool writes_scale = d0 == 0 && (a.scale_block ? t0 % a.scale_block == 0 : bh == 0 && t0 == 0);
+  if (a.fp8 && writes_scale && tid == 0) a.scale_inv[si] = 1.0f / s;
   const T* x = static_cast<const T*>(a.x);
 
   // Phase 1: thread (tr, dc) loads d0 + 8dc .. +7 of rows t0 + tr and t0 + tr + 32.
@@ -245,6 +272,24 @@ void pack_amax_launch(const void* x, DType dtype, int64_t n, unsigned* bits, cud
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
+void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, int64_t D,
+                            int64_t block, unsigned* bits, cudaStream_t s) {
+  OCTET_CHECK(dtype == DType::F32 || dtype == DType::BF16,
+              "attention block amax: the input must be f32 or bf16, got " + to_string(dtype));
+  OCTET_CHECK(bh >= 1 && T >= 1 && D >= 8 && D % 8 == 0 && block >= 1,
+              "attention block amax: need heads, T >= 1, D a multiple of 8 and block >= 1");
+  OCTET_CHECK(x && bits, "attention block amax: a null pointer");
+  const int64_t nb = (T + block - 1) / block;
+  OCTET_CHECK(bh * nb <= 0x7FFFFFFF, "attention block amax: too many blocks for the grid");
+  const bool vec = aligned16(x);
+  dispatch_act([&](auto tag) {
+    using T_ = std::remove_pointer_t<decltype(tag)>;
+    block_amax_kernel<T_><<<unsigned(bh * nb), kThreads, 0, s>>>(static_cast<const T_*>(x), T, D,
+                                                                 block, nb, vec, bits);
+  }, dtype);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
 void pack_launch(const PackArgs& a, cudaStream_t s) {
   OCTET_CHECK(a.B >= 1 && a.heads >= 1 && a.T >= 1 && a.D >= 1 && a.rep >= 1 &&
                   a.heads % a.rep == 0,
@@ -253,6 +298,9 @@ void pack_launch(const PackArgs& a, cudaStream_t s) {
                                  std::to_string(a.D));
   OCTET_CHECK(a.T_p == (a.T + 15) / 16 * 16,
               "attention pack: T_p must be T rounded up to 16");
+  OCTET_CHECK(a.scale_block >= 0 && a.scale_block % kTileT == 0,
+              "attention pack: scale_block must be a multiple of 64 (the pack tile), got " +
+                  std::to_string(a.scale_block));
   OCTET_CHECK(a.x && (!a.fp8 || (a.amax_bits && a.scale_inv)),
               "attention pack: a null input, amax or scale_inv pointer");
   OCTET_CHECK((a.row_kind == PackKind::None || (a.row && aligned16(a.row))) &&

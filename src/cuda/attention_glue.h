@@ -41,8 +41,12 @@ struct PackArgs {
   int64_t rep = 1;           ///< heads per group in the transposed layout (H/G for Q, 1 for K, V)
   Format format = Format::E4M3;
   bool fp8 = true;           ///< scale s from the tensor amax (FP8); else s = 1 (BF16)
+  /// 0: one scale for the tensor; else one per (b, head, block of scale_block tokens) — the
+  /// QkvScaling::HeadBlock of Q, K, V (octet/attention.h; 128), a multiple of 64. amax_bits and
+  /// scale_inv then hold B·heads·⌈T/scale_block⌉ entries (pack_block_amax_launch).
+  int64_t scale_block = 0;
   const unsigned* amax_bits = nullptr;  ///< the tensor amax as |x| bits (pack_amax_launch)
-  float* scale_inv = nullptr;           ///< out: 1/s (FP8 only), one float
+  float* scale_inv = nullptr;           ///< out: 1/s (FP8 only), one float (or one per block)
   PackKind row_kind = PackKind::None, trans_kind = PackKind::None;
   void* row = nullptr;    ///< row copy [B, heads, T_p, D], 16-byte aligned
   void* trans = nullptr;  ///< group transpose [B, G, D, rep·T_p], 16-byte aligned
@@ -56,11 +60,20 @@ struct PackArgs {
 void pack_amax_launch(const void* x, DType dtype, int64_t n, unsigned* bits, cudaStream_t s,
                       const float* row_factor = nullptr, int64_t D = 1);
 
+/// bits[bh·nb + k] = the amax of block k (tokens k·block .. min(T, (k + 1)·block) − 1, all D) of
+/// head bh of x [bh, T, D] (F32 or BF16, D a multiple of 8), nb = ⌈T/block⌉, as |x| bits (NaN
+/// above inf): the per-(head, block) amaxes of PackArgs::scale_block. Written, not accumulated. One
+/// CTA per block. Throws octet::Error for another dtype, D % 8 != 0, block < 1 or an empty x.
+void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, int64_t D,
+                            int64_t block, unsigned* bits, cudaStream_t s);
+
 /// Packs x into a.row and/or a.trans (a.row_kind, a.trans_kind; None skips one): element value v
 /// (times its row factor), code = fp8_encode(v·s, format, saturate) with s = scale_from_amax(amax,
-/// format) (FP8), BF16 = bf16_round; pad rows t in [T, T_p) are zero. Writes *scale_inv = 1/s
-/// (FP8). Tiles of 64 t x 64 d through shared memory. Throws octet::Error when D is not a multiple
-/// of 16, T_p is not T rounded up to 16, heads % rep != 0, or an output is not 16-byte aligned.
+/// format) (FP8; the amax of the tensor, or of the element's block with scale_block), BF16 =
+/// bf16_round; pad rows t in [T, T_p) are zero. Writes 1/s to scale_inv (FP8; per block with
+/// scale_block). Tiles of 64 t x 64 d through shared memory. Throws octet::Error when D is not a
+/// multiple of 16, T_p is not T rounded up to 16, heads % rep != 0, scale_block is not a multiple
+/// of 64, or an output is not 16-byte aligned.
 void pack_launch(const PackArgs& a, cudaStream_t s);
 
 /// dst [bh, T, D] (F32 or BF16: dst_dtype) = src [bh, T_p, D] · alpha · (*scale_a) · (*scale_b)

@@ -124,6 +124,7 @@ struct PackCase {
   Format format;
   bool row_factor;
   int offset;  // input element offset (1: misaligned, the scalar path)
+  int64_t block = 0;  // PackArgs::scale_block: 0 per tensor, else per (b, head, block of tokens)
 };
 
 // Runs amax + pack on the device and checks amax bits, scale_inv, both copies against the host.
@@ -137,8 +138,11 @@ void check_pack(const PackCase& c, const std::vector<float>& values, const std::
     for (size_t i = 0; i < rf.size(); ++i) rf[i] = i % 7 == 3 ? 0.0f : 1.0f / (1.0f + std::fabs(rf[i]) * 30.0f);
   }
   Dev<float> rf_d(rf.empty() ? std::vector<float>{0.0f} : rf);
-  Dev<unsigned> amax(std::vector<unsigned>{0xDEADBEEFu});  // pack_amax_launch zeroes it first
-  Dev<float> scale_inv(std::vector<float>{-1.0f});
+  // One amax and scale per tensor, or per (b, head, token block) (written in full: sentinels).
+  const int64_t nb = c.block ? (g.T + c.block - 1) / c.block : 1;
+  const size_t nscales = size_t(c.block ? g.B * g.heads * nb : 1);
+  Dev<unsigned> amax(std::vector<unsigned>(nscales, 0xDEADBEEFu));
+  Dev<float> scale_inv(std::vector<float>(nscales, -1.0f));
   const int64_t nrow = g.B * g.heads * g.T_p() * g.D;
   const int rb = c.row_kind == PackKind::None ? 1 : kind_bytes(c.row_kind);
   const int tb = c.trans_kind == PackKind::None ? 1 : kind_bytes(c.trans_kind);
@@ -152,21 +156,33 @@ void check_pack(const PackCase& c, const std::vector<float>& values, const std::
   a.B = g.B, a.heads = g.heads, a.T = g.T, a.T_p = g.T_p(), a.D = g.D, a.rep = g.rep;
   a.format = c.format;
   a.fp8 = c.fp8;
+  a.scale_block = c.block;
   a.amax_bits = amax.p;
   a.scale_inv = scale_inv.p;
   a.row_kind = c.row_kind, a.row = row.p;
   a.trans_kind = c.trans_kind, a.trans = trans.p;
-  if (c.fp8) cuda::pack_amax_launch(x.ptr, c.dt, g.n(), amax.p, nullptr, a.row_factor, g.D);
+  if (c.fp8 && c.block)
+    cuda::pack_block_amax_launch(x.ptr, c.dt, g.B * g.heads, g.T, g.D, c.block, amax.p, nullptr);
+  else if (c.fp8)
+    cuda::pack_amax_launch(x.ptr, c.dt, g.n(), amax.p, nullptr, a.row_factor, g.D);
   cuda::pack_launch(a, nullptr);
   OCTET_CUDA_CHECK(cudaDeviceSynchronize());
 
-  // Host reference.
-  const unsigned am = ref_amax(in.val, c.row_factor ? &rf : nullptr, g.D);
-  float s = 1.0f;
-  if (c.fp8) {
-    ASSERT_EQ(amax.get()[0], am) << what << ": amax bits";
-    s = scale_from_amax(from_amax_bits(am), c.format);
-    ASSERT_TRUE(same_float(scale_inv.get()[0], 1.0f / s)) << what << ": scale_inv " << scale_inv.get()[0];
+  // Host reference: the scale of every tensor or block.
+  std::vector<float> scales(nscales, 1.0f);
+  for (size_t k = 0; k < nscales && c.fp8; ++k) {
+    unsigned am;
+    if (c.block) {  // block k: head k / nb, tokens (k % nb)·block ..
+      const int64_t t0 = int64_t(k) % nb * c.block, t1 = std::min(g.T, t0 + c.block);
+      const auto first = in.val.begin() + (int64_t(k) / nb * g.T + t0) * g.D;
+      am = ref_amax(std::vector<float>(first, first + (t1 - t0) * g.D), nullptr, g.D);
+    } else {
+      am = ref_amax(in.val, c.row_factor ? &rf : nullptr, g.D);
+    }
+    ASSERT_EQ(amax.get()[k], am) << what << ": amax bits of scale " << k;
+    scales[k] = scale_from_amax(from_amax_bits(am), c.format);
+    ASSERT_TRUE(same_float(scale_inv.get()[k], 1.0f / scales[k]))
+        << what << ": scale_inv " << k << " " << scale_inv.get()[k];
   }
   const std::vector<uint8_t> hr = row.get(), ht = trans.get();
   const int64_t T_p = g.T_p(), G = g.heads / g.rep, width = g.rep * T_p;
@@ -178,6 +194,7 @@ void check_pack(const PackCase& c, const std::vector<float>& values, const std::
         for (int64_t d = 0; d < g.D; ++d) {
           const int64_t bh = b * g.heads + h;
           const bool valid = t < g.T;
+          const float s = scales[size_t(c.block ? bh * nb + t / c.block : 0)];
           float v = valid ? in.val[size_t((bh * g.T + t) * g.D + d)] : 0.0f;
           if (valid && c.row_factor) v *= rf[size_t(bh * g.T + t)];
           if (c.row_kind != PackKind::None) {
@@ -234,6 +251,23 @@ TEST(AttentionGlue, PackMatchesHostEveryKindDtypeAndShape) {
           check_pack(c, test::awkward_values(size_t(g.n()), uint32_t(g.T * 31 + g.D)),
                      g.name() + " " + to_string(dt) + " " + k.name + (off ? " misaligned" : ""));
         }
+}
+
+// QkvScaling::HeadBlock's packing: one scale per (b, head, 128-token block), blocks of very
+// different magnitudes (× 2^-12 .. 2^6), partial last blocks, T_p pads, GQA group transposes.
+TEST(AttentionGlue, PackPerBlockScalesMatchHost) {
+  OCTET_REQUIRE_GPU();
+  const Geo geos[] = {{1, 2, 1, 64, 1}, {2, 3, 129, 128, 3}, {1, 4, 300, 64, 2}, {1, 2, 256, 48, 1}};
+  for (const Geo& g : geos)
+    for (DType dt : {DType::F32, DType::BF16})
+      for (int off : {0, 1}) {
+        std::vector<float> v = test::gaussian(size_t(g.n()), uint32_t(g.T + 5));
+        for (size_t i = 0; i < v.size(); ++i)  // block k of each head: × 2^(6 − 6·(k % 4))
+          v[i] = std::ldexp(v[i], 6 - 6 * int(int64_t(i) / g.D % g.T / kQkvScaleBlock % 4));
+        const PackCase c{g, dt, PackKind::Fp8Code, PackKind::Fp8Code, true, Format::E4M3, false,
+                         off, kQkvScaleBlock};
+        check_pack(c, v, g.name() + " " + to_string(dt) + " per block" + (off ? " misaligned" : ""));
+      }
 }
 
 // Degenerate tensors, one rule each (fp8.h scale_from_amax): all zero -> s = 1, codes 0; a NaN or
@@ -332,6 +366,10 @@ TEST(AttentionGlue, PackRejectsBadArguments) {
   EXPECT_THROW(cuda::pack_launch(b, nullptr), Error);
   b = a, b.heads = 3, b.rep = 2;
   EXPECT_THROW(cuda::pack_launch(b, nullptr), Error);
+  b = a, b.scale_block = 100;  // not a multiple of the 64-token pack tile
+  EXPECT_THROW(cuda::pack_launch(b, nullptr), Error);
+  EXPECT_THROW(cuda::pack_block_amax_launch(x.p, DType::F32, 1, 64, 12, 128, amax.p, nullptr), Error);
+  EXPECT_THROW(cuda::pack_block_amax_launch(x.p, DType::E4M3, 1, 64, 64, 128, amax.p, nullptr), Error);
   OCTET_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

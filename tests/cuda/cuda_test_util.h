@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda/check.h"
@@ -36,6 +38,25 @@ inline bool device_is_sm90() {
 
 #define OCTET_REQUIRE_SM90() \
   if (!::octet::test::device_is_sm90()) GTEST_SKIP() << "no sm_90 device (the wgmma kernels need Hopper)"
+
+/// Sets the environment variable `name` to `value` (null: unsets it) for the scope and restores
+/// its previous state after (the kernel choices OCTET_FLASH_FORWARD / OCTET_FLASH_BACKWARD).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    value ? setenv(name, value, 1) : unsetenv(name);
+  }
+  ~ScopedEnv() { had_ ? setenv(name_.c_str(), old_.c_str(), 1) : unsetenv(name_.c_str()); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
 
 /// A device copy of a host vector (plain cudaMalloc; every transfer and the release synchronize the
 /// device, so it may be used from any stream in a test).

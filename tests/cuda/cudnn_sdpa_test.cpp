@@ -123,8 +123,9 @@ TEST(CudnnSdpa, MatchesCpuTwinAndOracle) {
     }
     EXPECT_LE(lse_worst, 1e-3) << what << ": LSE row " << lse_at << " cuDNN " << g.lse[lse_at]
                                << " vs twin " << lse[lse_at] << " (natural log)";
-    if (!(s.seq_q == 1 && s.seq_k == 1))  // Tq = Tk = 1 runs the unfused path (sdpa_unsupported), which measures it
+    if (!(s.seq_q == 1 && s.seq_k == 1)) {  // Tq = Tk = 1 runs the unfused path (sdpa_unsupported), which measures it
       EXPECT_EQ(g.stats.row_residual_max, 0.0) << what << ": the cuDNN path leaves the residual accumulator unchanged";
+    }
     if (HasFailure()) return;
   }
 }

@@ -41,20 +41,9 @@ using test::rel_l2;
 
 constexpr double kGradTol = 1e-2;
 
-/// Sets OCTET_FLASH_BACKWARD for the scope, restoring the previous value.
-struct BackwardEnv {
-  std::string old;
-  bool had;
-  explicit BackwardEnv(const char* v) {
-    const char* o = std::getenv("OCTET_FLASH_BACKWARD");
-    had = o != nullptr;
-    if (o) old = o;
-    setenv("OCTET_FLASH_BACKWARD", v, 1);
-  }
-  ~BackwardEnv() {
-    if (had) setenv("OCTET_FLASH_BACKWARD", old.c_str(), 1);
-    else unsetenv("OCTET_FLASH_BACKWARD");
-  }
+/// OCTET_FLASH_BACKWARD = v for the scope.
+struct BackwardEnv : test::ScopedEnv {
+  explicit BackwardEnv(const char* v) : test::ScopedEnv("OCTET_FLASH_BACKWARD", v) {}
 };
 
 struct Case {

@@ -126,23 +126,9 @@ struct DirectForward {
   }
 };
 
-/// Sets OCTET_FLASH_FORWARD for the scope of a test and restores the previous value.
-class ScopedForwardEnv {
- public:
-  explicit ScopedForwardEnv(const char* value) {
-    const char* old = std::getenv(kName);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    value ? setenv(kName, value, 1) : unsetenv(kName);
-  }
-  ~ScopedForwardEnv() { had_ ? setenv(kName, old_.c_str(), 1) : unsetenv(kName); }
-  ScopedForwardEnv(const ScopedForwardEnv&) = delete;
-  ScopedForwardEnv& operator=(const ScopedForwardEnv&) = delete;
-
- private:
-  static constexpr const char* kName = "OCTET_FLASH_FORWARD";
-  bool had_ = false;
-  std::string old_;
+/// OCTET_FLASH_FORWARD = value (null: unset) for the scope of a test.
+struct ScopedForwardEnv : test::ScopedEnv {
+  explicit ScopedForwardEnv(const char* value) : test::ScopedEnv("OCTET_FLASH_FORWARD", value) {}
 };
 
 /// The tests of this file, once per kernel flavor: the environment names it for CudaAttention.

@@ -40,6 +40,7 @@ void bench_attention(const AttnBenchOptions& opt,
     AttnPrecision precision;
     DeltaMode delta;
     AttnForm form;
+    QkvScaling qkv = QkvScaling::Tensor;
   };
   const Impl impls[] = {{"bf16", AttnPrecision::BF16, DeltaMode::Matched, AttnForm::Whole},
                         {"fp8-stale", AttnPrecision::FP8, DeltaMode::Stale, AttnForm::Whole},
@@ -47,6 +48,8 @@ void bench_attention(const AttnBenchOptions& opt,
                         {"octet-fp8-fused", AttnPrecision::FP8, DeltaMode::Matched, AttnForm::Tiled},
                         {"octet-fp8-fused-stale", AttnPrecision::FP8, DeltaMode::Stale,
                          AttnForm::Tiled},
+                        {"octet-fp8-fused-head-block", AttnPrecision::FP8, DeltaMode::Matched,
+                         AttnForm::Tiled, QkvScaling::HeadBlock},
                         {"bf16-fused", AttnPrecision::BF16, DeltaMode::Stale, AttnForm::Tiled}};
   const bool fused_ok = opt.head_dim == 64 || opt.head_dim == 128;  // flash_forward/backward.h
   for (int64_t S : opt.seqs) {
@@ -89,6 +92,7 @@ void bench_attention(const AttnBenchOptions& opt,
       cfg.precision = im.precision;
       cfg.delta = im.delta;
       cfg.form = im.form;
+      cfg.qkv_scaling = im.qkv;
       auto attn = backend.make_attention(shape, cfg);
       AttnBenchRow row;
       row.impl = im.name;

@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   constexpr int kLd = Sm::kAccLd;
   float* const sdk = reinterpret_cast<float*>(sdo + Sm::kQT);  // dK [kBN][kLd]
   __shared__ unsigned amax_slots[kWarps];
-  const bwd::Warp<kD, kBM, kBN> w(p);
+  bwd::Warp<kD, kBM, kBN> w(p);
   const int g = w.g, t = w.t, qs = w.qs, key0 = w.key0;
   const int ks = w.warp % Gm::kKS, dpart = w.warp / Gm::kKS;  // the dK/dV phase's split
 
@@ -229,6 +229,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
       bwd::Rows rows;
       float dp[Gm::kNK / 8][4];  // P, then dS
       unsigned amax;
+      w.set_scales(tile_scales(p, bh, i0, bg, j0));
       {
         uint32_t qa[kD / 32][4], da[kD / 32][4];
         bwd::ldsm_row_frags<kD>(qa, sq, qs);
@@ -252,6 +253,9 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
         cp_async_commit();
       }
       const float g_scale = p.tau * (1.0f / sc);  // τ · dŜ's 1/scale (a power of two: exact)
+      // dK's and dQ's factors: g_scale, × Q̂'s / K̂'s block 1/scale with per-block scales.
+      const float gk_scale = g_scale * grad_factor(p, q_inv_at(p, bh, i0));
+      const float gq_scale = g_scale * grad_factor(p, k_inv_at(p, bg, j0));
       uint32_t dsa[Gm::kNK / 32][4];
       bwd::to_a_frags<Gm::kNK>(dp, sc, p.ds_format, dsa);
       // dŜᵀ into shared memory: the bytes of dsa, a[kk][r] byte c = key 32kk + 16(r/2) + 4t + c
@@ -272,8 +276,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
         const bool odd = t % 2 != 0;  // bwd::atomic_add_dq's row: g + 8 for an odd t
         const int64_t my_row = odd ? rows.row[1] : rows.row[0];
         const bool my_vis = (odd ? rows.vis[1] : rows.vis[0]) > 0;  // else dS = 0: nothing to add
-        bwd::atomic_add_dq<kD>(p.dq_acc + (bh * p.Tq_p + my_row) * kD + 4 * (t / 2), acc, g_scale,
-                               odd, my_vis);
+        bwd::atomic_add_dq<kD>(p.dq_acc + (bh * p.Tq_p + my_row) * kD + 4 * (t / 2), acc,
+                               gq_scale, odd, my_vis);
       }
       cp_async_wait<1>();  // this step's Q̂ᵀ, (dO/l)~ᵀ (the next step's rows may be in flight)
       __syncthreads();     // P̃ᵀ, dŜᵀ, Q̂ᵀ and (dO/l)~ᵀ complete
@@ -329,7 +333,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
             const int at =
                 (32 * ks + 16 * mt + g + 8 * r) * kLd + dpart * Gm::kDW + 8 * dn + 2 * t;
             float2 k = *reinterpret_cast<float2*>(sdk + at);
-            k.x += ak[mt][2 * r] * g_scale, k.y += ak[mt][2 * r + 1] * g_scale;
+            k.x += ak[mt][2 * r] * gk_scale, k.y += ak[mt][2 * r + 1] * gk_scale;
             *reinterpret_cast<float2*>(sdk + at) = k;
           }
         }
@@ -339,7 +343,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   }
   cp_async_wait<0>();  // nothing left in flight (a CTA whose key block no query block sees)
   // dV = Σ P̃_code (dO/l)_code · (1/p_scale) · its 1/scale, from each warp's registers; dK in Q̂'s
-  // code units (× sq later), from shared memory once every warp has added its last tile.
+  // code units (× sq later; values with per-block scales), from shared memory once every warp has
+  // added its last tile.
   const float dv_scale = (1.0f / p.p_scale) * *p.dvo_scale_inv;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
@@ -370,7 +375,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardParams p) {
   uint8_t* const skt = sv + Gm::kKV;
   float* const sred = reinterpret_cast<float*>(skt + Gm::kKV);  // [kBM][kD] (key part 1's dQ)
   __shared__ unsigned amax_slots[kWarps];
-  const bwd::Warp<kD, kBM, kBN> w(p);
+  bwd::Warp<kD, kBM, kBN> w(p);
   const int g = w.g, t = w.t, qs = w.qs, kp = w.kp, key0 = w.key0;
   int64_t bh, i0, bg;
   bwd::q_block_of(p, kBM, &bh, &i0, &bg);
@@ -393,6 +398,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardParams p) {
     __syncthreads();
     float dp[Gm::kNK / 8][4];  // P, then dS
     unsigned amax;
+    w.set_scales(tile_scales(p, bh, i0, bg, j0));
     {
       const int lim[2] = {rows.lim(0, j0 + key0 + 4 * t), rows.lim(1, j0 + key0 + 4 * t)};
       const bool full = bwd::tile_full(p, i0, kBM, j0, kBN);
@@ -403,7 +409,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardParams p) {
                   : tile_ds<false>(p, nullptr, w, rows, bh, sv, da, lim, dp);
     }
     const float sc = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
-    const float g_scale = p.tau * (1.0f / sc);
+    const float g_scale = p.tau * (1.0f / sc) * grad_factor(p, k_inv_at(p, bg, j0));
     uint32_t dsa[Gm::kNK / 32][4];
     bwd::to_a_frags<Gm::kNK>(dp, sc, p.ds_format, dsa);
     float acc[kD / 8][4];

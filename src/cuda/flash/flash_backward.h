@@ -57,9 +57,12 @@ struct BackwardParams {
   const uint8_t* v = nullptr;     ///< V̂ E4M3 codes [B, G, Tk_p, D]
   const uint8_t* d_o = nullptr;   ///< dÔ codes (do_format) [B, H, Tq_p, D]
   const uint8_t* dv_o_t = nullptr;  ///< (dO_i/l_i)~ codes (do_format), group transpose
-  const float* q_scale_inv = nullptr;  ///< one float each: the tensors' 1/scale
+  /// the 1/scale of Q̂, K̂, V̂: one float each, or with qkv_head_block one per (batch, head,
+  /// 128-token block) (ForwardParams' layout, flash_qkv_scales.cuh)
+  const float* q_scale_inv = nullptr;
   const float* k_scale_inv = nullptr;
   const float* v_scale_inv = nullptr;
+  bool qkv_head_block = false;  ///< QkvScaling::HeadBlock (octet/attention.h)
   const float* do_scale_inv = nullptr;   ///< dÔ's
   const float* dvo_scale_inv = nullptr;  ///< (dO/l)~'s
   const float* row_max = nullptr;  ///< [B, H, Tq] the forward's m_i
@@ -72,8 +75,11 @@ struct BackwardParams {
   const uint16_t* d_o_bf16 = nullptr;
   float* delta = nullptr;          ///< [B, H, Tq] D_i (delta_launch writes, backward reads)
   float* row_factor = nullptr;     ///< [B, H, Tq] 1/l_i, 0 in a row without keys (delta_launch)
-  float* dq_acc = nullptr;  ///< out [B, H, Tq_p, D]: Σ τ dŜK̂ in code units of K̂ (× sk later; 16-byte aligned)
-  float* dk_acc = nullptr;  ///< out [B, G, Tk_p, D]: Σ τ dŜᵀQ̂ in code units of Q̂ (× sq later)
+  /// out [B, H, Tq_p, D]: Σ τ dŜK̂ in code units of K̂ (× sk later; 16-byte aligned); with
+  /// qkv_head_block in values (each tile's product × its key block's 1/sk)
+  float* dq_acc = nullptr;
+  /// out [B, G, Tk_p, D]: Σ τ dŜᵀQ̂ in code units of Q̂ (× sq later); with qkv_head_block in values
+  float* dk_acc = nullptr;
   float* dv_acc = nullptr;  ///< out [B, G, Tk_p, D]: dV, scaled (8-byte aligned)
   /// [B, H, Tq, 2] (Σ_j dS_ij, Σ_j P_ij(|dP_ij| + |D_i|)) in FP64, or null: no residual sums
   double* res_sums = nullptr;
@@ -132,7 +138,8 @@ void backward_launch(const BackwardParams& p, cudaStream_t stream);
 /// is scaled out; docs/delta-matching.md §"The dQ row-sum projection", the CPU reference's
 /// src/cpu/attention.cpp project_dq): dq_acc[b, h, i, :] −= τ · r̂_i · k̄, with k̄ the mean of K̂'s
 /// decoded codes over the Tk keys of (b, KV head h / (H/G)) summed in FP64 — dq_acc's units, the
-/// code units of K̂ (× sk when scaled out). Reads p.k (K̂ rows [B, G, Tk_p, D]), p.ds_row_sum,
+/// code units of K̂ (× sk when scaled out), or with qkv_head_block each code × its block's 1/sk.
+/// Reads p.k (K̂ rows [B, G, Tk_p, D]), p.k_scale_inv (with blocks), p.ds_row_sum,
 /// p.tau; one CTA per (b, h). Throws octet::Error on a null pointer or unsupported head_dim.
 void dq_projection_launch(const BackwardParams& p, cudaStream_t stream);
 

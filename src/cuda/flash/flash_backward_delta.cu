@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kThreads, 2) matched_delta_kernel(const Backwa
   using Gm = bwd::Geom<kD, kBM, kBN>;
   extern __shared__ __align__(128) uint8_t smem[];  // [2 stages][K̂ tile, V̂ tile]
   __shared__ double2 part[kWarps][16];  // (Σ P dP, Σ P) per warp and row
-  const bwd::Warp<kD, kBM, kBN> w(p);
+  bwd::Warp<kD, kBM, kBN> w(p);
   const int g = w.g, t = w.t;
   int64_t bh, i0, bg;
   bwd::q_block_of(p, kBM, &bh, &i0, &bg);
@@ -74,6 +74,7 @@ __global__ void __launch_bounds__(kThreads, 2) matched_delta_kernel(const Backwa
     // Element (nt, e): row e / 2, key j0 + key0 + s_key(nt, 0) + 4t + e % 2 (Rows::lim compares).
     // Per n-tile: S → P, dP (the main kernel's functions and bits), then the sums.
     const int lim[2] = {rows.lim(0, j0 + w.key0 + 4 * t), rows.lim(1, j0 + w.key0 + 4 * t)};
+    w.set_scales(tile_scales(p, bh, i0, bg, j0));
     auto step = [&](auto full) {  // full: no per-element visibility test (bwd::tile_full)
 #pragma unroll
       for (int nt = 0; nt < Gm::kNK / 8; ++nt) {

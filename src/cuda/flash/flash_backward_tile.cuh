@@ -26,6 +26,7 @@
 #include "cuda/check.h"
 #include "cuda/flash/flash_backward.h"
 #include "cuda/flash/flash_mma_sm89.cuh"
+#include "cuda/flash/flash_qkv_scales.cuh"
 #include "octet/error.h"
 #include "octet/fp8.h"
 
@@ -231,7 +232,7 @@ struct Rows {
 };
 
 /// A warp's place in a CTA (lane (g, t); S phase: query slab qs, key part kp from key key0) and the
-/// tile step's scalars: s_scale = τ·sq·sk (the forward's product, in its order), dp_scale = sdo·sv.
+/// tile step's scalars (flash_qkv_scales.cuh tile_scales; set_scales before a tile's S and dP).
 template <int kD, int kBM, int kBN>
 struct Warp {
   using Gm = Geom<kD, kBM, kBN>;
@@ -245,9 +246,12 @@ struct Warp {
         kp(warp / Gm::kQS), key0(kp * Gm::kNK),
         lane_row((key0 + s_key(0, threadIdx.x % 8)) * kD),
         kx(k_chunk<kD>(s_key(0, threadIdx.x % 8), 0) ^ (threadIdx.x % 32 / 8)),
-        s_scale(p.tau * *p.q_scale_inv * *p.k_scale_inv),
-        dp_scale(*p.do_scale_inv * *p.v_scale_inv), do_e5m2(p.do_format == Format::E5M2),
+        s_scale(0.0f), dp_scale(0.0f), do_e5m2(p.do_format == Format::E5M2),
         ds_e5m2(p.ds_format == Format::E5M2) {}
+  __device__ __forceinline__ void set_scales(const TileScales& sc) {
+    s_scale = sc.s_scale;
+    dp_scale = sc.dp_scale;
+  }
 
   /// The query side of this warp's rows i0 + 16·qs + {g, g + 8} of head bh: their state and the Q̂
   /// and dÔ A fragments.

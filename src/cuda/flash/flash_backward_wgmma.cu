@@ -159,7 +159,7 @@ __device__ __forceinline__ void dv_product(unsigned dvo_t, uint32_t (&pa)[kBM / 
 template <int kD, bool kDoE5M2, bool kRes, int kNT>
 __device__ __forceinline__ void tile_ds(const BackwardParams& p, const ColStats& cs,
                                         const Lane& ln, int64_t kbase, int q_off,
-                                        const bwdw::Scales& sc, int64_t bh, int64_t i0, bool full,
+                                        const TileScales& sc, int64_t bh, int64_t i0, bool full,
                                         unsigned a_v, unsigned do_rows, float (&s)[kNT][4],
                                         unsigned& amax) {
   float dp[kNT][4];
@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
   for (int dn = 0; dn < kD / 8; ++dn)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dv[dn][e] = dk[dn][e] = 0.0f;
-  const bwdw::Scales sc(p);
+  const float k_inv = k_inv_at(p, bg, j0);  // the key block's K̂ 1/scale
   const int64_t kbase = j0 + bwdw::kWgKeys * ln.wg + 16 * ln.w;  // this warp's first key
   const unsigned a_k = sb + L::kK + bwdw::kWgKeys * ln.wg * kD;  // the warpgroup's K̂ rows
   const unsigned a_v = sb + L::kV + bwdw::kWgKeys * ln.wg * kD;  // ... V̂ rows
@@ -282,6 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
     }
     cp_async_commit();
     const int64_t bh = bh_of(n), i0 = i0_of(n);
+    const TileScales sc = tile_scales(p, bh, i0, bg, j0);
     const unsigned stage = sb + L::kStage0 + unsigned(n % 2) * L::kStage;
     const ColStats& cs = stats[n % 2];
     const bool full = bwd::tile_full(p, i0, kBM, j0, kBN);  // CTA-uniform
@@ -346,6 +347,9 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
         for (int r = 0; r < 4; ++r) dsa[kk][r] = d0[kk][r], dsa[kN / 32 + kk][r] = d1[kk][r];
     }
     const float g_scale = p.tau * (1.0f / scale);  // τ · dŜ's 1/scale (a power of two: exact)
+    // dK's and dQ's factors: g_scale, × Q̂'s / K̂'s block 1/scale with per-block scales.
+    const float gk_scale = g_scale * grad_factor(p, q_inv_at(p, bh, i0));
+    const float gq_scale = g_scale * grad_factor(p, k_inv);
     // dŜ into shared memory [query][key] (K-major for dQ's A).
 #pragma unroll
     for (int kk = 0; kk < kBM / 32; ++kk) bwdw::store_ds_frag(smem + L::kDs, ln, kk, dsa[kk]);
@@ -361,7 +365,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
 #pragma unroll
       for (int dn = 0; dn < kD / 8; ++dn)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dk[dn][e] += ak[dn][e] * g_scale;
+        for (int e = 0; e < 4; ++e) dk[dn][e] += ak[dn][e] * gk_scale;
     };
     wgmma_fence();
 #pragma unroll
@@ -388,13 +392,14 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
       const bool odd = ln.t % 2 != 0;
       const int q = 64 * ln.wg + 16 * ln.w + ln.g + (odd ? 8 : 0);
       const bool my_vis = cs.vis[q] > 0;  // else dS = 0 in the row: nothing to add (pads too)
-      bwd::atomic_add_dq<kD>(p.dq_acc + (bh * p.Tq_p + i0 + q) * kD + 4 * (ln.t / 2), aq, g_scale,
-                             odd, my_vis);
+      bwd::atomic_add_dq<kD>(p.dq_acc + (bh * p.Tq_p + i0 + q) * kD + 4 * (ln.t / 2), aq,
+                             gq_scale, odd, my_vis);
     }
     if (n + 1 < st.count) store_stat(n + 1);  // published by the next step's barrier
   }
   cp_async_wait<0>();
-  // dV = Σ P̃_code (dO/l)_code · (1/p_scale) · its 1/scale; dK in Q̂'s code units (× sq later).
+  // dV = Σ P̃_code (dO/l)_code · (1/p_scale) · its 1/scale; dK in Q̂'s code units (× sq later),
+  // or in values with per-block scales.
   const float dv_scale = (1.0f / p.p_scale) * *p.dvo_scale_inv;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -444,7 +449,6 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_delta_kernel(const Backward
     c.load(p, bh, i0 + tid, false);
     c.store(cs, tid);
   }
-  const bwdw::Scales sc(p);
   // This lane's FP64 sums of query column_sum8_query(kk, g, t), kk = 0..3, over the key blocks
   // (of FP32 partials of 16 keys each).
   double acc_pdp[kBM / 32], acc_p[kBM / 32];
@@ -462,6 +466,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_delta_kernel(const Backward
     const unsigned a_off = bwdw::kWgKeys * ln.wg * kD;
     const int64_t kbase = j0 + bwdw::kWgKeys * ln.wg + 16 * ln.w;
     const bool full = bwd::tile_full(p, i0, kBM, j0, kBN);
+    const TileScales sc = tile_scales(p, bh, i0, bg, j0);
     // The main kernel's products: the whole tile at head_dim 64, two 64-query halves h at 128.
     constexpr int kN = bwdw::kCols<kD>;
 #pragma unroll

@@ -126,15 +126,6 @@ __device__ __forceinline__ void tile_product(unsigned a_tile, unsigned b_tile,
   fence_regs(acc);
 }
 
-/// The tile step's scalars (Warp's in flash_backward_tile.cuh, in its order): s_scale = τ·sq·sk,
-/// dp_scale = sdo·sv.
-struct Scales {
-  float s_scale, dp_scale;
-  __device__ __forceinline__ explicit Scales(const BackwardParams& p)
-      : s_scale(p.tau * *p.q_scale_inv * *p.k_scale_inv),
-        dp_scale(*p.do_scale_inv * *p.v_scale_inv) {}
-};
-
 /// Keys from `kbase` on that query q sees, clamped to [−1, 2^20] (key kbase + k visible iff
 /// k < lim; Rows::lim's rule).
 __device__ __forceinline__ int col_lim(const ColStats& cs, int q, int64_t kbase) {

@@ -13,6 +13,7 @@
 
 #include "cuda/check.h"
 #include "cuda/flash/flash_backward.h"
+#include "cuda/flash/flash_qkv_scales.cuh"
 #include "octet/error.h"
 #include "octet/fp8.h"
 
@@ -30,9 +31,13 @@ __global__ void __launch_bounds__(kThreads) dq_projection_kernel(const BackwardP
   const int64_t D = p.D, slices = kThreads / D;
   const int tid = threadIdx.x;
   const int64_t c = tid % D, slice = tid / D;
-  const uint8_t* const k = p.k + (b * p.G + h / (p.H / p.G)) * p.Tk_p * D;
-  double sum = 0.0;
-  for (int64_t j = slice; j < p.Tk; j += slices) sum += double(fp8_decode(k[j * D + c], Format::E4M3));
+  const int64_t bg = b * p.G + h / (p.H / p.G);
+  const uint8_t* const k = p.k + bg * p.Tk_p * D;
+  double sum = 0.0;  // of the codes (per-tensor scale) or the values (per-block scales): dq_acc's units
+  for (int64_t j = slice; j < p.Tk; j += slices) {
+    const double x = fp8_decode(k[j * D + c], Format::E4M3);
+    sum += p.qkv_head_block ? x * double(k_inv_at(p, bg, j)) : x;
+  }
   part[tid] = sum;
   __syncthreads();
   if (tid < D) {
@@ -54,8 +59,8 @@ __global__ void __launch_bounds__(kThreads) dq_projection_kernel(const BackwardP
 void dq_projection_launch(const BackwardParams& p, cudaStream_t stream) {
   OCTET_CHECK(p.D == 64 || p.D == 128,
               "dQ row-sum projection: head_dim must be 64 or 128, got " + std::to_string(p.D));
-  OCTET_CHECK(p.k && p.ds_row_sum && p.dq_acc,
-              "dQ row-sum projection: a null pointer (k, ds_row_sum, dq_acc)");
+  OCTET_CHECK(p.k && p.ds_row_sum && p.dq_acc && (!p.qkv_head_block || p.k_scale_inv),
+              "dQ row-sum projection: a null pointer (k, ds_row_sum, dq_acc, k_scale_inv)");
   OCTET_CHECK(p.B >= 1 && p.H >= 1 && p.G >= 1 && p.H % p.G == 0 && p.Tq >= 1 && p.Tk >= 1,
               "dQ row-sum projection: need B, H, G, Tq, Tk >= 1 and H a multiple of G");
   OCTET_CHECK(p.B * p.H <= 0x7FFFFFFF, "dQ row-sum projection: too many (batch, head) pairs");

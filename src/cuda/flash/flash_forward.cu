@@ -126,10 +126,10 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
   const unsigned k_lane = smem_u32(sk) + s_key(0, mr) * kD;
   const unsigned v_lane = smem_u32(sv) + mr * kBN;
   const int kx = k_chunk<kD>(s_key(0, mr), 0) ^ mi, vx = v_chunk<kBN>(mr, 0) ^ mi;
-  const float s_scale = p.tau * *p.q_scale_inv * *p.k_scale_inv;
+  const float tau_q = p.tau * q_inv_at(p, bh, q0);  // S's scale τ·sq·sk, sk per tile (in this order)
   const float p_scale = p.p_scale;
   constexpr uint32_t kOnes = 0x38383838u;  // four E4M3 codes of 1.0: P̃·1 = the row sums l̃
-  ForwardRows<kD> acc;  // O, l̃ (code units) and the online softmax of this lane's rows
+  ForwardRows<kD> acc(kLogits ? 1.0f : v_inv_at(p, bg, 0));  // O, l̃ (code units), online softmax
 
   if (n_tiles > 0) load_tile(0, 0);
   cp_async_commit();
@@ -157,6 +157,7 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
         mma_e4m3_16832(s[nt], qa[2 * h + 1], b[2], b[3]);
       }
     }
+    const float s_scale = tau_q * k_inv_at(p, bg, j0);
     if constexpr (kLogits) {  // S rows i < Tq_p, keys j < Tk_p (pads: 0, as a GEMM gives)
       store_logits<kBN>(p, s_out, bh, row, j0, t, s, s_scale);
       __syncthreads();
@@ -164,9 +165,10 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
     }
     // Scale, mask (only tiles past unmasked_end: a CTA-uniform branch), online softmax, P̃ as the
     // A fragments of P̃V̂ over the 32 keys 32kk.. (flash_forward_tile.cuh).
-    float alpha[2];
+    float alpha[2], alpha_o[2];
     uint32_t pa[kBN / 32][4];
     softmax_tile<kBN>(s, s_scale, j0 + kBN > unmasked_end, vis, j0, t, p_scale, acc.sm, alpha, pa);
+    acc.o_alpha(alpha, v_inv_at(p, bg, j0), alpha_o);
     // O = α·O + P̃·V̂: B = V̂ᵀ rows 8dn + g (head_dim columns), keys 32kk + 4t.. (b0), +16 (b1).
     // The tile's P̃·V̂ (kBN <= 128 keys) is summed by the tensor core in a fresh accumulator and
     // added to O in FP32 on the CUDA cores: Hopper's FP8 MMA accumulates with limited precision,
@@ -182,7 +184,7 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
         mma_e4m3_16832(pv, pa[2 * h], b[0], b[1]);
         mma_e4m3_16832(pv, pa[2 * h + 1], b[2], b[3]);
       }
-      acc.add_pv(dn, alpha, pv);
+      acc.add_pv(dn, alpha_o, pv);
     }
     {
       float ls[4] = {0.0f, 0.0f, 0.0f, 0.0f};

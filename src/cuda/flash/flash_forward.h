@@ -9,7 +9,7 @@
 // Per query row i of head (b, h), reading KV head h / (H/G) (GQA), keys j < visible(i) (all Tk,
 // or causal bottom-right: j <= i + Tk − Tq), key tiles of block_k from j = 0:
 //   S = τ·(Q̂K̂ᵀ)·sq·sk in FP32; online softmax (flash_softmax.cuh); P̃ = E4M3(exp(S − m_new)·p_scale);
-//   O = bf16_round((Σ P̃·V̂)·sv / Σ P̃), LSE = m + log l, row_max = m, row_sum = l (l the unrounded
+//   O = bf16_round((Σ P̃·V̂·sv) / Σ P̃), LSE = m + log l, row_max = m, row_sum = l (l the unrounded
 //   Σ exp(S − m): the statistics the unfused backward's P = exp(S − m) / l reads).
 // A row that sees no key: O = 0, LSE = row_max = −inf, row_sum = 0.
 // No S x S buffer: memory is the inputs, the outputs and per-CTA shared memory.
@@ -43,9 +43,12 @@ struct ForwardParams {
   const uint8_t* q = nullptr;    ///< Q̂ E4M3 codes [B, H, Tq_p, D]
   const uint8_t* k = nullptr;    ///< K̂ E4M3 codes [B, G, Tk_p, D]
   const uint8_t* v_t = nullptr;  ///< V̂ᵀ E4M3 codes [B, G, D, Tk_p]
-  const float* q_scale_inv = nullptr;  ///< one float each: the tensors' 1/scale
+  /// the 1/scale of Q̂, K̂, V̂: one float each, or with qkv_head_block one per (batch, head,
+  /// 128-token block): [B, H, ⌈Tq/128⌉] for Q̂, [B, G, ⌈Tk/128⌉] for K̂ and V̂ (flash_qkv_scales.cuh)
+  const float* q_scale_inv = nullptr;
   const float* k_scale_inv = nullptr;
   const float* v_scale_inv = nullptr;
+  bool qkv_head_block = false;  ///< QkvScaling::HeadBlock (octet/attention.h)
   float* o = nullptr;        ///< out [B, H, Tq, D] F32 holding BF16-rounded values
   float* lse = nullptr;      ///< out [B, H, Tq]
   float* row_max = nullptr;  ///< out [B, H, Tq]: m_i

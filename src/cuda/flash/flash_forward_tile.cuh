@@ -22,6 +22,7 @@
 #include "cuda/flash/flash_forward.h"
 #include "cuda/fp8_device.cuh"
 #include "cuda/flash/flash_mma_sm89.cuh"
+#include "cuda/flash/flash_qkv_scales.cuh"
 #include "cuda/flash/flash_softmax.cuh"
 #include "octet/error.h"
 #include "octet/fp8.h"
@@ -162,20 +163,33 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float s_sca
 }
 
 /// What a lane accumulates for its two rows over the key tiles: O and l̃ in code units (FP32, one
-/// tile's tensor-core sums added per tile: α·acc + tile) and the rows' online softmax.
+/// tile's tensor-core sums added per tile: α·acc + tile) and the rows' online softmax. O's codes
+/// are those of the newest tile's V̂ (value = oacc · v_inv): with one V̂ scale per tensor always the
+/// same; with one per 128-key block (flash_qkv_scales.cuh) a tile of another block rescales O by
+/// the ratio of the two 1/scales together with α (o_alpha), no per-element multiply.
 template <int kD>
 struct ForwardRows {
   float oacc[kD / 8][4];  ///< O's columns 8dn + 2t (+1) of rows g (e = 0, 1) and g + 8 (e = 2, 3)
   float lacc[4];          ///< l̃: every column of the P̃·1 product is the row sum (c0 g, c2 g + 8)
+  float v_inv;            ///< 1/scale of the V̂ codes oacc is in
   RowSoftmax sm[2];
 
-  __device__ __forceinline__ ForwardRows() {
+  /// v_inv0: the first key tile's V̂ 1/scale.
+  __device__ __forceinline__ explicit ForwardRows(float v_inv0) : v_inv(v_inv0) {
 #pragma unroll
     for (int dn = 0; dn < kD / 8; ++dn)
 #pragma unroll
       for (int e = 0; e < 4; ++e) oacc[dn][e] = 0.0f;
 #pragma unroll
     for (int e = 0; e < 4; ++e) lacc[e] = 0.0f;
+  }
+  /// O's factor for a tile whose V̂ has 1/scale v_tile: α·(v_inv / v_tile) (α itself when equal:
+  /// x / x = 1 exactly), and O's codes become the tile's.
+  __device__ __forceinline__ void o_alpha(const float (&alpha)[2], float v_tile, float (&ao)[2]) {
+    const float ratio = __fdiv_rn(v_inv, v_tile);
+    v_inv = v_tile;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) ao[r] = __fmul_rn(alpha[r], ratio);
   }
   /// O's n-tile dn = α·O + the tile's P̃V̂ n-tile.
   __device__ __forceinline__ void add_pv(int dn, const float (&alpha)[2], const float (&pv)[4]) {
@@ -189,12 +203,12 @@ struct ForwardRows {
   }
 
   /// The epilogue of rows i0 = (first row of the lane's warp) + g and i0 + 8: O =
-  /// bf16_round(O_acc · sv / l̃) (0 in a row that sees no key), and from the lane with t = 0 the
+  /// bf16_round(O_acc · v_inv / l̃) (0 in a row that sees no key), and from the lane with t = 0 the
   /// LSE = m + log l (−inf without keys), row_max = m, row_sum = l. l is the quad sum of the
   /// lanes' partial sums, taken by the whole warp before any row-dependent branch.
   __device__ __forceinline__ void store(const ForwardParams& p, int64_t bh, int64_t i0,
                                         int t) const {
-    const float sv_inv = *p.v_scale_inv;
+    const float sv_inv = v_inv;
     float l[2];
     const float l_hat[2] = {lacc[0], lacc[2]};
 #pragma unroll

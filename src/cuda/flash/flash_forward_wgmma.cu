@@ -87,6 +87,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t BH = p.B * p.H, n_qblocks = ((kLogits ? p.Tq_p : p.Tq) + kBM - 1) / kBM;
   const int64_t bh = int64_t(blockIdx.x) % BH;
   const int64_t q0 = (n_qblocks - 1 - int64_t(blockIdx.x) / BH) * kBM;
+  const int64_t bg = bh / p.H * p.G + bh % p.H / (p.H / p.G);  // GQA: the KV head of head bh
   // Keys this CTA visits: those its last real row sees (visible() grows with i).
   const int64_t last = (q0 + kBM < p.Tq ? q0 + kBM : p.Tq) - 1;
   const int64_t n_keys = kLogits ? p.Tk_p : visible(p, last);
@@ -119,8 +120,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     //   fence.proxy.async (its shared-memory writes, and its landed copies, to wgmma's proxy),
     //   then one arrival on full. Named barrier 1 orders the 128 threads around the staging.
     setmaxnreg_dec<kProducerRegs>();
-    const int64_t b = bh / p.H, h = bh % p.H;
-    const int64_t bg = b * p.G + h / (p.H / p.G);  // GQA: the KV head of query head h
     const uint8_t* const gk = p.k + bg * p.Tk_p * kD;
     const uint8_t* const gv = kLogits ? nullptr : p.v_t + bg * kD * p.Tk_p;  // logits: no V̂ᵀ
     const int tid = threadIdx.x;
@@ -193,9 +192,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int vis[2] = {row[0] < p.Tq ? int(visible(p, row[0])) : 0,
                       row[1] < p.Tq ? int(visible(p, row[1])) : 0};
   const int64_t unmasked_end = visible(p, q0);  // tiles ending here need no mask in any real row
-  const float s_scale = p.tau * *p.q_scale_inv * *p.k_scale_inv;
+  const float tau_q = p.tau * q_inv_at(p, bh, q0);  // S's scale τ·sq·sk, sk per tile (in this order)
   const float p_scale = p.p_scale;
-  ForwardRows<kD> acc;  // O, l̃ (code units) and the online softmax of this lane's rows
+  ForwardRows<kD> acc(kLogits ? 1.0f : v_inv_at(p, bg, 0));  // O, l̃ (code units), online softmax
 
   for (int n = 0; n < n_tiles; ++n) {
     const int stage = n % kStages;
@@ -213,6 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(s);
+    const float s_scale = tau_q * k_inv_at(p, bg, j0);
     if constexpr (kLogits) {
       mbar_arrive(empty + 8 * stage);
       store_logits<kBN>(p, s_out, bh, row, j0, t, s, s_scale);
@@ -236,8 +236,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(pv);
     fence_regs(ls);
     mbar_arrive(empty + 8 * stage);  // this thread's reads of the stage are done
+    float alpha_o[2];
+    acc.o_alpha(alpha, v_inv_at(p, bg, j0), alpha_o);
 #pragma unroll
-    for (int dn = 0; dn < kD / 8; ++dn) acc.add_pv(dn, alpha, pv[dn]);
+    for (int dn = 0; dn < kD / 8; ++dn) acc.add_pv(dn, alpha_o, pv[dn]);
     acc.add_l(alpha, ls[0]);
   }
   if constexpr (!kLogits) acc.store(p, bh, q0 + warp * 16 + g, t);
