@@ -301,6 +301,9 @@ void pack_launch(const PackArgs& a, cudaStream_t s) {
   OCTET_CHECK(a.scale_block >= 0 && a.scale_block % kTileT == 0,
               "attention pack: scale_block must be a multiple of 64 (the pack tile), got " +
                   std::to_string(a.scale_block));
+  OCTET_CHECK(!(a.scale_block && a.row_factor),
+              "attention pack: per-block scales take no row factor (pack_block_amax_launch "
+              "measures the unscaled values)");
   OCTET_CHECK(a.x && (!a.fp8 || (a.amax_bits && a.scale_inv)),
               "attention pack: a null input, amax or scale_inv pointer");
   OCTET_CHECK((a.row_kind == PackKind::None || (a.row && aligned16(a.row))) &&

@@ -63,7 +63,8 @@ void pack_amax_launch(const void* x, DType dtype, int64_t n, unsigned* bits, cud
 /// bits[bh·nb + k] = the amax of block k (tokens k·block .. min(T, (k + 1)·block) − 1, all D) of
 /// head bh of x [bh, T, D] (F32 or BF16, D a multiple of 8), nb = ⌈T/block⌉, as |x| bits (NaN
 /// above inf): the per-(head, block) amaxes of PackArgs::scale_block. Written, not accumulated. One
-/// CTA per block. Throws octet::Error for another dtype, D % 8 != 0, block < 1 or an empty x.
+/// CTA per block. Throws octet::Error for another dtype, D % 8 != 0, block < 1, an empty x, a null
+/// pointer, or more than 2^31 − 1 blocks.
 void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, int64_t D,
                             int64_t block, unsigned* bits, cudaStream_t s);
 
@@ -73,7 +74,7 @@ void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, i
 /// bf16_round; pad rows t in [T, T_p) are zero. Writes 1/s to scale_inv (FP8; per block with
 /// scale_block). Tiles of 64 t x 64 d through shared memory. Throws octet::Error when D is not a
 /// multiple of 16, T_p is not T rounded up to 16, heads % rep != 0, scale_block is not a multiple
-/// of 64, or an output is not 16-byte aligned.
+/// of 64 or comes with a row_factor, or an output is not 16-byte aligned.
 void pack_launch(const PackArgs& a, cudaStream_t s);
 
 /// dst [bh, T, D] (F32 or BF16: dst_dtype) = src [bh, T_p, D] · alpha · (*scale_a) · (*scale_b)

@@ -368,6 +368,8 @@ TEST(AttentionGlue, PackRejectsBadArguments) {
   EXPECT_THROW(cuda::pack_launch(b, nullptr), Error);
   b = a, b.scale_block = 100;  // not a multiple of the 64-token pack tile
   EXPECT_THROW(cuda::pack_launch(b, nullptr), Error);
+  b = a, b.scale_block = 128, b.row_factor = x.p;  // block amaxes are of the unscaled values
+  EXPECT_THROW(cuda::pack_launch(b, nullptr), Error);
   EXPECT_THROW(cuda::pack_block_amax_launch(x.p, DType::F32, 1, 64, 12, 128, amax.p, nullptr), Error);
   EXPECT_THROW(cuda::pack_block_amax_launch(x.p, DType::E4M3, 1, 64, 64, 128, amax.p, nullptr), Error);
   OCTET_CUDA_CHECK(cudaDeviceSynchronize());

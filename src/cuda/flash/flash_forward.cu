@@ -10,8 +10,10 @@
 //   S (16 x kBN, FP32) = Q̂·K̂ᵀ by mma.sync m16n8k32 (flash_mma_sm89.cuh), × τ·sq·sk, masked to −inf;
 //   online softmax per row (flash_softmax.cuh) → P̃ codes, converted in place into P̃V̂'s A fragment
 //   (the S accumulator's key order is permuted so the layouts agree: flash_mma_sm89.cuh s_key);
-//   O_acc = α·O_acc + P̃·V̂ (the tile's product from the tensor core, the sum over tiles in FP32).
-// End: O = bf16_round(O_acc · sv / l̃), LSE, m, l per row.
+//   O_acc = α·O_acc + P̃·V̂ (the tile's product from the tensor core, the sum over tiles in FP32;
+//   with V̂ scaled per 128-key block α also carries the ratio of two blocks' 1/sv: O_acc is in the
+//   codes of the newest tile's V̂, ForwardRows::o_alpha).
+// End: O = bf16_round(O_acc · sv / l̃) (sv: the last tile's), LSE, m, l per row.
 // The per-warp tile code (masking, softmax, P̃ fragments, epilogue) is flash_forward_tile.cuh, shared
 // with the wgmma flavor.
 // The same kernel in its logits mode writes S instead (logits_launch): the unfused backward after a

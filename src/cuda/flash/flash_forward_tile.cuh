@@ -166,7 +166,11 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float s_sca
 /// tile's tensor-core sums added per tile: α·acc + tile) and the rows' online softmax. O's codes
 /// are those of the newest tile's V̂ (value = oacc · v_inv): with one V̂ scale per tensor always the
 /// same; with one per 128-key block (flash_qkv_scales.cuh) a tile of another block rescales O by
-/// the ratio of the two 1/scales together with α (o_alpha), no per-element multiply.
+/// the ratio of the two 1/scales together with α (o_alpha), no per-element multiply. Limits of
+/// that choice (the CPU twin has neither): O's codes overflow FP32 only if two V̂ blocks' amaxes
+/// differ by more than ~2^100 (O_acc ≤ l̃·448·amax_old/amax_new, l̃ ≤ p_scale·keys); a NaN or inf in
+/// a V̂ block (scale NaN) makes O NaN in every row of a CTA that visits the block, where the twin
+/// keeps the rows that do not see it finite (per tensor, every row is NaN in both).
 template <int kD>
 struct ForwardRows {
   float oacc[kD / 8][4];  ///< O's columns 8dn + 2t (+1) of rows g (e = 0, 1) and g + 8 (e = 2, 3)
