@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <type_traits>
 
 #include "cuda/check.h"
 #include "cuda/fp8_device.cuh"
@@ -400,7 +401,46 @@ __device__ __forceinline__ void transpose4x4(const uint32_t r[4], uint32_t c[4])
   c[3] = __byte_perm(hi01, hi23, 0x7632);
 }
 
-template <class T, int kSource>
+// The saturating FP8 codes of two values in one instruction (cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32,
+// fp8_device.cuh's conversion: the first operand lands in the high byte): byte 0 = lo, byte 1 = hi.
+template <bool kE5M2>
+__device__ __forceinline__ uint32_t cvt_pair_sat(float lo, float hi) {
+  uint16_t r;
+  if constexpr (kE5M2)
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Four in-range values v·s as one word of saturating codes (byte i: v[i]), with encode_counted's
+// underflow and saturation counts: fp8_encode_sat's codes, two per conversion instruction, its NaN
+// rule (the input's sign with 0x7F) applied only when a NaN is present.
+template <bool kE5M2>
+__device__ __forceinline__ uint32_t encode4_sat(const float (&v)[4], float s, unsigned& under,
+                                                unsigned& sat) {
+  constexpr Format kF = kE5M2 ? Format::E5M2 : Format::E4M3;
+  float y[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) y[i] = v[i] * s;
+  uint32_t word = cvt_pair_sat<kE5M2>(y[0], y[1]) | cvt_pair_sat<kE5M2>(y[2], y[3]) << 16;
+  if ((y[0] != y[0]) | (y[1] != y[1]) | (y[2] != y[2]) | (y[3] != y[3])) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (y[i] != y[i])
+        word = (word & ~(0xFFu << (8 * i))) | uint32_t(fp8_encode_sat(y[i], kF)) << (8 * i);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    under += (v[i] != 0.0f) & (((word >> (8 * i)) & 0x7Fu) == 0);
+    sat += fp8_overflows(y[i], kF);
+  }
+  return word;
+}
+
+// kFmt: 0 = E4M3 and 1 = E5M2 with saturation (the training recipes: encode4_sat for every word
+// inside the tensor), 2 = p.format / p.saturate read at run time (encode_counted per element).
+template <class T, int kSource, int kFmt>
 __global__ void __launch_bounds__(kTtThreads, sizeof(T) == 2 ? 6 : 4)
     quantize_tensor_kernel(TileParams p) {
   __shared__ uint32_t colw[kTtCols * kTtWords];
@@ -431,11 +471,18 @@ __global__ void __launch_bounds__(kTtThreads, sizeof(T) == 2 ? 6 : 4)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       uint32_t word = 0;
+      float v[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const float v = e[k][4 * h + i];
-        amax = max(amax, abs_bits(v));
-        if (row_in && gc + 4 * h + i < p.cols) word |= encode_counted(v, s, p, under, sat) << (8 * i);
+        v[i] = e[k][4 * h + i];
+        amax = max(amax, abs_bits(v[i]));
+      }
+      if (kFmt < 2 && row_in && gc + 4 * h + 4 <= p.cols) {
+        word = encode4_sat<kFmt == 1>(v, s, under, sat);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          if (row_in && gc + 4 * h + i < p.cols) word |= encode_counted(v[i], s, p, under, sat) << (8 * i);
       }
       w[h][k] = word;
     }
@@ -499,10 +546,20 @@ template <int kSource>
 void launch_tensor(const TileParams& p, cudaStream_t stream) {
   const int64_t tiles = ceil_div(p.cols_pad, kTtCols) * ceil_div(p.rows_pad, kTtRows);
   OCTET_CHECK(tiles <= INT32_MAX, "quantize: tensor too large for one launch");
-  if (p.x_bf16)
-    quantize_tensor_kernel<uint16_t, kSource><<<unsigned(tiles), kTtThreads, 0, stream>>>(p);
-  else
-    quantize_tensor_kernel<float, kSource><<<unsigned(tiles), kTtThreads, 0, stream>>>(p);
+  // The element rule's compile-time forms: saturating E4M3 / E5M2, else the run-time one.
+  const int fmt = !p.saturate ? 2 : p.format == Format::E5M2 ? 1 : 0;
+  auto go = [&](auto t, auto f) {
+    using T = decltype(t);
+    constexpr int kFmt = decltype(f)::value;
+    quantize_tensor_kernel<T, kSource, kFmt><<<unsigned(tiles), kTtThreads, 0, stream>>>(p);
+  };
+  auto formats = [&](auto t) {
+    if (fmt == 0) go(t, std::integral_constant<int, 0>{});
+    else if (fmt == 1) go(t, std::integral_constant<int, 1>{});
+    else go(t, std::integral_constant<int, 2>{});
+  };
+  if (p.x_bf16) formats(uint16_t{});
+  else formats(float{});
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
