@@ -324,9 +324,9 @@ OCTET_COMMAND("attention-check", [](CLI::App& app) {
       ->capture_default_str();
   add_enum_option<Format>(cmd, "--do-format", opt->do_format, "fp8 dO format")->capture_default_str();
   add_enum_option<Format>(cmd, "--ds-format", opt->ds_format, "fp8 dS format")->capture_default_str();
-  cmd->add_option("--block-q", opt->block_q, "query block Bq (tiled form; dS scale tile)")
+  cmd->add_option("--block-q", opt->block_q, "query block Bq: the tiled form's query tile and, in both forms, the dS scale tile")
       ->capture_default_str();
-  cmd->add_option("--block-k", opt->block_k, "key block Bc (tiled form; dS scale tile)")
+  cmd->add_option("--block-k", opt->block_k, "key block Bc: the tiled form's key tile and, in both forms, the dS scale tile")
       ->capture_default_str();
   cmd->add_option("--p-scale", opt->p_scale, "static power-of-two scale of P before E4M3, in [1, 256]")
       ->capture_default_str();

@@ -30,9 +30,12 @@ namespace {
 int checked_device(int device) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
+  // cudaErrorInsufficientDriver is also what a machine without any NVIDIA driver reports.
   OCTET_CHECK(e == cudaSuccess && count > 0,
               std::string("cuda backend: no usable GPU (") +
-                  (e == cudaSuccess ? "no device" : cudaGetErrorString(e)) + ")");
+                  (e == cudaSuccess ? "no device" : cudaGetErrorString(e)) +
+                  (e == cudaErrorInsufficientDriver ? "; or no NVIDIA driver installed: nvidia-smi" : "") +
+                  ")");
   OCTET_CHECK(device >= 0 && device < count,
               "cuda backend: device " + std::to_string(device) + " does not exist (" +
                   std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ": 0.." +

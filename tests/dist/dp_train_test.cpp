@@ -256,16 +256,18 @@ TEST(DataParallel, CheckpointOfOneRankResumesOnTwo) {
     if (step == 4) throw std::runtime_error("simulated crash");
   };
   const TrainResult full = train(f.cfg, f.shared / "full-2", false, *f.ds, nullptr, {}, nullptr, &test::job());
-  if (comm().rank() == 0)
+  if (comm().rank() == 0) {
     EXPECT_THROW(train(f.cfg, f.shared / "one", false, *f.ds, nullptr, crash), std::runtime_error);
+  }
   comm().barrier();
   const TrainResult two = train(f.cfg, f.shared / "one", true, *f.ds, nullptr, {}, nullptr, &test::job());
   ASSERT_EQ(two.train_loss.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(two.train_loss[i], full.train_loss[3 + i], 1e-5 * full.train_loss[3 + i]);
   comm().barrier();
-  if (comm().rank() == 0)
+  if (comm().rank() == 0) {
     EXPECT_LT(max_abs_diff(weights(f.shared / "one/model.safetensors"), weights(f.shared / "full-2/model.safetensors")),
               1e-4);
+  }
   comm().barrier();
 }
 
