@@ -34,7 +34,9 @@ int checked_device(int device) {
   OCTET_CHECK(e == cudaSuccess && count > 0,
               std::string("cuda backend: no usable GPU (") +
                   (e == cudaSuccess ? "no device" : cudaGetErrorString(e)) +
-                  (e == cudaErrorInsufficientDriver ? "; or no NVIDIA driver installed: nvidia-smi" : "") +
+                  (e == cudaErrorInsufficientDriver
+                       ? "; also what a machine without an NVIDIA driver reports: check nvidia-smi"
+                       : "") +
                   ")");
   OCTET_CHECK(device >= 0 && device < count,
               "cuda backend: device " + std::to_string(device) + " does not exist (" +
