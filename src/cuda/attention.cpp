@@ -47,6 +47,7 @@
 #include "cuda/flash/flash_forward.h"
 #include "cuda/gemm.h"
 #include "cuda/ops.h"
+#include "cuda/qtensor.h"
 #include "octet/error.h"
 
 namespace octet::cuda {
@@ -257,10 +258,9 @@ class CudaAttention final : public Attention {
 
  private:
   int64_t nS() const { return d_.B * d_.H * d_.Tq_p * d_.Tk_p; }
-  static int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
   // Per-block scale counts: B·H·⌈Tq/128⌉ of Q, B·G·⌈Tk/128⌉ of K and V.
-  int64_t q_scales() const { return d_.B * d_.H * round_up(d_.Tq, kQkvScaleBlock) / kQkvScaleBlock; }
-  int64_t k_scales() const { return d_.B * d_.G * round_up(d_.Tk, kQkvScaleBlock) / kQkvScaleBlock; }
+  int64_t q_scales() const { return d_.B * d_.H * ceil_div(d_.Tq, kQkvScaleBlock); }
+  int64_t k_scales() const { return d_.B * d_.G * ceil_div(d_.Tk, kQkvScaleBlock); }
   float* sdo() { return scales_.get() + 0 * kScaleStride; }
   float* p_inv() { return scales_.get() + 1 * kScaleStride; }
   float* sdv() { return scales_.get() + 2 * kScaleStride; }

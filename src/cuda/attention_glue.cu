@@ -22,6 +22,7 @@
 #include "cuda/check.h"
 #include "cuda/fp8_device.cuh"
 #include "cuda/quantize.h"
+#include "cuda/qtensor.h"
 #include "cuda/reduce_util.cuh"
 #include "cuda/typed.cuh"
 #include "octet/error.h"
@@ -158,9 +159,7 @@ __global__ void __launch_bounds__(kThreads) pack_kernel(const PackArgs a, bool v
   const int64_t d0 = (blockIdx.x % ntd) * kTileD, t0 = int64_t(blockIdx.y) * kTileT;
   const int tid = threadIdx.x;
   // The tile's scale: the tensor's, or its (head, token block)'s (a tile never straddles a block).
-  const int64_t si = a.scale_block ? bh * ((a.T + a.scale_block - 1) / a.scale_block) +
-                                         t0 / a.scale_block
-                                   : 0;
+  const int64_t si = a.scale_block ? bh * ceil_div(a.T, a.scale_block) + t0 / a.scale_block : 0;
   const float s = a.fp8 ? scale_from_amax(amax_from_bits(a.amax_bits[si]), a.format) : 1.0f;
   const bool writes_scale = d0 == 0 && (a.scale_block ? t0 % a.scale_block == 0 : bh == 0 && t0 == 0);
   if (a.fp8 && writes_scale && tid == 0) a.scale_inv[si] = 1.0f / s;
@@ -279,7 +278,7 @@ void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, i
   OCTET_CHECK(bh >= 1 && T >= 1 && D >= 8 && D % 8 == 0 && block >= 1,
               "attention block amax: need heads, T >= 1, D a multiple of 8 and block >= 1");
   OCTET_CHECK(x && bits, "attention block amax: a null pointer");
-  const int64_t nb = (T + block - 1) / block;
+  const int64_t nb = ceil_div(T, block);
   OCTET_CHECK(bh * nb <= 0x7FFFFFFF, "attention block amax: too many blocks for the grid");
   const bool vec = aligned16(x);
   dispatch_act([&](auto tag) {

@@ -27,6 +27,15 @@ __device__ __forceinline__ uint8_t fp8_encode_sat(float y, Format f) {
   return y != y ? uint8_t(((__float_as_uint(y) >> 24) & 0x80u) | 0x7Fu) : c;
 }
 
+/// FP8 codes of (x0, x1), x0 in the low byte, in one cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32: RNE, |x|
+/// beyond max and ±inf saturate to ±max — fp8_encode(x, f, true) bit for bit for every non-NaN
+/// input (tests/fp8/cuda_oracle_test.cpp); a NaN gives the canonical code 0x7F (0xFF for −NaN),
+/// where fp8_encode_sat keeps the input's sign. A constant e5m2 folds to the one instruction.
+__device__ __forceinline__ uint32_t fp8x2(float x0, float x1, bool e5m2) {
+  return uint32_t(__nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE,
+                                           e5m2 ? __NV_E5M2 : __NV_E4M3));
+}
+
 /// The amax whose |x| bit pattern is b (the unsigned-max reduction's result): NaN above inf.
 __device__ __forceinline__ float amax_from_bits(unsigned b) {
   return b > 0x7F800000u ? NAN : __uint_as_float(b);

@@ -401,21 +401,9 @@ __device__ __forceinline__ void transpose4x4(const uint32_t r[4], uint32_t c[4])
   c[3] = __byte_perm(hi01, hi23, 0x7632);
 }
 
-// The saturating FP8 codes of two values in one instruction (cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32,
-// fp8_device.cuh's conversion: the first operand lands in the high byte): byte 0 = lo, byte 1 = hi.
-template <bool kE5M2>
-__device__ __forceinline__ uint32_t cvt_pair_sat(float lo, float hi) {
-  uint16_t r;
-  if constexpr (kE5M2)
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
-  else
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
-  return r;
-}
-
 // Four in-range values v·s as one word of saturating codes (byte i: v[i]), with encode_counted's
 // underflow and saturation counts: fp8_encode_sat's codes, two per conversion instruction, its NaN
-// rule (the input's sign with 0x7F) applied only when a NaN is present.
+// rule (the input's sign with 0x7F) applied only when a NaN is present (fp8_device.cuh fp8x2).
 template <bool kE5M2>
 __device__ __forceinline__ uint32_t encode4_sat(const float (&v)[4], float s, unsigned& under,
                                                 unsigned& sat) {
@@ -423,7 +411,7 @@ __device__ __forceinline__ uint32_t encode4_sat(const float (&v)[4], float s, un
   float y[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) y[i] = v[i] * s;
-  uint32_t word = cvt_pair_sat<kE5M2>(y[0], y[1]) | cvt_pair_sat<kE5M2>(y[2], y[3]) << 16;
+  uint32_t word = fp8x2(y[0], y[1], kE5M2) | fp8x2(y[2], y[3], kE5M2) << 16;
   if ((y[0] != y[0]) | (y[1] != y[1]) | (y[2] != y[2]) | (y[3] != y[3])) {
 #pragma unroll
     for (int i = 0; i < 4; ++i)

@@ -27,6 +27,7 @@
 #include "cuda/flash/flash_backward.h"
 #include "cuda/flash/flash_mma_sm89.cuh"
 #include "cuda/flash/flash_qkv_scales.cuh"
+#include "cuda/fp8_device.cuh"
 #include "octet/error.h"
 #include "octet/fp8.h"
 
@@ -290,7 +291,7 @@ __device__ __forceinline__ void q_block_of(const BackwardParams& p, int64_t kBM,
 }
 
 /// The A fragments over keys of one warp's tile values v (the S accumulator layout) as FP8 codes of
-/// v·scale in `f` (hardware cvt pairs, flash_mma_sm89.cuh fp8x2: fp8_encode's bits, saturating):
+/// v·scale in `f` (hardware cvt pairs, fp8_device.cuh fp8x2: fp8_encode's bits, saturating):
 /// a[kk] covers the warp's keys 32kk.. in natural order (flash_mma_sm89.cuh s_key).
 template <int kNK>
 __device__ __forceinline__ void to_a_frags(const float (&v)[kNK / 8][4], float scale, Format f,

@@ -138,13 +138,4 @@ __device__ __forceinline__ float exp_rel(float x) {
   return y;
 }
 
-/// FP8 codes of (x0, x1), x0 in the low byte: the hardware cvt.rn.satfinite.{e4m3,e5m2}x2.f32
-/// (RNE, |x| beyond max and ±inf saturate to ±max: fp8.h fp8_encode(x, f, true) bit for bit for
-/// every non-NaN input, tests/fp8/cuda_oracle_test.cpp; a NaN gives the canonical NaN code 0x7F
-/// where fp8_encode keeps the sign, 0xFF for −NaN: both NaN codes).
-__device__ __forceinline__ uint32_t fp8x2(float x0, float x1, bool e5m2) {
-  return uint32_t(__nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE,
-                                           e5m2 ? __NV_E5M2 : __NV_E4M3));
-}
-
 }  // namespace octet::cuda::flash

@@ -12,31 +12,33 @@
 
 #include <cstdint>
 
+#include "cuda/qtensor.h"
 #include "octet/attention.h"
 
 namespace octet::cuda::flash {
 
 inline constexpr int64_t kQkvBlock = kQkvScaleBlock;  ///< tokens per scale block (octet/attention.h)
 
-/// 1/scale of Q̂ at query row i of head bh = b·H + h. P: ForwardParams or BackwardParams.
+/// 1/scale at token t of head `head` (of T tokens) from `inv`: one float per tensor, or with
+/// `blocks` one per (head, 128-token block).
+__device__ __forceinline__ float inv_at(const float* inv, bool blocks, int64_t head, int64_t T,
+                                        int64_t t) {
+  return blocks ? inv[head * ceil_div(T, kQkvBlock) + t / kQkvBlock] : *inv;
+}
+
+/// 1/scale of Q̂ at query row i of head bh = b·H + h, of K̂ and V̂ at key j of KV head bg = b·G + g.
+/// P: ForwardParams or BackwardParams.
 template <class P>
 __device__ __forceinline__ float q_inv_at(const P& p, int64_t bh, int64_t i) {
-  return p.qkv_head_block ? p.q_scale_inv[bh * ((p.Tq + kQkvBlock - 1) / kQkvBlock) + i / kQkvBlock]
-                          : *p.q_scale_inv;
+  return inv_at(p.q_scale_inv, p.qkv_head_block, bh, p.Tq, i);
 }
-
-/// 1/scale of K̂ at key j of KV head bg = b·G + g.
 template <class P>
 __device__ __forceinline__ float k_inv_at(const P& p, int64_t bg, int64_t j) {
-  return p.qkv_head_block ? p.k_scale_inv[bg * ((p.Tk + kQkvBlock - 1) / kQkvBlock) + j / kQkvBlock]
-                          : *p.k_scale_inv;
+  return inv_at(p.k_scale_inv, p.qkv_head_block, bg, p.Tk, j);
 }
-
-/// 1/scale of V̂ at key j of KV head bg.
 template <class P>
 __device__ __forceinline__ float v_inv_at(const P& p, int64_t bg, int64_t j) {
-  return p.qkv_head_block ? p.v_scale_inv[bg * ((p.Tk + kQkvBlock - 1) / kQkvBlock) + j / kQkvBlock]
-                          : *p.v_scale_inv;
+  return inv_at(p.v_scale_inv, p.qkv_head_block, bg, p.Tk, j);
 }
 
 /// The factor a tile's dQ or dK product takes for the other operand's scale (x_inv: K̂'s for dQ,

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "cuda/flash/flash_mma_sm89.cuh"
+#include "cuda/fp8_device.cuh"
 
 namespace octet::cuda::flash {
 
