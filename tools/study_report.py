@@ -18,6 +18,13 @@ condition, else the folder's name is used) and writes, from their files only:
                       on stderr): loss per arm (mean ± std bars) and residual / dQ bias per layer (log y)
   curves_<condition>.png   `octet plot` of every run's train/validation curves, if --octet is given
 
+A DIR may be a plain folder (a fresh `octet compare --out`) or a folder packed into an archive
+(tools/results_archive.py): results/<study>/runs.tar.xz is read in place — a DIR that is not on disk
+is looked up in the runs.tar.xz of the nearest folder above it (results/stale-delta-study/runs/<cond>
+is the member runs/<cond> of results/stale-delta-study/runs.tar.xz), or written through an archive
+(results/stale-delta-study/runs.tar.xz/runs/<cond>, or a bench/study.sh study.tgz/<cond>); tables.md
+names the DIR as given either way.
+
 No number is computed here that is not in the files or a mean/std of them. Standard library only,
 so it runs on the GPU machine's python3 as well. Usage:
   tools/study_report.py [--out results/stale-delta-study] [--octet build/octet] COND_DIR|NAME=DIR ...
@@ -30,7 +37,11 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_archive import ArchivePath, node  # noqa: E402  (tools/results_archive.py)
 
 LAYER_FIELDS = ["row_residual_mean", "row_residual_max", "dq_bias_norm", "dq_bias_mean", "dq_bias_max",
                 "kurtosis_max", "amax_x", "amax_w", "amax_dy"]
@@ -53,7 +64,7 @@ def mean_std(xs):
 
 def run_dirs(cond_dir, arm):
     """The runs of an arm: <arm>/seed-<seed>/ (compare --seeds N > 1) or <arm>/ itself."""
-    d = cond_dir / arm
+    d = node(cond_dir / arm)  # on disk, or in the study's archive
     seeds = sorted(p for p in d.glob("seed-*") if (p / "metrics.jsonl").exists())
     return seeds or ([d] if (d / "metrics.jsonl").exists() else [])
 
@@ -337,10 +348,27 @@ def plots(conds, out):
 
 def octet_curves(conds, out, octet):
     for c in conds:
-        runs = [str(r) for a in c["arms"] for r in a["runs"]]
-        r = subprocess.run([octet, "plot", *runs, "--out", str(out / f"curves_{c['name']}.png"),
-                            "--title", f"{c['name']}: train (thin) and validation (thick) loss"],
-                           capture_output=True, text=True)
+        runs = [r for a in c["arms"] for r in a["runs"]]
+        with tempfile.TemporaryDirectory(prefix="study_report-") as tmp:
+            cwd = None
+            if any(isinstance(r, ArchivePath) for r in runs):
+                # `octet plot` reads folders: packed runs are written out under the same relative path
+                # (so the curves carry the same names), in a scratch folder it runs in
+                cwd = tmp
+                args = []
+                for r in runs:
+                    if isinstance(r, ArchivePath):
+                        rel = Path(str(r))
+                        rel = rel.relative_to(rel.anchor) if rel.is_absolute() else rel
+                        r.extract_to(Path(tmp) / rel)
+                        args.append(str(rel))
+                    else:
+                        args.append(str(Path(r).resolve()))
+            else:
+                args = [str(r) for r in runs]
+            r = subprocess.run([str(Path(octet).resolve()), "plot", *args, "--out", str((out / f"curves_{c['name']}.png").resolve()),
+                                "--title", f"{c['name']}: train (thin) and validation (thick) loss"],
+                               capture_output=True, text=True, cwd=cwd)
         if r.returncode != 0:
             print(f"study_report: octet plot failed for {c['name']}: {r.stderr.strip()}", file=sys.stderr)
 
@@ -356,10 +384,10 @@ def main():
         name, _, path = spec.partition("=") if "=" in spec else ("", "", spec)
         if not path:
             fail(f"'{spec}': NAME=DIR needs a folder after '='")
-        d = Path(path)
-        name = name or d.resolve().name
+        d = node(path)  # a folder, or the same path in a study's archive
+        name = name or Path(path).resolve().name
         if not d.is_dir():
-            fail(f"{d} is not a folder")
+            fail(f"{d} is not a folder (nor one in an archive: tools/results_archive.py)")
         if not name or any(c in name for c in '/\\') or name in (".", ".."):
             fail(f"condition name '{name}' must not be empty or hold a path separator (it names plot files)")
         if name in names:
