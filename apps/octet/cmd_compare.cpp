@@ -59,11 +59,16 @@ OCTET_COMMAND("compare", [](CLI::App& app) {
   cmd->callback([args] {
     std::vector<std::string> sets = args->sets;
     if (!args->device.empty()) sets.push_back("device=" + args->device);
-    const octet::RunConfig cfg = octet::load_config(args->config, sets);
+    const octet::DistEnv env = octet::dist_env_from_environment();
+    octet::RunConfig cfg;
+    // Under mpirun, a config error every rank finds reads once and the job exits without an abort.
+    octet::run_job_checks(env, [&] {
+      cfg = octet::load_config(args->config, sets);
+      if (env.world > 1) octet::check_rank_split(cfg, env.world);
+    });
     const auto mode = args->resume      ? octet::CompareMode::Resume
                       : args->overwrite ? octet::CompareMode::Overwrite
                                         : octet::CompareMode::Fresh;
-    const octet::DistEnv env = octet::dist_env_from_environment();
     if (args->nproc > 1 && env.world == 1) {  // the launcher: config checked, tokenizer cached once
       octet::check_rank_split(cfg, args->nproc);
       octet::load_dataset(cfg);

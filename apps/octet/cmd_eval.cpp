@@ -29,7 +29,8 @@ void run_eval(const EvalArgs& a) {
     what = "validation split (" + std::to_string(r.cfg.train.eval_batches) + " batches)";
   } else {
     auto tok = load_run_tokenizer(r.cfg);
-    e = evaluate_text(*r.model, *tok, read_corpus(a.data).text);
+    const Corpus corpus = read_corpus(a.data);  // the newlines put between files are not scored
+    e = evaluate_text(*r.model, *tok, corpus.text, corpus.separators);
     what = a.data;
   }
   if (a.json) {

@@ -1,7 +1,8 @@
 // `octet sample --run D --prompt "..." [--max-new-tokens N --temperature T --top-k K --top-p P
 // --seed S --precision fp32|bf16 --device cpu|cuda --json]`: generation with a KV cache
 // (generate.h), streaming the text to stdout as tokens come. --json prints one object instead
-// (prompt ids, new ids, text, and the logits of the prompt's last position: the oracle tests use it).
+// (prompt ids, new ids, text, and the raw logits of the prompt's last position, before any sampling
+// transform: the oracle tests use it).
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -71,6 +72,9 @@ OCTET_COMMAND("sample", [](CLI::App& app) {
   octet::cli::add_seed_option(cmd, "--seed", a->opt.seed, "random seed")->capture_default_str();
   cmd->add_option("--precision", a->precision, "fp32 (cpu) | bf16 (default: fp32 on cpu, bf16 on cuda)");
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N (default: the run's)");
-  cmd->add_flag("--json", a->json, "one JSON object: prompt ids, new ids, text, last-position logits");
+  cmd->add_flag("--json", a->json,
+                "one JSON object instead of the stream: prompt_ids, ids (the new tokens), text (their decoding), "
+                "precision, and last_logits: the raw logits at the prompt's last position (which score the first "
+                "new token), before temperature, top-k, top-p and softmax; vocab_size floats");
   cmd->callback([a] { run_sample(*a); });
 });

@@ -82,48 +82,61 @@ void dump_grads(const octet::RunConfig& run_cfg, octet::Dataset& ds, const std::
 
 void run_train(const TrainArgs& a) {
   using namespace octet;
+  const DistEnv env = dist_env_from_environment();
   std::vector<std::string> sets = a.sets;
   if (!a.device.empty()) sets.push_back("device=" + a.device);
   if (!a.arm.empty()) sets.push_back("precision.arm=" + a.arm);
   std::string out = a.out;
   RunConfig cfg;
-  if (!a.resume.empty()) {
-    OCTET_CHECK(a.config.empty(), "--resume takes its config from the run directory; drop --config");
-    OCTET_CHECK(a.out.empty() || (fs::exists(a.out) && fs::equivalent(a.out, a.resume)),
-                "--resume DIR writes to DIR; drop --out");
-    // Schedule keys may change, meaning keys may not; a finished run writes nothing (docs/training.md §Resume).
-    const ResumePlan plan = plan_resume(a.resume, sets);
-    if (plan.complete()) {
-      std::printf("run %s is complete at step %lld of %lld (nothing to do; extend with --set train.steps=...)\n",
-                  a.resume.c_str(), static_cast<long long>(plan.state.step),
-                  static_cast<long long>(plan.config.train.steps));
-      return;
-    }
-    cfg = plan.config;
-    out = a.resume;
-  } else {
-    OCTET_CHECK(!a.config.empty() || !sets.empty(), "give --config FILE (and/or --set key=value)");
-    cfg = load_config(a.config, sets);
-    if (a.dump_grads.empty()) {
-      OCTET_CHECK(!out.empty(), "give --out DIR (or --resume DIR)");
-      OCTET_CHECK(!fs::exists(out + "/checkpoint.safetensors"),
-                  out + " already holds a run (checkpoint.safetensors): resume it with --resume " + out +
-                      " or choose another --out");
-      // A run that ended before its first checkpoint (or any other run log) is not overwritten either.
-      OCTET_CHECK(!fs::exists(out + "/metrics.jsonl"),
-                  out + " already holds a run's metrics.jsonl (no checkpoint to resume): choose another --out "
-                        "or remove that folder");
-    }
-  }
-  const DistEnv env = dist_env_from_environment();
-  OCTET_CHECK(a.dump_grads.empty() || (a.nproc <= 1 && env.world == 1), "--dump-grads runs in one process");
+  std::unique_ptr<Dataset> ds;
   std::string desc;
-  auto ds = load_dataset(cfg, &desc);  // the launcher builds the tokenizer cache once for the ranks
+  bool complete = false;
+  // Everything checked before a rank's first collective: under mpirun, a config error every rank
+  // finds reads once, from one rank, and the job exits without an abort (run_job_checks).
+  run_job_checks(env, [&] {
+    if (!a.resume.empty()) {
+      OCTET_CHECK(a.config.empty(), "--resume takes its config from the run directory; drop --config");
+      OCTET_CHECK(a.out.empty() || (fs::exists(a.out) && fs::equivalent(a.out, a.resume)),
+                  "--resume DIR writes to DIR; drop --out");
+      // Schedule keys may change, meaning keys may not; a finished run writes nothing (docs/training.md §Resume).
+      const ResumePlan plan = plan_resume(a.resume, sets);
+      if (plan.complete()) {
+        if (env.rank == 0)
+          std::printf("run %s is complete at step %lld of %lld (nothing to do; extend with --set train.steps=...)\n",
+                      a.resume.c_str(), static_cast<long long>(plan.state.step),
+                      static_cast<long long>(plan.config.train.steps));
+        complete = true;
+        return;
+      }
+      cfg = plan.config;
+      out = a.resume;
+    } else {
+      OCTET_CHECK(!a.config.empty() || !sets.empty(), "give --config FILE (and/or --set key=value)");
+      cfg = load_config(a.config, sets);
+      if (a.dump_grads.empty()) {
+        OCTET_CHECK(!out.empty(), "give --out DIR (or --resume DIR)");
+        OCTET_CHECK(!fs::exists(out + "/checkpoint.safetensors"),
+                    out + " already holds a run (checkpoint.safetensors): resume it with --resume " + out +
+                        " or choose another --out");
+        // A run that ended before its first checkpoint (or any other run log) is not overwritten either.
+        OCTET_CHECK(!fs::exists(out + "/metrics.jsonl"),
+                    out + " already holds a run's metrics.jsonl (no checkpoint to resume): choose another --out "
+                          "or remove that folder");
+      }
+    }
+    OCTET_CHECK(a.dump_grads.empty() || (a.nproc <= 1 && env.world == 1), "--dump-grads runs in one process");
+    ds = load_dataset(cfg, &desc);  // the launcher builds the tokenizer cache once for the ranks
+    const int ranks = a.nproc > 1 && env.world == 1 ? a.nproc : env.world;
+    if (ranks > 1) {  // what train() would refuse on every rank
+      check_rank_split(cfg, ranks);
+      check_eval_split(cfg, *ds);
+    }
+  });
+  if (complete) return;
   const bool launcher = a.nproc > 1 && env.world == 1;
   if (env.rank == 0 && !launcher) std::printf("%s\n", desc.c_str());  // once: by rank 0 of a job
   if (!a.dump_grads.empty()) return dump_grads(cfg, *ds, a.dump_grads);
   if (launcher) {  // everything above is checked; start the ranks
-    check_rank_split(cfg, a.nproc);
     std::fflush(stdout);
     const int rc = launch_local(a.nproc, cfg.device, rank_args(a));
     if (rc != 0)

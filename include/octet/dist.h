@@ -149,6 +149,14 @@ int free_tcp_port();
 /// TrainingStopped) should be caught inside `body`.
 void run_rank(Communicator& comm, const std::function<void()>& body);
 
+/// Runs `checks`: what every rank of a job checks alike before its first collective (the config
+/// and the data). One rank, or a job not started by mpirun: an exception leaves as usual. A rank
+/// of an mpirun job: the ranks agree on the outcome over MPI_COMM_WORLD (MPI is initialized here);
+/// if any rank's checks threw, the lowest such rank prints one line ("octet: error: <message>" for
+/// an octet::Error, exit status 2; "octet: failed: <message>" for another exception, 1) and every
+/// rank exits with that status through MPI_Finalize — one line for the job and no MPI_Abort.
+void run_job_checks(const DistEnv& env, const std::function<void()>& checks);
+
 // ---------------------------------------------------------------------------------------------
 // ZeRO-1 over the model's flat F32 parameter and gradient buffers (Model::param_data/grad_data),
 // with gradient buckets reduced while the backward runs (docs/distributed.md §"Gradient buckets")

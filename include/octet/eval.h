@@ -49,9 +49,12 @@ struct EvalResult {
 
 /// Scores `text`: its tokens are cut into consecutive windows of seq_len + 1 (stride seq_len, as
 /// the training split; the last window may be shorter), so every token after the first is
-/// predicted once with up to seq_len tokens of context. Throws octet::Error if the text has fewer
-/// than 2 tokens.
-EvalResult evaluate_text(Model& model, const Tokenizer& tok, const std::string& text);
+/// predicted once with up to seq_len tokens of context. `separators` are offsets of newlines in
+/// `text` that are not text (Corpus::separators: what read_corpus puts between two files): their
+/// tokens are context for what follows but are never predicted, and their bytes are not counted.
+/// Throws octet::Error if the text has fewer than 2 tokens or nothing to predict.
+EvalResult evaluate_text(Model& model, const Tokenizer& tok, const std::string& text,
+                         const std::vector<int64_t>& separators = {});
 
 /// The trainer's validation loss: the mean over the first `batches` fixed validation batches
 /// (Dataset::val_batch) of model.batch() windows — the number `octet train` logs at an evaluation.

@@ -10,10 +10,12 @@
 // fc1 rows [gate | up] become gate_proj, up_proj; octet's RoPE pairs (i, i + Dh/2), which is
 // Llama's rotate_half, so no row permutation is needed.
 // Tokenizer: octet's BPE encodes each line with SentencePiece (a dummy-prefix U+2581 per line) and
-// a <nl> piece per newline; the export writes the same vocabulary with <nl> renamed "\n" (an added
-// token, split out first), a normalizer that prepends U+2581 and maps spaces to it, and the BPE
-// merges of every piece ranked by its SentencePiece score. The byte tokenizer becomes a BPE model
-// of the 256 byte pieces <0xNN> with byte fallback.
+// a <nl> piece per newline; the export writes the same vocabulary with <nl> renamed "\n" (the one
+// added token, split out first; "<nl>" and "<unk>" typed in the text are text, as for octet), a
+// normalizer that prepends U+2581 and maps spaces to it, and the BPE merges of every piece ranked
+// by its SentencePiece score. config.json holds the configured floats as given (1e-05, not the
+// float widened to double). The byte tokenizer becomes a BPE model of the 256 byte pieces <0xNN>
+// with byte fallback.
 #pragma once
 
 #include <string>

@@ -135,6 +135,14 @@ struct ConfigChange {
 /// octet::Error naming the key, its two values and `run_dir` (docs/training.md §Resume).
 std::vector<ConfigChange> resume_changes(const RunConfig& saved, const RunConfig& requested,
                                          const std::string& run_dir);
+/// The meaning keys (those resume_changes refuses to change) and their values in config.toml's form.
+std::map<std::string, std::string> meaning_values(const RunConfig& cfg);
+/// A resume's check of config.toml itself: the meaning keys of `requested` against those `recorded`
+/// in the run's checkpoint (TrainState::meaning; keys it does not record are not checked). Throws
+/// octet::Error naming the first key that differs, both values and `run_dir`: a hand-edited meaning
+/// key is refused as the same change through --set is.
+void check_recorded_meaning(const std::map<std::string, std::string>& recorded, const RunConfig& requested,
+                            const std::string& run_dir);
 
 /// Replaces `path` by the concatenated `chunks` crash-safely: writes <path>.tmp, fsyncs, renames.
 /// Throws octet::Error "cannot write <path>.tmp: <cause>" (or "cannot rename ...") and leaves
@@ -164,6 +172,9 @@ struct Corpus {
   std::string text;
   std::vector<std::string> files;
   int64_t invalid_utf8 = 0;  ///< bytes that are not valid UTF-8 (kept as bytes)
+  /// Offsets in `text` of the '\n' read_corpus inserted between two files (none for one file):
+  /// not text of the corpus (octet eval does not score them).
+  std::vector<int64_t> separators;
 };
 Corpus read_corpus(const std::string& path, int64_t max_bytes = 0, bool is_default = false);
 /// Number of bytes of `s` that are not part of a valid UTF-8 sequence.
@@ -233,6 +244,10 @@ class Dataset {
 /// Loads the corpus, builds or loads the tokenizer (model.vocab_size pieces; byte needs >= 256)
 /// and the split. Token streams are cached next to the tokenizer.
 std::unique_ptr<Dataset> load_dataset(const RunConfig& cfg, std::string* description = nullptr);
+/// An evaluation must read each validation window at most once: train.eval_batches ×
+/// train.batch_size <= the validation windows of `ds`. Throws octet::Error naming the keys
+/// otherwise (train() checks it first; a job's ranks check it before their first collective).
+void check_eval_split(const RunConfig& cfg, const Dataset& ds);
 
 // ---------------------------------------------------------------------------------------------
 // safetensors and checkpoints
@@ -252,6 +267,9 @@ void write_safetensors(const std::string& path, const StFile& f);
 /// Reads and validates (header length, JSON, dtypes, shapes vs offsets, checksum when present).
 /// Throws octet::Error naming the file and the problem (truncated, corrupt, checksum mismatch).
 StFile read_safetensors(const std::string& path);
+/// The "__metadata__" of the header alone (the data is neither read nor checked). Throws
+/// octet::Error naming the file if it is missing, truncated or its header is not valid JSON.
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);
 StTensor st_f32(const std::vector<int64_t>& shape, const float* data);
 std::vector<float> st_to_f32(const StTensor& t);  ///< throws unless dtype F32
 
@@ -262,6 +280,9 @@ struct TrainState {
   int64_t data_position = 0;
   int64_t skipped_steps = 0;
   int64_t bad_in_a_row = 0;
+  /// The meaning keys of the run that wrote the checkpoint (meaning_values; config.toml's form),
+  /// checked on resume against config.toml; empty in a checkpoint written before octet recorded them.
+  std::map<std::string, std::string> meaning;
 };
 /// <out>/checkpoint.safetensors: "param.<name>", "adam_m.<name>", "adam_v.<name>", the quantizer
 /// state "quant.<linear>" of every linear that keeps one (Model::quant_states: tensor-delayed FP8
@@ -272,6 +293,9 @@ void save_checkpoint(const std::string& out_dir, Model& model, const std::vector
 /// The train state of <out_dir>/checkpoint.safetensors alone (no model needed); throws
 /// octet::Error if the file is missing, corrupt or not an octet checkpoint.
 TrainState read_checkpoint_state(const std::string& out_dir);
+/// The same from the checkpoint's header alone (the tensors are neither read nor checked: cheap
+/// before load_checkpoint); throws octet::Error if the header is missing, corrupt or not octet's.
+TrainState peek_checkpoint_state(const std::string& out_dir);
 /// Loads into model (weights and quantizer states) and adam m/v (sized num_params) and returns the
 /// state; throws octet::Error if the file is missing, corrupt, or its tensors do not match the
 /// model. A checkpoint without "quant." tensors (a stateless recipe) leaves the quantizers fresh.
@@ -285,7 +309,8 @@ void load_weights(const std::string& path, Model& model);
 // Schedule and metrics
 
 /// Learning rate at step s (0-based): linear warmup over warmup_steps (lr·(s+1)/warmup), then cosine
-/// decay from lr to lr·min_lr_ratio at the last step.
+/// decay from lr at step warmup_steps to lr·min_lr_ratio at the last step (steps − 1); with
+/// steps = warmup_steps + 1 the one step after the warmup is the last and takes lr·min_lr_ratio.
 float learning_rate(const TrainConfig& t, int64_t step);
 
 /// Appends JSON lines to <out>/metrics.jsonl (flushed per line).
@@ -346,10 +371,12 @@ TrainResult train(const RunConfig& cfg, const std::string& out_dir, bool resume,
                   FILE* log, const TrainHooks& hooks = {}, const RunConfig* table_base = nullptr,
                   DistSession* dist = nullptr);
 
-/// The checks of resuming `dir` with `requested` (activations resolved) from a checkpoint at
-/// `checkpoint_step`, before anything is written: the changes of schedule keys against
-/// dir/config.toml (resume_changes), and a checkpoint not beyond train.steps. Throws octet::Error.
-std::vector<ConfigChange> check_resume(const std::string& dir, const RunConfig& requested, int64_t checkpoint_step);
+/// The checks of resuming `dir` with `requested` (activations resolved) from a checkpoint with
+/// state `checkpoint`, before anything is written: the changes of schedule keys against
+/// dir/config.toml (resume_changes), the meaning keys against those the checkpoint recorded
+/// (check_recorded_meaning), and a checkpoint not beyond train.steps. Throws octet::Error.
+std::vector<ConfigChange> check_resume(const std::string& dir, const RunConfig& requested,
+                                       const TrainState& checkpoint);
 
 /// What `octet train --resume DIR --set ...` would do, found before anything is loaded or written:
 /// DIR's config with the overrides, the checkpoint's state and the changed schedule keys. Throws

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dist/checks.h"
+#include "dist/mpi_init.h"
 #include "octet/dist.h"
 #include "octet/error.h"
 
@@ -23,19 +24,6 @@ void finalize_mpi() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
-}
-
-void ensure_mpi() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (initialized) return;
-    int provided = 0;
-    OCTET_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) == MPI_SUCCESS,
-                "MPI_Init_thread failed (is this process started by mpirun?)");
-    std::atexit(finalize_mpi);
-  });
 }
 
 MPI_Datatype mpi_type(DType t) {
@@ -56,7 +44,7 @@ int mpi_count(const Tensor& t) {
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator() {
-    ensure_mpi();
+    dist_detail::ensure_mpi();
     OCTET_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_) == MPI_SUCCESS, "MPI_Comm_dup failed");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
@@ -151,6 +139,19 @@ class MpiCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+void dist_detail::ensure_mpi() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) return;
+    int provided = 0;
+    OCTET_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) == MPI_SUCCESS,
+                "MPI_Init_thread failed (is this process started by mpirun?)");
+    std::atexit(finalize_mpi);
+  });
+}
 
 std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend) {
   OCTET_CHECK(backend.name() == "cpu", "the MPI communicator runs on CPU-backend tensors, not " + backend.name());

@@ -4,7 +4,8 @@
 // "adam_v.<name>" (AdamW moments), "quant.<linear>" (the delayed-scaling state of a tensor-delayed
 // FP8 linear's quantizers in Linear::quant_state's layout, e.g. "quant.h.0.attn.qkv", so that a
 // resumed run scales bitwise like an uninterrupted one) and, in the metadata, the train state as
-// JSON (step, AdamW step, data position, skipped steps). It is written to a temporary file, fsynced
+// JSON (step, AdamW step, data position, skipped steps, and the values of the run's meaning keys,
+// which a resume checks config.toml against). It is written to a temporary file, fsynced
 // and renamed, so the latest checkpoint is always complete. <out>/model.safetensors holds the
 // weights under their plain names (what the PyTorch twin and other tools read).
 #include <algorithm>
@@ -50,7 +51,8 @@ void save_checkpoint(const std::string& out_dir, Model& model, const std::vector
   put_all(f, "adam_v.", model, adam_v);
   nlohmann::json st = {{"format", "octet-checkpoint-1"}, {"step", s.step},
                        {"adam_step", s.adam_step},       {"data_position", s.data_position},
-                       {"skipped_steps", s.skipped_steps}, {"bad_in_a_row", s.bad_in_a_row}};
+                       {"skipped_steps", s.skipped_steps}, {"bad_in_a_row", s.bad_in_a_row},
+                       {"meaning", s.meaning}};
   for (const auto& [key, q] : model.quant_states())
     f.tensors["quant." + key] = st_f32({int64_t(q.size())}, q.data());
   f.metadata["octet_state"] = st.dump();
@@ -59,9 +61,9 @@ void save_checkpoint(const std::string& out_dir, Model& model, const std::vector
 
 namespace {
 // The train state in a checkpoint's metadata (written by save_checkpoint).
-TrainState parse_state(const StFile& f, const std::string& file) {
-  auto it = f.metadata.find("octet_state");
-  OCTET_CHECK(it != f.metadata.end(), file + ": not an octet checkpoint (no octet_state metadata)");
+TrainState parse_state(const std::map<std::string, std::string>& metadata, const std::string& file) {
+  auto it = metadata.find("octet_state");
+  OCTET_CHECK(it != metadata.end(), file + ": not an octet checkpoint (no octet_state metadata)");
   TrainState s;
   try {
     const nlohmann::json st = nlohmann::json::parse(it->second);
@@ -71,6 +73,7 @@ TrainState parse_state(const StFile& f, const std::string& file) {
     s.data_position = st.at("data_position").get<int64_t>();
     s.skipped_steps = st.at("skipped_steps").get<int64_t>();
     s.bad_in_a_row = st.at("bad_in_a_row").get<int64_t>();
+    if (st.contains("meaning")) s.meaning = st.at("meaning").get<std::map<std::string, std::string>>();
   } catch (const nlohmann::json::exception& e) {
     OCTET_FAIL(file + ": corrupt checkpoint state (" + std::string(e.what()) + ")");
   }
@@ -81,14 +84,19 @@ TrainState parse_state(const StFile& f, const std::string& file) {
 
 TrainState read_checkpoint_state(const std::string& out_dir) {
   const std::string file = out_dir + "/checkpoint.safetensors";
-  return parse_state(read_safetensors(file), file);
+  return parse_state(read_safetensors(file).metadata, file);
+}
+
+TrainState peek_checkpoint_state(const std::string& out_dir) {
+  const std::string file = out_dir + "/checkpoint.safetensors";
+  return parse_state(read_safetensors_metadata(file), file);
 }
 
 TrainState load_checkpoint(const std::string& out_dir, Model& model, std::vector<float>& adam_m,
                            std::vector<float>& adam_v) {
   const std::string file = out_dir + "/checkpoint.safetensors";
   const StFile f = read_safetensors(file);
-  const TrainState s = parse_state(f, file);
+  const TrainState s = parse_state(f.metadata, file);
   std::vector<float> params;
   get_all(f, file, "param.", model, params);
   get_all(f, file, "adam_m.", model, adam_m);

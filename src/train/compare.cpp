@@ -184,7 +184,7 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
       // The learning-rate schedule may change when one run resumes, not across the arms of one
       // comparison: arms kept finished, or resumed from other steps, would sit in one table trained
       // under different schedules.
-      for (const ConfigChange& ch : check_resume(dir, c, read_checkpoint_state(dir).step))
+      for (const ConfigChange& ch : check_resume(dir, c, read_checkpoint_state(dir)))
         OCTET_CHECK(ch.key != "train.lr" && ch.key != "train.min_lr_ratio" && ch.key != "train.warmup_steps",
                     "compare --resume cannot change " + ch.key + " (" + ch.from + " -> " + ch.to + " for arm " +
                         arm + "): its arms would be compared under different schedules; use --overwrite or "

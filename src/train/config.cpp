@@ -437,4 +437,24 @@ std::vector<ConfigChange> resume_changes(const RunConfig& saved, const RunConfig
   return changes;
 }
 
+std::map<std::string, std::string> meaning_values(const RunConfig& cfg) {
+  std::map<std::string, std::string> values;
+  for (const Key& k : registry())
+    if (!k.on_resume) values[k.key] = k.get(cfg);
+  return values;
+}
+
+void check_recorded_meaning(const std::map<std::string, std::string>& recorded, const RunConfig& requested,
+                            const std::string& run_dir) {
+  for (const Key& k : registry()) {
+    const auto it = recorded.find(k.key);
+    if (k.on_resume || it == recorded.end()) continue;
+    const std::string now = k.get(requested);
+    OCTET_CHECK(now == it->second, "cannot resume " + run_dir + " with " + k.key + " = " + now +
+                                       " from its config.toml: its checkpoint was trained with " + k.key + " = " +
+                                       it->second + ", and " + k.key +
+                                       " changes what the run is; restore it, or start a new run with --out");
+  }
+}
+
 }  // namespace octet

@@ -76,10 +76,14 @@ Corpus read_corpus(const std::string& path, int64_t max_bytes, bool is_default) 
   c.files = expand(path, is_default);
   OCTET_CHECK(!c.files.empty(), "corpus directory holds no file: " + path);
   for (const std::string& f : c.files) {
-    if (!c.text.empty()) c.text += '\n';
+    if (!c.text.empty()) {
+      c.separators.push_back(int64_t(c.text.size()));
+      c.text += '\n';
+    }
     c.text += read_file(f);
     if (max_bytes > 0 && int64_t(c.text.size()) >= max_bytes) {
       c.text.resize(size_t(max_bytes));
+      if (!c.separators.empty() && c.separators.back() >= max_bytes) c.separators.pop_back();
       break;
     }
   }

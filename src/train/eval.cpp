@@ -44,8 +44,27 @@ std::unique_ptr<Tokenizer> load_run_tokenizer(const RunConfig& cfg) {
                                  .text);
 }
 
-EvalResult evaluate_text(Model& model, const Tokenizer& tok, const std::string& text) {
-  const std::vector<int32_t> all = tok.encode(text);
+EvalResult evaluate_text(Model& model, const Tokenizer& tok, const std::string& text,
+                         const std::vector<int64_t>& separators) {
+  // The pieces between separators are encoded one by one (the same tokens as the whole text: a
+  // newline ends a line in either tokenizer); a separator's tokens are context, never a target.
+  std::vector<int32_t> all;
+  std::vector<uint8_t> scored;  // per token: 1 = predicted when it is a target
+  const std::vector<int32_t> sep = tok.encode("\n");
+  size_t from = 0;
+  for (size_t i = 0; i <= separators.size(); ++i) {
+    const bool last = i == separators.size();
+    const size_t to = last ? text.size() : size_t(separators[i]);
+    OCTET_CHECK(to >= from && to <= text.size() && (last || (to < text.size() && text[to] == '\n')),
+                "evaluate_text: separator offset " + std::to_string(to) + " is not a newline of the text");
+    const std::vector<int32_t> ids = tok.encode(text.substr(from, to - from));
+    all.insert(all.end(), ids.begin(), ids.end());
+    scored.insert(scored.end(), ids.size(), 1);
+    if (last) break;
+    all.insert(all.end(), sep.begin(), sep.end());
+    scored.insert(scored.end(), sep.size(), 0);
+    from = to + 1;
+  }
   OCTET_CHECK(all.size() >= 2, "the text has " + std::to_string(all.size()) +
                                    " tokens; evaluation needs at least 2 (one to predict)");
   const int64_t T = model.config().seq_len, B = model.batch(), n = int64_t(all.size());
@@ -57,16 +76,18 @@ EvalResult evaluate_text(Model& model, const Tokenizer& tok, const std::string& 
     for (int64_t b = 0; b < B && start < n - 1; ++b, start += T) {
       const int64_t len = std::min(T, n - 1 - start);
       for (int64_t t = 0; t < len; ++t) {
+        const size_t next = size_t(start + t + 1);
         ids[size_t(b * T + t)] = all[size_t(start + t)];
-        targets[size_t(b * T + t)] = all[size_t(start + t + 1)];
+        targets[size_t(b * T + t)] = scored[next] ? all[next] : -1;
+        counted += scored[next];
       }
-      counted += len;
     }
     model.forward_backward(ids.data(), targets.data(), false, 1.0f);
   }
+  OCTET_CHECK(counted >= 1, "the text has no token to predict (only file separators after its first token)");
   EvalResult r;
   r.tokens = counted;
-  r.bytes = int64_t(text.size());
+  r.bytes = int64_t(text.size() - separators.size());
   r.loss = model.take_loss() / double(counted);
   r.perplexity = std::exp(r.loss);
   r.bits_per_byte = r.loss * double(counted) / std::log(2.0) / double(std::max<int64_t>(r.bytes, 1));

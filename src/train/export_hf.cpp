@@ -7,6 +7,7 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -79,10 +80,10 @@ json bpe_tokenizer_json(const std::string& model_path) {
   std::sort(merges.begin(), merges.end());
   json jm = json::array();
   for (auto& m : merges) jm.push_back({std::get<3>(m), std::get<4>(m)});
+  // The one added token is the newline. <unk> stays a vocabulary entry only (the BPE model's
+  // unk_token): an added token would be matched in the text, where octet reads "<unk>" as text.
   const std::string unk = sp.IdToPiece(sp.unk_id());
-  json added = json::array({{{"id", sp.unk_id()}, {"content", unk}, {"single_word", false}, {"lstrip", false},
-                             {"rstrip", false}, {"normalized", false}, {"special", true}},
-                            {{"id", nl}, {"content", "\n"}, {"single_word", false}, {"lstrip", false},
+  json added = json::array({{{"id", nl}, {"content", "\n"}, {"single_word", false}, {"lstrip", false},
                              {"rstrip", false}, {"normalized", false}, {"special", false}}});
   json normalizer = {{"type", "Sequence"},
                      {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", kMeta}},
@@ -119,6 +120,16 @@ StTensor tensor(const std::vector<int64_t>& shape, const float* src, bool bf16) 
     std::memcpy(t.data.data(), src, n * 4);
   }
   return t;
+}
+
+// A configured float as the decimal it was given as (the float's shortest round-trip form: 1e-05),
+// not the float widened to double (9.999999747378752e-06); it reads back as the same float.
+double as_configured(float x) {
+  char buf[32];
+  const auto written = std::to_chars(buf, buf + sizeof buf, x);
+  double d = 0;
+  std::from_chars(buf, written.ptr, d);
+  return d;
 }
 
 void write_text(const fs::path& p, const std::string& s) {
@@ -183,10 +194,10 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const Ex
                  {"vocab_size", c.vocab_size}, {"hidden_size", d}, {"intermediate_size", F},
                  {"num_hidden_layers", c.n_layer}, {"num_attention_heads", H}, {"num_key_value_heads", G},
                  {"head_dim", Dh}, {"max_position_embeddings", c.seq_len}, {"hidden_act", "silu"},
-                 {"rms_norm_eps", c.norm_eps}, {"rope_theta", c.rope_theta},
-                 {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", c.rope_theta}}},
+                 {"rms_norm_eps", as_configured(c.norm_eps)}, {"rope_theta", as_configured(c.rope_theta)},
+                 {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", as_configured(c.rope_theta)}}},
                  {"attention_bias", false}, {"attention_dropout", 0.0}, {"mlp_bias", false},
-                 {"tie_word_embeddings", c.tied_embeddings}, {"initializer_range", c.init_std},
+                 {"tie_word_embeddings", c.tied_embeddings}, {"initializer_range", as_configured(c.init_std)},
                  {"bos_token_id", nullptr}, {"eos_token_id", nullptr}, {"pad_token_id", nullptr},
                  {"use_cache", true}, {"dtype", dtype_name}, {"torch_dtype", dtype_name},
                  {"octet_arm", to_string(r.cfg.precision.arm)}};

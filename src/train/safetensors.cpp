@@ -77,14 +77,15 @@ void write_safetensors(const std::string& path, const StFile& f) {
   write_file_atomic(path, chunks);
 }
 
-StFile read_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+namespace {
+// Opens `path` and reads its header: the JSON object, and the sizes of the file and the header.
+nlohmann::json read_header(std::ifstream& in, const std::string& path, uint64_t& size, uint64_t& hlen) {
   OCTET_CHECK(in.good(), io_error("cannot open", path));
   in.seekg(0, std::ios::end);
-  const uint64_t size = uint64_t(in.tellg());
+  size = uint64_t(in.tellg());
   in.seekg(0);
   OCTET_CHECK(size >= 8, path + ": truncated safetensors file (" + std::to_string(size) + " bytes)");
-  uint64_t hlen = 0;
+  hlen = 0;
   in.read(reinterpret_cast<char*>(&hlen), 8);
   OCTET_CHECK(hlen <= size - 8 && hlen < (uint64_t(100) << 20),
               path + ": truncated or corrupt safetensors file (header length " + std::to_string(hlen) +
@@ -98,6 +99,29 @@ StFile read_safetensors(const std::string& path) {
     OCTET_FAIL(path + ": corrupt safetensors header (" + std::string(e.what()) + ")");
   }
   OCTET_CHECK(header.is_object(), path + ": corrupt safetensors header (not a JSON object)");
+  return header;
+}
+}  // namespace
+
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t size = 0, hlen = 0;
+  const nlohmann::json header = read_header(in, path, size, hlen);
+  std::map<std::string, std::string> metadata;
+  try {
+    if (header.contains("__metadata__"))
+      for (auto& [k, s] : header["__metadata__"].items()) metadata[k] = s.get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    OCTET_FAIL(path + ": corrupt safetensors header (" + std::string(e.what()) + ")");
+  }
+  metadata.erase("octet_checksum");
+  return metadata;
+}
+
+StFile read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t size = 0, hlen = 0;
+  const nlohmann::json header = read_header(in, path, size, hlen);
   const uint64_t data_size = size - 8 - hlen;
   std::vector<uint8_t> data(data_size);
   in.read(reinterpret_cast<char*>(data.data()), std::streamsize(data_size));

@@ -13,10 +13,13 @@ namespace octet {
 
 float learning_rate(const TrainConfig& t, int64_t step) {
   if (step < t.warmup_steps) return t.lr * float(step + 1) / float(t.warmup_steps);
+  // The decay runs over steps warmup .. steps-1: its first step has lr, its last one the floor. One
+  // decay step is both; it is the last step, so it takes the floor. No decay step: lr stays.
   const int64_t decay_steps = t.steps - t.warmup_steps;
-  if (decay_steps <= 1) return t.lr;
-  const double progress = std::min(1.0, double(step - t.warmup_steps) / double(decay_steps - 1));
+  if (decay_steps <= 0) return t.lr;
   const double floor = double(t.lr) * double(t.min_lr_ratio);
+  if (decay_steps == 1) return float(floor);
+  const double progress = std::min(1.0, double(step - t.warmup_steps) / double(decay_steps - 1));
   return float(floor + 0.5 * (double(t.lr) - floor) * (1.0 + std::cos(M_PI * progress)));
 }
 

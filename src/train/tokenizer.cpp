@@ -2,7 +2,8 @@
 // Richardson, "SentencePiece", arXiv 1808.06226; BPE after Sennrich et al. 2016), trained once per
 // (corpus, vocab size) and cached. Settings: identity normalization and no whitespace folding (code
 // and reStructuredText keep their indentation), byte fallback (every byte sequence encodes, no
-// <unk> in practice), newline as its own user-defined piece (lines are SentencePiece's sentences).
+// <unk> in practice), newline as its own piece <nl> (lines are SentencePiece's sentences; the piece
+// is matched for newlines only, never in text: "<nl>" typed in the text round-trips as text).
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
@@ -15,6 +16,7 @@
 #include "model/layout.h"
 #include "octet/error.h"
 #include "octet/train.h"
+#include "train/spm_proto.h"
 #include "train/utf8.h"
 
 namespace octet {
@@ -77,6 +79,15 @@ class BpeTokenizer : public Tokenizer {
     OCTET_CHECK(st.ok(), "cannot load SentencePiece model " + model_path + ": " + st.ToString());
     newline_id_ = sp_.PieceToId(kNewline);
     OCTET_CHECK(newline_id_ != sp_.unk_id(), "SentencePiece model " + model_path + " lacks the <nl> piece");
+    // The model was trained with <nl> as a user-defined piece, which SentencePiece would also match
+    // in a line's text. encode() emits it for the newlines alone, so it becomes a control piece here:
+    // a literal "<nl>" (like "<unk>" or "<0x0A>") in the text is then ordinary text, split into the
+    // pieces of its characters as the exported Hugging Face tokenizer splits it, and decodes back.
+    const auto re = sp_.LoadFromSerializedProto(
+        train_detail::with_piece_type(sp_.serialized_model_proto(), kNewline, train_detail::SpmPieceType::Control));
+    OCTET_CHECK(re.ok(), "cannot load SentencePiece model " + model_path + ": " + re.ToString());
+    OCTET_CHECK(sp_.PieceToId(kNewline) == newline_id_ && sp_.IsControl(newline_id_),
+                "SentencePiece model " + model_path + ": cannot make <nl> a control piece");
   }
   std::string name() const override { return "bpe"; }
   int64_t vocab_size() const override { return sp_.GetPieceSize(); }

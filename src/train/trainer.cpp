@@ -46,6 +46,15 @@ void check_rank_split(const RunConfig& cfg, int64_t ranks) {
                   std::to_string(ranks) + " ranks (docs/distributed.md)");
 }
 
+void check_eval_split(const RunConfig& cfg, const Dataset& ds) {
+  // an evaluation reads each validation window at most once (Dataset::val_batch wraps around)
+  OCTET_CHECK(cfg.train.eval_batches * cfg.train.batch_size <= ds.n_val_windows(),
+              "train.eval_batches x train.batch_size = " +
+                  std::to_string(cfg.train.eval_batches * cfg.train.batch_size) +
+                  " validation sequences, but the validation split has " + std::to_string(ds.n_val_windows()) +
+                  " (lower train.eval_batches, or raise data.val_fraction or the corpus size)");
+}
+
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
@@ -132,8 +141,11 @@ void print_table(FILE* log, const RunConfig& cfg, const Model& model, const std:
 
 }  // namespace
 
-std::vector<ConfigChange> check_resume(const std::string& dir, const RunConfig& requested, int64_t checkpoint_step) {
+std::vector<ConfigChange> check_resume(const std::string& dir, const RunConfig& requested,
+                                       const TrainState& checkpoint) {
   std::vector<ConfigChange> changes = resume_changes(load_config(dir + "/config.toml"), requested, dir);
+  check_recorded_meaning(checkpoint.meaning, requested, dir);  // config.toml itself may have been edited
+  const int64_t checkpoint_step = checkpoint.step;
   OCTET_CHECK(checkpoint_step <= requested.train.steps,
               "cannot resume " + dir + " with train.steps = " + std::to_string(requested.train.steps) +
                   ": its checkpoint is at step " + std::to_string(checkpoint_step) +
@@ -148,7 +160,7 @@ ResumePlan plan_resume(const std::string& dir, const std::vector<std::string>& o
   ResumePlan plan;
   plan.config = load_config(conf, overrides);
   plan.state = read_checkpoint_state(dir);
-  plan.changes = check_resume(dir, plan.config, plan.state.step);
+  plan.changes = check_resume(dir, plan.config, plan.state);
   return plan;
 }
 
@@ -176,13 +188,7 @@ class RunDirLock {
 TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool resume, Dataset& ds,
                   FILE* log_in, const TrainHooks& hooks, const RunConfig* table_base, DistSession* dist) {
   run_cfg.validate();
-  // an evaluation reads each validation window at most once (Dataset::val_batch wraps around)
-  OCTET_CHECK(run_cfg.train.eval_batches * run_cfg.train.batch_size <= ds.n_val_windows(),
-              "train.eval_batches x train.batch_size = " +
-                  std::to_string(run_cfg.train.eval_batches * run_cfg.train.batch_size) +
-                  " validation sequences, but the validation split has " +
-                  std::to_string(ds.n_val_windows()) +
-                  " (lower train.eval_batches, or raise data.val_fraction or the corpus size)");
+  check_eval_split(run_cfg, ds);
   std::unique_ptr<Backend> own_backend;
   if (!dist) own_backend = make_backend(run_cfg.device);
   Backend& be = dist ? *dist->backend : *own_backend;
@@ -224,10 +230,12 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   TrainState st;
   std::vector<ConfigChange> changes;
   if (resume) {  // everything checked before the first write (docs/training.md §Resume)
-    resume_changes(load_config(out_dir + "/config.toml"), cfg, out_dir);  // before a checkpoint shape error
+    // before a checkpoint shape error: a meaning key changed by --set, or by an edit of config.toml
+    resume_changes(load_config(out_dir + "/config.toml"), cfg, out_dir);
+    check_recorded_meaning(peek_checkpoint_state(out_dir).meaning, cfg, out_dir);
     std::vector<float> hm, hv;
     st = load_checkpoint(out_dir, model, hm, hv);
-    changes = check_resume(out_dir, cfg, st.step);
+    changes = check_resume(out_dir, cfg, st);
     if (st.step == t.steps) {
       TrainResult done;
       done.complete = true;
@@ -243,6 +251,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     model.init(t.seed);
     if (writer) write_file_atomic(out_dir + "/config.toml", {to_toml(cfg)});
   }
+  st.meaning = meaning_values(cfg);  // every checkpoint records what the run computes
   std::optional<MetricsLog> metrics_log;
   if (writer) metrics_log.emplace(metrics_path, resume);
   auto write_metrics = [&](const json& j) {

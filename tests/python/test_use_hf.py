@@ -87,6 +87,52 @@ def test_fp32_export_matches_octet(runs, name):
         assert gen[0, len(ids):].tolist() == o["ids"], prompt
 
 
+# Piece names typed as text: octet reads them as text (they round-trip) and the exported tokenizer
+# gives octet's ids for them (neither "<nl>" as a newline nor "<unk>" as the unknown piece).
+LITERALS = ["<nl>", "<unk>", "a <nl> b<unk>c", "<nl>\n<unk>", "x <0x0A> <s></s>", "  <nl>"]
+
+
+@pytest.mark.parametrize("name", ["bpe_tied", "byte_untied"])
+def test_literal_piece_names_round_trip_and_match_hf(runs, name):
+    tok = transformers.AutoTokenizer.from_pretrained(export(runs[name], runs["tmp"] / f"hf_lit_{name}", "fp32"))
+    for text in LITERALS:
+        o = sample_json(runs[name], text, "--temperature", "0", "--max-new-tokens", "1")
+        assert tok(text, add_special_tokens=False)["input_ids"] == o["prompt_ids"], text
+        assert tok.decode(o["prompt_ids"]) == text, text
+        # octet's own decoding: the streamed output starts with the prompt as decoded from its ids
+        r = octet("sample", "--run", runs[name], "--prompt", text, "--max-new-tokens", "1", "--temperature", "0")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith(text), (text, r.stdout)
+
+
+def test_config_json_carries_the_configured_floats(runs):
+    """config.json holds the values as configured (1e-05), not the float widened to double."""
+    hf = export(runs["bpe_tied"], runs["tmp"] / "hf_floats", "bf16")
+    cfg = json.loads((hf / "config.json").read_text())
+    toml = (runs["bpe_tied"] / "config.toml").read_text()
+    assert "norm_eps = 1e-05" in toml and "init_std = 0.02" in toml
+    assert cfg["rms_norm_eps"] == 1e-05
+    assert cfg["initializer_range"] == 0.02
+    assert cfg["rope_theta"] == 10000.0 and cfg["rope_parameters"]["rope_theta"] == 10000.0
+    assert "9.99999974" not in (hf / "config.json").read_text()
+
+
+def test_sample_json_last_logits_is_what_its_help_says(runs):
+    """--help names the position, that the logits are raw (before temperature and top-k/top-p) and
+    their length; the values agree: the same for any sampling setting, vocab_size floats, and the
+    greedy first token is their argmax."""
+    h = octet("sample", "--help").stdout
+    flat = " ".join(h.split())
+    for words in ("last_logits", "prompt's last position", "before temperature, top-k, top-p", "vocab_size floats"):
+        assert words in flat, (words, h)
+    run = runs["bpe_tied"]
+    greedy = sample_json(run, PROMPTS[0], "--temperature", "0", "--max-new-tokens", "1")
+    hot = sample_json(run, PROMPTS[0], "--temperature", "2", "--top-k", "3", "--top-p", "0.5", "--max-new-tokens", "1")
+    assert len(greedy["last_logits"]) == 320
+    assert hot["last_logits"] == greedy["last_logits"]
+    assert greedy["ids"][0] == int(np.argmax(greedy["last_logits"]))
+
+
 def test_bf16_export_within_bf16_tolerance(runs):
     hf = export(runs["bpe_tied"], runs["tmp"] / "hf16", "bf16")
     model = transformers.AutoModelForCausalLM.from_pretrained(hf, dtype=torch.bfloat16).eval()
@@ -119,6 +165,29 @@ def test_eval_equals_trainer_validation_loss(runs):
     # bits per byte = summed nats / ln 2 / bytes
     assert e["bits_per_byte"] == pytest.approx(e["loss"] * e["tokens"] / math.log(2) / e["bytes"], rel=1e-9)
     assert 0 < e["loss"] < math.log(320)  # trained: better than uniform
+
+
+def test_eval_of_a_directory_does_not_score_the_file_separator(runs):
+    """--data DIR reads the files joined by a newline: that newline is context, not text: one token
+    fewer is scored than for the same text in one file (where the newline is the file's), and the
+    bytes are the files' bytes."""
+    tmp, run = runs["tmp"], runs["bpe_tied"]
+    a, b = corpus_text(seed=7, lines=20).rstrip("\n"), corpus_text(seed=8, lines=20)
+    d = tmp / "two_files"
+    d.mkdir()
+    (d / "a.txt").write_text(a)
+    (d / "b.txt").write_text(b)
+    (tmp / "joined.txt").write_text(a + "\n" + b)
+    def ev(path):
+        r = octet("eval", "--run", run, "--data", path, "--json")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+    both, joined = ev(d), ev(tmp / "joined.txt")
+    assert both["bytes"] == len(a.encode()) + len(b.encode()) == joined["bytes"] - 1
+    assert both["tokens"] == joined["tokens"] - 1
+    # the scored tokens are the joined text's minus the separator's prediction: the sums differ by
+    # one token's loss, which is positive
+    assert both["loss"] * both["tokens"] < joined["loss"] * joined["tokens"]
 
 
 def test_fp8_run_eval_and_the_trainers_sample(runs):

@@ -26,6 +26,7 @@
 #include "core/weight_gather_args.h"
 #include "cpu/backend/act_io.h"
 #include "cpu/backend/cpu_backend.h"
+#include "cpu/parallel.h"
 #include "fp8/linear_state.h"
 #include "octet/error.h"
 #include "octet/gemm.h"
@@ -34,11 +35,23 @@
 namespace octet::cpu {
 namespace {
 
-// dst [cols, rows] = srcᵀ, src [rows, cols] row-major.
+// dst [cols, rows] = srcᵀ, src [rows, cols] row-major, in bands of 32 source columns (one cache
+// line of each source row; 32 destination rows written in step), on the backend's threads when
+// the matrix is large enough to pay for starting them.
 std::vector<float> transpose(const float* src, int64_t rows, int64_t cols) {
+  constexpr int64_t kBand = 32, kParallelMin = int64_t(1) << 18;
   std::vector<float> dst(size_t(rows * cols));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[size_t(c * rows + r)] = src[r * cols + c];
+  auto band = [&](int64_t k) {
+    const int64_t c0 = k * kBand, c1 = std::min(cols, c0 + kBand);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = c0; c < c1; ++c) dst[size_t(c * rows + r)] = src[r * cols + c];
+  };
+  const int64_t bands = (cols + kBand - 1) / kBand;
+  if (rows * cols >= kParallelMin) {
+    parallel_for(bands, band);
+  } else {
+    for (int64_t k = 0; k < bands; ++k) band(k);
+  }
   return dst;
 }
 

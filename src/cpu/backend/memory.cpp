@@ -11,6 +11,7 @@
 
 #include "cpu/backend/act_io.h"
 #include "cpu/backend/cpu_backend.h"
+#include "cpu/parallel.h"
 #include "octet/error.h"
 
 namespace octet {
@@ -102,6 +103,9 @@ void CpuBackend::scale(float a, const Tensor& x) {
 
 }  // namespace cpu
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  cpu::cpu_threads();  // an invalid OCTET_NUM_THREADS is an error here, before any work
+  return std::make_unique<cpu::CpuBackend>();
+}
 
 }  // namespace octet
