@@ -3,7 +3,7 @@
 # SDPA"), in about 5 minutes: the GPU tests of the BF16 routing and the attention (CudnnSdpa.*,
 # CudaAttention.*, Flash*), the attention benchmark rows (octet's, bf16-fused, and the cuDNN
 # BF16/FP8 peers; B4 H16, D128 causal and not at S 1024..16384, D64 causal at S 4096), and
-# `octet attention-check --device cuda` for the fused FP8 kernels (form tiled), the unfused path
+# `octet attention-check --device cuda` for the fused FP8 kernels (form flash), the unfused path
 # (form whole) and cuDNN's BF16 SDPA against the FP64 oracle (B1 H8 T1024 D128 causal, GQA 8/2).
 # Carry: .cuda-carry from bench/pack_gpu_carry.sh (bin/{octet,test_cuda}, lib/), as a directory or
 # packed as .cuda-carry/carry.tar.xz. Usage: bench/gpu_cudnn.sh [tests] [bench] [check]; logs and

@@ -5,7 +5,7 @@
 # venv's python), or given directly as OCTET_CUDNN_FRONTEND_INCLUDE / OCTET_CUTLASS_INCLUDE.
 # Defines, for a CUDA build:
 #   octet_cudnn   INTERFACE target: the frontend's include directory and cuDNN 9's headers (beside
-#                 the CUDA toolkit, or CUDNN_ROOT); required (src/cuda/cudnn_sdpa.cpp). cuDNN itself
+#                 the CUDA toolkit, or CUDNN_ROOT); required (src/cuda/attention/cudnn/cudnn_sdpa.cpp). cuDNN itself
 #                 is loaded at run time (the frontend's dynamic loading), so nothing is linked but libdl.
 #   octet_cutlass INTERFACE target: CUTLASS/CuTe include directories (only when found).
 if(DEFINED OCTET_PYTHON AND NOT OCTET_PYTHON_SITE)

@@ -1,5 +1,5 @@
 // `octet attention-check`: runs the CPU attention (one precision, delta mode and form) — or, with
-// --device cuda, the CUDA backend's (form tiled: the fused FP8 kernels or cuDNN's fused BF16 SDPA;
+// --device cuda, the CUDA backend's (form flash: the fused FP8 kernels or cuDNN's fused BF16 SDPA;
 // whole: the unfused path; docs/cuda.md) — forward and
 // backward on generated inputs and measures it against the FP64 oracle: relative L2 errors of O,
 // dQ, dK, dV, the cosine of dQ, the dQ error along the attention-weighted mean key, and the
@@ -310,7 +310,7 @@ OCTET_COMMAND("attention-check", [](CLI::App& app) {
   cmd->add_option("--dim", opt->dim, "head dim D")->capture_default_str();
   cmd->add_flag("--causal", opt->causal, "causal mask, aligned to the bottom-right");
   cmd->add_option("--device", opt->device,
-                  "cpu: the reference; cuda: the CUDA backend (form tiled: fused kernels / cuDNN "
+                  "cpu: the reference; cuda: the CUDA backend (form flash: flash kernels / cuDNN "
                   "SDPA; whole: unfused)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -324,9 +324,9 @@ OCTET_COMMAND("attention-check", [](CLI::App& app) {
       ->capture_default_str();
   add_enum_option<Format>(cmd, "--do-format", opt->do_format, "fp8 dO format")->capture_default_str();
   add_enum_option<Format>(cmd, "--ds-format", opt->ds_format, "fp8 dS format")->capture_default_str();
-  cmd->add_option("--block-q", opt->block_q, "query block Bq: the tiled form's query tile and, in both forms, the dS scale tile")
+  cmd->add_option("--block-q", opt->block_q, "query block Bq: the flash form's query tile and, in both forms, the dS scale tile")
       ->capture_default_str();
-  cmd->add_option("--block-k", opt->block_k, "key block Bc: the tiled form's key tile and, in both forms, the dS scale tile")
+  cmd->add_option("--block-k", opt->block_k, "key block Bc: the flash form's key tile and, in both forms, the dS scale tile")
       ->capture_default_str();
   cmd->add_option("--p-scale", opt->p_scale, "static power-of-two scale of P before E4M3, in [1, 256]")
       ->capture_default_str();

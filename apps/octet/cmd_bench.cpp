@@ -1,10 +1,11 @@
 // `octet bench`: GPU benchmarks, one JSON object per line with --json (else a table).
 //   octet bench gemm       cuBLASLt GEMMs of transformer shapes: FP8 per-tensor and block-scaled vs BF16
 //   octet bench quantize   the quantization kernels (both FP8 copies in one pass) per recipe
-//   octet bench attention  the CUDA backend's FP8 attention (stale, matched delta; unfused and
-//                          fused) and BF16 one (unfused, and cuDNN's fused SDPA), the cuDNN BF16
-//                          and FP8 SDPA peers called directly, then PyTorch SDPA through
-//                          bench/peers/sdpa.py
+//   octet bench attention  per case of octet/attention_cases.h: the cuDNN BF16 and FP8 SDPA peers
+//                          called directly, then octet's attention (flash FP8 kernels, stale and
+//                          matched delta; cuDNN behind octet's Attention; the unfused form), each
+//                          row with its error against the FP64 oracle and its time over the peers';
+//                          then PyTorch SDPA through bench/peers/sdpa.py
 //   octet bench train      whole training steps (fwd, bwd, clip, AdamW) of GPT-2-family models
 //                          (124M..1.3B) per precision arm on synthetic tokens: tokens/s, TFLOP/s,
 //                          MFU against the BF16 and FP8 peaks, peak memory (octet/bench.h), then
@@ -13,12 +14,16 @@
 // Every line carries the GPU name, CUDA runtime/driver, cuBLASLt and cuDNN versions and the UTC date, so a
 // results file (bench/results/*.jsonl) says where and when it was measured. Method: CUDA events,
 // warm-up, median of the repetitions, operands rotated beyond the L2 (octet/bench.h).
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <cstdlib>
 #include <ctime>
 #include <map>
+#include <sstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -159,14 +164,46 @@ void run_ops(const OpsArgs& a) {
 
 struct AttnArgs {
   bool json = false;
-  int64_t batch = 4, heads = 16, head_dim = 128;
-  std::vector<int64_t> seqs{1024, 4096, 8192, 16384};
+  /// bench | check (octet/attention_cases.h) | case names of either set, comma-separated
+  std::string cases = "bench";
+  /// A custom shape instead of the cases, when any of these is given on the command line.
+  int64_t batch = 4, heads = 16, kv_heads = 0, head_dim = 128;
+  std::vector<int64_t> seqs{1024, 4096};
   bool causal = true;
+  bool custom = false;
   int reps = 20, warmup = 3;
   std::string peer = "bench/peers/sdpa.py";  ///< PyTorch SDPA peer script ("" to skip)
   std::string python = "python3";
   std::string input_dtype = "bf16";  ///< octet's rows: bf16 (as the trainer) | f32
 };
+
+// The cases `octet bench attention` runs: the custom shape, or the named set or cases.
+std::vector<octet::AttentionCase> attention_cases_of(const AttnArgs& a) {
+  using octet::AttentionCaseSet;
+  if (a.custom) {
+    std::vector<octet::AttentionCase> out;
+    for (int64_t S : a.seqs) {
+      octet::AttentionShape s;
+      s.batch = a.batch, s.n_heads = a.heads, s.n_kv_heads = a.kv_heads ? a.kv_heads : a.heads;
+      s.head_dim = a.head_dim, s.seq_q = s.seq_k = S, s.causal = a.causal;
+      s.validate();
+      out.push_back({octet::attention_case_name(s), s});
+    }
+    return out;
+  }
+  if (a.cases == "bench") return octet::attention_cases(AttentionCaseSet::Bench);
+  if (a.cases == "check") return octet::attention_cases(AttentionCaseSet::Check);
+  std::vector<octet::AttentionCase> out;
+  std::stringstream ss(a.cases);
+  for (std::string name; std::getline(ss, name, ',');) {
+    bool found = false;
+    for (AttentionCaseSet set : {AttentionCaseSet::Bench, AttentionCaseSet::Check})
+      for (const octet::AttentionCase& c : octet::attention_cases(set))
+        if (c.name == name && !found) out.push_back(c), found = true;
+    if (!found) octet::select_attention_cases(AttentionCaseSet::Bench, name);  // throws, naming it
+  }
+  return out;
+}
 
 // Runs a peer script (python + script + args) after octet's rows, so both sets of numbers come from
 // one machine and one moment; its lines go to stdout after octet's. A missing script is skipped.
@@ -188,52 +225,69 @@ void run_peer_script(const std::string& what, const std::string& python, const s
 }
 
 #ifdef OCTET_WITH_CUDA
-void run_peer(const AttnArgs& a) {
-  std::string seqs;
-  for (int64_t s : a.seqs) seqs += (seqs.empty() ? "" : ",") + std::to_string(s);
-  run_peer_script("attention", a.python, a.peer,
-                  "--batch " + std::to_string(a.batch) + " --heads " + std::to_string(a.heads) +
-                      " --head-dim " + std::to_string(a.head_dim) + " --seq " + seqs + " --causal " +
-                      (a.causal ? "1" : "0") + " --reps " + std::to_string(a.reps) + " --warmup " +
-                      std::to_string(a.warmup) + (a.json ? " --json" : ""));
+// The PyTorch SDPA peer once per (B, H, D, causal) of the cases it can take (H = G, Tq = Tk), with
+// that group's sequence lengths.
+void run_peer(const AttnArgs& a, const std::vector<octet::AttentionCase>& cases) {
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, std::string> groups;
+  for (const octet::AttentionCase& c : cases) {
+    const octet::AttentionShape& s = c.shape;
+    if (s.n_kv_heads != s.n_heads || s.seq_q != s.seq_k) continue;
+    std::string& seqs = groups[{s.batch, s.n_heads, s.head_dim, s.causal}];
+    seqs += (seqs.empty() ? "" : ",") + std::to_string(s.seq_q);
+  }
+  for (const auto& [key, seqs] : groups) {
+    const auto& [B, H, D, causal] = key;
+    run_peer_script("attention", a.python, a.peer,
+                    "--batch " + std::to_string(B) + " --heads " + std::to_string(H) +
+                        " --head-dim " + std::to_string(D) + " --seq " + seqs + " --causal " +
+                        (causal ? "1" : "0") + " --reps " + std::to_string(a.reps) +
+                        " --warmup " + std::to_string(a.warmup) + (a.json ? " --json" : ""));
+  }
 }
 #endif
 
 void run_attention(const AttnArgs& a) {
 #ifdef OCTET_WITH_CUDA
   octet::cuda::AttnBenchOptions o;
-  o.batch = a.batch;
-  o.heads = a.heads;
-  o.head_dim = a.head_dim;
-  o.seqs = a.seqs;
-  o.causal = a.causal;
+  o.cases = attention_cases_of(a);
   o.reps = a.reps;
   o.warmup = a.warmup;
   o.input_dtype = octet::parse_dtype(a.input_dtype);
   const nlohmann::json env = env_json();
   if (!a.json)
-    std::printf("%-21s %3s %3s %6s %4s %6s %9s %9s %9s %9s  %s\n", "impl", "B", "H", "S", "D",
-                "causal", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s", "fwd/bwd kernel");
+    std::printf("%-27s %-26s %8s %8s %7s %7s %7s %7s %8s %8s  %s\n", "impl", "case", "fwd ms",
+                "bwd ms", "fwd/bf", "bwd/bf", "fwd/f8", "bwd/f8", "err", "bound", "kernels");
+  auto num = [](double x) { return std::isnan(x) ? nlohmann::json() : nlohmann::json(x); };
   octet::cuda::bench_attention(o, [&](const octet::cuda::AttnBenchRow& r) {
     nlohmann::json j = env;
-    j.update({{"bench", "attention"}, {"impl", r.impl}, {"batch", r.batch}, {"heads", r.heads},
-              {"seq", r.seq}, {"head_dim", r.head_dim}, {"causal", r.causal},
-              {"fwd_ms", r.fwd_ms}, {"bwd_ms", r.bwd_ms}, {"fwd_tflops", r.fwd_tflops},
-              {"bwd_tflops", r.bwd_tflops}, {"reps", r.reps}});
-    if (!r.fwd_kernel.empty()) j["fwd_kernel"] = r.fwd_kernel;  // octet-fp8-fused rows
+    j.update({{"bench", "attention"}, {"impl", r.impl}, {"case", r.case_name}, {"batch", r.batch},
+              {"heads", r.heads}, {"kv_heads", r.kv_heads}, {"seq", r.seq}, {"seq_k", r.seq_k},
+              {"head_dim", r.head_dim}, {"causal", r.causal}, {"fwd_ms", num(r.fwd_ms)},
+              {"bwd_ms", num(r.bwd_ms)}, {"fwd_tflops", num(r.fwd_tflops)},
+              {"bwd_tflops", num(r.bwd_tflops)}, {"reps", r.reps},
+              {"err_o_vs_fp64", num(r.err_o)}, {"err_dq_vs_fp64", num(r.err_dq)},
+              {"err_vs_fp64", num(std::max(r.err_o, r.err_dq))}, {"err_bound", num(r.err_bound)},
+              {"fwd_vs_cudnn_bf16", num(r.fwd_vs_cudnn_bf16)},
+              {"bwd_vs_cudnn_bf16", num(r.bwd_vs_cudnn_bf16)},
+              {"fwd_vs_cudnn_fp8", num(r.fwd_vs_cudnn_fp8)},
+              {"bwd_vs_cudnn_fp8", num(r.bwd_vs_cudnn_fp8)}});
+    if (!std::isnan(r.err_bound)) j["err_ok"] = std::max(r.err_o, r.err_dq) <= r.err_bound;
+    if (!r.fwd_kernel.empty()) j["fwd_kernel"] = r.fwd_kernel;  // octet's flash FP8 rows
     if (!r.bwd_kernel.empty()) j["bwd_kernel"] = r.bwd_kernel;
     if (!r.input_dtype.empty()) j["input_dtype"] = r.input_dtype;  // octet's rows
-    char line[224];
-    std::snprintf(line, sizeof(line), "%-21s %3lld %3lld %6lld %4lld %6s %9.3f %9.1f %9.3f %9.1f  %s/%s",
-                  r.impl.c_str(), (long long)r.batch, (long long)r.heads, (long long)r.seq,
-                  (long long)r.head_dim, r.causal ? "yes" : "no", r.fwd_ms, r.fwd_tflops, r.bwd_ms,
-                  r.bwd_tflops, r.fwd_kernel.empty() ? "-" : r.fwd_kernel.c_str(),
+    char line[256];
+    std::snprintf(line, sizeof(line), "%-27s %-26s %8.3f %8.3f %7.2f %7.2f %7.2f %7.2f %8.1e %8.1e  %s/%s",
+                  r.impl.c_str(), r.case_name.c_str(), r.fwd_ms, r.bwd_ms, r.fwd_vs_cudnn_bf16,
+                  r.bwd_vs_cudnn_bf16, r.fwd_vs_cudnn_fp8, r.bwd_vs_cudnn_fp8,
+                  std::max(r.err_o, r.err_dq), r.err_bound,
+                  r.fwd_kernel.empty() ? "-" : r.fwd_kernel.c_str(),
                   r.bwd_kernel.empty() ? "-" : r.bwd_kernel.c_str());
     emit(a.json, j, line);
   });
-  run_peer(a);
+  run_peer(a, o.cases);
 #else
   (void)a;
+  (void)attention_cases_of;
   no_cuda();
 #endif
 }
@@ -379,11 +433,16 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   auto* attn = bench->add_subcommand(
       "attention", "FP8 attention (stale, matched) vs BF16 and the cuDNN SDPA peers, fwd+bwd");
   attn->add_flag("--json", t.json, "one JSON object per line");
-  attn->add_option("--batch", t.batch, "batch B")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
-  attn->add_option("--heads", t.heads, "query heads H")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
-  attn->add_option("--head-dim", t.head_dim, "head dim D (the fused and cuDNN rows: 64 or 128)");
-  attn->add_option("--seq", t.seqs, "sequence lengths")->delimiter(',');
-  attn->add_option("--causal", t.causal, "causal mask (true/false)");
+  attn->add_option("--cases", t.cases,
+                   "bench | check (the shape sets of octet/attention_cases.h) or case names, "
+                   "comma-separated (e.g. b4-h16-d128-s4096-causal)")
+      ->capture_default_str();
+  attn->add_option("--batch", t.batch, "a custom shape instead of --cases: batch B")->check(CLI::Range(1, std::numeric_limits<int>::max()))->each([](const std::string&) { t.custom = true; });
+  attn->add_option("--heads", t.heads, "custom shape: query heads H")->check(CLI::Range(1, std::numeric_limits<int>::max()))->each([](const std::string&) { t.custom = true; });
+  attn->add_option("--kv-heads", t.kv_heads, "custom shape: KV heads G (default H)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->each([](const std::string&) { t.custom = true; });
+  attn->add_option("--head-dim", t.head_dim, "custom shape: head dim D (the flash and cuDNN rows: 64 or 128)")->each([](const std::string&) { t.custom = true; });
+  attn->add_option("--seq", t.seqs, "custom shape: sequence lengths")->delimiter(',')->each([](const std::string&) { t.custom = true; });
+  attn->add_option("--causal", t.causal, "custom shape: causal mask (true/false)")->each([](const std::string&) { t.custom = true; });
   attn->add_option("--reps", t.reps, "timed repetitions (median reported)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
   attn->add_option("--warmup", t.warmup, "untimed warm-up calls")->check(CLI::Range(0, std::numeric_limits<int>::max()))->capture_default_str();
   attn->add_option("--input-dtype", t.input_dtype,
@@ -421,8 +480,8 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
       ->check(CLI::Range(1e-3, 1e6));
   octet::cli::add_enum_option<octet::Recipe>(train, "--recipe", tr.o.recipe, "FP8 linears' scaling recipe")
       ->capture_default_str();
-  train->add_option("--attn-form", tr.o.attn_form, "auto (cuda FP8: the fused kernels), whole, tiled")
-      ->check(CLI::IsMember({"auto", "whole", "tiled"}))
+  train->add_option("--attn-form", tr.o.attn_form, "auto (cuda FP8: the flash kernels), whole, flash")
+      ->check(CLI::IsMember({"auto", "whole", "flash"}))
       ->capture_default_str();
   train->add_flag("--activation-checkpointing", tr.o.train.activation_checkpointing,
                  "recompute each layer's forward in the backward (peak memory vs one more forward)");

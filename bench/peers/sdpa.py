@@ -4,7 +4,7 @@
 Times torch.nn.functional.scaled_dot_product_attention in BF16 (PyTorch's SDPA takes no FP8
 operands) with the cuDNN and the FlashAttention backends forced one at a time
 (torch.nn.attention.sdpa_kernel), forward and backward, at the same B x H x S x D as octet's
-benchmark. Method as octet's (src/cuda/bench.h): CUDA events around each repetition, warm-up, the
+benchmark. Method as octet's (include/octet/bench.h): CUDA events around each repetition, warm-up, the
 median; FLOPs by FlashAttention's convention (forward 4·B·H·S²·D, halved if causal; backward 2.5x).
 Prints one JSON object per line (--json) or a table. `octet bench attention` runs this script in
 the same command so that both sets of numbers come from one machine and one moment.

@@ -1,6 +1,6 @@
 // octet/adamw_rule.h — the one definition of the AdamW update of one element and of the
 // optimizer step's clip/skip decision, for host and device: the CPU backend (src/cpu/backend/
-// adamw.cpp) and the CUDA kernels (src/cuda/reduce.cu, src/cuda/optim.cu) both call these, so the
+// adamw.cpp) and the CUDA kernels (src/cuda/ops/reduce.cu, src/cuda/ops/optim.cu) both call these, so the
 // per-tensor path and the fused path compute the same bits on one backend.
 //
 // AdamW: Loshchilov & Hutter, arXiv 1711.05101 (Adam: Kingma & Ba, arXiv 1412.6980), bias

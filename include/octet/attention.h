@@ -40,9 +40,9 @@ namespace octet {
 
 enum class AttnPrecision { FP64, BF16, FP8 };
 enum class DeltaMode { Stale, Matched };
-/// whole: S materialized per row; tiled: online softmax over key blocks of block_k (what a fused
+/// whole: S materialized per row; flash: online softmax over key blocks of block_k (what a flash
 /// kernel does, P quantized per tile from exp(S − running max)).
-enum class AttnForm { Whole, Tiled };
+enum class AttnForm { Whole, Flash };
 /// FP8 scaling of Q, K, V: one scale per tensor, or one per (batch, head, 128-token block).
 enum class QkvScaling { Tensor, HeadBlock };
 /// Tokens per scale block of QkvScaling::HeadBlock (blocks start at token 0 of each head).
@@ -50,7 +50,7 @@ inline constexpr int64_t kQkvScaleBlock = 128;
 
 AttnPrecision parse_attn_precision(const std::string& s);  ///< "fp64" | "bf16" | "fp8"
 DeltaMode parse_delta_mode(const std::string& s);          ///< "stale" | "matched"
-AttnForm parse_attn_form(const std::string& s);            ///< "whole" | "tiled"
+AttnForm parse_attn_form(const std::string& s);            ///< "whole" | "flash"
 std::string to_string(AttnPrecision p);
 std::string to_string(DeltaMode d);
 std::string to_string(AttnForm f);
@@ -71,8 +71,8 @@ struct AttentionConfig {
   QkvScaling qkv_scaling = QkvScaling::Tensor;
   Format do_format = Format::E5M2;  ///< dO: E5M2 (hybrid) or E4M3
   Format ds_format = Format::E5M2;  ///< dS
-  int64_t block_k = 128;            ///< tiled form: key block size Bc
-  /// Query block Bq: the tiled form's query tile. In both forms dS is quantized with one
+  int64_t block_k = 128;            ///< flash form: key block size Bc
+  /// Query block Bq: the flash form's query tile. In both forms dS is quantized with one
   /// power-of-two scale per (block_q x block_k) tile of one (batch, head), the granularity a fused
   /// backward can apply to both dQ = dŜK̂ and dK = dŜᵀQ̂ (the scale is constant over each MMA).
   int64_t block_q = 128;
@@ -83,7 +83,7 @@ struct AttentionConfig {
   /// (dQ_i = τ Σ_j dŜ_ij (K̂_j − k̄) once Σ_j dS_ij = 0, the matched delta); it removes the error
   /// that rounding dS multiplies by the keys' common component. Off by default. Where it runs:
   /// the CPU backend (both forms, every precision); the CUDA backend only in the fused FP8 kernels
-  /// (form 'tiled', precision fp8) with the wgmma backward (an sm_90 GPU, head_dim 64 or 128,
+  /// (form 'flash', precision fp8) with the wgmma backward (an sm_90 GPU, head_dim 64 or 128,
   /// block_q = block_k = 128, OCTET_FLASH_BACKWARD unset or wgmma); any other CUDA config is refused
   /// by make_attention with an octet::Error.
   bool dq_projection = false;
@@ -99,9 +99,9 @@ struct AttentionConfig {
 /// (got x)"; `name` is how the caller's user spells it (e.g. "precision.p_scale", "--p-scale").
 void validate_p_scale(float p_scale, const std::string& name = "attention p_scale");
 
-/// The sizes the fused FP8 attention kernels of the CUDA backend (src/cuda/flash/, the twin of the
-/// tiled form) implement: head_dim, and each tile (block_q, block_k), 64 or 128.
-inline bool fused_attention_size_supported(int64_t n) { return n == 64 || n == 128; }
+/// The sizes the flash FP8 attention kernels of the CUDA backend (src/cuda/attention/flash/, the twin of the
+/// flash form) implement: head_dim, and each tile (block_q, block_k), 64 or 128.
+inline bool flash_attention_size_supported(int64_t n) { return n == 64 || n == 128; }
 
 /// What the forward saves for the backward (the quantized-dequantized operands, O, the softmax
 /// statistics (m, l) and the LSE).
@@ -114,7 +114,7 @@ struct AttentionSaved {
   /// The softmax statistics [B, H, Tq] the backward normalizes with, P = exp(S − m) / l, each
   /// exactly as the forward computed it (FP32 values in fp8/bf16, FP64 in fp64):
   /// row_max m_i = max_j S_ij (−inf in a row that sees no key): dV's P̃ is rounded from exp(S − m);
-  /// row_sum l_i = Σ_j exp(S_ij − m_i) as the forward summed it (the tiled form: its online
+  /// row_sum l_i = Σ_j exp(S_ij − m_i) as the forward summed it (the flash form: its online
   /// running sum; 0 in a row that sees no key), >= 1; dO_i is scaled by the row factor 1/l_i.
   std::vector<double> row_max, row_sum;
   /// FP64 precision only: O unrounded, so that the stale delta dO·O is exact to FP64 rounding (an
@@ -135,7 +135,7 @@ struct AttentionSaved {
 /// is degenerate: in rows whose exact dS is 0 — a causal row that sees one key, one-hot or sink
 /// rows — Σ_j |dS_ij| is itself rounding noise and the ratio is ~1 whatever the delta.)
 /// With want_rows the backward also returns the two factors of the bias that a non-zero row sum puts
-/// into dQ (DESIGN: dQ_i gains τ r_i k̄_i, along the attention-weighted mean key;
+/// into dQ (dQ_i gains τ r_i k̄_i, along the attention-weighted mean key;
 /// docs/delta-matching.md §"The dQ bias along the mean key"): the signed row sum r_i = Σ_j dS_ij
 /// (before dS is quantized, as the residual's numerator) and k̄_i = Σ_j P_ij K̂_j (the backward's
 /// FP32 P). Computing k̄ costs one more P·K̂ product, so only on request.
@@ -204,7 +204,7 @@ AttentionOracle run_attention_oracle(const AttentionShape& shape, const Attentio
 ///   dq_cos: cosine of dQ and dQ_ref as flat vectors (1 if both are 0);
 ///   dq_bias_mean_key: sqrt(Σ_i ((dQ_i − dQref_i)·k̄_i)²) / ||dQ_ref||₂, where k̄_i is the unit
 ///     vector along the attention-weighted mean key Σ_j P_ij K_j of row i (oracle P and K): the
-///     part of the dQ error that a stale delta puts there (−τ ε_i Σ_j P_ij K̂_j, DESIGN §3).
+///     part of the dQ error that a stale delta puts there (−τ ε_i Σ_j P_ij K̂_j, docs/delta-matching.md).
 struct AttentionErrors {
   double o_rel_err = 0, lse_max_abs_err = 0, dq_rel_err = 0, dk_rel_err = 0, dv_rel_err = 0;
   double dq_cos = 1, dq_bias_mean_key = 0;

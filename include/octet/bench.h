@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "octet/attention_cases.h"
+
 #include "octet/model.h"
 #include "octet/train.h"
 
@@ -98,7 +100,7 @@ struct TrainBenchOptions {
   double peak_tflops_fp8 = 1979.0; ///< dense FP8, H100/H200 SXM datasheet (mfu_fp8)
   std::string recipe = "tensor-current";  ///< FP8 linears' recipe (configs/demo.toml's)
   /// Attention form: "auto" (default_attn_form: the fused FP8 kernels for the FP8-attention arms
-  /// on cuda), "whole" (the unfused CUDA attention) or "tiled".
+  /// on cuda), "whole" (the unfused CUDA attention) or "flash".
   std::string attn_form = "auto";
   /// Optimizer hyperparameters (octet/optim.h via adamw_config) and the constant learning rate
   /// train.lr: a run's [train] defaults; train.activation_checkpointing: the models' ModelMemory.
@@ -118,7 +120,7 @@ struct TrainBenchOp {
 
 struct TrainBenchRow {
   std::string model, arm;
-  std::string attn_form;  ///< the attention form the arm ran ("whole" | "tiled": the fused kernels)
+  std::string attn_form;  ///< the attention form the arm ran ("whole" | "flash": the flash kernels)
   ModelConfig config;
   int64_t batch = 0, n_params = 0, n_matmul_params = 0;
   double flops_per_token = 0;
@@ -216,38 +218,66 @@ struct OpsBenchRow {
 void bench_ops(int warmup, int reps, const std::function<void(const OpsBenchRow&)>& on_row);
 
 struct AttnBenchRow {
-  /// bf16 | fp8-stale | fp8-matched (unfused) | octet-fp8-fused | octet-fp8-fused-stale |
-  /// bf16-fused (cuDNN SDPA behind octet's Attention) | cudnn-bf16 | cudnn-fp8-stale (cuDNN peers)
+  /// octet's rows: octet-fp8-flash (matched) | octet-fp8-flash-stale | octet-fp8-flash-head-block
+  /// (the flash FP8 kernels) | octet-bf16-cudnn (cuDNN's SDPA behind octet's Attention, as the bf16
+  /// arms run it) | unfused-bf16 | unfused-fp8-stale | unfused-fp8-matched (the unfused form);
+  /// the peers: cudnn-bf16 | cudnn-fp8-stale (cuDNN called directly)
   std::string impl;
-  int64_t batch = 0, heads = 0, seq = 0, head_dim = 0;
+  std::string case_name;  ///< octet/attention_cases.h attention_case_name
+  int64_t batch = 0, heads = 0, kv_heads = 0, seq = 0, seq_k = 0, head_dim = 0;
   bool causal = true;
   double fwd_ms = 0, bwd_ms = 0, fwd_tflops = 0, bwd_tflops = 0;
   int reps = 0;
-  /// The fused FP8 forward's kernel flavor for the octet-fp8-fused rows: "wgmma" | "mma_sync"
-  /// (src/cuda/flash/flash_forward.h; OCTET_FLASH_FORWARD forces one); empty for the other rows.
+  /// Relative L2 errors of O and dQ against the FP64 oracle on sampled rows
+  /// (bench/cuda/attention_rows_check.h); NaN where not measured.
+  double err_o = 0, err_dq = 0;
+  /// FlashAttention-3's bound for octet's rows: 2 × the CPU twin's error (same precision, same
+  /// rows) + 1e-3; NaN for the peers.
+  double err_bound = 0;
+  /// The peers' time over this row's (> 1: this row is faster), forward and backward; NaN where
+  /// the peer did not run.
+  double fwd_vs_cudnn_bf16 = 0, bwd_vs_cudnn_bf16 = 0, fwd_vs_cudnn_fp8 = 0, bwd_vs_cudnn_fp8 = 0;
+  /// The flash FP8 forward's kernel flavor for octet's flash rows: "wgmma" | "mma_sync"
+  /// (src/cuda/attention/flash/flash.h; OCTET_FLASH_FORWARD forces one); empty for the other rows.
   std::string fwd_kernel;
-  /// The fused FP8 backward's kernel flavor for the same rows: "wgmma" | "mma_sync"
-  /// (src/cuda/flash/flash_backward.h select_backward_kernel; OCTET_FLASH_BACKWARD forces one).
+  /// The flash FP8 backward's kernel flavor for the same rows: "wgmma" | "mma_sync"
+  /// (flash.h select_backward_kernel; OCTET_FLASH_BACKWARD forces one).
   std::string bwd_kernel;
-  /// The dtype of q, k, v, o, dO, dQ, dK, dV for octet's rows ("bf16" | "f32"); empty for the
-  /// cuDNN peers' rows.
+  /// The dtype of q, k, v, o, dO, dQ, dK, dV for octet's rows as a user calls them ("bf16" |
+  /// "f32": the operand glue included), or "fp8" for the flash kernels alone on codes packed
+  /// beforehand (what cuDNN's FP8 rows time); empty for the cuDNN peers' rows.
   std::string input_dtype;
 };
 
 struct AttnBenchOptions {
-  int64_t batch = 4, heads = 16, head_dim = 128;
-  std::vector<int64_t> seqs{1024, 4096, 8192, 16384};
-  bool causal = true;
+  /// The shapes (octet/attention_cases.h): the bench set by default.
+  std::vector<AttentionCase> cases = attention_cases(AttentionCaseSet::Bench);
   int warmup = 3, reps = 20;
   /// The activations' dtype for octet's rows: BF16 as the trainer passes them (the operand glue
   /// reads them without a widening copy), or F32.
   DType input_dtype = DType::BF16;
 };
 
-/// FP8 (stale, matched) and BF16 attention of the CUDA backend, forward and backward.
-/// FLOPs counted as FlashAttention does: forward 4·B·H·S²·D (halved if causal), backward 2.5x that.
+/// A row of case c with its times filled and the FLOP convention applied (TFLOP/s from ms):
+/// forward 4·B·H·Tq·Tk·D (halved if causal), backward 2.5x that (FlashAttention's convention).
+AttnBenchRow attn_bench_row(const AttentionCase& c, const AttnBenchOptions& opt, const char* impl,
+                            double fwd_ms, double bwd_ms);
+
+/// Per case: the cuDNN peers first, then octet's rows (flash FP8 kernels, cuDNN behind octet's
+/// Attention, the unfused form), forward and backward through the Attention interface, each with
+/// its error against the FP64 oracle and its time as a ratio to the peers of the same case.
+/// on_row is called after each row.
 void bench_attention(const AttnBenchOptions& opt,
                      const std::function<void(const AttnBenchRow&)>& on_row);
+
+/// The correctness half alone for one of octet's rows (no timing): run impl on case c from
+/// deterministic inputs and return the row with err_o, err_dq and err_bound (the GPU test).
+/// Throws octet::Error for an unknown impl.
+AttnBenchRow check_attention_case(const AttentionCase& c, const std::string& impl,
+                                  DType input_dtype = DType::BF16);
+
+/// The names of octet's rows, in the order bench_attention runs them.
+std::vector<std::string> attention_bench_impls();
 
 }  // namespace octet::cuda
 #endif  // OCTET_WITH_CUDA

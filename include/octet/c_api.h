@@ -59,7 +59,7 @@ OCTET_C_EXPORT int octet_backend_synchronize(octet_c_backend* backend);
  *    lse            [batch, n_heads, seq_q], F32 (F64 when dtype is OCTET_C_F64), natural log.
  *  precision "fp8" | "bf16" | "fp64"; delta "matched" | "stale"; formats "hybrid" (dO and dS in
  *  E5M2) | "e4m3". The FP8 config is the fp8-stale / fp8-matched arms' (model.h
- *  attention_config; the fused kernels' tiled form on CUDA where they implement head_dim).
+ *  attention_config; the flash kernels' flash form on CUDA where they implement head_dim).
  *  dtype OCTET_C_F32 or OCTET_C_BF16 runs the backend's Attention; OCTET_C_F64 (precision "fp64",
  *  "cpu" only) runs the FP64 oracle with FP64 inputs and outputs (gradient checks). */
 typedef struct octet_attention_params {

@@ -130,9 +130,9 @@ LinearPrecision recurrent_precision(Arm arm);
 /// The attention config of an arm (dO/dS formats follow the format policy: hybrid → E5M2).
 AttentionConfig attention_config(const PrecisionConfig& p);
 /// The attention form an arm of model `m` runs by default on `backend_name` ("cpu" | "cuda"):
-/// tiled — the fused FP8 attention kernels (src/cuda/flash/) for the FP8-attention arms, cuDNN's
-/// fused BF16 SDPA for the bf16 and fp8-linear arms (docs/cuda.md §"cuDNN SDPA") — on cuda when
-/// the head_dim (and the FP8 tiles) are 64 or 128 (fused_attention_size_supported); whole (the
+/// flash — the flash FP8 attention kernels (src/cuda/attention/flash/) for the FP8-attention arms, cuDNN's
+/// fused BF16 SDPA for the bf16 and fp8-linear arms (docs/attention.md §"cuDNN SDPA") — on cuda when
+/// the head_dim (and the FP8 tiles) are 64 or 128 (flash_attention_size_supported); whole (the
 /// CPU reference's whole-row form, the unfused CUDA path) otherwise.
 AttnForm default_attn_form(const ModelConfig& m, const PrecisionConfig& p,
                            const std::string& backend_name);

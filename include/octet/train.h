@@ -82,9 +82,9 @@ struct RunConfig {
   /// The config key precision.activations as given: "auto" (resolve_run_config() picks the
   /// backend's preferred_activation_dtype()), "f32" or "bf16". precision.activations holds the dtype.
   std::string activations = "auto";
-  /// The config key precision.attn_form as given: "auto" (resolve_run_config() picks tiled — the
+  /// The config key precision.attn_form as given: "auto" (resolve_run_config() picks flash — the
   /// fused FP8 kernels, or cuDNN's fused SDPA for BF16 attention — on cuda, whole otherwise: the
-  /// unfused path), "whole" or "tiled".
+  /// unfused path), "whole" or "flash".
   std::string attn_form = "auto";
   TrainConfig train;
   DataConfig data;
@@ -101,7 +101,7 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
 void set_config_value(RunConfig& cfg, const std::string& key, const std::string& value);
 /// Resolves what a run's config leaves to its circumstances: precision.activations = "auto" to
 /// `backend`'s preferred_activation_dtype() (bf16 on cuda, f32 on cpu); precision.attn_form = "auto"
-/// to tiled (the fused FP8 attention kernels) for the FP8-attention arms on cuda when they support
+/// to flash (the flash FP8 attention kernels) for the FP8-attention arms on cuda when they support
 /// the shape, whole otherwise; an empty data.path / data.cache_dir to the default corpus / tokenizer
 /// cache under octet's home, as absolute paths. Afterwards the config names every value (what
 /// config.toml records). Throws octet::Error for model.mixer = hybrid on cuda (no CUDA Gated

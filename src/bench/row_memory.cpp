@@ -2,7 +2,7 @@
 #include "bench/row_memory.h"
 
 #ifdef OCTET_WITH_CUDA
-#include "cuda/cuda_backend.h"
+#include "cuda/runtime/cuda_backend.h"
 #endif
 
 namespace octet::bench_detail {

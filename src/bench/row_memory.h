@@ -1,6 +1,6 @@
 // src/bench/row_memory.h — the device memory of one benchmark row (octet/bench.h TrainBenchRow
 // peak_mem_gib, device_mem_gib): reset before the row's model is built, read after its last step.
-// CUDA backends report the counters of CudaBackend::memory_stats (src/cuda/cuda_backend.h); any
+// CUDA backends report the counters of CudaBackend::memory_stats (src/cuda/runtime/cuda_backend.h); any
 // other backend (the CPU reference) reports nothing.
 #pragma once
 

@@ -42,7 +42,7 @@ OCTET_NAMES(AmaxAlgo, "amax algo", {"max", AmaxAlgo::Max}, {"most_recent", AmaxA
 OCTET_NAMES(AttnPrecision, "attention precision", {"fp64", AttnPrecision::FP64},
             {"bf16", AttnPrecision::BF16}, {"fp8", AttnPrecision::FP8});
 OCTET_NAMES(DeltaMode, "delta mode", {"stale", DeltaMode::Stale}, {"matched", DeltaMode::Matched});
-OCTET_NAMES(AttnForm, "attention form", {"whole", AttnForm::Whole}, {"tiled", AttnForm::Tiled});
+OCTET_NAMES(AttnForm, "attention form", {"whole", AttnForm::Whole}, {"flash", AttnForm::Flash});
 OCTET_NAMES(QkvScaling, "qkv scaling", {"tensor", QkvScaling::Tensor},
             {"head-block", QkvScaling::HeadBlock});
 OCTET_NAMES(AttnInputDist, "input distribution", {"normal", AttnInputDist::Normal},
@@ -107,7 +107,10 @@ FormatPolicy parse_format_policy(const std::string& s) { return parse_enum<Forma
 Format parse_format(const std::string& s) { return parse_enum<Format>(s); }
 AttnPrecision parse_attn_precision(const std::string& s) { return parse_enum<AttnPrecision>(s); }
 DeltaMode parse_delta_mode(const std::string& s) { return parse_enum<DeltaMode>(s); }
-AttnForm parse_attn_form(const std::string& s) { return parse_enum<AttnForm>(s); }
+// "tiled" is the flash form's former name: run folders written before the rename keep resuming.
+AttnForm parse_attn_form(const std::string& s) {
+  return s == "tiled" ? AttnForm::Flash : parse_enum<AttnForm>(s);
+}
 AttnInputDist parse_attn_input_dist(const std::string& s) { return parse_enum<AttnInputDist>(s); }
 NormKind parse_norm_kind(const std::string& s) { return parse_enum<NormKind>(s); }
 NormPlacement parse_norm_placement(const std::string& s) { return parse_enum<NormPlacement>(s); }

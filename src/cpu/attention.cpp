@@ -1,5 +1,5 @@
 // src/cpu/attention.cpp — the public entry points of the CPU attention (octet/attention.h): operand
-// rounding and the dispatch to a form (whole or tiled) and an arithmetic type (float for BF16/FP8 =
+// rounding and the dispatch to a form (whole or flash) and an arithmetic type (float for BF16/FP8 =
 // FP32 accumulation, double for FP64); names and shape/config rules are src/core's. The backward also turns the
 // per-row residual sums into the diagnostics r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|)
 // (attention.h's AttentionStats; docs/design.md §"The two deltas"). Results come out as FP32 or FP64 arrays: the FP64
@@ -40,7 +40,7 @@ ForwardOut<T> run_forward(const attn::Problem& p, const float* qh, const float* 
   if (p.cfg.form == AttnForm::Whole)
     attn::forward_whole<T>(p, qh, kh, vh, f.o.data(), f.lse.data(), f.m.data(), f.l.data());
   else
-    attn::forward_tiled<T>(p, qh, kh, vh, f.o.data(), f.lse.data(), f.m.data(), f.l.data());
+    attn::forward_flash<T>(p, qh, kh, vh, f.o.data(), f.lse.data(), f.m.data(), f.l.data());
   return f;
 }
 
@@ -97,7 +97,7 @@ void run_backward(const attn::Problem& p, attn::BackwardArgs<T> a, std::vector<T
   if (p.cfg.form == AttnForm::Whole)
     attn::backward_whole<T>(p, a);
   else
-    attn::backward_tiled<T>(p, a);
+    attn::backward_flash<T>(p, a);
   if (p.cfg.dq_projection) project_dq<T>(p, a.k_hat, ds_row_sum.data(), dq.data());
 }
 

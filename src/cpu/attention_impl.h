@@ -2,7 +2,7 @@
 //
 // The CPU attention is split by concept: attention_fp64.cpp (the FP64 oracle), attention_quant.cpp
 // (how Q, K, V, P, dO and dS become FP8 or BF16), attention_whole.cpp (S materialized per row),
-// attention_tiled.cpp (online softmax over key blocks, FlashAttention-2, arXiv 2307.08691),
+// attention_flash.cpp (online softmax over key blocks, FlashAttention-2, arXiv 2307.08691),
 // attention_backward_tile.cpp (the dS tile step both backward forms share), attention.cpp (the
 // public entry points), attention_diagnostics.cpp and attention_inputs.cpp (checks).
 // Math and notation: ../../docs/delta-matching.md and docs/design.md §"The two deltas".
@@ -99,7 +99,7 @@ inline T exp_t(T x) {
   return std::exp(x);
 }
 
-// ---- forms (attention_whole.cpp, attention_tiled.cpp) ----
+// ---- forms (attention_whole.cpp, attention_flash.cpp) ----
 /// Forward over operands already rounded: o [B,H,Tq,D] (as stored: store_o), and per row [B,H,Tq]
 /// the lse L_i = m_i + log l_i, row_max m_i = max_j S_ij and row_sum l_i = Σ_j exp(S_ij − m_i)
 /// (the unrounded P's sum in T), all in T. A row that sees no key gets O = 0, LSE = m = −inf,
@@ -108,7 +108,7 @@ template <typename T>
 void forward_whole(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat,
                    T* o, T* lse, T* row_max, T* row_sum);
 template <typename T>
-void forward_tiled(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat,
+void forward_flash(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat,
                    T* o, T* lse, T* row_max, T* row_sum);
 
 /// What a backward reads, and where it writes. dq/dk/dv are T accumulators, zeroed by the caller.
@@ -131,7 +131,7 @@ struct BackwardArgs {
 template <typename T>
 void backward_whole(const Problem& p, const BackwardArgs<T>& a);
 template <typename T>
-void backward_tiled(const Problem& p, const BackwardArgs<T>& a);
+void backward_flash(const Problem& p, const BackwardArgs<T>& a);
 
 /// The stale delta of row i (octet/delta_rule.h): D_i = dO_i·O_i, the given dO and the forward's O.
 template <typename T>

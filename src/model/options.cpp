@@ -97,12 +97,12 @@ AttnForm default_attn_form(const ModelConfig& m, const PrecisionConfig& p,
                            const std::string& backend_name) {
   const AttentionConfig a = attention_config(p);
   const bool fused_fp8 = a.precision == AttnPrecision::FP8 &&
-                         fused_attention_size_supported(a.block_q) &&
-                         fused_attention_size_supported(a.block_k);
+                         flash_attention_size_supported(a.block_q) &&
+                         flash_attention_size_supported(a.block_k);
   const bool fused_bf16 = a.precision == AttnPrecision::BF16;  // cuDNN's fused SDPA
-  const bool fused = backend_name == "cuda" && fused_attention_size_supported(m.head_dim()) &&
+  const bool fused = backend_name == "cuda" && flash_attention_size_supported(m.head_dim()) &&
                      (fused_fp8 || fused_bf16);
-  return fused ? AttnForm::Tiled : AttnForm::Whole;
+  return fused ? AttnForm::Flash : AttnForm::Whole;
 }
 
 double LayerDiag::kurtosis_max() const {

@@ -159,7 +159,7 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         be.tokens_to_heads(m.dot, m.dout);
         if (m.capture) be.copy(al.d_o_sample, m.dout.slice(0, 1));  // layer diagnostics (model.h)
         // the row residual (a diagnostic) only in the backwards that capture: it costs the fused
-        // CUDA backward FP64 work per element (docs/cuda.md §"Stop 22")
+        // CUDA backward FP64 work per element (docs/attention.md §"Backward")
         al.attn->backward(al.saved, m.dout, m.dq, m.dk, m.dv, m.capture ? al.residual : Tensor{});
         if (c.positions == PositionKind::RoPE) {
           be.rope(m.dq, c.rope_theta, true);

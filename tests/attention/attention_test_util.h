@@ -82,7 +82,7 @@ inline AttentionInputs large_logit_inputs(const AttentionShape& s, float a, uint
   return in;
 }
 
-/// The dQ row-sum projection's case (issue [3/8], AttentionConfig::dq_projection): Q and K entries
+/// The dQ row-sum projection's case (AttentionConfig::dq_projection): Q and K entries
 /// 0.1·N(0, 1), V and dO N(0, 1); with `common`, the first coordinate of every key is −80 (a common
 /// component ~100x the keys' spread: attention sinks, massive activations).
 inline AttentionInputs common_key_inputs(const AttentionShape& s, bool common, uint64_t seed) {

@@ -3,7 +3,7 @@
 // delta D_i = dO_i·O_i, the FP8 rounding of P, V, dO and O leaves ε_i = Σ_j P_ij dP_ij − D_i,
 // which becomes a bias of dQ along the attention-weighted mean key.
 //
-// Measured here (B1 H4 G2 T256 D64 causal, FP8 E4M3 Q/K/V/P, E5M2 dO/dS, seed 1), whole | tiled,
+// Measured here (B1 H4 G2 T256 D64 causal, FP8 E4M3 Q/K/V/P, E5M2 dO/dS, seed 1), whole | flash,
 // residual r_i = |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) (attention.h):
 //   matched row residual max:   normal 1.1e-7 | 1.0e-7, heavy 2.2e-7 | 2.3e-7, sink 3.8e-7 | 3.8e-7
 //   stale row residual mean:    normal 9.2e-3, heavy 1.2e-2, sink 5.4e-2
@@ -57,9 +57,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(DmCase{AttnInputDist::Normal, AttnForm::Whole},
                       DmCase{AttnInputDist::Heavy, AttnForm::Whole},
                       DmCase{AttnInputDist::Sink, AttnForm::Whole},
-                      DmCase{AttnInputDist::Normal, AttnForm::Tiled},
-                      DmCase{AttnInputDist::Heavy, AttnForm::Tiled},
-                      DmCase{AttnInputDist::Sink, AttnForm::Tiled}),
+                      DmCase{AttnInputDist::Normal, AttnForm::Flash},
+                      DmCase{AttnInputDist::Heavy, AttnForm::Flash},
+                      DmCase{AttnInputDist::Sink, AttnForm::Flash}),
     [](const auto& info) {
       return to_string(info.param.dist) + "_" + to_string(info.param.form);
     });
@@ -88,7 +88,7 @@ TEST(DeltaMatching, ResidualIsMeaningfulInARowThatSeesOneKey) {
   for (auto dist : {AttnInputDist::Normal, AttnInputDist::Sink}) {
     const auto in = make_attention_inputs(s, dist, 12);
     const auto do_hat = test::independent_do_hat_e5m2(in.d_o);
-    for (auto form : {AttnForm::Whole, AttnForm::Tiled}) {
+    for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
       const std::string what = to_string(dist) + " " + to_string(form);
       const auto m = test::run_attention(
           s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
@@ -128,7 +128,7 @@ TEST(DeltaMatching, ConstantValuesGiveZeroDqOnlyWhenMatched) {
   for (int64_t g = 0; g < 2; ++g)
     for (int64_t j = 0; j < 96; ++j)
       for (int64_t c = 0; c < 32; ++c) in.v[(g * 96 + j) * 32 + c] = 0.25f * float(c % 5);
-  for (auto form : {AttnForm::Whole, AttnForm::Tiled}) {
+  for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
     const auto m =
         test::run_attention(s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in);
     const auto st =

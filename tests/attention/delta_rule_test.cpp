@@ -140,7 +140,7 @@ TEST(DeltaRule, DominantKeyRowsKeepTheMatchedResidual) {
     auto in = make_attention_inputs(s, AttnInputDist::Sink, 4);
     for (int64_t g = 0; g < 2; ++g)
       for (int64_t c = 0; c < 32; ++c) in.k[size_t(g * 64 * 32 + c)] *= 1.6f;
-    for (auto form : {AttnForm::Whole, AttnForm::Tiled}) {
+    for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
       const auto r = test::run_attention(
           s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
       EXPECT_LE(r.stats.row_residual_max, 1e-6) << to_string(form) << (causal ? " causal" : "");
@@ -151,12 +151,12 @@ TEST(DeltaRule, DominantKeyRowsKeepTheMatchedResidual) {
   }
 }
 
-// The GPU test's twin (tests/cuda/attention_rows_test.cpp): every 4th key is one repeated token —
+// The GPU test's twin (tests/cuda/attention/attention_rows_test.cpp): every 4th key is one repeated token —
 // the same K row, tied exactly at the max logit — whose V row is 0, so dP = 0 on the tied keys.
 TEST(DeltaRule, TiedMaxKeysWithZeroValueKeepTheMatchedResidual) {
   const auto s = test::make_shape(2, 4, 2, 256, 256, 64, true);
   const auto in = test::tied_max_key_inputs(s, 9);
-  for (auto form : {AttnForm::Whole, AttnForm::Tiled}) {
+  for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
     const auto r = test::run_attention(
         s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
     size_t worst = 0;

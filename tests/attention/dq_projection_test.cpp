@@ -1,6 +1,6 @@
 // tests/attention/dq_projection_test.cpp — the dQ row-sum projection (AttentionConfig::
 // dq_projection, docs/delta-matching.md §"The dQ row-sum projection") against the FP64 oracle on
-// the case of issue [3/8]: keys that share a common component ~100x their spread (attention
+// the case of keys that share a common component ~100x their spread (attention
 // sinks, massive activations). Rounding dS to FP8 breaks its zero row sum, and dQ = τ dŜK̂
 // multiplies that error by the common component; subtracting τ r̂_i k̄ removes it.
 #include <gtest/gtest.h>
@@ -23,7 +23,7 @@ double dq_error(const AttentionShape& s, const AttentionInputs& in, AttnForm for
 TEST(DqProjection, RemovesTheCommonKeyComponentsError) {
   const AttentionShape s = make_shape(1, 2, 2, 192, 192, 64, false);
   const AttentionInputs plain = common_key_inputs(s, false, 11), common = common_key_inputs(s, true, 11);
-  for (AttnForm form : {AttnForm::Whole, AttnForm::Tiled}) {
+  for (AttnForm form : {AttnForm::Whole, AttnForm::Flash}) {
     const double base = dq_error(s, plain, form, DeltaMode::Matched, false);
     const double off = dq_error(s, common, form, DeltaMode::Matched, false);
     const double on = dq_error(s, common, form, DeltaMode::Matched, true);

@@ -38,7 +38,7 @@ TEST(AttentionErrors, ForwardRejectsBadConfig) {
   const auto s = test::make_shape(1, 1, 1, 4, 4, 8, false);
   const auto in = make_attention_inputs(s, AttnInputDist::Normal, 1);
   std::vector<float> o(in.q.size()), lse(4);
-  auto cfg = test::make_config(AttnPrecision::FP8, AttnForm::Tiled, DeltaMode::Matched);
+  auto cfg = test::make_config(AttnPrecision::FP8, AttnForm::Flash, DeltaMode::Matched);
   cfg.block_k = 0;
   EXPECT_NE(error_of([&] {
               attention_forward(s, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(),
@@ -67,7 +67,9 @@ TEST(AttentionNames, RoundTripAndUnknown) {
   for (auto p : {AttnPrecision::FP64, AttnPrecision::BF16, AttnPrecision::FP8})
     EXPECT_EQ(parse_attn_precision(to_string(p)), p);
   for (auto d : {DeltaMode::Stale, DeltaMode::Matched}) EXPECT_EQ(parse_delta_mode(to_string(d)), d);
-  for (auto f : {AttnForm::Whole, AttnForm::Tiled}) EXPECT_EQ(parse_attn_form(to_string(f)), f);
+  for (auto f : {AttnForm::Whole, AttnForm::Flash}) EXPECT_EQ(parse_attn_form(to_string(f)), f);
+  EXPECT_EQ(to_string(AttnForm::Flash), "flash");
+  EXPECT_EQ(parse_attn_form("tiled"), AttnForm::Flash);  // the former name still parses
   for (auto d : {AttnInputDist::Normal, AttnInputDist::Heavy, AttnInputDist::Sink})
     EXPECT_EQ(parse_attn_input_dist(to_string(d)), d);
   EXPECT_NE(error_of([] { parse_delta_mode("fresh"); })

@@ -2,7 +2,7 @@
 //  - in FP64 both forms are the oracle up to FP32 storage of the inputs/outputs;
 //  - the backward of both forms is bit-identical on the same saved tensors (they share the tile
 //    step and the accumulation order; only the loop nesting differs), so a GPU kernel checked
-//    against the tiled form is checked against the definition;
+//    against the flash form is checked against the definition;
 //  - the row residual each backward reports equals r_i = |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|)
 //    recomputed here in FP64 from the saved operands and an independent quantization of dO.
 #include <gtest/gtest.h>
@@ -21,7 +21,7 @@ TEST(Forms, Fp64FormsEqualTheOracle) {
     const auto s = test::make_shape(2, 4, 2, 50, 70, 24, causal);
     const auto in = make_attention_inputs(s, AttnInputDist::Sink, 8);
     const auto ref = run_attention_oracle(s, in);
-    for (auto form : {AttnForm::Whole, AttnForm::Tiled}) {
+    for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
       auto cfg = test::make_config(AttnPrecision::FP64, form, DeltaMode::Matched);
       cfg.block_q = 8, cfg.block_k = 16;  // many partial tiles
       const auto e = test::errors_of(s, in, ref, test::run_attention(s, cfg, in));
@@ -41,7 +41,7 @@ TEST(Forms, Fp64FormsEqualTheOracleTo1e12) {
     const auto s = test::make_shape(2, 4, 2, 50, 70, 24, causal);
     const auto in = make_attention_inputs(s, AttnInputDist::Sink, 8);
     const auto ref = run_attention_oracle(s, in);
-    for (auto form : {AttnForm::Whole, AttnForm::Tiled}) {
+    for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
       auto cfg = test::make_config(AttnPrecision::FP64, form, DeltaMode::Matched);
       cfg.block_q = 8, cfg.block_k = 16;
       std::vector<double> o(in.q.size()), lse(size_t(2 * 4 * 50)), dq(in.q.size()),
@@ -67,25 +67,25 @@ TEST(Forms, BackwardIsBitIdenticalAcrossForms) {
   const auto in = make_attention_inputs(s, AttnInputDist::Heavy, 9);
   for (auto prec : {AttnPrecision::BF16, AttnPrecision::FP8})
     for (auto delta : {DeltaMode::Stale, DeltaMode::Matched}) {
-      auto cfg = test::make_config(prec, AttnForm::Tiled, delta);
+      auto cfg = test::make_config(prec, AttnForm::Flash, delta);
       cfg.block_q = 16, cfg.block_k = 32;
-      const auto tiled = test::run_attention(s, cfg, in);
-      AttentionSaved saved = tiled.saved;
+      const auto flash = test::run_attention(s, cfg, in);
+      AttentionSaved saved = flash.saved;
       saved.config.form = AttnForm::Whole;
       std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.k.size());
       AttentionStats st;
       attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), &st);
-      EXPECT_EQ(0, std::memcmp(dq.data(), tiled.dq.data(), dq.size() * 4));
-      EXPECT_EQ(0, std::memcmp(dk.data(), tiled.dk.data(), dk.size() * 4));
-      EXPECT_EQ(0, std::memcmp(dv.data(), tiled.dv.data(), dv.size() * 4));
-      EXPECT_EQ(st.row_residual_max, tiled.stats.row_residual_max);
+      EXPECT_EQ(0, std::memcmp(dq.data(), flash.dq.data(), dq.size() * 4));
+      EXPECT_EQ(0, std::memcmp(dk.data(), flash.dk.data(), dk.size() * 4));
+      EXPECT_EQ(0, std::memcmp(dv.data(), flash.dv.data(), dv.size() * 4));
+      EXPECT_EQ(st.row_residual_max, flash.stats.row_residual_max);
     }
 }
 
 // The forward forms differ (P rounded after normalization vs per tile from exp(S − running
 // max)) but by no more than FP8 rounding; with a single key block and BF16 both normalize by
 // Σ P̃ of the same values up to one rescale.
-TEST(Forms, TiledForwardIsCloseToWhole) {
+TEST(Forms, FlashForwardIsCloseToWhole) {
   const auto s = test::make_shape(1, 2, 2, 200, 300, 32, true);
   const auto in = make_attention_inputs(s, AttnInputDist::Normal, 10);
   const auto ref = run_attention_oracle(s, in);
@@ -95,7 +95,7 @@ TEST(Forms, TiledForwardIsCloseToWhole) {
         test::run_attention(s, test::make_config(prec, AttnForm::Whole, DeltaMode::Matched), in));
     const auto t = test::errors_of(
         s, in, ref,
-        test::run_attention(s, test::make_config(prec, AttnForm::Tiled, DeltaMode::Matched), in));
+        test::run_attention(s, test::make_config(prec, AttnForm::Flash, DeltaMode::Matched), in));
     EXPECT_LT(t.o_rel_err, 2 * w.o_rel_err + 1e-5);
     EXPECT_LT(t.lse_max_abs_err, 2 * w.lse_max_abs_err + 1e-5);
   }

@@ -87,11 +87,11 @@ TEST_P(Identities, RowsThatSeeNoKeyAreZeroAndNotNan) {
 INSTANTIATE_TEST_SUITE_P(
     AllPrecisionsAndForms, Identities,
     ::testing::Values(IdCase{AttnPrecision::FP64, AttnForm::Whole},
-                      IdCase{AttnPrecision::FP64, AttnForm::Tiled},
+                      IdCase{AttnPrecision::FP64, AttnForm::Flash},
                       IdCase{AttnPrecision::BF16, AttnForm::Whole},
-                      IdCase{AttnPrecision::BF16, AttnForm::Tiled},
+                      IdCase{AttnPrecision::BF16, AttnForm::Flash},
                       IdCase{AttnPrecision::FP8, AttnForm::Whole},
-                      IdCase{AttnPrecision::FP8, AttnForm::Tiled}),
+                      IdCase{AttnPrecision::FP8, AttnForm::Flash}),
     [](const auto& info) { return test::name_of(info.param.precision, info.param.form); });
 
 }  // namespace

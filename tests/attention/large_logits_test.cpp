@@ -6,7 +6,7 @@
 //  - Q and K share a mean direction, scaled so that S ~ 60-110 with a spread of a few units per
 //    row (T = 1024, causal, FP8 matched): every row's residual is <= 1e-6 in both forms. With
 //    the old P = exp(S − L) the same inputs (LSE in [74, 108]) gave a max residual of 2.5e-6
-//    (whole) and 2.4e-6 (tiled), 47 and 45 of the 2048 rows above 1e-6 (measured before the
+//    (whole) and 2.4e-6 (flash), 47 and 45 of the 2048 rows above 1e-6 (measured before the
 //    change; the test logs the current values).
 #include <gtest/gtest.h>
 
@@ -21,7 +21,7 @@ namespace {
 TEST(LargeLogits, MatchedResidualStaysAtRoundingLevel) {
   const auto s = test::make_shape(1, 2, 1, 1024, 1024, 64, true);
   const auto in = test::large_logit_inputs(s, 3.2f, 21);  // τ a² D = 81.9
-  for (auto form : {AttnForm::Whole, AttnForm::Tiled}) {
+  for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
     const auto r = test::run_attention(
         s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
     double lse_min = 1e300, lse_max = -1e300;

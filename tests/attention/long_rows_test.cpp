@@ -18,7 +18,7 @@ namespace {
 
 TEST(LongRows, FlatRowsKeepTheirProbability) {
   for (int64_t tk : {int64_t(4096), int64_t(1) << 19})  // 2^19: ~10 s under ASan, the slowest
-    for (auto form : {AttnForm::Whole, AttnForm::Tiled}) {
+    for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
       const auto s = test::make_shape(1, 1, 1, 2, tk, 16, false);
       auto in = make_attention_inputs(s, AttnInputDist::Normal, 3);
       std::fill(in.q.begin(), in.q.end(), 0.0f);
@@ -37,7 +37,7 @@ TEST(LongRows, FlatRowsKeepTheirProbability) {
 
 TEST(LongRows, ErrorsDoNotGrowWithTheRowLength) {
   const int64_t tq = 8, d = 32;
-  for (auto form : {AttnForm::Whole, AttnForm::Tiled}) {
+  for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
     AttentionErrors e[2];
     int k = 0;
     for (int64_t tk : {int64_t(4096), int64_t(1) << 17}) {

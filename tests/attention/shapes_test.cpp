@@ -44,13 +44,13 @@ TEST_P(Shapes, ErrorsFollowTheToleranceRule) {
     return test::errors_of(s, in, ref,
                            test::run_attention(s, test::make_config(p, f, DeltaMode::Matched), in));
   };
-  expect_below(err(AttnPrecision::FP64, AttnForm::Tiled), 1e-5, "fp64 tiled");
+  expect_below(err(AttnPrecision::FP64, AttnForm::Flash), 1e-5, "fp64 flash");
   const auto bf16_whole = err(AttnPrecision::BF16, AttnForm::Whole);
   expect_below(bf16_whole, 0.02, "bf16 whole");
-  expect_within(err(AttnPrecision::BF16, AttnForm::Tiled), bf16_whole, "bf16 tiled");
+  expect_within(err(AttnPrecision::BF16, AttnForm::Flash), bf16_whole, "bf16 flash");
   const auto fp8_whole = err(AttnPrecision::FP8, AttnForm::Whole);
   expect_below(fp8_whole, 0.25, "fp8 whole");
-  expect_within(err(AttnPrecision::FP8, AttnForm::Tiled), fp8_whole, "fp8 tiled");
+  expect_within(err(AttnPrecision::FP8, AttnForm::Flash), fp8_whole, "fp8 flash");
 }
 
 INSTANTIATE_TEST_SUITE_P(

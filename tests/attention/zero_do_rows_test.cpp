@@ -20,7 +20,7 @@ TEST(ZeroDoRows, MatchedReportsZeroStaleReportsOne) {
   auto in = make_attention_inputs(s, AttnInputDist::Normal, 9);
   const int64_t row = 3;
   for (int64_t c = 0; c < s.head_dim; ++c) in.d_o[size_t(row * s.head_dim + c)] *= 1e-20f;
-  for (auto form : {AttnForm::Whole, AttnForm::Tiled}) {
+  for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
     const auto m = test::run_attention(
         s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
     const auto st = test::run_attention(

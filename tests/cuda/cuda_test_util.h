@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/check.h"
+#include "cuda/runtime/check.h"
 #include "octet/fp8.h"
 
 namespace octet::test {

@@ -1,5 +1,5 @@
-"""NumPy emulation of the wgmma FP8 attention backward's indexing (src/cuda/flash/
-flash_backward_wgmma.{cu,cuh}) on one 128-query x 128-key tile at head_dim 64 and 128, before any
+"""NumPy emulation of the wgmma FP8 attention backward's indexing (src/cuda/attention/flash/
+flash_bwd_sm90.cu, flash_bwd_tile_sm90.cuh) on one 128-query x 128-key tile at head_dim 64 and 128, before any
 GPU run.
 
 Each kernel formula is transcribed (copy_rows with the s_key permutation, copy_cols, the swizzle,
@@ -10,7 +10,7 @@ K-major swizzled descriptor read (logical byte row·W + 32·kstep + c, stored at
 products that result must equal plain matrix products of the same integer-valued operands: a wrong
 index anywhere gives a different matrix.
 
-head_dim 128 (docs/cuda.md §"wgmma backward"): Sᵀ and dPᵀ are products over 64-query halves h
+head_dim 128 (docs/attention.md §"Backward"): Sᵀ and dPᵀ are products over 64-query halves h
 (kCols = 64, B = Q̂/dÔ tile rows 64h..), P̃ fragments of both halves feed one dV product over the
 128 queries in two 64-column parts of head_dim, half 0's dS is parked in shared memory as
 [element][thread] float4s (the dŜ tile's space), and the pre-pass's per-lane sums of half h sit at

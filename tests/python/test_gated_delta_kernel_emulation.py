@@ -1,10 +1,10 @@
-"""NumPy emulation of the CUDA Gated DeltaNet kernels' algebra (src/cuda/gated_delta_forward.cu,
+"""NumPy emulation of the CUDA Gated DeltaNet kernels' algebra (src/cuda/gated_delta/gated_delta_forward.cu,
 gated_delta_backward.cu; arXiv 2412.06464 §3.3), step by step as the kernels run it: one "CTA" per
 (batch·head, block of 32 value columns), chunks of C positions walked forward (the states) and in
 reverse (the backward, steps B1-B9 of gated_delta_backward.cu with its P, Z, X matrices and its
 per-column-block partial sums of dq, dk, dg, dβ), against the naive sequential recurrence in FP64
 differentiated by PyTorch autograd (an independent reference). This checks the decomposition the
-kernels use on a machine without a GPU; tests/cuda/gated_delta_test.cpp checks the kernels themselves."""
+kernels use on a machine without a GPU; tests/cuda/gated_delta/gated_delta_test.cpp checks the kernels themselves."""
 import numpy as np
 import pytest
 

@@ -10,13 +10,13 @@
 
 #include "octet/bench.h"
 #include "bench/cuda/bench_timer.h"
-#include "cuda/check.h"
-#include "cuda/cuda_backend.h"
-#include "cuda/cudnn_sdpa.h"
-#include "cuda/gemm.h"
-#include "cuda/ops.h"
-#include "cuda/quantize.h"
-#include "cuda/quantizer.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/cuda_backend.h"
+#include "cuda/attention/cudnn/cudnn_sdpa.h"
+#include "cuda/gemm/gemm.h"
+#include "cuda/ops/ops.h"
+#include "cuda/quantize/quantize.h"
+#include "cuda/quantize/quantizer.h"
 
 namespace octet::cuda {
 

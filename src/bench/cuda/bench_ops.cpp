@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "bench/cuda/bench_timer.h"
-#include "cuda/check.h"
-#include "cuda/cuda_backend.h"
-#include "cuda/ops.h"
-#include "cuda/quantizer.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/cuda_backend.h"
+#include "cuda/ops/ops.h"
+#include "cuda/quantize/quantizer.h"
 #include "octet/bench.h"
 
 namespace octet::cuda {

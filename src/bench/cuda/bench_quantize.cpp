@@ -12,11 +12,11 @@
 
 #include "octet/bench.h"
 #include "bench/cuda/bench_timer.h"
-#include "cuda/buffer.h"
-#include "cuda/check.h"
-#include "cuda/cuda_backend.h"
-#include "cuda/ops.h"
-#include "cuda/quantizer.h"
+#include "cuda/runtime/buffer.h"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/cuda_backend.h"
+#include "cuda/ops/ops.h"
+#include "cuda/quantize/quantizer.h"
 
 namespace octet::cuda {
 namespace {

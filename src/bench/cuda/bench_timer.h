@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "cuda/check.h"
+#include "cuda/runtime/check.h"
 
 namespace octet::cuda {
 

@@ -2,7 +2,7 @@
 // fused step over a flat parameter vector (adamw_prepare + adamw_apply), both through the one
 // per-element rule of octet/adamw_rule.h (AdamW: Loshchilov & Hutter, arXiv 1711.05101; Adam:
 // Kingma & Ba, arXiv 1412.6980), so the two paths give the same bits. The CUDA twins are in
-// src/cuda/reduce.cu (adamw) and src/cuda/optim.cu (the fused step).
+// src/cuda/ops/reduce.cu (adamw) and src/cuda/ops/optim.cu (the fused step).
 #include <cmath>
 #include <string>
 

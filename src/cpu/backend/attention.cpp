@@ -1,7 +1,7 @@
 // attention.cpp — CpuAttention: one attention layer on the CPU backend, a thin wrapper around the
 // reference attention of octet/attention.h (FP64, BF16 or FP8; stale or matched delta; whole or
-// tiled form). The forward returns a SavedAttention whose state owns the reference's
-// AttentionSaved (the quantized-dequantized Q̂, K̂, V̂, O, LSE), as a fused kernel keeps them in its
+// flash form). The forward returns a SavedAttention whose state owns the reference's
+// AttentionSaved (the quantized-dequantized Q̂, K̂, V̂, O, LSE), as a flash kernel keeps them in its
 // workspace, so any number of forwards may precede their backwards. The backward accumulates the
 // softmax-gradient row residual of Delta-Matching (arXiv 2609.37852; docs/design.md §"The two deltas") into
 // the caller's F64 [2] tensor. q, k, v, o, dO, dQ, dK, dV are act tensors (F32 or BF16, act_io.h:

@@ -1,0 +1,28 @@
+// src/bench/cuda/bench_attention_flash.h — the kernel-only rows of `octet bench attention`
+// (bench_attention.cpp): the flash FP8 kernels (src/cuda/attention/flash/flash.h) timed on FP8
+// codes packed once beforehand, as cuDNN's FP8 rows are timed ("input_dtype": "fp8"), beside the
+// rows that time octet's Attention as a user calls it from BF16 (glue included).
+#pragma once
+
+#include <vector>
+
+#include "bench/cuda/attention_rows_check.h"
+#include "bench/cuda/bench_attention_cudnn.h"
+#include "bench/cuda/bench_timer.h"
+#include "cuda/runtime/cuda_backend.h"
+#include "octet/bench.h"
+
+namespace octet::cuda {
+
+/// Rows "octet-fp8-flash" (matched) and "octet-fp8-flash-stale" with input_dtype "fp8": forward =
+/// flash::run_forward; backward = flash::run_delta + flash::run_backward_main (the matched
+/// pre-pass or the stale dO·O rows, and the main kernel), into FP32 accumulators. Per-tensor
+/// scales, octet's default tiles (128 x 128), dO and dS in E5M2. Errors against the FP64 oracle as
+/// the other rows (O from the forward's FP32 output, dQ scaled out of its accumulator). Empty for
+/// a head_dim the flash kernels do not take.
+std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& backend, EventTimer& timer,
+                                              const AttnBenchOptions& opt, const AttentionCase& c,
+                                              const AttnBenchInputs& in,
+                                              const AttentionRowsCheck& check);
+
+}  // namespace octet::cuda

@@ -1,0 +1,152 @@
+// src/cuda/attention/attention_base.cpp — AttentionBase (attention_base.h): the boundary checks,
+// the saved state and the Q, K, V, dO packing shared by the unfused and flash attentions.
+#include "cuda/attention/attention_base.h"
+
+#include <memory>
+#include <string>
+
+#include "cuda/ops/ops.h"
+#include "cuda/quantize/qtensor.h"
+#include "cuda/runtime/check.h"
+#include "octet/error.h"
+
+namespace octet::cuda {
+namespace {
+
+void check_act(const Tensor& t, const Shape& want, const char* what) {
+  check_activation(t, what);
+  check_shape(t, want, what);
+}
+
+}  // namespace
+
+AttentionBase::AttentionBase(const AttentionShape& shape, const AttentionConfig& cfg,
+                             CudaBackend& backend, bool trans_fp8)
+    : shape_(shape), cfg_(cfg), be_(backend), s_(backend.stream()), trans_fp8_(trans_fp8) {
+  shape.validate();
+  OCTET_CHECK(cfg.precision != AttnPrecision::FP64,
+              "cuda attention: precision fp64 is CPU-only (use fp8 or bf16)");
+  OCTET_CHECK(shape.head_dim % 16 == 0,
+              "cuda attention: head_dim must be a multiple of 16 for the FP8/BF16 tensor-core "
+              "GEMMs, got " + std::to_string(shape.head_dim));
+  OCTET_CHECK(cfg.block_q % 32 == 0 && cfg.block_k % 32 == 0 && cfg.block_q > 0 && cfg.block_k > 0,
+              "cuda attention: block_q and block_k (the dS scale tiles) must be multiples of 32");
+  cfg.validate();  // block sizes, p_scale: the rules of every backend (src/core)
+  d_.B = shape.batch;
+  d_.H = shape.n_heads;
+  d_.G = shape.n_kv_heads;
+  d_.rep = d_.H / d_.G;
+  d_.Tq = shape.seq_q;
+  d_.Tk = shape.seq_k;
+  d_.Tq_p = round_up(d_.Tq, 16);
+  d_.Tk_p = round_up(d_.Tk, 16);
+  d_.D = shape.head_dim;
+  d_.causal = shape.causal;
+  fp8_ = cfg.precision == AttnPrecision::FP8;
+  eb_ = fp8_ ? 1 : 2;
+  scales_.reserve(3 * kScaleStride, s_);  // sdo, p_inv, sdv, each 128-byte aligned
+  fill_launch(Tensor(p_inv(), DType::F32, {1}), 1.0 / double(cfg.p_scale), s_);
+  head_block_ = fp8_ && cfg.qkv_scaling == QkvScaling::HeadBlock;
+  // One amax (and scale) per tensor, or per (b, head, 128-token block) of Q, K, V.
+  amax_.reserve(size_t(head_block_ ? std::max(q_scales(), k_scales()) : 1), s_);
+}
+
+int64_t AttentionBase::q_scales() const { return d_.B * d_.H * ceil_div(d_.Tq, kQkvScaleBlock); }
+int64_t AttentionBase::k_scales() const { return d_.B * d_.G * ceil_div(d_.Tk, kQkvScaleBlock); }
+
+SavedAttention AttentionBase::forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const Tensor& o, const Tensor& lse) {
+  DeviceGuard g(be_.device());
+  const AttnDims& d = d_;
+  const Shape qs{d.B, d.H, d.Tq, d.D}, ks{d.B, d.G, d.Tk, d.D};
+  check_act(q, qs, "attention forward: q");
+  check_act(k, ks, "attention forward: k");
+  check_act(v, ks, "attention forward: v");
+  check_act(o, qs, "attention forward: o");
+  check_dtype(lse, DType::F32, "attention forward: lse");
+  check_numel(lse, d.B * d.H * d.Tq, "attention forward: lse [B, H, Tq]");
+  const int64_t nq = this->nq(), nk = this->nk();
+  const DType elem = fp8_ ? DType::E4M3 : DType::BF16;
+  auto st = std::make_unique<AttnState>();
+  st->owner = this;
+  st->q_rows = be_.alloc(elem, {nq});
+  st->k_rows = be_.alloc(elem, {nk});
+  st->v_rows = be_.alloc(elem, {nk});
+  st->q_t = be_.alloc(trans_fp8_ ? DType::E4M3 : DType::BF16, {nq});
+  st->k_t = be_.alloc(trans_fp8_ ? DType::E4M3 : DType::BF16, {nk});
+  if (head_block_) {  // each array 128-byte aligned
+    st->sk_at = round_up(q_scales(), kScaleStride);
+    st->sv_at = st->sk_at + round_up(k_scales(), kScaleStride);
+  }
+  const int64_t sv_len = head_block_ ? round_up(k_scales(), kScaleStride) : kScaleStride;
+  st->scales = be_.alloc(DType::F32, {st->sv_at + sv_len});
+  const PackKind rowk = row_kind();
+  const PackKind transk = trans_fp8_ ? PackKind::Fp8Code
+                          : fp8_     ? PackKind::Bf16OfCode
+                                     : PackKind::Bf16OfValue;
+  const int64_t blk = head_block_ ? kQkvScaleBlock : 0;
+  pack(q, d.H, d.Tq, d.Tq_p, d.rep, Format::E4M3, st->sq(), rowk, st->q_rows.tensor().data, transk,
+       st->q_t.tensor().data, nullptr, blk);
+  pack(k, d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sk(), rowk, st->k_rows.tensor().data, transk,
+       st->k_t.tensor().data, nullptr, blk);
+  pack(v, d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sv(), rowk, st->v_rows.tensor().data, rowk,
+       v_t_.reserve(size_t(nk * eb_), s_), nullptr, blk);
+  st->rows = d.B * d.H * d.Tq;
+  st->softmax = be_.alloc(DType::F32, {2 * st->rows});
+  forward_impl(*st, o, lse);
+  return SavedAttention{q, k, v, o, lse, std::move(st)};
+}
+
+void AttentionBase::backward(const SavedAttention& saved, const Tensor& d_o, const Tensor& dq,
+                             const Tensor& dk, const Tensor& dv, const Tensor& residual) {
+  DeviceGuard g(be_.device());
+  const auto* st = dynamic_cast<const AttnState*>(saved.state.get());
+  OCTET_CHECK(st && st->owner == this,
+              "attention backward: the saved state does not come from this attention's forward");
+  const AttnDims& d = d_;
+  const Shape qs{d.B, d.H, d.Tq, d.D}, ks{d.B, d.G, d.Tk, d.D};
+  check_act(d_o, qs, "attention backward: d_o");
+  check_act(dq, qs, "attention backward: dq");
+  check_act(dk, ks, "attention backward: dk");
+  check_act(dv, ks, "attention backward: dv");
+  if (!residual.empty()) {
+    check_dtype(residual, DType::F64, "attention backward: residual");
+    check_numel(residual, 2, "attention backward: residual");
+  }
+  const int64_t nq = this->nq();
+  pack(d_o, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdo(), row_kind(),
+       do_rows_.reserve(size_t(nq * eb_), s_), PackKind::None, nullptr);
+  backward_impl(*st, saved, d_o, dq, dk, dv, residual);
+}
+
+void AttentionBase::pack(const Tensor& x, int64_t heads, int64_t T, int64_t T_p, int64_t rep,
+                         Format f, float* scale_inv, PackKind row_kind, void* row,
+                         PackKind trans_kind, void* trans, const float* row_factor,
+                         int64_t scale_block) {
+  PackArgs a;
+  a.x = x.data;
+  a.x_dtype = x.dtype;
+  a.B = d_.B;
+  a.heads = heads;
+  a.T = T;
+  a.T_p = T_p;
+  a.D = d_.D;
+  a.rep = rep;
+  a.format = f;
+  a.fp8 = fp8_;
+  a.row_factor = row_factor;
+  a.scale_block = scale_block;
+  if (fp8_ && scale_block)
+    pack_block_amax_launch(x.data, x.dtype, d_.B * heads, T, d_.D, scale_block, amax_.get(), s_);
+  else if (fp8_)
+    pack_amax_launch(x.data, x.dtype, d_.B * heads * T * d_.D, amax_.get(), s_, row_factor, d_.D);
+  a.amax_bits = amax_.get();
+  a.scale_inv = scale_inv;
+  a.row_kind = row_kind;
+  a.row = row;
+  a.trans_kind = trans_kind;
+  a.trans = trans;
+  pack_launch(a, s_);
+}
+
+}  // namespace octet::cuda

@@ -1,0 +1,178 @@
+// src/cuda/attention/flash/flash.h — the flash FP8 attention on the GPU: its parameters and entry
+// points (FlashAttention-3's layering, arXiv 2407.08608: params struct → launch file → kernels).
+// Forward: FlashAttention-2's online softmax (arXiv 2307.08691) with FP8 P̃ (FlashAttention-3);
+// backward: FlashAttention-2's Algorithm 2 with the matched delta of Delta-Matching (arXiv
+// 2609.37852, docs/delta-matching.md). CPU twin: the flash form (src/cpu/attention_flash.cpp) with
+// the kernels' tiles; FlashAttention (flash_attention.cpp) runs it for AttnForm::Flash.
+//
+// Files: this header; flash_fwd_launch.cu and flash_bwd_launch.cu (checks, the kernel choice — the
+// only place a kernel is selected — and the whole sequence of each direction); kernel files named by
+// architecture and role (flash_kernels.h lists their launchers): sm89 = warp-level mma.sync with E4M3
+// operands (any GPU from sm_89), sm90 = Hopper warpgroup MMA (wgmma, sm_90a). docs/attention.md.
+//
+// Forward, per query row i of head (b, h), reading KV head h / (H/G) (GQA), keys j < visible(i)
+// (all Tk, or causal bottom-right: j <= i + Tk − Tq), key tiles of block_k from j = 0:
+//   S = τ·(Q̂K̂ᵀ)·sq·sk in FP32; online softmax (flash_softmax.cuh); P̃ = E4M3(exp(S − m_new)·p_scale);
+//   O = bf16_round((Σ P̃·V̂·sv) / Σ P̃), LSE = m + log l, row_max = m, row_sum = l (l the unrounded
+//   Σ exp(S − m): the statistics the backward's P = exp(S − m) / l reads).
+// A row that sees no key: O = 0, LSE = row_max = −inf, row_sum = 0.
+// Backward, per key block of one (b, KV head), for the rep = H/G query heads and every query block
+// that sees it: S recomputed with the forward's MMA sequence, P = exp(S − m)/l, dP = dÔV̂ᵀ·sdo·sv,
+// dS = P∘(dP − D), the row residual sums, dŜ = dS on the tile's power-of-two scale, dV += P̃ᵀ(dO/l)~,
+// dK += τ dŜᵀQ̂, dQ += τ dŜK̂ (FP32 atomics, or a Q-block-major kernel in deterministic mode).
+// No S x S buffer: besides inputs and outputs, O(T) per head.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "octet/fp8.h"
+#include "octet/tensor.h"
+
+namespace octet::cuda::flash {
+
+/// Which kernel runs the forward (and run_logits). Auto: the environment variable
+/// OCTET_FLASH_FORWARD if set (`mma_sync` or `wgmma`; anything else is an octet::Error), else
+/// wgmma on an sm_90 device (head_dim 64 and 128, every block_k), else mma_sync.
+enum class ForwardKernel { Auto, MmaSync, Wgmma };
+
+/// Which kernels run the backward (the matched pre-pass and the main kernel). Auto: the
+/// environment variable OCTET_FLASH_BACKWARD if set (`mma_sync` or `wgmma`), else wgmma on an
+/// sm_90 device. Wgmma (asked for or chosen) runs only where the wgmma kernels cover the call
+/// (head_dim 64 or 128, block_q = block_k = 128, not deterministic) and mma_sync elsewhere.
+enum class BackwardKernel { Auto, MmaSync, Wgmma };
+
+/// "mma_sync" | "wgmma" ("auto" for Auto): the names OCTET_FLASH_FORWARD / _BACKWARD take.
+const char* forward_kernel_name(ForwardKernel k);
+const char* backward_kernel_name(BackwardKernel k);
+
+/// One forward call. Tq_p, Tk_p: the sequence lengths rounded up to a multiple of 16 (pads hold
+/// zero codes). All pointers are device pointers; the code buffers must be 16-byte aligned.
+struct ForwardParams {
+  const uint8_t* q = nullptr;    ///< Q̂ E4M3 codes [B, H, Tq_p, D]
+  const uint8_t* k = nullptr;    ///< K̂ E4M3 codes [B, G, Tk_p, D]
+  const uint8_t* v_t = nullptr;  ///< V̂ᵀ E4M3 codes [B, G, D, Tk_p] (forward only)
+  /// the 1/scale of Q̂, K̂, V̂: one float each, or with qkv_head_block one per (batch, head,
+  /// 128-token block): [B, H, ⌈Tq/128⌉] for Q̂, [B, G, ⌈Tk/128⌉] for K̂ and V̂ (flash_qkv_scales.cuh)
+  const float* q_scale_inv = nullptr;
+  const float* k_scale_inv = nullptr;
+  const float* v_scale_inv = nullptr;
+  bool qkv_head_block = false;  ///< QkvScaling::HeadBlock (octet/attention.h)
+  /// O [B, H, Tq, D], BF16-rounded values: the forward writes exactly one of o (F32) and o_bf16
+  /// (BF16 bits, 4-byte aligned: no conversion pass after the kernel); the backward's stale delta
+  /// reads the one given
+  float* o = nullptr;
+  uint16_t* o_bf16 = nullptr;
+  float* lse = nullptr;      ///< out [B, H, Tq] (forward only)
+  float* row_max = nullptr;  ///< [B, H, Tq] m_i: written by the forward, read by the backward
+  float* row_sum = nullptr;  ///< [B, H, Tq] l_i: written by the forward, read by the backward
+  int64_t B = 0, H = 0, G = 0, Tq = 0, Tk = 0, Tq_p = 0, Tk_p = 0, D = 0;
+  bool causal = false;
+  float tau = 0.0f;        ///< softmax scale τ (usually 1/√D)
+  float p_scale = 256.0f;  ///< P̃'s static power-of-two scale (attention.h validate_p_scale)
+  int64_t block_k = 128;   ///< key tile: the CPU twin's block_k (and the dS scale tile's width)
+  ForwardKernel kernel = ForwardKernel::Auto;  ///< which forward kernel runs (select_forward_kernel)
+};
+
+/// One backward call: the forward's parameters (its codes, scales, statistics, sizes; o for the
+/// stale delta) and what the backward adds. The "group transposes" are the layout of
+/// src/cuda/attention/glue/glue.h: [B, G, D, rep·T_p], query head h = g·rep + r at column r·Tq_p + i.
+struct BackwardParams : ForwardParams {
+  const uint8_t* q_t = nullptr;   ///< Q̂ᵀ E4M3 codes, group transpose [B, G, D, rep·Tq_p]
+  const uint8_t* k_t = nullptr;   ///< K̂ᵀ E4M3 codes [B, G, D, Tk_p]
+  const uint8_t* v = nullptr;     ///< V̂ E4M3 codes [B, G, Tk_p, D]
+  const uint8_t* d_o = nullptr;   ///< dÔ codes (do_format) [B, H, Tq_p, D]
+  const uint8_t* dv_o_t = nullptr;  ///< (dO_i/l_i)~ codes (do_format), group transpose
+  const float* do_scale_inv = nullptr;   ///< dÔ's
+  const float* dvo_scale_inv = nullptr;  ///< (dO/l)~'s
+  /// dO as given [B, H, Tq, D] (stale delta only): F32, or BF16 bits (read and widened in
+  /// registers: no FP32 copy); exactly one of the two
+  const float* d_o_f32 = nullptr;
+  const uint16_t* d_o_bf16 = nullptr;
+  float* delta = nullptr;          ///< [B, H, Tq] D_i (run_delta writes, the main kernel reads)
+  float* row_factor = nullptr;     ///< [B, H, Tq] 1/l_i, 0 in a row without keys (run_delta)
+  /// out [B, H, Tq_p, D]: Σ τ dŜK̂ in code units of K̂ (× sk later; 16-byte aligned); with
+  /// qkv_head_block in values (each tile's product × its key block's 1/sk)
+  float* dq_acc = nullptr;
+  /// out [B, G, Tk_p, D]: Σ τ dŜᵀQ̂ in code units of Q̂ (× sq later); with qkv_head_block in values
+  float* dk_acc = nullptr;
+  float* dv_acc = nullptr;  ///< out [B, G, Tk_p, D]: dV, scaled (8-byte aligned)
+  /// [B, H, Tq, 2] (Σ_j dS_ij, Σ_j P_ij(|dP_ij| + |D_i|)) in FP64, or null: no residual sums
+  double* res_sums = nullptr;
+  /// [B, H, Tq] FP32 r̂_i = Σ_j dŜ_ij (the rounded dS of every key, in dS units), or null: the dQ
+  /// row-sum projection's row sums (AttentionConfig::dq_projection). The wgmma kernel only.
+  float* ds_row_sum = nullptr;
+  bool matched = true;        ///< delta rule: matched (Delta-Matching) or stale
+  bool deterministic = false;  ///< dQ by the Q-block-major kernel instead of atomics
+  Format do_format = Format::E5M2;
+  Format ds_format = Format::E5M2;
+  int64_t block_q = 128;   ///< the dS scale tile's height and the kernels' query tile: 64 or 128
+  BackwardKernel bwd_kernel = BackwardKernel::Auto;  ///< which backward flavor runs
+};
+
+/// What run_backward reads and writes besides the kernels' operands: dO as the caller gave it,
+/// the gradients' destinations, the row-residual accumulator, and the scratch of its glue passes.
+struct BackwardIo {
+  const void* d_o = nullptr;  ///< dO [B, H, Tq, D], F32 or BF16 (16-byte aligned)
+  DType d_o_dtype = DType::BF16;
+  void* dq = nullptr;  ///< out [B, H, Tq, D], F32 or BF16 (dq_dtype)
+  void* dk = nullptr;  ///< out [B, G, Tk, D]
+  void* dv = nullptr;  ///< out [B, G, Tk, D]
+  DType dq_dtype = DType::BF16, dk_dtype = DType::BF16, dv_dtype = DType::BF16;
+  /// the caller's F64 [2] row-residual accumulator (max, sum: residual_accumulate_launch), or null;
+  /// non-null needs p.res_sums and residual_rows
+  double* residual = nullptr;
+  double* residual_rows = nullptr;  ///< scratch [B, H, Tq]
+  unsigned* amax = nullptr;         ///< scratch: one unsigned
+  uint8_t* dv_o_t = nullptr;        ///< scratch [B, H, Tq_p, D] bytes: the (dO/l)~ codes
+  float* dvo_scale_inv = nullptr;   ///< scratch: one float (16-byte aligned)
+};
+
+/// The kernel run_forward and run_logits run for `requested` (ForwardKernel's rule for Auto) on the
+/// current device. Throws octet::Error on an unknown OCTET_FLASH_FORWARD value, or when wgmma is
+/// asked for (by `requested` or the variable) on a device that is not sm_90.
+ForwardKernel select_forward_kernel(ForwardKernel requested = ForwardKernel::Auto);
+
+/// The flavor run_delta (matched) and run_backward_main run for p on the current device
+/// (BackwardKernel's rule; never Auto). Both see the same p: the matched delta needs the main
+/// kernel's P and dP bits. Throws octet::Error on an unknown OCTET_FLASH_BACKWARD value, or when
+/// wgmma is asked for on a device that is not sm_90.
+BackwardKernel select_backward_kernel(const BackwardParams& p);
+
+/// Throw octet::Error unless head_dim ∈ {64, 128} and the tiles ∈ {64, 128}, naming the
+/// supported values.
+void check_forward_supported(int64_t head_dim, int64_t block_k);
+void check_backward_supported(int64_t head_dim, int64_t block_q, int64_t block_k);
+
+/// The forward on `stream` (asynchronous): O, LSE, m, l. Throws octet::Error on an unsupported
+/// head_dim or block_k, inconsistent dimensions (H not a multiple of G, Tq_p/Tk_p not the
+/// 16-rounded lengths), a null or misaligned pointer.
+void run_forward(const ForwardParams& p, cudaStream_t stream);
+
+/// S [B, H, Tq_p, Tk_p] FP32 = τ·(Q̂K̂ᵀ)·sq·sk for every row and key, pads included (0), unmasked,
+/// with the bits run_forward computes for each (i, j) with the same p (same kernel, same MMA
+/// sequence, same scale product), so that the saved (m, l) describe exactly its S. The two flavors'
+/// S may differ at FP32 rounding level. Reads p's Q̂, K̂, their scales, the dimensions, block_k and
+/// kernel. Errors as run_forward's.
+void run_logits(const ForwardParams& p, float* s, cudaStream_t stream);
+
+/// The whole backward after a flash forward, dÔ packed (p.d_o, p.do_scale_inv): the delta pass
+/// (run_delta), (dO/l)~ packed from io.d_o with its own scale into io.dv_o_t, the main kernels
+/// (run_backward_main), the dQ row-sum projection when p.ds_row_sum is set, dQ, dK, dV unpadded
+/// and scaled into io's tensors (rounded once), and the row residual added into io.residual.
+/// Asynchronous. Errors as the stages', and octet::Error on a null io tensor.
+void run_backward(BackwardParams p, const BackwardIo& io, cudaStream_t stream);
+
+/// The backward's stages on codes, for run_backward and for tests that drive the kernels directly.
+/// run_delta: delta and row_factor for every row. Matched reads q, k, v, d_o, their scales,
+/// row_max, row_sum; stale reads o (or o_bf16), d_o_f32 (or d_o_bf16), row_sum. Throws
+/// octet::Error on unsupported sizes, inconsistent dimensions, a null or misaligned pointer.
+void run_delta(const BackwardParams& p, cudaStream_t stream);
+/// run_backward_main: zeroes dq_acc (and res_sums, ds_row_sum when given), then writes dq_acc,
+/// dk_acc, dv_acc in full (pads included) and adds the residual sums and the dŜ row sums. Needs
+/// run_delta's outputs and dv_o_t packed with its row_factor. Errors as run_delta's, and
+/// octet::Error when ds_row_sum is given to the mma.sync flavor.
+void run_backward_main(const BackwardParams& p, cudaStream_t stream);
+
+}  // namespace octet::cuda::flash

@@ -1,0 +1,184 @@
+// src/cuda/attention/flash/flash_bwd_launch.cu — the flash attention backward's launch (flash.h):
+// the argument checks, the kernel choice (BackwardKernel, OCTET_FLASH_BACKWARD; the one place a
+// backward kernel is selected) and the whole sequence after the forward:
+//   delta pass (matched: the sm89/sm90 pre-pass that recomputes P and dP; stale: dO·O rows)
+//   → (dO/l)~ packed with its own scale (glue.h)
+//   → main kernel (+ the deterministic dQ kernel)
+//   → dQ row-sum projection (when asked)
+//   → dQ, dK, dV unpadded and scaled into the caller's tensors (glue.h)
+//   → row residual finish and accumulate.
+// Semantics and CPU twin: flash.h. docs/attention.md §"Backward".
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "cuda/attention/flash/flash.h"
+#include "cuda/attention/flash/flash_kernels.h"
+#include "cuda/attention/glue/glue.h"
+#include "cuda/ops/ops.h"
+#include "cuda/runtime/check.h"
+#include "octet/attention.h"
+#include "octet/error.h"
+
+namespace octet::cuda::flash {
+namespace {
+
+bool aligned(const void* x, unsigned bytes) {
+  return (reinterpret_cast<uintptr_t>(x) & (bytes - 1)) == 0;
+}
+
+void check_dims(const BackwardParams& p) {
+  check_backward_supported(p.D, p.block_q, p.block_k);
+  OCTET_CHECK(p.B >= 1 && p.H >= 1 && p.G >= 1 && p.H % p.G == 0 && p.Tq >= 1 && p.Tk >= 1,
+              "flash attention backward: need B, H, G, Tq, Tk >= 1 and H a multiple of G");
+}
+
+void check_padded(const BackwardParams& p) {
+  OCTET_CHECK(p.Tq_p == (p.Tq + 15) / 16 * 16 && p.Tk_p == (p.Tk + 15) / 16 * 16,
+              "flash attention backward: Tq_p, Tk_p must be Tq, Tk rounded up to 16");
+}
+
+}  // namespace
+
+void check_backward_supported(int64_t head_dim, int64_t block_q, int64_t block_k) {
+  OCTET_CHECK(flash_attention_size_supported(head_dim),
+              "flash FP8 attention backward: head_dim must be 64 or 128, got " +
+                  std::to_string(head_dim));
+  OCTET_CHECK(flash_attention_size_supported(block_q) && flash_attention_size_supported(block_k),
+              "flash FP8 attention backward: block_q and block_k (the dS scale tile) must be 64 or "
+              "128, got " + std::to_string(block_q) + " x " + std::to_string(block_k));
+}
+
+const char* backward_kernel_name(BackwardKernel k) {
+  switch (k) {
+    case BackwardKernel::MmaSync: return "mma_sync";
+    case BackwardKernel::Wgmma: return "wgmma";
+    default: return "auto";
+  }
+}
+
+BackwardKernel select_backward_kernel(const BackwardParams& p) {
+  int dev = 0, major = 0, minor = 0;
+  OCTET_CUDA_CHECK(cudaGetDevice(&dev));
+  OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  const bool sm90 = major == 9 && minor == 0;
+  BackwardKernel k = p.bwd_kernel;
+  if (k == BackwardKernel::Auto) {
+    const char* env = std::getenv("OCTET_FLASH_BACKWARD");
+    const std::string v = env ? env : "";
+    if (v == backward_kernel_name(BackwardKernel::MmaSync)) k = BackwardKernel::MmaSync;
+    else if (v == backward_kernel_name(BackwardKernel::Wgmma)) k = BackwardKernel::Wgmma;
+    else
+      OCTET_CHECK(v.empty(), "OCTET_FLASH_BACKWARD must be mma_sync or wgmma (or unset), got '" +
+                                 v + "'");
+  }
+  if (k == BackwardKernel::Auto) k = sm90 ? BackwardKernel::Wgmma : BackwardKernel::MmaSync;
+  OCTET_CHECK(k != BackwardKernel::Wgmma || sm90,
+              "flash attention backward: the wgmma kernels need an sm_90 GPU (Hopper), this is sm_" +
+                  std::to_string(10 * major + minor) + " (use OCTET_FLASH_BACKWARD=mma_sync)");
+  return k == BackwardKernel::Wgmma && bwd_sm90_supported(p) ? BackwardKernel::Wgmma
+                                                             : BackwardKernel::MmaSync;
+}
+
+void run_delta(const BackwardParams& p, cudaStream_t stream) {
+  check_dims(p);
+  OCTET_CHECK(p.delta && p.row_factor && p.row_sum,
+              "flash attention backward: a null delta, row_factor or row_sum pointer");
+  if (!p.matched) {
+    OCTET_CHECK((p.o != nullptr) != (p.o_bf16 != nullptr) &&
+                    (p.d_o_f32 != nullptr) != (p.d_o_bf16 != nullptr),
+                "flash attention backward: the stale delta needs one of o / o_bf16 and one of "
+                "d_o_f32 / d_o_bf16");
+    bwd_stale_delta_launch(p, stream);
+    return;
+  }
+  check_padded(p);
+  OCTET_CHECK(p.q && p.k && p.v && p.d_o && p.q_scale_inv && p.k_scale_inv && p.v_scale_inv &&
+                  p.do_scale_inv && p.row_max,
+              "flash attention backward: a null operand, scale or row_max pointer");
+  OCTET_CHECK(aligned(p.q, 16) && aligned(p.k, 16) && aligned(p.v, 16) && aligned(p.d_o, 16),
+              "flash attention backward: the Q, K, V, dO code buffers must be 16-byte aligned");
+  // The matched pre-pass runs the main kernel's flavor: its P and dP have the main kernel's bits.
+  if (select_backward_kernel(p) == BackwardKernel::Wgmma) bwd_delta_sm90_launch(p, stream);
+  else bwd_delta_sm89_launch(p, stream);
+}
+
+void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
+  check_dims(p);
+  check_padded(p);
+  OCTET_CHECK(p.q && p.q_t && p.k && p.k_t && p.v && p.d_o && p.dv_o_t && p.q_scale_inv &&
+                  p.k_scale_inv && p.v_scale_inv && p.do_scale_inv && p.dvo_scale_inv &&
+                  p.row_max && p.row_sum && p.delta,
+              "flash attention backward: a null operand, scale or row statistics pointer");
+  OCTET_CHECK(p.dq_acc && p.dk_acc && p.dv_acc,
+              "flash attention backward: a null output pointer (dq_acc, dk_acc, dv_acc)");
+  OCTET_CHECK(aligned(p.dv_acc, 8) && aligned(p.dq_acc, 16),
+              "flash attention backward: dv_acc must be 8-byte aligned (float2 stores) and dq_acc "
+              "16-byte aligned (float4 atomics)");
+  OCTET_CHECK(aligned(p.q, 16) && aligned(p.q_t, 16) && aligned(p.k, 16) && aligned(p.k_t, 16) &&
+                  aligned(p.v, 16) && aligned(p.d_o, 16) && aligned(p.dv_o_t, 16),
+              "flash attention backward: the code buffers must be 16-byte aligned");
+  const bool wgmma = select_backward_kernel(p) == BackwardKernel::Wgmma;
+  OCTET_CHECK(!p.ds_row_sum || wgmma,
+              "flash attention backward: the dQ row-sum projection needs the wgmma kernel (sm_90, "
+              "head_dim 64 or 128, block_q = block_k = 128, not deterministic)");
+  OCTET_CUDA_CHECK(
+      cudaMemsetAsync(p.dq_acc, 0, size_t(p.B * p.H * p.Tq_p * p.D) * sizeof(float), stream));
+  if (p.res_sums)
+    OCTET_CUDA_CHECK(
+        cudaMemsetAsync(p.res_sums, 0, size_t(2 * p.B * p.H * p.Tq) * sizeof(double), stream));
+  if (p.ds_row_sum)
+    OCTET_CUDA_CHECK(
+        cudaMemsetAsync(p.ds_row_sum, 0, size_t(p.B * p.H * p.Tq) * sizeof(float), stream));
+  if (wgmma) {
+    bwd_sm90_launch(p, stream);
+    return;
+  }
+  bwd_sm89_launch(p, stream);
+  if (p.deterministic) bwd_dq_sm89_launch(p, stream);  // after the main kernel (stream order)
+}
+
+void run_backward(BackwardParams p, const BackwardIo& io, cudaStream_t stream) {
+  OCTET_CHECK(io.d_o && io.dq && io.dk && io.dv && io.amax && io.dv_o_t && io.dvo_scale_inv,
+              "flash attention backward: a null dO, gradient or scratch pointer");
+  OCTET_CHECK(!io.residual || (p.res_sums && io.residual_rows),
+              "flash attention backward: the row residual needs res_sums and residual_rows");
+  run_delta(p, stream);
+  // dV's operand dO_i / l_i (P without underflow: P̃ is exp(S − m)), its own per-tensor scale.
+  PackArgs a;
+  a.x = io.d_o;
+  a.x_dtype = io.d_o_dtype;
+  a.row_factor = p.row_factor;
+  a.B = p.B, a.heads = p.H, a.T = p.Tq, a.T_p = p.Tq_p, a.D = p.D, a.rep = p.H / p.G;
+  a.format = p.do_format;
+  a.fp8 = true;
+  pack_amax_launch(io.d_o, io.d_o_dtype, p.B * p.H * p.Tq * p.D, io.amax, stream, p.row_factor, p.D);
+  a.amax_bits = io.amax;
+  a.scale_inv = io.dvo_scale_inv;
+  a.trans_kind = PackKind::Fp8Code;
+  a.trans = io.dv_o_t;
+  pack_launch(a, stream);
+  p.dv_o_t = io.dv_o_t;
+  p.dvo_scale_inv = io.dvo_scale_inv;
+  run_backward_main(p, stream);
+  if (p.ds_row_sum) bwd_dq_projection_launch(p, stream);
+  // Unpadded into the caller's F32 or BF16 gradients, rounded once: dQ × sk and dK × sq with one
+  // scale per tensor (the kernels summed codes); per-block scales were applied per tile.
+  const float* sk = p.qkv_head_block ? nullptr : p.k_scale_inv;
+  const float* sq = p.qkv_head_block ? nullptr : p.q_scale_inv;
+  unpad_scale_launch(p.dq_acc, io.dq, io.dq_dtype, p.B * p.H, p.Tq, p.Tq_p, p.D, 1.0f, sk, nullptr,
+                     stream);
+  unpad_scale_launch(p.dk_acc, io.dk, io.dk_dtype, p.B * p.G, p.Tk, p.Tk_p, p.D, 1.0f, sq, nullptr,
+                     stream);
+  unpad_scale_launch(p.dv_acc, io.dv, io.dv_dtype, p.B * p.G, p.Tk, p.Tk_p, p.D, 1.0f, nullptr,
+                     nullptr, stream);
+  if (!io.residual) return;
+  const int64_t rows = p.B * p.H * p.Tq;
+  bwd_residual_finish_launch(p.res_sums, rows, io.residual_rows, stream);
+  residual_accumulate_launch(io.residual_rows, rows, io.residual, stream);
+}
+
+}  // namespace octet::cuda::flash

@@ -1,0 +1,580 @@
+// src/cuda/attention/flash/flash_bwd_sm90.cu — the Hopper (sm_90a) flavor of the flash FP8 attention
+// backward: flash.h's semantics (CPU twin: src/cpu/attention_flash.cpp backward_flash,
+// attention_backward_tile.cpp) with every product on warpgroup MMA (wgmma, QGMMA in SASS) in
+// FlashAttention-3's transposed orientation (arXiv 2407.08608 §3; Delta-Matching's matched delta,
+// arXiv 2609.37852). docs/attention.md §"Backward". Supported: head_dim 64 and 128, block_q =
+// block_k = 128, not deterministic (bwd_sm90_supported); flash_bwd_launch.cu runs the sm89 kernels
+// otherwise.
+//
+// Main kernel: one CTA (two warpgroups, flash_bwd_tile_sm90.cuh geometry) per (b, KV head, block
+// of 128 keys); K̂, V̂ (A operands, [key][d]) and K̂ᵀ ([d][key]) of the block stay in shared memory.
+// For each of the rep = H/G query heads and each 128-query block that sees the key block (a tile
+// step), the step's Q̂ and dÔ rows (permuted), Q̂ᵀ and (dO/l)~ᵀ columns (group transposes) and the
+// queries' statistics come through a 2-stage shared-memory ring (cp.async, the next step's copies
+// in flight while this one computes). Per step, warpgroup wg (keys 64wg..):
+//   Sᵀ = K̂Q̂ᵀ (SS m64n128k32) → P = exp(S − m)/l in place, P̃ = E4M3(exp(S − m)·p_scale) as A
+//   fragments; dV += P̃ᵀ(dO/l)~ (RS m64nDk32, A = P̃ᵀ, B = (dO/l)~ᵀ); dPᵀ = V̂dÔᵀ (SS) → dS =
+//   P∘(dP − D) in place; the tile's |dS| amax over both warpgroups (bwd::cta_amax) → the
+//   power-of-two scale (fp8.h scale_from_amax, pow2) → dŜᵀ A fragments (to_a_frags) and dŜ bytes
+//   into shared memory [query][key] (K-major); dK += τ dŜᵀQ̂ (RS, B = Q̂ᵀ) and dQ = τ dŜK̂ (SS,
+//   A = dŜ rows 64wg.., B = K̂ᵀ) added to dq_acc by 16-byte FP32 atomics.
+// At head_dim 128 (dK, dV accumulators: 128 registers a thread) Sᵀ and dPᵀ are m64n64 products on
+// the 64-query halves of the step, half 0's dS is parked in shared memory until the tile's amax
+// covers both halves, dV's product runs in two 64-column parts of head_dim, and dK's and dQ's
+// products one after the other (docs/attention.md §"Backward", head_dim 128).
+// Every product is one tile's (≤ 128 terms) from a zero accumulator, added in FP32 outside the
+// tensor core (Hopper's FP8 wgmma keeps ~13 bits in its accumulator; DeepSeek-V3 §3.3.2).
+// Matched-delta pre-pass: one CTA per (b, h, 128-query block) walks the key blocks its rows see
+// (2-stage cp.async ring of K̂, V̂) and computes each tile's Sᵀ, P, dPᵀ with the main kernel's
+// device functions on the same operands (same instructions, roles, layouts, scale products), so P
+// and dP have the main kernel's bits; Σ P dP and Σ P per query in FP64 (octet/delta_rule.h): a
+// lane's two keys, then a reduce-scatter over the 8 lanes of a column (shuffles), accumulated per
+// lane over the key blocks, the 8 warps joined in a fixed order at the end.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/runtime/check.h"
+#include "cuda/attention/flash/flash_kernels.h"
+#include "cuda/attention/flash/flash_bwd_tile_sm89.cuh"
+#include "cuda/attention/flash/flash_bwd_tile_sm90.cuh"
+#include "cuda/quantize/fp8_device.cuh"
+#include "octet/delta_rule.h"
+#include "octet/error.h"
+#include "octet/fp8.h"
+
+namespace octet::cuda::flash {
+namespace {
+
+using bwdw::ColStat;
+using bwdw::ColStats;
+using bwdw::kBM;
+using bwdw::kBN;
+using bwdw::kThreads;
+using bwdw::Lane;
+
+// The main kernel's shared memory (offsets from a 1024-byte aligned base; every tile 1024-aligned):
+// K̂, V̂ [kBN][kD] (kD-byte swizzle), K̂ᵀ [kD][kBN], dŜ [kBM][kBN] (128-byte swizzle; at head_dim
+// 128 the same space first parks half 0's FP32 dS, kPark bytes: [element][thread] float4s); 2
+// stages of Q̂, dÔ [kBM][kD] (permuted rows, kD-byte swizzle), Q̂ᵀ, (dO/l)~ᵀ [kD][kBM] (128-byte
+// swizzle); 2 ColStats. head_dim 64: 110 KiB; 128: 214 KiB (of the 227 KiB an sm_90 CTA may have).
+template <int kD>
+struct MainLayout {
+  static constexpr int kRows = kBN * kD;  // one K̂, V̂, K̂ᵀ, Q̂, dÔ, Q̂ᵀ or (dO/l)~ᵀ tile
+  static constexpr int kK = 0, kV = kRows, kKt = 2 * kRows, kDs = 3 * kRows;
+  static constexpr int kPark = kD == 64 ? 0 : kThreads * (bwdw::kCols<kD> / 8) * 4 * 4;
+  static constexpr int kStage0 = kDs + (kPark > kBM * kBN ? kPark : kBM * kBN);
+  static constexpr int kStage = 4 * kRows;  // + 0: Q̂, + kRows: dÔ, + 2 kRows: Q̂ᵀ, + 3: (dO/l)~ᵀ
+  static constexpr int kStats = kStage0 + 2 * kStage;
+  static constexpr int kBytes = kStats + 2 * int(sizeof(ColStats)) + 1024;  // + alignment slack
+  static_assert(kRows % 1024 == 0 && kPark % 1024 == 0, "1024-aligned tiles");
+  static_assert(kBytes + 64 <= 227 * 1024, "an sm_90 CTA's shared memory (+ amax_slots)");
+};
+
+// The delta pre-pass's: Q̂, dÔ [kBM][kD] (permuted rows); 2 stages of K̂, V̂ [kBN][kD]; ColStats;
+// the per-warp FP64 sums [8 warps][kBM] (Σ P dP, Σ P).
+template <int kD>
+struct DeltaLayout {
+  static constexpr int kRows = kBN * kD;
+  static constexpr int kQ = 0, kDo = kRows, kStage0 = 2 * kRows, kStage = 2 * kRows;
+  static constexpr int kStats = kStage0 + 2 * kStage;
+  static constexpr int kParts = kStats + (int(sizeof(ColStats)) + 15) / 16 * 16;
+  static constexpr int kBytes = kParts + bwd::kWarps * kBM * 16 + 1024;
+  static_assert(kBytes <= 227 * 1024, "an sm_90 CTA's shared memory");
+};
+
+__device__ __forceinline__ uint8_t* align1024(uint8_t* p) {
+  return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
+}
+
+/// A query block's tile steps in one CTA of the main kernel: step n = (head hr = n / per_head,
+/// query block qb0 + n % per_head).
+struct Steps {
+  int64_t qb0, per_head, count;
+};
+
+// The row residual sums of one product's kN queries q_off.. (flash_bwd_sm89.cu tile_ds's, per
+// query column here): dS of this lane's elements by the main loop's formula, (Σ dS, Σ P(|dP| +
+// |D|)) in FP64 summed over the lane's two keys and the 8 lanes of a column (column_sum8), added
+// to res_sums by FP64 atomics.
+template <bool kFull, int kNT>
+__device__ __forceinline__ void residual_sums(const BackwardParams& p, const ColStats& cs,
+                                              const Lane& ln, int64_t kbase, int q_off,
+                                              float dp_scale, int64_t bh, int64_t i0,
+                                              const float (&s)[kNT][4],
+                                              const float (&dp)[kNT][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kNT / 4; ++kk) {
+    double rs[8], rm[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) rs[u] = rm[u] = 0.0;
+    bwdw::for_each_dp<kFull>(cs, ln, kbase, q_off, dp_scale, dp, [&](int nt, int el, int q,
+                                                                      bool in, float dpv) {
+      if (nt / 4 != kk || !in) return;
+      const int u = 2 * (nt % 4) + el % 2;
+      const float d = cs.delta[q];
+      rs[u] += double(RowDelta<float>{d}.ds(s[nt][el], dpv));
+      rm[u] += double(s[nt][el]) * (fabs(double(dpv)) + fabs(double(d)));
+    });
+    const double x = bwdw::column_sum8(rs, ln.g), y = bwdw::column_sum8(rm, ln.g);
+    const int64_t i = i0 + q_off + bwdw::column_sum8_query(kk, ln.g, ln.t);
+    if (i < p.Tq) {
+      atomicAdd(p.res_sums + 2 * (bh * p.Tq + i), x);
+      atomicAdd(p.res_sums + 2 * (bh * p.Tq + i) + 1, y);
+    }
+  }
+}
+
+// dV += P̃ᵀ(dO/l)~ over the tile's 128 queries: A = P̃ᵀ fragments pa (queries 32kk.. at pa[kk]),
+// B = (dO/l)~ᵀ [kD][kBM] (128-byte swizzle) at `dvo_t`, k-steps kk = 0..3 from a zero
+// accumulator, in head_dim parts of kNd columns (rows of B), each added in FP32 to dv's n-tiles of
+// that part (kNd = kD at head_dim 64; 64 at 128: a 32-register accumulator beside dK, dV).
+template <int kD, bool kDoE5M2, int kNd>
+__device__ __forceinline__ void dv_product(unsigned dvo_t, uint32_t (&pa)[kBM / 32][4],
+                                           float (&dv)[kD / 8][4]) {
+#pragma unroll
+  for (int part = 0; part < kD / kNd; ++part) {
+    float acc[kNd / 8][4];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBM / 32; ++kk)
+      WgmmaFp8<kNd, false, kDoE5M2>::rs(
+          acc, pa[kk], kmajor_desc<128>(dvo_t + unsigned(part * kNd * kBM) + 32 * kk), kk);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(acc);
+    fence_regs(pa);
+#pragma unroll
+    for (int dn = 0; dn < kNd / 8; ++dn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dv[part * kNd / 8 + dn][e] += acc[dn][e];
+  }
+}
+
+// dPᵀ of the kN queries q_off.. (B rows at do_rows) → dS = P∘(dP − D) in place of s (P); the
+// lane's |dS| amax bits into amax; the residual sums first when kRes.
+template <int kD, bool kDoE5M2, bool kRes, int kNT>
+__device__ __forceinline__ void tile_ds(const BackwardParams& p, const ColStats& cs,
+                                        const Lane& ln, int64_t kbase, int q_off,
+                                        const TileScales& sc, int64_t bh, int64_t i0, bool full,
+                                        unsigned a_v, unsigned do_rows, float (&s)[kNT][4],
+                                        unsigned& amax) {
+  float dp[kNT][4];
+  bwdw::tile_product<kD, kDoE5M2>(a_v, do_rows, dp);
+  if constexpr (kRes) {  // FP64 (Σ dS, Σ P(|dP| + |D|)) per query, only when asked for
+    if (full) residual_sums<true>(p, cs, ln, kbase, q_off, sc.dp_scale, bh, i0, s, dp);
+    else residual_sums<false>(p, cs, ln, kbase, q_off, sc.dp_scale, bh, i0, s, dp);
+  }
+  auto ds = [&](int nt, int el, int q, bool in, float dpv) {
+    const float x = in ? RowDelta<float>{cs.delta[q]}.ds(s[nt][el], dpv) : 0.0f;
+    s[nt][el] = x;
+    amax = max(amax, __float_as_uint(x) & 0x7FFFFFFFu);
+  };
+  if (full) bwdw::for_each_dp<true>(cs, ln, kbase, q_off, sc.dp_scale, dp, ds);
+  else bwdw::for_each_dp<false>(cs, ln, kbase, q_off, sc.dp_scale, dp, ds);
+}
+
+// The dQ row-sum projection's r̂_i (BackwardParams::ds_row_sum): the tile's dŜ row sums, read
+// from the [query][key] tile in shared memory while dK's and dQ's products run (row q = query i0 + q;
+// the 128-byte swizzle permutes 16-byte chunks within a row, so a row's bytes are its own). Thread
+// tid decodes 64 codes of row tid / 2 (fp8x2_to_f16x2: exact) and sums them in FP32,
+// joins its neighbour's half and adds the row's sum · inv_scale (dS = code / scale) by one FP32
+// atomic.
+template <bool kDsE5M2>
+__device__ __forceinline__ void add_ds_row_sums(const BackwardParams& p, const uint8_t* sds, int tid,
+                                                int64_t bh, int64_t i0, float inv_scale) {
+  const int q = tid / 2;
+  const uint4* const row = reinterpret_cast<const uint4*>(sds + q * kBN + 64 * (tid % 2));
+  float sum = 0.0f;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const uint4 w = row[(c + q) % 4];  // rows start their reads at different banks
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int hw = 0; hw < 2; ++hw) {
+        const uint32_t h = fp8x2_to_f16x2<kDsE5M2>(uint16_t(words[k] >> (16 * hw)));
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+        sum += f.x + f.y;
+      }
+  }
+  sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
+  if (tid % 2 == 0 && i0 + q < p.Tq) atomicAdd(p.ds_row_sum + bh * p.Tq + i0 + q, sum * inv_scale);
+}
+
+// kDoE5M2, kDsE5M2: do_format, ds_format are E5M2; kRes: res_sums is given.
+template <int kD, bool kDoE5M2, bool kDsE5M2, bool kRes>
+__global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const BackwardParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = MainLayout<kD>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* const smem = align1024(smem_raw);
+  const unsigned sb = smem_u32(smem);
+  ColStats* const stats = reinterpret_cast<ColStats*>(smem + L::kStats);
+  __shared__ unsigned amax_slots[bwd::kWarps];
+  const Lane ln;
+  const int tid = threadIdx.x;
+
+  const int64_t BG = p.B * p.G, rep = p.H / p.G;
+  const int64_t bg = int64_t(blockIdx.x) % BG, j0 = int64_t(blockIdx.x) / BG * kBN;
+  const int64_t b = bg / p.G, gh = bg % p.G;
+  const int64_t width = rep * p.Tq_p;  // a group transpose's row
+  // Query blocks that see key j0 (causal bottom-right: rows i >= j0 − (Tk − Tq)).
+  const int64_t n_qblocks = (p.Tq + kBM - 1) / kBM;
+  const int64_t first = p.causal ? j0 - (p.Tk - p.Tq) : 0;
+  Steps st;
+  st.qb0 = first > 0 ? first / kBM : 0;
+  st.per_head = st.qb0 < n_qblocks ? n_qblocks - st.qb0 : 0;
+  st.count = rep * st.per_head;
+  auto bh_of = [&](int64_t n) { return b * p.H + gh * rep + n / st.per_head; };
+  auto i0_of = [&](int64_t n) { return (st.qb0 + n % st.per_head) * kBM; };
+  // Step n's copies into stage n % 2 (its statistics: load_stat / store_stat).
+  auto load_step = [&](int64_t n) {
+    uint8_t* const s = smem + L::kStage0 + (n % 2) * L::kStage;
+    const int64_t bh = bh_of(n), i0 = i0_of(n), hr = n / st.per_head;
+    bwdw::copy_rows<kBM, kD, true>(s, p.q + bh * p.Tq_p * kD, i0, p.Tq_p);
+    bwdw::copy_rows<kBM, kD, true>(s + L::kRows, p.d_o + bh * p.Tq_p * kD, i0, p.Tq_p);
+    const int64_t cols = bg * kD * width + hr * p.Tq_p;
+    bwdw::copy_cols<kD>(s + 2 * L::kRows, p.q_t + cols, width, i0, p.Tq_p);
+    bwdw::copy_cols<kD>(s + 3 * L::kRows, p.dv_o_t + cols, width, i0, p.Tq_p);
+  };
+  ColStat next;  // thread tid < kBM: query i0 + tid of the next step, read ahead
+  auto load_stat = [&](int64_t n) {
+    if (tid < kBM) next.load(p, bh_of(n), i0_of(n) + tid, true);
+  };
+  auto store_stat = [&](int64_t n) {
+    if (tid < kBM) next.store(stats[n % 2], tid);
+  };
+
+  // The key block (one cp.async group with step 0's copies).
+  bwdw::copy_rows<kBN, kD, false>(smem + L::kK, p.k + bg * p.Tk_p * kD, j0, p.Tk_p);
+  bwdw::copy_rows<kBN, kD, false>(smem + L::kV, p.v + bg * p.Tk_p * kD, j0, p.Tk_p);
+  bwdw::copy_cols<kD>(smem + L::kKt, p.k_t + bg * kD * p.Tk_p, p.Tk_p, j0, p.Tk_p);
+  if (st.count > 0) {
+    load_step(0);
+    load_stat(0);
+    store_stat(0);
+  }
+  cp_async_commit();
+
+  float dv[kD / 8][4], dk[kD / 8][4];  // this lane's keys 64wg + 16w + g (+ 8) x head_dim
+#pragma unroll
+  for (int dn = 0; dn < kD / 8; ++dn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dv[dn][e] = dk[dn][e] = 0.0f;
+  const float k_inv = k_inv_at(p, bg, j0);  // the key block's K̂ 1/scale
+  const int64_t kbase = j0 + bwdw::kWgKeys * ln.wg + 16 * ln.w;  // this warp's first key
+  const unsigned a_k = sb + L::kK + bwdw::kWgKeys * ln.wg * kD;  // the warpgroup's K̂ rows
+  const unsigned a_v = sb + L::kV + bwdw::kWgKeys * ln.wg * kD;  // ... V̂ rows
+  const unsigned a_ds = sb + L::kDs + 64 * ln.wg * kBN;          // dQ's A: dŜ rows 64wg..
+
+  for (int64_t n = 0; n < st.count; ++n) {
+    cp_async_wait<0>();        // this step's copies (this thread's) have landed
+    fence_proxy_async_smem();  // ... visible to wgmma's async proxy
+    __syncthreads();           // ... everyone's, and the statistics; stage (n + 1) % 2 is free
+    if (n + 1 < st.count) {
+      load_step(n + 1);
+      load_stat(n + 1);
+    }
+    cp_async_commit();
+    const int64_t bh = bh_of(n), i0 = i0_of(n);
+    const TileScales sc = tile_scales(p, bh, i0, bg, j0);
+    const unsigned stage = sb + L::kStage0 + unsigned(n % 2) * L::kStage;
+    const ColStats& cs = stats[n % 2];
+    const bool full = bwd::tile_full(p, i0, kBM, j0, kBN);  // CTA-uniform
+
+    // Sᵀ → P → dV; dPᵀ → dS = P∘(dP − D); the lane's |dS| amax bits; the tile's power-of-two
+    // scale over both warpgroups (bwd::cta_amax) and dŜᵀ's A fragments over the 128 queries.
+    unsigned amax = 0;
+    uint32_t dsa[kBM / 32][4];
+    float scale;
+    if constexpr (kD == 64) {
+      // The whole tile in one product each.
+      float s[kBN / 8][4];
+      bwdw::tile_product<kD, false>(a_k, stage, s);
+      uint32_t pa[kBM / 32][4];
+      if (full) bwdw::tile_prob<true>(cs, ln, kbase, 0, sc.s_scale, p.p_scale, s, pa);
+      else bwdw::tile_prob<false>(cs, ln, kbase, 0, sc.s_scale, p.p_scale, s, pa);
+      dv_product<kD, kDoE5M2, kD>(stage + 3 * L::kRows, pa, dv);
+      tile_ds<kD, kDoE5M2, kRes>(p, cs, ln, kbase, 0, sc, bh, i0, full, a_v, stage + L::kRows, s,
+                                 amax);
+      scale = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
+      bwd::to_a_frags<kBN>(s, scale, p.ds_format, dsa);
+    } else {
+      // Two 64-query halves h (bwdw::kCols): Sᵀ_h → P_h, P̃_h fragments; after half 1's P, dV +=
+      // P̃ᵀ(dO/l)~ over all 128 queries (as at head_dim 64) in two 64-column parts of head_dim;
+      // dPᵀ_h → dS_h. Half 0's dS waits in shared memory (each thread its own FP32 values, in the
+      // dŜ tile's space) until the amax covers the whole 128 x 128 scale tile.
+      constexpr int kN = bwdw::kCols<kD>;
+      float4* const park = reinterpret_cast<float4*>(smem + L::kDs) + tid;
+      uint32_t pa[kBM / 32][4];  // P̃ᵀ fragments over the 128 queries (half h: pa[kN / 32 · h..])
+      float s[kN / 8][4];  // half h's P, then dS
+#pragma unroll
+      for (int h = 0; h < kBM / kN; ++h) {
+        bwdw::tile_product<kD, false>(a_k, stage + kN * h * kD, s);
+        uint32_t(*const pa_h)[4] = pa + kN / 32 * h;
+        if (full) bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, p.p_scale, s, pa_h);
+        else bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, p.p_scale, s, pa_h);
+        if (h == 1) {
+          dv_product<kD, kDoE5M2, 64>(stage + 3 * L::kRows, pa, dv);
+        }
+        tile_ds<kD, kDoE5M2, kRes>(p, cs, ln, kbase, kN * h, sc, bh, i0, full, a_v,
+                                   stage + L::kRows + kN * h * kD, s, amax);
+        if (h == 0) {
+#pragma unroll
+          for (int i = 0; i < kN / 8; ++i)
+            park[i * kThreads] = make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
+        }
+      }
+      float s0[kN / 8][4];  // half 0's dS back (this thread's own values: no barrier needed)
+#pragma unroll
+      for (int i = 0; i < kN / 8; ++i) {
+        const float4 x = park[i * kThreads];
+        s0[i][0] = x.x, s0[i][1] = x.y, s0[i][2] = x.z, s0[i][3] = x.w;
+      }
+      // cta_amax's barrier also orders every thread's park reads before the dŜ bytes below.
+      scale = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
+      uint32_t d0[kN / 32][4], d1[kN / 32][4];
+      bwd::to_a_frags<kN>(s0, scale, p.ds_format, d0);
+      bwd::to_a_frags<kN>(s, scale, p.ds_format, d1);
+#pragma unroll
+      for (int kk = 0; kk < kN / 32; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) dsa[kk][r] = d0[kk][r], dsa[kN / 32 + kk][r] = d1[kk][r];
+    }
+    const float g_scale = p.tau * (1.0f / scale);  // τ · dŜ's 1/scale (a power of two: exact)
+    // dK's and dQ's factors: g_scale, × Q̂'s / K̂'s block 1/scale with per-block scales.
+    const float gk_scale = g_scale * grad_factor(p, q_inv_at(p, bh, i0));
+    const float gq_scale = g_scale * grad_factor(p, k_inv);
+    // dŜ into shared memory [query][key] (K-major for dQ's A).
+#pragma unroll
+    for (int kk = 0; kk < kBM / 32; ++kk) bwdw::store_ds_frag(smem + L::kDs, ln, kk, dsa[kk]);
+    fence_proxy_async_smem();
+    __syncthreads();  // both warpgroups' dŜ columns are in place
+    // dK += τ dŜᵀQ̂ (A = dŜᵀ fragments, B = Q̂ᵀ) and dQ = τ dŜK̂ (A = dŜ rows 64wg.., B = K̂ᵀ), each
+    // from a zero accumulator: in one wgmma batch at head_dim 64; one after the other at 128 (two
+    // m64n128 accumulators do not fit beside dK, dV).
+    float ak[kD / 8][4], aq[kD / 8][4];
+    auto fold_dk = [&] {  // after dK's product has landed: dk += its FP32 values · τ/scale
+      fence_regs(ak);
+      fence_regs(dsa);
+#pragma unroll
+      for (int dn = 0; dn < kD / 8; ++dn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk[dn][e] += ak[dn][e] * gk_scale;
+    };
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBM / 32; ++kk)
+      WgmmaFp8<kD, kDsE5M2, false>::rs(ak, dsa[kk],
+                                       kmajor_desc<128>(stage + 2 * L::kRows + 32 * kk), kk);
+    if constexpr (kD == 128) {
+      wgmma_commit();
+      wgmma_wait<0>();
+      fold_dk();
+      wgmma_fence();
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBN / 32; ++kk)
+      WgmmaFp8<kD, kDsE5M2, false>::ss(aq, kmajor_desc<128>(a_ds + 32 * kk),
+                                       kmajor_desc<128>(sb + L::kKt + 32 * kk), kk);
+    wgmma_commit();
+    if (p.ds_row_sum) add_ds_row_sums<kDsE5M2>(p, smem + L::kDs, tid, bh, i0, 1.0f / scale);
+    wgmma_wait<0>();
+    fence_regs(aq);
+    if constexpr (kD == 64) fold_dk();
+    {
+      // dQ rows: query 64wg + 16w + g (+ 8 for an odd t: bwd::atomic_add_dq's lane pairing)
+      const bool odd = ln.t % 2 != 0;
+      const int q = 64 * ln.wg + 16 * ln.w + ln.g + (odd ? 8 : 0);
+      const bool my_vis = cs.vis[q] > 0;  // else dS = 0 in the row: nothing to add (pads too)
+      bwd::atomic_add_dq<kD>(p.dq_acc + (bh * p.Tq_p + i0 + q) * kD + 4 * (ln.t / 2), aq,
+                             gq_scale, odd, my_vis);
+    }
+    if (n + 1 < st.count) store_stat(n + 1);  // published by the next step's barrier
+  }
+  cp_async_wait<0>();
+  // dV = Σ P̃_code (dO/l)_code · (1/p_scale) · its 1/scale; dK in Q̂'s code units (× sq later),
+  // or in values with per-block scales.
+  const float dv_scale = (1.0f / p.p_scale) * *p.dvo_scale_inv;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = kbase + ln.g + 8 * r;
+    if (j >= p.Tk_p) continue;
+    float* const ov = p.dv_acc + (bg * p.Tk_p + j) * kD + 2 * ln.t;
+    float* const ok = p.dk_acc + (bg * p.Tk_p + j) * kD + 2 * ln.t;
+#pragma unroll
+    for (int dn = 0; dn < kD / 8; ++dn) {
+      *reinterpret_cast<float2*>(ov + 8 * dn) =
+          make_float2(dv[dn][2 * r] * dv_scale, dv[dn][2 * r + 1] * dv_scale);
+      *reinterpret_cast<float2*>(ok + 8 * dn) = make_float2(dk[dn][2 * r], dk[dn][2 * r + 1]);
+    }
+  }
+#else
+  __trap();  // wgmma needs sm_90a; run_backward_main dispatches by device
+#endif
+}
+
+template <int kD, bool kDoE5M2>
+__global__ void __launch_bounds__(kThreads, 1) wgmma_delta_kernel(const BackwardParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = DeltaLayout<kD>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* const smem = align1024(smem_raw);
+  const unsigned sb = smem_u32(smem);
+  ColStats& cs = *reinterpret_cast<ColStats*>(smem + L::kStats);
+  double2* const parts = reinterpret_cast<double2*>(smem + L::kParts);  // [warp][query]
+  const Lane ln;
+  const int tid = threadIdx.x;
+  int64_t bh, i0, bg;
+  bwd::q_block_of(p, kBM, &bh, &i0, &bg);
+  const int64_t last = (i0 + kBM < p.Tq ? i0 + kBM : p.Tq) - 1;
+  const int n_blocks = int((bwd::visible_keys(p, last) + kBN - 1) / kBN);
+  auto load_kv = [&](int it) {
+    uint8_t* const s = smem + L::kStage0 + (it % 2) * L::kStage;
+    bwdw::copy_rows<kBN, kD, false>(s, p.k + bg * p.Tk_p * kD, int64_t(it) * kBN, p.Tk_p);
+    bwdw::copy_rows<kBN, kD, false>(s + L::kRows, p.v + bg * p.Tk_p * kD, int64_t(it) * kBN,
+                                    p.Tk_p);
+  };
+  bwdw::copy_rows<kBM, kD, true>(smem + L::kQ, p.q + bh * p.Tq_p * kD, i0, p.Tq_p);
+  bwdw::copy_rows<kBM, kD, true>(smem + L::kDo, p.d_o + bh * p.Tq_p * kD, i0, p.Tq_p);
+  if (n_blocks > 0) load_kv(0);
+  cp_async_commit();
+  if (tid < kBM) {
+    ColStat c;
+    c.load(p, bh, i0 + tid, false);
+    c.store(cs, tid);
+  }
+  // This lane's FP64 sums of query column_sum8_query(kk, g, t), kk = 0..3, over the key blocks
+  // (of FP32 partials of 16 keys each).
+  double acc_pdp[kBM / 32], acc_p[kBM / 32];
+#pragma unroll
+  for (int kk = 0; kk < kBM / 32; ++kk) acc_pdp[kk] = acc_p[kk] = 0.0;
+
+  for (int it = 0; it < n_blocks; ++it) {
+    const int64_t j0 = int64_t(it) * kBN;
+    cp_async_wait<0>();
+    fence_proxy_async_smem();
+    __syncthreads();  // this block's K̂, V̂ (and Q̂, dÔ, the statistics) landed; the other stage free
+    if (it + 1 < n_blocks) load_kv(it + 1);
+    cp_async_commit();
+    const unsigned stage = sb + L::kStage0 + unsigned(it % 2) * L::kStage;
+    const unsigned a_off = bwdw::kWgKeys * ln.wg * kD;
+    const int64_t kbase = j0 + bwdw::kWgKeys * ln.wg + 16 * ln.w;
+    const bool full = bwd::tile_full(p, i0, kBM, j0, kBN);
+    const TileScales sc = tile_scales(p, bh, i0, bg, j0);
+    // The main kernel's products: the whole tile at head_dim 64, two 64-query halves h at 128.
+    constexpr int kN = bwdw::kCols<kD>;
+#pragma unroll
+    for (int h = 0; h < kBM / kN; ++h) {
+      float s[kN / 8][4], dp[kN / 8][4];
+      bwdw::tile_product<kD, false>(stage + a_off, sb + L::kQ + kN * h * kD, s);
+      if (full) bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, 0.0f, s, nullptr);
+      else bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, 0.0f, s, nullptr);
+      bwdw::tile_product<kD, kDoE5M2>(stage + L::kRows + a_off, sb + L::kDo + kN * h * kD, dp);
+      // Per query group kk (n-tiles 4kk.., columns u = 2(nt − 4kk) + c; group kN/32·h + kk of the
+      // tile): the column's 16 keys of this warp summed in FP32 — the lane's two keys by FMA, then
+      // the 8 lanes (column_sum8) — and that partial added to the FP64 sums. Each partial is within
+      // 5u·Σ|P dP| of its exact sum (u = 2^-24: two roundings in the lane, three in the tree), so D
+      // stays within ~6e-7 of Σ|P dP|/Σ P of delta_rule.h's all-FP64 sum and the row residual of the
+      // actual dS below 1e-6 in every row; one FP64 conversion per 16 keys instead of two per key
+      // (F2F.F64 issues at 16/clk/SM on sm_90, as slow as the exponential).
+#pragma unroll
+      for (int kk = 0; kk < kN / 32; ++kk) {
+        float v_pdp[8], v_p[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) v_pdp[u] = v_p[u] = 0.0f;
+        auto add = [&](int nt, int el, int, bool in, float dpv) {
+          if (nt / 4 != kk || !in) return;
+          const int u = 2 * (nt % 4) + el % 2;
+          v_pdp[u] = __fmaf_rn(s[nt][el], dpv, v_pdp[u]);
+          v_p[u] = __fadd_rn(v_p[u], s[nt][el]);
+        };
+        if (full) bwdw::for_each_dp<true>(cs, ln, kbase, kN * h, sc.dp_scale, dp, add);
+        else bwdw::for_each_dp<false>(cs, ln, kbase, kN * h, sc.dp_scale, dp, add);
+        acc_pdp[kN / 32 * h + kk] += double(bwdw::column_sum8(v_pdp, ln.g));
+        acc_p[kN / 32 * h + kk] += double(bwdw::column_sum8(v_p, ln.g));
+      }
+    }
+  }
+  cp_async_wait<0>();
+  const int warp = tid / 32;
+#pragma unroll
+  for (int kk = 0; kk < kBM / 32; ++kk) {
+    const int q = bwdw::column_sum8_query(kk, ln.g, ln.t);
+    parts[warp * kBM + q] = make_double2(acc_pdp[kk], acc_p[kk]);
+  }
+  __syncthreads();
+  if (tid >= kBM) return;
+  const int64_t i = i0 + tid;
+  if (i >= p.Tq) return;
+  MatchedSums tot;  // the 8 warps joined in a fixed order
+  for (int w = 0; w < bwd::kWarps; ++w) {
+    const double2 x = parts[w * kBM + tid];
+    tot += MatchedSums{x.x, x.y};
+  }
+  p.delta[bh * p.Tq + i] = tot.delta<float>().value;
+  p.row_factor[bh * p.Tq + i] = cs.vis[tid] > 0 ? 1.0f / cs.l[tid] : 0.0f;
+#else
+  __trap();  // wgmma needs sm_90a; run_delta dispatches by device
+#endif
+}
+
+template <typename Kernel>
+void launch(Kernel kernel, int64_t blocks, int bytes, const BackwardParams& p, cudaStream_t stream) {
+  OCTET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  OCTET_CHECK(blocks <= 0x7FFFFFFF, "flash attention backward (wgmma): too many blocks");
+  kernel<<<unsigned(blocks), kThreads, bytes, stream>>>(p);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+bool bwd_sm90_supported(const BackwardParams& p) {
+  return (p.D == 64 || p.D == 128) && p.block_q == kBM && p.block_k == kBN && !p.deterministic &&
+         p.Tk < (int64_t(1) << 31);
+}
+
+void bwd_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
+  OCTET_CHECK(bwd_sm90_supported(p),
+              "flash attention backward (wgmma): supports head_dim 64 or 128, block_q = block_k = "
+              "128, not deterministic");
+  const int64_t blocks = p.B * p.G * ((p.Tk + kBN - 1) / kBN);
+  const bool do_e5m2 = p.do_format == Format::E5M2, ds_e5m2 = p.ds_format == Format::E5M2;
+  // The one place where head_dim, the formats and the residual flag become template parameters.
+  auto res = [&](auto d, auto d5, auto s5) {
+    constexpr int kD = decltype(d)::value;
+    constexpr bool kDo = decltype(d5)::value, kDs = decltype(s5)::value;
+    const int bytes = MainLayout<kD>::kBytes;
+    if (p.res_sums) launch(wgmma_backward_kernel<kD, kDo, kDs, true>, blocks, bytes, p, stream);
+    else launch(wgmma_backward_kernel<kD, kDo, kDs, false>, blocks, bytes, p, stream);
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  auto formats = [&](auto d) {
+    if (do_e5m2) ds_e5m2 ? res(d, T{}, T{}) : res(d, T{}, F{});
+    else ds_e5m2 ? res(d, F{}, T{}) : res(d, F{}, F{});
+  };
+  if (p.D == 64) formats(std::integral_constant<int, 64>{});
+  else formats(std::integral_constant<int, 128>{});
+}
+
+void bwd_delta_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
+  OCTET_CHECK(bwd_sm90_supported(p) && p.matched,
+              "flash attention delta (wgmma): supports the matched delta at head_dim 64 or 128, "
+              "block_q = block_k = 128, not deterministic");
+  const int64_t blocks = p.B * p.H * ((p.Tq + kBM - 1) / kBM);
+  auto go = [&](auto d) {
+    constexpr int kD = decltype(d)::value;
+    if (p.do_format == Format::E5M2) launch(wgmma_delta_kernel<kD, true>, blocks, DeltaLayout<kD>::kBytes, p, stream);
+    else launch(wgmma_delta_kernel<kD, false>, blocks, DeltaLayout<kD>::kBytes, p, stream);
+  };
+  if (p.D == 64) go(std::integral_constant<int, 64>{});
+  else go(std::integral_constant<int, 128>{});
+}
+
+}  // namespace octet::cuda::flash

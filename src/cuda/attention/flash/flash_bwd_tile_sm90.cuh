@@ -1,0 +1,236 @@
+// src/cuda/attention/flash/flash_bwd_tile_sm90.cuh — what the wgmma (Hopper, sm_90a) flavor of the flash
+// FP8 attention backward's two kernels (flash_bwd_sm90.cu: the matched-delta pre-pass and the
+// main kernel) share: the tile geometry, the shared-memory tile copies into wgmma's swizzled
+// K-major layout, the per-query statistics of a query block, and one warpgroup's Sᵀ = K̂Q̂ᵀ and
+// dPᵀ = V̂dÔᵀ (FP8 wgmma, the same instructions, operand roles and scale products in both kernels,
+// so every (i, j) gets the same P and dP bits: the matched delta's zero row sum) and its
+// P = exp(S − m)/l. Semantics: flash.h (CPU twin: src/cpu/attention_backward_tile.cpp
+// compute_p_dp). PTX ISA §9.7.15 (wgmma); FlashAttention-3 (arXiv 2407.08608) for the transposed
+// backward orientation. docs/attention.md §"Backward".
+//
+// Geometry: a tile is kBM = 128 queries x kBN = 128 keys (the dS scale tile block_q x block_k).
+// Two warpgroups; warpgroup wg owns the 64 keys 64wg.. of the tile, its warp w the 16 keys
+// 64wg + 16w.. . One Sᵀ or dPᵀ product covers kCols<kD> queries of the tile: all 128 at head_dim
+// 64 (wgmma m64n128k32), a 64-query half at head_dim 128 (m64n64k32, queries 64h.. of half h: the
+// dK, dV accumulators take 128 of the 255 registers there; docs/cuda.md). Its accumulator
+// (flash_wgmma_sm90.cuh fragments) holds, for lane (g, t), keys 16w + g (elements 0, 1) and 16w + g + 8
+// (2, 3) of n-tile i, columns 2t, 2t + 1. The query rows of the B operand (Q̂, dÔ) are stored
+// permuted, row r = query s_key(r / 8, r % 8) (flash_mma_sm89.cuh; rows 64h.. hold queries 64h..,
+// as s_key(nt + 8, n) = 64 + s_key(nt, n)), so column (i, n) of half h is query
+// 64h + s_key(i, n) and the accumulator converts in place into the A fragments over queries in
+// natural order (flash_bwd_tile_sm89.cuh to_a_frags) of the dV and dK products, whose B operands
+// are the group transposes' natural query columns.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/attention/flash/flash_kernels.h"
+#include "cuda/attention/flash/flash_bwd_tile_sm89.cuh"
+#include "cuda/attention/flash/flash_mma_sm89.cuh"
+#include "cuda/attention/flash/flash_wgmma_sm90.cuh"
+#include "octet/delta_rule.h"
+
+namespace octet::cuda::flash::bwdw {
+
+constexpr int kThreads = 256;  // two warpgroups (= bwd::kWarps warps: bwd::cta_amax applies)
+constexpr int kBM = 128;       // queries per tile
+constexpr int kBN = 128;       // keys per tile
+constexpr int kWgKeys = 64;    // keys per warpgroup
+static_assert(kThreads == 32 * bwd::kWarps, "bwd::cta_amax's slots are one per warp");
+/// Queries per Sᵀ / dPᵀ product (the N of its m64nNk32): the tile at head_dim 64, half of it at 128.
+/// The pre-pass and the main kernel both use it (the same instruction shape: the same bits).
+template <int kD>
+inline constexpr int kCols = kD == 64 ? kBM : kBM / 2;
+
+/// The per-query statistics of one query block, in natural query order (query i0 + q at q):
+/// Rows::init's values (m = 0, l = 1, delta = 0 for a row without keys or a pad), 1/l rounded, the
+/// keys the row sees.
+struct ColStats {
+  float m[kBM], l[kBM], rcp_l[kBM], delta[kBM];
+  int vis[kBM];
+};
+
+/// A query's raw statistics (m, l, D) read ahead into registers, written to a ColStats later.
+struct ColStat {
+  float m = 0.0f, l = 1.0f, delta = 0.0f;
+  int vis = 0;
+  __device__ __forceinline__ void load(const BackwardParams& p, int64_t bh, int64_t i,
+                                       bool with_delta) {
+    const int64_t v = bwd::visible_keys(p, i);
+    vis = int(v);
+    m = v > 0 ? p.row_max[bh * p.Tq + i] : 0.0f;
+    l = v > 0 ? p.row_sum[bh * p.Tq + i] : 1.0f;
+    delta = with_delta && v > 0 ? p.delta[bh * p.Tq + i] : 0.0f;
+  }
+  __device__ __forceinline__ void store(ColStats& s, int q) const {
+    s.m[q] = m, s.l[q] = l, s.rcp_l[q] = __frcp_rn(l), s.delta[q] = delta, s.vis[q] = vis;
+  }
+};
+
+/// Starts cp.async copies of kRows rows of kW bytes (64 or 128) from rows row0.. of a row-major
+/// code matrix (src: its row 0, row stride kW) into a K-major kW-byte-swizzled tile at dst
+/// (1024-aligned): tile row r <- source row row0 + s_key(r / 8, r % 8) if kPerm, else row0 + r;
+/// rows >= n_rows read as zero codes.
+template <int kRows, int kW, bool kPerm>
+__device__ __forceinline__ void copy_rows(uint8_t* dst, const uint8_t* src, int64_t row0,
+                                          int64_t n_rows) {
+  constexpr int kChunks = kRows * kW / 16;
+  for (int c = threadIdx.x; c < kChunks; c += kThreads) {
+    const int r = c / (kW / 16), cc = c % (kW / 16);
+    const int64_t i = row0 + (kPerm ? s_key(r / 8, r % 8) : r);
+    const bool in = i < n_rows;
+    cp_async16(dst + swizzle<kW>(r * kW + 16 * cc), in ? src + i * kW + 16 * cc : src, in);
+  }
+}
+
+/// Starts cp.async copies of a [kRows][128] code tile from columns col0..col0 + 127 of a matrix
+/// with kRows rows and row stride `ld` bytes (src: its row 0) into a K-major 128-byte-swizzled
+/// tile at dst; chunks of columns >= n_cols (a multiple of 16) read as zero codes.
+template <int kRows>
+__device__ __forceinline__ void copy_cols(uint8_t* dst, const uint8_t* src, int64_t ld,
+                                          int64_t col0, int64_t n_cols) {
+  for (int c = threadIdx.x; c < kRows * 8; c += kThreads) {
+    const int r = c / 8, cc = c % 8;
+    const bool in = col0 + 16 * cc < n_cols;
+    cp_async16(dst + swizzle<128>(r * 128 + 16 * cc), in ? src + r * ld + col0 + 16 * cc : src, in);
+  }
+}
+
+/// This lane's place: warpgroup wg (keys 64wg..), warp w in it (keys 16w.. of those), (g, t).
+struct Lane {
+  int wg, w, g, t;
+  __device__ __forceinline__ Lane()
+      : wg(threadIdx.x / 128), w(threadIdx.x / 32 % 4), g(threadIdx.x % 32 / 4),
+        t(threadIdx.x % 4) {}
+};
+
+/// One warpgroup's m64nN product over head_dim (N = kN = kCols<kD> queries): acc = Σ_kc A[64 keys,
+/// kc]·B[kN queries, kc]ᵀ, A the warpgroup's 64 rows of a K̂ or V̂ tile and B kN rows of a Q̂ or dÔ
+/// query tile (both [rows][kD] K-major, kD-byte swizzle, by descriptor; b_tile: the first row, a
+/// multiple of 8 rows in), k-steps kc = 0, 1, ... in order from a zero accumulator; committed and
+/// waited for. Sᵀ: (a_tile = K̂, b_tile = Q̂, E4M3 x E4M3); dPᵀ: (V̂, dÔ, E4M3 x do_format: kBE5M2).
+template <int kD, bool kBE5M2, int kNT>
+__device__ __forceinline__ void tile_product(unsigned a_tile, unsigned b_tile,
+                                             float (&acc)[kNT][4]) {
+  constexpr int kN = 8 * kNT;  // queries (kNT n-tiles of 8)
+  static_assert(kN == kCols<kD>, "one product shape per head_dim in every kernel (same bits)");
+  wgmma_fence();
+#pragma unroll
+  for (int kc = 0; kc < kD / 32; ++kc)
+    WgmmaFp8<kN, false, kBE5M2>::ss(acc, kmajor_desc<kD>(a_tile + 32 * kc),
+                                     kmajor_desc<kD>(b_tile + 32 * kc), kc);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_regs(acc);
+}
+
+/// Keys from `kbase` on that query q sees, clamped to [−1, 2^20] (key kbase + k visible iff
+/// k < lim; Rows::lim's rule).
+__device__ __forceinline__ int col_lim(const ColStats& cs, int q, int64_t kbase) {
+  const int64_t n = int64_t(cs.vis[q]) - kbase;
+  return int(n < -1 ? -1 : (n > (1 << 20) ? (1 << 20) : n));
+}
+
+/// P = exp(S − m)/l in place of this lane's Sᵀ accumulator over kN queries q_off.. of the tile
+/// (code units; × s_scale first, a rounded product), Rows::prob's formula (exp_rel, div_rn with the
+/// hoisted 1/l), 0 where the key is not visible (unless kFull: the caller knows every query of the
+/// tile sees every key). kbase: the tile's first key j0 + 64wg + 16w (this warp's keys kbase + g,
+/// + 8). If pa is given, the P̃ codes E4M3(exp(S − m)·p_scale) as the A fragments over queries
+/// (to_a_frags' order: pa[kk] covers queries q_off + 32kk.., a0/a1 = rows g/g + 8 of n-tiles 4kk,
+/// 4kk + 1, a2/a3 of 4kk + 2, 4kk + 3).
+template <bool kFull, int kNT>
+__device__ __forceinline__ void tile_prob(const ColStats& cs, const Lane& ln, int64_t kbase,
+                                          int q_off, float s_scale, float p_scale,
+                                          float (&s)[kNT][4], uint32_t (*pa)[4]) {
+#pragma unroll
+  for (int kk = 0; kk < kNT / 4; ++kk) {
+    float e[4][4];  // exp(S − m)·p_scale of n-tiles 4kk + j
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int nt = 4 * kk + j, q0 = q_off + s_key(nt, 2 * ln.t);  // queries q0, q0 + 1 (even)
+      const float2 m = *reinterpret_cast<const float2*>(cs.m + q0);
+      const float2 l = *reinterpret_cast<const float2*>(cs.l + q0);
+      const float2 rl = *reinterpret_cast<const float2*>(cs.rcp_l + q0);
+      const int lim0 = kFull ? 0 : col_lim(cs, q0, kbase), lim1 = kFull ? 0 : col_lim(cs, q0 + 1, kbase);
+#pragma unroll
+      for (int el = 0; el < 4; ++el) {
+        const int c = el % 2, key = ln.g + 8 * (el / 2);
+        const bool in = kFull || key < (c ? lim1 : lim0);
+        const float x = exp_rel(__fmul_rn(s[nt][el], s_scale) - (c ? m.y : m.x));
+        s[nt][el] = in ? bwd::Rows::div_rn(x, c ? l.y : l.x, c ? rl.y : rl.x) : 0.0f;
+        e[j][el] = in ? x * p_scale : 0.0f;
+      }
+    }
+    if (pa) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int j = 2 * (r / 2), ro = r % 2;
+        pa[kk][r] = fp8x2(e[j][2 * ro], e[j][2 * ro + 1], false) |
+                    fp8x2(e[j + 1][2 * ro], e[j + 1][2 * ro + 1], false) << 16;
+      }
+    }
+  }
+}
+
+/// Visits this lane's (P, dP) elements of a product over kN queries q_off.. of the tile: f(n-tile,
+/// element, query q, visible, dP) with dP = the dPᵀ accumulator × dp_scale (a rounded product);
+/// the caller's P array holds tile_prob's P.
+template <bool kFull, int kNT, typename F>
+__device__ __forceinline__ void for_each_dp(const ColStats& cs, const Lane& ln, int64_t kbase,
+                                            int q_off, float dp_scale, const float (&dp)[kNT][4],
+                                            F&& f) {
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt) {
+    const int q0 = q_off + s_key(nt, 2 * ln.t);
+    const int lim0 = kFull ? 0 : col_lim(cs, q0, kbase), lim1 = kFull ? 0 : col_lim(cs, q0 + 1, kbase);
+#pragma unroll
+    for (int el = 0; el < 4; ++el) {
+      const int c = el % 2, key = ln.g + 8 * (el / 2);
+      f(nt, el, q0 + c, kFull || key < (c ? lim1 : lim0), __fmul_rn(dp[nt][el], dp_scale));
+    }
+  }
+}
+
+/// The sum over the 8 lanes g (same t) of column g of an 8-column group: v[u] is this lane's
+/// partial of column u; a reduce-scatter by shuffles (lane ^ 16: bit 2 of g keeps columns 4·g2..;
+/// lane ^ 8: bit 1 keeps 2·g1 + 4·g2..; lane ^ 4: bit 0 keeps u = g). 7 additions per column in
+/// a fixed tree. The main kernel's residual sums and the delta pre-pass's Σ P dP, Σ P use it on
+/// the 8 columns of n-tiles 4kk..4kk + 3 (u = 2(nt − 4kk) + c): lane g gets query
+/// s_key(4kk + g / 2, 2t + g % 2). T: double (the residual sums) or float (the pre-pass's partials).
+template <typename T>
+__device__ __forceinline__ T column_sum8(const T (&v)[8], int g) {
+  const bool g0 = g & 1, g1 = g & 2, g2 = g & 4;
+  T w[4], x[2];
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    w[k] = (g2 ? v[k + 4] : v[k]) + __shfl_xor_sync(0xFFFFFFFFu, g2 ? v[k] : v[k + 4], 16);
+#pragma unroll
+  for (int k = 0; k < 2; ++k)
+    x[k] = (g1 ? w[k + 2] : w[k]) + __shfl_xor_sync(0xFFFFFFFFu, g1 ? w[k] : w[k + 2], 8);
+  return (g0 ? x[1] : x[0]) + __shfl_xor_sync(0xFFFFFFFFu, g0 ? x[0] : x[1], 4);
+}
+
+/// The query of column_sum8's result in group kk for lane (g, t) (group kk of half h is group
+/// 2h + kk of the tile: s_key(nt + 8, n) = 64 + s_key(nt, n)).
+__device__ __forceinline__ int column_sum8_query(int kk, int g, int t) {
+  return s_key(4 * kk + g / 2, 2 * t + g % 2);
+}
+
+/// Stores the dŜ codes of one A fragment (to_a_frags' a[kk], over queries 32kk.. of the tile) into
+/// the [query][key] tile sds (kBN-byte rows, 128-byte swizzle; K-major for dQ's A): byte c of a[r]
+/// is key 16w + g + 8(r % 2) of the warpgroup's keys, query 32kk + 16(r / 2) + 4t + c.
+__device__ __forceinline__ void store_ds_frag(uint8_t* sds, const Lane& ln, int kk,
+                                              const uint32_t (&a)[4]) {
+  const int key = kWgKeys * ln.wg + 16 * ln.w + ln.g;
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int q = 32 * kk + 16 * (r / 2) + 4 * ln.t + c;
+      sds[swizzle<128>(q * kBN + key + 8 * (r % 2))] = uint8_t(a[r] >> (8 * c));
+    }
+}
+
+}  // namespace octet::cuda::flash::bwdw

@@ -1,0 +1,107 @@
+// src/cuda/attention/flash/flash_fwd_launch.cu — the flash attention forward's launch (flash.h):
+// the argument checks, the kernel choice (ForwardKernel, OCTET_FLASH_FORWARD; the one place a
+// forward kernel is selected) and the launch of the chosen kernel (flash_kernels.h). Semantics and
+// CPU twin: flash.h. docs/attention.md §"Forward".
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "cuda/attention/flash/flash.h"
+#include "cuda/attention/flash/flash_kernels.h"
+#include "cuda/runtime/check.h"
+#include "octet/attention.h"
+#include "octet/error.h"
+
+namespace octet::cuda::flash {
+namespace {
+
+bool aligned(const void* x, unsigned bytes) {
+  return (reinterpret_cast<uintptr_t>(x) & (bytes - 1)) == 0;
+}
+
+// The checks both entry points share (the logits read no V̂ᵀ).
+void check_inputs(const ForwardParams& p, bool needs_v) {
+  check_forward_supported(p.D, p.block_k);
+  OCTET_CHECK(p.B >= 1 && p.H >= 1 && p.G >= 1 && p.H % p.G == 0 && p.Tq >= 1 && p.Tk >= 1,
+              "flash attention forward: need B, H, G, Tq, Tk >= 1 and H a multiple of G");
+  OCTET_CHECK(p.Tq_p == (p.Tq + 15) / 16 * 16 && p.Tk_p == (p.Tk + 15) / 16 * 16,
+              "flash attention forward: Tq_p, Tk_p must be Tq, Tk rounded up to 16");
+  OCTET_CHECK(p.Tk < (int64_t(1) << 31), "flash attention forward: Tk must be below 2^31");
+  OCTET_CHECK(p.q && p.k && p.q_scale_inv && p.k_scale_inv && (!needs_v || (p.v_t && p.v_scale_inv)),
+              "flash attention forward: a null operand or scale pointer");
+  OCTET_CHECK(aligned(p.q, 16) && aligned(p.k, 16) && (!needs_v || aligned(p.v_t, 16)),
+              "flash attention forward: the Q, K, V^T code buffers must be 16-byte aligned");
+}
+
+void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
+  if (select_forward_kernel(p.kernel) == ForwardKernel::Wgmma) fwd_sm90_launch(p, s_out, stream);
+  else fwd_sm89_launch(p, s_out, stream);
+}
+
+}  // namespace
+
+void check_forward_supported(int64_t head_dim, int64_t block_k) {
+  OCTET_CHECK(flash_attention_size_supported(head_dim),
+              "flash FP8 attention forward: head_dim must be 64 or 128, got " +
+                  std::to_string(head_dim));
+  OCTET_CHECK(flash_attention_size_supported(block_k),
+              "flash FP8 attention forward: block_k (the key tile) must be 64 or 128, got " +
+                  std::to_string(block_k));
+}
+
+const char* forward_kernel_name(ForwardKernel k) {
+  switch (k) {
+    case ForwardKernel::MmaSync: return "mma_sync";
+    case ForwardKernel::Wgmma: return "wgmma";
+    default: return "auto";
+  }
+}
+
+ForwardKernel select_forward_kernel(ForwardKernel requested) {
+  int dev = 0, major = 0, minor = 0;
+  OCTET_CUDA_CHECK(cudaGetDevice(&dev));
+  OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  const bool sm90 = major == 9 && minor == 0;
+  ForwardKernel k = requested;
+  if (k == ForwardKernel::Auto) {
+    const char* env = std::getenv("OCTET_FLASH_FORWARD");
+    const std::string v = env ? env : "";
+    if (v == forward_kernel_name(ForwardKernel::MmaSync)) k = ForwardKernel::MmaSync;
+    else if (v == forward_kernel_name(ForwardKernel::Wgmma)) k = ForwardKernel::Wgmma;
+    else
+      OCTET_CHECK(v.empty(), "OCTET_FLASH_FORWARD must be mma_sync or wgmma (or unset), got '" + v +
+                                 "'");
+  }
+  // Auto: wgmma on sm_90 (faster at every shape measured, within the FP64 oracle's rule; its FP8
+  // P̃V̂ accumulator moves O by up to ~3e-3 relative, which the stale delta reads — as after cuDNN's
+  // FP8 forward, whose P̃V̂ runs on the same instruction); mma.sync elsewhere.
+  if (k == ForwardKernel::Auto) k = sm90 ? ForwardKernel::Wgmma : ForwardKernel::MmaSync;
+  OCTET_CHECK(k != ForwardKernel::Wgmma || sm90,
+              "flash attention forward: the wgmma kernel needs an sm_90 GPU (Hopper), this is sm_" +
+                  std::to_string(10 * major + minor) + " (use OCTET_FLASH_FORWARD=mma_sync)");
+  return k;
+}
+
+void run_forward(const ForwardParams& p, cudaStream_t stream) {
+  check_inputs(p, true);
+  OCTET_CHECK((p.o != nullptr) != (p.o_bf16 != nullptr),
+              "flash attention forward: give exactly one of o (F32) and o_bf16 (BF16)");
+  OCTET_CHECK(p.lse && p.row_max && p.row_sum,
+              "flash attention forward: a null output pointer (lse, row_max, row_sum)");
+  OCTET_CHECK(p.o ? aligned(p.o, 8) : aligned(p.o_bf16, 4),
+              "flash attention forward: o must be 8-byte aligned (float2 stores), o_bf16 4-byte "
+              "aligned (BF16 pairs)");
+  launch(p, nullptr, stream);
+}
+
+void run_logits(const ForwardParams& p, float* s, cudaStream_t stream) {
+  check_inputs(p, false);
+  OCTET_CHECK(s && aligned(s, 8),
+              "flash attention logits: s must be a non-null, 8-byte aligned pointer");
+  launch(p, s, stream);
+}
+
+}  // namespace octet::cuda::flash

@@ -1,0 +1,337 @@
+// src/cuda/attention/glue/glue.cu — the attention's operand glue (glue/glue.h): amax, pack, unpad.
+//
+// The rules are the CPU twin's (src/cpu/attention_quant.cpp, octet/fp8.h): per-tensor current
+// scaling s = scale_from_amax(amax, format), codes fp8_encode(v·s, saturate) (here the hardware
+// cast of fp8_device.cuh, the same codes), BF16 by bf16_round. Access plan (docs/cuda.md
+// §"Attention operand glue"):
+//   amax    grid-stride over 8-element chunks (16-byte BF16 / 2x16-byte F32 loads), one atomicMax
+//           per block (the row-factor form; without it attention.cpp calls tensor_amax_launch);
+//   pack    one CTA per 64 t x 64 d tile of one head: each thread loads 8 consecutive d of one t,
+//           writes their row-copy elements at once (8- or 16-byte stores) and stages the values
+//           in shared memory; then each thread reads 16 (FP8) or 8 (BF16) consecutive t of one d
+//           and writes them as one 16-byte store into the transposed copy. The staging order is
+//           rotated by half a chunk in half of the lanes so that neither phase has bank conflicts;
+//   unpad   grid-stride over 8-element chunks, 16-byte loads and stores, BF16 rounded once.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "cuda/attention/glue/glue.h"
+#include "cuda/runtime/check.h"
+#include "cuda/quantize/fp8_device.cuh"
+#include "cuda/quantize/quantize.h"
+#include "cuda/quantize/qtensor.h"
+#include "cuda/ops/reduce_util.cuh"
+#include "cuda/runtime/typed.cuh"
+#include "octet/error.h"
+
+namespace octet::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTileT = 64, kTileD = 64;
+constexpr int kLd = kTileD + 1;  // staging row stride (floats): consecutive t rows 1 bank apart
+
+// Eight consecutive elements as FP32: one vector load when `vec` (16-byte aligned), else scalars.
+template <class T>
+__device__ __forceinline__ void load8(const T* p, bool vec, float v[8]) {
+  if (vec) {
+    ld8(p, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = ld(p, j);
+  }
+}
+
+// Blocks for a grid-stride loop over n items: enough to fill every SM (2048 resident threads each).
+unsigned grid_for(int64_t n) {
+  static const int sms = [] {
+    int dev = 0, count = 0;
+    OCTET_CUDA_CHECK(cudaGetDevice(&dev));
+    OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
+    return count;
+  }();
+  const int64_t need = (n + kThreads - 1) / kThreads, full = int64_t(sms) * (2048 / kThreads);
+  return unsigned(need < 1 ? 1 : (need < full ? need : full));
+}
+
+// amax of x_i · row_factor[i / D] over `rows` rows of D (D % 8 == 0): 8-element chunks never
+// straddle a row.
+template <class T>
+__global__ void __launch_bounds__(kThreads) row_scaled_amax_kernel(const T* x, const float* rf,
+                                                                   int64_t rows, int64_t D,
+                                                                   bool vec, unsigned* bits) {
+  __shared__ unsigned scratch[32];
+  const int64_t chunks = rows * D / 8;
+  unsigned m = 0;
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
+       c += int64_t(gridDim.x) * blockDim.x) {
+    float v[8];
+    load8(x + 8 * c, vec, v);
+    const float f = rf[8 * c / D];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) m = max(m, __float_as_uint(v[j] * f) & 0x7FFFFFFFu);
+  }
+  block_amax_out(m, scratch, bits);
+}
+
+// amax of each block of `block` tokens (all D) of each head of x [bh, T, D]: CTA k·nb-major,
+// bits[blockIdx.x] written by thread 0 (8-element chunks never straddle a token: D % 8 == 0).
+template <class T>
+__global__ void __launch_bounds__(kThreads) block_amax_kernel(const T* x, int64_t T_, int64_t D,
+                                                              int64_t block, int64_t nb, bool vec,
+                                                              unsigned* bits) {
+  __shared__ unsigned scratch[32];
+  const int64_t bh = blockIdx.x / nb, t0 = (blockIdx.x % nb) * block;
+  const int64_t t1 = t0 + block < T_ ? t0 + block : T_;
+  const T* const base = x + (bh * T_ + t0) * D;
+  const int64_t chunks = (t1 - t0) * D / 8;
+  unsigned m = 0;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    float v[8];
+    load8(base + 8 * c, vec, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) m = max(m, __float_as_uint(v[j]) & 0x7FFFFFFFu);
+  }
+  m = block_max(m, scratch, 0u);
+  if (threadIdx.x == 0) bits[blockIdx.x] = m;
+}
+
+// One packed element: the code or BF16 bits of value v under `kind` (pad elements: 0, also when
+// s is NaN, as the CPU twin's zero padding).
+__device__ __forceinline__ uint32_t pack_elem(float v, bool valid, PackKind kind, float s,
+                                              Format f) {
+  if (!valid) return 0u;
+  switch (kind) {
+    case PackKind::Fp8Code: return fp8_encode_sat(v * s, f);
+    case PackKind::Bf16OfCode: return bf16_bits(fp8_decode(fp8_encode_sat(v * s, f), f));
+    default: return bf16_bits(v);
+  }
+}
+
+__device__ __forceinline__ int elem_bytes(PackKind k) { return k == PackKind::Fp8Code ? 1 : 2; }
+
+// The 8 row-copy elements of v[0..7] (kBytes 1: 8 bytes; 2: 16 bytes) at element offset `at` (a
+// multiple of 8) of `row`.
+template <int kBytes>
+__device__ __forceinline__ void store_row8(void* row, int64_t at, const float v[8], bool valid,
+                                           PackKind kind, float s, Format f) {
+  uint32_t w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    w[j * kBytes / 4] |= pack_elem(v[j], valid, kind, s, f) << (8 * ((j * kBytes) % 4));
+  if (kBytes == 1)
+    *reinterpret_cast<uint2*>(static_cast<uint8_t*>(row) + at) = make_uint2(w[0], w[1]);
+  else
+    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(row) + at) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// One 16-byte chunk of the transposed copy: kE = 16 / kBytes consecutive t (ts ..) of staged
+// column dl, from the tile rows c·kE ..; written at element offset `at` (a multiple of kE).
+// In the chunks of the upper half (rotated) the reads go in the order kk = (k + kE/2) % kE, so
+// that the 32 lanes of a warp hit 32 different banks; the 8-byte halves are swapped back before
+// the store.
+template <int kBytes>
+__device__ __forceinline__ void store_trans_chunk(void* trans, int64_t at, const float* tile,
+                                                  int c, int dl, bool rotated, int64_t ts,
+                                                  int64_t T, PackKind kind, float s, Format f) {
+  constexpr int kE = 16 / kBytes;
+  uint32_t w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int k = 0; k < kE; ++k) {
+    const int kk = rotated ? (k + kE / 2) % kE : k;  // element kk, at position k
+    const uint32_t e = pack_elem(tile[(c * kE + kk) * kLd + dl], ts + kk < T, kind, s, f);
+    w[k * kBytes / 4] |= e << (8 * ((k * kBytes) % 4));
+  }
+  // Position k holds element (k + kE/2) % kE when rotated: word j of the output is word (j+2) % 4.
+  const uint4 out = rotated ? make_uint4(w[2], w[3], w[0], w[1]) : make_uint4(w[0], w[1], w[2], w[3]);
+  *reinterpret_cast<uint4*>(static_cast<uint8_t*>(trans) + at * kBytes) = out;
+}
+
+// Grid: x = B·heads · ceil(D / 64) (head-major), y = ceil(T_p / 64); 256 threads.
+template <class T>
+__global__ void __launch_bounds__(kThreads) pack_kernel(const PackArgs a, bool vec) {
+  __shared__ float tile[kTileT * kLd];  // [t][d]: the values v of this tile (0 outside x)
+  const int64_t ntd = (a.D + kTileD - 1) / kTileD;
+  const int64_t bh = blockIdx.x / ntd;
+  const int64_t d0 = (blockIdx.x % ntd) * kTileD, t0 = int64_t(blockIdx.y) * kTileT;
+  const int tid = threadIdx.x;
+  // The tile's scale: the tensor's, or its (head, token block)'s (a tile never straddles a block).
+  const int64_t si = a.scale_block ? bh * ceil_div(a.T, a.scale_block) + t0 / a.scale_block : 0;
+  const float s = a.fp8 ? scale_from_amax(amax_from_bits(a.amax_bits[si]), a.format) : 1.0f;
+  const bool writes_scale = d0 == 0 && (a.scale_block ? t0 % a.scale_block == 0 : bh == 0 && t0 == 0);
+  if (a.fp8 && writes_scale && tid == 0) a.scale_inv[si] = 1.0f / s;
+  const T* x = static_cast<const T*>(a.x);
+
+  // Phase 1: thread (tr, dc) loads d0 + 8dc .. +7 of rows t0 + tr and t0 + tr + 32.
+  const int dc = tid % 8, tr = tid / 8;
+  const bool rot = dc >= 4;  // staging rotation: stores of lanes dc and dc + 4 in other banks
+  const int64_t d = d0 + 8 * dc;
+  const int rb = a.row_kind == PackKind::None ? 0 : elem_bytes(a.row_kind);
+#pragma unroll
+  for (int pass = 0; pass < 2; ++pass) {
+    const int tl = tr + 32 * pass;
+    const int64_t t = t0 + tl;
+    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    const bool in = t < a.T && d < a.D;
+    if (in) {
+      load8(x + (bh * a.T + t) * a.D + d, vec, v);
+      if (a.row_factor) {
+        const float f = a.row_factor[bh * a.T + t];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] *= f;
+      }
+    }
+    if (rb && t < a.T_p && d < a.D) {
+      const int64_t at = (bh * a.T_p + t) * a.D + d;  // a multiple of 8 elements
+      if (rb == 1)
+        store_row8<1>(a.row, at, v, in, a.row_kind, s, a.format);
+      else
+        store_row8<2>(a.row, at, v, in, a.row_kind, s, a.format);
+    }
+    if (a.trans_kind != PackKind::None) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {  // column 8dc + jj, jj = j rotated by 4 in the rotated lanes
+        const int jj = rot ? (j + 4) % 8 : j;
+        tile[tl * kLd + 8 * dc + jj] = rot ? v[(j + 4) % 8] : v[j];
+      }
+    }
+  }
+  if (a.trans_kind == PackKind::None) return;  // uniform over the block
+  __syncthreads();
+
+  // Phase 2: chunk q = (dl, c) holds E = 16 / bytes consecutive t (t0 + cE ..) of column d0 + dl:
+  // one 16-byte store at ((b·G + g)·D + d)·rep·T_p + l·T_p + t (a multiple of E elements).
+  const int tb = elem_bytes(a.trans_kind), E = 16 / tb, cpr = kTileT / E;  // chunks per column
+  const int64_t b = bh / a.heads, h = bh % a.heads, g = h / a.rep, l = h % a.rep;
+  const int64_t G = a.heads / a.rep, width = a.rep * a.T_p;
+  for (int q = tid; q < kTileD * cpr; q += kThreads) {
+    const int c = q % cpr, dl = q / cpr;
+    const int64_t dd = d0 + dl, ts = t0 + int64_t(c) * E;
+    if (dd >= a.D || ts >= a.T_p) continue;  // T_p % 16 == 0: a chunk is all in or all out
+    const bool rotated = c >= cpr / 2;
+    const int64_t at = ((b * G + g) * a.D + dd) * width + l * a.T_p + ts;
+    if (tb == 1)
+      store_trans_chunk<1>(a.trans, at, tile, c, dl, rotated, ts, a.T, a.trans_kind, s, a.format);
+    else
+      store_trans_chunk<2>(a.trans, at, tile, c, dl, rotated, ts, a.T, a.trans_kind, s, a.format);
+  }
+}
+
+// dst [bh, T, D] = src [bh, T_p, D] · f, over 8-element chunks (D % 8 == 0).
+template <class TD>
+__global__ void __launch_bounds__(kThreads) unpad_scale_kernel(const float* src, TD* dst,
+                                                               int64_t bh, int64_t T, int64_t T_p,
+                                                               int64_t D, float alpha,
+                                                               const float* sa, const float* sb,
+                                                               bool vec) {
+  const float f = alpha * (sa ? *sa : 1.0f) * (sb ? *sb : 1.0f);
+  const int64_t chunks = bh * T * D / 8, cpr = D / 8;
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
+       c += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = c / cpr, d = (c % cpr) * 8, i = row / T * T_p + row % T;
+    float v[8];
+    load8(src + i * D + d, vec, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] *= f;
+    if (vec) {
+      st8(dst + 8 * c, v);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) st(dst + 8 * c, j, v[j]);
+    }
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void pack_amax_launch(const void* x, DType dtype, int64_t n, unsigned* bits, cudaStream_t s,
+                      const float* row_factor, int64_t D) {
+  OCTET_CHECK(n >= 1, "attention amax: empty tensor");
+  OCTET_CHECK(dtype == DType::F32 || dtype == DType::BF16,
+              "attention amax: the input must be f32 or bf16, got " + to_string(dtype));
+  OCTET_CUDA_CHECK(cudaMemsetAsync(bits, 0, sizeof(unsigned), s));
+  if (!row_factor) {
+    tensor_amax_launch(x, dtype == DType::BF16, n, nullptr, bits, s);
+    return;
+  }
+  OCTET_CHECK(D >= 8 && D % 8 == 0 && n % D == 0,
+              "attention amax: with a row factor, D must be a multiple of 8 dividing n, got D " +
+                  std::to_string(D));
+  const bool vec = aligned16(x);
+  dispatch_act([&](auto tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    row_scaled_amax_kernel<T><<<grid_for(n / 8), kThreads, 0, s>>>(
+        static_cast<const T*>(x), row_factor, n / D, D, vec, bits);
+  }, dtype);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, int64_t D,
+                            int64_t block, unsigned* bits, cudaStream_t s) {
+  OCTET_CHECK(dtype == DType::F32 || dtype == DType::BF16,
+              "attention block amax: the input must be f32 or bf16, got " + to_string(dtype));
+  OCTET_CHECK(bh >= 1 && T >= 1 && D >= 8 && D % 8 == 0 && block >= 1,
+              "attention block amax: need heads, T >= 1, D a multiple of 8 and block >= 1");
+  OCTET_CHECK(x && bits, "attention block amax: a null pointer");
+  const int64_t nb = ceil_div(T, block);
+  OCTET_CHECK(bh * nb <= 0x7FFFFFFF, "attention block amax: too many blocks for the grid");
+  const bool vec = aligned16(x);
+  dispatch_act([&](auto tag) {
+    using T_ = std::remove_pointer_t<decltype(tag)>;
+    block_amax_kernel<T_><<<unsigned(bh * nb), kThreads, 0, s>>>(static_cast<const T_*>(x), T, D,
+                                                                 block, nb, vec, bits);
+  }, dtype);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void pack_launch(const PackArgs& a, cudaStream_t s) {
+  OCTET_CHECK(a.B >= 1 && a.heads >= 1 && a.T >= 1 && a.D >= 1 && a.rep >= 1 &&
+                  a.heads % a.rep == 0,
+              "attention pack: need B, heads, T, D, rep >= 1 and heads a multiple of rep");
+  OCTET_CHECK(a.D % 16 == 0, "attention pack: head_dim must be a multiple of 16, got " +
+                                 std::to_string(a.D));
+  OCTET_CHECK(a.T_p == (a.T + 15) / 16 * 16,
+              "attention pack: T_p must be T rounded up to 16");
+  OCTET_CHECK(a.scale_block >= 0 && a.scale_block % kTileT == 0,
+              "attention pack: scale_block must be a multiple of 64 (the pack tile), got " +
+                  std::to_string(a.scale_block));
+  OCTET_CHECK(!(a.scale_block && a.row_factor),
+              "attention pack: per-block scales take no row factor (pack_block_amax_launch "
+              "measures the unscaled values)");
+  OCTET_CHECK(a.x && (!a.fp8 || (a.amax_bits && a.scale_inv)),
+              "attention pack: a null input, amax or scale_inv pointer");
+  OCTET_CHECK((a.row_kind == PackKind::None || (a.row && aligned16(a.row))) &&
+                  (a.trans_kind == PackKind::None || (a.trans && aligned16(a.trans))),
+              "attention pack: the row and transposed outputs must be 16-byte aligned");
+  const int64_t ntd = (a.D + kTileD - 1) / kTileD, ntt = (a.T_p + kTileT - 1) / kTileT;
+  const int64_t gx = a.B * a.heads * ntd;
+  OCTET_CHECK(gx <= 0x7FFFFFFF && ntt <= 65535, "attention pack: tensor too large for the grid");
+  const bool vec = aligned16(a.x);
+  dispatch_act([&](auto tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    pack_kernel<T><<<dim3(unsigned(gx), unsigned(ntt)), kThreads, 0, s>>>(a, vec);
+  }, a.x_dtype);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void unpad_scale_launch(const float* src, void* dst, DType dst_dtype, int64_t bh, int64_t T,
+                        int64_t T_p, int64_t D, float alpha, const float* scale_a,
+                        const float* scale_b, cudaStream_t s) {
+  OCTET_CHECK(D % 8 == 0 && T <= T_p, "attention unpad: D must be a multiple of 8 and T <= T_p");
+  const int64_t n = bh * T * D;
+  if (n == 0) return;
+  const bool vec = aligned16(src) && aligned16(dst);
+  dispatch_act([&](auto tag) {
+    using T_ = std::remove_pointer_t<decltype(tag)>;
+    unpad_scale_kernel<T_><<<grid_for(n / 8), kThreads, 0, s>>>(
+        src, static_cast<T_*>(dst), bh, T, T_p, D, alpha, scale_a, scale_b, vec);
+  }, dst_dtype);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace octet::cuda

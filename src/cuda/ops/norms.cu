@@ -1,0 +1,351 @@
+// src/cuda/ops/norms.cu — RMSNorm (Zhang & Sennrich 2019) and LayerNorm (Ba et al. 2016), forward and
+// backward, one warp per row (8-wide 16-byte accesses when the row allows: see lane_walk); row
+// statistics and the backward's row sums in double, the weight/bias gradients by a two-stage column
+// reduction (partial sums over chunks of kChunkRows rows in a 256-column x 8-row-lane thread block,
+// then one warp per feature adds the chunks in a fixed order: deterministic, no atomics; the
+// partials live in stream-ordered scratch, cudaMallocAsync). Twin of src/cpu/backend/norms.cpp (same formulas, same
+// double accumulation); see ops.h. x, y, dy, dx may be F32 or BF16 each (typed.cuh); weights,
+// statistics and their gradients are F32. docs/cuda.md §"Memory-bound kernels".
+#include <cuda_runtime.h>
+
+#include <initializer_list>
+
+#include "cuda/runtime/check.h"
+#include "cuda/ops/ops.h"
+#include "cuda/ops/reduce_util.cuh"
+#include "cuda/runtime/typed.cuh"
+
+namespace octet::cuda {
+namespace {
+
+constexpr int kThreads = 256;  // = 32 * kRowWarps for the row kernels
+
+__device__ __forceinline__ float w_at(const float* w, int64_t i) { return w ? w[i] : 1.0f; }
+
+// One warp per row (kRowWarps rows per block): a lane walks its elements of the row — with kVec,
+// 8 consecutive ones at 8·lane + 256·k through ld8/st8 (16-byte accesses for BF16), else lane +
+// 32·k — and the row sums are warp shuffles, no block barriers. The second walk over the row
+// (the outputs) re-reads it from L1. Same formulas and double sums as the twin; only the
+// summation order differs.
+constexpr int kRowWarps = 8;
+
+// Calls f(i, a[i], b[i]) for each element i of the row this lane owns.
+template <bool kVec, class TA, class TB, class F>
+__device__ __forceinline__ void lane_walk(const TA* a, const TB* b, int64_t dim, int lane, F&& f) {
+  if constexpr (kVec) {
+    for (int64_t i = 8 * lane; i < dim; i += 256) {
+      float va[8], vb[8];
+      ld8(a + i, va);
+      ld8(b + i, vb);
+      for (int e = 0; e < 8; ++e) f(i + e, va[e], vb[e]);
+    }
+  } else {
+    for (int64_t i = lane; i < dim; i += 32) f(i, ld(a, i), ld(b, i));
+  }
+}
+// out[i] = f(i, a[i], b[i]) for each element i of the row this lane owns; returns the largest
+// |out[i]| as stored (float bits: typed.cuh stored_abs_bits), for the forwards' amax output.
+template <bool kVec, class TA, class TB, class TO, class F>
+__device__ __forceinline__ unsigned lane_map(const TA* a, const TB* b, TO* out, int64_t dim,
+                                             int lane, F&& f) {
+  unsigned m = 0;
+  if constexpr (kVec) {
+    for (int64_t i = 8 * lane; i < dim; i += 256) {
+      float va[8], vb[8];
+      ld8(a + i, va);
+      ld8(b + i, vb);
+      for (int e = 0; e < 8; ++e) {
+        va[e] = f(i + e, va[e], vb[e]);
+        m = max(m, stored_abs_bits(out, va[e]));
+      }
+      st8(out + i, va);
+    }
+  } else {
+    for (int64_t i = lane; i < dim; i += 32) {
+      const float v = f(i, ld(a, i), ld(b, i));
+      m = max(m, stored_abs_bits(out, v));
+      st(out, i, v);
+    }
+  }
+  return m;
+}
+
+// The row of this warp, or -1 past the last row (uniform over the warp).
+__device__ __forceinline__ int64_t warp_row(int64_t rows) {
+  const int64_t r = blockIdx.x * int64_t(kRowWarps) + threadIdx.x / 32;
+  return r < rows ? r : -1;
+}
+
+// amax (may be null): max of |y| as stored, one atomicMax per block (ops.h). The forwards keep every
+// warp to the end (no early return) for that block reduction.
+template <bool kVec, class TX, class TY>
+__global__ void rmsnorm_forward_kernel(const TX* x, const float* w, TY* y, float* rstd,
+                                       int64_t rows, int64_t dim, float eps, unsigned* amax) {
+  __shared__ unsigned scratch[32];
+  const int64_t r = warp_row(rows);
+  const int lane = threadIdx.x % 32;
+  unsigned m = 0;
+  if (r >= 0) {
+    const TX* xr = x + r * dim;
+    double ss = 0.0;
+    lane_walk<kVec>(xr, xr, dim, lane, [&](int64_t, float v, float) { ss += double(v) * v; });
+    ss = warp_sum(ss);
+    const float rs = float(1.0 / sqrt(ss / double(dim) + double(eps)));
+    m = lane_map<kVec>(xr, xr, y + r * dim, dim, lane,
+                       [&](int64_t i, float v, float) { return v * rs * w_at(w, i); });
+    if (lane == 0) rstd[r] = rs;
+  }
+  block_amax_out(m, scratch, amax);
+}
+
+template <bool kVec, class TX, class TD, class TG>
+__global__ void rmsnorm_backward_kernel(const TX* x, const float* w, const float* rstd,
+                                        const TD* dy, TG* dx, int64_t rows, int64_t dim) {
+  const int64_t r = warp_row(rows);
+  if (r < 0) return;
+  const int lane = threadIdx.x % 32;
+  const TX* xr = x + r * dim;
+  const TD* dyr = dy + r * dim;
+  const double rs = rstd[r];
+  double gx = 0.0;
+  lane_walk<kVec>(dyr, xr, dim, lane,
+                  [&](int64_t i, float g, float v) { gx += double(g) * w_at(w, i) * v; });
+  gx = warp_sum(gx);
+  const double c = rs * rs * rs * gx / double(dim);
+  lane_map<kVec>(dyr, xr, dx + r * dim, dim, lane, [&](int64_t i, float g, float v) {
+    return float(rs * double(g) * w_at(w, i) - c * v);
+  });
+}
+
+// dw[i] += Σ_r dy[r,i]·x̂[r,i], with x̂ = x·rstd (rms) or (x − mean)·rstd (layer); db[i] += Σ_r dy.
+// Stage 1: block (blockIdx.x, blockIdx.y) sums columns [256·bx, 256·bx + 256) over rows
+// [kChunkRows·by, kChunkRows·(by + 1)) in double: lane l owns 8 consecutive columns (one 16-byte
+// BF16 load per row with kVec), the 8 warps of the block take every 8th row and are combined in
+// shared memory in warp order; the chunk's partials go to pw/pb [chunks, dim].
+// Stage 2: one warp per column adds the chunks' partials (lane l: chunks l, l + 32, ... in order,
+// then a fixed shuffle tree). Deterministic, no atomics. (The first forms: one thread per column
+// over all rows left ~130 of 132 SMs idle, 2 ms per call at 8192 x 768 on an H200; then 32
+// columns per block with 2-byte loads and one thread per column for stage 2: 55 us per call.)
+constexpr int kChunkRows = 32, kColLanes = 32, kColsPerLane = 8, kRowLanes = 8;
+constexpr int kColsPerBlock = kColLanes * kColsPerLane;
+
+template <bool kVec, class TX, class TD>
+__global__ void __launch_bounds__(kColLanes * kRowLanes)
+    norm_param_partial_kernel(const TX* x, const float* mean, const float* rstd, const TD* dy,
+                              double* pw, double* pb, int64_t rows, int64_t dim) {
+  __shared__ double sw_s[kRowLanes][kColsPerBlock], sb_s[kRowLanes][kColsPerBlock];
+  const int64_t c0 = blockIdx.x * int64_t(kColsPerBlock) + kColsPerLane * threadIdx.x;
+  const int64_t r0 = blockIdx.y * int64_t(kChunkRows);
+  const int64_t r1 = r0 + kChunkRows < rows ? r0 + kChunkRows : rows;
+  double sw[kColsPerLane], sb[kColsPerLane];
+#pragma unroll
+  for (int e = 0; e < kColsPerLane; ++e) sw[e] = 0.0, sb[e] = 0.0;
+  if (c0 < dim) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
+      float xv[kColsPerLane], gv[kColsPerLane];
+      if constexpr (kVec) {  // dim % 8 == 0: the 8 columns are inside the row
+        ld8(x + r * dim + c0, xv);
+        ld8(dy + r * dim + c0, gv);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kColsPerLane; ++e) {
+          const bool in = c0 + e < dim;
+          xv[e] = in ? ld(x, r * dim + c0 + e) : 0.0f;
+          gv[e] = in ? ld(dy, r * dim + c0 + e) : 0.0f;
+        }
+      }
+      const double mu = mean ? double(mean[r]) : 0.0, rs = rstd[r];
+#pragma unroll
+      for (int e = 0; e < kColsPerLane; ++e) {
+        const double g = gv[e];
+        sw[e] += g * ((double(xv[e]) - mu) * rs);
+        sb[e] += g;
+      }
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < kColsPerLane; ++e) {
+    sw_s[threadIdx.y][kColsPerLane * threadIdx.x + e] = sw[e];
+    sb_s[threadIdx.y][kColsPerLane * threadIdx.x + e] = sb[e];
+  }
+  __syncthreads();
+  // Thread t of the block: column 256·bx + t, the row lanes in order.
+  const int t = threadIdx.y * kColLanes + threadIdx.x;
+  const int64_t i = blockIdx.x * int64_t(kColsPerBlock) + t;
+  if (i < dim) {
+    double w = sw_s[0][t], bb = sb_s[0][t];
+    for (int l = 1; l < kRowLanes; ++l) w += sw_s[l][t], bb += sb_s[l][t];
+    pw[blockIdx.y * dim + i] = w;
+    pb[blockIdx.y * dim + i] = bb;
+  }
+}
+
+constexpr int kFinishThreads = 256;  // 8 columns (warps) per block
+
+__global__ void norm_param_finish_kernel(const double* pw, const double* pb, float* dw, float* db,
+                                         int64_t chunks, int64_t dim) {
+  const int64_t i = blockIdx.x * int64_t(kFinishThreads / 32) + threadIdx.x / 32;
+  if (i >= dim) return;  // uniform over the warp
+  const int lane = threadIdx.x % 32;
+  double sw = 0.0, sb = 0.0;
+  for (int64_t c = lane; c < chunks; c += 32) sw += pw[c * dim + i], sb += pb[c * dim + i];
+  for (int off = 16; off > 0; off /= 2) {
+    sw += __shfl_xor_sync(0xFFFFFFFFu, sw, off);
+    sb += __shfl_xor_sync(0xFFFFFFFFu, sb, off);
+  }
+  if (lane != 0) return;
+  if (dw) dw[i] += float(sw);
+  if (db) db[i] += float(sb);
+}
+
+template <bool kVec, class TX, class TY>
+__global__ void layernorm_forward_kernel(const TX* x, const float* w, const float* b, TY* y,
+                                         float* mean, float* rstd, int64_t rows, int64_t dim,
+                                         float eps, unsigned* amax) {
+  __shared__ unsigned scratch[32];
+  const int64_t r = warp_row(rows);
+  const int lane = threadIdx.x % 32;
+  unsigned m = 0;
+  if (r >= 0) {
+    const TX* xr = x + r * dim;
+    double s = 0.0;
+    lane_walk<kVec>(xr, xr, dim, lane, [&](int64_t, float v, float) { s += v; });
+    const double mu = warp_sum(s) / double(dim);
+    double var = 0.0;
+    lane_walk<kVec>(xr, xr, dim, lane, [&](int64_t, float v, float) { var += (v - mu) * (v - mu); });
+    var = warp_sum(var) / double(dim);
+    const double rs = 1.0 / sqrt(var + double(eps));
+    m = lane_map<kVec>(xr, xr, y + r * dim, dim, lane, [&](int64_t i, float v, float) {
+      return float((v - mu) * rs * w_at(w, i) + (b ? b[i] : 0.0f));
+    });
+    if (lane == 0) {
+      mean[r] = float(mu);
+      rstd[r] = float(rs);
+    }
+  }
+  block_amax_out(m, scratch, amax);
+}
+
+template <bool kVec, class TX, class TD, class TG>
+__global__ void layernorm_backward_kernel(const TX* x, const float* w, const float* mean,
+                                          const float* rstd, const TD* dy, TG* dx, int64_t rows,
+                                          int64_t dim) {
+  const int64_t r = warp_row(rows);
+  if (r < 0) return;
+  const int lane = threadIdx.x % 32;
+  const TX* xr = x + r * dim;
+  const TD* dyr = dy + r * dim;
+  const double mu = mean[r], rs = rstd[r];
+  double gs = 0.0, gxs = 0.0;
+  lane_walk<kVec>(dyr, xr, dim, lane, [&](int64_t i, float dv, float v) {
+    const double g = double(dv) * w_at(w, i);
+    gs += g;
+    gxs += g * (v - mu) * rs;
+  });
+  const double g_mean = warp_sum(gs) / double(dim);
+  const double gx_mean = warp_sum(gxs) / double(dim);
+  lane_map<kVec>(dyr, xr, dx + r * dim, dim, lane, [&](int64_t i, float dv, float v) {
+    const double xhat = (v - mu) * rs;
+    const double g = double(dv) * w_at(w, i);
+    return float(rs * (g - g_mean - xhat * gx_mean));
+  });
+}
+
+#define OCTET_T(tag) std::remove_pointer_t<decltype(tag)>
+
+// dw += Σ_r dy·x̂ and db += Σ_r dy (either may be null) through the two kernels above.
+void norm_param_grad(const Tensor& x, const float* mean, const float* rstd, const Tensor& dy,
+                     float* dw, float* db, int64_t rows, int64_t dim, cudaStream_t s) {
+  const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows;
+  double* partial = nullptr;  // [2, chunks, dim]: weight partials, then bias partials
+  OCTET_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial),
+                                   size_t(2 * chunks * dim) * sizeof(double), s));
+  const dim3 grid(unsigned((dim + kColsPerBlock - 1) / kColsPerBlock), unsigned(chunks));
+  const bool vec = dim % kColsPerLane == 0 && vec_ok({x.data, dy.data});
+  dispatch_act([&](auto a, auto b) {
+    using TX = OCTET_T(a);
+    using TD = OCTET_T(b);
+    auto* k = vec ? norm_param_partial_kernel<true, TX, TD> : norm_param_partial_kernel<false, TX, TD>;
+    k<<<grid, dim3(kColLanes, kRowLanes), 0, s>>>(typed(x, a), mean, rstd, typed(dy, b), partial,
+                                                   partial + chunks * dim, rows, dim);
+  }, x.dtype, dy.dtype);
+  OCTET_CUDA_LAUNCH_CHECK();
+  const unsigned finish_blocks = unsigned((dim + kFinishThreads / 32 - 1) / (kFinishThreads / 32));
+  norm_param_finish_kernel<<<finish_blocks, kFinishThreads, 0, s>>>(partial, partial + chunks * dim,
+                                                                    dw, db, chunks, dim);
+  OCTET_CUDA_LAUNCH_CHECK();
+  OCTET_CUDA_CHECK(cudaFreeAsync(partial, s));
+}
+
+// Blocks of kRowWarps warps for one warp per row; 8-wide walks when dim % 8 == 0 and every act
+// tensor of the row is 16-byte aligned.
+unsigned row_blocks(int64_t rows) { return unsigned((rows + kRowWarps - 1) / kRowWarps); }
+bool rows_vec(int64_t dim, std::initializer_list<const void*> ptrs) {
+  return dim % 8 == 0 && vec_ok(ptrs);
+}
+
+}  // namespace
+
+void rmsnorm_forward_launch(const Tensor& x, const float* w, const Tensor& y, float* rstd,
+                            int64_t rows, int64_t dim, float eps, cudaStream_t s, unsigned* amax) {
+  if (rows == 0) return;
+  const bool vec = rows_vec(dim, {x.data, y.data});
+  dispatch_act([&](auto a, auto b) {
+    using TX = OCTET_T(a);
+    using TY = OCTET_T(b);
+    auto* k = vec ? rmsnorm_forward_kernel<true, TX, TY> : rmsnorm_forward_kernel<false, TX, TY>;
+    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, typed(y, b), rstd, rows, dim, eps, amax);
+  }, x.dtype, y.dtype);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void rmsnorm_backward_launch(const Tensor& x, const float* w, const float* rstd, const Tensor& dy,
+                             const Tensor& dx, float* dw, int64_t rows, int64_t dim,
+                             cudaStream_t s) {
+  if (rows == 0) return;
+  const bool vec = rows_vec(dim, {x.data, dy.data, dx.data});
+  dispatch_act([&](auto a, auto b, auto c) {
+    using TX = OCTET_T(a);
+    using TD = OCTET_T(b);
+    using TG = OCTET_T(c);
+    auto* k = vec ? rmsnorm_backward_kernel<true, TX, TD, TG> : rmsnorm_backward_kernel<false, TX, TD, TG>;
+    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, rstd, typed(dy, b), typed(dx, c), rows, dim);
+  }, x.dtype, dy.dtype, dx.dtype);
+  OCTET_CUDA_LAUNCH_CHECK();
+  if (dw) norm_param_grad(x, nullptr, rstd, dy, dw, nullptr, rows, dim, s);
+}
+
+void layernorm_forward_launch(const Tensor& x, const float* w, const float* b, const Tensor& y,
+                              float* mean, float* rstd, int64_t rows, int64_t dim, float eps,
+                              cudaStream_t s, unsigned* amax) {
+  if (rows == 0) return;
+  const bool vec = rows_vec(dim, {x.data, y.data});
+  dispatch_act([&](auto ta, auto tb) {
+    using TX = OCTET_T(ta);
+    using TY = OCTET_T(tb);
+    auto* k = vec ? layernorm_forward_kernel<true, TX, TY> : layernorm_forward_kernel<false, TX, TY>;
+    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, ta), w, b, typed(y, tb), mean, rstd, rows, dim,
+                                             eps, amax);
+  }, x.dtype, y.dtype);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+void layernorm_backward_launch(const Tensor& x, const float* w, const float* mean,
+                               const float* rstd, const Tensor& dy, const Tensor& dx, float* dw,
+                               float* db, int64_t rows, int64_t dim, cudaStream_t s) {
+  if (rows == 0) return;
+  const bool vec = rows_vec(dim, {x.data, dy.data, dx.data});
+  dispatch_act([&](auto a, auto b, auto c) {
+    using TX = OCTET_T(a);
+    using TD = OCTET_T(b);
+    using TG = OCTET_T(c);
+    auto* k = vec ? layernorm_backward_kernel<true, TX, TD, TG>
+                  : layernorm_backward_kernel<false, TX, TD, TG>;
+    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, mean, rstd, typed(dy, b), typed(dx, c),
+                                             rows, dim);
+  }, x.dtype, dy.dtype, dx.dtype);
+  OCTET_CUDA_LAUNCH_CHECK();
+  if (dw || db) norm_param_grad(x, mean, rstd, dy, dw, db, rows, dim, s);
+}
+
+}  // namespace octet::cuda

@@ -1,0 +1,244 @@
+// flash_backward_wgmma_test.cpp — the wgmma (Hopper) flavor of the flash FP8 attention backward
+// (src/cuda/attention/flash/flash_bwd_sm90.cu; chosen by OCTET_FLASH_BACKWARD=wgmma or
+// BackwardParams::bwd_kernel) against the CPU flash twin, the FP64 oracle and the mma.sync flavor.
+// Skipped without an sm_90 device. Every test runs at head_dim 64 and 128 (parameter D; the
+// head_dim 128 kernels compute Sᵀ and dPᵀ on 64-query halves and park half 0's dS until the
+// 128 x 128 scale tile's amax is known: docs/attention.md §"Backward").
+//
+// Tolerances: as flash_backward_test.cpp's (against the twin: dQ, dK within kGradTolTwinWgmma = 3e-2
+// (flash_backward_codes.h: S and dP on the FP8 accumulator), dV kGradTol = 1e-2; the FA3
+// rule against the FP64 oracle: error <= 2 x the twin's + 1e-3; matched residual <= 1e-6 in every
+// row; stale residual > 10x matched). The wgmma flavor's S, dP and the products are summed by the
+// FP8 wgmma accumulator (~13-14 bits within one k32 step chain of a tile, DeepSeek-V3 §3.3.2) where
+// the mma.sync flavor's instruction sums in its own order, so the two flavors agree to the same
+// 1e-2 (a dŜ or P̃ code flips where a value sits on a rounding boundary), not bitwise. Identities:
+// dO = 0 ⇒ dQ = dK = dV = 0 exactly; rows without keys ⇒ dQ = 0, all finite. The matched pre-pass
+// and the main kernel share the S/P/dP device functions (the residual is the test of that).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "attention/attention_test_util.h"
+#include "cuda/attention/attention_gpu_run.h"
+#include "cuda/attention/flash/flash.h"
+#include "cuda/attention/flash/flash_kernels.h"  // the residual finish alone
+#include "cuda/cuda_test_util.h"
+#include "cuda/attention/flash/flash_backward_codes.h"
+#include "octet/attention.h"
+#include "octet/quant.h"
+#include "octet/backend.h"
+
+namespace octet {
+namespace {
+
+namespace fl = cuda::flash;
+using test::fused_config;
+using test::rel_l2;
+
+constexpr double kGradTol = 1e-2;
+
+/// OCTET_FLASH_BACKWARD = v for the scope.
+struct BackwardEnv : test::ScopedEnv {
+  explicit BackwardEnv(const char* v) : test::ScopedEnv("OCTET_FLASH_BACKWARD", v) {}
+};
+
+struct Case {
+  int64_t h, g, tq, tk;
+  bool causal;
+};
+
+/// The head_dim every test runs at: 64 and 128.
+class FlashBackwardWgmma : public ::testing::TestWithParam<int64_t> {};
+
+// Through the CUDA attention (form 'flash', 128 x 128 tiles) with the wgmma flavor forced.
+TEST_P(FlashBackwardWgmma, MatchesCpuFlashTwinAndOracle) {
+  OCTET_REQUIRE_SM90();
+  BackwardEnv env("wgmma");
+  const int64_t D = GetParam();
+  {  // the selection: wgmma for what it supports, mma.sync for the rest
+    fl::BackwardParams p;
+    p.D = D, p.block_q = p.block_k = 128, p.Tk = 1000;
+    ASSERT_EQ(fl::select_backward_kernel(p), fl::BackwardKernel::Wgmma);
+    p.block_q = 64;
+    EXPECT_EQ(fl::select_backward_kernel(p), fl::BackwardKernel::MmaSync);
+    p.block_q = 128, p.deterministic = true;
+    EXPECT_EQ(fl::select_backward_kernel(p), fl::BackwardKernel::MmaSync);
+  }
+  auto gpu = make_cuda_backend();
+  const Case cases[] = {
+      {2, 2, 1, 1, false},     {2, 1, 17, 17, true},     {2, 2, 127, 127, true},
+      {2, 2, 129, 129, false}, {2, 1, 1000, 1000, true}, {2, 2, 1000, 1000, false},
+      {4, 2, 64, 256, true},   {4, 4, 64, 256, false},   {8, 2, 150, 150, true},
+      {8, 1, 150, 150, false}, {8, 2, 129, 300, false},  {8, 1, 200, 90, true},
+      {8, 2, 300, 129, false},
+  };
+  for (const Case& c : cases) {
+    const AttentionShape s = test::make_shape(1, c.h, c.g, c.tq, c.tk, D, c.causal);
+    const auto in = make_attention_inputs(s, AttnInputDist::Normal, 23);
+    const auto ref = run_attention_oracle(s, in);
+    double residual[2] = {-1, -1};  // stale, matched
+    for (DeltaMode delta : {DeltaMode::Matched, DeltaMode::Stale}) {
+      const AttentionConfig cfg = fused_config(delta);
+      const std::string what = "D" + std::to_string(D) + " H" + std::to_string(c.h) + "/G" + std::to_string(c.g) + " " +
+                               std::to_string(c.tq) + "x" + std::to_string(c.tk) +
+                               (c.causal ? " causal " : " ") + to_string(delta);
+      const test::RunResult cpu = test::run_attention(s, cfg, in);
+      const GpuRun g = run_gpu(*gpu, s, cfg, in);
+      const double eq = rel_l2(g.dq, cpu.dq), ek = rel_l2(g.dk, cpu.dk), ev = rel_l2(g.dv, cpu.dv);
+      const auto ce = test::errors_of(s, in, ref, cpu);
+      const auto ge = attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(),
+                                       g.dk.data(), g.dv.data());
+      std::printf("[wgmma bwd] %-32s vs twin: dQ %.1e dK %.1e dV %.1e | vs FP64 gpu/cpu: dQ "
+                  "%.2e/%.2e dK %.2e/%.2e dV %.2e/%.2e | residual %.1e/%.1e\n",
+                  what.c_str(), eq, ek, ev, ge.dq_rel_err, ce.dq_rel_err, ge.dk_rel_err,
+                  ce.dk_rel_err, ge.dv_rel_err, ce.dv_rel_err, g.stats.row_residual_max,
+                  cpu.stats.row_residual_max);
+      EXPECT_LE(eq, test::kGradTolTwinWgmma) << what;  // flash_backward_codes.h: the FP8 accumulator
+      EXPECT_LE(ek, test::kGradTolTwinWgmma) << what;
+      EXPECT_LE(ev, kGradTol) << what;
+      EXPECT_LE(ge.dq_rel_err, 2 * ce.dq_rel_err + 1e-3) << what;
+      EXPECT_LE(ge.dk_rel_err, 2 * ce.dk_rel_err + 1e-3) << what;
+      EXPECT_LE(ge.dv_rel_err, 2 * ce.dv_rel_err + 1e-3) << what;
+      EXPECT_TRUE(test::all_finite(g.dq) && test::all_finite(g.dk) && test::all_finite(g.dv))
+          << what;
+      if (delta == DeltaMode::Matched) {
+        EXPECT_LE(g.stats.row_residual_max, 1e-6) << what;
+      }
+      residual[delta == DeltaMode::Matched] = g.stats.row_residual_max;
+    }
+    EXPECT_GT(residual[0], 10 * residual[1]) << "stale must break the zero row sum";
+  }
+}
+
+// dO = 0 and all-zero inputs ⇒ every gradient exactly 0; Tq > Tk causal ⇒ the first Tq − Tk rows
+// see no key: dQ = 0 there, all finite.
+TEST_P(FlashBackwardWgmma, ZerosAndRowsWithoutKeys) {
+  OCTET_REQUIRE_SM90();
+  BackwardEnv env("wgmma");
+  auto gpu = make_cuda_backend();
+  const AttentionShape s = test::make_shape(1, 4, 2, 300, 70, GetParam(), true);
+  for (int mode = 0; mode < 3; ++mode) {  // 0: dO = 0, 1: all zero, 2: random
+    auto in = make_attention_inputs(s, AttnInputDist::Normal, 9);
+    if (mode <= 1) std::fill(in.d_o.begin(), in.d_o.end(), 0.0f);
+    if (mode == 1)
+      for (auto* x : {&in.q, &in.k, &in.v}) std::fill(x->begin(), x->end(), 0.0f);
+    for (DeltaMode delta : {DeltaMode::Matched, DeltaMode::Stale}) {
+      const GpuRun g = run_gpu(*gpu, s, fused_config(delta), in);
+      const std::string what = "mode " + std::to_string(mode) + " " + to_string(delta);
+      for (const auto* x : {&g.dq, &g.dk, &g.dv}) {
+        ASSERT_TRUE(test::all_finite(*x)) << what;
+        if (mode <= 1) {
+          for (float v : *x) ASSERT_EQ(v, 0.0f) << what;
+        }
+      }
+      double norm = 0;
+      for (float v : g.dk) norm += double(v) * v;
+      if (mode == 2) {
+        EXPECT_GT(norm, 0.0) << what << ": dK must not be trivially zero";
+      }
+      for (int64_t h = 0; h < s.n_heads; ++h)
+        for (int64_t i = 0; i < s.seq_q - s.seq_k; ++i)  // rows without a key
+          for (int64_t c = 0; c < s.head_dim; ++c)
+            ASSERT_EQ(g.dq[size_t((h * s.seq_q + i) * s.head_dim + c)], 0.0f) << what << " row " << i;
+    }
+  }
+}
+
+// Large logits (S ~ 60-110): the matched residual of the actual dS stays <= 1e-6. The shift a of
+// Q and K gives S ≈ τ·D·a² = √D·a²: a = 3.2·(64/D)^(1/4) keeps S ~ 80 at both head_dims.
+TEST_P(FlashBackwardWgmma, LargeLogitsMatchedResidual) {
+  OCTET_REQUIRE_SM90();
+  BackwardEnv env("wgmma");
+  auto gpu = make_cuda_backend();
+  const int64_t D = GetParam();
+  const AttentionShape s = test::make_shape(1, 2, 1, 1024, 1024, D, true);
+  const auto in = test::large_logit_inputs(s, 3.2f * std::pow(64.0f / float(D), 0.25f), 21);
+  const GpuRun g = run_gpu(*gpu, s, fused_config(DeltaMode::Matched), in);
+  float lse_max = 0;
+  for (float x : g.lse) lse_max = std::max(lse_max, std::fabs(x));
+  std::printf("[wgmma bwd] D%lld large logits (max |LSE| %.1f): matched residual max %.2e\n",
+              static_cast<long long>(D), lse_max, g.stats.row_residual_max);
+  EXPECT_GT(lse_max, 50.0f) << "the inputs must give large logits";
+  EXPECT_LE(g.stats.row_residual_max, 1e-6);
+}
+
+// The kernels directly on random codes, every (do_format, ds_format) pair (the four instantiations)
+// and with and without residual sums: wgmma vs mma.sync flavor to kGradTol; the wgmma matched
+// residual (its pre-pass + main kernel) <= 1e-6 in every row; two wgmma runs give dK, dV with
+// identical bits (fixed order) and dQ to FP32 atomic order.
+TEST_P(FlashBackwardWgmma, MatchesMmaSyncFlavorOnCodes) {
+  OCTET_REQUIRE_SM90();
+  const int64_t D = GetParam();
+  const test::BackwardDims dims[] = {{2, 4, 2, 200, 200, D, 128, 128, true},
+                                     {1, 4, 1, 130, 300, D, 128, 128, false},
+                                     {1, 2, 2, 257, 257, D, 128, 128, true}};
+  for (const test::BackwardDims& c : dims)
+    for (Format dof : {Format::E5M2, Format::E4M3})
+      for (Format dsf : {Format::E5M2, Format::E4M3}) {
+        test::BackwardCodes bc(c, dof, 5);
+        fl::BackwardParams& p = bc.p;
+        p.ds_format = dsf;
+        const int64_t rows = c.B * c.H * c.Tq;
+        const std::string what = "D" + std::to_string(c.D) + " B" + std::to_string(c.B) + " H" + std::to_string(c.H) + "/G" +
+                                 std::to_string(c.G) + " " + std::to_string(c.Tq) + "x" +
+                                 std::to_string(c.Tk) + (c.causal ? " causal" : "") + " dO " +
+                                 to_string(dof) + " dS " + to_string(dsf);
+        std::vector<float> out[3][3];  // mma_sync, wgmma, wgmma again x (dq, dk, dv)
+        double res_max[2] = {0, 0};
+        for (int r = 0; r < 3; ++r) {
+          p.bwd_kernel = r == 0 ? fl::BackwardKernel::MmaSync : fl::BackwardKernel::Wgmma;
+          p.res_sums = r < 2 ? bc.res_sums.p : nullptr;  // the third run: no residual sums
+          fl::run_delta(p, nullptr);
+          fl::run_backward_main(p, nullptr);
+          out[r][0] = bc.dq.get(), out[r][1] = bc.dk.get(), out[r][2] = bc.dv.get();
+          if (r < 2) {
+            fl::bwd_residual_finish_launch(bc.res_sums.p, rows, bc.residual.p, nullptr);
+            for (double x : bc.residual.get()) res_max[r] = std::max(res_max[r], x);
+          }
+        }
+        const double eq = rel_l2(out[1][0], out[0][0]), ek = rel_l2(out[1][1], out[0][1]),
+                     ev = rel_l2(out[1][2], out[0][2]), eq2 = rel_l2(out[2][0], out[1][0]);
+        std::printf("[wgmma bwd] %-44s vs mma_sync: dQ %.1e dK %.1e dV %.1e | residual "
+                    "wgmma %.1e mma_sync %.1e | rerun dQ %.1e\n",
+                    what.c_str(), eq, ek, ev, res_max[1], res_max[0], eq2);
+        EXPECT_LE(eq, kGradTol) << what;
+        EXPECT_LE(ek, kGradTol) << what;
+        EXPECT_LE(ev, kGradTol) << what;
+        EXPECT_LE(res_max[1], 1e-6) << what;
+        EXPECT_LE(eq2, 1e-5) << what;
+        EXPECT_EQ(out[2][1], out[1][1]) << what << ": dK differs between two wgmma runs";
+        EXPECT_EQ(out[2][2], out[1][2]) << what << ": dV differs between two wgmma runs";
+        for (int t = 0; t < 3; ++t)
+          for (float x : out[1][t]) ASSERT_TRUE(std::isfinite(x)) << what;
+        double norm = 0;
+        for (float x : out[1][0]) norm += double(x) * x;
+        EXPECT_GT(norm, 0.0) << what << ": dQ must not be trivially zero";
+        if (HasFailure()) return;
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadDim, FlashBackwardWgmma, ::testing::Values(int64_t(64), int64_t(128)),
+                         [](const ::testing::TestParamInfo<int64_t>& info) {
+                           return "D" + std::to_string(info.param);
+                         });
+
+TEST(FlashBackwardWgmmaEnv, RefusesUnknownEnvironmentValue) {
+  OCTET_REQUIRE_GPU();
+  BackwardEnv env("tensor_cores");
+  fl::BackwardParams p;
+  p.D = 64;
+  try {
+    (void)fl::select_backward_kernel(p);
+    ADD_FAILURE() << "an unknown OCTET_FLASH_BACKWARD was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mma_sync or wgmma"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace octet

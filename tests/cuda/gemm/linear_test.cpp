@@ -1,0 +1,349 @@
+// linear_test.cpp — the CUDA Linear (src/cuda/gemm/linear.cpp) against the CPU Linear
+// (src/cpu/backend/linear.cpp) for every precision and FP8 recipe, with F32 and with BF16
+// activations: forward Y, backward dX and the accumulated dW, over several steps with an
+// update_scales() after each (tensor-delayed state must evolve identically). Both quantize bitwise
+// equally (quantize_test.cpp), so the outputs differ only by GEMM accumulation order and Hopper's
+// FP8 accumulator: bound |gpu − cpu| <= 2^-9·max|cpu| per output (FP8; the per-element bound is
+// checked in gemm_test.cpp), 1e-5·max|cpu| for BF16/FP32 GEMMs, plus one BF16 ulp of |cpu| for
+// BF16 outputs. Saved state: two forwards then two backwards equal one at a time, bitwise. And
+// the checkpoint state (quant_state): equal to the CPU's, and a second CudaLinear restored from it
+// continues bitwise. The FP8 weight cache equals no cache, bitwise, and is invalidated where
+// backend.h says.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_test_util.h"
+#include "octet/backend.h"
+#include "octet/error.h"
+#include "octet/fp8.h"
+
+namespace octet {
+namespace {
+
+void expect_close(const std::vector<float>& g, const std::vector<float>& c, double rtol, bool bf16,
+                  const std::string& what) {
+  double peak = 0.0;
+  for (float v : c) peak = std::max(peak, double(std::fabs(v)));
+  ASSERT_GT(peak, 0.0) << what;
+  for (size_t i = 0; i < c.size(); ++i)
+    ASSERT_NEAR(g[i], c[i], rtol * peak + (bf16 ? std::fabs(c[i]) * 0x1p-7 : 0.0))
+        << what << " at " << i;
+}
+
+// Uploads host FP32 values into t (F32, or rounded to BF16).
+void put(Backend& be, const Tensor& t, const std::vector<float>& h) {
+  if (t.dtype == DType::BF16) {
+    std::vector<uint16_t> b(h.size());
+    for (size_t i = 0; i < h.size(); ++i) b[i] = bf16_from_float(h[i]);
+    be.upload(t, b.data());
+  } else {
+    be.upload(t, h.data());
+  }
+}
+
+// The tensors of one linear layer on one backend.
+struct Io {
+  Buffer x, w, y, dy, dx, dw;
+  Io(Backend& be, int64_t m, int64_t in, int64_t out, DType act)
+      : x(be.alloc(act, {m, in})), w(be.alloc(DType::F32, {out, in})), y(be.alloc(act, {m, out})),
+        dy(be.alloc(act, {m, out})), dx(be.alloc(act, {m, in})), dw(be.alloc(DType::F32, {out, in})) {}
+};
+
+struct Case {
+  LinearPrecision precision;
+  Recipe recipe;
+  FormatPolicy formats;
+  int64_t m, in, out;
+};
+
+LinearSpec spec_of(const Case& c) {
+  LinearSpec spec;
+  spec.in_features = c.in;
+  spec.out_features = c.out;
+  spec.precision = c.precision;
+  spec.quant.recipe = c.recipe;
+  spec.quant.formats = c.formats;
+  spec.quant.amax_history_len = 4;
+  spec.quant.unit_scale = 8.0f;
+  return spec;
+}
+
+TEST(CudaLinear, MatchesCpuLinearOverSteps) {
+  OCTET_REQUIRE_GPU();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  const Case cases[] = {
+      {LinearPrecision::BF16, Recipe::TensorCurrent, FormatPolicy::E4M3, 64, 96, 80},
+      {LinearPrecision::FP32, Recipe::TensorCurrent, FormatPolicy::E4M3, 33, 17, 9},
+      {LinearPrecision::FP8, Recipe::TensorCurrent, FormatPolicy::Hybrid, 128, 256, 192},
+      {LinearPrecision::FP8, Recipe::TensorDelayed, FormatPolicy::Hybrid, 64, 128, 96},
+      {LinearPrecision::FP8, Recipe::Row, FormatPolicy::E4M3, 96, 160, 64},
+      {LinearPrecision::FP8, Recipe::Block, FormatPolicy::E4M3, 256, 256, 384},
+      {LinearPrecision::FP8, Recipe::Block, FormatPolicy::Hybrid, 130, 200, 72},
+      {LinearPrecision::FP8, Recipe::MX, FormatPolicy::E4M3, 64, 96, 32},
+      {LinearPrecision::FP8, Recipe::Unit, FormatPolicy::Hybrid, 48, 64, 32},
+  };
+  for (DType act : {DType::F32, DType::BF16}) {
+    for (const auto& c : cases) {
+      const LinearSpec spec = spec_of(c);
+      const std::string what = std::to_string(int(c.precision)) + " " + to_string(c.recipe) +
+                               " " + to_string(c.formats) + " act " + to_string(act);
+      auto lc = cpu->make_linear(spec);
+      auto lg = gpu->make_linear(spec);
+      Io ic(*cpu, c.m, c.in, c.out, act), ig(*gpu, c.m, c.in, c.out, act);
+      const double tol = c.precision == LinearPrecision::FP8 ? std::ldexp(1.0, -9) : 1e-5;
+      const bool bf16 = act == DType::BF16;
+      for (int step = 0; step < 3; ++step) {
+        const auto x = test::gaussian(size_t(c.m * c.in), 30u + uint32_t(step), float(1 + step));
+        const auto w = test::gaussian(size_t(c.out * c.in), 40u + uint32_t(step), 0.05f);
+        const auto dy = test::gaussian(size_t(c.m * c.out), 50u + uint32_t(step), 1e-3f * float(step + 1));
+        for (auto [be, io] : {std::pair{cpu.get(), &ic}, {gpu.get(), &ig}}) {
+          put(*be, io->x, x);
+          put(*be, io->w, w);
+          put(*be, io->dy, dy);
+        }
+        const SavedLinear sc = lc->forward(ic.x, ic.w, ic.y);
+        const SavedLinear sg = lg->forward(ig.x, ig.w, ig.y);
+        lc->backward(sc, ic.dy, ic.dx, ic.dw);
+        lg->backward(sg, ig.dy, ig.dx, ig.dw);
+        const std::string at = what + " step " + std::to_string(step);
+        expect_close(gpu->download_f32(ig.y), cpu->download_f32(ic.y), tol, bf16, at + " y");
+        expect_close(gpu->download_f32(ig.dx), cpu->download_f32(ic.dx), tol, bf16, at + " dx");
+        expect_close(gpu->download_f32(ig.dw), cpu->download_f32(ic.dw), tol, false,
+                     at + " dw (accumulated)");
+        if (c.precision == LinearPrecision::FP8) {
+          const QuantStats qg = lg->stats_x(), qc = lc->stats_x();
+          EXPECT_TRUE(test::same_float(qg.amax, qc.amax)) << at;
+          EXPECT_FLOAT_EQ(qg.scale_min, qc.scale_min) << at;
+          EXPECT_FLOAT_EQ(qg.scale_max, qc.scale_max) << at;
+          EXPECT_DOUBLE_EQ(qg.underflow_frac, qc.underflow_frac) << at;
+          EXPECT_DOUBLE_EQ(lg->stats_dy().saturated_frac, lc->stats_dy().saturated_frac) << at;
+          EXPECT_FLOAT_EQ(lg->stats_w().scale_max, lc->stats_w().scale_max) << at;
+        }
+        lc->update_scales();
+        lg->update_scales();
+        if (HasFailure()) return;
+      }
+      EXPECT_EQ(lg->quant_state(), lc->quant_state()) << what;
+    }
+  }
+}
+
+// Saved state instead of pointer identity (backend.h SavedLinear): forward(x1), forward(x2),
+// backward(1), backward(2) gives bitwise the outputs of forward(x1), backward(1), forward(x2),
+// backward(2) (a second linear with the same spec), for FP8 tensor-current, FP8 tensor-delayed
+// (one scale between two updates) and BF16; the delayed state after update_scales() agrees too.
+TEST(CudaLinear, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  const Case cases[] = {
+      {LinearPrecision::FP8, Recipe::TensorCurrent, FormatPolicy::Hybrid, 64, 128, 96},
+      {LinearPrecision::FP8, Recipe::TensorDelayed, FormatPolicy::Hybrid, 64, 128, 96},
+      {LinearPrecision::BF16, Recipe::TensorCurrent, FormatPolicy::E4M3, 48, 80, 64},
+  };
+  for (const auto& c : cases) {
+    const LinearSpec spec = spec_of(c);
+    const std::string what = std::to_string(int(c.precision)) + " " + to_string(c.recipe);
+    auto la = gpu->make_linear(spec), lb = gpu->make_linear(spec);
+    Io a1(*gpu, c.m, c.in, c.out, DType::BF16), a2(*gpu, c.m, c.in, c.out, DType::BF16);
+    Io b1(*gpu, c.m, c.in, c.out, DType::BF16), b2(*gpu, c.m, c.in, c.out, DType::BF16);
+    for (int rep = 0; rep < 2; ++rep) {  // rep 1: after an update (delayed: the history in use)
+      int k = 0;
+      for (Io* io : {&a1, &a2, &b1, &b2}) {
+        const uint32_t seed = uint32_t(100 + 10 * rep + (k++ % 2));  // a1 == b1, a2 == b2
+        put(*gpu, io->x, test::gaussian(size_t(c.m * c.in), seed, 2.0f + float(seed % 2)));
+        put(*gpu, io->w, test::gaussian(size_t(c.out * c.in), seed + 1, 0.05f));
+        put(*gpu, io->dy, test::gaussian(size_t(c.m * c.out), seed + 2, 1e-3f));
+        gpu->fill(io->dw, 0.0);
+      }
+      {  // interleaved: two forwards outstanding
+        const SavedLinear s1 = la->forward(a1.x, a1.w, a1.y);
+        const SavedLinear s2 = la->forward(a2.x, a2.w, a2.y);
+        la->backward(s1, a1.dy, a1.dx, a1.dw);
+        la->backward(s2, a2.dy, a2.dx, a2.dw);
+      }
+      {  // one at a time
+        const SavedLinear s1 = lb->forward(b1.x, b1.w, b1.y);
+        lb->backward(s1, b1.dy, b1.dx, b1.dw);
+        const SavedLinear s2 = lb->forward(b2.x, b2.w, b2.y);
+        lb->backward(s2, b2.dy, b2.dx, b2.dw);
+      }
+      for (auto [p, q] : {std::pair{&a1, &b1}, {&a2, &b2}}) {
+        for (auto [t, u, name] : {std::tuple{&p->y, &q->y, "y"}, {&p->dx, &q->dx, "dx"}, {&p->dw, &q->dw, "dw"}}) {
+          const auto va = gpu->download_f32(*t), vb = gpu->download_f32(*u);
+          ASSERT_EQ(va.size(), vb.size());
+          bool nonzero = false;
+          for (size_t i = 0; i < va.size(); ++i) {
+            nonzero |= va[i] != 0.0f;
+            ASSERT_TRUE(test::same_float(va[i], vb[i])) << what << " rep " << rep << " " << name << " at " << i;
+          }
+          EXPECT_TRUE(nonzero) << what << " " << name << " is all zero (vacuous)";
+        }
+      }
+      la->update_scales();
+      lb->update_scales();
+      EXPECT_EQ(la->quant_state(), lb->quant_state()) << what;
+    }
+    // A state of another type or another linear is rejected.
+    const SavedLinear s = la->forward(a1.x, a1.w, a1.y);
+    EXPECT_THROW(lb->backward(s, a1.dy, a1.dx, a1.dw), Error) << what;
+    SavedLinear empty{a1.x, a1.w, nullptr};
+    EXPECT_THROW(la->backward(empty, a1.dy, a1.dx, a1.dw), Error) << what;
+  }
+}
+
+// Checkpoint state (backend.h quant_state): after the same steps the GPU linear's tensor-delayed
+// state equals the CPU linear's bitwise (same amaxes, the device ring buffer unrolled most recent
+// last, same scales), and a second CudaLinear loaded with it continues bitwise like the first (a
+// fresh one does not); a malformed state is rejected and leaves the state unchanged.
+TEST(CudaLinear, QuantStateRoundTripContinuesBitwise) {
+  OCTET_REQUIRE_GPU();
+  auto cpu = make_cpu_backend();
+  auto gpu = make_cuda_backend();
+  constexpr int64_t m = 64, in = 128, out = 96;
+  LinearSpec spec;
+  spec.in_features = in;
+  spec.out_features = out;
+  spec.precision = LinearPrecision::FP8;
+  spec.quant.recipe = Recipe::TensorDelayed;
+  spec.quant.formats = FormatPolicy::Hybrid;
+  spec.quant.amax_history_len = 3;  // 5 steps: the device ring buffer wraps
+  auto lc = cpu->make_linear(spec);
+  auto la = gpu->make_linear(spec);
+  auto lb = gpu->make_linear(spec);
+  auto lf = gpu->make_linear(spec);
+  Io ic(*cpu, m, in, out, DType::F32), ig(*gpu, m, in, out, DType::F32);
+  auto set_inputs = [&](int step) {
+    const auto x = test::gaussian(size_t(m * in), 60u + uint32_t(step), float(1 + step % 3));
+    const auto w = test::gaussian(size_t(out * in), 70u + uint32_t(step), 0.05f);
+    const auto dy = test::gaussian(size_t(m * out), 80u + uint32_t(step), 1e-3f * float(1 + step % 4));
+    for (auto [be, io] : {std::pair{cpu.get(), &ic}, {gpu.get(), &ig}}) {
+      put(*be, io->x, x);
+      put(*be, io->w, w);
+      put(*be, io->dy, dy);
+    }
+  };
+  // One step of `lin` (forward, backward, update) on the current inputs; returns y, dx, dw.
+  auto run_gpu = [&](Linear& lin) {
+    gpu->fill(ig.dw, 0.0);
+    const SavedLinear s = lin.forward(ig.x, ig.w, ig.y);
+    lin.backward(s, ig.dy, ig.dx, ig.dw);
+    lin.update_scales();
+    std::vector<float> r = gpu->download_f32(ig.y);
+    for (const Buffer* b : {&ig.dx, &ig.dw}) {
+      const auto v = gpu->download_f32(*b);
+      r.insert(r.end(), v.begin(), v.end());
+    }
+    return r;
+  };
+  for (int step = 0; step < 5; ++step) {
+    set_inputs(step);
+    const SavedLinear s = lc->forward(ic.x, ic.w, ic.y);
+    lc->backward(s, ic.dy, ic.dx, ic.dw);
+    lc->update_scales();
+    run_gpu(*la);
+  }
+  const std::vector<float> saved = la->quant_state();
+  ASSERT_EQ(saved.size(), 3u * (3 + 3));
+  EXPECT_EQ(saved, lc->quant_state()) << "GPU and CPU delayed state after the same steps";
+
+  lb->load_quant_state(saved);
+  EXPECT_EQ(lb->quant_state(), saved);
+  for (int step = 5; step < 7; ++step) {
+    set_inputs(step);
+    const auto a = run_gpu(*la), b = run_gpu(*lb), f = run_gpu(*lf);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_TRUE(test::same_float(a[i], b[i])) << "step " << step << " at " << i;
+    if (step == 5) {
+      const size_t ny = size_t(m * out);
+      EXPECT_NE(std::vector<float>(a.begin(), a.begin() + int64_t(ny)),
+                std::vector<float>(f.begin(), f.begin() + int64_t(ny)))
+          << "a fresh history scales differently";
+    }
+  }
+  EXPECT_EQ(la->quant_state(), lb->quant_state());
+
+  const std::vector<float> before = lb->quant_state();
+  std::vector<float> bad = before;
+  bad.push_back(0.0f);
+  EXPECT_THROW(lb->load_quant_state(bad), Error);
+  bad = before;
+  bad[0] = 4.0f;  // X history longer than amax_history_len
+  EXPECT_THROW(lb->load_quant_state(bad), Error);
+  EXPECT_EQ(lb->quant_state(), before);
+}
+
+// Weight cache (backend.h LinearSpec::cache_weight; FP8 codes, or a BF16 linear's rounded copy of
+// W): with gradient accumulation (2 micro-batches
+// per step, update_scales() between steps, W changed by an "optimizer step" after it), a caching
+// linear's Y, dX, dW and delayed state equal an uncaching one's bitwise. The cache is really used:
+// W changed without update_scales() leaves the caching linear's Y as it was (the uncached one
+// follows the new W); weights_changed() drops it, and both agree again.
+TEST(CudaLinear, WeightCacheEqualsUncachedBitwise) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  for (const Case& c : {Case{LinearPrecision::FP8, Recipe::TensorCurrent, FormatPolicy::Hybrid, 64, 160, 96},
+                        Case{LinearPrecision::FP8, Recipe::TensorDelayed, FormatPolicy::Hybrid, 64, 160, 96},
+                        Case{LinearPrecision::FP8, Recipe::Block, FormatPolicy::Hybrid, 64, 160, 96},
+                        Case{LinearPrecision::BF16, Recipe::TensorCurrent, FormatPolicy::Hybrid, 64, 160, 96}}) {
+    LinearSpec spec = spec_of(c);
+    auto plain = gpu->make_linear(spec);
+    spec.cache_weight = true;
+    auto cached = gpu->make_linear(spec);
+    Io ia(*gpu, c.m, c.in, c.out, DType::BF16), ib(*gpu, c.m, c.in, c.out, DType::BF16);
+    const std::string what =
+        c.precision == LinearPrecision::BF16 ? std::string("bf16") : to_string(c.recipe);
+    auto same = [&](const Tensor& a, const Tensor& b, const std::string& at) {
+      const auto ha = gpu->download_f32(a), hb = gpu->download_f32(b);
+      ASSERT_EQ(ha.size(), hb.size());
+      for (size_t i = 0; i < ha.size(); ++i)
+        ASSERT_TRUE(test::same_float(ha[i], hb[i])) << what << " " << at << " at " << i;
+    };
+    auto micro = [&](int step, int k) {  // one forward + backward on both
+      const uint32_t seed = uint32_t(10 * step + k);
+      const auto x = test::gaussian(size_t(c.m * c.in), 60u + seed, 1.0f + float(k));
+      const auto dy = test::gaussian(size_t(c.m * c.out), 70u + seed, 1e-3f);
+      for (Io* io : {&ia, &ib}) put(*gpu, io->x, x), put(*gpu, io->dy, dy);
+      const SavedLinear sa = plain->forward(ia.x, ia.w, ia.y);
+      const SavedLinear sb = cached->forward(ib.x, ib.w, ib.y);
+      plain->backward(sa, ia.dy, ia.dx, ia.dw);
+      cached->backward(sb, ib.dy, ib.dx, ib.dw);
+    };
+    for (int step = 0; step < 3; ++step) {
+      const auto w = test::gaussian(size_t(c.out * c.in), 80u + uint32_t(step), 0.05f * float(step + 1));
+      put(*gpu, ia.w, w), put(*gpu, ib.w, w);  // the optimizer step (after update_scales)
+      gpu->fill(ia.dw, 0.0), gpu->fill(ib.dw, 0.0);
+      for (int k = 0; k < 2; ++k) {
+        micro(step, k);
+        const std::string at = "step " + std::to_string(step) + " micro " + std::to_string(k);
+        same(ia.y, ib.y, at + " y");
+        same(ia.dx, ib.dx, at + " dx");
+        if (HasFatalFailure()) return;
+      }
+      same(ia.dw, ib.dw, "step " + std::to_string(step) + " dw (accumulated)");
+      plain->update_scales();
+      cached->update_scales();
+      EXPECT_EQ(plain->quant_state(), cached->quant_state()) << what;
+    }
+    // W changes without update_scales(): the cache keeps the old Ŵ.
+    micro(3, 0);
+    const auto y_before = gpu->download_f32(ib.y);
+    const auto w2 = test::gaussian(size_t(c.out * c.in), 99u, 0.2f);
+    put(*gpu, ia.w, w2), put(*gpu, ib.w, w2);
+    micro(3, 0);
+    EXPECT_EQ(gpu->download_f32(ib.y), y_before) << what << ": the cached Ŵ must be reused";
+    EXPECT_NE(gpu->download_f32(ia.y), y_before) << what << ": the new W changes Y (test premise)";
+    cached->weights_changed();
+    micro(3, 1);
+    same(ia.y, ib.y, "after weights_changed y");
+  }
+}
+
+}  // namespace
+}  // namespace octet

@@ -1,0 +1,281 @@
+// ops_test.cpp — every non-GEMM operation of the CUDA backend against its CPU twin (backend.h):
+// memory, axpy/scale, embedding (forward, scatter-add with repeated ids), RMSNorm/LayerNorm forward
+// and backward (RMSNorm with and without its weight; LayerNorm, whose weight is required, with and
+// without its bias), RoPE (forward and its inverse), GELU, SwiGLU, the head layouts, cross-entropy
+// (ignored targets, dlogits aliasing logits), sum_squares, moments, AdamW.
+// Each test runs with F32 and with BF16 activation tensors (the same values on both backends; the
+// CPU twin rounds its BF16 outputs as the GPU does). Both sides use double for reductions; the bound
+// is |gpu − cpu| <= rtol·(|cpu| + scale) with the scale the largest |cpu| of that output (FP32
+// rounding of differently ordered sums), plus one BF16 ulp of |cpu| for BF16 outputs (two FP32
+// results that differ in their last bits may round to neighbouring BF16 values).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_test_util.h"
+#include "octet/backend.h"
+#include "octet/fp8.h"
+
+namespace octet {
+namespace {
+
+class CudaOps : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+    cpu = make_cpu_backend();
+    gpu = make_cuda_backend();
+    act = GetParam();
+  }
+  // A tensor on both backends holding `h` (rounded to BF16 first for a BF16 dtype).
+  struct Pair {
+    Buffer c, g;
+    const Tensor& tc() const { return c.tensor(); }
+    const Tensor& tg() const { return g.tensor(); }
+  };
+  Pair make(const std::vector<float>& h, Shape s, DType dt) {
+    Pair p{cpu->alloc(dt, s), gpu->alloc(dt, s)};
+    if (dt == DType::BF16) {
+      std::vector<uint16_t> b(h.size());
+      for (size_t i = 0; i < h.size(); ++i) b[i] = bf16_from_float(h[i]);
+      cpu->upload(p.tc(), b.data());
+      gpu->upload(p.tg(), b.data());
+    } else {
+      cpu->upload(p.tc(), h.data());
+      gpu->upload(p.tg(), h.data());
+    }
+    return p;
+  }
+  Pair make(const std::vector<float>& h, Shape s) { return make(h, s, act); }    // act
+  Pair param(const std::vector<float>& h, Shape s) { return make(h, s, DType::F32); }
+  Pair zeros(Shape s, DType dt) { return make(std::vector<float>(size_t(s.numel()), 0.0f), s, dt); }
+  Pair zeros(Shape s) { return zeros(s, act); }
+  Pair ids(const std::vector<int32_t>& h) {
+    const Shape s{int64_t(h.size())};
+    Pair p{cpu->alloc(DType::I32, s), gpu->alloc(DType::I32, s)};
+    cpu->upload(p.tc(), h.data());
+    gpu->upload(p.tg(), h.data());
+    return p;
+  }
+  Pair acc() { return zeros(Shape{1}, DType::F64); }
+  void expect_close(const Pair& p, const std::string& what, double rtol = 1e-5) {
+    const std::vector<float> hc = cpu->download_f32(p.tc()), hg = gpu->download_f32(p.tg());
+    const bool bf16 = p.tc().dtype == DType::BF16;
+    double scale = 0.0;
+    for (float v : hc) scale = std::max(scale, double(std::fabs(v)));
+    ASSERT_GT(scale, 0.0) << what << ": reference output is all zero (vacuous)";
+    for (size_t i = 0; i < hc.size(); ++i) {
+      const double ulp = bf16 ? std::fabs(hc[i]) * 0x1p-7 : 0.0;  // >= one BF16 spacing at hc[i]
+      ASSERT_NEAR(hg[i], hc[i], rtol * (std::fabs(hc[i]) + scale) + ulp)
+          << what << " (" << to_string(p.tc().dtype) << ") at " << i;
+    }
+  }
+  std::unique_ptr<Backend> cpu, gpu;
+  DType act = DType::F32;
+};
+
+TEST_P(CudaOps, MemoryAxpyScaleFillCopy) {
+  const int64_t n = 1000;
+  auto x = make(test::gaussian(size_t(n), 1), {n}), y = make(test::gaussian(size_t(n), 2), {n});
+  EXPECT_EQ(gpu->download_f32(x.tg()), cpu->download_f32(x.tc())) << "upload/download round trip";
+  cpu->axpy(0.5f, x.tc(), y.tc());
+  gpu->axpy(0.5f, x.tg(), y.tg());
+  cpu->scale(-3.0f, y.tc());
+  gpu->scale(-3.0f, y.tg());
+  expect_close(y, "axpy+scale", 1e-7);
+  auto z = zeros({n});
+  cpu->copy(z.tc(), y.tc());
+  gpu->copy(z.tg(), y.tg());
+  expect_close(z, "copy", 0.0);
+  auto zf = zeros({n}, act == DType::F32 ? DType::BF16 : DType::F32);  // converting copy
+  cpu->copy(zf.tc(), y.tc());
+  gpu->copy(zf.tg(), y.tg());
+  expect_close(zf, "converting copy", 0.0);
+  cpu->fill(z.tc().slice(0, n / 2), 2.5);
+  gpu->fill(z.tg().slice(0, n / 2), 2.5);
+  expect_close(z, "fill", 0.0);
+  const Buffer a = gpu->alloc(act, {17});
+  EXPECT_EQ(gpu->download_f32(a), std::vector<float>(17, 0.0f)) << "alloc must zero-initialize";
+}
+
+TEST_P(CudaOps, EmbeddingForwardAndScatterAdd) {
+  const int64_t vocab = 50, dim = 33, n = 77;
+  std::vector<int32_t> h(n);
+  for (int64_t i = 0; i < n; ++i) h[size_t(i)] = int32_t((i * 7) % 13);  // repeats on purpose
+  auto id = ids(h);
+  auto table = param(test::gaussian(size_t(vocab * dim), 3), {vocab, dim});
+  auto out = zeros({n, dim});
+  cpu->embedding_forward(id.tc(), table.tc(), out.tc());
+  gpu->embedding_forward(id.tg(), table.tg(), out.tg());
+  expect_close(out, "embedding_forward", 0.0);
+  auto dout = make(test::gaussian(size_t(n * dim), 4), {n, dim});
+  auto dtable = param(test::gaussian(size_t(vocab * dim), 5), {vocab, dim});
+  cpu->embedding_backward(id.tc(), dout.tc(), dtable.tc());
+  gpu->embedding_backward(id.tg(), dout.tg(), dtable.tg());
+  expect_close(dtable, "embedding_backward");
+}
+
+TEST_P(CudaOps, NormsForwardBackward) {
+  for (int64_t dim : {1, 7, 129, 1024}) {
+    const int64_t rows = 37;
+    const size_t n = size_t(rows * dim);
+    auto x = make(test::gaussian(n, 6, 2.0f), {rows, dim}), dy = make(test::gaussian(n, 7), {rows, dim});
+    auto w = param(test::gaussian(size_t(dim), 8), {dim}), b = param(test::gaussian(size_t(dim), 9), {dim});
+    for (bool with_w : {true, false}) {
+      const std::string tag = " dim " + std::to_string(dim) + (with_w ? " weighted" : " unweighted");
+      auto y = zeros({rows, dim}), dx = zeros({rows, dim});
+      auto rstd = zeros({rows}, DType::F32), mean = zeros({rows}, DType::F32);
+      auto dw = param(test::gaussian(size_t(dim), 10), {dim}), db = param(test::gaussian(size_t(dim), 11), {dim});
+      const Tensor none;
+      cpu->rmsnorm_forward(x.tc(), with_w ? w.tc() : none, y.tc(), rstd.tc(), 1e-5f);
+      gpu->rmsnorm_forward(x.tg(), with_w ? w.tg() : none, y.tg(), rstd.tg(), 1e-5f);
+      expect_close(y, "rmsnorm y" + tag);
+      expect_close(rstd, "rmsnorm rstd" + tag);
+      cpu->rmsnorm_backward(x.tc(), with_w ? w.tc() : none, rstd.tc(), dy.tc(), dx.tc(), with_w ? dw.tc() : none);
+      gpu->rmsnorm_backward(x.tg(), with_w ? w.tg() : none, rstd.tg(), dy.tg(), dx.tg(), with_w ? dw.tg() : none);
+      expect_close(dx, "rmsnorm dx" + tag, 1e-4);
+      if (with_w) expect_close(dw, "rmsnorm dw" + tag, 1e-4);
+      // LayerNorm always has its weight (backend.h); "unweighted" here means without the bias.
+      cpu->layernorm_forward(x.tc(), w.tc(), with_w ? b.tc() : none, y.tc(), mean.tc(), rstd.tc(), 1e-5f);
+      gpu->layernorm_forward(x.tg(), w.tg(), with_w ? b.tg() : none, y.tg(), mean.tg(), rstd.tg(), 1e-5f);
+      if (dim > 1 || with_w) expect_close(y, "layernorm y" + tag);  // dim 1, no bias: y = 0
+      cpu->layernorm_backward(x.tc(), w.tc(), mean.tc(), rstd.tc(), dy.tc(), dx.tc(), dw.tc(), db.tc());
+      gpu->layernorm_backward(x.tg(), w.tg(), mean.tg(), rstd.tg(), dy.tg(), dx.tg(), dw.tg(), db.tg());
+      if (dim > 1) expect_close(dx, "layernorm dx" + tag, 1e-4);
+      expect_close(dw, "layernorm dw" + tag, 1e-4);
+      expect_close(db, "layernorm db" + tag, 1e-4);
+      // A LayerNorm without its weight is refused by both backends alike.
+      EXPECT_THROW(cpu->layernorm_forward(x.tc(), none, b.tc(), y.tc(), mean.tc(), rstd.tc(), 1e-5f), Error);
+      EXPECT_THROW(gpu->layernorm_forward(x.tg(), none, b.tg(), y.tg(), mean.tg(), rstd.tg(), 1e-5f), Error);
+      EXPECT_THROW(gpu->layernorm_backward(x.tg(), none, mean.tg(), rstd.tg(), dy.tg(), dx.tg(), dw.tg(), db.tg()), Error);
+    }
+  }
+}
+
+TEST_P(CudaOps, RopeForwardAndInverse) {
+  const int64_t B = 2, H = 3, T = 37, D = 64;
+  const size_t n = size_t(B * H * T * D);
+  auto x = make(test::gaussian(n, 12), {B, H, T, D});
+  const std::vector<float> orig = gpu->download_f32(x.tg());
+  cpu->rope(x.tc(), 10000.0f, false);
+  gpu->rope(x.tg(), 10000.0f, false);
+  expect_close(x, "rope");
+  cpu->rope(x.tc(), 10000.0f, true);
+  gpu->rope(x.tg(), 10000.0f, true);
+  expect_close(x, "rope inverse");
+  const std::vector<float> back = gpu->download_f32(x.tg());
+  const double tol = act == DType::BF16 ? 0x1p-6 : 1e-5;  // two BF16 roundings of |x| <= ~4
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_NEAR(back[i], orig[i], tol * (1.0 + std::fabs(orig[i]))) << "inverse ∘ forward = id";
+}
+
+TEST_P(CudaOps, Activations) {
+  const int64_t rows = 19, f = 131;
+  auto x = make(test::gaussian(size_t(rows * 2 * f), 13, 3.0f), {rows, 2 * f});
+  auto dy = make(test::gaussian(size_t(rows * 2 * f), 14), {rows, 2 * f});
+  auto y = zeros({rows, 2 * f}), dx = zeros({rows, 2 * f});
+  cpu->gelu_forward(x.tc(), y.tc());
+  gpu->gelu_forward(x.tg(), y.tg());
+  expect_close(y, "gelu");
+  cpu->gelu_backward(x.tc(), dy.tc(), dx.tc());
+  gpu->gelu_backward(x.tg(), dy.tg(), dx.tg());
+  expect_close(dx, "gelu backward");
+  auto ys = zeros({rows, f}), dys = make(test::gaussian(size_t(rows * f), 15), {rows, f});
+  cpu->swiglu_forward(x.tc(), ys.tc());
+  gpu->swiglu_forward(x.tg(), ys.tg());
+  expect_close(ys, "swiglu");
+  cpu->swiglu_backward(x.tc(), dys.tc(), dx.tc());
+  gpu->swiglu_backward(x.tg(), dys.tg(), dx.tg());
+  expect_close(dx, "swiglu backward");
+}
+
+// D = 8: the 8-wide path of the layout kernels (16-byte accesses); D = 6: one element per thread.
+TEST_P(CudaOps, HeadLayouts) {
+  for (const int64_t D : {8, 6}) {
+    SCOPED_TRACE("head_dim " + std::to_string(D));
+    const int64_t B = 2, T = 5, H = 4, G = 2;
+    auto qkv = make(test::gaussian(size_t(B * T * (H + 2 * G) * D), 16), {B, T, (H + 2 * G) * D});
+    auto q = zeros({B, H, T, D}), k = zeros({B, G, T, D}), v = zeros({B, G, T, D});
+    auto back = zeros({B, T, (H + 2 * G) * D}), tok = zeros({B, T, H * D}), hq = zeros({B, H, T, D});
+    cpu->split_qkv(qkv.tc(), q.tc(), k.tc(), v.tc());
+    gpu->split_qkv(qkv.tg(), q.tg(), k.tg(), v.tg());
+    expect_close(q, "split q", 0.0);
+    expect_close(k, "split k", 0.0);
+    expect_close(v, "split v", 0.0);
+    cpu->merge_qkv(q.tc(), k.tc(), v.tc(), back.tc());
+    gpu->merge_qkv(q.tg(), k.tg(), v.tg(), back.tg());
+    expect_close(back, "merge", 0.0);
+    cpu->heads_to_tokens(q.tc(), tok.tc());
+    gpu->heads_to_tokens(q.tg(), tok.tg());
+    expect_close(tok, "heads_to_tokens", 0.0);
+    cpu->tokens_to_heads(tok.tc(), hq.tc());
+    gpu->tokens_to_heads(tok.tg(), hq.tg());
+    expect_close(hq, "tokens_to_heads", 0.0);
+  }
+}
+
+// vocab 1001: one logit per load; 1024: the 8-wide path. The GPU takes exp in FP32 (loss.cu): each
+// row's loss is within ~1e-6 nats of the twin's double evaluation.
+TEST_P(CudaOps, CrossEntropyWithIgnoredTargetsAndAliasing) {
+  for (const int64_t vocab : {1001, 1024}) {
+    SCOPED_TRACE("vocab " + std::to_string(vocab));
+    const int64_t n = 23;
+    const double loss_tol = 2e-6 * double(n);  // nats, summed over the rows
+    std::vector<int32_t> t(n);
+    for (int64_t i = 0; i < n; ++i) t[size_t(i)] = i % 5 == 0 ? -1 : int32_t((i * 37) % vocab);
+    auto tg = ids(t);
+    auto logits = make(test::gaussian(size_t(n * vocab), 17, 4.0f), {n, vocab});
+    auto d = zeros({n, vocab});
+    auto lc = acc(), lg = acc();
+    cpu->cross_entropy(logits.tc(), tg.tc(), d.tc(), 0.25f, lc.tc());
+    gpu->cross_entropy(logits.tg(), tg.tg(), d.tg(), 0.25f, lg.tg());
+    const double loss = cpu->read_f64(lc.tc());
+    EXPECT_GT(loss, 0.0);
+    EXPECT_NEAR(gpu->read_f64(lg.tg()), loss, loss_tol);
+    expect_close(d, "dlogits");
+    gpu->cross_entropy(logits.tg(), tg.tg(), logits.tg(), 0.25f, lg.tg());  // in place, accumulates
+    EXPECT_NEAR(gpu->read_f64(lg.tg()), 2.0 * loss, 2.0 * loss_tol) << "loss_sum accumulates";
+    cpu->cross_entropy(logits.tc(), tg.tc(), logits.tc(), 0.25f, lc.tc());
+    expect_close(logits, "dlogits in place");
+    // A target >= vocab: the CPU twin throws; the GPU (no host check) poisons the loss with NaN.
+    auto bt = ids(std::vector<int32_t>(size_t(n), int32_t(vocab)));
+    auto lb = acc();
+    EXPECT_THROW(cpu->cross_entropy(logits.tc(), bt.tc(), d.tc(), 1.0f, lb.tc()), Error);
+    gpu->cross_entropy(logits.tg(), bt.tg(), d.tg(), 1.0f, lb.tg());
+    EXPECT_TRUE(std::isnan(gpu->read_f64(lb.tg())));
+  }
+}
+
+TEST_P(CudaOps, ReductionsAndAdamW) {
+  const int64_t n = 100003;
+  auto x = make(test::gaussian(size_t(n), 18, 3.0f), {n});
+  auto sc = acc(), sg = acc();
+  cpu->sum_squares(x.tc(), sc.tc());
+  gpu->sum_squares(x.tg(), sg.tg());
+  gpu->sum_squares(x.tg(), sg.tg());  // accumulates
+  const double ss = cpu->read_f64(sc.tc());
+  EXPECT_NEAR(gpu->read_f64(sg.tg()), 2.0 * ss, 2e-9 * ss);
+  const auto mc = cpu->moments(x.tc()), mg = gpu->moments(x.tg());
+  EXPECT_NEAR(mg.mean, mc.mean, 1e-9);
+  EXPECT_NEAR(mg.variance, mc.variance, 1e-9 * mc.variance);
+  EXPECT_NEAR(mg.kurtosis, mc.kurtosis, 1e-9 * mc.kurtosis);
+  auto p = param(test::gaussian(size_t(n), 19), {n}), g = param(test::gaussian(size_t(n), 20), {n});
+  auto m = param(test::gaussian(size_t(n), 21, 0.1f), {n}), v = param(std::vector<float>(size_t(n), 0.01f), {n});
+  for (int64_t step = 1; step <= 3; ++step) {
+    cpu->adamw(p.tc(), g.tc(), m.tc(), v.tc(), 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+    gpu->adamw(p.tg(), g.tg(), m.tg(), v.tg(), 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+  }
+  expect_close(p, "adamw param", 1e-6);
+  expect_close(m, "adamw m", 1e-6);
+  expect_close(v, "adamw v", 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Act, CudaOps, ::testing::Values(DType::F32, DType::BF16),
+                         [](const auto& info) { return to_string(info.param); });
+
+}  // namespace
+}  // namespace octet

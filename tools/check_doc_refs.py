@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""tools/check_doc_refs.py — every reference to a file of the repository that the code and docs make
+resolves: a docs file with a section mark and a quoted heading (or §Heading) names an existing file with a heading that starts
+with those words, and a `src/...`, `include/...`, `tests/...`, `tools/...` or `bench/...` path names
+a file or folder that exists. Run by `./dev test` (a stale reference is a failing test).
+
+Usage: tools/check_doc_refs.py [ROOT]   (exit 1 and one line per broken reference)
+"""
+import pathlib
+import re
+import subprocess
+import sys
+
+SECTION = re.compile(r'(docs/[a-z0-9_-]+\.md|README\.md|CHANGELOG\.md)\s*§\s*(?:"([^"]+)"|([A-Za-z][\w-]*))')
+PATH = re.compile(r'(?<![\w/.-])((?:src|include|tests|tools|bench|docs|configs|python|apps)/[\w./*{},-]+)')
+TEXT_SUFFIXES = {".cpp", ".h", ".cu", ".cuh", ".py", ".sh", ".md", ".toml", ".txt"}
+
+
+def headings(md: pathlib.Path):
+    out = []
+    for line in md.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            out.append(line.lstrip("#").strip().replace("`", ""))
+    return out
+
+
+def path_exists(root: pathlib.Path, ref: str) -> bool:
+    ref = ref.rstrip(".,;:)")
+    if any(ch in ref for ch in "*{}"):  # a glob or brace set: its folder must exist
+        ref = re.split(r"[*{]", ref)[0].rsplit("/", 1)[0]
+    return (root / ref).exists() or (root / "src" / ref).exists()  # src/ is an include root
+
+
+def main() -> int:
+    root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root,
+                           capture_output=True, text=True, check=True).stdout.split()
+    bad = []
+    cache = {}
+    for name in files:
+        p = root / name
+        if p.suffix not in TEXT_SUFFIXES or name.startswith(("results/", "bench/results/")) \
+                or name == "CHANGELOG.md" or not p.is_file():
+            continue
+        for n, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if line.lstrip().startswith("#include"):
+                continue
+            for m in SECTION.finditer(line):
+                doc, title = m.group(1), (m.group(2) or m.group(3))
+                target = root / doc
+                if not target.exists():
+                    bad.append(f"{name}:{n}: {doc} does not exist")
+                    continue
+                hs = cache.setdefault(doc, headings(target))
+                if not any(h.startswith(title.replace("`", "")) for h in hs):
+                    bad.append(f"{name}:{n}: {doc} has no section '{title}'")
+            for m in PATH.finditer(line):
+                if not path_exists(root, m.group(1)):
+                    bad.append(f"{name}:{n}: {m.group(1)} does not exist")
+    for b in bad:
+        print(b)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
