@@ -4,8 +4,8 @@
 // backward on generated inputs and measures it against the FP64 oracle: relative L2 errors of O,
 // dQ, dK, dV, the cosine of dQ, the dQ error along the attention-weighted mean key, and the
 // softmax-gradient row residual r_i = |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) that Delta-Matching
-// drives to zero (docs/design.md §"The two deltas"; docs/delta-matching.md holds the measured table and its commands).
-// On CUDA the row residual is the backend's device accumulator (max and mean; the per-row values
+// drives to zero (docs/design.md §"The two deltas"; docs/delta-matching.md holds the measured table and its
+// commands). On CUDA the row residual is the backend's device accumulator (max and mean; the per-row values
 // of --dump are CPU-only) and the times include the first call's plan building.
 // --dump FILE writes inputs, results and the oracle as safetensors (octet/train.h's writer), for
 // the PyTorch oracle test. Before any allocation the run's memory and time are estimated (docs/cli.md
@@ -82,16 +82,21 @@ double available_memory() {
 
 std::string human_bytes(double b) {
   char buf[32];
-  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.3g GB", b / 1e9);
-  else std::snprintf(buf, sizeof buf, "%.3g MB", b / 1e6);
+  if (b >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.3g GB", b / 1e9);
+  else
+    std::snprintf(buf, sizeof buf, "%.3g MB", b / 1e6);
   return buf;
 }
 
 std::string human_seconds(double s) {
   char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%.3g h", s / 3600);
-  else if (s >= 60) std::snprintf(buf, sizeof buf, "%.3g min", s / 60);
-  else std::snprintf(buf, sizeof buf, "%.2g s", s);
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%.3g h", s / 3600);
+  else if (s >= 60)
+    std::snprintf(buf, sizeof buf, "%.3g min", s / 60);
+  else
+    std::snprintf(buf, sizeof buf, "%.2g s", s);
   return buf;
 }
 
@@ -109,13 +114,13 @@ bool check_budget(const Options& opt) {
                   human_seconds(c.seconds) + ") but " + human_bytes(avail) +
                   " is available; use a smaller --seq/--heads/--dim/--batch, or --force to try anyway");
   OCTET_CHECK(opt.force || c.seconds <= 3600.0,
-              "attention-check: this run would take about " + human_seconds(c.seconds) +
-                  " (and " + human_bytes(c.bytes) +
+              "attention-check: this run would take about " + human_seconds(c.seconds) + " (and " +
+                  human_bytes(c.bytes) +
                   " of memory); use a smaller --seq/--heads/--dim/--batch, or --force to run it anyway");
   const bool long_run = c.seconds > 10.0;
   if (long_run)
-    std::fprintf(stderr, "attention-check: estimated %s of memory and ~%s\n",
-                 human_bytes(c.bytes).c_str(), human_seconds(c.seconds).c_str());
+    std::fprintf(stderr, "attention-check: estimated %s of memory and ~%s\n", human_bytes(c.bytes).c_str(),
+                 human_seconds(c.seconds).c_str());
   return long_run;
 }
 
@@ -146,9 +151,8 @@ DeviceRun run_cuda(const octet::AttentionShape& shape, const octet::AttentionCon
       ks{shape.batch, shape.n_kv_heads, shape.seq_k, shape.head_dim};
   Buffer q = be->alloc(DType::F32, qs), k = be->alloc(DType::F32, ks), v = be->alloc(DType::F32, ks),
          d_o = be->alloc(DType::F32, qs), out = be->alloc(DType::F32, qs),
-         l = be->alloc(DType::F32, {shape.batch, shape.n_heads, shape.seq_q}),
-         gq = be->alloc(DType::F32, qs), gk = be->alloc(DType::F32, ks),
-         gv = be->alloc(DType::F32, ks), res = be->alloc(DType::F64, {2});
+         l = be->alloc(DType::F32, {shape.batch, shape.n_heads, shape.seq_q}), gq = be->alloc(DType::F32, qs),
+         gk = be->alloc(DType::F32, ks), gv = be->alloc(DType::F32, ks), res = be->alloc(DType::F64, {2});
   be->upload(q, in.q.data());
   be->upload(k, in.k.data());
   be->upload(v, in.v.data());
@@ -231,37 +235,50 @@ void run(const Options& opt) {
     phase_done("CUDA forward and backward");
   } else {
     const auto t0 = clock::now();
-    attention_forward(shape, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(),
-                      &saved);
+    attention_forward(shape, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), &saved);
     const auto t1 = clock::now();
     phase_done("forward");
-    attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), &stats,
-                       !opt.dump.empty());
+    attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), &stats, !opt.dump.empty());
     const auto t2 = clock::now();
     phase_done("backward");
     forward_ms = ms(t0, t1), backward_ms = ms(t1, t2);
   }
   const AttentionOracle ref = run_attention_oracle(shape, in);
   phase_done("FP64 oracle");
-  const AttentionErrors err = attention_errors(shape, in, ref, o.data(), lse.data(), dq.data(),
-                                               dk.data(), dv.data());
+  const AttentionErrors err =
+      attention_errors(shape, in, ref, o.data(), lse.data(), dq.data(), dk.data(), dv.data());
 
-  nlohmann::json j = {
-      {"batch", shape.batch}, {"heads", shape.n_heads}, {"kv_heads", shape.n_kv_heads},
-      {"seq", shape.seq_q}, {"kv_seq", shape.seq_k}, {"dim", shape.head_dim},
-      {"causal", shape.causal}, {"softmax_scale", shape.tau()},
-      {"precision", to_string(cfg.precision)}, {"delta", to_string(cfg.delta)},
-      {"form", to_string(cfg.form)}, {"dist", to_string(dist)}, {"seed", opt.seed},
-      {"qkv_scaling", opt.qkv_scaling}, {"do_format", to_string(cfg.do_format)},
-      {"ds_format", to_string(cfg.ds_format)}, {"block_q", cfg.block_q},
-      {"block_k", cfg.block_k}, {"p_scale", cfg.p_scale},
-      {"o_rel_err", err.o_rel_err}, {"lse_max_abs_err", err.lse_max_abs_err},
-      {"dq_rel_err", err.dq_rel_err}, {"dk_rel_err", err.dk_rel_err},
-      {"dv_rel_err", err.dv_rel_err}, {"dq_cos", err.dq_cos},
-      {"dq_bias_mean_key", err.dq_bias_mean_key},
-      {"row_residual_max", stats.row_residual_max},
-      {"row_residual_mean", stats.row_residual_mean},
-      {"forward_ms", forward_ms}, {"backward_ms", backward_ms}, {"device", opt.device}};
+  nlohmann::json j = {{"batch", shape.batch},
+                      {"heads", shape.n_heads},
+                      {"kv_heads", shape.n_kv_heads},
+                      {"seq", shape.seq_q},
+                      {"kv_seq", shape.seq_k},
+                      {"dim", shape.head_dim},
+                      {"causal", shape.causal},
+                      {"softmax_scale", shape.tau()},
+                      {"precision", to_string(cfg.precision)},
+                      {"delta", to_string(cfg.delta)},
+                      {"form", to_string(cfg.form)},
+                      {"dist", to_string(dist)},
+                      {"seed", opt.seed},
+                      {"qkv_scaling", opt.qkv_scaling},
+                      {"do_format", to_string(cfg.do_format)},
+                      {"ds_format", to_string(cfg.ds_format)},
+                      {"block_q", cfg.block_q},
+                      {"block_k", cfg.block_k},
+                      {"p_scale", cfg.p_scale},
+                      {"o_rel_err", err.o_rel_err},
+                      {"lse_max_abs_err", err.lse_max_abs_err},
+                      {"dq_rel_err", err.dq_rel_err},
+                      {"dk_rel_err", err.dk_rel_err},
+                      {"dv_rel_err", err.dv_rel_err},
+                      {"dq_cos", err.dq_cos},
+                      {"dq_bias_mean_key", err.dq_bias_mean_key},
+                      {"row_residual_max", stats.row_residual_max},
+                      {"row_residual_mean", stats.row_residual_mean},
+                      {"forward_ms", forward_ms},
+                      {"backward_ms", backward_ms},
+                      {"device", opt.device}};
   if (opt.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -269,24 +286,17 @@ void run(const Options& opt) {
     for (auto& [k, v] : j.items()) std::printf("| %s | %s |\n", k.c_str(), v.dump().c_str());
   }
   if (opt.dump.empty()) return;
-  const int64_t B = shape.batch, H = shape.n_heads, G = shape.n_kv_heads, Tq = shape.seq_q,
-                Tk = shape.seq_k, D = shape.head_dim;
+  const int64_t B = shape.batch, H = shape.n_heads, G = shape.n_kv_heads, Tq = shape.seq_q, Tk = shape.seq_k,
+                D = shape.head_dim;
   StFile f;
   for (auto& [k, v] : j.items()) f.metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
-  f.tensors = {{"q", st_of(in.q, {B, H, Tq, D})},
-               {"k", st_of(in.k, {B, G, Tk, D})},
-               {"v", st_of(in.v, {B, G, Tk, D})},
-               {"d_o", st_of(in.d_o, {B, H, Tq, D})},
-               {"o", st_of(o, {B, H, Tq, D})},
-               {"lse", st_of(lse, {B, H, Tq})},
-               {"dq", st_of(dq, {B, H, Tq, D})},
-               {"dk", st_of(dk, {B, G, Tk, D})},
-               {"dv", st_of(dv, {B, G, Tk, D})},
-               {"ref_o", st_of(ref.o, {B, H, Tq, D})},
-               {"ref_lse", st_of(ref.lse, {B, H, Tq})},
-               {"ref_dq", st_of(ref.dq, {B, H, Tq, D})},
-               {"ref_dk", st_of(ref.dk, {B, G, Tk, D})},
-               {"ref_dv", st_of(ref.dv, {B, G, Tk, D})}};
+  f.tensors = {{"q", st_of(in.q, {B, H, Tq, D})},        {"k", st_of(in.k, {B, G, Tk, D})},
+               {"v", st_of(in.v, {B, G, Tk, D})},        {"d_o", st_of(in.d_o, {B, H, Tq, D})},
+               {"o", st_of(o, {B, H, Tq, D})},           {"lse", st_of(lse, {B, H, Tq})},
+               {"dq", st_of(dq, {B, H, Tq, D})},         {"dk", st_of(dk, {B, G, Tk, D})},
+               {"dv", st_of(dv, {B, G, Tk, D})},         {"ref_o", st_of(ref.o, {B, H, Tq, D})},
+               {"ref_lse", st_of(ref.lse, {B, H, Tq})},  {"ref_dq", st_of(ref.dq, {B, H, Tq, D})},
+               {"ref_dk", st_of(ref.dk, {B, G, Tk, D})}, {"ref_dv", st_of(ref.dv, {B, G, Tk, D})}};
   if (!stats.row_residual.empty())  // per row: CPU only
     f.tensors.emplace("row_residual", st_of(stats.row_residual, {B, H, Tq}));
   write_safetensors(opt.dump, f);
@@ -324,18 +334,18 @@ OCTET_COMMAND("attention-check", [](CLI::App& app) {
       ->capture_default_str();
   add_enum_option<Format>(cmd, "--do-format", opt->do_format, "fp8 dO format")->capture_default_str();
   add_enum_option<Format>(cmd, "--ds-format", opt->ds_format, "fp8 dS format")->capture_default_str();
-  cmd->add_option("--block-q", opt->block_q, "query block Bq: the flash form's query tile and, in both forms, the dS scale tile")
+  cmd->add_option("--block-q", opt->block_q,
+                  "query block Bq: the flash form's query tile and, in both forms, the dS scale tile")
       ->capture_default_str();
-  cmd->add_option("--block-k", opt->block_k, "key block Bc: the flash form's key tile and, in both forms, the dS scale tile")
+  cmd->add_option("--block-k", opt->block_k,
+                  "key block Bc: the flash form's key tile and, in both forms, the dS scale tile")
       ->capture_default_str();
   cmd->add_option("--p-scale", opt->p_scale, "static power-of-two scale of P before E4M3, in [1, 256]")
       ->capture_default_str();
-  cmd->add_option("--scale", opt->scale, "softmax scale tau (0: 1/sqrt(dim))")
-      ->capture_default_str();
+  cmd->add_option("--scale", opt->scale, "softmax scale tau (0: 1/sqrt(dim))")->capture_default_str();
   cmd->add_flag("--json", opt->json, "print one JSON object");
   cmd->add_option("--dump", opt->dump, "write inputs, results and oracle to a safetensors file");
-  cmd->add_flag("--force", opt->force,
-                "run even if the estimate exceeds the available memory or an hour");
+  cmd->add_flag("--force", opt->force, "run even if the estimate exceeds the available memory or an hour");
   cmd->add_flag("--progress", opt->progress, "report each phase on stderr (default: runs over ~10 s)");
   cmd->callback([opt] { run(*opt); });
 });

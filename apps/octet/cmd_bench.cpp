@@ -69,23 +69,32 @@ void run_gemm(const GemmArgs& a) {
   std::map<int, std::map<std::string, double>> total_ms;
   std::map<std::string, double> bf16_ms;  // per shape key, for the per-row speed-up
   if (!a.json)
-    std::printf("%-6s %-5s %-6s %-11s %6s %6s %6s %9s %8s %7s\n", "d", "layer", "pass", "mode", "M",
-                "N", "K", "ms", "TFLOP/s", "vs bf16");
+    std::printf("%-6s %-5s %-6s %-11s %6s %6s %6s %9s %8s %7s\n", "d", "layer", "pass", "mode", "M", "N", "K",
+                "ms", "TFLOP/s", "vs bf16");
   octet::cuda::bench_gemm(o, [&](const octet::cuda::GemmBenchRow& r) {
     const std::string key = std::to_string(r.d_model) + r.layer + r.pass;
     if (r.mode == "bf16") bf16_ms[key] = r.ms;
     total_ms[r.d_model][r.mode] += r.ms;
     const double speedup = bf16_ms.count(key) ? bf16_ms[key] / r.ms : 0.0;
     nlohmann::json j = env;
-    j.update({{"bench", "gemm"}, {"d_model", r.d_model}, {"tokens", a.tokens}, {"layer", r.layer},
-              {"pass", r.pass}, {"mode", r.mode}, {"M", r.M}, {"N", r.N}, {"K", r.K},
-              {"ms_median", r.ms}, {"tflops", r.tflops}, {"reps", r.reps},
-              {"speedup_vs_bf16", speedup}, {"fallback", r.fallback}});
+    j.update({{"bench", "gemm"},
+              {"d_model", r.d_model},
+              {"tokens", a.tokens},
+              {"layer", r.layer},
+              {"pass", r.pass},
+              {"mode", r.mode},
+              {"M", r.M},
+              {"N", r.N},
+              {"K", r.K},
+              {"ms_median", r.ms},
+              {"tflops", r.tflops},
+              {"reps", r.reps},
+              {"speedup_vs_bf16", speedup},
+              {"fallback", r.fallback}});
     char line[160];
-    std::snprintf(line, sizeof(line), "%-6d %-5s %-6s %-11s %6lld %6lld %6lld %9.4f %8.1f %7.2f%s",
-                  r.d_model, r.layer.c_str(), r.pass.c_str(), r.mode.c_str(), (long long)r.M,
-                  (long long)r.N, (long long)r.K, r.ms, r.tflops, speedup,
-                  r.fallback ? " (fallback)" : "");
+    std::snprintf(line, sizeof(line), "%-6d %-5s %-6s %-11s %6lld %6lld %6lld %9.4f %8.1f %7.2f%s", r.d_model,
+                  r.layer.c_str(), r.pass.c_str(), r.mode.c_str(), (long long)r.M, (long long)r.N,
+                  (long long)r.K, r.ms, r.tflops, speedup, r.fallback ? " (fallback)" : "");
     emit(a.json, j, line);
   });
   for (auto& [d, modes] : total_ms) {
@@ -93,12 +102,16 @@ void run_gemm(const GemmArgs& a) {
     for (auto& [mode, ms] : modes) {
       if (mode == "bf16") continue;
       nlohmann::json j = env;
-      j.update({{"bench", "gemm-summary"}, {"d_model", d}, {"tokens", a.tokens}, {"mode", mode},
-                {"total_ms", ms}, {"bf16_total_ms", modes["bf16"]},
+      j.update({{"bench", "gemm-summary"},
+                {"d_model", d},
+                {"tokens", a.tokens},
+                {"mode", mode},
+                {"total_ms", ms},
+                {"bf16_total_ms", modes["bf16"]},
                 {"speedup_vs_bf16", modes["bf16"] / ms}});
       char line[160];
-      std::snprintf(line, sizeof(line), "summary d_model %d: %s total %.3f ms vs bf16 %.3f ms: %.2fx",
-                    d, mode.c_str(), ms, modes["bf16"], modes["bf16"] / ms);
+      std::snprintf(line, sizeof(line), "summary d_model %d: %s total %.3f ms vs bf16 %.3f ms: %.2fx", d,
+                    mode.c_str(), ms, modes["bf16"], modes["bf16"] / ms);
       emit(a.json, j, line);
     }
   }
@@ -122,9 +135,16 @@ void run_quantize(const QuantArgs& a) {
                 "ms", "GB/s");
   octet::cuda::bench_quantize(a.rows, a.cols, a.warmup, a.reps, [&](const octet::cuda::QuantBenchRow& r) {
     nlohmann::json j = env;
-    j.update({{"bench", "quantize"}, {"recipe", r.recipe}, {"role", r.role}, {"dtype", r.dtype},
-              {"kernel", r.kernel}, {"rows", r.rows}, {"cols", r.cols}, {"ms_median", r.ms},
-              {"gbps", r.gbps}, {"reps", r.reps}});
+    j.update({{"bench", "quantize"},
+              {"recipe", r.recipe},
+              {"role", r.role},
+              {"dtype", r.dtype},
+              {"kernel", r.kernel},
+              {"rows", r.rows},
+              {"cols", r.cols},
+              {"ms_median", r.ms},
+              {"gbps", r.gbps},
+              {"reps", r.reps}});
     char line[160];
     std::snprintf(line, sizeof(line), "%-20s %-10s %-4s %-6s %6lld %6lld %9.4f %8.0f", r.recipe.c_str(),
                   r.role.c_str(), r.dtype.c_str(), r.kernel.c_str(), (long long)r.rows, (long long)r.cols,
@@ -145,15 +165,21 @@ struct OpsArgs {
 void run_ops(const OpsArgs& a) {
 #ifdef OCTET_WITH_CUDA
   const nlohmann::json env = env_json();
-  if (!a.json)
-    std::printf("%-18s %-5s %6s %6s %9s %8s\n", "op", "model", "rows", "cols", "ms", "GB/s");
+  if (!a.json) std::printf("%-18s %-5s %6s %6s %9s %8s\n", "op", "model", "rows", "cols", "ms", "GB/s");
   octet::cuda::bench_ops(a.warmup, a.reps, [&](const octet::cuda::OpsBenchRow& r) {
     nlohmann::json j = env;
-    j.update({{"bench", "ops"}, {"op", r.op}, {"model", r.model}, {"rows", r.rows}, {"cols", r.cols},
-              {"bytes", r.bytes}, {"ms_median", r.ms}, {"gbps", r.gbps}, {"reps", r.reps}});
+    j.update({{"bench", "ops"},
+              {"op", r.op},
+              {"model", r.model},
+              {"rows", r.rows},
+              {"cols", r.cols},
+              {"bytes", r.bytes},
+              {"ms_median", r.ms},
+              {"gbps", r.gbps},
+              {"reps", r.reps}});
     char line[160];
-    std::snprintf(line, sizeof(line), "%-18s %-5s %6lld %6lld %9.4f %8.0f", r.op.c_str(),
-                  r.model.c_str(), (long long)r.rows, (long long)r.cols, r.ms, r.gbps);
+    std::snprintf(line, sizeof(line), "%-18s %-5s %6lld %6lld %9.4f %8.0f", r.op.c_str(), r.model.c_str(),
+                  (long long)r.rows, (long long)r.cols, r.ms, r.gbps);
     emit(a.json, j, line);
   });
 #else
@@ -221,7 +247,8 @@ void run_peer_script(const std::string& what, const std::string& python, const s
   const std::string cmd = python + " " + script + " " + args;
   std::fflush(stdout);
   const int rc = std::system(cmd.c_str());
-  if (rc != 0) std::fprintf(stderr, "octet bench %s: peer script failed (%d): %s\n", what.c_str(), rc, cmd.c_str());
+  if (rc != 0)
+    std::fprintf(stderr, "octet bench %s: peer script failed (%d): %s\n", what.c_str(), rc, cmd.c_str());
 }
 
 #ifdef OCTET_WITH_CUDA
@@ -238,10 +265,10 @@ void run_peer(const AttnArgs& a, const std::vector<octet::AttentionCase>& cases)
   for (const auto& [key, seqs] : groups) {
     const auto& [B, H, D, causal] = key;
     run_peer_script("attention", a.python, a.peer,
-                    "--batch " + std::to_string(B) + " --heads " + std::to_string(H) +
-                        " --head-dim " + std::to_string(D) + " --seq " + seqs + " --causal " +
-                        (causal ? "1" : "0") + " --reps " + std::to_string(a.reps) +
-                        " --warmup " + std::to_string(a.warmup) + (a.json ? " --json" : ""));
+                    "--batch " + std::to_string(B) + " --heads " + std::to_string(H) + " --head-dim " +
+                        std::to_string(D) + " --seq " + seqs + " --causal " + (causal ? "1" : "0") +
+                        " --reps " + std::to_string(a.reps) + " --warmup " + std::to_string(a.warmup) +
+                        (a.json ? " --json" : ""));
   }
 }
 #endif
@@ -255,18 +282,30 @@ void run_attention(const AttnArgs& a) {
   o.input_dtype = octet::parse_dtype(a.input_dtype);
   const nlohmann::json env = env_json();
   if (!a.json)
-    std::printf("%-27s %-26s %8s %8s %7s %7s %7s %7s %8s %8s  %s\n", "impl", "case", "fwd ms",
-                "bwd ms", "fwd/bf", "bwd/bf", "fwd/f8", "bwd/f8", "err", "bound", "kernels");
+    std::printf("%-27s %-26s %8s %8s %7s %7s %7s %7s %8s %8s  %s\n", "impl", "case", "fwd ms", "bwd ms",
+                "fwd/bf", "bwd/bf", "fwd/f8", "bwd/f8", "err", "bound", "kernels");
   auto num = [](double x) { return std::isnan(x) ? nlohmann::json() : nlohmann::json(x); };
   octet::cuda::bench_attention(o, [&](const octet::cuda::AttnBenchRow& r) {
     nlohmann::json j = env;
-    j.update({{"bench", "attention"}, {"impl", r.impl}, {"case", r.case_name}, {"batch", r.batch},
-              {"heads", r.heads}, {"kv_heads", r.kv_heads}, {"seq", r.seq}, {"seq_k", r.seq_k},
-              {"head_dim", r.head_dim}, {"causal", r.causal}, {"fwd_ms", num(r.fwd_ms)},
-              {"bwd_ms", num(r.bwd_ms)}, {"fwd_tflops", num(r.fwd_tflops)},
-              {"bwd_tflops", num(r.bwd_tflops)}, {"reps", r.reps},
-              {"err_o_vs_fp64", num(r.err_o)}, {"err_dq_vs_fp64", num(r.err_dq)},
-              {"err_vs_fp64", num(std::max(r.err_o, r.err_dq))}, {"err_bound", num(r.err_bound)},
+    j.update({{"bench", "attention"},
+              {"impl", r.impl},
+              {"case", r.case_name},
+              {"batch", r.batch},
+              {"heads", r.heads},
+              {"kv_heads", r.kv_heads},
+              {"seq", r.seq},
+              {"seq_k", r.seq_k},
+              {"head_dim", r.head_dim},
+              {"causal", r.causal},
+              {"fwd_ms", num(r.fwd_ms)},
+              {"bwd_ms", num(r.bwd_ms)},
+              {"fwd_tflops", num(r.fwd_tflops)},
+              {"bwd_tflops", num(r.bwd_tflops)},
+              {"reps", r.reps},
+              {"err_o_vs_fp64", num(r.err_o)},
+              {"err_dq_vs_fp64", num(r.err_dq)},
+              {"err_vs_fp64", num(std::max(r.err_o, r.err_dq))},
+              {"err_bound", num(r.err_bound)},
               {"fwd_vs_cudnn_bf16", num(r.fwd_vs_cudnn_bf16)},
               {"bwd_vs_cudnn_bf16", num(r.bwd_vs_cudnn_bf16)},
               {"fwd_vs_cudnn_fp8", num(r.fwd_vs_cudnn_fp8)},
@@ -278,9 +317,8 @@ void run_attention(const AttnArgs& a) {
     char line[256];
     std::snprintf(line, sizeof(line), "%-27s %-26s %8.3f %8.3f %7.2f %7.2f %7.2f %7.2f %8.1e %8.1e  %s/%s",
                   r.impl.c_str(), r.case_name.c_str(), r.fwd_ms, r.bwd_ms, r.fwd_vs_cudnn_bf16,
-                  r.bwd_vs_cudnn_bf16, r.fwd_vs_cudnn_fp8, r.bwd_vs_cudnn_fp8,
-                  std::max(r.err_o, r.err_dq), r.err_bound,
-                  r.fwd_kernel.empty() ? "-" : r.fwd_kernel.c_str(),
+                  r.bwd_vs_cudnn_bf16, r.fwd_vs_cudnn_fp8, r.bwd_vs_cudnn_fp8, std::max(r.err_o, r.err_dq),
+                  r.err_bound, r.fwd_kernel.empty() ? "-" : r.fwd_kernel.c_str(),
                   r.bwd_kernel.empty() ? "-" : r.bwd_kernel.c_str());
     emit(a.json, j, line);
   });
@@ -295,7 +333,7 @@ void run_attention(const AttnArgs& a) {
 struct TrainArgs {
   bool json = false;
   octet::TrainBenchOptions o;
-  std::vector<std::string> model_batch;  ///< NAME=N entries of --model-batch
+  std::vector<std::string> model_batch;            ///< NAME=N entries of --model-batch
   std::string peer = "bench/peers/gpt2_torch.py";  ///< PyTorch peer script
   /// The peer's arms, one script call each: bf16 (autocast), torchao-tensorwise, torchao-rowwise.
   std::vector<std::string> peer_arms{"bf16"};
@@ -329,70 +367,100 @@ std::string peer_args(const TrainArgs& a, const std::string& arm) {
   const auto& o = a.o;
   std::string models, batches;
   for (const std::string& m : o.models) models += (models.empty() ? "" : ",") + m;
-  for (const auto& [m, b] : o.model_batch) batches += (batches.empty() ? "" : ",") + m + "=" + std::to_string(b);
+  for (const auto& [m, b] : o.model_batch)
+    batches += (batches.empty() ? "" : ",") + m + "=" + std::to_string(b);
   char peaks[96];
-  std::snprintf(peaks, sizeof peaks, " --peak-tflops %g --peak-tflops-fp8 %g", o.peak_tflops, o.peak_tflops_fp8);
+  std::snprintf(peaks, sizeof peaks, " --peak-tflops %g --peak-tflops-fp8 %g", o.peak_tflops,
+                o.peak_tflops_fp8);
   const std::string fp8 = arm == "bf16" ? "none" : arm.substr(std::string("torchao-").size());
   return "--models " + models + " --batch " + std::to_string(o.batch) + " --tokens-per-step " +
          std::to_string(o.tokens_per_step) + (batches.empty() ? "" : " --model-batch " + batches) +
-         " --seq " + std::to_string(o.seq_len) + " --vocab " + std::to_string(o.vocab_size) +
-         " --warmup " + std::to_string(o.warmup) + " --steps " + std::to_string(o.steps) + peaks +
-         " --fp8 " + fp8 + (a.json ? " --json" : "");
+         " --seq " + std::to_string(o.seq_len) + " --vocab " + std::to_string(o.vocab_size) + " --warmup " +
+         std::to_string(o.warmup) + " --steps " + std::to_string(o.steps) + peaks + " --fp8 " + fp8 +
+         (a.json ? " --json" : "");
 }
 
 void run_train(TrainArgs& a) {
   a.o.model_batch = parse_model_batch(a.model_batch);
   const auto& o = a.o;
 #ifdef OCTET_WITH_CUDA
-  const nlohmann::json env = o.device == "cuda" ? env_json() : nlohmann::json{{"gpu", "cpu"}, {"date", utc_now()}};
+  const nlohmann::json env =
+      o.device == "cuda" ? env_json() : nlohmann::json{{"gpu", "cpu"}, {"date", utc_now()}};
 #else
   const nlohmann::json env = {{"gpu", "cpu"}, {"date", utc_now()}};
 #endif
   bool header = a.json;  // the table's header with the first row: a rejected option prints nothing
-  octet::bench_train(o, [&](const octet::TrainBenchRow& r) {
-    if (!header)
-      std::printf("%-22s %-11s %-18s %5s %10s %9s %11s %8s %6s %6s %6s %8s\n", "impl", "model", "arm",
-                  "batch", "params", "step ms", "tokens/s", "TFLOP/s", "MFU16", "MFU8", "GiB", "loss");
-    header = true;
-    nlohmann::json j = env;
-    j.update({{"bench", "train"}, {"impl", "octet"}, {"model", r.model}, {"arm", r.arm},
-              {"recipe", r.arm == "bf16" ? "" : o.recipe}, {"attn_form", r.attn_form},
-              {"activation_checkpointing", o.train.activation_checkpointing},
-              {"n_layer", r.config.n_layer},
-              {"d_model", r.config.d_model}, {"n_head", r.config.n_head}, {"d_ff", r.config.d_ff},
-              {"seq_len", r.config.seq_len}, {"vocab_size", r.config.vocab_size}, {"batch", r.batch},
-              {"tokens_per_step", r.batch * r.config.seq_len}, {"n_params", r.n_params},
-              {"n_matmul_params", r.n_matmul_params}, {"flops_per_token", r.flops_per_token},
-              {"warmup", r.warmup}, {"steps", r.steps}, {"step_ms_median", r.step_ms_median},
-              {"step_ms_mean", r.step_ms_mean}, {"tokens_per_s", r.tokens_per_s}, {"tflops", r.tflops},
-              {"mfu", r.mfu}, {"mfu_bf16", r.mfu_bf16}, {"mfu_fp8", r.mfu_fp8},
-              {"peak_tflops", o.peak_tflops}, {"peak_tflops_fp8", o.peak_tflops_fp8},
-              {"peak_mem_gib", r.peak_mem_gib ? nlohmann::json(*r.peak_mem_gib) : nlohmann::json()},
-              {"device_mem_gib", r.device_mem_gib ? nlohmann::json(*r.device_mem_gib) : nlohmann::json()},
-              {"loss_first", r.loss_first}, {"loss_last", r.loss_last}});
-    char mem[16] = "     -";
-    if (r.peak_mem_gib) std::snprintf(mem, sizeof mem, "%6.1f", *r.peak_mem_gib);
-    char line[220];
-    std::snprintf(line, sizeof(line), "%-22s %-11s %-18s %5lld %10lld %9.2f %11.0f %8.1f %5.1f%% %5.1f%% %s %8.4f",
-                  "octet", r.model.c_str(), r.arm.c_str(), (long long)r.batch, (long long)r.n_params,
-                  r.step_ms_median, r.tokens_per_s, r.tflops, 100.0 * r.mfu_bf16, 100.0 * r.mfu_fp8, mem,
-                  r.loss_last);
-    emit(a.json, j, line);
-  }, [&](const octet::TrainBenchRow& r, const std::vector<octet::TrainBenchOp>& ops) {
-    double total = 0;
-    for (const auto& op : ops) total += op.ms_per_step;
-    for (const auto& op : ops) {
-      nlohmann::json j = env;
-      j.update({{"bench", "train-profile"}, {"model", r.model}, {"arm", r.arm}, {"op", op.op},
-                {"calls_per_step", op.calls_per_step}, {"ms_per_step", op.ms_per_step},
-                {"share_of_ops", op.ms_per_step / total}, {"step_ms_median", r.step_ms_median}});
-      char line[200];
-      std::snprintf(line, sizeof(line), "  profile %-11s %-12s %-34s %7.1f calls %9.3f ms/step %5.1f%%",
-                    r.model.c_str(), r.arm.c_str(), op.op.c_str(), op.calls_per_step, op.ms_per_step,
-                    100.0 * op.ms_per_step / total);
-      emit(a.json, j, line);
-    }
-  });
+  octet::bench_train(
+      o,
+      [&](const octet::TrainBenchRow& r) {
+        if (!header)
+          std::printf("%-22s %-11s %-18s %5s %10s %9s %11s %8s %6s %6s %6s %8s\n", "impl", "model", "arm",
+                      "batch", "params", "step ms", "tokens/s", "TFLOP/s", "MFU16", "MFU8", "GiB", "loss");
+        header = true;
+        nlohmann::json j = env;
+        j.update({{"bench", "train"},
+                  {"impl", "octet"},
+                  {"model", r.model},
+                  {"arm", r.arm},
+                  {"recipe", r.arm == "bf16" ? "" : o.recipe},
+                  {"attn_form", r.attn_form},
+                  {"activation_checkpointing", o.train.activation_checkpointing},
+                  {"n_layer", r.config.n_layer},
+                  {"d_model", r.config.d_model},
+                  {"n_head", r.config.n_head},
+                  {"d_ff", r.config.d_ff},
+                  {"seq_len", r.config.seq_len},
+                  {"vocab_size", r.config.vocab_size},
+                  {"batch", r.batch},
+                  {"tokens_per_step", r.batch * r.config.seq_len},
+                  {"n_params", r.n_params},
+                  {"n_matmul_params", r.n_matmul_params},
+                  {"flops_per_token", r.flops_per_token},
+                  {"warmup", r.warmup},
+                  {"steps", r.steps},
+                  {"step_ms_median", r.step_ms_median},
+                  {"step_ms_mean", r.step_ms_mean},
+                  {"tokens_per_s", r.tokens_per_s},
+                  {"tflops", r.tflops},
+                  {"mfu", r.mfu},
+                  {"mfu_bf16", r.mfu_bf16},
+                  {"mfu_fp8", r.mfu_fp8},
+                  {"peak_tflops", o.peak_tflops},
+                  {"peak_tflops_fp8", o.peak_tflops_fp8},
+                  {"peak_mem_gib", r.peak_mem_gib ? nlohmann::json(*r.peak_mem_gib) : nlohmann::json()},
+                  {"device_mem_gib", r.device_mem_gib ? nlohmann::json(*r.device_mem_gib) : nlohmann::json()},
+                  {"loss_first", r.loss_first},
+                  {"loss_last", r.loss_last}});
+        char mem[16] = "     -";
+        if (r.peak_mem_gib) std::snprintf(mem, sizeof mem, "%6.1f", *r.peak_mem_gib);
+        char line[220];
+        std::snprintf(line, sizeof(line),
+                      "%-22s %-11s %-18s %5lld %10lld %9.2f %11.0f %8.1f %5.1f%% %5.1f%% %s %8.4f", "octet",
+                      r.model.c_str(), r.arm.c_str(), (long long)r.batch, (long long)r.n_params,
+                      r.step_ms_median, r.tokens_per_s, r.tflops, 100.0 * r.mfu_bf16, 100.0 * r.mfu_fp8, mem,
+                      r.loss_last);
+        emit(a.json, j, line);
+      },
+      [&](const octet::TrainBenchRow& r, const std::vector<octet::TrainBenchOp>& ops) {
+        double total = 0;
+        for (const auto& op : ops) total += op.ms_per_step;
+        for (const auto& op : ops) {
+          nlohmann::json j = env;
+          j.update({{"bench", "train-profile"},
+                    {"model", r.model},
+                    {"arm", r.arm},
+                    {"op", op.op},
+                    {"calls_per_step", op.calls_per_step},
+                    {"ms_per_step", op.ms_per_step},
+                    {"share_of_ops", op.ms_per_step / total},
+                    {"step_ms_median", r.step_ms_median}});
+          char line[200];
+          std::snprintf(line, sizeof(line), "  profile %-11s %-12s %-34s %7.1f calls %9.3f ms/step %5.1f%%",
+                        r.model.c_str(), r.arm.c_str(), op.op.c_str(), op.calls_per_step, op.ms_per_step,
+                        100.0 * op.ms_per_step / total);
+          emit(a.json, j, line);
+        }
+      });
   if (o.device != "cuda" || o.profile || a.no_peer) return;  // the peer is a GPU measurement, unprofiled
   for (const std::string& arm : a.peer_arms) run_peer_script("train", a.python, a.peer, peer_args(a, arm));
 }
@@ -407,26 +475,46 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   auto* gemm = bench->add_subcommand("gemm", "FP8 (per-tensor, block-scaled) vs BF16 cuBLASLt GEMMs");
   gemm->add_flag("--json", g.json, "one JSON object per line");
   gemm->add_option("--d-model", g.d_models, "model widths")->delimiter(',');
-  gemm->add_option("--tokens", g.tokens, "tokens per step (forward M)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
-  gemm->add_option("--reps", g.reps, "timed repetitions (median reported)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
-  gemm->add_option("--warmup", g.warmup, "untimed warm-up calls")->check(CLI::Range(0, std::numeric_limits<int>::max()))->capture_default_str();
+  gemm->add_option("--tokens", g.tokens, "tokens per step (forward M)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
+  gemm->add_option("--reps", g.reps, "timed repetitions (median reported)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
+  gemm->add_option("--warmup", g.warmup, "untimed warm-up calls")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()))
+      ->capture_default_str();
   gemm->add_option("--modes", g.modes, "bf16, fp8-tensor, fp8-block")->delimiter(',');
   gemm->callback([] { run_gemm(g); });
 
   static QuantArgs qa;
-  auto* quant = bench->add_subcommand("quantize", "FP8 quantization kernels (row + column copies) per recipe, then BF16 [8192, 768] and [8192, 3072] with tensor scales on the tensor-scaled and the tile kernel (needs CUDA)");
+  auto* quant = bench->add_subcommand(
+      "quantize",
+      "FP8 quantization kernels (row + column copies) per recipe, then BF16 [8192, 768] and [8192, 3072] "
+      "with tensor scales on the tensor-scaled and the tile kernel (needs CUDA)");
   quant->add_flag("--json", qa.json, "one JSON object per line");
-  quant->add_option("--rows", qa.rows, "tensor rows")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
-  quant->add_option("--cols", qa.cols, "tensor columns")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
-  quant->add_option("--reps", qa.reps, "timed repetitions (median reported)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
+  quant->add_option("--rows", qa.rows, "tensor rows")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
+  quant->add_option("--cols", qa.cols, "tensor columns")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
+  quant->add_option("--reps", qa.reps, "timed repetitions (median reported)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
   quant->callback([] { run_quantize(qa); });
 
   static OpsArgs oa;
   auto* ops = bench->add_subcommand(
-      "ops", "memory-bound kernels (quantize, layouts, GELU, LayerNorm, cross-entropy) alone: GB/s (needs CUDA)");
+      "ops",
+      "memory-bound kernels (quantize, layouts, GELU, LayerNorm, cross-entropy) alone: GB/s (needs CUDA)");
   ops->add_flag("--json", oa.json, "one JSON object per line");
-  ops->add_option("--reps", oa.reps, "timed repetitions (median reported)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
-  ops->add_option("--warmup", oa.warmup, "untimed warm-up calls")->check(CLI::Range(0, std::numeric_limits<int>::max()))->capture_default_str();
+  ops->add_option("--reps", oa.reps, "timed repetitions (median reported)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
+  ops->add_option("--warmup", oa.warmup, "untimed warm-up calls")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()))
+      ->capture_default_str();
   ops->callback([] { run_ops(oa); });
 
   static AttnArgs t;
@@ -437,14 +525,28 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
                    "bench | check (the shape sets of octet/attention_cases.h) or case names, "
                    "comma-separated (e.g. b4-h16-d128-s4096-causal)")
       ->capture_default_str();
-  attn->add_option("--batch", t.batch, "a custom shape instead of --cases: batch B")->check(CLI::Range(1, std::numeric_limits<int>::max()))->each([](const std::string&) { t.custom = true; });
-  attn->add_option("--heads", t.heads, "custom shape: query heads H")->check(CLI::Range(1, std::numeric_limits<int>::max()))->each([](const std::string&) { t.custom = true; });
-  attn->add_option("--kv-heads", t.kv_heads, "custom shape: KV heads G (default H)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->each([](const std::string&) { t.custom = true; });
-  attn->add_option("--head-dim", t.head_dim, "custom shape: head dim D (the flash and cuDNN rows: 64 or 128)")->each([](const std::string&) { t.custom = true; });
-  attn->add_option("--seq", t.seqs, "custom shape: sequence lengths")->delimiter(',')->each([](const std::string&) { t.custom = true; });
-  attn->add_option("--causal", t.causal, "custom shape: causal mask (true/false)")->each([](const std::string&) { t.custom = true; });
-  attn->add_option("--reps", t.reps, "timed repetitions (median reported)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
-  attn->add_option("--warmup", t.warmup, "untimed warm-up calls")->check(CLI::Range(0, std::numeric_limits<int>::max()))->capture_default_str();
+  attn->add_option("--batch", t.batch, "a custom shape instead of --cases: batch B")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->each([](const std::string&) { t.custom = true; });
+  attn->add_option("--heads", t.heads, "custom shape: query heads H")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->each([](const std::string&) { t.custom = true; });
+  attn->add_option("--kv-heads", t.kv_heads, "custom shape: KV heads G (default H)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->each([](const std::string&) { t.custom = true; });
+  attn->add_option("--head-dim", t.head_dim, "custom shape: head dim D (the flash and cuDNN rows: 64 or 128)")
+      ->each([](const std::string&) { t.custom = true; });
+  attn->add_option("--seq", t.seqs, "custom shape: sequence lengths")
+      ->delimiter(',')
+      ->each([](const std::string&) { t.custom = true; });
+  attn->add_option("--causal", t.causal, "custom shape: causal mask (true/false)")
+      ->each([](const std::string&) { t.custom = true; });
+  attn->add_option("--reps", t.reps, "timed repetitions (median reported)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
+  attn->add_option("--warmup", t.warmup, "untimed warm-up calls")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()))
+      ->capture_default_str();
   attn->add_option("--input-dtype", t.input_dtype,
                    "dtype of q, k, v, o, dO and the gradients for octet's rows (bf16: as the trainer)")
       ->check(CLI::IsMember({"bf16", "f32"}))
@@ -462,8 +564,9 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   train->add_option("--models", tr.o.models, "gpt2-small, 350m, 760m, 1.3b, tiny")->delimiter(',');
   octet::cli::add_enum_option<octet::Arm>(train, "--arms", tr.o.arms, "precision arms");
   train->add_option("--batch", tr.o.batch, "sequences per step")->capture_default_str();
-  train->add_option("--tokens-per-step", tr.o.tokens_per_step,
-                    "batch = this / --seq for every model (a multiple of --seq; overrides --batch)")
+  train
+      ->add_option("--tokens-per-step", tr.o.tokens_per_step,
+                   "batch = this / --seq for every model (a multiple of --seq; overrides --batch)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   train->add_option("--model-batch", tr.model_batch, "NAME=N,...: one model's batch (overrides both)")
       ->delimiter(',');
@@ -475,7 +578,8 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   train->add_option("--peak-tflops", tr.o.peak_tflops, "mfu/mfu_bf16 denominator (dense BF16 H100/H200 SXM)")
       ->capture_default_str()
       ->check(CLI::Range(1e-3, 1e6));
-  train->add_option("--peak-tflops-fp8", tr.o.peak_tflops_fp8, "mfu_fp8 denominator (dense FP8 H100/H200 SXM)")
+  train
+      ->add_option("--peak-tflops-fp8", tr.o.peak_tflops_fp8, "mfu_fp8 denominator (dense FP8 H100/H200 SXM)")
       ->capture_default_str()
       ->check(CLI::Range(1e-3, 1e6));
   octet::cli::add_enum_option<octet::Recipe>(train, "--recipe", tr.o.recipe, "FP8 linears' scaling recipe")
@@ -484,7 +588,7 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
       ->check(CLI::IsMember({"auto", "whole", "flash"}))
       ->capture_default_str();
   train->add_flag("--activation-checkpointing", tr.o.train.activation_checkpointing,
-                 "recompute each layer's forward in the backward (peak memory vs one more forward)");
+                  "recompute each layer's forward in the backward (peak memory vs one more forward)");
   train->add_flag("--profile", tr.o.profile, "time every backend op by class (synchronizes after each op)");
   train->add_option("--peer", tr.peer, "PyTorch peer script run after octet's rows")->capture_default_str();
   train->add_option("--peer-arms", tr.peer_arms, "the peer's arms: bf16, torchao-tensorwise, torchao-rowwise")

@@ -30,8 +30,11 @@ std::vector<std::string> rank_args(const CommArgs& a) {
     std::snprintf(buf, sizeof buf, "%.17g", x);
     return std::string(buf);
   };
-  std::vector<std::string> v{"bench", "comm", "--device", a.device, "--min-mb", exact(a.min_mb),
-                             "--max-mb", exact(a.max_mb), "--reps", std::to_string(a.o.reps),
+  std::vector<std::string> v{"bench",    "comm",
+                             "--device", a.device,
+                             "--min-mb", exact(a.min_mb),
+                             "--max-mb", exact(a.max_mb),
+                             "--reps",   std::to_string(a.o.reps),
                              "--warmup", std::to_string(a.o.warmup)};
   std::string ops;
   for (const std::string& op : a.o.ops) ops += (ops.empty() ? "" : ",") + op;
@@ -42,7 +45,8 @@ std::vector<std::string> rank_args(const CommArgs& a) {
 
 void run_comm(CommArgs a) {
   using namespace octet;
-  OCTET_CHECK(a.device == "cpu" || a.device == "cuda", "--device: expected cpu or cuda, got '" + a.device + "'");
+  OCTET_CHECK(a.device == "cpu" || a.device == "cuda",
+              "--device: expected cpu or cuda, got '" + a.device + "'");
   // 1 KiB floor: every rank's part of the smallest buffer must hold at least one FP32 (4 bytes x ranks),
   // checked here, before any rank starts, for the ranks --nproc would launch (at most 256 on a host).
   OCTET_CHECK(a.min_mb >= 1.0 / 1024 && a.max_mb >= a.min_mb && a.max_mb <= 1 << 16,
@@ -72,8 +76,14 @@ void run_comm(CommArgs a) {
     bench_comm(comm, *session.backend, a.o, [&](const CommBenchRow& r) {
       if (!print) return;
       nlohmann::json j = head;
-      j.update({{"op", r.op}, {"ranks", r.ranks}, {"bytes", r.bytes}, {"iters", r.iters}, {"reps", r.reps},
-                {"ms", r.ms}, {"algbw_gbs", r.algbw_gbs}, {"busbw_gbs", r.busbw_gbs}});
+      j.update({{"op", r.op},
+                {"ranks", r.ranks},
+                {"bytes", r.bytes},
+                {"iters", r.iters},
+                {"reps", r.reps},
+                {"ms", r.ms},
+                {"algbw_gbs", r.algbw_gbs},
+                {"busbw_gbs", r.busbw_gbs}});
       char line[160];
       std::snprintf(line, sizeof line, "%-15s %5d %12lld %6d %10.4f %12.2f %12.2f", r.op.c_str(), r.ranks,
                     static_cast<long long>(r.bytes), r.iters, r.ms, r.algbw_gbs, r.busbw_gbs);
@@ -91,16 +101,22 @@ void add_bench_comm(CLI::App* bench) {
   auto* comm = bench->add_subcommand(
       "comm", "all-reduce / reduce-scatter / all-gather bus bandwidth on N ranks (NCCL; cpu: MPI)");
   comm->add_flag("--json", c.json, "one JSON object per line");
-  comm->add_option("--device", c.device, "cuda (NCCL, one GPU per rank) | cpu (MPI ranks)")->capture_default_str();
+  comm->add_option("--device", c.device, "cuda (NCCL, one GPU per rank) | cpu (MPI ranks)")
+      ->capture_default_str();
   comm->add_option("--nproc", c.nproc, "ranks to start on this host (docs/distributed.md)")
       ->check(whole_number_at_least(1));
   comm->add_option("--min-mb", c.min_mb, "smallest size, MiB")->capture_default_str();
-  comm->add_option("--max-mb", c.max_mb, "largest size, MiB (sizes double from --min-mb)")->capture_default_str();
+  comm->add_option("--max-mb", c.max_mb, "largest size, MiB (sizes double from --min-mb)")
+      ->capture_default_str();
   comm->add_option("--ops", c.o.ops, "all_reduce, reduce_scatter, all_gather")
       ->delimiter(',')
       ->check(CLI::IsMember({"all_reduce", "reduce_scatter", "all_gather"}));
-  comm->add_option("--reps", c.o.reps, "timed batches (median reported)")->check(CLI::Range(1, std::numeric_limits<int>::max()))->capture_default_str();
-  comm->add_option("--warmup", c.o.warmup, "untimed calls per size")->check(CLI::Range(0, std::numeric_limits<int>::max()))->capture_default_str();
+  comm->add_option("--reps", c.o.reps, "timed batches (median reported)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->capture_default_str();
+  comm->add_option("--warmup", c.o.warmup, "untimed calls per size")
+      ->check(CLI::Range(0, std::numeric_limits<int>::max()))
+      ->capture_default_str();
   comm->callback([] { run_comm(c); });
 }
 

@@ -56,19 +56,18 @@ std::string hex_code(uint8_t c) {
 
 OCTET_COMMAND("cast", [](CLI::App& app) {
   auto o = std::make_shared<CastOptions>();
-  auto* cmd = app.add_subcommand(
-      "cast", "Encode values as FP8 codes and decode them back (OFP8 v1.0, RNE)");
-  octet::cli::add_enum_option<octet::Format>(cmd, "--format", o->format,
-                                             "element format (e4m3: OCP E4M3FN)")
+  auto* cmd = app.add_subcommand("cast", "Encode values as FP8 codes and decode them back (OFP8 v1.0, RNE)");
+  octet::cli::add_enum_option<octet::Format>(cmd, "--format", o->format, "element format (e4m3: OCP E4M3FN)")
       ->capture_default_str();
   cmd->add_flag("--no-saturate", o->no_saturate,
                 "out-of-range values become NaN (e4m3) or inf (e5m2) instead of ±max");
   cmd->add_flag("--json", o->json, "one JSON object per value: input, code, value");
   cmd->add_flag("--decode", o->decode, "the arguments are codes (0x7e or 126): decode them");
   cmd->allow_extras();  // the values, in order; "-inf" and "-3" included, "--" before them allowed
-  cmd->footer("VALUES (after the options; a \"--\" may precede them): decimal or hex floats, nan, inf, -inf\n"
-              "  e.g. octet cast --format e4m3 464 -inf 1e-3;  octet cast --format e4m3 -- -1;  "
-              "octet cast --decode 0x7e 0x7f");
+  cmd->footer(
+      "VALUES (after the options; a \"--\" may precede them): decimal or hex floats, nan, inf, -inf\n"
+      "  e.g. octet cast --format e4m3 464 -inf 1e-3;  octet cast --format e4m3 -- -1;  "
+      "octet cast --decode 0x7e 0x7f");
   cmd->callback([cmd, o] {
     const octet::Format f = octet::parse_format(o->format);
     const std::vector<std::string> args = octet::cli::free_arguments(cmd);
@@ -83,8 +82,8 @@ OCTET_COMMAND("cast", [](CLI::App& app) {
         nlohmann::json j = {{"input", args[i]}, {"code", hex_code(code)}, {"value", number_or_name(back)}};
         std::printf("%s\n", j.dump().c_str());
       } else {
-        std::printf("%-14s %s -> %s  %.9g\n", args[i].c_str(), o->format.c_str(),
-                    hex_code(code).c_str(), double(back));
+        std::printf("%-14s %s -> %s  %.9g\n", args[i].c_str(), o->format.c_str(), hex_code(code).c_str(),
+                    double(back));
       }
     }
   });

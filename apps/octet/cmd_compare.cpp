@@ -74,8 +74,9 @@ OCTET_COMMAND("compare", [](CLI::App& app) {
       octet::load_dataset(cfg);
       const int rc = octet::launch_local(args->nproc, cfg.device, rank_args(*args));
       if (rc != 0)
-        throw octet::cli::RunFailure("the " + std::to_string(args->nproc) + "-rank job ended with exit status " +
-                                     std::to_string(rc) + " (the ranks' messages are above)");
+        throw octet::cli::RunFailure("the " + std::to_string(args->nproc) +
+                                     "-rank job ended with exit status " + std::to_string(rc) +
+                                     " (the ranks' messages are above)");
       return;
     }
     if (env.world == 1) {
@@ -83,6 +84,8 @@ OCTET_COMMAND("compare", [](CLI::App& app) {
       return;
     }
     octet::DistSession session = octet::open_dist_session(env, cfg.device);
-    octet::run_rank(*session.comm, [&] { octet::compare_arms(cfg, args->arms, args->out, stdout, mode, args->seeds, &session); });
+    octet::run_rank(*session.comm, [&] {
+      octet::compare_arms(cfg, args->arms, args->out, stdout, mode, args->seeds, &session);
+    });
   });
 });

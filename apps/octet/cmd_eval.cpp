@@ -34,17 +34,22 @@ void run_eval(const EvalArgs& a) {
     what = a.data;
   }
   if (a.json) {
-    nlohmann::json j = {{"run", a.run}, {"data", a.data.empty() ? nlohmann::json("validation") : nlohmann::json(a.data)},
-                        {"arm", to_string(r.cfg.precision.arm)}, {"device", r.backend->name()},
-                        {"loss", e.loss}, {"perplexity", e.perplexity}};
-    if (e.tokens >= 0) j.update({{"bits_per_byte", e.bits_per_byte}, {"tokens", e.tokens}, {"bytes", e.bytes}});
+    nlohmann::json j = {{"run", a.run},
+                        {"data", a.data.empty() ? nlohmann::json("validation") : nlohmann::json(a.data)},
+                        {"arm", to_string(r.cfg.precision.arm)},
+                        {"device", r.backend->name()},
+                        {"loss", e.loss},
+                        {"perplexity", e.perplexity}};
+    if (e.tokens >= 0)
+      j.update({{"bits_per_byte", e.bits_per_byte}, {"tokens", e.tokens}, {"bytes", e.bytes}});
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  std::printf("%s on %s: loss %.4f nats/token | perplexity %.3f", a.run.c_str(), what.c_str(), e.loss, e.perplexity);
+  std::printf("%s on %s: loss %.4f nats/token | perplexity %.3f", a.run.c_str(), what.c_str(), e.loss,
+              e.perplexity);
   if (e.tokens >= 0)
-    std::printf(" | %.4f bits/byte | %lld tokens, %lld bytes", e.bits_per_byte, static_cast<long long>(e.tokens),
-                static_cast<long long>(e.bytes));
+    std::printf(" | %.4f bits/byte | %lld tokens, %lld bytes", e.bits_per_byte,
+                static_cast<long long>(e.tokens), static_cast<long long>(e.bytes));
   std::printf("\n");
 }
 

@@ -19,7 +19,8 @@ OCTET_COMMAND("export", [](CLI::App& app) {
   cmd->add_option("--run", a->run, "run directory (octet train --out)")->required();
   cmd->add_option("--out", a->out, "new (or empty) folder to write")->required();
   cmd->add_option("--format", a->opt.format, "hf (LlamaForCausalLM)")->capture_default_str();
-  cmd->add_option("--dtype", a->opt.dtype, "bf16 | fp32: dtype of the exported weights")->capture_default_str();
+  cmd->add_option("--dtype", a->opt.dtype, "bf16 | fp32: dtype of the exported weights")
+      ->capture_default_str();
   cmd->add_option("--checkpoint", a->checkpoint, "weights file (default: the run's checkpoint or model)");
   cmd->callback([a] {
     octet::export_run(a->run, a->out, a->opt, a->checkpoint);

@@ -36,7 +36,8 @@ std::pair<int64_t, int64_t> parse_shape(const std::string& s) {
               "quantize: malformed shape '" + s + "' (expected ROWSxCOLS, e.g. 256x1024)");
   const int64_t rows = std::stoll(s.substr(0, x)), cols = std::stoll(s.substr(x + 1));
   OCTET_CHECK(rows >= 1 && cols >= 1, "quantize: empty shape '" + s + "' (rows and cols must be >= 1)");
-  OCTET_CHECK(rows * cols <= (int64_t(1) << 28), "quantize: shape '" + s + "' is too large (max 2^28 elements)");
+  OCTET_CHECK(rows * cols <= (int64_t(1) << 28),
+              "quantize: shape '" + s + "' is too large (max 2^28 elements)");
   return {rows, cols};
 }
 
@@ -60,9 +61,11 @@ std::vector<float> generate(const std::string& dist, int64_t n, uint64_t seed) {
 
 OCTET_COMMAND("quantize", [](CLI::App& app) {
   auto o = std::make_shared<QuantizeOptions>();
-  auto* cmd = app.add_subcommand("quantize", "Quantize a generated tensor with one scaling recipe and report the error");
+  auto* cmd = app.add_subcommand("quantize",
+                                 "Quantize a generated tensor with one scaling recipe and report the error");
   octet::cli::add_enum_option<octet::Recipe>(cmd, "--recipe", o->recipe, "scaling recipe")->required();
-  cmd->add_option("--format", o->format, "e4m3 | hybrid (E5M2 for --role gradient) | e5m2 (= hybrid, gradient)")
+  cmd->add_option("--format", o->format,
+                  "e4m3 | hybrid (E5M2 for --role gradient) | e5m2 (= hybrid, gradient)")
       ->capture_default_str();
   cmd->add_option("--shape", o->shape, "ROWSxCOLS, e.g. 256x1024")->required();
   cmd->add_option("--dist", o->dist, "normal | zeros | outlier")->capture_default_str();
@@ -85,8 +88,9 @@ OCTET_COMMAND("quantize", [](CLI::App& app) {
     if (o->format == "e5m2") {  // E5M2 elements: the hybrid policy's gradient format
       OCTET_CHECK(role_opt->count() == 0 || role == octet::Role::Gradient,
                   "quantize: --format e5m2 is the gradient format (hybrid policy, role gradient); "
-                  "--role " + o->role + " would quantize to E4M3 (use --format hybrid --role " +
-                      o->role + ", or drop --role)");
+                  "--role " +
+                      o->role + " would quantize to E4M3 (use --format hybrid --role " + o->role +
+                      ", or drop --role)");
       cfg.formats = octet::FormatPolicy::Hybrid;
       role = octet::Role::Gradient;
     } else {

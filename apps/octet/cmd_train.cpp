@@ -98,13 +98,15 @@ void run_train(const TrainArgs& a) {
       OCTET_CHECK(a.config.empty(), "--resume takes its config from the run directory; drop --config");
       OCTET_CHECK(a.out.empty() || (fs::exists(a.out) && fs::equivalent(a.out, a.resume)),
                   "--resume DIR writes to DIR; drop --out");
-      // Schedule keys may change, meaning keys may not; a finished run writes nothing (docs/training.md §Resume).
+      // Schedule keys may change, meaning keys may not; a finished run writes nothing (docs/training.md
+      // §Resume).
       const ResumePlan plan = plan_resume(a.resume, sets);
       if (plan.complete()) {
         if (env.rank == 0)
-          std::printf("run %s is complete at step %lld of %lld (nothing to do; extend with --set train.steps=...)\n",
-                      a.resume.c_str(), static_cast<long long>(plan.state.step),
-                      static_cast<long long>(plan.config.train.steps));
+          std::printf(
+              "run %s is complete at step %lld of %lld (nothing to do; extend with --set train.steps=...)\n",
+              a.resume.c_str(), static_cast<long long>(plan.state.step),
+              static_cast<long long>(plan.config.train.steps));
         complete = true;
         return;
       }
@@ -119,9 +121,11 @@ void run_train(const TrainArgs& a) {
                     out + " already holds a run (checkpoint.safetensors): resume it with --resume " + out +
                         " or choose another --out");
         // A run that ended before its first checkpoint (or any other run log) is not overwritten either.
-        OCTET_CHECK(!fs::exists(out + "/metrics.jsonl"),
-                    out + " already holds a run's metrics.jsonl (no checkpoint to resume): choose another --out "
-                          "or remove that folder");
+        OCTET_CHECK(
+            !fs::exists(out + "/metrics.jsonl"),
+            out +
+                " already holds a run's metrics.jsonl (no checkpoint to resume): choose another --out "
+                "or remove that folder");
       }
     }
     OCTET_CHECK(a.dump_grads.empty() || (a.nproc <= 1 && env.world == 1), "--dump-grads runs in one process");
@@ -163,10 +167,11 @@ void run_train(const TrainArgs& a) {
   } else {
     r = train(cfg, out, !a.resume.empty(), *ds, stdout);
   }
-  std::printf("done: final val loss %.4f (unigram entropy %.4f), %lld skipped steps, %.0f tok/s; weights in "
-              "%s/model.safetensors\n",
-              r.final_val_loss, ds->unigram_entropy(), static_cast<long long>(r.skipped_steps), r.tokens_per_s,
-              out.c_str());
+  std::printf(
+      "done: final val loss %.4f (unigram entropy %.4f), %lld skipped steps, %.0f tok/s; weights in "
+      "%s/model.safetensors\n",
+      r.final_val_loss, ds->unigram_entropy(), static_cast<long long>(r.skipped_steps), r.tokens_per_s,
+      out.c_str());
 }
 
 }  // namespace

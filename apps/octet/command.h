@@ -32,12 +32,14 @@ struct Registrar {
 inline CLI::Validator whole_number_at_least(int64_t min) {
   return CLI::Validator(
       [min](std::string& v) -> std::string {
-        const bool digits = !v.empty() && v.find_first_not_of("0123456789", v[0] == '-') == std::string::npos &&
-                            v != "-";
+        const bool digits =
+            !v.empty() && v.find_first_not_of("0123456789", v[0] == '-') == std::string::npos && v != "-";
         bool ok = digits && v.size() <= 20;
-        if (ok && v[0] == '-') ok = min < 0 && v.size() <= 19 && std::stoll(v) >= min;
-        else if (ok) ok = (v.size() < 20 || v <= "18446744073709551615") &&
-                          (min <= 0 || std::stoull(v) >= uint64_t(min));
+        if (ok && v[0] == '-')
+          ok = min < 0 && v.size() <= 19 && std::stoll(v) >= min;
+        else if (ok)
+          ok =
+              (v.size() < 20 || v <= "18446744073709551615") && (min <= 0 || std::stoull(v) >= uint64_t(min));
         return ok ? std::string() : "must be a whole number >= " + std::to_string(min) + ", got '" + v + "'";
       },
       "");

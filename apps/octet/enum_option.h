@@ -17,8 +17,7 @@ namespace octet::cli {
 /// filled from a comma-separated list); the subcommand parses it with parse_enum<E>. The help is
 /// "<what>: a | b | c".
 template <class E, class T>
-CLI::Option* add_enum_option(CLI::App* cmd, const std::string& name, T& target,
-                             const std::string& what) {
+CLI::Option* add_enum_option(CLI::App* cmd, const std::string& name, T& target, const std::string& what) {
   CLI::Validator one_of(
       [](std::string& value) -> std::string {
         parse_enum<E>(value);  // throws octet::Error naming the value and the choices

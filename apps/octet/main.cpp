@@ -89,8 +89,10 @@ int main(int argc, char** argv) {
       args.insert(args.end(), argv + i, argv + argc);
       break;
     }
-    if (std::string(argv[i]) == "--verbose") verbose = true;
-    else args.push_back(argv[i]);
+    if (std::string(argv[i]) == "--verbose")
+      verbose = true;
+    else
+      args.push_back(argv[i]);
   }
   bool verbose_help = false;  // never set: the flag is taken out above
   app.add_flag("--verbose", verbose_help, "on an error, also print the source location that raised it");
@@ -132,8 +134,8 @@ int main(int argc, char** argv) {
   } catch (const std::length_error&) {  // a size beyond what a std::vector can hold
     return report(kRunFailed, "out of memory (a size is beyond what can be allocated)", "", verbose);
   } catch (const std::filesystem::filesystem_error& e) {
-    return report(kRunFailed, octet::io_error("cannot access", e.path1().string(), e.code().message()),
-                  "", verbose);
+    return report(kRunFailed, octet::io_error("cannot access", e.path1().string(), e.code().message()), "",
+                  verbose);
   } catch (const std::exception& e) {
     return report(kRunFailed, "internal error (rerun with --verbose for the details; please report it)",
                   e.what(), verbose);

@@ -56,14 +56,14 @@ OCTET_HD StepDecision decide_step(double norm_sq, bool has_loss, double loss_sum
 /// Backend::adamw_prepare and read by Backend::adamw_apply and the host (Optimizer::counters).
 /// Integers are held exactly (< 2^53).
 enum OptStateSlot : int {
-  kOptSteps = 0,       ///< successful updates t (the bias-correction step of the last update)
-  kOptSkipped = 1,     ///< skipped steps since the state was set
-  kOptBadInARow = 2,   ///< consecutive skipped steps up to the last one
-  kOptSkip = 3,        ///< 1 if the last prepared step is skipped, else 0
-  kOptClip = 4,        ///< the last step's clip factor (an FP32 value)
-  kOptBc1 = 5,         ///< 1 − β1^t of the last update
-  kOptBc2 = 6,         ///< 1 − β2^t
-  kOptNorm = 7,        ///< the last step's global gradient norm √Σg²
+  kOptSteps = 0,      ///< successful updates t (the bias-correction step of the last update)
+  kOptSkipped = 1,    ///< skipped steps since the state was set
+  kOptBadInARow = 2,  ///< consecutive skipped steps up to the last one
+  kOptSkip = 3,       ///< 1 if the last prepared step is skipped, else 0
+  kOptClip = 4,       ///< the last step's clip factor (an FP32 value)
+  kOptBc1 = 5,        ///< 1 − β1^t of the last update
+  kOptBc2 = 6,        ///< 1 − β2^t
+  kOptNorm = 7,       ///< the last step's global gradient norm √Σg²
   kOptStateSlots = 8
 };
 

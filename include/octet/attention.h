@@ -76,7 +76,7 @@ struct AttentionConfig {
   /// power-of-two scale per (block_q x block_k) tile of one (batch, head), the granularity a fused
   /// backward can apply to both dQ = dŜK̂ and dK = dŜᵀQ̂ (the scale is constant over each MMA).
   int64_t block_q = 128;
-  float p_scale = 256.0f;           ///< static power-of-two scale of P before the E4M3 cast
+  float p_scale = 256.0f;  ///< static power-of-two scale of P before the E4M3 cast
   /// dQ row-sum projection (docs/delta-matching.md §"The dQ row-sum projection"; beyond the
   /// paper): dQ_i −= τ r̂_i k̄ with r̂_i = Σ_j dŜ_ij the row sum of the rounded dS and k̄ the mean
   /// of K̂ over the Tk keys of the query head's (batch, KV head). Exact math leaves dQ unchanged
@@ -92,8 +92,8 @@ struct AttentionConfig {
   void validate() const;
 };
 
-/// The one p_scale rule (docs/design.md §"Where every GEMM operand is quantized"): P ∈ [0, 1] is cast to E4M3 as P·p_scale with a
-/// static power-of-two p_scale (exact to undo), so p_scale must be a power of two with
+/// The one p_scale rule (docs/design.md §"Where every GEMM operand is quantized"): P ∈ [0, 1] is cast to E4M3
+/// as P·p_scale with a static power-of-two p_scale (exact to undo), so p_scale must be a power of two with
 /// 1·p_scale ≤ 448 (E4M3's largest finite value): 1 ≤ p_scale ≤ 256. (Below 1 the scale only moves
 /// P toward E4M3's subnormals.) Throws octet::Error "<name> must be a power of two in [1, 256] ...
 /// (got x)"; `name` is how the caller's user spells it (e.g. "precision.p_scale", "--p-scale").
@@ -153,26 +153,24 @@ struct AttentionStats {
 /// precision, the FP64 values (what the oracle is compared with to ~1e-15); otherwise the FP32
 /// values exactly.
 void attention_forward(const AttentionShape& shape, const AttentionConfig& config, const float* q,
-                       const float* k, const float* v, float* o, float* lse,
-                       AttentionSaved* saved);
+                       const float* k, const float* v, float* o, float* lse, AttentionSaved* saved);
 void attention_forward(const AttentionShape& shape, const AttentionConfig& config, const float* q,
-                       const float* k, const float* v, double* o, double* lse,
-                       AttentionSaved* saved);
+                       const float* k, const float* v, double* o, double* lse, AttentionSaved* saved);
 
 /// Backward from dO. dq, dk, dv are written (not accumulated). stats may be null; if want_rows,
 /// stats->row_residual, row_sum and mean_key are filled. Throws octet::Error if `saved` does not
 /// hold the tensors of its shape. The double overload as attention_forward's.
-void attention_backward(const AttentionSaved& saved, const float* d_o, float* dq, float* dk,
-                        float* dv, AttentionStats* stats, bool want_rows = false);
-void attention_backward(const AttentionSaved& saved, const float* d_o, double* dq, double* dk,
-                        double* dv, AttentionStats* stats, bool want_rows = false);
+void attention_backward(const AttentionSaved& saved, const float* d_o, float* dq, float* dk, float* dv,
+                        AttentionStats* stats, bool want_rows = false);
+void attention_backward(const AttentionSaved& saved, const float* d_o, double* dq, double* dk, double* dv,
+                        AttentionStats* stats, bool want_rows = false);
 
 /// The FP64 oracle: whole-row attention in double, same layouts.
-void attention_forward_fp64(const AttentionShape& shape, const double* q, const double* k,
-                            const double* v, double* o, double* lse);
-void attention_backward_fp64(const AttentionShape& shape, const double* q, const double* k,
-                             const double* v, const double* o, const double* lse,
-                             const double* d_o, double* dq, double* dk, double* dv);
+void attention_forward_fp64(const AttentionShape& shape, const double* q, const double* k, const double* v,
+                            double* o, double* lse);
+void attention_backward_fp64(const AttentionShape& shape, const double* q, const double* k, const double* v,
+                             const double* o, const double* lse, const double* d_o, double* dq, double* dk,
+                             double* dv);
 
 // ---- checks: inputs, the FP64 oracle run, errors (attention_inputs.cpp, attention_diagnostics.cpp)
 
@@ -190,8 +188,7 @@ struct AttentionInputs {
   std::vector<float> q, k, v, d_o;
 };
 /// Deterministic for a (shape, dist, seed). Throws octet::Error on an invalid shape.
-AttentionInputs make_attention_inputs(const AttentionShape& shape, AttnInputDist dist,
-                                      uint64_t seed);
+AttentionInputs make_attention_inputs(const AttentionShape& shape, AttnInputDist dist, uint64_t seed);
 
 /// FP64 oracle results for given FP32 inputs (converted exactly to double).
 struct AttentionOracle {

@@ -117,8 +117,7 @@ class Linear {
   virtual SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y) = 0;
   /// dy act [M, out]; dx act [M, in] overwritten (empty: skipped); dw param [out, in] accumulated
   /// (+=; empty: skipped). `saved` must come from this linear's forward; it is not consumed.
-  virtual void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx,
-                        const Tensor& dw) = 0;
+  virtual void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw) = 0;
   /// Delayed scaling's update step (TransformerEngine amax_and_scale_update): folds the amaxes
   /// recorded since the last update into each slot's history and computes the scales the next
   /// quantizations use. The trainer calls it once per optimizer step (this is where a cross-rank
@@ -183,13 +182,13 @@ class Attention {
   virtual ~Attention() = default;
   /// q act [B,H,Tq,D], k, v act [B,G,Tk,D] (the shape given to make_attention); o act [B,H,Tq,D]
   /// and lse stat [B,H,Tq] written.
-  virtual SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Tensor& o, const Tensor& lse) = 0;
+  virtual SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                                 const Tensor& lse) = 0;
   /// d_o act [B,H,Tq,D]; dq, dk, dv act overwritten. `residual` (F64 [2], may be empty: not
   /// computed) accumulates the softmax-gradient row residual of attention.h AttentionStats:
   /// residual[0] = max(residual[0], this backward's max), residual[1] += this backward's mean.
-  virtual void backward(const SavedAttention& saved, const Tensor& d_o, const Tensor& dq,
-                        const Tensor& dk, const Tensor& dv, const Tensor& residual) = 0;
+  virtual void backward(const SavedAttention& saved, const Tensor& d_o, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv, const Tensor& residual) = 0;
   /// Whether backward() measures the row residual into `residual`. False for cuDNN's fused SDPA
   /// (the bf16 and fp8-linear arms on CUDA): its dS stays inside cuDNN and the accumulator is left
   /// unchanged, so a 0 there means "not measured" (Model::diagnostics reports NaN).
@@ -238,15 +237,14 @@ class Backend {
   // ---- norms over the last dim; x, y act [rows, dim]; mean, rstd stat [rows] ----
   /// RMSNorm (Zhang & Sennrich 2019): y = x * rstd * w, rstd = 1/sqrt(mean(x²) + eps).
   /// weight param [dim], or empty (non-trainable gain 1: FOG's QK-norm).
-  virtual void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y,
-                               const Tensor& rstd, float eps) = 0;
+  virtual void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
+                               float eps) = 0;
   /// dx act overwritten; dweight param accumulated (skipped if empty).
-  virtual void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                                const Tensor& dy, const Tensor& dx, const Tensor& dweight) = 0;
+  virtual void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
+                                const Tensor& dx, const Tensor& dweight) = 0;
   /// LayerNorm (Ba et al. 2016): y = (x − mean) * rstd * w + b; weight, bias param [dim].
-  virtual void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                 const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                                 float eps) = 0;
+  virtual void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                                 const Tensor& mean, const Tensor& rstd, float eps) = 0;
   virtual void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
                                   const Tensor& rstd, const Tensor& dy, const Tensor& dx,
                                   const Tensor& dweight, const Tensor& dbias) = 0;
@@ -266,11 +264,9 @@ class Backend {
 
   // ---- head layout (act) ----
   /// qkv [B, T, (H + 2G) * D] (q heads, then k heads, then v heads) -> q [B,H,T,D], k,v [B,G,T,D].
-  virtual void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k,
-                         const Tensor& v) = 0;
+  virtual void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) = 0;
   /// The inverse: dq, dk, dv -> dqkv [B, T, (H + 2G) * D].
-  virtual void merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v,
-                         const Tensor& qkv) = 0;
+  virtual void merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv) = 0;
   /// x [B, H, T, D] -> y [B, T, H * D].
   virtual void heads_to_tokens(const Tensor& x, const Tensor& y) = 0;
   /// x [B, T, H * D] -> y [B, H, T, D] (H and D from y's shape).
@@ -310,9 +306,8 @@ class Backend {
   // ---- optimizer ----
   /// AdamW (Loshchilov & Hutter, arXiv 1711.05101) on FP32 master weights, step >= 1; all param
   /// [n]: m = b1 m + (1−b1) g; v = b2 v + (1−b2) g²; p -= lr (m̂/(sqrt(v̂)+eps) + wd p).
-  virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                     float lr, float beta1, float beta2, float eps, float weight_decay,
-                     int64_t step) = 0;
+  virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int64_t step) = 0;
   /// The fused optimizer step, part 1 (octet/adamw_rule.h decide_step; no host read): from
   /// norm_sq (acc F64 [1], the global Σg²) and loss_sum (acc F64 [1], or an empty Tensor: not
   /// checked) decides on the device whether the step is skipped (norm or loss not finite) and the
@@ -328,8 +323,8 @@ class Backend {
   /// rows {end, decay} with integer ends increasing to n: element i belongs to the first row whose
   /// end > i, decayed by weight_decay if decay != 0, else not). One launch for the n elements.
   virtual void adamw_apply(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                           const Tensor& segments, const Tensor& state, float lr, float beta1,
-                           float beta2, float eps, float weight_decay) = 0;
+                           const Tensor& segments, const Tensor& state, float lr, float beta1, float beta2,
+                           float eps, float weight_decay) = 0;
 };
 
 /// The CPU reference backend. Never null.

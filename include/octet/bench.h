@@ -54,8 +54,8 @@ struct CommBenchRow {
   std::string op;
   int ranks = 1;
   int64_t bytes = 0;
-  int iters = 0, reps = 0;  ///< collectives per timed batch; batches (the median reported)
-  double ms = 0;            ///< one collective: the median batch / iters, the slowest rank's
+  int iters = 0, reps = 0;              ///< collectives per timed batch; batches (the median reported)
+  double ms = 0;                        ///< one collective: the median batch / iters, the slowest rank's
   double algbw_gbs = 0, busbw_gbs = 0;  ///< GB/s (10^9 bytes)
 };
 
@@ -90,14 +90,14 @@ struct TrainBenchOptions {
   std::vector<std::string> arms{"bf16", "fp8-linear", "fp8-stale", "fp8-matched"};
   int64_t vocab_size = 50304;  ///< GPT-2's 50257 rounded up to a multiple of 64 (as llm.c does)
   int64_t seq_len = 1024;
-  int64_t batch = 8;           ///< sequences per step (one micro-batch), unless one of the next two
+  int64_t batch = 8;  ///< sequences per step (one micro-batch), unless one of the next two
   /// Tokens per step (> 0): batch = tokens_per_step / seq_len (a multiple of seq_len), for every model.
   int64_t tokens_per_step = 0;
   /// Batch of a named model (e.g. {"1.3b", 4}): overrides batch and tokens_per_step for that model.
   std::map<std::string, int64_t> model_batch;
   int warmup = 3, steps = 10;
-  double peak_tflops = 989.0;      ///< dense BF16, H100/H200 SXM datasheet (mfu, mfu_bf16)
-  double peak_tflops_fp8 = 1979.0; ///< dense FP8, H100/H200 SXM datasheet (mfu_fp8)
+  double peak_tflops = 989.0;             ///< dense BF16, H100/H200 SXM datasheet (mfu, mfu_bf16)
+  double peak_tflops_fp8 = 1979.0;        ///< dense FP8, H100/H200 SXM datasheet (mfu_fp8)
   std::string recipe = "tensor-current";  ///< FP8 linears' recipe (configs/demo.toml's)
   /// Attention form: "auto" (default_attn_form: the fused FP8 kernels for the FP8-attention arms
   /// on cuda), "whole" (the unfused CUDA attention) or "flash".
@@ -128,11 +128,11 @@ struct TrainBenchRow {
   /// ms per timed step: the steps run back to back between two synchronizations, so both are the
   /// interval / steps (the median field is kept for the JSON readers)
   double step_ms_median = 0, step_ms_mean = 0;
-  double tokens_per_s = 0;   ///< batch·seq_len / step time
-  double tflops = 0;         ///< flops_per_token · tokens_per_s / 1e12
-  double mfu = 0;            ///< tflops / peak_tflops (= mfu_bf16, kept for older readers)
-  double mfu_bf16 = 0;       ///< tflops / peak_tflops (dense BF16)
-  double mfu_fp8 = 0;        ///< tflops / peak_tflops_fp8 (dense FP8)
+  double tokens_per_s = 0;  ///< batch·seq_len / step time
+  double tflops = 0;        ///< flops_per_token · tokens_per_s / 1e12
+  double mfu = 0;           ///< tflops / peak_tflops (= mfu_bf16, kept for older readers)
+  double mfu_bf16 = 0;      ///< tflops / peak_tflops (dense BF16)
+  double mfu_fp8 = 0;       ///< tflops / peak_tflops_fp8 (dense FP8)
   /// GiB (2^30 bytes), CUDA only (std::nullopt on the CPU). peak_mem_gib: the most the backend had
   /// allocated at once during the row (model, optimizer, activations, scratch; the memory pool's
   /// high-water mark, reset before the model is built). device_mem_gib: the device's used memory
@@ -149,8 +149,9 @@ int64_t bench_batch(const TrainBenchOptions& opt, const std::string& model);
 
 /// Runs every (model, arm) pair; on_row is called after each (with opt.profile, on_profile too, with
 /// the op classes sorted by time, largest first). Throws octet::Error for bad options.
-void bench_train(const TrainBenchOptions& opt, const std::function<void(const TrainBenchRow&)>& on_row,
-                 const std::function<void(const TrainBenchRow&, const std::vector<TrainBenchOp>&)>& on_profile = {});
+void bench_train(
+    const TrainBenchOptions& opt, const std::function<void(const TrainBenchRow&)>& on_row,
+    const std::function<void(const TrainBenchRow&, const std::vector<TrainBenchOp>&)>& on_profile = {});
 
 }  // namespace octet
 
@@ -170,7 +171,8 @@ BenchEnv bench_env();
 
 struct GemmBenchRow {
   int d_model = 0;
-  std::string layer, pass, mode;  ///< layer: qkv|out|up|down; pass: fwd|dgrad|wgrad; mode: bf16|fp8-tensor|fp8-block
+  std::string layer, pass,
+      mode;  ///< layer: qkv|out|up|down; pass: fwd|dgrad|wgrad; mode: bf16|fp8-tensor|fp8-block
   int64_t M = 0, N = 0, K = 0;
   double ms = 0, tflops = 0;
   int reps = 0;
@@ -190,7 +192,7 @@ void bench_gemm(const GemmBenchOptions& opt, const std::function<void(const Gemm
 
 struct QuantBenchRow {
   std::string recipe, role;
-  std::string dtype = "f32";  ///< source dtype
+  std::string dtype = "f32";    ///< source dtype
   std::string kernel = "auto";  ///< auto (the quantizer's choice) | tensor | tile (quantize.h)
   int64_t rows = 0, cols = 0;
   double ms = 0, gbps = 0;  ///< gbps: (source bytes read + 2 x 1 B written) per element / time
@@ -205,7 +207,8 @@ void bench_quantize(int64_t rows, int64_t cols, int warmup, int reps,
                     const std::function<void(const QuantBenchRow&)>& on_row);
 
 struct OpsBenchRow {
-  std::string op;     ///< quantize.act | quantize.weight | amax.* | layout.* | gelu.* | layernorm.* | cross_entropy
+  std::string
+      op;  ///< quantize.act | quantize.weight | amax.* | layout.* | gelu.* | layernorm.* | cross_entropy
   std::string model;  ///< 124M | 350M (GPT-2 shapes, 8 x 1024 tokens) | any
   int64_t rows = 0, cols = 0;
   double bytes = 0;         ///< the fewest bytes the op moves (inputs read once, outputs written once)
@@ -267,8 +270,7 @@ AttnBenchRow attn_bench_row(const AttentionCase& c, const AttnBenchOptions& opt,
 /// Attention, the unfused form), forward and backward through the Attention interface, each with
 /// its error against the FP64 oracle and its time as a ratio to the peers of the same case.
 /// on_row is called after each row.
-void bench_attention(const AttnBenchOptions& opt,
-                     const std::function<void(const AttnBenchRow&)>& on_row);
+void bench_attention(const AttnBenchOptions& opt, const std::function<void(const AttnBenchRow&)>& on_row);
 
 /// The correctness half alone for one of octet's rows (no timing): run impl on case c from
 /// deterministic inputs and return the row with err_o, err_dq and err_bound (the GPU test).

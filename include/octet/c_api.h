@@ -71,31 +71,29 @@ typedef struct octet_attention_params {
   const char* formats;
   int32_t dtype; /**< enum octet_c_dtype of q, k, v, o, d_o, dq, dk, dv */
   const void *q, *k, *v;
-  void *o, *lse;             /**< forward: written */
-  const void* d_o;           /**< backward: the output gradient */
-  void *dq, *dk, *dv;        /**< backward: written (not accumulated) */
-  double* residual;          /**< backward, may be NULL: F64 [2] in backend memory, accumulates
-                                  the softmax-gradient row residual (backend.h Attention::backward:
-                                  [0] = max, [1] += mean); not computed for OCTET_C_F64 */
+  void *o, *lse;      /**< forward: written */
+  const void* d_o;    /**< backward: the output gradient */
+  void *dq, *dk, *dv; /**< backward: written (not accumulated) */
+  double* residual;   /**< backward, may be NULL: F64 [2] in backend memory, accumulates
+                           the softmax-gradient row residual (backend.h Attention::backward:
+                           [0] = max, [1] += mean); not computed for OCTET_C_F64 */
 } octet_attention_params;
 
 /** Forward: writes o and lse. */
-OCTET_C_EXPORT int octet_attention_forward(octet_c_backend* backend,
-                                           const octet_attention_params* params);
+OCTET_C_EXPORT int octet_attention_forward(octet_c_backend* backend, const octet_attention_params* params);
 /** Backward: re-runs the forward on q, k, v into scratch (deterministic: the same FP8 codes, O and
  *  softmax statistics as the caller's forward, so the stale delta reads the same O), then the
  *  backward from d_o. Costs one extra forward (docs/pytorch.md). */
-OCTET_C_EXPORT int octet_attention_backward(octet_c_backend* backend,
-                                            const octet_attention_params* params);
+OCTET_C_EXPORT int octet_attention_backward(octet_c_backend* backend, const octet_attention_params* params);
 
 /** A linear layer Y = X Wᵀ in FP8 (octet/backend.h Linear; recipes octet/quant.h). */
 typedef struct octet_linear_spec {
   int64_t in_features, out_features;
-  const char* recipe;    /**< "tensor-current" | "tensor-delayed" | "row" | "block" | "mx" | "unit" */
-  const char* formats;   /**< "e4m3" | "hybrid" */
+  const char* recipe;       /**< "tensor-current" | "tensor-delayed" | "row" | "block" | "mx" | "unit" */
+  const char* formats;      /**< "e4m3" | "hybrid" */
   int32_t amax_history_len; /**< tensor-delayed: history length H (>= 1) */
-  const char* amax_algo; /**< tensor-delayed: "max" | "most_recent" */
-  int32_t margin;        /**< scale = fp8_max / amax / 2^margin */
+  const char* amax_algo;    /**< tensor-delayed: "max" | "most_recent" */
+  int32_t margin;           /**< scale = fp8_max / amax / 2^margin */
 } octet_linear_spec;
 
 /** One linear call: x act [rows, in], w F32 [out, in], y act [rows, out]; dy act [rows, out],
@@ -113,8 +111,7 @@ typedef struct octet_linear_call {
 } octet_linear_call;
 
 /** NULL on failure (invalid spec: unknown recipe or format, history < 1, margin out of range). */
-OCTET_C_EXPORT octet_c_linear* octet_linear_new(octet_c_backend* backend,
-                                                const octet_linear_spec* spec);
+OCTET_C_EXPORT octet_c_linear* octet_linear_new(octet_c_backend* backend, const octet_linear_spec* spec);
 OCTET_C_EXPORT void octet_linear_free(octet_c_linear* linear);
 /** Forward: writes y. Quantizes with each slot's current scale and records the amaxes. */
 OCTET_C_EXPORT int octet_linear_forward(octet_c_linear* linear, const octet_linear_call* call);
@@ -125,11 +122,9 @@ OCTET_C_EXPORT int octet_linear_backward(octet_c_linear* linear, const octet_lin
 OCTET_C_EXPORT int octet_linear_update_scales(octet_c_linear* linear);
 /** The quantizer state (Linear::quant_state's layout) into out[0..capacity); returns the number of
  *  floats it holds (call with capacity 0 to ask), or -1 on failure. Synchronizes. */
-OCTET_C_EXPORT int64_t octet_linear_quant_state(octet_c_linear* linear, float* out,
-                                                int64_t capacity);
+OCTET_C_EXPORT int64_t octet_linear_quant_state(octet_c_linear* linear, float* out, int64_t capacity);
 /** Restores a quant_state (Linear::load_quant_state); fails naming the mismatch. */
-OCTET_C_EXPORT int octet_linear_load_quant_state(octet_c_linear* linear, const float* state,
-                                                 int64_t count);
+OCTET_C_EXPORT int octet_linear_load_quant_state(octet_c_linear* linear, const float* state, int64_t count);
 /** Amax recorded at the last quantization of x, w and dy (Linear::stats_*), into out[3].
  *  Synchronizes. */
 OCTET_C_EXPORT int octet_linear_amax(octet_c_linear* linear, float* out);

@@ -1,6 +1,7 @@
 // octet/delta_rule.h — the one rule for the softmax delta D_i of the attention backward, for host
 // and device: the CPU reference (src/cpu/attention_*.cpp) and the CUDA kernels
-// (src/cuda/attention/unfused/unfused_rows.cu) both form dS with it (docs/delta-matching.md, "The delta rule").
+// (src/cuda/attention/unfused/unfused_rows.cu) both form dS with it (docs/delta-matching.md, "The delta
+// rule").
 //
 // dS_ij = P_ij (dP_ij − D_i), with
 //   stale   (FlashAttention-2/3, cuDNN): D_i = dO_i·O_i from the forward's stored O.

@@ -105,8 +105,8 @@ std::unique_ptr<Communicator> make_single_communicator(Backend& backend);
 std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend);
 
 /// The TCP rendezvous (no shared file): rank 0 listens on env.master_port and sends `payload` to
-/// each of the world − 1 ranks that connect to MASTER_ADDR:MASTER_PORT; other ranks connect (retrying until `timeout_s`) and
-/// return what rank 0 sent (rank 0 returns its payload). The connections stay open while the
+/// each of the world − 1 ranks that connect to MASTER_ADDR:MASTER_PORT; other ranks connect (retrying until
+/// `timeout_s`) and return what rank 0 sent (rank 0 returns its payload). The connections stay open while the
 /// returned Rendezvous lives, as a liveness link: watch() reports the first rank whose link closed
 /// (a crashed process) so a watchdog can end the job instead of hanging in a collective.
 class Rendezvous {
@@ -137,7 +137,8 @@ void all_reduce_host_sum(Communicator& comm, Backend& backend, double* values, i
 /// signal for a signal) is returned. A SIGTERM, SIGINT or SIGHUP to the launcher while it waits is
 /// passed on the same way (SIGTERM, then SIGKILL after `grace_s`) and makes the status 128 + that
 /// signal. Throws octet::Error if a child cannot be started.
-int launch_local(int nproc, const std::string& device, const std::vector<std::string>& args, double grace_s = 10);
+int launch_local(int nproc, const std::string& device, const std::vector<std::string>& args,
+                 double grace_s = 10);
 
 /// A TCP port of this host that was free a moment ago (the default MASTER_PORT of launch_local).
 int free_tcp_port();
@@ -269,7 +270,7 @@ class Fp8WeightGather {
   std::vector<std::vector<Run>> runs_;  // per rank, flat order
   int64_t a32_ = 0, a8_ = 0;
   Buffer f32_, codes_, wcodes_, amax_, zeros_;  // blocks; every weight's codes; I32 amaxes and zeros
-  std::vector<int64_t> wcodes_at_;             // weight k's codes start at wcodes_[wcodes_at_[k]]
+  std::vector<int64_t> wcodes_at_;              // weight k's codes start at wcodes_[wcodes_at_[k]]
   bool installed_ = false;
 };
 

@@ -48,9 +48,9 @@ inline std::string io_error(const std::string& action, const std::string& path,
 }  // namespace octet
 
 /// Throws octet::Error with `msg` (any expression convertible to std::string) unless `cond` holds.
-#define OCTET_CHECK(cond, msg)                                      \
-  do {                                                              \
-    if (!(cond)) ::octet::throw_error(__FILE__, __LINE__, (msg));   \
+#define OCTET_CHECK(cond, msg)                                    \
+  do {                                                            \
+    if (!(cond)) ::octet::throw_error(__FILE__, __LINE__, (msg)); \
   } while (0)
 
 /// Throws octet::Error with `msg` unconditionally.

@@ -72,10 +72,10 @@ double evaluate_validation(Model& model, const Dataset& data, int64_t batches, C
 /// before dS is quantized and dQ the backward's own (from the quantized dS). Rows whose dQ is 0
 /// (a row that sees one key, under the matched delta) are left out of mean and max.
 struct DqBias {
-/// The per-row b_i shares the degeneracy docs/training.md §Output describes for the row residual:
-/// in rows whose exact dQ is ~0 (one-hot and sink rows) r_i and dQ_i are both rounding noise and
-/// b_i ~ 1 in any arm, FP64 included, so mean and max can be set by a few such rows; `norm` weighs
-/// each row by its gradient and is the number to compare.
+  /// The per-row b_i shares the degeneracy docs/training.md §Output describes for the row residual:
+  /// in rows whose exact dQ is ~0 (one-hot and sink rows) r_i and dQ_i are both rounding noise and
+  /// b_i ~ 1 in any arm, FP64 included, so mean and max can be set by a few such rows; `norm` weighs
+  /// each row by its gradient and is the number to compare.
   double mean = 0;               ///< mean of b_i over the sampled rows
   double max = 0;                ///< max of b_i (NaN if any row is NaN)
   double norm = 0;               ///< sqrt(Σ_i ||τ r_i k̄_i||²) / sqrt(Σ_i ||dQ_i||²) over the rows
@@ -99,16 +99,16 @@ std::vector<DqSampleBlock> dq_sample_blocks(int64_t seq_len);
 /// of rows [b, e) is its own causal problem with the keys [0, e) it sees (bottom-right aligned:
 /// the same rows as in the full attention); the only difference to the layer's own backward is
 /// that the FP8 scales of Q, K, V and dO come from the sample, not the whole batch (E4M3/E5M2
-/// rounding is relative, so this moves only values near the subnormal range). Cost: ~20k·H query-key pairs, on the host
-/// (0.2 s per layer of 12 heads of 64 at 1024 tokens on one core). Throws octet::Error if s.d_o is empty (no capture) or the sample's
-/// vectors do not match its shape (batch 1, seq_q = seq_k).
+/// rounding is relative, so this moves only values near the subnormal range). Cost: ~20k·H query-key pairs,
+/// on the host (0.2 s per layer of 12 heads of 64 at 1024 tokens on one core). Throws octet::Error if s.d_o
+/// is empty (no capture) or the sample's vectors do not match its shape (batch 1, seq_q = seq_k).
 DqBias attention_dq_bias(const AttentionSample& s);
 
 /// One layer of an evaluation's diagnostics.
 struct LayerReport {
-  LayerDiag diag;                ///< Model::diagnostics(): kurtosis, row residual, quantizer stats
-  bool attention = false;        ///< the layer has attention (not a Gated DeltaNet layer)
-  std::optional<DqBias> dq_bias; ///< attention layers whose last backward ran with capture
+  LayerDiag diag;                 ///< Model::diagnostics(): kurtosis, row residual, quantizer stats
+  bool attention = false;         ///< the layer has attention (not a Gated DeltaNet layer)
+  std::optional<DqBias> dq_bias;  ///< attention layers whose last backward ran with capture
 };
 /// Model::diagnostics() and, per attention layer with a capture (Model::set_attention_capture),
 /// attention_dq_bias of its sample, the layers' replays on up to 8 host threads. Synchronizes; the

@@ -25,8 +25,8 @@
 namespace octet {
 
 struct ExportOptions {
-  std::string format = "hf";  ///< the only format
-  std::string dtype = "bf16"; ///< "bf16" | "fp32": the weights' dtype in model.safetensors
+  std::string format = "hf";   ///< the only format
+  std::string dtype = "bf16";  ///< "bf16" | "fp32": the weights' dtype in model.safetensors
 };
 
 /// Throws octet::Error naming the first option with no Hugging Face Llama equivalent, e.g.

@@ -59,7 +59,7 @@ OCTET_HD float fp8_round_magnitude(float a, Format f) {
   const int m = detail::man_bits(f);
   const int emin = 1 - detail::bias(f);
   int e = int((detail::f32_bits(a) >> 23) & 0xFF) - 127;  // floor(log2 a) for normal floats
-  if (e < emin) e = emin;                                  // subnormal range (and float subnormals)
+  if (e < emin) e = emin;                                 // subnormal range (and float subnormals)
   // 2^(e-m) built from its exponent bits (e - m + 127 >= 111 > 0: always a normal float).
   const float quantum = detail::f32_from_bits(uint32_t(e - m + 127) << 23);
   const float inv_quantum = detail::f32_from_bits(uint32_t(m - e + 127) << 23);

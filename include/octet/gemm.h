@@ -33,15 +33,12 @@ void gemm_fp8(const QTensor& A, const QTensor& B, float* C, float beta = 0.0f,
               const GemmOptions& options = {});
 
 /// C = beta*C + round_bf16(A)·round_bf16(B)ᵀ with FP32 accumulation. A [M,K], B [N,K] FP32.
-void gemm_bf16(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
-               float beta = 0.0f);
+void gemm_bf16(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K, float beta = 0.0f);
 
 /// C = beta*C + A·Bᵀ in FP32 (OpenBLAS sgemm). A [M,K], B [N,K].
-void gemm_f32(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
-              float beta = 0.0f);
+void gemm_f32(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K, float beta = 0.0f);
 
 /// C = A·Bᵀ in FP64, a plain triple loop: the oracle for tests. A [M,K], B [N,K].
-void gemm_f64_reference(const double* A, const double* B, double* C, int64_t M, int64_t N,
-                        int64_t K);
+void gemm_f64_reference(const double* A, const double* B, double* C, int64_t M, int64_t N, int64_t K);
 
 }  // namespace octet

@@ -72,15 +72,13 @@ class Generator {
 };
 
 /// The next token from one row of logits [vocab] under `opt` (see the header comment).
-int32_t sample_token(const float* logits, int64_t vocab, const SampleOptions& opt,
-                     std::mt19937_64& rng);
+int32_t sample_token(const float* logits, int64_t vocab, const SampleOptions& opt, std::mt19937_64& rng);
 
 /// Feeds the prompt (>= 1 token), then samples up to opt.max_new_tokens tokens one at a time,
 /// calling on_token(id) for each as it comes; stops early when the context (seq_len) is full.
 /// Resets the generator first. Returns the new tokens. Throws octet::Error if the prompt is empty
 /// or longer than the context, or opt is invalid.
-std::vector<int32_t> generate(Generator& gen, const std::vector<int32_t>& prompt,
-                              const SampleOptions& opt,
+std::vector<int32_t> generate(Generator& gen, const std::vector<int32_t>& prompt, const SampleOptions& opt,
                               const std::function<void(int32_t)>& on_token = {});
 
 }  // namespace octet

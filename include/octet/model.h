@@ -25,8 +25,8 @@
 //   matrix, a static 1/√fan_in multiplier after each linear (so activations keep unit variance and
 //   FP8 can use fixed scales: the `unit` recipe), variance-preserving residuals with τ.
 //
-// Precision (docs/design.md §"Precision arms"). Embedding, norms, RoPE, softmax statistics, loss, master weights and
-// AdamW states are FP32 in every arm; the LM head is a BF16 GEMM in every arm. Per arm:
+// Precision (docs/design.md §"Precision arms"). Embedding, norms, RoPE, softmax statistics, loss, master
+// weights and AdamW states are FP32 in every arm; the LM head is a BF16 GEMM in every arm. Per arm:
 //   bf16        linears BF16 (operands rounded to BF16, FP32 accumulate), attention BF16
 //   fp8-linear  the 4 linears of every layer (qkv, proj, fc1, fc2) FP8, attention BF16
 //   fp8-stale   FP8 linears, FP8 attention with the stale delta (FlashAttention, cuDNN)
@@ -89,8 +89,8 @@ struct ModelConfig {
   bool tied_embeddings = true;
   float init_std = 0.02f;  ///< std of matrices and embeddings (residual projections / √(2·n_layer))
   float norm_eps = 1e-5f;
-  bool unit_scaling = false;   ///< μnit: unit init, 1/√fan_in multipliers, τ-residuals
-  float residual_tau = 0.2f;   ///< unit scaling: R(x, y) = √(1−τ)·x + √τ·y, τ in (0, 1)
+  bool unit_scaling = false;  ///< μnit: unit init, 1/√fan_in multipliers, τ-residuals
+  float residual_tau = 0.2f;  ///< unit scaling: R(x, y) = √(1−τ)·x + √τ·y, τ in (0, 1)
 
   int64_t head_dim() const { return d_model / n_head; }
   /// Whether layer l's token mixer is attention (else Gated DeltaNet): always for mixer attention,
@@ -113,10 +113,10 @@ struct PrecisionConfig {
   /// config key precision.activations = "auto" resolves it to the backend's
   /// preferred_activation_dtype() when the trainer builds the model.
   DType activations = DType::F32;
-  QuantConfig quant;                 ///< FP8 linears: recipe, format policy, delayed-scaling history
+  QuantConfig quant;  ///< FP8 linears: recipe, format policy, delayed-scaling history
   AttnForm attn_form = AttnForm::Whole;
   QkvScaling qkv_scaling = QkvScaling::Tensor;
-  float p_scale = 256.0f;            ///< FP8 attention: static scale of P
+  float p_scale = 256.0f;  ///< FP8 attention: static scale of P
   /// Throws octet::Error (e.g. non power-of-two p_scale, activations neither f32 nor bf16).
   void validate() const;
 };
@@ -134,8 +134,7 @@ AttentionConfig attention_config(const PrecisionConfig& p);
 /// fused BF16 SDPA for the bf16 and fp8-linear arms (docs/attention.md §"cuDNN SDPA") — on cuda when
 /// the head_dim (and the FP8 tiles) are 64 or 128 (flash_attention_size_supported); whole (the
 /// CPU reference's whole-row form, the unfused CUDA path) otherwise.
-AttnForm default_attn_form(const ModelConfig& m, const PrecisionConfig& p,
-                           const std::string& backend_name);
+AttnForm default_attn_form(const ModelConfig& m, const PrecisionConfig& p, const std::string& backend_name);
 /// The attention shape of the model's layers for micro-batches of `batch` sequences: causal,
 /// n_head query heads, n_kv_head KV heads, seq_len queries and keys, head_dim.
 AttentionShape attention_shape(const ModelConfig& m, int64_t batch);
@@ -149,7 +148,7 @@ struct ParamInfo {
   std::string name;            ///< e.g. "h.0.attn.qkv.weight" (the PyTorch twin uses the same names)
   std::vector<int64_t> shape;  ///< row-major
   size_t offset = 0, numel = 0;
-  bool decay = false;          ///< AdamW weight decay applies (matrices and embeddings, not norms)
+  bool decay = false;  ///< AdamW weight decay applies (matrices and embeddings, not norms)
 };
 
 /// Diagnostics of one quantized linear operand set at its last quantization.
@@ -239,12 +238,12 @@ class Model {
   /// gradients of grad_scale·(summed loss) are accumulated into grad_data().
   void forward_backward(const int32_t* ids, const int32_t* targets, bool backward, float grad_scale);
   /// The backward's seam for data parallel (docs/distributed.md §"Gradient buckets"): while
-  /// forward_backward runs its backward, `hook(f)` is called each time the gradients of every parameter at flat
-  /// offsets >= f (params() order) are final for this micro-batch — after the LM head and the final
-  /// norm (f = norm_f's offset), then after each layer from the top (f = the layer's first
-  /// parameter, h.<l>.norm1). The rest (the embeddings, which the tied LM head also writes) is final
-  /// when forward_backward returns. On CUDA the hook runs when the kernels are enqueued, not done:
-  /// work it enqueues is ordered after them. An empty hook (the default) is not called.
+  /// forward_backward runs its backward, `hook(f)` is called each time the gradients of every parameter at
+  /// flat offsets >= f (params() order) are final for this micro-batch — after the LM head and the final norm
+  /// (f = norm_f's offset), then after each layer from the top (f = the layer's first parameter,
+  /// h.<l>.norm1). The rest (the embeddings, which the tied LM head also writes) is final when
+  /// forward_backward returns. On CUDA the hook runs when the kernels are enqueued, not done: work it
+  /// enqueues is ordered after them. An empty hook (the default) is not called.
   void set_grad_ready_hook(std::function<void(int64_t)> hook) { grad_ready_hook_ = std::move(hook); }
   /// The summed loss (nats) accumulated by forward_backward() since the last take_loss(), and
   /// resets it. Synchronizes once.

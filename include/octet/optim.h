@@ -113,10 +113,10 @@ class Optimizer {
   ShardLayout shard_;
   Tensor grads_;
   Buffer m_, v_, norm_sq_;
-  Buffer state_;                   // F64 [kOptStateSlots] (adamw_rule.h OptStateSlot)
-  Buffer bias_corr_;               // F64 [T, 2]: row t−1 = {1−β1^t, 1−β2^t}
-  std::vector<Buffer> segments_;   // per shard piece: F64 [k, 2] rows {end, decay}, piece-relative
-  int64_t t_bound_ = 0;            // the largest t the enqueued steps can have reached
+  Buffer state_;                  // F64 [kOptStateSlots] (adamw_rule.h OptStateSlot)
+  Buffer bias_corr_;              // F64 [T, 2]: row t−1 = {1−β1^t, 1−β2^t}
+  std::vector<Buffer> segments_;  // per shard piece: F64 [k, 2] rows {end, decay}, piece-relative
+  int64_t t_bound_ = 0;           // the largest t the enqueued steps can have reached
 };
 
 }  // namespace octet

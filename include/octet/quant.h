@@ -44,12 +44,12 @@ std::string to_string(Format f);
 struct QuantConfig {
   Recipe recipe = Recipe::TensorCurrent;
   FormatPolicy formats = FormatPolicy::E4M3;
-  int amax_history_len = 1024;        ///< tensor-delayed: history length H (>= 1)
-  AmaxAlgo amax_algo = AmaxAlgo::Max; ///< tensor-delayed: reduce the history by max or most recent
-  int margin = 0;                     ///< s = fp8_max / amax / 2^margin
-  bool pow2_scales = false;           ///< round scales down to powers of two (always on for mx)
-  float unit_scale = 1.0f;            ///< unit recipe: the static scale s (> 0, finite)
-  bool saturate = true;               ///< saturating cast (OFP8 "satfinite") or not
+  int amax_history_len = 1024;         ///< tensor-delayed: history length H (>= 1)
+  AmaxAlgo amax_algo = AmaxAlgo::Max;  ///< tensor-delayed: reduce the history by max or most recent
+  int margin = 0;                      ///< s = fp8_max / amax / 2^margin
+  bool pow2_scales = false;            ///< round scales down to powers of two (always on for mx)
+  float unit_scale = 1.0f;             ///< unit recipe: the static scale s (> 0, finite)
+  bool saturate = true;                ///< saturating cast (OFP8 "satfinite") or not
   /// The recipe rules every quantizer and config shares: amax_history_len >= 1, margin in
   /// [-32, 32], unit_scale finite and > 0. Throws octet::Error naming the field as
   /// key_prefix + field (e.g. "precision.margin").
@@ -69,14 +69,14 @@ BlockShape block_shape(Recipe recipe, Role role, int64_t rows, int64_t cols);
 
 /// An FP8 tensor: codes, and one scale_inv per block of the scale grid.
 struct QTensor {
-  int64_t rows = 0, cols = 0;        ///< logical shape, row-major
+  int64_t rows = 0, cols = 0;  ///< logical shape, row-major
   Format format = Format::E4M3;
-  BlockShape block;                  ///< scale granularity
-  std::vector<uint8_t> codes;        ///< rows*cols FP8 codes
-  std::vector<float> scale_inv;      ///< grid_rows()*grid_cols(), row-major over blocks
-  float amax = 0.0f;                 ///< amax of the source tensor (NaN if it held a NaN)
-  int64_t n_underflow = 0;           ///< non-zero inputs that became code 0
-  int64_t n_saturated = 0;           ///< inputs whose |x*scale| exceeded fp8_max
+  BlockShape block;              ///< scale granularity
+  std::vector<uint8_t> codes;    ///< rows*cols FP8 codes
+  std::vector<float> scale_inv;  ///< grid_rows()*grid_cols(), row-major over blocks
+  float amax = 0.0f;             ///< amax of the source tensor (NaN if it held a NaN)
+  int64_t n_underflow = 0;       ///< non-zero inputs that became code 0
+  int64_t n_saturated = 0;       ///< inputs whose |x*scale| exceeded fp8_max
   int64_t grid_rows() const { return (rows + block.rows - 1) / block.rows; }
   int64_t grid_cols() const { return (cols + block.cols - 1) / block.cols; }
   /// scale_inv of the block holding element (r, c).
@@ -106,8 +106,7 @@ std::vector<float> pack_delayed_states(const std::vector<DelayedState>& slots);
 /// of `data` before returning; throws octet::Error naming the slot and the mismatch: too few or
 /// too many values, n not an integer in [0, history_len], a negative or non-finite amax, a
 /// non-positive or non-finite scale, an overflow count that is not a non-negative integer.
-std::vector<DelayedState> unpack_delayed_states(const std::vector<float>& data, int count,
-                                                int history_len);
+std::vector<DelayedState> unpack_delayed_states(const std::vector<float>& data, int count, int history_len);
 
 /// A stateful quantizer for one tensor slot (one operand of one layer): tensor-delayed keeps its
 /// amax history here; the other recipes are stateless.

@@ -60,8 +60,7 @@ struct GatedDeltaGrads {
 };
 
 /// The naive sequential recurrence in FP64: o [B, H, T, d_v] written. The reference.
-void gated_delta_naive_forward(const GatedDeltaShape& shape, const GatedDeltaInputs<double>& in,
-                               double* o);
+void gated_delta_naive_forward(const GatedDeltaShape& shape, const GatedDeltaInputs<double>& in, double* o);
 /// Its reverse-mode gradient given d_o [B, H, T, d_v] (stores every S_t: O(T d_k d_v) memory per
 /// head; for tests).
 void gated_delta_naive_backward(const GatedDeltaShape& shape, const GatedDeltaInputs<double>& in,
@@ -70,11 +69,11 @@ void gated_delta_naive_backward(const GatedDeltaShape& shape, const GatedDeltaIn
 /// The chunked (WY/UT) form above, chunks of `chunk` positions (the last one may be shorter).
 /// T = float (the CPU backend) or double (tests). Equals the naive recurrence up to rounding.
 template <typename T>
-void gated_delta_chunked_forward(const GatedDeltaShape& shape, const GatedDeltaInputs<T>& in,
-                                 int64_t chunk, T* o);
+void gated_delta_chunked_forward(const GatedDeltaShape& shape, const GatedDeltaInputs<T>& in, int64_t chunk,
+                                 T* o);
 template <typename T>
-void gated_delta_chunked_backward(const GatedDeltaShape& shape, const GatedDeltaInputs<T>& in,
-                                  int64_t chunk, const T* d_o, const GatedDeltaGrads<T>& grads);
+void gated_delta_chunked_backward(const GatedDeltaShape& shape, const GatedDeltaInputs<T>& in, int64_t chunk,
+                                  const T* d_o, const GatedDeltaGrads<T>& grads);
 
 /// The gates of the model's Gated DeltaNet layers from two raw projections a, b (one value per
 /// token and head): β = σ(b) (the paper), and the log decay g = log σ(a) / kGateTemperature — the
@@ -83,7 +82,7 @@ void gated_delta_chunked_backward(const GatedDeltaShape& shape, const GatedDelta
 inline constexpr double kGateTemperature = 16.0;
 /// Header-only and usable in CUDA device code (OCTET_HD): the CPU and CUDA backends share it.
 struct GateValues {
-  double g, beta;      ///< log decay, writing strength
+  double g, beta;          ///< log decay, writing strength
   double dg_da, dbeta_db;  ///< derivatives for the backward
 };
 OCTET_HD GateValues gated_delta_gates(double a, double b) {

@@ -70,7 +70,7 @@ struct Tensor {
   double* f64() const;
   uint16_t* bf16() const;  ///< BF16 bit patterns
   int32_t* i32() const;
-  uint8_t* fp8() const;    ///< E4M3 or E5M2 codes
+  uint8_t* fp8() const;  ///< E4M3 or E5M2 codes
 
   /// The same memory with another shape of equal numel (throws otherwise).
   Tensor reshape(Shape s) const;

@@ -34,22 +34,22 @@ struct DistSession;  // octet/dist.h
 // Configuration
 
 struct TrainConfig {
-  int64_t steps = 200;          ///< optimizer steps
-  int64_t batch_size = 16;      ///< sequences per micro-batch (over all ranks: docs/distributed.md)
-  int64_t grad_accum = 1;       ///< micro-batches per optimizer step
-  float lr = 3e-3f;             ///< peak learning rate
-  float min_lr_ratio = 0.1f;    ///< cosine floor as a fraction of lr
-  int64_t warmup_steps = 20;    ///< linear warmup from lr/warmup to lr
-  float weight_decay = 0.1f;    ///< decoupled; matrices and embeddings only
+  int64_t steps = 200;        ///< optimizer steps
+  int64_t batch_size = 16;    ///< sequences per micro-batch (over all ranks: docs/distributed.md)
+  int64_t grad_accum = 1;     ///< micro-batches per optimizer step
+  float lr = 3e-3f;           ///< peak learning rate
+  float min_lr_ratio = 0.1f;  ///< cosine floor as a fraction of lr
+  int64_t warmup_steps = 20;  ///< linear warmup from lr/warmup to lr
+  float weight_decay = 0.1f;  ///< decoupled; matrices and embeddings only
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
-  float grad_clip = 1.0f;       ///< global-norm clip; 0 disables
+  float grad_clip = 1.0f;  ///< global-norm clip; 0 disables
   uint64_t seed = 1234;
-  int64_t eval_every = 50;      ///< steps between validation passes (and the last step)
-  int64_t eval_batches = 4;     ///< validation micro-batches per pass (fixed windows)
-  int64_t sample_tokens = 0;    ///< greedy sample printed at each evaluation (eval.h); 0: off
+  int64_t eval_every = 50;         ///< steps between validation passes (and the last step)
+  int64_t eval_batches = 4;        ///< validation micro-batches per pass (fixed windows)
+  int64_t sample_tokens = 0;       ///< greedy sample printed at each evaluation (eval.h); 0: off
   int64_t checkpoint_every = 100;  ///< 0: only at the end
-  int64_t log_every = 1;        ///< progress-line interval
-  int64_t max_bad_steps = 5;    ///< consecutive NaN/inf steps before the run stops
+  int64_t log_every = 1;           ///< progress-line interval
+  int64_t max_bad_steps = 5;       ///< consecutive NaN/inf steps before the run stops
   /// Keep only each layer's input between forward and backward and recompute the rest (model.h
   /// ModelMemory): less activation memory for one more forward per step, bitwise the same run.
   /// The per-layer diagnostics of the evaluation records are then not computed.
@@ -57,12 +57,12 @@ struct TrainConfig {
 };
 
 struct DataConfig {
-  std::string path;                  ///< text file, directory (recursive) or glob; "": the default
-                                     ///< corpus, default_corpus_path()
-  std::string tokenizer = "bpe";     ///< "bpe" (SentencePiece) | "byte"
-  double val_fraction = 0.1;         ///< fraction of windows held out, in (0, 0.5]
-  std::string cache_dir;             ///< tokenizer model and token cache; "": default_cache_dir()
-  int64_t max_bytes = 0;             ///< 0: whole corpus; else the first max_bytes bytes
+  std::string path;               ///< text file, directory (recursive) or glob; "": the default
+                                  ///< corpus, default_corpus_path()
+  std::string tokenizer = "bpe";  ///< "bpe" (SentencePiece) | "byte"
+  double val_fraction = 0.1;      ///< fraction of windows held out, in (0, 0.5]
+  std::string cache_dir;          ///< tokenizer model and token cache; "": default_cache_dir()
+  int64_t max_bytes = 0;          ///< 0: whole corpus; else the first max_bytes bytes
 };
 
 /// Data parallel (docs/distributed.md); ignored by a run of one rank.
@@ -122,7 +122,8 @@ struct ConfigRow {
 std::vector<ConfigRow> config_rows(const RunConfig& cfg);
 /// Prints rows as the Markdown table `| parameter | value | meaning |` (llm.c's start-up table); with
 /// `base` (the same keys), only the rows whose value differs from base's.
-void print_config_table(FILE* log, const std::vector<ConfigRow>& rows, const std::vector<ConfigRow>& base = {});
+void print_config_table(FILE* log, const std::vector<ConfigRow>& rows,
+                        const std::vector<ConfigRow>& base = {});
 
 /// A key whose value a resume changes (values in config.toml's form).
 struct ConfigChange {
@@ -131,8 +132,8 @@ struct ConfigChange {
 /// The keys whose values differ between a run's saved config and the one requested on resume.
 /// "Schedule" keys (train.steps, train.lr, train.min_lr_ratio, train.warmup_steps,
 /// train.eval_every, train.checkpoint_every, train.log_every, train.max_bad_steps,
-/// train.activation_checkpointing, device, data.cache_dir) may change; any other key changes what the run is, and a change throws
-/// octet::Error naming the key, its two values and `run_dir` (docs/training.md §Resume).
+/// train.activation_checkpointing, device, data.cache_dir) may change; any other key changes what the run is,
+/// and a change throws octet::Error naming the key, its two values and `run_dir` (docs/training.md §Resume).
 std::vector<ConfigChange> resume_changes(const RunConfig& saved, const RunConfig& requested,
                                          const std::string& run_dir);
 /// The meaning keys (those resume_changes refuses to change) and their values in config.toml's form.
@@ -220,8 +221,8 @@ class Dataset {
   /// by batch·world: data parallel rank `rank` of `world` takes windows [rank·batch, (rank+1)·batch)
   /// of the next batch·world, so N ranks × batch B see the global order of 1 rank × batch N·B
   /// (docs/distributed.md). Throws octet::Error for a rank outside [0, world).
-  void next_train_batch(int64_t batch, std::vector<int32_t>& ids, std::vector<int32_t>& targets,
-                        int rank = 0, int world = 1);
+  void next_train_batch(int64_t batch, std::vector<int32_t>& ids, std::vector<int32_t>& targets, int rank = 0,
+                        int world = 1);
   /// The i-th fixed validation batch (wraps around the validation windows).
   void val_batch(int64_t i, int64_t batch, std::vector<int32_t>& ids, std::vector<int32_t>& targets) const;
   int64_t position() const { return position_; }
@@ -275,8 +276,8 @@ std::vector<float> st_to_f32(const StTensor& t);  ///< throws unless dtype F32
 
 /// Everything a resume needs besides the config.
 struct TrainState {
-  int64_t step = 0;            ///< optimizer steps done (next step index)
-  int64_t adam_step = 0;       ///< successful AdamW updates (bias correction)
+  int64_t step = 0;       ///< optimizer steps done (next step index)
+  int64_t adam_step = 0;  ///< successful AdamW updates (bias correction)
   int64_t data_position = 0;
   int64_t skipped_steps = 0;
   int64_t bad_in_a_row = 0;
@@ -332,11 +333,11 @@ struct TrainingStopped : std::runtime_error {
 };
 
 struct TrainResult {
-  std::vector<double> train_loss;                     ///< per step (NaN for skipped steps)
-  std::vector<std::pair<int64_t, double>> val_loss;   ///< (step, loss) per evaluation
+  std::vector<double> train_loss;                    ///< per step (NaN for skipped steps)
+  std::vector<std::pair<int64_t, double>> val_loss;  ///< (step, loss) per evaluation
   double final_val_loss = 0;
-  double tokens_per_s = 0;                            ///< mean over the steps of this process
-  double kurtosis_max = 0;                            ///< over evaluations and layers
+  double tokens_per_s = 0;       ///< mean over the steps of this process
+  double kurtosis_max = 0;       ///< over evaluations and layers
   double row_residual_max = 0;   ///< over evaluations and layers; NaN if some evaluation did not measure it
   double row_residual_mean = 0;  ///< max over evaluations and layers of the row mean; NaN likewise
                                  ///< (cuDNN's SDPA keeps dS inside: Attention::measures_row_residual)
@@ -367,8 +368,8 @@ struct TrainHooks {
 /// creates out_dir and writes config.toml, metrics, checkpoints (the full, gathered optimizer state:
 /// resumable on any number of ranks) and `log`. Every rank returns the same result. Without `dist`
 /// (or with one rank) the run is the single-process one, on a backend made from cfg.device.
-TrainResult train(const RunConfig& cfg, const std::string& out_dir, bool resume, Dataset& dataset,
-                  FILE* log, const TrainHooks& hooks = {}, const RunConfig* table_base = nullptr,
+TrainResult train(const RunConfig& cfg, const std::string& out_dir, bool resume, Dataset& dataset, FILE* log,
+                  const TrainHooks& hooks = {}, const RunConfig* table_base = nullptr,
                   DistSession* dist = nullptr);
 
 /// The checks of resuming `dir` with `requested` (activations resolved) from a checkpoint with
@@ -393,8 +394,7 @@ ResumePlan plan_resume(const std::string& dir, const std::vector<std::string>& o
 /// One row of `octet compare`, read from the arm's metrics.jsonl (the whole run, resumes included).
 struct CompareRow {
   std::string arm;
-  double train_loss = 0, val_loss = 0, gap_pct = 0, kurtosis_max = 0, row_residual_max = 0,
-         tokens_per_s = 0;
+  double train_loss = 0, val_loss = 0, gap_pct = 0, kurtosis_max = 0, row_residual_max = 0, tokens_per_s = 0;
   double row_residual_mean = 0;  ///< extra column: the mean over rows of the row residual (attention.h)
   /// The arm's attention uses the matched delta: only then is row_residual_max a check (FP32
   /// rounding); with the stale delta it sits at ~1 in any long run (docs/training.md §Output).
@@ -468,8 +468,18 @@ std::string format_compare_seeds_table(const std::vector<CompareArmStats>& arms)
 /// metrics.jsonl; docs/training.md §Output), or their mean over an arm's seeds. v[k] is NaN where
 /// the record has none (no dq_bias without attention or capture; no amax without FP8 linears).
 struct LayerFinal {
-  enum Field : size_t { RowResidualMean, RowResidualMax, DqBiasNorm, DqBiasMean, DqBiasMax, KurtosisMax,
-                        AmaxX, AmaxW, AmaxDy, kFields };
+  enum Field : size_t {
+    RowResidualMean,
+    RowResidualMax,
+    DqBiasNorm,
+    DqBiasMean,
+    DqBiasMax,
+    KurtosisMax,
+    AmaxX,
+    AmaxW,
+    AmaxDy,
+    kFields
+  };
   /// summary.json's names of the fields, in Field order ("row_residual_mean", ..., "amax_dy").
   static const std::array<const char*, kFields>& names();
   int64_t layer = 0;

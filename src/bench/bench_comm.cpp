@@ -44,9 +44,12 @@ void bench_comm(Communicator& comm, Backend& be, const CommBenchOptions& o,
     for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
       const int64_t elems = elems_of(bytes), part = elems / n;
       auto run = [&] {
-        if (op == "all_reduce") comm.all_reduce(a.tensor().slice(0, elems), ReduceOp::Sum);
-        else if (op == "reduce_scatter") comm.reduce_scatter(a.tensor().slice(0, elems), b.tensor().slice(0, part));
-        else comm.all_gather(a.tensor().slice(0, part), b.tensor().slice(0, elems));
+        if (op == "all_reduce")
+          comm.all_reduce(a.tensor().slice(0, elems), ReduceOp::Sum);
+        else if (op == "reduce_scatter")
+          comm.reduce_scatter(a.tensor().slice(0, elems), b.tensor().slice(0, part));
+        else
+          comm.all_gather(a.tensor().slice(0, part), b.tensor().slice(0, elems));
       };
       CommBenchRow r;
       r.op = op;

@@ -74,14 +74,18 @@ int64_t bench_batch(const TrainBenchOptions& opt, const std::string& model) {
                     " is not a multiple of the sequence length " + std::to_string(opt.seq_len));
     b = opt.tokens_per_step / opt.seq_len, from = "tokens per step / sequence length";
   }
-  OCTET_CHECK(b >= 1, "bench train: " + from + " must give >= 1 sequence per step (got " + std::to_string(b) + ")");
+  OCTET_CHECK(b >= 1,
+              "bench train: " + from + " must give >= 1 sequence per step (got " + std::to_string(b) + ")");
   return b;
 }
 
-void bench_train(const TrainBenchOptions& opt, const std::function<void(const TrainBenchRow&)>& on_row,
-                 const std::function<void(const TrainBenchRow&, const std::vector<TrainBenchOp>&)>& on_profile) {
-  OCTET_CHECK(opt.warmup >= 1, "bench train needs at least one warm-up step (got " + std::to_string(opt.warmup) + ")");
-  OCTET_CHECK(opt.steps >= 1, "bench train needs at least one timed step (got " + std::to_string(opt.steps) + ")");
+void bench_train(
+    const TrainBenchOptions& opt, const std::function<void(const TrainBenchRow&)>& on_row,
+    const std::function<void(const TrainBenchRow&, const std::vector<TrainBenchOp>&)>& on_profile) {
+  OCTET_CHECK(opt.warmup >= 1,
+              "bench train needs at least one warm-up step (got " + std::to_string(opt.warmup) + ")");
+  OCTET_CHECK(opt.steps >= 1,
+              "bench train needs at least one timed step (got " + std::to_string(opt.steps) + ")");
   OCTET_CHECK(opt.peak_tflops > 0, "bench train: the BF16 peak TFLOP/s (--peak-tflops) must be > 0");
   OCTET_CHECK(opt.peak_tflops_fp8 > 0, "bench train: the FP8 peak TFLOP/s (--peak-tflops-fp8) must be > 0");
   OCTET_CHECK(opt.tokens_per_step >= 0, "bench train: tokens per step must be > 0 (0: use the batch)");
@@ -122,8 +126,8 @@ void bench_train(const TrainBenchOptions& opt, const std::function<void(const Tr
       prec.quant.recipe = parse_recipe(opt.recipe);
       prec.quant.formats = FormatPolicy::Hybrid;
       prec.activations = be.preferred_activation_dtype();
-      prec.attn_form = opt.attn_form == "auto" ? default_attn_form(cfg, prec, be.name())
-                                               : parse_attn_form(opt.attn_form);
+      prec.attn_form =
+          opt.attn_form == "auto" ? default_attn_form(cfg, prec, be.name()) : parse_attn_form(opt.attn_form);
       ModelMemory memory;
       memory.activation_checkpointing = opt.train.activation_checkpointing;
       Model model(cfg, prec, be, batch, memory);
@@ -172,7 +176,8 @@ void bench_train(const TrainBenchOptions& opt, const std::function<void(const Tr
       const auto t0 = std::chrono::steady_clock::now();
       for (int s = opt.warmup; s < opt.warmup + opt.steps; ++s) enqueue_step(s);
       be.synchronize();
-      const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double total_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       row.loss_last = mean_loss(opt.warmup + opt.steps - 1);
       row.step_ms_mean = total_ms / double(opt.steps);
       row.step_ms_median = row.step_ms_mean;  // one interval of N steps: no per-step times
@@ -189,7 +194,8 @@ void bench_train(const TrainBenchOptions& opt, const std::function<void(const Tr
         std::vector<TrainBenchOp> ops;
         for (const auto& [name, st] : profiler->stats())
           ops.push_back({name, double(st.calls) / opt.steps, st.seconds * 1e3 / opt.steps});
-        std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.ms_per_step > b.ms_per_step; });
+        std::sort(ops.begin(), ops.end(),
+                  [](const auto& a, const auto& b) { return a.ms_per_step > b.ms_per_step; });
         on_profile(row, ops);
       }
     }

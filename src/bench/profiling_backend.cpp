@@ -11,9 +11,12 @@ namespace {
 
 std::string precision_name(LinearPrecision p) {
   switch (p) {
-    case LinearPrecision::BF16: return "bf16";
-    case LinearPrecision::FP8: return "fp8";
-    case LinearPrecision::FP32: return "fp32";
+    case LinearPrecision::BF16:
+      return "bf16";
+    case LinearPrecision::FP8:
+      return "fp8";
+    case LinearPrecision::FP32:
+      return "fp32";
   }
   return "?";
 }
@@ -33,7 +36,9 @@ class ProfiledLinear final : public Linear {
   void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw) override {
     pb_.timed(bwd_, [&] { inner_->backward(saved, dy, dx, dw); });
   }
-  void update_scales() override { pb_.timed("linear.update_scales", [&] { inner_->update_scales(); }); }
+  void update_scales() override {
+    pb_.timed("linear.update_scales", [&] { inner_->update_scales(); });
+  }
   void weights_changed() override { inner_->weights_changed(); }
   QuantStats stats_x() const override { return inner_->stats_x(); }
   QuantStats stats_w() const override { return inner_->stats_w(); }
@@ -49,7 +54,8 @@ class ProfiledLinear final : public Linear {
 
 class ProfiledAttention final : public Attention {
  public:
-  ProfiledAttention(ProfilingBackend& pb, std::unique_ptr<Attention> inner) : pb_(pb), inner_(std::move(inner)) {}
+  ProfiledAttention(ProfilingBackend& pb, std::unique_ptr<Attention> inner)
+      : pb_(pb), inner_(std::move(inner)) {}
   SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                          const Tensor& lse) override {
     return pb_.timed("attention.fwd", [&] { return inner_->forward(q, k, v, o, lse); });
@@ -77,10 +83,18 @@ void ProfilingBackend::upload(const Tensor& dst, const void* src) {
 void ProfilingBackend::download(void* dst, const Tensor& src) {
   timed("copy.d2h", [&] { inner_.download(dst, src); });
 }
-void ProfilingBackend::fill(const Tensor& x, double value) { timed("fill", [&] { inner_.fill(x, value); }); }
-void ProfilingBackend::copy(const Tensor& dst, const Tensor& src) { timed("copy.d2d", [&] { inner_.copy(dst, src); }); }
-void ProfilingBackend::axpy(float a, const Tensor& x, const Tensor& y) { timed("axpy", [&] { inner_.axpy(a, x, y); }); }
-void ProfilingBackend::scale(float a, const Tensor& x) { timed("scale", [&] { inner_.scale(a, x); }); }
+void ProfilingBackend::fill(const Tensor& x, double value) {
+  timed("fill", [&] { inner_.fill(x, value); });
+}
+void ProfilingBackend::copy(const Tensor& dst, const Tensor& src) {
+  timed("copy.d2d", [&] { inner_.copy(dst, src); });
+}
+void ProfilingBackend::axpy(float a, const Tensor& x, const Tensor& y) {
+  timed("axpy", [&] { inner_.axpy(a, x, y); });
+}
+void ProfilingBackend::scale(float a, const Tensor& x) {
+  timed("scale", [&] { inner_.scale(a, x); });
+}
 void ProfilingBackend::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
   timed("embedding.fwd", [&] { inner_.embedding_forward(ids, table, out); });
 }
@@ -91,8 +105,8 @@ void ProfilingBackend::rmsnorm_forward(const Tensor& x, const Tensor& w, const T
                                        float eps) {
   timed("rmsnorm.fwd", [&] { inner_.rmsnorm_forward(x, w, y, rstd, eps); });
 }
-void ProfilingBackend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
-                                        const Tensor& dx, const Tensor& dw) {
+void ProfilingBackend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
+                                        const Tensor& dy, const Tensor& dx, const Tensor& dw) {
   timed("rmsnorm.bwd", [&] { inner_.rmsnorm_backward(x, w, rstd, dy, dx, dw); });
 }
 void ProfilingBackend::layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
@@ -155,8 +169,9 @@ void ProfilingBackend::sum_squares(const Tensor& x, const Tensor& out) {
 Backend::Moments ProfilingBackend::moments(const Tensor& x) {
   return timed("moments", [&] { return inner_.moments(x); });
 }
-void ProfilingBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, float lr,
-                             float beta1, float beta2, float eps, float weight_decay, int64_t step) {
+void ProfilingBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                             float lr, float beta1, float beta2, float eps, float weight_decay,
+                             int64_t step) {
   timed("adamw", [&] { inner_.adamw(param, grad, m, v, lr, beta1, beta2, eps, weight_decay, step); });
 }
 void ProfilingBackend::adamw_prepare(const Tensor& norm_sq, const Tensor& loss_sum, const Tensor& bias_corr,
@@ -164,9 +179,10 @@ void ProfilingBackend::adamw_prepare(const Tensor& norm_sq, const Tensor& loss_s
   timed("adamw", [&] { inner_.adamw_prepare(norm_sq, loss_sum, bias_corr, state, grad_clip); });
 }
 void ProfilingBackend::adamw_apply(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                                   const Tensor& segments, const Tensor& state, float lr, float beta1, float beta2,
-                                   float eps, float weight_decay) {
-  timed("adamw", [&] { inner_.adamw_apply(param, grad, m, v, segments, state, lr, beta1, beta2, eps, weight_decay); });
+                                   const Tensor& segments, const Tensor& state, float lr, float beta1,
+                                   float beta2, float eps, float weight_decay) {
+  timed("adamw",
+        [&] { inner_.adamw_apply(param, grad, m, v, segments, state, lr, beta1, beta2, eps, weight_decay); });
 }
 
 }  // namespace octet

@@ -35,15 +35,20 @@ std::string name_of(const char* s, const char* what) {
 // The arm whose attention config a (precision, delta) names; the delta is set afterwards, so that
 // e.g. bf16 with the matched delta is expressible too.
 AttentionConfig config_of(const octet_attention_params& p, const Backend& be) {
-  const AttnPrecision precision =
-      parse_attn_precision(name_of(p.precision, "attention params: precision"));
+  const AttnPrecision precision = parse_attn_precision(name_of(p.precision, "attention params: precision"));
   const DeltaMode delta = parse_delta_mode(name_of(p.delta, "attention params: delta"));
   PrecisionConfig pc;
   pc.quant.formats = parse_format_policy(name_of(p.formats, "attention params: formats"));
   switch (precision) {
-    case AttnPrecision::FP8: pc.arm = delta == DeltaMode::Matched ? Arm::FP8Matched : Arm::FP8Stale; break;
-    case AttnPrecision::BF16: pc.arm = Arm::BF16; break;
-    case AttnPrecision::FP64: pc.arm = Arm::FP32; break;
+    case AttnPrecision::FP8:
+      pc.arm = delta == DeltaMode::Matched ? Arm::FP8Matched : Arm::FP8Stale;
+      break;
+    case AttnPrecision::BF16:
+      pc.arm = Arm::BF16;
+      break;
+    case AttnPrecision::FP64:
+      pc.arm = Arm::FP32;
+      break;
   }
   // default_attn_form reads the head_dim of a model: one head of width head_dim.
   ModelConfig m;
@@ -112,8 +117,7 @@ void run_fp64(const octet_c_backend& be, const octet_attention_params& p, const 
   std::vector<double> o(nq), lse(rows);
   attention_forward_fp64(s, q, k, v, o.data(), lse.data());
   attention_backward_fp64(s, q, k, v, o.data(), lse.data(), static_cast<const double*>(p.d_o),
-                          static_cast<double*>(p.dq), static_cast<double*>(p.dk),
-                          static_cast<double*>(p.dv));
+                          static_cast<double*>(p.dq), static_cast<double*>(p.dk), static_cast<double*>(p.dv));
 }
 
 void run(octet_c_backend* be, const octet_attention_params* p, bool backward) {

@@ -14,9 +14,12 @@ void set_last_error(const std::string& message) { last_error = message; }
 
 DType dtype_of(int32_t c_dtype, const char* what) {
   switch (c_dtype) {
-    case OCTET_C_F64: return DType::F64;
-    case OCTET_C_F32: return DType::F32;
-    case OCTET_C_BF16: return DType::BF16;
+    case OCTET_C_F64:
+      return DType::F64;
+    case OCTET_C_F32:
+      return DType::F32;
+    case OCTET_C_BF16:
+      return DType::BF16;
     default:
       OCTET_FAIL(std::string(what) + ": unknown dtype code " + std::to_string(c_dtype) +
                  " (expected 0 = f64, 1 = f32, 2 = bf16)");

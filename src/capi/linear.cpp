@@ -23,8 +23,8 @@ LinearSpec spec_of(const octet_linear_spec& s) {
   require(s.formats, "linear spec: formats");
   require(s.amax_algo, "linear spec: amax_algo");
   OCTET_CHECK(s.in_features >= 1 && s.out_features >= 1,
-              "linear spec: in_features and out_features must be >= 1 (got " +
-                  std::to_string(s.in_features) + ", " + std::to_string(s.out_features) + ")");
+              "linear spec: in_features and out_features must be >= 1 (got " + std::to_string(s.in_features) +
+                  ", " + std::to_string(s.out_features) + ")");
   LinearSpec spec;
   spec.in_features = s.in_features;
   spec.out_features = s.out_features;

@@ -25,14 +25,16 @@ void check_adamw_prepare_args(const Tensor& norm_sq, const Tensor& loss_sum, con
   OCTET_CHECK(bias_corr.shape.rank == 2 && bias_corr.shape[1] == 2 && bias_corr.shape[0] >= 1,
               "adamw_prepare: bias_corr must be [T >= 1, 2], got " + bias_corr.str());
   check_f64(state, kOptStateSlots, "adamw_prepare: state");
-  OCTET_CHECK(grad_clip >= 0, "adamw_prepare: grad_clip must be >= 0 (0 disables), got " + std::to_string(grad_clip));
+  OCTET_CHECK(grad_clip >= 0,
+              "adamw_prepare: grad_clip must be >= 0 (0 disables), got " + std::to_string(grad_clip));
 }
 
 int64_t check_adamw_apply_args(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                                const Tensor& segments, const Tensor& state, float beta1, float beta2) {
   const int64_t n = param.numel();
   check_dtype(param, DType::F32, "adamw_apply: param");
-  for (const auto& [t, what] : {std::pair{&grad, "adamw_apply: grad"}, {&m, "adamw_apply: m"}, {&v, "adamw_apply: v"}}) {
+  for (const auto& [t, what] :
+       {std::pair{&grad, "adamw_apply: grad"}, {&m, "adamw_apply: m"}, {&v, "adamw_apply: v"}}) {
     check_dtype(*t, DType::F32, what);
     check_numel(*t, n, what);
   }

@@ -8,8 +8,7 @@
 namespace octet {
 namespace {
 
-AttentionShape shape(int64_t B, int64_t H, int64_t G, int64_t D, int64_t Tq, int64_t Tk,
-                     bool causal) {
+AttentionShape shape(int64_t B, int64_t H, int64_t G, int64_t D, int64_t Tq, int64_t Tk, bool causal) {
   AttentionShape s;
   s.batch = B, s.n_heads = H, s.n_kv_heads = G, s.head_dim = D, s.seq_q = Tq, s.seq_k = Tk;
   s.causal = causal;
@@ -32,17 +31,17 @@ std::vector<AttentionCase> attention_cases(AttentionCaseSet set) {
   if (set == AttentionCaseSet::Bench) {
     for (int64_t S : {1024, 4096, 8192, 16384})
       for (bool causal : {false, true}) shapes.push_back(shape(4, 16, 16, 128, S, S, causal));
-    shapes.push_back(shape(8, 12, 12, 64, 1024, 1024, true));   // GPT-2 small
-    shapes.push_back(shape(1, 32, 8, 128, 8192, 8192, true));   // Llama-3 8B (GQA 32/8)
+    shapes.push_back(shape(8, 12, 12, 64, 1024, 1024, true));  // GPT-2 small
+    shapes.push_back(shape(1, 32, 8, 128, 8192, 8192, true));  // Llama-3 8B (GQA 32/8)
   } else {
     for (bool causal : {false, true}) shapes.push_back(shape(1, 16, 16, 128, 1024, 1024, causal));
     shapes.push_back(shape(1, 12, 12, 64, 1024, 1024, true));
     shapes.push_back(shape(1, 32, 8, 128, 1024, 1024, true));
-    shapes.push_back(shape(2, 4, 2, 64, 1, 1, true));        // one query, one key
+    shapes.push_back(shape(2, 4, 2, 64, 1, 1, true));  // one query, one key
     shapes.push_back(shape(2, 4, 2, 64, 17, 17, true));
-    shapes.push_back(shape(1, 2, 1, 128, 1, 129, false));     // one query over a partial key tile
-    shapes.push_back(shape(1, 4, 4, 64, 129, 1000, true));    // Tq < Tk
-    shapes.push_back(shape(1, 8, 2, 128, 1000, 129, true));   // Tq > Tk: early rows see no key
+    shapes.push_back(shape(1, 2, 1, 128, 1, 129, false));    // one query over a partial key tile
+    shapes.push_back(shape(1, 4, 4, 64, 129, 1000, true));   // Tq < Tk
+    shapes.push_back(shape(1, 8, 2, 128, 1000, 129, true));  // Tq > Tk: early rows see no key
   }
   std::vector<AttentionCase> out;
   for (const AttentionShape& s : shapes) out.push_back({attention_case_name(s), s});

@@ -1,7 +1,8 @@
 // src/core/attention_rules.cpp — the shape and configuration rules of attention (octet/attention.h),
 // written once for the CPU reference, the CUDA backend, config validation and the CLI: sizes >= 1,
 // GQA (n_kv_heads divides n_heads), a finite softmax scale, block sizes >= 1 and the p_scale rule
-// (docs/design.md §"Where every GEMM operand is quantized": the static power-of-two scale of P before its E4M3 cast).
+// (docs/design.md §"Where every GEMM operand is quantized": the static power-of-two scale of P before its
+// E4M3 cast).
 #include <cmath>
 #include <string>
 #include <utility>
@@ -17,15 +18,13 @@ float AttentionShape::tau() const {
 }
 
 void AttentionShape::validate() const {
-  const std::pair<const char*, int64_t> sizes[] = {{"batch", batch},   {"heads", n_heads},
+  const std::pair<const char*, int64_t> sizes[] = {{"batch", batch},         {"heads", n_heads},
                                                    {"kv-heads", n_kv_heads}, {"seq", seq_q},
-                                                   {"kv-seq", seq_k},  {"dim", head_dim}};
+                                                   {"kv-seq", seq_k},        {"dim", head_dim}};
   for (auto& [name, v] : sizes)
-    OCTET_CHECK(v >= 1, "attention shape: " + std::string(name) + " must be >= 1, got " +
-                            std::to_string(v));
-  OCTET_CHECK(n_heads % n_kv_heads == 0,
-              "attention shape: kv-heads (" + std::to_string(n_kv_heads) +
-                  ") must divide heads (" + std::to_string(n_heads) + ")");
+    OCTET_CHECK(v >= 1, "attention shape: " + std::string(name) + " must be >= 1, got " + std::to_string(v));
+  OCTET_CHECK(n_heads % n_kv_heads == 0, "attention shape: kv-heads (" + std::to_string(n_kv_heads) +
+                                             ") must divide heads (" + std::to_string(n_heads) + ")");
   OCTET_CHECK(std::isfinite(softmax_scale) && softmax_scale >= 0.0f,
               "attention shape: softmax scale must be finite and >= 0 (0: 1/sqrt(dim)), got " +
                   std::to_string(softmax_scale));
@@ -36,14 +35,16 @@ void validate_p_scale(float p_scale, const std::string& name) {
   const float max_scale = pow2_round_down(fp8_max(Format::E4M3));
   OCTET_CHECK(std::isfinite(p_scale) && p_scale >= 1.0f && p_scale <= max_scale &&
                   pow2_round_down(p_scale) == p_scale,
-              name + " must be a power of two in [1, 256] (P in [0, 1] times p_scale must fit "
-                     "E4M3, whose largest value is 448), got " + std::to_string(p_scale));
+              name +
+                  " must be a power of two in [1, 256] (P in [0, 1] times p_scale must fit "
+                  "E4M3, whose largest value is 448), got " +
+                  std::to_string(p_scale));
 }
 
 void AttentionConfig::validate() const {
-  OCTET_CHECK(block_k >= 1 && block_q >= 1,
-              "attention block sizes must be >= 1 (block_q " + std::to_string(block_q) +
-                  ", block_k " + std::to_string(block_k) + ")");
+  OCTET_CHECK(block_k >= 1 && block_q >= 1, "attention block sizes must be >= 1 (block_q " +
+                                                std::to_string(block_q) + ", block_k " +
+                                                std::to_string(block_k) + ")");
   validate_p_scale(p_scale);
 }
 

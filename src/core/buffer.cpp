@@ -58,9 +58,10 @@ void Linear::set_pending_amaxes(const Tensor&) {
 // The FP8 weight all-gather (backend.h): only FP8 tensor-current linears with a weight cache.
 namespace {
 [[noreturn]] void no_weight_codes(const char* what) {
-  OCTET_FAIL(std::string("linear ") + what +
-             ": this linear takes no gathered FP8 weight codes (dist.allgather_fp8 needs FP8 linears with the "
-             "tensor-current recipe)");
+  OCTET_FAIL(
+      std::string("linear ") + what +
+      ": this linear takes no gathered FP8 weight codes (dist.allgather_fp8 needs FP8 linears with the "
+      "tensor-current recipe)");
 }
 }  // namespace
 void Linear::weight_piece_amax(const Tensor&, const Tensor&) const { no_weight_codes("weight_piece_amax"); }

@@ -11,8 +11,8 @@ namespace octet {
 
 void GatedDeltaShape::validate() const {
   auto positive = [](int64_t v, const char* name) {
-    OCTET_CHECK(v >= 1, std::string("gated delta: ") + name + " must be >= 1 (got " +
-                            std::to_string(v) + ")");
+    OCTET_CHECK(v >= 1,
+                std::string("gated delta: ") + name + " must be >= 1 (got " + std::to_string(v) + ")");
   };
   positive(batch, "batch");
   positive(heads, "heads");
@@ -23,9 +23,9 @@ void GatedDeltaShape::validate() const {
 
 GatedDeltaShape GatedDeltaArgs::shape(const char* op) const {
   OCTET_CHECK(q.shape.rank == 4, std::string(op) + ": expected q [B, H, T, Dk], got " + q.str());
-  OCTET_CHECK(v.shape.rank == 4 && v.shape[0] == q.shape[0] && v.shape[1] == q.shape[1] &&
-                  v.shape[2] == q.shape[2],
-              std::string(op) + ": expected v [B, H, T, Dv] matching q " + q.str() + ", got " + v.str());
+  OCTET_CHECK(
+      v.shape.rank == 4 && v.shape[0] == q.shape[0] && v.shape[1] == q.shape[1] && v.shape[2] == q.shape[2],
+      std::string(op) + ": expected v [B, H, T, Dv] matching q " + q.str() + ", got " + v.str());
   GatedDeltaShape s;
   s.batch = q.shape[0];
   s.heads = q.shape[1];

@@ -30,8 +30,8 @@ template <typename E, size_t N>
 E parse_name(const NameTable<E, N>& table, const std::string& s, const char* what) {
   for (auto& [name, value] : table)
     if (s == name) return value;
-  OCTET_FAIL("unknown " + std::string(what) + " '" + s + "' (expected one of: " +
-             join_names(table, ", ") + ")");
+  OCTET_FAIL("unknown " + std::string(what) + " '" + s + "' (expected one of: " + join_names(table, ", ") +
+             ")");
 }
 
 /// The name of `v` in `table`, "?" if absent (an enum value without a name is a bug of the table).

@@ -1,8 +1,8 @@
 // src/core/names.cpp — the name table of every enum a user names (octet/names.h), in the one table
 // form of name_table.h, and the named parse_* / to_string functions the area headers declare
-// (quant.h, attention.h, model.h), all reading these tables. Arms follow docs/design.md §"Precision arms" (the
-// Delta-Matching paper's baseline / MP / SD / DM, plus the internal fp32 reference); recipes and
-// formats docs/numerics.md.
+// (quant.h, attention.h, model.h), all reading these tables. Arms follow docs/design.md §"Precision arms"
+// (the Delta-Matching paper's baseline / MP / SD / DM, plus the internal fp32 reference); recipes and formats
+// docs/numerics.md.
 #include <array>
 #include <string>
 #include <utility>
@@ -23,18 +23,17 @@ using detail::NameTable;
 template <class E>
 struct Names;
 
-#define OCTET_NAMES(E, WHAT, ...)                                                 \
-  template <>                                                                     \
-  struct Names<E> {                                                               \
-    static constexpr const char* what = WHAT;                                     \
+#define OCTET_NAMES(E, WHAT, ...)                                                          \
+  template <>                                                                              \
+  struct Names<E> {                                                                        \
+    static constexpr const char* what = WHAT;                                              \
     static constexpr auto table = std::to_array<std::pair<const char*, E>>({__VA_ARGS__}); \
   }
 
 OCTET_NAMES(Recipe, "recipe", {"tensor-delayed", Recipe::TensorDelayed},
-            {"tensor-current", Recipe::TensorCurrent}, {"row", Recipe::Row},
-            {"block", Recipe::Block}, {"mx", Recipe::MX}, {"unit", Recipe::Unit});
-OCTET_NAMES(FormatPolicy, "format policy", {"e4m3", FormatPolicy::E4M3},
-            {"hybrid", FormatPolicy::Hybrid});
+            {"tensor-current", Recipe::TensorCurrent}, {"row", Recipe::Row}, {"block", Recipe::Block},
+            {"mx", Recipe::MX}, {"unit", Recipe::Unit});
+OCTET_NAMES(FormatPolicy, "format policy", {"e4m3", FormatPolicy::E4M3}, {"hybrid", FormatPolicy::Hybrid});
 OCTET_NAMES(Format, "format", {"e4m3", Format::E4M3}, {"e5m2", Format::E5M2});
 OCTET_NAMES(Role, "role", {"activation", Role::Activation}, {"weight", Role::Weight},
             {"gradient", Role::Gradient});
@@ -43,19 +42,18 @@ OCTET_NAMES(AttnPrecision, "attention precision", {"fp64", AttnPrecision::FP64},
             {"bf16", AttnPrecision::BF16}, {"fp8", AttnPrecision::FP8});
 OCTET_NAMES(DeltaMode, "delta mode", {"stale", DeltaMode::Stale}, {"matched", DeltaMode::Matched});
 OCTET_NAMES(AttnForm, "attention form", {"whole", AttnForm::Whole}, {"flash", AttnForm::Flash});
-OCTET_NAMES(QkvScaling, "qkv scaling", {"tensor", QkvScaling::Tensor},
-            {"head-block", QkvScaling::HeadBlock});
+OCTET_NAMES(QkvScaling, "qkv scaling", {"tensor", QkvScaling::Tensor}, {"head-block", QkvScaling::HeadBlock});
 OCTET_NAMES(AttnInputDist, "input distribution", {"normal", AttnInputDist::Normal},
             {"heavy", AttnInputDist::Heavy}, {"sink", AttnInputDist::Sink});
 OCTET_NAMES(NormKind, "norm", {"rmsnorm", NormKind::RMSNorm}, {"layernorm", NormKind::LayerNorm});
-OCTET_NAMES(NormPlacement, "norm placement", {"pre", NormPlacement::Pre},
-            {"post", NormPlacement::Post}, {"output", NormPlacement::Output});
+OCTET_NAMES(NormPlacement, "norm placement", {"pre", NormPlacement::Pre}, {"post", NormPlacement::Post},
+            {"output", NormPlacement::Output});
 OCTET_NAMES(PositionKind, "position encoding", {"rope", PositionKind::RoPE},
             {"learned", PositionKind::Learned}, {"nope", PositionKind::NoPE});
 OCTET_NAMES(MlpKind, "mlp", {"swiglu", MlpKind::SwiGLU}, {"gelu", MlpKind::GELU});
 OCTET_NAMES(MixerKind, "mixer", {"attention", MixerKind::Attention}, {"hybrid", MixerKind::Hybrid});
-OCTET_NAMES(Arm, "arm", {"bf16", Arm::BF16}, {"fp8-linear", Arm::FP8Linear},
-            {"fp8-stale", Arm::FP8Stale}, {"fp8-matched", Arm::FP8Matched}, {"fp32", Arm::FP32});
+OCTET_NAMES(Arm, "arm", {"bf16", Arm::BF16}, {"fp8-linear", Arm::FP8Linear}, {"fp8-stale", Arm::FP8Stale},
+            {"fp8-matched", Arm::FP8Matched}, {"fp32", Arm::FP32});
 #undef OCTET_NAMES
 
 }  // namespace
@@ -78,10 +76,10 @@ std::string enum_choices() {
 }
 
 // The enums of octet/names.h: the templates exist for these and no others.
-#define OCTET_ENUM(E)                                     \
-  template E parse_enum<E>(const std::string&);           \
-  template std::string enum_name<E>(E);                   \
-  template std::vector<std::string> enum_names<E>();      \
+#define OCTET_ENUM(E)                                \
+  template E parse_enum<E>(const std::string&);      \
+  template std::string enum_name<E>(E);              \
+  template std::vector<std::string> enum_names<E>(); \
   template std::string enum_choices<E>()
 OCTET_ENUM(Recipe);
 OCTET_ENUM(FormatPolicy);

@@ -14,9 +14,8 @@ struct DTypeName {
   const char* name;
   size_t size;
 };
-constexpr DTypeName kDTypes[] = {{DType::F64, "f64", 8}, {DType::F32, "f32", 4},
-                                 {DType::BF16, "bf16", 2}, {DType::I32, "i32", 4},
-                                 {DType::E4M3, "e4m3", 1}, {DType::E5M2, "e5m2", 1}};
+constexpr DTypeName kDTypes[] = {{DType::F64, "f64", 8}, {DType::F32, "f32", 4},   {DType::BF16, "bf16", 2},
+                                 {DType::I32, "i32", 4}, {DType::E4M3, "e4m3", 1}, {DType::E5M2, "e5m2", 1}};
 const DTypeName& entry(DType t) {
   for (const DTypeName& e : kDTypes)
     if (e.t == t) return e;
@@ -90,8 +89,7 @@ uint8_t* Tensor::fp8() const {
 }
 
 Tensor Tensor::reshape(Shape s) const {
-  OCTET_CHECK(s.numel() == numel(),
-              "cannot reshape " + str() + " to " + s.str() + ": element counts differ");
+  OCTET_CHECK(s.numel() == numel(), "cannot reshape " + str() + " to " + s.str() + ": element counts differ");
   return Tensor(data, dtype, s);
 }
 
@@ -108,8 +106,8 @@ Tensor Tensor::slice(int64_t begin, int64_t count) const {
 
 void check_dtype(const Tensor& t, DType want, const char* what) {
   OCTET_CHECK(!t.empty(), std::string(what) + ": missing tensor (expected " + to_string(want) + ")");
-  OCTET_CHECK(t.dtype == want, std::string(what) + ": expected dtype " + to_string(want) +
-                                   ", got " + t.str());
+  OCTET_CHECK(t.dtype == want,
+              std::string(what) + ": expected dtype " + to_string(want) + ", got " + t.str());
 }
 
 void check_activation(const Tensor& t, const char* what) {
@@ -119,13 +117,12 @@ void check_activation(const Tensor& t, const char* what) {
 }
 
 void check_shape(const Tensor& t, const Shape& want, const char* what) {
-  OCTET_CHECK(t.shape == want,
-              std::string(what) + ": expected shape " + want.str() + ", got " + t.str());
+  OCTET_CHECK(t.shape == want, std::string(what) + ": expected shape " + want.str() + ", got " + t.str());
 }
 
 void check_numel(const Tensor& t, int64_t want, const char* what) {
-  OCTET_CHECK(t.numel() == want, std::string(what) + ": expected " + std::to_string(want) +
-                                     " elements, got " + t.str());
+  OCTET_CHECK(t.numel() == want,
+              std::string(what) + ": expected " + std::to_string(want) + " elements, got " + t.str());
 }
 
 }  // namespace octet

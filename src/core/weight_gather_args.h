@@ -19,6 +19,7 @@ void check_weight_piece_args(bool gathers, const LinearSpec& spec, const char* w
 void check_weight_codes_args(Format format, const char* what, const Tensor& codes, int64_t n);
 /// install_weight_codes' checks: the linear gathers weight codes, amax is I32 [1], codes as above
 /// with n = out·in values.
-void check_install_codes_args(bool gathers, Format format, const Tensor& codes, const Tensor& amax, int64_t n);
+void check_install_codes_args(bool gathers, Format format, const Tensor& codes, const Tensor& amax,
+                              int64_t n);
 
 }  // namespace octet

@@ -1,9 +1,9 @@
 // src/cpu/attention.cpp — the public entry points of the CPU attention (octet/attention.h): operand
 // rounding and the dispatch to a form (whole or flash) and an arithmetic type (float for BF16/FP8 =
-// FP32 accumulation, double for FP64); names and shape/config rules are src/core's. The backward also turns the
-// per-row residual sums into the diagnostics r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|)
-// (attention.h's AttentionStats; docs/design.md §"The two deltas"). Results come out as FP32 or FP64 arrays: the FP64
-// precision computes in double throughout, so its FP64 outputs match the oracle to ~1e-15.
+// FP32 accumulation, double for FP64); names and shape/config rules are src/core's. The backward also turns
+// the per-row residual sums into the diagnostics r_i = |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|)
+// (attention.h's AttentionStats; docs/design.md §"The two deltas"). Results come out as FP32 or FP64 arrays:
+// the FP64 precision computes in double throughout, so its FP64 outputs match the oracle to ~1e-15.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -30,8 +30,7 @@ struct ForwardOut {
 
 // Runs the forward in T.
 template <typename T>
-ForwardOut<T> run_forward(const attn::Problem& p, const float* qh, const float* kh,
-                          const float* vh) {
+ForwardOut<T> run_forward(const attn::Problem& p, const float* qh, const float* kh, const float* vh) {
   ForwardOut<T> f;
   f.o.resize(size_t(p.B * p.H * p.Tq * p.D));
   f.lse.resize(size_t(p.B * p.H * p.Tq));
@@ -83,8 +82,8 @@ void project_dq(const attn::Problem& p, const float* k_hat, const double* ds_row
 
 // Runs the backward in T into zeroed T accumulators dq, dk, dv.
 template <typename T>
-void run_backward(const attn::Problem& p, attn::BackwardArgs<T> a, std::vector<T>& dq,
-                  std::vector<T>& dk, std::vector<T>& dv) {
+void run_backward(const attn::Problem& p, attn::BackwardArgs<T> a, std::vector<T>& dq, std::vector<T>& dk,
+                  std::vector<T>& dv) {
   dq.assign(size_t(p.B * p.H * p.Tq * p.D), T(0));
   dk.assign(size_t(p.B * p.G * p.Tk * p.D), T(0));
   dv.assign(dk.size(), T(0));
@@ -109,13 +108,12 @@ std::vector<T> saved_in(const std::vector<float>& x, const std::vector<double>& 
 }
 
 template <typename Out>
-void forward_impl(const AttentionShape& shape, const AttentionConfig& config, const float* q,
-                  const float* k, const float* v, Out* o, Out* lse, AttentionSaved* saved) {
+void forward_impl(const AttentionShape& shape, const AttentionConfig& config, const float* q, const float* k,
+                  const float* v, Out* o, Out* lse, AttentionSaved* saved) {
   shape.validate();
   config.validate();
   const attn::Problem p(shape, config);
-  std::vector<float> qh(size_t(p.B * p.H * p.Tq * p.D)), kh(size_t(p.B * p.G * p.Tk * p.D)),
-      vh(kh.size());
+  std::vector<float> qh(size_t(p.B * p.H * p.Tq * p.D)), kh(size_t(p.B * p.G * p.Tk * p.D)), vh(kh.size());
   attn::round_qkv(p, q, p.H, p.Tq, qh.data());
   attn::round_qkv(p, k, p.G, p.Tk, kh.data());
   attn::round_qkv(p, v, p.G, p.Tk, vh.data());
@@ -132,9 +130,9 @@ void forward_impl(const AttentionShape& shape, const AttentionConfig& config, co
 }
 
 template <typename T>
-void backward_in(const AttentionSaved& saved, const attn::Problem& p, const float* d_o,
-                 const float* do_hat, std::vector<double>& res_sum, std::vector<double>& res_mag,
-                 double* mean_key, std::vector<T>& dq, std::vector<T>& dk, std::vector<T>& dv) {
+void backward_in(const AttentionSaved& saved, const attn::Problem& p, const float* d_o, const float* do_hat,
+                 std::vector<double>& res_sum, std::vector<double>& res_mag, double* mean_key,
+                 std::vector<T>& dq, std::vector<T>& dk, std::vector<T>& dv) {
   const std::vector<T> o = saved_in<T>(saved.o, saved.o_fp64);
   const std::vector<T> m(saved.row_max.begin(), saved.row_max.end());
   const std::vector<T> l(saved.row_sum.begin(), saved.row_sum.end());
@@ -161,9 +159,8 @@ void backward_impl(const AttentionSaved& saved, const float* d_o, Out* dq, Out* 
   const size_t rows = size_t(p.B * p.H * p.Tq);
   auto fits = [](const std::vector<double>& x, size_t n) { return x.empty() || x.size() == n; };
   OCTET_CHECK(saved.q_hat.size() == nq && saved.k_hat.size() == nk && saved.v_hat.size() == nk &&
-                  saved.o.size() == nq && saved.lse.size() == rows &&
-                  saved.row_max.size() == rows && saved.row_sum.size() == rows &&
-                  fits(saved.o_fp64, nq),
+                  saved.o.size() == nq && saved.lse.size() == rows && saved.row_max.size() == rows &&
+                  saved.row_sum.size() == rows && fits(saved.o_fp64, nq),
               "attention_backward: the saved tensors do not match the saved shape (was the "
               "forward run with a `saved` argument?)");
   std::vector<float> do_hat(nq);
@@ -214,27 +211,33 @@ void backward_impl(const AttentionSaved& saved, const float* d_o, Out* dq, Out* 
 
 namespace attn {
 Problem::Problem(const AttentionShape& s, const AttentionConfig& c)
-    : B(s.batch), H(s.n_heads), G(s.n_kv_heads), Tq(s.seq_q), Tk(s.seq_k), D(s.head_dim),
-      group(s.n_heads / s.n_kv_heads), causal(s.causal), tau(double(s.tau())), cfg(c) {}
+    : B(s.batch),
+      H(s.n_heads),
+      G(s.n_kv_heads),
+      Tq(s.seq_q),
+      Tk(s.seq_k),
+      D(s.head_dim),
+      group(s.n_heads / s.n_kv_heads),
+      causal(s.causal),
+      tau(double(s.tau())),
+      cfg(c) {}
 }  // namespace attn
 
 void attention_forward(const AttentionShape& shape, const AttentionConfig& config, const float* q,
-                       const float* k, const float* v, float* o, float* lse,
-                       AttentionSaved* saved) {
+                       const float* k, const float* v, float* o, float* lse, AttentionSaved* saved) {
   forward_impl(shape, config, q, k, v, o, lse, saved);
 }
 void attention_forward(const AttentionShape& shape, const AttentionConfig& config, const float* q,
-                       const float* k, const float* v, double* o, double* lse,
-                       AttentionSaved* saved) {
+                       const float* k, const float* v, double* o, double* lse, AttentionSaved* saved) {
   forward_impl(shape, config, q, k, v, o, lse, saved);
 }
 
-void attention_backward(const AttentionSaved& saved, const float* d_o, float* dq, float* dk,
-                        float* dv, AttentionStats* stats, bool want_rows) {
+void attention_backward(const AttentionSaved& saved, const float* d_o, float* dq, float* dk, float* dv,
+                        AttentionStats* stats, bool want_rows) {
   backward_impl(saved, d_o, dq, dk, dv, stats, want_rows);
 }
-void attention_backward(const AttentionSaved& saved, const float* d_o, double* dq, double* dk,
-                        double* dv, AttentionStats* stats, bool want_rows) {
+void attention_backward(const AttentionSaved& saved, const float* d_o, double* dq, double* dk, double* dv,
+                        AttentionStats* stats, bool want_rows) {
   backward_impl(saved, d_o, dq, dk, dv, stats, want_rows);
 }
 

@@ -3,8 +3,9 @@
 // and dP = dÔV̂ᵀ, form
 // dS = P ∘ (dP − D), record the softmax-gradient residual sums (Σ_j dS_ij and the magnitude
 // Σ_j P_ij(|dP_ij| + |D_i|) of the terms it cancels; on request the mean key Σ_j P_ij K̂_j),
-// round dS on its tile scale, and accumulate dV, dK, dQ. Structure after FlashAttention-2's backward (Dao, arXiv 2307.08691,
-// Algorithm 2); the delta D is the caller's (stale or matched, docs/design.md §"The two deltas").
+// round dS on its tile scale, and accumulate dV, dK, dQ. Structure after FlashAttention-2's backward (Dao,
+// arXiv 2307.08691, Algorithm 2); the delta D is the caller's (stale or matched, docs/design.md §"The two
+// deltas").
 #include <algorithm>
 #include <cmath>
 
@@ -13,8 +14,8 @@
 namespace octet::attn {
 
 template <typename T>
-void compute_p_dp(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, int64_t i0,
-                  int64_t i1, int64_t j0, int64_t j1, T* P, T* dP, T* E, int64_t ld) {
+void compute_p_dp(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, int64_t i0, int64_t i1,
+                  int64_t j0, int64_t j1, T* P, T* dP, T* E, int64_t ld) {
   const float* Q = a.q_hat + p.q_off(b, h);
   const float* dOh = a.do_hat + p.q_off(b, h);
   const float* K = a.k_hat + p.kv_off(b, h);
@@ -42,8 +43,8 @@ void compute_p_dp(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t
 }
 
 template <typename T>
-void ds_step(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, int64_t i0,
-             int64_t i1, int64_t j0, int64_t j1, const T* P, const T* dP, const T* E, int64_t ld,
+void ds_step(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, int64_t i0, int64_t i1,
+             int64_t j0, int64_t j1, const T* P, const T* dP, const T* E, int64_t ld,
              const RowDelta<T>* delta, T* ds) {
   const int64_t nc = j1 - j0;
   const int64_t row0 = p.row_off(b, h);
@@ -64,7 +65,8 @@ void ds_step(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, i
     if (a.mean_key) {  // k̄_i += Σ_j P_ij K̂_j (masked keys have P = 0)
       const float* K = a.k_hat + p.kv_off(b, h);
       double* mk = a.mean_key + (row0 + i) * p.D;
-      for (int64_t j = j0; j < std::min(j1, p.visible(i)); ++j) axpy<double>(double(Pr[j - j0]), K + j * p.D, mk, p.D);
+      for (int64_t j = j0; j < std::min(j1, p.visible(i)); ++j)
+        axpy<double>(double(Pr[j - j0]), K + j * p.D, mk, p.D);
     }
   }
   round_ds_tile(p.cfg, ds, i1 - i0, nc, nc);
@@ -97,12 +99,11 @@ void ds_step(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, i
   }
 }
 
-#define OCTET_INSTANTIATE(T)                                                                    \
-  template void compute_p_dp<T>(const Problem&, const BackwardArgs<T>&, int64_t, int64_t,       \
-                                int64_t, int64_t, int64_t, int64_t, T*, T*, T*, int64_t);           \
-  template void ds_step<T>(const Problem&, const BackwardArgs<T>&, int64_t, int64_t, int64_t,   \
-                           int64_t, int64_t, int64_t, const T*, const T*, const T*, int64_t,       \
-                           const RowDelta<T>*, T*);
+#define OCTET_INSTANTIATE(T)                                                                                \
+  template void compute_p_dp<T>(const Problem&, const BackwardArgs<T>&, int64_t, int64_t, int64_t, int64_t, \
+                                int64_t, int64_t, T*, T*, T*, int64_t);                                     \
+  template void ds_step<T>(const Problem&, const BackwardArgs<T>&, int64_t, int64_t, int64_t, int64_t,      \
+                           int64_t, int64_t, const T*, const T*, const T*, int64_t, const RowDelta<T>*, T*);
 OCTET_INSTANTIATE(float)
 OCTET_INSTANTIATE(double)
 #undef OCTET_INSTANTIATE

@@ -30,8 +30,7 @@ std::vector<double> to_double(const std::vector<float>& x) { return {x.begin(), 
 AttentionOracle run_attention_oracle(const AttentionShape& shape, const AttentionInputs& in) {
   shape.validate();
   const attn::Problem p(shape, AttentionConfig{});
-  const auto q = to_double(in.q), k = to_double(in.k), v = to_double(in.v),
-             d_o = to_double(in.d_o);
+  const auto q = to_double(in.q), k = to_double(in.k), v = to_double(in.v), d_o = to_double(in.d_o);
   AttentionOracle r;
   r.o.resize(q.size());
   r.lse.resize(size_t(p.B * p.H * p.Tq));
@@ -39,8 +38,8 @@ AttentionOracle run_attention_oracle(const AttentionShape& shape, const Attentio
   r.dk.resize(k.size());
   r.dv.resize(k.size());
   attention_forward_fp64(shape, q.data(), k.data(), v.data(), r.o.data(), r.lse.data());
-  attention_backward_fp64(shape, q.data(), k.data(), v.data(), r.o.data(), r.lse.data(),
-                          d_o.data(), r.dq.data(), r.dk.data(), r.dv.data());
+  attention_backward_fp64(shape, q.data(), k.data(), v.data(), r.o.data(), r.lse.data(), d_o.data(),
+                          r.dq.data(), r.dk.data(), r.dv.data());
   return r;
 }
 
@@ -48,8 +47,8 @@ namespace {
 
 template <typename X>
 AttentionErrors errors_impl(const AttentionShape& shape, const AttentionInputs& in,
-                            const AttentionOracle& ref, const X* o, const X* lse, const X* dq,
-                            const X* dk, const X* dv) {
+                            const AttentionOracle& ref, const X* o, const X* lse, const X* dq, const X* dk,
+                            const X* dv) {
   const attn::Problem p(shape, AttentionConfig{});
   AttentionErrors e;
   e.o_rel_err = rel_l2(o, ref.o);

@@ -23,8 +23,8 @@
 namespace octet::attn {
 
 template <typename T>
-void forward_flash(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat,
-                   T* o, T* lse, T* row_max, T* row_sum) {
+void forward_flash(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat, T* o, T* lse,
+                   T* row_max, T* row_sum) {
   const int64_t bc = p.cfg.block_k;
   std::vector<T> s(bc), acc(p.D);
   const T tau = T(p.tau);
@@ -98,8 +98,7 @@ void backward_flash(const Problem& p, const BackwardArgs<T>& a) {
             const int64_t j1 = std::min(p.Tk, j0 + bc);
             compute_p_dp(p, a, b, h, i0, i1, j0, j1, P.data(), dP.data(), (T*)nullptr, bc);
             for (int64_t i = i0; i < i1; ++i)
-              for (int64_t j = 0; j < j1 - j0; ++j)
-                sums[i].add(P[(i - i0) * bc + j], dP[(i - i0) * bc + j]);
+              for (int64_t j = 0; j < j1 - j0; ++j) sums[i].add(P[(i - i0) * bc + j], dP[(i - i0) * bc + j]);
           }
         }
         for (int64_t i = 0; i < p.Tq; ++i) delta[i] = sums[i].delta<T>();
@@ -118,10 +117,10 @@ void backward_flash(const Problem& p, const BackwardArgs<T>& a) {
     }
 }
 
-template void forward_flash<float>(const Problem&, const float*, const float*, const float*,
-                                   float*, float*, float*, float*);
-template void forward_flash<double>(const Problem&, const float*, const float*, const float*,
-                                    double*, double*, double*, double*);
+template void forward_flash<float>(const Problem&, const float*, const float*, const float*, float*, float*,
+                                   float*, float*);
+template void forward_flash<double>(const Problem&, const float*, const float*, const float*, double*,
+                                    double*, double*, double*);
 template void backward_flash<float>(const Problem&, const BackwardArgs<float>&);
 template void backward_flash<double>(const Problem&, const BackwardArgs<double>&);
 

@@ -14,8 +14,8 @@
 
 namespace octet {
 
-void attention_forward_fp64(const AttentionShape& shape, const double* q, const double* k,
-                            const double* v, double* o, double* lse) {
+void attention_forward_fp64(const AttentionShape& shape, const double* q, const double* k, const double* v,
+                            double* o, double* lse) {
   shape.validate();
   const attn::Problem p(shape, AttentionConfig{});
   std::vector<double> s(p.Tk);
@@ -51,9 +51,9 @@ void attention_forward_fp64(const AttentionShape& shape, const double* q, const 
     }
 }
 
-void attention_backward_fp64(const AttentionShape& shape, const double* q, const double* k,
-                             const double* v, const double* o, const double* lse,
-                             const double* d_o, double* dq, double* dk, double* dv) {
+void attention_backward_fp64(const AttentionShape& shape, const double* q, const double* k, const double* v,
+                             const double* o, const double* lse, const double* d_o, double* dq, double* dk,
+                             double* dv) {
   shape.validate();
   const attn::Problem p(shape, AttentionConfig{});
   std::fill(dq, dq + p.B * p.H * p.Tq * p.D, 0.0);

@@ -63,8 +63,10 @@ void round_do_dv(const Problem& p, const float* d_o, const T* row_factor, T* out
 template <typename T>
 inline T round_p(const AttentionConfig& c, T x) {
   switch (c.precision) {
-    case AttnPrecision::FP64: return x;
-    case AttnPrecision::BF16: return T(bf16_round(float(x)));
+    case AttnPrecision::FP64:
+      return x;
+    case AttnPrecision::BF16:
+      return T(bf16_round(float(x)));
     case AttnPrecision::FP8:
       return T(fp8_round(float(x) * c.p_scale, Format::E4M3) / c.p_scale);
   }
@@ -105,18 +107,18 @@ inline T exp_t(T x) {
 /// (the unrounded P's sum in T), all in T. A row that sees no key gets O = 0, LSE = m = −inf,
 /// l = 0.
 template <typename T>
-void forward_whole(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat,
-                   T* o, T* lse, T* row_max, T* row_sum);
+void forward_whole(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat, T* o, T* lse,
+                   T* row_max, T* row_sum);
 template <typename T>
-void forward_flash(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat,
-                   T* o, T* lse, T* row_max, T* row_sum);
+void forward_flash(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat, T* o, T* lse,
+                   T* row_max, T* row_sum);
 
 /// What a backward reads, and where it writes. dq/dk/dv are T accumulators, zeroed by the caller.
 template <typename T>
 struct BackwardArgs {
   const float *q_hat, *k_hat, *v_hat, *d_o, *do_hat;
   const T *o, *row_max, *row_sum;  // the forward's O (as stored), m_i and l_i
-  const T* do_dv;              // dV's operand: dO_i / l_i rounded (round_do_dv)
+  const T* do_dv;                  // dV's operand: dO_i / l_i rounded (round_do_dv)
   T *dq, *dk, *dv;
   // per (b, h, i) row: Σ_j dS_ij (before rounding) and Σ_j P_ij (|dP_ij| + |D_i|), the magnitude
   // of the terms P_ij dP_ij and P_ij D_i that the row sum cancels (the residual's denominator)
@@ -147,8 +149,8 @@ inline RowDelta<T> stale_delta(const Problem& p, const BackwardArgs<T>& a, int64
 /// dP = dÔV̂ᵀ, and (if E is not null) E, the row-max-relative value dV's P̃ is rounded from;
 /// masked keys and rows that see no key give P = dP = E = 0.
 template <typename T>
-void compute_p_dp(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, int64_t i0,
-                  int64_t i1, int64_t j0, int64_t j1, T* P, T* dP, T* E, int64_t ld);
+void compute_p_dp(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, int64_t i0, int64_t i1,
+                  int64_t j0, int64_t j1, T* P, T* dP, T* E, int64_t ld);
 
 /// ds_step: dS = P ∘ (dP − D) with delta[r] the D of row i0 + r (octet/delta_rule.h); adds
 /// Σ_j dS_ij (before rounding) and Σ_j P_ij (|dP_ij| + |D_i|) to the residual sums (and, if
@@ -156,8 +158,8 @@ void compute_p_dp(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t
 /// the tile's scale (round_ds_tile); and accumulates dV += P̃ᵀ(dO/l) with P̃ = round_p(E),
 /// dK += τ dŜᵀQ̂, dQ += τ dŜK̂. ds is scratch of (i1 − i0) * (j1 − j0).
 template <typename T>
-void ds_step(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, int64_t i0,
-             int64_t i1, int64_t j0, int64_t j1, const T* P, const T* dP, const T* E, int64_t ld,
+void ds_step(const Problem& p, const BackwardArgs<T>& a, int64_t b, int64_t h, int64_t i0, int64_t i1,
+             int64_t j0, int64_t j1, const T* P, const T* dP, const T* E, int64_t ld,
              const RowDelta<T>* delta, T* ds);
 
 }  // namespace octet::attn

@@ -1,7 +1,7 @@
 // src/cpu/attention_inputs.cpp — deterministic inputs for the attention checks and tests, shaped
 // so that the issues of real models show: keys with a non-zero mean (the direction a stale delta
-// biases dQ along, docs/design.md §"The two deltas"), heavy-tailed activations (outliers that stretch a per-tensor
-// FP8 scale), and attention sinks (one key that takes most of the attention mass, as observed in
+// biases dQ along, docs/design.md §"The two deltas"), heavy-tailed activations (outliers that stretch a
+// per-tensor FP8 scale), and attention sinks (one key that takes most of the attention mass, as observed in
 // trained LLMs: Xiao et al., "Efficient Streaming Language Models with Attention Sinks",
 // arXiv 2309.17453).
 #include <cmath>
@@ -30,8 +30,7 @@ struct Sampler {
 
 }  // namespace
 
-AttentionInputs make_attention_inputs(const AttentionShape& shape, AttnInputDist dist,
-                                      uint64_t seed) {
+AttentionInputs make_attention_inputs(const AttentionShape& shape, AttnInputDist dist, uint64_t seed) {
   shape.validate();
   const attn::Problem p(shape, AttentionConfig{});
   AttentionInputs in;

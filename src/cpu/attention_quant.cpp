@@ -1,8 +1,8 @@
 // src/cpu/attention_quant.cpp — how the operands of FP8 (and BF16) attention are rounded: the
 // quantize-dequantize of Q, K, V, dO and dS, i.e. the exact values a tensor core multiplies.
 //
-// FP8 (docs/design.md §"The two deltas"; OCP OFP8 v1.0 formats, scales from fp8.h's scale_from_amax, Transformer
-// Engine's current-scaling formula s = fp8_max / amax):
+// FP8 (docs/design.md §"The two deltas"; OCP OFP8 v1.0 formats, scales from fp8.h's scale_from_amax,
+// Transformer Engine's current-scaling formula s = fp8_max / amax):
 //   Q, K, V  E4M3, one scale per tensor or per (batch, head, 128-token block) (config.qkv_scaling);
 //   dO       config.do_format (E5M2 in the `hybrid` policy), one scale per tensor; for the dV GEMM
 //            dO_i / l_i (row factor of "P without underflow") with its own scale per tensor;

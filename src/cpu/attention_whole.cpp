@@ -1,10 +1,11 @@
 // src/cpu/attention_whole.cpp — the whole-row form of FP8/BF16/FP64 attention: each query row's
 // logits S are materialized with their max m and log-sum-exp L, and P̃ is rounded from the
 // row-max-relative exp(S − m) <= 1 (never from exp(S − L), whose long flat rows fall below E4M3's
-// range); O = Σ P̃ V̂ / Σ P̃ (docs/design.md §"The two deltas", forward steps 2–4; docs/delta-matching.md). The backward materializes P and dP for a block of block_q
-// rows over all keys, takes the delta from those rows (stale: the forward's O; matched: the very
-// P and dP, Delta-Matching, arXiv 2609.37852) and runs the shared tile step over key blocks.
-// Both run their independent heads on the CPU backend's threads (parallel.h): bitwise as serial.
+// range); O = Σ P̃ V̂ / Σ P̃ (docs/design.md §"The two deltas", forward steps 2–4; docs/delta-matching.md). The
+// backward materializes P and dP for a block of block_q rows over all keys, takes the delta from those rows
+// (stale: the forward's O; matched: the very P and dP, Delta-Matching, arXiv 2609.37852) and runs the shared
+// tile step over key blocks. Both run their independent heads on the CPU backend's threads (parallel.h):
+// bitwise as serial.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -15,8 +16,8 @@
 namespace octet::attn {
 
 template <typename T>
-void forward_whole(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat,
-                   T* o, T* lse, T* row_max, T* row_sum) {
+void forward_whole(const Problem& p, const float* q_hat, const float* k_hat, const float* v_hat, T* o, T* lse,
+                   T* row_max, T* row_sum) {
   const T tau = T(p.tau);
   cpu::parallel_for(p.B * p.H, [&](int64_t bh) {  // each (b, h) writes its own rows of o and the stats
     const int64_t b = bh / p.H, h = bh % p.H;
@@ -92,10 +93,10 @@ void backward_whole(const Problem& p, const BackwardArgs<T>& a) {
   });
 }
 
-template void forward_whole<float>(const Problem&, const float*, const float*, const float*,
-                                   float*, float*, float*, float*);
-template void forward_whole<double>(const Problem&, const float*, const float*, const float*,
-                                    double*, double*, double*, double*);
+template void forward_whole<float>(const Problem&, const float*, const float*, const float*, float*, float*,
+                                   float*, float*);
+template void forward_whole<double>(const Problem&, const float*, const float*, const float*, double*,
+                                    double*, double*, double*);
 template void backward_whole<float>(const Problem&, const BackwardArgs<float>&);
 template void backward_whole<double>(const Problem&, const BackwardArgs<double>&);
 

@@ -26,9 +26,9 @@ struct Head {
 template <typename T>
 struct ChunkForm {
   int64_t n = 0;
-  std::vector<T> gam;  // γ_r = Σ_{i≤r} g_i                     [n]
-  std::vector<T> kk;   // k_r·k_i                               [n, n]
-  std::vector<T> s0k;  // S_0ᵀ k_r                              [n, V]
+  std::vector<T> gam;    // γ_r = Σ_{i≤r} g_i                     [n]
+  std::vector<T> kk;     // k_r·k_i                               [n, n]
+  std::vector<T> s0k;    // S_0ᵀ k_r                              [n, V]
   std::vector<T> delta;  // Δ, solved from (I + A) Δ = R          [n, V]
 
   T e(int64_t r, int64_t i) const { return std::exp(gam[size_t(r)] - gam[size_t(i)]); }
@@ -89,9 +89,14 @@ struct ChunkForm {
 template <typename T>
 Head<T> head_of(const GatedDeltaShape& s, const GatedDeltaInputs<T>& in, int64_t bh) {
   const int64_t T_ = s.seq;
-  return {in.q + bh * T_ * s.dk, in.k + bh * T_ * s.dk, in.v + bh * T_ * s.dv,
-          in.g + bh * T_,        in.beta + bh * T_,      in.scale,
-          s.dk,                  s.dv};
+  return {in.q + bh * T_ * s.dk,
+          in.k + bh * T_ * s.dk,
+          in.v + bh * T_ * s.dv,
+          in.g + bh * T_,
+          in.beta + bh * T_,
+          in.scale,
+          s.dk,
+          s.dv};
 }
 
 void check_chunk(int64_t chunk) {
@@ -101,8 +106,8 @@ void check_chunk(int64_t chunk) {
 }  // namespace
 
 template <typename T>
-void gated_delta_chunked_forward(const GatedDeltaShape& s, const GatedDeltaInputs<T>& in,
-                                 int64_t chunk, T* o) {
+void gated_delta_chunked_forward(const GatedDeltaShape& s, const GatedDeltaInputs<T>& in, int64_t chunk,
+                                 T* o) {
   cpu::check_gated_delta(s, in, "o", o);
   check_chunk(chunk);
   const int64_t K = s.dk, V = s.dv;
@@ -139,14 +144,15 @@ void gated_delta_chunked_forward(const GatedDeltaShape& s, const GatedDeltaInput
 }
 
 template <typename T>
-void gated_delta_chunked_backward(const GatedDeltaShape& s, const GatedDeltaInputs<T>& in,
-                                  int64_t chunk, const T* d_o, const GatedDeltaGrads<T>& gr) {
+void gated_delta_chunked_backward(const GatedDeltaShape& s, const GatedDeltaInputs<T>& in, int64_t chunk,
+                                  const T* d_o, const GatedDeltaGrads<T>& gr) {
   cpu::check_gated_delta(s, in, "d_o", d_o);
   cpu::check_gated_delta_grads(gr);
   check_chunk(chunk);
   const int64_t K = s.dk, V = s.dv, KV = K * V, Tn = s.seq;
   const int64_t n_chunks = (Tn + chunk - 1) / chunk;
-  std::vector<T> states(static_cast<size_t>(n_chunks * KV)), G(static_cast<size_t>(KV)), dS0(static_cast<size_t>(KV));
+  std::vector<T> states(static_cast<size_t>(n_chunks * KV)), G(static_cast<size_t>(KV)),
+      dS0(static_cast<size_t>(KV));
   std::vector<T> dDelta, dR, dgam, GD(static_cast<size_t>(K)), s0q(static_cast<size_t>(V));
   ChunkForm<T> f;
   for (int64_t bh = 0; bh < s.batch * s.heads; ++bh) {
@@ -298,15 +304,13 @@ void gated_delta_chunked_backward(const GatedDeltaShape& s, const GatedDeltaInpu
   }
 }
 
-template void gated_delta_chunked_forward<float>(const GatedDeltaShape&,
-                                                 const GatedDeltaInputs<float>&, int64_t, float*);
-template void gated_delta_chunked_forward<double>(const GatedDeltaShape&,
-                                                  const GatedDeltaInputs<double>&, int64_t, double*);
-template void gated_delta_chunked_backward<float>(const GatedDeltaShape&,
-                                                  const GatedDeltaInputs<float>&, int64_t,
-                                                  const float*, const GatedDeltaGrads<float>&);
-template void gated_delta_chunked_backward<double>(const GatedDeltaShape&,
-                                                   const GatedDeltaInputs<double>&, int64_t,
-                                                   const double*, const GatedDeltaGrads<double>&);
+template void gated_delta_chunked_forward<float>(const GatedDeltaShape&, const GatedDeltaInputs<float>&,
+                                                 int64_t, float*);
+template void gated_delta_chunked_forward<double>(const GatedDeltaShape&, const GatedDeltaInputs<double>&,
+                                                  int64_t, double*);
+template void gated_delta_chunked_backward<float>(const GatedDeltaShape&, const GatedDeltaInputs<float>&,
+                                                  int64_t, const float*, const GatedDeltaGrads<float>&);
+template void gated_delta_chunked_backward<double>(const GatedDeltaShape&, const GatedDeltaInputs<double>&,
+                                                   int64_t, const double*, const GatedDeltaGrads<double>&);
 
 }  // namespace octet

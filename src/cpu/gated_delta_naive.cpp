@@ -16,8 +16,7 @@
 
 namespace octet {
 
-void gated_delta_naive_forward(const GatedDeltaShape& s, const GatedDeltaInputs<double>& in,
-                               double* o) {
+void gated_delta_naive_forward(const GatedDeltaShape& s, const GatedDeltaInputs<double>& in, double* o) {
   cpu::check_gated_delta(s, in, "o", o);
   const int64_t T = s.seq, K = s.dk, V = s.dv;
   std::vector<double> S(static_cast<size_t>(K * V)), kS(static_cast<size_t>(V));
@@ -52,8 +51,8 @@ void gated_delta_naive_backward(const GatedDeltaShape& s, const GatedDeltaInputs
   cpu::check_gated_delta(s, in, "d_o", d_o);
   cpu::check_gated_delta_grads(gr);
   const int64_t T = s.seq, K = s.dk, V = s.dv, KV = K * V;
-  std::vector<double> hist(static_cast<size_t>((T + 1) * KV)), G(static_cast<size_t>(KV)), w(static_cast<size_t>(V)), Gk(static_cast<size_t>(V)),
-      Pk(static_cast<size_t>(V));
+  std::vector<double> hist(static_cast<size_t>((T + 1) * KV)), G(static_cast<size_t>(KV)),
+      w(static_cast<size_t>(V)), Gk(static_cast<size_t>(V)), Pk(static_cast<size_t>(V));
   for (int64_t bh = 0; bh < s.batch * s.heads; ++bh) {
     // Forward, keeping S_0..S_T.
     std::fill(hist.begin(), hist.begin() + KV, 0.0);

@@ -20,9 +20,8 @@ namespace {
 thread_local std::vector<float> t_a, t_b, t_p, t_sa, t_sb;  // scratch, reused across calls
 
 void check_dims(int64_t M, int64_t N, int64_t K, const char* what) {
-  OCTET_CHECK(M >= 1 && N >= 1 && K >= 1, std::string(what) + ": empty shape M=" +
-                                              std::to_string(M) + " N=" + std::to_string(N) +
-                                              " K=" + std::to_string(K));
+  OCTET_CHECK(M >= 1 && N >= 1 && K >= 1, std::string(what) + ": empty shape M=" + std::to_string(M) +
+                                              " N=" + std::to_string(N) + " K=" + std::to_string(K));
 }
 
 void check_qtensor(const QTensor& q, const char* name) {
@@ -53,18 +52,17 @@ inline float axpby(float beta, float c, float v) { return beta == 0.0f ? v : bet
 
 }  // namespace
 
-void gemm_fp8(const QTensor& A, const QTensor& B, float* C, float beta,
-              const GemmOptions& options) {
+void gemm_fp8(const QTensor& A, const QTensor& B, float* C, float beta, const GemmOptions& options) {
   check_qtensor(A, "A");
   check_qtensor(B, "B");
   const int64_t M = A.rows, N = B.rows, K = A.cols;
   OCTET_CHECK(A.cols == B.cols, "gemm_fp8: K mismatch, A is " + std::to_string(A.rows) + "x" +
-                                    std::to_string(A.cols) + ", B is " + std::to_string(B.rows) +
-                                    "x" + std::to_string(B.cols) + " (C = A·Bᵀ)");
+                                    std::to_string(A.cols) + ", B is " + std::to_string(B.rows) + "x" +
+                                    std::to_string(B.cols) + " (C = A·Bᵀ)");
   const int64_t ka = k_block(A), kb = k_block(B);
-  OCTET_CHECK((ka >= K && kb >= K) || ka == kb,
-              "gemm_fp8: A and B scale blocks along K disagree (" + std::to_string(ka) + " vs " +
-                  std::to_string(kb) + " elements)");
+  OCTET_CHECK((ka >= K && kb >= K) || ka == kb, "gemm_fp8: A and B scale blocks along K disagree (" +
+                                                    std::to_string(ka) + " vs " + std::to_string(kb) +
+                                                    " elements)");
   const int64_t kc = std::min(ka, K), chunks = (K + kc - 1) / kc;
 
   t_a.resize(size_t(M * K));
@@ -92,8 +90,8 @@ void gemm_fp8(const QTensor& A, const QTensor& B, float* C, float beta,
   t_p.resize(size_t(M * N));
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t k0 = c * kc, kw = std::min(kc, K - k0);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(kw), 1.0f,
-                t_a.data() + k0, int(K), t_b.data() + k0, int(K), 0.0f, t_p.data(), int(N));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(kw), 1.0f, t_a.data() + k0,
+                int(K), t_b.data() + k0, int(K), 0.0f, t_p.data(), int(N));
     chunk_scales(A, c, t_sa);
     chunk_scales(B, c, t_sb);
     for (int64_t i = 0; i < M; ++i) {
@@ -108,8 +106,7 @@ void gemm_fp8(const QTensor& A, const QTensor& B, float* C, float beta,
   }
 }
 
-void gemm_bf16(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
-               float beta) {
+void gemm_bf16(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K, float beta) {
   check_dims(M, N, K, "gemm_bf16");
   t_a.resize(size_t(M * K));
   t_b.resize(size_t(N * K));
@@ -118,15 +115,13 @@ void gemm_bf16(const float* A, const float* B, float* C, int64_t M, int64_t N, i
   gemm_f32(t_a.data(), t_b.data(), C, M, N, K, beta);
 }
 
-void gemm_f32(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K,
-              float beta) {
+void gemm_f32(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K, float beta) {
   check_dims(M, N, K, "gemm_f32");
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0f, A, int(K), B,
-              int(K), beta, C, int(N));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0f, A, int(K), B, int(K),
+              beta, C, int(N));
 }
 
-void gemm_f64_reference(const double* A, const double* B, double* C, int64_t M, int64_t N,
-                        int64_t K) {
+void gemm_f64_reference(const double* A, const double* B, double* C, int64_t M, int64_t N, int64_t K) {
   check_dims(M, N, K, "gemm_f64_reference");
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {

@@ -17,17 +17,19 @@ int64_t bucket_elems_from_mb(double bucket_mb) {
   // buckets of 2 floats and 0.5 % of the tokens/s).
   char got[32];
   std::snprintf(got, sizeof got, "%g", bucket_mb);
-  OCTET_CHECK(std::isfinite(bucket_mb) && (bucket_mb == 0 || (bucket_mb >= 1.0 / 1024 && bucket_mb <= 1 << 20)),
-              std::string("dist.bucket_mb must be 0 (one bucket after the backward) or in [1/1024, 1048576] MiB, got ") +
-                  got);
+  OCTET_CHECK(
+      std::isfinite(bucket_mb) && (bucket_mb == 0 || (bucket_mb >= 1.0 / 1024 && bucket_mb <= 1 << 20)),
+      std::string(
+          "dist.bucket_mb must be 0 (one bucket after the backward) or in [1/1024, 1048576] MiB, got ") +
+          got);
   if (bucket_mb == 0) return 0;
   return std::max<int64_t>(1, int64_t(std::llround(bucket_mb * double(1 << 20) / sizeof(float))));
 }
 
 BucketPlan plan_buckets(int64_t n, int world, int64_t bucket_elems) {
   OCTET_CHECK(n >= 0 && world >= 1 && bucket_elems >= 0,
-              "plan_buckets: need n >= 0, world >= 1 and bucket_elems >= 0, got n " + std::to_string(n) + ", world " +
-                  std::to_string(world) + ", bucket_elems " + std::to_string(bucket_elems));
+              "plan_buckets: need n >= 0, world >= 1 and bucket_elems >= 0, got n " + std::to_string(n) +
+                  ", world " + std::to_string(world) + ", bucket_elems " + std::to_string(bucket_elems));
   BucketPlan p;
   p.world = world;
   // E: a multiple of world (full buckets split without padding); 0 or >= n: one bucket
@@ -46,8 +48,8 @@ BucketPlan plan_buckets(int64_t n, int world, int64_t bucket_elems) {
 }
 
 ShardLayout BucketPlan::shard(int rank) const {
-  OCTET_CHECK(rank >= 0 && rank < world,
-              "BucketPlan::shard: rank " + std::to_string(rank) + " outside [0, " + std::to_string(world) + ")");
+  OCTET_CHECK(rank >= 0 && rank < world, "BucketPlan::shard: rank " + std::to_string(rank) + " outside [0, " +
+                                             std::to_string(world) + ")");
   ShardLayout s;
   s.state_size = state_size;
   for (const Bucket& b : buckets) {

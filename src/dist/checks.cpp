@@ -9,7 +9,8 @@ namespace octet::dist_detail {
 
 void check_all_reduce(const Tensor& x, ReduceOp op) {
   OCTET_CHECK(!x.empty(), "all_reduce: empty tensor");
-  const bool ok = x.dtype == DType::F32 || x.dtype == DType::F64 || (x.dtype == DType::I32 && op == ReduceOp::Max);
+  const bool ok =
+      x.dtype == DType::F32 || x.dtype == DType::F64 || (x.dtype == DType::I32 && op == ReduceOp::Max);
   OCTET_CHECK(ok, "all_reduce: expected f32 or f64 (sum, max) or i32 (max), got " + x.str());
 }
 
@@ -27,7 +28,8 @@ void check_all_gather(const Tensor& in, const Tensor& out, int world) {
 }
 
 std::string where(const char* transport, const char* call, int rank, int world) {
-  return std::string(transport) + " " + call + " on rank " + std::to_string(rank) + " of " + std::to_string(world);
+  return std::string(transport) + " " + call + " on rank " + std::to_string(rank) + " of " +
+         std::to_string(world);
 }
 
 }  // namespace octet::dist_detail

@@ -47,8 +47,8 @@ DistEnv dist_env_from_environment() {
   bool has_port = false;
   e.master_port = env_int("MASTER_PORT", 0, &has_port);
   OCTET_CHECK(e.world >= 1, "WORLD_SIZE must be >= 1, got " + std::to_string(e.world));
-  OCTET_CHECK(e.rank < e.world, "RANK " + std::to_string(e.rank) + " is outside [0, WORLD_SIZE = " +
-                                    std::to_string(e.world) + ")");
+  OCTET_CHECK(e.rank < e.world, "RANK " + std::to_string(e.rank) +
+                                    " is outside [0, WORLD_SIZE = " + std::to_string(e.world) + ")");
   OCTET_CHECK(!has_port || (e.master_port >= 1 && e.master_port <= 65535),
               "MASTER_PORT must be in [1, 65535], got " + std::to_string(e.master_port));
   return e;

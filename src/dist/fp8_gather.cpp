@@ -22,17 +22,19 @@ namespace octet {
 Fp8WeightGather::Fp8WeightGather(Model& model, Communicator& comm, const BucketPlan& plan)
     : model_(model), comm_(comm), weights_(model.code_weights()) {
   const int world = comm.size();
-  OCTET_CHECK(!weights_.empty(), "dist.allgather_fp8: the model has no FP8 tensor-current linear weight to gather as "
-                                 "codes (a bf16/fp32 arm gathers FP32 as before)");
+  OCTET_CHECK(!weights_.empty(),
+              "dist.allgather_fp8: the model has no FP8 tensor-current linear weight to gather as "
+              "codes (a bf16/fp32 arm gathers FP32 as before)");
   const int64_t n = int64_t(model.num_params());
   OCTET_CHECK(plan.world == world && !plan.buckets.empty() && plan.buckets.back().end == n,
-              "Fp8WeightGather: the bucket plan is for " + std::to_string(plan.world) + " ranks, the job has " +
-                  std::to_string(world));
+              "Fp8WeightGather: the bucket plan is for " + std::to_string(plan.world) +
+                  " ranks, the job has " + std::to_string(world));
   // Code weights by offset (Model::code_weights is in key order, which is not always flat order).
   std::vector<int> by_offset(weights_.size());
   for (size_t k = 0; k < weights_.size(); ++k) by_offset[k] = int(k);
-  std::sort(by_offset.begin(), by_offset.end(),
-            [&](int a, int b) { return weights_[size_t(a)].param->offset < weights_[size_t(b)].param->offset; });
+  std::sort(by_offset.begin(), by_offset.end(), [&](int a, int b) {
+    return weights_[size_t(a)].param->offset < weights_[size_t(b)].param->offset;
+  });
   runs_.resize(size_t(world));
   for (int r = 0; r < world; ++r) {
     int64_t p32 = 0, p8 = 0;
@@ -47,14 +49,16 @@ Fp8WeightGather::Fp8WeightGather(Model& model, Communicator& comm, const BucketP
         });
         Run run;
         run.flat = at;
-        if (it != by_offset.end() && int64_t(weights_[size_t(*it)].param->offset) <= at) {  // inside weight *it
+        if (it != by_offset.end() &&
+            int64_t(weights_[size_t(*it)].param->offset) <= at) {  // inside weight *it
           const ParamInfo& p = *weights_[size_t(*it)].param;
           run.weight = *it;
           run.count = std::min(piece.end, int64_t(p.offset + p.numel)) - at;
           run.packed = p8;
           p8 += run.count;
         } else {  // up to the next code weight (or the piece's end)
-          const int64_t next = it == by_offset.end() ? piece.end : int64_t(weights_[size_t(*it)].param->offset);
+          const int64_t next =
+              it == by_offset.end() ? piece.end : int64_t(weights_[size_t(*it)].param->offset);
           run.count = std::min(piece.end, next) - at;
           run.packed = p32;
           p32 += run.count;
@@ -81,9 +85,7 @@ Fp8WeightGather::Fp8WeightGather(Model& model, Communicator& comm, const BucketP
   zeros_ = be.alloc(DType::I32, {int64_t(weights_.size())});  // alloc zero-fills
 }
 
-int64_t Fp8WeightGather::link_bytes() const {
-  return int64_t(comm_.size() - 1) * (4 * a32_ + a8_);
-}
+int64_t Fp8WeightGather::link_bytes() const { return int64_t(comm_.size() - 1) * (4 * a32_ + a8_); }
 
 void Fp8WeightGather::gather() {
   Backend& be = model_.backend();
@@ -93,12 +95,14 @@ void Fp8WeightGather::gather() {
   // 1. the other parameters in FP32: pack, all-gather in place, unpack the other ranks' runs
   if (a32_ > 0) {
     for (const Run& r : mine)
-      if (r.weight < 0) be.copy(f32_.tensor().slice(rank * a32_ + r.packed, r.count), params.slice(r.flat, r.count));
+      if (r.weight < 0)
+        be.copy(f32_.tensor().slice(rank * a32_ + r.packed, r.count), params.slice(r.flat, r.count));
     comm_.all_gather(f32_.tensor().slice(rank * a32_, a32_), f32_);
     for (int q = 0; q < world; ++q)
       if (q != rank)
         for (const Run& r : runs_[size_t(q)])
-          if (r.weight < 0) be.copy(params.slice(r.flat, r.count), f32_.tensor().slice(q * a32_ + r.packed, r.count));
+          if (r.weight < 0)
+            be.copy(params.slice(r.flat, r.count), f32_.tensor().slice(q * a32_ + r.packed, r.count));
   }
   // 2. each code weight's amax: this rank's runs, then the max over the ranks
   be.copy(amax_, zeros_);
@@ -110,9 +114,9 @@ void Fp8WeightGather::gather() {
   // 3. this rank's codes under the tensor scales, all-gathered; 4. every weight's codes in W order
   for (const Run& r : mine)
     if (r.weight >= 0)
-      weights_[size_t(r.weight)].linear->encode_weight_piece(params.slice(r.flat, r.count),
-                                                             amax_.tensor().slice(r.weight, 1),
-                                                             codes_.tensor().slice(rank * a8_ + r.packed, r.count));
+      weights_[size_t(r.weight)].linear->encode_weight_piece(
+          params.slice(r.flat, r.count), amax_.tensor().slice(r.weight, 1),
+          codes_.tensor().slice(rank * a8_ + r.packed, r.count));
   comm_.all_gather(codes_.tensor().slice(rank * a8_, a8_), codes_);
   for (int q = 0; q < world; ++q)
     for (const Run& r : runs_[size_t(q)])
@@ -131,7 +135,8 @@ void Fp8WeightGather::reinstall() {
 void Fp8WeightGather::install() {
   for (size_t k = 0; k < weights_.size(); ++k)
     weights_[k].linear->install_weight_codes(
-        wcodes_.tensor().slice(wcodes_at_[k], int64_t(weights_[k].param->numel)), amax_.tensor().slice(int64_t(k), 1));
+        wcodes_.tensor().slice(wcodes_at_[k], int64_t(weights_[k].param->numel)),
+        amax_.tensor().slice(int64_t(k), 1));
   installed_ = true;
 }
 

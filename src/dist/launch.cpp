@@ -54,8 +54,7 @@ std::vector<std::string> environment_with(const std::vector<std::string>& set) {
   for (char** e = environ; *e; ++e) {
     const std::string kv(*e);
     bool replaced = false;
-    for (const std::string& s : set)
-      replaced |= kv.compare(0, s.find('=') + 1, s, 0, s.find('=') + 1) == 0;
+    for (const std::string& s : set) replaced |= kv.compare(0, s.find('=') + 1, s, 0, s.find('=') + 1) == 0;
     if (!replaced) env.push_back(kv);
   }
   env.insert(env.end(), set.begin(), set.end());
@@ -103,8 +102,8 @@ int launch_local(int nproc, const std::string& device, const std::vector<std::st
     const char* port = std::getenv("MASTER_PORT");
     const std::string a = addr ? addr : "127.0.0.1", p = port ? port : std::to_string(free_tcp_port());
     for (int r = 0; r < nproc; ++r)
-      start(argv, {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(nproc),
-                   "MASTER_ADDR=" + a, "MASTER_PORT=" + p});
+      start(argv, {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r),
+                   "WORLD_SIZE=" + std::to_string(nproc), "MASTER_ADDR=" + a, "MASTER_PORT=" + p});
   } else {
     std::vector<std::string> mpi{"mpirun", "--oversubscribe", "-np", std::to_string(nproc)};
     mpi.insert(mpi.end(), argv.begin(), argv.end());
@@ -114,7 +113,8 @@ int launch_local(int nproc, const std::string& device, const std::vector<std::st
   }
   // Wait for every child; the first failure, or a stop signal to the launcher, ends the others.
   g_stop_signal = 0;
-  struct sigaction sa {}, old_int {}, old_term {}, old_hup {};
+  struct sigaction sa {
+  }, old_int{}, old_term{}, old_hup{};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, &old_int);
@@ -135,8 +135,7 @@ int launch_local(int nproc, const std::string& device, const std::vector<std::st
         result = status_code(status);
         for (pid_t k : kids)
           if (k > 0) ::kill(k, SIGTERM);
-        deadline = std::chrono::steady_clock::now() +
-                   std::chrono::milliseconds(int64_t(grace_s * 1000));
+        deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(grace_s * 1000));
       }
       continue;
     }

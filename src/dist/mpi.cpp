@@ -28,16 +28,20 @@ void finalize_mpi() {
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
-    case DType::F32: return MPI_FLOAT;
-    case DType::F64: return MPI_DOUBLE;
-    case DType::I32: return MPI_INT32_T;
-    default: OCTET_FAIL("mpi: no MPI datatype for " + to_string(t));
+    case DType::F32:
+      return MPI_FLOAT;
+    case DType::F64:
+      return MPI_DOUBLE;
+    case DType::I32:
+      return MPI_INT32_T;
+    default:
+      OCTET_FAIL("mpi: no MPI datatype for " + to_string(t));
   }
 }
 
 int mpi_count(const Tensor& t) {
-  OCTET_CHECK(t.numel() <= (int64_t(1) << 31) - 1, "mpi: a collective of " + std::to_string(t.numel()) +
-                                                      " elements exceeds MPI's int count");
+  OCTET_CHECK(t.numel() <= (int64_t(1) << 31) - 1,
+              "mpi: a collective of " + std::to_string(t.numel()) + " elements exceeds MPI's int count");
   return int(t.numel());
 }
 
@@ -110,8 +114,8 @@ class MpiCommunicator final : public Communicator {
     if (done) pending_.clear();
   }
   void broadcast(const Tensor& x, int root) override {
-    OCTET_CHECK(root >= 0 && root < size_, "broadcast: root " + std::to_string(root) + " outside [0, " +
-                                               std::to_string(size_) + ")");
+    OCTET_CHECK(root >= 0 && root < size_,
+                "broadcast: root " + std::to_string(root) + " outside [0, " + std::to_string(size_) + ")");
     OCTET_CHECK(x.bytes() <= size_t(1) << 31, "broadcast: more than 2 GiB in one call");
     wait_async();
     check(MPI_Bcast(x.data, int(x.bytes()), MPI_BYTE, root, comm_), "broadcast");
@@ -154,7 +158,8 @@ void dist_detail::ensure_mpi() {
 }
 
 std::unique_ptr<Communicator> make_mpi_communicator(Backend& backend) {
-  OCTET_CHECK(backend.name() == "cpu", "the MPI communicator runs on CPU-backend tensors, not " + backend.name());
+  OCTET_CHECK(backend.name() == "cpu",
+              "the MPI communicator runs on CPU-backend tensors, not " + backend.name());
   return std::make_unique<MpiCommunicator>();
 }
 

@@ -56,8 +56,10 @@ class TcpRendezvous final : public Rendezvous {
       : env_(env), timeout_(std::chrono::milliseconds(int64_t(timeout_s * 1000))) {
     OCTET_CHECK(env.master_port > 0, "rendezvous: MASTER_PORT is not set (rank 0 serves the NCCL id there)");
     const auto deadline = Clock::now() + timeout_;
-    if (env.rank == 0) serve(payload, deadline);
-    else join(deadline);
+    if (env.rank == 0)
+      serve(payload, deadline);
+    else
+      join(deadline);
   }
   ~TcpRendezvous() override {
     for (int fd : fds_)
@@ -115,7 +117,8 @@ class TcpRendezvous final : public Rendezvous {
   void serve(const std::string& payload, Clock::time_point deadline) {
     payload_ = payload;
     const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-    OCTET_CHECK(lfd >= 0, io_error("rendezvous: cannot create a socket for port", std::to_string(env_.master_port)));
+    OCTET_CHECK(lfd >= 0,
+                io_error("rendezvous: cannot create a socket for port", std::to_string(env_.master_port)));
     const int one = 1;
     ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_in addr{};
@@ -123,7 +126,8 @@ class TcpRendezvous final : public Rendezvous {
     addr.sin_addr.s_addr = htonl(INADDR_ANY);
     addr.sin_port = htons(uint16_t(env_.master_port));
     if (::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(lfd, 128) != 0) {
-      const std::string why = io_error("rendezvous: rank 0 cannot listen on port", std::to_string(env_.master_port));
+      const std::string why =
+          io_error("rendezvous: rank 0 cannot listen on port", std::to_string(env_.master_port));
       ::close(lfd);
       OCTET_FAIL(why);
     }
@@ -151,10 +155,10 @@ class TcpRendezvous final : public Rendezvous {
       ++joined;
     }
     ::close(lfd);
-    OCTET_CHECK(joined == env_.world - 1,
-                "rendezvous: only " + std::to_string(joined) + " of " + std::to_string(env_.world - 1) +
-                    " ranks connected to port " + std::to_string(env_.master_port) + " within " +
-                    std::to_string(timeout_.count() / 1000) + " s");
+    OCTET_CHECK(joined == env_.world - 1, "rendezvous: only " + std::to_string(joined) + " of " +
+                                              std::to_string(env_.world - 1) + " ranks connected to port " +
+                                              std::to_string(env_.master_port) + " within " +
+                                              std::to_string(timeout_.count() / 1000) + " s");
   }
 
   void join(Clock::time_point deadline) {
@@ -175,8 +179,8 @@ class TcpRendezvous final : public Rendezvous {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     ::freeaddrinfo(res);
-    OCTET_CHECK(fd >= 0, "rendezvous: rank " + std::to_string(env_.rank) + " could not reach rank 0 at " + host +
-                             ":" + port + " within " + std::to_string(timeout_.count() / 1000) + " s");
+    OCTET_CHECK(fd >= 0, "rendezvous: rank " + std::to_string(env_.rank) + " could not reach rank 0 at " +
+                             host + ":" + port + " within " + std::to_string(timeout_.count() / 1000) + " s");
     fds_ = {fd};
     bye_ = {false};
     int32_t r = env_.rank;
@@ -186,15 +190,15 @@ class TcpRendezvous final : public Rendezvous {
       payload_.resize(len);
       ok = io_all(fd, payload_.data(), len, false, deadline);
     }
-    OCTET_CHECK(ok, "rendezvous: rank " + std::to_string(env_.rank) + " did not receive the payload from rank 0 at " +
-                        host + ":" + port);
+    OCTET_CHECK(ok, "rendezvous: rank " + std::to_string(env_.rank) +
+                        " did not receive the payload from rank 0 at " + host + ":" + port);
   }
 
   DistEnv env_;
   std::chrono::milliseconds timeout_;
   std::string payload_;
-  std::vector<int> fds_;    // rank 0: the link of rank i + 1 at i; others: the link to rank 0
-  std::vector<bool> bye_;   // that peer said goodbye
+  std::vector<int> fds_;   // rank 0: the link of rank i + 1 at i; others: the link to rank 0
+  std::vector<bool> bye_;  // that peer said goodbye
 };
 
 }  // namespace

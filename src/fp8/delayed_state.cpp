@@ -24,12 +24,11 @@ void check_delayed_state(const DelayedState& s, int history_len, const std::stri
                   " entries, but amax_history_len is " + std::to_string(history_len));
   for (size_t i = 0; i < s.history.size(); ++i)
     OCTET_CHECK(std::isfinite(s.history[i]) && s.history[i] >= 0.0f,
-                what + ": amax history entry " + std::to_string(i) + " is " +
-                    std::to_string(s.history[i]) + " (must be finite and >= 0)");
+                what + ": amax history entry " + std::to_string(i) + " is " + std::to_string(s.history[i]) +
+                    " (must be finite and >= 0)");
   OCTET_CHECK(std::isfinite(s.scale) && s.scale > 0.0f,
               what + ": delayed scale " + std::to_string(s.scale) + " (must be finite and > 0)");
-  OCTET_CHECK(s.overflow_count >= 0,
-              what + ": negative overflow count " + std::to_string(s.overflow_count));
+  OCTET_CHECK(s.overflow_count >= 0, what + ": negative overflow count " + std::to_string(s.overflow_count));
 }
 
 std::vector<float> pack_delayed_states(const std::vector<DelayedState>& slots) {
@@ -43,8 +42,7 @@ std::vector<float> pack_delayed_states(const std::vector<DelayedState>& slots) {
   return out;
 }
 
-std::vector<DelayedState> unpack_delayed_states(const std::vector<float>& data, int count,
-                                                int history_len) {
+std::vector<DelayedState> unpack_delayed_states(const std::vector<float>& data, int count, int history_len) {
   std::vector<DelayedState> slots(size_t(count > 0 ? count : 0));
   size_t pos = 0;
   const std::string total = "quantizer state of " + std::to_string(data.size()) + " values";
@@ -57,8 +55,8 @@ std::vector<DelayedState> unpack_delayed_states(const std::vector<float>& data, 
                     " is not an integer in [0, amax_history_len = " + std::to_string(history_len) + "]");
     const size_t n = size_t(data[pos]);
     OCTET_CHECK(data.size() - pos >= n + 3, what + ": needs " + std::to_string(n + 3) +
-                                                " values from offset " + std::to_string(pos) +
-                                                ", only " + std::to_string(data.size() - pos) + " left");
+                                                " values from offset " + std::to_string(pos) + ", only " +
+                                                std::to_string(data.size() - pos) + " left");
     DelayedState& s = slots[size_t(k)];
     s.history.assign(data.begin() + int64_t(pos + 1), data.begin() + int64_t(pos + 1 + n));
     s.scale = data[pos + 1 + n];

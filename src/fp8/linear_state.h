@@ -25,8 +25,8 @@ std::vector<float> linear_quant_state(bool delayed, const Q* x, const Q* w, cons
 /// Restores what linear_quant_state() wrote. Throws octet::Error (nothing changed) on a state of
 /// the wrong size or content, or a non-empty state for a linear without one.
 template <typename Q>
-void load_linear_quant_state(bool delayed, const std::vector<float>& state, int history_len, Q* x,
-                             Q* w, Q* dy) {
+void load_linear_quant_state(bool delayed, const std::vector<float>& state, int history_len, Q* x, Q* w,
+                             Q* dy) {
   if (!delayed) {
     OCTET_CHECK(state.empty(), "linear: a quantizer state of " + std::to_string(state.size()) +
                                    " values for a linear without one (BF16/FP32 or a stateless "

@@ -14,12 +14,16 @@ namespace octet {
 
 BlockShape block_shape(Recipe recipe, Role role, int64_t rows, int64_t cols) {
   switch (recipe) {
-    case Recipe::Row: return {1, cols};
-    case Recipe::Block: return role == Role::Weight ? BlockShape{128, 128} : BlockShape{1, 128};
-    case Recipe::MX: return {1, 32};
+    case Recipe::Row:
+      return {1, cols};
+    case Recipe::Block:
+      return role == Role::Weight ? BlockShape{128, 128} : BlockShape{1, 128};
+    case Recipe::MX:
+      return {1, 32};
     case Recipe::TensorDelayed:
     case Recipe::TensorCurrent:
-    case Recipe::Unit: break;
+    case Recipe::Unit:
+      break;
   }
   return {rows, cols};
 }
@@ -53,8 +57,8 @@ struct Counts {
 
 // Codes of one block: q = cast(x·s). F and SAT are compile-time so the cast inlines branch-light.
 template <Format F, bool SAT>
-void encode_block(const float* x, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
-                  float s, uint8_t* codes, Counts& n) {
+void encode_block(const float* x, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float s,
+                  uint8_t* codes, Counts& n) {
   int64_t under = 0, sat = 0;
   for (int64_t r = r0; r < r1; ++r) {
     const float* row = x + r * ld;
@@ -71,10 +75,11 @@ void encode_block(const float* x, int64_t ld, int64_t r0, int64_t r1, int64_t c0
   n.saturated += sat;
 }
 
-using EncodeFn = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, float,
-                          uint8_t*, Counts&);
+using EncodeFn = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, float, uint8_t*,
+                          Counts&);
 EncodeFn encoder(Format f, bool saturate) {
-  if (f == Format::E4M3) return saturate ? encode_block<Format::E4M3, true> : encode_block<Format::E4M3, false>;
+  if (f == Format::E4M3)
+    return saturate ? encode_block<Format::E4M3, true> : encode_block<Format::E4M3, false>;
   return saturate ? encode_block<Format::E5M2, true> : encode_block<Format::E5M2, false>;
 }
 
@@ -99,15 +104,16 @@ Quantizer::Quantizer(const QuantConfig& config, Role role) : config_(config), ro
 float Quantizer::scale_for_tensor(float amax) {
   const Format f = format();
   switch (config_.recipe) {
-    case Recipe::Unit: return config_.unit_scale;
+    case Recipe::Unit:
+      return config_.unit_scale;
     case Recipe::TensorDelayed: {
       // Record (max; a NaN sticks), then quantize with the current scale.
-      if (pending_amax_ == pending_amax_ && (amax != amax || amax > pending_amax_))
-        pending_amax_ = amax;
+      if (pending_amax_ == pending_amax_ && (amax != amax || amax > pending_amax_)) pending_amax_ = amax;
       if (!history_.empty() || !std::isfinite(amax)) return delayed_scale_;
       return scale_from_amax(amax, f, config_.margin, config_.pow2_scales);
     }
-    default: return scale_from_amax(amax, f, config_.margin, config_.pow2_scales);
+    default:
+      return scale_from_amax(amax, f, config_.margin, config_.pow2_scales);
   }
 }
 
@@ -140,8 +146,8 @@ void Quantizer::run(const float* x, int64_t rows, int64_t cols, QTensor& out) {
   out.amax = 0.0f;
   const bool mx = recipe == Recipe::MX;
   const EncodeFn encode = encoder(f, config_.saturate || mx);
-  const bool tensor_recipe = recipe == Recipe::TensorCurrent ||
-                             recipe == Recipe::TensorDelayed || recipe == Recipe::Unit;
+  const bool tensor_recipe =
+      recipe == Recipe::TensorCurrent || recipe == Recipe::TensorDelayed || recipe == Recipe::Unit;
   Counts n;
   const int64_t br = out.block.rows, bc = out.block.cols, gc = out.grid_cols();
   for (int64_t r0 = 0; r0 < rows; r0 += br) {
@@ -168,15 +174,15 @@ void Quantizer::run(const float* x, int64_t rows, int64_t cols, QTensor& out) {
 }
 
 void Quantizer::quantize(const float* x, int64_t rows, int64_t cols, QTensor& out) {
-  OCTET_CHECK(rows >= 1 && cols >= 1, "quantize: empty shape " + std::to_string(rows) + "x" +
-                                          std::to_string(cols));
+  OCTET_CHECK(rows >= 1 && cols >= 1,
+              "quantize: empty shape " + std::to_string(rows) + "x" + std::to_string(cols));
   OCTET_CHECK(x != nullptr, "quantize: null input");
   run(x, rows, cols, out);
 }
 
 void Quantizer::quantize_transposed(const float* x, int64_t rows, int64_t cols, QTensor& out) {
-  OCTET_CHECK(rows >= 1 && cols >= 1, "quantize_transposed: empty shape " +
-                                          std::to_string(rows) + "x" + std::to_string(cols));
+  OCTET_CHECK(rows >= 1 && cols >= 1,
+              "quantize_transposed: empty shape " + std::to_string(rows) + "x" + std::to_string(cols));
   OCTET_CHECK(x != nullptr, "quantize_transposed: null input");
   transpose_buf_.resize(size_t(rows * cols));
   transpose(x, rows, cols, transpose_buf_.data());

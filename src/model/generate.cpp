@@ -33,7 +33,8 @@ DecodePrecision parse_decode_precision(const std::string& s) {
 std::string to_string(DecodePrecision p) { return p == DecodePrecision::FP32 ? "fp32" : "bf16"; }
 
 void SampleOptions::validate() const {
-  OCTET_CHECK(max_new_tokens >= 0, "max_new_tokens must be >= 0 (got " + std::to_string(max_new_tokens) + ")");
+  OCTET_CHECK(max_new_tokens >= 0,
+              "max_new_tokens must be >= 0 (got " + std::to_string(max_new_tokens) + ")");
   OCTET_CHECK(std::isfinite(temperature) && temperature >= 0.0f,
               "temperature must be finite and >= 0 (got " + std::to_string(temperature) + ")");
   OCTET_CHECK(top_k >= 0, "top_k must be >= 0 (got " + std::to_string(top_k) + ")");
@@ -46,14 +47,13 @@ struct Scratch {
   Buffer buf;
   int64_t cap = 0;
   Tensor as(Shape s) const {
-    OCTET_CHECK(s.numel() <= cap, "generate: scratch of " + std::to_string(cap) + " too small for " + s.str());
+    OCTET_CHECK(s.numel() <= cap,
+                "generate: scratch of " + std::to_string(cap) + " too small for " + s.str());
     return Tensor(buf.tensor().data, buf.tensor().dtype, s);
   }
 };
 // Elements [offset, offset + numel(s)) of an F32 buffer as a tensor of shape s.
-Tensor at(const Tensor& base, int64_t offset, Shape s) {
-  return Tensor(base.f32() + offset, DType::F32, s);
-}
+Tensor at(const Tensor& base, int64_t offset, Shape s) { return Tensor(base.f32() + offset, DType::F32, s); }
 }  // namespace
 
 struct Generator::Impl {
@@ -63,12 +63,13 @@ struct Generator::Impl {
   DecodePrecision precision;
   AttentionConfig acfg;
   int64_t T, d, H, G, Dh, F, V, fc1_w;
-  int64_t KVH;               // heads of the k/v scratch: G, or H when some layer is Gated DeltaNet
-  float gdn_scale = 1.0f;    // Gated DeltaNet: 1/√Dh (gated_delta_layer.cpp)
+  int64_t KVH;             // heads of the k/v scratch: G, or H when some layer is Gated DeltaNet
+  float gdn_scale = 1.0f;  // Gated DeltaNet: 1/√Dh (gated_delta_layer.cpp)
   float res_a = 1.0f, res_b = 1.0f;
   int64_t length = 0;
   struct Layer {
-    bool gdn = false;  // a Gated DeltaNet layer (hybrid mixer): qkv, gates, proj and the caches qc, kc, vc, gc
+    bool gdn =
+        false;  // a Gated DeltaNet layer (hybrid mixer): qkv, gates, proj and the caches qc, kc, vc, gc
     LinearOp qkv, proj, fc1, fc2, gates;
     NormOp norm1, norm2, q_norm, k_norm;
     Buffer kc, vc;  // F32 [G, T, Dh]: keys after the QK-norm, before RoPE; values (gdn: [H, T, Dh] k̂, v)
@@ -190,9 +191,11 @@ struct Generator::Impl {
       be.rope(kl, c.rope_theta, false);
       const Tensor ql = qs.as({1, H, len, Dh});
       be.fill(ql, 0.0);
-      for (int64_t j = 0; j < H; ++j) be.copy(at(ql, (j * len + p0) * Dh, {n, Dh}), at(qn, j * n * Dh, {n, Dh}));
+      for (int64_t j = 0; j < H; ++j)
+        be.copy(at(ql, (j * len + p0) * Dh, {n, Dh}), at(qn, j * n * Dh, {n, Dh}));
       be.rope(ql, c.rope_theta, false);
-      for (int64_t j = 0; j < H; ++j) be.copy(at(qn, j * n * Dh, {n, Dh}), at(ql, (j * len + p0) * Dh, {n, Dh}));
+      for (int64_t j = 0; j < H; ++j)
+        be.copy(at(qn, j * n * Dh, {n, Dh}), at(ql, (j * len + p0) * Dh, {n, Dh}));
     }
     AttentionShape shape;
     shape.batch = 1, shape.n_heads = H, shape.n_kv_heads = G, shape.seq_q = n, shape.seq_k = len;
@@ -221,7 +224,8 @@ struct Generator::Impl {
     const Tensor qc = L.qc.tensor(), kc = L.kc.tensor(), vc = L.vc.tensor();
     const Tensor ql = qs.as({1, H, len, Dh}), kl = kw.as({1, H, len, Dh}), vl = vw.as({1, H, len, Dh});
     for (int64_t j = 0; j < H; ++j) {  // append the new rows, then gather the first len of each head
-      for (auto [cache, fresh, all] : {std::tuple{qc, qn, ql}, std::tuple{kc, kn, kl}, std::tuple{vc, vn, vl}}) {
+      for (auto [cache, fresh, all] :
+           {std::tuple{qc, qn, ql}, std::tuple{kc, kn, kl}, std::tuple{vc, vn, vl}}) {
         be.copy(at(cache, (j * T + p0) * Dh, {n, Dh}), at(fresh, j * n * Dh, {n, Dh}));
         be.copy(at(all, j * len * Dh, {len, Dh}), at(cache, j * T * Dh, {len, Dh}));
       }
@@ -238,8 +242,10 @@ struct Generator::Impl {
   void mlp(Layer& L, const Tensor& u_, int64_t n, const Tensor& out) {
     const Tensor hn = h.as({n, fc1_w}), an = a.as({n, F});
     L.fc1.forward(be, u_, hn);
-    if (c.mlp == MlpKind::SwiGLU) be.swiglu_forward(hn, an);
-    else be.gelu_forward(hn, an);
+    if (c.mlp == MlpKind::SwiGLU)
+      be.swiglu_forward(hn, an);
+    else
+      be.gelu_forward(hn, an);
     L.fc2.forward(be, an, out);
   }
 
@@ -249,7 +255,8 @@ struct Generator::Impl {
     OCTET_CHECK(p0 + n <= T, "the context holds " + std::to_string(T) + " tokens (model.seq_len); " +
                                  std::to_string(p0) + " cached + " + std::to_string(n) + " new do not fit");
     for (int32_t t : tok)
-      OCTET_CHECK(t >= 0 && t < V, "token id " + std::to_string(t) + " outside the vocabulary of " + std::to_string(V));
+      OCTET_CHECK(t >= 0 && t < V,
+                  "token id " + std::to_string(t) + " outside the vocabulary of " + std::to_string(V));
     const Tensor idn = ids.tensor().slice(0, n);
     be.upload(idn, tok.data());
     const Shape nd{n, d};
@@ -266,9 +273,12 @@ struct Generator::Impl {
           nrm.forward(be, x, un, mn, rn);
           in = un;
         }
-        if (k == 0 && L.gdn) gated_delta(L, in, p0, n, fn);
-        else if (k == 0) attention(L, in, p0, n, fn);
-        else mlp(L, in, n, fn);
+        if (k == 0 && L.gdn)
+          gated_delta(L, in, p0, n, fn);
+        else if (k == 0)
+          attention(L, in, p0, n, fn);
+        else
+          mlp(L, in, n, fn);
         Tensor gv = fn;
         if (c.norm_placement == NormPlacement::Output) {
           nrm.forward(be, fn, gn, mn, rn);
@@ -310,9 +320,11 @@ int32_t sample_token(const float* logits, int64_t vocab, const SampleOptions& op
   std::vector<double> p(static_cast<size_t>(k));
   const double top = double(logits[order[0]]) / opt.temperature;
   double sum = 0;
-  for (int64_t i = 0; i < k; ++i) sum += p[size_t(i)] = std::exp(double(logits[order[size_t(i)]]) / opt.temperature - top);
+  for (int64_t i = 0; i < k; ++i)
+    sum += p[size_t(i)] = std::exp(double(logits[order[size_t(i)]]) / opt.temperature - top);
   int64_t keep = 0;  // nucleus: the smallest prefix whose mass reaches top_p
-  for (double mass = 0; keep < k && (keep == 0 || mass < double(opt.top_p) * sum); ++keep) mass += p[size_t(keep)];
+  for (double mass = 0; keep < k && (keep == 0 || mass < double(opt.top_p) * sum); ++keep)
+    mass += p[size_t(keep)];
   std::discrete_distribution<int64_t> pick(p.begin(), p.begin() + keep);
   return order[size_t(pick(rng))];
 }

@@ -61,12 +61,12 @@ struct GdnLayer {
   model_detail::NormOp q_norm, k_norm;  // RMSNorm, fixed gain 1
   float scale = 1.0f;                   // 1/√Dh: k_norm's output to unit rows; q's read-out scale
   int64_t chunk = 64;
-  Tensor qkv_out;                       // act [N, 3·H·Dh]
-  Tensor gate_out;                      // act [N, 2H]
-  Tensor q_raw, k_raw, q, k, v;         // act [B, H, T, Dh]
-  Tensor q_rstd, k_rstd;                // F32 [B·H·T]
-  Tensor o;                             // act [B, H, T, Dh]
-  Tensor ot;                            // act [N, H·Dh]
+  Tensor qkv_out;                // act [N, 3·H·Dh]
+  Tensor gate_out;               // act [N, 2H]
+  Tensor q_raw, k_raw, q, k, v;  // act [B, H, T, Dh]
+  Tensor q_rstd, k_rstd;         // F32 [B·H·T]
+  Tensor o;                      // act [B, H, T, Dh]
+  Tensor ot;                     // act [N, H·Dh]
 
   /// f (act [N, d]) = proj(heads(GatedDeltaNet(q, k, v, gates))) of the unit input u.
   void forward(Backend& be, const Tensor& u, const Tensor& f);
@@ -75,11 +75,11 @@ struct GdnLayer {
 };
 // Gradient scratch shared by the Gated DeltaNet layers (allocated for the hybrid mixer only).
 struct GdnScratch {
-  Tensor dot;                      // act [N, H·Dh]
+  Tensor dot;                         // act [N, H·Dh]
   Tensor dout, dq, dk, dv, dq2, dk2;  // act [B, H, T, Dh]
-  Tensor dgates;                   // act [N, 2H]
-  Tensor dqkv;                     // act [N, 3·H·Dh]
-  Tensor dx;                       // act [N, d]: the gate linear's input gradient
+  Tensor dgates;                      // act [N, 2H]
+  Tensor dqkv;                        // act [N, 3·H·Dh]
+  Tensor dx;                          // act [N, d]: the gate linear's input gradient
 };
 
 struct MlpLayer {
@@ -94,18 +94,18 @@ struct Model::Impl {
   Buffer params, grads;              // F32 [num_params]
   std::vector<Tensor> stream;        // 2L+1 residual-stream tensors act [N, d]
   std::vector<UnitBuffers> units;    // 2L
-  std::vector<AttnLayer> attn;    // per layer (empty for a Gated DeltaNet layer)
-  std::vector<GdnLayer> gdn;      // per layer (empty for an attention layer)
+  std::vector<AttnLayer> attn;       // per layer (empty for a Gated DeltaNet layer)
+  std::vector<GdnLayer> gdn;         // per layer (empty for an attention layer)
   GdnScratch gdn_scratch;
   std::vector<MlpLayer> mlp;
   model_detail::NormOp norm_f;
   Tensor xf, mean_f, rstd_f, logits;
   model_detail::LinearOp head;
-  Tensor ids, targets;      // I32 [N]
-  Tensor loss;              // F64 [1]: summed loss since the last take_loss()
-  int64_t n_backward = 0;   // capturing backwards since zero_grad (the residual mean's count)
-  bool capture = false;     // set_attention_capture: keep d_o_sample and the row residual in each backward
-  bool captured = false;    // d_o_sample belongs to the last forward (its backward ran with capture)
+  Tensor ids, targets;     // I32 [N]
+  Tensor loss;             // F64 [1]: summed loss since the last take_loss()
+  int64_t n_backward = 0;  // capturing backwards since zero_grad (the residual mean's count)
+  bool capture = false;    // set_attention_capture: keep d_o_sample and the row residual in each backward
+  bool captured = false;   // d_o_sample belongs to the last forward (its backward ran with capture)
   Tensor wte, dwte, wpe, dwpe;  // F32 views (wpe: learned positions only)
   // gradient scratch (act)
   Tensor dcur, dt1, dt2, dt3, gtmp, dqkv, dq, dk, dv, dq2, dk2, dout, dot, dh, da;

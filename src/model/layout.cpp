@@ -52,8 +52,7 @@ std::vector<ParamInfo> build_param_table(const ModelConfig& c) {
   return t;
 }
 
-std::vector<float> init_params(const ModelConfig& c, const std::vector<ParamInfo>& table,
-                               uint64_t seed) {
+std::vector<float> init_params(const ModelConfig& c, const std::vector<ParamInfo>& table, uint64_t seed) {
   size_t total = 0;
   for (auto& p : table) total = p.offset + p.numel;
   std::vector<float> out(total, 0.0f);

@@ -21,8 +21,7 @@ std::vector<ParamInfo> build_param_table(const ModelConfig& config);
 
 /// Host values of every parameter (table order), from `seed`. Each tensor draws from its own
 /// stream keyed by (seed, name), so adding or removing a tensor leaves the others unchanged.
-std::vector<float> init_params(const ModelConfig& config, const std::vector<ParamInfo>& table,
-                               uint64_t seed);
+std::vector<float> init_params(const ModelConfig& config, const std::vector<ParamInfo>& table, uint64_t seed);
 
 /// splitmix64 (Steele, Lea & Flood 2014): the one RNG step octet uses for seeds and data order.
 inline uint64_t splitmix64(uint64_t& state) {

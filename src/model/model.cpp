@@ -33,8 +33,8 @@ std::vector<std::pair<std::string, LinearOp*>> Model::Impl::linears() {
   return v;
 }
 
-Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backend& backend,
-             int64_t batch, const ModelMemory& memory)
+Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backend& backend, int64_t batch,
+             const ModelMemory& memory)
     : config_(config), precision_(precision), backend_(backend), batch_(batch), memory_(memory) {
   validate_model_precision(config_, precision_, batch);  // the checks a run makes up front
   params_ = model_detail::build_param_table(config_);
@@ -92,8 +92,8 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
     }
     return n;
   };
-  auto make_linear = [&](const std::string& name, const std::string& pname, int64_t in,
-                         int64_t out, LinearPrecision prec) {
+  auto make_linear = [&](const std::string& name, const std::string& pname, int64_t in, int64_t out,
+                         LinearPrecision prec) {
     LinearOp op;
     op.name = name;
     op.w = view(pname, m.params);
@@ -265,9 +265,8 @@ std::vector<float> Model::download_grads() {
   return h;
 }
 void Model::upload_params(const std::vector<float>& host) {
-  OCTET_CHECK(host.size() == n_params_, "parameter count mismatch: got " +
-                                            std::to_string(host.size()) + ", model has " +
-                                            std::to_string(n_params_));
+  OCTET_CHECK(host.size() == n_params_, "parameter count mismatch: got " + std::to_string(host.size()) +
+                                            ", model has " + std::to_string(n_params_));
   backend_.upload(param_data(), host.data());
   for (auto& [key, op] : impl_->linears()) op->lin->weights_changed();
 }
@@ -310,7 +309,8 @@ std::vector<Model::CodeWeight> Model::code_weights() {
     const ParamInfo* p = nullptr;
     for (const ParamInfo& q : params_)
       if (q.offset == offset) p = &q;
-    OCTET_CHECK(p && p->numel == size_t(op->w.numel()), "code_weights: linear " + key + " has no weight parameter");
+    OCTET_CHECK(p && p->numel == size_t(op->w.numel()),
+                "code_weights: linear " + key + " has no weight parameter");
     out.push_back({p, op->lin.get()});
   }
   return out;
@@ -347,8 +347,7 @@ std::vector<LayerDiag> Model::diagnostics() {
       if (al.attn) ops = {&al.qkv, &al.proj};
       ops.insert(ops.end(), {&ml.fc1, &ml.fc2});
       for (const LinearOp* op : ops)
-        dg.linears.push_back(
-            {op->name, op->lin->stats_x(), op->lin->stats_w(), op->lin->stats_dy()});
+        dg.linears.push_back({op->name, op->lin->stats_x(), op->lin->stats_w(), op->lin->stats_dy()});
     }
     out.push_back(std::move(dg));
   }
@@ -359,7 +358,8 @@ void Model::set_attention_capture(bool on) {
   Impl& m = *impl_;
   if (on)
     for (AttnLayer& al : m.attn)
-      if (al.attn && al.d_o_sample.empty()) al.d_o_sample = m.arena.make(precision_.activations, {1, m.H, m.T, m.Dh});
+      if (al.attn && al.d_o_sample.empty())
+        al.d_o_sample = m.arena.make(precision_.activations, {1, m.H, m.T, m.Dh});
   m.capture = on;
 }
 
@@ -368,9 +368,9 @@ AttentionSample Model::attention_sample(int64_t layer) {
               "attention_sample: activation checkpointing does not keep the layers' q, k, v "
               "(train.activation_checkpointing = false)");
   Impl& m = *impl_;
-  OCTET_CHECK(layer >= 0 && layer < config_.n_layer,
-              "attention_sample: layer " + std::to_string(layer) + " is out of range [0, " +
-                  std::to_string(config_.n_layer) + ")");
+  OCTET_CHECK(layer >= 0 && layer < config_.n_layer, "attention_sample: layer " + std::to_string(layer) +
+                                                         " is out of range [0, " +
+                                                         std::to_string(config_.n_layer) + ")");
   AttnLayer& al = m.attn[size_t(layer)];
   OCTET_CHECK(al.attn != nullptr, "attention_sample: layer " + std::to_string(layer) +
                                       " has no attention (a Gated DeltaNet layer)");

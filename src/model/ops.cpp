@@ -17,8 +17,7 @@ void LinearOp::backward(Backend& be, const Tensor& dy, const Tensor& dx) {
   lin->backward(saved, dy, dx, dw);
 }
 
-void NormOp::forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& mean,
-                     const Tensor& rstd) {
+void NormOp::forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   if (kind == NormKind::RMSNorm) {
     be.rmsnorm_forward(x, w, y, rstd, eps);
   } else {
@@ -27,8 +26,8 @@ void NormOp::forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor
   }
 }
 
-void NormOp::backward(Backend& be, const Tensor& x, const Tensor& dy, const Tensor& dx,
-                      const Tensor& mean, const Tensor& rstd) {
+void NormOp::backward(Backend& be, const Tensor& x, const Tensor& dy, const Tensor& dx, const Tensor& mean,
+                      const Tensor& rstd) {
   if (kind == NormKind::RMSNorm) {
     be.rmsnorm_backward(x, w, rstd, dy, dx, dw);
   } else {

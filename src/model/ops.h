@@ -36,11 +36,10 @@ struct NormOp {
   Tensor w, b, dw, db;  ///< F32 [dim] views (or empty)
 
   /// mean is written for LayerNorm only (may be empty for RMSNorm).
-  void forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& mean,
-               const Tensor& rstd);
+  void forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& rstd);
   /// dx overwritten; the gain (and bias) gradients accumulate.
-  void backward(Backend& be, const Tensor& x, const Tensor& dy, const Tensor& dx,
-                const Tensor& mean, const Tensor& rstd);
+  void backward(Backend& be, const Tensor& x, const Tensor& dy, const Tensor& dx, const Tensor& mean,
+                const Tensor& rstd);
 };
 
 }  // namespace octet::model_detail

@@ -63,9 +63,12 @@ void validate_model_precision(const ModelConfig& m, const PrecisionConfig& p, in
 
 LinearPrecision linear_precision(Arm arm) {
   switch (arm) {
-    case Arm::BF16: return LinearPrecision::BF16;
-    case Arm::FP32: return LinearPrecision::FP32;
-    default: return LinearPrecision::FP8;
+    case Arm::BF16:
+      return LinearPrecision::BF16;
+    case Arm::FP32:
+      return LinearPrecision::FP32;
+    default:
+      return LinearPrecision::FP8;
   }
 }
 
@@ -84,24 +87,34 @@ AttentionConfig attention_config(const PrecisionConfig& p) {
   a.do_format = grad_format;
   a.ds_format = grad_format;
   switch (p.arm) {
-    case Arm::FP32: a.precision = AttnPrecision::FP64; a.delta = DeltaMode::Matched; break;
+    case Arm::FP32:
+      a.precision = AttnPrecision::FP64;
+      a.delta = DeltaMode::Matched;
+      break;
     case Arm::BF16:
-    case Arm::FP8Linear: a.precision = AttnPrecision::BF16; a.delta = DeltaMode::Stale; break;
-    case Arm::FP8Stale: a.precision = AttnPrecision::FP8; a.delta = DeltaMode::Stale; break;
-    case Arm::FP8Matched: a.precision = AttnPrecision::FP8; a.delta = DeltaMode::Matched; break;
+    case Arm::FP8Linear:
+      a.precision = AttnPrecision::BF16;
+      a.delta = DeltaMode::Stale;
+      break;
+    case Arm::FP8Stale:
+      a.precision = AttnPrecision::FP8;
+      a.delta = DeltaMode::Stale;
+      break;
+    case Arm::FP8Matched:
+      a.precision = AttnPrecision::FP8;
+      a.delta = DeltaMode::Matched;
+      break;
   }
   return a;
 }
 
-AttnForm default_attn_form(const ModelConfig& m, const PrecisionConfig& p,
-                           const std::string& backend_name) {
+AttnForm default_attn_form(const ModelConfig& m, const PrecisionConfig& p, const std::string& backend_name) {
   const AttentionConfig a = attention_config(p);
-  const bool fused_fp8 = a.precision == AttnPrecision::FP8 &&
-                         flash_attention_size_supported(a.block_q) &&
+  const bool fused_fp8 = a.precision == AttnPrecision::FP8 && flash_attention_size_supported(a.block_q) &&
                          flash_attention_size_supported(a.block_k);
   const bool fused_bf16 = a.precision == AttnPrecision::BF16;  // cuDNN's fused SDPA
-  const bool fused = backend_name == "cuda" && flash_attention_size_supported(m.head_dim()) &&
-                     (fused_fp8 || fused_bf16);
+  const bool fused =
+      backend_name == "cuda" && flash_attention_size_supported(m.head_dim()) && (fused_fp8 || fused_bf16);
   return fused ? AttnForm::Flash : AttnForm::Whole;
 }
 

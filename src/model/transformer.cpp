@@ -27,8 +27,7 @@ void residual(Backend& be, float a, const Tensor& x, float b, const Tensor& y, c
 }
 }  // namespace
 
-void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool backward,
-                             float grad_scale) {
+void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool backward, float grad_scale) {
   OCTET_CHECK(ids != nullptr && targets != nullptr, "forward_backward: null ids or targets");
   Impl& m = *impl_;
   Backend& be = backend_;
@@ -80,8 +79,10 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
       } else {
         MlpLayer& ml = m.mlp[size_t(l)];
         ml.fc1.forward(be, u, ml.h);
-        if (c.mlp == MlpKind::SwiGLU) be.swiglu_forward(ml.h, ml.a);
-        else be.gelu_forward(ml.h, ml.a);
+        if (c.mlp == MlpKind::SwiGLU)
+          be.swiglu_forward(ml.h, ml.a);
+        else
+          be.gelu_forward(ml.h, ml.a);
         ml.fc2.forward(be, ml.a, f);
       }
       if (in_place) {
@@ -177,8 +178,10 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
       } else {
         MlpLayer& ml = m.mlp[size_t(l)];
         ml.fc2.backward(be, df, m.da);
-        if (c.mlp == MlpKind::SwiGLU) be.swiglu_backward(ml.h, m.da, m.dh);
-        else be.gelu_backward(ml.h, m.da, m.dh);
+        if (c.mlp == MlpKind::SwiGLU)
+          be.swiglu_backward(ml.h, m.da, m.dh);
+        else
+          be.gelu_backward(ml.h, m.da, m.dh);
         ml.fc1.backward(be, m.dh, du);
       }
       if (place == NormPlacement::Pre) {

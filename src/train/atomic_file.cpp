@@ -23,8 +23,10 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
     while (err == 0 && !c.empty()) {
       const ssize_t w = ::write(fd, c.data(), c.size());
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) err = w < 0 ? errno : EIO;
-      else c.remove_prefix(size_t(w));
+      if (w <= 0)
+        err = w < 0 ? errno : EIO;
+      else
+        c.remove_prefix(size_t(w));
     }
   }
   if (err == 0 && ::fsync(fd) != 0) err = errno;

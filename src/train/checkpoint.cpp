@@ -21,8 +21,7 @@ namespace octet {
 
 namespace {
 void put_all(StFile& f, const std::string& prefix, const Model& model, const std::vector<float>& v) {
-  for (const ParamInfo& p : model.params())
-    f.tensors[prefix + p.name] = st_f32(p.shape, v.data() + p.offset);
+  for (const ParamInfo& p : model.params()) f.tensors[prefix + p.name] = st_f32(p.shape, v.data() + p.offset);
 }
 void get_all(const StFile& f, const std::string& file, const std::string& prefix, const Model& model,
              std::vector<float>& v) {
@@ -30,8 +29,8 @@ void get_all(const StFile& f, const std::string& file, const std::string& prefix
   for (const ParamInfo& p : model.params()) {
     auto it = f.tensors.find(prefix + p.name);
     OCTET_CHECK(it != f.tensors.end(), file + ": missing tensor " + prefix + p.name);
-    OCTET_CHECK(it->second.shape == p.shape, file + ": tensor " + prefix + p.name +
-                                                 " has a different shape than the model's");
+    OCTET_CHECK(it->second.shape == p.shape,
+                file + ": tensor " + prefix + p.name + " has a different shape than the model's");
     const std::vector<float> data = st_to_f32(it->second);
     std::copy(data.begin(), data.end(), v.begin() + int64_t(p.offset));
   }
@@ -49,9 +48,12 @@ void save_checkpoint(const std::string& out_dir, Model& model, const std::vector
   put_all(f, "param.", model, model.download_params());
   put_all(f, "adam_m.", model, adam_m);
   put_all(f, "adam_v.", model, adam_v);
-  nlohmann::json st = {{"format", "octet-checkpoint-1"}, {"step", s.step},
-                       {"adam_step", s.adam_step},       {"data_position", s.data_position},
-                       {"skipped_steps", s.skipped_steps}, {"bad_in_a_row", s.bad_in_a_row},
+  nlohmann::json st = {{"format", "octet-checkpoint-1"},
+                       {"step", s.step},
+                       {"adam_step", s.adam_step},
+                       {"data_position", s.data_position},
+                       {"skipped_steps", s.skipped_steps},
+                       {"bad_in_a_row", s.bad_in_a_row},
                        {"meaning", s.meaning}};
   for (const auto& [key, q] : model.quant_states())
     f.tensors["quant." + key] = st_f32({int64_t(q.size())}, q.data());

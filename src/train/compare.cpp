@@ -4,7 +4,8 @@
 // kurtosis (FOG's divergence warning, arXiv 2505.20524), the softmax-gradient row residual (the
 // stale-delta error of arXiv 2609.37852; what its max means per arm: docs/training.md §Output) and
 // throughput; then per layer at the final evaluation the row residual, the dQ bias along the mean key,
-// kurtosis and amax (compare_layers.cpp). The rows are read back from each arm's metrics.jsonl, so an arm kept or resumed by
+// kurtosis and amax (compare_layers.cpp). The rows are read back from each arm's metrics.jsonl, so an arm
+// kept or resumed by
 // --resume reports its whole run. An output directory is never mixed with an earlier compare's:
 // docs/training.md §"Comparing arms".
 #include <cmath>
@@ -58,7 +59,8 @@ void remove_earlier_compare(const std::string& out_dir) {
 
 std::string format_compare_table(const std::vector<CompareRow>& rows) {
   std::string s =
-      "| arm | train loss | val loss | gap to bf16 | max kurtosis | max attn row residual | mean attn row residual "
+      "| arm | train loss | val loss | gap to bf16 | max kurtosis | max attn row residual | mean attn row "
+      "residual "
       "| tokens/s |\n"
       "|---|---|---|---|---|---|---|---|\n";
   char buf[320];
@@ -150,8 +152,9 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
   RunConfig base = cfg;  // the table printed once; each arm then prints what differs
   resolve_run_config(base, backend);
   OCTET_CHECK(!writer || mode != CompareMode::Fresh || is_empty_dir(out_dir),
-              "--out " + out_dir + " is not empty: give --resume to keep its finished arms and resume the others, "
-              "--overwrite to replace its results, or another --out");
+              "--out " + out_dir +
+                  " is not empty: give --resume to keep its finished arms and resume the others, "
+                  "--overwrite to replace its results, or another --out");
   if (writer && mode == CompareMode::Resume)  // one layout per --out: out/<arm>/ or out/<arm>/seed-<seed>/
     for (const std::string& arm : arms) {
       const fs::path dir = fs::path(out_dir) / arm;
@@ -163,19 +166,24 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
       const bool one_seed = fs::exists(dir / "metrics.jsonl", ec);
       OCTET_CHECK(seeds == 1 ? !per_seed : !one_seed,
                   "compare --resume: --out " + out_dir + " holds arm " + arm + " trained with " +
-                      (one_seed ? "one seed" : "--seeds > 1") + "; give the same --seeds, --overwrite or another --out");
+                      (one_seed ? "one seed" : "--seeds > 1") +
+                      "; give the same --seeds, --overwrite or another --out");
       if (seeds > 1 && per_seed)  // every seed folder there must be one of this compare's seeds
         for (const auto& e : fs::directory_iterator(dir, ec)) {
           const std::string name = e.path().filename().string();
           bool ours = false;
-          for (int64_t k = 0; k < seeds; ++k) ours = ours || name == fs::path(run_dir(arm, k)).filename().string();
+          for (int64_t k = 0; k < seeds; ++k)
+            ours = ours || name == fs::path(run_dir(arm, k)).filename().string();
           OCTET_CHECK(ours || name.rfind("seed-", 0) != 0,
-                      "compare --resume: --out " + out_dir + " holds " + arm + "/" + name + ", which --seeds " +
-                          std::to_string(seeds) + " from train.seed " + std::to_string(cfg.train.seed) +
-                          " does not include; give the same --seeds (a larger one adds seeds), --overwrite or another --out");
+                      "compare --resume: --out " + out_dir + " holds " + arm + "/" + name +
+                          ", which --seeds " + std::to_string(seeds) + " from train.seed " +
+                          std::to_string(cfg.train.seed) +
+                          " does not include; give the same --seeds (a larger one adds seeds), --overwrite "
+                          "or another --out");
         }
     }
-  for (int64_t k = 0; writer && mode == CompareMode::Resume && k < seeds; ++k)  // a run to resume must be the same run
+  for (int64_t k = 0; writer && mode == CompareMode::Resume && k < seeds;
+       ++k)  // a run to resume must be the same run
     for (const std::string& arm : arms) {
       const std::string dir = run_dir(arm, k);
       if (!fs::exists(dir + "/checkpoint.safetensors")) continue;
@@ -186,8 +194,9 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
       // under different schedules.
       for (const ConfigChange& ch : check_resume(dir, c, read_checkpoint_state(dir)))
         OCTET_CHECK(ch.key != "train.lr" && ch.key != "train.min_lr_ratio" && ch.key != "train.warmup_steps",
-                    "compare --resume cannot change " + ch.key + " (" + ch.from + " -> " + ch.to + " for arm " +
-                        arm + "): its arms would be compared under different schedules; use --overwrite or "
+                    "compare --resume cannot change " + ch.key + " (" + ch.from + " -> " + ch.to +
+                        " for arm " + arm +
+                        "): its arms would be compared under different schedules; use --overwrite or "
                         "another --out");
     }
   std::string desc;
@@ -203,8 +212,9 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     for (ConfigRow& r : rows) {
       if (r.key == "precision.arm") r.value = all + (seeds == 1 ? " (one run each)" : " (one run per seed)");
       if (r.key == "train.seed" && seeds > 1)
-        r.value = std::to_string(cfg.train.seed) + " .. " + std::to_string(cfg.train.seed + uint64_t(seeds - 1)) +
-                  " (" + std::to_string(seeds) + " seeds)";
+        r.value = std::to_string(cfg.train.seed) + " .. " +
+                  std::to_string(cfg.train.seed + uint64_t(seeds - 1)) + " (" + std::to_string(seeds) +
+                  " seeds)";
     }
     std::fprintf(log, "\n");
     print_config_table(log, rows);
@@ -273,22 +283,38 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
       for (double v : a.val_losses) losses.push_back(num(v));
       json test = nullptr;
       if (a.tested)
-        test = {{"name", "Welch's t-test, two-sided"}, {"alpha", 0.05}, {"t", num(a.vs_bf16.t)},
-                {"dof", num(a.vs_bf16.dof)}, {"p", num(a.vs_bf16.p)},
+        test = {{"name", "Welch's t-test, two-sided"},
+                {"alpha", 0.05},
+                {"t", num(a.vs_bf16.t)},
+                {"dof", num(a.vs_bf16.dof)},
+                {"p", num(a.vs_bf16.p)},
                 {"vs_bf16", a.vs_bf16.outside_noise ? "outside noise" : "inside noise"}};
-      summary.push_back({{"arm", a.arm}, {"seeds", a.seeds}, {"val_losses", losses}, {"val_loss", num(a.val_mean)},
-                         {"val_loss_std", num(a.val_std)}, {"gap_pct", num(a.gap_pct)}, {"test", test},
-                         {"kurtosis_max", num(a.kurtosis_max)}, {"row_residual_max", num(a.row_residual_max)},
-                         {"row_residual_mean", num(a.row_residual_mean)}, {"tokens_per_s", num(a.tokens_per_s)},
-                         {"delta", a.matched_delta ? "matched" : "stale"}, {"layers", layers_of(a.arm)}});
+      summary.push_back({{"arm", a.arm},
+                         {"seeds", a.seeds},
+                         {"val_losses", losses},
+                         {"val_loss", num(a.val_mean)},
+                         {"val_loss_std", num(a.val_std)},
+                         {"gap_pct", num(a.gap_pct)},
+                         {"test", test},
+                         {"kurtosis_max", num(a.kurtosis_max)},
+                         {"row_residual_max", num(a.row_residual_max)},
+                         {"row_residual_mean", num(a.row_residual_mean)},
+                         {"tokens_per_s", num(a.tokens_per_s)},
+                         {"delta", a.matched_delta ? "matched" : "stale"},
+                         {"layers", layers_of(a.arm)}});
     }
   for (CompareRow& r : rows) {
     if (seeds > 1) break;
-    summary.push_back({{"arm", r.arm}, {"train_loss", num(r.train_loss)}, {"val_loss", num(r.val_loss)},
-                       {"gap_pct", num(r.gap_pct)}, {"kurtosis_max", num(r.kurtosis_max)},
-                       {"row_residual_max", num(r.row_residual_max)}, {"tokens_per_s", num(r.tokens_per_s)},
+    summary.push_back({{"arm", r.arm},
+                       {"train_loss", num(r.train_loss)},
+                       {"val_loss", num(r.val_loss)},
+                       {"gap_pct", num(r.gap_pct)},
+                       {"kurtosis_max", num(r.kurtosis_max)},
+                       {"row_residual_max", num(r.row_residual_max)},
+                       {"tokens_per_s", num(r.tokens_per_s)},
                        {"row_residual_mean", num(r.row_residual_mean)},
-                       {"delta", r.matched_delta ? "matched" : "stale"}, {"layers", layers_of(r.arm)}});
+                       {"delta", r.matched_delta ? "matched" : "stale"},
+                       {"layers", layers_of(r.arm)}});
   }
   write_file_atomic(out_dir + "/summary.json", {summary.dump(2) + "\n"});
   std::string png = out_dir + "/curves.png";
@@ -301,14 +327,17 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
   if (log) {
     std::fprintf(log, "\n%s", format_compare_table(rows).c_str());
     if (seeds > 1)
-      std::fprintf(log, "\nover %lld seeds (Welch's t-test of each arm's validation losses against bf16's, "
-                        "two-sided, 95%%):\n%s",
+      std::fprintf(log,
+                   "\nover %lld seeds (Welch's t-test of each arm's validation losses against bf16's, "
+                   "two-sided, 95%%):\n%s",
                    static_cast<long long>(seeds), format_compare_seeds_table(stats).c_str());
     std::fprintf(log, "\nper layer at the final evaluation (%s; docs/training.md §Output):\n%s",
-                 seeds > 1 ? "mean over the seeds" : "one run each", format_compare_layers_table(arm_layers).c_str());
-    std::fprintf(log, "max attn row residual: n/a for the arms with the stale delta: rows whose delta "
-                      "nearly cancels drive it to 1 in any long run; the mean is the stale delta's error "
-                      "(docs/training.md)\n");
+                 seeds > 1 ? "mean over the seeds" : "one run each",
+                 format_compare_layers_table(arm_layers).c_str());
+    std::fprintf(log,
+                 "max attn row residual: n/a for the arms with the stale delta: rows whose delta "
+                 "nearly cancels drive it to 1 in any long run; the mean is the stale delta's error "
+                 "(docs/training.md)\n");
     std::fprintf(log, "unigram entropy %.4f nats/token; summary: %s/summary.json; curves: %s\n",
                  ds->unigram_entropy(), out_dir.c_str(), png.c_str());
     std::fflush(log);

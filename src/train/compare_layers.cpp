@@ -28,9 +28,9 @@ double get(const json& j, const char* a, const char* b = nullptr) {
 }  // namespace
 
 const std::array<const char*, LayerFinal::kFields>& LayerFinal::names() {
-  static const std::array<const char*, kFields> n = {"row_residual_mean", "row_residual_max", "dq_bias_norm",
-                                                     "dq_bias_mean",      "dq_bias_max",      "kurtosis_max",
-                                                     "amax_x",            "amax_w",           "amax_dy"};
+  static const std::array<const char*, kFields> n = {
+      "row_residual_mean", "row_residual_max", "dq_bias_norm", "dq_bias_mean", "dq_bias_max",
+      "kurtosis_max",      "amax_x",           "amax_w",       "amax_dy"};
   return n;
 }
 
@@ -110,7 +110,8 @@ std::string compare_layers_json(const std::vector<LayerFinal>& layers) {
 
 std::string format_compare_layers_table(const std::vector<CompareArmLayers>& arms) {
   std::string s =
-      "| layer | arm | runs | row residual mean | dQ bias (norm) | dQ bias mean | kurtosis max | amax X | amax W "
+      "| layer | arm | runs | row residual mean | dQ bias (norm) | dQ bias mean | kurtosis max | amax X | "
+      "amax W "
       "| amax dY |\n|---|---|---|---|---|---|---|---|---|---|\n";
   auto cell = [](double v, const char* fmt) {
     if (!std::isfinite(v)) return std::string("—");
@@ -124,8 +125,8 @@ std::string format_compare_layers_table(const std::vector<CompareArmLayers>& arm
       s += "| " + std::to_string(l.layer) + " | " + a.arm + " | " + std::to_string(a.runs) + " | " +
            cell(l.v[F::RowResidualMean], "%.3e") + " | " + cell(l.v[F::DqBiasNorm], "%.3e") + " | " +
            cell(l.v[F::DqBiasMean], "%.3e") + " | " + cell(l.v[F::KurtosisMax], "%.2f") + " | " +
-           cell(l.v[F::AmaxX], "%.3g") + " | " + cell(l.v[F::AmaxW], "%.3g") + " | " + cell(l.v[F::AmaxDy], "%.3g") +
-           " |\n";
+           cell(l.v[F::AmaxX], "%.3g") + " | " + cell(l.v[F::AmaxW], "%.3g") + " | " +
+           cell(l.v[F::AmaxDy], "%.3g") + " |\n";
   return s;
 }
 

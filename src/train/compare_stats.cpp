@@ -38,9 +38,9 @@ std::vector<double> finite(const std::vector<double>& x) {
 }  // namespace
 
 WelchTest welch_test(const std::vector<double>& a, const std::vector<double>& b, double alpha) {
-  OCTET_CHECK(a.size() >= 2 && b.size() >= 2,
-              "Welch's t-test needs at least 2 values per sample, got " + std::to_string(a.size()) +
-                  " and " + std::to_string(b.size()));
+  OCTET_CHECK(a.size() >= 2 && b.size() >= 2, "Welch's t-test needs at least 2 values per sample, got " +
+                                                  std::to_string(a.size()) + " and " +
+                                                  std::to_string(b.size()));
   OCTET_CHECK(alpha > 0 && alpha < 1, "Welch's t-test: alpha must be in (0, 1)");
   OCTET_CHECK(finite(a).size() == a.size() && finite(b).size() == b.size(),
               "Welch's t-test: every value must be finite");
@@ -49,7 +49,8 @@ WelchTest welch_test(const std::vector<double>& a, const std::vector<double>& b,
   WelchTest w;
   if (se2 == 0) {  // no spread in either sample: the means differ or they do not
     w.dof = sa.n + sb.n - 2;
-    w.t = sa.mean == sb.mean ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), sa.mean - sb.mean);
+    w.t =
+        sa.mean == sb.mean ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), sa.mean - sb.mean);
     w.p = sa.mean == sb.mean ? 1.0 : 0.0;
   } else {
     w.t = (sa.mean - sb.mean) / std::sqrt(se2);
@@ -101,7 +102,8 @@ std::vector<CompareArmStats> compare_arm_stats(const std::vector<CompareRow>& ru
 
 std::string format_compare_seeds_table(const std::vector<CompareArmStats>& arms) {
   std::string s =
-      "| arm | seeds | val loss (mean ± std) | gap to bf16 | Welch t (dof) | p | vs bf16 at 95% | max kurtosis "
+      "| arm | seeds | val loss (mean ± std) | gap to bf16 | Welch t (dof) | p | vs bf16 at 95% | max "
+      "kurtosis "
       "| max attn row residual | mean attn row residual | tokens/s |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n";
   char buf[400];
@@ -111,13 +113,16 @@ std::string format_compare_seeds_table(const std::vector<CompareArmStats>& arms)
     using report::sci;  // NaN: not measured
     const std::string rmax = a.matched_delta ? sci(a.row_residual_max) : "n/a";
     char test[64] = "—", p[32] = "—";
-    const char* verdict = a.arm == "bf16" ? "(baseline)" : !has_bf16 ? "untested (no bf16 arm)" : "untested (< 2 finished runs)";
+    const char* verdict = a.arm == "bf16" ? "(baseline)"
+                          : !has_bf16     ? "untested (no bf16 arm)"
+                                          : "untested (< 2 finished runs)";
     if (a.tested) {
       std::snprintf(test, sizeof test, "%+.2f (%.1f)", a.vs_bf16.t, a.vs_bf16.dof);
       std::snprintf(p, sizeof p, "%.3g", a.vs_bf16.p);
       verdict = a.vs_bf16.outside_noise ? "outside noise" : "inside noise";
     }
-    std::snprintf(buf, sizeof buf, "| %s | %zu | %.4f ± %.4f | %+.2f%% | %s | %s | %s | %.2f | %s | %s | %.0f |\n",
+    std::snprintf(buf, sizeof buf,
+                  "| %s | %zu | %.4f ± %.4f | %+.2f%% | %s | %s | %s | %.2f | %s | %s | %.0f |\n",
                   a.arm.c_str(), a.seeds.size(), a.val_mean, a.val_std, a.gap_pct, test, p, verdict,
                   a.kurtosis_max, rmax.c_str(), sci(a.row_residual_mean).c_str(), a.tokens_per_s);
     s += buf;

@@ -103,7 +103,8 @@ Key enum_key(std::string k, F ref) {
   return key;
 }
 
-#define REF(expr) [](RunConfig & c) -> auto& { return c.expr; }
+#define REF(expr) \
+  [](RunConfig & c) -> auto& { return c.expr; }
 
 const std::vector<Key>& registry() {
   static const std::vector<Key> keys = [] {
@@ -124,19 +125,22 @@ const std::vector<Key>& registry() {
     add(int_key("model.n_head", REF(model.n_head)), "query heads (divides d_model)");
     add(int_key("model.n_kv_head", REF(model.n_kv_head)), "key/value heads (GQA; divides n_head)");
     add(int_key("model.d_ff", REF(model.d_ff)), "MLP hidden width (SwiGLU's fc1 has 2x)");
-    add(int_key("model.vocab_size", REF(model.vocab_size)), "tokens in the vocabulary (BPE pieces; byte: >= 256)");
+    add(int_key("model.vocab_size", REF(model.vocab_size)),
+        "tokens in the vocabulary (BPE pieces; byte: >= 256)");
     add(int_key("model.seq_len", REF(model.seq_len)), "tokens per training sequence");
     add(enum_key("model.norm", REF(model.norm)), "rmsnorm, layernorm");
     add(enum_key("model.norm_placement", REF(model.norm_placement)), "pre, post, output (FOG)");
     add(bool_key("model.qk_norm", REF(model.qk_norm)), "RMSNorm of each query and key head");
-    add(bool_key("model.qk_norm_trainable", REF(model.qk_norm_trainable)), "QK-norm gain trained (else fixed at 1)");
+    add(bool_key("model.qk_norm_trainable", REF(model.qk_norm_trainable)),
+        "QK-norm gain trained (else fixed at 1)");
     add(enum_key("model.positions", REF(model.positions)), "rope, learned, nope");
     add(float_key("model.rope_theta", REF(model.rope_theta)), "RoPE base");
     add(enum_key("model.mlp", REF(model.mlp)), "swiglu, gelu");
     add(enum_key("model.mixer", REF(model.mixer)),
         "attention, hybrid (every 4th layer attention, the others Gated DeltaNet)");
     add(bool_key("model.tied_embeddings", REF(model.tied_embeddings)), "LM head = token embedding");
-    add(float_key("model.init_std", REF(model.init_std)), "sigma of the N(0, sigma) init of matrices and embeddings");
+    add(float_key("model.init_std", REF(model.init_std)),
+        "sigma of the N(0, sigma) init of matrices and embeddings");
     add(float_key("model.norm_eps", REF(model.norm_eps)), "epsilon of the norms");
     add(bool_key("model.unit_scaling", REF(model.unit_scaling)),
         "unit scaling: N(0, 1) init, static 1/sqrt(fan_in) outputs");
@@ -144,34 +148,36 @@ const std::vector<Key>& registry() {
     // precision
     add(enum_key("precision.arm", REF(precision.arm)), "bf16, fp8-linear, fp8-stale, fp8-matched, fp32");
     add({"precision.activations", [](const RunConfig& c) { return c.activations; },
-             [](RunConfig& c, const std::string& v) {
-               OCTET_CHECK(v == "auto" || v == "f32" || v == "bf16",
-                           "config key 'precision.activations': expected auto, f32 or bf16, "
-                           "got '" + v + "'");
-               c.activations = v;
-               if (v != "auto") c.precision.activations = parse_dtype(v);
-             },
-             true},
+         [](RunConfig& c, const std::string& v) {
+           OCTET_CHECK(v == "auto" || v == "f32" || v == "bf16",
+                       "config key 'precision.activations': expected auto, f32 or bf16, "
+                       "got '" +
+                           v + "'");
+           c.activations = v;
+           if (v != "auto") c.precision.activations = parse_dtype(v);
+         },
+         true},
         "dtype between ops: auto (the backend's), f32, bf16");
     add(enum_key("precision.recipe", REF(precision.quant.recipe)), "FP8 scaling of the linears");
-    add(enum_key("precision.formats", REF(precision.quant.formats)), "e4m3 everywhere, or hybrid (E5M2 gradients)");
+    add(enum_key("precision.formats", REF(precision.quant.formats)),
+        "e4m3 everywhere, or hybrid (E5M2 gradients)");
     add(int_key("precision.amax_history_len", REF(precision.quant.amax_history_len)),
         "tensor-delayed: amax history length");
     add(enum_key("precision.amax_algo", REF(precision.quant.amax_algo)),
         "tensor-delayed: max, most_recent of the history");
     add(int_key("precision.margin", REF(precision.quant.margin)),
         "scales leave 2^margin headroom below the format's max (0..32)");
-    add(bool_key("precision.pow2_scales", REF(precision.quant.pow2_scales)), "round scales down to powers of two");
+    add(bool_key("precision.pow2_scales", REF(precision.quant.pow2_scales)),
+        "round scales down to powers of two");
     add(float_key("precision.unit_scale", REF(precision.quant.unit_scale)), "the unit recipe's fixed scale");
     add({"precision.attn_form", [](const RunConfig& c) { return c.attn_form; },
-             [](RunConfig& c, const std::string& v) {
-               OCTET_CHECK(v == "auto" || v == "whole" || v == "tiled",
-                           "config key 'precision.attn_form': expected auto, whole or tiled, got '" +
-                               v + "'");
-               c.attn_form = v;
-               if (v != "auto") c.precision.attn_form = parse_attn_form(v);
-             },
-             true},
+         [](RunConfig& c, const std::string& v) {
+           OCTET_CHECK(v == "auto" || v == "whole" || v == "tiled",
+                       "config key 'precision.attn_form': expected auto, whole or tiled, got '" + v + "'");
+           c.attn_form = v;
+           if (v != "auto") c.precision.attn_form = parse_attn_form(v);
+         },
+         true},
         "attention form: auto (cuda FP8: tiled = the fused kernels; else whole), whole, tiled");
     add(enum_key("precision.qkv_scaling", REF(precision.qkv_scaling)), "Q, K, V scales: tensor, head-block");
     add(float_key("precision.p_scale", REF(precision.p_scale)), "static power-of-two scale of P before E4M3");
@@ -188,13 +194,12 @@ const std::vector<Key>& registry() {
     add(float_key("train.beta2", REF(train.beta2)), "AdamW beta2");
     add(float_key("train.eps", REF(train.eps)), "AdamW epsilon");
     add(float_key("train.grad_clip", REF(train.grad_clip)), "global gradient-norm clip (0: off)");
-    add({"train.seed",
-             [](const RunConfig& c) { return std::to_string(c.train.seed); },
-             [](RunConfig& c, const std::string& v) {
-               const int64_t s = parse_int("train.seed", v);
-               OCTET_CHECK(s >= 0, "config key 'train.seed' must be >= 0");
-               c.train.seed = uint64_t(s);
-             }},
+    add({"train.seed", [](const RunConfig& c) { return std::to_string(c.train.seed); },
+         [](RunConfig& c, const std::string& v) {
+           const int64_t s = parse_int("train.seed", v);
+           OCTET_CHECK(s >= 0, "config key 'train.seed' must be >= 0");
+           c.train.seed = uint64_t(s);
+         }},
         "seed of the init and the data order");
     add(int_key("train.eval_every", REF(train.eval_every)), "steps between validation passes", "R");
     add(int_key("train.eval_batches", REF(train.eval_batches)), "validation micro-batches per pass");
@@ -203,17 +208,17 @@ const std::vector<Key>& registry() {
     add(int_key("train.checkpoint_every", REF(train.checkpoint_every)),
         "steps between checkpoints (0: only at the end)", "R");
     add(int_key("train.log_every", REF(train.log_every)), "steps between progress lines", "R");
-    add(int_key("train.max_bad_steps", REF(train.max_bad_steps)), "NaN/inf steps in a row before the run stops", "R");
+    add(int_key("train.max_bad_steps", REF(train.max_bad_steps)),
+        "NaN/inf steps in a row before the run stops", "R");
     add(bool_key("train.activation_checkpointing", REF(train.activation_checkpointing)),
         "recompute each layer's forward in the backward (less memory, same bits)", "R");
     // data
     add(string_key("data.path", REF(data.path)), "corpus: a file, a directory or a glob", "P");
     add(string_key("data.tokenizer", REF(data.tokenizer)), "bpe, byte");
-    add({"data.val_fraction",
-             [](const RunConfig& c) { return fmt_float(float(c.data.val_fraction)); },
-             [](RunConfig& c, const std::string& v) {
-               c.data.val_fraction = parse_float("data.val_fraction", v);
-             }},
+    add({"data.val_fraction", [](const RunConfig& c) { return fmt_float(float(c.data.val_fraction)); },
+         [](RunConfig& c, const std::string& v) {
+           c.data.val_fraction = parse_float("data.val_fraction", v);
+         }},
         "share of windows held out for validation");
     add(string_key("data.cache_dir", REF(data.cache_dir)), "tokenizer model and token cache", "RP");
     add(int_key("data.max_bytes", REF(data.max_bytes)), "read only the first N corpus bytes (0: all)");
@@ -297,8 +302,8 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
       t = toml::parse_file(path);
     } catch (const toml::parse_error& e) {
       std::ostringstream os;
-      os << "cannot parse config " << path << ": " << e.description() << " (line "
-         << e.source().begin.line << ")";
+      os << "cannot parse config " << path << ": " << e.description() << " (line " << e.source().begin.line
+         << ")";
       OCTET_FAIL(os.str());
     }
     apply_table(cfg, t, "", from_file);
@@ -327,8 +332,8 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
 void RunConfig::validate() const {
   const TrainConfig& t = train;
   auto at_least = [](int64_t v, int64_t lo, const char* name) {
-    OCTET_CHECK(v >= lo, std::string(name) + " must be >= " + std::to_string(lo) + " (got " +
-                             std::to_string(v) + ")");
+    OCTET_CHECK(v >= lo,
+                std::string(name) + " must be >= " + std::to_string(lo) + " (got " + std::to_string(v) + ")");
   };
   at_least(t.batch_size, 1, "train.batch_size");
   // The model and precision rules, and what the model's attention and linears would reject when
@@ -345,11 +350,12 @@ void RunConfig::validate() const {
   at_least(t.max_bad_steps, 1, "train.max_bad_steps");
   at_least(data.max_bytes, 0, "data.max_bytes");
   bucket_elems_from_mb(dist.bucket_mb);  // the rule of dist.bucket_mb (octet/dist.h)
-  OCTET_CHECK(!dist.allgather_fp8 || precision.quant.recipe == Recipe::TensorCurrent,
-              "dist.allgather_fp8 = true needs precision.recipe = tensor-current (got " +
-                  to_string(precision.quant.recipe) +
-                  "): only a whole-tensor scale from the current amax lets each rank quantize its shard alone "
-                  "(docs/distributed.md §\"FP8 all-gather\")");
+  OCTET_CHECK(
+      !dist.allgather_fp8 || precision.quant.recipe == Recipe::TensorCurrent,
+      "dist.allgather_fp8 = true needs precision.recipe = tensor-current (got " +
+          to_string(precision.quant.recipe) +
+          "): only a whole-tensor scale from the current amax lets each rank quantize its shard alone "
+          "(docs/distributed.md §\"FP8 all-gather\")");
   OCTET_CHECK(t.lr > 0, "train.lr must be > 0");
   OCTET_CHECK(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1, "train.min_lr_ratio must be in [0, 1]");
   OCTET_CHECK(t.weight_decay >= 0, "train.weight_decay must be >= 0");
@@ -421,7 +427,8 @@ void print_config_table(FILE* log, const std::vector<ConfigRow>& rows, const std
   std::fprintf(log, "| parameter | value | meaning |\n|---|---|---|\n");
   for (size_t i = 0; i < rows.size(); ++i)
     if (base.empty() || base[i].key != rows[i].key || base[i].value != rows[i].value)
-      std::fprintf(log, "| %s | %s | %s |\n", rows[i].key.c_str(), cell(rows[i].value).c_str(), rows[i].meaning.c_str());
+      std::fprintf(log, "| %s | %s | %s |\n", rows[i].key.c_str(), cell(rows[i].value).c_str(),
+                   rows[i].meaning.c_str());
 }
 
 std::vector<ConfigChange> resume_changes(const RunConfig& saved, const RunConfig& requested,
@@ -451,8 +458,8 @@ void check_recorded_meaning(const std::map<std::string, std::string>& recorded, 
     if (k.on_resume || it == recorded.end()) continue;
     const std::string now = k.get(requested);
     OCTET_CHECK(now == it->second, "cannot resume " + run_dir + " with " + k.key + " = " + now +
-                                       " from its config.toml: its checkpoint was trained with " + k.key + " = " +
-                                       it->second + ", and " + k.key +
+                                       " from its config.toml: its checkpoint was trained with " + k.key +
+                                       " = " + it->second + ", and " + k.key +
                                        " changes what the run is; restore it, or start a new run with --out");
   }
 }

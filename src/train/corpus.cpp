@@ -49,7 +49,8 @@ std::vector<std::string> expand(const std::string& path, bool is_default) {
     globfree(&g);
     OCTET_CHECK(!files.empty(), "corpus glob matches no file: " + path);
   } else if (is_default) {
-    OCTET_FAIL("default corpus not found: " + path + " (run ./dev demo once to fetch it, set OCTET_HOME "
+    OCTET_FAIL("default corpus not found: " + path +
+               " (run ./dev demo once to fetch it, set OCTET_HOME "
                "to the directory that holds data/linux-docs, or set data.path; docs/cli.md)");
   } else {
     OCTET_FAIL("corpus not found: " + path);

@@ -20,13 +20,13 @@ namespace fs = std::filesystem;
 using model_detail::fnv1a64;
 using model_detail::splitmix64;
 
-Dataset::Dataset(std::vector<int32_t> tokens, int64_t vocab_size, int64_t seq_len,
-                 double val_fraction, uint64_t seed)
+Dataset::Dataset(std::vector<int32_t> tokens, int64_t vocab_size, int64_t seq_len, double val_fraction,
+                 uint64_t seed)
     : tokens_(std::move(tokens)), seq_len_(seq_len), seed_(seed) {
   OCTET_CHECK(seq_len >= 1, "seq_len must be >= 1");
   for (int32_t t : tokens_)
-    OCTET_CHECK(t >= 0 && t < vocab_size, "token id " + std::to_string(t) + " outside the vocabulary of " +
-                                              std::to_string(vocab_size));
+    OCTET_CHECK(t >= 0 && t < vocab_size,
+                "token id " + std::to_string(t) + " outside the vocabulary of " + std::to_string(vocab_size));
   const int64_t n_windows = tokens_.size() > 1 ? (int64_t(tokens_.size()) - 1) / seq_len : 0;
   const int64_t k = std::max<int64_t>(2, std::llround(1.0 / val_fraction));
   const int64_t group = std::clamp<int64_t>(n_windows / (2 * k), 1, 8);
@@ -63,8 +63,8 @@ void fill_window(const std::vector<int32_t>& tok, int64_t w, int64_t T, int32_t*
 
 void Dataset::next_train_batch(int64_t batch, std::vector<int32_t>& ids, std::vector<int32_t>& targets,
                                int rank, int world) {
-  OCTET_CHECK(world >= 1 && rank >= 0 && rank < world,
-              "next_train_batch: rank " + std::to_string(rank) + " outside [0, " + std::to_string(world) + ")");
+  OCTET_CHECK(world >= 1 && rank >= 0 && rank < world, "next_train_batch: rank " + std::to_string(rank) +
+                                                           " outside [0, " + std::to_string(world) + ")");
   ids.resize(size_t(batch * seq_len_));
   targets.resize(size_t(batch * seq_len_));
   // rank r reads the r-th slice of the global batch of batch·world windows (docs/distributed.md)
@@ -159,8 +159,8 @@ std::unique_ptr<Dataset> load_dataset(const RunConfig& cfg, std::string* descrip
                   static_cast<long long>(corpus.invalid_utf8), tok->name().c_str(),
                   static_cast<long long>(tok->vocab_size()), static_cast<long long>(ds->n_tokens()),
                   double(corpus.text.size()) / double(ds->n_tokens()),
-                  static_cast<long long>(ds->n_train_windows()),
-                  static_cast<long long>(ds->n_val_windows()), ds->unigram_entropy());
+                  static_cast<long long>(ds->n_train_windows()), static_cast<long long>(ds->n_val_windows()),
+                  ds->unigram_entropy());
     *description = buf;
   }
   return ds;

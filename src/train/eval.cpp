@@ -24,8 +24,9 @@ LoadedRun load_run(const std::string& dir, const std::string& device, const std:
   r.model = std::make_unique<Model>(r.cfg.model, r.cfg.precision, *r.backend, r.cfg.train.batch_size);
   std::string file = checkpoint;
   if (file.empty())
-    file = fs::exists(fs::path(dir) / "checkpoint.safetensors") ? (fs::path(dir) / "checkpoint.safetensors").string()
-                                                                : (fs::path(dir) / "model.safetensors").string();
+    file = fs::exists(fs::path(dir) / "checkpoint.safetensors")
+               ? (fs::path(dir) / "checkpoint.safetensors").string()
+               : (fs::path(dir) / "model.safetensors").string();
   OCTET_CHECK(fs::is_regular_file(file), "no weights: " + file + " does not exist");
   if (fs::path(file).filename() == "checkpoint.safetensors") {
     std::vector<float> m, v;
@@ -39,9 +40,8 @@ LoadedRun load_run(const std::string& dir, const std::string& device, const std:
 std::unique_ptr<Tokenizer> load_run_tokenizer(const RunConfig& cfg) {
   if (cfg.data.tokenizer == "byte") return make_tokenizer(cfg, {});
   // the corpus the tokenizer was trained on (the default corpus if the run names none)
-  return make_tokenizer(cfg, read_corpus(resolve_corpus_path(cfg.data.path), cfg.data.max_bytes,
-                                         cfg.data.path.empty())
-                                 .text);
+  return make_tokenizer(
+      cfg, read_corpus(resolve_corpus_path(cfg.data.path), cfg.data.max_bytes, cfg.data.path.empty()).text);
 }
 
 EvalResult evaluate_text(Model& model, const Tokenizer& tok, const std::string& text,
@@ -117,10 +117,11 @@ struct EvalSampler::Impl {
   int64_t n = 0;
 };
 
-EvalSampler::EvalSampler(const RunConfig& cfg, Model& model, const Dataset& data) : impl_(std::make_unique<Impl>()) {
+EvalSampler::EvalSampler(const RunConfig& cfg, Model& model, const Dataset& data)
+    : impl_(std::make_unique<Impl>()) {
   impl_->tok = load_run_tokenizer(cfg);
-  impl_->gen = std::make_unique<Generator>(model, model.backend().name() == "cpu" ? DecodePrecision::FP32
-                                                                                  : DecodePrecision::BF16);
+  impl_->gen = std::make_unique<Generator>(
+      model, model.backend().name() == "cpu" ? DecodePrecision::FP32 : DecodePrecision::BF16);
   std::vector<int32_t> ids, targets;
   data.val_batch(0, 1, ids, targets);
   ids.resize(size_t(std::clamp<int64_t>(cfg.model.seq_len / 2, 1, 8)));

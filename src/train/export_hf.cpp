@@ -41,12 +41,27 @@ std::string byte_piece(int b) {
 json byte_tokenizer_json() {
   json vocab = json::object();
   for (int b = 0; b < 256; ++b) vocab[byte_piece(b)] = b;
-  return {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", json::array()},
-          {"normalizer", nullptr}, {"pre_tokenizer", nullptr}, {"post_processor", nullptr},
-          {"decoder", {{"type", "Sequence"}, {"decoders", json::array({{{"type", "ByteFallback"}}, {{"type", "Fuse"}}})}}},
-          {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                     {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", false},
-                     {"byte_fallback", true}, {"ignore_merges", false}, {"vocab", vocab}, {"merges", json::array()}}}};
+  return {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", json::array()},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", nullptr},
+      {"post_processor", nullptr},
+      {"decoder",
+       {{"type", "Sequence"}, {"decoders", json::array({{{"type", "ByteFallback"}}, {{"type", "Fuse"}}})}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", false},
+        {"byte_fallback", true},
+        {"ignore_merges", false},
+        {"vocab", vocab},
+        {"merges", json::array()}}}};
 }
 
 // tokenizer.json of octet's SentencePiece BPE (see export.h): same ids as BpeTokenizer::encode.
@@ -83,23 +98,46 @@ json bpe_tokenizer_json(const std::string& model_path) {
   // The one added token is the newline. <unk> stays a vocabulary entry only (the BPE model's
   // unk_token): an added token would be matched in the text, where octet reads "<unk>" as text.
   const std::string unk = sp.IdToPiece(sp.unk_id());
-  json added = json::array({{{"id", nl}, {"content", "\n"}, {"single_word", false}, {"lstrip", false},
-                             {"rstrip", false}, {"normalized", false}, {"special", false}}});
-  json normalizer = {{"type", "Sequence"},
-                     {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", kMeta}},
-                                                  {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMeta}}})}};
-  json decoder = {{"type", "Sequence"},
-                  {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", kMeta}}}, {"content", " "}},
-                                            {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
-                                            // octet encodes line by line, one dummy-prefix space per line
-                                            // (Tokenizer::encode): drop the one after each newline too
-                                            {{"type", "Replace"}, {"pattern", {{"String", "\n "}}}, {"content", "\n"}},
-                                            {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
-  return {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
-          {"normalizer", normalizer}, {"pre_tokenizer", nullptr}, {"post_processor", nullptr}, {"decoder", decoder},
-          {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", unk}, {"continuing_subword_prefix", nullptr},
-                     {"end_of_word_suffix", nullptr}, {"fuse_unk", true}, {"byte_fallback", true},
-                     {"ignore_merges", false}, {"vocab", vocab}, {"merges", jm}}}};
+  json added = json::array({{{"id", nl},
+                             {"content", "\n"},
+                             {"single_word", false},
+                             {"lstrip", false},
+                             {"rstrip", false},
+                             {"normalized", false},
+                             {"special", false}}});
+  json normalizer = {
+      {"type", "Sequence"},
+      {"normalizers",
+       json::array({{{"type", "Prepend"}, {"prepend", kMeta}},
+                    {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMeta}}})}};
+  json decoder = {
+      {"type", "Sequence"},
+      {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", kMeta}}}, {"content", " "}},
+                                {{"type", "ByteFallback"}},
+                                {{"type", "Fuse"}},
+                                // octet encodes line by line, one dummy-prefix space per line
+                                // (Tokenizer::encode): drop the one after each newline too
+                                {{"type", "Replace"}, {"pattern", {{"String", "\n "}}}, {"content", "\n"}},
+                                {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", added},
+          {"normalizer", normalizer},
+          {"pre_tokenizer", nullptr},
+          {"post_processor", nullptr},
+          {"decoder", decoder},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", unk},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"fuse_unk", true},
+            {"byte_fallback", true},
+            {"ignore_merges", false},
+            {"vocab", vocab},
+            {"merges", jm}}}};
 }
 
 StTensor tensor(const std::vector<int64_t>& shape, const float* src, bool bf16) {
@@ -154,14 +192,16 @@ void check_hf_exportable(const RunConfig& cfg) {
 void export_run(const std::string& run_dir, const std::string& out_dir, const ExportOptions& opt,
                 const std::string& checkpoint) {
   OCTET_CHECK(opt.format == "hf", "unknown export format '" + opt.format + "' (known: hf)");
-  OCTET_CHECK(opt.dtype == "bf16" || opt.dtype == "fp32", "unknown export dtype '" + opt.dtype + "' (known: bf16, fp32)");
+  OCTET_CHECK(opt.dtype == "bf16" || opt.dtype == "fp32",
+              "unknown export dtype '" + opt.dtype + "' (known: bf16, fp32)");
   std::error_code ec;
   OCTET_CHECK(!fs::exists(out_dir, ec) || (fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)),
               "--out " + out_dir + " exists and is not an empty directory; not overwritten");
   LoadedRun r = load_run(run_dir, "cpu", checkpoint);
   check_hf_exportable(r.cfg);
   auto tok = load_run_tokenizer(r.cfg);
-  const json tok_json = r.cfg.data.tokenizer == "byte" ? byte_tokenizer_json() : bpe_tokenizer_json(tok->sentencepiece_model());
+  const json tok_json =
+      r.cfg.data.tokenizer == "byte" ? byte_tokenizer_json() : bpe_tokenizer_json(tok->sentencepiece_model());
 
   const ModelConfig& c = r.cfg.model;
   const bool bf16 = opt.dtype == "bf16";
@@ -190,19 +230,37 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const Ex
   if (!c.tied_embeddings) f.tensors["lm_head.weight"] = tensor({c.vocab_size, d}, p("lm_head.weight"), bf16);
 
   const std::string dtype_name = bf16 ? "bfloat16" : "float32";
-  json config = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-                 {"vocab_size", c.vocab_size}, {"hidden_size", d}, {"intermediate_size", F},
-                 {"num_hidden_layers", c.n_layer}, {"num_attention_heads", H}, {"num_key_value_heads", G},
-                 {"head_dim", Dh}, {"max_position_embeddings", c.seq_len}, {"hidden_act", "silu"},
-                 {"rms_norm_eps", as_configured(c.norm_eps)}, {"rope_theta", as_configured(c.rope_theta)},
+  json config = {{"architectures", {"LlamaForCausalLM"}},
+                 {"model_type", "llama"},
+                 {"vocab_size", c.vocab_size},
+                 {"hidden_size", d},
+                 {"intermediate_size", F},
+                 {"num_hidden_layers", c.n_layer},
+                 {"num_attention_heads", H},
+                 {"num_key_value_heads", G},
+                 {"head_dim", Dh},
+                 {"max_position_embeddings", c.seq_len},
+                 {"hidden_act", "silu"},
+                 {"rms_norm_eps", as_configured(c.norm_eps)},
+                 {"rope_theta", as_configured(c.rope_theta)},
                  {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", as_configured(c.rope_theta)}}},
-                 {"attention_bias", false}, {"attention_dropout", 0.0}, {"mlp_bias", false},
-                 {"tie_word_embeddings", c.tied_embeddings}, {"initializer_range", as_configured(c.init_std)},
-                 {"bos_token_id", nullptr}, {"eos_token_id", nullptr}, {"pad_token_id", nullptr},
-                 {"use_cache", true}, {"dtype", dtype_name}, {"torch_dtype", dtype_name},
+                 {"attention_bias", false},
+                 {"attention_dropout", 0.0},
+                 {"mlp_bias", false},
+                 {"tie_word_embeddings", c.tied_embeddings},
+                 {"initializer_range", as_configured(c.init_std)},
+                 {"bos_token_id", nullptr},
+                 {"eos_token_id", nullptr},
+                 {"pad_token_id", nullptr},
+                 {"use_cache", true},
+                 {"dtype", dtype_name},
+                 {"torch_dtype", dtype_name},
                  {"octet_arm", to_string(r.cfg.precision.arm)}};
-  json tok_config = {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", c.seq_len},
-                     {"add_bos_token", false}, {"add_eos_token", false}, {"clean_up_tokenization_spaces", false},
+  json tok_config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                     {"model_max_length", c.seq_len},
+                     {"add_bos_token", false},
+                     {"add_eos_token", false},
+                     {"clean_up_tokenization_spaces", false},
                      {"model_input_names", {"input_ids", "attention_mask"}}};
 
   fs::create_directories(out_dir, ec);

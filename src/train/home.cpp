@@ -45,8 +45,9 @@ std::string octet_home() {
   if (const std::string repo = repository_of_executable(); !repo.empty()) return repo;
   if (const std::string xdg = env("XDG_DATA_HOME"); !xdg.empty()) return (fs::path(xdg) / "octet").string();
   const std::string home = env("HOME");
-  OCTET_CHECK(!home.empty(), "cannot find octet's home: neither OCTET_HOME nor HOME is set "
-                             "(set OCTET_HOME to the directory holding data/ and .cache/octet)");
+  OCTET_CHECK(!home.empty(),
+              "cannot find octet's home: neither OCTET_HOME nor HOME is set "
+              "(set OCTET_HOME to the directory holding data/ and .cache/octet)");
   return (fs::path(home) / ".local" / "share" / "octet").string();
 }
 

@@ -34,14 +34,16 @@ DqBias attention_dq_bias(const AttentionSample& s) {
   const AttentionShape& full = s.shape;
   full.validate();
   const int64_t H = full.n_heads, G = full.n_kv_heads, T = full.seq_q, D = full.head_dim;
-  OCTET_CHECK(full.batch == 1 && full.seq_k == T,
-              "attention_dq_bias: the sample must be one sequence of self-attention (batch 1, seq_q = seq_k)");
+  OCTET_CHECK(
+      full.batch == 1 && full.seq_k == T,
+      "attention_dq_bias: the sample must be one sequence of self-attention (batch 1, seq_q = seq_k)");
   OCTET_CHECK(int64_t(s.q.size()) == H * T * D && int64_t(s.k.size()) == G * T * D &&
                   int64_t(s.v.size()) == G * T * D,
               "attention_dq_bias: q, k, v do not match the sample's shape " + std::to_string(H) + "/" +
                   std::to_string(G) + " heads x " + std::to_string(T) + " x " + std::to_string(D));
-  OCTET_CHECK(!s.d_o.empty(), "attention_dq_bias: the sample holds no dO (the backward ran without "
-                              "Model::set_attention_capture(true))");
+  OCTET_CHECK(!s.d_o.empty(),
+              "attention_dq_bias: the sample holds no dO (the backward ran without "
+              "Model::set_attention_capture(true))");
   OCTET_CHECK(s.d_o.size() == s.q.size(), "attention_dq_bias: d_o does not match q's shape");
   const double tau = double(full.tau());
   DqBias out;

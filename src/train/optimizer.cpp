@@ -49,9 +49,10 @@ Optimizer::Optimizer(Model& model, const AdamWConfig& config, ShardLayout shard)
   for (const ShardPiece& p : shard_.pieces) {
     OCTET_CHECK(p.begin >= prev_end && p.begin <= p.end && p.end <= n && p.state >= prev_state_end &&
                     p.state + p.size() <= shard_.state_size,
-                "optimizer shard piece [" + std::to_string(p.begin) + ", " + std::to_string(p.end) + ") at state " +
-                    std::to_string(p.state) + " overlaps another or leaves the model's " + std::to_string(n) +
-                    " parameters or the " + std::to_string(shard_.state_size) + " state slots");
+                "optimizer shard piece [" + std::to_string(p.begin) + ", " + std::to_string(p.end) +
+                    ") at state " + std::to_string(p.state) + " overlaps another or leaves the model's " +
+                    std::to_string(n) + " parameters or the " + std::to_string(shard_.state_size) +
+                    " state slots");
     prev_end = p.end;
     prev_state_end = p.state + p.size();
   }
@@ -67,18 +68,22 @@ Optimizer::Optimizer(Model& model, const AdamWConfig& config, ShardLayout shard)
   // tensors of one group merge into one segment.
   int64_t covered = 0;
   for (const ParamInfo& p : model_.params()) {
-    OCTET_CHECK(int64_t(p.offset) == covered, "optimizer: parameter " + p.name + " does not follow its predecessor");
+    OCTET_CHECK(int64_t(p.offset) == covered,
+                "optimizer: parameter " + p.name + " does not follow its predecessor");
     covered += int64_t(p.numel);
   }
   OCTET_CHECK(covered == n, "optimizer: the parameter tensors do not cover the flat parameter vector");
   for (const ShardPiece& piece : shard_.pieces) {
     std::vector<double> rows;  // {end, decay} pairs, piece-relative
     for (const ParamInfo& p : model_.params()) {
-      const int64_t lo = std::max(int64_t(p.offset), piece.begin), hi = std::min(int64_t(p.offset + p.numel), piece.end);
+      const int64_t lo = std::max(int64_t(p.offset), piece.begin),
+                    hi = std::min(int64_t(p.offset + p.numel), piece.end);
       if (lo >= hi) continue;
       const double decay = p.decay ? 1.0 : 0.0;
-      if (!rows.empty() && rows.back() == decay) rows[rows.size() - 2] = double(hi - piece.begin);
-      else rows.insert(rows.end(), {double(hi - piece.begin), decay});
+      if (!rows.empty() && rows.back() == decay)
+        rows[rows.size() - 2] = double(hi - piece.begin);
+      else
+        rows.insert(rows.end(), {double(hi - piece.begin), decay});
     }
     if (rows.empty()) rows = {0.0, 0.0};  // an empty piece: never applied
     segments_.push_back(be.alloc(DType::F64, {int64_t(rows.size() / 2), 2}));
@@ -108,7 +113,8 @@ void Optimizer::use_gradients(const Tensor& grads) {
 
 void Optimizer::compute_grad_norm() {
   Backend& be = model_.backend();
-  OCTET_CHECK(grads_.numel() == shard_.state_size, "optimizer: a sharded optimizer needs use_gradients() first");
+  OCTET_CHECK(grads_.numel() == shard_.state_size,
+              "optimizer: a sharded optimizer needs use_gradients() first");
   be.fill(norm_sq_, 0.0);
   if (shard_.state_size > 0) be.sum_squares(grads_, norm_sq_);
 }
@@ -117,7 +123,8 @@ double Optimizer::grad_norm() { return std::sqrt(model_.backend().read_f64(norm_
 
 void Optimizer::step(float lr, const Tensor& loss_sum) {
   Backend& be = model_.backend();
-  OCTET_CHECK(grads_.numel() == shard_.state_size, "optimizer: a sharded optimizer needs use_gradients() first");
+  OCTET_CHECK(grads_.numel() == shard_.state_size,
+              "optimizer: a sharded optimizer needs use_gradients() first");
   t_bound_ += 1;
   reserve_bias_corrections(t_bound_);
   be.adamw_prepare(norm_sq_, loss_sum, bias_corr_, state_, config_.grad_clip);
@@ -126,8 +133,8 @@ void Optimizer::step(float lr, const Tensor& loss_sum) {
     const ShardPiece& piece = shard_.pieces[i];
     if (piece.size() == 0) continue;
     auto part = [&](const Tensor& t) { return t.slice(piece.state, piece.size()); };
-    be.adamw_apply(params.slice(piece.begin, piece.size()), part(grads_), part(m_), part(v_), segments_[i], state_,
-                   lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay);
+    be.adamw_apply(params.slice(piece.begin, piece.size()), part(grads_), part(m_), part(v_), segments_[i],
+                   state_, lr, config_.beta1, config_.beta2, config_.eps, config_.weight_decay);
   }
 }
 
@@ -159,9 +166,8 @@ std::vector<float> Optimizer::download_v() {
 
 void Optimizer::load(const std::vector<float>& m, const std::vector<float>& v, int64_t steps) {
   OCTET_CHECK(m.size() == model_.num_params() && v.size() == model_.num_params(),
-              "optimizer state: expected " + std::to_string(model_.num_params()) +
-                  " moments each, got " + std::to_string(m.size()) + " and " +
-                  std::to_string(v.size()));
+              "optimizer state: expected " + std::to_string(model_.num_params()) + " moments each, got " +
+                  std::to_string(m.size()) + " and " + std::to_string(v.size()));
   OCTET_CHECK(steps >= 0, "optimizer state: negative step count " + std::to_string(steps));
   for (const ShardPiece& p : shard_.pieces) {
     if (p.size() == 0) continue;

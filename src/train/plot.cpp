@@ -47,8 +47,7 @@ int run_gnuplot(const std::vector<std::string>& args, const std::string& log_pat
   posix_spawn_file_actions_destroy(&fa);
   OCTET_CHECK(rc == 0, std::string("cannot run gnuplot: ") + std::strerror(rc) + " (install gnuplot-nox)");
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
@@ -71,15 +70,18 @@ bool has_pngcairo(const fs::path& tmp) {
 std::string quoted(const std::string& s) {
   std::string o = "'";
   for (char ch : s) {
-    if (ch == '\'') o += "''";
-    else o += (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ? ' ' : ch;
+    if (ch == '\'')
+      o += "''";
+    else
+      o += (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ? ' ' : ch;
   }
   return o + "'";
 }
 
 }  // namespace
 
-void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_path, const std::string& title) {
+void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_path,
+               const std::string& title) {
   OCTET_CHECK(!run_dirs.empty(), "plot needs at least one run directory");
   const fs::path tmp = fs::temp_directory_path() / ("octet-plot-" + std::to_string(::getpid()));
   fs::create_directories(tmp);
@@ -120,7 +122,8 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_
       label = fs::path(run_dirs[i]).lexically_normal().parent_path().filename().string() + "/" + label;
     const int color = int(i) + 1;
     if (!plots.empty()) plots += ", \\\n     ";
-    plots += quoted(tr) + " using 1:2 with lines lw 1 lc " + std::to_string(color) + " title " + quoted(label + " train") + " noenhanced";
+    plots += quoted(tr) + " using 1:2 with lines lw 1 lc " + std::to_string(color) + " title " +
+             quoted(label + " train") + " noenhanced";
     if (n_val > 0)
       plots += ", \\\n     " + quoted(va) + " using 1:2 with linespoints lw 3 pt 7 ps 0.8 lc " +
                std::to_string(color) + " title " + quoted(label + " val") + " noenhanced";
@@ -128,7 +131,8 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_
   const std::string script = (tmp / "plot.gp").string();
   {
     std::ofstream gp(script);
-    gp << (has_pngcairo(tmp) ? "set terminal pngcairo size 1100,650 font 'sans,11'\n" : "set terminal png size 1100,650\n");
+    gp << (has_pngcairo(tmp) ? "set terminal pngcairo size 1100,650 font 'sans,11'\n"
+                             : "set terminal png size 1100,650\n");
     gp << "set output " << quoted(png_path) << "\n";
     gp << "set title " << quoted(title) << " noenhanced\n";
     gp << "set xlabel 'step'\nset ylabel 'loss (nats/token)'\nset grid\nset key top right\n";

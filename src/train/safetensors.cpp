@@ -59,8 +59,10 @@ void write_safetensors(const std::string& path, const StFile& f) {
   for (auto& [name, t] : f.tensors) {
     size_t n = 1;
     for (int64_t s : t.shape) n *= size_t(s);
-    OCTET_CHECK(dtype_size(t.dtype) * n == t.data.size(), "tensor " + name + ": shape and data size disagree");
-    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
+    OCTET_CHECK(dtype_size(t.dtype) * n == t.data.size(),
+                "tensor " + name + ": shape and data size disagree");
+    header[name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.data.size()}}};
     offset += t.data.size();
     h = model_detail::fnv1a64(t.data.data(), t.data.size(), h);
   }
@@ -73,7 +75,8 @@ void write_safetensors(const std::string& path, const StFile& f) {
 
   const uint64_t len = js.size();  // little-endian on every platform octet builds for
   std::vector<std::string_view> chunks{{reinterpret_cast<const char*>(&len), 8}, js};
-  for (auto& [name, t] : f.tensors) chunks.emplace_back(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+  for (auto& [name, t] : f.tensors)
+    chunks.emplace_back(reinterpret_cast<const char*>(t.data.data()), t.data.size());
   write_file_atomic(path, chunks);
 }
 
@@ -151,7 +154,8 @@ StFile read_safetensors(const std::string& path) {
       }
       const size_t es = dtype_size(t.dtype);
       OCTET_CHECK(es > 0, path + ": tensor " + name + " has unknown dtype " + t.dtype);
-      OCTET_CHECK(n * es == off[1] - off[0], path + ": tensor " + name + " shape does not match its data size");
+      OCTET_CHECK(n * es == off[1] - off[0],
+                  path + ": tensor " + name + " shape does not match its data size");
       t.data.assign(data.begin() + int64_t(off[0]), data.begin() + int64_t(off[1]));
       covered += off[1] - off[0];
       ranges.emplace_back(off[0], off[1]);
@@ -161,7 +165,8 @@ StFile read_safetensors(const std::string& path) {
     OCTET_FAIL(path + ": corrupt safetensors header (" + std::string(e.what()) + ")");
   }
   OCTET_CHECK(covered == data_size, path + ": data section size does not match the tensors (" +
-                                        std::to_string(data_size) + " bytes vs " + std::to_string(covered) + ")");
+                                        std::to_string(data_size) + " bytes vs " + std::to_string(covered) +
+                                        ")");
   auto it = f.metadata.find("octet_checksum");
   if (it != f.metadata.end()) {
     std::sort(ranges.begin(), ranges.end());

@@ -55,10 +55,17 @@ Field read_field(const std::string& s, size_t pos) {
       pos = start;
       break;
     }
-    case 1: len = 8; break;
-    case 2: len = size_t(read_varint(s, pos)); break;
-    case 5: len = 4; break;
-    default: OCTET_FAIL(std::string(kWhat) + " (wire type " + std::to_string(f.wire) + ")");
+    case 1:
+      len = 8;
+      break;
+    case 2:
+      len = size_t(read_varint(s, pos));
+      break;
+    case 5:
+      len = 4;
+      break;
+    default:
+      OCTET_FAIL(std::string(kWhat) + " (wire type " + std::to_string(f.wire) + ")");
   }
   OCTET_CHECK(len <= s.size() - pos, std::string(kWhat) + " (a field runs past the end)");
   f.value_begin = pos;

@@ -83,8 +83,8 @@ class BpeTokenizer : public Tokenizer {
     // in a line's text. encode() emits it for the newlines alone, so it becomes a control piece here:
     // a literal "<nl>" (like "<unk>" or "<0x0A>") in the text is then ordinary text, split into the
     // pieces of its characters as the exported Hugging Face tokenizer splits it, and decodes back.
-    const auto re = sp_.LoadFromSerializedProto(
-        train_detail::with_piece_type(sp_.serialized_model_proto(), kNewline, train_detail::SpmPieceType::Control));
+    const auto re = sp_.LoadFromSerializedProto(train_detail::with_piece_type(
+        sp_.serialized_model_proto(), kNewline, train_detail::SpmPieceType::Control));
     OCTET_CHECK(re.ok(), "cannot load SentencePiece model " + model_path + ": " + re.ToString());
     OCTET_CHECK(sp_.PieceToId(kNewline) == newline_id_ && sp_.IsControl(newline_id_),
                 "SentencePiece model " + model_path + ": cannot make <nl> a control piece");
@@ -118,8 +118,9 @@ class BpeTokenizer : public Tokenizer {
     std::string s;
     bool line_start = true;
     for (int32_t t : ids) {
-      OCTET_CHECK(t >= 0 && t < sp_.GetPieceSize(), "token id " + std::to_string(t) + " outside the vocabulary of " +
-                                                         std::to_string(sp_.GetPieceSize()));
+      OCTET_CHECK(t >= 0 && t < sp_.GetPieceSize(), "token id " + std::to_string(t) +
+                                                        " outside the vocabulary of " +
+                                                        std::to_string(sp_.GetPieceSize()));
       if (t == newline_id_) {
         s.push_back('\n');
         line_start = true;
@@ -156,9 +157,9 @@ class BpeTokenizer : public Tokenizer {
 }  // namespace
 
 std::unique_ptr<Tokenizer> make_tokenizer(const RunConfig& cfg, const std::string& corpus_text) {
-  return cfg.data.tokenizer == "byte" ? make_byte_tokenizer()
-                                      : make_bpe_tokenizer(corpus_text, cfg.model.vocab_size,
-                                                                   resolve_cache_dir(cfg.data.cache_dir));
+  return cfg.data.tokenizer == "byte"
+             ? make_byte_tokenizer()
+             : make_bpe_tokenizer(corpus_text, cfg.model.vocab_size, resolve_cache_dir(cfg.data.cache_dir));
 }
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
@@ -210,9 +211,9 @@ std::unique_ptr<Tokenizer> make_bpe_tokenizer(const std::string& raw, int64_t vo
     OCTET_CHECK(!ec, io_error("cannot rename " + tmp + " to", path, ec.message()));
   }
   auto tok = std::make_unique<BpeTokenizer>(path);
-  OCTET_CHECK(tok->vocab_size() == vocab_size,
-              "SentencePiece model " + path + " has " + std::to_string(tok->vocab_size()) +
-                  " pieces, expected " + std::to_string(vocab_size));
+  OCTET_CHECK(tok->vocab_size() == vocab_size, "SentencePiece model " + path + " has " +
+                                                   std::to_string(tok->vocab_size()) + " pieces, expected " +
+                                                   std::to_string(vocab_size));
   return tok;
 }
 

@@ -42,8 +42,9 @@ namespace octet {
 void check_rank_split(const RunConfig& cfg, int64_t ranks) {
   // train.batch_size is the global micro-batch: each of the ranks takes an equal slice of it
   OCTET_CHECK(ranks >= 1 && cfg.train.batch_size % ranks == 0,
-              "train.batch_size = " + std::to_string(cfg.train.batch_size) + " sequences cannot be split evenly over " +
-                  std::to_string(ranks) + " ranks (docs/distributed.md)");
+              "train.batch_size = " + std::to_string(cfg.train.batch_size) +
+                  " sequences cannot be split evenly over " + std::to_string(ranks) +
+                  " ranks (docs/distributed.md)");
 }
 
 void check_eval_split(const RunConfig& cfg, const Dataset& ds) {
@@ -51,7 +52,8 @@ void check_eval_split(const RunConfig& cfg, const Dataset& ds) {
   OCTET_CHECK(cfg.train.eval_batches * cfg.train.batch_size <= ds.n_val_windows(),
               "train.eval_batches x train.batch_size = " +
                   std::to_string(cfg.train.eval_batches * cfg.train.batch_size) +
-                  " validation sequences, but the validation split has " + std::to_string(ds.n_val_windows()) +
+                  " validation sequences, but the validation split has " +
+                  std::to_string(ds.n_val_windows()) +
                   " (lower train.eval_batches, or raise data.val_fraction or the corpus size)");
 }
 
@@ -61,8 +63,11 @@ using json = nlohmann::json;
 namespace {
 
 json quant_json(const QuantStats& q) {
-  return {{"amax", q.amax}, {"scale_min", q.scale_min}, {"scale_max", q.scale_max},
-          {"underflow", q.underflow_frac}, {"saturated", q.saturated_frac}};
+  return {{"amax", q.amax},
+          {"scale_min", q.scale_min},
+          {"scale_max", q.scale_max},
+          {"underflow", q.underflow_frac},
+          {"saturated", q.saturated_frac}};
 }
 
 // JSON numbers, NaN/inf as null (JSON has neither).
@@ -83,20 +88,26 @@ json layers_json(const std::vector<LayerReport>& reports) {
     }
     json dq = nullptr;
     if (const std::optional<DqBias>& b = reports[l].dq_bias)
-      dq = {{"mean", num(b->mean)}, {"max", num(b->max)}, {"norm", num(b->norm)},
-            {"row_residual_mean", num(b->row_residual_mean)}, {"rows", b->rows}};
-    layers.push_back({{"layer", l},
-                      {"mixer", reports[l].attention ? "attention" : "gated_delta"},
-                      {"kurtosis", {{"attn_in", d.kurtosis_attn_in}, {"mlp_in", d.kurtosis_mlp_in},
-                                    {"mlp_hidden", d.kurtosis_mlp_hidden}, {"out", d.kurtosis_out}}},
-                      {"kurtosis_max", d.kurtosis_max()},
-                      // a Gated DeltaNet layer has no softmax: no residual (null, not 0)
-                      {"row_residual_max", reports[l].attention ? num(d.row_residual_max) : json(nullptr)},
-                      {"row_residual_mean", reports[l].attention ? num(d.row_residual_mean) : json(nullptr)},
-                      {"dq_bias", dq},
-                      {"amax", d.linears.empty() ? json(nullptr)
-                                                 : json{{"x", amax[0]}, {"w", amax[1]}, {"dy", amax[2]}}},
-                      {"quant", q}});
+      dq = {{"mean", num(b->mean)},
+            {"max", num(b->max)},
+            {"norm", num(b->norm)},
+            {"row_residual_mean", num(b->row_residual_mean)},
+            {"rows", b->rows}};
+    layers.push_back(
+        {{"layer", l},
+         {"mixer", reports[l].attention ? "attention" : "gated_delta"},
+         {"kurtosis",
+          {{"attn_in", d.kurtosis_attn_in},
+           {"mlp_in", d.kurtosis_mlp_in},
+           {"mlp_hidden", d.kurtosis_mlp_hidden},
+           {"out", d.kurtosis_out}}},
+         {"kurtosis_max", d.kurtosis_max()},
+         // a Gated DeltaNet layer has no softmax: no residual (null, not 0)
+         {"row_residual_max", reports[l].attention ? num(d.row_residual_max) : json(nullptr)},
+         {"row_residual_mean", reports[l].attention ? num(d.row_residual_mean) : json(nullptr)},
+         {"dq_bias", dq},
+         {"amax", d.linears.empty() ? json(nullptr) : json{{"x", amax[0]}, {"w", amax[1]}, {"dy", amax[2]}}},
+         {"quant", q}});
   }
   return layers;
 }
@@ -132,8 +143,10 @@ void print_table(FILE* log, const RunConfig& cfg, const Model& model, const std:
   std::fprintf(log, "| parameters | %zu | |\n", model.num_params());
   const long long tokens = cfg.train.batch_size * cfg.train.grad_accum * cfg.model.seq_len;
   if (world > 1) {
-    std::fprintf(log, "| ranks | %d | data parallel, ZeRO-1; batch_size / ranks sequences each (docs/distributed.md) |\n",
-                 world);
+    std::fprintf(
+        log,
+        "| ranks | %d | data parallel, ZeRO-1; batch_size / ranks sequences each (docs/distributed.md) |\n",
+        world);
   }
   std::fprintf(log, "| tokens per step | %lld | batch_size x grad_accum x seq_len |\n", tokens);
   std::fflush(log);
@@ -149,14 +162,16 @@ std::vector<ConfigChange> check_resume(const std::string& dir, const RunConfig& 
   OCTET_CHECK(checkpoint_step <= requested.train.steps,
               "cannot resume " + dir + " with train.steps = " + std::to_string(requested.train.steps) +
                   ": its checkpoint is at step " + std::to_string(checkpoint_step) +
-                  " (a run cannot be shortened; give train.steps >= " + std::to_string(checkpoint_step) + ")");
+                  " (a run cannot be shortened; give train.steps >= " + std::to_string(checkpoint_step) +
+                  ")");
   return changes;
 }
 
 ResumePlan plan_resume(const std::string& dir, const std::vector<std::string>& overrides) {
   const std::string conf = dir + "/config.toml";
   OCTET_CHECK(fs::exists(conf), "cannot resume " + dir + ": no config.toml there");
-  OCTET_CHECK(fs::exists(dir + "/checkpoint.safetensors"), "cannot resume " + dir + ": no checkpoint.safetensors there");
+  OCTET_CHECK(fs::exists(dir + "/checkpoint.safetensors"),
+              "cannot resume " + dir + ": no checkpoint.safetensors there");
   ResumePlan plan;
   plan.config = load_config(conf, overrides);
   plan.state = read_checkpoint_state(dir);
@@ -217,7 +232,8 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     if (masters_stale) zero->gather_params();
     masters_stale = false;
   };
-  Optimizer opt(model, adamw_config(t), zero ? zero->shard() : ShardLayout::whole(int64_t(model.num_params())));
+  Optimizer opt(model, adamw_config(t),
+                zero ? zero->shard() : ShardLayout::whole(int64_t(model.num_params())));
   std::optional<RunDirLock> lock;
   if (writer) {
     std::error_code ec;  // the run directory only once the backend and the model exist
@@ -270,7 +286,8 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
                      static_cast<long long>(st.step));
     }
     write_metrics(record);
-    if (log) std::fprintf(log, "resuming %s at step %lld\n", out_dir.c_str(), static_cast<long long>(st.step));
+    if (log)
+      std::fprintf(log, "resuming %s at step %lld\n", out_dir.c_str(), static_cast<long long>(st.step));
   }
 
   const int64_t tokens_per_micro = t.batch_size * cfg.model.seq_len;  // over all ranks
@@ -321,40 +338,49 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     be.download(h.data(), history.tensor().slice(0, int64_t(2 * n)));  // the sync
     for (size_t i = 0; i < n; ++i) counted[i] = double(pending[i].counted);
     if (comm) all_reduce_host_sum(*comm, be, counted.data(), int64_t(n));  // the loss is summed on the device
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_t0).count() / double(n);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - window_t0).count() / double(n);
     st.adam_step = opt.steps();
     for (size_t i = 0; i < n; ++i) {
       const Pending& p = pending[i];
       const int64_t done = p.step + 1;
       const double loss = h[2 * i] / std::max(counted[i], 1.0), gnorm = std::sqrt(h[2 * i + 1]);
-      bad = !std::isfinite(loss) || !std::isfinite(gnorm);  // the device's decision (adamw_rule.h decide_step)
+      bad =
+          !std::isfinite(loss) || !std::isfinite(gnorm);  // the device's decision (adamw_rule.h decide_step)
       st.skipped_steps += bad;
       st.bad_in_a_row = bad ? st.bad_in_a_row + 1 : 0;
       total_seconds += seconds;
       total_tokens += tokens_per_step;
       const double tok_s = double(tokens_per_step) / seconds;
       result.train_loss.push_back(bad ? NAN : loss);
-      json line = {{"step", done}, {"loss", bad ? json(nullptr) : json(loss)},
+      json line = {{"step", done},
+                   {"loss", bad ? json(nullptr) : json(loss)},
                    {"grad_norm", std::isfinite(gnorm) ? json(gnorm) : json(nullptr)},
-                   {"lr", p.lr}, {"tokens_per_s", tok_s}, {"ms", seconds * 1e3}};
+                   {"lr", p.lr},
+                   {"tokens_per_s", tok_s},
+                   {"ms", seconds * 1e3}};
       if (bad) line["skipped"] = true;
       write_metrics(line);
       if (log && (bad || done % t.log_every == 0 || done == t.steps)) {
         if (bad)
-          std::fprintf(log, "step %5lld/%lld | non-finite loss or gradient (loss %g, grad norm %g): "
-                            "step skipped (%lld in a row, %lld in all)\n",
+          std::fprintf(log,
+                       "step %5lld/%lld | non-finite loss or gradient (loss %g, grad norm %g): "
+                       "step skipped (%lld in a row, %lld in all)\n",
                        static_cast<long long>(done), static_cast<long long>(t.steps), loss, gnorm,
                        static_cast<long long>(st.bad_in_a_row), static_cast<long long>(st.skipped_steps));
         else
-          std::fprintf(log, "step %5lld/%lld | loss %.4f | grad norm %.4f | lr %.3e | %7.1f ms | %6.0f tok/s\n",
+          std::fprintf(log,
+                       "step %5lld/%lld | loss %.4f | grad norm %.4f | lr %.3e | %7.1f ms | %6.0f tok/s\n",
                        static_cast<long long>(done), static_cast<long long>(t.steps), loss, gnorm,
                        double(p.lr), seconds * 1e3, tok_s);
         std::fflush(log);
       }
       if (bad && st.bad_in_a_row >= t.max_bad_steps) {
-        std::string msg = std::to_string(st.bad_in_a_row) + " steps in a row had a non-finite loss or gradient "
-                          "(train.max_bad_steps = " + std::to_string(t.max_bad_steps) + "); stopping at step " +
-                          std::to_string(done) + ". ";
+        std::string msg = std::to_string(st.bad_in_a_row) +
+                          " steps in a row had a non-finite loss or gradient "
+                          "(train.max_bad_steps = " +
+                          std::to_string(t.max_bad_steps) + "); stopping at step " + std::to_string(done) +
+                          ". ";
         msg += fs::exists(out_dir + "/checkpoint.safetensors")
                    ? "The last good checkpoint is " + out_dir + "/checkpoint.safetensors."
                    : "No checkpoint was written yet.";
@@ -435,22 +461,31 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
       result.kurtosis_max = std::max(result.kurtosis_max, kmax);
       result.row_residual_max = report::max_or_nan(result.row_residual_max, rmax);
       result.row_residual_mean = report::max_or_nan(result.row_residual_mean, rmean);
-      json ev = {{"step", st.step}, {"val_loss", val}, {"kurtosis_max", kmax}, {"row_residual_max", num(rmax)},
-                 {"row_residual_mean", num(rmean)}, {"dq_bias_norm", bnorm}, {"layers", layers_json(diags)}};
+      json ev = {{"step", st.step},
+                 {"val_loss", val},
+                 {"kurtosis_max", kmax},
+                 {"row_residual_max", num(rmax)},
+                 {"row_residual_mean", num(rmean)},
+                 {"dq_bias_norm", bnorm},
+                 {"layers", layers_json(diags)}};
       if (!layer_diags) {  // not computed (activation checkpointing): null, never a 0 that reads as measured
-        for (const char* k : {"kurtosis_max", "row_residual_max", "row_residual_mean", "dq_bias_norm"}) ev[k] = nullptr;
+        for (const char* k : {"kurtosis_max", "row_residual_max", "row_residual_mean", "dq_bias_norm"})
+          ev[k] = nullptr;
         ev["layer_diagnostics"] = "off (activation checkpointing)";
         result.kurtosis_max = result.row_residual_max = result.row_residual_mean = NAN;
       }
       write_metrics(ev);
       if (log && !layer_diags) {
-        std::fprintf(log, "eval step %lld | val loss %.4f | layer diagnostics off (activation checkpointing)\n",
+        std::fprintf(log,
+                     "eval step %lld | val loss %.4f | layer diagnostics off (activation checkpointing)\n",
                      static_cast<long long>(st.step), val);
       } else if (log) {
         using report::sci;
-        std::fprintf(log, "eval step %lld | val loss %.4f | kurtosis max %.3f | attention row residual max %s, "
-                          "mean %s | dQ bias (norm) max %.3e\n",
-                     static_cast<long long>(st.step), val, kmax, sci(rmax).c_str(), sci(rmean).c_str(), bnorm);
+        std::fprintf(log,
+                     "eval step %lld | val loss %.4f | kurtosis max %.3f | attention row residual max %s, "
+                     "mean %s | dQ bias (norm) max %.3e\n",
+                     static_cast<long long>(st.step), val, kmax, sci(rmax).c_str(), sci(rmean).c_str(),
+                     bnorm);
         if (sampler) std::fprintf(log, "sample: %s\n", sampler->sample().c_str());
         std::fflush(log);
       }

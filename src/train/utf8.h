@@ -13,15 +13,24 @@ inline int utf8_seq_len(const unsigned char* p, size_t i, size_t n) {
   int len = 0;
   unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
   if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) len = 2;
-  else if (c == 0xE0) len = 3, lo = 0xA0;
-  else if (c >= 0xE1 && c <= 0xEC) len = 3;
-  else if (c == 0xED) len = 3, hi = 0x9F;
-  else if (c >= 0xEE && c <= 0xEF) len = 3;
-  else if (c == 0xF0) len = 4, lo = 0x90;
-  else if (c >= 0xF1 && c <= 0xF3) len = 4;
-  else if (c == 0xF4) len = 4, hi = 0x8F;
-  else return 0;
+  if (c >= 0xC2 && c <= 0xDF)
+    len = 2;
+  else if (c == 0xE0)
+    len = 3, lo = 0xA0;
+  else if (c >= 0xE1 && c <= 0xEC)
+    len = 3;
+  else if (c == 0xED)
+    len = 3, hi = 0x9F;
+  else if (c >= 0xEE && c <= 0xEF)
+    len = 3;
+  else if (c == 0xF0)
+    len = 4, lo = 0x90;
+  else if (c >= 0xF1 && c <= 0xF3)
+    len = 4;
+  else if (c == 0xF4)
+    len = 4, hi = 0x8F;
+  else
+    return 0;
   if (i + size_t(len) > n) return 0;
   for (int k = 1; k < len; ++k) {
     const unsigned b = p[i + size_t(k)];

@@ -1,7 +1,7 @@
-// Delta-Matching's key property (docs/design.md §"The two deltas"; Tang et al., arXiv 2609.37852): with the matched
-// delta D_i = Σ_j P_ij dP_ij, every row of dS sums to zero up to FP32 rounding; with the stale
-// delta D_i = dO_i·O_i, the FP8 rounding of P, V, dO and O leaves ε_i = Σ_j P_ij dP_ij − D_i,
-// which becomes a bias of dQ along the attention-weighted mean key.
+// Delta-Matching's key property (docs/design.md §"The two deltas"; Tang et al., arXiv 2609.37852): with the
+// matched delta D_i = Σ_j P_ij dP_ij, every row of dS sums to zero up to FP32 rounding; with the stale delta
+// D_i = dO_i·O_i, the FP8 rounding of P, V, dO and O leaves ε_i = Σ_j P_ij dP_ij − D_i, which becomes a bias
+// of dQ along the attention-weighted mean key.
 //
 // Measured here (B1 H4 G2 T256 D64 causal, FP8 E4M3 Q/K/V/P, E5M2 dO/dS, seed 1), whole | flash,
 // residual r_i = |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) (attention.h):
@@ -52,27 +52,26 @@ TEST_P(DeltaMatching, MatchedClosesTheRowResidualStaleDoesNot) {
   EXPECT_EQ(matched.o, stale.o);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Fp8, DeltaMatching,
-    ::testing::Values(DmCase{AttnInputDist::Normal, AttnForm::Whole},
-                      DmCase{AttnInputDist::Heavy, AttnForm::Whole},
-                      DmCase{AttnInputDist::Sink, AttnForm::Whole},
-                      DmCase{AttnInputDist::Normal, AttnForm::Flash},
-                      DmCase{AttnInputDist::Heavy, AttnForm::Flash},
-                      DmCase{AttnInputDist::Sink, AttnForm::Flash}),
-    [](const auto& info) {
-      return to_string(info.param.dist) + "_" + to_string(info.param.form);
-    });
+INSTANTIATE_TEST_SUITE_P(Fp8, DeltaMatching,
+                         ::testing::Values(DmCase{AttnInputDist::Normal, AttnForm::Whole},
+                                           DmCase{AttnInputDist::Heavy, AttnForm::Whole},
+                                           DmCase{AttnInputDist::Sink, AttnForm::Whole},
+                                           DmCase{AttnInputDist::Normal, AttnForm::Flash},
+                                           DmCase{AttnInputDist::Heavy, AttnForm::Flash},
+                                           DmCase{AttnInputDist::Sink, AttnForm::Flash}),
+                         [](const auto& info) {
+                           return to_string(info.param.dist) + "_" + to_string(info.param.form);
+                         });
 
 // In FP64 the matched delta is exact to FP64 rounding, and the stale one only suffers from O
 // being stored in FP32: both residuals are far below any FP8 effect.
 TEST(DeltaMatching, Fp64ResidualsAreRoundingOnly) {
   const auto s = test::make_shape(1, 2, 1, 64, 64, 32, true);
   const auto in = make_attention_inputs(s, AttnInputDist::Normal, 2);
-  const auto m = test::run_attention(
-      s, test::make_config(AttnPrecision::FP64, AttnForm::Whole, DeltaMode::Matched), in);
-  const auto st = test::run_attention(
-      s, test::make_config(AttnPrecision::FP64, AttnForm::Whole, DeltaMode::Stale), in);
+  const auto m =
+      test::run_attention(s, test::make_config(AttnPrecision::FP64, AttnForm::Whole, DeltaMode::Matched), in);
+  const auto st =
+      test::run_attention(s, test::make_config(AttnPrecision::FP64, AttnForm::Whole, DeltaMode::Stale), in);
   EXPECT_LE(m.stats.row_residual_max, 1e-13);
   EXPECT_LE(st.stats.row_residual_mean, 1e-5);
 }
@@ -90,14 +89,14 @@ TEST(DeltaMatching, ResidualIsMeaningfulInARowThatSeesOneKey) {
     const auto do_hat = test::independent_do_hat_e5m2(in.d_o);
     for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
       const std::string what = to_string(dist) + " " + to_string(form);
-      const auto m = test::run_attention(
-          s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
-      const auto st = test::run_attention(
-          s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Stale), in, true);
+      const auto m =
+          test::run_attention(s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
+      const auto st =
+          test::run_attention(s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Stale), in, true);
       EXPECT_LE(m.stats.row_residual_max, 1e-5) << what;
       double stale_row0_mean = 0;
       for (int64_t h = 0; h < 4; ++h) {
-        const size_t row0 = size_t(h * 64);        // (b 0, h, i 0)
+        const size_t row0 = size_t(h * 64);                      // (b 0, h, i 0)
         const int64_t qo = h * 64 * 32, ko = (h / 2) * 64 * 32;  // query row 0, key 0 of its KV head
         double dp = 0, d = 0;
         for (int64_t c = 0; c < 32; ++c) {
@@ -131,8 +130,7 @@ TEST(DeltaMatching, ConstantValuesGiveZeroDqOnlyWhenMatched) {
   for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
     const auto m =
         test::run_attention(s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in);
-    const auto st =
-        test::run_attention(s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Stale), in);
+    const auto st = test::run_attention(s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Stale), in);
     auto max_abs = [](const std::vector<float>& x) {
       float m = 0;
       for (float e : x) m = std::max(m, std::fabs(e));

@@ -141,8 +141,8 @@ TEST(DeltaRule, DominantKeyRowsKeepTheMatchedResidual) {
     for (int64_t g = 0; g < 2; ++g)
       for (int64_t c = 0; c < 32; ++c) in.k[size_t(g * 64 * 32 + c)] *= 1.6f;
     for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
-      const auto r = test::run_attention(
-          s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
+      const auto r =
+          test::run_attention(s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
       EXPECT_LE(r.stats.row_residual_max, 1e-6) << to_string(form) << (causal ? " causal" : "");
       if (causal) {  // row 0 of each head sees one key: dS = 0 exactly, so the residual is 0
         for (int64_t h = 0; h < 4; ++h) EXPECT_EQ(r.stats.row_residual[size_t(h * 64)], 0.0);
@@ -157,8 +157,8 @@ TEST(DeltaRule, TiedMaxKeysWithZeroValueKeepTheMatchedResidual) {
   const auto s = test::make_shape(2, 4, 2, 256, 256, 64, true);
   const auto in = test::tied_max_key_inputs(s, 9);
   for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
-    const auto r = test::run_attention(
-        s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
+    const auto r =
+        test::run_attention(s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
     size_t worst = 0;
     for (size_t i = 0; i < r.stats.row_residual.size(); ++i)
       if (r.stats.row_residual[i] > r.stats.row_residual[worst]) worst = i;

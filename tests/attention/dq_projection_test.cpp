@@ -29,9 +29,10 @@ TEST(DqProjection, RemovesTheCommonKeyComponentsError) {
     const double on = dq_error(s, common, form, DeltaMode::Matched, true);
     const double stale_off = dq_error(s, common, form, DeltaMode::Stale, false);
     const double stale_on = dq_error(s, common, form, DeltaMode::Stale, true);
-    std::printf("form %s: dQ rel err no common component %.3g; common component: matched %.3g, "
-                "matched + projection %.3g, stale %.3g, stale + projection %.3g\n",
-                to_string(form).c_str(), base, off, on, stale_off, stale_on);
+    std::printf(
+        "form %s: dQ rel err no common component %.3g; common component: matched %.3g, "
+        "matched + projection %.3g, stale %.3g, stale + projection %.3g\n",
+        to_string(form).c_str(), base, off, on, stale_off, stale_on);
     EXPECT_GT(off, 10 * base) << "the case must show the common component's error";
     EXPECT_LE(on, 2 * base) << "projection: within 2x of the no-common-component error";
     EXPECT_LT(stale_on, stale_off);

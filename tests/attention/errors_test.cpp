@@ -19,8 +19,7 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(AttentionErrors, KvHeadsMustDivideHeads) {
   auto s = test::make_shape(1, 6, 4, 8, 8, 16, false);
-  EXPECT_NE(error_of([&] { s.validate(); }).find("kv-heads (4) must divide heads (6)"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { s.validate(); }).find("kv-heads (4) must divide heads (6)"), std::string::npos);
 }
 
 TEST(AttentionErrors, ZeroSizesAreNamed) {
@@ -29,8 +28,7 @@ TEST(AttentionErrors, ZeroSizesAreNamed) {
   EXPECT_NE(error_of([&] { s.validate(); }).find("kv-seq must be >= 1, got 0"), std::string::npos);
   s.seq_k = 8;
   s.head_dim = -3;
-  EXPECT_NE(error_of([&] { make_attention_inputs(s, AttnInputDist::Normal, 1); })
-                .find("dim must be >= 1"),
+  EXPECT_NE(error_of([&] { make_attention_inputs(s, AttnInputDist::Normal, 1); }).find("dim must be >= 1"),
             std::string::npos);
 }
 
@@ -41,15 +39,13 @@ TEST(AttentionErrors, ForwardRejectsBadConfig) {
   auto cfg = test::make_config(AttnPrecision::FP8, AttnForm::Flash, DeltaMode::Matched);
   cfg.block_k = 0;
   EXPECT_NE(error_of([&] {
-              attention_forward(s, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(),
-                                lse.data(), nullptr);
+              attention_forward(s, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), nullptr);
             }).find("block sizes must be >= 1"),
             std::string::npos);
   cfg.block_k = 128;
   cfg.p_scale = 100.0f;
   EXPECT_NE(error_of([&] {
-              attention_forward(s, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(),
-                                lse.data(), nullptr);
+              attention_forward(s, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), nullptr);
             }).find("p_scale must be a power of two"),
             std::string::npos);
 }
@@ -72,8 +68,9 @@ TEST(AttentionNames, RoundTripAndUnknown) {
   EXPECT_EQ(parse_attn_form("tiled"), AttnForm::Flash);  // the former name still parses
   for (auto d : {AttnInputDist::Normal, AttnInputDist::Heavy, AttnInputDist::Sink})
     EXPECT_EQ(parse_attn_input_dist(to_string(d)), d);
-  EXPECT_NE(error_of([] { parse_delta_mode("fresh"); })
-                .find("unknown delta mode 'fresh' (expected one of: stale, matched)"),
+  EXPECT_NE(error_of([] {
+              parse_delta_mode("fresh");
+            }).find("unknown delta mode 'fresh' (expected one of: stale, matched)"),
             std::string::npos);
 }
 
@@ -90,7 +87,8 @@ TEST(AttentionInputs, DeterministicAndShaped) {
   EXPECT_EQ(a.d_o.size(), a.q.size());
 }
 
-// The sink distribution really makes key 0 take most of the attention (mean over rows), and the keys of every distribution have a non-zero mean.
+// The sink distribution really makes key 0 take most of the attention (mean over rows), and the keys of every
+// distribution have a non-zero mean.
 TEST(AttentionInputs, SinkAndKeyMeanShow) {
   const auto s = test::make_shape(1, 2, 1, 64, 64, 32, false);
   const auto in = make_attention_inputs(s, AttnInputDist::Sink, 3);
@@ -99,16 +97,16 @@ TEST(AttentionInputs, SinkAndKeyMeanShow) {
   double p_sink = 0;
   for (int64_t h = 0; h < 2; ++h)
     for (int64_t i = 0; i < 64; ++i) {
-    std::vector<double> logit(64);
-    double mx = -1e300, z = 0;
-    for (int64_t j = 0; j < 64; ++j) {
-      double d = 0;
-      for (int64_t c = 0; c < 32; ++c) d += q[(h * 64 + i) * 32 + c] * k[j * 32 + c];
-      logit[size_t(j)] = tau * d;
-      mx = std::max(mx, logit[size_t(j)]);
-    }
-    for (double l : logit) z += std::exp(l - mx);
-    p_sink += std::exp(logit[0] - mx) / z / 128.0;
+      std::vector<double> logit(64);
+      double mx = -1e300, z = 0;
+      for (int64_t j = 0; j < 64; ++j) {
+        double d = 0;
+        for (int64_t c = 0; c < 32; ++c) d += q[(h * 64 + i) * 32 + c] * k[j * 32 + c];
+        logit[size_t(j)] = tau * d;
+        mx = std::max(mx, logit[size_t(j)]);
+      }
+      for (double l : logit) z += std::exp(l - mx);
+      p_sink += std::exp(logit[0] - mx) / z / 128.0;
     }
   EXPECT_GT(p_sink, 0.5);  // mean attention on key 0 over all rows of both heads
   const auto nrm = make_attention_inputs(s, AttnInputDist::Normal, 3);

@@ -44,14 +44,12 @@ TEST(Forms, Fp64FormsEqualTheOracleTo1e12) {
     for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
       auto cfg = test::make_config(AttnPrecision::FP64, form, DeltaMode::Matched);
       cfg.block_q = 8, cfg.block_k = 16;
-      std::vector<double> o(in.q.size()), lse(size_t(2 * 4 * 50)), dq(in.q.size()),
-          dk(in.k.size()), dv(in.k.size());
+      std::vector<double> o(in.q.size()), lse(size_t(2 * 4 * 50)), dq(in.q.size()), dk(in.k.size()),
+          dv(in.k.size());
       AttentionSaved saved;
-      attention_forward(s, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(),
-                        &saved);
+      attention_forward(s, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), &saved);
       attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), nullptr);
-      const auto e = attention_errors(s, in, ref, o.data(), lse.data(), dq.data(), dk.data(),
-                                      dv.data());
+      const auto e = attention_errors(s, in, ref, o.data(), lse.data(), dq.data(), dk.data(), dv.data());
       const std::string what = to_string(form) + (causal ? " causal" : "");
       EXPECT_LT(e.o_rel_err, 1e-12) << what;
       EXPECT_LT(e.lse_max_abs_err, 1e-12) << what;
@@ -91,11 +89,9 @@ TEST(Forms, FlashForwardIsCloseToWhole) {
   const auto ref = run_attention_oracle(s, in);
   for (auto prec : {AttnPrecision::BF16, AttnPrecision::FP8}) {
     const auto w = test::errors_of(
-        s, in, ref,
-        test::run_attention(s, test::make_config(prec, AttnForm::Whole, DeltaMode::Matched), in));
+        s, in, ref, test::run_attention(s, test::make_config(prec, AttnForm::Whole, DeltaMode::Matched), in));
     const auto t = test::errors_of(
-        s, in, ref,
-        test::run_attention(s, test::make_config(prec, AttnForm::Flash, DeltaMode::Matched), in));
+        s, in, ref, test::run_attention(s, test::make_config(prec, AttnForm::Flash, DeltaMode::Matched), in));
     EXPECT_LT(t.o_rel_err, 2 * w.o_rel_err + 1e-5);
     EXPECT_LT(t.lse_max_abs_err, 2 * w.lse_max_abs_err + 1e-5);
   }

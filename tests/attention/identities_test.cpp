@@ -51,8 +51,7 @@ TEST_P(Identities, ZeroInputsGiveZeroOutputsAndGradients) {
       for (float x : *t) ASSERT_EQ(x, 0.0f);
     // S = 0: uniform attention over the i + 1 visible keys, LSE = log(i + 1).
     for (int64_t h = 0; h < 4; ++h)
-      for (int64_t i = 0; i < 40; ++i)
-        EXPECT_NEAR(r.lse[h * 40 + i], std::log(double(i + 1)), 1e-6);
+      for (int64_t i = 0; i < 40; ++i) EXPECT_NEAR(r.lse[h * 40 + i], std::log(double(i + 1)), 1e-6);
     EXPECT_EQ(r.stats.row_residual_max, 0.0);
   }
 }
@@ -84,14 +83,15 @@ TEST_P(Identities, RowsThatSeeNoKeyAreZeroAndNotNan) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllPrecisionsAndForms, Identities,
-    ::testing::Values(IdCase{AttnPrecision::FP64, AttnForm::Whole},
-                      IdCase{AttnPrecision::FP64, AttnForm::Flash},
-                      IdCase{AttnPrecision::BF16, AttnForm::Whole},
-                      IdCase{AttnPrecision::BF16, AttnForm::Flash},
-                      IdCase{AttnPrecision::FP8, AttnForm::Whole},
-                      IdCase{AttnPrecision::FP8, AttnForm::Flash}),
-    [](const auto& info) { return test::name_of(info.param.precision, info.param.form); });
+INSTANTIATE_TEST_SUITE_P(AllPrecisionsAndForms, Identities,
+                         ::testing::Values(IdCase{AttnPrecision::FP64, AttnForm::Whole},
+                                           IdCase{AttnPrecision::FP64, AttnForm::Flash},
+                                           IdCase{AttnPrecision::BF16, AttnForm::Whole},
+                                           IdCase{AttnPrecision::BF16, AttnForm::Flash},
+                                           IdCase{AttnPrecision::FP8, AttnForm::Whole},
+                                           IdCase{AttnPrecision::FP8, AttnForm::Flash}),
+                         [](const auto& info) {
+                           return test::name_of(info.param.precision, info.param.form);
+                         });
 
 }  // namespace

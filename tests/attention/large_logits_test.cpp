@@ -22,8 +22,8 @@ TEST(LargeLogits, MatchedResidualStaysAtRoundingLevel) {
   const auto s = test::make_shape(1, 2, 1, 1024, 1024, 64, true);
   const auto in = test::large_logit_inputs(s, 3.2f, 21);  // τ a² D = 81.9
   for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
-    const auto r = test::run_attention(
-        s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
+    const auto r =
+        test::run_attention(s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
     double lse_min = 1e300, lse_max = -1e300;
     for (float l : r.lse) lse_min = std::min(lse_min, double(l)), lse_max = std::max(lse_max, double(l));
     // The logits are as large as the trainings' (what makes one ulp of L ~ 4e-6..8e-6).
@@ -31,9 +31,11 @@ TEST(LargeLogits, MatchedResidualStaysAtRoundingLevel) {
     EXPECT_LT(lse_max, 200.0) << to_string(form);
     size_t over = 0;  // rows above the bound
     for (double x : r.stats.row_residual) over += x > 1e-6 ? 1 : 0;
-    std::printf("[ large logits ] %s: LSE in [%.1f, %.1f], matched row residual max %.3g, "
-                "%zu of %zu rows > 1e-6\n", to_string(form).c_str(), lse_min, lse_max,
-                r.stats.row_residual_max, over, r.stats.row_residual.size());
+    std::printf(
+        "[ large logits ] %s: LSE in [%.1f, %.1f], matched row residual max %.3g, "
+        "%zu of %zu rows > 1e-6\n",
+        to_string(form).c_str(), lse_min, lse_max, r.stats.row_residual_max, over,
+        r.stats.row_residual.size());
     EXPECT_EQ(over, 0u) << to_string(form);
     EXPECT_LE(r.stats.row_residual_max, 1e-6) << to_string(form);
   }

@@ -24,8 +24,8 @@ TEST(LongRows, FlatRowsKeepTheirProbability) {
       std::fill(in.q.begin(), in.q.end(), 0.0f);
       std::fill(in.v.begin(), in.v.end(), 1.0f);
       const std::string what = "Tk " + std::to_string(tk) + " " + to_string(form);
-      const auto r = test::run_attention(
-          s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in);
+      const auto r =
+          test::run_attention(s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in);
       for (float x : r.o) ASSERT_EQ(x, 1.0f) << what;
       const auto ref = run_attention_oracle(s, in);
       const auto e = test::errors_of(s, in, ref, r);
@@ -43,8 +43,8 @@ TEST(LongRows, ErrorsDoNotGrowWithTheRowLength) {
     for (int64_t tk : {int64_t(4096), int64_t(1) << 17}) {
       const auto s = test::make_shape(1, 1, 1, tq, tk, d, false);
       const auto in = make_attention_inputs(s, AttnInputDist::Normal, 11);
-      const auto r = test::run_attention(
-          s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in);
+      const auto r =
+          test::run_attention(s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in);
       e[k++] = test::errors_of(s, in, run_attention_oracle(s, in), r);
       EXPECT_LE(r.stats.row_residual_max, 1e-6) << to_string(form) << " Tk " << tk;
     }

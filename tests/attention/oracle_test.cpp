@@ -45,8 +45,8 @@ TEST_P(OracleFd, GradientsMatchCentralDifferences) {
   auto q = randv(nq), k = randv(nk), v = randv(nk), w = randv(nq);
   std::vector<double> o(nq), lse(size_t(s.batch * s.n_heads * s.seq_q)), dq(nq), dk(nk), dv(nk);
   attention_forward_fp64(s, q.data(), k.data(), v.data(), o.data(), lse.data());
-  attention_backward_fp64(s, q.data(), k.data(), v.data(), o.data(), lse.data(), w.data(),
-                          dq.data(), dk.data(), dv.data());
+  attention_backward_fp64(s, q.data(), k.data(), v.data(), o.data(), lse.data(), w.data(), dq.data(),
+                          dk.data(), dv.data());
   const double h = 1e-5;
   auto check = [&](std::vector<double>& x, const std::vector<double>& g, const char* what) {
     double worst = 0;
@@ -80,8 +80,7 @@ INSTANTIATE_TEST_SUITE_P(
                       FdCase{test::make_shape(1, 2, 2, 6, 4, 8, false), "noncausal_tq_gt_tk"},
                       FdCase{test::make_shape(2, 4, 2, 3, 3, 6, true), "batch2_gqa_causal"},
                       FdCase{test::make_shape(1, 1, 1, 5, 3, 4, true), "rows_without_keys"},
-                      FdCase{with_scale(test::make_shape(1, 2, 1, 4, 6, 5, false), 0.9f),
-                             "custom_scale"}),
+                      FdCase{with_scale(test::make_shape(1, 2, 1, 4, 6, 5, false), 0.9f), "custom_scale"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // GQA is the same as repeating each KV head over its query heads: dK, dV of a KV head are the

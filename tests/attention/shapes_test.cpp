@@ -57,26 +57,24 @@ INSTANTIATE_TEST_SUITE_P(
     SeqLens, Shapes,
     ::testing::Values(ShapeCase{1, 1, 1, 1, 64, true}, ShapeCase{1, 1, 127, 127, 64, true},
                       ShapeCase{1, 1, 128, 128, 64, true}, ShapeCase{1, 1, 129, 129, 64, true},
-                      ShapeCase{1, 1, 1000, 1000, 32, true},
-                      ShapeCase{2, 1, 129, 1000, 32, false}),
+                      ShapeCase{1, 1, 1000, 1000, 32, true}, ShapeCase{2, 1, 129, 1000, 32, false}),
     [](const auto& info) {
       return "T" + std::to_string(info.param.tq) + "x" + std::to_string(info.param.tk) +
              (info.param.causal ? "_causal" : "");
     });
 
-INSTANTIATE_TEST_SUITE_P(
-    HeadDims, Shapes,
-    ::testing::Values(ShapeCase{2, 1, 129, 129, 32, true}, ShapeCase{2, 1, 129, 129, 64, true},
-                      ShapeCase{2, 1, 129, 129, 72, true}, ShapeCase{2, 1, 129, 129, 128, true},
-                      ShapeCase{2, 1, 129, 129, 256, true}),
-    [](const auto& info) { return "D" + std::to_string(info.param.d); });
+INSTANTIATE_TEST_SUITE_P(HeadDims, Shapes,
+                         ::testing::Values(ShapeCase{2, 1, 129, 129, 32, true},
+                                           ShapeCase{2, 1, 129, 129, 64, true},
+                                           ShapeCase{2, 1, 129, 129, 72, true},
+                                           ShapeCase{2, 1, 129, 129, 128, true},
+                                           ShapeCase{2, 1, 129, 129, 256, true}),
+                         [](const auto& info) { return "D" + std::to_string(info.param.d); });
 
-INSTANTIATE_TEST_SUITE_P(Gqa, Shapes,
-                         ::testing::Values(ShapeCase{8, 2, 128, 128, 64, true},
-                                           ShapeCase{8, 2, 100, 160, 64, false}),
-                         [](const auto& info) {
-                           return "H8G2_T" + std::to_string(info.param.tq) +
-                                  (info.param.causal ? "_causal" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Gqa, Shapes, ::testing::Values(ShapeCase{8, 2, 128, 128, 64, true}, ShapeCase{8, 2, 100, 160, 64, false}),
+    [](const auto& info) {
+      return "H8G2_T" + std::to_string(info.param.tq) + (info.param.causal ? "_causal" : "");
+    });
 
 }  // namespace

@@ -21,10 +21,10 @@ TEST(ZeroDoRows, MatchedReportsZeroStaleReportsOne) {
   const int64_t row = 3;
   for (int64_t c = 0; c < s.head_dim; ++c) in.d_o[size_t(row * s.head_dim + c)] *= 1e-20f;
   for (auto form : {AttnForm::Whole, AttnForm::Flash}) {
-    const auto m = test::run_attention(
-        s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
-    const auto st = test::run_attention(
-        s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Stale), in, true);
+    const auto m =
+        test::run_attention(s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Matched), in, true);
+    const auto st =
+        test::run_attention(s, test::make_config(AttnPrecision::FP8, form, DeltaMode::Stale), in, true);
     EXPECT_EQ(m.stats.row_residual[row], 0.0) << to_string(form);
     EXPECT_LE(m.stats.row_residual_max, 1e-6) << to_string(form);
     EXPECT_NEAR(st.stats.row_residual[row], 1.0, 1e-6) << to_string(form);

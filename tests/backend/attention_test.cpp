@@ -37,9 +37,7 @@ Shape k_shape(const AttentionShape& s) { return {s.batch, s.n_kv_heads, s.seq_k,
 Shape lse_shape(const AttentionShape& s) { return {s.batch, s.n_heads, s.seq_q}; }
 
 size_t q_size(const AttentionShape& s) { return size_t(s.batch * s.n_heads * s.seq_q * s.head_dim); }
-size_t k_size(const AttentionShape& s) {
-  return size_t(s.batch * s.n_kv_heads * s.seq_k * s.head_dim);
-}
+size_t k_size(const AttentionShape& s) { return size_t(s.batch * s.n_kv_heads * s.seq_k * s.head_dim); }
 
 TEST(CpuAttention, MatchesTheReferenceFunctionsOverSteps) {
   const AttentionShape shape = small_shape();
@@ -53,11 +51,11 @@ TEST(CpuAttention, MatchesTheReferenceFunctionsOverSteps) {
     std::vector<float> o(q.size()), lse(nl), dq(q.size()), dk(k.size()), dv(v.size());
     std::vector<float> o2 = o, lse2 = lse, dq2 = dq, dk2 = dk, dv2 = dv;
     test::Acc res;
-    const SavedAttention sa = attn->forward(view(q, q_shape(shape)), view(k, k_shape(shape)),
-                                            view(v, k_shape(shape)), view(o, q_shape(shape)),
-                                            view(lse, lse_shape(shape)));
-    attn->backward(sa, view(d_o, q_shape(shape)), view(dq, q_shape(shape)),
-                   view(dk, k_shape(shape)), view(dv, k_shape(shape)), res.t(2));
+    const SavedAttention sa =
+        attn->forward(view(q, q_shape(shape)), view(k, k_shape(shape)), view(v, k_shape(shape)),
+                      view(o, q_shape(shape)), view(lse, lse_shape(shape)));
+    attn->backward(sa, view(d_o, q_shape(shape)), view(dq, q_shape(shape)), view(dk, k_shape(shape)),
+                   view(dv, k_shape(shape)), res.t(2));
 
     AttentionSaved saved;
     attention_forward(shape, config, q.data(), k.data(), v.data(), o2.data(), lse2.data(), &saved);
@@ -83,18 +81,18 @@ TEST(CpuAttention, Fp64PrecisionAgreesWithTheOracle) {
        d_o = randn(q_size(shape), 134);
   const size_t nl = size_t(shape.batch * shape.n_heads * shape.seq_q);
   std::vector<float> o(q.size()), lse(nl), dq(q.size()), dk(k.size()), dv(v.size());
-  const SavedAttention sa = attn->forward(view(q, q_shape(shape)), view(k, k_shape(shape)),
-                                          view(v, k_shape(shape)), view(o, q_shape(shape)),
-                                          view(lse, lse_shape(shape)));
-  attn->backward(sa, view(d_o, q_shape(shape)), view(dq, q_shape(shape)),
-                 view(dk, k_shape(shape)), view(dv, k_shape(shape)), Tensor());
+  const SavedAttention sa =
+      attn->forward(view(q, q_shape(shape)), view(k, k_shape(shape)), view(v, k_shape(shape)),
+                    view(o, q_shape(shape)), view(lse, lse_shape(shape)));
+  attn->backward(sa, view(d_o, q_shape(shape)), view(dq, q_shape(shape)), view(dk, k_shape(shape)),
+                 view(dv, k_shape(shape)), Tensor());
 
   auto f64 = [](const std::vector<float>& a) { return std::vector<double>(a.begin(), a.end()); };
   auto Q = f64(q), K = f64(k), V = f64(v), DO = f64(d_o);
   std::vector<double> O(q.size()), L(nl), DQ(q.size()), DK(k.size()), DV(v.size());
   attention_forward_fp64(shape, Q.data(), K.data(), V.data(), O.data(), L.data());
-  attention_backward_fp64(shape, Q.data(), K.data(), V.data(), O.data(), L.data(), DO.data(),
-                          DQ.data(), DK.data(), DV.data());
+  attention_backward_fp64(shape, Q.data(), K.data(), V.data(), O.data(), L.data(), DO.data(), DQ.data(),
+                          DK.data(), DV.data());
   auto expect_near = [](const std::vector<float>& a, const std::vector<double>& b, const char* w) {
     for (size_t i = 0; i < a.size(); ++i)
       ASSERT_NEAR(a[i], b[i], 1e-5 * (1 + std::fabs(b[i]))) << w << " index " << i;
@@ -128,14 +126,13 @@ void two_micro_batches(const AttentionShape& shape, const AttentionConfig& confi
     out[i].dv.assign(k_size(shape), 0);
   }
   auto fwd = [&](int i) {
-    saved[i] = attn->forward(view(q[i], q_shape(shape)), view(k[i], k_shape(shape)),
-                             view(v[i], k_shape(shape)), view(out[i].o, q_shape(shape)),
-                             view(out[i].lse, lse_shape(shape)));
+    saved[i] =
+        attn->forward(view(q[i], q_shape(shape)), view(k[i], k_shape(shape)), view(v[i], k_shape(shape)),
+                      view(out[i].o, q_shape(shape)), view(out[i].lse, lse_shape(shape)));
   };
   auto bwd = [&](int i) {
     attn->backward(saved[i], view(d_o[i], q_shape(shape)), view(out[i].dq, q_shape(shape)),
-                   view(out[i].dk, k_shape(shape)), view(out[i].dv, k_shape(shape)),
-                   out[i].res.t(2));
+                   view(out[i].dk, k_shape(shape)), view(out[i].dv, k_shape(shape)), out[i].res.t(2));
   };
   if (interleaved) {
     fwd(0), fwd(1), bwd(1), bwd(0);
@@ -150,9 +147,9 @@ TEST(CpuAttention, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
     AttnPrecision precision;
     DeltaMode delta;
   };
-  for (const Case c : {Case{AttnPrecision::BF16, DeltaMode::Stale},
-                       Case{AttnPrecision::FP8, DeltaMode::Stale},
-                       Case{AttnPrecision::FP8, DeltaMode::Matched}}) {
+  for (const Case c :
+       {Case{AttnPrecision::BF16, DeltaMode::Stale}, Case{AttnPrecision::FP8, DeltaMode::Stale},
+        Case{AttnPrecision::FP8, DeltaMode::Matched}}) {
     AttentionConfig config;
     config.precision = c.precision;
     config.delta = c.delta;
@@ -185,11 +182,11 @@ TEST(CpuAttention, BackwardAccumulatesTheRowResidual) {
   auto attn = be->make_attention(shape, config);
   auto q = randn(q_size(shape), 141), k = randn(k_size(shape), 143), v = randn(k_size(shape), 145),
        d_o = randn(q_size(shape), 147);
-  std::vector<float> o(q.size()), lse(size_t(lse_shape(shape).numel())), dq(q.size()),
-      dk(k.size()), dv(k.size());
-  const SavedAttention sa = attn->forward(view(q, q_shape(shape)), view(k, k_shape(shape)),
-                                          view(v, k_shape(shape)), view(o, q_shape(shape)),
-                                          view(lse, lse_shape(shape)));
+  std::vector<float> o(q.size()), lse(size_t(lse_shape(shape).numel())), dq(q.size()), dk(k.size()),
+      dv(k.size());
+  const SavedAttention sa =
+      attn->forward(view(q, q_shape(shape)), view(k, k_shape(shape)), view(v, k_shape(shape)),
+                    view(o, q_shape(shape)), view(lse, lse_shape(shape)));
   test::Acc acc;
   acc.v[0] = 5.0, acc.v[1] = 1.0;
   attn->backward(sa, view(d_o, q_shape(shape)), view(dq, q_shape(shape)), view(dk, k_shape(shape)),
@@ -207,11 +204,11 @@ TEST(CpuAttention, ANaNReachesTheRowResidualAccumulator) {
   auto q = randn(q_size(shape), 151), k = randn(k_size(shape), 153), v = randn(k_size(shape), 155),
        d_o = randn(q_size(shape), 157);
   q[3] = NAN;
-  std::vector<float> o(q.size()), lse(size_t(lse_shape(shape).numel())), dq(q.size()),
-      dk(k.size()), dv(k.size());
-  const SavedAttention sa = attn->forward(view(q, q_shape(shape)), view(k, k_shape(shape)),
-                                          view(v, k_shape(shape)), view(o, q_shape(shape)),
-                                          view(lse, lse_shape(shape)));
+  std::vector<float> o(q.size()), lse(size_t(lse_shape(shape).numel())), dq(q.size()), dk(k.size()),
+      dv(k.size());
+  const SavedAttention sa =
+      attn->forward(view(q, q_shape(shape)), view(k, k_shape(shape)), view(v, k_shape(shape)),
+                    view(o, q_shape(shape)), view(lse, lse_shape(shape)));
   test::Acc acc;
   attn->backward(sa, view(d_o, q_shape(shape)), view(dq, q_shape(shape)), view(dk, k_shape(shape)),
                  view(dv, k_shape(shape)), acc.t(2));
@@ -225,11 +222,11 @@ TEST(CpuAttention, AnotherLayersSavedStateIsAnError) {
   auto other = be->make_attention(shape, AttentionConfig{});
   std::vector<float> q(q_size(shape)), k(k_size(shape)), o(q_size(shape)),
       lse(size_t(lse_shape(shape).numel())), dq(q_size(shape)), dk(k_size(shape)), dv(k_size(shape));
-  const SavedAttention sa = other->forward(view(q, q_shape(shape)), view(k, k_shape(shape)),
-                                           view(k, k_shape(shape)), view(o, q_shape(shape)),
-                                           view(lse, lse_shape(shape)));
-  EXPECT_THROW(attn->backward(sa, view(q, q_shape(shape)), view(dq, q_shape(shape)),
-                              view(dk, k_shape(shape)), view(dv, k_shape(shape)), Tensor()),
+  const SavedAttention sa =
+      other->forward(view(q, q_shape(shape)), view(k, k_shape(shape)), view(k, k_shape(shape)),
+                     view(o, q_shape(shape)), view(lse, lse_shape(shape)));
+  EXPECT_THROW(attn->backward(sa, view(q, q_shape(shape)), view(dq, q_shape(shape)), view(dk, k_shape(shape)),
+                              view(dv, k_shape(shape)), Tensor()),
                Error);
   SavedAttention empty;  // no state at all (e.g. another backend's, or none)
   EXPECT_THROW(attn->backward(empty, view(q, q_shape(shape)), view(dq, q_shape(shape)),

@@ -95,8 +95,8 @@ inline void expect_grad_near(const std::vector<float>& analytic, const std::vect
     const double err = std::fabs(double(analytic[i]) - numeric[i]);
     if (err > worst_err) worst_err = err, worst = i;
   }
-  EXPECT_LE(worst_err, tol) << what << ": worst at index " << worst << ", analytic "
-                            << analytic[worst] << " vs finite difference " << numeric[worst];
+  EXPECT_LE(worst_err, tol) << what << ": worst at index " << worst << ", analytic " << analytic[worst]
+                            << " vs finite difference " << numeric[worst];
 }
 
 }  // namespace octet::test

@@ -58,8 +58,8 @@ void expect_twin(const std::string& name, std::vector<Arg> args, const Op& op) {
       const bool same_bits = b16[i][j] == bf16_from_float(ref);
       const double half_ulp = ref == 0.0f ? 0.0 : std::ldexp(1.0, std::ilogb(ref) - 8);
       if ((!same_bits || !(std::fabs(double(got) - ref) <= half_ulp)) && bad++ < 3)
-        ADD_FAILURE() << name << ": output " << i << " element " << j << ": bf16 " << got
-                      << " vs f32 " << ref;
+        ADD_FAILURE() << name << ": output " << i << " element " << j << ": bf16 " << got << " vs f32 "
+                      << ref;
     }
     EXPECT_EQ(bad, 0) << name << " output " << i;
     // The outputs carry information (a vacuous all-zero output would pass trivially).
@@ -78,30 +78,29 @@ TEST(Bf16Twin, Elementwise) {
               [](Backend& be, const std::vector<Tensor>& t) { be.axpy(-0.3f, t[0], t[1]); });
   expect_twin("scale", {inout(randn(R * C, 4), {R, C})},
               [](Backend& be, const std::vector<Tensor>& t) { be.scale(1.7f, t[0]); });
-  expect_twin("fill", {out({R, C})},
-              [](Backend& be, const std::vector<Tensor>& t) { be.fill(t[0], 0.1); });
+  expect_twin("fill", {out({R, C})}, [](Backend& be, const std::vector<Tensor>& t) { be.fill(t[0], 0.1); });
   expect_twin("gelu_forward", {in(randn(R * C, 5, 2.0f), {R, C}), out({R, C})},
               [](Backend& be, const std::vector<Tensor>& t) { be.gelu_forward(t[0], t[1]); });
-  expect_twin("gelu_backward",
-              {in(randn(R * C, 6, 2.0f), {R, C}), in(randn(R * C, 7), {R, C}), out({R, C})},
+  expect_twin("gelu_backward", {in(randn(R * C, 6, 2.0f), {R, C}), in(randn(R * C, 7), {R, C}), out({R, C})},
               [](Backend& be, const std::vector<Tensor>& t) { be.gelu_backward(t[0], t[1], t[2]); });
   expect_twin("swiglu_forward", {in(randn(R * 2 * C, 8, 2.0f), {R, 2 * C}), out({R, C})},
               [](Backend& be, const std::vector<Tensor>& t) { be.swiglu_forward(t[0], t[1]); });
   expect_twin("swiglu_backward",
-              {in(randn(R * 2 * C, 9, 2.0f), {R, 2 * C}), in(randn(R * C, 10), {R, C}),
-               out({R, 2 * C})},
+              {in(randn(R * 2 * C, 9, 2.0f), {R, 2 * C}), in(randn(R * C, 10), {R, C}), out({R, 2 * C})},
               [](Backend& be, const std::vector<Tensor>& t) { be.swiglu_backward(t[0], t[1], t[2]); });
 }
 
 TEST(Bf16Twin, NormsAndEmbedding) {
   const std::vector<float> w = randn(C, 11), b = randn(C, 12);
-  expect_twin("rmsnorm", {in(randn(R * C, 13, 3.0f), {R, C}), out({R, C}), in(randn(R * C, 14), {R, C}), out({R, C})},
+  expect_twin("rmsnorm",
+              {in(randn(R * C, 13, 3.0f), {R, C}), out({R, C}), in(randn(R * C, 14), {R, C}), out({R, C})},
               [&](Backend& be, const std::vector<Tensor>& t) {
                 std::vector<float> rstd(R), dw(C);
                 be.rmsnorm_forward(t[0], view(w), t[1], view(rstd), 1e-5f);
                 be.rmsnorm_backward(t[0], view(w), view(rstd), t[2], t[3], view(dw));
               });
-  expect_twin("layernorm", {in(randn(R * C, 15, 3.0f), {R, C}), out({R, C}), in(randn(R * C, 16), {R, C}), out({R, C})},
+  expect_twin("layernorm",
+              {in(randn(R * C, 15, 3.0f), {R, C}), out({R, C}), in(randn(R * C, 16), {R, C}), out({R, C})},
               [&](Backend& be, const std::vector<Tensor>& t) {
                 std::vector<float> mean(R), rstd(R), dw(C), db(C);
                 be.layernorm_forward(t[0], view(w), view(b), t[1], view(mean), view(rstd), 1e-5f);
@@ -126,7 +125,8 @@ TEST(Bf16Twin, RopeLayoutsAndLoss) {
                 be.scale(0.3f, t[1]);  // make the round trip round
                 be.merge_qkv(t[1], t[2], t[3], t[4]);
               });
-  expect_twin("heads_tokens", {in(randn(B * H * T * D, 20), {B, H, T, D}), out({B, T, H * D}), out({B, H, T, D})},
+  expect_twin("heads_tokens",
+              {in(randn(B * H * T * D, 20), {B, H, T, D}), out({B, T, H * D}), out({B, H, T, D})},
               [](Backend& be, const std::vector<Tensor>& t) {
                 be.heads_to_tokens(t[0], t[1]);
                 be.tokens_to_heads(t[1], t[2]);
@@ -161,13 +161,15 @@ TEST(Bf16Twin, LinearAndAttention) {
   const int64_t M = 9, IN = 24, OUT = 16;
   const std::vector<float> w = randn(OUT * IN, 23, 0.2f);
   for (LinearPrecision p : {LinearPrecision::BF16, LinearPrecision::FP8, LinearPrecision::FP32}) {
-    expect_twin("linear", {in(randn(M * IN, 24), {M, IN}), out({M, OUT}), in(randn(M * OUT, 25), {M, OUT}), out({M, IN})},
-                [&](Backend& be, const std::vector<Tensor>& t) {
-                  auto lin = be.make_linear({IN, OUT, p, {}});
-                  std::vector<float> dw(OUT * IN);
-                  const SavedLinear s = lin->forward(t[0], view(w, {OUT, IN}), t[1]);
-                  lin->backward(s, t[2], t[3], view(dw, {OUT, IN}));
-                });
+    expect_twin(
+        "linear",
+        {in(randn(M * IN, 24), {M, IN}), out({M, OUT}), in(randn(M * OUT, 25), {M, OUT}), out({M, IN})},
+        [&](Backend& be, const std::vector<Tensor>& t) {
+          auto lin = be.make_linear({IN, OUT, p, {}});
+          std::vector<float> dw(OUT * IN);
+          const SavedLinear s = lin->forward(t[0], view(w, {OUT, IN}), t[1]);
+          lin->backward(s, t[2], t[3], view(dw, {OUT, IN}));
+        });
   }
   AttentionShape sh;
   sh.batch = 1, sh.n_heads = 2, sh.n_kv_heads = 1, sh.seq_q = sh.seq_k = 7, sh.head_dim = 8;

@@ -73,8 +73,8 @@ RefGemm ref_gemm(const std::vector<double>& a, const std::vector<double>& b, int
 }
 
 // got ≈ base + ref.c within the FP32-accumulation bound (base: the accumulated-into start value).
-void expect_gemm_near(const std::vector<float>& got, const RefGemm& ref, int64_t k,
-                      const std::string& what, const std::vector<float>* base = nullptr) {
+void expect_gemm_near(const std::vector<float>& got, const RefGemm& ref, int64_t k, const std::string& what,
+                      const std::vector<float>* base = nullptr) {
   ASSERT_EQ(got.size(), ref.c.size());
   const double u = std::ldexp(1.0, -23);
   int bad = 0;
@@ -83,8 +83,8 @@ void expect_gemm_near(const std::vector<float>& got, const RefGemm& ref, int64_t
     const double want = b0 + ref.c[i];
     const double tol = double(k + 8) * u * ref.abs[i] + 2 * u * std::fabs(want) + 1e-30;
     if (!(std::fabs(got[i] - want) <= tol) && bad++ < 5)
-      ADD_FAILURE() << what << ": element " << i << " got " << got[i] << " want " << want
-                    << " (tolerance " << tol << ")";
+      ADD_FAILURE() << what << ": element " << i << " got " << got[i] << " want " << want << " (tolerance "
+                    << tol << ")";
   }
   EXPECT_EQ(bad, 0) << what;
 }
@@ -105,8 +105,8 @@ void check_dense(LinearPrecision precision) {
   const std::string name = bf16 ? "bf16" : "fp32";
   expect_gemm_near(y, ref_gemm(X, W, M, OUT, IN), IN, name + " forward");
   expect_gemm_near(dx, ref_gemm(DY, transposed(W, OUT, IN), M, IN, OUT), OUT, name + " dgrad");
-  expect_gemm_near(dw, ref_gemm(transposed(DY, M, OUT), transposed(X, M, IN), OUT, IN, M), M,
-                   name + " wgrad", &dw0);
+  expect_gemm_near(dw, ref_gemm(transposed(DY, M, OUT), transposed(X, M, IN), OUT, IN, M), M, name + " wgrad",
+                   &dw0);
   // dx = empty skips dgrad; dw keeps accumulating.
   std::vector<float> dw2 = dw;
   lin->backward(saved, ym(dy), Tensor(), wm(dw2));
@@ -154,8 +154,8 @@ TEST_P(LinearFp8, MatchesFp64OfDequantizedOperandsOverSteps) {
   auto w = randn(OUT * IN, 90, 0.05f);
   std::vector<float> dw = randn(OUT * IN, 91, 0.01f);
   for (int step = 0; step < 3; ++step) {
-    const std::string at = to_string(qc.recipe) + "/" + to_string(qc.formats) + " step " +
-                           std::to_string(step);
+    const std::string at =
+        to_string(qc.recipe) + "/" + to_string(qc.formats) + " step " + std::to_string(step);
     // Activations and gradients shrink from step to step, so a delayed history's max comes from
     // an older step: a quantize() too many or too few in the layer changes the scales.
     auto x = randn(M * IN, 92 + step, 3.0f - step), dy = randn(M * OUT, 95 + step, 1e-3f * (3 - step));
@@ -173,10 +173,8 @@ TEST_P(LinearFp8, MatchesFp64OfDequantizedOperandsOverSteps) {
     for (Quantizer* q : {&qx, &qw, &qdy}) q->update();
     ASSERT_EQ(DY.format, format_for(qc.formats, Role::Gradient));
     expect_gemm_near(y, ref_gemm(dequantized(X), dequantized(W), M, OUT, IN), IN, at + " forward");
-    expect_gemm_near(dx, ref_gemm(dequantized(DY), dequantized(WT), M, IN, OUT), OUT,
-                     at + " dgrad");
-    expect_gemm_near(dw, ref_gemm(dequantized(DYT), dequantized(XT), OUT, IN, M), M,
-                     at + " wgrad", &dw0);
+    expect_gemm_near(dx, ref_gemm(dequantized(DY), dequantized(WT), M, IN, OUT), OUT, at + " dgrad");
+    expect_gemm_near(dw, ref_gemm(dequantized(DYT), dequantized(XT), OUT, IN, M), M, at + " wgrad", &dw0);
     EXPECT_EQ(lin->stats_x().amax, X.amax) << at;
     EXPECT_EQ(lin->stats_dy().amax, DY.amax) << at;
 
@@ -199,17 +197,16 @@ std::string case_name(const ::testing::TestParamInfo<Fp8Case>& info) {
   return s;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Recipes, LinearFp8,
-    ::testing::Values(Fp8Case{Recipe::TensorCurrent, FormatPolicy::E4M3},
-                      Fp8Case{Recipe::TensorCurrent, FormatPolicy::Hybrid},
-                      Fp8Case{Recipe::TensorDelayed, FormatPolicy::Hybrid},
-                      Fp8Case{Recipe::Row, FormatPolicy::E4M3},
-                      Fp8Case{Recipe::Block, FormatPolicy::E4M3},
-                      Fp8Case{Recipe::Block, FormatPolicy::Hybrid},
-                      Fp8Case{Recipe::MX, FormatPolicy::E4M3},
-                      Fp8Case{Recipe::Unit, FormatPolicy::Hybrid}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(Recipes, LinearFp8,
+                         ::testing::Values(Fp8Case{Recipe::TensorCurrent, FormatPolicy::E4M3},
+                                           Fp8Case{Recipe::TensorCurrent, FormatPolicy::Hybrid},
+                                           Fp8Case{Recipe::TensorDelayed, FormatPolicy::Hybrid},
+                                           Fp8Case{Recipe::Row, FormatPolicy::E4M3},
+                                           Fp8Case{Recipe::Block, FormatPolicy::E4M3},
+                                           Fp8Case{Recipe::Block, FormatPolicy::Hybrid},
+                                           Fp8Case{Recipe::MX, FormatPolicy::E4M3},
+                                           Fp8Case{Recipe::Unit, FormatPolicy::Hybrid}),
+                         case_name);
 
 // ---------------------------------------------------------------- delayed scaling, in numbers
 
@@ -223,8 +220,8 @@ TEST(LinearFp8Delayed, QuantizeThenUpdate) {
   auto lin = be->make_linear({IN, OUT, LinearPrecision::FP8, qc});
   auto w = randn(OUT * IN, 101, 0.05f);
   auto x1 = randn(M * IN, 102, 0.1f), x2 = randn(M * IN, 103, 0.1f);
-  x1[5] = 2.0f;   // amax(x1) = 2
-  x2[17] = -8.0f; // amax(x2) = 8
+  x1[5] = 2.0f;    // amax(x1) = 2
+  x2[17] = -8.0f;  // amax(x2) = 8
   std::vector<float> y(M * OUT);
   const float s2 = scale_from_amax(2.0f, Format::E4M3), s8 = scale_from_amax(8.0f, Format::E4M3);
 
@@ -243,10 +240,10 @@ TEST(LinearFp8Delayed, QuantizeThenUpdate) {
   EXPECT_DOUBLE_EQ(lin->stats_x().saturated_frac, double(over) / double(M * IN));
   lin->forward(xm(x1), wm(w), ym(y));  // no update yet: still s2
   EXPECT_FLOAT_EQ(lin->stats_x().scale_max, s2);
-  lin->update_scales();                // history {2, 8}: max 8
+  lin->update_scales();  // history {2, 8}: max 8
   lin->forward(xm(x1), wm(w), ym(y));
   EXPECT_FLOAT_EQ(lin->stats_x().scale_max, s8);
-  lin->update_scales();                // history {2, 8, 2}: still 8
+  lin->update_scales();  // history {2, 8, 2}: still 8
   lin->forward(xm(x1), wm(w), ym(y));
   EXPECT_FLOAT_EQ(lin->stats_x().scale_max, s8);
   EXPECT_EQ(lin->stats_x().saturated_frac, 0.0);
@@ -379,8 +376,7 @@ TEST(Linear, RejectsEmptyShapes) {
   EXPECT_THROW(be->make_linear({0, 4, LinearPrecision::BF16, {}}), Error);
   auto lin = be->make_linear({4, 4, LinearPrecision::BF16, {}});
   std::vector<float> x(16), w(16), y(16);
-  EXPECT_THROW(lin->forward(view(x).slice(0, 0).reshape({0, 4}), view(w, {4, 4}), view(y, {4, 4})),
-               Error);
+  EXPECT_THROW(lin->forward(view(x).slice(0, 0).reshape({0, 4}), view(w, {4, 4}), view(y, {4, 4})), Error);
   EXPECT_THROW(lin->forward(view(x, {4, 4}), view(w, {2, 8}), view(y, {4, 4})), Error);  // W shape
   EXPECT_THROW(lin->forward(view(x, {4, 4}), view(w, {4, 4}), view(y, {2, 8})), Error);  // Y shape
 }

@@ -22,13 +22,13 @@ constexpr int64_t N = 4, V = 11;
 
 // Summed loss of logit rows [first, first + n) of z (V columns) with targets y[first...]; the
 // gradient goes to *dz if given (else to a scratch). The loss comes from an F64 accumulator.
-double xent(Backend& be, const std::vector<float>& z, const std::vector<int32_t>& y,
-            std::vector<float>* dz, float scale, int64_t first = 0, int64_t n = N) {
+double xent(Backend& be, const std::vector<float>& z, const std::vector<int32_t>& y, std::vector<float>* dz,
+            float scale, int64_t first = 0, int64_t n = N) {
   std::vector<float> scratch(size_t(n * V));
   float* d = dz ? dz->data() + first * V : scratch.data();
   test::Acc acc;
-  be.cross_entropy(view(z, {int64_t(z.size()) / V, V}).slice(first, n),
-                   test::ids(y).slice(first, n), Tensor(d, DType::F32, {n, V}), scale, acc.t());
+  be.cross_entropy(view(z, {int64_t(z.size()) / V, V}).slice(first, n), test::ids(y).slice(first, n),
+                   Tensor(d, DType::F32, {n, V}), scale, acc.t());
   return acc.v[0];
 }
 
@@ -50,9 +50,7 @@ TEST(CrossEntropy, GradientMatchesFiniteDifferences) {
   std::vector<int32_t> y = {2, -1, 7, 0};  // one ignored token
   std::vector<float> dz(z.size());
   xent(*be, z, y, &dz, 1.0f);
-  auto loss = [&](const std::vector<float>& zz) {
-    return xent(*be, zz, y, nullptr, 1.0f);
-  };
+  auto loss = [&](const std::vector<float>& zz) { return xent(*be, zz, y, nullptr, 1.0f); };
   expect_grad_near(dz, numeric_grad(loss, z, 1e-2), 1e-4, 1e-6, "cross_entropy dlogits");
   for (int64_t j = 0; j < V; ++j) EXPECT_EQ(dz[1 * V + j], 0.0f) << "ignored token gets no grad";
 }

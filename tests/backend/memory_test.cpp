@@ -70,7 +70,7 @@ TEST(Memory, CopyConvertsF32ToBf16AndBack) {
   Buffer b = be->alloc(DType::BF16, {int64_t(x.size())});
   be->copy(b, view(x));
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(b.tensor().bf16()[i], bf16_from_float(x[i])) << i;
-  EXPECT_EQ(b.tensor().bf16()[1], bf16_from_float(1.0f));  // a tie rounds to even (down)
+  EXPECT_EQ(b.tensor().bf16()[1], bf16_from_float(1.0f));            // a tie rounds to even (down)
   EXPECT_EQ(b.tensor().bf16()[2], bf16_from_float(1.0f + 0x1p-6f));  // a tie rounds to even (up)
   std::vector<float> back(x.size());
   be->copy(view(back), b);
@@ -103,7 +103,7 @@ TEST(Factory, CudaWithoutCudaBuildSaysHowToEnableIt) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("octet was built without CUDA (configure with "
-                                          "-DOCTET_CUDA=ON)"),
+                                         "-DOCTET_CUDA=ON)"),
               std::string::npos)
         << e.what();
   }

@@ -35,8 +35,7 @@ class Norms : public ::testing::Test {
     be->rmsnorm_forward(mat(xx), ww ? view(*ww) : Tensor(), mat(y), view(rstd), kEps);
     return project(y, r);
   }
-  double ln_loss(const std::vector<float>& xx, const std::vector<float>& ww,
-                 const std::vector<float>& bb) {
+  double ln_loss(const std::vector<float>& xx, const std::vector<float>& ww, const std::vector<float>& bb) {
     std::vector<float> y(xx.size()), mean(kRows), rstd(kRows);
     be->layernorm_forward(mat(xx), view(ww), view(bb), mat(y), view(mean), view(rstd), kEps);
     return project(y, r);
@@ -48,11 +47,9 @@ TEST_F(Norms, RmsNormBackwardMatchesFiniteDifferences) {
   std::vector<float> dw(kDim, 0.5f);  // accumulated: starts non-zero on purpose
   be->rmsnorm_forward(mat(x), view(w), mat(y), view(rstd), kEps);
   be->rmsnorm_backward(mat(x), view(w), view(rstd), mat(r), mat(dx), view(dw));
-  auto ndx = numeric_grad([&](const std::vector<float>& xx) { return rms_loss(xx, &w); }, x,
-                          1e-2);
+  auto ndx = numeric_grad([&](const std::vector<float>& xx) { return rms_loss(xx, &w); }, x, 1e-2);
   expect_grad_near(dx, ndx, 2e-3, 1e-5, "rmsnorm dx");
-  auto ndw = numeric_grad([&](const std::vector<float>& ww) { return rms_loss(x, &ww); }, w,
-                          1e-2);
+  auto ndw = numeric_grad([&](const std::vector<float>& ww) { return rms_loss(x, &ww); }, w, 1e-2);
   for (auto& v : dw) v -= 0.5f;
   expect_grad_near(dw, ndw, 2e-3, 1e-5, "rmsnorm dweight");
 }
@@ -66,8 +63,7 @@ TEST_F(Norms, RmsNormWithoutWeightIsWeightOne) {
   be->rmsnorm_backward(mat(x), view(ones), view(rstd), mat(r), mat(dx1), Tensor());
   EXPECT_EQ(y, y1);
   EXPECT_EQ(dx, dx1);
-  auto ndx = numeric_grad([&](const std::vector<float>& xx) { return rms_loss(xx, nullptr); }, x,
-                          1e-2);
+  auto ndx = numeric_grad([&](const std::vector<float>& xx) { return rms_loss(xx, nullptr); }, x, 1e-2);
   expect_grad_near(dx, ndx, 2e-3, 1e-5, "rmsnorm dx, no weight");
 }
 
@@ -88,16 +84,15 @@ TEST_F(Norms, RmsNormOfConstantRowIsSignTimesWeight) {
 }
 
 TEST_F(Norms, LayerNormBackwardMatchesFiniteDifferences) {
-  std::vector<float> y(x.size()), mean(kRows), rstd(kRows), dx(x.size()), dw(kDim, 0.0f),
-      db(kDim, 0.0f);
+  std::vector<float> y(x.size()), mean(kRows), rstd(kRows), dx(x.size()), dw(kDim, 0.0f), db(kDim, 0.0f);
   be->layernorm_forward(mat(x), view(w), view(b), mat(y), view(mean), view(rstd), kEps);
   be->layernorm_backward(mat(x), view(w), view(mean), view(rstd), mat(r), mat(dx), view(dw), view(db));
-  expect_grad_near(dx, numeric_grad([&](const auto& xx) { return ln_loss(xx, w, b); }, x, 1e-2),
-                   2e-3, 1e-5, "layernorm dx");
-  expect_grad_near(dw, numeric_grad([&](const auto& ww) { return ln_loss(x, ww, b); }, w, 1e-2),
-                   2e-3, 1e-5, "layernorm dweight");
-  expect_grad_near(db, numeric_grad([&](const auto& bb) { return ln_loss(x, w, bb); }, b, 1e-2),
-                   2e-3, 1e-5, "layernorm dbias");
+  expect_grad_near(dx, numeric_grad([&](const auto& xx) { return ln_loss(xx, w, b); }, x, 1e-2), 2e-3, 1e-5,
+                   "layernorm dx");
+  expect_grad_near(dw, numeric_grad([&](const auto& ww) { return ln_loss(x, ww, b); }, w, 1e-2), 2e-3, 1e-5,
+                   "layernorm dweight");
+  expect_grad_near(db, numeric_grad([&](const auto& bb) { return ln_loss(x, w, bb); }, b, 1e-2), 2e-3, 1e-5,
+                   "layernorm dbias");
 }
 
 TEST_F(Norms, LayerNormRowsHaveZeroMeanAndUnitVariance) {

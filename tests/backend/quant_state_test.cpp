@@ -167,12 +167,12 @@ TEST(QuantState, MalformedStatesAreRejected) {
   std::vector<float> extra = good;
   extra.push_back(0.0f);
   expect_rejected(*lin, extra, "1 values left over");
-  expect_rejected(*lin, with(10, 4.0f), "history length 4");       // dY slot: n > H
-  expect_rejected(*lin, with(0, 1.5f), "not an integer");          // X slot: n = 1.5
-  expect_rejected(*lin, with(6, -1.0f), "amax history entry 0");   // W slot: a negative amax
+  expect_rejected(*lin, with(10, 4.0f), "history length 4");      // dY slot: n > H
+  expect_rejected(*lin, with(0, 1.5f), "not an integer");         // X slot: n = 1.5
+  expect_rejected(*lin, with(6, -1.0f), "amax history entry 0");  // W slot: a negative amax
   expect_rejected(*lin, with(2, INFINITY), "amax history entry 1");
-  expect_rejected(*lin, with(3, 0.0f), "delayed scale");           // X slot: scale 0
-  expect_rejected(*lin, with(13, NAN), "delayed scale");           // dY slot: NaN scale
+  expect_rejected(*lin, with(3, 0.0f), "delayed scale");  // X slot: scale 0
+  expect_rejected(*lin, with(13, NAN), "delayed scale");  // dY slot: NaN scale
   expect_rejected(*lin, with(4, -1.0f), "overflow count");
   expect_rejected(*lin, with(14, 0.5f), "overflow count");
 }

@@ -52,8 +52,8 @@ TEST(AttentionCases, NamesSpellTheShape) {
 }
 
 TEST(AttentionCases, SelectByNameAndRefuseUnknown) {
-  const auto two = select_attention_cases(AttentionCaseSet::Bench,
-                                          "b8-h12-d64-s1024-causal,b4-h16-d128-s1024");
+  const auto two =
+      select_attention_cases(AttentionCaseSet::Bench, "b8-h12-d64-s1024-causal,b4-h16-d128-s1024");
   ASSERT_EQ(two.size(), 2u);
   EXPECT_EQ(two[0].shape.head_dim, 64);
   EXPECT_EQ(two[1].shape.seq_q, 1024);

@@ -50,9 +50,10 @@ TEST(BenchComm, RowsFollowNcclTestsDefinitions) {
 
 TEST(BenchComm, CliWithTwoRanksPrintsJsonLinesOnce) {
   if (comm().size() > 1 || std::getenv("OCTET_TEST_FAILURE_CHILD")) GTEST_SKIP() << "one process";
-  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 " +
-                          std::string(OCTET_BINARY_DIR) +
-                          "/octet bench comm --device cpu --nproc 2 --min-mb 0.25 --max-mb 0.5 --reps 1 --json 2>&1";
+  const std::string cmd =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 " +
+      std::string(OCTET_BINARY_DIR) +
+      "/octet bench comm --device cpu --nproc 2 --min-mb 0.25 --max-mb 0.5 --reps 1 --json 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -63,7 +64,8 @@ TEST(BenchComm, CliWithTwoRanksPrintsJsonLinesOnce) {
   size_t lines = 0;
   for (size_t pos = 0; (pos = out.find("\"bench\":\"comm\"", pos)) != std::string::npos; ++pos) ++lines;
   EXPECT_EQ(lines, 6u) << "3 ops x 2 sizes, printed by rank 0 only:\n" << out;
-  for (const char* field : {"\"transport\":\"mpi\"", "\"ranks\":2", "\"busbw_gbs\":", "\"date\":", "\"gpu\":"})
+  for (const char* field :
+       {"\"transport\":\"mpi\"", "\"ranks\":2", "\"busbw_gbs\":", "\"date\":", "\"gpu\":"})
     EXPECT_NE(out.find(field), std::string::npos) << field << "\n" << out;
 }
 

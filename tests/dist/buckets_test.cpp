@@ -19,8 +19,8 @@ TEST(Buckets, TileTheParametersAndShardsCoverEachOnce) {
     for (int64_t n : {int64_t(1), int64_t(7), int64_t(8), int64_t(1001), int64_t(6225)})
       for (int64_t elems : {int64_t(0), int64_t(1), int64_t(5), int64_t(262), int64_t(1) << 30}) {
         const BucketPlan p = plan_buckets(n, world, elems);
-        const std::string at = "world " + std::to_string(world) + " n " + std::to_string(n) + " elems " +
-                               std::to_string(elems);
+        const std::string at =
+            "world " + std::to_string(world) + " n " + std::to_string(n) + " elems " + std::to_string(elems);
         int64_t next = 0, state = 0;
         for (size_t k = 0; k < p.buckets.size(); ++k) {
           const Bucket& b = p.buckets[k];

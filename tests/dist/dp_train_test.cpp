@@ -66,15 +66,16 @@ TEST(DataParallel, Fp32TwoRanksEqualOneRankToRounding) {
     EXPECT_NEAR(two.train_loss[i], one.train_loss[i], 1e-5 * one.train_loss[i]) << "step " << i + 1;
   EXPECT_NEAR(two.final_val_loss, one.final_val_loss, 1e-5 * one.final_val_loss);
   if (comm().rank() == 0) {  // lr 3e-3 × 6 steps: AdamW moves a weight by at most ~2e-2 in all
-    EXPECT_LT(max_abs_diff(weights(f.local / "one/model.safetensors"), weights(f.shared / "two/model.safetensors")),
-              1e-4);
+    EXPECT_LT(
+        max_abs_diff(weights(f.local / "one/model.safetensors"), weights(f.shared / "two/model.safetensors")),
+        1e-4);
   }
 }
 
 TEST(DataParallel, EveryBucketSizeEqualsOneRankAndCheckpointsTheSameState) {
   NEED_TWO_RANKS();
   Fixture f(Arm::FP32);
-  f.cfg.model.n_layer = 3;  // seams between the head, three layers and the embedding
+  f.cfg.model.n_layer = 3;   // seams between the head, three layers and the embedding
   f.cfg.model.d_model = 15;  // 3 heads of 5, no RoPE: an odd parameter count, so the top bucket pads
   f.cfg.model.n_head = 3;
   f.cfg.model.n_kv_head = 3;
@@ -198,8 +199,8 @@ TEST(DataParallel, NaNOnOneRankSkipsTheStepOnBoth) {
     return h;
   };
   const TrainResult one = train(f.cfg, f.local / "one", false, *f.ds, nullptr, poison(true));
-  const TrainResult two =
-      train(f.cfg, f.shared / "two", false, *f.ds, nullptr, poison(comm().rank() == 1), nullptr, &test::job());
+  const TrainResult two = train(f.cfg, f.shared / "two", false, *f.ds, nullptr, poison(comm().rank() == 1),
+                                nullptr, &test::job());
   EXPECT_EQ(two.skipped_steps, 1);
   ASSERT_EQ(two.train_loss.size(), one.train_loss.size());
   EXPECT_TRUE(std::isnan(two.train_loss[1]));
@@ -208,7 +209,8 @@ TEST(DataParallel, NaNOnOneRankSkipsTheStepOnBoth) {
       EXPECT_NEAR(two.train_loss[i], one.train_loss[i], 1e-5 * one.train_loss[i]) << "step " << i + 1;
     }
   // every rank holds the same weights afterwards: rank 0's broadcast equals rank 1's bitwise
-  std::vector<float> w = comm().rank() == 0 ? weights(f.shared / "two/model.safetensors") : std::vector<float>();
+  std::vector<float> w =
+      comm().rank() == 0 ? weights(f.shared / "two/model.safetensors") : std::vector<float>();
   int32_t n = int32_t(w.size());
   comm().broadcast(Tensor(&n, DType::I32, {1}), 0);
   w.resize(size_t(n));
@@ -227,8 +229,10 @@ TEST(DataParallel, CheckpointOfTwoRanksResumesOnOneAndBitwiseOnTwo) {
     if (step == 4) throw std::runtime_error("simulated crash");  // on both ranks
   };
   const TrainResult full = train(f.cfg, f.shared / "full", false, *f.ds, nullptr, {}, nullptr, &test::job());
-  EXPECT_THROW(train(f.cfg, f.shared / "a", false, *f.ds, nullptr, crash, nullptr, &test::job()), std::runtime_error);
-  EXPECT_THROW(train(f.cfg, f.shared / "b", false, *f.ds, nullptr, crash, nullptr, &test::job()), std::runtime_error);
+  EXPECT_THROW(train(f.cfg, f.shared / "a", false, *f.ds, nullptr, crash, nullptr, &test::job()),
+               std::runtime_error);
+  EXPECT_THROW(train(f.cfg, f.shared / "b", false, *f.ds, nullptr, crash, nullptr, &test::job()),
+               std::runtime_error);
   comm().barrier();
   // 2 → 2: bitwise
   const TrainResult again = train(f.cfg, f.shared / "a", true, *f.ds, nullptr, {}, nullptr, &test::job());
@@ -238,10 +242,13 @@ TEST(DataParallel, CheckpointOfTwoRanksResumesOnOneAndBitwiseOnTwo) {
   if (comm().rank() == 0) {
     const TrainResult one = train(f.cfg, f.shared / "b", true, *f.ds, nullptr);
     ASSERT_EQ(one.train_loss.size(), 3u);
-    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(one.train_loss[i], full.train_loss[3 + i], 1e-5 * full.train_loss[3 + i]);
-    EXPECT_EQ(test::read_file(f.shared / "a/model.safetensors"), test::read_file(f.shared / "full/model.safetensors"));
-    EXPECT_LT(max_abs_diff(weights(f.shared / "b/model.safetensors"), weights(f.shared / "full/model.safetensors")),
-              1e-4);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_NEAR(one.train_loss[i], full.train_loss[3 + i], 1e-5 * full.train_loss[3 + i]);
+    EXPECT_EQ(test::read_file(f.shared / "a/model.safetensors"),
+              test::read_file(f.shared / "full/model.safetensors"));
+    EXPECT_LT(
+        max_abs_diff(weights(f.shared / "b/model.safetensors"), weights(f.shared / "full/model.safetensors")),
+        1e-4);
   }
   comm().barrier();
 }
@@ -255,17 +262,20 @@ TEST(DataParallel, CheckpointOfOneRankResumesOnTwo) {
   crash.after_backward = [](int64_t step, Model&) {
     if (step == 4) throw std::runtime_error("simulated crash");
   };
-  const TrainResult full = train(f.cfg, f.shared / "full-2", false, *f.ds, nullptr, {}, nullptr, &test::job());
+  const TrainResult full =
+      train(f.cfg, f.shared / "full-2", false, *f.ds, nullptr, {}, nullptr, &test::job());
   if (comm().rank() == 0) {
     EXPECT_THROW(train(f.cfg, f.shared / "one", false, *f.ds, nullptr, crash), std::runtime_error);
   }
   comm().barrier();
   const TrainResult two = train(f.cfg, f.shared / "one", true, *f.ds, nullptr, {}, nullptr, &test::job());
   ASSERT_EQ(two.train_loss.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(two.train_loss[i], full.train_loss[3 + i], 1e-5 * full.train_loss[3 + i]);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_NEAR(two.train_loss[i], full.train_loss[3 + i], 1e-5 * full.train_loss[3 + i]);
   comm().barrier();
   if (comm().rank() == 0) {
-    EXPECT_LT(max_abs_diff(weights(f.shared / "one/model.safetensors"), weights(f.shared / "full-2/model.safetensors")),
+    EXPECT_LT(max_abs_diff(weights(f.shared / "one/model.safetensors"),
+                           weights(f.shared / "full-2/model.safetensors")),
               1e-4);
   }
   comm().barrier();

@@ -27,9 +27,11 @@ TEST(Failure, AKilledRankEndsTheJobNonZeroWithinTheTimeout) {
   ASSERT_GT(n, 0);
   self[n] = 0;
   const int timeout_s = 60;
-  const std::string cmd = "OCTET_TEST_FAILURE_CHILD=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-                          "timeout " + std::to_string(timeout_s) + " mpirun --oversubscribe -np 2 " +
-                          std::string(self) + " --gtest_filter=FailureChild.* > /dev/null 2>&1";
+  const std::string cmd =
+      "OCTET_TEST_FAILURE_CHILD=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+      "timeout " +
+      std::to_string(timeout_s) + " mpirun --oversubscribe -np 2 " + std::string(self) +
+      " --gtest_filter=FailureChild.* > /dev/null 2>&1";
   const auto t0 = std::chrono::steady_clock::now();
   const int status = std::system(cmd.c_str());
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

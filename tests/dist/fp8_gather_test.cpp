@@ -128,7 +128,8 @@ TEST(Fp8WeightGather, InstalledCodesEqualTheWholeWeightsQuantization) {
           ASSERT_EQ(after[size_t(i)], truth[size_t(i)]) << "FP32 parameter " << i;
       }
       std::vector<int32_t> ids(16), targets(16);
-      for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 7 + 3) % 64), targets[i] = int32_t((i * 5 + 1) % 64);
+      for (size_t i = 0; i < ids.size(); ++i)
+        ids[i] = int32_t((i * 7 + 3) % 64), targets[i] = int32_t((i * 5 + 1) % 64);
       for (int k = 0; k < 2; ++k) {  // the second after update_quant_scales + reinstall
         const double a = ref.step(ids.data(), targets.data(), true, 1.0f / 16);
         const double b = model.step(ids.data(), targets.data(), true, 1.0f / 16);
@@ -197,7 +198,8 @@ RunConfig with(RunConfig c, bool on) {
 void expect_same_losses(const TrainResult& a, const TrainResult& b, const std::string& what) {
   ASSERT_EQ(a.train_loss.size(), b.train_loss.size()) << what;
   for (size_t i = 0; i < a.train_loss.size(); ++i)
-    EXPECT_TRUE(a.train_loss[i] == b.train_loss[i] || (std::isnan(a.train_loss[i]) && std::isnan(b.train_loss[i])))
+    EXPECT_TRUE(a.train_loss[i] == b.train_loss[i] ||
+                (std::isnan(a.train_loss[i]) && std::isnan(b.train_loss[i])))
         << what << " step " << i + 1 << ": " << a.train_loss[i] << " vs " << b.train_loss[i];
   EXPECT_EQ(a.final_val_loss, b.final_val_loss) << what;
 }
@@ -211,7 +213,8 @@ TEST(Fp8WeightGather, TrainingEqualsTheFp32GatherBitwise) {
     const TrainResult on = f.run(with(f.cfg, true), "on");
     expect_same_losses(off, on, to_string(arm));
     if (comm().rank() == 0) {  // the weights written after gathering the masters, and the checkpoint
-      EXPECT_EQ(test::read_file(f.shared / "on/model.safetensors"), test::read_file(f.shared / "off/model.safetensors"))
+      EXPECT_EQ(test::read_file(f.shared / "on/model.safetensors"),
+                test::read_file(f.shared / "off/model.safetensors"))
           << to_string(arm);
       EXPECT_EQ(test::read_file(f.shared / "on/checkpoint.safetensors"),
                 test::read_file(f.shared / "off/checkpoint.safetensors"))

@@ -23,8 +23,9 @@ struct JobRun {
 };
 
 JobRun mpirun(int np, const std::string& args) {
-  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --oversubscribe -np " +
-                          std::to_string(np) + " " + std::string(OCTET_BINARY_DIR) + "/octet " + args + " 2>&1";
+  const std::string cmd =
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --oversubscribe -np " +
+      std::to_string(np) + " " + std::string(OCTET_BINARY_DIR) + "/octet " + args + " 2>&1";
   JobRun r;
   FILE* p = ::popen(cmd.c_str(), "r");
   char buf[4096];
@@ -79,16 +80,18 @@ TEST(LaunchConfigError, ABatchThatDoesNotSplitOverTheRanksReadsOnce) {
   expect_one_error_no_abort(mpirun(3, "train --config " + f.config + " --out " + out),
                             "cannot be split evenly over 3 ranks");
   EXPECT_FALSE(std::filesystem::exists(out));
-  expect_one_error_no_abort(mpirun(3, "compare --config " + f.config + " --arms fp32 --out " + (f.dir / "cmp")),
-                            "cannot be split evenly over 3 ranks");
+  expect_one_error_no_abort(
+      mpirun(3, "compare --config " + f.config + " --arms fp32 --out " + (f.dir / "cmp")),
+      "cannot be split evenly over 3 ranks");
 }
 
 TEST(LaunchConfigError, AnEvaluationLargerThanTheValidationSplitReadsOnce) {
   if (skip()) GTEST_SKIP() << "starts its own job from one process";
   Fixture f;
   const std::string out = f.dir / "eval";
-  expect_one_error_no_abort(mpirun(2, "train --config " + f.config + " --set train.eval_batches=100000 --out " + out),
-                            "validation split has");
+  expect_one_error_no_abort(
+      mpirun(2, "train --config " + f.config + " --set train.eval_batches=100000 --out " + out),
+      "validation split has");
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 

@@ -82,9 +82,11 @@ TEST(Launch, NonPositiveNprocIsRefused) {
   if (test::comm().size() > 1 || std::getenv("OCTET_TEST_FAILURE_CHILD")) GTEST_SKIP() << "one process";
   Fixture f;
   for (const char* cmd : {"train", "compare"}) {
-    const CliRun r = run(std::string(cmd) + " --config " + f.config + " --out " + (f.dir / "x") + " --nproc 0");
+    const CliRun r =
+        run(std::string(cmd) + " --config " + f.config + " --out " + (f.dir / "x") + " --nproc 0");
     EXPECT_EQ(r.status, 2) << r.out;
-    EXPECT_EQ(r.out, "octet: error: --nproc: must be a whole number >= 1, got '0'\n") << "one line naming the flag";
+    EXPECT_EQ(r.out, "octet: error: --nproc: must be a whole number >= 1, got '0'\n")
+        << "one line naming the flag";
     EXPECT_FALSE(std::filesystem::exists(f.dir / "x"));
   }
 }

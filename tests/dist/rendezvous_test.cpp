@@ -58,7 +58,8 @@ TEST(Rendezvous, MissingRankZeroTimesOut) {
     tcp_rendezvous(env_of(1, 2, free_tcp_port()), "", 0.5);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("could not reach rank 0 at 127.0.0.1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("could not reach rank 0 at 127.0.0.1"), std::string::npos)
+        << e.what();
   }
 }
 

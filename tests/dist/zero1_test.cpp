@@ -125,7 +125,8 @@ TEST(Zero1, BucketsReduceGatherAndRestoreEveryShard) {
     for (int r = 0; r < R; ++r)
       for (const ShardPiece& p : plan.shard(r).pieces)
         for (int64_t i = p.begin; i < p.end; ++i)
-          ASSERT_EQ(got[size_t(i)], float(1000 * (r + 1) + i % 1000)) << "bucket_mb " << mb << " parameter " << i;
+          ASSERT_EQ(got[size_t(i)], float(1000 * (r + 1) + i % 1000))
+              << "bucket_mb " << mb << " parameter " << i;
 
     // a state vector whose slots hold their parameter's index comes back in params() order
     std::vector<float> st(size_t(plan.state_size), -1.0f);

@@ -38,8 +38,7 @@ void expect_same_code(uint8_t ours, uint8_t theirs, Format f, float x, bool sat)
   const float a = fp8_decode(ours, f), b = fp8_decode(theirs, f);
   if (std::isnan(a) || std::isnan(b)) {
     EXPECT_TRUE(std::isnan(a) && std::isnan(b))
-        << "x=" << x << " sat=" << sat << " ours=0x" << std::hex << int(ours) << " cuda=0x"
-        << int(theirs);
+        << "x=" << x << " sat=" << sat << " ours=0x" << std::hex << int(ours) << " cuda=0x" << int(theirs);
   } else {
     EXPECT_EQ(ours, theirs) << "x=" << x << " (bits 0x" << std::hex << [&] {
       uint32_t u;

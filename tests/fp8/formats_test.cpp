@@ -25,8 +25,7 @@ double spec_value(uint8_t c, Format f) {
   const double sign = s ? -1.0 : 1.0;
   if (f == Format::E4M3 && e == 15 && m == 7) return std::numeric_limits<double>::quiet_NaN();
   if (f == Format::E5M2 && e == 31)
-    return m == 0 ? sign * std::numeric_limits<double>::infinity()
-                  : std::numeric_limits<double>::quiet_NaN();
+    return m == 0 ? sign * std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
   if (e == 0) return sign * std::pow(2.0, 1 - bias) * (m / double(1 << mb));
   return sign * std::pow(2.0, e - bias) * (1.0 + m / double(1 << mb));
 }
@@ -128,7 +127,8 @@ TEST_P(FormatTest, BitLevelEncodeAgreesWithGridRounding) {
     for (bool sat : {true, false}) {
       const float got = fp8_decode(fp8_encode(x, f, sat), f);
       float want = std::copysign(r, x);
-      if (r > fp8_max(f)) want = sat ? std::copysign(fp8_max(f), x) : (f == Format::E4M3 ? kNaN : std::copysign(kInf, x));
+      if (r > fp8_max(f))
+        want = sat ? std::copysign(fp8_max(f), x) : (f == Format::E4M3 ? kNaN : std::copysign(kInf, x));
       if (std::isnan(want)) {
         ASSERT_TRUE(std::isnan(got)) << x;
       } else {
@@ -200,9 +200,9 @@ TEST(E5M2, MaxInfAndNaN) {
 
 TEST(BF16, RoundsToNearestEven) {
   EXPECT_EQ(bf16_round(1.0f), 1.0f);
-  const float ulp = std::ldexp(1.0f, -7);  // BF16 spacing in [1, 2)
-  EXPECT_EQ(bf16_round(1.0f + 0.5f * ulp), 1.0f);                         // tie to even
-  EXPECT_EQ(bf16_round(1.0f + 1.5f * ulp), 1.0f + 2 * ulp);               // tie to even (up)
+  const float ulp = std::ldexp(1.0f, -7);                    // BF16 spacing in [1, 2)
+  EXPECT_EQ(bf16_round(1.0f + 0.5f * ulp), 1.0f);            // tie to even
+  EXPECT_EQ(bf16_round(1.0f + 1.5f * ulp), 1.0f + 2 * ulp);  // tie to even (up)
   EXPECT_EQ(bf16_round(std::nextafter(1.0f + 0.5f * ulp, 2.0f)), 1.0f + ulp);
   EXPECT_EQ(bf16_round(-3.0f), -3.0f);
   EXPECT_EQ(bf16_round(kInf), kInf);
@@ -265,7 +265,7 @@ TEST(ScaleFromAmax, DegenerateRules) {
   EXPECT_EQ(scale_from_amax(448.0f, f), 1.0f);
   EXPECT_EQ(scale_from_amax(1.0f, f, 1), 224.0f);  // margin 1 halves the scale
   EXPECT_EQ(scale_from_amax(0.0f, f), 1.0f);       // zero tensor: scale 1
-  const float tiny = scale_from_amax(1e-40f, f);    // tiny amax: clamped, finite
+  const float tiny = scale_from_amax(1e-40f, f);   // tiny amax: clamped, finite
   EXPECT_TRUE(std::isfinite(tiny));
   EXPECT_EQ(tiny, kMaxScale);
   EXPECT_TRUE(std::isnormal(1.0f / tiny));

@@ -23,12 +23,18 @@ inline std::vector<float> mixed_range(int64_t n, uint64_t seed) {
   for (auto& v : x) {
     const double p = u(rng);
     const float sign = u(rng) < 0.5 ? -1.0f : 1.0f;
-    if (p < 0.15) v = 0.0f;
-    else if (p < 0.45) v = sign * float(std::exp2(-40.0 + 41.0 * u(rng)));
-    else if (p < 0.90) v = normal(rng);
-    else if (p < 0.95) v = sign * float(500.0 + 69500.0 * u(rng));
-    else if (p < 0.975) v = sign * 1e-40f;
-    else v = sign * std::ldexp(1.0f, int(u(rng) * 20) - 10);
+    if (p < 0.15)
+      v = 0.0f;
+    else if (p < 0.45)
+      v = sign * float(std::exp2(-40.0 + 41.0 * u(rng)));
+    else if (p < 0.90)
+      v = normal(rng);
+    else if (p < 0.95)
+      v = sign * float(500.0 + 69500.0 * u(rng));
+    else if (p < 0.975)
+      v = sign * 1e-40f;
+    else
+      v = sign * std::ldexp(1.0f, int(u(rng) * 20) - 10);
   }
   return x;
 }

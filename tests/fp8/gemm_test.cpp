@@ -26,8 +26,8 @@ struct Shape {
   int64_t M, N, K;
 };
 const Shape kShapes[] = {{1, 1, 1}, {3, 5, 7}, {129, 257, 133}, {4, 3, 300}};
-const Recipe kRecipes[] = {Recipe::TensorDelayed, Recipe::TensorCurrent, Recipe::Row,
-                           Recipe::Block,         Recipe::MX,            Recipe::Unit};
+const Recipe kRecipes[] = {
+    Recipe::TensorDelayed, Recipe::TensorCurrent, Recipe::Row, Recipe::Block, Recipe::MX, Recipe::Unit};
 
 // Rows of different magnitudes so that row and block scales differ.
 std::vector<float> operand(int64_t rows, int64_t cols, uint64_t seed) {
@@ -119,7 +119,8 @@ TEST_P(Fp8GemmTest, BetaAccumulatesIntoC) {
   gemm_fp8(qa, qb, c0.data());
   gemm_fp8(qa, qb, c1.data(), 0.5f);
   // One K block: bitwise 1 + C; several: the "+1" joins a different FP32 partial sum.
-  for (size_t i = 0; i < c0.size(); ++i) ASSERT_NEAR(c1[i], 1.0f + c0[i], 2e-3 + 1e-5 * std::fabs(c0[i])) << i;
+  for (size_t i = 0; i < c0.size(); ++i)
+    ASSERT_NEAR(c1[i], 1.0f + c0[i], 2e-3 + 1e-5 * std::fabs(c0[i])) << i;
 }
 
 std::string gemm_name(const ::testing::TestParamInfo<Param>& p) {
@@ -127,8 +128,8 @@ std::string gemm_name(const ::testing::TestParamInfo<Param>& p) {
   std::string r = to_string(recipe);
   for (auto& ch : r)
     if (ch == '-') ch = '_';
-  return r + "X" + to_string(policy) + "X" + std::to_string(s.M) + "X" + std::to_string(s.N) +
-         "X" + std::to_string(s.K);
+  return r + "X" + to_string(policy) + "X" + std::to_string(s.M) + "X" + std::to_string(s.N) + "X" +
+         std::to_string(s.K);
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, Fp8GemmTest,
@@ -175,7 +176,9 @@ TEST(HighPrecisionGemm, Bf16AndFp32MatchFp64) {
       ASSERT_LE(std::fabs(c32[i] - c_exact[i]), acc) << i;
       ASSERT_LE(std::fabs(c16[i] - c_bf[i]), acc) << i;  // exactly the rounded operands' product
       // BF16 rounding: 2^-9 relative per operand.
-      ASSERT_LE(std::fabs(c16[i] - c_exact[i]), (2 * std::ldexp(1.0, -9) + std::ldexp(1.0, -18)) * sum_abs[i] + acc) << i;
+      ASSERT_LE(std::fabs(c16[i] - c_exact[i]),
+                (2 * std::ldexp(1.0, -9) + std::ldexp(1.0, -18)) * sum_abs[i] + acc)
+          << i;
     }
   }
 }
@@ -210,12 +213,13 @@ TEST(LimitedAccumulation, PromotionBoundsTheErrorAtK4096) {
   full_bits.accum_mantissa_bits = 23;
   const double e32 = max_rel_err(fp32), ep = max_rel_err(promoted), en = max_rel_err(never);
   const double ef = max_rel_err(full_bits);
-  std::printf("[ K=4096, |N(0,1)| operands, E4M3 tensor scaling; max |C - C64| / sum|a||b| ]\n"
-              "  fp32 accumulation (sgemm)             %.3e\n"
-              "  13-bit accumulator, promote every 128 %.3e\n"
-              "  13-bit accumulator, never promoted    %.3e\n"
-              "  23-bit accumulator, promote every 128 %.3e\n",
-              e32, ep, en, ef);
+  std::printf(
+      "[ K=4096, |N(0,1)| operands, E4M3 tensor scaling; max |C - C64| / sum|a||b| ]\n"
+      "  fp32 accumulation (sgemm)             %.3e\n"
+      "  13-bit accumulator, promote every 128 %.3e\n"
+      "  13-bit accumulator, never promoted    %.3e\n"
+      "  23-bit accumulator, promote every 128 %.3e\n",
+      e32, ep, en, ef);
   const double fp32_bound = (K + 4) * std::ldexp(1.0, -23);
   EXPECT_LT(e32, ep);
   EXPECT_LT(ep, en);
@@ -244,7 +248,8 @@ TEST(LimitedAccumulation, BlockScalesPromoteAtEveryBlock) {
   std::vector<float> c(static_cast<size_t>(M * N));
   gemm_fp8(qa, qb, c.data(), 0.0f, o);
   for (size_t i = 0; i < c.size(); ++i)
-    ASSERT_LE(std::fabs(c[i] - ref[i]), (128 * std::ldexp(1.0, -13) + (K + 4) * std::ldexp(1.0, -23)) * sum_abs[i]);
+    ASSERT_LE(std::fabs(c[i] - ref[i]),
+              (128 * std::ldexp(1.0, -13) + (K + 4) * std::ldexp(1.0, -23)) * sum_abs[i]);
 }
 
 }  // namespace

@@ -56,8 +56,8 @@ TEST(Names, EveryTableRoundTripsAndListsItsNamesOnError) {
 }
 
 TEST(Names, EveryEnumValueHasAName) {
-  for (auto r : {Recipe::TensorDelayed, Recipe::TensorCurrent, Recipe::Row, Recipe::Block,
-                 Recipe::MX, Recipe::Unit})
+  for (auto r :
+       {Recipe::TensorDelayed, Recipe::TensorCurrent, Recipe::Row, Recipe::Block, Recipe::MX, Recipe::Unit})
     EXPECT_EQ(parse_recipe(to_string(r)), r);
   for (auto a : {Arm::BF16, Arm::FP8Linear, Arm::FP8Stale, Arm::FP8Matched, Arm::FP32})
     EXPECT_EQ(parse_arm(to_string(a)), a);

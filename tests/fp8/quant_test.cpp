@@ -32,11 +32,10 @@ const FormatCase kFormatCases[] = {
     {FormatPolicy::E4M3, Role::Weight, "e4m3Xweight"},
     {FormatPolicy::Hybrid, Role::Gradient, "hybridXgradient"},  // E5M2
 };
-const Recipe kRecipes[] = {Recipe::TensorDelayed, Recipe::TensorCurrent, Recipe::Row,
-                           Recipe::Block,         Recipe::MX,            Recipe::Unit};
-const std::pair<int64_t, int64_t> kShapes[] = {{1, 1},     {1, 257},   {257, 1},
-                                               {7, 133},   {127, 129}, {129, 127},
-                                               {133, 7},   {255, 257}, {257, 255}};
+const Recipe kRecipes[] = {
+    Recipe::TensorDelayed, Recipe::TensorCurrent, Recipe::Row, Recipe::Block, Recipe::MX, Recipe::Unit};
+const std::pair<int64_t, int64_t> kShapes[] = {{1, 1},     {1, 257}, {257, 1},   {7, 133},  {127, 129},
+                                               {129, 127}, {133, 7}, {255, 257}, {257, 255}};
 
 std::string recipe_id(Recipe r) {
   std::string s = to_string(r);
@@ -114,7 +113,9 @@ TEST_P(QuantizeTest, EveryBlockFollowsItsRecipe) {
   EXPECT_EQ(q.amax, tensor_amax);
   EXPECT_EQ(q.n_underflow, under);
   EXPECT_EQ(q.n_saturated, sat);
-  if (recipe != Recipe::Unit && recipe != Recipe::MX) { EXPECT_EQ(sat, 0); }  // amax maps to <= max
+  if (recipe != Recipe::Unit && recipe != Recipe::MX) {
+    EXPECT_EQ(sat, 0);
+  }  // amax maps to <= max
 
   // Dequantize: decode·scale_inv of the element's block, within the rounding bound.
   std::vector<float> y(size_t(rows * cols), kNaN);
@@ -153,13 +154,13 @@ TEST_P(QuantizeTest, TransposedEqualsQuantizingTheTranspose) {
 
 std::string param_name(const ::testing::TestParamInfo<Param>& p) {
   const auto& [recipe, fi, shape] = p.param;
-  return recipe_id(recipe) + "X" + kFormatCases[fi].name + "X" + std::to_string(shape.first) +
-         "X" + std::to_string(shape.second);
+  return recipe_id(recipe) + "X" + kFormatCases[fi].name + "X" + std::to_string(shape.first) + "X" +
+         std::to_string(shape.second);
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, QuantizeTest,
-                         ::testing::Combine(::testing::ValuesIn(kRecipes),
-                                            ::testing::Range(0, 3), ::testing::ValuesIn(kShapes)),
+                         ::testing::Combine(::testing::ValuesIn(kRecipes), ::testing::Range(0, 3),
+                                            ::testing::ValuesIn(kShapes)),
                          param_name);
 
 // ---- degenerate inputs: one rule each ----
@@ -207,7 +208,8 @@ TEST_P(DegenerateTest, TinyAmaxGivesAFiniteClampedScale) {
 TEST_P(DegenerateTest, NaNInsideABlockIsNeverDropped) {
   QuantConfig cfg;
   cfg.recipe = GetParam();
-  if (cfg.recipe == Recipe::TensorDelayed) GTEST_SKIP() << "see DelayedScaling.NaNOrInfAmaxKeepsTheScaleAndMarksOverflow";
+  if (cfg.recipe == Recipe::TensorDelayed)
+    GTEST_SKIP() << "see DelayedScaling.NaNOrInfAmaxKeepsTheScaleAndMarksOverflow";
   Quantizer qz(cfg, Role::Activation);
   std::vector<float> x = test::normal_values(4 * 300, 3);
   x[1 * 300 + 140] = kNaN;  // row 1, second 1x128 tile, fifth 1x32 MX block
@@ -217,7 +219,9 @@ TEST_P(DegenerateTest, NaNInsideABlockIsNeverDropped) {
   std::vector<float> y(x.size());
   dequantize(q, y.data());
   EXPECT_TRUE(std::isnan(y[1 * 300 + 140]));
-  if (cfg.recipe != Recipe::Unit) { EXPECT_TRUE(std::isnan(q.scale_inv_at(1, 140))); }
+  if (cfg.recipe != Recipe::Unit) {
+    EXPECT_TRUE(std::isnan(q.scale_inv_at(1, 140)));
+  }
   if (cfg.recipe == Recipe::Row || cfg.recipe == Recipe::Block || cfg.recipe == Recipe::MX) {
     // the block's scale carries the NaN; other blocks are clean
     EXPECT_TRUE(std::isnan(q.scale_inv_at(1, 140)));
@@ -322,7 +326,9 @@ TEST(Scales, Pow2ScalesAreExactPowersAndNeverOverflow) {
       int e;
       ASSERT_EQ(std::frexp(s, &e), 0.5f) << to_string(r) << " scale_inv " << s;
     }
-    if (r != Recipe::MX) { EXPECT_EQ(q.n_saturated, 0) << to_string(r); }
+    if (r != Recipe::MX) {
+      EXPECT_EQ(q.n_saturated, 0) << to_string(r);
+    }
   }
 }
 
@@ -470,7 +476,9 @@ TEST(DelayedScaling, NaNOrInfAmaxCountsAnOverflowAtUpdateAndKeepsTheScale) {
     std::vector<float> y(6);
     dequantize(q, y.data());
     EXPECT_EQ(y[0], 2.0f);  // the finite values are intact
-    if (std::isnan(bad)) { EXPECT_TRUE(std::isnan(y[4])); }  // NaN carried in its code
+    if (std::isnan(bad)) {
+      EXPECT_TRUE(std::isnan(y[4]));
+    }  // NaN carried in its code
     x[4] = 1.0f;
     qz.quantize(x.data(), 2, 3, q);  // a finite amax after the bad one: the bad one sticks
     qz.update();
@@ -500,8 +508,7 @@ TEST(DelayedScaling, BothOrientationsShareOneScale) {
   EXPECT_EQ(qt.scale_inv[0], q.scale_inv[0]);
   EXPECT_EQ(1.0f / q.scale_inv[0], qz.delayed_scale());
   for (int r = 0; r < 64; ++r)
-    for (int c = 0; c < 48; ++c)
-      ASSERT_EQ(qt.codes[size_t(c * 64 + r)], q.codes[size_t(r * 48 + c)]);
+    for (int c = 0; c < 48; ++c) ASSERT_EQ(qt.codes[size_t(c * 64 + r)], q.codes[size_t(r * 48 + c)]);
   qz.update();
   EXPECT_EQ(qz.amax_history().size(), 2u);  // the orientations and micro-batches: one entry
 }

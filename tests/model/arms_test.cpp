@@ -163,8 +163,8 @@ INSTANTIATE_TEST_SUITE_P(AllArms, Overfit,
                                             ::testing::Values(DType::F32, DType::BF16),
                                             ::testing::Values(MixerKind::Attention, MixerKind::Hybrid)),
                          [](const auto& info) {
-                           std::string s = to_string(std::get<0>(info.param)) + "_" +
-                                           to_string(std::get<1>(info.param));
+                           std::string s =
+                               to_string(std::get<0>(info.param)) + "_" + to_string(std::get<1>(info.param));
                            if (std::get<2>(info.param) == MixerKind::Hybrid) s += "_hybrid";
                            for (char& c : s)
                              if (c == '-') c = '_';

@@ -29,15 +29,18 @@ const std::map<std::string, std::function<void(ModelConfig&)>>& variants() {
       {"llama_gqa", [](ModelConfig&) {}},
       {"untied_mha", [](ModelConfig& c) { c.tied_embeddings = false, c.n_kv_head = 2; }},
       {"learned_gelu_layernorm",
-       [](ModelConfig& c) { c.positions = PositionKind::Learned, c.mlp = MlpKind::GELU, c.norm = NormKind::LayerNorm; }},
+       [](ModelConfig& c) {
+         c.positions = PositionKind::Learned, c.mlp = MlpKind::GELU, c.norm = NormKind::LayerNorm;
+       }},
       {"nope_qknorm", [](ModelConfig& c) { c.positions = PositionKind::NoPE, c.qk_norm = true; }},
-      {"fog", [](ModelConfig& c) {
+      {"fog",
+       [](ModelConfig& c) {
          c.norm_placement = NormPlacement::Output, c.qk_norm = true, c.qk_norm_trainable = false;
        }},
-      {"hybrid_gated_deltanet", [](ModelConfig& c) {
-         c.mixer = MixerKind::Hybrid, c.n_layer = 4, c.gdn_chunk = 3;
-       }},
-      {"post_norm_unit", [](ModelConfig& c) {
+      {"hybrid_gated_deltanet",
+       [](ModelConfig& c) { c.mixer = MixerKind::Hybrid, c.n_layer = 4, c.gdn_chunk = 3; }},
+      {"post_norm_unit",
+       [](ModelConfig& c) {
          c.norm_placement = NormPlacement::Post, c.unit_scaling = true, c.init_std = 1.0f;
        }},
   };
@@ -135,14 +138,15 @@ TEST(Sample, TopKTopPAndSeed) {
   opt.top_k = 2;
   std::map<int32_t, int> seen;
   for (int i = 0; i < 400; ++i) seen[sample_token(logits.data(), 5, opt, rng)]++;
-  EXPECT_EQ(seen.size(), 2u);  // only ids 1 and 2
+  EXPECT_EQ(seen.size(), 2u);   // only ids 1 and 2
   EXPECT_GT(seen[1], seen[2]);  // p(1)/p(2) = e
   opt.top_k = 0;
   opt.top_p = 0.5f;  // p(1) = 0.64 > 0.5: the nucleus is {1}
   for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_token(logits.data(), 5, opt, rng), 1);
   opt.top_p = 1.0f;
   std::mt19937_64 r1(42), r2(42);
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_token(logits.data(), 5, opt, r1), sample_token(logits.data(), 5, opt, r2));
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(sample_token(logits.data(), 5, opt, r1), sample_token(logits.data(), 5, opt, r2));
   opt.top_p = 0.0f;
   EXPECT_THROW(opt.validate(), Error);
   opt.top_p = 1.0f, opt.temperature = -1.0f;

@@ -60,8 +60,7 @@ TEST(GatedDeltaBackendOp, MatchesFp64ReferenceThroughTheGates) {
     return b;
   };
   const Shape sq{B, H, T, Dk}, sv{B, H, T, Dv}, sg{B, T, 2 * H};
-  Buffer q = up(h.q, sq), k = up(h.k, sq), v = up(h.v, sv), gates = up(h.gates, sg),
-         d_o = up(h.d_o, sv);
+  Buffer q = up(h.q, sq), k = up(h.k, sq), v = up(h.v, sv), gates = up(h.gates, sg), d_o = up(h.d_o, sv);
   Buffer o = be->alloc(DType::F32, sv), dq = be->alloc(DType::F32, sq), dk = be->alloc(DType::F32, sq),
          dv = be->alloc(DType::F32, sv), dgates = be->alloc(DType::F32, sg);
   const GatedDeltaArgs args{q.tensor(), k.tensor(), v.tensor(), gates.tensor(), 0.25f, 8};
@@ -82,8 +81,7 @@ TEST(GatedDeltaBackendOp, MatchesFp64ReferenceThroughTheGates) {
   GatedDeltaShape s;
   s.batch = B, s.heads = H, s.seq = T, s.dk = Dk, s.dv = Dv;
   const GatedDeltaInputs<double> in{Q.data(), K.data(), V.data(), g.data(), beta.data(), 0.25};
-  std::vector<double> o_ref(V.size()), rq(Q.size()), rk(K.size()), rv(V.size()), rg(g.size()),
-      rb(g.size());
+  std::vector<double> o_ref(V.size()), rq(Q.size()), rk(K.size()), rv(V.size()), rg(g.size()), rb(g.size());
   gated_delta_naive_forward(s, in, o_ref.data());
   gated_delta_naive_backward(s, in, DO.data(), {rq.data(), rk.data(), rv.data(), rg.data(), rb.data()});
   std::vector<double> rgates(h.gates.size());
@@ -131,9 +129,11 @@ TEST(GatedDeltaBackendOp, ShapeMismatchesAreNamed) {
     EXPECT_NE(std::string(e.what()).find("gates"), std::string::npos) << e.what();
   }
   Buffer gates_ok = be->alloc(DType::F32, {1, 5, 4});
-  EXPECT_THROW(be->gated_delta_forward({q.tensor(), q.tensor(), v.tensor(), gates_ok.tensor(), 1.0f, 0}, o.tensor()),
-               Error);
-  EXPECT_NO_THROW(be->gated_delta_forward({q.tensor(), q.tensor(), v.tensor(), gates_ok.tensor(), 1.0f, 4}, o.tensor()));
+  EXPECT_THROW(
+      be->gated_delta_forward({q.tensor(), q.tensor(), v.tensor(), gates_ok.tensor(), 1.0f, 0}, o.tensor()),
+      Error);
+  EXPECT_NO_THROW(
+      be->gated_delta_forward({q.tensor(), q.tensor(), v.tensor(), gates_ok.tensor(), 1.0f, 4}, o.tensor()));
 }
 
 }  // namespace

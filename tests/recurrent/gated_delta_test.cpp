@@ -52,18 +52,14 @@ struct Case {
       beta[size_t(r)] = gv.beta;
     }
   }
-  GatedDeltaInputs<double> in() const {
-    return {q.data(), k.data(), v.data(), g.data(), beta.data(), scale};
-  }
+  GatedDeltaInputs<double> in() const { return {q.data(), k.data(), v.data(), g.data(), beta.data(), scale}; }
 };
 
 struct Grads {
   std::vector<double> dq, dk, dv, dg, dbeta;
   explicit Grads(const Case& c)
       : dq(c.q.size()), dk(c.k.size()), dv(c.v.size()), dg(c.g.size()), dbeta(c.beta.size()) {}
-  GatedDeltaGrads<double> view() {
-    return {dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data()};
-  }
+  GatedDeltaGrads<double> view() { return {dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data()}; }
 };
 
 double max_abs(const std::vector<double>& x) {
@@ -113,8 +109,8 @@ TEST_P(ChunkedVsNaive, ForwardAndGradientsAgreeInFp64) {
 // not a multiple (a short last chunk) and a chunk longer than the sequence.
 INSTANTIATE_TEST_SUITE_P(Chunks, ChunkedVsNaive,
                          ::testing::Values(std::pair<int64_t, int64_t>{37, 1}, std::pair{64, 16},
-                                           std::pair{128, 64}, std::pair{100, 16},
-                                           std::pair{150, 64}, std::pair{20, 64}),
+                                           std::pair{128, 64}, std::pair{100, 16}, std::pair{150, 64},
+                                           std::pair{20, 64}),
                          [](const auto& info) {
                            return "T" + std::to_string(info.param.first) + "C" +
                                   std::to_string(info.param.second);
@@ -137,8 +133,11 @@ TEST(GatedDeltaNaive, GradientsMatchFiniteDifferences) {
     std::vector<double>* x;
     const std::vector<double>* grad;
   };
-  const Input inputs[] = {{"q", &c.q, &gr.dq},   {"k", &c.k, &gr.dk},        {"v", &c.v, &gr.dv},
-                          {"g", &c.g, &gr.dg},   {"beta", &c.beta, &gr.dbeta}};
+  const Input inputs[] = {{"q", &c.q, &gr.dq},
+                          {"k", &c.k, &gr.dk},
+                          {"v", &c.v, &gr.dv},
+                          {"g", &c.g, &gr.dg},
+                          {"beta", &c.beta, &gr.dbeta}};
   for (const Input& x : inputs) {
     const size_t stride = std::max<size_t>(1, x.x->size() / 23);
     for (size_t i = 0; i < x.x->size(); i += stride) {
@@ -157,12 +156,10 @@ TEST(GatedDeltaNaive, GradientsMatchFiniteDifferences) {
 TEST(GatedDeltaChunked, Fp32AgreesWithFp64Reference) {
   Case c(shape(100, 16, 16), 3);
   auto f32 = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
-  const std::vector<float> q = f32(c.q), k = f32(c.k), v = f32(c.v), g = f32(c.g),
-                           beta = f32(c.beta), d_o = f32(c.d_o);
-  const GatedDeltaInputs<float> in{q.data(), k.data(), v.data(), g.data(), beta.data(),
-                                   float(c.scale)};
-  std::vector<float> o(v.size()), dq(q.size()), dk(k.size()), dv(v.size()), dg(g.size()),
-      db(beta.size());
+  const std::vector<float> q = f32(c.q), k = f32(c.k), v = f32(c.v), g = f32(c.g), beta = f32(c.beta),
+                           d_o = f32(c.d_o);
+  const GatedDeltaInputs<float> in{q.data(), k.data(), v.data(), g.data(), beta.data(), float(c.scale)};
+  std::vector<float> o(v.size()), dq(q.size()), dk(k.size()), dv(v.size()), dg(g.size()), db(beta.size());
   gated_delta_chunked_forward(c.s, in, 16, o.data());
   gated_delta_chunked_backward(c.s, in, 16, d_o.data(),
                                GatedDeltaGrads<float>{dq.data(), dk.data(), dv.data(), dg.data(), db.data()});
@@ -276,10 +273,9 @@ TEST(GatedDeltaGates, RangesAndDerivatives) {
       EXPECT_GE(v.beta, 0.0);
       EXPECT_LE(v.beta, 1.0);
       const double h = 1e-6;
-      EXPECT_NEAR(v.dg_da, (gated_delta_gates(a + h, b).g - gated_delta_gates(a - h, b).g) / (2 * h),
+      EXPECT_NEAR(v.dg_da, (gated_delta_gates(a + h, b).g - gated_delta_gates(a - h, b).g) / (2 * h), 1e-8);
+      EXPECT_NEAR(v.dbeta_db, (gated_delta_gates(a, b + h).beta - gated_delta_gates(a, b - h).beta) / (2 * h),
                   1e-8);
-      EXPECT_NEAR(v.dbeta_db,
-                  (gated_delta_gates(a, b + h).beta - gated_delta_gates(a, b - h).beta) / (2 * h), 1e-8);
     }
   }
   EXPECT_NEAR(std::exp(gated_delta_gates(0.0, 0.0).g), std::pow(0.5, 1.0 / kGateTemperature), 1e-15);

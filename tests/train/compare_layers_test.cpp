@@ -18,16 +18,23 @@ namespace {
 TEST(CompareLayers, LastEvaluationReadBackAndAveragedPerArm) {
   test::TempDir dir("cmplayers");
   // run a: two evaluations (the last one counts), a torn line; run b: no dq_bias and no amax
-  test::write_file(dir / "a/metrics.jsonl",
-                   R"({"step": 1, "loss": 5, "ms": 1, "tokens_per_s": 1})" "\n"
-                   R"({"step": 1, "val_loss": 5, "layers": [{"layer": 0, "row_residual_mean": 9}]})" "\n"
-                   R"({"step": 2, "val_loss": 4, "layers": [{"layer": 0, "row_residual_mean": 0.25, "row_residual_max": 1,)"
-                   R"( "dq_bias": {"norm": 0.5, "mean": 0.4, "max": 2}, "kurtosis_max": 3, "amax": {"x": 1, "w": 2, "dy": 3}}]})" "\n"
-                   R"({"step": 3, "val_lo)");
-  test::write_file(dir / "b/metrics.jsonl",
-                   R"({"step": 2, "val_loss": 4, "layers": [{"layer": 0, "row_residual_mean": 0.75, "dq_bias": null,)"
-                   R"( "kurtosis_max": 5, "amax": null}]})" "\n");
-  const std::vector<LayerFinal> a = final_layers_from_metrics(dir / "a"), b = final_layers_from_metrics(dir / "b");
+  test::write_file(
+      dir / "a/metrics.jsonl",
+      R"({"step": 1, "loss": 5, "ms": 1, "tokens_per_s": 1})"
+      "\n"
+      R"({"step": 1, "val_loss": 5, "layers": [{"layer": 0, "row_residual_mean": 9}]})"
+      "\n"
+      R"({"step": 2, "val_loss": 4, "layers": [{"layer": 0, "row_residual_mean": 0.25, "row_residual_max": 1,)"
+      R"( "dq_bias": {"norm": 0.5, "mean": 0.4, "max": 2}, "kurtosis_max": 3, "amax": {"x": 1, "w": 2, "dy": 3}}]})"
+      "\n"
+      R"({"step": 3, "val_lo)");
+  test::write_file(
+      dir / "b/metrics.jsonl",
+      R"({"step": 2, "val_loss": 4, "layers": [{"layer": 0, "row_residual_mean": 0.75, "dq_bias": null,)"
+      R"( "kurtosis_max": 5, "amax": null}]})"
+      "\n");
+  const std::vector<LayerFinal> a = final_layers_from_metrics(dir / "a"),
+                                b = final_layers_from_metrics(dir / "b");
   ASSERT_EQ(a.size(), 1u);
   EXPECT_EQ(a[0].v[LayerFinal::RowResidualMean], 0.25);
   EXPECT_EQ(a[0].v[LayerFinal::DqBiasNorm], 0.5);
@@ -44,7 +51,7 @@ TEST(CompareLayers, LastEvaluationReadBackAndAveragedPerArm) {
   const LayerFinal& m = arms[0].layers.at(0);
   EXPECT_DOUBLE_EQ(m.v[LayerFinal::RowResidualMean], 0.5);  // (0.25 + 0.75) / 2
   EXPECT_DOUBLE_EQ(m.v[LayerFinal::KurtosisMax], 4.0);
-  EXPECT_DOUBLE_EQ(m.v[LayerFinal::DqBiasNorm], 0.5);       // b has none: the mean of what there is
+  EXPECT_DOUBLE_EQ(m.v[LayerFinal::DqBiasNorm], 0.5);  // b has none: the mean of what there is
   const auto j = nlohmann::json::parse(compare_layers_json(arms[0].layers));
   EXPECT_EQ(j[0]["layer"], 0);
   EXPECT_EQ(j[0]["dq_bias_norm"], 0.5);
@@ -60,7 +67,8 @@ TEST(CompareLayers, SeedsSummaryHoldsTheMeanPerArmAndLayer) {
   test::write_file(dir / "corpus.txt", test::synthetic_text(400));
   RunConfig cfg = test::tiny_run(dir / "corpus.txt", dir / "cache");
   cfg.train.steps = 3;
-  const auto rows = compare_arms(cfg, {"fp8-stale", "fp8-matched"}, dir / "cmp", nullptr, CompareMode::Fresh, 2);
+  const auto rows =
+      compare_arms(cfg, {"fp8-stale", "fp8-matched"}, dir / "cmp", nullptr, CompareMode::Fresh, 2);
   ASSERT_EQ(rows.size(), 4u);
   std::ifstream in(dir / "cmp/summary.json");
   const auto s = nlohmann::json::parse(in);
@@ -75,7 +83,8 @@ TEST(CompareLayers, SeedsSummaryHoldsTheMeanPerArmAndLayer) {
                  .v[LayerFinal::RowResidualMean];
     EXPECT_DOUBLE_EQ(s[a]["layers"][0]["row_residual_mean"].get<double>(), sum / 2) << arm;
   }
-  EXPECT_GT(s[0]["layers"][0]["dq_bias_norm"].get<double>(), 100 * s[1]["layers"][0]["dq_bias_norm"].get<double>());
+  EXPECT_GT(s[0]["layers"][0]["dq_bias_norm"].get<double>(),
+            100 * s[1]["layers"][0]["dq_bias_norm"].get<double>());
 }
 
 }  // namespace

@@ -43,10 +43,10 @@ TEST(WelchTest, SymmetricDegenerateAndInvalid) {
   EXPECT_DOUBLE_EQ(ab.t, -ba.t);
   EXPECT_DOUBLE_EQ(ab.p, ba.p);
   EXPECT_TRUE(ab.outside_noise);
-  EXPECT_EQ(welch_test({1, 1}, {1, 1}).p, 1.0);       // no spread, equal means
-  EXPECT_EQ(welch_test({1, 1}, {2, 2}).p, 0.0);       // no spread, different means
+  EXPECT_EQ(welch_test({1, 1}, {1, 1}).p, 1.0);  // no spread, equal means
+  EXPECT_EQ(welch_test({1, 1}, {2, 2}).p, 0.0);  // no spread, different means
   EXPECT_TRUE(std::isinf(welch_test({1, 1}, {2, 2}).t));
-  EXPECT_THROW(welch_test({1}, {1, 2}), Error);       // one value: no variance
+  EXPECT_THROW(welch_test({1}, {1, 2}), Error);  // one value: no variance
   EXPECT_THROW(welch_test({1, NAN}, {1, 2}), Error);
   EXPECT_THROW(welch_test({1, 2}, {1, 2}, 1.5), Error);
 }
@@ -58,9 +58,10 @@ CompareRow run(const std::string& arm, uint64_t seed, double val) {
 }
 
 TEST(CompareArmStats, GroupsBySeedAndTestsAgainstBf16) {
-  const std::vector<CompareRow> runs{run("bf16", 1, 4.20), run("fp8-stale", 1, 4.90), run("fp8-matched", 1, 4.24),
-                                     run("bf16", 2, 4.25), run("fp8-stale", 2, 4.95), run("fp8-matched", 2, 4.30),
-                                     run("bf16", 3, 4.22), run("fp8-stale", 3, 5.00), run("fp8-matched", 3, NAN)};
+  const std::vector<CompareRow> runs{
+      run("bf16", 1, 4.20), run("fp8-stale", 1, 4.90), run("fp8-matched", 1, 4.24),
+      run("bf16", 2, 4.25), run("fp8-stale", 2, 4.95), run("fp8-matched", 2, 4.30),
+      run("bf16", 3, 4.22), run("fp8-stale", 3, 5.00), run("fp8-matched", 3, NAN)};
   const std::vector<CompareArmStats> s = compare_arm_stats(runs);
   ASSERT_EQ(s.size(), 3u);
   EXPECT_EQ(s[0].arm, "bf16");

@@ -20,7 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
 struct Fixture {
   test::TempDir dir{"compare"};
   RunConfig cfg;
@@ -33,7 +32,9 @@ struct Fixture {
   }
 };
 
-nlohmann::json summary(const std::string& out) { return nlohmann::json::parse(test::read_file(out + "/summary.json")); }
+nlohmann::json summary(const std::string& out) {
+  return nlohmann::json::parse(test::read_file(out + "/summary.json"));
+}
 
 TEST(Compare, RowsFromMetricsEqualWhatTheTrainerMeasured) {
   Fixture f;
@@ -90,15 +91,19 @@ TEST(Compare, ResumeKeepsFinishedArmsAndResumesTheOthers) {
   EXPECT_THROW(train(matched, out + "/fp8-matched", false, *f.ds, nullptr, crash), std::runtime_error);
   // bf16 ran 3 steps, the compare asks for 6: bf16 is extended (a schedule change), fp8-matched
   // resumed from step 3, fp8-linear (absent) trained.
-  const auto rows = compare_arms(longer, {"bf16", "fp8-matched", "fp8-linear"}, out, nullptr, CompareMode::Resume);
+  const auto rows =
+      compare_arms(longer, {"bf16", "fp8-matched", "fp8-linear"}, out, nullptr, CompareMode::Resume);
   ASSERT_EQ(rows.size(), 3u);
   for (const char* arm : {"bf16", "fp8-matched", "fp8-linear"})
     EXPECT_EQ(read_checkpoint_state(out + "/" + arm).step, 6) << arm;
-  EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl").rfind(bf16_metrics, 0), 0u) << "bf16's first 3 steps kept";
+  EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl").rfind(bf16_metrics, 0), 0u)
+      << "bf16's first 3 steps kept";
   // A second --resume finds every arm complete: nothing is retrained or rewritten.
-  const std::string m2 = test::read_file(out + "/fp8-matched/metrics.jsonl"), w2 = test::read_file(out + "/bf16/model.safetensors");
+  const std::string m2 = test::read_file(out + "/fp8-matched/metrics.jsonl"),
+                    w2 = test::read_file(out + "/bf16/model.safetensors");
   EXPECT_NE(w2, bf16_model);
-  const auto again = compare_arms(longer, {"bf16", "fp8-matched", "fp8-linear"}, out, nullptr, CompareMode::Resume);
+  const auto again =
+      compare_arms(longer, {"bf16", "fp8-matched", "fp8-linear"}, out, nullptr, CompareMode::Resume);
   EXPECT_EQ(test::read_file(out + "/fp8-matched/metrics.jsonl"), m2);
   EXPECT_EQ(test::read_file(out + "/bf16/model.safetensors"), w2);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(again[i].val_loss, rows[i].val_loss) << i;
@@ -119,7 +124,8 @@ TEST(Compare, OverwriteKeepsNothingStale) {
   EXPECT_FALSE(fs::exists(out + "/fp8-stale")) << "an earlier arm's folder must not stay";
   EXPECT_EQ(summary(out).size(), 1u);
   EXPECT_TRUE(fs::exists(out + "/notes.txt")) << "only what compare writes is removed";
-  EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl").find("\"event\""), std::string::npos) << "a fresh run, not a resume";
+  EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl").find("\"event\""), std::string::npos)
+      << "a fresh run, not a resume";
 }
 
 // docs/training.md §Output: the max row residual is a check with the matched delta only.
@@ -128,7 +134,8 @@ TEST(Compare, TablePrintsMaxResidualOnlyForTheMatchedDelta) {
   stale.arm = "fp8-stale", stale.row_residual_max = 0.99, stale.row_residual_mean = 2e-2;
   matched.arm = "fp8-matched", matched.row_residual_max = 3e-7, matched.matched_delta = true;
   const std::string t = format_compare_table({stale, matched});
-  EXPECT_NE(t.find("| fp8-stale | 0.0000 | 0.0000 | +0.00% | 0.00 | n/a | 2.000e-02 |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| fp8-stale | 0.0000 | 0.0000 | +0.00% | 0.00 | n/a | 2.000e-02 |"), std::string::npos)
+      << t;
   EXPECT_NE(t.find("| 3.000e-07 |"), std::string::npos) << t;
 }
 

@@ -53,7 +53,8 @@ TEST(Config, TomlSectionsAndOverrides) {
 // from anywhere); an absolute path stays as given.
 TEST(Config, RelativePathsResolveAgainstTheConfigFile) {
   test::TempDir dir("config-paths");
-  test::write_file(dir / "sub/c.toml", "[data]\npath = \"../corpus/*.txt\"\ncache_dir = \"cache\"\ntokenizer = \"byte\"\n");
+  test::write_file(dir / "sub/c.toml",
+                   "[data]\npath = \"../corpus/*.txt\"\ncache_dir = \"cache\"\ntokenizer = \"byte\"\n");
   const RunConfig c = load_config(dir / "sub/c.toml");
   EXPECT_EQ(c.data.path, (dir.path / "corpus/*.txt").string());
   EXPECT_EQ(c.data.cache_dir, (dir.path / "sub/cache").string());
@@ -65,7 +66,8 @@ TEST(Config, RelativePathsResolveAgainstTheConfigFile) {
 // docs/training.md §"Config keys": floats print as typed (the shortest text that reads back as the
 // same float), and every key has a meaning in the table.
 TEST(Config, TablePrintsValuesAsTypedWithTheirMeaning) {
-  const RunConfig c = load_config("", {"train.lr=0.003", "train.eps=1e-8", "model.rope_theta=10000", "data.tokenizer=byte"});
+  const RunConfig c =
+      load_config("", {"train.lr=0.003", "train.eps=1e-8", "model.rope_theta=10000", "data.tokenizer=byte"});
   std::map<std::string, ConfigRow> rows;
   for (const ConfigRow& r : config_rows(c)) rows[r.key] = r;
   EXPECT_EQ(rows.at("train.lr").value, "0.003");
@@ -86,7 +88,8 @@ TEST(Config, TablePrintsValuesAsTypedWithTheirMeaning) {
 // docs/training.md §Resume: schedule keys may change on resume, meaning keys are refused naming the key.
 TEST(Config, ResumeChangesAllowOnlyScheduleKeys) {
   const RunConfig saved = load_config("", {"train.lr=0.003", "train.steps=30", "data.tokenizer=byte"});
-  const RunConfig more = load_config("", {"train.lr=0.1", "train.steps=60", "train.eval_every=5", "data.tokenizer=byte"});
+  const RunConfig more =
+      load_config("", {"train.lr=0.1", "train.steps=60", "train.eval_every=5", "data.tokenizer=byte"});
   const std::vector<ConfigChange> ch = resume_changes(saved, more, "runs/x");
   ASSERT_EQ(ch.size(), 3u);
   EXPECT_EQ(ch[0].key, "train.steps");
@@ -96,8 +99,9 @@ TEST(Config, ResumeChangesAllowOnlyScheduleKeys) {
   EXPECT_EQ(ch[1].from, "0.003");
   EXPECT_EQ(ch[1].to, "0.1");
   EXPECT_TRUE(resume_changes(saved, saved, "runs/x").empty());
-  for (const char* meaning : {"model.n_layer=3", "model.mixer=hybrid", "precision.arm=fp8-matched", "precision.recipe=block",
-                              "data.tokenizer=bpe", "train.seed=7", "train.batch_size=4"}) {
+  for (const char* meaning :
+       {"model.n_layer=3", "model.mixer=hybrid", "precision.arm=fp8-matched", "precision.recipe=block",
+        "data.tokenizer=bpe", "train.seed=7", "train.batch_size=4"}) {
     RunConfig other = saved;
     const std::string kv = meaning;
     set_config_value(other, kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1));
@@ -120,14 +124,17 @@ TEST(Config, RejectsBadInputNamingTheKey) {
   test::TempDir dir("config-bad");
   test::write_file(dir / "unknown.toml", "[model]\nn_layers = 2\n");
   EXPECT_NE(error_of([&] { load_config(dir / "unknown.toml"); }).find("model.n_layers"), std::string::npos);
-  EXPECT_NE(error_of([&] { load_config("", {"model.n_layer=two"}); }).find("model.n_layer"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_config("", {"model.n_layer=two"}); }).find("model.n_layer"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { load_config("", {"model.n_head=5"}); }).find("n_head"), std::string::npos);
   EXPECT_NE(error_of([&] { load_config("", {"model.n_kv_head=3"}); }).find("n_kv_head"), std::string::npos);
   EXPECT_NE(error_of([&] { load_config("", {"model.seq_len=0"}); }).find("seq_len"), std::string::npos);
   EXPECT_NE(error_of([&] { load_config("", {"train.lr=-1"}); }).find("train.lr"), std::string::npos);
   EXPECT_NE(error_of([&] { load_config("", {"precision.arm=fp4"}); }).find("fp4"), std::string::npos);
-  EXPECT_NE(error_of([&] { load_config("", {"data.tokenizer=byte", "model.vocab_size=100"}); })
-                .find("vocab_size"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_config("", {"data.tokenizer=byte", "model.vocab_size=100"});
+            }).find("vocab_size"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { load_config("", {"novalue"}); }).find("key=value"), std::string::npos);
   test::write_file(dir / "syntax.toml", "[model\nn_layer = 2\n");
   EXPECT_NE(error_of([&] { load_config(dir / "syntax.toml"); }).find("cannot parse"), std::string::npos);
@@ -138,10 +145,15 @@ TEST(Config, RejectsBadInputNamingTheKey) {
 // times p_scale must stay below E4M3's 448. 512 used to pass the config and fail in the model.
 TEST(Config, PScaleIsAPowerOfTwoInOneTo256) {
   for (const char* ok : {"1", "2", "128", "256"})
-    EXPECT_EQ(error_of([&] { load_config("", {"data.tokenizer=byte", std::string("precision.p_scale=") + ok}); }), "") << ok;
+    EXPECT_EQ(error_of([&] {
+                load_config("", {"data.tokenizer=byte", std::string("precision.p_scale=") + ok});
+              }),
+              "")
+        << ok;
   for (const char* bad : {"512", "448", "100", "0.5", "0", "-256"})
-    EXPECT_NE(error_of([&] { load_config("", {std::string("precision.p_scale=") + bad}); })
-                  .find("precision.p_scale must be a power of two in [1, 256]"),
+    EXPECT_NE(error_of([&] {
+                load_config("", {std::string("precision.p_scale=") + bad});
+              }).find("precision.p_scale must be a power of two in [1, 256]"),
               std::string::npos)
         << bad;
   AttentionConfig a;
@@ -154,8 +166,9 @@ TEST(Config, PScaleIsAPowerOfTwoInOneTo256) {
 TEST(Config, ModelPrecisionCrossChecksRunUpFront) {
   EXPECT_NE(error_of([&] { load_config("", {"train.batch_size=0"}); }).find("train.batch_size"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { load_config("", {"precision.amax_history_len=0"}); })
-                .find("precision.amax_history_len must be >= 1"),
+  EXPECT_NE(error_of([&] {
+              load_config("", {"precision.amax_history_len=0"});
+            }).find("precision.amax_history_len must be >= 1"),
             std::string::npos);
   EXPECT_NE(error_of([&] { load_config("", {"precision.margin=40"}); }).find("precision.margin"),
             std::string::npos);
@@ -180,9 +193,14 @@ TEST(Config, EnumKeysRoundTripEveryName) {
       EXPECT_EQ(enum_name(c.precision.quant.recipe), recipe);
     }
   for (const std::string& algo : enum_names<AmaxAlgo>())
-    EXPECT_EQ(enum_name(load_config("", {"data.tokenizer=byte", "precision.amax_algo=" + algo}).precision.quant.amax_algo), algo);
+    EXPECT_EQ(enum_name(load_config("", {"data.tokenizer=byte", "precision.amax_algo=" + algo})
+                            .precision.quant.amax_algo),
+              algo);
   for (const std::string& q : enum_names<QkvScaling>())
-    EXPECT_EQ(enum_name(load_config("", {"data.tokenizer=byte", "precision.qkv_scaling=" + q}).precision.qkv_scaling), q);
+    EXPECT_EQ(
+        enum_name(
+            load_config("", {"data.tokenizer=byte", "precision.qkv_scaling=" + q}).precision.qkv_scaling),
+        q);
   for (const std::string& m : enum_names<MixerKind>())
     EXPECT_EQ(enum_name(load_config("", {"data.tokenizer=byte", "model.mixer=" + m}).model.mixer), m);
   EXPECT_EQ(load_config("", {"data.tokenizer=byte"}).model.mixer, MixerKind::Attention);  // the default

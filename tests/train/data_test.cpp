@@ -46,12 +46,14 @@ TEST(Corpus, BadInputsAreErrors) {
 
 TEST(Corpus, InvalidUtf8IsCountedNotFatal) {
   EXPECT_EQ(count_invalid_utf8("plain ascii"), 0);
-  EXPECT_EQ(count_invalid_utf8("caf\xC3\xA9"), 0);          // é
-  EXPECT_EQ(count_invalid_utf8("\xF0\x9F\x98\x80"), 0);     // U+1F600
-  EXPECT_EQ(count_invalid_utf8("a\xFF" "b"), 1);            // never valid
-  EXPECT_EQ(count_invalid_utf8("\xC0\xAF"), 2);             // overlong '/'
-  EXPECT_EQ(count_invalid_utf8("\xED\xA0\x80"), 3);         // surrogate U+D800
-  EXPECT_EQ(count_invalid_utf8("\xE2\x82"), 2);             // truncated sequence
+  EXPECT_EQ(count_invalid_utf8("caf\xC3\xA9"), 0);       // é
+  EXPECT_EQ(count_invalid_utf8("\xF0\x9F\x98\x80"), 0);  // U+1F600
+  EXPECT_EQ(count_invalid_utf8("a\xFF"
+                               "b"),
+            1);                                      // never valid
+  EXPECT_EQ(count_invalid_utf8("\xC0\xAF"), 2);      // overlong '/'
+  EXPECT_EQ(count_invalid_utf8("\xED\xA0\x80"), 3);  // surrogate U+D800
+  EXPECT_EQ(count_invalid_utf8("\xE2\x82"), 2);      // truncated sequence
   test::TempDir dir("utf8");
   test::write_file(dir / "bad.txt", "ok \xFF\xFE text");
   const Corpus c = read_corpus(dir / "bad.txt");
@@ -67,7 +69,8 @@ TEST(Tokenizer, BpeTrainsOnceCachesAndEncodesAnything) {
   auto tok = make_bpe_tokenizer(text, 320, dir / "cache");
   EXPECT_EQ(tok->vocab_size(), 320);
   size_t models = 0;
-  for (auto& e : std::filesystem::directory_iterator(dir / "cache")) models += e.path().extension() == ".model";
+  for (auto& e : std::filesystem::directory_iterator(dir / "cache"))
+    models += e.path().extension() == ".model";
   EXPECT_EQ(models, 1u);
   const auto ids = tok->encode("the kernel reads the page\nthe user");
   EXPECT_LT(ids.size(), 30u) << "BPE must merge frequent words";
@@ -104,7 +107,7 @@ TEST(Dataset, SplitIsDisjointDeterministicAndCovering) {
   a.val_batch(0, 4, ids, tg);
   b.val_batch(0, 4, ids2, tg2);
   EXPECT_EQ(ids, ids2);
-  EXPECT_THROW(Dataset(std::vector<int32_t>(10, 1), 7, 16, 0.1, 1), Error);  // too small
+  EXPECT_THROW(Dataset(std::vector<int32_t>(10, 1), 7, 16, 0.1, 1), Error);   // too small
   EXPECT_THROW(Dataset(std::vector<int32_t>(100, 9), 7, 16, 0.1, 1), Error);  // id >= vocab
 }
 

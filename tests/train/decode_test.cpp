@@ -12,9 +12,15 @@ namespace octet {
 namespace {
 
 const std::vector<std::string>& texts() {
-  static const std::vector<std::string> t = {
-      "the kernel reads the page", "  indented\n    deeper\nback", "a\n\nb c\n", "\nleading newline",
-      "trailing spaces   ", "h\xc3\xa9llo w\xc3\xb6rld \xe2\x9c\x93 42", "", " ", "x"};
+  static const std::vector<std::string> t = {"the kernel reads the page",
+                                             "  indented\n    deeper\nback",
+                                             "a\n\nb c\n",
+                                             "\nleading newline",
+                                             "trailing spaces   ",
+                                             "h\xc3\xa9llo w\xc3\xb6rld \xe2\x9c\x93 42",
+                                             "",
+                                             " ",
+                                             "x"};
   return t;
 }
 
@@ -28,7 +34,8 @@ TEST(Decode, InvertsEncodeAndStreams) {
       const std::vector<int32_t> ids = tok->encode(s);
       EXPECT_EQ(tok->decode(ids), s);
       for (size_t n = 0; n <= ids.size(); ++n) {
-        const std::string part = tok->decode(std::vector<int32_t>(ids.begin(), ids.begin() + std::ptrdiff_t(n)));
+        const std::string part =
+            tok->decode(std::vector<int32_t>(ids.begin(), ids.begin() + std::ptrdiff_t(n)));
         EXPECT_EQ(s.compare(0, part.size(), part), 0) << "prefix of " << n << " ids";
       }
     }

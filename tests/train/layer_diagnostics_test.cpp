@@ -65,9 +65,12 @@ TEST(DqBias, OneKeyRowIsAllBiasStaleAndNoneMatched) {
 TEST(DqBias, Fp64IsZeroMatchedIsRoundingStaleIsNot) {
   for (AttnInputDist dist : {AttnInputDist::Normal, AttnInputDist::Sink}) {
     SCOPED_TRACE(to_string(dist));
-    const DqBias f64 = attention_dq_bias(sample_of(4, 2, 64, 32, AttnPrecision::FP64, DeltaMode::Stale, dist));
-    const DqBias matched = attention_dq_bias(sample_of(4, 2, 64, 32, AttnPrecision::FP8, DeltaMode::Matched, dist));
-    const DqBias stale = attention_dq_bias(sample_of(4, 2, 64, 32, AttnPrecision::FP8, DeltaMode::Stale, dist));
+    const DqBias f64 =
+        attention_dq_bias(sample_of(4, 2, 64, 32, AttnPrecision::FP64, DeltaMode::Stale, dist));
+    const DqBias matched =
+        attention_dq_bias(sample_of(4, 2, 64, 32, AttnPrecision::FP8, DeltaMode::Matched, dist));
+    const DqBias stale =
+        attention_dq_bias(sample_of(4, 2, 64, 32, AttnPrecision::FP8, DeltaMode::Stale, dist));
     EXPECT_EQ(stale.rows, 4 * 64);  // T = 64: every row sampled (4 blocks of 16), every dQ row non-zero
     EXPECT_LT(f64.norm, 1e-13);
     EXPECT_LT(f64.row_residual_mean, 1e-15);
@@ -180,9 +183,10 @@ TEST(LayerDiagnostics, EveryLayerOfEveryArmInMetrics) {
     EXPECT_GT(stale["row_residual_mean"].get<double>(), 100 * matched["row_residual_mean"].get<double>());
     EXPECT_GT(stale["dq_bias"]["norm"].get<double>(), 100 * matched["dq_bias"]["norm"].get<double>());
     for (const char* op : {"x", "w", "dy"}) EXPECT_GT(stale["amax"][op].get<double>(), 0.0) << op;
-    EXPECT_EQ(stale["amax"]["x"].get<double>(),
-              std::max({stale["quant"]["qkv"]["x"]["amax"].get<double>(), stale["quant"]["proj"]["x"]["amax"].get<double>(),
-                        stale["quant"]["fc1"]["x"]["amax"].get<double>(), stale["quant"]["fc2"]["x"]["amax"].get<double>()}));
+    EXPECT_EQ(stale["amax"]["x"].get<double>(), std::max({stale["quant"]["qkv"]["x"]["amax"].get<double>(),
+                                                          stale["quant"]["proj"]["x"]["amax"].get<double>(),
+                                                          stale["quant"]["fc1"]["x"]["amax"].get<double>(),
+                                                          stale["quant"]["fc2"]["x"]["amax"].get<double>()}));
   }
 }
 

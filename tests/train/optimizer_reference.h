@@ -92,7 +92,8 @@ inline void expect_fused_equals_reference(Backend& be, const ModelConfig& cfg, c
       mdl->update_quant_scales();
       if (s == nan_step) {
         const float nan = NAN;
-        be.upload(mdl->grad_data().slice(int64_t(mdl->num_params()) - 1, 1), &nan);  // inside every shard test
+        be.upload(mdl->grad_data().slice(int64_t(mdl->num_params()) - 1, 1),
+                  &nan);  // inside every shard test
       }
     }
     gather_shard_gradients(be, ref, layout, ref_grads);
@@ -102,7 +103,8 @@ inline void expect_fused_equals_reference(Backend& be, const ModelConfig& cfg, c
     fused.take_loss();
     ref.take_loss();
     double norm = 0;
-    const bool updated = reference_optimizer_step(be, ref, layout, ref_grads, rm, rv, c, 1e-2f, ref_steps, &norm);
+    const bool updated =
+        reference_optimizer_step(be, ref, layout, ref_grads, rm, rv, c, 1e-2f, ref_steps, &norm);
     skipped += !updated;
     const Optimizer::Counters k = opt.counters();
     if (updated) {  // the device's norm and clip factor are the host's
@@ -114,7 +116,8 @@ inline void expect_fused_equals_reference(Backend& be, const ModelConfig& cfg, c
     ASSERT_EQ(k.skipped, skipped) << "step " << s;
     ASSERT_EQ(k.last_skipped, !updated) << "step " << s;
     ASSERT_EQ(k.bad_in_a_row, updated ? 0 : 1) << "step " << s;
-    ASSERT_TRUE(same_bits(fused.download_params(), ref.download_params())) << "params differ after step " << s;
+    ASSERT_TRUE(same_bits(fused.download_params(), ref.download_params()))
+        << "params differ after step " << s;
     ASSERT_TRUE(same_bits(opt.download_m(), be.download_f32(rm))) << "m differs after step " << s;
     ASSERT_TRUE(same_bits(opt.download_v(), be.download_f32(rv))) << "v differs after step " << s;
   }

@@ -46,7 +46,8 @@ TEST(FusedOptimizer, EqualsPerTensorPathBitwiseOnAShard) {
 // adamw_prepare alone: the decision of adamw_rule.h on a hand-set state.
 std::vector<double> prepare(Backend& be, double norm_sq, double loss, std::vector<double> state, float clip,
                             int64_t t_rows = 4) {
-  Buffer ns = be.alloc(DType::F64, {1}), ls = be.alloc(DType::F64, {1}), st = be.alloc(DType::F64, {kOptStateSlots});
+  Buffer ns = be.alloc(DType::F64, {1}), ls = be.alloc(DType::F64, {1}),
+         st = be.alloc(DType::F64, {kOptStateSlots});
   Buffer bc = be.alloc(DType::F64, {t_rows, 2});
   std::vector<double> table(size_t(2 * t_rows));
   for (int64_t t = 1; t <= t_rows; ++t) {
@@ -101,8 +102,8 @@ TEST(FusedOptimizer, ApplyLeavesEverythingOnASkip) {
   state[kOptSkip] = 1;
   auto view = [](auto& h, DType d, Shape s) { return Tensor(h.data(), d, s); };
   be->adamw_apply(view(p, DType::F32, {3}), view(g, DType::F32, {3}), view(m, DType::F32, {3}),
-                  view(v, DType::F32, {3}), view(seg, DType::F64, {2, 2}), view(state, DType::F64, {kOptStateSlots}),
-                  1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f);
+                  view(v, DType::F32, {3}), view(seg, DType::F64, {2, 2}),
+                  view(state, DType::F64, {kOptStateSlots}), 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f);
   EXPECT_EQ(p, (std::vector<float>{1, 2, 3}));
   EXPECT_EQ(m, (std::vector<float>{0.5f, 0.5f, 0.5f}));
   EXPECT_EQ(v, (std::vector<float>{1, 1, 1}));
@@ -137,8 +138,9 @@ TEST(FusedOptimizer, BadArgumentsThrowNamingThem) {
   EXPECT_NE(msg([&] { be->adamw_prepare(ns, {}, bc, st, -1.0f); }).find("grad_clip"), std::string::npos);
   EXPECT_NE(msg([&] { be->adamw_apply(f, g3, f, f, seg, st, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f); }).find("grad"),
             std::string::npos);
-  EXPECT_NE(msg([&] { be->adamw_apply(f, f, f, f, f, st, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f); }).find("segments"),
-            std::string::npos);
+  EXPECT_NE(
+      msg([&] { be->adamw_apply(f, f, f, f, f, st, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f); }).find("segments"),
+      std::string::npos);
   EXPECT_NE(msg([&] { be->adamw_apply(f, f, f, f, seg, st, 1e-2f, 1.0f, 0.95f, 1e-8f, 0.1f); }).find("betas"),
             std::string::npos);
 }

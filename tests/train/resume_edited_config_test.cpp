@@ -60,14 +60,16 @@ struct FinishedRun {
 
 TEST(ResumeEditedConfig, AMeaningKeyEditedInConfigTomlIsRefusedNamingTheKey) {
   // (key, value in the file): values that change what the run computes without changing a shape
-  for (const auto& [key, name, value] : {std::tuple<std::string, std::string, std::string>{"train.beta2", "beta2", "0.5"},
-                                         {"model.rope_theta", "rope_theta", "500.0"},
-                                         {"precision.arm", "arm", "\"fp8-matched\""}}) {
+  for (const auto& [key, name, value] :
+       {std::tuple<std::string, std::string, std::string>{"train.beta2", "beta2", "0.5"},
+        {"model.rope_theta", "rope_theta", "500.0"},
+        {"precision.arm", "arm", "\"fp8-matched\""}}) {
     FinishedRun fresh;
     edit_config(fresh.run, name, value);
     const auto before = snapshot(fresh.run);
     const std::string planned = error_of([&] { plan_resume(fresh.run, {"train.steps=6"}); });
-    EXPECT_NE(planned.find("cannot resume " + fresh.run + " with " + key + " = "), std::string::npos) << planned;
+    EXPECT_NE(planned.find("cannot resume " + fresh.run + " with " + key + " = "), std::string::npos)
+        << planned;
     EXPECT_NE(planned.find("checkpoint was trained with " + key + " = "), std::string::npos) << planned;
     // The library path (train with the edited file's config) refuses it too, before any write.
     RunConfig edited = load_config(fresh.run + "/config.toml", {"train.steps=6"});

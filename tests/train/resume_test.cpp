@@ -20,7 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
 // The files of a run directory, by name, with their bytes.
 std::map<std::string, std::string> snapshot(const std::string& dir) {
   std::map<std::string, std::string> m;

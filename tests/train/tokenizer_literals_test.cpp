@@ -14,8 +14,9 @@ namespace {
 
 const std::vector<std::string>& literal_texts() {
   static const std::vector<std::string> t = {
-      "<nl>", "<unk>", "a<nl>b", "the <nl> kernel <unk> page", "<nl>\n<nl>", "\n<unk>\n", "<0x0A><0x41>",
-      "<s></s><pad>", "  <nl>  indented", "<nl", "nl>", "<<nl>>"};
+      "<nl>",      "<unk>",        "a<nl>b",       "the <nl> kernel <unk> page", "<nl>\n<nl>",
+      "\n<unk>\n", "<0x0A><0x41>", "<s></s><pad>", "  <nl>  indented",           "<nl",
+      "nl>",       "<<nl>>"};
   return t;
 }
 
@@ -40,7 +41,8 @@ TEST(TokenizerLiterals, PieceNamesInTheTextAreText) {
 TEST(TokenizerLiterals, PieceNamesInTheTrainingCorpusToo) {
   test::TempDir dir("tok-literals-corpus");
   std::string corpus = test::synthetic_text(600);
-  for (int i = 0; i < 50; ++i) corpus += "a literal <nl> and <unk> in the corpus, line " + std::to_string(i) + "\n";
+  for (int i = 0; i < 50; ++i)
+    corpus += "a literal <nl> and <unk> in the corpus, line " + std::to_string(i) + "\n";
   expect_literals_round_trip(*make_bpe_tokenizer(corpus, 320, dir / "cache"));
 }
 

@@ -58,7 +58,8 @@ TEST(Trainer, DeterministicAndLearns) {
       EXPECT_TRUE(j["layers"][0].contains("row_residual_max"));
     } else {
       ++steps;
-      for (const char* k : {"step", "loss", "grad_norm", "lr", "tokens_per_s"}) EXPECT_TRUE(j.contains(k)) << k;
+      for (const char* k : {"step", "loss", "grad_norm", "lr", "tokens_per_s"})
+        EXPECT_TRUE(j.contains(k)) << k;
     }
   }
   EXPECT_EQ(steps, 12);
@@ -97,7 +98,8 @@ TEST(Trainer, ActivationCheckpointingIsBitwiseTheSameRun) {
 }
 
 // Runs cfg uninterrupted in <dir>/full and crashed at step 4 in <dir>/crashed (checkpoint of step 3
-// kept, copied to <dir>/step3), resumes the crashed run and expects its losses and metrics to equal the full run's bitwise.
+// kept, copied to <dir>/step3), resumes the crashed run and expects its losses and metrics to equal the full
+// run's bitwise.
 void expect_bitwise_resume(const RunConfig& cfg, Dataset& ds, const test::TempDir& dir) {
   const TrainResult full = train(cfg, dir / "full", false, ds, nullptr);
   TrainHooks crash;
@@ -275,7 +277,8 @@ TEST(Compare, ArmsSideBySide) {
   std::ifstream in(f.dir / "cmp/summary.json");
   const auto s = nlohmann::json::parse(in);
   ASSERT_EQ(s.size(), 2u);
-  for (const char* k : {"arm", "train_loss", "val_loss", "gap_pct", "kurtosis_max", "row_residual_max", "tokens_per_s"})
+  for (const char* k :
+       {"arm", "train_loss", "val_loss", "gap_pct", "kurtosis_max", "row_residual_max", "tokens_per_s"})
     EXPECT_TRUE(s[1].contains(k)) << k;
   EXPECT_EQ(s[1]["arm"], "fp8-matched");
   EXPECT_TRUE(fs::file_size(f.dir / "cmp/curves.png") > 1000);

@@ -13,8 +13,7 @@ namespace octet::cuda {
 namespace {
 
 // n elements at element offset `at` of device tensor t, as float.
-std::vector<float> download(const Tensor& t, int64_t at, int64_t n, cudaStream_t s,
-                            float code_scale) {
+std::vector<float> download(const Tensor& t, int64_t at, int64_t n, cudaStream_t s, float code_scale) {
   OCTET_CHECK(t.dtype == DType::F32 || t.dtype == DType::BF16 || t.dtype == DType::E4M3,
               "attention rows check: tensors must be F32, BF16 or E4M3 codes");
   const size_t es = dtype_size(t.dtype);
@@ -24,9 +23,12 @@ std::vector<float> download(const Tensor& t, int64_t at, int64_t n, cudaStream_t
   OCTET_CUDA_CHECK(cudaStreamSynchronize(s));
   std::vector<float> out(static_cast<size_t>(n));
   for (size_t i = 0; i < out.size(); ++i) {
-    if (t.dtype == DType::F32) std::memcpy(&out[i], &raw[4 * i], 4);
-    else if (t.dtype == DType::BF16) out[i] = bf16_to_float(uint16_t(raw[2 * i] | raw[2 * i + 1] << 8));
-    else out[i] = fp8_decode(raw[i], Format::E4M3) * code_scale;
+    if (t.dtype == DType::F32)
+      std::memcpy(&out[i], &raw[4 * i], 4);
+    else if (t.dtype == DType::BF16)
+      out[i] = bf16_to_float(uint16_t(raw[2 * i] | raw[2 * i + 1] << 8));
+    else
+      out[i] = fp8_decode(raw[i], Format::E4M3) * code_scale;
   }
   return out;
 }
@@ -44,8 +46,8 @@ double rel_l2(const std::vector<std::vector<float>>& x, const std::vector<std::v
 }  // namespace
 
 AttentionRowsCheck::AttentionRowsCheck(const AttentionShape& shape, const Tensor& q, const Tensor& k,
-                                       const Tensor& v, const Tensor& d_o, cudaStream_t stream,
-                                       int64_t rows, float code_scale)
+                                       const Tensor& v, const Tensor& d_o, cudaStream_t stream, int64_t rows,
+                                       float code_scale)
     : shape_(shape) {
   shape.validate();
   n_ = std::min(rows, shape.seq_q);
@@ -70,15 +72,14 @@ AttentionRowsCheck::AttentionRowsCheck(const AttentionShape& shape, const Tensor
 }
 
 // The last n rows of the rep query heads of group (b, g), in the sub-problem's layout [rep, n, D].
-std::vector<float> AttentionRowsCheck::rows_of(const Tensor& t, int64_t b, int64_t g,
-                                               cudaStream_t stream, float code_scale) const {
+std::vector<float> AttentionRowsCheck::rows_of(const Tensor& t, int64_t b, int64_t g, cudaStream_t stream,
+                                               float code_scale) const {
   const int64_t H = shape_.n_heads, Tq = shape_.seq_q, D = shape_.head_dim, rep = sub_.n_heads;
   std::vector<float> out;
   out.reserve(size_t(rep * n_ * D));
   for (int64_t r = 0; r < rep; ++r) {
     const int64_t h = g * rep + r;
-    const std::vector<float> x =
-        download(t, ((b * H + h) * Tq + (Tq - n_)) * D, n_ * D, stream, code_scale);
+    const std::vector<float> x = download(t, ((b * H + h) * Tq + (Tq - n_)) * D, n_ * D, stream, code_scale);
     out.insert(out.end(), x.begin(), x.end());
   }
   return out;
@@ -107,8 +108,8 @@ RowsError AttentionRowsCheck::twin_error(const AttentionConfig& config) const {
     const size_t nq = g.in.q.size(), nk = g.in.k.size();
     std::vector<float> o(nq), lse(size_t(sub_.n_heads * n_)), dq(nq), dk(nk), dv(nk);
     AttentionSaved saved;
-    attention_forward(sub_, config, g.in.q.data(), g.in.k.data(), g.in.v.data(), o.data(),
-                      lse.data(), &saved);
+    attention_forward(sub_, config, g.in.q.data(), g.in.k.data(), g.in.v.data(), o.data(), lse.data(),
+                      &saved);
     attention_backward(saved, g.in.d_o.data(), dq.data(), dk.data(), dv.data(), nullptr);
     os.push_back(std::move(o)), dqs.push_back(std::move(dq));
   }

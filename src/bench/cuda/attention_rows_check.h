@@ -35,13 +35,11 @@ class AttentionRowsCheck {
   /// layouts of octet/attention.h (F32, BF16, or E4M3 codes times code_scale) on `stream`, and runs
   /// the FP64 oracle on each sub-problem. rows: query rows per head (at most Tq). Throws
   /// octet::Error on another dtype.
-  AttentionRowsCheck(const AttentionShape& shape, const Tensor& q, const Tensor& k,
-                     const Tensor& v, const Tensor& d_o, cudaStream_t stream, int64_t rows = 64,
-                     float code_scale = 1.0f);
+  AttentionRowsCheck(const AttentionShape& shape, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const Tensor& d_o, cudaStream_t stream, int64_t rows = 64, float code_scale = 1.0f);
 
   /// The errors of device tensors o and dq [B, H, Tq, D] (F32, BF16, or E4M3 × code_scale).
-  RowsError error(const Tensor& o, const Tensor& dq, cudaStream_t stream,
-                  float code_scale = 1.0f) const;
+  RowsError error(const Tensor& o, const Tensor& dq, cudaStream_t stream, float code_scale = 1.0f) const;
 
   /// The errors of the CPU reference with `config` on the same sub-problems and inputs.
   RowsError twin_error(const AttentionConfig& config) const;
@@ -53,8 +51,8 @@ class AttentionRowsCheck {
  private:
   struct Group {
     int64_t b, g;
-    AttentionInputs in;           // the sub-problem's inputs (FP32 holds BF16/E4M3 values exactly)
-    std::vector<double> o, dq;    // its oracle outputs
+    AttentionInputs in;         // the sub-problem's inputs (FP32 holds BF16/E4M3 values exactly)
+    std::vector<double> o, dq;  // its oracle outputs
   };
   std::vector<float> rows_of(const Tensor& t, int64_t b, int64_t g, cudaStream_t stream,
                              float code_scale) const;

@@ -12,13 +12,13 @@
 //     half the free device memory or an allocation fails —
 // each with its error against the FP64 oracle on sampled rows (attention_rows_check.h) and its time
 // as a ratio to the peers of the same case; and the flash kernels alone from FP8 codes
-// (bench_attention_flash.h, "input_dtype": "fp8"), as cuDNN's FP8 rows are timed. Timed with CUDA events (median of the repetitions).
-// octet's rows take q, k, v, o, dO and the gradients in opt.input_dtype (BF16 by default: what the
-// trainer passes, so the operand glue's cost is the training-time one): the time as a user calls
-// it. The values are N(0, 1) draws (dO: N(0, 1e-3)) rounded to the dtype.
-// FLOPs follow FlashAttention's convention: forward 4·B·H·Tq·Tk·D, halved when causal; backward
-// 2.5x the forward (two of its five GEMMs recompute). The unfused form computes the masked half too,
-// so its causal TFLOP/s are understated by that convention, as any unfused kernel's are.
+// (bench_attention_flash.h, "input_dtype": "fp8"), as cuDNN's FP8 rows are timed. Timed with CUDA events
+// (median of the repetitions). octet's rows take q, k, v, o, dO and the gradients in opt.input_dtype (BF16 by
+// default: what the trainer passes, so the operand glue's cost is the training-time one): the time as a user
+// calls it. The values are N(0, 1) draws (dO: N(0, 1e-3)) rounded to the dtype. FLOPs follow FlashAttention's
+// convention: forward 4·B·H·Tq·Tk·D, halved when causal; backward 2.5x the forward (two of its five GEMMs
+// recompute). The unfused form computes the masked half too, so its causal TFLOP/s are understated by that
+// convention, as any unfused kernel's are.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -52,15 +52,14 @@ struct Impl {
   QkvScaling qkv = QkvScaling::Tensor;
 };
 
-constexpr Impl kImpls[] = {
-    {"octet-fp8-flash", AttnPrecision::FP8, DeltaMode::Matched, AttnForm::Flash},
-    {"octet-fp8-flash-stale", AttnPrecision::FP8, DeltaMode::Stale, AttnForm::Flash},
-    {"octet-fp8-flash-head-block", AttnPrecision::FP8, DeltaMode::Matched, AttnForm::Flash,
-     QkvScaling::HeadBlock},
-    {"octet-bf16-cudnn", AttnPrecision::BF16, DeltaMode::Stale, AttnForm::Flash},
-    {"unfused-bf16", AttnPrecision::BF16, DeltaMode::Matched, AttnForm::Whole},
-    {"unfused-fp8-stale", AttnPrecision::FP8, DeltaMode::Stale, AttnForm::Whole},
-    {"unfused-fp8-matched", AttnPrecision::FP8, DeltaMode::Matched, AttnForm::Whole}};
+constexpr Impl kImpls[] = {{"octet-fp8-flash", AttnPrecision::FP8, DeltaMode::Matched, AttnForm::Flash},
+                           {"octet-fp8-flash-stale", AttnPrecision::FP8, DeltaMode::Stale, AttnForm::Flash},
+                           {"octet-fp8-flash-head-block", AttnPrecision::FP8, DeltaMode::Matched,
+                            AttnForm::Flash, QkvScaling::HeadBlock},
+                           {"octet-bf16-cudnn", AttnPrecision::BF16, DeltaMode::Stale, AttnForm::Flash},
+                           {"unfused-bf16", AttnPrecision::BF16, DeltaMode::Matched, AttnForm::Whole},
+                           {"unfused-fp8-stale", AttnPrecision::FP8, DeltaMode::Stale, AttnForm::Whole},
+                           {"unfused-fp8-matched", AttnPrecision::FP8, DeltaMode::Matched, AttnForm::Whole}};
 
 AttentionConfig config_of(const Impl& im) {
   AttentionConfig cfg;
@@ -95,8 +94,8 @@ struct CaseTensors {
     lse = be.alloc(DType::F32, {s.batch, s.n_heads, s.seq_q});
     d_o = be.alloc(dt, qs), dq = be.alloc(dt, qs), dk = be.alloc(dt, ks), dv = be.alloc(dt, ks);
     Buffer f32 = be.alloc(DType::F32, qs.numel() > ks.numel() ? qs : ks);
-    for (auto [t, seed, sigma] : {std::tuple{&q, 11u, 1.0f}, {&k, 12u, 1.0f}, {&v, 13u, 1.0f},
-                                  {&d_o, 14u, 1e-3f}}) {
+    for (auto [t, seed, sigma] :
+         {std::tuple{&q, 11u, 1.0f}, {&k, 12u, 1.0f}, {&v, 13u, 1.0f}, {&d_o, 14u, 1e-3f}}) {
       const Tensor dst = t->tensor();
       const Tensor src(f32.tensor().data, DType::F32, dst.shape);
       fill_random_launch(src.f32(), size_t(dst.numel()), seed, sigma, be.stream());
@@ -170,13 +169,12 @@ std::vector<std::string> attention_bench_impls() {
   return out;
 }
 
-AttnBenchRow check_attention_case(const AttentionCase& c, const std::string& impl,
-                                  DType input_dtype) {
+AttnBenchRow check_attention_case(const AttentionCase& c, const std::string& impl, DType input_dtype) {
   const Impl& im = impl_named(impl);
   CudaBackend backend(CudaOptions{});
   CaseTensors t(backend, c.shape, input_dtype);
-  const AttentionRowsCheck check(c.shape, t.q.tensor(), t.k.tensor(), t.v.tensor(),
-                                 t.d_o.tensor(), backend.stream());
+  const AttentionRowsCheck check(c.shape, t.q.tensor(), t.k.tensor(), t.v.tensor(), t.d_o.tensor(),
+                                 backend.stream());
   AttnBenchOptions opt;
   opt.reps = 0;
   AttnBenchRow row = attn_bench_row(c, opt, im.name, kNaN, kNaN);
@@ -186,8 +184,7 @@ AttnBenchRow check_attention_case(const AttentionCase& c, const std::string& imp
   return row;
 }
 
-void bench_attention(const AttnBenchOptions& opt,
-                     const std::function<void(const AttnBenchRow&)>& on_row) {
+void bench_attention(const AttnBenchOptions& opt, const std::function<void(const AttnBenchRow&)>& on_row) {
   CudaBackend backend(CudaOptions{});
   EventTimer timer(backend.stream());
   for (const AttentionCase& c : opt.cases) {
@@ -195,8 +192,7 @@ void bench_attention(const AttnBenchOptions& opt,
     CaseTensors t(backend, s, opt.input_dtype);
     const AttentionRowsCheck check(s, t.q.tensor(), t.k.tensor(), t.v.tensor(), t.d_o.tensor(),
                                    backend.stream());
-    const std::vector<AttnBenchRow> peers =
-        bench_cudnn_sdpa(backend, timer, opt, c, t.inputs(), check);
+    const std::vector<AttnBenchRow> peers = bench_cudnn_sdpa(backend, timer, opt, c, t.inputs(), check);
     const AttnBenchRow* bf16 = nullptr;
     const AttnBenchRow* fp8 = nullptr;
     for (const AttnBenchRow& p : peers) {
@@ -210,14 +206,14 @@ void bench_attention(const AttnBenchOptions& opt,
     }
     size_t free_bytes = 0, total_bytes = 0;
     OCTET_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const double unfused_bytes =
-        18.0 * double(s.batch * s.n_heads) * double(s.seq_q) * double(s.seq_k);
+    const double unfused_bytes = 18.0 * double(s.batch * s.n_heads) * double(s.seq_q) * double(s.seq_k);
     for (const Impl& im : kImpls) {
       if (!runs(im, s)) continue;
       if (im.form == AttnForm::Whole && unfused_bytes > 0.5 * double(free_bytes)) {
-        std::fprintf(stderr, "octet bench attention: %s at %s skipped: its S x S buffers need "
-                     "~%.0f GB, %.0f GB free\n", im.name, c.name.c_str(), unfused_bytes / 1e9,
-                     double(free_bytes) / 1e9);
+        std::fprintf(stderr,
+                     "octet bench attention: %s at %s skipped: its S x S buffers need "
+                     "~%.0f GB, %.0f GB free\n",
+                     im.name, c.name.c_str(), unfused_bytes / 1e9, double(free_bytes) / 1e9);
         continue;
       }
       double fwd_ms = 0, bwd_ms = 0;
@@ -231,15 +227,14 @@ void bench_attention(const AttnBenchOptions& opt,
         const SavedAttention saved =
             attn->forward(t.q.tensor(), t.k.tensor(), t.v.tensor(), t.o.tensor(), t.lse.tensor());
         bwd_ms = timer.median_ms(opt.warmup, opt.reps, [&](int) {
-          attn->backward(saved, t.d_o.tensor(), t.dq.tensor(), t.dk.tensor(), t.dv.tensor(),
-                         Tensor());
+          attn->backward(saved, t.d_o.tensor(), t.dq.tensor(), t.dk.tensor(), t.dv.tensor(), Tensor());
         });
       } catch (const Error& e) {  // the unfused form's S x S buffers beyond what is free
         if (std::string(e.what()).find("out of memory") == std::string::npos) throw;
         (void)cudaGetLastError();  // the failed allocation's error is not sticky: clear it
         OCTET_CUDA_CHECK(cudaStreamSynchronize(backend.stream()));
-        std::fprintf(stderr, "octet bench attention: %s at %s skipped: %s\n", im.name,
-                     c.name.c_str(), e.what());
+        std::fprintf(stderr, "octet bench attention: %s at %s skipped: %s\n", im.name, c.name.c_str(),
+                     e.what());
         continue;
       }
       AttnBenchRow row = attn_bench_row(c, opt, im.name, fwd_ms, bwd_ms);

@@ -47,8 +47,7 @@ float pow2_scale(float amax) {
 
 std::vector<AttnBenchRow> bench_cudnn_sdpa(CudaBackend& backend, EventTimer& timer,
                                            const AttnBenchOptions& opt, const AttentionCase& c,
-                                           const AttnBenchInputs& in,
-                                           const AttentionRowsCheck& check) {
+                                           const AttnBenchInputs& in, const AttentionRowsCheck& check) {
   SdpaEngine& engine = backend.sdpa();
   const cudaStream_t st = backend.stream();
   const AttentionShape& s = c.shape;
@@ -69,7 +68,7 @@ std::vector<AttnBenchRow> bench_cudnn_sdpa(CudaBackend& backend, EventTimer& tim
                  why.c_str());
     return rows;
   }
-  {  // BF16, from the case's inputs rounded to BF16 (a copy when they are F32)
+  {               // BF16, from the case's inputs rounded to BF16 (a copy when they are F32)
     Buffer t[8];  // q k v o dO dq dk dv
     const Tensor* src[8] = {&in.q, &in.k, &in.v, nullptr, &in.d_o, nullptr, nullptr, nullptr};
     for (int i = 0; i < 8; ++i) {
@@ -79,10 +78,10 @@ std::vector<AttnBenchRow> bench_cudnn_sdpa(CudaBackend& backend, EventTimer& tim
     auto p = [&](int i) { return t[i].tensor().data; };
     SdpaBf16Forward fa{p(0), p(1), p(2), p(3), lse.tensor().f32()};
     SdpaBf16Backward ba{p(0), p(1), p(2), p(3), p(4), lse.tensor().f32(), p(5), p(6), p(7)};
-    const double fwd = time_or_nan(timer, opt, "cudnn-bf16 forward",
-                                   [&](int) { engine.bf16_forward(d, fa); });
-    const double bwd = time_or_nan(timer, opt, "cudnn-bf16 backward",
-                                   [&](int) { engine.bf16_backward(d, ba, false); });
+    const double fwd =
+        time_or_nan(timer, opt, "cudnn-bf16 forward", [&](int) { engine.bf16_forward(d, fa); });
+    const double bwd =
+        time_or_nan(timer, opt, "cudnn-bf16 backward", [&](int) { engine.bf16_backward(d, ba, false); });
     RowsError err{kNaN, kNaN};
     if (!std::isnan(fwd) && !std::isnan(bwd)) err = check.error(t[3].tensor(), t[5].tensor(), st);
     row_of("cudnn-bf16", fwd, bwd, err);
@@ -90,8 +89,10 @@ std::vector<AttnBenchRow> bench_cudnn_sdpa(CudaBackend& backend, EventTimer& tim
   {  // FP8 (E4M3), scales per tensor
     const int64_t Tq_p = round_up(s.seq_q, 16), Tk_p = round_up(s.seq_k, 16);
     if (Tq_p != s.seq_q || Tk_p != s.seq_k) {
-      std::fprintf(stderr, "octet bench attention: cudnn-fp8-stale of %s skipped: the peer rows "
-                   "quantize with octet's pack, which pads lengths to 16\n", c.name.c_str());
+      std::fprintf(stderr,
+                   "octet bench attention: cudnn-fp8-stale of %s skipped: the peer rows "
+                   "quantize with octet's pack, which pads lengths to 16\n",
+                   c.name.c_str());
       return rows;
     }
     Buffer t[8];  // q k v o dO dq dk dv
@@ -155,8 +156,7 @@ std::vector<AttnBenchRow> bench_cudnn_sdpa(CudaBackend& backend, EventTimer& tim
       }
       set_scales(256.0f, so, sdq, sdk, sdv, sdp);
     } catch (const Error& e) {
-      std::fprintf(stderr, "octet bench attention: cudnn-fp8-stale calibration skipped: %s\n",
-                   e.what());
+      std::fprintf(stderr, "octet bench attention: cudnn-fp8-stale calibration skipped: %s\n", e.what());
     }
     fwd = time_or_nan(timer, opt, "cudnn-fp8-stale forward", [&](int) { engine.fp8_forward(d, fa); });
     if (why_bwd.empty())

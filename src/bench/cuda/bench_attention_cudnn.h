@@ -27,7 +27,6 @@ struct AttnBenchInputs {
 /// error. Rows are returned, not emitted: octet's rows take their ratios from them.
 std::vector<AttnBenchRow> bench_cudnn_sdpa(CudaBackend& backend, EventTimer& timer,
                                            const AttnBenchOptions& opt, const AttentionCase& c,
-                                           const AttnBenchInputs& in,
-                                           const AttentionRowsCheck& check);
+                                           const AttnBenchInputs& in, const AttentionRowsCheck& check);
 
 }  // namespace octet::cuda

@@ -12,9 +12,9 @@ namespace octet::cuda {
 namespace {
 
 // x (the case's F32/BF16 input) packed to FP8 codes: rows and/or the group transpose, its 1/scale.
-void pack_codes(const Tensor& x, int64_t B, int64_t heads, int64_t T, int64_t D, int64_t rep,
-                Format f, unsigned* amax, float* scale_inv, void* row, void* trans,
-                const float* row_factor, cudaStream_t s) {
+void pack_codes(const Tensor& x, int64_t B, int64_t heads, int64_t T, int64_t D, int64_t rep, Format f,
+                unsigned* amax, float* scale_inv, void* row, void* trans, const float* row_factor,
+                cudaStream_t s) {
   PackArgs a;
   a.x = x.data, a.x_dtype = x.dtype, a.row_factor = row_factor;
   a.B = B, a.heads = heads, a.T = T, a.T_p = round_up(T, 16), a.D = D, a.rep = rep;
@@ -28,9 +28,8 @@ void pack_codes(const Tensor& x, int64_t B, int64_t heads, int64_t T, int64_t D,
 
 }  // namespace
 
-std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer,
-                                              const AttnBenchOptions& opt, const AttentionCase& c,
-                                              const AttnBenchInputs& in,
+std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer, const AttnBenchOptions& opt,
+                                              const AttentionCase& c, const AttnBenchInputs& in,
                                               const AttentionRowsCheck& check) {
   const AttentionShape& s = c.shape;
   if (!flash_attention_size_supported(s.head_dim)) return {};
@@ -53,8 +52,7 @@ std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer
   pack_codes(in.q, B, H, s.seq_q, D, rep, Format::E4M3, am, sc, ptr(q), ptr(q_t), nullptr, st);
   pack_codes(in.k, B, G, s.seq_k, D, 1, Format::E4M3, am, sc + 32, ptr(k), ptr(k_t), nullptr, st);
   pack_codes(in.v, B, G, s.seq_k, D, 1, Format::E4M3, am, sc + 64, ptr(v), ptr(v_t), nullptr, st);
-  pack_codes(in.d_o, B, H, s.seq_q, D, rep, Format::E5M2, am, sc + 96, ptr(d_o), nullptr, nullptr,
-             st);
+  pack_codes(in.d_o, B, H, s.seq_q, D, rep, Format::E5M2, am, sc + 96, ptr(d_o), nullptr, nullptr, st);
   float* f = stats.tensor().f32();
   flash::BackwardParams p;
   p.q = ptr(q), p.k = ptr(k), p.v_t = ptr(v_t);
@@ -74,21 +72,24 @@ std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer
     p.matched = matched;
     p.o_bf16 = nullptr, p.d_o_f32 = nullptr, p.d_o_bf16 = nullptr;
     if (!matched) {  // the stale delta reads O (the forward's FP32) and dO as given
-      if (in.d_o.dtype == DType::BF16) p.d_o_bf16 = in.d_o.bf16(); else p.d_o_f32 = in.d_o.f32();
+      if (in.d_o.dtype == DType::BF16)
+        p.d_o_bf16 = in.d_o.bf16();
+      else
+        p.d_o_f32 = in.d_o.f32();
     }
     flash::run_delta(p, st);  // the row factor for (dO/l)~, packed once (not timed)
-    pack_codes(in.d_o, B, H, s.seq_q, D, rep, Format::E5M2, am, sc + 128, nullptr, ptr(dvo_t),
-               p.row_factor, st);
+    pack_codes(in.d_o, B, H, s.seq_q, D, rep, Format::E5M2, am, sc + 128, nullptr, ptr(dvo_t), p.row_factor,
+               st);
     const double fwd_ms = timer.median_ms(opt.warmup, opt.reps, [&](int) { flash::run_forward(fp, st); });
     const double bwd_ms = timer.median_ms(opt.warmup, opt.reps, [&](int) {
       flash::run_delta(p, st);
       flash::run_backward_main(p, st);
     });
-    unpad_scale_launch(p.dq_acc, dq.tensor().data, DType::F32, B * H, s.seq_q, Tq_p, D, 1.0f,
-                       p.k_scale_inv, nullptr, st);
+    unpad_scale_launch(p.dq_acc, dq.tensor().data, DType::F32, B * H, s.seq_q, Tq_p, D, 1.0f, p.k_scale_inv,
+                       nullptr, st);
     const RowsError e = check.error(o.tensor(), dq.tensor(), st);
-    AttnBenchRow row = attn_bench_row(c, opt, matched ? "octet-fp8-flash" : "octet-fp8-flash-stale",
-                                      fwd_ms, bwd_ms);
+    AttnBenchRow row =
+        attn_bench_row(c, opt, matched ? "octet-fp8-flash" : "octet-fp8-flash-stale", fwd_ms, bwd_ms);
     row.input_dtype = "fp8";
     row.err_o = e.o, row.err_dq = e.dq;
     row.fwd_kernel = flash::forward_kernel_name(flash::select_forward_kernel());

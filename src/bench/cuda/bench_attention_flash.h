@@ -22,7 +22,6 @@ namespace octet::cuda {
 /// a head_dim the flash kernels do not take.
 std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& backend, EventTimer& timer,
                                               const AttnBenchOptions& opt, const AttentionCase& c,
-                                              const AttnBenchInputs& in,
-                                              const AttentionRowsCheck& check);
+                                              const AttnBenchInputs& in, const AttentionRowsCheck& check);
 
 }  // namespace octet::cuda

@@ -69,8 +69,7 @@ int rotation(size_t bytes_per_set, size_t l2) {
 
 }  // namespace
 
-void bench_gemm(const GemmBenchOptions& opt,
-                const std::function<void(const GemmBenchRow&)>& on_row) {
+void bench_gemm(const GemmBenchOptions& opt, const std::function<void(const GemmBenchRow&)>& on_row) {
   const BenchEnv env = bench_env();
   CudaBackend backend(CudaOptions{});
   const cudaStream_t stream = backend.stream();

@@ -54,8 +54,8 @@ void bench_ops(int warmup, int reps, const std::function<void(const OpsBenchRow&
     return b;
   };
   // Times op(k) over the rotation of k in [0, copies) and reports one row.
-  auto measure = [&](const std::string& op, const char* model, int64_t r, int64_t c, double bytes,
-                     int copies, const std::function<void(int)>& op_k) {
+  auto measure = [&](const std::string& op, const char* model, int64_t r, int64_t c, double bytes, int copies,
+                     const std::function<void(int)>& op_k) {
     OpsBenchRow row;
     row.op = op;
     row.model = model;
@@ -102,12 +102,12 @@ void bench_ops(int warmup, int reps, const std::function<void(const OpsBenchRow&
         heads.push_back(backend.alloc(DType::BF16, {rows, d}));
       }
       measure("layout.to_heads", m.model, rows, d, bytes, n, [&](int k) {
-        heads_tokens_launch(tok[size_t(k)].tensor(), heads[size_t(k)].tensor(), kBatch, m.heads,
-                            kSeq, m.head_dim, false, s);
+        heads_tokens_launch(tok[size_t(k)].tensor(), heads[size_t(k)].tensor(), kBatch, m.heads, kSeq,
+                            m.head_dim, false, s);
       });
       measure("layout.to_tokens", m.model, rows, d, bytes, n, [&](int k) {
-        heads_tokens_launch(heads[size_t(k)].tensor(), tok[size_t(k)].tensor(), kBatch, m.heads,
-                            kSeq, m.head_dim, true, s);
+        heads_tokens_launch(heads[size_t(k)].tensor(), tok[size_t(k)].tensor(), kBatch, m.heads, kSeq,
+                            m.head_dim, true, s);
       });
     }
     {  // GELU [rows, ff], BF16
@@ -119,9 +119,8 @@ void bench_ops(int warmup, int reps, const std::function<void(const OpsBenchRow&
         dy.push_back(random(DType::BF16, {rows, ff}));
         y.push_back(backend.alloc(DType::BF16, {rows, ff}));
       }
-      measure("gelu.fwd", m.model, rows, ff, 2.0 * bytes, n, [&](int k) {
-        gelu_forward_launch(x[size_t(k)].tensor(), y[size_t(k)].tensor(), s);
-      });
+      measure("gelu.fwd", m.model, rows, ff, 2.0 * bytes, n,
+              [&](int k) { gelu_forward_launch(x[size_t(k)].tensor(), y[size_t(k)].tensor(), s); });
       measure("gelu.bwd", m.model, rows, ff, 3.0 * bytes, n, [&](int k) {
         gelu_backward_launch(x[size_t(k)].tensor(), dy[size_t(k)].tensor(), y[size_t(k)].tensor(), s);
       });
@@ -140,8 +139,8 @@ void bench_ops(int warmup, int reps, const std::function<void(const OpsBenchRow&
       const Buffer mean = backend.alloc(DType::F32, {rows}), rstd = backend.alloc(DType::F32, {rows});
       measure("layernorm.fwd", m.model, rows, d, 2.0 * bytes, n, [&](int k) {
         layernorm_forward_launch(x[size_t(k)].tensor(), w.tensor().f32(), b.tensor().f32(),
-                                 y[size_t(k)].tensor(), mean.tensor().f32(), rstd.tensor().f32(),
-                                 rows, d, 1e-5f, s);
+                                 y[size_t(k)].tensor(), mean.tensor().f32(), rstd.tensor().f32(), rows, d,
+                                 1e-5f, s);
       });
       measure("layernorm.bwd", m.model, rows, d, 3.0 * bytes, n, [&](int k) {
         layernorm_backward_launch(x[size_t(k)].tensor(), w.tensor().f32(), mean.tensor().f32(),
@@ -157,8 +156,8 @@ void bench_ops(int warmup, int reps, const std::function<void(const OpsBenchRow&
       DeviceBuffer<double> loss;
       loss.reserve(size_t(rows), s);
       measure("cross_entropy", "any", rows, kVocab, bytes, 1, [&](int) {
-        cross_entropy_launch(logits.tensor(), targets.tensor().i32(), logits.tensor(), loss.get(),
-                             rows, kVocab, 1.0f, s);
+        cross_entropy_launch(logits.tensor(), targets.tensor().i32(), logits.tensor(), loss.get(), rows,
+                             kVocab, 1.0f, s);
       });
     }
   }

@@ -40,7 +40,8 @@ class EventTimer {
     OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::vector<float> ms(static_cast<size_t>(reps));
     for (int i = 0; i < reps; ++i)
-      OCTET_CUDA_CHECK(cudaEventElapsedTime(&ms[size_t(i)], events_[size_t(2 * i)], events_[size_t(2 * i + 1)]));
+      OCTET_CUDA_CHECK(
+          cudaEventElapsedTime(&ms[size_t(i)], events_[size_t(2 * i)], events_[size_t(2 * i + 1)]));
     std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
     return double(ms[size_t(reps / 2)]);
   }

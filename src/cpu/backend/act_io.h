@@ -88,8 +88,8 @@ inline float* req_f32(const Tensor& t, int64_t numel, const char* what) {
 
 /// Throws unless a and b have equal numel (elementwise ops).
 inline void check_same_numel(const Tensor& a, const Tensor& b, const char* op) {
-  OCTET_CHECK(a.numel() == b.numel(), std::string(op) + ": element counts differ: " + a.str() +
-                                          " vs " + b.str());
+  OCTET_CHECK(a.numel() == b.numel(),
+              std::string(op) + ": element counts differ: " + a.str() + " vs " + b.str());
 }
 
 }  // namespace octet::cpu

@@ -26,9 +26,9 @@ inline double sigmoid(double g) { return 1.0 / (1.0 + std::exp(-g)); }
 // h [rows, 2F], y [rows, F]: returns F; throws on a mismatch.
 int64_t check_swiglu(const char* op, const Tensor& h, const Tensor& y) {
   const int64_t two_f = h.cols(), f = y.cols();
-  OCTET_CHECK(f >= 1 && two_f == 2 * f && h.rows() == y.rows(),
-              std::string(op) + ": expected h [rows, 2F] and y [rows, F], got h " + h.str() +
-                  " and y " + y.str());
+  OCTET_CHECK(
+      f >= 1 && two_f == 2 * f && h.rows() == y.rows(),
+      std::string(op) + ": expected h [rows, 2F] and y [rows, F], got h " + h.str() + " and y " + y.str());
   return f;
 }
 

@@ -14,9 +14,8 @@
 
 namespace octet::cpu {
 
-void CpuBackend::adamw(const Tensor& param_t, const Tensor& grad_t, const Tensor& m_t,
-                       const Tensor& v_t, float lr, float beta1, float beta2, float eps,
-                       float weight_decay, int64_t step) {
+void CpuBackend::adamw(const Tensor& param_t, const Tensor& grad_t, const Tensor& m_t, const Tensor& v_t,
+                       float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step) {
   const int64_t n = param_t.numel();
   float* param = req_f32(param_t, n, "adamw param");
   const float* grad = req_f32(grad_t, n, "adamw grad");
@@ -26,7 +25,8 @@ void CpuBackend::adamw(const Tensor& param_t, const Tensor& grad_t, const Tensor
   OCTET_CHECK(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f,
               "adamw: betas must lie in [0, 1), got beta1=" + std::to_string(beta1) +
                   " beta2=" + std::to_string(beta2));
-  const AdamWCoef c{beta1, beta2, adamw_bias_correction(beta1, step), adamw_bias_correction(beta2, step), lr, eps};
+  const AdamWCoef c{beta1, beta2, adamw_bias_correction(beta1, step), adamw_bias_correction(beta2, step),
+                    lr,    eps};
   for (int64_t i = 0; i < n; ++i) adamw_element(param[i], m[i], v[i], grad[i], c, weight_decay);
 }
 
@@ -34,14 +34,14 @@ void CpuBackend::adamw_prepare(const Tensor& norm_sq, const Tensor& loss_sum, co
                                const Tensor& state_t, float grad_clip) {
   check_adamw_prepare_args(norm_sq, loss_sum, bias_corr, state_t, grad_clip);
   double* state = state_t.f64();
-  const StepDecision d = decide_step(norm_sq.f64()[0], !loss_sum.empty(), loss_sum.empty() ? 0.0 : loss_sum.f64()[0],
-                                     grad_clip);
+  const StepDecision d =
+      decide_step(norm_sq.f64()[0], !loss_sum.empty(), loss_sum.empty() ? 0.0 : loss_sum.f64()[0], grad_clip);
   record_step(d, bias_corr.f64(), bias_corr.shape[0], state);
 }
 
-void CpuBackend::adamw_apply(const Tensor& param_t, const Tensor& grad_t, const Tensor& m_t, const Tensor& v_t,
-                             const Tensor& segments, const Tensor& state_t, float lr, float beta1, float beta2,
-                             float eps, float weight_decay) {
+void CpuBackend::adamw_apply(const Tensor& param_t, const Tensor& grad_t, const Tensor& m_t,
+                             const Tensor& v_t, const Tensor& segments, const Tensor& state_t, float lr,
+                             float beta1, float beta2, float eps, float weight_decay) {
   const int64_t n = check_adamw_apply_args(param_t, grad_t, m_t, v_t, segments, state_t, beta1, beta2);
   const double* state = state_t.f64();
   if (state[kOptSkip] != 0.0) return;

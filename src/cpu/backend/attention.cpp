@@ -29,24 +29,22 @@ struct CpuAttentionState final : SavedState {
 
 class CpuAttention final : public Attention {
  public:
-  CpuAttention(const AttentionShape& shape, const AttentionConfig& config)
-      : shape_(shape), config_(config) {
+  CpuAttention(const AttentionShape& shape, const AttentionConfig& config) : shape_(shape), config_(config) {
     shape_.validate();
   }
 
   SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                          const Tensor& lse) override {
-    check_operands(q, k, v, o,
-                   {"attention forward q", "attention forward k", "attention forward v",
-                    "attention forward o"});
+    check_operands(
+        q, k, v, o,
+        {"attention forward q", "attention forward k", "attention forward v", "attention forward o"});
     check_dtype(lse, DType::F32, "attention forward lse");
     check_numel(lse, shape_.batch * shape_.n_heads * shape_.seq_q, "attention forward lse");
     auto state = std::make_unique<CpuAttentionState>();
     state->owner = this;
     ActIn qi(q, "attention forward q"), ki(k, "attention forward k"), vi(v, "attention forward v");
     ActOut oo(o, "attention forward o");
-    attention_forward(shape_, config_, qi.data, ki.data, vi.data, oo.data, lse.f32(),
-                      &state->saved);
+    attention_forward(shape_, config_, qi.data, ki.data, vi.data, oo.data, lse.f32(), &state->saved);
     oo.store();
     SavedAttention saved;
     saved.q = q, saved.k = k, saved.v = v, saved.o = o, saved.lse = lse;
@@ -57,10 +55,12 @@ class CpuAttention final : public Attention {
   void backward(const SavedAttention& saved, const Tensor& d_o, const Tensor& dq, const Tensor& dk,
                 const Tensor& dv, const Tensor& residual) override {
     const auto* st = dynamic_cast<const CpuAttentionState*>(saved.state.get());
-    OCTET_CHECK(st != nullptr, "attention backward: the SavedAttention does not come from a CPU "
-                               "attention's forward");
-    OCTET_CHECK(st->owner == this, "attention backward: the SavedAttention comes from another "
-                                   "attention layer's forward");
+    OCTET_CHECK(st != nullptr,
+                "attention backward: the SavedAttention does not come from a CPU "
+                "attention's forward");
+    OCTET_CHECK(st->owner == this,
+                "attention backward: the SavedAttention comes from another "
+                "attention layer's forward");
     check_operands(dq, dk, dv, d_o,
                    {"attention backward dq", "attention backward dk", "attention backward dv",
                     "attention backward d_o"});
@@ -72,8 +72,7 @@ class CpuAttention final : public Attention {
     ActOut dqo(dq, "attention backward dq"), dko(dk, "attention backward dk"),
         dvo(dv, "attention backward dv");
     AttentionStats stats;
-    attention_backward(st->saved, g.data, dqo.data, dko.data, dvo.data,
-                       residual.empty() ? nullptr : &stats);
+    attention_backward(st->saved, g.data, dqo.data, dko.data, dvo.data, residual.empty() ? nullptr : &stats);
     dqo.store(), dko.store(), dvo.store();
     if (!residual.empty()) {
       double* r = residual.f64();

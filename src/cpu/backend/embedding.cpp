@@ -17,17 +17,16 @@ namespace {
 int64_t check_ids(const char* op, const Tensor& ids, const Tensor& table, const Tensor& rows) {
   check_dtype(ids, DType::I32, op);
   check_dtype(table, DType::F32, op);
-  OCTET_CHECK(table.shape.rank == 2, std::string(op) + ": table must be [vocab, dim], got " +
-                                         table.str());
+  OCTET_CHECK(table.shape.rank == 2, std::string(op) + ": table must be [vocab, dim], got " + table.str());
   const int64_t vocab = table.shape[0], dim = table.shape[1], n = ids.numel();
   OCTET_CHECK(rows.numel() == n * dim && rows.cols() == dim,
-              std::string(op) + ": expected rows [" + std::to_string(n) + ", " +
-                  std::to_string(dim) + "], got " + rows.str());
+              std::string(op) + ": expected rows [" + std::to_string(n) + ", " + std::to_string(dim) +
+                  "], got " + rows.str());
   const int32_t* id = ids.i32();
   for (int64_t i = 0; i < n; ++i)
-    OCTET_CHECK(id[i] >= 0 && id[i] < vocab,
-                std::string(op) + ": token id " + std::to_string(id[i]) + " at position " +
-                    std::to_string(i) + " is outside [0, " + std::to_string(vocab) + ")");
+    OCTET_CHECK(id[i] >= 0 && id[i] < vocab, std::string(op) + ": token id " + std::to_string(id[i]) +
+                                                 " at position " + std::to_string(i) + " is outside [0, " +
+                                                 std::to_string(vocab) + ")");
   return dim;
 }
 

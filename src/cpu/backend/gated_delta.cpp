@@ -42,12 +42,11 @@ struct Gates {
 void CpuBackend::gated_delta_forward(const GatedDeltaArgs& in, const Tensor& o) {
   const GatedDeltaShape s = in.shape("gated_delta_forward");
   check_shape(o, in.v.shape, "gated_delta_forward o");
-  ActIn q(in.q, "gated_delta_forward q"), k(in.k, "gated_delta_forward k"),
-      v(in.v, "gated_delta_forward v");
+  ActIn q(in.q, "gated_delta_forward q"), k(in.k, "gated_delta_forward k"), v(in.v, "gated_delta_forward v");
   const Gates gates(s, in.gates);
   ActOut out(o, "gated_delta_forward o");
-  gated_delta_chunked_forward<float>(
-      s, {q.data, k.data, v.data, gates.g.data(), gates.beta.data(), in.scale}, in.chunk, out.data);
+  gated_delta_chunked_forward<float>(s, {q.data, k.data, v.data, gates.g.data(), gates.beta.data(), in.scale},
+                                     in.chunk, out.data);
   out.store();
 }
 

@@ -22,19 +22,17 @@ struct HeadDims {
 
 // A head-major tensor's [B, n, T, D].
 HeadDims head_dims(const char* op, const Tensor& t) {
-  OCTET_CHECK(t.shape.rank == 4, std::string(op) + ": expected a head-major [B, n, T, D] tensor, got " +
-                                     t.str());
+  OCTET_CHECK(t.shape.rank == 4,
+              std::string(op) + ": expected a head-major [B, n, T, D] tensor, got " + t.str());
   return {t.shape[0], t.shape[1], t.shape[2], t.shape[3]};
 }
 
 // Checks the token-major tensor is [B, T, width·D] (rank 3, or any shape with that numel and
 // last dimension width·D).
 void check_tokens(const char* op, const Tensor& tok, const HeadDims& h, int64_t width) {
-  OCTET_CHECK(tok.numel() == h.batch * h.seq * width * h.head_dim &&
-                  tok.cols() == width * h.head_dim,
+  OCTET_CHECK(tok.numel() == h.batch * h.seq * width * h.head_dim && tok.cols() == width * h.head_dim,
               std::string(op) + ": expected token-major [" + std::to_string(h.batch) + ", " +
-                  std::to_string(h.seq) + ", " + std::to_string(width * h.head_dim) + "], got " +
-                  tok.str());
+                  std::to_string(h.seq) + ", " + std::to_string(width * h.head_dim) + "], got " + tok.str());
 }
 
 // Copies heads [first, first + n) of a token-major tensor [B, T, width·D] to/from a head-major
@@ -56,14 +54,11 @@ void move_heads(const float* tokens_in, float* tokens_out, const float* heads_in
 }
 
 // q [B,H,T,D], k and v [B,G,T,D] with equal B, T, D; returns {H, G}.
-std::pair<int64_t, int64_t> check_qkv(const char* op, const Tensor& q, const Tensor& k,
-                                      const Tensor& v) {
+std::pair<int64_t, int64_t> check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
   const HeadDims hq = head_dims(op, q), hk = head_dims(op, k);
-  OCTET_CHECK(k.shape == v.shape, std::string(op) + ": k and v shapes differ: " + k.str() + " vs " +
-                                      v.str());
+  OCTET_CHECK(k.shape == v.shape, std::string(op) + ": k and v shapes differ: " + k.str() + " vs " + v.str());
   OCTET_CHECK(hq.batch == hk.batch && hq.seq == hk.seq && hq.head_dim == hk.head_dim,
-              std::string(op) + ": q " + q.str() + " and k " + k.str() +
-                  " must agree in B, T and D");
+              std::string(op) + ": q " + q.str() + " and k " + k.str() + " must agree in B, T and D");
   return {hq.n, hk.n};
 }
 

@@ -89,9 +89,8 @@ class CpuLinear final : public Linear {
   explicit CpuLinear(const LinearSpec& spec)
       : spec_(spec), dense_gemm_(spec.precision == LinearPrecision::FP32 ? gemm_f32 : gemm_bf16) {
     OCTET_CHECK(spec.in_features >= 1 && spec.out_features >= 1,
-                "linear: in_features and out_features must be >= 1, got " +
-                    std::to_string(spec.in_features) + " and " +
-                    std::to_string(spec.out_features));
+                "linear: in_features and out_features must be >= 1, got " + std::to_string(spec.in_features) +
+                    " and " + std::to_string(spec.out_features));
     if (fp8()) {
       qx_ = std::make_unique<Quantizer>(spec.quant, Role::Activation);
       qw_ = std::make_unique<Quantizer>(spec.quant, Role::Weight);
@@ -133,13 +132,14 @@ class CpuLinear final : public Linear {
     return saved;
   }
 
-  void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx,
-                const Tensor& dw) override {
+  void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw) override {
     const auto* st = dynamic_cast<const CpuLinearState*>(saved.state.get());
-    OCTET_CHECK(st != nullptr, "linear backward: the SavedLinear does not come from a CPU "
-                               "linear's forward");
-    OCTET_CHECK(st->owner == this, "linear backward: the SavedLinear comes from another linear "
-                                   "layer's forward");
+    OCTET_CHECK(st != nullptr,
+                "linear backward: the SavedLinear does not come from a CPU "
+                "linear's forward");
+    OCTET_CHECK(st->owner == this,
+                "linear backward: the SavedLinear comes from another linear "
+                "layer's forward");
     const int64_t in = spec_.in_features, out = spec_.out_features;
     const int64_t m = rows_of(saved.x, in, "linear backward saved x");
     check_rows(dy, m, out, "linear backward dy");
@@ -196,7 +196,8 @@ class CpuLinear final : public Linear {
     check_dtype(amax, DType::I32, "linear pending_amaxes");
     check_numel(amax, 3, "linear pending_amaxes");
     const Quantizer* q[3] = {qx_.get(), qw_.get(), qdy_.get()};
-    for (int i = 0; i < 3; ++i) amax.i32()[i] = delayed() ? detail::amax_to_exchange(q[i]->pending_amax()) : -1;
+    for (int i = 0; i < 3; ++i)
+      amax.i32()[i] = delayed() ? detail::amax_to_exchange(q[i]->pending_amax()) : -1;
   }
 
   void set_pending_amaxes(const Tensor& amax) override {
@@ -261,8 +262,8 @@ class CpuLinear final : public Linear {
 
   void load_quant_state(const std::vector<float>& state) override {
     installed_ = false;
-    detail::load_linear_quant_state(delayed(), state, spec_.quant.amax_history_len, qx_.get(),
-                                    qw_.get(), qdy_.get());
+    detail::load_linear_quant_state(delayed(), state, spec_.quant.amax_history_len, qx_.get(), qw_.get(),
+                                    qdy_.get());
   }
 
  private:
@@ -273,20 +274,17 @@ class CpuLinear final : public Linear {
   static int64_t rows_of(const Tensor& t, int64_t cols, const char* what) {
     check_activation(t, what);
     OCTET_CHECK(t.cols() == cols && t.rows() >= 1,
-                std::string(what) + ": expected [M >= 1, " + std::to_string(cols) + "], got " +
-                    t.str());
+                std::string(what) + ": expected [M >= 1, " + std::to_string(cols) + "], got " + t.str());
     return t.rows();
   }
   static void check_rows(const Tensor& t, int64_t m, int64_t cols, const char* what) {
     check_activation(t, what);
-    OCTET_CHECK(t.rows() == m && t.cols() == cols,
-                std::string(what) + ": expected [" + std::to_string(m) + ", " +
-                    std::to_string(cols) + "], got " + t.str());
+    OCTET_CHECK(t.rows() == m && t.cols() == cols, std::string(what) + ": expected [" + std::to_string(m) +
+                                                       ", " + std::to_string(cols) + "], got " + t.str());
   }
   void check_weight(const Tensor& w) const {
     check_dtype(w, DType::F32, "linear forward w");
-    OCTET_CHECK(w.numel() == spec_.out_features * spec_.in_features &&
-                    w.cols() == spec_.in_features,
+    OCTET_CHECK(w.numel() == spec_.out_features * spec_.in_features && w.cols() == spec_.in_features,
                 "linear forward w: expected [" + std::to_string(spec_.out_features) + ", " +
                     std::to_string(spec_.in_features) + "], got " + w.str());
   }

@@ -20,8 +20,7 @@ void CpuBackend::cross_entropy(const Tensor& logits, const Tensor& targets, cons
                                float grad_scale, const Tensor& loss_sum) {
   check_activation(logits, "cross_entropy logits");
   const int64_t vocab = logits.cols(), n = logits.rows();
-  OCTET_CHECK(vocab >= 1, "cross_entropy: logits need a vocabulary dimension >= 1, got " +
-                              logits.str());
+  OCTET_CHECK(vocab >= 1, "cross_entropy: logits need a vocabulary dimension >= 1, got " + logits.str());
   check_dtype(targets, DType::I32, "cross_entropy targets");
   check_numel(targets, n, "cross_entropy targets");
   check_shape(dlogits, logits.shape, "cross_entropy dlogits");

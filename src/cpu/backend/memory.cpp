@@ -33,8 +33,7 @@ Buffer CpuBackend::alloc(DType dtype, Shape shape) {
   // aligned_alloc needs a size that is a multiple of the alignment (and non-zero).
   const size_t padded = (bytes + kAlign - 1) / kAlign * kAlign + (bytes == 0 ? kAlign : 0);
   void* p = std::aligned_alloc(kAlign, padded);
-  OCTET_CHECK(p != nullptr,
-              "cpu backend: out of host memory allocating " + std::to_string(bytes) + " bytes");
+  OCTET_CHECK(p != nullptr, "cpu backend: out of host memory allocating " + std::to_string(bytes) + " bytes");
   std::memset(p, 0, padded);
   return Buffer(this, Tensor(p, dtype, shape));
 }
@@ -45,9 +44,7 @@ void CpuBackend::upload(const Tensor& dst, const void* host_src) {
   copy_bytes(dst.data, host_src, dst.bytes());
 }
 
-void CpuBackend::download(void* host_dst, const Tensor& src) {
-  copy_bytes(host_dst, src.data, src.bytes());
-}
+void CpuBackend::download(void* host_dst, const Tensor& src) { copy_bytes(host_dst, src.data, src.bytes()); }
 
 void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
   check_same_numel(dst, src, "copy");
@@ -83,7 +80,8 @@ void CpuBackend::fill(const Tensor& x, double value) {
       out.store();
       return;
     }
-    default: OCTET_FAIL("fill: unsupported dtype " + x.str());
+    default:
+      OCTET_FAIL("fill: unsupported dtype " + x.str());
   }
 }
 

@@ -83,8 +83,7 @@ void CpuBackend::rmsnorm_backward(const Tensor& x_t, const Tensor& weight, const
 }
 
 void CpuBackend::layernorm_forward(const Tensor& x_t, const Tensor& weight, const Tensor& bias,
-                                   const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t,
-                                   float eps) {
+                                   const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t, float eps) {
   const auto [rows, dim] = check_rows("layernorm_forward", x_t, {&y_t});
   const float* w = req_f32(weight, dim, "layernorm_forward weight");
   const float* b = opt_f32(bias, dim, "layernorm_forward bias");

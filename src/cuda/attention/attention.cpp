@@ -17,10 +17,10 @@ namespace octet::cuda {
 std::unique_ptr<Attention> CudaBackend::make_attention(const AttentionShape& shape,
                                                        const AttentionConfig& config) {
   DeviceGuard g(device_);
-  OCTET_CHECK(!config.dq_projection ||
-                  (config.form == AttnForm::Flash && config.precision == AttnPrecision::FP8),
-              "cuda attention: the dQ row-sum projection is implemented for the flash FP8 kernels "
-              "(form 'flash', precision fp8) and the CPU reference (docs/delta-matching.md)");
+  OCTET_CHECK(
+      !config.dq_projection || (config.form == AttnForm::Flash && config.precision == AttnPrecision::FP8),
+      "cuda attention: the dQ row-sum projection is implemented for the flash FP8 kernels "
+      "(form 'flash', precision fp8) and the CPU reference (docs/delta-matching.md)");
   if (config.form == AttnForm::Flash && config.precision == AttnPrecision::BF16) {
     if (auto a = make_cudnn_sdpa_attention(shape, config, *this)) return a;
     AttentionConfig whole = config;

@@ -20,15 +20,16 @@ void check_act(const Tensor& t, const Shape& want, const char* what) {
 
 }  // namespace
 
-AttentionBase::AttentionBase(const AttentionShape& shape, const AttentionConfig& cfg,
-                             CudaBackend& backend, bool trans_fp8)
+AttentionBase::AttentionBase(const AttentionShape& shape, const AttentionConfig& cfg, CudaBackend& backend,
+                             bool trans_fp8)
     : shape_(shape), cfg_(cfg), be_(backend), s_(backend.stream()), trans_fp8_(trans_fp8) {
   shape.validate();
   OCTET_CHECK(cfg.precision != AttnPrecision::FP64,
               "cuda attention: precision fp64 is CPU-only (use fp8 or bf16)");
   OCTET_CHECK(shape.head_dim % 16 == 0,
               "cuda attention: head_dim must be a multiple of 16 for the FP8/BF16 tensor-core "
-              "GEMMs, got " + std::to_string(shape.head_dim));
+              "GEMMs, got " +
+                  std::to_string(shape.head_dim));
   OCTET_CHECK(cfg.block_q % 32 == 0 && cfg.block_k % 32 == 0 && cfg.block_q > 0 && cfg.block_k > 0,
               "cuda attention: block_q and block_k (the dS scale tiles) must be multiples of 32");
   cfg.validate();  // block sizes, p_scale: the rules of every backend (src/core)
@@ -54,8 +55,8 @@ AttentionBase::AttentionBase(const AttentionShape& shape, const AttentionConfig&
 int64_t AttentionBase::q_scales() const { return d_.B * d_.H * ceil_div(d_.Tq, kQkvScaleBlock); }
 int64_t AttentionBase::k_scales() const { return d_.B * d_.G * ceil_div(d_.Tk, kQkvScaleBlock); }
 
-SavedAttention AttentionBase::forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const Tensor& o, const Tensor& lse) {
+SavedAttention AttentionBase::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                                      const Tensor& lse) {
   DeviceGuard g(be_.device());
   const AttnDims& d = d_;
   const Shape qs{d.B, d.H, d.Tq, d.D}, ks{d.B, d.G, d.Tk, d.D};
@@ -119,10 +120,9 @@ void AttentionBase::backward(const SavedAttention& saved, const Tensor& d_o, con
   backward_impl(*st, saved, d_o, dq, dk, dv, residual);
 }
 
-void AttentionBase::pack(const Tensor& x, int64_t heads, int64_t T, int64_t T_p, int64_t rep,
-                         Format f, float* scale_inv, PackKind row_kind, void* row,
-                         PackKind trans_kind, void* trans, const float* row_factor,
-                         int64_t scale_block) {
+void AttentionBase::pack(const Tensor& x, int64_t heads, int64_t T, int64_t T_p, int64_t rep, Format f,
+                         float* scale_inv, PackKind row_kind, void* row, PackKind trans_kind, void* trans,
+                         const float* row_factor, int64_t scale_block) {
   PackArgs a;
   a.x = x.data;
   a.x_dtype = x.dtype;

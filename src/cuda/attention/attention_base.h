@@ -29,13 +29,13 @@ inline constexpr int64_t kScaleStride = 32;
 /// What a forward keeps for its backward: the quantized (FP8) or rounded (BF16) Q, K, V and the
 /// softmax statistics of every query row.
 struct AttnState final : SavedState {
-  const void* owner = nullptr;  ///< the attention that made it (validation only)
+  const void* owner = nullptr;    ///< the attention that made it (validation only)
   Buffer q_rows, k_rows, v_rows;  ///< [B, heads, T_p, D]: FP8 codes or BF16
   /// group transposes: BF16 of code (FP8) or of value (BF16); FP8 codes for the flash backward
   Buffer q_t, k_t;
   Buffer scales;  ///< F32: sq, sk, sv (one each, or one per block) at 0, sk_at, sv_at
   int64_t sk_at = kScaleStride, sv_at = 2 * kScaleStride;
-  Buffer softmax;  ///< F32 [2, B·H·Tq]: m_i = max_j S_ij, then l_i = Σ_j exp(S_ij − m_i)
+  Buffer softmax;    ///< F32 [2, B·H·Tq]: m_i = max_j S_ij, then l_i = Σ_j exp(S_ij − m_i)
   int64_t rows = 0;  ///< B·H·Tq
   float* sq() const { return scales.tensor().f32(); }
   float* sk() const { return scales.tensor().f32() + sk_at; }
@@ -67,9 +67,9 @@ class AttentionBase : public Attention {
 
   /// x (F32 or BF16, as given) -> its amax (FP8; per tensor, or per (b, head, block of
   /// scale_block tokens)) and its packed row / transposed copies (glue.h pack_launch).
-  void pack(const Tensor& x, int64_t heads, int64_t T, int64_t T_p, int64_t rep, Format f,
-            float* scale_inv, PackKind row_kind, void* row, PackKind trans_kind, void* trans,
-            const float* row_factor = nullptr, int64_t scale_block = 0);
+  void pack(const Tensor& x, int64_t heads, int64_t T, int64_t T_p, int64_t rep, Format f, float* scale_inv,
+            PackKind row_kind, void* row, PackKind trans_kind, void* trans, const float* row_factor = nullptr,
+            int64_t scale_block = 0);
 
   float* sdo() { return scales_.get() + 0 * kScaleStride; }    ///< dÔ's 1/scale
   float* p_inv() { return scales_.get() + 1 * kScaleStride; }  ///< 1/p_scale
@@ -101,11 +101,11 @@ class AttentionBase : public Attention {
 
 /// The unfused form (unfused/unfused.cpp): precision fp8 or bf16, QkvScaling::Tensor, head_dim a
 /// multiple of 16. Throws octet::Error on a config it cannot run.
-std::unique_ptr<Attention> make_unfused_attention(const AttentionShape& shape,
-                                                  const AttentionConfig& cfg, CudaBackend& backend);
+std::unique_ptr<Attention> make_unfused_attention(const AttentionShape& shape, const AttentionConfig& cfg,
+                                                  CudaBackend& backend);
 /// The flash form (flash/flash_attention.cpp): precision fp8, head_dim and tiles 64 or 128.
 /// Throws octet::Error on a config it cannot run.
-std::unique_ptr<Attention> make_flash_attention(const AttentionShape& shape,
-                                                const AttentionConfig& cfg, CudaBackend& backend);
+std::unique_ptr<Attention> make_flash_attention(const AttentionShape& shape, const AttentionConfig& cfg,
+                                                CudaBackend& backend);
 
 }  // namespace octet::cuda

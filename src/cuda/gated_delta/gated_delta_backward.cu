@@ -1,8 +1,8 @@
-// src/cuda/gated_delta/gated_delta_backward.cu — the Gated DeltaNet backward on the GPU in the chunked WY/UT form
-// (arXiv 2412.06464 §3.3; include/octet/recurrent.h). The chunk-entering states come from the
-// forward kernel (states only, gated_delta_forward.cu); one CTA per (value-column block, batch·head)
-// walks the chunks in reverse with G = dL/dS at the chunk's end (its d_k × 32 slice), recomputes Δ
-// and differentiates the chunk's matrix forms:
+// src/cuda/gated_delta/gated_delta_backward.cu — the Gated DeltaNet backward on the GPU in the chunked WY/UT
+// form (arXiv 2412.06464 §3.3; include/octet/recurrent.h). The chunk-entering states come from the forward
+// kernel (states only, gated_delta_forward.cu); one CTA per (value-column block, batch·head) walks the chunks
+// in reverse with G = dL/dS at the chunk's end (its d_k × 32 slice), recomputes Δ and differentiates the
+// chunk's matrix forms:
 //   dΔ = scale·(QKᵀ ⊙ M)ᵀ dO + diag(e^{γ_C−γ}) K G,   dR = (I + A)^{-T} dΔ,   dV = diag(β) dR,
 //   P = scale·M ⊙ (dO Δᵀ) (i <= r),   Z = −diag(β) E ⊙ (dR Δᵀ) (i < r),   E_ri = e^{γ_r−γ_i},
 //   dQ = scale·diag(Γ) dO S_0ᵀ + P K,   dK = Pᵀ Q + (Z + Zᵀ) K − diag(βΓ) dR S_0ᵀ + diag(e^{γ_C−γ}) Δ Gᵀ,
@@ -190,8 +190,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(GdnParams p) {
     for (int c = warp; c < K; c += kWarps) {
       float s = GC * G[c * VP + lane];
       for (int r = 0; r < n; ++r)
-        s += cg.Gam[r] * (scale * Qs[r * KP + c] * dOs[r * VP + lane] -
-                          cg.beta[r] * Ks[r * KP + c] * dR[r * VP + lane]);
+        s += cg.Gam[r] *
+             (scale * Qs[r * KP + c] * dOs[r * VP + lane] - cg.beta[r] * Ks[r * KP + c] * dR[r * VP + lane]);
       G[c * VP + lane] = s;
     }
     // B9: dγ_r, then dg = suffix sums of dγ within the chunk; dβ.
@@ -237,8 +237,8 @@ __global__ void finish_kernel(GdnParams p) {
       db += p.db_part[v * rows + row];
     }
     const int64_t tok = (b * p.seq + t) * 2 * p.heads;
-    const GateValues gv = gated_delta_gates(double(load(p.gates, tok + h)),
-                                            double(load(p.gates, tok + p.heads + h)));
+    const GateValues gv =
+        gated_delta_gates(double(load(p.gates, tok + h)), double(load(p.gates, tok + p.heads + h)));
     store(p.dgates, tok + h, dg * float(gv.dg_da));
     store(p.dgates, tok + p.heads + h, db * float(gv.dbeta_db));
   }
@@ -258,10 +258,17 @@ void launch_k(const GdnParams& p, cudaStream_t s) {
 
 void gated_delta_backward_launch(const GdnParams& p, cudaStream_t s) {
   switch (p.kdim) {
-    case 32: gdn::launch_k<32>(p, s); break;
-    case 64: gdn::launch_k<64>(p, s); break;
-    case 128: gdn::launch_k<128>(p, s); break;
-    default: OCTET_FAIL("gated_delta_backward: d_k must be 32, 64 or 128 on cuda");
+    case 32:
+      gdn::launch_k<32>(p, s);
+      break;
+    case 64:
+      gdn::launch_k<64>(p, s);
+      break;
+    case 128:
+      gdn::launch_k<128>(p, s);
+      break;
+    default:
+      OCTET_FAIL("gated_delta_backward: d_k must be 32, 64 or 128 on cuda");
   }
   const int64_t n = p.batch * p.heads * p.seq * p.kdim;
   gdn::finish_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(p);

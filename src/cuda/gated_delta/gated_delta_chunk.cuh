@@ -1,5 +1,5 @@
-// src/cuda/gated_delta/gated_delta_chunk.cuh — the per-chunk steps the Gated DeltaNet forward and backward kernels
-// share (gated_delta.h; equations in include/octet/recurrent.h, arXiv 2412.06464 §3.3): loading a
+// src/cuda/gated_delta/gated_delta_chunk.cuh — the per-chunk steps the Gated DeltaNet forward and backward
+// kernels share (gated_delta.h; equations in include/octet/recurrent.h, arXiv 2412.06464 §3.3): loading a
 // chunk's rows into shared memory, the gates and their cumulative log decay γ, the decayed C × C
 // products e^{γ_r−γ_i} k_r·k_i and e^{γ_r−γ_i} q_r·k_i, and the two triangular solves with (I + A),
 // A_ri = β_r e^{γ_r−γ_i} k_r·k_i (strictly lower): forward substitution (Δ = (I + A)^{-1} R, the UT
@@ -73,8 +73,8 @@ __device__ inline void load_gates(const GdnParams& p, int64_t b, int64_t h, int6
   const int tid = threadIdx.x;
   if (tid < n) {
     const int64_t tok = (b * p.seq + t0 + tid) * 2 * p.heads;
-    const GateValues gv = gated_delta_gates(double(load(p.gates, tok + h)),
-                                            double(load(p.gates, tok + p.heads + h)));
+    const GateValues gv =
+        gated_delta_gates(double(load(p.gates, tok + h)), double(load(p.gates, tok + p.heads + h)));
     cg.gam[tid] = float(gv.g);
     cg.beta[tid] = float(gv.beta);
   }
@@ -92,8 +92,8 @@ __device__ inline void load_gates(const GdnParams& p, int64_t b, int64_t h, int6
 }
 
 /// dst[r·stride + c] = src[(row0 + r)·ld + col0 + c] for r < n, c < cols (coalesced along c).
-__device__ __forceinline__ void load_rows(float* dst, int stride, const GdnIn& src, int64_t row0,
-                                          int64_t ld, int64_t col0, int n, int cols) {
+__device__ __forceinline__ void load_rows(float* dst, int stride, const GdnIn& src, int64_t row0, int64_t ld,
+                                          int64_t col0, int n, int cols) {
   for (int x = threadIdx.x; x < n * cols; x += kThreads) {
     const int r = x / cols, c = x - r * cols;
     dst[r * stride + c] = load(src, (row0 + r) * ld + col0 + c);
@@ -103,8 +103,8 @@ __device__ __forceinline__ void load_rows(float* dst, int stride, const GdnIn& s
 /// KKe[r][i] = e^{γ_r−γ_i} k_r·k_i for i < r (0 on and above the diagonal) and, if Qs is set,
 /// QKe[r][i] = e^{γ_r−γ_i} q_r·k_i for i <= r (0 above), over r, i < n. Qs, Ks: [C][K + 1].
 template <int K>
-__device__ inline void chunk_products(const float* Qs, const float* Ks, const float* gam, int n,
-                                      float* KKe, float* QKe) {
+__device__ inline void chunk_products(const float* Qs, const float* Ks, const float* gam, int n, float* KKe,
+                                      float* QKe) {
   constexpr int KP = K + 1;
   for (int x = threadIdx.x; x < n * n; x += kThreads) {
     const int r = x / n, i = x - r * n;
@@ -166,8 +166,8 @@ __device__ inline void solve_upper(const float* KKe, const float* beta, int n, f
 /// For warp-row r (lane = column j): s0k = Σ_c k_r[c] S0[c][j], and R_rj = β_r (v_rj − Γ_r s0k)
 /// written to X[r][j]; returns s0k. Vrow: v_rj (already loaded by the caller).
 template <int K>
-__device__ __forceinline__ float s0k_and_r(const float* Ks, const float* S0, int r, int j,
-                                           float v_rj, const ChunkGates& cg, float* X) {
+__device__ __forceinline__ float s0k_and_r(const float* Ks, const float* S0, int r, int j, float v_rj,
+                                           const ChunkGates& cg, float* X) {
   constexpr int KP = K + 1;
   float s = 0.0f;
 #pragma unroll 8

@@ -1,6 +1,6 @@
-// src/cuda/gated_delta/gated_delta_forward.cu — the Gated DeltaNet forward on the GPU in the chunked WY/UT form
-// (arXiv 2412.06464 §3.3; include/octet/recurrent.h): per chunk of C positions, entering with the
-// state slice S_0 [d_k, 32] of this CTA's value columns,
+// src/cuda/gated_delta/gated_delta_forward.cu — the Gated DeltaNet forward on the GPU in the chunked WY/UT
+// form (arXiv 2412.06464 §3.3; include/octet/recurrent.h): per chunk of C positions, entering with the state
+// slice S_0 [d_k, 32] of this CTA's value columns,
 //   R = diag(β)(V − diag(Γ) K S_0),  Δ = (I + A)^{-1} R,
 //   O = scale·(diag(Γ) Q S_0 + (QKᵀ ⊙ M) Δ),  S ← Γ_C S_0 + Kᵀ diag(e^{γ_C − γ}) Δ.
 // The same kernel, without Q and O, writes the chunk-entering states for the backward
@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(GdnParams p) {
     const int64_t t0 = ch * p.chunk;
     const int n = int(T - t0 < p.chunk ? T - t0 : p.chunk);
     __syncthreads();  // the previous chunk's readers of Ks, X, ... are done
-    if (p.states) {  // S_0 of this chunk, [B·H, nvb, n_chunks, K, VB]
+    if (p.states) {   // S_0 of this chunk, [B·H, nvb, n_chunks, K, VB]
       float* dst = p.states + ((bh * p.col_blocks() + vb) * nch + ch) * K * VB;
       for (int x = tid; x < K * VB; x += kThreads) dst[x] = S[(x / VB) * VP + x % VB];
     }
@@ -110,10 +110,14 @@ void launch_k(const GdnParams& p, cudaStream_t s) {
 
 void gated_delta_forward_launch(const GdnParams& p, cudaStream_t s) {
   switch (p.kdim) {
-    case 32: return gdn::launch_k<32>(p, s);
-    case 64: return gdn::launch_k<64>(p, s);
-    case 128: return gdn::launch_k<128>(p, s);
-    default: OCTET_FAIL("gated_delta_forward: d_k must be 32, 64 or 128 on cuda");
+    case 32:
+      return gdn::launch_k<32>(p, s);
+    case 64:
+      return gdn::launch_k<64>(p, s);
+    case 128:
+      return gdn::launch_k<128>(p, s);
+    default:
+      OCTET_FAIL("gated_delta_forward: d_k must be 32, 64 or 128 on cuda");
   }
 }
 

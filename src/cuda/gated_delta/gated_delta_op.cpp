@@ -1,5 +1,5 @@
-// src/cuda/gated_delta/gated_delta_op.cpp — CudaBackend::gated_delta_forward/backward: the recurrent mixer of the
-// hybrid model (Gated DeltaNet, arXiv 2412.06464; include/octet/recurrent.h) on the GPU, with the
+// src/cuda/gated_delta/gated_delta_op.cpp — CudaBackend::gated_delta_forward/backward: the recurrent mixer of
+// the hybrid model (Gated DeltaNet, arXiv 2412.06464; include/octet/recurrent.h) on the GPU, with the
 // contract of the CPU backend's op (src/cpu/backend/gated_delta.cpp; backend.h GatedDeltaArgs):
 // act tensors F32 or BF16 each, FP32 math inside, gates from the raw projections. The boundary
 // checks (one octet::Error naming the argument), the FP32 workspaces (the chunk-entering states and

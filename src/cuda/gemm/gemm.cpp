@@ -24,9 +24,24 @@ struct Spec {
   int a_scale_mode = -1, b_scale_mode = -1;  // -1: not an FP8 problem
 
   GemmEngine::PlanKey key() const {
-    return {int64_t(a_type), int64_t(b_type), int64_t(c_type), int64_t(compute), trans_a, trans_b,
-            m, n, k, lda, ldb, ldc, batch.count, batch.stride_a, batch.stride_b, batch.stride_c,
-            a_scale_mode, b_scale_mode};
+    return {int64_t(a_type),
+            int64_t(b_type),
+            int64_t(c_type),
+            int64_t(compute),
+            trans_a,
+            trans_b,
+            m,
+            n,
+            k,
+            lda,
+            ldb,
+            ldc,
+            batch.count,
+            batch.stride_a,
+            batch.stride_b,
+            batch.stride_c,
+            a_scale_mode,
+            b_scale_mode};
   }
 };
 
@@ -34,22 +49,32 @@ cudaDataType_t fp8_type(Format f) { return f == Format::E4M3 ? CUDA_R_8F_E4M3 : 
 
 int32_t cublas_scale_mode(ScaleLayout l) {
   switch (l) {
-    case ScaleLayout::Tensor: return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
-    case ScaleLayout::RowVector: return CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-    case ScaleLayout::Vec128: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    case ScaleLayout::Blk128: return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
-    case ScaleLayout::Vec32: return CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;  // never on sm_90
+    case ScaleLayout::Tensor:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+    case ScaleLayout::RowVector:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    case ScaleLayout::Vec128:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    case ScaleLayout::Blk128:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    case ScaleLayout::Vec32:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0;  // never on sm_90
   }
   return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
 }
 
 const char* layout_name(ScaleLayout l) {
   switch (l) {
-    case ScaleLayout::Tensor: return "tensor";
-    case ScaleLayout::RowVector: return "row (outer vector)";
-    case ScaleLayout::Vec128: return "1x128";
-    case ScaleLayout::Blk128: return "128x128";
-    case ScaleLayout::Vec32: return "1x32 (mx)";
+    case ScaleLayout::Tensor:
+      return "tensor";
+    case ScaleLayout::RowVector:
+      return "row (outer vector)";
+    case ScaleLayout::Vec128:
+      return "1x128";
+    case ScaleLayout::Blk128:
+      return "128x128";
+    case ScaleLayout::Vec32:
+      return "1x32 (mx)";
   }
   return "?";
 }
@@ -59,14 +84,14 @@ void check_out(const Tensor& C, int64_t count, float beta, const char* what) {
   OCTET_CHECK(C.dtype == DType::F32 || C.dtype == DType::BF16,
               std::string(what) + ": C must be f32 or bf16, got " + C.str());
   OCTET_CHECK(C.data && C.numel() >= count, std::string(what) + ": C " + C.str() + " holds fewer than " +
-                                                 std::to_string(count) + " elements");
+                                                std::to_string(count) + " elements");
   OCTET_CHECK(C.dtype == DType::F32 || beta == 0.0f,
               std::string(what) + ": a BF16 C takes beta = 0 only (accumulate in FP32)");
 }
 
 // Row-major C[M,N] = opA(A)·opB(B) expressed column-major: Cᶜ[N,M] = op(B)ᶜ · op(A)ᶜ.
-Spec row_major_spec(cudaDataType_t type, bool trans_a, bool trans_b, int64_t M, int64_t N,
-                    int64_t K, const Batch& batch) {
+Spec row_major_spec(cudaDataType_t type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                    const Batch& batch) {
   Spec s;
   s.a_type = s.b_type = type;
   s.trans_a = trans_b;  // cuBLAS A is our B
@@ -98,15 +123,15 @@ struct GemmEngine::Plan {
 };
 
 namespace {
-void make_layout(cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int64_t cols,
-                 int64_t ld, int count, int64_t stride) {
+void make_layout(cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int64_t cols, int64_t ld,
+                 int count, int64_t stride) {
   OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(l, t, uint64_t(rows), uint64_t(cols), ld));
   if (count > 1) {
     int32_t c = count;
     OCTET_CUBLAS_CHECK(
         cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &c, sizeof(c)));
-    OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
-        *l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+    OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                        &stride, sizeof(stride)));
   }
 }
 }  // namespace
@@ -147,10 +172,10 @@ static std::unique_ptr<GemmEngine::Plan> build_plan(cublasLtHandle_t handle, con
       p->why = "scale mode not accepted by this cuBLASLt";
       return p;
     }
-    OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                      &a_scale, sizeof(a_scale)));
-    OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                      &b_scale, sizeof(b_scale)));
+    OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
+                                                      sizeof(a_scale)));
+    OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
+                                                      sizeof(b_scale)));
   }
   // Stored shapes: op(A) is m x k, op(B) is k x n, C is m x n (column-major).
   make_layout(&p->la, s.a_type, s.trans_a ? s.k : s.m, s.trans_a ? s.m : s.k, s.lda, s.batch.count,
@@ -161,12 +186,12 @@ static std::unique_ptr<GemmEngine::Plan> build_plan(cublasLtHandle_t handle, con
   cublasLtMatmulPreference_t pref;
   OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   size_t ws = kWorkspaceBytes;
-  OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  OCTET_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->la, p->lb, p->lc,
-                                                           p->lc, pref, 1, &result, &found);
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
     p->why = std::string("no cuBLASLt algorithm (") + cublasLtGetStatusName(st) + ")";
@@ -175,15 +200,15 @@ static std::unique_ptr<GemmEngine::Plan> build_plan(cublasLtHandle_t handle, con
       cublasLtMatrixLayout_t lc16 = nullptr;
       cublasLtMatmulPreference_t pref2;
       OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref2));
-      OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-          pref2, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+      OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref2, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                              &ws, sizeof(ws)));
       make_layout(&lc16, CUDA_R_16BF, s.m, s.n, s.ldc, s.batch.count, s.batch.stride_c);
       int found16 = 0;
-      const cublasStatus_t st16 = cublasLtMatmulAlgoGetHeuristic(
-          handle, p->desc, p->la, p->lb, lc16, lc16, pref2, 1, &result, &found16);
-      p->why += std::string("; with a BF16 output: ") +
-                (st16 == CUBLAS_STATUS_SUCCESS && found16 > 0 ? "an algorithm exists"
-                                                              : cublasLtGetStatusName(st16));
+      const cublasStatus_t st16 = cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->la, p->lb, lc16, lc16,
+                                                                 pref2, 1, &result, &found16);
+      p->why += std::string("; with a BF16 output: ") + (st16 == CUBLAS_STATUS_SUCCESS && found16 > 0
+                                                             ? "an algorithm exists"
+                                                             : cublasLtGetStatusName(st16));
       cublasLtMatrixLayoutDestroy(lc16);
       cublasLtMatmulPreferenceDestroy(pref2);
     }
@@ -194,20 +219,19 @@ static std::unique_ptr<GemmEngine::Plan> build_plan(cublasLtHandle_t handle, con
   return p;
 }
 
-bool GemmEngine::run(const PlanKey& key, const void* a, const void* b, void* c,
-                     const void* a_scale, const void* b_scale, float alpha, float beta) {
+bool GemmEngine::run(const PlanKey& key, const void* a, const void* b, void* c, const void* a_scale,
+                     const void* b_scale, float alpha, float beta) {
   Plan* p = plan_for(key);
   OCTET_CHECK(p != nullptr, "GEMM plan missing");
   if (!p->ok) return false;
   if (p->spec.a_scale_mode >= 0) {
-    OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                      &a_scale, sizeof(a_scale)));
-    OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                      &b_scale, sizeof(b_scale)));
+    OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
+                                                      sizeof(a_scale)));
+    OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
+                                                      sizeof(b_scale)));
   }
-  const cublasStatus_t st =
-      cublasLtMatmul(handle_, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->lc, c, p->lc,
-                     &p->algo, workspace_.get(), kWorkspaceBytes, stream_);
+  const cublasStatus_t st = cublasLtMatmul(handle_, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->lc, c,
+                                           p->lc, &p->algo, workspace_.get(), kWorkspaceBytes, stream_);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
     p->ok = false;
     p->why = "cublasLtMatmul returned CUBLAS_STATUS_NOT_SUPPORTED";
@@ -219,16 +243,15 @@ bool GemmEngine::run(const PlanKey& key, const void* a, const void* b, void* c,
 
 void GemmEngine::fp8(const DevQTensor& A, const DevQTensor& B, float* C, float beta, float alpha,
                      const Batch& batch) {
-  fp8(A, B, Tensor(C, DType::F32, {(batch.count - 1) * batch.stride_c + A.rows * B.rows}), beta,
-      alpha, batch);
+  fp8(A, B, Tensor(C, DType::F32, {(batch.count - 1) * batch.stride_c + A.rows * B.rows}), beta, alpha,
+      batch);
 }
 
-void GemmEngine::fp8(const DevQTensor& A, const DevQTensor& B, const Tensor& C, float beta,
-                     float alpha, const Batch& batch) {
+void GemmEngine::fp8(const DevQTensor& A, const DevQTensor& B, const Tensor& C, float beta, float alpha,
+                     const Batch& batch) {
   OCTET_CHECK(A.cols == B.cols && A.ld == B.ld,
-              "FP8 GEMM: A is [" + std::to_string(A.rows) + ", " + std::to_string(A.cols) +
-                  "] but B is [" + std::to_string(B.rows) + ", " + std::to_string(B.cols) +
-                  "]: K must agree (C = A·Bᵀ)");
+              "FP8 GEMM: A is [" + std::to_string(A.rows) + ", " + std::to_string(A.cols) + "] but B is [" +
+                  std::to_string(B.rows) + ", " + std::to_string(B.cols) + "]: K must agree (C = A·Bᵀ)");
   OCTET_CHECK(!(A.format == Format::E5M2 && B.format == Format::E5M2),
               "FP8 GEMM: E5M2 x E5M2 is not supported by cuBLASLt (quantize one operand as E4M3)");
   OCTET_CHECK(batch.count == 1 || (A.layout == ScaleLayout::Tensor && B.layout == ScaleLayout::Tensor),
@@ -239,8 +262,7 @@ void GemmEngine::fp8(const DevQTensor& A, const DevQTensor& B, const Tensor& C, 
   check_out(C, count, beta, "FP8 GEMM");
   std::string why = "fallback forced";
   if (C.dtype == DType::BF16) {
-    if (!force_fallback_ && fp8_native(A, B, C.data, CUDA_R_16BF, 0.0f, alpha, batch, &why))
-      return;
+    if (!force_fallback_ && fp8_native(A, B, C.data, CUDA_R_16BF, 0.0f, alpha, batch, &why)) return;
     float* tmp = bf16_out_scratch(C, batch, A.rows * B.rows);
     fp8(A, B, Tensor(tmp, DType::F32, {count}), 0.0f, alpha, batch);
     convert_launch(Tensor(C.data, DType::BF16, {count}), Tensor(tmp, DType::F32, {count}), stream_);
@@ -253,8 +275,8 @@ void GemmEngine::fp8(const DevQTensor& A, const DevQTensor& B, const Tensor& C, 
   fp8_fallback(A, B, C.f32(), beta, alpha, batch, why);
 }
 
-bool GemmEngine::fp8_native(const DevQTensor& A, const DevQTensor& B, void* C, int c_type,
-                            float beta, float alpha, const Batch& batch, std::string* why) {
+bool GemmEngine::fp8_native(const DevQTensor& A, const DevQTensor& B, void* C, int c_type, float beta,
+                            float alpha, const Batch& batch, std::string* why) {
   const int64_t M = A.rows, N = B.rows;
   const bool padded = A.rows_pad != M || B.rows_pad != N;
   Spec s;
@@ -286,18 +308,16 @@ bool GemmEngine::fp8_native(const DevQTensor& A, const DevQTensor& B, void* C, i
   if (padded) {
     target = c_pad_.reserve(size_t(s.m * s.n) * elem, stream_);
     if (beta != 0.0f)
-      OCTET_CUDA_CHECK(cudaMemcpy2DAsync(target, size_t(s.m) * elem, C, size_t(N) * elem,
-                                         size_t(N) * elem, size_t(M), cudaMemcpyDeviceToDevice,
-                                         stream_));
+      OCTET_CUDA_CHECK(cudaMemcpy2DAsync(target, size_t(s.m) * elem, C, size_t(N) * elem, size_t(N) * elem,
+                                         size_t(M), cudaMemcpyDeviceToDevice, stream_));
   }
   if (!run(key, B.codes, A.codes, target, B.scale_inv, A.scale_inv, alpha, beta)) {
     *why = plan->why;
     return false;
   }
   if (padded)
-    OCTET_CUDA_CHECK(cudaMemcpy2DAsync(C, size_t(N) * elem, target, size_t(s.m) * elem,
-                                       size_t(N) * elem, size_t(M), cudaMemcpyDeviceToDevice,
-                                       stream_));
+    OCTET_CUDA_CHECK(cudaMemcpy2DAsync(C, size_t(N) * elem, target, size_t(s.m) * elem, size_t(N) * elem,
+                                       size_t(M), cudaMemcpyDeviceToDevice, stream_));
   return true;
 }
 
@@ -309,8 +329,8 @@ float* GemmEngine::bf16_out_scratch(const Tensor& C, const Batch& batch, int64_t
   return c32_.reserve(size_t((batch.count - 1) * batch.stride_c + mn), stream_);
 }
 
-void GemmEngine::fp8_fallback(const DevQTensor& A, const DevQTensor& B, float* C, float beta,
-                              float alpha, const Batch& batch, const std::string& why) {
+void GemmEngine::fp8_fallback(const DevQTensor& A, const DevQTensor& B, float* C, float beta, float alpha,
+                              const Batch& batch, const std::string& why) {
   ++fallbacks_;
   const std::string kind = std::string(layout_name(A.layout)) + "/" + layout_name(B.layout);
   if (!force_fallback_ && !warned_[kind]) {
@@ -333,15 +353,14 @@ void GemmEngine::fp8_fallback(const DevQTensor& A, const DevQTensor& B, float* C
   }
 }
 
-void GemmEngine::bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b, float* C,
-                      int64_t M, int64_t N, int64_t K, float beta, float alpha, const Batch& batch) {
-  bf16(A, trans_a, B, trans_b, Tensor(C, DType::F32, {(batch.count - 1) * batch.stride_c + M * N}),
-       M, N, K, beta, alpha, batch);
+void GemmEngine::bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b, float* C, int64_t M,
+                      int64_t N, int64_t K, float beta, float alpha, const Batch& batch) {
+  bf16(A, trans_a, B, trans_b, Tensor(C, DType::F32, {(batch.count - 1) * batch.stride_c + M * N}), M, N, K,
+       beta, alpha, batch);
 }
 
-void GemmEngine::bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b,
-                      const Tensor& C, int64_t M, int64_t N, int64_t K, float beta, float alpha,
-                      const Batch& batch) {
+void GemmEngine::bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b, const Tensor& C,
+                      int64_t M, int64_t N, int64_t K, float beta, float alpha, const Batch& batch) {
   const int64_t count = (batch.count - 1) * batch.stride_c + M * N;
   check_out(C, count, beta, "BF16 GEMM");
   Spec s = row_major_spec(CUDA_R_16BF, trans_a, trans_b, M, N, K, batch);
@@ -358,14 +377,14 @@ void GemmEngine::bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool t
   convert_launch(Tensor(C.data, DType::BF16, {count}), Tensor(tmp, DType::F32, {count}), stream_);
 }
 
-void GemmEngine::f32(const float* A, bool trans_a, const float* B, bool trans_b, float* C,
-                     int64_t M, int64_t N, int64_t K, float beta, float alpha, const Batch& batch) {
+void GemmEngine::f32(const float* A, bool trans_a, const float* B, bool trans_b, float* C, int64_t M,
+                     int64_t N, int64_t K, float beta, float alpha, const Batch& batch) {
   const Spec s = row_major_spec(CUDA_R_32F, trans_a, trans_b, M, N, K, batch);
   const PlanKey key = s.key();
   if (!plan_for(key)) plans_[key] = build_plan(handle_, s);
   OCTET_CHECK(run(key, B, A, C, nullptr, nullptr, alpha, beta),
-              "FP32 GEMM [" + std::to_string(M) + "x" + std::to_string(N) + "x" +
-                  std::to_string(K) + "]: " + plan_for(key)->why);
+              "FP32 GEMM [" + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
+                  "]: " + plan_for(key)->why);
 }
 
 }  // namespace octet::cuda

@@ -6,9 +6,9 @@
 // directly (the FP32 result rounded once, to nearest even: the rounding of an op's BF16 output,
 // docs/design.md §"Typed tensors"), without an FP32 copy and a conversion pass; where cuBLASLt has
 // no algorithm for a BF16 output, the FP32 result goes to scratch and is rounded by convert_launch
-// (the same numbers). A BF16 C takes beta = 0 only (accumulations, dW += ..., stay FP32). In cuBLASLt's column-major terms that is
-// Cᶜ[N, M] = op_T(B) · op_N(A), the only layout FP8 takes on Hopper, so cuBLASLt's "A" is our B.
-// Scales: cuBLASLt reads the dequantization factors (scale_inv) from device memory through
+// (the same numbers). A BF16 C takes beta = 0 only (accumulations, dW += ..., stay FP32). In cuBLASLt's
+// column-major terms that is Cᶜ[N, M] = op_T(B) · op_N(A), the only layout FP8 takes on Hopper, so cuBLASLt's
+// "A" is our B. Scales: cuBLASLt reads the dequantization factors (scale_inv) from device memory through
 // CUBLASLT_MATMUL_DESC_{A,B}_SCALE_POINTER, in the mode of each operand's ScaleLayout (qtensor.h):
 // SCALAR_32F, OUTER_VEC_32F, VEC128_32F or BLK128x128_32F (CUDA >= 12.9 on sm_90). A mode cuBLASLt
 // refuses at run time (e.g. 2D x 2D blocks, 1x32 MX blocks on sm_90) falls back to dequantizing both
@@ -48,24 +48,23 @@ class GemmEngine {
   /// C = alpha·(A·Bᵀ) + beta·C with FP8 operands, A [M, K] and B [N, K] (A.cols == B.cols),
   /// C [M, N] FP32 row-major with leading dimension N. E5M2 x E5M2 is refused (octet::Error).
   /// Batched: each batch's operands follow at the given strides (scales: Tensor layout only).
-  void fp8(const DevQTensor& A, const DevQTensor& B, float* C, float beta = 0.0f,
-           float alpha = 1.0f, const Batch& batch = {});
+  void fp8(const DevQTensor& A, const DevQTensor& B, float* C, float beta = 0.0f, float alpha = 1.0f,
+           const Batch& batch = {});
   /// Same, C an F32 or BF16 tensor of M*N elements per batch (BF16: beta must be 0).
-  void fp8(const DevQTensor& A, const DevQTensor& B, const Tensor& C, float beta = 0.0f,
-           float alpha = 1.0f, const Batch& batch = {});
+  void fp8(const DevQTensor& A, const DevQTensor& B, const Tensor& C, float beta = 0.0f, float alpha = 1.0f,
+           const Batch& batch = {});
 
   /// C = alpha·opA(A)·opB(B) + beta·C with BF16 operands (bit patterns), FP32 accumulate/output.
   /// Row-major: A is [M, K] (or [K, M] if trans_a), B is [K, N] (or [N, K] if trans_b), C [M, N].
-  void bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b, float* C, int64_t M,
-            int64_t N, int64_t K, float beta = 0.0f, float alpha = 1.0f, const Batch& batch = {});
+  void bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b, float* C, int64_t M, int64_t N,
+            int64_t K, float beta = 0.0f, float alpha = 1.0f, const Batch& batch = {});
   /// Same, C an F32 or BF16 tensor of M*N elements per batch (BF16: beta must be 0).
-  void bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b, const Tensor& C,
-            int64_t M, int64_t N, int64_t K, float beta = 0.0f, float alpha = 1.0f,
-            const Batch& batch = {});
+  void bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b, const Tensor& C, int64_t M,
+            int64_t N, int64_t K, float beta = 0.0f, float alpha = 1.0f, const Batch& batch = {});
 
   /// Same, FP32 operands and CUBLAS_COMPUTE_32F (no TF32): the fallback path and reference.
-  void f32(const float* A, bool trans_a, const float* B, bool trans_b, float* C, int64_t M,
-           int64_t N, int64_t K, float beta = 0.0f, float alpha = 1.0f, const Batch& batch = {});
+  void f32(const float* A, bool trans_a, const float* B, bool trans_b, float* C, int64_t M, int64_t N,
+           int64_t K, float beta = 0.0f, float alpha = 1.0f, const Batch& batch = {});
 
   /// How many FP8 GEMMs ran through the dequantize + FP32 fallback.
   int64_t fallback_count() const { return fallbacks_; }
@@ -84,8 +83,8 @@ class GemmEngine {
   Plan* plan_for(const PlanKey& key);
   // FP8 through cuBLASLt with a C of `c_type` (CUDA_R_32F or CUDA_R_16BF); false (and the reason
   // in *why) where cuBLASLt has no algorithm.
-  bool fp8_native(const DevQTensor& A, const DevQTensor& B, void* C, int c_type, float beta,
-                  float alpha, const Batch& batch, std::string* why);
+  bool fp8_native(const DevQTensor& A, const DevQTensor& B, void* C, int c_type, float beta, float alpha,
+                  const Batch& batch, std::string* why);
   // The FP32 result of a BF16-output GEMM where cuBLASLt takes no BF16 output: into scratch,
   // then rounded into C (enqueued).
   float* bf16_out_scratch(const Tensor& C, const Batch& batch, int64_t mn);

@@ -16,9 +16,10 @@
 // GEMM applies is the one stored with the codes, so cached and uncached results are bitwise equal.
 // BF16: operands rounded to BF16 (RNE, a BF16 input is used as is), cuBLASLt BF16 GEMMs with FP32
 // accumulation; with spec.cache_weight W's BF16 copy is likewise made once per cache period.
-// FP32: cuBLASLt FP32 (no TF32), the reference path. X, Y, dY, dX are F32 or BF16 each: the FP8 and BF16 GEMMs write Y and dX in their dtype
-// (a BF16 output is the FP32 result rounded once, by cuBLASLt's epilogue: gemm.h); the FP32 path
-// writes FP32 and rounds a BF16 output once (act_f32.h). dW accumulates in FP32 (beta = 1).
+// FP32: cuBLASLt FP32 (no TF32), the reference path. X, Y, dY, dX are F32 or BF16 each: the FP8 and BF16
+// GEMMs write Y and dX in their dtype (a BF16 output is the FP32 result rounded once, by cuBLASLt's epilogue:
+// gemm.h); the FP32 path writes FP32 and rounds a BF16 output once (act_f32.h). dW accumulates in FP32 (beta
+// = 1).
 #include <cmath>
 #include <memory>
 #include <string>
@@ -40,9 +41,9 @@ namespace {
 // What a CudaLinear forward keeps for its backward (FP8: X̂ᵀ and Ŵᵀ; BF16/FP32: nothing beyond the
 // views in SavedLinear).
 struct LinearState final : SavedState {
-  const void* owner = nullptr;      // the CudaLinear that made it (validation only)
-  DevQ xt;                          // FP8: X̂ᵀ [in, M]
-  std::shared_ptr<const DevQ> wt;   // FP8: Ŵᵀ [in, out] (shared with the weight cache)
+  const void* owner = nullptr;     // the CudaLinear that made it (validation only)
+  DevQ xt;                         // FP8: X̂ᵀ [in, M]
+  std::shared_ptr<const DevQ> wt;  // FP8: Ŵᵀ [in, out] (shared with the weight cache)
 };
 
 class CudaLinear final : public Linear {
@@ -50,9 +51,8 @@ class CudaLinear final : public Linear {
   CudaLinear(const LinearSpec& spec, CudaBackend& backend)
       : spec_(spec), be_(backend), gemm_(backend.gemm()), s_(backend.stream()) {
     OCTET_CHECK(spec.in_features >= 1 && spec.out_features >= 1,
-                "linear: in_features and out_features must be >= 1, got " +
-                    std::to_string(spec.in_features) + " and " +
-                    std::to_string(spec.out_features));
+                "linear: in_features and out_features must be >= 1, got " + std::to_string(spec.in_features) +
+                    " and " + std::to_string(spec.out_features));
     if (spec.precision == LinearPrecision::FP8) {
       qx_ = std::make_unique<CudaQuantizer>(spec.quant, Role::Activation, be_, s_);
       qw_ = std::make_unique<CudaQuantizer>(spec.quant, Role::Weight, be_, s_);
@@ -71,9 +71,8 @@ class CudaLinear final : public Linear {
     const int64_t m = x.rows();
     check_weight(w, "linear forward: w");
     check_activation(y, "linear forward: y");
-    OCTET_CHECK(y.cols() == out && y.rows() == m,
-                "linear forward: y must be [" + std::to_string(m) + ", " + std::to_string(out) +
-                    "], got " + y.str());
+    OCTET_CHECK(y.cols() == out && y.rows() == m, "linear forward: y must be [" + std::to_string(m) + ", " +
+                                                      std::to_string(out) + "], got " + y.str());
     auto st = std::make_unique<LinearState>();
     st->owner = this;
     const Tensor w2 = w.reshape({out, in});
@@ -101,22 +100,19 @@ class CudaLinear final : public Linear {
     return SavedLinear{x, w, std::move(st)};
   }
 
-  void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx,
-                const Tensor& dw) override {
+  void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw) override {
     DeviceGuard g(be_.device());
     const auto* st = dynamic_cast<const LinearState*>(saved.state.get());
     OCTET_CHECK(st && st->owner == this,
                 "linear backward: the saved state does not come from this linear's forward");
     const int64_t in = spec_.in_features, out = spec_.out_features, m = saved.x.rows();
     check_activation(dy, "linear backward: dy");
-    OCTET_CHECK(dy.cols() == out && dy.rows() == m,
-                "linear backward: dy must be [" + std::to_string(m) + ", " + std::to_string(out) +
-                    "], got " + dy.str());
+    OCTET_CHECK(dy.cols() == out && dy.rows() == m, "linear backward: dy must be [" + std::to_string(m) +
+                                                        ", " + std::to_string(out) + "], got " + dy.str());
     if (!dx.empty()) {
       check_activation(dx, "linear backward: dx");
-      OCTET_CHECK(dx.cols() == in && dx.rows() == m,
-                  "linear backward: dx must be [" + std::to_string(m) + ", " + std::to_string(in) +
-                      "], got " + dx.str());
+      OCTET_CHECK(dx.cols() == in && dx.rows() == m, "linear backward: dx must be [" + std::to_string(m) +
+                                                         ", " + std::to_string(in) + "], got " + dx.str());
     }
     if (!dw.empty()) check_weight(dw, "linear backward: dw");
     if (dx.empty() && dw.empty()) return;
@@ -130,8 +126,7 @@ class CudaLinear final : public Linear {
       case LinearPrecision::BF16: {
         const uint16_t* dyb = as_bf16(dy, dyb_);
         if (!dx.empty()) gemm_.bf16(dyb, false, w_bf16(saved.w), false, dx, m, in, out);
-        if (!dw.empty())
-          gemm_.bf16(dyb, true, as_bf16(saved.x, xb_), false, dw.f32(), out, in, m, 1.0f);
+        if (!dw.empty()) gemm_.bf16(dyb, true, as_bf16(saved.x, xb_), false, dw.f32(), out, in, m, 1.0f);
         return;
       }
       case LinearPrecision::FP32: {
@@ -140,8 +135,7 @@ class CudaLinear final : public Linear {
           gemm_.f32(dyf, false, saved.w.f32(), false, f32_out(dx), m, in, out);
           finish(dx);
         }
-        if (!dw.empty())
-          gemm_.f32(dyf, true, as_f32(saved.x, xf_), false, dw.f32(), out, in, m, 1.0f);
+        if (!dw.empty()) gemm_.f32(dyf, true, as_f32(saved.x, xf_), false, dw.f32(), out, in, m, 1.0f);
         return;
       }
     }
@@ -206,7 +200,8 @@ class CudaLinear final : public Linear {
   void weight_piece_amax(const Tensor& w_piece, const Tensor& amax) const override {
     check_gather("weight_piece_amax", w_piece, amax);
     DeviceGuard g(be_.device());
-    tensor_amax_launch(w_piece.data, false, w_piece.numel(), nullptr, reinterpret_cast<unsigned*>(amax.i32()), s_);
+    tensor_amax_launch(w_piece.data, false, w_piece.numel(), nullptr, reinterpret_cast<unsigned*>(amax.i32()),
+                       s_);
   }
   void encode_weight_piece(const Tensor& w_piece, const Tensor& amax, const Tensor& codes) const override {
     check_gather("encode_weight_piece", w_piece, amax);
@@ -224,8 +219,8 @@ class CudaLinear final : public Linear {
     auto wt = std::make_shared<DevQ>();
     wq_.ensure(out, in, qw_->format(), ScaleLayout::Tensor, be_);
     wt->ensure(in, out, qw_->format(), ScaleLayout::Tensor, be_);
-    install_codes_launch(codes.fp8(), out, in, reinterpret_cast<const unsigned*>(amax.i32()), spec_.quant.margin,
-                         spec_.quant.pow2_scales, &wq_.view, &wt->view, s_);
+    install_codes_launch(codes.fp8(), out, in, reinterpret_cast<const unsigned*>(amax.i32()),
+                         spec_.quant.margin, spec_.quant.pow2_scales, &wq_.view, &wt->view, s_);
     wt_ = std::move(wt);
     // stats_w(): this amax and scale; the underflow/saturation counts need the FP32 W (NaN)
     OCTET_CUDA_CHECK(cudaMemcpyAsync(installed_amax_.reserve(1, s_), amax.data, sizeof(unsigned),
@@ -236,8 +231,8 @@ class CudaLinear final : public Linear {
   void load_quant_state(const std::vector<float>& state) override {
     wt_.reset();
     DeviceGuard g(be_.device());
-    detail::load_linear_quant_state(delayed(), state, spec_.quant.amax_history_len, qx_.get(),
-                                    qw_.get(), qdy_.get());
+    detail::load_linear_quant_state(delayed(), state, spec_.quant.amax_history_len, qx_.get(), qw_.get(),
+                                    qdy_.get());
   }
 
  private:
@@ -246,8 +241,7 @@ class CudaLinear final : public Linear {
   }
   void check_weight(const Tensor& w, const char* what) const {
     check_dtype(w, DType::F32, what);
-    OCTET_CHECK(w.numel() == spec_.out_features * spec_.in_features &&
-                    w.cols() == spec_.in_features,
+    OCTET_CHECK(w.numel() == spec_.out_features * spec_.in_features && w.cols() == spec_.in_features,
                 std::string(what) + ": expected [" + std::to_string(spec_.out_features) + ", " +
                     std::to_string(spec_.in_features) + "], got " + w.str());
   }

@@ -36,7 +36,7 @@ void launch(void (*kernel)(P...), int64_t n, cudaStream_t s, A... args) {
 // per element.
 int64_t work_items(int64_t n, bool vec) { return vec ? n / 8 + n % 8 : n; }
 
-#define OCTET_GRID_STRIDE(i, n)                                                       \
+#define OCTET_GRID_STRIDE(i, n)                                                    \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < int64_t(n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
@@ -167,15 +167,14 @@ __global__ void embedding_forward_kernel(const int32_t* ids, const float* table,
   OCTET_GRID_STRIDE(i, n * dim) st(out, i, table[int64_t(ids[i / dim]) * dim + i % dim]);
 }
 template <class T>
-__global__ void embedding_backward_kernel(const int32_t* ids, const T* dout, float* dtable,
-                                          int64_t n, int64_t dim) {
+__global__ void embedding_backward_kernel(const int32_t* ids, const T* dout, float* dtable, int64_t n,
+                                          int64_t dim) {
   OCTET_GRID_STRIDE(i, n * dim) atomicAdd(&dtable[int64_t(ids[i / dim]) * dim + i % dim], ld(dout, i));
 }
 
 // One thread per rotation pair (t, i); the angle in double as the CPU twin's table.
 template <class T>
-__global__ void rope_kernel(T* x, int64_t bh, int64_t seq, int64_t head_dim, double theta,
-                            double sign) {
+__global__ void rope_kernel(T* x, int64_t bh, int64_t seq, int64_t head_dim, double theta, double sign) {
   const int64_t half = head_dim / 2;
   OCTET_GRID_STRIDE(idx, bh * seq * half) {
     const int64_t i = idx % half, row = idx / half, t = row % seq;
@@ -225,11 +224,11 @@ void move_heads(const Tensor& src, const Tensor& dst, int64_t batch, int64_t seq
         using TD = std::remove_pointer_t<decltype(td)>;
         const int64_t rows = batch * n * seq;
         if (vec)
-          launch(move_heads_kernel<8, TS, TD>, rows * head_dim / 8, s, typed(src, ts),
-                 typed(dst, td), batch, seq, width, first, n, head_dim, to_heads);
+          launch(move_heads_kernel<8, TS, TD>, rows * head_dim / 8, s, typed(src, ts), typed(dst, td), batch,
+                 seq, width, first, n, head_dim, to_heads);
         else
-          launch(move_heads_kernel<1, TS, TD>, rows * head_dim, s, typed(src, ts), typed(dst, td),
-                 batch, seq, width, first, n, head_dim, to_heads);
+          launch(move_heads_kernel<1, TS, TD>, rows * head_dim, s, typed(src, ts), typed(dst, td), batch, seq,
+                 width, first, n, head_dim, to_heads);
       },
       src.dtype, dst.dtype);
 }
@@ -242,13 +241,20 @@ void move_heads(const Tensor& src, const Tensor& dst, int64_t batch, int64_t seq
 void fill_launch(const Tensor& x, double value, cudaStream_t s) {
   const int64_t n = x.numel();
   switch (x.dtype) {
-    case DType::F64: launch(fill_kernel<double>, n, s, x.f64(), value, n); return;
-    case DType::F32: launch(fill_kernel<float>, n, s, x.f32(), float(value), n); return;
+    case DType::F64:
+      launch(fill_kernel<double>, n, s, x.f64(), value, n);
+      return;
+    case DType::F32:
+      launch(fill_kernel<float>, n, s, x.f32(), float(value), n);
+      return;
     case DType::BF16:
       launch(fill_kernel<Bf16>, n, s, static_cast<Bf16*>(x.data), Bf16{bf16_from_float(float(value))}, n);
       return;
-    case DType::I32: launch(fill_kernel<int32_t>, n, s, x.i32(), int32_t(value), n); return;
-    default: OCTET_FAIL("fill: unsupported dtype " + x.str());
+    case DType::I32:
+      launch(fill_kernel<int32_t>, n, s, x.i32(), int32_t(value), n);
+      return;
+    default:
+      OCTET_FAIL("fill: unsupported dtype " + x.str());
   }
 }
 void convert_launch(const Tensor& dst, const Tensor& src, cudaStream_t s) {
@@ -257,71 +263,89 @@ void convert_launch(const Tensor& dst, const Tensor& src, cudaStream_t s) {
       OCTET_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, s));
     return;
   }
-  dispatch_act([&](auto a, auto b) {
-    launch(convert_kernel<OCTET_T(a), OCTET_T(b)>, src.numel(), s, typed(dst, a), typed(src, b), src.numel());
-  }, dst.dtype, src.dtype);
+  dispatch_act(
+      [&](auto a, auto b) {
+        launch(convert_kernel<OCTET_T(a), OCTET_T(b)>, src.numel(), s, typed(dst, a), typed(src, b),
+               src.numel());
+      },
+      dst.dtype, src.dtype);
 }
 void fill_random_launch(float* x, size_t n, uint32_t seed, float sigma, cudaStream_t s) {
   launch(fill_random_kernel, int64_t(n), s, x, n, seed, sigma);
 }
 void axpy_launch(float alpha, const Tensor& x, const Tensor& y, cudaStream_t s) {
-  dispatch_act([&](auto a, auto b) {
-    launch(axpy_kernel<OCTET_T(a), OCTET_T(b)>, x.numel(), s, alpha, typed(x, a), typed(y, b), x.numel());
-  }, x.dtype, y.dtype);
+  dispatch_act(
+      [&](auto a, auto b) {
+        launch(axpy_kernel<OCTET_T(a), OCTET_T(b)>, x.numel(), s, alpha, typed(x, a), typed(y, b), x.numel());
+      },
+      x.dtype, y.dtype);
 }
 void scale_launch(float alpha, const Tensor& x, cudaStream_t s) {
-  dispatch_act([&](auto a) {
-    launch(scale_kernel<OCTET_T(a)>, x.numel(), s, alpha, typed(x, a), x.numel());
-  }, x.dtype);
+  dispatch_act([&](auto a) { launch(scale_kernel<OCTET_T(a)>, x.numel(), s, alpha, typed(x, a), x.numel()); },
+               x.dtype);
 }
 void gelu_forward_launch(const Tensor& x, const Tensor& y, cudaStream_t s, unsigned* amax) {
   const bool vec = vec_ok({x.data, y.data});
-  dispatch_act([&](auto a, auto b) {
-    launch(gelu_forward_kernel<OCTET_T(a), OCTET_T(b)>, work_items(x.numel(), vec), s, typed(x, a),
-           typed(y, b), x.numel(), vec, amax);
-  }, x.dtype, y.dtype);
+  dispatch_act(
+      [&](auto a, auto b) {
+        launch(gelu_forward_kernel<OCTET_T(a), OCTET_T(b)>, work_items(x.numel(), vec), s, typed(x, a),
+               typed(y, b), x.numel(), vec, amax);
+      },
+      x.dtype, y.dtype);
 }
 void gelu_backward_launch(const Tensor& x, const Tensor& dy, const Tensor& dx, cudaStream_t s) {
   const bool vec = vec_ok({x.data, dy.data, dx.data});
-  dispatch_act([&](auto a, auto b, auto c) {
-    launch(gelu_backward_kernel<OCTET_T(a), OCTET_T(b), OCTET_T(c)>, work_items(x.numel(), vec), s,
-           typed(x, a), typed(dy, b), typed(dx, c), x.numel(), vec);
-  }, x.dtype, dy.dtype, dx.dtype);
+  dispatch_act(
+      [&](auto a, auto b, auto c) {
+        launch(gelu_backward_kernel<OCTET_T(a), OCTET_T(b), OCTET_T(c)>, work_items(x.numel(), vec), s,
+               typed(x, a), typed(dy, b), typed(dx, c), x.numel(), vec);
+      },
+      x.dtype, dy.dtype, dx.dtype);
 }
 void swiglu_forward_launch(const Tensor& h, const Tensor& y, int64_t rows, int64_t f, cudaStream_t s) {
-  dispatch_act([&](auto a, auto b) {
-    launch(swiglu_forward_kernel<OCTET_T(a), OCTET_T(b)>, rows * f, s, typed(h, a), typed(y, b), rows, f);
-  }, h.dtype, y.dtype);
+  dispatch_act(
+      [&](auto a, auto b) {
+        launch(swiglu_forward_kernel<OCTET_T(a), OCTET_T(b)>, rows * f, s, typed(h, a), typed(y, b), rows, f);
+      },
+      h.dtype, y.dtype);
 }
-void swiglu_backward_launch(const Tensor& h, const Tensor& dy, const Tensor& dh, int64_t rows,
-                            int64_t f, cudaStream_t s) {
-  dispatch_act([&](auto a, auto b, auto c) {
-    launch(swiglu_backward_kernel<OCTET_T(a), OCTET_T(b), OCTET_T(c)>, rows * f, s, typed(h, a),
-           typed(dy, b), typed(dh, c), rows, f);
-  }, h.dtype, dy.dtype, dh.dtype);
+void swiglu_backward_launch(const Tensor& h, const Tensor& dy, const Tensor& dh, int64_t rows, int64_t f,
+                            cudaStream_t s) {
+  dispatch_act(
+      [&](auto a, auto b, auto c) {
+        launch(swiglu_backward_kernel<OCTET_T(a), OCTET_T(b), OCTET_T(c)>, rows * f, s, typed(h, a),
+               typed(dy, b), typed(dh, c), rows, f);
+      },
+      h.dtype, dy.dtype, dh.dtype);
 }
 void embedding_forward_launch(const int32_t* ids, const float* table, const Tensor& out, int64_t n,
                               int64_t dim, cudaStream_t s) {
-  dispatch_act([&](auto a) {
-    launch(embedding_forward_kernel<OCTET_T(a)>, n * dim, s, ids, table, typed(out, a), n, dim);
-  }, out.dtype);
+  dispatch_act(
+      [&](auto a) {
+        launch(embedding_forward_kernel<OCTET_T(a)>, n * dim, s, ids, table, typed(out, a), n, dim);
+      },
+      out.dtype);
 }
-void embedding_backward_launch(const int32_t* ids, const Tensor& dout, float* dtable, int64_t n,
-                               int64_t dim, cudaStream_t s) {
-  dispatch_act([&](auto a) {
-    launch(embedding_backward_kernel<OCTET_T(a)>, n * dim, s, ids, typed(dout, a), dtable, n, dim);
-  }, dout.dtype);
+void embedding_backward_launch(const int32_t* ids, const Tensor& dout, float* dtable, int64_t n, int64_t dim,
+                               cudaStream_t s) {
+  dispatch_act(
+      [&](auto a) {
+        launch(embedding_backward_kernel<OCTET_T(a)>, n * dim, s, ids, typed(dout, a), dtable, n, dim);
+      },
+      dout.dtype);
 }
-void rope_launch(const Tensor& x, int64_t bh, int64_t seq, int64_t head_dim, float theta,
-                 bool inverse, cudaStream_t s) {
-  dispatch_act([&](auto a) {
-    launch(rope_kernel<OCTET_T(a)>, bh * seq * (head_dim / 2), s, typed(x, a), bh, seq, head_dim,
-           double(theta), inverse ? -1.0 : 1.0);
-  }, x.dtype);
+void rope_launch(const Tensor& x, int64_t bh, int64_t seq, int64_t head_dim, float theta, bool inverse,
+                 cudaStream_t s) {
+  dispatch_act(
+      [&](auto a) {
+        launch(rope_kernel<OCTET_T(a)>, bh * seq * (head_dim / 2), s, typed(x, a), bh, seq, head_dim,
+               double(theta), inverse ? -1.0 : 1.0);
+      },
+      x.dtype);
 }
-void qkv_layout_launch(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v,
-                       int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                       int64_t head_dim, bool to_heads, cudaStream_t s) {
+void qkv_layout_launch(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch,
+                       int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim, bool to_heads,
+                       cudaStream_t s) {
   const int64_t w = heads + 2 * kv_heads;
   const Tensor* parts[3] = {&q, &k, &v};
   const int64_t first[3] = {0, heads, heads + kv_heads}, count[3] = {heads, kv_heads, kv_heads};
@@ -332,8 +356,8 @@ void qkv_layout_launch(const Tensor& qkv, const Tensor& q, const Tensor& k, cons
       move_heads(*parts[i], qkv, batch, seq, w, first[i], count[i], head_dim, false, s);
   }
 }
-void heads_tokens_launch(const Tensor& x, const Tensor& y, int64_t batch, int64_t heads,
-                         int64_t seq, int64_t head_dim, bool to_tokens, cudaStream_t s) {
+void heads_tokens_launch(const Tensor& x, const Tensor& y, int64_t batch, int64_t heads, int64_t seq,
+                         int64_t head_dim, bool to_tokens, cudaStream_t s) {
   move_heads(x, y, batch, seq, heads, 0, heads, head_dim, !to_tokens, s);
 }
 

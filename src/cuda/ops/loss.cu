@@ -30,7 +30,7 @@ constexpr int kThreads = 512;
 __device__ __forceinline__ void online_add(const float* v, int k, float& m, double& s) {
   float mx = m;
   for (int j = 0; j < k; ++j) mx = fmaxf(mx, v[j]);
-  if (mx > m) {  // (a NaN logit never raises m: fmaxf drops it; it still reaches s below)
+  if (mx > m) {                 // (a NaN logit never raises m: fmaxf drops it; it still reaches s below)
     s *= double(expf(m - mx));  // m = −inf: exp(−inf) = 0 and s was 0
     m = mx;
   }
@@ -38,10 +38,9 @@ __device__ __forceinline__ void online_add(const float* v, int k, float& m, doub
 }
 
 template <int kVec, class TL, class TD>
-__global__ void __launch_bounds__(kThreads) cross_entropy_kernel(const TL* logits,
-                                                                 const int32_t* targets,
-                                                                 TD* dlogits, double* row_loss,
-                                                                 int64_t vocab, float grad_scale) {
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_kernel(const TL* logits, const int32_t* targets, TD* dlogits, double* row_loss,
+                         int64_t vocab, float grad_scale) {
   __shared__ double dscratch[32];
   __shared__ float fscratch[32];
   const int64_t i = blockIdx.x;
@@ -59,7 +58,10 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(const TL* logit
   double s = 0.0;
   for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) {
     float v[kVec];
-    if constexpr (kVec == 8) ld8(z + 8 * j, v); else v[0] = ld(z, j);
+    if constexpr (kVec == 8)
+      ld8(z + 8 * j, v);
+    else
+      v[0] = ld(z, j);
     online_add(v, kVec, m, s);
   }
   // Block combine: the row max, each thread's sum moved onto it.
@@ -74,35 +76,42 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(const TL* logit
   TD* dz = dlogits + i * vocab;
   for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) {
     float v[kVec];
-    if constexpr (kVec == 8) ld8(z + 8 * j, v); else v[0] = ld(z, j);
+    if constexpr (kVec == 8)
+      ld8(z + 8 * j, v);
+    else
+      v[0] = ld(z, j);
     for (int e = 0; e < kVec; ++e) {
       const int64_t col = kVec * j + e;
       const float p = expf(float(double(v[e]) - lse));
       v[e] = (col == y ? p - 1.0f : p) * grad_scale;
     }
-    if constexpr (kVec == 8) st8(dz + 8 * j, v); else st(dz, j, v[0]);
+    if constexpr (kVec == 8)
+      st8(dz + 8 * j, v);
+    else
+      st(dz, j, v[0]);
   }
 }
 
 }  // namespace
 
 void cross_entropy_launch(const Tensor& logits, const int32_t* targets, const Tensor& dlogits,
-                          double* row_loss, int64_t n, int64_t vocab, float grad_scale,
-                          cudaStream_t s) {
+                          double* row_loss, int64_t n, int64_t vocab, float grad_scale, cudaStream_t s) {
   if (n == 0) return;
   const DType dt = dlogits.empty() ? logits.dtype : dlogits.dtype;
   const bool vec = vocab % 8 == 0 && vec_ok({logits.data, dlogits.data});
-  dispatch_act([&](auto a, auto b) {
-    using TL = std::remove_pointer_t<decltype(a)>;
-    using TD = std::remove_pointer_t<decltype(b)>;
-    TD* dz = dlogits.empty() ? nullptr : typed(dlogits, b);
-    if (vec)
-      cross_entropy_kernel<8, TL, TD><<<unsigned(n), kThreads, 0, s>>>(
-          typed(logits, a), targets, dz, row_loss, vocab, grad_scale);
-    else
-      cross_entropy_kernel<1, TL, TD><<<unsigned(n), kThreads, 0, s>>>(
-          typed(logits, a), targets, dz, row_loss, vocab, grad_scale);
-  }, logits.dtype, dt);
+  dispatch_act(
+      [&](auto a, auto b) {
+        using TL = std::remove_pointer_t<decltype(a)>;
+        using TD = std::remove_pointer_t<decltype(b)>;
+        TD* dz = dlogits.empty() ? nullptr : typed(dlogits, b);
+        if (vec)
+          cross_entropy_kernel<8, TL, TD>
+              <<<unsigned(n), kThreads, 0, s>>>(typed(logits, a), targets, dz, row_loss, vocab, grad_scale);
+        else
+          cross_entropy_kernel<1, TL, TD>
+              <<<unsigned(n), kThreads, 0, s>>>(typed(logits, a), targets, dz, row_loss, vocab, grad_scale);
+      },
+      logits.dtype, dt);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 

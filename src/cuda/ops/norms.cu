@@ -3,8 +3,8 @@
 // statistics and the backward's row sums in double, the weight/bias gradients by a two-stage column
 // reduction (partial sums over chunks of kChunkRows rows in a 256-column x 8-row-lane thread block,
 // then one warp per feature adds the chunks in a fixed order: deterministic, no atomics; the
-// partials live in stream-ordered scratch, cudaMallocAsync). Twin of src/cpu/backend/norms.cpp (same formulas, same
-// double accumulation); see ops.h. x, y, dy, dx may be F32 or BF16 each (typed.cuh); weights,
+// partials live in stream-ordered scratch, cudaMallocAsync). Twin of src/cpu/backend/norms.cpp (same
+// formulas, same double accumulation); see ops.h. x, y, dy, dx may be F32 or BF16 each (typed.cuh); weights,
 // statistics and their gradients are F32. docs/cuda.md §"Memory-bound kernels".
 #include <cuda_runtime.h>
 
@@ -46,8 +46,8 @@ __device__ __forceinline__ void lane_walk(const TA* a, const TB* b, int64_t dim,
 // out[i] = f(i, a[i], b[i]) for each element i of the row this lane owns; returns the largest
 // |out[i]| as stored (float bits: typed.cuh stored_abs_bits), for the forwards' amax output.
 template <bool kVec, class TA, class TB, class TO, class F>
-__device__ __forceinline__ unsigned lane_map(const TA* a, const TB* b, TO* out, int64_t dim,
-                                             int lane, F&& f) {
+__device__ __forceinline__ unsigned lane_map(const TA* a, const TB* b, TO* out, int64_t dim, int lane,
+                                             F&& f) {
   unsigned m = 0;
   if constexpr (kVec) {
     for (int64_t i = 8 * lane; i < dim; i += 256) {
@@ -79,8 +79,8 @@ __device__ __forceinline__ int64_t warp_row(int64_t rows) {
 // amax (may be null): max of |y| as stored, one atomicMax per block (ops.h). The forwards keep every
 // warp to the end (no early return) for that block reduction.
 template <bool kVec, class TX, class TY>
-__global__ void rmsnorm_forward_kernel(const TX* x, const float* w, TY* y, float* rstd,
-                                       int64_t rows, int64_t dim, float eps, unsigned* amax) {
+__global__ void rmsnorm_forward_kernel(const TX* x, const float* w, TY* y, float* rstd, int64_t rows,
+                                       int64_t dim, float eps, unsigned* amax) {
   __shared__ unsigned scratch[32];
   const int64_t r = warp_row(rows);
   const int lane = threadIdx.x % 32;
@@ -99,8 +99,8 @@ __global__ void rmsnorm_forward_kernel(const TX* x, const float* w, TY* y, float
 }
 
 template <bool kVec, class TX, class TD, class TG>
-__global__ void rmsnorm_backward_kernel(const TX* x, const float* w, const float* rstd,
-                                        const TD* dy, TG* dx, int64_t rows, int64_t dim) {
+__global__ void rmsnorm_backward_kernel(const TX* x, const float* w, const float* rstd, const TD* dy, TG* dx,
+                                        int64_t rows, int64_t dim) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % 32;
@@ -108,13 +108,11 @@ __global__ void rmsnorm_backward_kernel(const TX* x, const float* w, const float
   const TD* dyr = dy + r * dim;
   const double rs = rstd[r];
   double gx = 0.0;
-  lane_walk<kVec>(dyr, xr, dim, lane,
-                  [&](int64_t i, float g, float v) { gx += double(g) * w_at(w, i) * v; });
+  lane_walk<kVec>(dyr, xr, dim, lane, [&](int64_t i, float g, float v) { gx += double(g) * w_at(w, i) * v; });
   gx = warp_sum(gx);
   const double c = rs * rs * rs * gx / double(dim);
-  lane_map<kVec>(dyr, xr, dx + r * dim, dim, lane, [&](int64_t i, float g, float v) {
-    return float(rs * double(g) * w_at(w, i) - c * v);
-  });
+  lane_map<kVec>(dyr, xr, dx + r * dim, dim, lane,
+                 [&](int64_t i, float g, float v) { return float(rs * double(g) * w_at(w, i) - c * v); });
 }
 
 // dw[i] += Σ_r dy[r,i]·x̂[r,i], with x̂ = x·rstd (rms) or (x − mean)·rstd (layer); db[i] += Σ_r dy.
@@ -130,9 +128,9 @@ constexpr int kChunkRows = 32, kColLanes = 32, kColsPerLane = 8, kRowLanes = 8;
 constexpr int kColsPerBlock = kColLanes * kColsPerLane;
 
 template <bool kVec, class TX, class TD>
-__global__ void __launch_bounds__(kColLanes * kRowLanes)
-    norm_param_partial_kernel(const TX* x, const float* mean, const float* rstd, const TD* dy,
-                              double* pw, double* pb, int64_t rows, int64_t dim) {
+__global__ void __launch_bounds__(kColLanes* kRowLanes)
+    norm_param_partial_kernel(const TX* x, const float* mean, const float* rstd, const TD* dy, double* pw,
+                              double* pb, int64_t rows, int64_t dim) {
   __shared__ double sw_s[kRowLanes][kColsPerBlock], sb_s[kRowLanes][kColsPerBlock];
   const int64_t c0 = blockIdx.x * int64_t(kColsPerBlock) + kColsPerLane * threadIdx.x;
   const int64_t r0 = blockIdx.y * int64_t(kChunkRows);
@@ -199,9 +197,8 @@ __global__ void norm_param_finish_kernel(const double* pw, const double* pb, flo
 }
 
 template <bool kVec, class TX, class TY>
-__global__ void layernorm_forward_kernel(const TX* x, const float* w, const float* b, TY* y,
-                                         float* mean, float* rstd, int64_t rows, int64_t dim,
-                                         float eps, unsigned* amax) {
+__global__ void layernorm_forward_kernel(const TX* x, const float* w, const float* b, TY* y, float* mean,
+                                         float* rstd, int64_t rows, int64_t dim, float eps, unsigned* amax) {
   __shared__ unsigned scratch[32];
   const int64_t r = warp_row(rows);
   const int lane = threadIdx.x % 32;
@@ -227,9 +224,8 @@ __global__ void layernorm_forward_kernel(const TX* x, const float* w, const floa
 }
 
 template <bool kVec, class TX, class TD, class TG>
-__global__ void layernorm_backward_kernel(const TX* x, const float* w, const float* mean,
-                                          const float* rstd, const TD* dy, TG* dx, int64_t rows,
-                                          int64_t dim) {
+__global__ void layernorm_backward_kernel(const TX* x, const float* w, const float* mean, const float* rstd,
+                                          const TD* dy, TG* dx, int64_t rows, int64_t dim) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % 32;
@@ -254,25 +250,27 @@ __global__ void layernorm_backward_kernel(const TX* x, const float* w, const flo
 #define OCTET_T(tag) std::remove_pointer_t<decltype(tag)>
 
 // dw += Σ_r dy·x̂ and db += Σ_r dy (either may be null) through the two kernels above.
-void norm_param_grad(const Tensor& x, const float* mean, const float* rstd, const Tensor& dy,
-                     float* dw, float* db, int64_t rows, int64_t dim, cudaStream_t s) {
+void norm_param_grad(const Tensor& x, const float* mean, const float* rstd, const Tensor& dy, float* dw,
+                     float* db, int64_t rows, int64_t dim, cudaStream_t s) {
   const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows;
   double* partial = nullptr;  // [2, chunks, dim]: weight partials, then bias partials
-  OCTET_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial),
-                                   size_t(2 * chunks * dim) * sizeof(double), s));
+  OCTET_CUDA_CHECK(
+      cudaMallocAsync(reinterpret_cast<void**>(&partial), size_t(2 * chunks * dim) * sizeof(double), s));
   const dim3 grid(unsigned((dim + kColsPerBlock - 1) / kColsPerBlock), unsigned(chunks));
   const bool vec = dim % kColsPerLane == 0 && vec_ok({x.data, dy.data});
-  dispatch_act([&](auto a, auto b) {
-    using TX = OCTET_T(a);
-    using TD = OCTET_T(b);
-    auto* k = vec ? norm_param_partial_kernel<true, TX, TD> : norm_param_partial_kernel<false, TX, TD>;
-    k<<<grid, dim3(kColLanes, kRowLanes), 0, s>>>(typed(x, a), mean, rstd, typed(dy, b), partial,
-                                                   partial + chunks * dim, rows, dim);
-  }, x.dtype, dy.dtype);
+  dispatch_act(
+      [&](auto a, auto b) {
+        using TX = OCTET_T(a);
+        using TD = OCTET_T(b);
+        auto* k = vec ? norm_param_partial_kernel<true, TX, TD> : norm_param_partial_kernel<false, TX, TD>;
+        k<<<grid, dim3(kColLanes, kRowLanes), 0, s>>>(typed(x, a), mean, rstd, typed(dy, b), partial,
+                                                      partial + chunks * dim, rows, dim);
+      },
+      x.dtype, dy.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
   const unsigned finish_blocks = unsigned((dim + kFinishThreads / 32 - 1) / (kFinishThreads / 32));
-  norm_param_finish_kernel<<<finish_blocks, kFinishThreads, 0, s>>>(partial, partial + chunks * dim,
-                                                                    dw, db, chunks, dim);
+  norm_param_finish_kernel<<<finish_blocks, kFinishThreads, 0, s>>>(partial, partial + chunks * dim, dw, db,
+                                                                    chunks, dim);
   OCTET_CUDA_LAUNCH_CHECK();
   OCTET_CUDA_CHECK(cudaFreeAsync(partial, s));
 }
@@ -280,70 +278,76 @@ void norm_param_grad(const Tensor& x, const float* mean, const float* rstd, cons
 // Blocks of kRowWarps warps for one warp per row; 8-wide walks when dim % 8 == 0 and every act
 // tensor of the row is 16-byte aligned.
 unsigned row_blocks(int64_t rows) { return unsigned((rows + kRowWarps - 1) / kRowWarps); }
-bool rows_vec(int64_t dim, std::initializer_list<const void*> ptrs) {
-  return dim % 8 == 0 && vec_ok(ptrs);
-}
+bool rows_vec(int64_t dim, std::initializer_list<const void*> ptrs) { return dim % 8 == 0 && vec_ok(ptrs); }
 
 }  // namespace
 
-void rmsnorm_forward_launch(const Tensor& x, const float* w, const Tensor& y, float* rstd,
-                            int64_t rows, int64_t dim, float eps, cudaStream_t s, unsigned* amax) {
+void rmsnorm_forward_launch(const Tensor& x, const float* w, const Tensor& y, float* rstd, int64_t rows,
+                            int64_t dim, float eps, cudaStream_t s, unsigned* amax) {
   if (rows == 0) return;
   const bool vec = rows_vec(dim, {x.data, y.data});
-  dispatch_act([&](auto a, auto b) {
-    using TX = OCTET_T(a);
-    using TY = OCTET_T(b);
-    auto* k = vec ? rmsnorm_forward_kernel<true, TX, TY> : rmsnorm_forward_kernel<false, TX, TY>;
-    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, typed(y, b), rstd, rows, dim, eps, amax);
-  }, x.dtype, y.dtype);
+  dispatch_act(
+      [&](auto a, auto b) {
+        using TX = OCTET_T(a);
+        using TY = OCTET_T(b);
+        auto* k = vec ? rmsnorm_forward_kernel<true, TX, TY> : rmsnorm_forward_kernel<false, TX, TY>;
+        k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, typed(y, b), rstd, rows, dim, eps, amax);
+      },
+      x.dtype, y.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
 void rmsnorm_backward_launch(const Tensor& x, const float* w, const float* rstd, const Tensor& dy,
-                             const Tensor& dx, float* dw, int64_t rows, int64_t dim,
-                             cudaStream_t s) {
+                             const Tensor& dx, float* dw, int64_t rows, int64_t dim, cudaStream_t s) {
   if (rows == 0) return;
   const bool vec = rows_vec(dim, {x.data, dy.data, dx.data});
-  dispatch_act([&](auto a, auto b, auto c) {
-    using TX = OCTET_T(a);
-    using TD = OCTET_T(b);
-    using TG = OCTET_T(c);
-    auto* k = vec ? rmsnorm_backward_kernel<true, TX, TD, TG> : rmsnorm_backward_kernel<false, TX, TD, TG>;
-    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, rstd, typed(dy, b), typed(dx, c), rows, dim);
-  }, x.dtype, dy.dtype, dx.dtype);
+  dispatch_act(
+      [&](auto a, auto b, auto c) {
+        using TX = OCTET_T(a);
+        using TD = OCTET_T(b);
+        using TG = OCTET_T(c);
+        auto* k =
+            vec ? rmsnorm_backward_kernel<true, TX, TD, TG> : rmsnorm_backward_kernel<false, TX, TD, TG>;
+        k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, rstd, typed(dy, b), typed(dx, c), rows, dim);
+      },
+      x.dtype, dy.dtype, dx.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
   if (dw) norm_param_grad(x, nullptr, rstd, dy, dw, nullptr, rows, dim, s);
 }
 
-void layernorm_forward_launch(const Tensor& x, const float* w, const float* b, const Tensor& y,
-                              float* mean, float* rstd, int64_t rows, int64_t dim, float eps,
-                              cudaStream_t s, unsigned* amax) {
+void layernorm_forward_launch(const Tensor& x, const float* w, const float* b, const Tensor& y, float* mean,
+                              float* rstd, int64_t rows, int64_t dim, float eps, cudaStream_t s,
+                              unsigned* amax) {
   if (rows == 0) return;
   const bool vec = rows_vec(dim, {x.data, y.data});
-  dispatch_act([&](auto ta, auto tb) {
-    using TX = OCTET_T(ta);
-    using TY = OCTET_T(tb);
-    auto* k = vec ? layernorm_forward_kernel<true, TX, TY> : layernorm_forward_kernel<false, TX, TY>;
-    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, ta), w, b, typed(y, tb), mean, rstd, rows, dim,
-                                             eps, amax);
-  }, x.dtype, y.dtype);
+  dispatch_act(
+      [&](auto ta, auto tb) {
+        using TX = OCTET_T(ta);
+        using TY = OCTET_T(tb);
+        auto* k = vec ? layernorm_forward_kernel<true, TX, TY> : layernorm_forward_kernel<false, TX, TY>;
+        k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, ta), w, b, typed(y, tb), mean, rstd, rows, dim, eps,
+                                                amax);
+      },
+      x.dtype, y.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
-void layernorm_backward_launch(const Tensor& x, const float* w, const float* mean,
-                               const float* rstd, const Tensor& dy, const Tensor& dx, float* dw,
-                               float* db, int64_t rows, int64_t dim, cudaStream_t s) {
+void layernorm_backward_launch(const Tensor& x, const float* w, const float* mean, const float* rstd,
+                               const Tensor& dy, const Tensor& dx, float* dw, float* db, int64_t rows,
+                               int64_t dim, cudaStream_t s) {
   if (rows == 0) return;
   const bool vec = rows_vec(dim, {x.data, dy.data, dx.data});
-  dispatch_act([&](auto a, auto b, auto c) {
-    using TX = OCTET_T(a);
-    using TD = OCTET_T(b);
-    using TG = OCTET_T(c);
-    auto* k = vec ? layernorm_backward_kernel<true, TX, TD, TG>
-                  : layernorm_backward_kernel<false, TX, TD, TG>;
-    k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, mean, rstd, typed(dy, b), typed(dx, c),
-                                             rows, dim);
-  }, x.dtype, dy.dtype, dx.dtype);
+  dispatch_act(
+      [&](auto a, auto b, auto c) {
+        using TX = OCTET_T(a);
+        using TD = OCTET_T(b);
+        using TG = OCTET_T(c);
+        auto* k =
+            vec ? layernorm_backward_kernel<true, TX, TD, TG> : layernorm_backward_kernel<false, TX, TD, TG>;
+        k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, mean, rstd, typed(dy, b), typed(dx, c), rows,
+                                                dim);
+      },
+      x.dtype, dy.dtype, dx.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
   if (dw || db) norm_param_grad(x, mean, rstd, dy, dw, db, rows, dim, s);
 }

@@ -32,25 +32,24 @@ void scale_launch(float a, const Tensor& x, cudaStream_t s);
 void gelu_forward_launch(const Tensor& x, const Tensor& y, cudaStream_t s, unsigned* amax = nullptr);
 void gelu_backward_launch(const Tensor& x, const Tensor& dy, const Tensor& dx, cudaStream_t s);
 /// h [rows, 2f], y [rows, f].
-void swiglu_forward_launch(const Tensor& h, const Tensor& y, int64_t rows, int64_t f,
-                           cudaStream_t s);
-void swiglu_backward_launch(const Tensor& h, const Tensor& dy, const Tensor& dh, int64_t rows,
-                            int64_t f, cudaStream_t s);
+void swiglu_forward_launch(const Tensor& h, const Tensor& y, int64_t rows, int64_t f, cudaStream_t s);
+void swiglu_backward_launch(const Tensor& h, const Tensor& dy, const Tensor& dh, int64_t rows, int64_t f,
+                            cudaStream_t s);
 /// ids [n], table F32 [vocab, dim], out act [n, dim].
 void embedding_forward_launch(const int32_t* ids, const float* table, const Tensor& out, int64_t n,
                               int64_t dim, cudaStream_t s);
-void embedding_backward_launch(const int32_t* ids, const Tensor& dout, float* dtable, int64_t n,
-                               int64_t dim, cudaStream_t s);
+void embedding_backward_launch(const int32_t* ids, const Tensor& dout, float* dtable, int64_t n, int64_t dim,
+                               cudaStream_t s);
 /// x act [bh, seq, head_dim] in place.
-void rope_launch(const Tensor& x, int64_t bh, int64_t seq, int64_t head_dim, float theta,
-                 bool inverse, cudaStream_t s);
+void rope_launch(const Tensor& x, int64_t bh, int64_t seq, int64_t head_dim, float theta, bool inverse,
+                 cudaStream_t s);
 /// qkv [B,T,(H+2G)D] <-> q [B,H,T,D], k, v [B,G,T,D]; to_heads=false is merge_qkv.
-void qkv_layout_launch(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v,
-                       int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                       int64_t head_dim, bool to_heads, cudaStream_t s);
+void qkv_layout_launch(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch,
+                       int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim, bool to_heads,
+                       cudaStream_t s);
 /// [B,H,T,D] -> [B,T,H*D] (to_tokens) or back; x is the source, y the destination.
-void heads_tokens_launch(const Tensor& x, const Tensor& y, int64_t batch, int64_t heads,
-                         int64_t seq, int64_t head_dim, bool to_tokens, cudaStream_t s);
+void heads_tokens_launch(const Tensor& x, const Tensor& y, int64_t batch, int64_t heads, int64_t seq,
+                         int64_t head_dim, bool to_tokens, cudaStream_t s);
 
 /// x[i] = sigma · (a deterministic pseudo-normal sample of (seed, i)) — inputs for benchmarks and
 /// large tests without a host round trip (sum of 4 hashed uniforms, rescaled to unit variance).
@@ -58,25 +57,22 @@ void fill_random_launch(float* x, size_t n, uint32_t seed, float sigma, cudaStre
 
 // norms.cu: x, y, dy, dx act [rows, dim]; w F32 [dim] or null (gain 1); b F32 or null;
 // mean, rstd F32 [rows]; dw, db F32 accumulated (null: skipped).
-void rmsnorm_forward_launch(const Tensor& x, const float* w, const Tensor& y, float* rstd,
-                            int64_t rows, int64_t dim, float eps, cudaStream_t s,
-                            unsigned* amax = nullptr);
+void rmsnorm_forward_launch(const Tensor& x, const float* w, const Tensor& y, float* rstd, int64_t rows,
+                            int64_t dim, float eps, cudaStream_t s, unsigned* amax = nullptr);
 void rmsnorm_backward_launch(const Tensor& x, const float* w, const float* rstd, const Tensor& dy,
-                             const Tensor& dx, float* dw, int64_t rows, int64_t dim,
-                             cudaStream_t s);
-void layernorm_forward_launch(const Tensor& x, const float* w, const float* b, const Tensor& y,
-                              float* mean, float* rstd, int64_t rows, int64_t dim, float eps,
-                              cudaStream_t s, unsigned* amax = nullptr);
-void layernorm_backward_launch(const Tensor& x, const float* w, const float* mean,
-                               const float* rstd, const Tensor& dy, const Tensor& dx, float* dw,
-                               float* db, int64_t rows, int64_t dim, cudaStream_t s);
+                             const Tensor& dx, float* dw, int64_t rows, int64_t dim, cudaStream_t s);
+void layernorm_forward_launch(const Tensor& x, const float* w, const float* b, const Tensor& y, float* mean,
+                              float* rstd, int64_t rows, int64_t dim, float eps, cudaStream_t s,
+                              unsigned* amax = nullptr);
+void layernorm_backward_launch(const Tensor& x, const float* w, const float* mean, const float* rstd,
+                               const Tensor& dy, const Tensor& dx, float* dw, float* db, int64_t rows,
+                               int64_t dim, cudaStream_t s);
 
 // loss.cu: per-row loss (double) into row_loss [n]; dlogits may alias logits or be empty.
 // A target >= vocab makes its row's loss and dlogits NaN (the CPU twin throws; the GPU cannot
 // without a host synchronization, so the NaN reaches the loss the trainer reads).
 void cross_entropy_launch(const Tensor& logits, const int32_t* targets, const Tensor& dlogits,
-                          double* row_loss, int64_t n, int64_t vocab, float grad_scale,
-                          cudaStream_t s);
+                          double* row_loss, int64_t n, int64_t vocab, float grad_scale, cudaStream_t s);
 
 // reduce.cu: partial sums in double, `parts` blocks (reduce_parts(n) of them).
 int reduce_parts(size_t n);
@@ -93,8 +89,8 @@ void accumulate_parts_launch(const double* parts, int n_parts, double* acc, cuda
 void residual_accumulate_launch(const double* r, int64_t n, double* acc, cudaStream_t s);
 
 // reduce.cu: AdamW (double arithmetic per element, as the CPU twin), all F32 [n]
-void adamw_launch(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
-                  float beta2, float eps, float wd, double bc1, double bc2, cudaStream_t s);
+void adamw_launch(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                  float eps, float wd, double bc1, double bc2, cudaStream_t s);
 
 // optim.cu: the fused optimizer step (backend.h adamw_prepare / adamw_apply; adamw_rule.h).
 /// One thread: decides skip and clip from norm_sq[0] (and loss_sum[0] if not null) and updates
@@ -104,7 +100,7 @@ void adamw_prepare_launch(const double* norm_sq, const double* loss_sum, const d
 /// Unless state says skip: AdamW over n elements with clipped gradients, weight decay per element
 /// from segments (F64 [k, 2] rows {end, decay}). Scalar grid-stride, one launch.
 void adamw_apply_launch(float* p, const float* g, float* m, float* v, int64_t n, const double* segments,
-                        int64_t k, const double* state, float lr, float beta1, float beta2, float eps, float wd,
-                        cudaStream_t s);
+                        int64_t k, const double* state, float lr, float beta1, float beta2, float eps,
+                        float wd, cudaStream_t s);
 
 }  // namespace octet::cuda

@@ -18,7 +18,8 @@ constexpr int kThreads = 256;
 
 __global__ void adamw_prepare_kernel(const double* norm_sq, const double* loss_sum, const double* bias_corr,
                                      int64_t t_rows, double* state, float grad_clip) {
-  const StepDecision d = decide_step(norm_sq[0], loss_sum != nullptr, loss_sum ? loss_sum[0] : 0.0, grad_clip);
+  const StepDecision d =
+      decide_step(norm_sq[0], loss_sum != nullptr, loss_sum ? loss_sum[0] : 0.0, grad_clip);
   record_step(d, bias_corr, t_rows, state);
 }
 
@@ -34,7 +35,10 @@ struct Segment {
     int64_t a = 0, b = k - 1;  // the first row with end > x, the last row if none
     while (a < b) {
       const int64_t mid = (a + b) / 2;
-      if (seg[2 * mid] > x) b = mid; else a = mid + 1;
+      if (seg[2 * mid] > x)
+        b = mid;
+      else
+        a = mid + 1;
     }
     lo = a > 0 ? seg[2 * (a - 1)] : 0.0;
     hi = a + 1 < k ? seg[2 * a] : 1e300;
@@ -44,13 +48,14 @@ struct Segment {
 
 template <bool kVec>
 __global__ void adamw_apply_kernel(float* p, const float* g, float* m, float* v, int64_t n, const double* seg,
-                                   int64_t k, const double* state, float lr, float beta1, float beta2, float eps,
-                                   float wd) {
+                                   int64_t k, const double* state, float lr, float beta1, float beta2,
+                                   float eps, float wd) {
   if (state[kOptSkip] != 0.0) return;
   const float clip = float(state[kOptClip]);
   const AdamWCoef c{beta1, beta2, state[kOptBc1], state[kOptBc2], lr, eps};
   Segment sg;
-  const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x,
+                stride = int64_t(gridDim.x) * blockDim.x;
   int64_t tail = 0;
   if constexpr (kVec) {
     for (int64_t j = first; j < n / 4; j += stride) {
@@ -88,8 +93,8 @@ void adamw_prepare_launch(const double* norm_sq, const double* loss_sum, const d
 }
 
 void adamw_apply_launch(float* p, const float* g, float* m, float* v, int64_t n, const double* segments,
-                        int64_t k, const double* state, float lr, float beta1, float beta2, float eps, float wd,
-                        cudaStream_t s) {
+                        int64_t k, const double* state, float lr, float beta1, float beta2, float eps,
+                        float wd, cudaStream_t s) {
   if (n == 0) return;
   const int blocks = reduce_parts(size_t(n)) * 4;  // as adamw_launch: up to 4096 blocks of 256
   const bool vec = vec_ok({p, g, m, v});

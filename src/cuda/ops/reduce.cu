@@ -23,8 +23,7 @@ template <int kKind, class T>  // 0: Σx, 1: Σx², 2: central moments (2 output
 __global__ void reduce_kernel(const T* x, size_t n, double mu, double* parts) {
   __shared__ double scratch[32];
   double a = 0.0, b = 0.0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const double v = ld(x, int64_t(i));
     if (kKind == 0) a += v;
     if (kKind == 1) a += v * v;
@@ -49,8 +48,7 @@ __global__ void reduce_kernel(const T* x, size_t n, double mu, double* parts) {
 __global__ void sum_double_kernel(const double* x, size_t n, double* parts) {
   __shared__ double scratch[32];
   double a = 0.0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x)
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     a += x[i];
   a = block_sum(a, scratch);
   if (threadIdx.x == 0) parts[blockIdx.x] = a;
@@ -75,9 +73,8 @@ __device__ __forceinline__ double nan_max(double a, double b) {
 // form, 256 threads with one dependent load each, took 150 us per call on an H200).
 constexpr int kResidualThreads = 1024, kResidualUnroll = 4;
 
-__global__ void __launch_bounds__(kResidualThreads) residual_accumulate_kernel(const double* r,
-                                                                                int64_t n,
-                                                                                double* acc) {
+__global__ void __launch_bounds__(kResidualThreads)
+    residual_accumulate_kernel(const double* r, int64_t n, double* acc) {
   __shared__ double mx_s[kResidualThreads / 32], sum_s[kResidualThreads / 32];
   double mx[kResidualUnroll], sum[kResidualUnroll];
 #pragma unroll
@@ -109,8 +106,7 @@ __global__ void __launch_bounds__(kResidualThreads) residual_accumulate_kernel(c
 }
 
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_t n, AdamWCoef c, double wd) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x)
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     adamw_element(p[i], m[i], v[i], g[i], c, wd);
 }
 
@@ -125,23 +121,29 @@ int reduce_parts(size_t n) {
 
 void sum_launch(const Tensor& x, double* parts, cudaStream_t s) {
   const size_t n = size_t(x.numel());
-  dispatch_act([&](auto a) {
-    reduce_kernel<0, OCTET_T(a)><<<reduce_parts(n), kThreads, 0, s>>>(typed(x, a), n, 0.0, parts);
-  }, x.dtype);
+  dispatch_act(
+      [&](auto a) {
+        reduce_kernel<0, OCTET_T(a)><<<reduce_parts(n), kThreads, 0, s>>>(typed(x, a), n, 0.0, parts);
+      },
+      x.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 void sum_squares_launch(const Tensor& x, double* parts, cudaStream_t s) {
   const size_t n = size_t(x.numel());
-  dispatch_act([&](auto a) {
-    reduce_kernel<1, OCTET_T(a)><<<reduce_parts(n), kThreads, 0, s>>>(typed(x, a), n, 0.0, parts);
-  }, x.dtype);
+  dispatch_act(
+      [&](auto a) {
+        reduce_kernel<1, OCTET_T(a)><<<reduce_parts(n), kThreads, 0, s>>>(typed(x, a), n, 0.0, parts);
+      },
+      x.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 void central_moments_launch(const Tensor& x, double mu, double* parts2, cudaStream_t s) {
   const size_t n = size_t(x.numel());
-  dispatch_act([&](auto a) {
-    reduce_kernel<2, OCTET_T(a)><<<reduce_parts(n), kThreads, 0, s>>>(typed(x, a), n, mu, parts2);
-  }, x.dtype);
+  dispatch_act(
+      [&](auto a) {
+        reduce_kernel<2, OCTET_T(a)><<<reduce_parts(n), kThreads, 0, s>>>(typed(x, a), n, mu, parts2);
+      },
+      x.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 void accumulate_parts_launch(const double* parts, int n_parts, double* acc, cudaStream_t s) {
@@ -156,11 +158,11 @@ void sum_double_launch(const double* x, size_t n, double* parts, cudaStream_t s)
   sum_double_kernel<<<reduce_parts(n), kThreads, 0, s>>>(x, n, parts);
   OCTET_CUDA_LAUNCH_CHECK();
 }
-void adamw_launch(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
-                  float beta2, float eps, float wd, double bc1, double bc2, cudaStream_t s) {
+void adamw_launch(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                  float eps, float wd, double bc1, double bc2, cudaStream_t s) {
   if (n == 0) return;
-  adamw_kernel<<<reduce_parts(n) * 4, kThreads, 0, s>>>(p, g, m, v, n, AdamWCoef{beta1, beta2, bc1, bc2, lr, eps},
-                                                        double(wd));
+  adamw_kernel<<<reduce_parts(n) * 4, kThreads, 0, s>>>(
+      p, g, m, v, n, AdamWCoef{beta1, beta2, bc1, bc2, lr, eps}, double(wd));
   OCTET_CUDA_LAUNCH_CHECK();
 }
 

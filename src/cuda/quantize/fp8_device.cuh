@@ -22,8 +22,7 @@ namespace octet::cuda {
 
 /// fp8_encode(y, f, true) in one conversion instruction (plus the NaN sign select).
 __device__ __forceinline__ uint8_t fp8_encode_sat(float y, Format f) {
-  const uint8_t c =
-      __nv_cvt_float_to_fp8(y, __NV_SATFINITE, f == Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+  const uint8_t c = __nv_cvt_float_to_fp8(y, __NV_SATFINITE, f == Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
   return y != y ? uint8_t(((__float_as_uint(y) >> 24) & 0x80u) | 0x7Fu) : c;
 }
 
@@ -32,8 +31,8 @@ __device__ __forceinline__ uint8_t fp8_encode_sat(float y, Format f) {
 /// input (tests/fp8/cuda_oracle_test.cpp); a NaN gives the canonical code 0x7F (0xFF for −NaN),
 /// where fp8_encode_sat keeps the input's sign. A constant e5m2 folds to the one instruction.
 __device__ __forceinline__ uint32_t fp8x2(float x0, float x1, bool e5m2) {
-  return uint32_t(__nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE,
-                                           e5m2 ? __NV_E5M2 : __NV_E4M3));
+  return uint32_t(
+      __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3));
 }
 
 /// The amax whose |x| bit pattern is b (the unsigned-max reduction's result): NaN above inf.

@@ -28,22 +28,26 @@ OCTET_HD int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
 /// The scale layout a recipe and role give (block: 128x128 for weights, 1x128 otherwise).
 inline ScaleLayout scale_layout_for(Recipe recipe, Role role) {
   switch (recipe) {
-    case Recipe::Row: return ScaleLayout::RowVector;
-    case Recipe::Block: return role == Role::Weight ? ScaleLayout::Blk128 : ScaleLayout::Vec128;
-    case Recipe::MX: return ScaleLayout::Vec32;
-    default: return ScaleLayout::Tensor;
+    case Recipe::Row:
+      return ScaleLayout::RowVector;
+    case Recipe::Block:
+      return role == Role::Weight ? ScaleLayout::Blk128 : ScaleLayout::Vec128;
+    case Recipe::MX:
+      return ScaleLayout::Vec32;
+    default:
+      return ScaleLayout::Tensor;
   }
 }
 
 /// Non-owning view of a device FP8 operand (see the file comment for the layouts).
 struct DevQTensor {
-  int64_t rows = 0, cols = 0;      ///< logical shape
-  int64_t rows_pad = 0, ld = 0;    ///< padded row count and leading dimension (multiples of 16)
+  int64_t rows = 0, cols = 0;    ///< logical shape
+  int64_t rows_pad = 0, ld = 0;  ///< padded row count and leading dimension (multiples of 16)
   Format format = Format::E4M3;
   ScaleLayout layout = ScaleLayout::Tensor;
-  uint8_t* codes = nullptr;        ///< rows_pad * ld bytes
-  float* scale_inv = nullptr;      ///< scale_count() floats
-  int64_t scale_ld = 0;            ///< row stride of the scale grid (layout-specific)
+  uint8_t* codes = nullptr;    ///< rows_pad * ld bytes
+  float* scale_inv = nullptr;  ///< scale_count() floats
+  int64_t scale_ld = 0;        ///< row stride of the scale grid (layout-specific)
 
   /// Sets rows/cols and derives the padded sizes and the scale stride of `layout`.
   OCTET_HD void set_shape(int64_t r, int64_t c) {
@@ -52,43 +56,68 @@ struct DevQTensor {
     rows_pad = round_up(r, 16);
     ld = round_up(c, 16);
     switch (layout) {
-      case ScaleLayout::Tensor: scale_ld = 1; break;
-      case ScaleLayout::RowVector: scale_ld = 1; break;
-      case ScaleLayout::Vec128: scale_ld = rows_pad; break;
-      case ScaleLayout::Blk128: scale_ld = round_up(ceil_div(ld, 128), 4); break;
-      case ScaleLayout::Vec32: scale_ld = ceil_div(ld, 32); break;
+      case ScaleLayout::Tensor:
+        scale_ld = 1;
+        break;
+      case ScaleLayout::RowVector:
+        scale_ld = 1;
+        break;
+      case ScaleLayout::Vec128:
+        scale_ld = rows_pad;
+        break;
+      case ScaleLayout::Blk128:
+        scale_ld = round_up(ceil_div(ld, 128), 4);
+        break;
+      case ScaleLayout::Vec32:
+        scale_ld = ceil_div(ld, 32);
+        break;
     }
   }
   OCTET_HD int64_t code_count() const { return rows_pad * ld; }
   OCTET_HD int64_t scale_count() const {
     switch (layout) {
-      case ScaleLayout::Tensor: return 1;
-      case ScaleLayout::RowVector: return rows_pad;
-      case ScaleLayout::Vec128: return ceil_div(ld, 128) * rows_pad;
-      case ScaleLayout::Blk128: return ceil_div(rows_pad, 128) * scale_ld;
-      case ScaleLayout::Vec32: return rows_pad * scale_ld;
+      case ScaleLayout::Tensor:
+        return 1;
+      case ScaleLayout::RowVector:
+        return rows_pad;
+      case ScaleLayout::Vec128:
+        return ceil_div(ld, 128) * rows_pad;
+      case ScaleLayout::Blk128:
+        return ceil_div(rows_pad, 128) * scale_ld;
+      case ScaleLayout::Vec32:
+        return rows_pad * scale_ld;
     }
     return 1;
   }
   /// Index into scale_inv of the block holding element (r, c).
   OCTET_HD int64_t scale_index(int64_t r, int64_t c) const {
     switch (layout) {
-      case ScaleLayout::Tensor: return 0;
-      case ScaleLayout::RowVector: return r;
-      case ScaleLayout::Vec128: return (c / 128) * scale_ld + r;
-      case ScaleLayout::Blk128: return (r / 128) * scale_ld + c / 128;
-      case ScaleLayout::Vec32: return r * scale_ld + c / 32;
+      case ScaleLayout::Tensor:
+        return 0;
+      case ScaleLayout::RowVector:
+        return r;
+      case ScaleLayout::Vec128:
+        return (c / 128) * scale_ld + r;
+      case ScaleLayout::Blk128:
+        return (r / 128) * scale_ld + c / 128;
+      case ScaleLayout::Vec32:
+        return r * scale_ld + c / 32;
     }
     return 0;
   }
   /// Block shape in octet's host convention (quant.h BlockShape).
   BlockShape block() const {
     switch (layout) {
-      case ScaleLayout::Tensor: return {rows, cols};
-      case ScaleLayout::RowVector: return {1, cols};
-      case ScaleLayout::Vec128: return {1, 128};
-      case ScaleLayout::Blk128: return {128, 128};
-      case ScaleLayout::Vec32: return {1, 32};
+      case ScaleLayout::Tensor:
+        return {rows, cols};
+      case ScaleLayout::RowVector:
+        return {1, cols};
+      case ScaleLayout::Vec128:
+        return {1, 128};
+      case ScaleLayout::Blk128:
+        return {128, 128};
+      case ScaleLayout::Vec32:
+        return {1, 32};
     }
     return {rows, cols};
   }

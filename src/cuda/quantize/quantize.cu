@@ -59,12 +59,15 @@ __device__ __forceinline__ float block_scale(float amax, const TileParams& p) {
 }
 
 // The amax of the block of `layout` that holds sub-block q (32 wide) of line i of the tile.
-__device__ __forceinline__ unsigned block_bits(ScaleLayout layout, const unsigned* bits, int i,
-                                               int q, unsigned tile_max) {
+__device__ __forceinline__ unsigned block_bits(ScaleLayout layout, const unsigned* bits, int i, int q,
+                                               unsigned tile_max) {
   switch (layout) {
-    case ScaleLayout::Vec32: return bits[i * 4 + q];
-    case ScaleLayout::Blk128: return tile_max;
-    default: return max(max(bits[i * 4], bits[i * 4 + 1]), max(bits[i * 4 + 2], bits[i * 4 + 3]));
+    case ScaleLayout::Vec32:
+      return bits[i * 4 + q];
+    case ScaleLayout::Blk128:
+      return tile_max;
+    default:
+      return max(max(bits[i * 4], bits[i * 4 + 1]), max(bits[i * 4 + 2], bits[i * 4 + 3]));
   }
 }
 
@@ -77,16 +80,26 @@ struct ScaleRange {
 // Writes 1/s for the block of `q` holding element (r, c), once per block (the caller picks the
 // thread: the first line and first 32-wide sub-block of the block inside this tile).
 __device__ __forceinline__ void store_scale(const DevQTensor& q, int64_t r, int64_t c, float s,
-                                            bool first_tile_row, bool first_tile_col, int i,
-                                            int sub, ScaleRange* range) {
+                                            bool first_tile_row, bool first_tile_col, int i, int sub,
+                                            ScaleRange* range) {
   if (r >= q.rows_pad || c >= q.ld) return;
   bool writer = false;
   switch (q.layout) {
-    case ScaleLayout::Tensor: writer = first_tile_row && first_tile_col && i == 0 && sub == 0; break;
-    case ScaleLayout::RowVector: writer = first_tile_col && sub == 0; break;
-    case ScaleLayout::Vec128: writer = sub == 0; break;
-    case ScaleLayout::Vec32: writer = true; break;
-    case ScaleLayout::Blk128: writer = i == 0 && sub == 0; break;
+    case ScaleLayout::Tensor:
+      writer = first_tile_row && first_tile_col && i == 0 && sub == 0;
+      break;
+    case ScaleLayout::RowVector:
+      writer = first_tile_col && sub == 0;
+      break;
+    case ScaleLayout::Vec128:
+      writer = sub == 0;
+      break;
+    case ScaleLayout::Vec32:
+      writer = true;
+      break;
+    case ScaleLayout::Blk128:
+      writer = i == 0 && sub == 0;
+      break;
   }
   if (!writer) return;
   const float inv = 1.0f / s;
@@ -161,11 +174,11 @@ __device__ __forceinline__ float tensor_scale(const unsigned* amax_bits, Format 
 template <int kSource>
 __global__ void __launch_bounds__(kThreads, 2) quantize_tile_kernel(TileParams p) {
   extern __shared__ float smem[];
-  float* tile = smem;                                        // [128][132]
+  float* tile = smem;                                                  // [128][132]
   unsigned* rbits = reinterpret_cast<unsigned*>(tile + kTile * kLds);  // [128][4] row sub-blocks
-  unsigned* cbits = rbits + kTile * 4;                       // [128][4] column sub-blocks
-  float* rs = reinterpret_cast<float*>(cbits + kTile * 4);   // [128][4] row-wise scales
-  float* cs = rs + kTile * 4;                                // [128][4] column-wise scales
+  unsigned* cbits = rbits + kTile * 4;                                 // [128][4] column sub-blocks
+  float* rs = reinterpret_cast<float*>(cbits + kTile * 4);             // [128][4] row-wise scales
+  float* cs = rs + kTile * 4;                                          // [128][4] column-wise scales
   __shared__ unsigned tile_max;
   __shared__ unsigned long long cnt[4];
   __shared__ ScaleRange range;
@@ -206,10 +219,10 @@ __global__ void __launch_bounds__(kThreads, 2) quantize_tile_kernel(TileParams p
   if (p.amax_only) {
     if (tid == 0) atomicMax(&p.acc.counters->amax_bits, tile_max);
     if (p.acc.row_amax && tid < kTile) {
-      const unsigned mr = max(max(rbits[tid * 4], rbits[tid * 4 + 1]),
-                              max(rbits[tid * 4 + 2], rbits[tid * 4 + 3]));
-      const unsigned mc = max(max(cbits[tid * 4], cbits[tid * 4 + 1]),
-                              max(cbits[tid * 4 + 2], cbits[tid * 4 + 3]));
+      const unsigned mr =
+          max(max(rbits[tid * 4], rbits[tid * 4 + 1]), max(rbits[tid * 4 + 2], rbits[tid * 4 + 3]));
+      const unsigned mc =
+          max(max(cbits[tid * 4], cbits[tid * 4 + 1]), max(cbits[tid * 4 + 2], cbits[tid * 4 + 3]));
       if (r0 + tid < p.rows_pad) atomicMax(&p.acc.row_amax[r0 + tid], mr);
       if (c0 + tid < p.cols_pad) atomicMax(&p.acc.col_amax[c0 + tid], mc);
     }
@@ -307,8 +320,7 @@ void launch_tile(const TileParams& p, cudaStream_t stream) {
   const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
   if (!(configured.load() & bit)) {
     OCTET_CUDA_CHECK(cudaFuncSetAttribute(quantize_tile_kernel<kSource>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          int(kSmemBytes)));
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
     configured.fetch_or(bit);
   }
   const dim3 grid(unsigned(ceil_div(p.cols_pad, kTile)), unsigned(ceil_div(p.rows_pad, kTile)));
@@ -415,8 +427,7 @@ __device__ __forceinline__ uint32_t encode4_sat(const float (&v)[4], float s, un
   if ((y[0] != y[0]) | (y[1] != y[1]) | (y[2] != y[2]) | (y[3] != y[3])) {
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      if (y[i] != y[i])
-        word = (word & ~(0xFFu << (8 * i))) | uint32_t(fp8_encode_sat(y[i], kF)) << (8 * i);
+      if (y[i] != y[i]) word = (word & ~(0xFFu << (8 * i))) | uint32_t(fp8_encode_sat(y[i], kF)) << (8 * i);
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -429,8 +440,7 @@ __device__ __forceinline__ uint32_t encode4_sat(const float (&v)[4], float s, un
 // kFmt: 0 = E4M3 and 1 = E5M2 with saturation (the training recipes: encode4_sat for every word
 // inside the tensor), 2 = p.format / p.saturate read at run time (encode_counted per element).
 template <class T, int kSource, int kFmt>
-__global__ void __launch_bounds__(kTtThreads, sizeof(T) == 2 ? 6 : 4)
-    quantize_tensor_kernel(TileParams p) {
+__global__ void __launch_bounds__(kTtThreads, sizeof(T) == 2 ? 6 : 4) quantize_tensor_kernel(TileParams p) {
   __shared__ uint32_t colw[kTtCols * kTtWords];
   __shared__ unsigned blk_under, blk_sat, blk_amax;
   __shared__ float blk_scale;
@@ -542,12 +552,17 @@ void launch_tensor(const TileParams& p, cudaStream_t stream) {
     quantize_tensor_kernel<T, kSource, kFmt><<<unsigned(tiles), kTtThreads, 0, stream>>>(p);
   };
   auto formats = [&](auto t) {
-    if (fmt == 0) go(t, std::integral_constant<int, 0>{});
-    else if (fmt == 1) go(t, std::integral_constant<int, 1>{});
-    else go(t, std::integral_constant<int, 2>{});
+    if (fmt == 0)
+      go(t, std::integral_constant<int, 0>{});
+    else if (fmt == 1)
+      go(t, std::integral_constant<int, 1>{});
+    else
+      go(t, std::integral_constant<int, 2>{});
   };
-  if (p.x_bf16) formats(uint16_t{});
-  else formats(float{});
+  if (p.x_bf16)
+    formats(uint16_t{});
+  else
+    formats(float{});
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
@@ -569,7 +584,8 @@ int grid_for(int64_t n, int threads) {
 __global__ void encode_piece_kernel(const float* x, int64_t n, const unsigned* amax_bits, Format f,
                                     int margin, bool pow2, bool saturate, uint8_t* codes) {
   const float s = tensor_scale(amax_bits, f, margin, pow2);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
     codes[i] = encode(x[i] * s, f, saturate);
 }
 
@@ -578,9 +594,9 @@ __global__ void encode_piece_kernel(const float* x, int64_t n, const unsigned* a
 // transposed stores are consecutive in a warp; the padding of both copies is written 0. Block (0,0)
 // also writes scale_inv.
 constexpr int kT = 32;
-__global__ void install_codes_kernel(const uint8_t* codes, int64_t rows, int64_t cols, const unsigned* amax_bits,
-                                     int margin, bool pow2, bool has_row, DevQTensor row, bool has_col,
-                                     DevQTensor col) {
+__global__ void install_codes_kernel(const uint8_t* codes, int64_t rows, int64_t cols,
+                                     const unsigned* amax_bits, int margin, bool pow2, bool has_row,
+                                     DevQTensor row, bool has_col, DevQTensor col) {
   __shared__ uint8_t tile[kT][kT + 1];
   const int64_t r0 = int64_t(blockIdx.y) * kT, c0 = int64_t(blockIdx.x) * kT;
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -641,8 +657,8 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
   OCTET_CHECK(a.accum.counters, "quantize: no counters");
   OCTET_CUDA_CHECK(cudaMemsetAsync(a.accum.counters, 0, sizeof(QuantCounters), stream));
   const bool given = a.source == ScaleSource::TensorAmax && a.amax_given;
-  const bool prepass = (a.source == ScaleSource::TensorAmax && !given) ||
-                       a.source == ScaleSource::RowCol || a.amax_prepass;
+  const bool prepass =
+      (a.source == ScaleSource::TensorAmax && !given) || a.source == ScaleSource::RowCol || a.amax_prepass;
   if (given)
     OCTET_CUDA_CHECK(cudaMemcpyAsync(&a.accum.counters->amax_bits, a.amax_given, sizeof(unsigned),
                                      cudaMemcpyDeviceToDevice, stream));
@@ -659,8 +675,8 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
       pre.amax_only = true;
       launch_tile<int(ScaleSource::Tile)>(pre, stream);
     } else {  // one tensor amax: a streaming reduction
-      tensor_amax_launch(a.x, a.x_bf16, a.rows * a.cols, a.skip_prepass_if,
-                         &a.accum.counters->amax_bits, stream);
+      tensor_amax_launch(a.x, a.x_bf16, a.rows * a.cols, a.skip_prepass_if, &a.accum.counters->amax_bits,
+                         stream);
     }
     if (a.after_prepass) a.after_prepass(a.after_prepass_ctx, stream);
   }
@@ -683,8 +699,12 @@ void quantize_launch(const QuantizeArgs& a, cudaStream_t stream) {
       else
         launch_tile<int(ScaleSource::TensorAmax)>(p, stream);
       break;
-    case ScaleSource::RowCol: launch_tile<int(ScaleSource::RowCol)>(p, stream); break;
-    case ScaleSource::Tile: launch_tile<int(ScaleSource::Tile)>(p, stream); break;
+    case ScaleSource::RowCol:
+      launch_tile<int(ScaleSource::RowCol)>(p, stream);
+      break;
+    case ScaleSource::Tile:
+      launch_tile<int(ScaleSource::Tile)>(p, stream);
+      break;
   }
 }
 

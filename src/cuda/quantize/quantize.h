@@ -43,21 +43,21 @@ struct QuantCounters {
 
 /// Device accumulators of one quantization (zeroed by quantize_launch).
 struct QuantAccum {
-  QuantCounters* counters = nullptr;        ///< required
-  unsigned* row_amax = nullptr;             ///< [rows_pad of the source] (RowCol only)
-  unsigned* col_amax = nullptr;             ///< [cols padded to 16] (RowCol only)
+  QuantCounters* counters = nullptr;  ///< required
+  unsigned* row_amax = nullptr;       ///< [rows_pad of the source] (RowCol only)
+  unsigned* col_amax = nullptr;       ///< [cols padded to 16] (RowCol only)
 };
 
 struct QuantizeArgs {
-  const void* x = nullptr;    ///< source [rows, cols], row-major, contiguous
-  bool x_bf16 = false;        ///< x holds BF16 bit patterns (else FP32)
+  const void* x = nullptr;  ///< source [rows, cols], row-major, contiguous
+  bool x_bf16 = false;      ///< x holds BF16 bit patterns (else FP32)
   int64_t rows = 0, cols = 0;
   ScaleSource source = ScaleSource::TensorAmax;
   int margin = 0;
   bool pow2 = false;
   bool saturate = true;
-  bool mx = false;                   ///< OCP MX scales (fp8.h mx_scale_e8m0); the cast saturates
-  bool amax_prepass = false;         ///< Pointer source: reduce the amax before the cast
+  bool mx = false;            ///< OCP MX scales (fp8.h mx_scale_e8m0); the cast saturates
+  bool amax_prepass = false;  ///< Pointer source: reduce the amax before the cast
   /// Pointer source with a pre-pass: the pre-pass does nothing if *skip_prepass_if > 0 (decided
   /// on the device: tensor-delayed skips it once its history is non-empty); the cast then reduces
   /// the amax itself.
@@ -86,8 +86,8 @@ void quantize_launch(const QuantizeArgs& args, cudaStream_t stream);
 /// *amax_bits = max(*amax_bits, |x| max as float bits) over x [n] (F32, or BF16 bit patterns if
 /// x_bf16; NaN compares largest); nothing if skip_if && *skip_if > 0 (read on the device).
 /// One streaming pass, no host synchronization. Throws octet::Error for n < 1.
-void tensor_amax_launch(const void* x, bool x_bf16, int64_t n, const int* skip_if,
-                        unsigned* amax_bits, cudaStream_t stream);
+void tensor_amax_launch(const void* x, bool x_bf16, int64_t n, const int* skip_if, unsigned* amax_bits,
+                        cudaStream_t stream);
 
 /// FP8 weight all-gather (octet::Linear::encode_weight_piece, docs/distributed.md §"FP8 all-gather"):
 /// codes[i] = the tile cast's code of x[i] (F32 [n], n >= 1) under the tensor scale
@@ -112,24 +112,21 @@ void dequantize_launch(const DevQTensor& q, float* out, cudaStream_t stream);
 /// pending = the amax recorded since the last update (float bits, NaN largest).
 /// select (after the amax pre-pass): scale[1] = this tensor's scale_from_amax if the history is
 /// empty and the amax finite, else scale[0].
-void delayed_select_launch(const unsigned* amax_bits, const int* state_i, float* scale,
-                           Format format, int margin, bool pow2, cudaStream_t stream);
+void delayed_select_launch(const unsigned* amax_bits, const int* state_i, float* scale, Format format,
+                           int margin, bool pow2, cudaStream_t stream);
 /// record (after the cast): pending = max(pending, amax) (a NaN sticks); sets the recorded flag.
-void delayed_record_launch(const unsigned* amax_bits, unsigned* pending, int* state_i,
-                           cudaStream_t stream);
+void delayed_record_launch(const unsigned* amax_bits, unsigned* pending, int* state_i, cudaStream_t stream);
 /// update: nothing recorded: no change. Else the flag and pending are cleared; a finite amax is
 /// appended to the circular history [hist_len] and scale[0] = scale_from_amax(max or most recent
 /// of the history); a NaN/inf amax keeps the scale and the history, sets the last-overflow flag
 /// and counts it (a finite one clears the flag).
-void delayed_update_launch(unsigned* pending, float* history, int hist_len, int* state_i,
-                           float* scale, Format format, int margin, bool pow2, bool most_recent,
-                           cudaStream_t stream);
+void delayed_update_launch(unsigned* pending, float* history, int hist_len, int* state_i, float* scale,
+                           Format format, int margin, bool pow2, bool most_recent, cudaStream_t stream);
 /// pending = amax bits (amax < 0: nothing recorded), for a cross-rank reduction (quant.h).
 void delayed_set_pending_launch(unsigned* pending, int* state_i, float amax, cudaStream_t stream);
 /// The cross-rank exchange form (octet::Linear::pending_amaxes, backend.h) of pending, read into /
 /// written from the device int *out / *in (−1: nothing recorded), enqueued without a host wait.
-void delayed_get_exchange_launch(const unsigned* pending, const int* state_i, int* out,
-                                 cudaStream_t stream);
+void delayed_get_exchange_launch(const unsigned* pending, const int* state_i, int* out, cudaStream_t stream);
 void delayed_set_exchange_launch(unsigned* pending, int* state_i, const int* in, cudaStream_t stream);
 
 }  // namespace octet::cuda

@@ -15,8 +15,8 @@ namespace {
 
 // tensor-delayed (quantize.h): the scale of this quantization, after the amax pre-pass.
 // Non-empty history or a non-finite amax: the delayed scale; else this tensor's own amax.
-__global__ void delayed_select_kernel(const unsigned* amax_bits, const int* st, float* scale,
-                                      Format format, int margin, bool pow2) {
+__global__ void delayed_select_kernel(const unsigned* amax_bits, const int* st, float* scale, Format format,
+                                      int margin, bool pow2) {
   const float amax = amax_from_bits(*amax_bits);
   const bool finite = amax < INFINITY;
   scale[1] = (finite && st[0] == 0) ? scale_from_amax(amax, format, margin, pow2) : scale[0];
@@ -27,9 +27,8 @@ __global__ void delayed_record_kernel(const unsigned* amax_bits, unsigned* pendi
   st[4] = 1;
 }
 
-__global__ void delayed_update_kernel(unsigned* pending, float* history, int hist_len, int* st,
-                                      float* scale, Format format, int margin, bool pow2,
-                                      bool most_recent) {
+__global__ void delayed_update_kernel(unsigned* pending, float* history, int hist_len, int* st, float* scale,
+                                      Format format, int margin, bool pow2, bool most_recent) {
   if (!st[4]) return;  // nothing recorded since the last update
   const float amax = amax_from_bits(*pending);
   st[4] = 0;
@@ -67,23 +66,21 @@ __global__ void delayed_set_exchange_kernel(unsigned* pending, int* st, const in
 }
 }  // namespace
 
-void delayed_select_launch(const unsigned* amax_bits, const int* state_i, float* scale,
-                           Format format, int margin, bool pow2, cudaStream_t stream) {
+void delayed_select_launch(const unsigned* amax_bits, const int* state_i, float* scale, Format format,
+                           int margin, bool pow2, cudaStream_t stream) {
   delayed_select_kernel<<<1, 1, 0, stream>>>(amax_bits, state_i, scale, format, margin, pow2);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
-void delayed_record_launch(const unsigned* amax_bits, unsigned* pending, int* state_i,
-                           cudaStream_t stream) {
+void delayed_record_launch(const unsigned* amax_bits, unsigned* pending, int* state_i, cudaStream_t stream) {
   delayed_record_kernel<<<1, 1, 0, stream>>>(amax_bits, pending, state_i);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
-void delayed_update_launch(unsigned* pending, float* history, int hist_len, int* state_i,
-                           float* scale, Format format, int margin, bool pow2, bool most_recent,
-                           cudaStream_t stream) {
-  delayed_update_kernel<<<1, 1, 0, stream>>>(pending, history, hist_len, state_i, scale, format,
-                                             margin, pow2, most_recent);
+void delayed_update_launch(unsigned* pending, float* history, int hist_len, int* state_i, float* scale,
+                           Format format, int margin, bool pow2, bool most_recent, cudaStream_t stream) {
+  delayed_update_kernel<<<1, 1, 0, stream>>>(pending, history, hist_len, state_i, scale, format, margin, pow2,
+                                             most_recent);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
@@ -92,8 +89,7 @@ void delayed_set_pending_launch(unsigned* pending, int* state_i, float amax, cud
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
-void delayed_get_exchange_launch(const unsigned* pending, const int* state_i, int* out,
-                                 cudaStream_t stream) {
+void delayed_get_exchange_launch(const unsigned* pending, const int* state_i, int* out, cudaStream_t stream) {
   delayed_get_exchange_kernel<<<1, 1, 0, stream>>>(pending, state_i, out);
   OCTET_CUDA_LAUNCH_CHECK();
 }

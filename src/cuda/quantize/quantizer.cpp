@@ -16,8 +16,7 @@
 
 namespace octet::cuda {
 
-void DevQ::ensure(int64_t rows, int64_t cols, Format format, ScaleLayout layout,
-                  CudaBackend& backend) {
+void DevQ::ensure(int64_t rows, int64_t cols, Format format, ScaleLayout layout, CudaBackend& backend) {
   view.format = format;
   view.layout = layout;
   view.set_shape(rows, cols);
@@ -40,14 +39,13 @@ float from_bits(unsigned b) {
 }
 }  // namespace
 
-CudaQuantizer::CudaQuantizer(const QuantConfig& config, Role role, CudaBackend& backend,
-                             cudaStream_t stream)
+CudaQuantizer::CudaQuantizer(const QuantConfig& config, Role role, CudaBackend& backend, cudaStream_t stream)
     : config_(config), role_(role), backend_(backend), stream_(stream) {
   config.validate("quantizer: ");  // the CPU Quantizer's rules (src/core/quant_rules.cpp)
   counters_.reserve(1, stream_);
   scale_.reserve(2, stream_);
-  fill_launch(Tensor(scale_.get(), DType::F32, {2}),
-              config.recipe == Recipe::Unit ? config.unit_scale : 1.0f, stream_);
+  fill_launch(Tensor(scale_.get(), DType::F32, {2}), config.recipe == Recipe::Unit ? config.unit_scale : 1.0f,
+              stream_);
   OCTET_CUDA_CHECK(cudaMemsetAsync(counters_.get(), 0, sizeof(QuantCounters), stream_));
   if (config.recipe == Recipe::TensorDelayed) {
     history_.reserve(size_t(config.amax_history_len), stream_);
@@ -119,7 +117,9 @@ void CudaQuantizer::quantize(const Tensor& x, DevQ* rowwise, DevQ* colwise, cons
       a.accum.col_amax = col_amax_.reserve(size_t(round_up(cols, 16)), stream_);
       break;
     case Recipe::Block:
-    case Recipe::MX: a.source = ScaleSource::Tile; break;
+    case Recipe::MX:
+      a.source = ScaleSource::Tile;
+      break;
   }
   quantize_launch(a, stream_);
   if (config_.recipe == Recipe::TensorDelayed)
@@ -131,8 +131,8 @@ void CudaQuantizer::quantize(const Tensor& x, DevQ* rowwise, DevQ* colwise, cons
 
 void CudaQuantizer::update() {
   if (config_.recipe != Recipe::TensorDelayed) return;
-  delayed_update_launch(pending_.get(), history_.get(), config_.amax_history_len, state_.get(),
-                        scale_.get(), format(), config_.margin, config_.pow2_scales,
+  delayed_update_launch(pending_.get(), history_.get(), config_.amax_history_len, state_.get(), scale_.get(),
+                        format(), config_.margin, config_.pow2_scales,
                         config_.amax_algo == AmaxAlgo::MostRecent, stream_);
 }
 
@@ -156,13 +156,14 @@ void CudaQuantizer::pending_exchange(int32_t* out) const {
 }
 
 void CudaQuantizer::set_pending_exchange(const int32_t* in) {
-  OCTET_CHECK(config_.recipe == Recipe::TensorDelayed, "set_pending_exchange: not a tensor-delayed quantizer");
+  OCTET_CHECK(config_.recipe == Recipe::TensorDelayed,
+              "set_pending_exchange: not a tensor-delayed quantizer");
   delayed_set_exchange_launch(pending_.get(), state_.get(), in, stream_);
 }
 
 void CudaQuantizer::read_state(int st[5]) const {
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(st, state_.get(), kStateInts * sizeof(int),
-                                   cudaMemcpyDeviceToHost, stream_));
+  OCTET_CUDA_CHECK(
+      cudaMemcpyAsync(st, state_.get(), kStateInts * sizeof(int), cudaMemcpyDeviceToHost, stream_));
   OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 

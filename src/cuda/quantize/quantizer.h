@@ -92,15 +92,15 @@ class CudaQuantizer {
   Role role_;
   CudaBackend& backend_;
   cudaStream_t stream_;
-  DeviceBuffer<QuantCounters> counters_;        // [1]: amax, counts, scale range of the last quantization
+  DeviceBuffer<QuantCounters> counters_;  // [1]: amax, counts, scale range of the last quantization
   const unsigned* amax_bits() const { return &counters_.get()->amax_bits; }  // device address
-  QuantCounters read_counters() const;         // synchronizes
-  DeviceBuffer<unsigned> row_amax_, col_amax_;  // row recipe scratch
-  DeviceBuffer<float> scale_;                   // [2]: delayed scale, this quantization's scale
-  DeviceBuffer<float> history_;                 // [H]
-  DeviceBuffer<int> state_;                     // [5]: quantize.h delayed state
-  DeviceBuffer<unsigned> pending_;              // [1]: recorded amax bits
-  bool history_nonempty_ = false;  // host knowledge (from a synchronizing read or a load)
+  QuantCounters read_counters() const;                                       // synchronizes
+  DeviceBuffer<unsigned> row_amax_, col_amax_;                               // row recipe scratch
+  DeviceBuffer<float> scale_;              // [2]: delayed scale, this quantization's scale
+  DeviceBuffer<float> history_;            // [H]
+  DeviceBuffer<int> state_;                // [5]: quantize.h delayed state
+  DeviceBuffer<unsigned> pending_;         // [1]: recorded amax bits
+  bool history_nonempty_ = false;          // host knowledge (from a synchronizing read or a load)
   int64_t last_rows_ = 0, last_cols_ = 0;  // shape of the copy the stats describe
   int last_copy_ = 0;                      // 0: row-wise, 1: column-wise
 };

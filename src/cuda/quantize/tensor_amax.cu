@@ -18,9 +18,8 @@ namespace {
 constexpr int kAmaxThreads = 256;
 
 template <class T>
-__global__ void __launch_bounds__(kAmaxThreads) tensor_amax_kernel(const T* x, int64_t n, bool vec,
-                                                                   const int* skip_if,
-                                                                   unsigned* amax_bits) {
+__global__ void __launch_bounds__(kAmaxThreads)
+    tensor_amax_kernel(const T* x, int64_t n, bool vec, const int* skip_if, unsigned* amax_bits) {
   if (skip_if && *skip_if > 0) return;  // uniform over the grid
   constexpr int kVec = 16 / sizeof(T);
   const int64_t nv = vec ? n / kVec : 0;
@@ -69,20 +68,19 @@ unsigned streaming_blocks(int64_t n, int threads) {
 // for them (a view into the middle of a buffer may not be: then element by element).
 }  // namespace
 
-void tensor_amax_launch(const void* x, bool x_bf16, int64_t n, const int* skip_if,
-                        unsigned* amax_bits, cudaStream_t stream) {
+void tensor_amax_launch(const void* x, bool x_bf16, int64_t n, const int* skip_if, unsigned* amax_bits,
+                        cudaStream_t stream) {
   OCTET_CHECK(n >= 1, "tensor_amax: empty tensor");
   const bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const int64_t items = vec ? n / (x_bf16 ? 8 : 4) : n;
   const unsigned blocks = streaming_blocks(items, kAmaxThreads);
   if (x_bf16)
-    tensor_amax_kernel<uint16_t><<<blocks, kAmaxThreads, 0, stream>>>(
-        static_cast<const uint16_t*>(x), n, vec, skip_if, amax_bits);
+    tensor_amax_kernel<uint16_t>
+        <<<blocks, kAmaxThreads, 0, stream>>>(static_cast<const uint16_t*>(x), n, vec, skip_if, amax_bits);
   else
-    tensor_amax_kernel<float><<<blocks, kAmaxThreads, 0, stream>>>(static_cast<const float*>(x), n,
-                                                                   vec, skip_if, amax_bits);
+    tensor_amax_kernel<float>
+        <<<blocks, kAmaxThreads, 0, stream>>>(static_cast<const float*>(x), n, vec, skip_if, amax_bits);
   OCTET_CUDA_LAUNCH_CHECK();
 }
-
 
 }  // namespace octet::cuda

@@ -39,14 +39,13 @@ int checked_device(int device) {
                        : "") +
                   ")");
   OCTET_CHECK(device >= 0 && device < count,
-              "cuda backend: device " + std::to_string(device) + " does not exist (" +
-                  std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + ": 0.." +
-                  std::to_string(count - 1) + ")");
+              "cuda backend: device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
+                  " CUDA device" + (count == 1 ? "" : "s") + ": 0.." + std::to_string(count - 1) + ")");
   cudaDeviceProp prop{};
   OCTET_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  OCTET_CHECK(prop.major >= 9, "cuda backend: device " + std::to_string(device) + " (" +
-                                   prop.name + ", sm_" + std::to_string(prop.major) +
-                                   std::to_string(prop.minor) + ") is older than sm_90");
+  OCTET_CHECK(prop.major >= 9, "cuda backend: device " + std::to_string(device) + " (" + prop.name + ", sm_" +
+                                   std::to_string(prop.major) + std::to_string(prop.minor) +
+                                   ") is older than sm_90");
   return device;
 }
 }  // namespace

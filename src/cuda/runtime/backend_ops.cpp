@@ -78,9 +78,11 @@ void CudaBackend::embedding_forward(const Tensor& ids, const Tensor& table, cons
   check_dtype(table, DType::F32, "embedding_forward: table");
   check_activation(out, "embedding_forward: out");
   const int64_t n = ids.numel(), dim = table.cols();
-  OCTET_CHECK(table.shape.rank == 2 && dim >= 1, "embedding_forward: table must be [vocab, dim], got " + table.str());
-  OCTET_CHECK(out.numel() == n * dim && out.cols() == dim,
-              "embedding_forward: out must be [" + std::to_string(n) + ", " + std::to_string(dim) + "], got " + out.str());
+  OCTET_CHECK(table.shape.rank == 2 && dim >= 1,
+              "embedding_forward: table must be [vocab, dim], got " + table.str());
+  OCTET_CHECK(out.numel() == n * dim && out.cols() == dim, "embedding_forward: out must be [" +
+                                                               std::to_string(n) + ", " +
+                                                               std::to_string(dim) + "], got " + out.str());
   embedding_forward_launch(ids.i32(), table.f32(), out, n, dim, stream_);
 }
 void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
@@ -89,24 +91,26 @@ void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dout, cons
   check_activation(dout, "embedding_backward: dout");
   check_dtype(dtable, DType::F32, "embedding_backward: dtable");
   const int64_t n = ids.numel(), dim = dtable.cols();
-  OCTET_CHECK(dtable.shape.rank == 2 && dim >= 1, "embedding_backward: dtable must be [vocab, dim], got " + dtable.str());
+  OCTET_CHECK(dtable.shape.rank == 2 && dim >= 1,
+              "embedding_backward: dtable must be [vocab, dim], got " + dtable.str());
   OCTET_CHECK(dout.numel() == n * dim && dout.cols() == dim,
-              "embedding_backward: dout must be [" + std::to_string(n) + ", " + std::to_string(dim) + "], got " + dout.str());
+              "embedding_backward: dout must be [" + std::to_string(n) + ", " + std::to_string(dim) +
+                  "], got " + dout.str());
   embedding_backward_launch(ids.i32(), dout, dtable.f32(), n, dim, stream_);
 }
 
 // ---- norms ----
-void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y,
-                                  const Tensor& rstd, float eps) {
+void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd,
+                                  float eps) {
   DeviceGuard g(device_);
   check_rows("rmsnorm_forward", x, {{&y, "y"}});
   const int64_t rows = x.rows(), dim = x.cols();
   check_stat(rstd, rows, "rmsnorm_forward: rstd");
-  rmsnorm_forward_launch(x, opt_param(w, dim, "rmsnorm_forward: weight"), y, rstd.f32(), rows,
-                         dim, eps, stream_);
+  rmsnorm_forward_launch(x, opt_param(w, dim, "rmsnorm_forward: weight"), y, rstd.f32(), rows, dim, eps,
+                         stream_);
 }
-void CudaBackend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
-                                   const Tensor& dy, const Tensor& dx, const Tensor& dw) {
+void CudaBackend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
+                                   const Tensor& dx, const Tensor& dw) {
   DeviceGuard g(device_);
   check_rows("rmsnorm_backward", x, {{&dy, "dy"}, {&dx, "dx"}});
   const int64_t rows = x.rows(), dim = x.cols();
@@ -115,28 +119,26 @@ void CudaBackend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tenso
   rmsnorm_backward_launch(x, opt_param(w, dim, "rmsnorm_backward: weight"), rstd.f32(), dy, dx,
                           opt_param(dw, dim, "rmsnorm_backward: dweight"), rows, dim, stream_);
 }
-void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b,
-                                    const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                                    float eps) {
+void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
+                                    const Tensor& mean, const Tensor& rstd, float eps) {
   DeviceGuard g(device_);
   check_rows("layernorm_forward", x, {{&y, "y"}});
   const int64_t rows = x.rows(), dim = x.cols();
   check_stat(mean, rows, "layernorm_forward: mean");
   check_stat(rstd, rows, "layernorm_forward: rstd");
   layernorm_forward_launch(x, req_param(w, dim, "layernorm_forward: weight"),
-                           opt_param(b, dim, "layernorm_forward: bias"), y, mean.f32(),
-                           rstd.f32(), rows, dim, eps, stream_);
+                           opt_param(b, dim, "layernorm_forward: bias"), y, mean.f32(), rstd.f32(), rows, dim,
+                           eps, stream_);
 }
-void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean,
-                                     const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                                     const Tensor& dw, const Tensor& db) {
+void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
+                                     const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) {
   DeviceGuard g(device_);
   check_rows("layernorm_backward", x, {{&dy, "dy"}, {&dx, "dx"}});
   const int64_t rows = x.rows(), dim = x.cols();
   check_stat(mean, rows, "layernorm_backward: mean");
   check_stat(rstd, rows, "layernorm_backward: rstd");
-  layernorm_backward_launch(x, req_param(w, dim, "layernorm_backward: weight"), mean.f32(),
-                            rstd.f32(), dy, dx, opt_param(dw, dim, "layernorm_backward: dweight"),
+  layernorm_backward_launch(x, req_param(w, dim, "layernorm_backward: weight"), mean.f32(), rstd.f32(), dy,
+                            dx, opt_param(dw, dim, "layernorm_backward: dweight"),
                             opt_param(db, dim, "layernorm_backward: dbias"), rows, dim, stream_);
 }
 
@@ -171,9 +173,9 @@ void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor&
 static void check_swiglu(const char* op, const Tensor& h, const Tensor& y) {
   check_activation(h, op);
   check_activation(y, op);
-  OCTET_CHECK(y.cols() >= 1 && h.cols() == 2 * y.cols() && h.rows() == y.rows(),
-              std::string(op) + ": h must be [rows, 2F] for y [rows, F], got h " + h.str() +
-                  ", y " + y.str());
+  OCTET_CHECK(
+      y.cols() >= 1 && h.cols() == 2 * y.cols() && h.rows() == y.rows(),
+      std::string(op) + ": h must be [rows, 2F] for y [rows, F], got h " + h.str() + ", y " + y.str());
 }
 void CudaBackend::swiglu_forward(const Tensor& h, const Tensor& y) {
   DeviceGuard g(device_);
@@ -199,8 +201,8 @@ Heads heads_of(const Tensor& t, const char* what) {
               std::string(what) + ": expected [B, H, T, D], got " + t.str());
   return {t.shape[0], t.shape[1], t.shape[2], t.shape[3]};
 }
-void check_qkv(const char* op, const Tensor& qkv, const Tensor& q, const Tensor& k,
-               const Tensor& v, Heads* hq, int64_t* G) {
+void check_qkv(const char* op, const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v,
+               Heads* hq, int64_t* G) {
   *hq = heads_of(q, op);
   const Heads hk = heads_of(k, op), hv = heads_of(v, op);
   OCTET_CHECK(hk.B == hq->B && hk.T == hq->T && hk.D == hq->D && k.shape == v.shape,
@@ -288,7 +290,8 @@ Backend::Moments CudaBackend::moments(const Tensor& x) {
   double* p = parts_.reserve(size_t(2 * parts), stream_);
   auto host_sum = [&](int per_part, int which) {  // synchronizes
     std::vector<double> h(size_t(parts) * size_t(per_part));
-    OCTET_CUDA_CHECK(cudaMemcpyAsync(h.data(), p, h.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+    OCTET_CUDA_CHECK(
+        cudaMemcpyAsync(h.data(), p, h.size() * sizeof(double), cudaMemcpyDeviceToHost, stream_));
     OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
     double s = 0.0;
     for (int i = 0; i < parts; ++i) s += h[size_t(i * per_part + which)];
@@ -305,9 +308,8 @@ Backend::Moments CudaBackend::moments(const Tensor& x) {
   return out;
 }
 
-void CudaBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                        float lr, float beta1, float beta2, float eps, float weight_decay,
-                        int64_t step) {
+void CudaBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, float lr,
+                        float beta1, float beta2, float eps, float weight_decay, int64_t step) {
   DeviceGuard g(device_);
   const int64_t n = param.numel();
   check_dtype(param, DType::F32, "adamw: param");
@@ -318,8 +320,8 @@ void CudaBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor& m
   OCTET_CHECK(step >= 1, "adamw: step must be >= 1, got " + std::to_string(step));
   OCTET_CHECK(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f,
               "adamw: betas must lie in [0, 1)");
-  adamw_launch(param.f32(), grad.f32(), m.f32(), v.f32(), size_t(n), lr, beta1, beta2, eps,
-               weight_decay, adamw_bias_correction(beta1, step), adamw_bias_correction(beta2, step), stream_);
+  adamw_launch(param.f32(), grad.f32(), m.f32(), v.f32(), size_t(n), lr, beta1, beta2, eps, weight_decay,
+               adamw_bias_correction(beta1, step), adamw_bias_correction(beta2, step), stream_);
 }
 
 void CudaBackend::adamw_prepare(const Tensor& norm_sq, const Tensor& loss_sum, const Tensor& bias_corr,
@@ -335,8 +337,8 @@ void CudaBackend::adamw_apply(const Tensor& param, const Tensor& grad, const Ten
                               float eps, float weight_decay) {
   DeviceGuard g(device_);
   const int64_t n = check_adamw_apply_args(param, grad, m, v, segments, state, beta1, beta2);
-  adamw_apply_launch(param.f32(), grad.f32(), m.f32(), v.f32(), n, segments.f64(), segments.shape[0], state.f64(),
-                     lr, beta1, beta2, eps, weight_decay, stream_);
+  adamw_apply_launch(param.f32(), grad.f32(), m.f32(), v.f32(), n, segments.f64(), segments.shape[0],
+                     state.f64(), lr, beta1, beta2, eps, weight_decay, stream_);
 }
 
 }  // namespace octet::cuda

@@ -19,15 +19,15 @@ namespace octet::cuda {
 inline void check_cuda(cudaError_t e, const char* call, const char* file, int line) {
   if (e != cudaSuccess)
     ::octet::throw_error(file, line,
-                         std::string("CUDA call failed: ") + call + ": " + cudaGetErrorName(e) +
-                             " (" + cudaGetErrorString(e) + ")");
+                         std::string("CUDA call failed: ") + call + ": " + cudaGetErrorName(e) + " (" +
+                             cudaGetErrorString(e) + ")");
 }
 
 inline void check_cublas(cublasStatus_t s, const char* call, const char* file, int line) {
   if (s != CUBLAS_STATUS_SUCCESS)
     ::octet::throw_error(file, line,
-                         std::string("cuBLASLt call failed: ") + call + ": " +
-                             cublasLtGetStatusName(s) + " (" + cublasLtGetStatusString(s) + ")");
+                         std::string("cuBLASLt call failed: ") + call + ": " + cublasLtGetStatusName(s) +
+                             " (" + cublasLtGetStatusString(s) + ")");
 }
 
 }  // namespace octet::cuda

@@ -78,14 +78,13 @@ class CudaBackend final : public Backend {
 
   void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
                        float eps) override;
-  void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
-                        const Tensor& dy, const Tensor& dx, const Tensor& dweight) override;
-  void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                         const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                         float eps) override;
-  void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
-                          const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                          const Tensor& dweight, const Tensor& dbias) override;
+  void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
+                        const Tensor& dx, const Tensor& dweight) override;
+  void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                         const Tensor& mean, const Tensor& rstd, float eps) override;
+  void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                          const Tensor& dy, const Tensor& dx, const Tensor& dweight,
+                          const Tensor& dbias) override;
 
   void rope(const Tensor& x, float theta, bool inverse) override;
 
@@ -104,21 +103,22 @@ class CudaBackend final : public Backend {
                                             const AttentionConfig& config) override;
 
   void gated_delta_forward(const GatedDeltaArgs& in, const Tensor& o) override;
-  void gated_delta_backward(const GatedDeltaArgs& in, const Tensor& d_o, const Tensor& dq,
-                            const Tensor& dk, const Tensor& dv, const Tensor& dgates) override;
+  void gated_delta_backward(const GatedDeltaArgs& in, const Tensor& d_o, const Tensor& dq, const Tensor& dk,
+                            const Tensor& dv, const Tensor& dgates) override;
 
-  void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& dlogits,
-                     float grad_scale, const Tensor& loss_sum) override;
+  void cross_entropy(const Tensor& logits, const Tensor& targets, const Tensor& dlogits, float grad_scale,
+                     const Tensor& loss_sum) override;
 
   void sum_squares(const Tensor& x, const Tensor& out) override;
   Moments moments(const Tensor& x) override;
 
-  void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, float lr,
-             float beta1, float beta2, float eps, float weight_decay, int64_t step) override;
-  void adamw_prepare(const Tensor& norm_sq, const Tensor& loss_sum, const Tensor& bias_corr, const Tensor& state,
-                     float grad_clip) override;
-  void adamw_apply(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const Tensor& segments,
-                   const Tensor& state, float lr, float beta1, float beta2, float eps, float weight_decay) override;
+  void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, float lr, float beta1,
+             float beta2, float eps, float weight_decay, int64_t step) override;
+  void adamw_prepare(const Tensor& norm_sq, const Tensor& loss_sum, const Tensor& bias_corr,
+                     const Tensor& state, float grad_clip) override;
+  void adamw_apply(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                   const Tensor& segments, const Tensor& state, float lr, float beta1, float beta2, float eps,
+                   float weight_decay) override;
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }

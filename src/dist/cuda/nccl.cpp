@@ -6,9 +6,10 @@
 // reduced while the backward's kernels run; wait_async makes the backend's stream wait for it, and
 // every other collective does so first, so that the collectives of one communicator keep one order
 // on the device as on the host (docs/distributed.md §"Gradient buckets"). The unique id travels
-// from rank 0 over the TCP rendezvous (no shared file), whose links stay open; a watchdog thread ends every rank (ncclCommAbort, exit 1, one message) when
-// a peer's link closes without its goodbye or NCCL reports an asynchronous error, so a crashed rank
-// never leaves the others hanging in a collective. (docs/distributed.md §"Failures")
+// from rank 0 over the TCP rendezvous (no shared file), whose links stay open; a watchdog thread ends every
+// rank (ncclCommAbort, exit 1, one message) when a peer's link closes without its goodbye or NCCL reports an
+// asynchronous error, so a crashed rank never leaves the others hanging in a collective. (docs/distributed.md
+// §"Failures")
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -34,10 +35,14 @@ void cuda_check(cudaError_t e, const std::string& what) {
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::F32: return ncclFloat32;
-    case DType::F64: return ncclFloat64;
-    case DType::I32: return ncclInt32;
-    default: OCTET_FAIL("nccl: no NCCL datatype for " + to_string(t));
+    case DType::F32:
+      return ncclFloat32;
+    case DType::F64:
+      return ncclFloat64;
+    case DType::I32:
+      return ncclInt32;
+    default:
+      OCTET_FAIL("nccl: no NCCL datatype for " + to_string(t));
   }
 }
 
@@ -63,8 +68,8 @@ class NcclCommunicator final : public Communicator {
       payload.assign(reinterpret_cast<const char*>(&id), sizeof id);
     }
     rdv_ = tcp_rendezvous(env, payload);
-    OCTET_CHECK(rdv_->payload().size() == sizeof id, where("nccl", "rendezvous", rank_, size_) +
-                                                         ": the unique id from rank 0 has the wrong size");
+    OCTET_CHECK(rdv_->payload().size() == sizeof id,
+                where("nccl", "rendezvous", rank_, size_) + ": the unique id from rank 0 has the wrong size");
     std::memcpy(&id, rdv_->payload().data(), sizeof id);
     check(ncclCommInitRank(&comm_, size_, id, rank_), "comm_init_rank");
     cuda_check(cudaMalloc(&flag_, sizeof(int)), where("nccl", "barrier buffer", rank_, size_));
@@ -73,16 +78,17 @@ class NcclCommunicator final : public Communicator {
     cuda_check(cudaDeviceGetStreamPriorityRange(&least, &greatest), where("nccl", "stream", rank_, size_));
     cuda_check(cudaStreamCreateWithPriority(&side_, cudaStreamNonBlocking, greatest),
                where("nccl", "stream", rank_, size_));
-    cuda_check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), where("nccl", "event", rank_, size_));
-    cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), where("nccl", "event", rank_, size_));
+    cuda_check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming),
+               where("nccl", "event", rank_, size_));
+    cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming),
+               where("nccl", "event", rank_, size_));
     watchdog_ = std::thread([this] { watch(); });
   }
 
   ~NcclCommunicator() override {
     try {
       barrier();  // every rank reached its end: no goodbye is taken for a crash
-    } catch (...) {
-    }
+    } catch (...) {}
     stop_ = true;
     watchdog_.join();
     rdv_->finish();
@@ -101,15 +107,16 @@ class NcclCommunicator final : public Communicator {
   std::string library_version() const override {
     int v = 0;  // NCCL >= 2.9: major·10000 + minor·100 + patch
     if (ncclGetVersion(&v) != ncclSuccess) return "NCCL";
-    return "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+    return "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+           std::to_string(v % 100);
   }
 
   void all_reduce(const Tensor& x, ReduceOp op) override {
     check_all_reduce(x, op);
     DeviceScope d(device_);
     join_side();
-    check(ncclAllReduce(x.data, x.data, size_t(x.numel()), nccl_type(x.dtype), op == ReduceOp::Sum ? ncclSum : ncclMax,
-                        comm_, stream_),
+    check(ncclAllReduce(x.data, x.data, size_t(x.numel()), nccl_type(x.dtype),
+                        op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, stream_),
           "all_reduce");
   }
   void reduce_scatter(const Tensor& in, const Tensor& out) override {
@@ -136,13 +143,13 @@ class NcclCommunicator final : public Communicator {
     check_all_gather(in, out, size_);
     DeviceScope d(device_);
     join_side();
-    check(ncclAllGather(in.data, out.data, size_t(in.numel()), in.dtype == DType::F32 ? ncclFloat32 : ncclUint8,
-                        comm_, stream_),
+    check(ncclAllGather(in.data, out.data, size_t(in.numel()),
+                        in.dtype == DType::F32 ? ncclFloat32 : ncclUint8, comm_, stream_),
           "all_gather");  // FP8 codes travel as bytes
   }
   void broadcast(const Tensor& x, int root) override {
-    OCTET_CHECK(root >= 0 && root < size_, "broadcast: root " + std::to_string(root) + " outside [0, " +
-                                               std::to_string(size_) + ")");
+    OCTET_CHECK(root >= 0 && root < size_,
+                "broadcast: root " + std::to_string(root) + " outside [0, " + std::to_string(size_) + ")");
     DeviceScope d(device_);
     join_side();
     check(ncclBroadcast(x.data, x.data, x.bytes(), ncclUint8, root, comm_, stream_), "broadcast");
@@ -186,11 +193,13 @@ class NcclCommunicator final : public Communicator {
       std::string why = rdv_->watch(200);
       if (why.empty()) {
         ncclResult_t async = ncclSuccess;
-        if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
+        if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress)
           why = std::string("NCCL asynchronous error: ") + ncclGetErrorString(async);
       }
       if (why.empty() || stop_) continue;
-      std::fprintf(stderr, "octet: failed: rank %d of %d: %s; ending every rank\n", rank_, size_, why.c_str());
+      std::fprintf(stderr, "octet: failed: rank %d of %d: %s; ending every rank\n", rank_, size_,
+                   why.c_str());
       std::fflush(stderr);
       ncclCommAbort(comm_);
       ::_exit(1);
@@ -198,10 +207,10 @@ class NcclCommunicator final : public Communicator {
   }
 
   int rank_, size_, device_;
-  cudaStream_t stream_;              // the backend's (owned: destroyed last)
-  cudaStream_t side_ = nullptr;      // reduce_scatter_async's
+  cudaStream_t stream_;          // the backend's (owned: destroyed last)
+  cudaStream_t side_ = nullptr;  // reduce_scatter_async's
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
-  bool pending_ = false;             // side_ holds collectives stream_ has not waited for
+  bool pending_ = false;  // side_ holds collectives stream_ has not waited for
   ncclComm_t comm_ = nullptr;
   int* flag_ = nullptr;
   std::unique_ptr<Rendezvous> rdv_;
@@ -219,8 +228,8 @@ DistSession open_nccl_session(const DistEnv& env) {
                                           std::to_string(count) + " GPU(s)");
   DeviceScope d(env.local_rank);
   cudaStream_t stream = nullptr;
-  cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "rank " + std::to_string(env.rank) +
-                                                                           ": cudaStreamCreate");
+  cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+             "rank " + std::to_string(env.rank) + ": cudaStreamCreate");
   DistSession s;
   try {
     s.comm = std::make_unique<NcclCommunicator>(env, env.local_rank, stream);  // owns the stream now

@@ -44,7 +44,7 @@ struct AttnIo {
 };
 
 inline GpuRun run_gpu(Backend& gpu, const AttentionShape& s, const AttentionConfig& c,
-               const AttentionInputs& in) {
+                      const AttentionInputs& in) {
   auto attn = gpu.make_attention(s, c);
   AttnIo io(gpu, s, DType::F32);
   io.set(gpu, in);

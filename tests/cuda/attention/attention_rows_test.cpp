@@ -33,8 +33,7 @@ AttentionConfig fp8_config(DeltaMode delta) {
   return c;
 }
 
-AttentionShape shape_of(int64_t b, int64_t h, int64_t g, int64_t tq, int64_t tk, int64_t d,
-                        bool causal) {
+AttentionShape shape_of(int64_t b, int64_t h, int64_t g, int64_t tq, int64_t tk, int64_t d, bool causal) {
   AttentionShape s;
   s.batch = b, s.n_heads = h, s.n_kv_heads = g, s.seq_q = tq, s.seq_k = tk, s.head_dim = d;
   s.causal = causal;
@@ -42,9 +41,8 @@ AttentionShape shape_of(int64_t b, int64_t h, int64_t g, int64_t tq, int64_t tk,
 }
 
 // The CPU reference's errors against the oracle (and its stats) for one config.
-AttentionErrors cpu_errors(const AttentionShape& s, const AttentionConfig& cfg,
-                           const AttentionInputs& in, const AttentionOracle& ref,
-                           AttentionStats* stats) {
+AttentionErrors cpu_errors(const AttentionShape& s, const AttentionConfig& cfg, const AttentionInputs& in,
+                           const AttentionOracle& ref, AttentionStats* stats) {
   std::vector<float> o(in.q.size()), lse(size_t(s.batch * s.n_heads * s.seq_q)), dq(in.q.size()),
       dk(in.k.size()), dv(in.k.size());
   AttentionSaved saved;
@@ -62,12 +60,11 @@ void expect_rows_match(Backend& gpu, const AttentionShape& s, const AttentionInp
     AttentionStats cst;
     const auto ce = cpu_errors(s, cfg, in, ref, &cst);
     const GpuRun g = run_gpu(gpu, s, cfg, in);
-    const auto ge = attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(),
-                                     g.dk.data(), g.dv.data());
+    const auto ge =
+        attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(), g.dk.data(), g.dv.data());
     const std::string w = what + " " + to_string(delta);
-    std::printf("[attention rows] %-36s residual max gpu %.2e cpu %.2e; dQ err %.2e/%.2e\n",
-                w.c_str(), g.stats.row_residual_max, cst.row_residual_max, ge.dq_rel_err,
-                ce.dq_rel_err);
+    std::printf("[attention rows] %-36s residual max gpu %.2e cpu %.2e; dQ err %.2e/%.2e\n", w.c_str(),
+                g.stats.row_residual_max, cst.row_residual_max, ge.dq_rel_err, ce.dq_rel_err);
     EXPECT_LE(ge.o_rel_err, 2 * ce.o_rel_err + 1e-3) << w;
     EXPECT_LE(ge.dq_rel_err, 2 * ce.dq_rel_err + 1e-3) << w;
     EXPECT_LE(ge.dk_rel_err, 2 * ce.dk_rel_err + 1e-3) << w;
@@ -146,11 +143,11 @@ TEST(CudaAttentionRows, LongFlatRowsKeepTheirProbability) {
     const auto ref = run_attention_oracle(s, in);
     const AttentionConfig cfg = fp8_config(DeltaMode::Matched);
     const GpuRun g = run_gpu(*gpu, s, cfg, in);
-    const auto ge = attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(),
-                                     g.dk.data(), g.dv.data());
+    const auto ge =
+        attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(), g.dk.data(), g.dv.data());
     const auto ce = cpu_errors(s, cfg, in, ref, nullptr);
-    std::printf("[attention rows] flat Tk %lld: gpu/cpu O err %.2e/%.2e dV err %.2e/%.2e\n",
-                (long long)tk, ge.o_rel_err, ce.o_rel_err, ge.dv_rel_err, ce.dv_rel_err);
+    std::printf("[attention rows] flat Tk %lld: gpu/cpu O err %.2e/%.2e dV err %.2e/%.2e\n", (long long)tk,
+                ge.o_rel_err, ce.o_rel_err, ge.dv_rel_err, ce.dv_rel_err);
     for (float x : g.o) ASSERT_NEAR(x, 1.0f, 1e-3f) << "Tk " << tk;
     EXPECT_LE(ge.dv_rel_err, 2 * ce.dv_rel_err + 1e-3) << "Tk " << tk;
     EXPECT_LT(ce.dv_rel_err, 0.15) << "Tk " << tk;  // dV = 0 (rel. err 1) when P underflows

@@ -1,9 +1,9 @@
 // attention_test.cpp — the CUDA attention (src/cuda/attention/) against the CPU reference's
 // whole-row form and the FP64 oracle (octet/attention.h), FP8 with stale and matched delta, and BF16.
 //
-// Tolerance rule of the attention reference (FlashAttention-3's test rule, its hopper/test_flash_attn.py): for each of
-// O, dQ, dK, dV the relative L2 error of the GPU against the FP64 oracle must be at most twice the
-// CPU reference's error in the same precision, plus a floor of 1e-3. Also: the matched delta's row
+// Tolerance rule of the attention reference (FlashAttention-3's test rule, its hopper/test_flash_attn.py):
+// for each of O, dQ, dK, dV the relative L2 error of the GPU against the FP64 oracle must be at most twice
+// the CPU reference's error in the same precision, plus a floor of 1e-3. Also: the matched delta's row
 // residual max |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) <= 1e-5 (causal cases included, whose first
 // row sees one key); the stale delta's is larger (it carries ε_i);
 // the LSE agrees with the oracle to 1e-3 (FP8 logits); and bad configurations raise octet::Error.
@@ -44,8 +44,8 @@ TEST(CudaAttention, MatchesReferenceToleranceRule) {
   };
   for (const Case& c : cases) {
     AttentionShape s;
-    s.batch = c.b, s.n_heads = c.h, s.n_kv_heads = c.g, s.seq_q = c.tq, s.seq_k = c.tk,
-    s.head_dim = c.d, s.causal = c.causal;
+    s.batch = c.b, s.n_heads = c.h, s.n_kv_heads = c.g, s.seq_q = c.tq, s.seq_k = c.tk, s.head_dim = c.d,
+    s.causal = c.causal;
     const auto in = make_attention_inputs(s, c.dist, 7);
     const auto ref = run_attention_oracle(s, in);
     double stale_residual = -1, matched_residual = -1;
@@ -55,25 +55,24 @@ TEST(CudaAttention, MatchesReferenceToleranceRule) {
         AttentionConfig cfg;
         cfg.precision = prec;
         cfg.delta = delta;
-        const std::string what = to_string(prec) + "/" + to_string(delta) + " " +
-                                 std::to_string(c.tq) + "x" + std::to_string(c.tk) + " d" +
-                                 std::to_string(c.d) + " " + to_string(c.dist);
+        const std::string what = to_string(prec) + "/" + to_string(delta) + " " + std::to_string(c.tq) + "x" +
+                                 std::to_string(c.tk) + " d" + std::to_string(c.d) + " " + to_string(c.dist);
         // CPU reference, same precision and config
-        std::vector<float> o(in.q.size()), lse(size_t(c.b * c.h * c.tq)), dq(in.q.size()),
-            dk(in.k.size()), dv(in.k.size());
+        std::vector<float> o(in.q.size()), lse(size_t(c.b * c.h * c.tq)), dq(in.q.size()), dk(in.k.size()),
+            dv(in.k.size());
         AttentionSaved saved;
         AttentionStats cst;
         attention_forward(s, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), &saved);
         attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), &cst);
         const auto ce = attention_errors(s, in, ref, o.data(), lse.data(), dq.data(), dk.data(), dv.data());
         const GpuRun g = run_gpu(*gpu, s, cfg, in);
-        const auto ge = attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(),
-                                         g.dk.data(), g.dv.data());
-        std::printf("[attention] %-40s gpu/cpu rel err O %.2e/%.2e dQ %.2e/%.2e dK %.2e/%.2e dV "
-                    "%.2e/%.2e residual %.1e/%.1e\n",
-                    what.c_str(), ge.o_rel_err, ce.o_rel_err, ge.dq_rel_err, ce.dq_rel_err,
-                    ge.dk_rel_err, ce.dk_rel_err, ge.dv_rel_err, ce.dv_rel_err,
-                    g.stats.row_residual_max, cst.row_residual_max);
+        const auto ge =
+            attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(), g.dk.data(), g.dv.data());
+        std::printf(
+            "[attention] %-40s gpu/cpu rel err O %.2e/%.2e dQ %.2e/%.2e dK %.2e/%.2e dV "
+            "%.2e/%.2e residual %.1e/%.1e\n",
+            what.c_str(), ge.o_rel_err, ce.o_rel_err, ge.dq_rel_err, ce.dq_rel_err, ge.dk_rel_err,
+            ce.dk_rel_err, ge.dv_rel_err, ce.dv_rel_err, g.stats.row_residual_max, cst.row_residual_max);
         EXPECT_LE(ge.o_rel_err, 2 * ce.o_rel_err + 1e-3) << what;
         EXPECT_LE(ge.dq_rel_err, 2 * ce.dq_rel_err + 1e-3) << what;
         EXPECT_LE(ge.dk_rel_err, 2 * ce.dk_rel_err + 1e-3) << what;
@@ -87,8 +86,7 @@ TEST(CudaAttention, MatchesReferenceToleranceRule) {
           // Same definition as the CPU (attention.h): the stale residual is ε_i relative to the
           // terms it should cancel, so its row mean agrees up to the GEMMs' FP32 summation order
           // (a different denominator, e.g. Σ_j |dS_ij|, moves it by tens of percent).
-          EXPECT_NEAR(g.stats.row_residual_mean, cst.row_residual_mean, 0.1 * cst.row_residual_mean)
-              << what;
+          EXPECT_NEAR(g.stats.row_residual_mean, cst.row_residual_mean, 0.1 * cst.row_residual_mean) << what;
         }
         if (HasFailure()) return;
       }
@@ -103,8 +101,7 @@ TEST(CudaAttention, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
   OCTET_REQUIRE_GPU();
   auto gpu = make_cuda_backend();
   AttentionShape s;
-  s.batch = 2, s.n_heads = 4, s.n_kv_heads = 2, s.seq_q = s.seq_k = 45, s.head_dim = 32,
-  s.causal = true;
+  s.batch = 2, s.n_heads = 4, s.n_kv_heads = 2, s.seq_q = s.seq_k = 45, s.head_dim = 32, s.causal = true;
   AttentionConfig cfg;
   cfg.precision = AttnPrecision::FP8;
   cfg.delta = DeltaMode::Matched;
@@ -127,8 +124,11 @@ TEST(CudaAttention, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
       b->backward(s2, b2.d_o, b2.dq, b2.dk, b2.dv, b2.residual);  // separate accumulators
     }
     for (auto [x, y] : {std::pair{&a1, &b1}, {&a2, &b2}}) {
-      for (auto [t, u] : {std::pair{&x->o, &y->o}, {&x->lse, &y->lse}, {&x->dq, &y->dq},
-                          {&x->dk, &y->dk}, {&x->dv, &y->dv}}) {
+      for (auto [t, u] : {std::pair{&x->o, &y->o},
+                          {&x->lse, &y->lse},
+                          {&x->dq, &y->dq},
+                          {&x->dk, &y->dk},
+                          {&x->dv, &y->dv}}) {
         const auto va = gpu->download_f32(*t), vb = gpu->download_f32(*u);
         bool nonzero = false;
         for (size_t i = 0; i < va.size(); ++i) {

@@ -32,16 +32,15 @@ using test::rel_l2;
 
 /// q: Q, K, V scaled per tensor or per (head, 128-token block) — the projection's k̄ is then a
 /// mean of values (each code × its block's 1/sk), dQ's accumulator's units.
-AttentionConfig projection_config(DeltaMode delta, bool projection,
-                                  QkvScaling q = QkvScaling::Tensor) {
+AttentionConfig projection_config(DeltaMode delta, bool projection, QkvScaling q = QkvScaling::Tensor) {
   AttentionConfig c = fused_config(delta);  // form flash, FP8, 128 x 128 dS tiles: the wgmma backward
   c.dq_projection = projection;
   c.qkv_scaling = q;
   return c;
 }
 
-double dq_error(Backend& gpu, const AttentionShape& s, const AttentionInputs& in,
-                const AttentionOracle& ref, DeltaMode delta, bool projection, QkvScaling q) {
+double dq_error(Backend& gpu, const AttentionShape& s, const AttentionInputs& in, const AttentionOracle& ref,
+                DeltaMode delta, bool projection, QkvScaling q) {
   const GpuRun g = run_gpu(gpu, s, projection_config(delta, projection, q), in);
   return attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(), g.dk.data(), g.dv.data())
       .dq_rel_err;
@@ -51,26 +50,27 @@ TEST(CudaDqProjection, RemovesTheCommonKeyComponentsError) {
   OCTET_REQUIRE_SM90();
   auto gpu = make_cuda_backend();
   for (QkvScaling q : {QkvScaling::Tensor, QkvScaling::HeadBlock})
-  for (int64_t d : {64, 128}) {
-    const AttentionShape s = test::make_shape(1, 2, 2, 192, 192, d, false);
-    const AttentionInputs plain = test::common_key_inputs(s, false, 11);
-    const AttentionInputs common = test::common_key_inputs(s, true, 11);
-    const auto ref_plain = run_attention_oracle(s, plain), ref_common = run_attention_oracle(s, common);
-    const double base = dq_error(*gpu, s, plain, ref_plain, DeltaMode::Matched, false, q);
-    const double base_on = dq_error(*gpu, s, plain, ref_plain, DeltaMode::Matched, true, q);
-    const double off = dq_error(*gpu, s, common, ref_common, DeltaMode::Matched, false, q);
-    const double on = dq_error(*gpu, s, common, ref_common, DeltaMode::Matched, true, q);
-    const double stale_off = dq_error(*gpu, s, common, ref_common, DeltaMode::Stale, false, q);
-    const double stale_on = dq_error(*gpu, s, common, ref_common, DeltaMode::Stale, true, q);
-    std::printf("[dq projection] d%lld %s: dQ rel err vs FP64, no common component %.3g "
-                "(projection %.3g); common component: matched %.3g, matched + projection %.3g, "
-                "stale %.3g, stale + projection %.3g\n",
-                (long long)d, enum_name(q).c_str(), base, base_on, off, on, stale_off, stale_on);
-    EXPECT_GT(off, 10 * base) << "d" << d << ": the case must show the common component's error";
-    EXPECT_LE(on, 2 * base) << "d" << d << ": projection within 2x of the no-common-component error";
-    EXPECT_LE(base_on, 1.5 * base) << "d" << d << ": without a common component, FP8 error only";
-    EXPECT_LT(stale_on, stale_off) << "d" << d;
-  }
+    for (int64_t d : {64, 128}) {
+      const AttentionShape s = test::make_shape(1, 2, 2, 192, 192, d, false);
+      const AttentionInputs plain = test::common_key_inputs(s, false, 11);
+      const AttentionInputs common = test::common_key_inputs(s, true, 11);
+      const auto ref_plain = run_attention_oracle(s, plain), ref_common = run_attention_oracle(s, common);
+      const double base = dq_error(*gpu, s, plain, ref_plain, DeltaMode::Matched, false, q);
+      const double base_on = dq_error(*gpu, s, plain, ref_plain, DeltaMode::Matched, true, q);
+      const double off = dq_error(*gpu, s, common, ref_common, DeltaMode::Matched, false, q);
+      const double on = dq_error(*gpu, s, common, ref_common, DeltaMode::Matched, true, q);
+      const double stale_off = dq_error(*gpu, s, common, ref_common, DeltaMode::Stale, false, q);
+      const double stale_on = dq_error(*gpu, s, common, ref_common, DeltaMode::Stale, true, q);
+      std::printf(
+          "[dq projection] d%lld %s: dQ rel err vs FP64, no common component %.3g "
+          "(projection %.3g); common component: matched %.3g, matched + projection %.3g, "
+          "stale %.3g, stale + projection %.3g\n",
+          (long long)d, enum_name(q).c_str(), base, base_on, off, on, stale_off, stale_on);
+      EXPECT_GT(off, 10 * base) << "d" << d << ": the case must show the common component's error";
+      EXPECT_LE(on, 2 * base) << "d" << d << ": projection within 2x of the no-common-component error";
+      EXPECT_LE(base_on, 1.5 * base) << "d" << d << ": without a common component, FP8 error only";
+      EXPECT_LT(stale_on, stale_off) << "d" << d;
+    }
 }
 
 TEST(CudaDqProjection, MatchesTheCpuTwinAndLeavesDkDvAlone) {
@@ -80,29 +80,29 @@ TEST(CudaDqProjection, MatchesTheCpuTwinAndLeavesDkDvAlone) {
     int64_t h, g, tq, tk, d;
     bool causal;
   };
-  for (const Case& c : {Case{2, 2, 192, 192, 64, false}, Case{4, 2, 150, 300, 64, true},
-                        Case{4, 1, 129, 129, 128, true}}) {
+  for (const Case& c :
+       {Case{2, 2, 192, 192, 64, false}, Case{4, 2, 150, 300, 64, true}, Case{4, 1, 129, 129, 128, true}}) {
     const AttentionShape s = test::make_shape(1, c.h, c.g, c.tq, c.tk, c.d, c.causal);
     const AttentionInputs in = test::common_key_inputs(s, true, 3);
     for (QkvScaling q : {QkvScaling::Tensor, QkvScaling::HeadBlock})
-    for (DeltaMode delta : {DeltaMode::Matched, DeltaMode::Stale}) {
-      const std::string what = "H" + std::to_string(c.h) + "/G" + std::to_string(c.g) + " " +
-                               std::to_string(c.tq) + "x" + std::to_string(c.tk) + " d" +
-                               std::to_string(c.d) + (c.causal ? " causal " : " ") +
-                               to_string(delta) + " " + enum_name(q);
-      const AttentionConfig on = projection_config(delta, true, q);
-      const test::RunResult cpu = test::run_attention(s, on, in);
-      const GpuRun g_on = run_gpu(*gpu, s, on, in),
-                   g_off = run_gpu(*gpu, s, projection_config(delta, false, q), in);
-      const double eq = rel_l2(g_on.dq, cpu.dq);
-      std::printf("[dq projection] %-36s vs twin: dQ %.2e\n", what.c_str(), eq);
-      if (!test::stale_reads_wgmma_o(delta)) {  // else the forward's O differs from the twin's
-        EXPECT_LE(eq, test::kGradTolTwinWgmma) << what;
+      for (DeltaMode delta : {DeltaMode::Matched, DeltaMode::Stale}) {
+        const std::string what = "H" + std::to_string(c.h) + "/G" + std::to_string(c.g) + " " +
+                                 std::to_string(c.tq) + "x" + std::to_string(c.tk) + " d" +
+                                 std::to_string(c.d) + (c.causal ? " causal " : " ") + to_string(delta) +
+                                 " " + enum_name(q);
+        const AttentionConfig on = projection_config(delta, true, q);
+        const test::RunResult cpu = test::run_attention(s, on, in);
+        const GpuRun g_on = run_gpu(*gpu, s, on, in),
+                     g_off = run_gpu(*gpu, s, projection_config(delta, false, q), in);
+        const double eq = rel_l2(g_on.dq, cpu.dq);
+        std::printf("[dq projection] %-36s vs twin: dQ %.2e\n", what.c_str(), eq);
+        if (!test::stale_reads_wgmma_o(delta)) {  // else the forward's O differs from the twin's
+          EXPECT_LE(eq, test::kGradTolTwinWgmma) << what;
+        }
+        EXPECT_EQ(g_on.dk, g_off.dk) << what << ": dK must not depend on the projection";
+        EXPECT_EQ(g_on.dv, g_off.dv) << what << ": dV must not depend on the projection";
+        EXPECT_TRUE(test::all_finite(g_on.dq)) << what;
       }
-      EXPECT_EQ(g_on.dk, g_off.dk) << what << ": dK must not depend on the projection";
-      EXPECT_EQ(g_on.dv, g_off.dv) << what << ": dV must not depend on the projection";
-      EXPECT_TRUE(test::all_finite(g_on.dq)) << what;
-    }
   }
 }
 

@@ -45,8 +45,8 @@ void scale_blocks(std::vector<float>& x, int64_t T, int64_t D, F&& factor) {
 }
 
 /// ‖x − ref‖ / ‖ref‖ over rows [r0, r1) of every head of [heads, T, D] tensors (B = 1).
-double rows_rel_err(const std::vector<float>& x, const std::vector<double>& ref, int64_t heads,
-                    int64_t T, int64_t D, int64_t r0, int64_t r1) {
+double rows_rel_err(const std::vector<float>& x, const std::vector<double>& ref, int64_t heads, int64_t T,
+                    int64_t D, int64_t r0, int64_t r1) {
   double num = 0, den = 0;
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = (h * T + r0) * D; i < (h * T + r1) * D; ++i) {
@@ -88,14 +88,15 @@ void check_mma_sync_backward(int64_t D, const char* forward) {
       cfg.qkv_scaling = QkvScaling::HeadBlock;
       const std::string what = std::string(forward) + " fwd D" + std::to_string(D) + " " +
                                std::to_string(c.tq) + "x" + std::to_string(c.tk) + " tiles " +
-                               std::to_string(tc.bq) + "x" + std::to_string(tc.bk) + " " +
-                               to_string(delta);
+                               std::to_string(tc.bq) + "x" + std::to_string(tc.bk) + " " + to_string(delta);
       const test::RunResult cpu = test::run_attention(s, cfg, in);
       const GpuRun g = run_gpu(*gpu, s, cfg, in);
       const double eo = rel_l2(g.o, cpu.o), eq = rel_l2(g.dq, cpu.dq), ek = rel_l2(g.dk, cpu.dk),
                    ev = rel_l2(g.dv, cpu.dv);
-      std::printf("[head-block mma.sync bwd] %-44s vs twin: O %.1e dQ %.1e dK %.1e dV %.1e | "
-                  "residual %.1e\n", what.c_str(), eo, eq, ek, ev, g.stats.row_residual_max);
+      std::printf(
+          "[head-block mma.sync bwd] %-44s vs twin: O %.1e dQ %.1e dK %.1e dV %.1e | "
+          "residual %.1e\n",
+          what.c_str(), eo, eq, ek, ev, g.stats.row_residual_max);
       EXPECT_LE(eo, wgmma_fwd ? 3e-3 : 1e-3) << what;
       if (!test::stale_reads_wgmma_o(delta)) {
         EXPECT_LE(eq, test::kGradTolTwin) << what;
@@ -117,9 +118,8 @@ TEST_P(QkvHeadBlock, MatchesCpuFlashTwinAndOracle) {
   const int64_t D = GetParam();
   auto gpu = make_cuda_backend();
   const Case cases[] = {
-      {2, 2, 1, 1, false},    {2, 1, 17, 17, true},    {2, 2, 129, 129, false},
-      {2, 1, 1000, 1000, true}, {4, 2, 64, 256, true}, {8, 2, 129, 300, false},
-      {8, 1, 300, 129, true},
+      {2, 2, 1, 1, false},   {2, 1, 17, 17, true},    {2, 2, 129, 129, false}, {2, 1, 1000, 1000, true},
+      {4, 2, 64, 256, true}, {8, 2, 129, 300, false}, {8, 1, 300, 129, true},
   };
   // Q and K blocks × 1, 2^-6, 2, 2^-3 (logits stay O(1): the softmax stays well conditioned);
   // V blocks × 1, 2^-6, 2^5, 2^-3.
@@ -142,20 +142,21 @@ TEST_P(QkvHeadBlock, MatchesCpuFlashTwinAndOracle) {
     double residual[2] = {-1, -1};  // stale, matched
     for (DeltaMode delta : {DeltaMode::Matched, DeltaMode::Stale}) {
       const AttentionConfig cfg = block_config(delta);
-      const std::string what = "D" + std::to_string(D) + " B" + std::to_string(B) + " H" + std::to_string(c.h) + "/G" +
-                               std::to_string(c.g) + " " + std::to_string(c.tq) + "x" +
-                               std::to_string(c.tk) + (c.causal ? " causal " : " ") + to_string(delta);
+      const std::string what = "D" + std::to_string(D) + " B" + std::to_string(B) + " H" +
+                               std::to_string(c.h) + "/G" + std::to_string(c.g) + " " + std::to_string(c.tq) +
+                               "x" + std::to_string(c.tk) + (c.causal ? " causal " : " ") + to_string(delta);
       const test::RunResult cpu = test::run_attention(s, cfg, in);
       const GpuRun g = run_gpu(*gpu, s, cfg, in);
       const auto ce = test::errors_of(s, in, ref, cpu);
-      const auto ge = attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(),
-                                       g.dk.data(), g.dv.data());
+      const auto ge =
+          attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(), g.dk.data(), g.dv.data());
       const double eo = rel_l2(g.o, cpu.o), eq = rel_l2(g.dq, cpu.dq), ek = rel_l2(g.dk, cpu.dk),
                    ev = rel_l2(g.dv, cpu.dv);
-      std::printf("[head-block] %-30s vs twin: O %.1e dQ %.1e dK %.1e dV %.1e | vs FP64 gpu/cpu: "
-                  "O %.2e/%.2e dQ %.2e/%.2e dK %.2e/%.2e | residual %.1e\n",
-                  what.c_str(), eo, eq, ek, ev, ge.o_rel_err, ce.o_rel_err, ge.dq_rel_err,
-                  ce.dq_rel_err, ge.dk_rel_err, ce.dk_rel_err, g.stats.row_residual_max);
+      std::printf(
+          "[head-block] %-30s vs twin: O %.1e dQ %.1e dK %.1e dV %.1e | vs FP64 gpu/cpu: "
+          "O %.2e/%.2e dQ %.2e/%.2e dK %.2e/%.2e | residual %.1e\n",
+          what.c_str(), eo, eq, ek, ev, ge.o_rel_err, ce.o_rel_err, ge.dq_rel_err, ce.dq_rel_err,
+          ge.dk_rel_err, ce.dk_rel_err, g.stats.row_residual_max);
       const bool wgmma_fwd = cuda::flash::select_forward_kernel() == cuda::flash::ForwardKernel::Wgmma;
       EXPECT_LE(eo, wgmma_fwd ? 3e-3 : 1e-3) << what;  // flash_forward_test.cpp's kOTol(Wgmma)
       if (!test::stale_reads_wgmma_o(delta)) {
@@ -193,8 +194,7 @@ TEST_P(QkvHeadBlock, EqualBlockAmaxesGivePerTensorResults) {
   for (auto* x : {&in.q, &in.k, &in.v}) {
     const int64_t heads = int64_t(x->size()) / (s.seq_q * D);  // Tq = Tk here
     for (int64_t h = 0; h < heads; ++h)
-      for (int64_t t0 = 0; t0 < s.seq_q; t0 += kQkvScaleBlock)
-        (*x)[size_t((h * s.seq_q + t0) * D)] = 8.0f;
+      for (int64_t t0 = 0; t0 < s.seq_q; t0 += kQkvScaleBlock) (*x)[size_t((h * s.seq_q + t0) * D)] = 8.0f;
   }
   for (DeltaMode delta : {DeltaMode::Matched, DeltaMode::Stale}) {
     const GpuRun t = run_gpu(*gpu, s, block_config(delta, QkvScaling::Tensor), in);
@@ -230,8 +230,8 @@ TEST_P(QkvHeadBlock, KeepsASmallBlockThatTensorScalingFlushes) {
     err[k][0] = rows_rel_err(g.o, ref.o, H, T, D, 0, kQkvScaleBlock);
     err[k][1] = rows_rel_err(g.dq, ref.dq, H, T, D, 0, kQkvScaleBlock);
     const double cpu_o = rows_rel_err(cpu.o, ref.o, H, T, D, 0, kQkvScaleBlock);
-    std::printf("[head-block] D%lld first block, %s scaling: O %.3e (cpu %.3e) dQ %.3e\n",
-                (long long)D, k ? "block " : "tensor", err[k][0], cpu_o, err[k][1]);
+    std::printf("[head-block] D%lld first block, %s scaling: O %.3e (cpu %.3e) dQ %.3e\n", (long long)D,
+                k ? "block " : "tensor", err[k][0], cpu_o, err[k][1]);
     EXPECT_LE(err[k][0], 2 * cpu_o + 1e-3) << "the twin's error, on the GPU too";
   }
   EXPECT_GT(err[0][0], 0.3) << "per-tensor FP8 flushes the small block's V";

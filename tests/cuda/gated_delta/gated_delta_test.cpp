@@ -60,8 +60,8 @@ struct Inputs {
     gates.resize(size_t(p.B * p.T * 2 * p.H));
     for (int64_t tok = 0; tok < p.B * p.T; ++tok)
       for (int64_t h = 0; h < p.H; ++h) {
-        gates[size_t(tok * 2 * p.H + h)] = 3.0f * n01(rng);           // a: α = σ(a)^{1/16}
-        gates[size_t(tok * 2 * p.H + p.H + h)] = 1.5f * n01(rng);     // b: β = σ(b)
+        gates[size_t(tok * 2 * p.H + h)] = 3.0f * n01(rng);        // a: α = σ(a)^{1/16}
+        gates[size_t(tok * 2 * p.H + p.H + h)] = 1.5f * n01(rng);  // b: β = σ(b)
       }
     fill(d_o, rows * p.Dv, 1.0f);
   }
@@ -129,7 +129,8 @@ Result run_reference(const Problem& p, const Inputs& in) {
       for (int64_t h = 0; h < p.H; ++h) {
         const int64_t tok = (b * p.T + t) * 2 * p.H, i = (b * p.H + h) * p.T + t;
         const GateValues gv = gated_delta_gates(in.gates[size_t(tok + h)], in.gates[size_t(tok + p.H + h)]);
-        g[size_t(i)] = gv.g, beta[size_t(i)] = gv.beta, dgda[size_t(i)] = gv.dg_da, dbdb[size_t(i)] = gv.dbeta_db;
+        g[size_t(i)] = gv.g, beta[size_t(i)] = gv.beta, dgda[size_t(i)] = gv.dg_da,
+        dbdb[size_t(i)] = gv.dbeta_db;
       }
   const std::vector<double> q = widen(in.q), k = widen(in.k), v = widen(in.v), d_o = widen(in.d_o);
   GatedDeltaShape s;
@@ -142,7 +143,8 @@ Result run_reference(const Problem& p, const Inputs& in) {
   r.dv.resize(size_t(rows * p.Dv));
   std::vector<double> dg(nr), db(nr);
   gated_delta_naive_forward(s, gi, r.o.data());
-  gated_delta_naive_backward(s, gi, d_o.data(), {r.dq.data(), r.dk.data(), r.dv.data(), dg.data(), db.data()});
+  gated_delta_naive_backward(s, gi, d_o.data(),
+                             {r.dq.data(), r.dk.data(), r.dv.data(), dg.data(), db.data()});
   for (int64_t b = 0; b < p.B; ++b)  // token-major halves, as split_gates
     for (int64_t t = 0; t < p.T; ++t)
       for (int64_t h = 0; h < p.H; ++h) {
@@ -167,7 +169,7 @@ struct Named {
   const char* name;
   std::vector<double> Result::*field;
 };
-const Named kFields[] = {{"o", &Result::o},   {"dq", &Result::dq},         {"dk", &Result::dk},
+const Named kFields[] = {{"o", &Result::o},   {"dq", &Result::dq},     {"dk", &Result::dk},
                          {"dv", &Result::dv}, {"dg(a)", &Result::dga}, {"dbeta(b)", &Result::dgb}};
 
 // Asserts the FlashAttention-3 rule for every output and prints the errors.
@@ -207,8 +209,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GatedDeltaCuda,
 TEST(GatedDeltaCudaShapes, UnequalDimsAndOtherChunks) {
   OCTET_REQUIRE_GPU();
   auto gpu = make_cuda_backend(), cpu = make_cpu_backend();
-  for (const auto& [dk, dv, chunk] : {std::tuple<int64_t, int64_t, int64_t>{32, 96, 64}, {128, 32, 16},
-                                      {64, 64, 100}}) {
+  for (const auto& [dk, dv, chunk] :
+       {std::tuple<int64_t, int64_t, int64_t>{32, 96, 64}, {128, 32, 16}, {64, 64, 100}}) {
     Problem p;
     p.T = 150, p.Dk = dk, p.Dv = dv, p.chunk = chunk, p.B = 1, p.H = 2;
     const Inputs in(p, 5);
@@ -282,8 +284,10 @@ TEST(GatedDeltaCudaIdentities, OnePositionClosedForm) {
       const int64_t row = b * p.H + h, tok = b * 2 * p.H;
       const GateValues gv = gated_delta_gates(in.gates[size_t(tok + h)], in.gates[size_t(tok + p.H + h)]);
       double qk = 0, vdo = 0;
-      for (int64_t c = 0; c < p.Dk; ++c) qk += double(in.q[size_t(row * p.Dk + c)]) * in.k[size_t(row * p.Dk + c)];
-      for (int64_t j = 0; j < p.Dv; ++j) vdo += double(in.v[size_t(row * p.Dv + j)]) * in.d_o[size_t(row * p.Dv + j)];
+      for (int64_t c = 0; c < p.Dk; ++c)
+        qk += double(in.q[size_t(row * p.Dk + c)]) * in.k[size_t(row * p.Dk + c)];
+      for (int64_t j = 0; j < p.Dv; ++j)
+        vdo += double(in.v[size_t(row * p.Dv + j)]) * in.d_o[size_t(row * p.Dv + j)];
       for (int64_t j = 0; j < p.Dv; ++j) {
         check(r.o[size_t(row * p.Dv + j)], p.scale * gv.beta * qk * in.v[size_t(row * p.Dv + j)]);
         check(r.dv[size_t(row * p.Dv + j)], p.scale * gv.beta * qk * in.d_o[size_t(row * p.Dv + j)]);

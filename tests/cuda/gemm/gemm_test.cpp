@@ -42,8 +42,7 @@ cuda::CudaBackend& gpu() {
 // of the linear round their operands).
 Dev<uint16_t> to_bf16(Dev<float>& x, int64_t n) {
   Dev<uint16_t> out(static_cast<size_t>(n));
-  cuda::convert_launch(Tensor(out.ptr(), DType::BF16, {n}), Tensor(x.ptr(), DType::F32, {n}),
-                       gpu().stream());
+  cuda::convert_launch(Tensor(out.ptr(), DType::BF16, {n}), Tensor(x.ptr(), DType::F32, {n}), gpu().stream());
   return out;
 }
 
@@ -66,9 +65,9 @@ Operand make_operand(const QuantConfig& cfg, Role role, int64_t rows, int64_t co
 }
 
 // max over elements of |got − want| / (Σ|a||b|); fails if any exceeds tol (returns the max ratio).
-double check_bound(const std::vector<float>& got, const std::vector<float>& want,
-                   const std::vector<float>& a, const std::vector<float>& b, int64_t M, int64_t N,
-                   int64_t K, double tol, const std::string& what, const std::vector<float>* c0 = nullptr) {
+double check_bound(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& a,
+                   const std::vector<float>& b, int64_t M, int64_t N, int64_t K, double tol,
+                   const std::string& what, const std::vector<float>* c0 = nullptr) {
   double worst = 0.0;
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
@@ -113,10 +112,10 @@ void run_fp8_case(cuda::GemmEngine& gemm, const Fp8Case& c, float beta) {
   std::vector<float> want = c0;
   gemm_fp8(A.host, B.host, want.data(), beta);
   const std::string what = to_string(c.ra) + "/" + to_string(c.rb) + " " + to_string(c.pol) + " " +
-                           std::to_string(c.M) + "x" + std::to_string(c.N) + "x" +
-                           std::to_string(c.K) + " beta " + std::to_string(beta);
-  const double worst = check_bound(got, want, A.deq, B.deq, c.M, c.N, c.K, std::ldexp(1.0, -10),
-                                   what, beta != 0.0f ? &c0 : nullptr);
+                           std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) +
+                           " beta " + std::to_string(beta);
+  const double worst = check_bound(got, want, A.deq, B.deq, c.M, c.N, c.K, std::ldexp(1.0, -10), what,
+                                   beta != 0.0f ? &c0 : nullptr);
   std::printf("[gemm fp8] %-48s max err/Σ|ab| = %.3g%s\n", what.c_str(), worst,
               gemm.fallback_count() > fb0 ? "  (cuBLASLt refused: dequantize fallback)" : "");
 }
@@ -125,9 +124,12 @@ TEST(CudaGemm, Fp8MatchesCpuEmulationInEveryScaleMode) {
   OCTET_REQUIRE_GPU();
   cuda::GemmEngine gemm(gpu().stream());
   const Fp8Case cases[] = {
-      {Recipe::TensorCurrent, Role::Activation, Recipe::TensorCurrent, Role::Weight, FormatPolicy::E4M3, 256, 192, 320},
-      {Recipe::TensorCurrent, Role::Gradient, Recipe::TensorCurrent, Role::Weight, FormatPolicy::Hybrid, 129, 133, 257},
-      {Recipe::TensorCurrent, Role::Activation, Recipe::TensorCurrent, Role::Gradient, FormatPolicy::Hybrid, 64, 80, 7},
+      {Recipe::TensorCurrent, Role::Activation, Recipe::TensorCurrent, Role::Weight, FormatPolicy::E4M3, 256,
+       192, 320},
+      {Recipe::TensorCurrent, Role::Gradient, Recipe::TensorCurrent, Role::Weight, FormatPolicy::Hybrid, 129,
+       133, 257},
+      {Recipe::TensorCurrent, Role::Activation, Recipe::TensorCurrent, Role::Gradient, FormatPolicy::Hybrid,
+       64, 80, 7},
       {Recipe::Row, Role::Activation, Recipe::Row, Role::Weight, FormatPolicy::E4M3, 256, 128, 384},
       {Recipe::Row, Role::Gradient, Recipe::Row, Role::Weight, FormatPolicy::Hybrid, 127, 255, 129},
       {Recipe::Block, Role::Activation, Recipe::Block, Role::Weight, FormatPolicy::E4M3, 256, 384, 512},
@@ -148,10 +150,13 @@ TEST(CudaGemm, ForcedFallbackMeetsTheSameBound) {
   OCTET_REQUIRE_GPU();
   cuda::GemmEngine gemm(gpu().stream());
   gemm.set_force_fallback(true);
-  run_fp8_case(gemm, {Recipe::Block, Role::Activation, Recipe::Block, Role::Weight,
-                      FormatPolicy::E4M3, 129, 130, 300}, 1.0f);
-  run_fp8_case(gemm, {Recipe::TensorCurrent, Role::Gradient, Recipe::TensorCurrent, Role::Weight,
-                      FormatPolicy::Hybrid, 64, 48, 96}, 0.0f);
+  run_fp8_case(
+      gemm, {Recipe::Block, Role::Activation, Recipe::Block, Role::Weight, FormatPolicy::E4M3, 129, 130, 300},
+      1.0f);
+  run_fp8_case(gemm,
+               {Recipe::TensorCurrent, Role::Gradient, Recipe::TensorCurrent, Role::Weight,
+                FormatPolicy::Hybrid, 64, 48, 96},
+               0.0f);
   EXPECT_EQ(gemm.fallback_count(), 2);
 }
 
@@ -220,9 +225,16 @@ TEST(CudaGemm, Bf16OutputIsTheFp32ResultRoundedOnce) {
   for (bool force : {false, true}) {
     cuda::GemmEngine gemm(gpu().stream());
     gemm.set_force_fallback(force);
-    struct C { Recipe ra; Role role_a; Recipe rb; Role role_b; int64_t M, N, K; };
-    for (const C& c : {C{Recipe::TensorCurrent, Role::Activation, Recipe::TensorCurrent, Role::Weight, 129, 133, 257},
-                       C{Recipe::Block, Role::Activation, Recipe::Block, Role::Weight, 130, 72, 200}}) {
+    struct C {
+      Recipe ra;
+      Role role_a;
+      Recipe rb;
+      Role role_b;
+      int64_t M, N, K;
+    };
+    for (const C& c :
+         {C{Recipe::TensorCurrent, Role::Activation, Recipe::TensorCurrent, Role::Weight, 129, 133, 257},
+          C{Recipe::Block, Role::Activation, Recipe::Block, Role::Weight, 130, 72, 200}}) {
       QuantConfig ca, cb;
       ca.recipe = c.ra;
       cb.recipe = c.rb;
@@ -249,9 +261,9 @@ TEST(CudaGemm, Bf16OutputIsTheFp32ResultRoundedOnce) {
   Dev<uint16_t> c16(4);
   Dev<float> a(std::vector<float>(4, 1.0f));
   Dev<uint16_t> ab = to_bf16(a, 4);
-  EXPECT_THROW(gemm.bf16(ab.ptr(), false, ab.ptr(), true, Tensor(c16.ptr(), DType::BF16, {2, 2}), 2,
-                         2, 2, 1.0f),
-               Error)
+  EXPECT_THROW(
+      gemm.bf16(ab.ptr(), false, ab.ptr(), true, Tensor(c16.ptr(), DType::BF16, {2, 2}), 2, 2, 2, 1.0f),
+      Error)
       << "a BF16 C must refuse beta != 0";
 }
 

@@ -31,8 +31,7 @@ void expect_close(const std::vector<float>& g, const std::vector<float>& c, doub
   for (float v : c) peak = std::max(peak, double(std::fabs(v)));
   ASSERT_GT(peak, 0.0) << what;
   for (size_t i = 0; i < c.size(); ++i)
-    ASSERT_NEAR(g[i], c[i], rtol * peak + (bf16 ? std::fabs(c[i]) * 0x1p-7 : 0.0))
-        << what << " at " << i;
+    ASSERT_NEAR(g[i], c[i], rtol * peak + (bf16 ? std::fabs(c[i]) * 0x1p-7 : 0.0)) << what << " at " << i;
 }
 
 // Uploads host FP32 values into t (F32, or rounded to BF16).
@@ -50,8 +49,12 @@ void put(Backend& be, const Tensor& t, const std::vector<float>& h) {
 struct Io {
   Buffer x, w, y, dy, dx, dw;
   Io(Backend& be, int64_t m, int64_t in, int64_t out, DType act)
-      : x(be.alloc(act, {m, in})), w(be.alloc(DType::F32, {out, in})), y(be.alloc(act, {m, out})),
-        dy(be.alloc(act, {m, out})), dx(be.alloc(act, {m, in})), dw(be.alloc(DType::F32, {out, in})) {}
+      : x(be.alloc(act, {m, in})),
+        w(be.alloc(DType::F32, {out, in})),
+        y(be.alloc(act, {m, out})),
+        dy(be.alloc(act, {m, out})),
+        dx(be.alloc(act, {m, in})),
+        dw(be.alloc(DType::F32, {out, in})) {}
 };
 
 struct Case {
@@ -91,8 +94,8 @@ TEST(CudaLinear, MatchesCpuLinearOverSteps) {
   for (DType act : {DType::F32, DType::BF16}) {
     for (const auto& c : cases) {
       const LinearSpec spec = spec_of(c);
-      const std::string what = std::to_string(int(c.precision)) + " " + to_string(c.recipe) +
-                               " " + to_string(c.formats) + " act " + to_string(act);
+      const std::string what = std::to_string(int(c.precision)) + " " + to_string(c.recipe) + " " +
+                               to_string(c.formats) + " act " + to_string(act);
       auto lc = cpu->make_linear(spec);
       auto lg = gpu->make_linear(spec);
       Io ic(*cpu, c.m, c.in, c.out, act), ig(*gpu, c.m, c.in, c.out, act);
@@ -174,13 +177,15 @@ TEST(CudaLinear, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
         lb->backward(s2, b2.dy, b2.dx, b2.dw);
       }
       for (auto [p, q] : {std::pair{&a1, &b1}, {&a2, &b2}}) {
-        for (auto [t, u, name] : {std::tuple{&p->y, &q->y, "y"}, {&p->dx, &q->dx, "dx"}, {&p->dw, &q->dw, "dw"}}) {
+        for (auto [t, u, name] :
+             {std::tuple{&p->y, &q->y, "y"}, {&p->dx, &q->dx, "dx"}, {&p->dw, &q->dw, "dw"}}) {
           const auto va = gpu->download_f32(*t), vb = gpu->download_f32(*u);
           ASSERT_EQ(va.size(), vb.size());
           bool nonzero = false;
           for (size_t i = 0; i < va.size(); ++i) {
             nonzero |= va[i] != 0.0f;
-            ASSERT_TRUE(test::same_float(va[i], vb[i])) << what << " rep " << rep << " " << name << " at " << i;
+            ASSERT_TRUE(test::same_float(va[i], vb[i]))
+                << what << " rep " << rep << " " << name << " at " << i;
           }
           EXPECT_TRUE(nonzero) << what << " " << name << " is all zero (vacuous)";
         }
@@ -288,17 +293,17 @@ TEST(CudaLinear, QuantStateRoundTripContinuesBitwise) {
 TEST(CudaLinear, WeightCacheEqualsUncachedBitwise) {
   OCTET_REQUIRE_GPU();
   auto gpu = make_cuda_backend();
-  for (const Case& c : {Case{LinearPrecision::FP8, Recipe::TensorCurrent, FormatPolicy::Hybrid, 64, 160, 96},
-                        Case{LinearPrecision::FP8, Recipe::TensorDelayed, FormatPolicy::Hybrid, 64, 160, 96},
-                        Case{LinearPrecision::FP8, Recipe::Block, FormatPolicy::Hybrid, 64, 160, 96},
-                        Case{LinearPrecision::BF16, Recipe::TensorCurrent, FormatPolicy::Hybrid, 64, 160, 96}}) {
+  for (const Case& c :
+       {Case{LinearPrecision::FP8, Recipe::TensorCurrent, FormatPolicy::Hybrid, 64, 160, 96},
+        Case{LinearPrecision::FP8, Recipe::TensorDelayed, FormatPolicy::Hybrid, 64, 160, 96},
+        Case{LinearPrecision::FP8, Recipe::Block, FormatPolicy::Hybrid, 64, 160, 96},
+        Case{LinearPrecision::BF16, Recipe::TensorCurrent, FormatPolicy::Hybrid, 64, 160, 96}}) {
     LinearSpec spec = spec_of(c);
     auto plain = gpu->make_linear(spec);
     spec.cache_weight = true;
     auto cached = gpu->make_linear(spec);
     Io ia(*gpu, c.m, c.in, c.out, DType::BF16), ib(*gpu, c.m, c.in, c.out, DType::BF16);
-    const std::string what =
-        c.precision == LinearPrecision::BF16 ? std::string("bf16") : to_string(c.recipe);
+    const std::string what = c.precision == LinearPrecision::BF16 ? std::string("bf16") : to_string(c.recipe);
     auto same = [&](const Tensor& a, const Tensor& b, const std::string& at) {
       const auto ha = gpu->download_f32(a), hb = gpu->download_f32(b);
       ASSERT_EQ(ha.size(), hb.size());

@@ -39,7 +39,8 @@ TEST(CudaLinear, GatheredWeightCodesEqualTheWholeWeightsQuantization) {
     int margin;
     bool pow2;
   };
-  for (const Shape3 s : {Shape3{16, 40, 17}, Shape3{64, 160, 96}, Shape3{33, 33, 130}, Shape3{128, 1024, 256}})
+  for (const Shape3 s :
+       {Shape3{16, 40, 17}, Shape3{64, 160, 96}, Shape3{33, 33, 130}, Shape3{128, 1024, 256}})
     for (const Q q : {Q{FormatPolicy::E4M3, 0, false}, Q{FormatPolicy::Hybrid, 1, true}}) {
       const std::string what = std::to_string(s.out) + "x" + std::to_string(s.in) + " margin " +
                                std::to_string(q.margin) + (q.pow2 ? " pow2" : "");
@@ -52,7 +53,8 @@ TEST(CudaLinear, GatheredWeightCodesEqualTheWholeWeightsQuantization) {
       spec.quant.margin = q.margin;
       spec.quant.pow2_scales = q.pow2;
       spec.cache_weight = true;
-      auto plain = gpu->make_linear(spec), gathered = gpu->make_linear(spec), cpu_lin = cpu->make_linear(spec);
+      auto plain = gpu->make_linear(spec), gathered = gpu->make_linear(spec),
+           cpu_lin = cpu->make_linear(spec);
       ASSERT_TRUE(gathered->gathers_weight_codes());
       const int64_t n = s.out * s.in;
       std::vector<float> w = test::awkward_values(size_t(n), 5u);  // zero, subnormal, normal, large
@@ -60,7 +62,8 @@ TEST(CudaLinear, GatheredWeightCodesEqualTheWholeWeightsQuantization) {
       Buffer wd = gpu->alloc(DType::F32, {s.out, s.in}), w0 = gpu->alloc(DType::F32, {s.out, s.in});
       gpu->upload(wd, w.data());
       // pieces at awkward flat offsets, as two or three ranks' shards would cut W
-      const std::vector<int64_t> cuts = {0, std::min<int64_t>(n - 2, n / 3 + 1), std::max<int64_t>(n / 3 + 2, 2 * n / 3 - 5), n};
+      const std::vector<int64_t> cuts = {0, std::min<int64_t>(n - 2, n / 3 + 1),
+                                         std::max<int64_t>(n / 3 + 2, 2 * n / 3 - 5), n};
       Buffer amax = gpu->alloc(DType::I32, {1});
       for (size_t k = 0; k + 1 < cuts.size(); ++k)
         gathered->weight_piece_amax(wd.tensor().reshape({n}).slice(cuts[k], cuts[k + 1] - cuts[k]), amax);
@@ -84,7 +87,8 @@ TEST(CudaLinear, GatheredWeightCodesEqualTheWholeWeightsQuantization) {
       ref.quantize(w.data(), s.out, s.in, qt);
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[size_t(i)], qt.codes[size_t(i)]) << what << " code " << i;
       // the CPU linear's twin of encode_weight_piece (one piece: all of W)
-      Buffer wc = cpu->alloc(DType::F32, {n}), ac = cpu->alloc(DType::I32, {1}), cc = cpu->alloc(code_type, {n});
+      Buffer wc = cpu->alloc(DType::F32, {n}), ac = cpu->alloc(DType::I32, {1}),
+             cc = cpu->alloc(code_type, {n});
       cpu->upload(wc, w.data());
       cpu_lin->weight_piece_amax(wc, ac);
       cpu_lin->encode_weight_piece(wc, ac, cc);
@@ -94,7 +98,8 @@ TEST(CudaLinear, GatheredWeightCodesEqualTheWholeWeightsQuantization) {
       const int32_t zero = 0;
       gpu->upload(amax, &zero);  // reused by the caller: the installed linear keeps its own copy
       Buffer x = gpu->alloc(DType::BF16, {s.m, s.in}), dy = gpu->alloc(DType::BF16, {s.m, s.out});
-      const auto hx = test::gaussian(size_t(s.m * s.in), 11u), hdy = test::gaussian(size_t(s.m * s.out), 12u, 1e-2f);
+      const auto hx = test::gaussian(size_t(s.m * s.in), 11u),
+                 hdy = test::gaussian(size_t(s.m * s.out), 12u, 1e-2f);
       std::vector<uint16_t> bx(hx.size()), bdy(hdy.size());
       for (size_t i = 0; i < hx.size(); ++i) bx[i] = bf16_from_float(hx[i]);
       for (size_t i = 0; i < hdy.size(); ++i) bdy[i] = bf16_from_float(hdy[i]);

@@ -50,7 +50,7 @@ class CudaOps : public ::testing::TestWithParam<DType> {
     }
     return p;
   }
-  Pair make(const std::vector<float>& h, Shape s) { return make(h, s, act); }    // act
+  Pair make(const std::vector<float>& h, Shape s) { return make(h, s, act); }  // act
   Pair param(const std::vector<float>& h, Shape s) { return make(h, s, DType::F32); }
   Pair zeros(Shape s, DType dt) { return make(std::vector<float>(size_t(s.numel()), 0.0f), s, dt); }
   Pair zeros(Shape s) { return zeros(s, act); }
@@ -129,14 +129,17 @@ TEST_P(CudaOps, NormsForwardBackward) {
       const std::string tag = " dim " + std::to_string(dim) + (with_w ? " weighted" : " unweighted");
       auto y = zeros({rows, dim}), dx = zeros({rows, dim});
       auto rstd = zeros({rows}, DType::F32), mean = zeros({rows}, DType::F32);
-      auto dw = param(test::gaussian(size_t(dim), 10), {dim}), db = param(test::gaussian(size_t(dim), 11), {dim});
+      auto dw = param(test::gaussian(size_t(dim), 10), {dim}),
+           db = param(test::gaussian(size_t(dim), 11), {dim});
       const Tensor none;
       cpu->rmsnorm_forward(x.tc(), with_w ? w.tc() : none, y.tc(), rstd.tc(), 1e-5f);
       gpu->rmsnorm_forward(x.tg(), with_w ? w.tg() : none, y.tg(), rstd.tg(), 1e-5f);
       expect_close(y, "rmsnorm y" + tag);
       expect_close(rstd, "rmsnorm rstd" + tag);
-      cpu->rmsnorm_backward(x.tc(), with_w ? w.tc() : none, rstd.tc(), dy.tc(), dx.tc(), with_w ? dw.tc() : none);
-      gpu->rmsnorm_backward(x.tg(), with_w ? w.tg() : none, rstd.tg(), dy.tg(), dx.tg(), with_w ? dw.tg() : none);
+      cpu->rmsnorm_backward(x.tc(), with_w ? w.tc() : none, rstd.tc(), dy.tc(), dx.tc(),
+                            with_w ? dw.tc() : none);
+      gpu->rmsnorm_backward(x.tg(), with_w ? w.tg() : none, rstd.tg(), dy.tg(), dx.tg(),
+                            with_w ? dw.tg() : none);
       expect_close(dx, "rmsnorm dx" + tag, 1e-4);
       if (with_w) expect_close(dw, "rmsnorm dw" + tag, 1e-4);
       // LayerNorm always has its weight (backend.h); "unweighted" here means without the bias.
@@ -151,7 +154,9 @@ TEST_P(CudaOps, NormsForwardBackward) {
       // A LayerNorm without its weight is refused by both backends alike.
       EXPECT_THROW(cpu->layernorm_forward(x.tc(), none, b.tc(), y.tc(), mean.tc(), rstd.tc(), 1e-5f), Error);
       EXPECT_THROW(gpu->layernorm_forward(x.tg(), none, b.tg(), y.tg(), mean.tg(), rstd.tg(), 1e-5f), Error);
-      EXPECT_THROW(gpu->layernorm_backward(x.tg(), none, mean.tg(), rstd.tg(), dy.tg(), dx.tg(), dw.tg(), db.tg()), Error);
+      EXPECT_THROW(
+          gpu->layernorm_backward(x.tg(), none, mean.tg(), rstd.tg(), dy.tg(), dx.tg(), dw.tg(), db.tg()),
+          Error);
     }
   }
 }
@@ -264,7 +269,8 @@ TEST_P(CudaOps, ReductionsAndAdamW) {
   EXPECT_NEAR(mg.variance, mc.variance, 1e-9 * mc.variance);
   EXPECT_NEAR(mg.kurtosis, mc.kurtosis, 1e-9 * mc.kurtosis);
   auto p = param(test::gaussian(size_t(n), 19), {n}), g = param(test::gaussian(size_t(n), 20), {n});
-  auto m = param(test::gaussian(size_t(n), 21, 0.1f), {n}), v = param(std::vector<float>(size_t(n), 0.01f), {n});
+  auto m = param(test::gaussian(size_t(n), 21, 0.1f), {n}),
+       v = param(std::vector<float>(size_t(n), 0.01f), {n});
   for (int64_t step = 1; step <= 3; ++step) {
     cpu->adamw(p.tc(), g.tc(), m.tc(), v.tc(), 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
     gpu->adamw(p.tg(), g.tg(), m.tg(), v.tg(), 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);

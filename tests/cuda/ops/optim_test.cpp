@@ -76,12 +76,14 @@ TEST(CudaFusedOptimizer, OneStepEqualsTheCpuTwin) {
     v[size_t(i)] = 1e-5f * std::fabs(nd(rng));
   }
   std::vector<double> seg;  // 301 segments of uneven length, alternating decay
-  for (int k = 1; k <= 301; ++k) seg.insert(seg.end(), {k == 301 ? double(n) : double(k * 3481 + (k % 7) * 13), double(k % 2)});
+  for (int k = 1; k <= 301; ++k)
+    seg.insert(seg.end(), {k == 301 ? double(n) : double(k * 3481 + (k % 7) * 13), double(k % 2)});
   double norm_sq = 0;
   for (float x : g) norm_sq += double(x) * x;
   std::vector<double> state(kOptStateSlots, 0.0), table;
   state[kOptSteps] = 6;
-  for (int t = 1; t <= 8; ++t) table.insert(table.end(), {adamw_bias_correction(0.9f, t), adamw_bias_correction(0.95f, t)});
+  for (int t = 1; t <= 8; ++t)
+    table.insert(table.end(), {adamw_bias_correction(0.9f, t), adamw_bias_correction(0.95f, t)});
   struct Out {
     std::vector<float> p, m, v;
     std::vector<double> state;
@@ -93,7 +95,8 @@ TEST(CudaFusedOptimizer, OneStepEqualsTheCpuTwin) {
       return b;
     };
     Buffer bp = put(p, DType::F32, {n}), bg = put(g, DType::F32, {n}), bm = put(m, DType::F32, {n});
-    Buffer bv = put(v, DType::F32, {n}), bs = put(seg, DType::F64, {301, 2}), bst = put(state, DType::F64, {kOptStateSlots});
+    Buffer bv = put(v, DType::F32, {n}), bs = put(seg, DType::F64, {301, 2}),
+           bst = put(state, DType::F64, {kOptStateSlots});
     Buffer bt = put(table, DType::F64, {8, 2}), bn = be.alloc(DType::F64, {1});
     be.upload(bn, &norm_sq);
     be.adamw_prepare(bn, {}, bt, bst, 0.5f);  // norm ≈ 10 > 0.5: clipped
@@ -103,7 +106,8 @@ TEST(CudaFusedOptimizer, OneStepEqualsTheCpuTwin) {
     return o;
   };
   const Out a = run(*cpu), b = run(*gpu);
-  for (int s = 0; s < kOptStateSlots; ++s) EXPECT_EQ(a.state[size_t(s)], b.state[size_t(s)]) << "state slot " << s;
+  for (int s = 0; s < kOptStateSlots; ++s)
+    EXPECT_EQ(a.state[size_t(s)], b.state[size_t(s)]) << "state slot " << s;
   EXPECT_LT(a.state[kOptClip], 1.0);
   for (auto [x, y, name] : {std::tuple{&a.p, &b.p, "param"}, {&a.m, &b.m, "m"}, {&a.v, &b.v, "v"}}) {
     int64_t worst = 0, moved = 0;

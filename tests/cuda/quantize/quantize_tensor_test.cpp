@@ -37,10 +37,10 @@ struct Launch {
   bool saturate = true;
   int margin = 0;
   bool pow2 = false;
-  float scale = 0.0f;        // Pointer: s
-  bool given_amax = false;   // TensorAmax: the amax given (its host value), no pre-pass
-  bool prepass = false;      // Pointer: amax pre-pass ...
-  int skip = 0;              // ... skipped on the device if skip > 0
+  float scale = 0.0f;       // Pointer: s
+  bool given_amax = false;  // TensorAmax: the amax given (its host value), no pre-pass
+  bool prepass = false;     // Pointer: amax pre-pass ...
+  int skip = 0;             // ... skipped on the device if skip > 0
   bool has_row = true, has_col = true;
 };
 
@@ -167,10 +167,10 @@ void expect_same(const Result& a, const Result& b, const std::string& what) {
   EXPECT_EQ(std::memcmp(&a.counters, &b.counters, sizeof(a.counters)), 0)
       << what << ": counters (counts " << a.counters.counts[0] << "/" << b.counters.counts[0] << " "
       << a.counters.counts[1] << "/" << b.counters.counts[1] << " " << a.counters.counts[2] << "/"
-      << b.counters.counts[2] << " " << a.counters.counts[3] << "/" << b.counters.counts[3]
-      << ", amax " << a.counters.amax_bits << "/" << b.counters.amax_bits << ", scale range "
-      << a.counters.scale_min_flip << "/" << b.counters.scale_min_flip << " " << a.counters.scale_max
-      << "/" << b.counters.scale_max << ")";
+      << b.counters.counts[2] << " " << a.counters.counts[3] << "/" << b.counters.counts[3] << ", amax "
+      << a.counters.amax_bits << "/" << b.counters.amax_bits << ", scale range " << a.counters.scale_min_flip
+      << "/" << b.counters.scale_min_flip << " " << a.counters.scale_max << "/" << b.counters.scale_max
+      << ")";
 }
 
 // One case on both kernels and the host rule. offset 1: the source starts one element past a
@@ -178,8 +178,8 @@ void expect_same(const Result& a, const Result& b, const std::string& what) {
 void check(int64_t rows, int64_t cols, bool bf16, int offset, const Launch& l, bool specials,
            const std::string& name) {
   const std::string what = name + " " + std::to_string(rows) + "x" + std::to_string(cols) +
-                           (bf16 ? " bf16" : " f32") + (offset ? " offset" : "") +
-                           (l.has_row ? " row" : "") + (l.has_col ? " col" : "");
+                           (bf16 ? " bf16" : " f32") + (offset ? " offset" : "") + (l.has_row ? " row" : "") +
+                           (l.has_col ? " col" : "");
   std::vector<float> x = inputs(rows * cols + offset, uint32_t(rows * 7 + cols), specials);
   const test::DevSource dev(x, bf16, size_t(offset));
   const void* src = dev.ptr();
@@ -190,14 +190,15 @@ void check(int64_t rows, int64_t cols, bool bf16, int offset, const Launch& l, b
   expect_same(fast, tile, what);
   // TensorAmax: the pre-pass's or the given amax; Pointer: reduced by the cast (and the pre-pass).
   EXPECT_EQ(fast.counters.amax_bits, amax) << what << ": amax";
-  const float s = l.source == cuda::ScaleSource::Pointer
-                      ? l.scale
-                      : scale_from_amax(amax > 0x7F800000u ? NAN : from_bits(amax), l.format, l.margin, l.pow2);
+  const float s =
+      l.source == cuda::ScaleSource::Pointer
+          ? l.scale
+          : scale_from_amax(amax > 0x7F800000u ? NAN : from_bits(amax), l.format, l.margin, l.pow2);
   expect_host_rule(fast, x, rows, cols, l, s, what);
 }
 
 const std::vector<std::pair<int64_t, int64_t>> kShapes = {
-    {1, 1}, {3, 5}, {17, 33}, {63, 129}, {65, 127}, {64, 128}, {100, 200},
+    {1, 1},    {3, 5},    {17, 33},   {63, 129},   {65, 127},  {64, 128}, {100, 200},
     {37, 264}, {45, 132}, {129, 257}, {257, 1000}, {16, 4096}, {2049, 24}};
 
 TEST(CudaQuantizeTensor, TensorCurrentEqualsTileKernelAndHostRule) {
@@ -232,9 +233,9 @@ TEST(CudaQuantizeTensor, PointerScaleSpecialsAndCountersEqualTileKernel) {
             l.scale = f == Format::E4M3 ? 3.0f : 0.37f;
             l.prepass = pre > 0;
             l.skip = pre == 2;
-            check(rows, cols, bf16, 0, l, true, std::string("pointer ") + (sat ? "sat " : "nosat ") +
-                                                     (f == Format::E4M3 ? "e4m3" : "e5m2") + " pre " +
-                                                     std::to_string(pre));
+            check(rows, cols, bf16, 0, l, true,
+                  std::string("pointer ") + (sat ? "sat " : "nosat ") +
+                      (f == Format::E4M3 ? "e4m3" : "e5m2") + " pre " + std::to_string(pre));
             if (HasFailure()) return;
           }
   // Test premise: the inputs do saturate and underflow (checked on one launch).

@@ -46,8 +46,7 @@ void expect_same(const QTensor& gpu, const QTensor& cpu, const std::string& what
                           << int(cpu.codes[size_t(std::max<int64_t>(first, 0))]);
   for (size_t i = 0; i < cpu.scale_inv.size(); ++i)
     ASSERT_TRUE(test::same_float(gpu.scale_inv[i], cpu.scale_inv[i]))
-        << what << ": scale_inv[" << i << "] gpu " << gpu.scale_inv[i] << " cpu "
-        << cpu.scale_inv[i];
+        << what << ": scale_inv[" << i << "] gpu " << gpu.scale_inv[i] << " cpu " << cpu.scale_inv[i];
 }
 
 // Quantizes x on both sides (row-wise + column-wise on the GPU in one pass; quantize() and
@@ -61,8 +60,8 @@ struct Gpu {
 };
 
 // bf16 = true: the GPU source is the BF16 tensor of x and the CPU quantizes its FP32 values.
-void check_once(cuda::CudaQuantizer& gq, Quantizer& cq, std::vector<float> x, int64_t rows,
-                int64_t cols, const std::string& what, bool bf16 = false) {
+void check_once(cuda::CudaQuantizer& gq, Quantizer& cq, std::vector<float> x, int64_t rows, int64_t cols,
+                const std::string& what, bool bf16 = false) {
   const cudaStream_t s = gq.stream();
   const test::DevSource dev(x, bf16);
   const Tensor src(const_cast<void*>(dev.ptr()), bf16 ? DType::BF16 : DType::F32, {rows, cols});
@@ -73,8 +72,8 @@ void check_once(cuda::CudaQuantizer& gq, Quantizer& cq, std::vector<float> x, in
   cq.quantize_transposed(x.data(), rows, cols, cc);
   expect_same(cuda::to_host(row.view, s), cr, what + " row-wise");
   expect_same(cuda::to_host(col.view, s), cc, what + " column-wise");
-  EXPECT_TRUE(test::same_float(gq.last_amax(), cr.amax)) << what << ": amax " << gq.last_amax()
-                                                         << " vs " << cr.amax;
+  EXPECT_TRUE(test::same_float(gq.last_amax(), cr.amax))
+      << what << ": amax " << gq.last_amax() << " vs " << cr.amax;
   int64_t under = 0, sat = 0;
   gq.last_counts(0, &under, &sat);
   EXPECT_EQ(under, cr.n_underflow) << what;
@@ -86,9 +85,9 @@ void check_once(cuda::CudaQuantizer& gq, Quantizer& cq, std::vector<float> x, in
 
 // Awkward shapes (partial tiles, one element per load) and, from {129, 512} on, columns that are
 // multiples of 4: the tile kernel's vector loads (BF16 for odd row counts: check_once's rule).
-const std::vector<std::pair<int64_t, int64_t>> kShapes = {
-    {1, 1}, {7, 129}, {127, 133}, {129, 7}, {255, 257}, {257, 255}, {133, 1}, {1, 257},
-    {129, 512}, {256, 384}, {131, 4}};
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {{1, 1},     {7, 129},   {127, 133}, {129, 7},
+                                                          {255, 257}, {257, 255}, {133, 1},   {1, 257},
+                                                          {129, 512}, {256, 384}, {131, 4}};
 
 TEST(CudaQuantize, StatelessRecipesMatchCpuBitwise) {
   OCTET_REQUIRE_GPU();
@@ -104,10 +103,10 @@ TEST(CudaQuantize, StatelessRecipesMatchCpuBitwise) {
             cfg.formats = pol;
             cfg.unit_scale = 3.0f;
             std::vector<float> x = test::awkward_values(size_t(rows * cols), uint32_t(rows * 31 + cols));
-            if (input == 1) x[x.size() / 2] = NAN;           // a NaN is carried, never dropped
-            if (input == 2) x.assign(x.size(), 0.0f);       // zero tensor: scale 1, codes 0
-            const std::string what = to_string(recipe) + " role " + std::to_string(int(role)) +
-                                     " " + to_string(pol) + " " + std::to_string(rows) + "x" +
+            if (input == 1) x[x.size() / 2] = NAN;     // a NaN is carried, never dropped
+            if (input == 2) x.assign(x.size(), 0.0f);  // zero tensor: scale 1, codes 0
+            const std::string what = to_string(recipe) + " role " + std::to_string(int(role)) + " " +
+                                     to_string(pol) + " " + std::to_string(rows) + "x" +
                                      std::to_string(cols) + " input " + std::to_string(input);
             cuda::CudaQuantizer gq = gpu.make(cfg, role);
             Quantizer cq(cfg, role);
@@ -172,15 +171,13 @@ TEST(CudaQuantize, DelayedScalingQuantizeThenUpdateFollowsCpu) {
                    /*bf16=*/mb == 1);
       }
       EXPECT_TRUE(test::same_float(gq.pending_amax(), cq.pending_amax()))
-          << "step " << step << ": recorded amax gpu " << gq.pending_amax() << " cpu "
-          << cq.pending_amax();
+          << "step " << step << ": recorded amax gpu " << gq.pending_amax() << " cpu " << cq.pending_amax();
       gq.update();
       cq.update();
       EXPECT_EQ(gq.last_overflow(), cq.last_overflow()) << "step " << step;
       EXPECT_EQ(gq.overflow_count(), cq.overflow_count()) << "step " << step;
       EXPECT_TRUE(test::same_float(gq.delayed_scale(), cq.delayed_scale()))
-          << "step " << step << ": next scale gpu " << gq.delayed_scale() << " cpu "
-          << cq.delayed_scale();
+          << "step " << step << ": next scale gpu " << gq.delayed_scale() << " cpu " << cq.delayed_scale();
       const DelayedState a = gq.delayed_state(), b = cq.delayed_state();
       EXPECT_EQ(a.history, b.history) << "step " << step;
       EXPECT_EQ(gq.pending_amax(), -1.0f) << "update() clears the recorded amax";
@@ -237,8 +234,8 @@ TEST(CudaQuantize, TensorAmaxIsTheMaxOfAbsoluteValues) {
     for (const bool bf16 : {false, true})
       for (const int64_t offset : {0, 1})
         for (const bool with_nan : {false, true}) {
-          const std::string what = "n " + std::to_string(n) + (bf16 ? " bf16" : " f32") +
-                                   " offset " + std::to_string(offset) + (with_nan ? " NaN" : "");
+          const std::string what = "n " + std::to_string(n) + (bf16 ? " bf16" : " f32") + " offset " +
+                                   std::to_string(offset) + (with_nan ? " NaN" : "");
           std::vector<float> x = test::awkward_values(size_t(n + offset), uint32_t(n) + 5u);
           if (with_nan) x[size_t(offset + n / 2)] = NAN;
           const test::DevSource dev(x, bf16, size_t(offset));
@@ -283,8 +280,8 @@ TEST(CudaQuantize, ProducerAmaxGivesThePrePassCodes) {
                                             : Tensor(yb.ptr(), DType::BF16, {rows, dim});
         Dev<unsigned> amax(std::vector<unsigned>{0u});
         if (producer == "layernorm")
-          cuda::layernorm_forward_launch(xt, w.ptr(), b.ptr(), yt, mean.ptr(), rstd.ptr(), rows, dim,
-                                         1e-5f, s, amax.ptr());
+          cuda::layernorm_forward_launch(xt, w.ptr(), b.ptr(), yt, mean.ptr(), rstd.ptr(), rows, dim, 1e-5f,
+                                         s, amax.ptr());
         else if (producer == "rmsnorm")
           cuda::rmsnorm_forward_launch(xt, w.ptr(), yt, rstd.ptr(), rows, dim, 1e-5f, s, amax.ptr());
         else

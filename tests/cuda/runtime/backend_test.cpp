@@ -35,12 +35,13 @@ TEST(CudaBackendOptions, EnqueuesOnTheCallersStream) {
 
     cudaGraph_t graph = nullptr;
     OCTET_CUDA_CHECK(cudaStreamBeginCapture(user, cudaStreamCaptureModeThreadLocal));
-    gpu->scale(2.0f, x);  // x = 2
-    gpu->copy(y, x);      // y = bf16(2)
+    gpu->scale(2.0f, x);    // x = 2
+    gpu->copy(y, x);        // y = bf16(2)
     gpu->axpy(1.0f, y, x);  // x = 4
     const cudaError_t end = cudaStreamEndCapture(user, &graph);
     ASSERT_EQ(end, cudaSuccess) << "the capture broke (a synchronization or a call on the captured "
-                                   "stream that capture forbids): " << cudaGetErrorString(end);
+                                   "stream that capture forbids): "
+                                << cudaGetErrorString(end);
     size_t nodes = 0;
     OCTET_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
     EXPECT_GE(nodes, 3u) << "the ops were not enqueued on the caller's stream";

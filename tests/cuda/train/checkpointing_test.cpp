@@ -82,8 +82,9 @@ TEST(CudaActivationCheckpointing, EqualsKeepingEverything) {
     const Result a = one_step(c, false), b = one_step(c, false), k = one_step(c, true);
     ASSERT_EQ(a.grads.size(), k.grads.size());
     const double spread = rel_l2(b.grads, a.grads), diff = rel_l2(k.grads, a.grads);
-    std::printf("[checkpointing] %-24s loss %.9f / %.9f | grads rel. L2: two plain runs %.2e, checkpointed %.2e\n",
-                c.name.c_str(), a.loss, k.loss, spread, diff);
+    std::printf(
+        "[checkpointing] %-24s loss %.9f / %.9f | grads rel. L2: two plain runs %.2e, checkpointed %.2e\n",
+        c.name.c_str(), a.loss, k.loss, spread, diff);
     EXPECT_EQ(a.loss, k.loss) << c.name << ": the forward is deterministic";
     EXPECT_LE(diff, 4 * spread + 1e-7) << c.name;
     double norm = 0;  // the premise: gradients flow

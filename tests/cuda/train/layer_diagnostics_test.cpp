@@ -79,13 +79,15 @@ TEST_P(CudaLayerDiagnostics, SampleAndDqBiasMatchTheCpu) {
     // cuDNN (bf16/flash) equals its CPU twin to BF16 rounding only (cudnn_sdpa_test.cpp): dO of
     // layer 0 passes through layer 1's cuDNN backward
     const double qkv_tol = fp8 ? 1e-2 : 1e-3, do_tol = fp8 ? 5e-2 : flash ? 2e-2 : 5e-3;
-    const double eq = rel_l2(sg.q, sc.q), ek = rel_l2(sg.k, sc.k), ev = rel_l2(sg.v, sc.v), ed = rel_l2(sg.d_o, sc.d_o);
+    const double eq = rel_l2(sg.q, sc.q), ek = rel_l2(sg.k, sc.k), ev = rel_l2(sg.v, sc.v),
+                 ed = rel_l2(sg.d_o, sc.d_o);
     const LayerReport &c = r_cpu[size_t(l)], &g = r_gpu[size_t(l)];
     ASSERT_TRUE(c.dq_bias.has_value() && g.dq_bias.has_value());
-    std::printf("[%s] layer %lld: sample rel. L2 q %.2e k %.2e v %.2e dO %.2e; dQ bias norm cpu %.3e gpu %.3e; "
-                "gpu row residual max %.3e mean %.3e\n",
-                param.c_str(), static_cast<long long>(l), eq, ek, ev, ed, c.dq_bias->norm, g.dq_bias->norm,
-                g.diag.row_residual_max, g.diag.row_residual_mean);
+    std::printf(
+        "[%s] layer %lld: sample rel. L2 q %.2e k %.2e v %.2e dO %.2e; dQ bias norm cpu %.3e gpu %.3e; "
+        "gpu row residual max %.3e mean %.3e\n",
+        param.c_str(), static_cast<long long>(l), eq, ek, ev, ed, c.dq_bias->norm, g.dq_bias->norm,
+        g.diag.row_residual_max, g.diag.row_residual_mean);
     EXPECT_LE(eq, qkv_tol);
     EXPECT_LE(ek, qkv_tol);
     EXPECT_LE(ev, qkv_tol);
@@ -123,8 +125,8 @@ TEST_P(CudaLayerDiagnostics, SampleAndDqBiasMatchTheCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Arms, CudaLayerDiagnostics,
-                         ::testing::Values("bf16", "fp8-stale", "fp8-matched", "bf16/flash", "fp8-stale/flash",
-                                           "fp8-matched/flash"),
+                         ::testing::Values("bf16", "fp8-stale", "fp8-matched", "bf16/flash",
+                                           "fp8-stale/flash", "fp8-matched/flash"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& ch : s)

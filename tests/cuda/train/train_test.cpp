@@ -1,6 +1,6 @@
 // train_test.cpp — end-to-end training on the CUDA backend against the CPU reference backend, in
-// every precision arm (docs/design.md §"Precision arms"): one whole step (loss and every gradient, same init, same
-// batch), then the first 20 optimizer steps of a tiny config through the real trainer (train.h's
+// every precision arm (docs/design.md §"Precision arms"): one whole step (loss and every gradient, same init,
+// same batch), then the first 20 optimizer steps of a tiny config through the real trainer (train.h's
 // train(): warmup LR, clip, AdamW), on a fixed byte corpus (docs_bytes below).
 //
 // Why the two backends may differ at all: both quantize bitwise alike for equal inputs
@@ -88,10 +88,10 @@ bool is_fp8(const std::string& param) { return arm_of(param) != "bf16"; }
 // Zipf-like law from a fixed list by a seeded generator. Fixed on purpose: the runs' loss curves
 // (and their CPU-GPU difference) must not move when the repository's docs are edited.
 std::vector<int32_t> docs_bytes() {
-  static const char* words[] = {"the", "of", "attention", "gradient", "scale", "a", "to", "is",
-                                "matrix", "kernel", "row", "key", "query", "value", "softmax",
-                                "delta", "and", "in", "tensor", "block", "warp", "memory", "loss",
-                                "step", "layer", "norm", "weight", "format", "e4m3", "amax"};
+  static const char* words[] = {
+      "the",  "of",     "attention", "gradient", "scale",   "a",     "to",     "is",     "matrix", "kernel",
+      "row",  "key",    "query",     "value",    "softmax", "delta", "and",    "in",     "tensor", "block",
+      "warp", "memory", "loss",      "step",     "layer",   "norm",  "weight", "format", "e4m3",   "amax"};
   const int n = int(sizeof(words) / sizeof(words[0]));
   std::vector<double> w(n);
   for (int i = 0; i < n; ++i) w[i] = 1.0 / (i + 1);
@@ -122,7 +122,8 @@ TEST_P(CudaTraining, OneStepLossAndGradientsMatchCpu) {
   const int64_t batch = 4, N = batch * mc.seq_len;
   const std::vector<int32_t> tokens = docs_bytes();
   ASSERT_GT(int64_t(tokens.size()), N + 1);
-  std::vector<int32_t> ids(tokens.begin(), tokens.begin() + N), targets(tokens.begin() + 1, tokens.begin() + N + 1);
+  std::vector<int32_t> ids(tokens.begin(), tokens.begin() + N),
+      targets(tokens.begin() + 1, tokens.begin() + N + 1);
 
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend();
@@ -195,8 +196,9 @@ TEST_P(CudaTraining, First20StepsLossesMatchCpu) {
     max_diff = std::max(max_diff, d);
     EXPECT_LE(d, tol) << arm << " step " << s + 1 << ": cpu " << losses[0][s] << " gpu " << losses[1][s];
   }
-  std::printf("[%s] 20 steps: loss cpu %.4f -> %.4f, gpu %.4f -> %.4f; max |diff| %.2e nats (tolerance %.0e)\n",
-              arm.c_str(), losses[0][0], losses[0][19], losses[1][0], losses[1][19], max_diff, tol);
+  std::printf(
+      "[%s] 20 steps: loss cpu %.4f -> %.4f, gpu %.4f -> %.4f; max |diff| %.2e nats (tolerance %.0e)\n",
+      arm.c_str(), losses[0][0], losses[0][19], losses[1][0], losses[1][19], max_diff, tol);
   EXPECT_LT(losses[0][19], losses[0][0] - 0.5) << arm << ": the reference run did not learn";
 }
 

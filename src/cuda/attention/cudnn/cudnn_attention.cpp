@@ -9,13 +9,13 @@
 // backward with the stale delta D_i = Σ_c dO_ic O_ic (the CPU arms' bf16 delta too), dS rounded to
 // BF16 for dQ and dK. cuDNN normalizes P by the FP32 row sum rather than the sum of the rounded P
 // and orders its sums differently, so it equals the twin to BF16 rounding, not bitwise
-// (tests/cuda/attention/cudnn/cudnn_sdpa_test.cpp states the tolerance). The backward is cuDNN's deterministic one
-// (identical bits run to run, as octet's trainer promises; if cuDNN refuses that graph, its default
-// one, with a note on stderr). It does not measure the softmax
-// gradient's row residual (dS stays inside cuDNN): the residual accumulator is left unchanged.
-// Saved state (docs/design.md §"Saved state"): BF16 copies of Q, K, V and cuDNN's LSE; O is the
-// caller's (read by the backward, as the unfused stale path reads it). Act tensors may be F32 or
-// BF16 each: F32 inputs are rounded to BF16 (RNE), F32 outputs widened from cuDNN's BF16 (exact).
+// (tests/cuda/attention/cudnn/cudnn_sdpa_test.cpp states the tolerance). The backward is cuDNN's
+// deterministic one (identical bits run to run, as octet's trainer promises; if cuDNN refuses that graph, its
+// default one, with a note on stderr). It does not measure the softmax gradient's row residual (dS stays
+// inside cuDNN): the residual accumulator is left unchanged. Saved state (docs/design.md §"Saved state"):
+// BF16 copies of Q, K, V and cuDNN's LSE; O is the caller's (read by the backward, as the unfused stale path
+// reads it). Act tensors may be F32 or BF16 each: F32 inputs are rounded to BF16 (RNE), F32 outputs widened
+// from cuDNN's BF16 (exact).
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -48,8 +48,7 @@ SdpaDims sdpa_dims(const AttentionShape& s) {
 class CudnnSdpaAttention final : public Attention {
  public:
   CudnnSdpaAttention(const AttentionShape& shape, CudaBackend& backend)
-      : shape_(shape), dims_(sdpa_dims(shape)), be_(backend), s_(backend.stream()),
-        engine_(backend.sdpa()) {}
+      : shape_(shape), dims_(sdpa_dims(shape)), be_(backend), s_(backend.stream()), engine_(backend.sdpa()) {}
 
   SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                          const Tensor& lse) override {
@@ -73,8 +72,8 @@ class CudnnSdpaAttention final : public Attention {
     a.lse = st->lse.tensor().f32();
     engine_.bf16_forward(dims_, a);
     bf16_finish(o, o_);
-    OCTET_CUDA_CHECK(cudaMemcpyAsync(lse.data, a.lse, size_t(rows()) * sizeof(float),
-                                     cudaMemcpyDeviceToDevice, s_));
+    OCTET_CUDA_CHECK(
+        cudaMemcpyAsync(lse.data, a.lse, size_t(rows()) * sizeof(float), cudaMemcpyDeviceToDevice, s_));
     return SavedAttention{q, k, v, o, lse, std::move(st)};
   }
 
@@ -107,7 +106,8 @@ class CudnnSdpaAttention final : public Attention {
         deterministic_ = false;
         static std::atomic<bool> said{false};
         if (!said.exchange(true))
-          std::fprintf(stderr, "octet: cuda attention: cuDNN's deterministic SDPA backward is "
+          std::fprintf(stderr,
+                       "octet: cuda attention: cuDNN's deterministic SDPA backward is "
                        "unavailable (%s); using its default backward (not bitwise repeatable)\n",
                        e.what());
       }
@@ -153,8 +153,7 @@ class CudnnSdpaAttention final : public Attention {
 }  // namespace
 
 std::unique_ptr<Attention> make_cudnn_sdpa_attention(const AttentionShape& shape,
-                                                     const AttentionConfig& config,
-                                                     CudaBackend& backend) {
+                                                     const AttentionConfig& config, CudaBackend& backend) {
   shape.validate();
   config.validate();
   OCTET_CHECK(config.precision == AttnPrecision::BF16 && config.form == AttnForm::Flash,

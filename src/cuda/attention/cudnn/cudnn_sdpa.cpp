@@ -1,5 +1,5 @@
-// src/cuda/attention/cudnn/cudnn_sdpa.cpp — the cuDNN frontend graphs of cudnn_sdpa.h: BF16 and FP8 SDPA forward
-// (with the LSE "Stats" saved) and backward, built once per shape and cached with their plan.
+// src/cuda/attention/cudnn/cudnn_sdpa.cpp — the cuDNN frontend graphs of cudnn_sdpa.h: BF16 and FP8 SDPA
+// forward (with the LSE "Stats" saved) and backward, built once per shape and cached with their plan.
 //
 // Every graph names its tensors by fixed UIDs (Uid below) and executes from a UID -> pointer map;
 // tensors carry octet's [B, heads, T, D] contiguous strides; scalars (descale/scale/amax) are
@@ -59,28 +59,57 @@ using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
 // The tensors of the four graphs, by UID.
 enum Uid : int64_t {
-  kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV,
-  kDescaleQ, kDescaleK, kDescaleV, kDescaleO, kDescaleDO, kDescaleS, kDescaleDP,
-  kScaleS, kScaleO, kScaleDQ, kScaleDK, kScaleDV, kScaleDP,
-  kAmaxS, kAmaxO, kAmaxDQ, kAmaxDK, kAmaxDV, kAmaxDP,
+  kQ = 1,
+  kK,
+  kV,
+  kO,
+  kStats,
+  kDO,
+  kDQ,
+  kDK,
+  kDV,
+  kDescaleQ,
+  kDescaleK,
+  kDescaleV,
+  kDescaleO,
+  kDescaleDO,
+  kDescaleS,
+  kDescaleDP,
+  kScaleS,
+  kScaleO,
+  kScaleDQ,
+  kScaleDK,
+  kScaleDV,
+  kScaleDP,
+  kAmaxS,
+  kAmaxO,
+  kAmaxDQ,
+  kAmaxDK,
+  kAmaxDV,
+  kAmaxDP,
 };
 
 enum class Kind { Bf16Forward, Bf16Backward, Bf16BackwardDeterministic, Fp8Forward, Fp8Backward };
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::Bf16Forward: return "bf16 forward";
-    case Kind::Bf16Backward: return "bf16 backward";
-    case Kind::Bf16BackwardDeterministic: return "bf16 backward (deterministic)";
-    case Kind::Fp8Forward: return "fp8 forward";
-    case Kind::Fp8Backward: return "fp8 backward";
+    case Kind::Bf16Forward:
+      return "bf16 forward";
+    case Kind::Bf16Backward:
+      return "bf16 backward";
+    case Kind::Bf16BackwardDeterministic:
+      return "bf16 backward (deterministic)";
+    case Kind::Fp8Forward:
+      return "fp8 forward";
+    case Kind::Fp8Backward:
+      return "fp8 backward";
   }
   return "?";
 }
 
 std::string dims_text(const SdpaDims& d) {
-  return "B" + std::to_string(d.B) + " H" + std::to_string(d.H) + " G" + std::to_string(d.G) +
-         " Tq" + std::to_string(d.Tq) + " Tk" + std::to_string(d.Tk) + " D" + std::to_string(d.D) +
+  return "B" + std::to_string(d.B) + " H" + std::to_string(d.H) + " G" + std::to_string(d.G) + " Tq" +
+         std::to_string(d.Tq) + " Tk" + std::to_string(d.Tk) + " D" + std::to_string(d.D) +
          (d.causal ? " causal" : "");
 }
 
@@ -118,9 +147,7 @@ TensorPtr scalar(Graph& g, const char* name, int64_t uid) {
 void output(const TensorPtr& t, int64_t uid, const std::vector<int64_t>& dim, fe::DataType_t type) {
   t->set_output(true).set_uid(uid).set_dim(dim).set_stride(contiguous(dim)).set_data_type(type);
 }
-void scalar_output(const TensorPtr& t, int64_t uid) {
-  output(t, uid, {1, 1, 1, 1}, fe::DataType_t::FLOAT);
-}
+void scalar_output(const TensorPtr& t, int64_t uid) { output(t, uid, {1, 1, 1, 1}, fe::DataType_t::FLOAT); }
 
 // Octet's causal rule (bottom-right) in cuDNN's terms; Tq == Tk is the same mask top-left.
 template <typename Attributes>
@@ -150,8 +177,10 @@ std::shared_ptr<Graph> new_graph(fe::DataType_t io) {
 struct BackwardInputs {
   TensorPtr q, k, v, o, d_o, stats;
   BackwardInputs(Graph& g, const Dims4& x, fe::DataType_t type)
-      : q(input(g, "Q", kQ, x.q, type)), k(input(g, "K", kK, x.kv, type)),
-        v(input(g, "V", kV, x.kv, type)), o(input(g, "O", kO, x.q, type)),
+      : q(input(g, "Q", kQ, x.q, type)),
+        k(input(g, "K", kK, x.kv, type)),
+        v(input(g, "V", kV, x.kv, type)),
+        o(input(g, "O", kO, x.q, type)),
         d_o(input(g, "dO", kDO, x.q, type)),
         stats(input(g, "Stats", kStats, x.stats, fe::DataType_t::FLOAT)) {}
 };
@@ -191,7 +220,8 @@ std::shared_ptr<Graph> build_fp8_forward(const SdpaDims& d) {
   auto q = input(*g, "Q", kQ, x.q, e4m3);
   auto k = input(*g, "K", kK, x.kv, e4m3);
   auto v = input(*g, "V", kV, x.kv, e4m3);
-  auto a = fe::graph::SDPA_fp8_attributes().set_name("sdpa_fp8").set_generate_stats(true).set_attn_scale(d.tau);
+  auto a =
+      fe::graph::SDPA_fp8_attributes().set_name("sdpa_fp8").set_generate_stats(true).set_attn_scale(d.tau);
   set_causal(a, d);
   auto [o, stats, amax_s, amax_o] =
       g->sdpa_fp8(q, k, v, scalar(*g, "descale_q", kDescaleQ), scalar(*g, "descale_k", kDescaleK),
@@ -213,11 +243,10 @@ std::shared_ptr<Graph> build_fp8_backward(const SdpaDims& d) {
   set_causal(a, d);
   auto [dq, dk, dv, amax_dq, amax_dk, amax_dv, amax_dp] = g->sdpa_fp8_backward(
       in.q, in.k, in.v, in.o, in.d_o, in.stats, scalar(*g, "descale_q", kDescaleQ),
-      scalar(*g, "descale_k", kDescaleK),
-      scalar(*g, "descale_v", kDescaleV), scalar(*g, "descale_o", kDescaleO),
-      scalar(*g, "descale_do", kDescaleDO), scalar(*g, "descale_s", kDescaleS),
-      scalar(*g, "descale_dp", kDescaleDP), scalar(*g, "scale_s", kScaleS),
-      scalar(*g, "scale_dq", kScaleDQ), scalar(*g, "scale_dk", kScaleDK),
+      scalar(*g, "descale_k", kDescaleK), scalar(*g, "descale_v", kDescaleV),
+      scalar(*g, "descale_o", kDescaleO), scalar(*g, "descale_do", kDescaleDO),
+      scalar(*g, "descale_s", kDescaleS), scalar(*g, "descale_dp", kDescaleDP),
+      scalar(*g, "scale_s", kScaleS), scalar(*g, "scale_dq", kScaleDQ), scalar(*g, "scale_dk", kScaleDK),
       scalar(*g, "scale_dv", kScaleDV), scalar(*g, "scale_dp", kScaleDP), a);
   output(dq, kDQ, x.q, e4m3);
   output(dk, kDK, x.kv, e4m3);
@@ -267,11 +296,21 @@ struct SdpaEngine::Impl {
     if (it != graphs.end()) return *it->second;
     std::shared_ptr<Graph> g;
     switch (k) {
-      case Kind::Bf16Forward: g = build_bf16_forward(d); break;
-      case Kind::Bf16Backward: g = build_bf16_backward(d, false); break;
-      case Kind::Bf16BackwardDeterministic: g = build_bf16_backward(d, true); break;
-      case Kind::Fp8Forward: g = build_fp8_forward(d); break;
-      case Kind::Fp8Backward: g = build_fp8_backward(d); break;
+      case Kind::Bf16Forward:
+        g = build_bf16_forward(d);
+        break;
+      case Kind::Bf16Backward:
+        g = build_bf16_backward(d, false);
+        break;
+      case Kind::Bf16BackwardDeterministic:
+        g = build_bf16_backward(d, true);
+        break;
+      case Kind::Fp8Forward:
+        g = build_fp8_forward(d);
+        break;
+      case Kind::Fp8Backward:
+        g = build_fp8_backward(d);
+        break;
     }
     check_fe(g->validate(), k, d, "validate");
     check_fe(g->build_operation_graph(handle), k, d, "build_operation_graph");
@@ -312,42 +351,72 @@ int64_t SdpaEngine::version() {
 }
 
 void SdpaEngine::bf16_forward(const SdpaDims& d, const SdpaBf16Forward& a) {
-  std::unordered_map<int64_t, void*> p{{kQ, const_cast<void*>(a.q)}, {kK, const_cast<void*>(a.k)},
-                                       {kV, const_cast<void*>(a.v)}, {kO, a.o}, {kStats, a.lse}};
+  std::unordered_map<int64_t, void*> p{{kQ, const_cast<void*>(a.q)},
+                                       {kK, const_cast<void*>(a.k)},
+                                       {kV, const_cast<void*>(a.v)},
+                                       {kO, a.o},
+                                       {kStats, a.lse}};
   impl_->run(Kind::Bf16Forward, d, p);
 }
 
 void SdpaEngine::bf16_backward(const SdpaDims& d, const SdpaBf16Backward& a, bool deterministic) {
-  std::unordered_map<int64_t, void*> p{
-      {kQ, const_cast<void*>(a.q)},   {kK, const_cast<void*>(a.k)},
-      {kV, const_cast<void*>(a.v)},   {kO, const_cast<void*>(a.o)},
-      {kDO, const_cast<void*>(a.d_o)}, {kStats, const_cast<float*>(a.lse)},
-      {kDQ, a.dq},                    {kDK, a.dk},
-      {kDV, a.dv}};
+  std::unordered_map<int64_t, void*> p{{kQ, const_cast<void*>(a.q)},
+                                       {kK, const_cast<void*>(a.k)},
+                                       {kV, const_cast<void*>(a.v)},
+                                       {kO, const_cast<void*>(a.o)},
+                                       {kDO, const_cast<void*>(a.d_o)},
+                                       {kStats, const_cast<float*>(a.lse)},
+                                       {kDQ, a.dq},
+                                       {kDK, a.dk},
+                                       {kDV, a.dv}};
   impl_->run(deterministic ? Kind::Bf16BackwardDeterministic : Kind::Bf16Backward, d, p);
 }
 
 void SdpaEngine::fp8_forward(const SdpaDims& d, const SdpaFp8Forward& a) {
   auto c = [](const void* x) { return const_cast<void*>(x); };
-  std::unordered_map<int64_t, void*> p{
-      {kQ, c(a.q)},  {kK, c(a.k)},  {kV, c(a.v)},  {kDescaleQ, c(a.descale_q)},
-      {kDescaleK, c(a.descale_k)},  {kDescaleV, c(a.descale_v)},  {kDescaleS, c(a.descale_s)},
-      {kScaleS, c(a.scale_s)},      {kScaleO, c(a.scale_o)},      {kO, a.o},
-      {kStats, a.lse}, {kAmaxS, a.amax_s}, {kAmaxO, a.amax_o}};
+  std::unordered_map<int64_t, void*> p{{kQ, c(a.q)},
+                                       {kK, c(a.k)},
+                                       {kV, c(a.v)},
+                                       {kDescaleQ, c(a.descale_q)},
+                                       {kDescaleK, c(a.descale_k)},
+                                       {kDescaleV, c(a.descale_v)},
+                                       {kDescaleS, c(a.descale_s)},
+                                       {kScaleS, c(a.scale_s)},
+                                       {kScaleO, c(a.scale_o)},
+                                       {kO, a.o},
+                                       {kStats, a.lse},
+                                       {kAmaxS, a.amax_s},
+                                       {kAmaxO, a.amax_o}};
   impl_->run(Kind::Fp8Forward, d, p);
 }
 
 void SdpaEngine::fp8_backward(const SdpaDims& d, const SdpaFp8Backward& a) {
   auto c = [](const void* x) { return const_cast<void*>(x); };
-  std::unordered_map<int64_t, void*> p{
-      {kQ, c(a.q)},   {kK, c(a.k)},   {kV, c(a.v)},   {kO, c(a.o)},   {kDO, c(a.d_o)},
-      {kStats, c(a.lse)},
-      {kDescaleQ, c(a.descale_q)},   {kDescaleK, c(a.descale_k)},   {kDescaleV, c(a.descale_v)},
-      {kDescaleO, c(a.descale_o)},   {kDescaleDO, c(a.descale_do)}, {kDescaleS, c(a.descale_s)},
-      {kDescaleDP, c(a.descale_dp)}, {kScaleS, c(a.scale_s)},       {kScaleDQ, c(a.scale_dq)},
-      {kScaleDK, c(a.scale_dk)},     {kScaleDV, c(a.scale_dv)},     {kScaleDP, c(a.scale_dp)},
-      {kDQ, a.dq}, {kDK, a.dk}, {kDV, a.dv},
-      {kAmaxDQ, a.amax_dq}, {kAmaxDK, a.amax_dk}, {kAmaxDV, a.amax_dv}, {kAmaxDP, a.amax_dp}};
+  std::unordered_map<int64_t, void*> p{{kQ, c(a.q)},
+                                       {kK, c(a.k)},
+                                       {kV, c(a.v)},
+                                       {kO, c(a.o)},
+                                       {kDO, c(a.d_o)},
+                                       {kStats, c(a.lse)},
+                                       {kDescaleQ, c(a.descale_q)},
+                                       {kDescaleK, c(a.descale_k)},
+                                       {kDescaleV, c(a.descale_v)},
+                                       {kDescaleO, c(a.descale_o)},
+                                       {kDescaleDO, c(a.descale_do)},
+                                       {kDescaleS, c(a.descale_s)},
+                                       {kDescaleDP, c(a.descale_dp)},
+                                       {kScaleS, c(a.scale_s)},
+                                       {kScaleDQ, c(a.scale_dq)},
+                                       {kScaleDK, c(a.scale_dk)},
+                                       {kScaleDV, c(a.scale_dv)},
+                                       {kScaleDP, c(a.scale_dp)},
+                                       {kDQ, a.dq},
+                                       {kDK, a.dk},
+                                       {kDV, a.dv},
+                                       {kAmaxDQ, a.amax_dq},
+                                       {kAmaxDK, a.amax_dk},
+                                       {kAmaxDV, a.amax_dv},
+                                       {kAmaxDP, a.amax_dp}};
   impl_->run(Kind::Fp8Backward, d, p);
 }
 

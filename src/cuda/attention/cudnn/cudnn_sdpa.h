@@ -1,5 +1,5 @@
-// src/cuda/attention/cudnn/cudnn_sdpa.h — cuDNN's fused scaled-dot-product attention (a FlashAttention-2-style
-// kernel inside cuDNN 9) through the cuDNN frontend graph API (the pinned PyPI wheel
+// src/cuda/attention/cudnn/cudnn_sdpa.h — cuDNN's fused scaled-dot-product attention (a
+// FlashAttention-2-style kernel inside cuDNN 9) through the cuDNN frontend graph API (the pinned PyPI wheel
 // nvidia-cudnn-frontend, header-only; docs/dependencies.md), forward and backward, in BF16 and in FP8.
 //
 // The BF16 graphs are what the CUDA backend's BF16 attention runs in form 'flash' (attention.cpp;
@@ -60,8 +60,8 @@ struct SdpaBf16Backward {
 /// P·scale_s, O as O·scale_o; amax_s, amax_o receive max |P|, max |O| (before scaling).
 struct SdpaFp8Forward {
   const void *q = nullptr, *k = nullptr, *v = nullptr;
-  const float *descale_q = nullptr, *descale_k = nullptr, *descale_v = nullptr,
-              *descale_s = nullptr, *scale_s = nullptr, *scale_o = nullptr;
+  const float *descale_q = nullptr, *descale_k = nullptr, *descale_v = nullptr, *descale_s = nullptr,
+              *scale_s = nullptr, *scale_o = nullptr;
   void* o = nullptr;
   float *lse = nullptr, *amax_s = nullptr, *amax_o = nullptr;
 };
@@ -69,10 +69,9 @@ struct SdpaFp8Forward {
 struct SdpaFp8Backward {
   const void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *d_o = nullptr;
   const float* lse = nullptr;
-  const float *descale_q = nullptr, *descale_k = nullptr, *descale_v = nullptr,
-              *descale_o = nullptr, *descale_do = nullptr, *descale_s = nullptr,
-              *descale_dp = nullptr, *scale_s = nullptr, *scale_dq = nullptr, *scale_dk = nullptr,
-              *scale_dv = nullptr, *scale_dp = nullptr;
+  const float *descale_q = nullptr, *descale_k = nullptr, *descale_v = nullptr, *descale_o = nullptr,
+              *descale_do = nullptr, *descale_s = nullptr, *descale_dp = nullptr, *scale_s = nullptr,
+              *scale_dq = nullptr, *scale_dk = nullptr, *scale_dv = nullptr, *scale_dp = nullptr;
   void *dq = nullptr, *dk = nullptr, *dv = nullptr;
   float *amax_dq = nullptr, *amax_dk = nullptr, *amax_dv = nullptr, *amax_dp = nullptr;
 };
@@ -111,7 +110,6 @@ class CudaBackend;
 /// unfused BF16 attention). Throws
 /// octet::Error for an invalid shape or config, or one not bf16/flash.
 std::unique_ptr<Attention> make_cudnn_sdpa_attention(const AttentionShape& shape,
-                                                     const AttentionConfig& config,
-                                                     CudaBackend& backend);
+                                                     const AttentionConfig& config, CudaBackend& backend);
 
 }  // namespace octet::cuda

@@ -79,19 +79,19 @@ struct ForwardParams {
 /// stale delta) and what the backward adds. The "group transposes" are the layout of
 /// src/cuda/attention/glue/glue.h: [B, G, D, rep·T_p], query head h = g·rep + r at column r·Tq_p + i.
 struct BackwardParams : ForwardParams {
-  const uint8_t* q_t = nullptr;   ///< Q̂ᵀ E4M3 codes, group transpose [B, G, D, rep·Tq_p]
-  const uint8_t* k_t = nullptr;   ///< K̂ᵀ E4M3 codes [B, G, D, Tk_p]
-  const uint8_t* v = nullptr;     ///< V̂ E4M3 codes [B, G, Tk_p, D]
-  const uint8_t* d_o = nullptr;   ///< dÔ codes (do_format) [B, H, Tq_p, D]
-  const uint8_t* dv_o_t = nullptr;  ///< (dO_i/l_i)~ codes (do_format), group transpose
+  const uint8_t* q_t = nullptr;          ///< Q̂ᵀ E4M3 codes, group transpose [B, G, D, rep·Tq_p]
+  const uint8_t* k_t = nullptr;          ///< K̂ᵀ E4M3 codes [B, G, D, Tk_p]
+  const uint8_t* v = nullptr;            ///< V̂ E4M3 codes [B, G, Tk_p, D]
+  const uint8_t* d_o = nullptr;          ///< dÔ codes (do_format) [B, H, Tq_p, D]
+  const uint8_t* dv_o_t = nullptr;       ///< (dO_i/l_i)~ codes (do_format), group transpose
   const float* do_scale_inv = nullptr;   ///< dÔ's
   const float* dvo_scale_inv = nullptr;  ///< (dO/l)~'s
   /// dO as given [B, H, Tq, D] (stale delta only): F32, or BF16 bits (read and widened in
   /// registers: no FP32 copy); exactly one of the two
   const float* d_o_f32 = nullptr;
   const uint16_t* d_o_bf16 = nullptr;
-  float* delta = nullptr;          ///< [B, H, Tq] D_i (run_delta writes, the main kernel reads)
-  float* row_factor = nullptr;     ///< [B, H, Tq] 1/l_i, 0 in a row without keys (run_delta)
+  float* delta = nullptr;       ///< [B, H, Tq] D_i (run_delta writes, the main kernel reads)
+  float* row_factor = nullptr;  ///< [B, H, Tq] 1/l_i, 0 in a row without keys (run_delta)
   /// out [B, H, Tq_p, D]: Σ τ dŜK̂ in code units of K̂ (× sk later; 16-byte aligned); with
   /// qkv_head_block in values (each tile's product × its key block's 1/sk)
   float* dq_acc = nullptr;
@@ -103,11 +103,11 @@ struct BackwardParams : ForwardParams {
   /// [B, H, Tq] FP32 r̂_i = Σ_j dŜ_ij (the rounded dS of every key, in dS units), or null: the dQ
   /// row-sum projection's row sums (AttentionConfig::dq_projection). The wgmma kernel only.
   float* ds_row_sum = nullptr;
-  bool matched = true;        ///< delta rule: matched (Delta-Matching) or stale
+  bool matched = true;         ///< delta rule: matched (Delta-Matching) or stale
   bool deterministic = false;  ///< dQ by the Q-block-major kernel instead of atomics
   Format do_format = Format::E5M2;
   Format ds_format = Format::E5M2;
-  int64_t block_q = 128;   ///< the dS scale tile's height and the kernels' query tile: 64 or 128
+  int64_t block_q = 128;  ///< the dS scale tile's height and the kernels' query tile: 64 or 128
   BackwardKernel bwd_kernel = BackwardKernel::Auto;  ///< which backward flavor runs
 };
 

@@ -49,8 +49,8 @@ class FlashAttention final : public AttentionBase {
     p.qkv_head_block = head_block_;
     p.row_max = st.row_max();
     p.row_sum = st.row_sum();
-    p.B = d_.B, p.H = d_.H, p.G = d_.G, p.Tq = d_.Tq, p.Tk = d_.Tk, p.Tq_p = d_.Tq_p,
-    p.Tk_p = d_.Tk_p, p.D = d_.D;
+    p.B = d_.B, p.H = d_.H, p.G = d_.G, p.Tq = d_.Tq, p.Tk = d_.Tk, p.Tq_p = d_.Tq_p, p.Tk_p = d_.Tk_p,
+    p.D = d_.D;
     p.causal = d_.causal;
     p.tau = shape_.tau();
     p.p_scale = cfg_.p_scale;
@@ -60,14 +60,16 @@ class FlashAttention final : public AttentionBase {
 
   void forward_impl(AttnState& st, const Tensor& o, const Tensor& lse) override {
     flash::ForwardParams p = forward_params(st);
-    if (o.dtype == DType::BF16) p.o_bf16 = o.bf16(); else p.o = o.f32();  // written as given
+    if (o.dtype == DType::BF16)
+      p.o_bf16 = o.bf16();
+    else
+      p.o = o.f32();  // written as given
     p.lse = lse.f32();
     flash::run_forward(p, s_);
   }
 
-  void backward_impl(const AttnState& st, const SavedAttention& saved, const Tensor& d_o,
-                     const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                     const Tensor& residual) override {
+  void backward_impl(const AttnState& st, const SavedAttention& saved, const Tensor& d_o, const Tensor& dq,
+                     const Tensor& dk, const Tensor& dv, const Tensor& residual) override {
     const int64_t nq = this->nq(), nk = this->nk(), nrows = st.rows;
     flash::BackwardParams p;
     static_cast<flash::ForwardParams&>(p) = forward_params(st);
@@ -79,8 +81,14 @@ class FlashAttention final : public AttentionBase {
     p.do_scale_inv = sdo();
     p.matched = cfg_.delta == DeltaMode::Matched;
     if (!p.matched) {  // the stale delta reads O and dO as they are (F32 or BF16)
-      if (saved.o.dtype == DType::BF16) p.o_bf16 = saved.o.bf16(); else p.o = saved.o.f32();
-      if (d_o.dtype == DType::BF16) p.d_o_bf16 = d_o.bf16(); else p.d_o_f32 = d_o.f32();
+      if (saved.o.dtype == DType::BF16)
+        p.o_bf16 = saved.o.bf16();
+      else
+        p.o = saved.o.f32();
+      if (d_o.dtype == DType::BF16)
+        p.d_o_bf16 = d_o.bf16();
+      else
+        p.d_o_f32 = d_o.f32();
     }
     p.delta = delta_.reserve(size_t(nrows), s_);
     p.row_factor = row_factor_.reserve(size_t(nrows), s_);
@@ -113,8 +121,8 @@ class FlashAttention final : public AttentionBase {
 
 }  // namespace
 
-std::unique_ptr<Attention> make_flash_attention(const AttentionShape& shape,
-                                                const AttentionConfig& cfg, CudaBackend& backend) {
+std::unique_ptr<Attention> make_flash_attention(const AttentionShape& shape, const AttentionConfig& cfg,
+                                                CudaBackend& backend) {
   return std::make_unique<FlashAttention>(shape, cfg, backend);
 }
 

@@ -43,7 +43,7 @@ template <int kD, int kBM, int kBN>
 __global__ void __launch_bounds__(kThreads, 2) matched_delta_kernel(const BackwardParams p) {
   using Gm = bwd::Geom<kD, kBM, kBN>;
   extern __shared__ __align__(128) uint8_t smem[];  // [2 stages][K̂ tile, V̂ tile]
-  __shared__ double2 part[kWarps][16];  // (Σ P dP, Σ P) per warp and row
+  __shared__ double2 part[kWarps][16];              // (Σ P dP, Σ P) per warp and row
   bwd::Warp<kD, kBM, kBN> w(p);
   const int g = w.g, t = w.t;
   int64_t bh, i0, bg;
@@ -89,8 +89,10 @@ __global__ void __launch_bounds__(kThreads, 2) matched_delta_kernel(const Backwa
         }
       }
     };
-    if (bwd::tile_full(p, i0, kBM, j0, kBN)) step(std::true_type{});
-    else step(std::false_type{});
+    if (bwd::tile_full(p, i0, kBM, j0, kBN))
+      step(std::true_type{});
+    else
+      step(std::false_type{});
     __syncthreads();  // every warp is done with this stage before it is loaded again
   }
   cp_async_wait<0>();

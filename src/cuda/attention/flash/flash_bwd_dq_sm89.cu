@@ -56,8 +56,10 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardParams p) {
     {
       const int lim[2] = {rows.lim(0, j0 + key0 + 4 * t), rows.lim(1, j0 + key0 + 4 * t)};
       const bool full = bwd::tile_full(p, i0, kBM, j0, kBN);
-      if (full) tile_p<true>(p, w, rows, sk, qa, lim, dp, nullptr);
-      else tile_p<false>(p, w, rows, sk, qa, lim, dp, nullptr);
+      if (full)
+        tile_p<true>(p, w, rows, sk, qa, lim, dp, nullptr);
+      else
+        tile_p<false>(p, w, rows, sk, qa, lim, dp, nullptr);
       // No residual sums here: the main kernel adds them.
       amax = full ? tile_ds<true>(p, nullptr, w, rows, bh, sv, da, lim, dp)
                   : tile_ds<false>(p, nullptr, w, rows, bh, sv, da, lim, dp);

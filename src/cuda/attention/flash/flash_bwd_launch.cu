@@ -25,9 +25,7 @@
 namespace octet::cuda::flash {
 namespace {
 
-bool aligned(const void* x, unsigned bytes) {
-  return (reinterpret_cast<uintptr_t>(x) & (bytes - 1)) == 0;
-}
+bool aligned(const void* x, unsigned bytes) { return (reinterpret_cast<uintptr_t>(x) & (bytes - 1)) == 0; }
 
 void check_dims(const BackwardParams& p) {
   check_backward_supported(p.D, p.block_q, p.block_k);
@@ -44,18 +42,21 @@ void check_padded(const BackwardParams& p) {
 
 void check_backward_supported(int64_t head_dim, int64_t block_q, int64_t block_k) {
   OCTET_CHECK(flash_attention_size_supported(head_dim),
-              "flash FP8 attention backward: head_dim must be 64 or 128, got " +
-                  std::to_string(head_dim));
+              "flash FP8 attention backward: head_dim must be 64 or 128, got " + std::to_string(head_dim));
   OCTET_CHECK(flash_attention_size_supported(block_q) && flash_attention_size_supported(block_k),
               "flash FP8 attention backward: block_q and block_k (the dS scale tile) must be 64 or "
-              "128, got " + std::to_string(block_q) + " x " + std::to_string(block_k));
+              "128, got " +
+                  std::to_string(block_q) + " x " + std::to_string(block_k));
 }
 
 const char* backward_kernel_name(BackwardKernel k) {
   switch (k) {
-    case BackwardKernel::MmaSync: return "mma_sync";
-    case BackwardKernel::Wgmma: return "wgmma";
-    default: return "auto";
+    case BackwardKernel::MmaSync:
+      return "mma_sync";
+    case BackwardKernel::Wgmma:
+      return "wgmma";
+    default:
+      return "auto";
   }
 }
 
@@ -69,11 +70,12 @@ BackwardKernel select_backward_kernel(const BackwardParams& p) {
   if (k == BackwardKernel::Auto) {
     const char* env = std::getenv("OCTET_FLASH_BACKWARD");
     const std::string v = env ? env : "";
-    if (v == backward_kernel_name(BackwardKernel::MmaSync)) k = BackwardKernel::MmaSync;
-    else if (v == backward_kernel_name(BackwardKernel::Wgmma)) k = BackwardKernel::Wgmma;
+    if (v == backward_kernel_name(BackwardKernel::MmaSync))
+      k = BackwardKernel::MmaSync;
+    else if (v == backward_kernel_name(BackwardKernel::Wgmma))
+      k = BackwardKernel::Wgmma;
     else
-      OCTET_CHECK(v.empty(), "OCTET_FLASH_BACKWARD must be mma_sync or wgmma (or unset), got '" +
-                                 v + "'");
+      OCTET_CHECK(v.empty(), "OCTET_FLASH_BACKWARD must be mma_sync or wgmma (or unset), got '" + v + "'");
   }
   if (k == BackwardKernel::Auto) k = sm90 ? BackwardKernel::Wgmma : BackwardKernel::MmaSync;
   OCTET_CHECK(k != BackwardKernel::Wgmma || sm90,
@@ -88,10 +90,10 @@ void run_delta(const BackwardParams& p, cudaStream_t stream) {
   OCTET_CHECK(p.delta && p.row_factor && p.row_sum,
               "flash attention backward: a null delta, row_factor or row_sum pointer");
   if (!p.matched) {
-    OCTET_CHECK((p.o != nullptr) != (p.o_bf16 != nullptr) &&
-                    (p.d_o_f32 != nullptr) != (p.d_o_bf16 != nullptr),
-                "flash attention backward: the stale delta needs one of o / o_bf16 and one of "
-                "d_o_f32 / d_o_bf16");
+    OCTET_CHECK(
+        (p.o != nullptr) != (p.o_bf16 != nullptr) && (p.d_o_f32 != nullptr) != (p.d_o_bf16 != nullptr),
+        "flash attention backward: the stale delta needs one of o / o_bf16 and one of "
+        "d_o_f32 / d_o_bf16");
     bwd_stale_delta_launch(p, stream);
     return;
   }
@@ -102,16 +104,17 @@ void run_delta(const BackwardParams& p, cudaStream_t stream) {
   OCTET_CHECK(aligned(p.q, 16) && aligned(p.k, 16) && aligned(p.v, 16) && aligned(p.d_o, 16),
               "flash attention backward: the Q, K, V, dO code buffers must be 16-byte aligned");
   // The matched pre-pass runs the main kernel's flavor: its P and dP have the main kernel's bits.
-  if (select_backward_kernel(p) == BackwardKernel::Wgmma) bwd_delta_sm90_launch(p, stream);
-  else bwd_delta_sm89_launch(p, stream);
+  if (select_backward_kernel(p) == BackwardKernel::Wgmma)
+    bwd_delta_sm90_launch(p, stream);
+  else
+    bwd_delta_sm89_launch(p, stream);
 }
 
 void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
   check_dims(p);
   check_padded(p);
-  OCTET_CHECK(p.q && p.q_t && p.k && p.k_t && p.v && p.d_o && p.dv_o_t && p.q_scale_inv &&
-                  p.k_scale_inv && p.v_scale_inv && p.do_scale_inv && p.dvo_scale_inv &&
-                  p.row_max && p.row_sum && p.delta,
+  OCTET_CHECK(p.q && p.q_t && p.k && p.k_t && p.v && p.d_o && p.dv_o_t && p.q_scale_inv && p.k_scale_inv &&
+                  p.v_scale_inv && p.do_scale_inv && p.dvo_scale_inv && p.row_max && p.row_sum && p.delta,
               "flash attention backward: a null operand, scale or row statistics pointer");
   OCTET_CHECK(p.dq_acc && p.dk_acc && p.dv_acc,
               "flash attention backward: a null output pointer (dq_acc, dk_acc, dv_acc)");
@@ -125,14 +128,11 @@ void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
   OCTET_CHECK(!p.ds_row_sum || wgmma,
               "flash attention backward: the dQ row-sum projection needs the wgmma kernel (sm_90, "
               "head_dim 64 or 128, block_q = block_k = 128, not deterministic)");
-  OCTET_CUDA_CHECK(
-      cudaMemsetAsync(p.dq_acc, 0, size_t(p.B * p.H * p.Tq_p * p.D) * sizeof(float), stream));
+  OCTET_CUDA_CHECK(cudaMemsetAsync(p.dq_acc, 0, size_t(p.B * p.H * p.Tq_p * p.D) * sizeof(float), stream));
   if (p.res_sums)
-    OCTET_CUDA_CHECK(
-        cudaMemsetAsync(p.res_sums, 0, size_t(2 * p.B * p.H * p.Tq) * sizeof(double), stream));
+    OCTET_CUDA_CHECK(cudaMemsetAsync(p.res_sums, 0, size_t(2 * p.B * p.H * p.Tq) * sizeof(double), stream));
   if (p.ds_row_sum)
-    OCTET_CUDA_CHECK(
-        cudaMemsetAsync(p.ds_row_sum, 0, size_t(p.B * p.H * p.Tq) * sizeof(float), stream));
+    OCTET_CUDA_CHECK(cudaMemsetAsync(p.ds_row_sum, 0, size_t(p.B * p.H * p.Tq) * sizeof(float), stream));
   if (wgmma) {
     bwd_sm90_launch(p, stream);
     return;
@@ -169,12 +169,10 @@ void run_backward(BackwardParams p, const BackwardIo& io, cudaStream_t stream) {
   // scale per tensor (the kernels summed codes); per-block scales were applied per tile.
   const float* sk = p.qkv_head_block ? nullptr : p.k_scale_inv;
   const float* sq = p.qkv_head_block ? nullptr : p.q_scale_inv;
-  unpad_scale_launch(p.dq_acc, io.dq, io.dq_dtype, p.B * p.H, p.Tq, p.Tq_p, p.D, 1.0f, sk, nullptr,
+  unpad_scale_launch(p.dq_acc, io.dq, io.dq_dtype, p.B * p.H, p.Tq, p.Tq_p, p.D, 1.0f, sk, nullptr, stream);
+  unpad_scale_launch(p.dk_acc, io.dk, io.dk_dtype, p.B * p.G, p.Tk, p.Tk_p, p.D, 1.0f, sq, nullptr, stream);
+  unpad_scale_launch(p.dv_acc, io.dv, io.dv_dtype, p.B * p.G, p.Tk, p.Tk_p, p.D, 1.0f, nullptr, nullptr,
                      stream);
-  unpad_scale_launch(p.dk_acc, io.dk, io.dk_dtype, p.B * p.G, p.Tk, p.Tk_p, p.D, 1.0f, sq, nullptr,
-                     stream);
-  unpad_scale_launch(p.dv_acc, io.dv, io.dv_dtype, p.B * p.G, p.Tk, p.Tk_p, p.D, 1.0f, nullptr,
-                     nullptr, stream);
   if (!io.residual) return;
   const int64_t rows = p.B * p.H * p.Tq;
   bwd_residual_finish_launch(p.res_sums, rows, io.residual_rows, stream);

@@ -94,15 +94,18 @@ void bwd_stale_delta_launch(const BackwardParams& p, cudaStream_t stream) {
   const Bf16* o16 = reinterpret_cast<const Bf16*>(p.o_bf16);
   const Bf16* do16 = reinterpret_cast<const Bf16*>(p.d_o_bf16);
   const unsigned grid = unsigned(blocks);
-  if (o16 && do16) stale_delta_kernel<<<grid, kThreads, 0, stream>>>(p, o16, do16);
-  else if (o16) stale_delta_kernel<<<grid, kThreads, 0, stream>>>(p, o16, p.d_o_f32);
-  else if (do16) stale_delta_kernel<<<grid, kThreads, 0, stream>>>(p, p.o, do16);
-  else stale_delta_kernel<<<grid, kThreads, 0, stream>>>(p, p.o, p.d_o_f32);
+  if (o16 && do16)
+    stale_delta_kernel<<<grid, kThreads, 0, stream>>>(p, o16, do16);
+  else if (o16)
+    stale_delta_kernel<<<grid, kThreads, 0, stream>>>(p, o16, p.d_o_f32);
+  else if (do16)
+    stale_delta_kernel<<<grid, kThreads, 0, stream>>>(p, p.o, do16);
+  else
+    stale_delta_kernel<<<grid, kThreads, 0, stream>>>(p, p.o, p.d_o_f32);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
-void bwd_residual_finish_launch(const double* res_sums, int64_t rows, double* residual,
-                                cudaStream_t stream) {
+void bwd_residual_finish_launch(const double* res_sums, int64_t rows, double* residual, cudaStream_t stream) {
   int64_t blocks = (rows + 255) / 256;
   blocks = blocks < 1 ? 1 : (blocks > 4096 ? 4096 : blocks);
   residual_finish_kernel<<<unsigned(blocks), 256, 0, stream>>>(res_sums, rows, residual);

@@ -1,6 +1,7 @@
 // src/cuda/attention/flash/flash_bwd_sm89.cu — the flash FP8 attention backward's main kernels on
-// mma.sync (flash.h run_backward_main; launched by flash_bwd_launch.cu through bwd_sm89_launch; CPU twin: src/cpu/attention_flash.cpp backward_flash's main
-// pass and attention_backward_tile.cpp ds_step). docs/attention.md §"Backward".
+// mma.sync (flash.h run_backward_main; launched by flash_bwd_launch.cu through bwd_sm89_launch; CPU twin:
+// src/cpu/attention_flash.cpp backward_flash's main pass and attention_backward_tile.cpp ds_step).
+// docs/attention.md §"Backward".
 //
 // backward_kernel: one CTA (8 warps) per (b, KV head, key block of block_k keys), FlashAttention-2's
 // backward (arXiv 2307.08691, Algorithm 2): K̂, V̂, K̂ᵀ of the key block are loaded once into shared
@@ -65,8 +66,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   using Sm = MainSmem<kD, kBM, kBN>;
   uint8_t* const sqt = sdst + Gm::kPT;  // Q̂ᵀ codes of the query block [kD][kBM]
   uint8_t* const sdot = sqt + Sm::kQT;  // (dO/l)~ᵀ codes of the query block [kD][kBM]
-  uint8_t* const sq = sdot + Sm::kQT;    // Q̂ codes of the query block [kBM][kD]
-  uint8_t* const sdo = sq + Sm::kQT;     // dÔ codes of the query block [kBM][kD]
+  uint8_t* const sq = sdot + Sm::kQT;   // Q̂ codes of the query block [kBM][kD]
+  uint8_t* const sdo = sq + Sm::kQT;    // dÔ codes of the query block [kBM][kD]
   constexpr int kLd = Sm::kAccLd;
   float* const sdk = reinterpret_cast<float*>(sdo + Sm::kQT);  // dK [kBN][kLd]
   __shared__ unsigned amax_slots[kWarps];
@@ -162,8 +163,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
             const int key = key0 + 32 * kk + 16 * (r / 2) + 4 * t + c;
-            sdst[key * kBM + 16 * pt_chunk<kBM>(key, qs) + g + 8 * (r % 2)] =
-                uint8_t(dsa[kk][r] >> (8 * c));
+            sdst[key * kBM + 16 * pt_chunk<kBM>(key, qs) + g + 8 * (r % 2)] = uint8_t(dsa[kk][r] >> (8 * c));
           }
       if (!p.deterministic) {
         float acc[kD / 8][4];
@@ -171,8 +171,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
         const bool odd = t % 2 != 0;  // bwd::atomic_add_dq's row: g + 8 for an odd t
         const int64_t my_row = odd ? rows.row[1] : rows.row[0];
         const bool my_vis = (odd ? rows.vis[1] : rows.vis[0]) > 0;  // else dS = 0: nothing to add
-        bwd::atomic_add_dq<kD>(p.dq_acc + (bh * p.Tq_p + my_row) * kD + 4 * (t / 2), acc,
-                               gq_scale, odd, my_vis);
+        bwd::atomic_add_dq<kD>(p.dq_acc + (bh * p.Tq_p + my_row) * kD + 4 * (t / 2), acc, gq_scale, odd,
+                               my_vis);
       }
       cp_async_wait<1>();  // this step's Q̂ᵀ, (dO/l)~ᵀ (the next step's rows may be in flight)
       __syncthreads();     // P̃ᵀ, dŜᵀ, Q̂ᵀ and (dO/l)~ᵀ complete
@@ -225,8 +225,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
           for (int e = 0; e < 4; ++e) dv[mt][dn][e] += av[mt][e];
 #pragma unroll
           for (int r = 0; r < 2; ++r) {  // rows g, g + 8: float2 read-modify-write (padded rows)
-            const int at =
-                (32 * ks + 16 * mt + g + 8 * r) * kLd + dpart * Gm::kDW + 8 * dn + 2 * t;
+            const int at = (32 * ks + 16 * mt + g + 8 * r) * kLd + dpart * Gm::kDW + 8 * dn + 2 * t;
             float2 k = *reinterpret_cast<float2*>(sdk + at);
             k.x += ak[mt][2 * r] * gk_scale, k.y += ak[mt][2 * r + 1] * gk_scale;
             *reinterpret_cast<float2*>(sdk + at) = k;
@@ -260,7 +259,6 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
     p.dk_acc[(bg * p.Tk_p + j) * kD + c % kD] = sdk[c / kD * kLd + c % kD];
   }
 }
-
 
 }  // namespace
 

@@ -101,24 +101,23 @@ struct Steps {
 // |D|)) in FP64 summed over the lane's two keys and the 8 lanes of a column (column_sum8), added
 // to res_sums by FP64 atomics.
 template <bool kFull, int kNT>
-__device__ __forceinline__ void residual_sums(const BackwardParams& p, const ColStats& cs,
-                                              const Lane& ln, int64_t kbase, int q_off,
-                                              float dp_scale, int64_t bh, int64_t i0,
-                                              const float (&s)[kNT][4],
+__device__ __forceinline__ void residual_sums(const BackwardParams& p, const ColStats& cs, const Lane& ln,
+                                              int64_t kbase, int q_off, float dp_scale, int64_t bh,
+                                              int64_t i0, const float (&s)[kNT][4],
                                               const float (&dp)[kNT][4]) {
 #pragma unroll
   for (int kk = 0; kk < kNT / 4; ++kk) {
     double rs[8], rm[8];
 #pragma unroll
     for (int u = 0; u < 8; ++u) rs[u] = rm[u] = 0.0;
-    bwdw::for_each_dp<kFull>(cs, ln, kbase, q_off, dp_scale, dp, [&](int nt, int el, int q,
-                                                                      bool in, float dpv) {
-      if (nt / 4 != kk || !in) return;
-      const int u = 2 * (nt % 4) + el % 2;
-      const float d = cs.delta[q];
-      rs[u] += double(RowDelta<float>{d}.ds(s[nt][el], dpv));
-      rm[u] += double(s[nt][el]) * (fabs(double(dpv)) + fabs(double(d)));
-    });
+    bwdw::for_each_dp<kFull>(cs, ln, kbase, q_off, dp_scale, dp,
+                             [&](int nt, int el, int q, bool in, float dpv) {
+                               if (nt / 4 != kk || !in) return;
+                               const int u = 2 * (nt % 4) + el % 2;
+                               const float d = cs.delta[q];
+                               rs[u] += double(RowDelta<float>{d}.ds(s[nt][el], dpv));
+                               rm[u] += double(s[nt][el]) * (fabs(double(dpv)) + fabs(double(d)));
+                             });
     const double x = bwdw::column_sum8(rs, ln.g), y = bwdw::column_sum8(rm, ln.g);
     const int64_t i = i0 + q_off + bwdw::column_sum8_query(kk, ln.g, ln.t);
     if (i < p.Tq) {
@@ -141,8 +140,8 @@ __device__ __forceinline__ void dv_product(unsigned dvo_t, uint32_t (&pa)[kBM / 
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBM / 32; ++kk)
-      WgmmaFp8<kNd, false, kDoE5M2>::rs(
-          acc, pa[kk], kmajor_desc<128>(dvo_t + unsigned(part * kNd * kBM) + 32 * kk), kk);
+      WgmmaFp8<kNd, false, kDoE5M2>::rs(acc, pa[kk],
+                                        kmajor_desc<128>(dvo_t + unsigned(part * kNd * kBM) + 32 * kk), kk);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(acc);
@@ -157,24 +156,27 @@ __device__ __forceinline__ void dv_product(unsigned dvo_t, uint32_t (&pa)[kBM / 
 // dPᵀ of the kN queries q_off.. (B rows at do_rows) → dS = P∘(dP − D) in place of s (P); the
 // lane's |dS| amax bits into amax; the residual sums first when kRes.
 template <int kD, bool kDoE5M2, bool kRes, int kNT>
-__device__ __forceinline__ void tile_ds(const BackwardParams& p, const ColStats& cs,
-                                        const Lane& ln, int64_t kbase, int q_off,
-                                        const TileScales& sc, int64_t bh, int64_t i0, bool full,
-                                        unsigned a_v, unsigned do_rows, float (&s)[kNT][4],
-                                        unsigned& amax) {
+__device__ __forceinline__ void tile_ds(const BackwardParams& p, const ColStats& cs, const Lane& ln,
+                                        int64_t kbase, int q_off, const TileScales& sc, int64_t bh,
+                                        int64_t i0, bool full, unsigned a_v, unsigned do_rows,
+                                        float (&s)[kNT][4], unsigned& amax) {
   float dp[kNT][4];
   bwdw::tile_product<kD, kDoE5M2>(a_v, do_rows, dp);
   if constexpr (kRes) {  // FP64 (Σ dS, Σ P(|dP| + |D|)) per query, only when asked for
-    if (full) residual_sums<true>(p, cs, ln, kbase, q_off, sc.dp_scale, bh, i0, s, dp);
-    else residual_sums<false>(p, cs, ln, kbase, q_off, sc.dp_scale, bh, i0, s, dp);
+    if (full)
+      residual_sums<true>(p, cs, ln, kbase, q_off, sc.dp_scale, bh, i0, s, dp);
+    else
+      residual_sums<false>(p, cs, ln, kbase, q_off, sc.dp_scale, bh, i0, s, dp);
   }
   auto ds = [&](int nt, int el, int q, bool in, float dpv) {
     const float x = in ? RowDelta<float>{cs.delta[q]}.ds(s[nt][el], dpv) : 0.0f;
     s[nt][el] = x;
     amax = max(amax, __float_as_uint(x) & 0x7FFFFFFFu);
   };
-  if (full) bwdw::for_each_dp<true>(cs, ln, kbase, q_off, sc.dp_scale, dp, ds);
-  else bwdw::for_each_dp<false>(cs, ln, kbase, q_off, sc.dp_scale, dp, ds);
+  if (full)
+    bwdw::for_each_dp<true>(cs, ln, kbase, q_off, sc.dp_scale, dp, ds);
+  else
+    bwdw::for_each_dp<false>(cs, ln, kbase, q_off, sc.dp_scale, dp, ds);
 }
 
 // The dQ row-sum projection's r̂_i (BackwardParams::ds_row_sum): the tile's dŜ row sums, read
@@ -266,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
   for (int dn = 0; dn < kD / 8; ++dn)
 #pragma unroll
     for (int e = 0; e < 4; ++e) dv[dn][e] = dk[dn][e] = 0.0f;
-  const float k_inv = k_inv_at(p, bg, j0);  // the key block's K̂ 1/scale
+  const float k_inv = k_inv_at(p, bg, j0);                       // the key block's K̂ 1/scale
   const int64_t kbase = j0 + bwdw::kWgKeys * ln.wg + 16 * ln.w;  // this warp's first key
   const unsigned a_k = sb + L::kK + bwdw::kWgKeys * ln.wg * kD;  // the warpgroup's K̂ rows
   const unsigned a_v = sb + L::kV + bwdw::kWgKeys * ln.wg * kD;  // ... V̂ rows
@@ -297,11 +299,12 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
       float s[kBN / 8][4];
       bwdw::tile_product<kD, false>(a_k, stage, s);
       uint32_t pa[kBM / 32][4];
-      if (full) bwdw::tile_prob<true>(cs, ln, kbase, 0, sc.s_scale, p.p_scale, s, pa);
-      else bwdw::tile_prob<false>(cs, ln, kbase, 0, sc.s_scale, p.p_scale, s, pa);
+      if (full)
+        bwdw::tile_prob<true>(cs, ln, kbase, 0, sc.s_scale, p.p_scale, s, pa);
+      else
+        bwdw::tile_prob<false>(cs, ln, kbase, 0, sc.s_scale, p.p_scale, s, pa);
       dv_product<kD, kDoE5M2, kD>(stage + 3 * L::kRows, pa, dv);
-      tile_ds<kD, kDoE5M2, kRes>(p, cs, ln, kbase, 0, sc, bh, i0, full, a_v, stage + L::kRows, s,
-                                 amax);
+      tile_ds<kD, kDoE5M2, kRes>(p, cs, ln, kbase, 0, sc, bh, i0, full, a_v, stage + L::kRows, s, amax);
       scale = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
       bwd::to_a_frags<kBN>(s, scale, p.ds_format, dsa);
     } else {
@@ -312,13 +315,15 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
       constexpr int kN = bwdw::kCols<kD>;
       float4* const park = reinterpret_cast<float4*>(smem + L::kDs) + tid;
       uint32_t pa[kBM / 32][4];  // P̃ᵀ fragments over the 128 queries (half h: pa[kN / 32 · h..])
-      float s[kN / 8][4];  // half h's P, then dS
+      float s[kN / 8][4];        // half h's P, then dS
 #pragma unroll
       for (int h = 0; h < kBM / kN; ++h) {
         bwdw::tile_product<kD, false>(a_k, stage + kN * h * kD, s);
         uint32_t(*const pa_h)[4] = pa + kN / 32 * h;
-        if (full) bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, p.p_scale, s, pa_h);
-        else bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, p.p_scale, s, pa_h);
+        if (full)
+          bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, p.p_scale, s, pa_h);
+        else
+          bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, p.p_scale, s, pa_h);
         if (h == 1) {
           dv_product<kD, kDoE5M2, 64>(stage + 3 * L::kRows, pa, dv);
         }
@@ -370,8 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBM / 32; ++kk)
-      WgmmaFp8<kD, kDsE5M2, false>::rs(ak, dsa[kk],
-                                       kmajor_desc<128>(stage + 2 * L::kRows + 32 * kk), kk);
+      WgmmaFp8<kD, kDsE5M2, false>::rs(ak, dsa[kk], kmajor_desc<128>(stage + 2 * L::kRows + 32 * kk), kk);
     if constexpr (kD == 128) {
       wgmma_commit();
       wgmma_wait<0>();
@@ -392,8 +396,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
       const bool odd = ln.t % 2 != 0;
       const int q = 64 * ln.wg + 16 * ln.w + ln.g + (odd ? 8 : 0);
       const bool my_vis = cs.vis[q] > 0;  // else dS = 0 in the row: nothing to add (pads too)
-      bwd::atomic_add_dq<kD>(p.dq_acc + (bh * p.Tq_p + i0 + q) * kD + 4 * (ln.t / 2), aq,
-                             gq_scale, odd, my_vis);
+      bwd::atomic_add_dq<kD>(p.dq_acc + (bh * p.Tq_p + i0 + q) * kD + 4 * (ln.t / 2), aq, gq_scale, odd,
+                             my_vis);
     }
     if (n + 1 < st.count) store_stat(n + 1);  // published by the next step's barrier
   }
@@ -437,8 +441,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_delta_kernel(const Backward
   auto load_kv = [&](int it) {
     uint8_t* const s = smem + L::kStage0 + (it % 2) * L::kStage;
     bwdw::copy_rows<kBN, kD, false>(s, p.k + bg * p.Tk_p * kD, int64_t(it) * kBN, p.Tk_p);
-    bwdw::copy_rows<kBN, kD, false>(s + L::kRows, p.v + bg * p.Tk_p * kD, int64_t(it) * kBN,
-                                    p.Tk_p);
+    bwdw::copy_rows<kBN, kD, false>(s + L::kRows, p.v + bg * p.Tk_p * kD, int64_t(it) * kBN, p.Tk_p);
   };
   bwdw::copy_rows<kBM, kD, true>(smem + L::kQ, p.q + bh * p.Tq_p * kD, i0, p.Tq_p);
   bwdw::copy_rows<kBM, kD, true>(smem + L::kDo, p.d_o + bh * p.Tq_p * kD, i0, p.Tq_p);
@@ -473,8 +476,10 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_delta_kernel(const Backward
     for (int h = 0; h < kBM / kN; ++h) {
       float s[kN / 8][4], dp[kN / 8][4];
       bwdw::tile_product<kD, false>(stage + a_off, sb + L::kQ + kN * h * kD, s);
-      if (full) bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, 0.0f, s, nullptr);
-      else bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, 0.0f, s, nullptr);
+      if (full)
+        bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, 0.0f, s, nullptr);
+      else
+        bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, 0.0f, s, nullptr);
       bwdw::tile_product<kD, kDoE5M2>(stage + L::kRows + a_off, sb + L::kDo + kN * h * kD, dp);
       // Per query group kk (n-tiles 4kk.., columns u = 2(nt − 4kk) + c; group kN/32·h + kk of the
       // tile): the column's 16 keys of this warp summed in FP32 — the lane's two keys by FMA, then
@@ -494,8 +499,10 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_delta_kernel(const Backward
           v_pdp[u] = __fmaf_rn(s[nt][el], dpv, v_pdp[u]);
           v_p[u] = __fadd_rn(v_p[u], s[nt][el]);
         };
-        if (full) bwdw::for_each_dp<true>(cs, ln, kbase, kN * h, sc.dp_scale, dp, add);
-        else bwdw::for_each_dp<false>(cs, ln, kbase, kN * h, sc.dp_scale, dp, add);
+        if (full)
+          bwdw::for_each_dp<true>(cs, ln, kbase, kN * h, sc.dp_scale, dp, add);
+        else
+          bwdw::for_each_dp<false>(cs, ln, kbase, kN * h, sc.dp_scale, dp, add);
         acc_pdp[kN / 32 * h + kk] += double(bwdw::column_sum8(v_pdp, ln.g));
         acc_p[kN / 32 * h + kk] += double(bwdw::column_sum8(v_p, ln.g));
       }
@@ -550,17 +557,23 @@ void bwd_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
     constexpr int kD = decltype(d)::value;
     constexpr bool kDo = decltype(d5)::value, kDs = decltype(s5)::value;
     const int bytes = MainLayout<kD>::kBytes;
-    if (p.res_sums) launch(wgmma_backward_kernel<kD, kDo, kDs, true>, blocks, bytes, p, stream);
-    else launch(wgmma_backward_kernel<kD, kDo, kDs, false>, blocks, bytes, p, stream);
+    if (p.res_sums)
+      launch(wgmma_backward_kernel<kD, kDo, kDs, true>, blocks, bytes, p, stream);
+    else
+      launch(wgmma_backward_kernel<kD, kDo, kDs, false>, blocks, bytes, p, stream);
   };
   using T = std::true_type;
   using F = std::false_type;
   auto formats = [&](auto d) {
-    if (do_e5m2) ds_e5m2 ? res(d, T{}, T{}) : res(d, T{}, F{});
-    else ds_e5m2 ? res(d, F{}, T{}) : res(d, F{}, F{});
+    if (do_e5m2)
+      ds_e5m2 ? res(d, T{}, T{}) : res(d, T{}, F{});
+    else
+      ds_e5m2 ? res(d, F{}, T{}) : res(d, F{}, F{});
   };
-  if (p.D == 64) formats(std::integral_constant<int, 64>{});
-  else formats(std::integral_constant<int, 128>{});
+  if (p.D == 64)
+    formats(std::integral_constant<int, 64>{});
+  else
+    formats(std::integral_constant<int, 128>{});
 }
 
 void bwd_delta_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
@@ -570,11 +583,15 @@ void bwd_delta_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
   const int64_t blocks = p.B * p.H * ((p.Tq + kBM - 1) / kBM);
   auto go = [&](auto d) {
     constexpr int kD = decltype(d)::value;
-    if (p.do_format == Format::E5M2) launch(wgmma_delta_kernel<kD, true>, blocks, DeltaLayout<kD>::kBytes, p, stream);
-    else launch(wgmma_delta_kernel<kD, false>, blocks, DeltaLayout<kD>::kBytes, p, stream);
+    if (p.do_format == Format::E5M2)
+      launch(wgmma_delta_kernel<kD, true>, blocks, DeltaLayout<kD>::kBytes, p, stream);
+    else
+      launch(wgmma_delta_kernel<kD, false>, blocks, DeltaLayout<kD>::kBytes, p, stream);
   };
-  if (p.D == 64) go(std::integral_constant<int, 64>{});
-  else go(std::integral_constant<int, 128>{});
+  if (p.D == 64)
+    go(std::integral_constant<int, 64>{});
+  else
+    go(std::integral_constant<int, 128>{});
 }
 
 }  // namespace octet::cuda::flash

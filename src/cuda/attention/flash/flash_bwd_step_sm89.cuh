@@ -27,8 +27,7 @@ template <bool kFull, int kD, int kBM, int kBN>
 __device__ __forceinline__ void tile_p(const BackwardParams& p, const bwd::Warp<kD, kBM, kBN>& w,
                                        const bwd::Rows& rows, const uint8_t* sk,
                                        const uint32_t (&qa)[kD / 32][4], const int (&lim)[2],
-                                       float (&pd)[bwd::Geom<kD, kBM, kBN>::kNK / 8][4],
-                                       uint8_t* pt) {
+                                       float (&pd)[bwd::Geom<kD, kBM, kBN>::kNK / 8][4], uint8_t* pt) {
   constexpr int kNK = bwd::Geom<kD, kBM, kBN>::kNK;
 #pragma unroll
   for (int nt = 0; nt < kNK / 8; ++nt) {
@@ -56,8 +55,8 @@ __device__ __forceinline__ void tile_p(const BackwardParams& p, const bwd::Warp<
 template <bool kFull, int kD, int kBM, int kBN>
 __device__ __forceinline__ unsigned tile_ds(const BackwardParams& p, double* res_sums,
                                             const bwd::Warp<kD, kBM, kBN>& w, const bwd::Rows& rows,
-                                            int64_t bh, const uint8_t* sv,
-                                            const uint32_t (&da)[kD / 32][4], const int (&lim)[2],
+                                            int64_t bh, const uint8_t* sv, const uint32_t (&da)[kD / 32][4],
+                                            const int (&lim)[2],
                                             float (&pd)[bwd::Geom<kD, kBM, kBN>::kNK / 8][4]) {
   constexpr int kNK = bwd::Geom<kD, kBM, kBN>::kNK;
   unsigned amax = 0;
@@ -121,6 +120,5 @@ __device__ __forceinline__ void tile_dq(unsigned skt, int key0, const uint32_t (
     }
   }
 }
-
 
 }  // namespace octet::cuda::flash

@@ -62,26 +62,30 @@ __device__ __forceinline__ int64_t visible_keys(const BackwardParams& p, int64_t
 /// True if every row of query block [i0, i0 + bm) sees every key of key block [j0, j0 + bn): all
 /// rows are real (< Tq) and the first one, which sees the fewest keys, sees past the block. Then a
 /// tile step needs no per-element visibility test.
-__device__ __forceinline__ bool tile_full(const BackwardParams& p, int64_t i0, int64_t bm,
-                                          int64_t j0, int64_t bn) {
+__device__ __forceinline__ bool tile_full(const BackwardParams& p, int64_t i0, int64_t bm, int64_t j0,
+                                          int64_t bn) {
   return i0 + bm <= p.Tq && visible_keys(p, i0) >= j0 + bn;
 }
 
 /// c += a·b on one m16n8k32 tile with A, B in E4M3 or E5M2 (flags warp-uniform), C FP32.
-__device__ __forceinline__ void mma_fp8(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                        uint32_t b1, bool a_e5m2, bool b_e5m2) {
+__device__ __forceinline__ void mma_fp8(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                        bool a_e5m2, bool b_e5m2) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-#define OCTET_MMA_FP8(TA, TB)                                                                 \
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." TA "." TB                            \
-               ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                  \
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                              \
+#define OCTET_MMA_FP8(TA, TB)                                                 \
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." TA "." TB             \
+               ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n" \
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])               \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
   if (a_e5m2) {
-    if (b_e5m2) OCTET_MMA_FP8("e5m2", "e5m2");
-    else OCTET_MMA_FP8("e5m2", "e4m3");
+    if (b_e5m2)
+      OCTET_MMA_FP8("e5m2", "e5m2");
+    else
+      OCTET_MMA_FP8("e5m2", "e4m3");
   } else {
-    if (b_e5m2) OCTET_MMA_FP8("e4m3", "e5m2");
-    else OCTET_MMA_FP8("e4m3", "e4m3");
+    if (b_e5m2)
+      OCTET_MMA_FP8("e4m3", "e5m2");
+    else
+      OCTET_MMA_FP8("e4m3", "e4m3");
   }
 #undef OCTET_MMA_FP8
 #else
@@ -95,8 +99,8 @@ __device__ __forceinline__ uint32_t ldg32(const uint8_t* p) {
 
 /// The A fragments of 16 rows [row0, row0 + 16) of a [*, kD] code matrix (rows >= n_rows: 0).
 template <int kD>
-__device__ __forceinline__ void load_row_frags(uint32_t (&a)[kD / 32][4], const uint8_t* base,
-                                               int64_t row0, int64_t n_rows, int g, int t) {
+__device__ __forceinline__ void load_row_frags(uint32_t (&a)[kD / 32][4], const uint8_t* base, int64_t row0,
+                                               int64_t n_rows, int g, int t) {
 #pragma unroll
   for (int kc = 0; kc < kD / 32; ++kc)
 #pragma unroll
@@ -110,8 +114,8 @@ __device__ __forceinline__ void load_row_frags(uint32_t (&a)[kD / 32][4], const 
 /// sdo ([kBM][kD] each, chunks v_chunk<kD>-swizzled: 8 consecutive rows of one chunk sit in 8
 /// distinct bank groups). Rows >= Tq_p read as zero codes.
 template <int kD, int kBM>
-__device__ __forceinline__ void load_q_do(const BackwardParams& p, int64_t bh, int64_t i0,
-                                          uint8_t* sq, uint8_t* sdo) {
+__device__ __forceinline__ void load_q_do(const BackwardParams& p, int64_t bh, int64_t i0, uint8_t* sq,
+                                          uint8_t* sdo) {
   const uint8_t* gq = p.q + bh * p.Tq_p * kD;
   const uint8_t* gdo = p.d_o + bh * p.Tq_p * kD;
   for (int c = threadIdx.x; c < kBM * kD / 16; c += kThreads) {
@@ -127,8 +131,7 @@ __device__ __forceinline__ void load_q_do(const BackwardParams& p, int64_t bh, i
 /// The A fragments of a warp's 16 rows 16·qs.. of a staged [kBM][kD] tile (load_q_do's layout) by
 /// ldmatrix: lane 8i + r reads row 16qs + 8(i % 2) + r, chunk 2kc + i/2 (a0..a3 of kc).
 template <int kD>
-__device__ __forceinline__ void ldsm_row_frags(uint32_t (&a)[kD / 32][4], const uint8_t* tile,
-                                               int qs) {
+__device__ __forceinline__ void ldsm_row_frags(uint32_t (&a)[kD / 32][4], const uint8_t* tile, int qs) {
   const int lane = threadIdx.x % 32, mi = lane / 8, mr = lane % 8;
   const unsigned row = smem_u32(tile) + unsigned((16 * qs + 8 * (mi % 2) + mr) * kD);
   const int cx = v_chunk<kD>(mr, 0) ^ (mi / 2);  // (2kc + i/2) ^ v = 2kc ^ (i/2 ^ v)
@@ -140,8 +143,8 @@ __device__ __forceinline__ void ldsm_row_frags(uint32_t (&a)[kD / 32][4], const 
 /// sv ([kBN][kD], chunks k_chunk-swizzled: the forward's K̂ layout) and, if skt is given, K̂ᵀ into
 /// skt ([kD][kBN], v_chunk-swizzled: the forward's V̂ᵀ layout). Keys >= Tk_p read as zero codes.
 template <int kD, int kBN>
-__device__ __forceinline__ void load_kv(const BackwardParams& p, int64_t bg, int64_t j0,
-                                        uint8_t* sk, uint8_t* sv, uint8_t* skt) {
+__device__ __forceinline__ void load_kv(const BackwardParams& p, int64_t bg, int64_t j0, uint8_t* sk,
+                                        uint8_t* sv, uint8_t* skt) {
   const uint8_t* gk = p.k + bg * p.Tk_p * kD;
   const uint8_t* gv = p.v + bg * p.Tk_p * kD;
   for (int c = threadIdx.x; c < kBN * kD / 16; c += kThreads) {
@@ -157,8 +160,7 @@ __device__ __forceinline__ void load_kv(const BackwardParams& p, int64_t bg, int
   for (int c = threadIdx.x; c < kD * kBN / 16; c += kThreads) {
     const int r = c / (kBN / 16), cc = c % (kBN / 16);
     const bool in = j0 + 16 * cc < p.Tk_p;  // Tk_p is a multiple of 16: whole chunks
-    cp_async16(skt + r * kBN + 16 * v_chunk<kBN>(r, cc), in ? gkt + r * p.Tk_p + j0 + 16 * cc : gkt,
-               in);
+    cp_async16(skt + r * kBN + 16 * v_chunk<kBN>(r, cc), in ? gkt + r * p.Tk_p + j0 + 16 * cc : gkt, in);
   }
 }
 
@@ -170,9 +172,8 @@ __device__ __forceinline__ void load_kv(const BackwardParams& p, int64_t bg, int
 /// (key0 + s_key(0, r))·kD; kx: k_chunk(s_key(0, r), 0) ^ i (lane 8i + r). Element e of acc: row
 /// e / 2 (g or g + 8), key key0 + s_key(nt, 2t + e % 2) = key0 + s_key(nt, 0) + 4t + e % 2.
 template <int kD>
-__device__ __forceinline__ void ntile_mma(unsigned lane_row, int kx, int nt,
-                                          const uint32_t (&a)[kD / 32][4], bool a_e5m2,
-                                          float (&acc)[4]) {
+__device__ __forceinline__ void ntile_mma(unsigned lane_row, int kx, int nt, const uint32_t (&a)[kD / 32][4],
+                                          bool a_e5m2, float (&acc)[4]) {
 #pragma unroll
   for (int e = 0; e < 4; ++e) acc[e] = 0.0f;
 #pragma unroll
@@ -243,11 +244,17 @@ struct Warp {
   bool do_e5m2, ds_e5m2;
 
   __device__ __forceinline__ explicit Warp(const BackwardParams& p)
-      : warp(threadIdx.x / 32), g(threadIdx.x % 32 / 4), t(threadIdx.x % 4), qs(warp % Gm::kQS),
-        kp(warp / Gm::kQS), key0(kp * Gm::kNK),
+      : warp(threadIdx.x / 32),
+        g(threadIdx.x % 32 / 4),
+        t(threadIdx.x % 4),
+        qs(warp % Gm::kQS),
+        kp(warp / Gm::kQS),
+        key0(kp * Gm::kNK),
         lane_row((key0 + s_key(0, threadIdx.x % 8)) * kD),
         kx(k_chunk<kD>(s_key(0, threadIdx.x % 8), 0) ^ (threadIdx.x % 32 / 8)),
-        s_scale(0.0f), dp_scale(0.0f), do_e5m2(p.do_format == Format::E5M2),
+        s_scale(0.0f),
+        dp_scale(0.0f),
+        do_e5m2(p.do_format == Format::E5M2),
         ds_e5m2(p.ds_format == Format::E5M2) {}
   __device__ __forceinline__ void set_scales(const TileScales& sc) {
     s_scale = sc.s_scale;
@@ -256,24 +263,23 @@ struct Warp {
 
   /// The query side of this warp's rows i0 + 16·qs + {g, g + 8} of head bh: their state and the Q̂
   /// and dÔ A fragments.
-  __device__ __forceinline__ void load_rows(const BackwardParams& p, int64_t bh, int64_t i0,
-                                            Rows& rows, uint32_t (&qa)[kD / 32][4],
-                                            uint32_t (&da)[kD / 32][4]) const {
+  __device__ __forceinline__ void load_rows(const BackwardParams& p, int64_t bh, int64_t i0, Rows& rows,
+                                            uint32_t (&qa)[kD / 32][4], uint32_t (&da)[kD / 32][4]) const {
     rows.init(p, bh, i0 + 16 * qs + g);
     load_row_frags<kD>(qa, p.q + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
     load_row_frags<kD>(da, p.d_o + bh * p.Tq_p * kD, i0 + 16 * qs, p.Tq_p, g, t);
   }
   /// S of n-tile nt of this warp's share of the tile in sk (shared [kBN][kD] K̂ rows):
   /// (Q̂K̂ᵀ)·s_scale, a rounded product (never contracted).
-  __device__ __forceinline__ void s_ntile(const uint8_t* sk, int nt,
-                                          const uint32_t (&qa)[kD / 32][4], float (&s)[4]) const {
+  __device__ __forceinline__ void s_ntile(const uint8_t* sk, int nt, const uint32_t (&qa)[kD / 32][4],
+                                          float (&s)[4]) const {
     ntile_mma<kD>(smem_u32(sk) + lane_row, kx, nt, qa, false, s);
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[e] = __fmul_rn(s[e], s_scale);
   }
   /// dP of n-tile nt from the V̂ rows in sv: (dÔV̂ᵀ)·dp_scale, a rounded product.
-  __device__ __forceinline__ void dp_ntile(const uint8_t* sv, int nt,
-                                           const uint32_t (&da)[kD / 32][4], float (&dp)[4]) const {
+  __device__ __forceinline__ void dp_ntile(const uint8_t* sv, int nt, const uint32_t (&da)[kD / 32][4],
+                                           float (&dp)[4]) const {
     ntile_mma<kD>(smem_u32(sv) + lane_row, kx, nt, da, do_e5m2, dp);
 #pragma unroll
     for (int e = 0; e < 4; ++e) dp[e] = __fmul_rn(dp[e], dp_scale);
@@ -282,8 +288,8 @@ struct Warp {
 
 /// The Q-block-major kernels' CTA -> (bh = b·H + h, first row i0, KV head bg): the query blocks
 /// with the most keys (causal) are scheduled first.
-__device__ __forceinline__ void q_block_of(const BackwardParams& p, int64_t kBM, int64_t* bh,
-                                           int64_t* i0, int64_t* bg) {
+__device__ __forceinline__ void q_block_of(const BackwardParams& p, int64_t kBM, int64_t* bh, int64_t* i0,
+                                           int64_t* bg) {
   const int64_t BH = p.B * p.H, n_qblocks = (p.Tq + kBM - 1) / kBM;
   *bh = int64_t(blockIdx.x) % BH;
   *i0 = (n_qblocks - 1 - int64_t(blockIdx.x) / BH) * kBM;
@@ -359,10 +365,8 @@ __device__ __forceinline__ void atomic_add_dq(float* dq, const float (&acc)[kD /
 /// Launches kernel(p) on `blocks` CTAs of kThreads with `bytes` of dynamic shared memory (opting in
 /// above 48 KiB, per function on the current device).
 template <typename Kernel>
-void launch_kernel(Kernel kernel, int64_t blocks, int bytes, const BackwardParams& p,
-                   cudaStream_t stream) {
-  OCTET_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+void launch_kernel(Kernel kernel, int64_t blocks, int bytes, const BackwardParams& p, cudaStream_t stream) {
+  OCTET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   OCTET_CHECK(blocks <= 0x7FFFFFFF, "flash attention backward: too many blocks (B·H·T/tile)");
   kernel<<<unsigned(blocks), kThreads, bytes, stream>>>(p);
   OCTET_CUDA_LAUNCH_CHECK();

@@ -56,8 +56,7 @@ struct ColStats {
 struct ColStat {
   float m = 0.0f, l = 1.0f, delta = 0.0f;
   int vis = 0;
-  __device__ __forceinline__ void load(const BackwardParams& p, int64_t bh, int64_t i,
-                                       bool with_delta) {
+  __device__ __forceinline__ void load(const BackwardParams& p, int64_t bh, int64_t i, bool with_delta) {
     const int64_t v = bwd::visible_keys(p, i);
     vis = int(v);
     m = v > 0 ? p.row_max[bh * p.Tq + i] : 0.0f;
@@ -74,8 +73,7 @@ struct ColStat {
 /// (1024-aligned): tile row r <- source row row0 + s_key(r / 8, r % 8) if kPerm, else row0 + r;
 /// rows >= n_rows read as zero codes.
 template <int kRows, int kW, bool kPerm>
-__device__ __forceinline__ void copy_rows(uint8_t* dst, const uint8_t* src, int64_t row0,
-                                          int64_t n_rows) {
+__device__ __forceinline__ void copy_rows(uint8_t* dst, const uint8_t* src, int64_t row0, int64_t n_rows) {
   constexpr int kChunks = kRows * kW / 16;
   for (int c = threadIdx.x; c < kChunks; c += kThreads) {
     const int r = c / (kW / 16), cc = c % (kW / 16);
@@ -89,8 +87,8 @@ __device__ __forceinline__ void copy_rows(uint8_t* dst, const uint8_t* src, int6
 /// with kRows rows and row stride `ld` bytes (src: its row 0) into a K-major 128-byte-swizzled
 /// tile at dst; chunks of columns >= n_cols (a multiple of 16) read as zero codes.
 template <int kRows>
-__device__ __forceinline__ void copy_cols(uint8_t* dst, const uint8_t* src, int64_t ld,
-                                          int64_t col0, int64_t n_cols) {
+__device__ __forceinline__ void copy_cols(uint8_t* dst, const uint8_t* src, int64_t ld, int64_t col0,
+                                          int64_t n_cols) {
   for (int c = threadIdx.x; c < kRows * 8; c += kThreads) {
     const int r = c / 8, cc = c % 8;
     const bool in = col0 + 16 * cc < n_cols;
@@ -102,8 +100,7 @@ __device__ __forceinline__ void copy_cols(uint8_t* dst, const uint8_t* src, int6
 struct Lane {
   int wg, w, g, t;
   __device__ __forceinline__ Lane()
-      : wg(threadIdx.x / 128), w(threadIdx.x / 32 % 4), g(threadIdx.x % 32 / 4),
-        t(threadIdx.x % 4) {}
+      : wg(threadIdx.x / 128), w(threadIdx.x / 32 % 4), g(threadIdx.x % 32 / 4), t(threadIdx.x % 4) {}
 };
 
 /// One warpgroup's m64nN product over head_dim (N = kN = kCols<kD> queries): acc = Σ_kc A[64 keys,
@@ -112,15 +109,14 @@ struct Lane {
 /// multiple of 8 rows in), k-steps kc = 0, 1, ... in order from a zero accumulator; committed and
 /// waited for. Sᵀ: (a_tile = K̂, b_tile = Q̂, E4M3 x E4M3); dPᵀ: (V̂, dÔ, E4M3 x do_format: kBE5M2).
 template <int kD, bool kBE5M2, int kNT>
-__device__ __forceinline__ void tile_product(unsigned a_tile, unsigned b_tile,
-                                             float (&acc)[kNT][4]) {
+__device__ __forceinline__ void tile_product(unsigned a_tile, unsigned b_tile, float (&acc)[kNT][4]) {
   constexpr int kN = 8 * kNT;  // queries (kNT n-tiles of 8)
   static_assert(kN == kCols<kD>, "one product shape per head_dim in every kernel (same bits)");
   wgmma_fence();
 #pragma unroll
   for (int kc = 0; kc < kD / 32; ++kc)
-    WgmmaFp8<kN, false, kBE5M2>::ss(acc, kmajor_desc<kD>(a_tile + 32 * kc),
-                                     kmajor_desc<kD>(b_tile + 32 * kc), kc);
+    WgmmaFp8<kN, false, kBE5M2>::ss(acc, kmajor_desc<kD>(a_tile + 32 * kc), kmajor_desc<kD>(b_tile + 32 * kc),
+                                    kc);
   wgmma_commit();
   wgmma_wait<0>();
   fence_regs(acc);
@@ -141,9 +137,9 @@ __device__ __forceinline__ int col_lim(const ColStats& cs, int q, int64_t kbase)
 /// (to_a_frags' order: pa[kk] covers queries q_off + 32kk.., a0/a1 = rows g/g + 8 of n-tiles 4kk,
 /// 4kk + 1, a2/a3 of 4kk + 2, 4kk + 3).
 template <bool kFull, int kNT>
-__device__ __forceinline__ void tile_prob(const ColStats& cs, const Lane& ln, int64_t kbase,
-                                          int q_off, float s_scale, float p_scale,
-                                          float (&s)[kNT][4], uint32_t (*pa)[4]) {
+__device__ __forceinline__ void tile_prob(const ColStats& cs, const Lane& ln, int64_t kbase, int q_off,
+                                          float s_scale, float p_scale, float (&s)[kNT][4],
+                                          uint32_t (*pa)[4]) {
 #pragma unroll
   for (int kk = 0; kk < kNT / 4; ++kk) {
     float e[4][4];  // exp(S − m)·p_scale of n-tiles 4kk + j
@@ -178,9 +174,8 @@ __device__ __forceinline__ void tile_prob(const ColStats& cs, const Lane& ln, in
 /// element, query q, visible, dP) with dP = the dPᵀ accumulator × dp_scale (a rounded product);
 /// the caller's P array holds tile_prob's P.
 template <bool kFull, int kNT, typename F>
-__device__ __forceinline__ void for_each_dp(const ColStats& cs, const Lane& ln, int64_t kbase,
-                                            int q_off, float dp_scale, const float (&dp)[kNT][4],
-                                            F&& f) {
+__device__ __forceinline__ void for_each_dp(const ColStats& cs, const Lane& ln, int64_t kbase, int q_off,
+                                            float dp_scale, const float (&dp)[kNT][4], F&& f) {
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt) {
     const int q0 = q_off + s_key(nt, 2 * ln.t);
@@ -221,8 +216,7 @@ __device__ __forceinline__ int column_sum8_query(int kk, int g, int t) {
 /// Stores the dŜ codes of one A fragment (to_a_frags' a[kk], over queries 32kk.. of the tile) into
 /// the [query][key] tile sds (kBN-byte rows, 128-byte swizzle; K-major for dQ's A): byte c of a[r]
 /// is key 16w + g + 8(r % 2) of the warpgroup's keys, query 32kk + 16(r / 2) + 4t + c.
-__device__ __forceinline__ void store_ds_frag(uint8_t* sds, const Lane& ln, int kk,
-                                              const uint32_t (&a)[4]) {
+__device__ __forceinline__ void store_ds_frag(uint8_t* sds, const Lane& ln, int kk, const uint32_t (&a)[4]) {
   const int key = kWgKeys * ln.wg + 16 * ln.w + ln.g;
 #pragma unroll
   for (int r = 0; r < 4; ++r)

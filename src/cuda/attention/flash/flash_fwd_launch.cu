@@ -17,9 +17,7 @@
 namespace octet::cuda::flash {
 namespace {
 
-bool aligned(const void* x, unsigned bytes) {
-  return (reinterpret_cast<uintptr_t>(x) & (bytes - 1)) == 0;
-}
+bool aligned(const void* x, unsigned bytes) { return (reinterpret_cast<uintptr_t>(x) & (bytes - 1)) == 0; }
 
 // The checks both entry points share (the logits read no V̂ᵀ).
 void check_inputs(const ForwardParams& p, bool needs_v) {
@@ -36,16 +34,17 @@ void check_inputs(const ForwardParams& p, bool needs_v) {
 }
 
 void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
-  if (select_forward_kernel(p.kernel) == ForwardKernel::Wgmma) fwd_sm90_launch(p, s_out, stream);
-  else fwd_sm89_launch(p, s_out, stream);
+  if (select_forward_kernel(p.kernel) == ForwardKernel::Wgmma)
+    fwd_sm90_launch(p, s_out, stream);
+  else
+    fwd_sm89_launch(p, s_out, stream);
 }
 
 }  // namespace
 
 void check_forward_supported(int64_t head_dim, int64_t block_k) {
   OCTET_CHECK(flash_attention_size_supported(head_dim),
-              "flash FP8 attention forward: head_dim must be 64 or 128, got " +
-                  std::to_string(head_dim));
+              "flash FP8 attention forward: head_dim must be 64 or 128, got " + std::to_string(head_dim));
   OCTET_CHECK(flash_attention_size_supported(block_k),
               "flash FP8 attention forward: block_k (the key tile) must be 64 or 128, got " +
                   std::to_string(block_k));
@@ -53,9 +52,12 @@ void check_forward_supported(int64_t head_dim, int64_t block_k) {
 
 const char* forward_kernel_name(ForwardKernel k) {
   switch (k) {
-    case ForwardKernel::MmaSync: return "mma_sync";
-    case ForwardKernel::Wgmma: return "wgmma";
-    default: return "auto";
+    case ForwardKernel::MmaSync:
+      return "mma_sync";
+    case ForwardKernel::Wgmma:
+      return "wgmma";
+    default:
+      return "auto";
   }
 }
 
@@ -69,11 +71,12 @@ ForwardKernel select_forward_kernel(ForwardKernel requested) {
   if (k == ForwardKernel::Auto) {
     const char* env = std::getenv("OCTET_FLASH_FORWARD");
     const std::string v = env ? env : "";
-    if (v == forward_kernel_name(ForwardKernel::MmaSync)) k = ForwardKernel::MmaSync;
-    else if (v == forward_kernel_name(ForwardKernel::Wgmma)) k = ForwardKernel::Wgmma;
+    if (v == forward_kernel_name(ForwardKernel::MmaSync))
+      k = ForwardKernel::MmaSync;
+    else if (v == forward_kernel_name(ForwardKernel::Wgmma))
+      k = ForwardKernel::Wgmma;
     else
-      OCTET_CHECK(v.empty(), "OCTET_FLASH_FORWARD must be mma_sync or wgmma (or unset), got '" + v +
-                                 "'");
+      OCTET_CHECK(v.empty(), "OCTET_FLASH_FORWARD must be mma_sync or wgmma (or unset), got '" + v + "'");
   }
   // Auto: wgmma on sm_90 (faster at every shape measured, within the FP64 oracle's rule; its FP8
   // P̃V̂ accumulator moves O by up to ~3e-3 relative, which the stale delta reads — as after cuDNN's
@@ -99,8 +102,7 @@ void run_forward(const ForwardParams& p, cudaStream_t stream) {
 
 void run_logits(const ForwardParams& p, float* s, cudaStream_t stream) {
   check_inputs(p, false);
-  OCTET_CHECK(s && aligned(s, 8),
-              "flash attention logits: s must be a non-null, 8-byte aligned pointer");
+  OCTET_CHECK(s && aligned(s, 8), "flash attention logits: s must be a non-null, 8-byte aligned pointer");
   launch(p, s, stream);
 }
 

@@ -107,8 +107,7 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
     for (int c = threadIdx.x; c < kD * kBN / 16; c += kThreads<kD>) {
       const int r = c / (kBN / 16), cc = c % (kBN / 16);
       const bool in = j0 + 16 * cc < p.Tk_p;  // Tk_p is a multiple of 16: whole chunks
-      cp_async16(dv + r * kBN + 16 * v_chunk<kBN>(r, cc), in ? gv + r * p.Tk_p + j0 + 16 * cc : gv,
-                 in);
+      cp_async16(dv + r * kBN + 16 * v_chunk<kBN>(r, cc), in ? gv + r * p.Tk_p + j0 + 16 * cc : gv, in);
     }
   };
 
@@ -203,11 +202,11 @@ void fwd_sm89_launch(const ForwardParams& p, float* s_out, cudaStream_t stream) 
   dispatch_sizes(p, [&](auto d, auto bn) {
     constexpr int kD = decltype(d)::value, kBN = decltype(bn)::value;
     if (s_out)
-      launch_forward_kernel(forward_kernel<kD, kBN, true>, kThreads<kD>, kBM<kD>,
-                            Smem<kD, kBN>::kBytes, true, p, s_out, stream);
+      launch_forward_kernel(forward_kernel<kD, kBN, true>, kThreads<kD>, kBM<kD>, Smem<kD, kBN>::kBytes, true,
+                            p, s_out, stream);
     else
-      launch_forward_kernel(forward_kernel<kD, kBN, false>, kThreads<kD>, kBM<kD>,
-                            Smem<kD, kBN>::kBytes, false, p, nullptr, stream);
+      launch_forward_kernel(forward_kernel<kD, kBN, false>, kThreads<kD>, kBM<kD>, Smem<kD, kBN>::kBytes,
+                            false, p, nullptr, stream);
   });
 }
 

@@ -59,13 +59,13 @@ constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 //   V̂ᵀ tile [kD][kBN] codes, kBN-byte swizzle. Staging: [kBN][kD] codes as loaded (K̂ rows permuted).
 template <int kD, int kBN>
 struct WgLayout {
-  static constexpr int kKBlock = kBN * 128;        // one 64-column block of the FP16 K̂ tile
-  static constexpr int kK = 2 * kBN * kD;          // bytes of the FP16 K̂ tile
-  static constexpr int kV = kD * kBN;              // bytes of one V̂ᵀ tile (a multiple of 1024)
+  static constexpr int kKBlock = kBN * 128;  // one 64-column block of the FP16 K̂ tile
+  static constexpr int kK = 2 * kBN * kD;    // bytes of the FP16 K̂ tile
+  static constexpr int kV = kD * kBN;        // bytes of one V̂ᵀ tile (a multiple of 1024)
   static constexpr int kStage = kK + kV;
-  static constexpr int kStaging = kStages * kStage;       // 2 x kBN·kD code buffers
-  static constexpr int kOnes = kStaging + 2 * kBN * kD;   // offset of the ones tile (<= 1024)
-  static constexpr int kBars = kOnes + 1024;              // offset of the mbarriers (8 bytes each)
+  static constexpr int kStaging = kStages * kStage;           // 2 x kBN·kD code buffers
+  static constexpr int kOnes = kStaging + 2 * kBN * kD;       // offset of the ones tile (<= 1024)
+  static constexpr int kBars = kOnes + 1024;                  // offset of the mbarriers (8 bytes each)
   static constexpr int kBytes = kBars + 16 * kStages + 1024;  // + alignment slack
 };
 
@@ -73,8 +73,7 @@ struct WgLayout {
 __device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
 
 template <int kD, int kBN, bool kLogits>
-__global__ void __launch_bounds__(kThreads, 1)
-    wgmma_forward_kernel(const ForwardParams p, float* s_out) {
+__global__ void __launch_bounds__(kThreads, 1) wgmma_forward_kernel(const ForwardParams p, float* s_out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = WgLayout<kD, kBN>;
   extern __shared__ uint8_t smem_raw[];
@@ -102,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_mbar_init();
   }
-  if constexpr (!kLogits) {  // the ones tile (every byte the same: no swizzle to apply)
+  if constexpr (!kLogits) {                  // the ones tile (every byte the same: no swizzle to apply)
     constexpr uint32_t kOnes = 0x38383838u;  // four E4M3 codes of 1.0
     for (int c = threadIdx.x; c < 8 * kBN / 16; c += kThreads)
       *reinterpret_cast<uint4*>(smem + L::kOnes + 16 * c) = make_uint4(kOnes, kOnes, kOnes, kOnes);
@@ -148,14 +147,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int u = 0; u < kChunks; ++u) {
           const int c = tid + 128 * u, r = c / (kBN / 16), cc = c % (kBN / 16);
           const bool in = j0 + 16 * cc < p.Tk_p;  // Tk_p is a multiple of 16: whole chunks
-          cp_async16(dv + swizzle<kBN>(r * kBN + 16 * cc),
-                     in ? gv + r * p.Tk_p + j0 + 16 * cc : gv, in);
+          cp_async16(dv + swizzle<kBN>(r * kBN + 16 * cc), in ? gv + r * p.Tk_p + j0 + 16 * cc : gv, in);
         }
       }
       cp_async_commit();  // group: V̂ᵀ of tile n
       producer_sync();    // every thread has converted tile n − 1 out of the buffer reused next
       if (n + 1 < n_tiles) load_codes((n + 1) % 2, j0 + kBN);
-      cp_async_commit();  // group: K̂ codes of tile n + 1
+      cp_async_commit();   // group: K̂ codes of tile n + 1
       cp_async_wait<1>();  // this thread's K̂ codes of tile n and V̂ᵀ of tile n have landed
       producer_sync();     // ... every thread's
       const uint8_t* src = smem + L::kStaging + (n % 2) * kBN * kD;
@@ -191,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   load_q_fragments<kD, true>(p, bh, row, t, qa);
   const int vis[2] = {row[0] < p.Tq ? int(visible(p, row[0])) : 0,
                       row[1] < p.Tq ? int(visible(p, row[1])) : 0};
-  const int64_t unmasked_end = visible(p, q0);  // tiles ending here need no mask in any real row
+  const int64_t unmasked_end = visible(p, q0);      // tiles ending here need no mask in any real row
   const float tau_q = p.tau * q_inv_at(p, bh, q0);  // S's scale τ·sq·sk, sk per tile (in this order)
   const float p_scale = p.p_scale;
   ForwardRows<kD> acc(kLogits ? 1.0f : v_inv_at(p, bg, 0));  // O, l̃ (code units), online softmax
@@ -207,8 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks)
-      WgmmaF16RS<kBN>::run(s, qa[ks], kmajor_desc<128>(tk + (ks / 4) * L::kKBlock + 32 * (ks % 4)),
-                           ks);
+      WgmmaF16RS<kBN>::run(s, qa[ks], kmajor_desc<128>(tk + (ks / 4) * L::kKBlock + 32 * (ks % 4)), ks);
     wgmma_commit();
     wgmma_wait<0>();
     fence_regs(s);
@@ -255,11 +252,11 @@ void fwd_sm90_launch(const ForwardParams& p, float* s_out, cudaStream_t stream) 
     constexpr int kD = decltype(d)::value, kBN = decltype(bn)::value;
     constexpr int bytes = WgLayout<kD, kBN>::kBytes;
     if (s_out)
-      launch_forward_kernel(wgmma_forward_kernel<kD, kBN, true>, kThreads, kBM, bytes, true, p,
-                            s_out, stream);
+      launch_forward_kernel(wgmma_forward_kernel<kD, kBN, true>, kThreads, kBM, bytes, true, p, s_out,
+                            stream);
     else
-      launch_forward_kernel(wgmma_forward_kernel<kD, kBN, false>, kThreads, kBM, bytes, false, p,
-                            nullptr, stream);
+      launch_forward_kernel(wgmma_forward_kernel<kD, kBN, false>, kThreads, kBM, bytes, false, p, nullptr,
+                            stream);
   });
 }
 

@@ -1,10 +1,9 @@
-// src/cuda/attention/flash/flash_fwd_tile_sm89.cuh — the per-warp tile code of the flash FP8 attention forward
-// that both kernel flavors share (flash_fwd_sm89.cu: mma.sync; flash_fwd_sm90.cu: wgmma): a
-// warp's 16 query rows of a key tile live in the same registers in both (float[kBN/8][4]: n-tile
-// nt, lane (g, t) holds rows g (e = 0, 1) and g + 8 (e = 2, 3), columns 2t + e % 2), so the masking,
-// the online softmax (flash_softmax.cuh), the P̃ fragments, the logits store and the epilogue are
-// written once here. The semantics are flash.h's; its CPU twin is src/cpu/attention_flash.cpp.
-// docs/attention.md §"Forward".
+// src/cuda/attention/flash/flash_fwd_tile_sm89.cuh — the per-warp tile code of the flash FP8 attention
+// forward that both kernel flavors share (flash_fwd_sm89.cu: mma.sync; flash_fwd_sm90.cu: wgmma): a warp's 16
+// query rows of a key tile live in the same registers in both (float[kBN/8][4]: n-tile nt, lane (g, t) holds
+// rows g (e = 0, 1) and g + 8 (e = 2, 3), columns 2t + e % 2), so the masking, the online softmax
+// (flash_softmax.cuh), the P̃ fragments, the logits store and the epilogue are written once here. The
+// semantics are flash.h's; its CPU twin is src/cpu/attention_flash.cpp. docs/attention.md §"Forward".
 //
 // Key order: column 8·nt + c of a tile's S holds key s_key(nt, c) of the tile (flash_mma_sm89.cuh),
 // so that the S accumulator converts in place into P̃V̂'s A fragment (V̂ᵀ read in natural order).
@@ -36,12 +35,11 @@ namespace octet::cuda::flash {
 template <class Kernel>
 void launch_forward_kernel(Kernel* kernel, int threads, int bm, int bytes, bool logits,
                            const ForwardParams& p, float* s_out, cudaStream_t stream) {
-  OCTET_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  OCTET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   const int64_t rows = logits ? p.Tq_p : p.Tq;
   const int64_t blocks = p.B * p.H * ((rows + bm - 1) / bm);
-  OCTET_CHECK(blocks <= 0x7FFFFFFF, "flash attention forward: too many query blocks (B·H·Tq/" +
-                                        std::to_string(bm) + ")");
+  OCTET_CHECK(blocks <= 0x7FFFFFFF,
+              "flash attention forward: too many query blocks (B·H·Tq/" + std::to_string(bm) + ")");
   kernel<<<unsigned(blocks), threads, bytes, stream>>>(p, s_out);
   OCTET_CUDA_LAUNCH_CHECK();
 }
@@ -72,9 +70,8 @@ __device__ __forceinline__ int64_t visible(const ForwardParams& p, int64_t i) {
 ///   kF16 = true:  their exact FP16 values (wgmma k16): kK = 16, register r = the 2 values at
 ///                 16kc + 8(r / 2) + 2t of row r % 2, low half first.
 template <int kD, bool kF16>
-__device__ __forceinline__ void load_q_fragments(const ForwardParams& p, int64_t bh,
-                                                 const int64_t (&row)[2], int t,
-                                                 uint32_t (&qa)[kD / (kF16 ? 16 : 32)][4]) {
+__device__ __forceinline__ void load_q_fragments(const ForwardParams& p, int64_t bh, const int64_t (&row)[2],
+                                                 int t, uint32_t (&qa)[kD / (kF16 ? 16 : 32)][4]) {
   constexpr int kB = kF16 ? 2 : 4, kK = 8 * kB;  // codes per register, head_dim per k-step
   const uint8_t* q = p.q + bh * p.Tq_p * kD;
 #pragma unroll
@@ -117,10 +114,10 @@ __device__ __forceinline__ void store_logits(const ForwardParams& p, float* s_ou
 /// backward's S have these bits). Element e: row e / 2, key s_key(nt, 0) + 4t + e % 2 of the tile;
 /// the mask compares in 32-bit tile-relative units (run_forward checks Tk < 2^31).
 template <int kBN>
-__device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float s_scale,
-                                             bool check_mask, const int (&vis)[2], int64_t j0,
-                                             int t, float p_scale, RowSoftmax (&sm)[2],
-                                             float (&alpha)[2], uint32_t (&pa)[kBN / 32][4]) {
+__device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float s_scale, bool check_mask,
+                                             const int (&vis)[2], int64_t j0, int t, float p_scale,
+                                             RowSoftmax (&sm)[2], float (&alpha)[2],
+                                             uint32_t (&pa)[kBN / 32][4]) {
   float mx[2] = {-INFINITY, -INFINITY};
   if (check_mask) {
     int lim[2];  // keys of this tile row r sees, relative to j0 + 4t
@@ -210,8 +207,7 @@ struct ForwardRows {
   /// bf16_round(O_acc · v_inv / l̃) (0 in a row that sees no key), and from the lane with t = 0 the
   /// LSE = m + log l (−inf without keys), row_max = m, row_sum = l. l is the quad sum of the
   /// lanes' partial sums, taken by the whole warp before any row-dependent branch.
-  __device__ __forceinline__ void store(const ForwardParams& p, int64_t bh, int64_t i0,
-                                        int t) const {
+  __device__ __forceinline__ void store(const ForwardParams& p, int64_t bh, int64_t i0, int t) const {
     const float sv_inv = v_inv;
     float l[2];
     const float l_hat[2] = {lacc[0], lacc[2]};

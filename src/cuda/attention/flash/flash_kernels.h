@@ -43,8 +43,7 @@ void bwd_stale_delta_launch(const BackwardParams& p, cudaStream_t stream);
 
 /// residual[row] = |Σ dS| / Σ P(|dP| + |D|) (0 where the magnitude is 0) from res_sums, rows
 /// B·H·Tq: the per-row diagnostic of octet/attention.h.
-void bwd_residual_finish_launch(const double* res_sums, int64_t rows, double* residual,
-                                cudaStream_t stream);
+void bwd_residual_finish_launch(const double* res_sums, int64_t rows, double* residual, cudaStream_t stream);
 
 /// The dQ row-sum projection (after the main kernel with p.ds_row_sum, before dq_acc is scaled out;
 /// docs/delta-matching.md §"The dQ row-sum projection", the CPU reference's project_dq in

@@ -2,7 +2,8 @@
 // (flash_fwd_sm89.cu): warp-level mma.sync.m16n8k32 with E4M3 operands and FP32 accumulators
 // (PTX ISA "Matrix fragments for mma.m16n8k32", valid on sm_89 and sm_90a), cp.async copies into
 // shared memory, and the shared-memory layouts (swizzles) the fragment loads read without bank
-// conflicts. The tile loop and the online softmax (flash_softmax.cuh) do not depend on it. docs/attention.md §"Forward".
+// conflicts. The tile loop and the online softmax (flash_softmax.cuh) do not depend on it. docs/attention.md
+// §"Forward".
 //
 // Fragments of one m16n8k32 (lane = 4·g + t, g = groupID 0..7, t = thread in group 0..3; an 8-bit
 // register element i of a .b32 register sits in byte i):
@@ -20,8 +21,8 @@
 namespace octet::cuda::flash {
 
 /// c += a·b on one m16n8k32 tile: A 16x32 E4M3, B 32x8 E4M3 (K-major), C 16x8 FP32.
-__device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], const uint32_t (&a)[4],
-                                               uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                               uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
@@ -38,8 +39,7 @@ __device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], const uint32_t (&a
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
   const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-               "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int N>
@@ -68,8 +68,10 @@ __device__ __forceinline__ int s_key(int nt, int n) {
 template <int kD>
 __device__ __forceinline__ int k_chunk(int row, int chunk) {
   static_assert(kD == 64 || kD == 128, "K row of 64 or 128 bytes");
-  if constexpr (kD == 128) return chunk ^ ((row & 1) | ((row >> 1) & 6));
-  else return chunk ^ ((row >> 2) & 3);
+  if constexpr (kD == 128)
+    return chunk ^ ((row & 1) | ((row >> 1) & 6));
+  else
+    return chunk ^ ((row >> 2) & 3);
 }
 /// Swizzled 16-byte chunk of a V̂ᵀ row (one head_dim column; kBN keys, 64 or 128 bytes). One
 /// B-fragment load reads the 8 consecutive rows 8·dn + g, word t of one chunk. It reads only row
@@ -77,13 +79,13 @@ __device__ __forceinline__ int k_chunk(int row, int chunk) {
 template <int kBN>
 __device__ __forceinline__ int v_chunk(int row, int chunk) {
   static_assert(kBN == 64 || kBN == 128, "V^T row of 64 or 128 bytes");
-  if constexpr (kBN == 128) return chunk ^ (row & 7);
-  else return chunk ^ ((row >> 1) & 3);
+  if constexpr (kBN == 128)
+    return chunk ^ (row & 7);
+  else
+    return chunk ^ ((row >> 1) & 3);
 }
 
-__device__ __forceinline__ uint32_t lds32(const uint8_t* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
+__device__ __forceinline__ uint32_t lds32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 /// ldmatrix.m8n8.xN (N = 1, 2, 4; .b16, no transpose): N 8x16-byte matrices from shared memory in
 /// one instruction. Lane 8i + r gives the shared address of row r of matrix i (16-byte aligned); lane
@@ -102,14 +104,10 @@ __device__ __forceinline__ void ldsm(uint32_t (&r)[N], unsigned smem_addr) {
                  : "=r"(r[0]), "=r"(r[1])
                  : "r"(smem_addr));
   else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
-                 : "=r"(r[0])
-                 : "r"(smem_addr));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(smem_addr));
 }
 /// The 32-bit shared-memory address of a generic pointer into shared memory (what ldsm takes).
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return unsigned(__cvta_generic_to_shared(p));
-}
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
 
 /// Swizzled 16-byte chunk of a row of the backward's P̃ᵀ / dŜᵀ tiles ([key][query] bytes, kBM =
 /// 64 or 128 per key row). Written one byte per (key, query) from the S accumulator (a store
@@ -121,8 +119,10 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
 template <int kBM>
 __device__ __forceinline__ int pt_chunk(int key, int chunk) {
   static_assert(kBM == 64 || kBM == 128, "P^T row of 64 or 128 bytes");
-  if constexpr (kBM == 128) return chunk ^ ((key & 7) ^ ((key >> 3) & 1));
-  else return chunk ^ (((key >> 1) & 3) ^ ((key >> 3) & 1));
+  if constexpr (kBM == 128)
+    return chunk ^ ((key & 7) ^ ((key >> 3) & 1));
+  else
+    return chunk ^ (((key >> 1) & 3) ^ ((key >> 3) & 1));
 }
 
 /// exp(x) for x <= 0 (a softmax's exp(S − m)): 2^(x·log2 e) by the SFU's ex2.approx.ftz (one

@@ -21,8 +21,7 @@ inline constexpr int64_t kQkvBlock = kQkvScaleBlock;  ///< tokens per scale bloc
 
 /// 1/scale at token t of head `head` (of T tokens) from `inv`: one float per tensor, or with
 /// `blocks` one per (head, 128-token block).
-__device__ __forceinline__ float inv_at(const float* inv, bool blocks, int64_t head, int64_t T,
-                                        int64_t t) {
+__device__ __forceinline__ float inv_at(const float* inv, bool blocks, int64_t head, int64_t T, int64_t t) {
   return blocks ? inv[head * ceil_div(T, kQkvBlock) + t / kQkvBlock] : *inv;
 }
 

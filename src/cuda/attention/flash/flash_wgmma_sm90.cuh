@@ -1,12 +1,11 @@
-// src/cuda/attention/flash/flash_wgmma_sm90.cuh — the Hopper (sm_90a) building blocks of the wgmma flavors of the
-// flash FP8 attention forward (flash_fwd_sm90.cu) and backward (flash_bwd_sm90.cu):
-// warpgroup MMA with E4M3/E5M2 (and, for the forward's S, FP16) operands and FP32 accumulators, A
-// from registers ("RS") or from shared memory ("SS") and B from shared memory through a matrix
-// descriptor, the fences and groups around it, the 128-/64-byte swizzled K-major
-// shared-memory layout the descriptor names, and the mbarrier / setmaxnreg primitives of the
-// warp-specialized pipeline (PTX ISA "mbarrier", "setmaxnreg"). PTX ISA §9.7.15 "Asynchronous Warpgroup Level Matrix
-// Multiply-Accumulate" (wgmma.mma_async, its register fragments, matrix descriptors and
-// shared-memory layouts). docs/attention.md §"Forward".
+// src/cuda/attention/flash/flash_wgmma_sm90.cuh — the Hopper (sm_90a) building blocks of the wgmma flavors of
+// the flash FP8 attention forward (flash_fwd_sm90.cu) and backward (flash_bwd_sm90.cu): warpgroup MMA with
+// E4M3/E5M2 (and, for the forward's S, FP16) operands and FP32 accumulators, A from registers ("RS") or from
+// shared memory ("SS") and B from shared memory through a matrix descriptor, the fences and groups around it,
+// the 128-/64-byte swizzled K-major shared-memory layout the descriptor names, and the mbarrier / setmaxnreg
+// primitives of the warp-specialized pipeline (PTX ISA "mbarrier", "setmaxnreg"). PTX ISA §9.7.15
+// "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" (wgmma.mma_async, its register fragments, matrix
+// descriptors and shared-memory layouts). docs/attention.md §"Forward".
 //
 // Fragments of one m64nNk32 (128 threads; warp w of the warpgroup owns rows 16w..16w+15; lane =
 // 4g + t): A (registers, 4 x .b32 of 4 E4M3 codes) a0 = A[g][4t..4t+3], a1 = A[g+8][4t..4t+3],
@@ -47,8 +46,8 @@ template <int W>
 __device__ __forceinline__ uint64_t kmajor_desc(unsigned smem_addr) {
   static_assert(W == 64 || W == 128, "64- or 128-byte swizzle");
   constexpr uint64_t mode = W == 128 ? 1 : 2;
-  return uint64_t((smem_addr >> 4) & 0x3FFFu) | (uint64_t(1) << 16) |
-         (uint64_t((8 * W) >> 4) << 32) | (mode << 62);
+  return uint64_t((smem_addr >> 4) & 0x3FFFu) | (uint64_t(1) << 16) | (uint64_t((8 * W) >> 4) << 32) |
+         (mode << 62);
 }
 
 /// wgmma.fence: orders this warpgroup's earlier register accesses (accumulators, A fragments)
@@ -128,44 +127,37 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 
 // The accumulator operands of an m64nN wgmma, written once per N: the asm list "{%0, ..., %(N/2 − 1)}"
 // and the "+f" constraints of d[N/8][4] in the accumulator's register order.
-#define OCTET_WGMMA_D8_REGS \
-  "{%0, %1, %2, %3} "
-#define OCTET_WGMMA_D8_OUTS(d) \
-  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
-#define OCTET_WGMMA_D64_REGS \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "\
+#define OCTET_WGMMA_D8_REGS "{%0, %1, %2, %3} "
+#define OCTET_WGMMA_D8_OUTS(d) "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
+#define OCTET_WGMMA_D64_REGS                                                \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31} "
-#define OCTET_WGMMA_D64_OUTS(d) \
-  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
-  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
-  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
-  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
-  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
-  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
-  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
-  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-#define OCTET_WGMMA_D128_REGS \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "\
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "\
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "\
+#define OCTET_WGMMA_D64_OUTS(d)                                                                            \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), \
+      "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]),            \
+      "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]),            \
+      "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),            \
+      "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]),            \
+      "+f"(d[7][3])
+#define OCTET_WGMMA_D128_REGS                                                        \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63} "
-#define OCTET_WGMMA_D128_OUTS(d) \
-  OCTET_WGMMA_D64_OUTS(d), \
-  "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), \
-  "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), \
-  "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), \
-  "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
-  "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), \
-  "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
-  "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), \
-  "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+#define OCTET_WGMMA_D128_OUTS(d)                                                                      \
+  OCTET_WGMMA_D64_OUTS(d), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), \
+      "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]),    \
+      "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), \
+      "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), \
+      "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), \
+      "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
 // One RS wgmma: the N/2 accumulators, then A's 4 registers and B's descriptor (A_DESC, e.g.
 // "{%32, %33, %34, %35}, %36" at N = 64), scale_d as predicate (SCALE, "%37"), the immediates IMM.
 // Inside WgmmaRS / WgmmaF16RS::run only (it names their d, a, desc_b, scale_d).
-#define OCTET_WGMMA_RS(INSTR, N, A_DESC, SCALE, IMM)                                          \
+#define OCTET_WGMMA_RS(INSTR, N, A_DESC, SCALE, IMM)                                                \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n" INSTR " " OCTET_WGMMA_D##N##_REGS \
-               ", " A_DESC ", p, " IMM ";\n}\n"                                                \
-               : OCTET_WGMMA_D##N##_OUTS(d)                                                   \
+               ", " A_DESC ", p, " IMM ";\n}\n"                                                     \
+               : OCTET_WGMMA_D##N##_OUTS(d)                                                         \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
 
 /// d (+)= A·Bᵀ on one m64nNk32 tile: A 64x32 E4M3 from registers (this warp's 16 rows), B N x 32
@@ -176,26 +168,26 @@ template <int N>
 struct WgmmaRS;
 template <>
 struct WgmmaRS<8> {
-  __device__ __forceinline__ static void run(float (&d)[1][4], const uint32_t (&a)[4],
-                                             uint64_t desc_b, int scale_d) {
-    OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3", 8,
-                   "{%4, %5, %6, %7}, %8", "%9", "1, 1");
+  __device__ __forceinline__ static void run(float (&d)[1][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                             int scale_d) {
+    OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3", 8, "{%4, %5, %6, %7}, %8", "%9",
+                   "1, 1");
   }
 };
 template <>
 struct WgmmaRS<64> {
-  __device__ __forceinline__ static void run(float (&d)[8][4], const uint32_t (&a)[4],
-                                             uint64_t desc_b, int scale_d) {
-    OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3", 64,
-                   "{%32, %33, %34, %35}, %36", "%37", "1, 1");
+  __device__ __forceinline__ static void run(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                             int scale_d) {
+    OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3", 64, "{%32, %33, %34, %35}, %36",
+                   "%37", "1, 1");
   }
 };
 template <>
 struct WgmmaRS<128> {
-  __device__ __forceinline__ static void run(float (&d)[16][4], const uint32_t (&a)[4],
-                                             uint64_t desc_b, int scale_d) {
-    OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", 128,
-                   "{%64, %65, %66, %67}, %68", "%69", "1, 1");
+  __device__ __forceinline__ static void run(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                             int scale_d) {
+    OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", 128, "{%64, %65, %66, %67}, %68",
+                   "%69", "1, 1");
   }
 };
 
@@ -209,36 +201,36 @@ template <int N>
 struct WgmmaF16RS;
 template <>
 struct WgmmaF16RS<64> {
-  __device__ __forceinline__ static void run(float (&d)[8][4], const uint32_t (&a)[4],
-                                             uint64_t desc_b, int scale_d) {
-    OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", 64,
-                   "{%32, %33, %34, %35}, %36", "%37", "1, 1, 0");
+  __device__ __forceinline__ static void run(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                             int scale_d) {
+    OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", 64, "{%32, %33, %34, %35}, %36",
+                   "%37", "1, 1, 0");
   }
 };
 template <>
 struct WgmmaF16RS<128> {
-  __device__ __forceinline__ static void run(float (&d)[16][4], const uint32_t (&a)[4],
-                                             uint64_t desc_b, int scale_d) {
-    OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", 128,
-                   "{%64, %65, %66, %67}, %68", "%69", "1, 1, 0");
+  __device__ __forceinline__ static void run(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                             int scale_d) {
+    OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", 128, "{%64, %65, %66, %67}, %68",
+                   "%69", "1, 1, 0");
   }
 };
 
 // One SS wgmma: the N/2 accumulators, A's and B's descriptors, scale_d (SCALE), the immediates.
-#define OCTET_WGMMA_SS(INSTR, N, DESCS, SCALE, IMM)                                           \
+#define OCTET_WGMMA_SS(INSTR, N, DESCS, SCALE, IMM)                                                 \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n" INSTR " " OCTET_WGMMA_D##N##_REGS \
-               ", " DESCS ", p, " IMM ";\n}\n"                                                 \
-               : OCTET_WGMMA_D##N##_OUTS(d)                                                   \
+               ", " DESCS ", p, " IMM ";\n}\n"                                                      \
+               : OCTET_WGMMA_D##N##_OUTS(d)                                                         \
                : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 // The four FP8 operand-type pairs of one shape, chosen at compile time by kAE5M2, kBE5M2.
 #define OCTET_WGMMA_FP8_TYPES(MACRO, SHAPE, N, OPS, SCALE)                                \
-  if constexpr (kAE5M2 && kBE5M2)                                                        \
+  if constexpr (kAE5M2 && kBE5M2)                                                         \
     MACRO("wgmma.mma_async.sync.aligned." SHAPE ".f32.e5m2.e5m2", N, OPS, SCALE, "1, 1"); \
-  else if constexpr (kAE5M2)                                                             \
+  else if constexpr (kAE5M2)                                                              \
     MACRO("wgmma.mma_async.sync.aligned." SHAPE ".f32.e5m2.e4m3", N, OPS, SCALE, "1, 1"); \
-  else if constexpr (kBE5M2)                                                             \
+  else if constexpr (kBE5M2)                                                              \
     MACRO("wgmma.mma_async.sync.aligned." SHAPE ".f32.e4m3.e5m2", N, OPS, SCALE, "1, 1"); \
-  else                                                                                   \
+  else                                                                                    \
     MACRO("wgmma.mma_async.sync.aligned." SHAPE ".f32.e4m3.e4m3", N, OPS, SCALE, "1, 1")
 
 /// d (+)= A·Bᵀ on one m64nNk32 tile with FP8 operands in either format (kAE5M2, kBE5M2: E5M2 if
@@ -250,19 +242,18 @@ template <int N, bool kAE5M2, bool kBE5M2>
 struct WgmmaFp8;
 template <bool kAE5M2, bool kBE5M2>
 struct WgmmaFp8<64, kAE5M2, kBE5M2> {
-  __device__ __forceinline__ static void rs(float (&d)[8][4], const uint32_t (&a)[4],
-                                            uint64_t desc_b, int scale_d) {
+  __device__ __forceinline__ static void rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                            int scale_d) {
     OCTET_WGMMA_FP8_TYPES(OCTET_WGMMA_RS, "m64n64k32", 64, "{%32, %33, %34, %35}, %36", "%37");
   }
-  __device__ __forceinline__ static void ss(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b,
-                                            int scale_d) {
+  __device__ __forceinline__ static void ss(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     OCTET_WGMMA_FP8_TYPES(OCTET_WGMMA_SS, "m64n64k32", 64, "%32, %33", "%34");
   }
 };
 template <bool kAE5M2, bool kBE5M2>
 struct WgmmaFp8<128, kAE5M2, kBE5M2> {
-  __device__ __forceinline__ static void rs(float (&d)[16][4], const uint32_t (&a)[4],
-                                            uint64_t desc_b, int scale_d) {
+  __device__ __forceinline__ static void rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                            int scale_d) {
     OCTET_WGMMA_FP8_TYPES(OCTET_WGMMA_RS, "m64n128k32", 128, "{%64, %65, %66, %67}, %68", "%69");
   }
   __device__ __forceinline__ static void ss(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b,

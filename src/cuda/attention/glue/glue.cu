@@ -60,9 +60,8 @@ unsigned grid_for(int64_t n) {
 // amax of x_i · row_factor[i / D] over `rows` rows of D (D % 8 == 0): 8-element chunks never
 // straddle a row.
 template <class T>
-__global__ void __launch_bounds__(kThreads) row_scaled_amax_kernel(const T* x, const float* rf,
-                                                                   int64_t rows, int64_t D,
-                                                                   bool vec, unsigned* bits) {
+__global__ void __launch_bounds__(kThreads)
+    row_scaled_amax_kernel(const T* x, const float* rf, int64_t rows, int64_t D, bool vec, unsigned* bits) {
   __shared__ unsigned scratch[32];
   const int64_t chunks = rows * D / 8;
   unsigned m = 0;
@@ -80,9 +79,9 @@ __global__ void __launch_bounds__(kThreads) row_scaled_amax_kernel(const T* x, c
 // amax of each block of `block` tokens (all D) of each head of x [bh, T, D]: CTA k·nb-major,
 // bits[blockIdx.x] written by thread 0 (8-element chunks never straddle a token: D % 8 == 0).
 template <class T>
-__global__ void __launch_bounds__(kThreads) block_amax_kernel(const T* x, int64_t T_, int64_t D,
-                                                              int64_t block, int64_t nb, bool vec,
-                                                              unsigned* bits) {
+__global__ void __launch_bounds__(kThreads)
+    block_amax_kernel(const T* x, int64_t T_, int64_t D, int64_t block, int64_t nb, bool vec,
+                      unsigned* bits) {
   __shared__ unsigned scratch[32];
   const int64_t bh = blockIdx.x / nb, t0 = (blockIdx.x % nb) * block;
   const int64_t t1 = t0 + block < T_ ? t0 + block : T_;
@@ -101,13 +100,15 @@ __global__ void __launch_bounds__(kThreads) block_amax_kernel(const T* x, int64_
 
 // One packed element: the code or BF16 bits of value v under `kind` (pad elements: 0, also when
 // s is NaN, as the CPU twin's zero padding).
-__device__ __forceinline__ uint32_t pack_elem(float v, bool valid, PackKind kind, float s,
-                                              Format f) {
+__device__ __forceinline__ uint32_t pack_elem(float v, bool valid, PackKind kind, float s, Format f) {
   if (!valid) return 0u;
   switch (kind) {
-    case PackKind::Fp8Code: return fp8_encode_sat(v * s, f);
-    case PackKind::Bf16OfCode: return bf16_bits(fp8_decode(fp8_encode_sat(v * s, f), f));
-    default: return bf16_bits(v);
+    case PackKind::Fp8Code:
+      return fp8_encode_sat(v * s, f);
+    case PackKind::Bf16OfCode:
+      return bf16_bits(fp8_decode(fp8_encode_sat(v * s, f), f));
+    default:
+      return bf16_bits(v);
   }
 }
 
@@ -116,8 +117,8 @@ __device__ __forceinline__ int elem_bytes(PackKind k) { return k == PackKind::Fp
 // The 8 row-copy elements of v[0..7] (kBytes 1: 8 bytes; 2: 16 bytes) at element offset `at` (a
 // multiple of 8) of `row`.
 template <int kBytes>
-__device__ __forceinline__ void store_row8(void* row, int64_t at, const float v[8], bool valid,
-                                           PackKind kind, float s, Format f) {
+__device__ __forceinline__ void store_row8(void* row, int64_t at, const float v[8], bool valid, PackKind kind,
+                                           float s, Format f) {
   uint32_t w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
   for (int j = 0; j < 8; ++j)
@@ -134,9 +135,9 @@ __device__ __forceinline__ void store_row8(void* row, int64_t at, const float v[
 // that the 32 lanes of a warp hit 32 different banks; the 8-byte halves are swapped back before
 // the store.
 template <int kBytes>
-__device__ __forceinline__ void store_trans_chunk(void* trans, int64_t at, const float* tile,
-                                                  int c, int dl, bool rotated, int64_t ts,
-                                                  int64_t T, PackKind kind, float s, Format f) {
+__device__ __forceinline__ void store_trans_chunk(void* trans, int64_t at, const float* tile, int c, int dl,
+                                                  bool rotated, int64_t ts, int64_t T, PackKind kind, float s,
+                                                  Format f) {
   constexpr int kE = 16 / kBytes;
   uint32_t w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
@@ -222,11 +223,9 @@ __global__ void __launch_bounds__(kThreads) pack_kernel(const PackArgs a, bool v
 
 // dst [bh, T, D] = src [bh, T_p, D] · f, over 8-element chunks (D % 8 == 0).
 template <class TD>
-__global__ void __launch_bounds__(kThreads) unpad_scale_kernel(const float* src, TD* dst,
-                                                               int64_t bh, int64_t T, int64_t T_p,
-                                                               int64_t D, float alpha,
-                                                               const float* sa, const float* sb,
-                                                               bool vec) {
+__global__ void __launch_bounds__(kThreads)
+    unpad_scale_kernel(const float* src, TD* dst, int64_t bh, int64_t T, int64_t T_p, int64_t D, float alpha,
+                       const float* sa, const float* sb, bool vec) {
   const float f = alpha * (sa ? *sa : 1.0f) * (sb ? *sb : 1.0f);
   const int64_t chunks = bh * T * D / 8, cpr = D / 8;
   for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
@@ -259,20 +258,22 @@ void pack_amax_launch(const void* x, DType dtype, int64_t n, unsigned* bits, cud
     tensor_amax_launch(x, dtype == DType::BF16, n, nullptr, bits, s);
     return;
   }
-  OCTET_CHECK(D >= 8 && D % 8 == 0 && n % D == 0,
-              "attention amax: with a row factor, D must be a multiple of 8 dividing n, got D " +
-                  std::to_string(D));
+  OCTET_CHECK(
+      D >= 8 && D % 8 == 0 && n % D == 0,
+      "attention amax: with a row factor, D must be a multiple of 8 dividing n, got D " + std::to_string(D));
   const bool vec = aligned16(x);
-  dispatch_act([&](auto tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    row_scaled_amax_kernel<T><<<grid_for(n / 8), kThreads, 0, s>>>(
-        static_cast<const T*>(x), row_factor, n / D, D, vec, bits);
-  }, dtype);
+  dispatch_act(
+      [&](auto tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        row_scaled_amax_kernel<T>
+            <<<grid_for(n / 8), kThreads, 0, s>>>(static_cast<const T*>(x), row_factor, n / D, D, vec, bits);
+      },
+      dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
-void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, int64_t D,
-                            int64_t block, unsigned* bits, cudaStream_t s) {
+void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, int64_t D, int64_t block,
+                            unsigned* bits, cudaStream_t s) {
   OCTET_CHECK(dtype == DType::F32 || dtype == DType::BF16,
               "attention block amax: the input must be f32 or bf16, got " + to_string(dtype));
   OCTET_CHECK(bh >= 1 && T >= 1 && D >= 8 && D % 8 == 0 && block >= 1,
@@ -281,22 +282,21 @@ void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, i
   const int64_t nb = ceil_div(T, block);
   OCTET_CHECK(bh * nb <= 0x7FFFFFFF, "attention block amax: too many blocks for the grid");
   const bool vec = aligned16(x);
-  dispatch_act([&](auto tag) {
-    using T_ = std::remove_pointer_t<decltype(tag)>;
-    block_amax_kernel<T_><<<unsigned(bh * nb), kThreads, 0, s>>>(static_cast<const T_*>(x), T, D,
-                                                                 block, nb, vec, bits);
-  }, dtype);
+  dispatch_act(
+      [&](auto tag) {
+        using T_ = std::remove_pointer_t<decltype(tag)>;
+        block_amax_kernel<T_>
+            <<<unsigned(bh * nb), kThreads, 0, s>>>(static_cast<const T_*>(x), T, D, block, nb, vec, bits);
+      },
+      dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
 void pack_launch(const PackArgs& a, cudaStream_t s) {
-  OCTET_CHECK(a.B >= 1 && a.heads >= 1 && a.T >= 1 && a.D >= 1 && a.rep >= 1 &&
-                  a.heads % a.rep == 0,
+  OCTET_CHECK(a.B >= 1 && a.heads >= 1 && a.T >= 1 && a.D >= 1 && a.rep >= 1 && a.heads % a.rep == 0,
               "attention pack: need B, heads, T, D, rep >= 1 and heads a multiple of rep");
-  OCTET_CHECK(a.D % 16 == 0, "attention pack: head_dim must be a multiple of 16, got " +
-                                 std::to_string(a.D));
-  OCTET_CHECK(a.T_p == (a.T + 15) / 16 * 16,
-              "attention pack: T_p must be T rounded up to 16");
+  OCTET_CHECK(a.D % 16 == 0, "attention pack: head_dim must be a multiple of 16, got " + std::to_string(a.D));
+  OCTET_CHECK(a.T_p == (a.T + 15) / 16 * 16, "attention pack: T_p must be T rounded up to 16");
   OCTET_CHECK(a.scale_block >= 0 && a.scale_block % kTileT == 0,
               "attention pack: scale_block must be a multiple of 64 (the pack tile), got " +
                   std::to_string(a.scale_block));
@@ -312,25 +312,28 @@ void pack_launch(const PackArgs& a, cudaStream_t s) {
   const int64_t gx = a.B * a.heads * ntd;
   OCTET_CHECK(gx <= 0x7FFFFFFF && ntt <= 65535, "attention pack: tensor too large for the grid");
   const bool vec = aligned16(a.x);
-  dispatch_act([&](auto tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    pack_kernel<T><<<dim3(unsigned(gx), unsigned(ntt)), kThreads, 0, s>>>(a, vec);
-  }, a.x_dtype);
+  dispatch_act(
+      [&](auto tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        pack_kernel<T><<<dim3(unsigned(gx), unsigned(ntt)), kThreads, 0, s>>>(a, vec);
+      },
+      a.x_dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
-void unpad_scale_launch(const float* src, void* dst, DType dst_dtype, int64_t bh, int64_t T,
-                        int64_t T_p, int64_t D, float alpha, const float* scale_a,
-                        const float* scale_b, cudaStream_t s) {
+void unpad_scale_launch(const float* src, void* dst, DType dst_dtype, int64_t bh, int64_t T, int64_t T_p,
+                        int64_t D, float alpha, const float* scale_a, const float* scale_b, cudaStream_t s) {
   OCTET_CHECK(D % 8 == 0 && T <= T_p, "attention unpad: D must be a multiple of 8 and T <= T_p");
   const int64_t n = bh * T * D;
   if (n == 0) return;
   const bool vec = aligned16(src) && aligned16(dst);
-  dispatch_act([&](auto tag) {
-    using T_ = std::remove_pointer_t<decltype(tag)>;
-    unpad_scale_kernel<T_><<<grid_for(n / 8), kThreads, 0, s>>>(
-        src, static_cast<T_*>(dst), bh, T, T_p, D, alpha, scale_a, scale_b, vec);
-  }, dst_dtype);
+  dispatch_act(
+      [&](auto tag) {
+        using T_ = std::remove_pointer_t<decltype(tag)>;
+        unpad_scale_kernel<T_><<<grid_for(n / 8), kThreads, 0, s>>>(src, static_cast<T_*>(dst), bh, T, T_p, D,
+                                                                    alpha, scale_a, scale_b, vec);
+      },
+      dst_dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 

@@ -1,7 +1,7 @@
 // src/cuda/attention/glue/glue.h — the memory-bound operand glue around the CUDA attention GEMMs and
-// the flash kernels (attention_base.h, flash/flash_bwd_launch.cu): the tensor amax of Q, K, V, dO (and of dO_i / l_i), the packing of
-// those tensors into padded FP8 (or BF16) row copies and "group" transposes, and the un-padding,
-// scaling copy of the dQ, dK, dV accumulators into the caller's F32 or BF16 gradients.
+// the flash kernels (attention_base.h, flash/flash_bwd_launch.cu): the tensor amax of Q, K, V, dO (and of
+// dO_i / l_i), the packing of those tensors into padded FP8 (or BF16) row copies and "group" transposes, and
+// the un-padding, scaling copy of the dQ, dK, dV accumulators into the caller's F32 or BF16 gradients.
 //
 // Inputs are read as they are given (F32 or BF16 activations, octet/tensor.h) with 16-byte loads:
 // no FP32 widening copy. The results are bitwise those of the CPU twin's rules (octet/fp8.h
@@ -39,15 +39,15 @@ struct AttnDims {
 enum class PackKind : int { None = 0, Fp8Code = 1, Bf16OfCode = 2, Bf16OfValue = 3 };
 
 struct PackArgs {
-  const void* x = nullptr;  ///< [B, heads, T, D] of x_dtype (16-byte aligned: vector loads)
+  const void* x = nullptr;     ///< [B, heads, T, D] of x_dtype (16-byte aligned: vector loads)
   DType x_dtype = DType::F32;  ///< F32 or BF16
   /// [B, heads, T] F32 or null: the packed value of element (.., t, d) is x · row_factor[.., t]
   /// (one FP32 multiply: dV's operand dO_i / l_i)
   const float* row_factor = nullptr;
   int64_t B = 0, heads = 0, T = 0, T_p = 0, D = 0;
-  int64_t rep = 1;           ///< heads per group in the transposed layout (H/G for Q, 1 for K, V)
+  int64_t rep = 1;  ///< heads per group in the transposed layout (H/G for Q, 1 for K, V)
   Format format = Format::E4M3;
-  bool fp8 = true;           ///< scale s from the tensor amax (FP8); else s = 1 (BF16)
+  bool fp8 = true;  ///< scale s from the tensor amax (FP8); else s = 1 (BF16)
   /// 0: one scale for the tensor; else one per (b, head, block of scale_block tokens) — the
   /// QkvScaling::HeadBlock of Q, K, V (octet/attention.h; 128), a multiple of 64. amax_bits and
   /// scale_inv then hold B·heads·⌈T/scale_block⌉ entries (pack_block_amax_launch).
@@ -72,8 +72,8 @@ void pack_amax_launch(const void* x, DType dtype, int64_t n, unsigned* bits, cud
 /// above inf): the per-(head, block) amaxes of PackArgs::scale_block. Written, not accumulated. One
 /// CTA per block. Throws octet::Error for another dtype, D % 8 != 0, block < 1, an empty x, a null
 /// pointer, or more than 2^31 − 1 blocks.
-void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, int64_t D,
-                            int64_t block, unsigned* bits, cudaStream_t s);
+void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, int64_t D, int64_t block,
+                            unsigned* bits, cudaStream_t s);
 
 /// Packs x into a.row and/or a.trans (a.row_kind, a.trans_kind; None skips one): element value v
 /// (times its row factor), code = fp8_encode(v·s, format, saturate) with s = scale_from_amax(amax,
@@ -87,8 +87,7 @@ void pack_launch(const PackArgs& a, cudaStream_t s);
 /// dst [bh, T, D] (F32 or BF16: dst_dtype) = src [bh, T_p, D] · alpha · (*scale_a) · (*scale_b)
 /// (null scales: 1), the product in FP32 and rounded once into BF16 (fp8.h bf16_from_float, as
 /// convert_launch). D a multiple of 8; 16-byte accesses when src and dst are 16-byte aligned.
-void unpad_scale_launch(const float* src, void* dst, DType dst_dtype, int64_t bh, int64_t T,
-                        int64_t T_p, int64_t D, float alpha, const float* scale_a,
-                        const float* scale_b, cudaStream_t s);
+void unpad_scale_launch(const float* src, void* dst, DType dst_dtype, int64_t bh, int64_t T, int64_t T_p,
+                        int64_t D, float alpha, const float* scale_a, const float* scale_b, cudaStream_t s);
 
 }  // namespace octet::cuda

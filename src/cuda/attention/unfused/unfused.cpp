@@ -54,18 +54,17 @@ class UnfusedAttention final : public AttentionBase {
     uint8_t* P = P_.reserve(size_t(nS() * eb_), s_);
     if (d.Tq_p != d.Tq)  // pad query rows of P̃ stay zero: dV's GEMM contracts over them
       OCTET_CUDA_CHECK(cudaMemsetAsync(P, 0, size_t(nS() * eb_), s_));
-    softmax_forward_launch(d, S_.get(), fp8_, cfg_.p_scale, P, lse.f32(),
-                           rinv_.reserve(size_t(st.rows), s_), st.row_max(), st.row_sum(), s_);
+    softmax_forward_launch(d, S_.get(), fp8_, cfg_.p_scale, P, lse.f32(), rinv_.reserve(size_t(st.rows), s_),
+                           st.row_max(), st.row_sum(), s_);
     // O = P̃ V̂ (unnormalized), then · 1/Σ P̃ and rounded to BF16.
-    mm(P, Format::E4M3, p_inv(), v_t_.get(), Format::E4M3, st.sv(),
-       o_acc_.reserve(size_t(nq), s_), d.rep * d.Tq_p, d.D, d.Tk_p, 1.0f);
+    mm(P, Format::E4M3, p_inv(), v_t_.get(), Format::E4M3, st.sv(), o_acc_.reserve(size_t(nq), s_),
+       d.rep * d.Tq_p, d.D, d.Tk_p, 1.0f);
     output_finalize_launch(d, o_acc_.get(), rinv_.get(), f32_out(o), nullptr, s_);
     f32_out_finish(o, out_, s_);
   }
 
-  void backward_impl(const AttnState& st, const SavedAttention& saved, const Tensor& d_o,
-                     const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                     const Tensor& residual) override {
+  void backward_impl(const AttnState& st, const SavedAttention& saved, const Tensor& d_o, const Tensor& dq,
+                     const Tensor& dk, const Tensor& dv, const Tensor& residual) override {
     const AttnDims& d = d_;
     const int64_t nq = this->nq(), nk = this->nk();
     logits(st);
@@ -93,28 +92,26 @@ class UnfusedAttention final : public AttentionBase {
     const int64_t ntiles = d.B * d.H * ceil_div(d.Tq, cfg_.block_q) * ceil_div(d.Tk, cfg_.block_k);
     ds_quantize_launch(d, dP_.get(), fp8_, cfg_.ds_format, cfg_.block_q, cfg_.block_k,
                        tile_amax_.reserve(size_t(ntiles), s_), ds_rows_.reserve(size_t(nS()), s_),
-                       ds_t_.reserve(size_t(nS()), s_), P_.get(),
-                       P_t_.reserve(size_t(nS() * eb_), s_), int(eb_), s_);
+                       ds_t_.reserve(size_t(nS()), s_), P_.get(), P_t_.reserve(size_t(nS() * eb_), s_),
+                       int(eb_), s_);
     // dV = P̃ᵀ dÔ,  dQ = τ dŜ K̂,  dK = τ dŜᵀ Q̂ (the last two on exact BF16 values).
-    mm(P_t_.get(), Format::E4M3, p_inv(), do_t_.get(), cfg_.do_format, sdv(),
-       dv_acc_.reserve(size_t(nk), s_), d.Tk_p, d.D, d.rep * d.Tq_p, 1.0f);
+    mm(P_t_.get(), Format::E4M3, p_inv(), do_t_.get(), cfg_.do_format, sdv(), dv_acc_.reserve(size_t(nk), s_),
+       d.Tk_p, d.D, d.rep * d.Tq_p, 1.0f);
     const float tau = shape_.tau();
     gemm_.bf16(ds_rows_.get(), false, st.k_t.tensor().bf16(), true, dq_acc_.reserve(size_t(nq), s_),
                d.rep * d.Tq_p, d.D, d.Tk_p, 0.0f, tau,
                {int(d.B * d.G), d.rep * d.Tq_p * d.Tk_p, d.D * d.Tk_p, d.rep * d.Tq_p * d.D});
-    gemm_.bf16(ds_t_.get(), false, st.q_t.tensor().bf16(), true, dk_acc_.reserve(size_t(nk), s_),
-               d.Tk_p, d.D, d.rep * d.Tq_p, 0.0f, tau,
+    gemm_.bf16(ds_t_.get(), false, st.q_t.tensor().bf16(), true, dk_acc_.reserve(size_t(nk), s_), d.Tk_p, d.D,
+               d.rep * d.Tq_p, 0.0f, tau,
                {int(d.B * d.G), d.Tk_p * d.rep * d.Tq_p, d.D * d.rep * d.Tq_p, d.Tk_p * d.D});
     // Unpadded into the F32 or BF16 outputs (rounded once); FP8: dQ × sk and dK × sq (the GEMMs ran
     // on codes).
     const float* sk = fp8_ ? st.sk() : nullptr;
     const float* sq = fp8_ ? st.sq() : nullptr;
-    unpad_scale_launch(dq_acc_.get(), dq.data, dq.dtype, d.B * d.H, d.Tq, d.Tq_p, d.D, 1.0f, sk,
-                       nullptr, s_);
-    unpad_scale_launch(dk_acc_.get(), dk.data, dk.dtype, d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f, sq,
-                       nullptr, s_);
-    unpad_scale_launch(dv_acc_.get(), dv.data, dv.dtype, d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f,
-                       nullptr, nullptr, s_);
+    unpad_scale_launch(dq_acc_.get(), dq.data, dq.dtype, d.B * d.H, d.Tq, d.Tq_p, d.D, 1.0f, sk, nullptr, s_);
+    unpad_scale_launch(dk_acc_.get(), dk.data, dk.dtype, d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f, sq, nullptr, s_);
+    unpad_scale_launch(dv_acc_.get(), dv.data, dv.dtype, d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f, nullptr, nullptr,
+                       s_);
     // Diagnostics: r_i = |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) per row -> max and mean, added
     // into the caller's accumulator on the device.
     if (!residual.empty()) residual_accumulate_launch(residual_.get(), nrows, residual.f64(), s_);
@@ -122,17 +119,17 @@ class UnfusedAttention final : public AttentionBase {
 
   // S = τ Q̂K̂ᵀ for every head, from a forward's saved operands.
   void logits(const AttnState& st) {
-    mm(st.q_rows.tensor().data, Format::E4M3, st.sq(), st.k_rows.tensor().data, Format::E4M3,
-       st.sk(), S_.reserve(size_t(nS()), s_), d_.rep * d_.Tq_p, d_.Tk_p, d_.D, shape_.tau());
+    mm(st.q_rows.tensor().data, Format::E4M3, st.sq(), st.k_rows.tensor().data, Format::E4M3, st.sk(),
+       S_.reserve(size_t(nS()), s_), d_.rep * d_.Tq_p, d_.Tk_p, d_.D, shape_.tau());
   }
 
   // Batched over the B·G KV heads: C[M,N] = alpha · A[M,K]·B[N,K]ᵀ, FP8 (per-tensor scales) or BF16.
-  void mm(const void* A, Format fa, const float* sa, const void* B, Format fb, const float* sb,
-          float* C, int64_t M, int64_t N, int64_t K, float alpha) {
+  void mm(const void* A, Format fa, const float* sa, const void* B, Format fb, const float* sb, float* C,
+          int64_t M, int64_t N, int64_t K, float alpha) {
     const Batch batch{int(d_.B * d_.G), M * K, N * K, M * N};
     if (!fp8_) {
-      gemm_.bf16(static_cast<const uint16_t*>(A), false, static_cast<const uint16_t*>(B), true, C,
-                 M, N, K, 0.0f, alpha, batch);
+      gemm_.bf16(static_cast<const uint16_t*>(A), false, static_cast<const uint16_t*>(B), true, C, M, N, K,
+                 0.0f, alpha, batch);
       return;
     }
     DevQTensor a, b;
@@ -158,8 +155,7 @@ class UnfusedAttention final : public AttentionBase {
 
 }  // namespace
 
-std::unique_ptr<Attention> make_unfused_attention(const AttentionShape& shape,
-                                                  const AttentionConfig& cfg,
+std::unique_ptr<Attention> make_unfused_attention(const AttentionShape& shape, const AttentionConfig& cfg,
                                                   CudaBackend& backend) {
   return std::make_unique<UnfusedAttention>(shape, cfg, backend);
 }

@@ -158,13 +158,12 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
     // the denominator's floor: n·2^-126 (attention.h AttentionStats)
     const double mag = res.y + double(n) * double(FLT_MIN);
     a.residual[row] = (mag > 0.0 || mag != mag) ? fabs(res.x) / mag : 0.0;  // a NaN stays
-    a.row_factor[row] = n > 0 ? 1.0f / l : 0.0f;  // 1/l_i, moved into dV's dO
+    a.row_factor[row] = n > 0 ? 1.0f / l : 0.0f;                            // 1/l_i, moved into dV's dO
   }
 }
 
 // Pass 1: amax of every (block_q x block_k) tile of dS, from 32x32 sub-tiles.
-__global__ void ds_amax_kernel(AttnDims d, const float* dS, int64_t bq, int64_t bk,
-                               unsigned* tile_amax) {
+__global__ void ds_amax_kernel(AttnDims d, const float* dS, int64_t bq, int64_t bk, unsigned* tile_amax) {
   const int64_t bh = blockIdx.z, i0 = int64_t(blockIdx.y) * 32, j0 = int64_t(blockIdx.x) * 32;
   unsigned m = 0;
   for (int k = threadIdx.y; k < 32; k += blockDim.y) {
@@ -178,13 +177,14 @@ __global__ void ds_amax_kernel(AttnDims d, const float* dS, int64_t bq, int64_t 
 }
 
 // Pass 2: dŜ rows and transposes (BF16), and P̃ᵀ, per 32x32 sub-tile through shared memory.
-__global__ void ds_write_kernel(AttnDims d, const float* dS, bool fp8, Format fmt, int64_t bq,
-                                int64_t bk, const unsigned* tile_amax, uint16_t* ds_rows,
-                                uint16_t* ds_trans, const void* P, void* P_trans, int p_bytes) {
+__global__ void ds_write_kernel(AttnDims d, const float* dS, bool fp8, Format fmt, int64_t bq, int64_t bk,
+                                const unsigned* tile_amax, uint16_t* ds_rows, uint16_t* ds_trans,
+                                const void* P, void* P_trans, int p_bytes) {
   __shared__ uint16_t t_ds[32][33];
   __shared__ uint16_t t_p[32][33];
   __shared__ float lut[256];  // fp8_decode of every code of ds_format
-  for (int c = threadIdx.y * 32 + threadIdx.x; c < 256; c += 32 * blockDim.y) lut[c] = fp8_decode(uint8_t(c), fmt);
+  for (int c = threadIdx.y * 32 + threadIdx.x; c < 256; c += 32 * blockDim.y)
+    lut[c] = fp8_decode(uint8_t(c), fmt);
   __syncthreads();
   const int64_t bh = blockIdx.z, i0 = int64_t(blockIdx.y) * 32, j0 = int64_t(blockIdx.x) * 32;
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -203,8 +203,8 @@ __global__ void ds_write_kernel(AttnDims d, const float* dS, bool fp8, Format fm
     const uint16_t b = bf16_bits(xq);  // exact for FP8: a 3-bit mantissa times a power of two
     ds_rows[idx] = b;
     t_ds[k][tx] = b;
-    t_p[k][tx] = p_bytes == 1 ? uint16_t(static_cast<const uint8_t*>(P)[idx])
-                              : static_cast<const uint16_t*>(P)[idx];
+    t_p[k][tx] =
+        p_bytes == 1 ? uint16_t(static_cast<const uint8_t*>(P)[idx]) : static_cast<const uint16_t*>(P)[idx];
   }
   __syncthreads();
   const int64_t b = bh / d.H, h = bh % d.H, g = h / d.rep, l = h % d.rep;
@@ -228,18 +228,16 @@ unsigned blocks(int64_t n, int threads) {
 
 }  // namespace
 
-void softmax_forward_launch(const AttnDims& d, const float* S, bool fp8, float p_scale, void* P,
-                            float* lse, float* rinv, float* row_max, float* row_sum,
-                            cudaStream_t s) {
-  softmax_forward_kernel<<<unsigned(d.B * d.H * d.Tq), kRowThreads, 0, s>>>(
-      d, S, fp8, p_scale, P, lse, rinv, row_max, row_sum);
+void softmax_forward_launch(const AttnDims& d, const float* S, bool fp8, float p_scale, void* P, float* lse,
+                            float* rinv, float* row_max, float* row_sum, cudaStream_t s) {
+  softmax_forward_kernel<<<unsigned(d.B * d.H * d.Tq), kRowThreads, 0, s>>>(d, S, fp8, p_scale, P, lse, rinv,
+                                                                            row_max, row_sum);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
 void output_finalize_launch(const AttnDims& d, const float* o_acc, const float* rinv, float* o,
                             float* o_saved, cudaStream_t s) {
-  output_finalize_kernel<<<blocks(d.B * d.H * d.Tq * d.D, 256), 256, 0, s>>>(d, o_acc, rinv, o,
-                                                                             o_saved);
+  output_finalize_kernel<<<blocks(d.B * d.H * d.Tq * d.D, 256), 256, 0, s>>>(d, o_acc, rinv, o, o_saved);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
@@ -248,10 +246,9 @@ void backward_rows_launch(const AttnDims& d, const BackwardRowArgs& a, cudaStrea
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
-void ds_quantize_launch(const AttnDims& d, const float* dS, bool fp8, Format ds_format,
-                        int64_t block_q, int64_t block_k, unsigned* tile_amax, uint16_t* ds_rows,
-                        uint16_t* ds_trans, const void* P, void* P_trans, int p_elem_bytes,
-                        cudaStream_t s) {
+void ds_quantize_launch(const AttnDims& d, const float* dS, bool fp8, Format ds_format, int64_t block_q,
+                        int64_t block_k, unsigned* tile_amax, uint16_t* ds_rows, uint16_t* ds_trans,
+                        const void* P, void* P_trans, int p_elem_bytes, cudaStream_t s) {
   const dim3 grid(unsigned((d.Tk_p + 31) / 32), unsigned((d.Tq_p + 31) / 32), unsigned(d.B * d.H));
   if (fp8) {
     const int64_t n = d.B * d.H * ((d.Tq + block_q - 1) / block_q) * ((d.Tk + block_k - 1) / block_k);
@@ -259,8 +256,8 @@ void ds_quantize_launch(const AttnDims& d, const float* dS, bool fp8, Format ds_
     ds_amax_kernel<<<grid, dim3(32, 8), 0, s>>>(d, dS, block_q, block_k, tile_amax);
     OCTET_CUDA_LAUNCH_CHECK();
   }
-  ds_write_kernel<<<grid, dim3(32, 8), 0, s>>>(d, dS, fp8, ds_format, block_q, block_k, tile_amax,
-                                               ds_rows, ds_trans, P, P_trans, p_elem_bytes);
+  ds_write_kernel<<<grid, dim3(32, 8), 0, s>>>(d, dS, fp8, ds_format, block_q, block_k, tile_amax, ds_rows,
+                                               ds_trans, P, P_trans, p_elem_bytes);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 

@@ -4,7 +4,8 @@
 //
 // Tolerances. cuDNN rounds the same operands to BF16 as the twin (Q, K, V, P, dO, dS; O stored BF16)
 // but normalizes P by its FP32 row sum and sums in another order, so it is not bitwise the twin:
-//   * FlashAttention-3's test rule (its hopper/test_flash_attn.py), as tests/cuda/attention/attention_test.cpp: for O, dQ, dK, dV the
+//   * FlashAttention-3's test rule (its hopper/test_flash_attn.py), as
+//   tests/cuda/attention/attention_test.cpp: for O, dQ, dK, dV the
 //     relative L2 error against the oracle is at most 2x the twin's + 1e-3;
 //   * against the twin directly: L2 distance relative to the oracle's norm <= 2x the twin's own
 //     error + 1e-3 (both are BF16-rounding away from the oracle, by the triangle inequality at
@@ -43,8 +44,7 @@ AttentionConfig cudnn_config() {
 // units of attention_errors' relative errors, so that by the triangle inequality it is at most the
 // sum of their errors against ref (a twin's relative distance ||x − y|| / ||y|| is ~1 where the
 // exact result is 0 and y holds only rounding, e.g. dQ at T = 1).
-double distance(const std::vector<float>& x, const std::vector<float>& y,
-                const std::vector<double>& ref) {
+double distance(const std::vector<float>& x, const std::vector<float>& y, const std::vector<double>& ref) {
   double num = 0, den = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     const double d = double(x[i]) - double(y[i]);
@@ -60,8 +60,8 @@ struct Case {
 };
 
 std::string name_of(const Case& c) {
-  return "B" + std::to_string(c.b) + " H" + std::to_string(c.h) + "/G" + std::to_string(c.g) +
-         " Tq" + std::to_string(c.tq) + " Tk" + std::to_string(c.tk) + " D" + std::to_string(c.d) +
+  return "B" + std::to_string(c.b) + " H" + std::to_string(c.h) + "/G" + std::to_string(c.g) + " Tq" +
+         std::to_string(c.tq) + " Tk" + std::to_string(c.tk) + " D" + std::to_string(c.d) +
          (c.causal ? " causal" : "");
 }
 
@@ -79,7 +79,7 @@ TEST(CudnnSdpa, MatchesCpuTwinAndOracle) {
   for (int64_t t : {1, 17, 127, 129, 1000})
     for (int64_t d : {64, 128})
       for (bool causal : {false, true}) cases.push_back({t == 1000 ? 1 : 2, 8, 2, t, t, d, causal});
-  cases.push_back({1, 8, 2, 64, 256, 64, true});    // Tq < Tk: bottom-right causal
+  cases.push_back({1, 8, 2, 64, 256, 64, true});  // Tq < Tk: bottom-right causal
   cases.push_back({1, 8, 2, 64, 256, 128, false});
   cases.push_back({2, 8, 8, 100, 100, 128, true});  // no GQA
   const AttentionConfig cfg = cudnn_config();
@@ -88,22 +88,22 @@ TEST(CudnnSdpa, MatchesCpuTwinAndOracle) {
     const AttentionShape s = shape_of(c);
     const auto in = make_attention_inputs(s, AttnInputDist::Normal, 11);
     const auto ref = run_attention_oracle(s, in);
-    std::vector<float> o(in.q.size()), lse(size_t(c.b * c.h * c.tq)), dq(in.q.size()),
-        dk(in.k.size()), dv(in.k.size());
+    std::vector<float> o(in.q.size()), lse(size_t(c.b * c.h * c.tq)), dq(in.q.size()), dk(in.k.size()),
+        dv(in.k.size());
     AttentionSaved saved;
     attention_forward(s, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), &saved);
     attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), nullptr);
     const auto ce = attention_errors(s, in, ref, o.data(), lse.data(), dq.data(), dk.data(), dv.data());
     const GpuRun g = run_gpu(*gpu, s, cfg, in);
-    const auto ge = attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(),
-                                     g.dk.data(), g.dv.data());
+    const auto ge =
+        attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(), g.dk.data(), g.dv.data());
     const double to_twin[4] = {distance(g.o, o, ref.o), distance(g.dq, dq, ref.dq),
                                distance(g.dk, dk, ref.dk), distance(g.dv, dv, ref.dv)};
-    std::printf("[cudnn-sdpa] %-32s rel err vs FP64 gpu/cpu O %.2e/%.2e dQ %.2e/%.2e dK %.2e/%.2e "
-                "dV %.2e/%.2e; gpu vs twin %.1e %.1e %.1e %.1e\n",
-                what.c_str(), ge.o_rel_err, ce.o_rel_err, ge.dq_rel_err, ce.dq_rel_err,
-                ge.dk_rel_err, ce.dk_rel_err, ge.dv_rel_err, ce.dv_rel_err, to_twin[0], to_twin[1],
-                to_twin[2], to_twin[3]);
+    std::printf(
+        "[cudnn-sdpa] %-32s rel err vs FP64 gpu/cpu O %.2e/%.2e dQ %.2e/%.2e dK %.2e/%.2e "
+        "dV %.2e/%.2e; gpu vs twin %.1e %.1e %.1e %.1e\n",
+        what.c_str(), ge.o_rel_err, ce.o_rel_err, ge.dq_rel_err, ce.dq_rel_err, ge.dk_rel_err, ce.dk_rel_err,
+        ge.dv_rel_err, ce.dv_rel_err, to_twin[0], to_twin[1], to_twin[2], to_twin[3]);
     const char* names[4] = {"O", "dQ", "dK", "dV"};
     const double gpu_err[4] = {ge.o_rel_err, ge.dq_rel_err, ge.dk_rel_err, ge.dv_rel_err};
     const double cpu_err[4] = {ce.o_rel_err, ce.dq_rel_err, ce.dk_rel_err, ce.dv_rel_err};
@@ -121,10 +121,12 @@ TEST(CudnnSdpa, MatchesCpuTwinAndOracle) {
       const double e = std::fabs(double(g.lse[i]) - double(lse[i])) - 1e-5 * std::fabs(lse[i]);
       if (!(e <= lse_worst)) lse_worst = e, lse_at = i;  // NaN counts as worst
     }
-    EXPECT_LE(lse_worst, 1e-3) << what << ": LSE row " << lse_at << " cuDNN " << g.lse[lse_at]
-                               << " vs twin " << lse[lse_at] << " (natural log)";
-    if (!(s.seq_q == 1 && s.seq_k == 1)) {  // Tq = Tk = 1 runs the unfused path (sdpa_unsupported), which measures it
-      EXPECT_EQ(g.stats.row_residual_max, 0.0) << what << ": the cuDNN path leaves the residual accumulator unchanged";
+    EXPECT_LE(lse_worst, 1e-3) << what << ": LSE row " << lse_at << " cuDNN " << g.lse[lse_at] << " vs twin "
+                               << lse[lse_at] << " (natural log)";
+    if (!(s.seq_q == 1 &&
+          s.seq_k == 1)) {  // Tq = Tk = 1 runs the unfused path (sdpa_unsupported), which measures it
+      EXPECT_EQ(g.stats.row_residual_max, 0.0)
+          << what << ": the cuDNN path leaves the residual accumulator unchanged";
     }
     if (HasFailure()) return;
   }
@@ -154,8 +156,7 @@ TEST(CudnnSdpa, ZerosGiveZeros) {
 }
 
 // One forward + backward of `a` on device tensors of dtype act; results as F32.
-GpuRun run_io(Backend& be, Attention& a, const AttentionShape& s, DType act,
-              const AttentionInputs& in) {
+GpuRun run_io(Backend& be, Attention& a, const AttentionShape& s, DType act, const AttentionInputs& in) {
   AttnIo io(be, s, act);
   io.set(be, in);
   {

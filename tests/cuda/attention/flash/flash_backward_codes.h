@@ -126,8 +126,7 @@ struct BackwardCodes {
     f.q = q.p, f.k = k.p, f.v_t = vt.p;
     f.q_scale_inv = f.k_scale_inv = f.v_scale_inv = scales.p;
     f.o = o.p, f.lse = lse.p, f.row_max = m.p, f.row_sum = l.p;
-    f.B = c.B, f.H = c.H, f.G = c.G, f.Tq = c.Tq, f.Tk = c.Tk, f.Tq_p = Tq_p, f.Tk_p = Tk_p,
-    f.D = c.D;
+    f.B = c.B, f.H = c.H, f.G = c.G, f.Tq = c.Tq, f.Tk = c.Tk, f.Tq_p = Tq_p, f.Tk_p = Tk_p, f.D = c.D;
     f.causal = c.causal;
     f.tau = 1.0f / std::sqrt(float(c.D));
     f.block_k = c.bk;
@@ -136,8 +135,7 @@ struct BackwardCodes {
     p.q_scale_inv = p.k_scale_inv = p.v_scale_inv = p.do_scale_inv = p.dvo_scale_inv = scales.p;
     p.row_max = m.p, p.row_sum = l.p, p.delta = delta.p, p.row_factor = rf.p;
     p.dq_acc = dq.p, p.dk_acc = dk.p, p.dv_acc = dv.p;
-    p.B = c.B, p.H = c.H, p.G = c.G, p.Tq = c.Tq, p.Tk = c.Tk, p.Tq_p = Tq_p, p.Tk_p = Tk_p,
-    p.D = c.D;
+    p.B = c.B, p.H = c.H, p.G = c.G, p.Tq = c.Tq, p.Tk = c.Tk, p.Tq_p = Tq_p, p.Tk_p = Tk_p, p.D = c.D;
     p.causal = c.causal;
     p.tau = f.tau;
     p.block_q = c.bq, p.block_k = c.bk;

@@ -71,10 +71,9 @@ TEST_P(FlashBackwardWgmma, MatchesCpuFlashTwinAndOracle) {
   }
   auto gpu = make_cuda_backend();
   const Case cases[] = {
-      {2, 2, 1, 1, false},     {2, 1, 17, 17, true},     {2, 2, 127, 127, true},
-      {2, 2, 129, 129, false}, {2, 1, 1000, 1000, true}, {2, 2, 1000, 1000, false},
-      {4, 2, 64, 256, true},   {4, 4, 64, 256, false},   {8, 2, 150, 150, true},
-      {8, 1, 150, 150, false}, {8, 2, 129, 300, false},  {8, 1, 200, 90, true},
+      {2, 2, 1, 1, false},      {2, 1, 17, 17, true},      {2, 2, 127, 127, true},  {2, 2, 129, 129, false},
+      {2, 1, 1000, 1000, true}, {2, 2, 1000, 1000, false}, {4, 2, 64, 256, true},   {4, 4, 64, 256, false},
+      {8, 2, 150, 150, true},   {8, 1, 150, 150, false},   {8, 2, 129, 300, false}, {8, 1, 200, 90, true},
       {8, 2, 300, 129, false},
   };
   for (const Case& c : cases) {
@@ -84,28 +83,27 @@ TEST_P(FlashBackwardWgmma, MatchesCpuFlashTwinAndOracle) {
     double residual[2] = {-1, -1};  // stale, matched
     for (DeltaMode delta : {DeltaMode::Matched, DeltaMode::Stale}) {
       const AttentionConfig cfg = fused_config(delta);
-      const std::string what = "D" + std::to_string(D) + " H" + std::to_string(c.h) + "/G" + std::to_string(c.g) + " " +
-                               std::to_string(c.tq) + "x" + std::to_string(c.tk) +
+      const std::string what = "D" + std::to_string(D) + " H" + std::to_string(c.h) + "/G" +
+                               std::to_string(c.g) + " " + std::to_string(c.tq) + "x" + std::to_string(c.tk) +
                                (c.causal ? " causal " : " ") + to_string(delta);
       const test::RunResult cpu = test::run_attention(s, cfg, in);
       const GpuRun g = run_gpu(*gpu, s, cfg, in);
       const double eq = rel_l2(g.dq, cpu.dq), ek = rel_l2(g.dk, cpu.dk), ev = rel_l2(g.dv, cpu.dv);
       const auto ce = test::errors_of(s, in, ref, cpu);
-      const auto ge = attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(),
-                                       g.dk.data(), g.dv.data());
-      std::printf("[wgmma bwd] %-32s vs twin: dQ %.1e dK %.1e dV %.1e | vs FP64 gpu/cpu: dQ "
-                  "%.2e/%.2e dK %.2e/%.2e dV %.2e/%.2e | residual %.1e/%.1e\n",
-                  what.c_str(), eq, ek, ev, ge.dq_rel_err, ce.dq_rel_err, ge.dk_rel_err,
-                  ce.dk_rel_err, ge.dv_rel_err, ce.dv_rel_err, g.stats.row_residual_max,
-                  cpu.stats.row_residual_max);
+      const auto ge =
+          attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(), g.dk.data(), g.dv.data());
+      std::printf(
+          "[wgmma bwd] %-32s vs twin: dQ %.1e dK %.1e dV %.1e | vs FP64 gpu/cpu: dQ "
+          "%.2e/%.2e dK %.2e/%.2e dV %.2e/%.2e | residual %.1e/%.1e\n",
+          what.c_str(), eq, ek, ev, ge.dq_rel_err, ce.dq_rel_err, ge.dk_rel_err, ce.dk_rel_err, ge.dv_rel_err,
+          ce.dv_rel_err, g.stats.row_residual_max, cpu.stats.row_residual_max);
       EXPECT_LE(eq, test::kGradTolTwinWgmma) << what;  // flash_backward_codes.h: the FP8 accumulator
       EXPECT_LE(ek, test::kGradTolTwinWgmma) << what;
       EXPECT_LE(ev, kGradTol) << what;
       EXPECT_LE(ge.dq_rel_err, 2 * ce.dq_rel_err + 1e-3) << what;
       EXPECT_LE(ge.dk_rel_err, 2 * ce.dk_rel_err + 1e-3) << what;
       EXPECT_LE(ge.dv_rel_err, 2 * ce.dv_rel_err + 1e-3) << what;
-      EXPECT_TRUE(test::all_finite(g.dq) && test::all_finite(g.dk) && test::all_finite(g.dv))
-          << what;
+      EXPECT_TRUE(test::all_finite(g.dq) && test::all_finite(g.dk) && test::all_finite(g.dv)) << what;
       if (delta == DeltaMode::Matched) {
         EXPECT_LE(g.stats.row_residual_max, 1e-6) << what;
       }
@@ -184,10 +182,10 @@ TEST_P(FlashBackwardWgmma, MatchesMmaSyncFlavorOnCodes) {
         fl::BackwardParams& p = bc.p;
         p.ds_format = dsf;
         const int64_t rows = c.B * c.H * c.Tq;
-        const std::string what = "D" + std::to_string(c.D) + " B" + std::to_string(c.B) + " H" + std::to_string(c.H) + "/G" +
-                                 std::to_string(c.G) + " " + std::to_string(c.Tq) + "x" +
-                                 std::to_string(c.Tk) + (c.causal ? " causal" : "") + " dO " +
-                                 to_string(dof) + " dS " + to_string(dsf);
+        const std::string what =
+            "D" + std::to_string(c.D) + " B" + std::to_string(c.B) + " H" + std::to_string(c.H) + "/G" +
+            std::to_string(c.G) + " " + std::to_string(c.Tq) + "x" + std::to_string(c.Tk) +
+            (c.causal ? " causal" : "") + " dO " + to_string(dof) + " dS " + to_string(dsf);
         std::vector<float> out[3][3];  // mma_sync, wgmma, wgmma again x (dq, dk, dv)
         double res_max[2] = {0, 0};
         for (int r = 0; r < 3; ++r) {
@@ -203,9 +201,10 @@ TEST_P(FlashBackwardWgmma, MatchesMmaSyncFlavorOnCodes) {
         }
         const double eq = rel_l2(out[1][0], out[0][0]), ek = rel_l2(out[1][1], out[0][1]),
                      ev = rel_l2(out[1][2], out[0][2]), eq2 = rel_l2(out[2][0], out[1][0]);
-        std::printf("[wgmma bwd] %-44s vs mma_sync: dQ %.1e dK %.1e dV %.1e | residual "
-                    "wgmma %.1e mma_sync %.1e | rerun dQ %.1e\n",
-                    what.c_str(), eq, ek, ev, res_max[1], res_max[0], eq2);
+        std::printf(
+            "[wgmma bwd] %-44s vs mma_sync: dQ %.1e dK %.1e dV %.1e | residual "
+            "wgmma %.1e mma_sync %.1e | rerun dQ %.1e\n",
+            what.c_str(), eq, ek, ev, res_max[1], res_max[0], eq2);
         EXPECT_LE(eq, kGradTol) << what;
         EXPECT_LE(ek, kGradTol) << what;
         EXPECT_LE(ev, kGradTol) << what;

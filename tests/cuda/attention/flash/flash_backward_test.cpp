@@ -66,22 +66,21 @@ TEST(FlashBackward, MatchesCpuFlashTwinAndOracle) {
     double residual[2] = {-1, -1};  // stale, matched
     for (DeltaMode delta : {DeltaMode::Matched, DeltaMode::Stale}) {
       const AttentionConfig cfg = fused_config(delta, c.block_q, c.block_k);
-      const std::string what = "H" + std::to_string(c.h) + "/G" + std::to_string(c.g) + " " +
-                               std::to_string(c.tq) + "x" + std::to_string(c.tk) + " d" +
-                               std::to_string(c.d) + (c.causal ? " causal" : "") + " tile " +
-                               std::to_string(c.block_q) + "x" + std::to_string(c.block_k) + " " +
-                               to_string(delta);
+      const std::string what =
+          "H" + std::to_string(c.h) + "/G" + std::to_string(c.g) + " " + std::to_string(c.tq) + "x" +
+          std::to_string(c.tk) + " d" + std::to_string(c.d) + (c.causal ? " causal" : "") + " tile " +
+          std::to_string(c.block_q) + "x" + std::to_string(c.block_k) + " " + to_string(delta);
       const test::RunResult cpu = test::run_attention(s, cfg, in);
       const GpuRun g = run_gpu(*gpu, s, cfg, in);
       const double eq = rel_l2(g.dq, cpu.dq), ek = rel_l2(g.dk, cpu.dk), ev = rel_l2(g.dv, cpu.dv);
       const auto ce = test::errors_of(s, in, ref, cpu);
-      const auto ge = attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(),
-                                       g.dk.data(), g.dv.data());
-      std::printf("[flash bwd] %-48s vs twin: dQ %.1e dK %.1e dV %.1e | vs FP64 gpu/cpu: dQ "
-                  "%.2e/%.2e dK %.2e/%.2e dV %.2e/%.2e | residual %.1e/%.1e\n",
-                  what.c_str(), eq, ek, ev, ge.dq_rel_err, ce.dq_rel_err, ge.dk_rel_err,
-                  ce.dk_rel_err, ge.dv_rel_err, ce.dv_rel_err, g.stats.row_residual_max,
-                  cpu.stats.row_residual_max);
+      const auto ge =
+          attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(), g.dk.data(), g.dv.data());
+      std::printf(
+          "[flash bwd] %-48s vs twin: dQ %.1e dK %.1e dV %.1e | vs FP64 gpu/cpu: dQ "
+          "%.2e/%.2e dK %.2e/%.2e dV %.2e/%.2e | residual %.1e/%.1e\n",
+          what.c_str(), eq, ek, ev, ge.dq_rel_err, ce.dq_rel_err, ge.dk_rel_err, ce.dk_rel_err, ge.dv_rel_err,
+          ce.dv_rel_err, g.stats.row_residual_max, cpu.stats.row_residual_max);
       const double tol = test::grad_tol_vs_twin(c.d, c.block_q, c.block_k);  // by flavor
       if (!test::stale_reads_wgmma_o(delta)) {  // else the FP64-oracle rule below is the check
         EXPECT_LE(eq, tol) << what;
@@ -91,8 +90,7 @@ TEST(FlashBackward, MatchesCpuFlashTwinAndOracle) {
       EXPECT_LE(ge.dq_rel_err, 2 * ce.dq_rel_err + 1e-3) << what;
       EXPECT_LE(ge.dk_rel_err, 2 * ce.dk_rel_err + 1e-3) << what;
       EXPECT_LE(ge.dv_rel_err, 2 * ce.dv_rel_err + 1e-3) << what;
-      EXPECT_TRUE(test::all_finite(g.dq) && test::all_finite(g.dk) && test::all_finite(g.dv))
-          << what;
+      EXPECT_TRUE(test::all_finite(g.dq) && test::all_finite(g.dk) && test::all_finite(g.dv)) << what;
       if (delta == DeltaMode::Matched) {
         EXPECT_LE(g.stats.row_residual_max, 1e-6) << what;
       }
@@ -166,8 +164,8 @@ TEST(FlashBackward, DeterministicModeIsBitwiseRepeatable) {
       runs[r][0] = dq.get(), runs[r][1] = dk.get(), runs[r][2] = dv.get();
     }
     const std::string what = "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + "/G" +
-                             std::to_string(c.G) + " " + std::to_string(c.Tq) + "x" +
-                             std::to_string(c.Tk) + " d" + std::to_string(c.D);
+                             std::to_string(c.G) + " " + std::to_string(c.Tq) + "x" + std::to_string(c.Tk) +
+                             " d" + std::to_string(c.D);
     for (int t = 0; t < 3; ++t) {
       for (float x : runs[0][t]) ASSERT_TRUE(std::isfinite(x)) << what;
       ASSERT_EQ(std::memcmp(runs[0][t].data(), runs[1][t].data(), runs[0][t].size() * 4), 0)

@@ -1,7 +1,8 @@
-// flash_forward_test.cpp — the flash FP8 attention forward (src/cuda/attention/flash/, run by the CUDA attention
-// for form 'flash') against its CPU twin, the flash form with the same config (src/cpu/
+// flash_forward_test.cpp — the flash FP8 attention forward (src/cuda/attention/flash/, run by the CUDA
+// attention for form 'flash') against its CPU twin, the flash form with the same config (src/cpu/
 // attention_flash.cpp), and the FP64 oracle; the backward after it (the flash backward since form
-// 'flash' runs both; large logits are tests/cuda/attention/flash/flash_backward_test.cpp's LargeLogitsMatchedResidual).
+// 'flash' runs both; large logits are tests/cuda/attention/flash/flash_backward_test.cpp's
+// LargeLogitsMatchedResidual).
 //
 // Tolerances. The fused kernel computes the twin's formula with another FP32 summation order
 // (flash_fwd_sm89.cu): a P̃ code or a BF16 output element then differs by one rounding step only
@@ -11,11 +12,10 @@
 // bounds set from this estimate, then met on an H200). Gradients (the backward on
 // nearly the same m, l and O) agree with the CPU flash backward to kGradTol = 1e-2 relative L2 (dŜ
 // is E5M2 per tile: a code flip in dS moves a gradient element by ~1/8 of a term). And every
-// result obeys FlashAttention-3's rule against the FP64 oracle (FlashAttention-3's test rule): error <= 2 x the CPU
-// twin's error + 1e-3.
-// The wgmma flavor sums each tile's P̃V̂ and l̃ on the FP8 tensor core, whose accumulator keeps 13
-// mantissa bits (truncating; DeepSeek-V3 §3.3.2, promoted to FP32 per tile as there; docs/
-// numerics.md "Limited-precision accumulation"): O before its BF16 rounding moves by ~1e-4..1e-3
+// result obeys FlashAttention-3's rule against the FP64 oracle (FlashAttention-3's test rule): error <= 2 x
+// the CPU twin's error + 1e-3. The wgmma flavor sums each tile's P̃V̂ and l̃ on the FP8 tensor core, whose
+// accumulator keeps 13 mantissa bits (truncating; DeepSeek-V3 §3.3.2, promoted to FP32 per tile as there;
+// docs/ numerics.md "Limited-precision accumulation"): O before its BF16 rounding moves by ~1e-4..1e-3
 // relative and BF16 elements near a rounding boundary flip by one ulp (2^-8). A NumPy model of
 // this forward on these inputs (T 1000, D 128, block_k 128) gives O within 6.5e-4 relative L2 of
 // the FP32-accumulated one when the accumulator truncates once per k32 instruction, 1.7e-3 when
@@ -62,8 +62,8 @@ double o_tol(ForwardKernel k) { return k == ForwardKernel::Wgmma ? kOTolWgmma : 
 
 /// E4M3 codes of sigma·N(0, 1) for `heads` (b, head) pairs of T rows of D, padded to T_p rows with
 /// zero codes: [heads, T_p, D], or transposed [heads, D, T_p] (V̂ᵀ's layout).
-std::vector<uint8_t> random_codes(std::mt19937& rng, float sigma, int64_t heads, int64_t T,
-                                  int64_t T_p, int64_t D, bool transposed) {
+std::vector<uint8_t> random_codes(std::mt19937& rng, float sigma, int64_t heads, int64_t T, int64_t T_p,
+                                  int64_t D, bool transposed) {
   std::normal_distribution<float> nd;
   std::vector<uint8_t> x(size_t(heads * T_p * D), 0);
   for (int64_t bh = 0; bh < heads; ++bh)
@@ -112,8 +112,7 @@ struct DirectForward {
     p.q = q.p, p.k = k.p, p.v_t = vt.p;
     p.q_scale_inv = scales.p, p.k_scale_inv = scales.p + 1, p.v_scale_inv = scales.p + 2;
     p.o = o.p, p.lse = lse.p, p.row_max = m.p, p.row_sum = l.p;
-    p.B = c.B, p.H = c.H, p.G = c.G, p.Tq = c.Tq, p.Tk = c.Tk, p.Tq_p = Tq_p, p.Tk_p = Tk_p,
-    p.D = c.D;
+    p.B = c.B, p.H = c.H, p.G = c.G, p.Tq = c.Tq, p.Tk = c.Tk, p.Tq_p = Tq_p, p.Tk_p = Tk_p, p.D = c.D;
     p.causal = c.causal;
     p.tau = 1.0f / std::sqrt(float(c.D));
     p.block_k = c.block_k;
@@ -121,8 +120,8 @@ struct DirectForward {
     return p;
   }
   std::string name() const {
-    return "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + "/G" + std::to_string(c.G) +
-           " " + std::to_string(c.Tq) + "x" + std::to_string(c.Tk) + " d" + std::to_string(c.D) +
+    return "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + "/G" + std::to_string(c.G) + " " +
+           std::to_string(c.Tq) + "x" + std::to_string(c.Tk) + " d" + std::to_string(c.D) +
            (c.causal ? " causal" : "") + " bk" + std::to_string(c.block_k);
   }
 };
@@ -180,14 +179,14 @@ struct Case {
 TEST_P(FlashForward, MatchesCpuFlashTwinAndTheBackwardFollows) {
   auto gpu = make_cuda_backend();
   const Case cases[] = {
-      {2, 2, 1, 1, 64, false, 128},      {2, 1, 17, 17, 128, true, 128},
-      {2, 2, 127, 127, 64, true, 64},    {2, 2, 129, 129, 128, false, 128},
+      {2, 2, 1, 1, 64, false, 128},       {2, 1, 17, 17, 128, true, 128},
+      {2, 2, 127, 127, 64, true, 64},     {2, 2, 129, 129, 128, false, 128},
       {2, 1, 1000, 1000, 128, true, 128}, {2, 2, 1000, 1000, 64, false, 64},
-      {4, 2, 64, 256, 128, true, 128},   {4, 4, 64, 256, 64, true, 64},
-      {8, 2, 150, 150, 64, true, 128},   {8, 1, 150, 150, 128, false, 64},
-      {8, 2, 129, 300, 128, false, 128}, {8, 1, 200, 90, 64, true, 128},
+      {4, 2, 64, 256, 128, true, 128},    {4, 4, 64, 256, 64, true, 64},
+      {8, 2, 150, 150, 64, true, 128},    {8, 1, 150, 150, 128, false, 64},
+      {8, 2, 129, 300, 128, false, 128},  {8, 1, 200, 90, 64, true, 128},
       {2, 2, 1000, 1000, 128, false, 64}, {2, 1, 1000, 1000, 64, true, 128},
-      {2, 2, 17, 17, 64, false, 64},     {2, 2, 129, 129, 64, true, 128},
+      {2, 2, 17, 17, 64, false, 64},      {2, 2, 129, 129, 64, true, 128},
   };
   for (const Case& c : cases) {
     const AttentionShape s = make_shape(c.h, c.g, c.tq, c.tk, c.d, c.causal);
@@ -196,22 +195,22 @@ TEST_P(FlashForward, MatchesCpuFlashTwinAndTheBackwardFollows) {
     for (DeltaMode delta : {DeltaMode::Matched, DeltaMode::Stale}) {
       const AttentionConfig cfg = fused_config(delta, c.block_k);
       const std::string what = std::string(cuda::flash::forward_kernel_name(GetParam())) + " H" +
-                               std::to_string(c.h) + "/G" + std::to_string(c.g) + " " +
-                               std::to_string(c.tq) + "x" + std::to_string(c.tk) + " d" +
-                               std::to_string(c.d) + (c.causal ? " causal" : "") + " bk" +
-                               std::to_string(c.block_k) + " " + to_string(delta);
-      std::vector<float> o(in.q.size()), lse(size_t(c.h * c.tq)), dq(in.q.size()),
-          dk(in.k.size()), dv(in.k.size());
+                               std::to_string(c.h) + "/G" + std::to_string(c.g) + " " + std::to_string(c.tq) +
+                               "x" + std::to_string(c.tk) + " d" + std::to_string(c.d) +
+                               (c.causal ? " causal" : "") + " bk" + std::to_string(c.block_k) + " " +
+                               to_string(delta);
+      std::vector<float> o(in.q.size()), lse(size_t(c.h * c.tq)), dq(in.q.size()), dk(in.k.size()),
+          dv(in.k.size());
       AttentionSaved saved;
       attention_forward(s, cfg, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), &saved);
       attention_backward(saved, in.d_o.data(), dq.data(), dk.data(), dv.data(), nullptr);
       const GpuRun g = run_gpu(*gpu, s, cfg, in);
       double lse_err = 0;
-      for (size_t i = 0; i < lse.size(); ++i) lse_err = std::max(lse_err, double(std::fabs(g.lse[i] - lse[i])));
-      const double eo = rel_l2(g.o, o), eq = rel_l2(g.dq, dq), ek = rel_l2(g.dk, dk),
-                   ev = rel_l2(g.dv, dv);
-      std::printf("[flash fwd] %-51s vs twin: O %.1e LSE %.1e dQ %.1e dK %.1e dV %.1e\n",
-                  what.c_str(), eo, lse_err, eq, ek, ev);
+      for (size_t i = 0; i < lse.size(); ++i)
+        lse_err = std::max(lse_err, double(std::fabs(g.lse[i] - lse[i])));
+      const double eo = rel_l2(g.o, o), eq = rel_l2(g.dq, dq), ek = rel_l2(g.dk, dk), ev = rel_l2(g.dv, dv);
+      std::printf("[flash fwd] %-51s vs twin: O %.1e LSE %.1e dQ %.1e dK %.1e dV %.1e\n", what.c_str(), eo,
+                  lse_err, eq, ek, ev);
       EXPECT_LE(eo, o_tol(GetParam())) << what;
       EXPECT_LE(lse_err, kLseTol) << what;
       // The stale delta after the wgmma forward: the FP64-oracle rule below is the check
@@ -223,8 +222,8 @@ TEST_P(FlashForward, MatchesCpuFlashTwinAndTheBackwardFollows) {
       }
       EXPECT_LE(ev, kGradTol) << what;
       const auto ce = attention_errors(s, in, ref, o.data(), lse.data(), dq.data(), dk.data(), dv.data());
-      const auto ge = attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(),
-                                       g.dk.data(), g.dv.data());
+      const auto ge =
+          attention_errors(s, in, ref, g.o.data(), g.lse.data(), g.dq.data(), g.dk.data(), g.dv.data());
       EXPECT_LE(ge.o_rel_err, 2 * ce.o_rel_err + 1e-3) << what;
       EXPECT_LE(ge.dq_rel_err, 2 * ce.dq_rel_err + 1e-3) << what;
       EXPECT_LE(ge.dk_rel_err, 2 * ce.dk_rel_err + 1e-3) << what;
@@ -311,8 +310,7 @@ TEST_P(FlashForward, SavedStatisticsDescribeTheLogitsKernelsS) {
     const cuda::flash::ForwardParams p = run.params(GetParam());
     cuda::flash::run_forward(p, nullptr);
     cuda::flash::run_logits(p, S.p, nullptr);
-    const auto hs = S.get(), hm = run.m.get(), hl = run.l.get(), hlse = run.lse.get(),
-               ho = run.o.get();
+    const auto hs = S.get(), hm = run.m.get(), hl = run.l.get(), hlse = run.lse.get(), ho = run.o.get();
     for (float x : ho) ASSERT_TRUE(std::isfinite(x));
     for (int64_t bh = 0; bh < c.B * c.H; ++bh)
       for (int64_t i = 0; i < Tq_p; ++i) {
@@ -382,10 +380,10 @@ TEST_P(FlashForward, RefusesUnsupportedHeadDimAndKeyTile) {
       EXPECT_NE(std::string(e.what()).find("64 or 128"), std::string::npos) << e.what();
     }
   }
-  EXPECT_THROW(gpu->make_attention(make_shape(2, 2, 16, 16, 64, false),
-                                   fused_config(DeltaMode::Matched, 96)),
+  EXPECT_THROW(gpu->make_attention(make_shape(2, 2, 16, 16, 64, false), fused_config(DeltaMode::Matched, 96)),
                Error);
-  // BF16 in form flash is no longer refused: it runs cuDNN's fused SDPA (tests/cuda/attention/cudnn/cudnn_sdpa_test.cpp).
+  // BF16 in form flash is no longer refused: it runs cuDNN's fused SDPA
+  // (tests/cuda/attention/cudnn/cudnn_sdpa_test.cpp).
 }
 
 // The two flavors on the same E4M3 codes (direct entry, ForwardParams::kernel): O to kOTolWgmma
@@ -421,8 +419,8 @@ TEST(FlashForwardFlavors, FlavorsAgree) {
     }
     for (float x : o1) nonfinite += !std::isfinite(x);
     const double eo = rel_l2(o1, o0);
-    std::printf("[flash fwd] wgmma vs mma_sync %-36s O %.1e LSE %.1e m %.1e l %.1e\n", what.c_str(),
-                eo, lse_err, m_err, l_err);
+    std::printf("[flash fwd] wgmma vs mma_sync %-36s O %.1e LSE %.1e m %.1e l %.1e\n", what.c_str(), eo,
+                lse_err, m_err, l_err);
     EXPECT_EQ(nonfinite, 0u) << what;
     EXPECT_LE(eo, kOTolWgmma) << what;
     EXPECT_LE(lse_err, kLseTol) << what;
@@ -464,11 +462,9 @@ TEST(FlashForwardFlavors, EnvironmentChoosesTheKernel) {
             device_is_sm90() ? ForwardKernel::Wgmma : ForwardKernel::MmaSync);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, FlashForward,
-                         testing::Values(ForwardKernel::MmaSync, ForwardKernel::Wgmma),
+INSTANTIATE_TEST_SUITE_P(Kernels, FlashForward, testing::Values(ForwardKernel::MmaSync, ForwardKernel::Wgmma),
                          [](const testing::TestParamInfo<ForwardKernel>& info) {
-                           return std::string(info.param == ForwardKernel::Wgmma ? "wgmma"
-                                                                                 : "mma_sync");
+                           return std::string(info.param == ForwardKernel::Wgmma ? "wgmma" : "mma_sync");
                          });
 
 }  // namespace

@@ -29,9 +29,9 @@
 namespace octet {
 namespace {
 
+using cuda::PackKind;
 using test::Dev;
 using test::same_float;
-using cuda::PackKind;
 
 constexpr uint8_t kSentinel = 0xA5;
 
@@ -80,8 +80,7 @@ float from_amax_bits(unsigned b) {
 // Host amax bits of x_i (· rf[i / D]).
 unsigned ref_amax(const std::vector<float>& x, const std::vector<float>* rf, int64_t D) {
   unsigned m = 0;
-  for (size_t i = 0; i < x.size(); ++i)
-    m = std::max(m, abs_bits(rf ? x[i] * (*rf)[i / size_t(D)] : x[i]));
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, abs_bits(rf ? x[i] * (*rf)[i / size_t(D)] : x[i]));
   return m;
 }
 
@@ -99,12 +98,14 @@ struct Geo {
 uint16_t ref_elem(float v, bool valid, PackKind k, float s, Format f) {
   if (!valid) return 0;
   switch (k) {
-    case PackKind::Fp8Code: return fp8_encode(v * s, f, true);
+    case PackKind::Fp8Code:
+      return fp8_encode(v * s, f, true);
     case PackKind::Bf16OfCode: {
       const float d = fp8_decode(fp8_encode(v * s, f, true), f);
       return uint16_t(test::bits(bf16_round(d)) >> 16);
     }
-    default: return uint16_t(test::bits(bf16_round(v)) >> 16);
+    default:
+      return uint16_t(test::bits(bf16_round(v)) >> 16);
   }
 }
 
@@ -123,7 +124,7 @@ struct PackCase {
   bool fp8;
   Format format;
   bool row_factor;
-  int offset;  // input element offset (1: misaligned, the scalar path)
+  int offset;         // input element offset (1: misaligned, the scalar path)
   int64_t block = 0;  // PackArgs::scale_block: 0 per tensor, else per (b, head, block of tokens)
 };
 
@@ -135,7 +136,8 @@ void check_pack(const PackCase& c, const std::vector<float>& values, const std::
   std::vector<float> rf;
   if (c.row_factor) {
     rf = test::gaussian(size_t(g.B * g.heads * g.T), 99);
-    for (size_t i = 0; i < rf.size(); ++i) rf[i] = i % 7 == 3 ? 0.0f : 1.0f / (1.0f + std::fabs(rf[i]) * 30.0f);
+    for (size_t i = 0; i < rf.size(); ++i)
+      rf[i] = i % 7 == 3 ? 0.0f : 1.0f / (1.0f + std::fabs(rf[i]) * 30.0f);
   }
   Dev<float> rf_d(rf.empty() ? std::vector<float>{0.0f} : rf);
   // One amax and scale per tensor, or per (b, head, token block) (written in full: sentinels).
@@ -202,9 +204,9 @@ void check_pack(const PackCase& c, const std::vector<float>& values, const std::
             const uint16_t got = elem_at(hr, (bh * T_p + t) * g.D + d, rb);
             nonzero += got != 0;
             if (got != want && bad_row++ == 0)
-              first = "row (b" + std::to_string(b) + " h" + std::to_string(h) + " t" +
-                      std::to_string(t) + " d" + std::to_string(d) + ") got " +
-                      std::to_string(got) + " want " + std::to_string(want);
+              first = "row (b" + std::to_string(b) + " h" + std::to_string(h) + " t" + std::to_string(t) +
+                      " d" + std::to_string(d) + ") got " + std::to_string(got) + " want " +
+                      std::to_string(want);
           }
           if (c.trans_kind != PackKind::None) {
             const uint16_t want = ref_elem(v, valid, c.trans_kind, s, c.format);
@@ -212,9 +214,9 @@ void check_pack(const PackCase& c, const std::vector<float>& values, const std::
             const uint16_t got = elem_at(ht, at, tb);
             nonzero += got != 0;
             if (got != want && bad_trans++ == 0)
-              first = "trans (b" + std::to_string(b) + " h" + std::to_string(h) + " t" +
-                      std::to_string(t) + " d" + std::to_string(d) + ") got " +
-                      std::to_string(got) + " want " + std::to_string(want);
+              first = "trans (b" + std::to_string(b) + " h" + std::to_string(h) + " t" + std::to_string(t) +
+                      " d" + std::to_string(d) + ") got " + std::to_string(got) + " want " +
+                      std::to_string(want);
           }
         }
   EXPECT_EQ(bad_row, 0) << what << ": " << first;
@@ -264,8 +266,8 @@ TEST(AttentionGlue, PackPerBlockScalesMatchHost) {
         std::vector<float> v = test::gaussian(size_t(g.n()), uint32_t(g.T + 5));
         for (size_t i = 0; i < v.size(); ++i)  // block k of each head: × 2^(6 − 6·(k % 4))
           v[i] = std::ldexp(v[i], 6 - 6 * int(int64_t(i) / g.D % g.T / kQkvScaleBlock % 4));
-        const PackCase c{g, dt, PackKind::Fp8Code, PackKind::Fp8Code, true, Format::E4M3, false,
-                         off, kQkvScaleBlock};
+        const PackCase c{g,     dt,  PackKind::Fp8Code, PackKind::Fp8Code, true, Format::E4M3,
+                         false, off, kQkvScaleBlock};
         check_pack(c, v, g.name() + " " + to_string(dt) + " per block" + (off ? " misaligned" : ""));
       }
 }
@@ -397,8 +399,8 @@ TEST(AttentionGlue, UnpadScaleMatchesHost) {
           const float alpha = 1.5f;
           const float* sa = scales >= 1 ? sc.p : nullptr;
           const float* sb = scales >= 2 ? sc.p + 1 : nullptr;
-          cuda::unpad_scale_launch(src_d.p, dst.p + off * eb, dt, u.bh, u.T, T_p, u.D, alpha, sa,
-                                   sb, nullptr);
+          cuda::unpad_scale_launch(src_d.p, dst.p + off * eb, dt, u.bh, u.T, T_p, u.D, alpha, sa, sb,
+                                   nullptr);
           const std::vector<uint8_t> h = dst.get();
           const float f = alpha * (sa ? 0.375f : 1.0f) * (sb ? 3.0f : 1.0f);
           int64_t bad = 0;
@@ -416,8 +418,8 @@ TEST(AttentionGlue, UnpadScaleMatchesHost) {
                 bad += !same_float(got, want);
               }
             }
-          EXPECT_EQ(bad, 0) << "bh " << u.bh << " T " << u.T << " D " << u.D << " "
-                            << to_string(dt) << (off ? " misaligned" : "") << " scales " << scales;
+          EXPECT_EQ(bad, 0) << "bh " << u.bh << " T " << u.T << " D " << u.D << " " << to_string(dt)
+                            << (off ? " misaligned" : "") << " scales " << scales;
         }
 }
 
@@ -440,8 +442,14 @@ TEST(AttentionGlue, StaleDeltaReadsBf16AsItsWidening) {
     p.B = B, p.H = H, p.G = H, p.Tq = Tq, p.Tk = Tq, p.Tq_p = 48, p.Tk_p = 48, p.D = D;
     p.matched = false;
     p.row_sum = row_sum.p, p.delta = delta.p, p.row_factor = rf.p;
-    if (combo & 1) p.o_bf16 = o16.p; else p.o = o32.p;
-    if (combo & 2) p.d_o_bf16 = do16.p; else p.d_o_f32 = do32.p;
+    if (combo & 1)
+      p.o_bf16 = o16.p;
+    else
+      p.o = o32.p;
+    if (combo & 2)
+      p.d_o_bf16 = do16.p;
+    else
+      p.d_o_f32 = do32.p;
     cuda::flash::run_delta(p, nullptr);
     deltas.push_back(delta.get());
     const std::vector<float> hrf = rf.get();
@@ -494,9 +502,9 @@ TEST(AttentionGlue, Bf16ActivationsEqualTheirF32Widening) {
         attn->backward(saved, io->d_o, io->dq, io->dk, io->dv, Tensor());
       }
       const std::string what = std::string(form == AttnForm::Flash ? "flash " : "whole ") +
-                                (delta == DeltaMode::Stale ? "stale" : "matched");
-      for (auto [x, y] : {std::pair{&f.o, &b.o}, {&f.lse, &b.lse}, {&f.dq, &b.dq}, {&f.dk, &b.dk},
-                          {&f.dv, &b.dv}}) {
+                               (delta == DeltaMode::Stale ? "stale" : "matched");
+      for (auto [x, y] :
+           {std::pair{&f.o, &b.o}, {&f.lse, &b.lse}, {&f.dq, &b.dq}, {&f.dk, &b.dk}, {&f.dv, &b.dv}}) {
         const auto vf = gpu->download_f32(*x), vb = gpu->download_f32(*y);
         bool nonzero = false;
         for (size_t i = 0; i < vf.size(); ++i) {
