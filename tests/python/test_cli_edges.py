@@ -1,4 +1,4 @@
-"""The CLI's edges, paths and messages (issue 9, items 4-7; docs/cli.md): one line per error with
+"""The CLI's edges, paths and messages (docs/cli.md): one line per error with
 no source location unless --verbose, I/O errors that name their cause, "did you mean" for a
 misspelled command, attention-check's memory/time budget, options that reject what they used to
 wrap or reinterpret silently, and the default corpus and tokenizer cache found from any directory."""

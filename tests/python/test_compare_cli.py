@@ -1,4 +1,4 @@
-"""octet compare and plot as a user meets them (issue 9, items 3 and 7; docs/training.md §"Comparing
+"""octet compare and plot as a user meets them (docs/training.md §"Comparing
 arms"): a non-empty --out is refused with one line unless --resume (finished arms kept, unfinished
 ones resumed) or --overwrite (nothing stale kept); a repeated arm is an error; the settings table is
 printed once, then per arm only what differs; without gnuplot the results stay (a warning, exit 0);

@@ -1,4 +1,4 @@
-"""A run directory a user can trust (issue 9, items 1, 2, 4, 6; docs/training.md §Resume, §"Config
+"""A run directory a user can trust (docs/training.md §Resume, §"Config
 keys"): resume applies and persists schedule changes and refuses meaning changes with one line; a
 finished run says so and writes nothing; a run cannot be shortened; metrics.jsonl is cut back through
 a temporary file; relative paths in a config resolve against the config file's directory; the

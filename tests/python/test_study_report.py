@@ -1,4 +1,4 @@
-"""The stale-delta study's reporting end to end (issue 15; docs/training.md §Output): a tiny
+"""The stale-delta study's reporting end to end (docs/training.md §Output): a tiny
 `octet compare --seeds 2` writes per-layer diagnostics into every run's metrics.jsonl and summary.json,
 and tools/study_report.py turns the folder into tables and CSVs whose numbers are the files' own
 (checked here against values read independently from metrics.jsonl and summary.json)."""

@@ -1,4 +1,4 @@
-"""`octet sample / eval / export` against independent references (issue 14): a tiny run trained
+"""`octet sample / eval / export` against independent references: a tiny run trained
 here, exported to a Hugging Face folder and loaded with `transformers` (LlamaForCausalLM,
 AutoTokenizer): the tokenizer gives octet's ids, the logits on a prompt equal octet's FP32 forward
 (FP32 export: FP32 tolerance; BF16 export: BF16 tolerance), greedy generation gives the same

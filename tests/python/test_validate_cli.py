@@ -1,4 +1,4 @@
-"""Validate before writing (issue 8, item 5): every subcommand that writes checks its whole input
+"""Validate before writing: every subcommand that writes checks its whole input
 first. A bad config, arm or option gives exit code 2, one line on stderr naming the problem (and,
 for a name, every valid choice), and creates nothing: not the run directory, not config.toml, not an
 empty metrics.jsonl. Choices come from the one name table (octet/names.h)."""
