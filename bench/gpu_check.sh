@@ -22,9 +22,11 @@ for s in ${*:-tests bench stress}; do
            done
            python3 - "$OUT/attention.jsonl" "$OUT/train.jsonl" <<'PY'
 import json, sys
+ms = lambda x: f"{x:7.2f}" if isinstance(x, (int, float)) else "    n/a"  # null: not measured
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    print(f"attention {r['build']:4} {r['impl']:12} seq {r['seq']:5} fwd {r['fwd_ms']:7.2f} ms bwd {r['bwd_ms']:7.2f} ms")
+    print(f"attention {r['build']:4} {r['impl']:29} {r.get('input_dtype', '-'):4} {r.get('case', r['seq'])} "
+          f"fwd {ms(r['fwd_ms'])} ms bwd {ms(r['bwd_ms'])} ms")
 for line in open(sys.argv[2]):
     r = json.loads(line)
     print(f"train {r['build']:4} {r['model']:10} {r['arm']:12} {r['tokens_per_s']:9.0f} tokens/s")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# bench/gpu_cudnn.sh — one call on the GPU machine for the cuDNN SDPA work (docs/cuda.md §"cuDNN
+# bench/gpu_cudnn.sh — one call on the GPU machine for the cuDNN SDPA work (docs/attention.md §"cuDNN
 # SDPA"), in about 5 minutes: the GPU tests of the BF16 routing and the attention (CudnnSdpa.*,
-# CudaAttention.*, Flash*), the attention benchmark rows (octet's, bf16-fused, and the cuDNN
+# CudaAttention.*, Flash*), the attention benchmark rows (octet's, octet-bf16-cudnn, and the cuDNN
 # BF16/FP8 peers; B4 H16, D128 causal and not at S 1024..16384, D64 causal at S 4096), and
 # `octet attention-check --device cuda` for the fused FP8 kernels (form flash), the unfused path
 # (form whole) and cuDNN's BF16 SDPA against the FP64 oracle (B1 H8 T1024 D128 causal, GQA 8/2).

@@ -65,16 +65,21 @@ def main(paths):
             print(f"| {r['op']} | {r['model']} | {r['rows']}x{r['cols']} | {1e3 * r['ms_median']:.1f} | {r['gbps']:.0f} |")
         print()
     if attn:
-        print("| impl | B | H | S | D | causal | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |\n|---|---|---|---|---|---|---|---|---|---|")
+        print("| impl | input | case | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd / bwd vs cuDNN BF16 "
+              "| fwd / bwd vs cuDNN FP8 | err O / dQ vs FP64 |\n|---|---|---|---|---|---|---|---|---|---|")
+        num = lambda v, f: "—" if v is None else format(v, f)  # null: not measured
         for r in attn:
+            case = r.get("case") or f"b{r['batch']}-h{r['heads']}-d{r['head_dim']}-s{r['seq']}" + (
+                "-causal" if r.get("causal") else "")
             if "error" in r:
-                print(f"| {r['impl']} | {r['batch']} | {r['heads']} | {r['seq']} | {r['head_dim']} | {r['causal']} | unavailable: {r['error']} |||")
+                print(f"| {r['impl']} | | {case} | unavailable: {r['error']} |||||||")
                 continue
-            num = lambda v, f: "—" if v is None else format(v, f)  # a peer without a backward: None
             impl = r["impl"] + (f" ({r['bwd_kernel']} bwd)" if r.get("bwd_kernel") else "")
-            print(f"| {impl} | {r['batch']} | {r['heads']} | {r['seq']} | {r['head_dim']} | {r['causal']} | "
-                  f"{num(r['fwd_ms'], '.3f')} | {num(r['fwd_tflops'], '.1f')} | {num(r.get('bwd_ms'), '.3f')} | "
-                  f"{num(r.get('bwd_tflops'), '.1f')} |")
+            print(f"| {impl} | {r.get('input_dtype', '')} | {case} | {num(r['fwd_ms'], '.3f')} | "
+                  f"{num(r['fwd_tflops'], '.1f')} | {num(r.get('bwd_ms'), '.3f')} | {num(r.get('bwd_tflops'), '.1f')} | "
+                  f"{num(r.get('fwd_vs_cudnn_bf16'), '.2f')} / {num(r.get('bwd_vs_cudnn_bf16'), '.2f')} | "
+                  f"{num(r.get('fwd_vs_cudnn_fp8'), '.2f')} / {num(r.get('bwd_vs_cudnn_fp8'), '.2f')} | "
+                  f"{num(r.get('err_o_vs_fp64'), '.1e')} / {num(r.get('err_dq_vs_fp64'), '.1e')} |")
     if train:
         print_train(train)
 

@@ -13,6 +13,7 @@ import sys
 
 SECTION = re.compile(r'(docs/[a-z0-9_-]+\.md|README\.md|CHANGELOG\.md)\s*§\s*(?:"([^"]+)"|([A-Za-z][\w-]*))')
 PATH = re.compile(r'(?<![\w/.-])((?:src|include|tests|tools|bench|docs|configs|python|apps)/[\w./*{},-]+)')
+COMMENT = re.compile(r"^\s*(///|//|#|\*)\s?")
 TEXT_SUFFIXES = {".cpp", ".h", ".cu", ".cuh", ".py", ".sh", ".md", ".toml", ".txt"}
 
 
@@ -42,9 +43,14 @@ def main() -> int:
         if p.suffix not in TEXT_SUFFIXES or name.startswith(("results/", "bench/results/")) \
                 or name == "CHANGELOG.md" or not p.is_file():
             continue
-        for n, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        lines = p.read_text(encoding="utf-8", errors="replace").splitlines()
+        for n, line in enumerate(lines, 1):
             if line.lstrip().startswith("#include"):
                 continue
+            # a reference may wrap: the next comment line's text joins this one (a reference found
+            # in both is checked twice, which reports a broken one twice at most)
+            if n < len(lines):
+                line = line + " " + COMMENT.sub("", lines[n]).strip()
             for m in SECTION.finditer(line):
                 doc, title = m.group(1), (m.group(2) or m.group(3))
                 target = root / doc
@@ -57,7 +63,7 @@ def main() -> int:
             for m in PATH.finditer(line):
                 if not path_exists(root, m.group(1)):
                     bad.append(f"{name}:{n}: {m.group(1)} does not exist")
-    for b in bad:
+    for b in dict.fromkeys(bad):
         print(b)
     return 1 if bad else 0
 

@@ -222,9 +222,10 @@ void bench_ops(int warmup, int reps, const std::function<void(const OpsBenchRow&
 
 struct AttnBenchRow {
   /// octet's rows: octet-fp8-flash (matched) | octet-fp8-flash-stale | octet-fp8-flash-head-block
-  /// (the flash FP8 kernels) | octet-bf16-cudnn (cuDNN's SDPA behind octet's Attention, as the bf16
-  /// arms run it) | unfused-bf16 | unfused-fp8-stale | unfused-fp8-matched (the unfused form);
-  /// the peers: cudnn-bf16 | cudnn-fp8-stale (cuDNN called directly)
+  /// (the flash FP8 kernels through octet's Attention) | octet-fp8-flash-kernels |
+  /// octet-fp8-flash-stale-kernels (the kernels alone on FP8 codes) | octet-bf16-cudnn (cuDNN's SDPA behind
+  /// octet's Attention, as the bf16 arms run it) | unfused-bf16 | unfused-fp8-stale | unfused-fp8-matched
+  /// (the unfused form); the peers: cudnn-bf16 | cudnn-fp8-stale (cuDNN called directly)
   std::string impl;
   std::string case_name;  ///< octet/attention_cases.h attention_case_name
   int64_t batch = 0, heads = 0, kv_heads = 0, seq = 0, seq_k = 0, head_dim = 0;
@@ -234,9 +235,9 @@ struct AttnBenchRow {
   /// Relative L2 errors of O and dQ against the FP64 oracle on sampled rows
   /// (bench/cuda/attention_rows_check.h); NaN where not measured.
   double err_o = 0, err_dq = 0;
-  /// FlashAttention-3's bound for octet's rows: 2 × the CPU twin's error (same precision, same
-  /// rows) + 1e-3; NaN for the peers.
-  double err_bound = 0;
+  /// FlashAttention-3's bound for octet's rows, per output: 2 × the CPU twin's error (same
+  /// precision, same rows) + 1e-3; NaN for the peers.
+  double err_bound_o = 0, err_bound_dq = 0;
   /// The peers' time over this row's (> 1: this row is faster), forward and backward; NaN where
   /// the peer did not run.
   double fwd_vs_cudnn_bf16 = 0, bwd_vs_cudnn_bf16 = 0, fwd_vs_cudnn_fp8 = 0, bwd_vs_cudnn_fp8 = 0;
@@ -273,7 +274,8 @@ AttnBenchRow attn_bench_row(const AttentionCase& c, const AttnBenchOptions& opt,
 void bench_attention(const AttnBenchOptions& opt, const std::function<void(const AttnBenchRow&)>& on_row);
 
 /// The correctness half alone for one of octet's rows (no timing): run impl on case c from
-/// deterministic inputs and return the row with err_o, err_dq and err_bound (the GPU test).
+/// deterministic inputs and return the row with err_o, err_dq, err_bound_o, err_bound_dq (the GPU
+/// test).
 /// Throws octet::Error for an unknown impl.
 AttnBenchRow check_attention_case(const AttentionCase& c, const std::string& impl,
                                   DType input_dtype = DType::BF16);

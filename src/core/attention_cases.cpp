@@ -1,6 +1,7 @@
 // src/core/attention_cases.cpp — the attention case lists of octet/attention_cases.h.
 #include "octet/attention_cases.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "octet/error.h"
@@ -48,21 +49,27 @@ std::vector<AttentionCase> attention_cases(AttentionCaseSet set) {
   return out;
 }
 
-std::vector<AttentionCase> select_attention_cases(AttentionCaseSet set, const std::string& names) {
-  const std::vector<AttentionCase> all = attention_cases(set);
-  if (names.empty()) return all;
+std::vector<AttentionCase> select_attention_cases(const std::string& spec) {
+  if (spec == "bench") return attention_cases(AttentionCaseSet::Bench);
+  if (spec == "check") return attention_cases(AttentionCaseSet::Check);
+  std::vector<AttentionCase> all = attention_cases(AttentionCaseSet::Bench);
+  for (AttentionCase& c : attention_cases(AttentionCaseSet::Check)) all.push_back(std::move(c));
   std::vector<AttentionCase> out;
-  std::stringstream ss(names);
+  std::stringstream ss(spec);
   for (std::string name; std::getline(ss, name, ',');) {
-    bool found = false;
-    for (const AttentionCase& c : all)
-      if (c.name == name) out.push_back(c), found = true;
-    if (!found) {
+    const size_t b = name.find_first_not_of(" \t"), e = name.find_last_not_of(" \t");
+    name = b == std::string::npos ? "" : name.substr(b, e - b + 1);
+    if (name.empty()) continue;
+    const auto it =
+        std::find_if(all.begin(), all.end(), [&](const AttentionCase& c) { return c.name == name; });
+    if (it == all.end()) {
       std::string known;
       for (const AttentionCase& c : all) known += (known.empty() ? "" : ", ") + c.name;
-      OCTET_FAIL("unknown attention case '" + name + "' (known: " + known + ")");
+      OCTET_FAIL("unknown attention case '" + name + "' (known: bench, check, " + known + ")");
     }
+    out.push_back(*it);
   }
+  OCTET_CHECK(!out.empty(), "no attention case named in '" + spec + "' (give bench, check or case names)");
   return out;
 }
 

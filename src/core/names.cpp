@@ -62,6 +62,13 @@ template <class E>
 E parse_enum(const std::string& name) {
   return detail::parse_name(Names<E>::table, name, Names<E>::what);
 }
+// "tiled" is the flash form's former name: configs, run folders and scripts written before the
+// rename keep working (to_string writes "flash").
+template <>
+AttnForm parse_enum<AttnForm>(const std::string& name) {
+  return name == "tiled" ? AttnForm::Flash
+                         : detail::parse_name(Names<AttnForm>::table, name, Names<AttnForm>::what);
+}
 template <class E>
 std::string enum_name(E value) {
   return detail::name_of(Names<E>::table, value);
@@ -105,10 +112,7 @@ FormatPolicy parse_format_policy(const std::string& s) { return parse_enum<Forma
 Format parse_format(const std::string& s) { return parse_enum<Format>(s); }
 AttnPrecision parse_attn_precision(const std::string& s) { return parse_enum<AttnPrecision>(s); }
 DeltaMode parse_delta_mode(const std::string& s) { return parse_enum<DeltaMode>(s); }
-// "tiled" is the flash form's former name: run folders written before the rename keep resuming.
-AttnForm parse_attn_form(const std::string& s) {
-  return s == "tiled" ? AttnForm::Flash : parse_enum<AttnForm>(s);
-}
+AttnForm parse_attn_form(const std::string& s) { return parse_enum<AttnForm>(s); }
 AttnInputDist parse_attn_input_dist(const std::string& s) { return parse_enum<AttnInputDist>(s); }
 NormKind parse_norm_kind(const std::string& s) { return parse_enum<NormKind>(s); }
 NormPlacement parse_norm_placement(const std::string& s) { return parse_enum<NormPlacement>(s); }

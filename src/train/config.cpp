@@ -172,13 +172,13 @@ const std::vector<Key>& registry() {
     add(float_key("precision.unit_scale", REF(precision.quant.unit_scale)), "the unit recipe's fixed scale");
     add({"precision.attn_form", [](const RunConfig& c) { return c.attn_form; },
          [](RunConfig& c, const std::string& v) {
-           OCTET_CHECK(v == "auto" || v == "whole" || v == "tiled",
-                       "config key 'precision.attn_form': expected auto, whole or tiled, got '" + v + "'");
-           c.attn_form = v;
+           OCTET_CHECK(v == "auto" || v == "whole" || v == "flash" || v == "tiled",
+                       "config key 'precision.attn_form': expected auto, whole or flash, got '" + v + "'");
+           c.attn_form = v == "auto" ? v : to_string(parse_attn_form(v));  // "tiled": flash's former name
            if (v != "auto") c.precision.attn_form = parse_attn_form(v);
          },
          true},
-        "attention form: auto (cuda FP8: tiled = the fused kernels; else whole), whole, tiled");
+        "attention form: auto (cuda FP8: flash = the flash kernels; else whole), whole, flash");
     add(enum_key("precision.qkv_scaling", REF(precision.qkv_scaling)), "Q, K, V scales: tensor, head-block");
     add(float_key("precision.p_scale", REF(precision.p_scale)), "static power-of-two scale of P before E4M3");
     // train
@@ -457,10 +457,17 @@ void check_recorded_meaning(const std::map<std::string, std::string>& recorded, 
     const auto it = recorded.find(k.key);
     if (k.on_resume || it == recorded.end()) continue;
     const std::string now = k.get(requested);
-    OCTET_CHECK(now == it->second, "cannot resume " + run_dir + " with " + k.key + " = " + now +
-                                       " from its config.toml: its checkpoint was trained with " + k.key +
-                                       " = " + it->second + ", and " + k.key +
-                                       " changes what the run is; restore it, or start a new run with --out");
+    std::string then = it->second;  // in the key's current spelling (e.g. attn_form "tiled" is "flash")
+    try {
+      RunConfig canon = requested;
+      k.set(canon, then);
+      then = k.get(canon);
+    } catch (const Error&) {  // a value this version refuses: compared as recorded
+    }
+    OCTET_CHECK(now == then, "cannot resume " + run_dir + " with " + k.key + " = " + now +
+                                 " from its config.toml: its checkpoint was trained with " + k.key + " = " +
+                                 it->second + ", and " + k.key +
+                                 " changes what the run is; restore it, or start a new run with --out");
   }
 }
 

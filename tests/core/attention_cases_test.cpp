@@ -52,21 +52,22 @@ TEST(AttentionCases, NamesSpellTheShape) {
 }
 
 TEST(AttentionCases, SelectByNameAndRefuseUnknown) {
-  const auto two =
-      select_attention_cases(AttentionCaseSet::Bench, "b8-h12-d64-s1024-causal,b4-h16-d128-s1024");
-  ASSERT_EQ(two.size(), 2u);
+  const auto two = select_attention_cases(" b8-h12-d64-s1024-causal, b1-h2g1-d128-s1x129,");
+  ASSERT_EQ(two.size(), 2u);  // spaces trimmed, the empty name after the last comma ignored
   EXPECT_EQ(two[0].shape.head_dim, 64);
-  EXPECT_EQ(two[1].shape.seq_q, 1024);
-  EXPECT_EQ(select_attention_cases(AttentionCaseSet::Check, "").size(),
-            attention_cases(AttentionCaseSet::Check).size());
+  EXPECT_EQ(two[1].shape.seq_k, 129);  // a name of the check set
+  EXPECT_EQ(select_attention_cases("check").size(), attention_cases(AttentionCaseSet::Check).size());
+  EXPECT_EQ(select_attention_cases("bench").size(), attention_cases(AttentionCaseSet::Bench).size());
   try {
-    select_attention_cases(AttentionCaseSet::Bench, "b4-h16-d128-s999");
+    select_attention_cases("b4-h16-d128-s999");
     FAIL() << "an unknown case must throw";
   } catch (const Error& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("unknown attention case 'b4-h16-d128-s999'"), std::string::npos) << m;
-    EXPECT_NE(m.find("b4-h16-d128-s4096-causal"), std::string::npos) << m;
+    EXPECT_NE(m.find("b4-h16-d128-s4096-causal"), std::string::npos) << m;  // the bench set
+    EXPECT_NE(m.find("b2-h4g2-d64-s17-causal"), std::string::npos) << m;    // and the check set
   }
+  EXPECT_THROW(select_attention_cases(" , "), Error);
 }
 
 }  // namespace

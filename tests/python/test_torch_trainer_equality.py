@@ -194,7 +194,7 @@ def corpus(tmp_path_factory):
 def twin_step(cfg, weights, batch, delta, device):
     """Loss and gradients (name -> float64 CPU tensor) of the PyTorch twin on the dumped step."""
     p = cfg["precision"]
-    assert p["attn_form"] in ("whole", "tiled") and p["qkv_scaling"] == "tensor" and \
+    assert p["attn_form"] in ("whole", "flash") and p["qkv_scaling"] == "tensor" and \
         p["p_scale"] == 256.0 and not p["pow2_scales"], p  # the C ABI's attention/linear config
     model = Twin(cfg["model"], delta, p["formats"])
     model.load_state_dict(weights)

@@ -23,10 +23,14 @@
 
 namespace octet::cuda {
 
-/// Relative L2 errors ‖x − x_ref‖ / ‖x_ref‖ over the sampled rows.
+/// Relative L2 errors ‖x − x_ref‖ / ‖x_ref‖ over the sampled rows (‖x‖ where the reference is 0,
+/// e.g. dQ of rows that see one key: an absolute error then).
 struct RowsError {
   double o = 0, dq = 0;
-  double max() const { return o > dq ? o : dq; }
+  /// The larger of the two; NaN if either is NaN (a NaN output never reads as a small error).
+  double max() const { return o != o || dq != dq ? o + dq : (o > dq ? o : dq); }
+  /// Each error within `bound`'s (false for a NaN).
+  bool within(const RowsError& bound) const { return o <= bound.o && dq <= bound.dq; }
 };
 
 class AttentionRowsCheck {
@@ -41,12 +45,14 @@ class AttentionRowsCheck {
   /// The errors of device tensors o and dq [B, H, Tq, D] (F32, BF16, or E4M3 × code_scale).
   RowsError error(const Tensor& o, const Tensor& dq, cudaStream_t stream, float code_scale = 1.0f) const;
 
-  /// The errors of the CPU reference with `config` on the same sub-problems and inputs.
+  /// The errors of the CPU reference with `config` on the same sub-problems and inputs (its FP8
+  /// scales, and the placement of its per-block scales and dS tiles, are the sub-problem's own: a
+  /// twin of the same rows in the statistical sense, not in bits).
   RowsError twin_error(const AttentionConfig& config) const;
 
-  /// The rule's bound for a kernel whose CPU twin has error `twin`: 2·twin + floor (the floor,
-  /// 1e-3, covers a twin that happens to be nearly exact on a small sample).
-  static double bound(const RowsError& twin) { return 2.0 * twin.max() + 1e-3; }
+  /// The rule's bound, per output, for a kernel whose CPU twin has error `twin`: 2·twin + floor (the
+  /// floor, 1e-3, covers a twin that happens to be nearly exact on a small sample).
+  static RowsError bound(const RowsError& twin) { return {2.0 * twin.o + 1e-3, 2.0 * twin.dq + 1e-3}; }
 
  private:
   struct Group {

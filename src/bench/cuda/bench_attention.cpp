@@ -21,6 +21,7 @@
 // convention, as any unfused kernel's are.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -118,7 +119,8 @@ void check_row(CudaBackend& be, const Impl& im, const AttentionShape& s, CaseTen
   row.err_o = e.o, row.err_dq = e.dq;
   // The twin: the CPU reference in the same precision; cuDNN's BF16 is measured against the
   // CPU's BF16 flash form.
-  row.err_bound = AttentionRowsCheck::bound(check.twin_error(config_of(im)));
+  const RowsError b = AttentionRowsCheck::bound(check.twin_error(config_of(im)));
+  row.err_bound_o = b.o, row.err_bound_dq = b.dq;
 }
 
 void set_kernels(const Impl& im, const AttentionShape& s, AttnBenchRow& row) {
@@ -126,8 +128,20 @@ void set_kernels(const Impl& im, const AttentionShape& s, AttnBenchRow& row) {
   const AttentionConfig cfg = config_of(im);
   row.fwd_kernel = flash::forward_kernel_name(flash::select_forward_kernel());
   flash::BackwardParams bp;  // what select_backward_kernel reads of the flash backward's
-  bp.D = s.head_dim, bp.Tk = s.seq_k, bp.block_q = cfg.block_q, bp.block_k = cfg.block_k;
+  bp.B = s.batch, bp.H = s.n_heads, bp.G = s.n_kv_heads, bp.Tq = s.seq_q, bp.Tk = s.seq_k;
+  bp.D = s.head_dim, bp.block_q = cfg.block_q, bp.block_k = cfg.block_k;
   row.bwd_kernel = flash::backward_kernel_name(flash::select_backward_kernel(bp));
+}
+
+// FlashAttention's FLOP convention: causal halves the square (Tq = Tk); with Tq ≠ Tk, the fraction of
+// (query, key) pairs the bottom-right mask keeps.
+double causal_fraction(const AttentionShape& s) {
+  if (!s.causal) return 1.0;
+  if (s.seq_q == s.seq_k) return 0.5;
+  double kept = 0;
+  for (int64_t i = 0; i < s.seq_q; ++i)
+    kept += double(std::clamp<int64_t>(i + s.seq_k - s.seq_q + 1, 0, s.seq_k));
+  return kept / (double(s.seq_q) * double(s.seq_k));
 }
 
 // The peers' times over the row's (NaN where a peer did not run: NaN stays NaN).
@@ -155,10 +169,10 @@ AttnBenchRow attn_bench_row(const AttentionCase& c, const AttnBenchOptions& opt,
   row.reps = opt.reps;
   row.fwd_ms = fwd_ms, row.bwd_ms = bwd_ms;
   const double fwd_flop = 4.0 * double(s.batch * s.n_heads) * double(s.seq_q) * double(s.seq_k) *
-                          double(s.head_dim) * (s.causal ? 0.5 : 1.0);
+                          double(s.head_dim) * causal_fraction(s);
   row.fwd_tflops = fwd_flop / (fwd_ms * 1e-3) / 1e12;
   row.bwd_tflops = 2.5 * fwd_flop / (bwd_ms * 1e-3) / 1e12;
-  row.err_bound = row.fwd_vs_cudnn_bf16 = row.bwd_vs_cudnn_bf16 = kNaN;
+  row.err_bound_o = row.err_bound_dq = row.fwd_vs_cudnn_bf16 = row.bwd_vs_cudnn_bf16 = kNaN;
   row.fwd_vs_cudnn_fp8 = row.bwd_vs_cudnn_fp8 = kNaN;
   return row;
 }

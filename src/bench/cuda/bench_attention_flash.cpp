@@ -88,10 +88,15 @@ std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer
     unpad_scale_launch(p.dq_acc, dq.tensor().data, DType::F32, B * H, s.seq_q, Tq_p, D, 1.0f, p.k_scale_inv,
                        nullptr, st);
     const RowsError e = check.error(o.tensor(), dq.tensor(), st);
-    AttnBenchRow row =
-        attn_bench_row(c, opt, matched ? "octet-fp8-flash" : "octet-fp8-flash-stale", fwd_ms, bwd_ms);
+    AttnBenchRow row = attn_bench_row(
+        c, opt, matched ? "octet-fp8-flash-kernels" : "octet-fp8-flash-stale-kernels", fwd_ms, bwd_ms);
     row.input_dtype = "fp8";
     row.err_o = e.o, row.err_dq = e.dq;
+    AttentionConfig cfg;  // the twin: the CPU flash form with these kernels' settings
+    cfg.form = AttnForm::Flash;
+    cfg.delta = matched ? DeltaMode::Matched : DeltaMode::Stale;
+    const RowsError b = AttentionRowsCheck::bound(check.twin_error(cfg));
+    row.err_bound_o = b.o, row.err_bound_dq = b.dq;
     row.fwd_kernel = flash::forward_kernel_name(flash::select_forward_kernel());
     row.bwd_kernel = flash::backward_kernel_name(flash::select_backward_kernel(p));
     out.push_back(row);

@@ -14,12 +14,12 @@
 
 namespace octet::cuda {
 
-/// Rows "octet-fp8-flash" (matched) and "octet-fp8-flash-stale" with input_dtype "fp8": forward =
-/// flash::run_forward; backward = flash::run_delta + flash::run_backward_main (the matched
-/// pre-pass or the stale dO·O rows, and the main kernel), into FP32 accumulators. Per-tensor
-/// scales, octet's default tiles (128 x 128), dO and dS in E5M2. Errors against the FP64 oracle as
-/// the other rows (O from the forward's FP32 output, dQ scaled out of its accumulator). Empty for
-/// a head_dim the flash kernels do not take.
+/// Rows "octet-fp8-flash-kernels" (matched) and "octet-fp8-flash-stale-kernels", input_dtype "fp8":
+/// forward = flash::run_forward; backward = flash::run_delta + flash::run_backward_main (the matched
+/// pre-pass or the stale dO·O rows, and the main kernel), into FP32 accumulators. Per-tensor scales,
+/// octet's default tiles (128 x 128), dO and dS in E5M2. Errors against the FP64 oracle as the other
+/// rows (O from the forward's FP32 output, dQ scaled out of its accumulator), with the bound of the
+/// CPU flash form's error. Empty for a head_dim the flash kernels do not take.
 std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& backend, EventTimer& timer,
                                               const AttnBenchOptions& opt, const AttentionCase& c,
                                               const AttnBenchInputs& in, const AttentionRowsCheck& check);

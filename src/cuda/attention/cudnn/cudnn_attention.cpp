@@ -1,6 +1,6 @@
 // src/cuda/attention/cudnn/cudnn_attention.cpp — the CUDA backend's BF16 attention in form 'flash': cuDNN's
 // fused BF16 SDPA (cudnn_sdpa.h) behind octet::Attention. The bf16 and fp8-linear arms run it on
-// CUDA by default (default_attn_form); form 'whole' runs the unfused BF16 path of attention.cpp,
+// CUDA by default (default_attn_form); form 'whole' runs the unfused BF16 path (unfused/unfused.cpp),
 // which stays the cross-check and the fallback (docs/attention.md §"cuDNN SDPA"), as for a config
 // cuDNN cannot run: the matched delta, or a shape sdpa_unsupported() names.
 //

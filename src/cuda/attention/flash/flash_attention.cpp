@@ -7,10 +7,12 @@
 // forward's (no field copied by hand: BackwardParams extends ForwardParams) and hands the whole
 // sequence to flash::run_backward. Beyond the inputs, outputs and the dQ accumulator it allocates
 // O(T) per head (no S x S buffer).
+#include <cstdint>
 #include <memory>
 
 #include "cuda/attention/attention_base.h"
 #include "cuda/attention/flash/flash.h"
+#include "cuda/runtime/act_f32.h"
 #include "octet/error.h"
 
 namespace octet::cuda {
@@ -23,8 +25,6 @@ class FlashAttention final : public AttentionBase {
     OCTET_CHECK(cfg.precision == AttnPrecision::FP8,
                 "cuda attention: form 'flash' (the flash kernels) is implemented for precision fp8 "
                 "only (bf16 in form 'flash' runs cuDNN's SDPA)");
-    flash::check_forward_supported(shape.head_dim, cfg.block_k);
-    flash::check_backward_supported(shape.head_dim, cfg.block_q, cfg.block_k);
     if (cfg.dq_projection) {  // its row sums come from the wgmma backward
       flash::BackwardParams p;
       p.D = shape.head_dim, p.block_q = cfg.block_q, p.block_k = cfg.block_k;
@@ -60,12 +60,16 @@ class FlashAttention final : public AttentionBase {
 
   void forward_impl(AttnState& st, const Tensor& o, const Tensor& lse) override {
     flash::ForwardParams p = forward_params(st);
-    if (o.dtype == DType::BF16)
+    // O as given: BF16 from the kernel's epilogue (4-byte aligned pairs), else FP32 (a BF16 tensor at
+    // an odd element offset goes through FP32 scratch and one conversion).
+    const bool direct = o.dtype == DType::F32 || (reinterpret_cast<uintptr_t>(o.data) & 3u) == 0;
+    if (o.dtype == DType::BF16 && direct)
       p.o_bf16 = o.bf16();
     else
-      p.o = o.f32();  // written as given
+      p.o = f32_out(o, out_, s_);
     p.lse = lse.f32();
     flash::run_forward(p, s_);
+    if (!direct) f32_out_finish(o, out_, s_);
   }
 
   void backward_impl(const AttnState& st, const SavedAttention& saved, const Tensor& d_o, const Tensor& dq,
@@ -114,7 +118,7 @@ class FlashAttention final : public AttentionBase {
   }
 
   DeviceBuffer<uint8_t> do_t_;
-  DeviceBuffer<float> dq_acc_, dk_acc_, dv_acc_, row_factor_, delta_;
+  DeviceBuffer<float> dq_acc_, dk_acc_, dv_acc_, row_factor_, delta_, out_;
   DeviceBuffer<double> residual_rows_, res_sums_;
   DeviceBuffer<float> ds_row_sum_;  // the dQ row-sum projection's r̂
 };
@@ -123,6 +127,9 @@ class FlashAttention final : public AttentionBase {
 
 std::unique_ptr<Attention> make_flash_attention(const AttentionShape& shape, const AttentionConfig& cfg,
                                                 CudaBackend& backend) {
+  // The flash kernels' own limits first: their message names the supported sizes.
+  flash::check_forward_supported(shape.head_dim, cfg.block_k);
+  flash::check_backward_supported(shape.head_dim, cfg.block_q, cfg.block_k);
   return std::make_unique<FlashAttention>(shape, cfg, backend);
 }
 

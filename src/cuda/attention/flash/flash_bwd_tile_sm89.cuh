@@ -204,7 +204,7 @@ struct Rows {
       delta[r] = 0.0f;
     }
   }
-  /// Reads D_i (delta_launch's output) of the rows that see keys.
+  /// Reads D_i (run_delta's output) of the rows that see keys.
   __device__ __forceinline__ void load_delta(const BackwardParams& p, int64_t bh) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) delta[r] = vis[r] > 0 ? p.delta[bh * p.Tq + row[r]] : 0.0f;

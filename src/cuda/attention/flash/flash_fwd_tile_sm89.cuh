@@ -222,9 +222,9 @@ struct ForwardRows {
 #pragma unroll
       for (int dn = 0; dn < kD / 8; ++dn) {
         const float x0 = bf16_round(oacc[dn][2 * r] * inv), x1 = bf16_round(oacc[dn][2 * r + 1] * inv);
-        if (p.o_bf16)  // the BF16 bits of values already rounded to BF16: exact
+        if (p.o_bf16)  // values already BF16: the same bits (a NaN stays a quiet NaN: fp8.h's rule)
           *reinterpret_cast<uint32_t*>(p.o_bf16 + at + 8 * dn) =
-              (__float_as_uint(x0) >> 16) | (__float_as_uint(x1) & 0xFFFF0000u);
+              uint32_t(bf16_from_float(x0)) | uint32_t(bf16_from_float(x1)) << 16;
         else
           *reinterpret_cast<float2*>(p.o + at + 8 * dn) = make_float2(x0, x1);
       }

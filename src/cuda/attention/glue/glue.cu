@@ -2,8 +2,8 @@
 //
 // The rules are the CPU twin's (src/cpu/attention_quant.cpp, octet/fp8.h): per-tensor current
 // scaling s = scale_from_amax(amax, format), codes fp8_encode(v·s, saturate) (here the hardware
-// cast of fp8_device.cuh, the same codes), BF16 by bf16_round. Access plan (docs/cuda.md
-// §"Attention operand glue"):
+// cast of fp8_device.cuh, the same codes), BF16 by bf16_round. Access plan (docs/attention.md
+// §"Operand glue"):
 //   amax    grid-stride over 8-element chunks (16-byte BF16 / 2x16-byte F32 loads), one atomicMax
 //           per block (the row-factor form; without it attention.cpp calls tensor_amax_launch);
 //   pack    one CTA per 64 t x 64 d tile of one head: each thread loads 8 consecutive d of one t,

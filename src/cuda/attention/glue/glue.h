@@ -6,8 +6,8 @@
 // Inputs are read as they are given (F32 or BF16 activations, octet/tensor.h) with 16-byte loads:
 // no FP32 widening copy. The results are bitwise those of the CPU twin's rules (octet/fp8.h
 // scale_from_amax, fp8_encode with saturation, bf16_round; src/cpu/attention_quant.cpp), checked
-// by tests/cuda/attention/glue/glue_test.cpp. Access plan and expected times: docs/cuda.md
-// §"Attention operand glue".
+// by tests/cuda/attention/glue/glue_test.cpp. Access plan and expected times: docs/attention.md
+// §"Operand glue".
 //
 // Layouts (T_p: the sequence length T rounded up to 16; pad rows hold zeros):
 //   input x            [B, heads, T, D]   F32 or BF16, D a multiple of 16

@@ -1,8 +1,8 @@
-// flash_backward_codes.h — random FP8 operand codes (scales 1) in the layouts the fused attention
+// flash_backward_codes.h — random FP8 operand codes (scales 1) in the layouts the flash attention
 // backward reads (src/cuda/attention/flash/flash.h BackwardParams: rows, per-head transposes, group
-// transposes), a fused forward over them for (m, l), and the BackwardParams naming every buffer:
+// transposes), a flash forward over them for (m, l), and the BackwardParams naming every buffer:
 // the setup of the tests that call the kernels directly (flash_backward_test.cpp,
-// flash_backward_wgmma_test.cpp), and their two small helpers (rel_l2, fused_config).
+// flash_backward_sm90_test.cpp), and their two small helpers (rel_l2, fused_config).
 #pragma once
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// flash_backward_wgmma_test.cpp — the wgmma (Hopper) flavor of the flash FP8 attention backward
+// flash_backward_sm90_test.cpp — the wgmma (Hopper) flavor of the flash FP8 attention backward
 // (src/cuda/attention/flash/flash_bwd_sm90.cu; chosen by OCTET_FLASH_BACKWARD=wgmma or
 // BackwardParams::bwd_kernel) against the CPU flash twin, the FP64 oracle and the mma.sync flavor.
 // Skipped without an sm_90 device. Every test runs at head_dim 64 and 128 (parameter D; the
