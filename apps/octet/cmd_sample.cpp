@@ -75,6 +75,7 @@ OCTET_COMMAND("sample", [](CLI::App& app) {
   cmd->add_flag("--json", a->json,
                 "one JSON object instead of the stream: prompt_ids, ids (the new tokens), text (their decoding), "
                 "precision, and last_logits: the raw logits at the prompt's last position (which score the first "
-                "new token), before temperature, top-k, top-p and softmax; vocab_size floats");
+                "new token), before temperature, top-k, top-p and softmax; vocab_size floats, computed in "
+                "--precision");
   cmd->callback([a] { run_sample(*a); });
 });

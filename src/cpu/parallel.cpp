@@ -30,6 +30,7 @@ int threads_from_environment() {
     const long n = std::strtol(s.c_str(), &end, 10);
     OCTET_CHECK(!s.empty() && end && *end == '\0' && n >= 1 && n <= 4096,
                 "environment variable OCTET_NUM_THREADS=" + s + " is not a whole number in [1, 4096]");
+    openblas_set_num_threads(int(n));  // one setting for both; unset, OpenBLAS keeps its own default
     return int(n);
   }
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -53,7 +54,6 @@ int cpu_threads() {
 void set_cpu_threads(int n) {
   OCTET_CHECK(n >= 1, "CPU threads must be >= 1, got " + std::to_string(n));
   g_threads = n;
-  openblas_set_num_threads(n);
 }
 
 void parallel_for(int64_t n, const std::function<void(int64_t)>& body) {

@@ -8,13 +8,13 @@
 
 namespace octet::cpu {
 
-/// Threads of the CPU ops and of OpenBLAS: the environment variable OCTET_NUM_THREADS if set (a
-/// whole number >= 1), else the cores of this machine (std::thread::hardware_concurrency) divided
-/// by the MPI ranks on this host (OMPI_COMM_WORLD_LOCAL_SIZE), at least 1. Read once; the first
-/// call also sets OpenBLAS's thread count to it. Throws octet::Error for an invalid
-/// OCTET_NUM_THREADS.
+/// Threads of the CPU ops: the environment variable OCTET_NUM_THREADS if set (a whole number >= 1;
+/// it then sets OpenBLAS's thread count too), else the cores of this machine
+/// (std::thread::hardware_concurrency) divided by the MPI ranks on this host
+/// (OMPI_COMM_WORLD_LOCAL_SIZE), at least 1, with OpenBLAS left at its own default (all cores, or
+/// OPENBLAS_NUM_THREADS). Read once. Throws octet::Error for an invalid OCTET_NUM_THREADS.
 int cpu_threads();
-/// Sets the count cpu_threads() returns from now on (and OpenBLAS's), n >= 1: tests compare thread
+/// Sets the count cpu_threads() returns from now on (not OpenBLAS's), n >= 1: tests compare thread
 /// counts in one process. Not to be called while a parallel_for runs.
 void set_cpu_threads(int n);
 
