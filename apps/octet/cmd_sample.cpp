@@ -36,8 +36,11 @@ void run_sample(SampleArgs& a) {
     const size_t V = size_t(r.cfg.model.vocab_size);
     const std::vector<float> last(logits.end() - std::ptrdiff_t(V), logits.end());
     const std::vector<int32_t> out = generate(gen, prompt, a.opt);
-    nlohmann::json j = {{"prompt_ids", prompt}, {"ids", out}, {"text", tok->decode(out)},
-                        {"precision", prec}, {"last_logits", last}};
+    nlohmann::json j = {{"prompt_ids", prompt},
+                        {"ids", out},
+                        {"text", tok->decode(out)},
+                        {"precision", prec},
+                        {"last_logits", last}};
     // Invalid UTF-8 (a byte token cut from its character) becomes U+FFFD in the JSON text.
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return;
@@ -64,18 +67,21 @@ OCTET_COMMAND("sample", [](CLI::App& app) {
   cmd->add_option("--run", a->run, "run directory (octet train --out)")->required();
   cmd->add_option("--checkpoint", a->checkpoint, "weights file (default: the run's checkpoint or model)");
   cmd->add_option("--prompt", a->prompt, "the text to continue")->required();
-  cmd->add_option("--max-new-tokens", a->opt.max_new_tokens, "tokens to generate (stops early at the context)")
+  cmd->add_option("--max-new-tokens", a->opt.max_new_tokens,
+                  "tokens to generate (stops early at the context)")
       ->capture_default_str();
   cmd->add_option("--temperature", a->opt.temperature, "0: greedy (deterministic)")->capture_default_str();
   cmd->add_option("--top-k", a->opt.top_k, "keep the k most likely tokens (0: all)")->capture_default_str();
-  cmd->add_option("--top-p", a->opt.top_p, "nucleus: smallest set with this probability")->capture_default_str();
+  cmd->add_option("--top-p", a->opt.top_p, "nucleus: smallest set with this probability")
+      ->capture_default_str();
   octet::cli::add_seed_option(cmd, "--seed", a->opt.seed, "random seed")->capture_default_str();
   cmd->add_option("--precision", a->precision, "fp32 (cpu) | bf16 (default: fp32 on cpu, bf16 on cuda)");
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N (default: the run's)");
-  cmd->add_flag("--json", a->json,
-                "one JSON object instead of the stream: prompt_ids, ids (the new tokens), text (their decoding), "
-                "precision, and last_logits: the raw logits at the prompt's last position (which score the first "
-                "new token), before temperature, top-k, top-p and softmax; vocab_size floats, computed in "
-                "--precision");
+  cmd->add_flag(
+      "--json", a->json,
+      "one JSON object instead of the stream: prompt_ids, ids (the new tokens), text (their decoding), "
+      "precision, and last_logits: the raw logits at the prompt's last position (which score the first "
+      "new token), before temperature, top-k, top-p and softmax; vocab_size floats, computed in "
+      "--precision");
   cmd->callback([a] { run_sample(*a); });
 });
