@@ -12,6 +12,8 @@ import subprocess
 import sys
 
 SECTION = re.compile(r'(docs/[a-z0-9_-]+\.md|README\.md|CHANGELOG\.md)\s*§\s*(?:"([^"]+)"|([A-Za-z][\w-]*))')
+# a Markdown link to a docs file (relative to the linking file) followed by a section mark
+LINKED = re.compile(r'\]\(([^)\s]+\.md)\)\s*§\s*(?:"([^"]+)"|([A-Za-z][\w-]*))')
 PATH = re.compile(r'(?<![\w/.-])((?:src|include|tests|tools|bench|docs|configs|python|apps)/[\w./*{},-]+)')
 COMMENT = re.compile(r"^\s*(///|//|#|\*)\s?")
 TEXT_SUFFIXES = {".cpp", ".h", ".cu", ".cuh", ".py", ".sh", ".md", ".toml", ".txt"}
@@ -25,11 +27,22 @@ def headings(md: pathlib.Path):
     return out
 
 
+def expand_braces(ref: str):
+    m = re.search(r"\{([^{}]*)\}", ref)
+    if not m:
+        return [ref]
+    return [x for alt in m.group(1).split(",") for x in expand_braces(ref[:m.start()] + alt + ref[m.end():])]
+
+
 def path_exists(root: pathlib.Path, ref: str) -> bool:
     ref = ref.rstrip(".,;:)")
-    if any(ch in ref for ch in "*{}"):  # a glob or brace set: its folder must exist
-        ref = re.split(r"[*{]", ref)[0].rsplit("/", 1)[0]
-    return (root / ref).exists() or (root / "src" / ref).exists()  # src/ is an include root
+    for one in expand_braces(ref):  # a brace set: every member must exist
+        if "*" in one:  # a glob: something must match it
+            if not list(root.glob(one)) and not list((root / "src").glob(one)):
+                return False
+        elif not ((root / one).exists() or (root / "src" / one).exists()):  # src/ is an include root
+            return False
+    return True
 
 
 def main() -> int:
@@ -59,6 +72,13 @@ def main() -> int:
                     continue
                 hs = cache.setdefault(doc, headings(target))
                 if not any(h.startswith(title.replace("`", "")) for h in hs):
+                    bad.append(f"{name}:{n}: {doc} has no section '{title}'")
+            for m in LINKED.finditer(line):
+                doc, title = m.group(1), (m.group(2) or m.group(3))
+                target = (p.parent / doc).resolve()
+                if not target.exists():
+                    bad.append(f"{name}:{n}: {doc} does not exist")
+                elif not any(h.startswith(title.replace("`", "")) for h in headings(target)):
                     bad.append(f"{name}:{n}: {doc} has no section '{title}'")
             for m in PATH.finditer(line):
                 if not path_exists(root, m.group(1)):

@@ -21,6 +21,7 @@
 #include <limits>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -247,6 +248,10 @@ void run_peer_script(const std::string& what, const std::string& python, const s
 // The PyTorch SDPA peer once per (B, H, D, causal) of the cases it can take (H = G, Tq = Tk), with
 // that group's sequence lengths.
 void run_peer(const AttnArgs& a, const std::vector<octet::AttentionCase>& cases) {
+  std::string peer = a.peer;  // relative: the working directory's, else octet's home's
+  if (!peer.empty() && peer[0] != '/' && !std::filesystem::exists(peer) &&
+      std::filesystem::exists(octet::octet_home() + "/" + peer))
+    peer = octet::octet_home() + "/" + peer;
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, std::string> groups;
   for (const octet::AttentionCase& c : cases) {
     const octet::AttentionShape& s = c.shape;
@@ -256,7 +261,7 @@ void run_peer(const AttnArgs& a, const std::vector<octet::AttentionCase>& cases)
   }
   for (const auto& [key, seqs] : groups) {
     const auto& [B, H, D, causal] = key;
-    run_peer_script("attention", a.python, a.peer,
+    run_peer_script("attention", a.python, peer,
                     "--batch " + std::to_string(B) + " --heads " + std::to_string(H) + " --head-dim " +
                         std::to_string(D) + " --seq " + seqs + " --causal " + (causal ? "1" : "0") +
                         " --reps " + std::to_string(a.reps) + " --warmup " + std::to_string(a.warmup) +
@@ -274,7 +279,7 @@ void run_attention(const AttnArgs& a) {
   o.input_dtype = octet::parse_dtype(a.input_dtype);
   const nlohmann::json env = env_json();
   if (!a.json)
-    std::printf("%-29s %-4s %-26s %8s %8s %7s %7s %7s %7s %8s %8s %8s %8s  %s\n", "impl", "in", "case",
+    std::printf("%-29s %-4s %-29s %8s %8s %7s %7s %7s %7s %8s %8s %8s %8s  %s\n", "impl", "in", "case",
                 "fwd ms", "bwd ms", "fwd/bf", "bwd/bf", "fwd/f8", "bwd/f8", "err O", "err dQ", "bound O",
                 "bound dQ", "kernels");
   auto num = [](double x) { return std::isnan(x) ? nlohmann::json() : nlohmann::json(x); };
@@ -314,7 +319,7 @@ void run_attention(const AttnArgs& a) {
     if (!r.input_dtype.empty()) j["input_dtype"] = r.input_dtype;  // octet's rows
     char line[256];
     std::snprintf(line, sizeof(line),
-                  "%-29s %-4s %-26s %8.3f %8.3f %7.2f %7.2f %7.2f %7.2f %8.1e %8.1e %8.1e %8.1e  %s/%s",
+                  "%-29s %-4s %-29s %8.3f %8.3f %7.2f %7.2f %7.2f %7.2f %8.1e %8.1e %8.1e %8.1e  %s/%s",
                   r.impl.c_str(), r.input_dtype.empty() ? "-" : r.input_dtype.c_str(), r.case_name.c_str(),
                   r.fwd_ms, r.bwd_ms, r.fwd_vs_cudnn_bf16, r.bwd_vs_cudnn_bf16, r.fwd_vs_cudnn_fp8,
                   r.bwd_vs_cudnn_fp8, r.err_o, r.err_dq, r.err_bound_o, r.err_bound_dq,
@@ -528,19 +533,24 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
       ->each([](const std::string&) { t.cases_given = true; });
   attn->add_option("--batch", t.batch, "a custom shape instead of --cases: batch B")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->capture_default_str()
       ->each([](const std::string&) { t.custom = true; });
   attn->add_option("--heads", t.heads, "custom shape: query heads H")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))
+      ->capture_default_str()
       ->each([](const std::string&) { t.custom = true; });
   attn->add_option("--kv-heads", t.kv_heads, "custom shape: KV heads G (default H)")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))
       ->each([](const std::string&) { t.custom = true; });
   attn->add_option("--head-dim", t.head_dim, "custom shape: head dim D (the flash and cuDNN rows: 64 or 128)")
+      ->capture_default_str()
       ->each([](const std::string&) { t.custom = true; });
   attn->add_option("--seq", t.seqs, "custom shape: sequence lengths")
       ->delimiter(',')
+      ->capture_default_str()
       ->each([](const std::string&) { t.custom = true; });
   attn->add_option("--causal", t.causal, "custom shape: causal mask (true/false)")
+      ->capture_default_str()
       ->each([](const std::string&) { t.custom = true; });
   attn->add_option("--reps", t.reps, "timed repetitions (median reported)")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))
@@ -552,8 +562,11 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
                    "dtype of q, k, v, o, dO and the gradients for octet's rows (bf16: as the trainer)")
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
-  attn->add_option("--peer", t.peer, "PyTorch SDPA peer script run after octet's rows ('' skips)");
-  attn->add_option("--python", t.python, "interpreter for the peer script");
+  attn->add_option("--peer", t.peer,
+                   "PyTorch SDPA peer script run after octet's rows ('' skips); a relative path is "
+                   "looked up in the working directory, then in octet's home")
+      ->capture_default_str();
+  attn->add_option("--python", t.python, "interpreter for the peer script")->capture_default_str();
   attn->callback([] { run_attention(t); });
 
   static TrainArgs tr;

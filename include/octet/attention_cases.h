@@ -29,9 +29,9 @@ std::vector<AttentionCase> attention_cases(AttentionCaseSet set);
 /// "b<B>-h<H>[g<G>]-d<D>-s<S>[x<Tk>][-causal]": g only when G ≠ H, x only when Tk ≠ Tq.
 std::string attention_case_name(const AttentionShape& shape);
 
-/// The cases `spec` names: "bench" or "check" (a whole set), or case names of either set,
-/// comma-separated (spaces around a name are ignored). Throws octet::Error for an empty spec or an
-/// unknown name, listing the known ones.
+/// The cases `spec` names, comma-separated (spaces around a name are ignored): "bench" or "check"
+/// (a whole set) and case names of either set, in the order given. Throws octet::Error for an empty spec or
+/// an unknown name, listing the known ones.
 std::vector<AttentionCase> select_attention_cases(const std::string& spec);
 
 }  // namespace octet

@@ -50,8 +50,6 @@ std::vector<AttentionCase> attention_cases(AttentionCaseSet set) {
 }
 
 std::vector<AttentionCase> select_attention_cases(const std::string& spec) {
-  if (spec == "bench") return attention_cases(AttentionCaseSet::Bench);
-  if (spec == "check") return attention_cases(AttentionCaseSet::Check);
   std::vector<AttentionCase> all = attention_cases(AttentionCaseSet::Bench);
   for (AttentionCase& c : attention_cases(AttentionCaseSet::Check)) all.push_back(std::move(c));
   std::vector<AttentionCase> out;
@@ -60,6 +58,12 @@ std::vector<AttentionCase> select_attention_cases(const std::string& spec) {
     const size_t b = name.find_first_not_of(" \t"), e = name.find_last_not_of(" \t");
     name = b == std::string::npos ? "" : name.substr(b, e - b + 1);
     if (name.empty()) continue;
+    if (name == "bench" || name == "check") {  // a whole set
+      for (AttentionCase& c :
+           attention_cases(name == "bench" ? AttentionCaseSet::Bench : AttentionCaseSet::Check))
+        out.push_back(std::move(c));
+      continue;
+    }
     const auto it =
         std::find_if(all.begin(), all.end(), [&](const AttentionCase& c) { return c.name == name; });
     if (it == all.end()) {

@@ -68,6 +68,9 @@ TEST(AttentionCases, SelectByNameAndRefuseUnknown) {
     EXPECT_NE(m.find("b2-h4g2-d64-s17-causal"), std::string::npos) << m;    // and the check set
   }
   EXPECT_THROW(select_attention_cases(" , "), Error);
+  const auto mixed = select_attention_cases("check, b4-h16-d128-s1024");  // a set and a name
+  EXPECT_EQ(mixed.size(), attention_cases(AttentionCaseSet::Check).size() + 1);
+  EXPECT_EQ(mixed.back().name, "b4-h16-d128-s1024");
 }
 
 }  // namespace

@@ -142,7 +142,7 @@ TEST(DataParallel, Fp8ArmsWithinTheirOwnDistanceFromFp32) {
   }
 }
 
-// Issue 13's data order: N ranks x batch B read the global order of 1 rank x batch N·B (the
+// The data order of data parallel: N ranks x batch B read the global order of 1 rank x batch N·B (the
 // windows of each global batch split in rank order), batch after batch. No MPI needed.
 TEST(DataParallel, RanksReadTheGlobalBatchOrderOfOneProcess) {
   Fixture f(Arm::FP32);

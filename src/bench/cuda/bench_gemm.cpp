@@ -22,8 +22,10 @@ namespace octet::cuda {
 
 BenchEnv bench_env() {
   BenchEnv e;
+  checked_cuda_device(0);  // one clear line where there is no GPU or driver
   int dev = 0;
   OCTET_CUDA_CHECK(cudaGetDevice(&dev));
+
   cudaDeviceProp p{};
   OCTET_CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
   e.gpu = p.name;

@@ -26,8 +26,7 @@ DeviceGuard::~DeviceGuard() {
   if (changed_) (void)cudaSetDevice(prev_);
 }
 
-namespace {
-int checked_device(int device) {
+int checked_cuda_device(int device) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   // cudaErrorInsufficientDriver is also what a machine without any NVIDIA driver reports.
@@ -48,9 +47,8 @@ int checked_device(int device) {
                                    ") is older than sm_90");
   return device;
 }
-}  // namespace
 
-CudaBackend::CudaBackend(const CudaOptions& options) : device_(checked_device(options.device)) {
+CudaBackend::CudaBackend(const CudaOptions& options) : device_(checked_cuda_device(options.device)) {
   DeviceGuard g(device_);
   if (options.stream) {
     stream_ = static_cast<cudaStream_t>(options.stream);

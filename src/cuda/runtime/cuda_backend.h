@@ -51,6 +51,11 @@ struct MemoryStats {
   uint64_t device_used = 0, device_total = 0;
 };
 
+/// `device` if it is a usable CUDA device; otherwise octet::Error naming what is missing (no GPU,
+/// no driver, a device index beyond the count). Every entry point that touches the GPU checks it
+/// first (CudaBackend's constructor, the benchmarks).
+int checked_cuda_device(int device);
+
 class CudaBackend final : public Backend {
  public:
   /// Throws octet::Error if the device does not exist or is older than sm_90.

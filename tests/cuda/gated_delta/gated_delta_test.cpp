@@ -1,5 +1,6 @@
-// gated_delta_test.cpp — the Gated DeltaNet mixer on the CUDA backend (src/cuda/gated_delta/.{cu,cuh},
-// gated_delta_op.cpp; arXiv 2412.06464, include/octet/recurrent.h) against its references:
+// gated_delta_test.cpp — the Gated DeltaNet mixer on the CUDA backend
+// (src/cuda/gated_delta/gated_delta_{forward,backward}.cu, gated_delta_chunk.cuh, gated_delta_op.cpp; arXiv
+// 2412.06464, include/octet/recurrent.h) against its references:
 //   * the FP64 naive sequential recurrence (gated_delta_naive_forward/backward) and the CPU backend's
 //     chunked FP32 form, for o and all five gradients — dq, dk, dv, and dg, dβ through the model's
 //     gates (dgates[.., h] = dg·dg/da, dgates[.., H + h] = dβ·dβ/db) — on T ∈ {1, 17, 64, 65, 200,
