@@ -229,19 +229,21 @@ TEST(Schedule, WarmupThenCosineToTheFloor) {
 TEST(Config, AttnFormFlashAndItsFormerName) {
   test::TempDir dir("config-form");
   for (const char* v : {"flash", "tiled"}) {
-    test::write_file(dir / "c.toml",
-                     std::string("device = \"cpu\"\n[precision]\nattn_form = \"") + v + "\"\n");
+    test::write_file(dir / "c.toml", std::string("device = \"cpu\"\n[precision]\nattn_form = \"") + v +
+                                         "\"\n[data]\ntokenizer = \"byte\"\n");
     const RunConfig c = load_config(dir / "c.toml", {});
     EXPECT_EQ(c.precision.attn_form, AttnForm::Flash) << v;
     EXPECT_EQ(c.attn_form, "flash") << v;
     EXPECT_NE(to_toml(c).find("attn_form = \"flash\""), std::string::npos) << v;
-    EXPECT_EQ(value_of(load_config("", {std::string("precision.attn_form=") + v}), "precision.attn_form"),
+    EXPECT_EQ(value_of(load_config("", {"data.tokenizer=byte", std::string("precision.attn_form=") + v}),
+                       "precision.attn_form"),
               "flash");
   }
-  EXPECT_NE(
-      error_of([] { load_config("", {"precision.attn_form=fused"}); }).find("expected auto, whole or flash"),
-      std::string::npos);
-  const RunConfig flash = load_config("", {"precision.attn_form=flash"});
+  EXPECT_NE(error_of([] {
+              load_config("", {"data.tokenizer=byte", "precision.attn_form=fused"});
+            }).find("expected auto, whole or flash"),
+            std::string::npos);
+  const RunConfig flash = load_config("", {"data.tokenizer=byte", "precision.attn_form=flash"});
   std::map<std::string, std::string> recorded = meaning_values(flash);
   recorded["precision.attn_form"] = "tiled";
   EXPECT_NO_THROW(check_recorded_meaning(recorded, flash, "run"));
