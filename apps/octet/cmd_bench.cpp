@@ -252,6 +252,12 @@ void run_peer(const AttnArgs& a, const std::vector<octet::AttentionCase>& cases)
   if (!peer.empty() && peer[0] != '/' && !std::filesystem::exists(peer) &&
       std::filesystem::exists(octet::octet_home() + "/" + peer))
     peer = octet::octet_home() + "/" + peer;
+  if (!peer.empty() && !std::filesystem::exists(peer)) {  // one note, not one per group
+    std::fprintf(stderr,
+                 "octet bench attention: peer script %s not found (here or in octet's home), skipped\n",
+                 peer.c_str());
+    return;
+  }
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, std::string> groups;
   for (const octet::AttentionCase& c : cases) {
     const octet::AttentionShape& s = c.shape;
