@@ -174,6 +174,12 @@ ResumePlan plan_resume(const std::string& dir, const std::vector<std::string>& o
               "cannot resume " + dir + ": no checkpoint.safetensors there");
   ResumePlan plan;
   plan.config = load_config(conf, overrides);
+  // "auto" on a resume keeps what the run resolved it to (its config.toml holds the resolution):
+  // the choice is the run's, not the new device's.
+  const RunConfig saved = load_config(conf);
+  if (plan.config.attn_form == "auto") set_config_value(plan.config, "precision.attn_form", saved.attn_form);
+  if (plan.config.activations == "auto")
+    set_config_value(plan.config, "precision.activations", saved.activations);
   plan.state = read_checkpoint_state(dir);
   plan.changes = check_resume(dir, plan.config, plan.state);
   return plan;

@@ -117,3 +117,15 @@ TEST(ResumeEditedConfig, ACheckpointRecordingNoMeaningKeysStillResumes) {
 }
 
 }  // namespace
+
+// --set precision.attn_form=auto (or activations=auto) on a resume keeps the run's own resolution
+// (config.toml records it): no change is reported and nothing is refused.
+TEST(ResumeEditedConfig, AutoOnAResumeKeepsTheRunsResolution) {
+  FinishedRun r;
+  const ResumePlan plan =
+      plan_resume(r.run, {"precision.attn_form=auto", "precision.activations=auto", "train.steps=4"});
+  EXPECT_NE(plan.config.attn_form, "auto");
+  EXPECT_NE(plan.config.activations, "auto");
+  ASSERT_EQ(plan.changes.size(), 1u);
+  EXPECT_EQ(plan.changes[0].key, "train.steps");
+}
