@@ -63,6 +63,33 @@ std::string unknown_command_message(const std::string& typed, const std::vector<
   return "unknown command '" + typed + "' (commands: " + all + "; see octet --help)";
 }
 
+// For a command whose own subcommand is required (`octet bench gemm`): the message for its first
+// positional argument when that names none of them ("unknown command 'bench attenton' (did you mean
+// 'bench attention'?)"), else empty.
+std::string nested_unknown(CLI::App& app, const std::vector<char*>& args) {
+  CLI::App* cmd = nullptr;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string a = args[i];
+    if (a.empty() || a[0] == '-') {
+      if (cmd) return {};  // an option before the subcommand: CLI11's own message
+      continue;
+    }
+    if (!cmd) {
+      for (CLI::App* c : app.get_subcommands({}))
+        if (c->get_name() == a) cmd = c;
+      if (!cmd || cmd->get_require_subcommand_min() == 0) return {};
+      continue;
+    }
+    std::vector<std::string> names;  // "bench gemm", ...: the suggestion names the whole command
+    for (const CLI::App* sub : cmd->get_subcommands({})) {
+      if (sub->get_name() == a) return {};
+      names.push_back(cmd->get_name() + " " + sub->get_name());
+    }
+    return unknown_command_message(cmd->get_name() + " " + a, names);
+  }
+  return {};
+}
+
 // One line on stderr: "octet: error: ..." for bad input (exit 2), "octet: failed: ..." for a run
 // that failed (exit 1); the source location only with --verbose.
 constexpr int kBadInput = 2, kRunFailed = 1;
@@ -115,6 +142,8 @@ int main(int argc, char** argv) {
   try {
     if (const std::string typed = unknown_command(args, names); !typed.empty())
       return report(kBadInput, unknown_command_message(typed, names), "", verbose);
+    if (const std::string sub = nested_unknown(app, args); !sub.empty())
+      return report(kBadInput, sub, "", verbose);
     app.parse(int(args.size()), args.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

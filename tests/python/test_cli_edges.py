@@ -34,6 +34,12 @@ def test_misspelled_command_suggests_the_closest(typed, meant):
     assert f"unknown command '{typed}'" in line and f"did you mean '{meant}'" in line, line
 
 
+@pytest.mark.parametrize("typed,meant", [("attenton", "attention"), ("trian", "train")])
+def test_misspelled_bench_subcommand_suggests_the_closest(typed, meant):
+    line = one_line_error(octet("bench", typed))
+    assert f"unknown command 'bench {typed}'" in line and f"did you mean 'bench {meant}'" in line, line
+
+
 def test_unrelated_command_lists_the_commands():
     line = one_line_error(octet("frobnicate"))
     assert "did you mean" not in line
