@@ -3,13 +3,13 @@
 // doubling and divisible over the ranks, the bus bandwidth nccl-tests' factor times the algorithm
 // bandwidth, the same time on every rank (the slowest's); and the CLI with --nproc 2 end to end.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "job.h"
+#include "shell_run.h"
 #include "octet/bench.h"
 #include "octet/error.h"
 
@@ -50,17 +50,11 @@ TEST(BenchComm, RowsFollowNcclTestsDefinitions) {
 
 TEST(BenchComm, CliWithTwoRanksPrintsJsonLinesOnce) {
   if (comm().size() > 1 || std::getenv("OCTET_TEST_FAILURE_CHILD")) GTEST_SKIP() << "one process";
-  const std::string cmd =
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 " +
-      std::string(OCTET_BINARY_DIR) +
-      "/octet bench comm --device cpu --nproc 2 --min-mb 0.25 --max-mb 0.5 --reps 1 --json 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t k;
-  while ((k = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, k);
-  const int st = ::pclose(p);
-  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+  const test::ShellRun r =
+      test::run_shell("timeout 300 " + std::string(OCTET_BINARY_DIR) +
+                      "/octet bench comm --device cpu --nproc 2 --min-mb 0.25 --max-mb 0.5 --reps 1 --json");
+  const std::string& out = r.out;
+  ASSERT_EQ(r.status, 0) << out;
   size_t lines = 0;
   for (size_t pos = 0; (pos = out.find("\"bench\":\"comm\"", pos)) != std::string::npos; ++pos) ++lines;
   EXPECT_EQ(lines, 6u) << "3 ops x 2 sizes, printed by rank 0 only:\n" << out;

@@ -3,7 +3,6 @@
 // MPI_Abort — for an invalid value, a batch that does not split over the ranks and an evaluation
 // larger than the validation split (the last two were found inside the ranks' collectives before).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -11,29 +10,18 @@
 #include <string>
 
 #include "job.h"
+#include "shell_run.h"
 #include "train/train_test_util.h"
 
 using namespace octet;
 
 namespace {
 
-struct JobRun {
-  int status = -1;
-  std::string out;  // stdout and stderr of mpirun and every rank
-};
+using JobRun = test::ShellRun;
 
 JobRun mpirun(int np, const std::string& args) {
-  const std::string cmd =
-      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 mpirun --oversubscribe -np " +
-      std::to_string(np) + " " + std::string(OCTET_BINARY_DIR) + "/octet " + args + " 2>&1";
-  JobRun r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t k;
-  while ((k = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, k);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return test::run_shell("timeout 120 mpirun --oversubscribe -np " + std::to_string(np) + " " +
+                         std::string(OCTET_BINARY_DIR) + "/octet " + args);
 }
 
 size_t count(const std::string& s, const std::string& what) {

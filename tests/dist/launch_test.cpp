@@ -2,7 +2,6 @@
 // config: train.batch_size is the global batch), only rank 0 logs and writes; a rank-local error
 // ends the job non-zero; an invalid --nproc is refused before anything starts.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -10,28 +9,17 @@
 #include <string>
 
 #include "job.h"
+#include "shell_run.h"
 #include "train/train_test_util.h"
 
 using namespace octet;
 
 namespace {
 
-struct CliRun {
-  int status = -1;
-  std::string out;
-};
+using CliRun = test::ShellRun;
 
 CliRun run(const std::string& args) {
-  const std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 " +
-                          std::string(OCTET_BINARY_DIR) + "/octet " + args + " 2>&1";
-  CliRun r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t k;
-  while ((k = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, k);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return test::run_shell("timeout 300 " + std::string(OCTET_BINARY_DIR) + "/octet " + args);
 }
 
 struct Fixture {

@@ -14,14 +14,7 @@ using namespace octet;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 std::string value_of(const RunConfig& c, const std::string& key) {
   for (const ConfigRow& r : config_rows(c))

@@ -18,21 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::map<std::string, std::string> snapshot(const std::string& dir) {
-  std::map<std::string, std::string> m;
-  for (const auto& e : fs::directory_iterator(dir))
-    m[e.path().filename().string()] = e.is_regular_file() ? test::read_file(e.path().string()) : "<dir>";
-  return m;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
+using test::snapshot;
 
 // config.toml with the line `name = ...` (one TOML table's key) set to `name = value`.
 void edit_config(const std::string& run, const std::string& name, const std::string& value) {

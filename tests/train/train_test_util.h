@@ -6,9 +6,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 
+#include "octet/error.h"
 #include "octet/train.h"
 
 namespace octet::test {
@@ -84,6 +87,25 @@ inline RunConfig tiny_run(const std::string& corpus, const std::string& cache) {
   c.data.tokenizer = "byte";
   c.data.cache_dir = cache;
   return c;
+}
+
+/// The message of the octet::Error that f throws ("" if it throws none).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+/// The files of a run directory, by name, with their bytes ("<dir>" for a folder): equal before
+/// and after a refused command means nothing was written.
+inline std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    m[e.path().filename().string()] = e.is_regular_file() ? read_file(e.path().string()) : "<dir>";
+  return m;
 }
 
 }  // namespace octet::test

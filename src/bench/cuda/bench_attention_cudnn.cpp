@@ -112,11 +112,9 @@ std::vector<AttnBenchRow> bench_cudnn_sdpa(CudaBackend& backend, EventTimer& tim
       a.x = src[i]->data, a.x_dtype = src[i]->dtype;
       a.B = s.batch, a.heads = q_like ? s.n_heads : s.n_kv_heads, a.T = q_like ? s.seq_q : s.seq_k;
       a.T_p = a.T, a.D = s.head_dim, a.format = Format::E4M3, a.fp8 = true;
-      auto* ab = reinterpret_cast<unsigned*>(bits.tensor().data);
-      pack_amax_launch(a.x, a.x_dtype, a.B * a.heads * a.T * a.D, ab, st);
-      a.amax_bits = ab, a.scale_inv = at(i), a.row_kind = PackKind::Fp8Code;
+      a.scale_inv = at(i), a.row_kind = PackKind::Fp8Code;
       a.row = t[tdst[i]].tensor().data;
-      pack_launch(a, st);
+      pack_quantized_launch(a, reinterpret_cast<unsigned*>(bits.tensor().data), st);
     }
     // Scales (4..): s, o, dq, dk, dv, dp; descales (10..): s, o, dp. Calibrate from unit scales.
     float* am = amax.tensor().f32();

@@ -19,11 +19,10 @@ void pack_codes(const Tensor& x, int64_t B, int64_t heads, int64_t T, int64_t D,
   a.x = x.data, a.x_dtype = x.dtype, a.row_factor = row_factor;
   a.B = B, a.heads = heads, a.T = T, a.T_p = round_up(T, 16), a.D = D, a.rep = rep;
   a.format = f, a.fp8 = true;
-  pack_amax_launch(x.data, x.dtype, B * heads * T * D, amax, s, row_factor, D);
-  a.amax_bits = amax, a.scale_inv = scale_inv;
+  a.scale_inv = scale_inv;
   a.row_kind = row ? PackKind::Fp8Code : PackKind::None, a.row = row;
   a.trans_kind = trans ? PackKind::Fp8Code : PackKind::None, a.trans = trans;
-  pack_launch(a, s);
+  pack_quantized_launch(a, amax, s);
 }
 
 }  // namespace

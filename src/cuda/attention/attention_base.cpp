@@ -136,17 +136,12 @@ void AttentionBase::pack(const Tensor& x, int64_t heads, int64_t T, int64_t T_p,
   a.fp8 = fp8_;
   a.row_factor = row_factor;
   a.scale_block = scale_block;
-  if (fp8_ && scale_block)
-    pack_block_amax_launch(x.data, x.dtype, d_.B * heads, T, d_.D, scale_block, amax_.get(), s_);
-  else if (fp8_)
-    pack_amax_launch(x.data, x.dtype, d_.B * heads * T * d_.D, amax_.get(), s_, row_factor, d_.D);
-  a.amax_bits = amax_.get();
   a.scale_inv = scale_inv;
   a.row_kind = row_kind;
   a.row = row;
   a.trans_kind = trans_kind;
   a.trans = trans;
-  pack_launch(a, s_);
+  pack_quantized_launch(a, amax_.get(), s_);
 }
 
 }  // namespace octet::cuda

@@ -155,12 +155,10 @@ void run_backward(BackwardParams p, const BackwardIo& io, cudaStream_t stream) {
   a.B = p.B, a.heads = p.H, a.T = p.Tq, a.T_p = p.Tq_p, a.D = p.D, a.rep = p.H / p.G;
   a.format = p.do_format;
   a.fp8 = true;
-  pack_amax_launch(io.d_o, io.d_o_dtype, p.B * p.H * p.Tq * p.D, io.amax, stream, p.row_factor, p.D);
-  a.amax_bits = io.amax;
   a.scale_inv = io.dvo_scale_inv;
   a.trans_kind = PackKind::Fp8Code;
   a.trans = io.dv_o_t;
-  pack_launch(a, stream);
+  pack_quantized_launch(a, io.amax, stream);
   p.dv_o_t = io.dv_o_t;
   p.dvo_scale_inv = io.dvo_scale_inv;
   run_backward_main(p, stream);

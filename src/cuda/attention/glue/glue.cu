@@ -292,6 +292,15 @@ void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, i
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
+void pack_quantized_launch(PackArgs a, unsigned* amax_bits, cudaStream_t s) {
+  if (a.fp8 && a.scale_block)
+    pack_block_amax_launch(a.x, a.x_dtype, a.B * a.heads, a.T, a.D, a.scale_block, amax_bits, s);
+  else if (a.fp8)
+    pack_amax_launch(a.x, a.x_dtype, a.B * a.heads * a.T * a.D, amax_bits, s, a.row_factor, a.D);
+  a.amax_bits = amax_bits;
+  pack_launch(a, s);
+}
+
 void pack_launch(const PackArgs& a, cudaStream_t s) {
   OCTET_CHECK(a.B >= 1 && a.heads >= 1 && a.T >= 1 && a.D >= 1 && a.rep >= 1 && a.heads % a.rep == 0,
               "attention pack: need B, heads, T, D, rep >= 1 and heads a multiple of rep");

@@ -84,6 +84,12 @@ void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, i
 /// of 64 or comes with a row_factor, or an output is not 16-byte aligned.
 void pack_launch(const PackArgs& a, cudaStream_t s);
 
+/// The whole quantize-and-pack of one tensor: its amax (FP8: per tensor into amax_bits[0], of the
+/// values times a.row_factor if given; per (b, head, block) with a.scale_block), then pack_launch
+/// with a.amax_bits = amax_bits. amax_bits holds one unsigned, or B·heads·⌈T/scale_block⌉. BF16
+/// (!a.fp8) packs without an amax. Errors as the two launches'.
+void pack_quantized_launch(PackArgs a, unsigned* amax_bits, cudaStream_t s);
+
 /// dst [bh, T, D] (F32 or BF16: dst_dtype) = src [bh, T_p, D] · alpha · (*scale_a) · (*scale_b)
 /// (null scales: 1), the product in FP32 and rounded once into BF16 (fp8.h bf16_from_float, as
 /// convert_launch). D a multiple of 8; 16-byte accesses when src and dst are 16-byte aligned.
