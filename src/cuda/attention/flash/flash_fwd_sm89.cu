@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
 
   // Q̂ A fragments, all of D (rows past Tq_p: zero codes).
   uint32_t qa[kD / 32][4];
-  load_q_fragments<kD, false>(p, bh, row, t, qa);
+  load_q_fragments<kD>(p, bh, row, t, qa);
 
   // Keys this CTA visits: those its last real row sees (visible() grows with i).
   const int64_t last = (q0 + kBM<kD> < p.Tq ? q0 + kBM<kD> : p.Tq) - 1;

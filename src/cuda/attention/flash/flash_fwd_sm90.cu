@@ -1,43 +1,49 @@
 // src/cuda/attention/flash/flash_fwd_sm90.cu — the Hopper (sm_90a) flavor of the flash FP8 attention
-// forward: the semantics of flash.h (CPU twin: src/cpu/attention_flash.cpp) with both GEMMs
-// on warpgroup MMA (wgmma) in FlashAttention-3's structure (arXiv 2407.08608: warp specialization,
-// an mbarrier ring). docs/attention.md §"Forward".
+// forward: the semantics of flash.h (CPU twin: src/cpu/attention_flash.cpp) with both GEMMs on FP8
+// warpgroup MMA (wgmma) in FlashAttention-3's structure (arXiv 2407.08608 §3: warp specialization,
+// a TMA/mbarrier ring, the softmax of one key tile overlapped with the next tile's S GEMM).
+// docs/attention.md §"Forward".
 //
-// One CTA = 3 warpgroups, kBM = 128 query rows of one (b, h). Warpgroup 0, the producer, fills a
-// 3-stage shared-memory ring (mbarriers full/empty per stage): V̂ᵀ tiles by cp.async, K̂ tiles by
-// cp.async into a staging buffer one tile ahead, then converted to FP16 (exact) into the stage.
-// Warpgroups 1 and 2, the consumers, own 64 rows each (consumer warp v: rows 16v..16v+15, the
-// mma.sync kernel's rows per warp) and per key tile of kBN keys:
-//   S (64 x kBN) = Q̂·K̂ᵀ: FP16 wgmma m64n{kBN}k16 (HGMMA), A = Q̂ as FP16 from registers (loaded
-//     once), B = the FP16 K̂ tile; head_dim in order from a fresh accumulator. The codes' values are
-//     exact in FP16 and their products in FP32, so S is an FP32 sum as the twin's — the FP8
-//     instruction's 13-bit accumulator would move S by ~1e-4 of its partial sums, and with it m,
-//     the LSE and the P the backward recomputes (at logits ~100, P by percents). The K̂ rows are
-//     stored permuted (row r holds key s_key(r / 8, r % 8)), so the accumulator converts in place
-//     into P̃V̂'s A fragment (flash_fwd_tile_sm89.cuh) — one reason the copies are not TMA's;
-//   the tile's softmax (flash_fwd_tile_sm89.cuh softmax_tile, shared with the mma.sync kernel);
-//   P̃V̂ (64 x kD) = FP8 wgmma m64n{kD}k32 (QGMMA), A = P̃ from registers, B = the V̂ᵀ tile, in a
-//     fresh accumulator added to O in FP32 (α·O + P̃V̂: the tensor core sums at most one tile of
-//     keys, DeepSeek-V3's promotion interval N_C = 128, docs/numerics.md);
-//     l̃'s tile sum is one more m64n8k32 with B = an 8 x kBN tile of E4M3 ones.
-// No CTA-wide barrier in the loop: each consumer warpgroup waits only for its data, so the two
-// overlap each other's softmax and GEMMs as the warp schedulers interleave them. Not yet: TMA,
-// ping-pong scheduling of the consumers, intra-warpgroup overlap of the softmax with the next
-// tile's S GEMM (its accumulator does not fit beside O's, P̃V̂'s and S's at head_dim 128).
-// Logits mode (run_logits after a wgmma forward): the same S instructions, S written out.
-// Numerics vs the mma.sync kernel: S, m, l at FP32 rounding level (another tensor-core summation
-// order); P̃V̂ and l̃ with the FP8 accumulator's 13 bits within a tile (O: ~1e-4 relative).
+// One CTA = 3 warpgroups, kBM = 128 query rows of one (b, h); the grid starts the query blocks
+// with the most keys first (causal). Warpgroup 0 gives its registers back (setmaxnreg) and one
+// thread of it, the producer, issues every load by TMA: the CTA's Q̂ tile once, then per key tile
+// n the K̂ tile and the V̂ᵀ tile into stage n % kStages of a ring, each with its own full/empty
+// mbarrier pair (the consumers release K̂ after S and V̂ᵀ after P̃V̂, so the next K̂ streams in early).
+// K̂ is read through a 5-D tensor map whose dimensions permute the rows of each 16-key group: shared
+// row 8j + 2t + e holds key 4t + 2j + e (s_key of flash_mma_sm89.cuh), so that column 8nt + c of the
+// S accumulator is key s_key(nt, c) and the accumulator converts in place into P̃V̂'s A fragment.
+// Warpgroups 1 and 2, the consumers, own 64 rows each (warp v: rows 16v..16v+15 of them) and per
+// key tile of kBN keys:
+//   S (64 x kBN) = Q̂·K̂ᵀ: FP8 wgmma m64n{kBN}k32, A = Q̂ and B = K̂ from shared memory, head_dim in
+//     order from a fresh accumulator (the FP8 accumulator: S within ~2^-13 of Σ|q̂·k̂| of the FP32
+//     sum, docs/attention.md §"Numerics of the wgmma forward");
+//   issued right after tile n − 1's P̃V̂, so that the tensor core runs the two back to back and
+//     O's FP32 update by tile n − 1 runs under tile n's S;
+//   P̃V̂ (64 x kD) = FP8 wgmma m64n{kD}k32, A = P̃ from registers, B = the V̂ᵀ tile, in a fresh
+//     accumulator added to O in FP32 (α·O + P̃V̂: the tensor core sums at most one tile of keys,
+//     DeepSeek-V3's promotion interval N_C = 128, docs/numerics.md — accumulating O across tiles
+//     on the tensor core itself, as FlashAttention-3 does, measured 0.33 relative error against the
+//     FP64 oracle at 16k keys); l̃'s tile sum is one more m64n8k32 with B = an 8 x kBN tile of E4M3
+//     ones (V = 1 gives O = 1 exactly);
+//   the tile's softmax (flash_fwd_tile_sm89.cuh softmax_tile, shared with the mma.sync kernel),
+//     which overlaps the other consumer warpgroup's GEMMs as the warp schedulers interleave the two
+//     (FlashAttention-3's enforced ping-pong, named barriers handing the GEMM turn over, measured
+//     +2 % at B4 H16 D128 S4096 and −6 % at S16384 causal on an H200: not kept).
+// Logits mode (run_logits): the same S instructions, S written out; no V̂ᵀ is loaded.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
-#include "cuda/runtime/check.h"
-#include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/attention/flash/flash_fwd_tile_sm89.cuh"
-#include "cuda/attention/flash/flash_wgmma_sm90.cuh"
+#include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/attention/flash/flash_mma_sm89.cuh"
 #include "cuda/attention/flash/flash_softmax.cuh"
+#include "cuda/attention/flash/flash_wgmma_sm90.cuh"
+#include "cuda/runtime/check.h"
+#include "cuda/runtime/tensor_map.h"
 #include "octet/error.h"
 
 namespace octet::cuda::flash {
@@ -45,41 +51,45 @@ namespace {
 
 constexpr int kThreads = 384;  // warpgroup 0: the producer; 1 and 2: the consumers
 constexpr int kBM = 128;       // query rows per CTA (64 per consumer warpgroup)
-constexpr int kStages = 3;     // the K̂/V̂ᵀ ring
-// setmaxnreg: the producer gives registers back, the consumers (the accumulators) take them:
-// 128·40 + 256·232 = 64512 = 384·168, the launch's allocation (ptxas pins the kernel to 168).
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+constexpr int kStages = 2;     // the K̂ / V̂ᵀ ring
+// setmaxnreg: the producer warpgroup gives registers back, the consumers take them:
+// 128·24 + 256·240 = 64512 = 384·168, the launch's allocation (ptxas pins the kernel to 168).
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 
-// Shared memory (from a 1024-byte aligned base; every tile 1024-aligned, the swizzles' period):
-// kStages stages of [K̂ as FP16 | V̂ᵀ codes], 2 staging buffers of K̂ codes, the 8 x kBN ones tile,
-// the ring's mbarriers full[kStages] and empty[kStages].
-//   K̂ FP16 tile: kD/64 column blocks of [kBN rows][64 halves = 128 bytes], 128-byte swizzle (the
-//     K-major layout of a 16-bit wgmma B operand whose rows exceed 128 bytes): head_dim column k of
-//     row r at block k / 64, byte 2·(k % 64) of the row.
-//   V̂ᵀ tile [kD][kBN] codes, kBN-byte swizzle. Staging: [kBN][kD] codes as loaded (K̂ rows permuted).
-template <int kD, int kBN>
-struct WgLayout {
-  static constexpr int kKBlock = kBN * 128;  // one 64-column block of the FP16 K̂ tile
-  static constexpr int kK = 2 * kBN * kD;    // bytes of the FP16 K̂ tile
-  static constexpr int kV = kD * kBN;        // bytes of one V̂ᵀ tile (a multiple of 1024)
-  static constexpr int kStage = kK + kV;
-  static constexpr int kStaging = kStages * kStage;           // 2 x kBN·kD code buffers
-  static constexpr int kOnes = kStaging + 2 * kBN * kD;       // offset of the ones tile (<= 1024)
-  static constexpr int kBars = kOnes + 1024;                  // offset of the mbarriers (8 bytes each)
-  static constexpr int kBytes = kBars + 16 * kStages + 1024;  // + alignment slack
+/// The TMA descriptors of one call (make_maps): Q̂ [B·H][Tq_p][D], K̂ with its rows permuted per
+/// 16-key group, V̂ᵀ [B·G][D][Tk_p].
+struct ForwardMaps {
+  CUtensorMap q, k, v;
 };
 
-/// bar.sync on named barrier 1 for the producer warpgroup's 128 threads only.
-__device__ __forceinline__ void producer_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+// Shared memory from a 1024-byte aligned base (every tile 1024-aligned: the swizzles' period):
+// the Q̂ tile [kBM][kD] (kD-byte swizzle), kStages stages of [K̂ tile [kBN][kD] (kD-byte swizzle) |
+// V̂ᵀ tile [kD][kBN] (kBN-byte swizzle)], the 8 x kBN ones tile, then the mbarriers: q_full,
+// full_k[kStages], full_v[kStages], empty_k[kStages], empty_v[kStages].
+template <int kD, int kBN>
+struct TmaLayout {
+  static constexpr int kTile = kBN * kD;  // bytes of one K̂ or V̂ᵀ tile
+  static constexpr int kStage = 2 * kTile;
+  static constexpr int kK = kBM * kD;  // the first stage, after Q̂
+  static constexpr int kOnes = kK + kStages * kStage;
+  static constexpr int kBars = kOnes + 1024;
+  static constexpr int kBytes = kBars + 8 * (1 + 4 * kStages) + 1024;  // + alignment slack
+};
 
 template <int kD, int kBN, bool kLogits>
-__global__ void __launch_bounds__(kThreads, 1) wgmma_forward_kernel(const ForwardParams p, float* s_out) {
+__global__ void __launch_bounds__(kThreads, 1)
+    tma_forward_kernel(const ForwardParams p, const __grid_constant__ ForwardMaps maps, float* s_out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = WgLayout<kD, kBN>;
+  using L = TmaLayout<kD, kBN>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
   const unsigned sbase = smem_u32(smem);
-  const unsigned full = sbase + L::kBars, empty = full + 8 * kStages;  // + 8·stage
+  const unsigned q_full = sbase + L::kBars;
+  const auto full_k = [&](int s) { return q_full + 8 * (1 + s); };
+  const auto full_v = [&](int s) { return q_full + 8 * (1 + kStages + s); };
+  const auto empty_k = [&](int s) { return q_full + 8 * (1 + 2 * kStages + s); };
+  const auto empty_v = [&](int s) { return q_full + 8 * (1 + 3 * kStages + s); };
+  const auto k_tile = [&](int s) { return sbase + L::kK + s * L::kStage; };
   const int wg = threadIdx.x / 128;
 
   // Block -> (query block, head): the query blocks with the most keys (causal) start first.
@@ -92,12 +102,15 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_forward_kernel(const Forwar
   const int64_t n_keys = kLogits ? p.Tk_p : visible(p, last);
   const int n_tiles = int((n_keys + kBN - 1) / kBN);
 
-  // The ring's barriers: full[s] completes when the 128 producer threads have published stage s
-  // (K̂ converted, V̂ᵀ landed); empty[s] when the 256 consumer threads are done with it.
+  // full_* complete on the producer's arrival plus the TMA bytes; empty_* when the 256 consumer
+  // threads have each arrived (their reads of the stage are done).
   if (threadIdx.x == 0) {
+    mbar_init(q_full, 1);
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full + 8 * s, 128);
-      mbar_init(empty + 8 * s, 256);
+      mbar_init(full_k(s), 1);
+      mbar_init(full_v(s), 1);
+      mbar_init(empty_k(s), 256);
+      mbar_init(empty_v(s), 256);
     }
     fence_mbar_init();
   }
@@ -110,117 +123,78 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_forward_kernel(const Forwar
   __syncthreads();
 
   if (wg == 0) {
-    // Producer (tid 0..127). Per tile n, stage n % kStages, once the consumers have released the
-    // stage's previous tile n − kStages (empty's completion number n / kStages − 1):
-    //   V̂ᵀ codes by cp.async (row d <- keys j0..j0+kBN-1 of head_dim column d);
-    //   the next tile's K̂ codes by cp.async into the other staging buffer (row r <- key
-    //   j0 + s_key(r / 8, r % 8)); past Tk_p: zero codes (masked keys meet P̃ = 0);
-    //   this tile's staged K̂ codes -> FP16 (exact) into the stage's swizzled K̂ tile;
-    //   fence.proxy.async (its shared-memory writes, and its landed copies, to wgmma's proxy),
-    //   then one arrival on full. Named barrier 1 orders the 128 threads around the staging.
+    // The producer: one thread. Stage s of tile n is refilled once the consumers have released
+    // tile n − kStages (empty's completion number n / kStages − 1).
     setmaxnreg_dec<kProducerRegs>();
-    const uint8_t* const gk = p.k + bg * p.Tk_p * kD;
-    const uint8_t* const gv = kLogits ? nullptr : p.v_t + bg * kD * p.Tk_p;  // logits: no V̂ᵀ
-    const int tid = threadIdx.x;
-    static_assert(kBN * kD / 16 % 128 == 0, "whole chunks per producer thread");
-    constexpr int kChunks = kBN * kD / 16 / 128;  // 16-byte chunks per thread of a code tile
-    auto load_codes = [&](int buf, int64_t j0) {
-      uint8_t* dst = smem + L::kStaging + buf * kBN * kD;
-#pragma unroll 1  // the producer has few registers: addresses computed per copy, not hoisted
-      for (int u = 0; u < kChunks; ++u) {
-        const int c = tid + 128 * u, r = c / (kD / 16), cc = c % (kD / 16);
-        const int64_t j = j0 + s_key(r / 8, r % 8);
-        const bool in = j < p.Tk_p;
-        cp_async16(dst + 16 * c, in ? gk + j * kD + 16 * cc : gk, in);
-      }
-    };
-    if (n_tiles > 0) load_codes(0, 0);
-    cp_async_commit();
+    if (threadIdx.x != 0) return;
+    mbar_arrive_expect_tx(q_full, kBM * kD);
+    tma_load_3d(sbase, &maps.q, q_full, 0, int(q0), int(bh));
+    const int64_t group0 = bg * p.Tk_p / 16;  // K̂'s 16-key groups of this KV head start here
+#pragma unroll 1
     for (int n = 0; n < n_tiles; ++n) {
-      const int stage = n % kStages;
-      const int64_t j0 = int64_t(n) * kBN;
-      if (n >= kStages) mbar_wait(empty + 8 * stage, ((n / kStages) & 1) ^ 1);
-      uint8_t* const sk = smem + stage * L::kStage;
+      const int s = n % kStages;
+      const unsigned parity = ((n / kStages) & 1) ^ 1;
+      if (n >= kStages) mbar_wait(empty_k(s), parity);
+      mbar_arrive_expect_tx(full_k(s), L::kTile);
+      tma_load_5d(k_tile(s), &maps.k, full_k(s), 0, 0, 0, 0, int(group0 + n * (kBN / 16)));
       if constexpr (!kLogits) {
-        uint8_t* dv = sk + L::kK;
-#pragma unroll 1
-        for (int u = 0; u < kChunks; ++u) {
-          const int c = tid + 128 * u, r = c / (kBN / 16), cc = c % (kBN / 16);
-          const bool in = j0 + 16 * cc < p.Tk_p;  // Tk_p is a multiple of 16: whole chunks
-          cp_async16(dv + swizzle<kBN>(r * kBN + 16 * cc), in ? gv + r * p.Tk_p + j0 + 16 * cc : gv, in);
-        }
+        if (n >= kStages) mbar_wait(empty_v(s), parity);
+        mbar_arrive_expect_tx(full_v(s), L::kTile);
+        tma_load_3d(k_tile(s) + L::kTile, &maps.v, full_v(s), n * kBN, 0, int(bg));
       }
-      cp_async_commit();  // group: V̂ᵀ of tile n
-      producer_sync();    // every thread has converted tile n − 1 out of the buffer reused next
-      if (n + 1 < n_tiles) load_codes((n + 1) % 2, j0 + kBN);
-      cp_async_commit();   // group: K̂ codes of tile n + 1
-      cp_async_wait<1>();  // this thread's K̂ codes of tile n and V̂ᵀ of tile n have landed
-      producer_sync();     // ... every thread's
-      const uint8_t* src = smem + L::kStaging + (n % 2) * kBN * kD;
-#pragma unroll 1
-      for (int u = 0; u < kChunks; ++u) {  // chunk c: row r, head_dim columns 16cc..16cc+15
-        const int c = tid + 128 * u, r = c / (kD / 16), cc = c % (kD / 16);
-        const uint4 x = *reinterpret_cast<const uint4*>(src + 16 * c);
-        const uint32_t w[4] = {x.x, x.y, x.z, x.w};
-        uint32_t hf[8];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          hf[2 * i] = fp8x2_to_f16x2<false>(uint16_t(w[i] & 0xFFFFu));
-          hf[2 * i + 1] = fp8x2_to_f16x2<false>(uint16_t(w[i] >> 16));
-        }
-        // Columns 16cc.. = block cc / 4, bytes 32·(cc % 4) and +16 of the row's 128.
-        uint8_t* blk = sk + (cc / 4) * L::kKBlock;
-        const int off = r * 128 + 32 * (cc % 4);
-        *reinterpret_cast<uint4*>(blk + swizzle<128>(off)) = make_uint4(hf[0], hf[1], hf[2], hf[3]);
-        *reinterpret_cast<uint4*>(blk + swizzle<128>(off + 16)) = make_uint4(hf[4], hf[5], hf[6], hf[7]);
-      }
-      fence_proxy_async_smem();
-      mbar_arrive(full + 8 * stage);
     }
-    cp_async_wait<0>();  // no copy outlives its thread
     return;
   }
 
-  // Consumers: warpgroup wg − 1 owns rows 64(wg − 1)..+63, warp w (0..7) rows 16w..16w+15.
+  // Consumers: warpgroup c = wg − 1 owns rows 64c..64c+63 of the CTA, warp v of it 16v..16v+15.
   setmaxnreg_inc<kConsumerRegs>();
-  const int warp = threadIdx.x / 32 - 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-  uint32_t qa[kD / 16][4];  // Q̂ as FP16 A fragments of the S GEMM (k16 steps)
-  load_q_fragments<kD, true>(p, bh, row, t, qa);
-  const int vis[2] = {row[0] < p.Tq ? int(visible(p, row[0])) : 0,
-                      row[1] < p.Tq ? int(visible(p, row[1])) : 0};
-  const int64_t unmasked_end = visible(p, q0);      // tiles ending here need no mask in any real row
+  const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t i0 = q0 + 64 * c + 16 * warp + g;
+  const int64_t row[2] = {i0, i0 + 8};
+  const unsigned tq = sbase + c * 64 * kD;          // this warpgroup's 64 Q̂ rows (8 swizzle atoms)
   const float tau_q = p.tau * q_inv_at(p, bh, q0);  // S's scale τ·sq·sk, sk per tile (in this order)
-  const float p_scale = p.p_scale;
-  ForwardRows<kD> acc(kLogits ? 1.0f : v_inv_at(p, bg, 0));  // O, l̃ (code units), online softmax
-
-  for (int n = 0; n < n_tiles; ++n) {
-    const int stage = n % kStages;
-    const int64_t j0 = int64_t(n) * kBN;
-    mbar_wait(full + 8 * stage, (n / kStages) & 1);  // full's completion number n / kStages
-    const unsigned tk = sbase + stage * L::kStage, tv = tk + L::kK;
-
-    // S = Q̂K̂ᵀ in FP32 (FP16 wgmma on the exact FP16 values of the codes), head_dim in order.
-    float s[kBN / 8][4];
+  // S = Q̂K̂ᵀ of the tile in stage s into `s`, issued as one wgmma group (not waited for).
+  const auto issue_s = [&](float(&sacc)[kBN / 8][4], int s) {
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks)
-      WgmmaF16RS<kBN>::run(s, qa[ks], kmajor_desc<128>(tk + (ks / 4) * L::kKBlock + 32 * (ks % 4)), ks);
+    for (int ks = 0; ks < kD / 32; ++ks)
+      WgmmaFp8<kBN, false, false>::ss(sacc, kmajor_desc<kD>(tq + 32 * ks),
+                                      kmajor_desc<kD>(k_tile(s) + 32 * ks), ks);
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(s);
-    const float s_scale = tau_q * k_inv_at(p, bg, j0);
-    if constexpr (kLogits) {
-      mbar_arrive(empty + 8 * stage);
-      store_logits<kBN>(p, s_out, bh, row, j0, t, s, s_scale);
-      continue;
-    }
-    float alpha[2];
-    uint32_t pa[kBN / 32][4];
-    softmax_tile<kBN>(s, s_scale, j0 + kBN > unmasked_end, vis, j0, t, p_scale, acc.sm, alpha, pa);
+  };
+  mbar_wait(q_full, 0);
 
-    // P̃V̂ (FP8 wgmma, one tile: the tensor core's accumulator, promoted to FP32 per tile) and l̃.
-    float pv[kD / 8][4], ls[1][4];
+  if constexpr (kLogits) {
+#pragma unroll 1
+    for (int n = 0; n < n_tiles; ++n) {
+      const int s = n % kStages;
+      mbar_wait(full_k(s), (n / kStages) & 1);
+      float sacc[kBN / 8][4];
+      issue_s(sacc, s);
+      wgmma_wait<0>();
+      fence_regs(sacc);
+      mbar_arrive(empty_k(s));
+      const int64_t j0 = int64_t(n) * kBN;
+      store_logits<kBN>(p, s_out, bh, row, j0, t, sacc, tau_q * k_inv_at(p, bg, j0));
+    }
+    return;
+  }
+
+  const int vis[2] = {row[0] < p.Tq ? int(visible(p, row[0])) : 0,
+                      row[1] < p.Tq ? int(visible(p, row[1])) : 0};
+  const int64_t unmasked_end = visible(p, q0);  // tiles ending here need no mask in any real row
+  const float p_scale = p.p_scale;
+  ForwardRows<kD> acc(v_inv_at(p, bg, 0));  // O, l̃ (code units, FP32), online softmax
+  float alpha[2];
+  uint32_t pa[kBN / 32][4];  // P̃ of the tile whose P̃V̂ is issued next
+  // Steps, straight-line so that ptxas keeps every wgmma asynchronous (no accumulator is read
+  // between a wgmma and its wait on any path): S(n) issues tile n's S; PV(n) tile n's P̃V̂ and P̃·1;
+  // softmax(n) waits for S and makes the next P̃; promote(n) adds P̃V̂ into O in FP32.
+  float pv[kD / 8][4], ls[1][4], sacc[kBN / 8][4];
+  const auto issue_pv = [&](int n) {
+    const int sp = n % kStages;
+    mbar_wait(full_v(sp), (n / kStages) & 1);
+    const unsigned tv = k_tile(sp) + L::kTile;
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBN / 32; ++kk) {
@@ -228,21 +202,97 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_forward_kernel(const Forwar
       WgmmaRS<8>::run(ls, pa[kk], kmajor_desc<kBN>(sbase + L::kOnes + 32 * kk), kk);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(pa);
+  };
+  const auto promote = [&](int n) {  // after P̃V̂ of tile n has landed (fenced by the caller)
     fence_regs(pv);
     fence_regs(ls);
-    mbar_arrive(empty + 8 * stage);  // this thread's reads of the stage are done
-    float alpha_o[2];
-    acc.o_alpha(alpha, v_inv_at(p, bg, j0), alpha_o);
+    fence_regs(pa);
+    mbar_arrive(empty_v(n % kStages));
+    float ao[2];
+    acc.o_alpha(alpha, v_inv_at(p, bg, int64_t(n) * kBN), ao);
 #pragma unroll
-    for (int dn = 0; dn < kD / 8; ++dn) acc.add_pv(dn, alpha_o, pv[dn]);
+    for (int dn = 0; dn < kD / 8; ++dn) acc.add_pv(dn, ao, pv[dn]);
     acc.add_l(alpha, ls[0]);
+  };
+  const auto issue_s_of = [&](int n) {
+    mbar_wait(full_k(n % kStages), (n / kStages) & 1);
+    issue_s(sacc, n % kStages);
+  };
+  const auto softmax = [&](int n) {  // after S of tile n has landed
+    fence_regs(sacc);
+    mbar_arrive(empty_k(n % kStages));
+    const int64_t j0 = int64_t(n) * kBN;
+    softmax_tile<kBN>(sacc, tau_q * k_inv_at(p, bg, j0), j0 + kBN > unmasked_end, vis, j0, t, p_scale, acc.sm,
+                      alpha, pa);
+  };
+  if (n_tiles > 0) {  // no tile: a CTA whose rows see no key (causal, Tq > Tk) stores O = 0
+    issue_s_of(0);
+    wgmma_wait<0>();
+    softmax(0);
   }
-  if constexpr (!kLogits) acc.store(p, bh, q0 + warp * 16 + g, t);
+  // Tile n − 1's P̃V̂ and tile n's S in flight together: O takes the P̃V̂ while S runs, then tile
+  // n's softmax (which overlaps the other consumer warpgroup's GEMMs).
+#pragma unroll 1
+  for (int n = 1; n < n_tiles; ++n) {
+    issue_pv(n - 1);
+    issue_s_of(n);
+    wgmma_wait<1>();
+    promote(n - 1);
+    wgmma_wait<0>();
+    softmax(n);
+  }
+  if (n_tiles > 0) {
+    issue_pv(n_tiles - 1);
+    wgmma_wait<0>();
+    promote(n_tiles - 1);
+  }
+  acc.store(p, bh, i0, t);
 #else
   __trap();  // wgmma needs sm_90a (the CUDA preset builds it); run_forward dispatches by device
 #endif
+}
+
+/// The call's TMA descriptors (ForwardMaps); without V̂ᵀ (logits) the V̂ᵀ map repeats K̂'s.
+template <int kD, int kBN>
+ForwardMaps make_maps(const ForwardParams& p) {
+  ForwardMaps m;
+  const TmaSwizzle d_swizzle = kD == 128 ? TmaSwizzle::B128 : TmaSwizzle::B64;
+  const uint64_t D = kD;
+  {
+    const uint64_t dims[3] = {D, uint64_t(p.Tq_p), uint64_t(p.B * p.H)}, strides[2] = {D, D * p.Tq_p};
+    const uint32_t box[3] = {kD, kBM, 1};
+    m.q = make_tensor_map_u8(p.q, 3, dims, strides, box, d_swizzle);
+  }
+  {  // rows 16G + 4t + 2j + e as dimensions (e, t, j, G): the box lands row 8j + 2t + e of a group
+    const uint64_t dims[5] = {D, 2, 4, 2, uint64_t(p.B * p.G * p.Tk_p / 16)};
+    const uint64_t strides[4] = {D, 4 * D, 2 * D, 16 * D};
+    const uint32_t box[5] = {kD, 2, 4, 2, kBN / 16};
+    m.k = make_tensor_map_u8(p.k, 5, dims, strides, box, d_swizzle);
+  }
+  if (p.v_t) {
+    const uint64_t dims[3] = {uint64_t(p.Tk_p), D, uint64_t(p.B * p.G)},
+                   strides[2] = {uint64_t(p.Tk_p), D * p.Tk_p};
+    const uint32_t box[3] = {kBN, kD, 1};
+    m.v = make_tensor_map_u8(p.v_t, 3, dims, strides, box, kBN == 128 ? TmaSwizzle::B128 : TmaSwizzle::B64);
+  } else {
+    m.v = m.k;
+  }
+  return m;
+}
+
+template <int kD, int kBN, bool kLogits>
+void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
+  auto* kernel = tma_forward_kernel<kD, kBN, kLogits>;
+  constexpr int bytes = TmaLayout<kD, kBN>::kBytes;
+  OCTET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  const int64_t rows = kLogits ? p.Tq_p : p.Tq;
+  const int64_t blocks = p.B * p.H * ((rows + kBM - 1) / kBM);
+  OCTET_CHECK(blocks <= 0x7FFFFFFF, "flash attention forward: too many query blocks (B·H·Tq/128)");
+  OCTET_CHECK(p.B * p.G * p.Tk_p / 16 < (int64_t(1) << 31) && p.Tq_p < (int64_t(1) << 31),
+              "flash attention forward (wgmma): B·G·Tk and Tq must stay below 2^31 (TMA coordinates)");
+  const ForwardMaps maps = make_maps<kD, kBN>(p);
+  kernel<<<unsigned(blocks), kThreads, bytes, stream>>>(p, maps, s_out);
+  OCTET_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
@@ -250,13 +300,10 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_forward_kernel(const Forwar
 void fwd_sm90_launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
   dispatch_sizes(p, [&](auto d, auto bn) {
     constexpr int kD = decltype(d)::value, kBN = decltype(bn)::value;
-    constexpr int bytes = WgLayout<kD, kBN>::kBytes;
     if (s_out)
-      launch_forward_kernel(wgmma_forward_kernel<kD, kBN, true>, kThreads, kBM, bytes, true, p, s_out,
-                            stream);
+      launch<kD, kBN, true>(p, s_out, stream);
     else
-      launch_forward_kernel(wgmma_forward_kernel<kD, kBN, false>, kThreads, kBM, bytes, false, p, nullptr,
-                            stream);
+      launch<kD, kBN, false>(p, nullptr, stream);
   });
 }
 

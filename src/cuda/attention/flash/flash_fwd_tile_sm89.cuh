@@ -63,27 +63,20 @@ __device__ __forceinline__ int64_t visible(const ForwardParams& p, int64_t i) {
   return n < 0 ? 0 : (n > p.Tk ? p.Tk : n);
 }
 
-/// Q̂'s A fragments over all of head_dim for rows row[0] (g) and row[1] (g + 8) of head bh (rows
-/// past Tq_p: zero codes), qa[kc] covering head_dim kK·kc.. of one MMA k-step:
-///   kF16 = false: E4M3 codes (mma.sync m16n8k32, wgmma k32): kK = 32, register r = the 4 codes at
-///                 32kc + 16(r / 2) + 4t of row r % 2;
-///   kF16 = true:  their exact FP16 values (wgmma k16): kK = 16, register r = the 2 values at
-///                 16kc + 8(r / 2) + 2t of row r % 2, low half first.
-template <int kD, bool kF16>
+/// Q̂'s A fragments (E4M3 codes, mma.sync m16n8k32) over all of head_dim for rows row[0] (g) and
+/// row[1] (g + 8) of head bh (rows past Tq_p: zero codes): qa[kc] covers head_dim 32kc..32kc+31,
+/// register r = the 4 codes at 32kc + 16(r / 2) + 4t of row r % 2.
+template <int kD>
 __device__ __forceinline__ void load_q_fragments(const ForwardParams& p, int64_t bh, const int64_t (&row)[2],
-                                                 int t, uint32_t (&qa)[kD / (kF16 ? 16 : 32)][4]) {
-  constexpr int kB = kF16 ? 2 : 4, kK = 8 * kB;  // codes per register, head_dim per k-step
+                                                 int t, uint32_t (&qa)[kD / 32][4]) {
   const uint8_t* q = p.q + bh * p.Tq_p * kD;
 #pragma unroll
-  for (int kc = 0; kc < kD / kK; ++kc)
+  for (int kc = 0; kc < kD / 32; ++kc)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {  // a0: row g, a1: row g+8; a2, a3: + kK / 2 columns
+    for (int r = 0; r < 4; ++r) {  // a0: row g, a1: row g+8; a2, a3: + 16 columns
       const int64_t i = row[r % 2];
-      const uint8_t* at = q + i * kD + kK * kc + (kK / 2) * (r / 2) + kB * t;
-      if constexpr (kF16)
-        qa[kc][r] = fp8x2_to_f16x2<false>(i < p.Tq_p ? *reinterpret_cast<const uint16_t*>(at) : 0);
-      else
-        qa[kc][r] = i < p.Tq_p ? *reinterpret_cast<const uint32_t*>(at) : 0u;
+      qa[kc][r] =
+          i < p.Tq_p ? *reinterpret_cast<const uint32_t*>(q + i * kD + 32 * kc + 16 * (r / 2) + 4 * t) : 0u;
     }
 }
 
@@ -171,7 +164,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float s_sca
 template <int kD>
 struct ForwardRows {
   float oacc[kD / 8][4];  ///< O's columns 8dn + 2t (+1) of rows g (e = 0, 1) and g + 8 (e = 2, 3)
-  float lacc[4];          ///< l̃: every column of the P̃·1 product is the row sum (c0 g, c2 g + 8)
+  float lacc[1][4];       ///< l̃: every column of the P̃·1 product is the row sum (c0 g, c2 g + 8)
   float v_inv;            ///< 1/scale of the V̂ codes oacc is in
   RowSoftmax sm[2];
 
@@ -182,7 +175,7 @@ struct ForwardRows {
 #pragma unroll
       for (int e = 0; e < 4; ++e) oacc[dn][e] = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) lacc[e] = 0.0f;
+    for (int e = 0; e < 4; ++e) lacc[0][e] = 0.0f;
   }
   /// O's factor for a tile whose V̂ has 1/scale v_tile: α·(v_inv / v_tile) (α itself when equal:
   /// x / x = 1 exactly), and O's codes become the tile's.
@@ -200,7 +193,7 @@ struct ForwardRows {
   /// l̃ = α·l̃ + the tile's P̃·1.
   __device__ __forceinline__ void add_l(const float (&alpha)[2], const float (&ls)[4]) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) lacc[e] = lacc[e] * alpha[e / 2] + ls[e];
+    for (int e = 0; e < 4; ++e) lacc[0][e] = lacc[0][e] * alpha[e / 2] + ls[e];
   }
 
   /// The epilogue of rows i0 = (first row of the lane's warp) + g and i0 + 8: O =
@@ -210,7 +203,7 @@ struct ForwardRows {
   __device__ __forceinline__ void store(const ForwardParams& p, int64_t bh, int64_t i0, int t) const {
     const float sv_inv = v_inv;
     float l[2];
-    const float l_hat[2] = {lacc[0], lacc[2]};
+    const float l_hat[2] = {lacc[0][0], lacc[0][2]};
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[r] = quad_sum(sm[r].l);
 #pragma unroll

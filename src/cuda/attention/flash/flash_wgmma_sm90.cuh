@@ -1,11 +1,11 @@
 // src/cuda/attention/flash/flash_wgmma_sm90.cuh — the Hopper (sm_90a) building blocks of the wgmma flavors of
 // the flash FP8 attention forward (flash_fwd_sm90.cu) and backward (flash_bwd_sm90.cu): warpgroup MMA with
-// E4M3/E5M2 (and, for the forward's S, FP16) operands and FP32 accumulators, A from registers ("RS") or from
+// E4M3/E5M2 operands and FP32 accumulators, A from registers ("RS") or from
 // shared memory ("SS") and B from shared memory through a matrix descriptor, the fences and groups around it,
 // the 128-/64-byte swizzled K-major shared-memory layout the descriptor names, and the mbarrier / setmaxnreg
-// primitives of the warp-specialized pipeline (PTX ISA "mbarrier", "setmaxnreg"). PTX ISA §9.7.15
-// "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" (wgmma.mma_async, its register fragments, matrix
-// descriptors and shared-memory layouts). docs/attention.md §"Forward".
+// primitives of the warp-specialized pipeline (PTX ISA "mbarrier", "setmaxnreg") with TMA loads into it. PTX
+// ISA §9.7.15 "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" (wgmma.mma_async, its register
+// fragments, matrix descriptors and shared-memory layouts). docs/attention.md §"Forward".
 //
 // Fragments of one m64nNk32 (128 threads; warp w of the warpgroup owns rows 16w..16w+15; lane =
 // 4g + t): A (registers, 4 x .b32 of 4 E4M3 codes) a0 = A[g][4t..4t+3], a1 = A[g+8][4t..4t+3],
@@ -114,6 +114,33 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
       "r"(parity)
       : "memory");
 }
+/// One arrival that also announces `bytes` more to be delivered by asynchronous copies (TMA's
+/// complete_tx) before the phase can complete: the producer's arrival on a full barrier.
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+/// TMA (PTX ISA §9.7.9.25 cp.async.bulk.tensor): one box of the tensor map at generic address
+/// `map` (a __grid_constant__ kernel parameter, cuda/runtime/tensor_map.h), coordinates innermost
+/// first, into shared address `dst` (the map's swizzle applied by address: 1024-byte aligned for
+/// the 128-byte swizzle); completes `bytes` of the mbarrier's transaction count (the whole box,
+/// zero-filled elements included).
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const void* map, unsigned bar, int c0, int c1,
+                                            int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+      "[%2];\n" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_5d(unsigned dst, const void* map, unsigned bar, int c0, int c1,
+                                            int c2, int c3, int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
+      "%6, "
+      "%7}], [%2];\n" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+}
 /// Hands registers back to (dec) or takes them from (inc) the CTA's pool, for the whole warpgroup
 /// (warp specialization: the producer needs few, the consumers' accumulators many).
 template <int N>
@@ -153,7 +180,7 @@ __device__ __forceinline__ void setmaxnreg_inc() {
       "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
 // One RS wgmma: the N/2 accumulators, then A's 4 registers and B's descriptor (A_DESC, e.g.
 // "{%32, %33, %34, %35}, %36" at N = 64), scale_d as predicate (SCALE, "%37"), the immediates IMM.
-// Inside WgmmaRS / WgmmaF16RS::run only (it names their d, a, desc_b, scale_d).
+// Inside WgmmaRS::run and WgmmaFp8::rs only (it names their d, a, desc_b, scale_d).
 #define OCTET_WGMMA_RS(INSTR, N, A_DESC, SCALE, IMM)                                                \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE ", 0;\n" INSTR " " OCTET_WGMMA_D##N##_REGS \
                ", " A_DESC ", p, " IMM ";\n}\n"                                                     \
@@ -188,31 +215,6 @@ struct WgmmaRS<128> {
                                              int scale_d) {
     OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", 128, "{%64, %65, %66, %67}, %68",
                    "%69", "1, 1");
-  }
-};
-
-/// d (+)= A·Bᵀ on one m64nNk16 tile with FP16 operands and FP32 accumulation (HGMMA): A 64x16
-/// from registers (a0 = A[g][2t, 2t+1], a1 = A[g+8][2t..], a2 = A[g][8+2t..], a3 = A[g+8][8+2t..],
-/// low half first), B N x 16 K-major by descriptor (not transposed), D as WgmmaRS. E4M3 codes are
-/// exact in FP16 and their products exact in FP32, so this S = Q̂K̂ᵀ is summed in FP32 — unlike the
-/// FP8 instruction's accumulator, which keeps 13 mantissa bits (DeepSeek-V3 §3.3.2; SageAttention2,
-/// arXiv 2411.10958). N ∈ {64, 128}.
-template <int N>
-struct WgmmaF16RS;
-template <>
-struct WgmmaF16RS<64> {
-  __device__ __forceinline__ static void run(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b,
-                                             int scale_d) {
-    OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", 64, "{%32, %33, %34, %35}, %36",
-                   "%37", "1, 1, 0");
-  }
-};
-template <>
-struct WgmmaF16RS<128> {
-  __device__ __forceinline__ static void run(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b,
-                                             int scale_d) {
-    OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", 128, "{%64, %65, %66, %67}, %68",
-                   "%69", "1, 1, 0");
   }
 };
 
