@@ -1,0 +1,174 @@
+"""octet.hf (python/octet/hf.py, docs/pytorch.md): octet's attention as a Hugging Face transformers
+attention implementation, on tiny Llama models on the CPU.
+
+- float64 through octet's FP64 oracle (precision "fp64"): the model's logits and gradients equal
+  the same model with transformers' eager attention to 1e-6 relative (the softmax scale crosses
+  octet's C API as a float32: 1/sqrt(8) moves by ~1e-8 relative, the logits by ~6e-8);
+- packed sequences (position_ids restarting, and cu_seq_lens_q/k) equal each sequence run alone,
+  and a padding mask (right and left) each row run alone without padding, to 1e-12 (the linears'
+  BLAS blocking differs with the token count; a sequence seeing another's keys would be off by
+  percents);
+- the FP8 attention ("octet", "octet-stale") trains a tiny Llama (the loss falls), with its first
+  loss near eager's; convert_to_float8 with float8_filter swaps every linear but the LM head;
+- bad input (dropout, a sliding window, a dense mask, bad cu_seq_lens, a bad delta) raises a
+  ValueError naming it.
+"""
+import copy
+
+import pytest
+import torch
+
+import octet_torch_util  # noqa: F401  (puts the checkout's python/ on sys.path)
+import octet.hf
+import octet.torch as ot
+
+transformers = pytest.importorskip("transformers")
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+NAMES = octet.hf.register() + octet.hf.register("octet-fp64", precision="fp64")
+
+
+def tiny_llama(attn, dtype=torch.float64, seed=0):
+    """A 2-layer Llama (d 32, 4 heads, 2 KV heads: GQA) with attention implementation `attn`."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                         max_position_embeddings=64, attention_dropout=0.0)
+    model = LlamaForCausalLM(config).to(dtype).eval()
+    model.set_attn_implementation(attn)
+    return model
+
+
+def same_weights(src, attn):
+    """A copy of `src` (its own config) with attention implementation `attn`."""
+    dst = LlamaForCausalLM(copy.deepcopy(src.config)).to(next(src.parameters()).dtype)
+    dst.load_state_dict(src.state_dict())
+    dst.set_attn_implementation(attn)
+    return dst.eval()
+
+
+def logits_and_grads(model, ids, **kw):
+    model.zero_grad()
+    out = model(input_ids=ids, **kw).logits
+    (out.square().sum() * 1e-3).backward()
+    return out.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def rel(a, b):
+    return float((a - b).norm() / b.norm())
+
+
+def test_registered_names():
+    assert NAMES == ["octet", "octet-stale", "octet-fp64"]
+    from transformers import AttentionInterface
+    for name in NAMES:
+        assert name in AttentionInterface._global_mapping
+
+
+def test_fp64_oracle_equals_eager():
+    ref = tiny_llama("eager")
+    model = same_weights(ref, "octet-fp64")
+    ids = torch.randint(0, 64, (2, 13), generator=torch.Generator().manual_seed(1))
+    la, ga = logits_and_grads(ref, ids)
+    lb, gb = logits_and_grads(model, ids)
+    assert rel(lb, la) < 1e-6
+    for x, y in zip(gb, ga):
+        assert rel(x, y) < 1e-6
+
+
+def test_packed_equals_each_sequence():
+    base = tiny_llama("eager")
+    model = same_weights(base, "octet-fp64")
+    gen = torch.Generator().manual_seed(2)
+    seqs = [torch.randint(0, 64, (1, n), generator=gen) for n in (5, 9, 1)]
+    alone = torch.cat([model(input_ids=s).logits.detach() for s in seqs], dim=1)
+    ids = torch.cat(seqs, dim=1)
+    pos = torch.cat([torch.arange(s.shape[1]) for s in seqs])[None]
+    packed = model(input_ids=ids, position_ids=pos).logits.detach()
+    torch.testing.assert_close(packed, alone, rtol=1e-12, atol=1e-12)
+    cu = torch.tensor([0, 5, 14, 15], dtype=torch.int32)
+    flash_kwargs = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=9, max_length_k=9)
+    packed_cu = model(input_ids=ids, position_ids=pos, **flash_kwargs).logits.detach()
+    torch.testing.assert_close(packed_cu, alone, rtol=1e-12, atol=1e-12)
+
+
+def test_padding_mask_equals_unpadded_rows():
+    base = tiny_llama("eager")
+    model = same_weights(base, "octet-fp64")
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randint(1, 64, (1, 10), generator=gen), torch.randint(1, 64, (1, 6), generator=gen)
+    for left in (False, True):
+        pad = torch.zeros(1, 4, dtype=torch.long)
+        b_padded = torch.cat([pad, b], 1) if left else torch.cat([b, pad], 1)
+        ids = torch.cat([a, b_padded])
+        mask = torch.ones_like(ids)
+        mask[1, :4] = 0 if left else 1
+        if not left:
+            mask[1, 6:] = 0
+        pos = (mask.cumsum(1) - 1).clamp(min=0)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits.detach()
+        assert torch.allclose(out[0], model(input_ids=a).logits.detach()[0], rtol=0, atol=1e-12)
+        rows = out[1, 4:] if left else out[1, :6]
+        assert torch.allclose(rows, model(input_ids=b).logits.detach()[0], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("attn", ["octet", "octet-stale"])
+def test_fp8_llama_trains(attn):
+    ref = tiny_llama("eager", dtype=torch.float32, seed=4)
+    model = same_weights(ref, attn).train()
+    ids = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        first_ref = float(ref(input_ids=ids, labels=ids).loss)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(30):
+        opt.zero_grad()
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert abs(losses[0] - first_ref) < 0.02 * first_ref  # FP8 Q, K, V, P move the loss a little
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_float8_filter_keeps_the_head():
+    model = tiny_llama("octet", dtype=torch.float32, seed=6)
+    ot.convert_to_float8(model, module_filter=octet.hf.float8_filter)
+    kinds = {name: type(m).__name__ for name, m in model.named_modules()
+             if isinstance(m, (torch.nn.Linear, ot.Float8Linear))}
+    assert kinds["lm_head"] == "Linear"
+    assert kinds["model.layers.0.self_attn.q_proj"] == "Float8Linear"
+    assert kinds["model.layers.1.mlp.down_proj"] == "Float8Linear"
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(7))
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    assert torch.isfinite(loss) and model.model.layers[0].self_attn.q_proj.weight.grad is not None
+
+
+def test_bad_input_raises():
+    fn = octet.hf.make_attention_function()
+    module = torch.nn.Module()
+    q = torch.randn(1, 4, 6, 8)
+    k = v = torch.randn(1, 2, 6, 8)
+    with pytest.raises(ValueError, match="dropout"):
+        fn(module, q, k, v, None, dropout=0.1)
+    with pytest.raises(ValueError, match="sliding window"):
+        fn(module, q, k, v, None, sliding_window=4)
+    with pytest.raises(ValueError, match="softcapping"):
+        fn(module, q, k, v, None, softcap=30.0)
+    with pytest.raises(ValueError, match="dense attention mask"):
+        fn(module, q, k, v, torch.ones(1, 1, 6, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match="rise from 0"):
+        fn(module, q, k, v, None, cu_seq_lens_q=torch.tensor([0, 4, 3, 6]),
+           cu_seq_lens_k=torch.tensor([0, 4, 3, 6]))
+    with pytest.raises(ValueError, match="rise from 0"):
+        fn(module, q, k, v, None, cu_seq_lens_q=torch.tensor([0, 5]), cu_seq_lens_k=torch.tensor([0, 5]))
+    with pytest.raises(ValueError, match="batch of one row"):
+        fn(module, q.expand(2, -1, -1, -1), k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1), None,
+           cu_seq_lens_q=torch.tensor([0, 6]), cu_seq_lens_k=torch.tensor([0, 6]))
+    with pytest.raises(ValueError, match="padding mask must be"):
+        fn(module, q, k, v, torch.tensor([[1, 1, 0]]))
+    with pytest.raises(ValueError, match="delta must be"):
+        octet.hf.register("octet-bad", delta="fresh")
+    with pytest.raises(ValueError, match="name must be"):
+        octet.hf.register("")
