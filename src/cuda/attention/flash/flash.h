@@ -12,12 +12,15 @@
 //
 // Forward, per query row i of head (b, h), reading KV head h / (H/G) (GQA), keys j < visible(i)
 // (all Tk, or causal bottom-right: j <= i + Tk − Tq), key tiles of block_k from j = 0:
-//   S = τ·(Q̂K̂ᵀ)·sq·sk in FP32; online softmax (flash_softmax.cuh); P̃ = E4M3(exp(S − m_new)·p_scale);
-//   O = bf16_round((Σ P̃·V̂·sv) / Σ P̃), LSE = m + log l, row_max = m, row_sum = l (l the unrounded
-//   Σ exp(S − m): the statistics the backward's P = exp(S − m) / l reads).
+//   S = τ·(Q̂K̂ᵀ)·sq·sk (FP32 accumulation on mma.sync; the FP8 wgmma accumulator, within
+//   2^-10·Σ|terms| of the exact sum, on Hopper); online softmax (flash_softmax.cuh); P̃ = E4M3(exp(S −
+//   m_new)·p_scale); O = bf16_round((Σ P̃·V̂·sv) / Σ P̃), LSE = m + log l, row_max = m, row_sum = l (l the
+//   unrounded Σ exp(S − m): the statistics the backward's P = exp(S − m) / l reads).
 // A row that sees no key: O = 0, LSE = row_max = −inf, row_sum = 0.
 // Backward, per key block of one (b, KV head), for the rep = H/G query heads and every query block
-// that sees it: S recomputed with the forward's MMA sequence, P = exp(S − m)/l, dP = dÔV̂ᵀ·sdo·sv,
+// that sees it: S recomputed by the backward's own MMA sequence (the mma.sync backward sums it in
+// FP32 as the mma.sync forward; the wgmma backward's Sᵀ = K̂Q̂ᵀ on the FP8 accumulator, within the
+// forward's bound of it, so P rows sum to 1 within exp(±2·bound)), P = exp(S − m)/l, dP = dÔV̂ᵀ·sdo·sv,
 // dS = P∘(dP − D), the row residual sums, dŜ = dS on the tile's power-of-two scale, dV += P̃ᵀ(dO/l)~,
 // dK += τ dŜᵀQ̂, dQ += τ dŜK̂ (FP32 atomics, or a Q-block-major kernel in deterministic mode).
 // No S x S buffer: besides inputs and outputs, O(T) per head.
@@ -153,7 +156,8 @@ void run_forward(const ForwardParams& p, cudaStream_t stream);
 /// S [B, H, Tq_p, Tk_p] FP32 = τ·(Q̂K̂ᵀ)·sq·sk for every row and key, pads included (0), unmasked,
 /// with the bits run_forward computes for each (i, j) with the same p (same kernel, same MMA
 /// sequence, same scale product), so that the saved (m, l) describe exactly its S. The two flavors'
-/// S may differ at FP32 rounding level. Reads p's Q̂, K̂, their scales, the dimensions, block_k and
+/// S differ: mma.sync sums in FP32, wgmma on the FP8 accumulator (within 2^-10·Σ|terms| of the
+/// exact sum). Reads p's Q̂, K̂, their scales, the dimensions, block_k and
 /// kernel. Errors as run_forward's.
 void run_logits(const ForwardParams& p, float* s, cudaStream_t stream);
 

@@ -79,8 +79,8 @@ ForwardKernel select_forward_kernel(ForwardKernel requested) {
       OCTET_CHECK(v.empty(), "OCTET_FLASH_FORWARD must be mma_sync or wgmma (or unset), got '" + v + "'");
   }
   // Auto: wgmma on sm_90 (faster at every shape measured, within the FP64 oracle's rule; its FP8
-  // P̃V̂ accumulator moves O by up to ~3e-3 relative, which the stale delta reads — as after cuDNN's
-  // FP8 forward, whose P̃V̂ runs on the same instruction); mma.sync elsewhere.
+  // S and P̃V̂ accumulators move O by up to ~5e-3 relative L2, which the stale delta reads — as
+  // after cuDNN's FP8 forward, whose products run on the same instructions); mma.sync elsewhere.
   if (k == ForwardKernel::Auto) k = sm90 ? ForwardKernel::Wgmma : ForwardKernel::MmaSync;
   OCTET_CHECK(k != ForwardKernel::Wgmma || sm90,
               "flash attention forward: the wgmma kernel needs an sm_90 GPU (Hopper), this is sm_" +

@@ -15,8 +15,9 @@
 // Warpgroups 1 and 2, the consumers, own 64 rows each (warp v: rows 16v..16v+15 of them) and per
 // key tile of kBN keys:
 //   S (64 x kBN) = Q̂·K̂ᵀ: FP8 wgmma m64n{kBN}k32, A = Q̂ and B = K̂ from shared memory, head_dim in
-//     order from a fresh accumulator (the FP8 accumulator: S within ~2^-13 of Σ|q̂·k̂| of the FP32
-//     sum, docs/attention.md §"Numerics of the wgmma forward");
+//     order from a fresh accumulator (the FP8 accumulator truncates to ~13 bits per k32
+//     instruction: S within 2^-10 of Σ|q̂·k̂| of the exact sum at D <= 128, tested; docs/attention.md
+//     §"Numerics of the wgmma forward");
 //   issued right after tile n − 1's P̃V̂, so that the tensor core runs the two back to back and
 //     O's FP32 update by tile n − 1 runs under tile n's S;
 //   P̃V̂ (64 x kD) = FP8 wgmma m64n{kD}k32, A = P̃ from registers, B = the V̂ᵀ tile, in a fresh
@@ -252,8 +253,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-/// The call's TMA descriptors (ForwardMaps); without V̂ᵀ (logits) the V̂ᵀ map repeats K̂'s.
-template <int kD, int kBN>
+/// The call's TMA descriptors (ForwardMaps); logits mode reads no V̂ᵀ (p.v_t is not looked at):
+/// its V̂ᵀ map repeats K̂'s.
+template <int kD, int kBN, bool kLogits>
 ForwardMaps make_maps(const ForwardParams& p) {
   ForwardMaps m;
   const TmaSwizzle d_swizzle = kD == 128 ? TmaSwizzle::B128 : TmaSwizzle::B64;
@@ -269,7 +271,7 @@ ForwardMaps make_maps(const ForwardParams& p) {
     const uint32_t box[5] = {kD, 2, 4, 2, kBN / 16};
     m.k = make_tensor_map_u8(p.k, 5, dims, strides, box, d_swizzle);
   }
-  if (p.v_t) {
+  if (!kLogits) {
     const uint64_t dims[3] = {uint64_t(p.Tk_p), D, uint64_t(p.B * p.G)},
                    strides[2] = {uint64_t(p.Tk_p), D * p.Tk_p};
     const uint32_t box[3] = {kBN, kD, 1};
@@ -289,8 +291,19 @@ void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
   const int64_t blocks = p.B * p.H * ((rows + kBM - 1) / kBM);
   OCTET_CHECK(blocks <= 0x7FFFFFFF, "flash attention forward: too many query blocks (B·H·Tq/128)");
   OCTET_CHECK(p.B * p.G * p.Tk_p / 16 < (int64_t(1) << 31) && p.Tq_p < (int64_t(1) << 31),
-              "flash attention forward (wgmma): B·G·Tk and Tq must stay below 2^31 (TMA coordinates)");
-  const ForwardMaps maps = make_maps<kD, kBN>(p);
+              "flash attention forward (wgmma): B·G·Tk/16 and Tq must stay below 2^31 (TMA coordinates)");
+  // setmaxnreg's split (kProducerRegs, kConsumerRegs) assumes the launch allocates exactly 168
+  // registers per thread; with fewer, the consumers' setmaxnreg.inc would wait forever.
+  static const int regs = [&] {
+    cudaFuncAttributes attr{};
+    OCTET_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    return attr.numRegs;
+  }();
+  OCTET_CHECK(128 * kProducerRegs + 256 * kConsumerRegs == kThreads * regs,
+              "flash attention forward (wgmma): the kernel was built with " + std::to_string(regs) +
+                  " registers per thread; its setmaxnreg split needs " +
+                  std::to_string((128 * kProducerRegs + 256 * kConsumerRegs) / kThreads));
+  const ForwardMaps maps = make_maps<kD, kBN, kLogits>(p);
   kernel<<<unsigned(blocks), kThreads, bytes, stream>>>(p, maps, s_out);
   OCTET_CUDA_LAUNCH_CHECK();
 }
