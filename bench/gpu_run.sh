@@ -14,7 +14,8 @@
 #     per arm of OCTET_BENCH_PEERS (default bf16,torchao-tensorwise,torchao-rowwise; torchao from the
 #     carried wheel, bench/peers/install_wheels.sh), each over every model, each given what is left of
 #     the time (rows are written as they finish, so a cut run keeps the rows before the cut).
-#     OCTET_BENCH_SEQ (default 1024), OCTET_BENCH_TOKENS (tokens per step, default 8192),
+#     OCTET_BENCH_SEQ (default 1024), OCTET_BENCH_TOKENS (tokens per optimizer step, default 8192),
+#     OCTET_BENCH_GRAD_ACCUM (micro-batches per step, default 1; e.g. 32 with TOKENS=262144),
 #     OCTET_BENCH_WARMUP/OCTET_BENCH_STEPS (3/10) apply to both; OCTET_BENCH_PEER_COMPILE (default
 #     blocks: torch.compile per block, compile time independent of depth; "model" compiles the whole
 #     model); OCTET_BENCH_TRAIN_ARGS adds options to octet's call (e.g. "--model-batch 1.3b=4"),
@@ -57,7 +58,8 @@ for s in $steps; do
     bench-train)
           deadline=$(( SECONDS + ${OCTET_BENCH_TRAIN_TIMEOUT:-360} ))
           common=(--models "${OCTET_BENCH_MODELS:-gpt2-small,350m,760m,1.3b}" --seq "${OCTET_BENCH_SEQ:-1024}"
-                  --tokens-per-step "${OCTET_BENCH_TOKENS:-8192}" --warmup "${OCTET_BENCH_WARMUP:-3}"
+                  --tokens-per-step "${OCTET_BENCH_TOKENS:-8192}" --grad-accum "${OCTET_BENCH_GRAD_ACCUM:-1}"
+                  --warmup "${OCTET_BENCH_WARMUP:-3}"
                   --steps "${OCTET_BENCH_STEPS:-10}" --json)
           : > "$OUT/bench-train.jsonl"; : > "$OUT/bench-train.err"
           # shellcheck disable=SC2086

@@ -385,10 +385,10 @@ std::string peer_args(const TrainArgs& a, const std::string& arm) {
                 o.peak_tflops_fp8);
   const std::string fp8 = arm == "bf16" ? "none" : arm.substr(std::string("torchao-").size());
   return "--models " + models + " --batch " + std::to_string(o.batch) + " --tokens-per-step " +
-         std::to_string(o.tokens_per_step) + (batches.empty() ? "" : " --model-batch " + batches) +
-         " --seq " + std::to_string(o.seq_len) + " --vocab " + std::to_string(o.vocab_size) + " --warmup " +
-         std::to_string(o.warmup) + " --steps " + std::to_string(o.steps) + peaks + " --fp8 " + fp8 +
-         (a.json ? " --json" : "");
+         std::to_string(o.tokens_per_step) + " --grad-accum " + std::to_string(o.grad_accum) +
+         (batches.empty() ? "" : " --model-batch " + batches) + " --seq " + std::to_string(o.seq_len) +
+         " --vocab " + std::to_string(o.vocab_size) + " --warmup " + std::to_string(o.warmup) + " --steps " +
+         std::to_string(o.steps) + peaks + " --fp8 " + fp8 + (a.json ? " --json" : "");
 }
 
 void run_train(TrainArgs& a) {
@@ -423,7 +423,8 @@ void run_train(TrainArgs& a) {
                   {"seq_len", r.config.seq_len},
                   {"vocab_size", r.config.vocab_size},
                   {"batch", r.batch},
-                  {"tokens_per_step", r.batch * r.config.seq_len},
+                  {"grad_accum", r.grad_accum},
+                  {"tokens_per_step", r.batch * r.config.seq_len * r.grad_accum},
                   {"n_params", r.n_params},
                   {"n_matmul_params", r.n_matmul_params},
                   {"flops_per_token", r.flops_per_token},
@@ -583,11 +584,17 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
       ->capture_default_str();
   train->add_option("--models", tr.o.models, "gpt2-small, 350m, 760m, 1.3b, tiny")->delimiter(',');
   octet::cli::add_enum_option<octet::Arm>(train, "--arms", tr.o.arms, "precision arms");
-  train->add_option("--batch", tr.o.batch, "sequences per step")->capture_default_str();
+  train->add_option("--batch", tr.o.batch, "sequences per micro-batch")->capture_default_str();
   train
       ->add_option("--tokens-per-step", tr.o.tokens_per_step,
-                   "batch = this / --seq for every model (a multiple of --seq; overrides --batch)")
+                   "tokens per optimizer step: batch = this / (--seq x --grad-accum) for every model "
+                   "(a multiple of it; overrides --batch)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  train
+      ->add_option("--grad-accum", tr.o.grad_accum,
+                   "micro-batches per optimizer step (gradient accumulation, as train.grad_accum)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   train->add_option("--model-batch", tr.model_batch, "NAME=N,...: one model's batch (overrides both)")
       ->delimiter(',');
   train->add_option("--seq", tr.o.seq_len, "tokens per sequence")->capture_default_str();

@@ -120,14 +120,17 @@ def model_batch(spec, name):
 
 
 def batch_for(a, name):
-    """Sequences per step of model NAME: --model-batch, else --tokens-per-step / --seq, else --batch."""
+    """Sequences per micro-batch of model NAME: --model-batch, else --tokens-per-step / (--seq x
+    --grad-accum), else --batch (octet's bench_batch)."""
     b = model_batch(a.model_batch, name)
     if b is not None:
         return b
     if a.tokens_per_step:
-        if a.tokens_per_step % a.seq:
-            sys.exit(f"--tokens-per-step {a.tokens_per_step} is not a multiple of --seq {a.seq}")
-        return a.tokens_per_step // a.seq
+        micro = a.seq * a.grad_accum
+        if a.tokens_per_step % micro:
+            sys.exit(f"--tokens-per-step {a.tokens_per_step} is not a multiple of --seq x --grad-accum "
+                     f"({a.seq} x {a.grad_accum})")
+        return a.tokens_per_step // micro
     return a.batch
 
 
@@ -168,8 +171,10 @@ def memory_fields(dev):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="gpt2-small,350m")
-    ap.add_argument("--batch", type=int, default=8, help="sequences per step")
-    ap.add_argument("--tokens-per-step", type=int, default=0, help="batch = this / --seq (overrides --batch)")
+    ap.add_argument("--batch", type=int, default=8, help="sequences per micro-batch")
+    ap.add_argument("--tokens-per-step", type=int, default=0,
+                    help="tokens per optimizer step: batch = this / (--seq x --grad-accum) (overrides --batch)")
+    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
     ap.add_argument("--model-batch", default="", help="NAME=N,...: a model's batch (overrides both)")
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=50304)
@@ -187,6 +192,8 @@ def main():
     a = ap.parse_args()
     if a.no_compile:
         a.compile = "none"
+    if a.grad_accum < 1:
+        sys.exit(f"--grad-accum must be >= 1, got {a.grad_accum}")
     for name in a.models.split(","):
         if name not in MODELS:
             sys.exit(f"unknown model '{name}' (expected {', '.join(MODELS)})")
@@ -226,24 +233,28 @@ def main():
         t_start, warmup_s = time.perf_counter(), 0.0
         for s in range(a.warmup + a.steps):
             t0 = time.perf_counter()
-            ids = stream[s % 4]
-            with torch.autocast(dev.type, dtype=torch.bfloat16):
-                loss = step_model(ids[:, :-1], ids[:, 1:])
-            loss.backward()
+            step_loss = 0.0
+            for m in range(a.grad_accum):  # micro-batches; the gradient is their mean, as octet's
+                ids = stream[(s * a.grad_accum + m) % 4]
+                with torch.autocast(dev.type, dtype=torch.bfloat16):
+                    loss = step_model(ids[:, :-1], ids[:, 1:]) / a.grad_accum
+                loss.backward()
+                step_loss = step_loss + loss.detach()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
-            losses.append(loss.item())  # synchronizes, as octet's step returns its loss to the host
+            losses.append(float(step_loss))  # synchronizes, as octet's step returns its loss to the host
             sync()
             if s >= a.warmup:
                 ms.append((time.perf_counter() - t0) * 1e3)
             if s + 1 == a.warmup:
                 warmup_s = time.perf_counter() - t_start  # compilation happens here
         row = dict(env, bench="train", impl="torch-compile" if a.compile != "none" else "torch-eager",
-                   compile=a.compile, warmup_s=warmup_s, model=name, arm=arm, recipe="" if a.fp8 == "none" else a.fp8, fp8_linears=fp8_linears, batch=batch,
+                   compile=a.compile, warmup_s=warmup_s, model=name, arm=arm, recipe="" if a.fp8 == "none" else a.fp8, fp8_linears=fp8_linears, batch=batch, grad_accum=a.grad_accum,
                    n_params=n_params, warmup=a.warmup, steps=a.steps, loss_first=losses[0],
                    loss_last=losses[-1])
-        row.update(throughput(MODELS[name], a.vocab, a.seq, batch * a.seq, ms, 1, a.peak_tflops, a.peak_tflops_fp8))
+        row.update(throughput(MODELS[name], a.vocab, a.seq, batch * a.seq * a.grad_accum, ms, 1, a.peak_tflops,
+                              a.peak_tflops_fp8))
         row.update(memory_fields(dev))
         if a.json:
             print(json.dumps(row), flush=True)

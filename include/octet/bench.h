@@ -90,9 +90,13 @@ struct TrainBenchOptions {
   std::vector<std::string> arms{"bf16", "fp8-linear", "fp8-stale", "fp8-matched"};
   int64_t vocab_size = 50304;  ///< GPT-2's 50257 rounded up to a multiple of 64 (as llm.c does)
   int64_t seq_len = 1024;
-  int64_t batch = 8;  ///< sequences per step (one micro-batch), unless one of the next two
-  /// Tokens per step (> 0): batch = tokens_per_step / seq_len (a multiple of seq_len), for every model.
+  int64_t batch = 8;  ///< sequences per micro-batch, unless one of the next two
+  /// Tokens per optimizer step (> 0): batch = tokens_per_step / (seq_len · grad_accum) (a multiple
+  /// of it), for every model.
   int64_t tokens_per_step = 0;
+  /// Micro-batches per optimizer step (gradient accumulation, as the trainer's train.grad_accum):
+  /// one step = grad_accum forward + backward passes, then one optimizer update.
+  int64_t grad_accum = 1;
   /// Batch of a named model (e.g. {"1.3b", 4}): overrides batch and tokens_per_step for that model.
   std::map<std::string, int64_t> model_batch;
   int warmup = 3, steps = 10;
@@ -128,7 +132,8 @@ struct TrainBenchRow {
   /// ms per timed step: the steps run back to back between two synchronizations, so both are the
   /// interval / steps (the median field is kept for the JSON readers)
   double step_ms_median = 0, step_ms_mean = 0;
-  double tokens_per_s = 0;  ///< batch·seq_len / step time
+  int64_t grad_accum = 1;   ///< micro-batches per step
+  double tokens_per_s = 0;  ///< batch·seq_len·grad_accum / step time
   double tflops = 0;        ///< flops_per_token · tokens_per_s / 1e12
   double mfu = 0;           ///< tflops / peak_tflops (= mfu_bf16, kept for older readers)
   double mfu_bf16 = 0;      ///< tflops / peak_tflops (dense BF16)
@@ -142,9 +147,10 @@ struct TrainBenchRow {
   double loss_first = 0, loss_last = 0;  ///< nats/token, first warm-up step and last timed step
 };
 
-/// The batch (sequences per step) of `model` under `opt`: opt.model_batch[model] if present, else
-/// opt.tokens_per_step / opt.seq_len if tokens_per_step > 0, else opt.batch. Throws octet::Error if
-/// the result is < 1 or tokens_per_step is not a multiple of seq_len.
+/// The micro-batch (sequences per forward + backward pass) of `model` under `opt`:
+/// opt.model_batch[model] if present, else opt.tokens_per_step / (opt.seq_len · opt.grad_accum) if
+/// tokens_per_step > 0, else opt.batch. Throws octet::Error if the result is < 1 or tokens_per_step
+/// is not a multiple of seq_len · grad_accum.
 int64_t bench_batch(const TrainBenchOptions& opt, const std::string& model);
 
 /// Runs every (model, arm) pair; on_row is called after each (with opt.profile, on_profile too, with

@@ -1,6 +1,6 @@
 // src/bench/bench_train.cpp — `octet bench train` (octet/bench.h): whole training steps of a
 // GPT-2-shaped model on synthetic tokens per precision arm. One step is what the trainer
-// (trainer.cpp) does per step with grad_accum = 1: zero_grad, forward + backward,
+// (trainer.cpp) does per step: zero_grad, grad_accum micro-batches of forward + backward,
 // update_quant_scales, the global gradient norm and the fused optimizer (octet/optim.h: clip, skip
 // and AdamW with the no-decay group decided on the device), with no host synchronization. The
 // timed steps run back to back and are timed by a wall clock between two synchronizations (step
@@ -69,10 +69,12 @@ int64_t bench_batch(const TrainBenchOptions& opt, const std::string& model) {
   if (auto it = opt.model_batch.find(model); it != opt.model_batch.end()) {
     b = it->second, from = "the batch of model " + model;
   } else if (opt.tokens_per_step > 0) {
-    OCTET_CHECK(opt.tokens_per_step % opt.seq_len == 0,
+    const int64_t micro = opt.seq_len * opt.grad_accum;
+    OCTET_CHECK(opt.tokens_per_step % micro == 0,
                 "bench train: tokens per step " + std::to_string(opt.tokens_per_step) +
-                    " is not a multiple of the sequence length " + std::to_string(opt.seq_len));
-    b = opt.tokens_per_step / opt.seq_len, from = "tokens per step / sequence length";
+                    " is not a multiple of the sequence length x micro-batches per step (" +
+                    std::to_string(opt.seq_len) + " x " + std::to_string(opt.grad_accum) + ")");
+    b = opt.tokens_per_step / micro, from = "tokens per step / (sequence length x micro-batches)";
   }
   OCTET_CHECK(b >= 1,
               "bench train: " + from + " must give >= 1 sequence per step (got " + std::to_string(b) + ")");
@@ -90,6 +92,8 @@ void bench_train(
   OCTET_CHECK(opt.peak_tflops_fp8 > 0, "bench train: the FP8 peak TFLOP/s (--peak-tflops-fp8) must be > 0");
   OCTET_CHECK(opt.tokens_per_step >= 0, "bench train: tokens per step must be > 0 (0: use the batch)");
   OCTET_CHECK(opt.seq_len >= 1, "bench train: sequence length must be >= 1");
+  OCTET_CHECK(opt.grad_accum >= 1, "bench train: micro-batches per step (--grad-accum) must be >= 1, got " +
+                                       std::to_string(opt.grad_accum));
   for (const auto& [m, b] : opt.model_batch)  // a batch for a model not run is a typo
     OCTET_CHECK(std::find(opt.models.begin(), opt.models.end(), m) != opt.models.end(),
                 "bench train: a batch is given for model '" + m + "', which is not among the models run");
@@ -107,7 +111,7 @@ void bench_train(
     const ModelConfig cfg = bench_model_config(name, opt.vocab_size, opt.seq_len);
     const int64_t batch = bench_batch(opt, name);
     const int64_t tokens = batch * cfg.seq_len;
-    // Synthetic tokens: uniform ids, a few distinct batches cycled (targets are the next id).
+    // Synthetic tokens: uniform ids, a few distinct micro-batches cycled (targets are the next id).
     constexpr int kBatches = 4;
     std::mt19937_64 rng(opt.seed);
     std::uniform_int_distribution<int32_t> tok(0, int32_t(cfg.vocab_size - 1));
@@ -138,31 +142,37 @@ void bench_train(
         model.upload_params(init);  // = model.init(opt.seed): the parameter layout is the arm's too
       }
       Optimizer optimizer(model, adamw_config(opt.train));
-      const float grad_scale = 1.0f / float(tokens);
+      const int64_t accum = opt.grad_accum;
+      const float grad_scale = 1.0f / float(tokens * accum);  // the trainer's: 1 / tokens per step
       TrainBenchRow row;
       row.model = name;
       row.arm = arm;
       row.attn_form = to_string(prec.attn_form);
       row.config = cfg;
       row.batch = batch;
+      row.grad_accum = accum;
       row.n_params = int64_t(model.num_params());
       row.n_matmul_params = matmul_params(cfg);
       row.flops_per_token = train_flops_per_token(cfg);
       row.warmup = opt.warmup;
       row.steps = opt.steps;
-      // One step as the trainer's (grad_accum 1), enqueued without a host read: the loss
-      // accumulator is reset on the device, and the optimizer decides clip and skip there.
+      // One step as the trainer's, enqueued without a host read: the loss accumulator is reset on
+      // the device, and the optimizer decides clip and skip there.
       auto enqueue_step = [&](int s) {
         model.zero_grad();
         be.fill(model.loss_sum(), 0.0);
-        model.forward_backward(ids[s % kBatches].data(), targets[s % kBatches].data(), true, grad_scale);
+        for (int64_t a = 0; a < accum; ++a) {
+          const int64_t m = (int64_t(s) * accum + a) % kBatches;
+          model.forward_backward(ids[m].data(), targets[m].data(), true, grad_scale);
+        }
         model.update_quant_scales();
         optimizer.compute_grad_norm();
         optimizer.step(opt.train.lr, model.loss_sum());
       };
       auto mean_loss = [&](int s) {  // nats/token of step s, from the accumulator it left (synchronizes)
         int64_t counted = 0;
-        for (int32_t y : targets[s % kBatches]) counted += y >= 0;
+        for (int64_t a = 0; a < accum; ++a)
+          for (int32_t y : targets[(int64_t(s) * accum + a) % kBatches]) counted += y >= 0;
         return model.take_loss() / double(std::max<int64_t>(counted, 1));
       };
       for (int s = 0; s < opt.warmup; ++s) {
@@ -181,7 +191,7 @@ void bench_train(
       row.loss_last = mean_loss(opt.warmup + opt.steps - 1);
       row.step_ms_mean = total_ms / double(opt.steps);
       row.step_ms_median = row.step_ms_mean;  // one interval of N steps: no per-step times
-      row.tokens_per_s = double(tokens) / (row.step_ms_median * 1e-3);
+      row.tokens_per_s = double(tokens * accum) / (row.step_ms_median * 1e-3);
       row.tflops = row.flops_per_token * row.tokens_per_s / 1e12;
       row.mfu_bf16 = row.tflops / opt.peak_tflops;
       row.mfu_fp8 = row.tflops / opt.peak_tflops_fp8;

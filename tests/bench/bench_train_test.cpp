@@ -6,7 +6,8 @@
 //    (built with 1 and 2 layers and a small vocabulary: the count is linear in both, and the full
 //    models would need GBs of host memory).
 //  - FLOPs per token: 6·N_matmul + 12·L·T·d (PaLM), with N_matmul by hand.
-//  - bench_batch: --model-batch over --tokens-per-step over --batch; bad values rejected by name.
+//  - bench_batch: --model-batch over --tokens-per-step (per optimizer step, divided over
+//    --grad-accum micro-batches) over --batch; bad values rejected by name.
 //  - bench_train on the tiny model: the row's tokens/s, TFLOP/s and MFU against both peaks follow
 //    from its step time; no memory figure on the CPU.
 #include <gtest/gtest.h>
@@ -115,6 +116,14 @@ TEST(BenchTrainBatch, ModelBatchThenTokensPerStepThenBatch) {
   o.tokens_per_step = 0;
   o.model_batch["1.3b"] = 0;
   EXPECT_THROW(bench_batch(o, "1.3b"), Error);
+  // With gradient accumulation, tokens per step count the optimizer step: micro-batches of
+  // tokens / (seq · grad_accum) sequences
+  o.model_batch.clear();
+  o.grad_accum = 4;
+  o.tokens_per_step = 262144;
+  EXPECT_EQ(bench_batch(o, "gpt2-small"), 16);
+  o.tokens_per_step = 8192;  // 2 sequences cannot make 4 micro-batches
+  EXPECT_THROW(bench_batch(o, "gpt2-small"), Error);
 }
 
 TrainBenchOptions tiny_options() {

@@ -17,7 +17,7 @@ SMALL = ["--models", "tiny", "--seq", "32", "--vocab", "256", "--warmup", "1", "
 ROW_KEYS = {"bench", "impl", "model", "arm", "batch", "seq_len", "tokens_per_step", "n_params",
             "n_matmul_params", "flops_per_token", "step_ms_median", "tokens_per_s", "tflops", "mfu",
             "mfu_bf16", "mfu_fp8", "peak_tflops", "peak_tflops_fp8", "peak_mem_gib", "device_mem_gib",
-            "loss_first", "loss_last"}
+            "loss_first", "loss_last", "grad_accum"}
 
 
 def rows(stdout):
@@ -31,7 +31,7 @@ def peer(*args, env=None):
 
 def check_speed_fields(r, peak_bf16, peak_fp8):
     assert ROW_KEYS <= set(r), ROW_KEYS - set(r)
-    assert r["tokens_per_step"] == r["batch"] * r["seq_len"]
+    assert r["tokens_per_step"] == r["batch"] * r["seq_len"] * r["grad_accum"]
     assert r["tokens_per_s"] == pytest.approx(r["tokens_per_step"] / (r["step_ms_median"] * 1e-3), rel=1e-9)
     assert r["tflops"] == pytest.approx(r["flops_per_token"] * r["tokens_per_s"] / 1e12, rel=1e-9)
     assert r["mfu_bf16"] == pytest.approx(r["tflops"] / peak_bf16, rel=1e-9)
@@ -74,6 +74,23 @@ def test_octet_tokens_per_step_and_bad_batches():
                           "--peak-tflops-fp8")
 
 
+def test_gradient_accumulation_on_both_sides():
+    """--grad-accum N: N micro-batches of --batch per optimizer step on octet's side and the peer's;
+    --tokens-per-step counts the optimizer step's tokens; the rows say both."""
+    args = (*SMALL, "--tokens-per-step", "256", "--grad-accum", "4")
+    mine = rows(octet("bench", "train", "--device", "cpu", *args, "--arms", "bf16", "--json").stdout)
+    theirs = rows(peer(*args).stdout)
+    for r in (mine[0], theirs[0]):
+        check_speed_fields(r, r["peak_tflops"], r["peak_tflops_fp8"])
+        assert (r["batch"], r["grad_accum"], r["tokens_per_step"]) == (2, 4, 256)
+        assert abs(r["loss_first"] - 5.545) < 0.3  # log(256): the mean over the micro-batches
+    assert_one_line_error(octet("bench", "train", "--device", "cpu", *SMALL, "--tokens-per-step", "96",
+                                "--grad-accum", "2"), "96", "32 x 2")
+    assert_one_line_error(octet("bench", "train", "--device", "cpu", *SMALL, "--grad-accum", "0"), "--grad-accum")
+    r = peer(*SMALL, "--grad-accum", "0")
+    assert r.returncode != 0 and "--grad-accum" in r.stderr
+
+
 def test_octet_rejected_options_print_no_table():
     """A rejected option ends before anything reaches stdout (the table's header comes with the first row)."""
     r = octet("bench", "train", "--device", "cpu", *SMALL, "--tokens-per-step", "100")
@@ -114,10 +131,12 @@ def test_peer_shapes_flops_and_batches():
     assert t["flops_per_token"] == 6.0 * 1310982144 + 12.0 * 24 * 2048 * 2048
     assert t["tokens_per_s"] == pytest.approx(8192 / 0.2)
     # batches: --model-batch, else --tokens-per-step / --seq, else --batch (octet's bench_batch)
-    args = lambda **kw: type("A", (), dict(dict(batch=8, tokens_per_step=0, model_batch="", seq=1024), **kw))
+    args = lambda **kw: type("A", (), dict(dict(batch=8, tokens_per_step=0, model_batch="", seq=1024, grad_accum=1),
+                                           **kw))
     assert g.batch_for(args(), "1.3b") == 8
     assert g.batch_for(args(tokens_per_step=8192, seq=4096), "1.3b") == 2
     assert g.batch_for(args(tokens_per_step=8192, model_batch="760m=3,1.3b=1"), "1.3b") == 1
+    assert g.batch_for(args(tokens_per_step=262144, seq=1024, grad_accum=32), "1.3b") == 8
     for bad in (args(tokens_per_step=1000), args(model_batch="1.3b"), args(model_batch="1.3b=0")):
         with pytest.raises(SystemExit):
             g.batch_for(bad, "1.3b")
