@@ -13,17 +13,23 @@ model's q [batch, heads, q_len, head_dim] and k, v [batch, kv_heads, kv_len, hea
 heads unrepeated) and runs octet.torch.attention on them:
 
 - no mask: one call over the batch, causal as the module says (module.is_causal);
-- a padding mask: per batch row, its valid tokens as one sequence (exact for the contiguous left
-  or right padding tokenizers produce); padded query rows get 0;
+- a padding mask: self-attention (causal): per batch row, its valid tokens as one sequence (exact
+  for the contiguous left or right padding tokenizers produce; padded query rows get 0);
+  cross-attention or an encoder (not causal): every query row over that row's valid keys. A mask
+  shorter than the keys (transformers' static KV cache) keeps the first mask-length key slots;
+- a static KV cache without a mask (causal): the key slots up to the largest position id;
 - packed sequences (several sequences in one row, FlashAttention's varlen form): cu_seq_lens_q /
   cu_seq_lens_k passed to the model (DataCollatorWithFlattening(return_flash_attn_kwargs=True)), or
-  position_ids restarting at their minimum in a batch of one row: one call per sequence. The
-  fused kernels take no sequence offsets yet, so this is a loop over sequences (graph breaks under
-  torch.compile), not a varlen kernel.
+  position_ids of a batch of one row that restart at 0 (the first sequence starting at 0): one call
+  per sequence. The fused kernels take no sequence offsets yet, so this is a loop over sequences
+  (graph breaks under torch.compile), not a varlen kernel. position_ids that are neither
+  consecutive nor such a packing, or restarting in a batch of several rows, are refused.
 
-Refused with a ValueError naming the feature: attention dropout > 0, a sliding window, logit
-softcapping, attention sinks, a dense (4-D) mask, cu_seq_lens that are not non-decreasing from 0
-to the number of tokens.
+Refused with a ValueError naming the feature: attention dropout > 0, a sliding window, chunked
+attention, logit softcapping, attention sinks, a score bias (T5's position_bias), sparse indices,
+a dense (4-D) mask, cu_seq_lens that are not integer offsets rising from 0 to the token count.
+Not detectable, so not refused: models whose code does not call AttentionInterface (transformers
+then runs its own attention under the name, or fails on it).
 """
 import torch
 
@@ -34,10 +40,21 @@ _UNSUPPORTED = {
     "sliding_window": "a sliding window",
     "softcap": "logit softcapping",
     "s_aux": "attention sinks",
+    "sinks": "attention sinks",
+    "position_bias": "a score bias (position_bias)",
+    "indices": "sparse attention (indices)",
 }
+# What the attention function refuses when a module's config sets it (the mask carries it, not a
+# kwarg): the config attribute and the feature's name.
+_UNSUPPORTED_CONFIG = {"attention_chunk_size": "chunked attention"}
+_PRECISIONS, _FORMATS = ("fp8", "bf16", "fp64"), ("hybrid", "e4m3")
+_REGISTERED = set()  # names this module registered (others are transformers' or a user's)
 
 
 def _check_cu_seqlens(cu, total, name):
+    if not isinstance(cu, torch.Tensor) or cu.dtype.is_floating_point or cu.dtype.is_complex:
+        raise ValueError(f"octet.hf: {name} must be an integer torch.Tensor of offsets, got "
+                         f"{type(cu).__name__ if not isinstance(cu, torch.Tensor) else cu.dtype}")
     if cu.dim() != 1 or cu.numel() < 2:
         raise ValueError(f"octet.hf: {name} must be a 1-D tensor of at least 2 offsets, got shape "
                          f"{tuple(cu.shape)}")
@@ -48,18 +65,24 @@ def _check_cu_seqlens(cu, total, name):
     return offsets
 
 
-def _packed_offsets(position_ids, tokens):
-    """Sequence starts of a batch-of-one row whose position ids restart at their minimum (the
-    packed form transformers' FlashAttention path reads), or None when the row is one sequence."""
-    if position_ids is None or position_ids.dim() != 2 or position_ids.shape[0] != 1:
+def _packed_offsets(position_ids, batch, tokens):
+    """Sequence starts (and the end) of packed rows: position_ids [1, tokens] that count up by one
+    and restart at 0, the first sequence starting at 0 (what DataCollatorWithFlattening makes).
+    None when every row counts up by one (no packing). Raises ValueError for anything else."""
+    if position_ids is None or position_ids.dim() != 2 or position_ids.shape[-1] != tokens or tokens < 2:
         return None
+    steps = position_ids[:, 1:] - position_ids[:, :-1]
+    if bool((steps == 1).all()):
+        return None
+    if batch != 1:
+        raise ValueError(f"octet.hf: position_ids restart inside a row of a batch of {batch} rows: "
+                         f"packed sequences need a batch of one row (or cu_seq_lens_q/k)")
     ids = position_ids[0]
-    if ids.numel() != tokens or ids.numel() < 2 or bool((ids[1:] - ids[:-1] == 1).all()):
-        return None
-    starts = (ids == ids.min()).nonzero().flatten().tolist()
-    if starts[0] != 0:
-        return None
-    return starts + [tokens]
+    restarts = ids[1:] == 0
+    if int(ids[0]) != 0 or not bool(((steps[0] == 1) | restarts).all()):
+        raise ValueError("octet.hf: position_ids are neither consecutive nor packed sequences that "
+                         "each start at 0 and count up by one")
+    return [0] + (restarts.nonzero().flatten() + 1).tolist() + [tokens]
 
 
 def _per_sequence(q, k, v, offsets_q, offsets_k, run):
@@ -90,6 +113,11 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
         for name, what in _UNSUPPORTED.items():
             if kwargs.get(name) is not None:
                 raise ValueError(f"octet.hf: {what} ({name}) is not supported by octet's attention")
+        config = getattr(module, "config", None)
+        for name, what in _UNSUPPORTED_CONFIG.items():
+            if getattr(config, name, None) is not None:
+                raise ValueError(f"octet.hf: {what} ({name} in the model's config) is not supported "
+                                 f"by octet's attention")
         if attention_mask is not None and attention_mask.dim() != 2:
             raise ValueError(f"octet.hf: a dense attention mask of shape "
                              f"{tuple(attention_mask.shape)} is not supported (octet takes causal "
@@ -114,19 +142,36 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
                                  "number of sequences")
             return _per_sequence(q, k, v, offsets_q, offsets_k, run), None
         if attention_mask is None and tq == tk:
-            offsets = _packed_offsets(kwargs.get("position_ids"), tq)
+            offsets = _packed_offsets(kwargs.get("position_ids"), batch, tq)
             if offsets is not None:
                 return _per_sequence(q, k, v, offsets, offsets, run), None
-        if attention_mask is None or bool(attention_mask.all()):
+        if attention_mask is None:
+            pos = kwargs.get("position_ids")
+            if causal and pos is not None and pos.numel() and tk > tq:
+                # a static KV cache without a mask: slot j holds position j, so the keys are the
+                # slots up to the last query's position
+                valid = int(pos.max()) + 1
+                if valid < tk:
+                    k, v = k[:, :valid], v[:, :valid]
             return run(q, k, v), None
-        if attention_mask.shape != (batch, tk):
-            raise ValueError(f"octet.hf: the padding mask must be [batch, kv_len] = "
-                             f"{(batch, tk)}, got {tuple(attention_mask.shape)}")
+        if attention_mask.shape[0] != batch or attention_mask.shape[1] > tk:
+            raise ValueError(f"octet.hf: the padding mask must be [batch, <= kv_len] with batch "
+                             f"{batch}, kv_len {tk}; got {tuple(attention_mask.shape)}")
+        if attention_mask.shape[1] < tk:  # a static cache: the first mask-length slots hold keys
+            tk = attention_mask.shape[1]
+            k, v = k[:, :tk], v[:, :tk]
         mask = attention_mask.to(torch.bool)
+        if bool(mask.all()):
+            return run(q, k, v), None
+        if causal and tk < tq:
+            raise ValueError(f"octet.hf: a causal padding mask over {tk} keys for {tq} queries "
+                             f"(the queries must be the last q_len of the keys)")
         out = torch.zeros_like(q)
         for b in range(batch):
             keys = mask[b].nonzero().flatten()
-            rows = mask[b, tk - tq:].nonzero().flatten()  # the queries are the last q_len tokens
+            # self-attention: the queries are the last q_len tokens, padded ones stay 0;
+            # cross-attention or an encoder: every query row
+            rows = mask[b, tk - tq:].nonzero().flatten() if causal else torch.arange(tq, device=q.device)
             if keys.numel() == 0 or rows.numel() == 0:
                 continue
             o = run(q[b:b + 1, rows], k[b:b + 1, keys], v[b:b + 1, keys])
@@ -157,19 +202,32 @@ def register(name=None, *, delta=None, precision="fp8", format="hybrid"):
         if not isinstance(name, str) or not name:
             raise ValueError(f"octet.hf.register: name must be a non-empty string, got {name!r}")
         pairs = [(name, "matched" if delta is None else delta)]
+    if precision not in _PRECISIONS:
+        raise ValueError(f"octet.hf.register: precision must be one of {', '.join(_PRECISIONS)}, "
+                         f"got {precision!r}")
+    if format not in _FORMATS:
+        raise ValueError(f"octet.hf.register: format must be one of {', '.join(_FORMATS)}, got "
+                         f"{format!r}")
     for n, d in pairs:
         if d not in ("matched", "stale"):
             raise ValueError(f"octet.hf.register: delta must be 'matched' or 'stale', got {d!r}")
+        if n not in _REGISTERED and (n == "eager" or n in AttentionInterface._global_mapping):
+            raise ValueError(f"octet.hf.register: {n!r} is already an attention implementation of "
+                             f"transformers or another library; choose another name")
         AttentionInterface.register(n, make_attention_function(d, precision, format))
         AttentionMaskInterface.register(n, flash_attention_mask)
+        _REGISTERED.add(n)
     return [n for n, _ in pairs]
 
 
 def float8_filter(module, fqn):
-    """convert_to_float8's module_filter for transformers models: every nn.Linear except an
-    output head (named lm_head, score or classifier: the logits stay in the model's precision, as
-    torchao and Transformer Engine recipes keep them) and layers whose in or out features are not
-    multiples of 16 (small or odd projections gain nothing from FP8 GEMMs)."""
-    if fqn.split(".")[-1] in ("lm_head", "score", "classifier"):
+    """convert_to_float8's module_filter for transformers models: every nn.Linear except an output
+    head — a module named lm_head, score or classifier, or inside one (lm_head.decoder), or a masked
+    LM's predictions.decoder: the logits stay in the model's precision, as torchao's and Transformer
+    Engine's recipes keep them — and layers whose in or out features are not multiples of 16 (small
+    or odd projections gain nothing from FP8 GEMMs). By name: a head under another name needs the
+    caller's own filter."""
+    parts = fqn.split(".")
+    if any(p in ("lm_head", "score", "classifier") for p in parts) or fqn.endswith("predictions.decoder"):
         return False
     return module.in_features % 16 == 0 and module.out_features % 16 == 0

@@ -2,16 +2,19 @@
 attention implementation, on tiny Llama models on the CPU.
 
 - float64 through octet's FP64 oracle (precision "fp64"): the model's logits and gradients equal
-  the same model with transformers' eager attention to 1e-6 relative (the softmax scale crosses
-  octet's C API as a float32: 1/sqrt(8) moves by ~1e-8 relative, the logits by ~6e-8);
+  the same model with transformers' SDPA attention in float64 to 1e-6 relative (the softmax scale
+  crosses octet's C API as a float32: 1/sqrt(8) is not exact there); greedy generation with a
+  static KV cache gives SDPA's tokens;
 - packed sequences (position_ids restarting, and cu_seq_lens_q/k) equal each sequence run alone,
   and a padding mask (right and left) each row run alone without padding, to 1e-12 (the linears'
   BLAS blocking differs with the token count; a sequence seeing another's keys would be off by
   percents);
 - the FP8 attention ("octet", "octet-stale") trains a tiny Llama (the loss falls), with its first
   loss near eager's; convert_to_float8 with float8_filter swaps every linear but the LM head;
-- bad input (dropout, a sliding window, a dense mask, bad cu_seq_lens, a bad delta) raises a
-  ValueError naming it.
+- cross-attention with a padded encoder mask computes every query row over the valid keys;
+- bad input (dropout, a sliding window, chunked attention, a score bias, a dense mask, bad
+  cu_seq_lens, position_ids it cannot read as packing, a bad delta/precision, a built-in name)
+  raises a ValueError naming it.
 """
 import copy
 
@@ -65,8 +68,8 @@ def test_registered_names():
         assert name in AttentionInterface._global_mapping
 
 
-def test_fp64_oracle_equals_eager():
-    ref = tiny_llama("eager")
+def test_fp64_oracle_equals_sdpa():
+    ref = tiny_llama("sdpa")
     model = same_weights(ref, "octet-fp64")
     ids = torch.randint(0, 64, (2, 13), generator=torch.Generator().manual_seed(1))
     la, ga = logits_and_grads(ref, ids)
@@ -90,6 +93,33 @@ def test_packed_equals_each_sequence():
     flash_kwargs = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=9, max_length_k=9)
     packed_cu = model(input_ids=ids, position_ids=pos, **flash_kwargs).logits.detach()
     torch.testing.assert_close(packed_cu, alone, rtol=1e-12, atol=1e-12)
+
+
+def test_static_cache_generation_equals_sdpa():
+    ref = tiny_llama("sdpa")
+    model = same_weights(ref, "octet-fp64")
+    ids = torch.randint(1, 64, (1, 7), generator=torch.Generator().manual_seed(8))
+    kw = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    for cache in ("static", "dynamic"):
+        want = ref.generate(ids, cache_implementation=cache, **kw)
+        got = model.generate(ids, cache_implementation=cache, **kw)
+        assert torch.equal(got, want), cache
+
+
+def test_cross_attention_mask_keeps_every_query_row():
+    fn = octet.hf.make_attention_function(precision="fp64")
+    module = torch.nn.Module()
+    module.is_causal = False
+    gen = torch.Generator().manual_seed(9)
+    q = torch.randn(2, 4, 5, 8, generator=gen, dtype=torch.float64)    # 5 decoder queries
+    k, v = (torch.randn(2, 2, 12, 8, generator=gen, dtype=torch.float64) for _ in range(2))  # 12 keys
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[0, 8:] = 0
+    out, _ = fn(module, q, k, v, mask)
+    want0 = ot.attention(q[:1].transpose(1, 2), k[:1, :, :8].transpose(1, 2), v[:1, :, :8].transpose(1, 2),
+                         precision="fp64")
+    want1 = ot.attention(q[1:].transpose(1, 2), k[1:].transpose(1, 2), v[1:].transpose(1, 2), precision="fp64")
+    torch.testing.assert_close(out, torch.cat([want0, want1]), rtol=0, atol=0)
 
 
 def test_padding_mask_equals_unpadded_rows():
@@ -167,8 +197,26 @@ def test_bad_input_raises():
         fn(module, q.expand(2, -1, -1, -1), k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1), None,
            cu_seq_lens_q=torch.tensor([0, 6]), cu_seq_lens_k=torch.tensor([0, 6]))
     with pytest.raises(ValueError, match="padding mask must be"):
-        fn(module, q, k, v, torch.tensor([[1, 1, 0]]))
+        fn(module, q, k, v, torch.tensor([[1, 1, 0], [1, 1, 1]]))
+    with pytest.raises(ValueError, match="position_bias"):
+        fn(module, q, k, v, None, position_bias=torch.zeros(1, 4, 6, 6))
+    with pytest.raises(ValueError, match="integer torch.Tensor"):
+        fn(module, q, k, v, None, cu_seq_lens_q=torch.tensor([0.0, 6.0]), cu_seq_lens_k=torch.tensor([0.0, 6.0]))
+    with pytest.raises(ValueError, match="batch of 2 rows"):
+        pos = torch.tensor([[0, 1, 2, 0, 1, 2]] * 2)
+        fn(module, q.expand(2, -1, -1, -1), k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1), None,
+           position_ids=pos)
+    with pytest.raises(ValueError, match="neither consecutive"):
+        fn(module, q, k, v, None, position_ids=torch.tensor([[5, 6, 7, 0, 1, 2]]))
+    chunked = torch.nn.Module()
+    chunked.config = type("C", (), {"attention_chunk_size": 4})()
+    with pytest.raises(ValueError, match="chunked attention"):
+        fn(chunked, q, k, v, None)
     with pytest.raises(ValueError, match="delta must be"):
         octet.hf.register("octet-bad", delta="fresh")
+    with pytest.raises(ValueError, match="precision must be"):
+        octet.hf.register("octet-bad", precision="fp16")
+    with pytest.raises(ValueError, match="already an attention implementation"):
+        octet.hf.register("sdpa")
     with pytest.raises(ValueError, match="name must be"):
         octet.hf.register("")
