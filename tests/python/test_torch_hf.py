@@ -12,6 +12,7 @@ attention implementation, on tiny Llama models on the CPU.
 - the FP8 attention ("octet", "octet-stale") trains a tiny Llama (the loss falls), with its first
   loss near eager's; convert_to_float8 with float8_filter swaps every linear but the LM head;
 - cross-attention with a padded encoder mask computes every query row over the valid keys;
+- bench/peers/hf_llama.py runs both arms on a tiny model with consistent fields;
 - bad input (dropout, a sliding window, chunked attention, a score bias, a dense mask, bad
   cu_seq_lens, position_ids it cannot read as packing, a bad delta/precision, a built-in name)
   raises a ValueError naming it.
@@ -220,3 +221,32 @@ def test_bad_input_raises():
         octet.hf.register("sdpa")
     with pytest.raises(ValueError, match="name must be"):
         octet.hf.register("")
+
+
+def test_hf_llama_bench_script_on_cpu(tmp_path):
+    """bench/peers/hf_llama.py (the Hugging Face drop-in benchmark): tiny model, both arms, gradient
+    accumulation and held-out data; the row's fields agree with each other and with the model."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / "peers" / "hf_llama.py"
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the driver frees a buffer before the queue stops. " * 400)
+    args = ["--model", "tiny", "--device", "cpu", "--no-compile", "--seq", "64", "--batch", "2",
+            "--grad-accum", "2", "--warmup", "1", "--steps", "2", "--data", str(corpus), "--eval-every", "2"]
+    rows = {}
+    for arm in (["--attention", "sdpa", "--linears", "bf16"], ["--attention", "octet", "--linears", "fp8"]):
+        r = subprocess.run([sys.executable, str(script), *args, *arm], capture_output=True, text=True,
+                           env=dict(os.environ), cwd=script.parent)
+        assert r.returncode == 0, r.stderr
+        row = json.loads(r.stdout.splitlines()[-1])
+        rows[row["arm"]] = row
+    for row in rows.values():
+        assert row["tokens_per_step"] == 2 * 64 * 2
+        assert abs(row["tokens_per_s"] - row["tokens_per_step"] / (row["step_ms_median"] * 1e-3)) < 1e-6 * row["tokens_per_s"]
+        assert row["n_params"] == row["n_matmul_params"] + 64 * 5  # tied head; 2 x 2 + 1 RMSNorm weights
+        assert len(row["losses"]) == 3 and [s for s, _ in row["val_losses"]] == [2, 3]
+        assert abs(row["loss_first"] - 5.545) < 0.3  # log(256) at init
+    assert rows["fp8+octet"]["fp8_linears"] == 14 and rows["bf16+sdpa"]["fp8_linears"] == 0
