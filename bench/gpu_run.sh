@@ -23,6 +23,11 @@
 #     OCTET_BENCH_MODELS=tiny OCTET_BENCH_SEQ=32 OCTET_BENCH_TOKENS=64 OCTET_BENCH_PEER_COMPILE=none).
 #   bench-train-profile: `octet bench train --profile` of GPT-2-small, bf16 and fp8-matched
 #     -> bench-train-profile.jsonl, the op classes above 2 % of the step
+#   hf-llama: bench/peers/hf_llama.py (a Hugging Face Llama of Llama-3.2-1B's shape, seq
+#     OCTET_HF_SEQ (default 4096), batch OCTET_HF_BATCH (2), OCTET_HF_STEPS (10) timed steps) per arm
+#     of OCTET_HF_ARMS (default sdpa:bf16,octet:fp8,octet-stale:fp8,sdpa:torchao-tensorwise, attention:
+#     linears) -> hf-llama.jsonl, each within OCTET_HF_TIMEOUT seconds (240); needs liboctet_c in
+#     .cuda-carry/lib and torchao for its arm (the carried wheel, as bench-train)
 #   compare: results/gpt2-small-compare.toml on data/linux-docs (carried as .cuda-carry/linux-docs.tar.xz
 #     with its tokenizer cache, OCTET_CARRY_CACHE in pack_gpu_carry.sh); OCTET_COMPARE_ARGS adds
 #     options (e.g. "--set train.steps=300"); summary, metrics and log -> compare.tgz. Its time
@@ -90,6 +95,23 @@ for l in open(sys.argv[1]):
     r = json.loads(l)
     if r.get("bench") == "train-profile" and r["share_of_ops"] > 0.02:
         print(f"{r["arm"]:12} {r["op"]:34} {r["ms_per_step"]:9.2f} ms/step {100 * r["share_of_ops"]:5.1f}%")' "$OUT/bench-train-profile.jsonl" ;;
+    hf-llama)
+          : > "$OUT/hf-llama.jsonl"; : > "$OUT/hf-llama.err"
+          pyext=${OCTET_PYEXT:-/tmp/octet-pyext}
+          libc=${OCTET_LIBRARY:-$PWD/.cuda-carry/lib/liboctet_c.so}
+          bench/peers/install_wheels.sh "$pyext" >> "$OUT/hf-llama.err" 2>&1
+          for arm in $(echo "${OCTET_HF_ARMS:-sdpa:bf16,octet:fp8,octet-stale:fp8,sdpa:torchao-tensorwise}" | tr , ' '); do
+            (cd bench/peers && PYTHONPATH=$pyext${PYTHONPATH:+:$PYTHONPATH} \
+              OCTET_LIBRARY=$libc timeout "${OCTET_HF_TIMEOUT:-240}" \
+              python3 hf_llama.py --seq "${OCTET_HF_SEQ:-4096}" --batch "${OCTET_HF_BATCH:-2}" \
+              --steps "${OCTET_HF_STEPS:-10}" --attention "${arm%%:*}" --linears "${arm##*:}") \
+              >> "$OUT/hf-llama.jsonl" 2>> "$OUT/hf-llama.err"
+            echo "hf-llama $arm rc=$? ($SECONDS s)"
+          done
+          python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    print(f"{r["arm"]:28} {r["tokens_per_s"]:10.0f} tokens/s {r["tflops"]:7.1f} TFLOP/s loss {r["loss_last"]:.3f}")' "$OUT/hf-llama.jsonl" ;;
     compare)
           mkdir -p data && tar -xJf .cuda-carry/linux-docs.tar.xz -C data
           rm -rf /tmp/octet-compare

@@ -8,7 +8,8 @@
 # Environment: OCTET_BUILD (default build/cuda) is the CUDA build directory. OCTET_CARRY_CACHE, if
 # set, is a tokenizer cache directory (data.cache_dir of a BPE run made here) whose spm-*.model and
 # tokens-*.bin files are copied to .cuda-carry/cache, and data/linux-docs (tools/demo.sh) is packed
-# as .cuda-carry/linux-docs.tar.xz, for `bench/gpu_run.sh compare`. Everything must stay within the
+# as .cuda-carry/linux-docs.tar.xz, for `bench/gpu_run.sh compare`. OCTET_CARRY_LIBC=1 adds
+# liboctet_c.so (the PyTorch package's library) to .cuda-carry/lib, for `bench/gpu_run.sh hf-llama`. Everything must stay within the
 # 64 MiB that one call carries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,9 @@ if [ -n "${OCTET_CARRY_CACHE:-}" ]; then
   mkdir -p .cuda-carry/cache
   cp "$OCTET_CARRY_CACHE"/spm-*.model "$OCTET_CARRY_CACHE"/tokens-*.bin .cuda-carry/cache/
   tar -cJf .cuda-carry/linux-docs.tar.xz -C data linux-docs linux-docs.complete
+fi
+if [ -n "${OCTET_CARRY_LIBC:-}" ]; then  # the PyTorch package's library (bench/gpu_run.sh hf-llama)
+  cp "$BUILD/liboctet_c.so" .cuda-carry/lib/ && strip .cuda-carry/lib/liboctet_c.so || true
 fi
 git check-ignore -q .cuda-carry || echo '/.cuda-carry/' >> "$(git rev-parse --git-path info/exclude)"
 du -sh .cuda-carry
