@@ -5,7 +5,7 @@
 # Binaries are built on the development machine (nvcc, -arch sm_90a) and carried with their
 # non-system shared libraries:
 #   tools: bench/pack_gpu_carry.sh builds .cuda-carry/{bin,lib}; this script runs from the repo root.
-# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [train] [bench-train] [hf-llama]
+# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [train] [bench-train] [hf-llama] [ncu-attention]
 #   [bench-train-profile] [compare] (default: tests gemm quantize attention train); logs in $OUT (at
 #   most 8 files come back).
 #   bench-train: within OCTET_BENCH_TRAIN_TIMEOUT seconds (default 360) -> bench-train.jsonl, a table:
@@ -28,6 +28,10 @@
 #     of OCTET_HF_ARMS (default sdpa:bf16,octet:fp8,octet-stale:fp8,sdpa:torchao-tensorwise, attention:
 #     linears) -> hf-llama.jsonl, each within OCTET_HF_TIMEOUT seconds (240); needs liboctet_c in
 #     .cuda-carry/lib and torchao for its arm (the carried wheel, as bench-train)
+#   ncu-attention: Nsight Compute (sections SpeedOfLight, Occupancy, LaunchStats, WarpStateStats,
+#     ComputeWorkloadAnalysis, MemoryWorkloadAnalysis, InstructionStats, SchedulerStats) of the flash
+#     forward kernel and the backward's kernels at OCTET_NCU_CASE (default b4-h16-d128-s4096), one
+#     call each -> ncu-attention.txt
 #   compare: results/gpt2-small-compare.toml on data/linux-docs (carried as .cuda-carry/linux-docs.tar.xz
 #     with its tokenizer cache, OCTET_CARRY_CACHE in pack_gpu_carry.sh); OCTET_COMPARE_ARGS adds
 #     options (e.g. "--set train.steps=300"); summary, metrics and log -> compare.tgz. Its time
@@ -95,6 +99,14 @@ for l in open(sys.argv[1]):
     r = json.loads(l)
     if r.get("bench") == "train-profile" and r["share_of_ops"] > 0.02:
         print(f"{r["arm"]:12} {r["op"]:34} {r["ms_per_step"]:9.2f} ms/step {100 * r["share_of_ops"]:5.1f}%")' "$OUT/bench-train-profile.jsonl" ;;
+    ncu-attention)
+          timeout 420 ncu --clock-control none --kernel-name regex:'flash|forward_kernel|backward' --launch-count 6 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+            --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
+            --section SchedulerStats "$BIN/octet" bench attention --cases "${OCTET_NCU_CASE:-b4-h16-d128-s4096}" \
+            --reps 1 --warmup 0 --peer '' > "$OUT/ncu-attention.txt" 2>&1
+          echo "ncu-attention rc=$?"; grep -E "^  [a-z_].*\(|Duration|Registers Per|Issue Slots Busy|Executed Ipc A" \
+            "$OUT/ncu-attention.txt" | head -60 ;;
     hf-llama)
           : > "$OUT/hf-llama.jsonl"; : > "$OUT/hf-llama.err"
           pyext=${OCTET_PYEXT:-/tmp/octet-pyext}
