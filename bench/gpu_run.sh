@@ -100,7 +100,7 @@ for l in open(sys.argv[1]):
     if r.get("bench") == "train-profile" and r["share_of_ops"] > 0.02:
         print(f"{r["arm"]:12} {r["op"]:34} {r["ms_per_step"]:9.2f} ms/step {100 * r["share_of_ops"]:5.1f}%")' "$OUT/bench-train-profile.jsonl" ;;
     ncu-attention)
-          timeout 420 ncu --clock-control none --kernel-name regex:'flash|forward_kernel|backward' --launch-count 6 \
+          timeout 420 ncu --clock-control none --kernel-name regex:'tma_forward_kernel|wgmma_backward_kernel|wgmma_delta_kernel' --launch-count 6 \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
             --section SchedulerStats "$BIN/octet" bench attention --cases "${OCTET_NCU_CASE:-b4-h16-d128-s4096}" \
