@@ -27,13 +27,14 @@ heads unrepeated) and runs octet.torch.attention on them:
 
 Refused with a ValueError naming the feature: attention dropout > 0, a sliding window, chunked
 attention, logit softcapping, attention sinks, a score bias (T5's position_bias), sparse indices,
-a dense (4-D) mask, cu_seq_lens that are not integer offsets rising from 0 to the token count.
+a dense (4-D) mask; cu_seq_lens that are not integer offsets rising from 0 to the token count get
+octet.torch.attention_varlen's TypeError or ValueError.
 Not detectable, so not refused: models whose code does not call AttentionInterface (transformers
 then runs its own attention under the name, or fails on it).
 """
 import torch
 
-from .torch import attention
+from .torch import attention, attention_varlen
 
 # What the attention function refuses: each is a kwarg transformers passes when a model uses it.
 _UNSUPPORTED = {
@@ -49,20 +50,6 @@ _UNSUPPORTED = {
 _UNSUPPORTED_CONFIG = {"attention_chunk_size": "chunked attention"}
 _PRECISIONS, _FORMATS = ("fp8", "bf16", "fp64"), ("hybrid", "e4m3")
 _REGISTERED = set()  # names this module registered (others are transformers' or a user's)
-
-
-def _check_cu_seqlens(cu, total, name):
-    if not isinstance(cu, torch.Tensor) or cu.dtype.is_floating_point or cu.dtype.is_complex:
-        raise ValueError(f"octet.hf: {name} must be an integer torch.Tensor of offsets, got "
-                         f"{type(cu).__name__ if not isinstance(cu, torch.Tensor) else cu.dtype}")
-    if cu.dim() != 1 or cu.numel() < 2:
-        raise ValueError(f"octet.hf: {name} must be a 1-D tensor of at least 2 offsets, got shape "
-                         f"{tuple(cu.shape)}")
-    offsets = cu.tolist()
-    if offsets[0] != 0 or offsets[-1] != total or any(b < a for a, b in zip(offsets, offsets[1:])):
-        raise ValueError(f"octet.hf: {name} must rise from 0 to the {total} packed tokens without "
-                         f"decreasing, got {offsets}")
-    return offsets
 
 
 def _packed_offsets(position_ids, batch, tokens):
@@ -83,21 +70,6 @@ def _packed_offsets(position_ids, batch, tokens):
         raise ValueError("octet.hf: position_ids are neither consecutive nor packed sequences that "
                          "each start at 0 and count up by one")
     return [0] + (restarts.nonzero().flatten() + 1).tolist() + [tokens]
-
-
-def _per_sequence(q, k, v, offsets_q, offsets_k, run):
-    """q [1, Tq, H, D], k, v [1, Tk, G, D]: `run` on each (query, key) span, zero rows for empty
-    query spans."""
-    out = []
-    for s in range(len(offsets_q) - 1):
-        q0, q1, k0, k1 = offsets_q[s], offsets_q[s + 1], offsets_k[s], offsets_k[s + 1]
-        if q1 == q0:
-            continue
-        if k1 == k0:  # a sequence with queries but no keys: its rows see nothing
-            out.append(torch.zeros_like(q[:, q0:q1]))
-            continue
-        out.append(run(q[:, q0:q1], k[:, k0:k1], v[:, k0:k1]))
-    return torch.cat(out, dim=1) if out else torch.zeros_like(q)
 
 
 def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
@@ -130,21 +102,24 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
             return attention(qs, ks, vs, causal=causal, delta=delta, softmax_scale=scaling,
                              precision=precision, format=format)
 
+        def packed(cu_q, cu_k):  # one row of packed sequences: attention_varlen checks the offsets
+            if batch != 1:
+                raise ValueError(f"octet.hf: packed sequences need a batch of one row, got {batch}")
+            to_tensor = lambda c: c if isinstance(c, torch.Tensor) else torch.tensor(c)
+            cu_q, cu_k = to_tensor(cu_q), to_tensor(cu_k)
+            # max_seqlen: the token counts bound every sequence (attention_varlen only checks >=)
+            o = attention_varlen(q[0], k[0], v[0], cu_q, cu_k, tq, tk, causal=causal, delta=delta,
+                                 softmax_scale=scaling, precision=precision, format=format)
+            return o[None], None
+
         cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
         if cu_q is not None or cu_k is not None:
-            if batch != 1:
-                raise ValueError(f"octet.hf: packed sequences (cu_seq_lens_q/k) need a batch of "
-                                 f"one row, got {batch}")
-            offsets_q = _check_cu_seqlens(cu_q if cu_q is not None else cu_k, tq, "cu_seq_lens_q")
-            offsets_k = _check_cu_seqlens(cu_k if cu_k is not None else cu_q, tk, "cu_seq_lens_k")
-            if len(offsets_q) != len(offsets_k):
-                raise ValueError("octet.hf: cu_seq_lens_q and cu_seq_lens_k must count the same "
-                                 "number of sequences")
-            return _per_sequence(q, k, v, offsets_q, offsets_k, run), None
+            return packed(cu_q if cu_q is not None else cu_k, cu_k if cu_k is not None else cu_q)
         if attention_mask is None and tq == tk:
             offsets = _packed_offsets(kwargs.get("position_ids"), batch, tq)
             if offsets is not None:
-                return _per_sequence(q, k, v, offsets, offsets, run), None
+                cu = torch.tensor(offsets, dtype=torch.int64)
+                return packed(cu, cu)
         if attention_mask is None:
             pos = kwargs.get("position_ids")
             if causal and pos is not None and pos.numel() and tk > tq:

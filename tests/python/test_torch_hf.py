@@ -197,11 +197,13 @@ def test_bad_input_raises():
     with pytest.raises(ValueError, match="batch of one row"):
         fn(module, q.expand(2, -1, -1, -1), k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1), None,
            cu_seq_lens_q=torch.tensor([0, 6]), cu_seq_lens_k=torch.tensor([0, 6]))
+    with pytest.raises(ValueError, match="sequences"):
+        fn(module, q, k, v, None, cu_seq_lens_q=torch.tensor([0, 3, 6]), cu_seq_lens_k=torch.tensor([0, 6]))
     with pytest.raises(ValueError, match="padding mask must be"):
         fn(module, q, k, v, torch.tensor([[1, 1, 0], [1, 1, 1]]))
     with pytest.raises(ValueError, match="position_bias"):
         fn(module, q, k, v, None, position_bias=torch.zeros(1, 4, 6, 6))
-    with pytest.raises(ValueError, match="integer torch.Tensor"):
+    with pytest.raises(TypeError, match="int32 or int64"):
         fn(module, q, k, v, None, cu_seq_lens_q=torch.tensor([0.0, 6.0]), cu_seq_lens_k=torch.tensor([0.0, 6.0]))
     with pytest.raises(ValueError, match="batch of 2 rows"):
         pos = torch.tensor([[0, 1, 2, 0, 1, 2]] * 2)
