@@ -23,8 +23,9 @@ TEST(Schedule, OneDecayStepIsTheLastAndTakesTheFloor) {
     const TrainConfig t = schedule(warmup + 1, warmup);
     const float floor = t.lr * t.min_lr_ratio;
     EXPECT_FLOAT_EQ(learning_rate(t, t.steps - 1), floor) << "warmup " << warmup;
-    if (warmup > 0)
+    if (warmup > 0) {
       EXPECT_FLOAT_EQ(learning_rate(t, warmup - 1), t.lr) << "the warmup still ends at the peak";
+    }
   }
 }
 
