@@ -141,17 +141,20 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
         if causal and tk < tq:
             raise ValueError(f"octet.hf: a causal padding mask over {tk} keys for {tq} queries "
                              f"(the queries must be the last q_len of the keys)")
-        out = torch.zeros_like(q)
-        for b in range(batch):
-            keys = mask[b].nonzero().flatten()
-            # self-attention: the queries are the last q_len tokens, padded ones stay 0;
-            # cross-attention or an encoder: every query row
-            rows = mask[b, tk - tq:].nonzero().flatten() if causal else torch.arange(tq, device=q.device)
-            if keys.numel() == 0 or rows.numel() == 0:
-                continue
-            o = run(q[b:b + 1, rows], k[b:b + 1, keys], v[b:b + 1, keys])
-            out = out.index_put((torch.tensor([b], device=q.device), rows), o[0])
-        return out, None
+        # Unpad into FlashAttention's varlen form: row b's valid keys, and its queries (the last
+        # q_len tokens' valid ones in self-attention; every query row otherwise), then scatter back
+        # (padded query rows stay 0).
+        rows = [mask[b, tk - tq:].nonzero().flatten() if causal else torch.arange(tq, device=q.device)
+                for b in range(batch)]
+        keys = [mask[b].nonzero().flatten() for b in range(batch)]
+        cu = lambda parts: torch.tensor([0] + [len(x) for x in parts], dtype=torch.int64).cumsum(0)
+        o = attention_varlen(torch.cat([q[b, rows[b]] for b in range(batch)]),
+                             torch.cat([k[b, keys[b]] for b in range(batch)]),
+                             torch.cat([v[b, keys[b]] for b in range(batch)]), cu(rows), cu(keys), tq, tk,
+                             causal=causal, delta=delta, softmax_scale=scaling, precision=precision,
+                             format=format)
+        b_index = torch.cat([torch.full((len(r),), b, device=q.device) for b, r in enumerate(rows)])
+        return torch.zeros_like(q).index_put((b_index, torch.cat(rows)), o), None
 
     return octet_attention
 
