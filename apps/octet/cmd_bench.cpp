@@ -582,7 +582,7 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   train->add_flag("--json", tr.json, "one JSON object per line");
   train->add_option("--device", tr.o.device, "cuda | cpu (cpu: for testing, with --models tiny)")
       ->capture_default_str();
-  train->add_option("--models", tr.o.models, "gpt2-small, 350m, 760m, 1.3b, tiny")->delimiter(',');
+  train->add_option("--models", tr.o.models, "gpt2-small, 350m, 760m, 1.3b, 2.7b, tiny")->delimiter(',');
   octet::cli::add_enum_option<octet::Arm>(train, "--arms", tr.o.arms, "precision arms");
   train->add_option("--batch", tr.o.batch, "sequences per micro-batch")->capture_default_str();
   train

@@ -38,6 +38,7 @@ MODELS = {  # name: (n_layer, d_model, n_head, d_ff), as bench_model_config() in
     "350m": (24, 1024, 16, 4096),     # GPT-2 medium
     "760m": (36, 1280, 20, 5120),     # GPT-2 large, head_dim 64
     "1.3b": (24, 2048, 16, 8192),     # GPT-3 XL width and depth, 16 heads of 128
+    "2.7b": (32, 2560, 20, 10240),    # GPT-3 2.7B width and depth, 20 heads of 128
     "tiny": (2, 64, 2, 256),
 }
 BF16_PEAK, FP8_PEAK = 989.0, 1979.0  # dense TFLOP/s, H100/H200 SXM datasheet (octet/bench.h)

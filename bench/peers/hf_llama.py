@@ -49,7 +49,7 @@ def make_model(name, vocab, seq, attention):
     config = LlamaConfig(vocab_size=vocab, hidden_size=d, num_hidden_layers=L, num_attention_heads=h,
                          num_key_value_heads=g, head_dim=hd, intermediate_size=f,
                          max_position_embeddings=seq, tie_word_embeddings=True, rope_theta=500000.0,
-                         attention_dropout=0.0)
+                         attention_dropout=0.0, use_cache=False)  # training: no KV cache
     model = LlamaForCausalLM(config)
     model.set_attn_implementation(attention)
     return model

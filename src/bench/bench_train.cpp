@@ -32,10 +32,13 @@ ModelConfig bench_model_config(const std::string& name, int64_t vocab_size, int6
     c.n_layer = 36, c.d_model = 1280, c.n_head = 20, c.d_ff = 5120;
   } else if (name == "1.3b") {
     c.n_layer = 24, c.d_model = 2048, c.n_head = 16, c.d_ff = 8192;
+  } else if (name == "2.7b") {  // GPT-3 2.7B's width and depth, 20 heads of 128 (GPT-3: 32 of 80)
+    c.n_layer = 32, c.d_model = 2560, c.n_head = 20, c.d_ff = 10240;
   } else if (name == "tiny") {
     c.n_layer = 2, c.d_model = 64, c.n_head = 2, c.d_ff = 256;
   } else {
-    OCTET_FAIL("unknown benchmark model '" + name + "' (expected gpt2-small, 350m, 760m, 1.3b or tiny)");
+    OCTET_FAIL("unknown benchmark model '" + name +
+               "' (expected gpt2-small, 350m, 760m, 1.3b, 2.7b or tiny)");
   }
   c.n_kv_head = c.n_head;
   c.vocab_size = vocab_size;

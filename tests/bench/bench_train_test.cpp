@@ -49,7 +49,7 @@ TEST(BenchTrainModels, ShapesAreGpt2AndGpt3Family) {
   }
   EXPECT_EQ(bench_model_config("1.3b", 50304, 1024).head_dim(), 128);
   EXPECT_EQ(bench_model_config("760m", 50304, 4096).seq_len, 4096);
-  EXPECT_THROW(bench_model_config("2.7b", 50304, 1024), Error);
+  EXPECT_THROW(bench_model_config("7b", 50304, 1024), Error);
 }
 
 TEST(BenchTrainModels, ParameterCountsMatchPublishedGpt2) {
@@ -67,6 +67,10 @@ TEST(BenchTrainModels, ParameterCountsMatchPublishedGpt2) {
   // The named sizes with octet's vocabulary (50304) and no biases.
   EXPECT_EQ(gpt2_params(bench_model_config("760m", 50304, 1024)), 773675520);
   EXPECT_EQ(gpt2_params(bench_model_config("1.3b", 50304, 1024)), 1313280000);
+  EXPECT_EQ(gpt2_params(bench_model_config("2.7b", 50304, 1024)), 2648314880);
+  // GPT-3 2.7B (2048 positions, GPT-2's vocabulary): "2.7B" in Brown et al. 2020, table 2.1.
+  const double g27 = double(gpt2_params(bench_model_config("2.7b", 50257, 2048)));
+  EXPECT_NEAR(g27 / 2.7e9, 1.0, 0.03) << g27;
 }
 
 TEST(BenchTrainModels, ModelHasTheClosedFormCount) {

@@ -63,8 +63,8 @@ def test_octet_tokens_per_step_and_bad_batches():
                           "--model-batch", "NAME=N")
     assert_one_line_error(octet("bench", "train", "--device", "cpu", *SMALL, "--model-batch", "1.3b=2"),
                           "1.3b", "not among")
-    assert_one_line_error(octet("bench", "train", "--device", "cpu", *SMALL[2:], "--models", "2.7b"),
-                          "2.7b", "760m", "1.3b")
+    assert_one_line_error(octet("bench", "train", "--device", "cpu", *SMALL[2:], "--models", "7b"),
+                          "7b", "760m", "2.7b")
     for bad in ("0", "-64"):  # not silently the default batch
         assert_one_line_error(octet("bench", "train", "--device", "cpu", *SMALL, "--tokens-per-step", bad),
                               "--tokens-per-step", bad)
@@ -125,6 +125,7 @@ def test_peer_shapes_flops_and_batches():
     assert g.MODELS["gpt2-small"] == (12, 768, 12, 3072)
     assert g.MODELS["350m"] == (24, 1024, 16, 4096)
     assert g.MODELS["760m"] == (36, 1280, 20, 5120)
+    assert g.MODELS["2.7b"] == (32, 2560, 20, 10240)
     assert g.MODELS["1.3b"] == (24, 2048, 16, 8192)
     assert g.matmul_params(24, 2048, 8192, 50304) == 1310982144
     t = g.throughput(g.MODELS["1.3b"], 50304, 2048, 8192, [100.0, 200.0, 300.0])

@@ -94,6 +94,23 @@ def test_keeps_dtype(dtype):
     assert rel(o.detach(), ref) < 0.1
 
 
+def test_autocast_casts_like_sdpa():
+    # Inside torch.autocast q, k, v of mixed float32 / bfloat16 (Hugging Face's RoPE output beside a
+    # projection's) run in autocast's dtype, as SDPA does: the same o as all-bfloat16 inputs.
+    (q, k, v), _ = inputs(1, 8, 8, 2, 1, 16, seed=6, dtype=torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        o = ot.attention(q, k, v.bfloat16(), causal=True)
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.bfloat16().transpose(1, 2), is_causal=True)
+    assert o.dtype == ref.dtype == torch.bfloat16
+    same = ot.attention(*(t.detach().bfloat16() for t in (q, k, v)), causal=True)
+    assert torch.equal(o.detach(), same)
+    o.float().sum().backward()
+    assert q.grad.dtype == torch.float32 and torch.isfinite(q.grad).all()
+    with pytest.raises(TypeError, match="one dtype"):  # outside autocast: still refused
+        ot.attention(q, k, v.bfloat16())
+
+
 def test_bad_input_raises():
     q = torch.randn(1, 8, 2, 16)
     k = v = torch.randn(1, 8, 1, 16)

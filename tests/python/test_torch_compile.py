@@ -165,3 +165,18 @@ def test_residual_runs_eagerly_inside_a_compiled_graph():
     torch._dynamo.reset()
     with pytest.raises(Exception, match="disable"):
         torch.compile(fn, fullgraph=True, backend="aot_eager")(q)
+
+
+def test_float8_linears_of_many_layers_compile_once():
+    # One compiled code for every layer: a Float8Linear's registry id reaches the ops as a tensor,
+    # so torch.compile does not specialize on it (an int attribute recompiled per layer, and the
+    # recompile limit sent a Hugging Face model's later layers to eager).
+    torch.manual_seed(0)
+    layers = [ot.Float8Linear(32, 32, bias=False) for _ in range(3)]
+    x = torch.randn(4, 32)
+    step = torch.compile(lambda layer, x: layer(x), backend="eager", fullgraph=True)
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for layer in layers:
+            assert torch.equal(step(layer, x), layer(x))
+    assert "_octet_layer_t" not in layers[0].state_dict()

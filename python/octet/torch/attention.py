@@ -132,6 +132,19 @@ def _check(q, k, v, precision):
         raise ValueError("octet.torch.attention: precision fp64 (the FP64 oracle) runs on cpu only")
 
 
+def _autocast(*ts):
+    """The inputs as autocast would hand them to SDPA: inside torch.autocast, floating tensors
+    other than float64 in autocast's dtype (Hugging Face's RoPE leaves q and k in float32 while
+    v comes out of its projection in bfloat16)."""
+    if not all(isinstance(t, torch.Tensor) for t in ts):
+        return ts  # _check names the argument
+    kind = ts[0].device.type
+    if kind not in ("cpu", "cuda") or not torch.is_autocast_enabled(kind):
+        return ts
+    cast = torch.get_autocast_dtype(kind)
+    return tuple(t.to(cast) if t.is_floating_point() and t.dtype != torch.float64 else t for t in ts)
+
+
 def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return_residual=False,
               *, precision="fp8", format="hybrid"):
     """Multi-head attention with octet's FP8 kernels and the matched (or stale) softmax delta.
@@ -154,8 +167,10 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
     dtypes: cpu float32/float64/bfloat16/float16; cuda bfloat16/float16/float32. Any strides
     (the [B, H, T, D] copies octet reads are made here). Errors: TypeError/ValueError naming the
     bad argument; octet.OctetError for what the library rejects (e.g. a CUDA head_dim that is not
-    a multiple of 16).
+    a multiple of 16). Under torch.autocast, as SDPA (an autocast lower-precision op): q, k, v of
+    a floating dtype other than float64 are cast to autocast's dtype first, and o has it.
     """
+    q, k, v = _autocast(q, k, v)
     _check(q, k, v, precision)
     dtype = q.dtype
     if dtype == torch.float16 or (dtype == torch.float64 and precision != "fp64"):

@@ -7,8 +7,10 @@ bias is added by torch in the input dtype. Two custom ops (torch.library, with f
 implementations for torch.compile):
   octet::linear_forward(x [M, in], w f32 [out, in], layer) -> y [M, out]
   octet::linear_backward(x, w, dy, layer) -> dx [M, in], dw f32 [out, in]
-`layer` names the module's octet Linear (its quantizer state: tensor-delayed amax histories) in
-a registry here. The backward op re-runs the forward's quantization and GEMM first (the saved FP8
+`layer` (a CPU int64 scalar tensor) names the module's octet Linear (its quantizer state:
+tensor-delayed amax histories) in a registry here. It is a tensor, not an int, because
+torch.compile specializes on an int attribute of a module: with one id per module, every layer of
+a model would recompile the same code (the recompile limit then sends the rest to eager). The backward op re-runs the forward's quantization and GEMM first (the saved FP8
 operands cannot cross an op boundary): one extra forward GEMM per backward (docs/pytorch.md).
 
 Delayed scaling (tensor-delayed) is quantize-then-update: call update_scales(model) (or
@@ -74,11 +76,11 @@ def _call(x, w, layer):
     c = _lib.LinearCall()
     c.rows, c.dtype = x.shape[0], dtype_code(x)
     c.x, c.w = x.data_ptr(), w.data_ptr()
-    return c, _layers[layer].handle(x.device)
+    return c, _layers[int(layer)].handle(x.device)
 
 
 @torch.library.custom_op("octet::linear_forward", mutates_args=())
-def _forward(x: torch.Tensor, w: torch.Tensor, layer: int) -> torch.Tensor:
+def _forward(x: torch.Tensor, w: torch.Tensor, layer: torch.Tensor) -> torch.Tensor:
     # Contiguous inputs and outputs whatever strides torch.compile gives the op (as attention.py's).
     x, w = x.contiguous(), w.contiguous()
     y = x.new_empty(x.shape[0], w.shape[0])
@@ -95,7 +97,7 @@ def _(x, w, layer):
 
 @torch.library.custom_op("octet::linear_backward", mutates_args=())
 def _backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor,
-              layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+              layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     x, w, dy = x.contiguous(), w.contiguous(), dy.contiguous()
     dx, dw = x.new_empty(x.shape), w.new_zeros(w.shape)  # dw accumulates (+=) in octet
     c, h = _call(x, w, layer)
@@ -111,13 +113,12 @@ def _(x, w, dy, layer):
 
 def _setup_context(ctx, inputs, output):
     x, w, layer = inputs
-    ctx.save_for_backward(x, w)
-    ctx.layer = layer
+    ctx.save_for_backward(x, w, layer)
 
 
 def _autograd_backward(ctx, dy):
-    x, w = ctx.saved_tensors
-    dx, dw = _backward(x, w, dy.to(x.dtype).contiguous(), ctx.layer)
+    x, w, layer = ctx.saved_tensors
+    dx, dw = _backward(x, w, dy.to(x.dtype).contiguous(), layer)
     return dx, dw, None
 
 
@@ -167,6 +168,9 @@ class Float8Linear(torch.nn.Linear):
         self._octet_layer = next(i for i in iter(lambda: secrets.randbits(62), None)
                                  if i not in _layers)
         _layers[self._octet_layer] = layer
+        # The id as the ops take it (not a buffer: outside the state_dict, and .to() leaves it on
+        # the CPU, where reading it is no device sync).
+        self._octet_layer_t = torch.tensor(self._octet_layer, dtype=torch.int64)
         # Freed with the module; not at interpreter exit (CUDA may be torn down by then).
         weakref.finalize(self, _release, self._octet_layer).atexit = False
 
@@ -210,7 +214,7 @@ class Float8Linear(torch.nn.Linear):
         if x.numel() == 0:
             raise ValueError(f"Float8Linear: empty input {tuple(x.shape)}")
         x2 = x.reshape(-1, self.in_features).to(work).contiguous()
-        y = _forward(x2, self.weight.float().contiguous(), self._octet_layer)
+        y = _forward(x2, self.weight.float().contiguous(), self._octet_layer_t)
         if self.bias is not None:
             # The bias is added in FP32 (FP64 for float64 input) and the sum rounded once to the
             # output dtype: Inductor fuses this add and drops an intermediate rounding of the bias
