@@ -116,7 +116,7 @@ OCTET_C_EXPORT void octet_linear_free(octet_c_linear* linear);
 /** Forward: writes y. Quantizes with each slot's current scale and records the amaxes. */
 OCTET_C_EXPORT int octet_linear_forward(octet_c_linear* linear, const octet_linear_call* call);
 /** Backward: re-runs the forward's quantization of x and w (the same codes: the scales only change
- *  at update_scales) into scratch, then dx and dw from dy. Costs one extra forward GEMM. */
+ *  at update_scales; not its GEMM), then dx and dw from dy. */
 OCTET_C_EXPORT int octet_linear_backward(octet_c_linear* linear, const octet_linear_call* call);
 /** Delayed scaling's update step (Linear::update_scales): once per optimizer step. */
 OCTET_C_EXPORT int octet_linear_update_scales(octet_c_linear* linear);

@@ -3,7 +3,8 @@
 // its quantizer state (tensor-delayed amax histories) lives as long as the caller's layer.
 //
 // An op boundary (PyTorch's custom ops) cannot carry the backend's SavedLinear, so the backward
-// re-runs the forward's quantization of X and W (and its GEMM, into scratch) first. The scales a
+// re-runs the forward's quantization of X and W first (Linear::forward with an empty y: no GEMM;
+// the CPU reference backend computes it into scratch). The scales a
 // quantization uses change only at update_scales(), so the re-run produces the forward's very
 // codes; tensor-delayed records the same amax a second time, which leaves the recorded maximum
 // unchanged (docs/pytorch.md, "The backward").
@@ -102,9 +103,8 @@ int octet_linear_backward(octet_c_linear* linear, const octet_linear_call* call)
   return guarded([&] {
     require(linear, "octet_linear_backward: linear");
     const auto v = octet::capi::views_of(*linear, call, true);
-    // Re-run the forward (same codes: see the header) into a scratch Y for its SavedLinear.
-    octet::Buffer y = linear->backend->alloc(v.dy.dtype, v.dy.shape);
-    const octet::SavedLinear saved = linear->linear->forward(v.x, v.w, y);
+    // Re-run the forward's quantization (same codes: see the header), without its GEMM.
+    const octet::SavedLinear saved = linear->linear->forward(v.x, v.w, octet::Tensor{});
     linear->linear->backward(saved, v.dy, v.dx, v.dw);
   });
 }

@@ -8,7 +8,8 @@
 //    scale sequence in numbers (quantize-then-update) and the QuantStats (amax, scale range,
 //    underflow and saturation fractions).
 //  - Saved state: two forwards followed by two backwards equal forward+backward one at a time
-//    (BF16, FP32, FP8 tensor-current / tensor-delayed / block); another linear's SavedLinear throws.
+//    (BF16, FP32, FP8 tensor-current / tensor-delayed / block); another linear's SavedLinear throws;
+//    a forward without y (how the C ABI's backward re-quantizes) saves the same operands.
 // Tolerance of an FP32-accumulated GEMM: |C − C64| <= (K + 8)·2^-23·Σ_k |A_ik||B_jk|. Scales in
 // QuantStats are 1/scale_inv, so they are compared to scale_from_amax within 4 ulps (FLOAT_EQ).
 #include <gtest/gtest.h>
@@ -298,6 +299,43 @@ TEST(LinearSaved, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
     }
     EXPECT_EQ(a.dw, b.dw) << name << " dw";
     EXPECT_NE(a.y[0], a.y[1]) << name;  // the micro-batches differ: the test can fail
+  }
+}
+
+// Linear::forward with an empty y (backend.h: how the C ABI's backward re-quantizes): the backward
+// from its SavedLinear equals the backward from the full forward's, bitwise, over two steps with an
+// update between (tensor-delayed: the re-recorded amax leaves the history as it was).
+TEST(LinearSaved, ForwardWithoutYSavesTheSameOperands) {
+  std::vector<std::pair<std::string, LinearSpec>> cases;
+  cases.push_back({"bf16", {IN, OUT, LinearPrecision::BF16, {}}});
+  cases.push_back({"fp32", {IN, OUT, LinearPrecision::FP32, {}}});
+  for (Recipe r : {Recipe::TensorCurrent, Recipe::TensorDelayed, Recipe::Block}) {
+    QuantConfig q;
+    q.recipe = r;
+    q.formats = FormatPolicy::Hybrid;
+    cases.push_back({"fp8 " + to_string(r), {IN, OUT, LinearPrecision::FP8, q}});
+  }
+  for (const auto& [name, spec] : cases) {
+    auto be = make_cpu_backend();
+    auto la = be->make_linear(spec), lb = be->make_linear(spec);
+    std::vector<float> dw_a(OUT * IN, 0.0f), dw_b(OUT * IN, 0.0f);
+    for (int step = 0; step < 2; ++step) {
+      const auto x = randn(M * IN, 170 + step, 1.0f + step), w = randn(OUT * IN, 172 + step, 0.05f);
+      const auto dy = randn(M * OUT, 174 + step);
+      std::vector<float> y_a(M * OUT), y_b(M * OUT), dx_a(M * IN), dx_b(M * IN);
+      const SavedLinear sa = la->forward(xm(x), wm(w), ym(y_a));
+      la->backward(sa, ym(dy), xm(dx_a), wm(dw_a));
+      (void)lb->forward(xm(x), wm(w), ym(y_b));                    // the op's forward
+      const SavedLinear sb = lb->forward(xm(x), wm(w), Tensor{});  // the op's backward re-run
+      lb->backward(sb, ym(dy), xm(dx_b), wm(dw_b));
+      EXPECT_EQ(y_a, y_b) << name;
+      EXPECT_EQ(dx_a, dx_b) << name << " dx, step " << step;
+      EXPECT_EQ(dw_a, dw_b) << name << " dw, step " << step;
+      EXPECT_NE(dx_a, std::vector<float>(M * IN, 0.0f)) << name;  // not vacuous
+      la->update_scales();
+      lb->update_scales();
+      EXPECT_EQ(la->quant_state(), lb->quant_state()) << name;
+    }
   }
 }
 

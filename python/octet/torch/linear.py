@@ -10,8 +10,9 @@ implementations for torch.compile):
 `layer` (a CPU int64 scalar tensor) names the module's octet Linear (its quantizer state:
 tensor-delayed amax histories) in a registry here. It is a tensor, not an int, because
 torch.compile specializes on an int attribute of a module: with one id per module, every layer of
-a model would recompile the same code (the recompile limit then sends the rest to eager). The backward op re-runs the forward's quantization and GEMM first (the saved FP8
-operands cannot cross an op boundary): one extra forward GEMM per backward (docs/pytorch.md).
+a model would recompile the same code (the recompile limit then sends the rest to eager). The
+backward op re-runs the forward's quantization of x and w first, not its GEMM (the saved FP8
+operands cannot cross an op boundary; docs/pytorch.md).
 
 Delayed scaling (tensor-delayed) is quantize-then-update: call update_scales(model) (or
 Float8Linear.update_scales) once per optimizer step. Its state is not in the state_dict (the keys

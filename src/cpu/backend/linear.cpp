@@ -98,8 +98,15 @@ class CpuLinear final : public Linear {
     }
   }
 
-  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y) override {
+  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y_given) override {
     const int64_t m = rows_of(x, spec_.in_features, "linear forward x");
+    // y empty (backend.h: the backward's operands only): the reference computes Y into scratch.
+    std::vector<float> y_scratch;
+    Tensor y = y_given;
+    if (y.empty()) {
+      y_scratch.resize(size_t(m * spec_.out_features));
+      y = Tensor(y_scratch.data(), DType::F32, {m, spec_.out_features});
+    }
     check_weight(w);
     check_rows(y, m, spec_.out_features, "linear forward y");
     const int64_t in = spec_.in_features, out = spec_.out_features;

@@ -70,15 +70,18 @@ class CudaLinear final : public Linear {
                 "linear forward: x must be [M >= 1, " + std::to_string(in) + "], got " + x.str());
     const int64_t m = x.rows();
     check_weight(w, "linear forward: w");
-    check_activation(y, "linear forward: y");
-    OCTET_CHECK(y.cols() == out && y.rows() == m, "linear forward: y must be [" + std::to_string(m) + ", " +
-                                                      std::to_string(out) + "], got " + y.str());
+    const bool gemm = !y.empty();  // empty: the backward's operands only (backend.h)
+    if (gemm) {
+      check_activation(y, "linear forward: y");
+      OCTET_CHECK(y.cols() == out && y.rows() == m, "linear forward: y must be [" + std::to_string(m) + ", " +
+                                                        std::to_string(out) + "], got " + y.str());
+    }
     auto st = std::make_unique<LinearState>();
     st->owner = this;
     const Tensor w2 = w.reshape({out, in});
     switch (spec_.precision) {
       case LinearPrecision::FP8:
-        qx_->quantize(x, &xq_, &st->xt);
+        qx_->quantize(x, gemm ? &xq_ : nullptr, &st->xt);
         if (!wt_) {  // Ŵ into wq_ (scratch, kept while cached) and Ŵᵀ (shared with the saved states)
           auto wt = std::make_shared<DevQ>();
           qw_->quantize(w2, &wq_, wt.get());
@@ -86,15 +89,17 @@ class CudaLinear final : public Linear {
           installed_stats_ = false;
         }
         st->wt = wt_;
-        gemm_.fp8(xq_.view, wq_.view, y);
+        if (gemm) gemm_.fp8(xq_.view, wq_.view, y);
         if (!spec_.cache_weight) wt_.reset();
         break;
       case LinearPrecision::BF16:
-        gemm_.bf16(as_bf16(x, xb_), false, w_bf16(w2), true, y, m, out, in);
+        if (gemm) gemm_.bf16(as_bf16(x, xb_), false, w_bf16(w2), true, y, m, out, in);
         break;
       case LinearPrecision::FP32:
-        gemm_.f32(as_f32(x, xf_), false, w2.f32(), true, f32_out(y), m, out, in);
-        finish(y);
+        if (gemm) {
+          gemm_.f32(as_f32(x, xf_), false, w2.f32(), true, f32_out(y), m, out, in);
+          finish(y);
+        }
         break;
     }
     return SavedLinear{x, w, std::move(st)};

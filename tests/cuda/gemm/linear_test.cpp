@@ -5,7 +5,8 @@
 // equally (quantize_test.cpp), so the outputs differ only by GEMM accumulation order and Hopper's
 // FP8 accumulator: bound |gpu − cpu| <= 2^-9·max|cpu| per output (FP8; the per-element bound is
 // checked in gemm_test.cpp), 1e-5·max|cpu| for BF16/FP32 GEMMs, plus one BF16 ulp of |cpu| for
-// BF16 outputs. Saved state: two forwards then two backwards equal one at a time, bitwise. And
+// BF16 outputs. Saved state: two forwards then two backwards equal one at a time, bitwise, and a
+// forward without y (the C ABI's re-quantization) saves what a full forward saves. And
 // the checkpoint state (quant_state): equal to the CPU's, and a second CudaLinear restored from it
 // continues bitwise. The FP8 weight cache equals no cache, bitwise, and is invalidated where
 // backend.h says.
@@ -199,6 +200,54 @@ TEST(CudaLinear, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
     EXPECT_THROW(lb->backward(s, a1.dy, a1.dx, a1.dw), Error) << what;
     SavedLinear empty{a1.x, a1.w, nullptr};
     EXPECT_THROW(la->backward(empty, a1.dy, a1.dx, a1.dw), Error) << what;
+  }
+}
+
+// Linear::forward with an empty y (backend.h: the C ABI's backward re-quantizes without the GEMM):
+// the backward from its SavedLinear equals the backward from the full forward's, bitwise, over two
+// steps with an update between; the quantizer states stay equal.
+TEST(CudaLinear, ForwardWithoutYSavesTheSameOperands) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  const Case cases[] = {
+      {LinearPrecision::FP8, Recipe::TensorCurrent, FormatPolicy::Hybrid, 64, 128, 96},
+      {LinearPrecision::FP8, Recipe::TensorDelayed, FormatPolicy::Hybrid, 64, 128, 96},
+      {LinearPrecision::FP8, Recipe::Block, FormatPolicy::Hybrid, 64, 128, 96},
+      {LinearPrecision::BF16, Recipe::TensorCurrent, FormatPolicy::E4M3, 48, 80, 64},
+      {LinearPrecision::FP32, Recipe::TensorCurrent, FormatPolicy::E4M3, 48, 80, 64},
+  };
+  for (const auto& c : cases) {
+    const LinearSpec spec = spec_of(c);
+    const std::string what = std::to_string(int(c.precision)) + " " + to_string(c.recipe);
+    auto la = gpu->make_linear(spec), lb = gpu->make_linear(spec);
+    Io a(*gpu, c.m, c.in, c.out, DType::BF16), b(*gpu, c.m, c.in, c.out, DType::BF16);
+    gpu->fill(a.dw, 0.0);
+    gpu->fill(b.dw, 0.0);
+    for (int step = 0; step < 2; ++step) {
+      for (Io* io : {&a, &b}) {
+        put(*gpu, io->x, test::gaussian(size_t(c.m * c.in), 300 + step, 2.0f));
+        put(*gpu, io->w, test::gaussian(size_t(c.out * c.in), 302 + step, 0.05f));
+        put(*gpu, io->dy, test::gaussian(size_t(c.m * c.out), 304 + step, 1e-3f));
+      }
+      const SavedLinear sa = la->forward(a.x, a.w, a.y);
+      la->backward(sa, a.dy, a.dx, a.dw);
+      (void)lb->forward(b.x, b.w, b.y);                        // the op's forward
+      const SavedLinear sb = lb->forward(b.x, b.w, Tensor{});  // the op's backward re-run
+      lb->backward(sb, b.dy, b.dx, b.dw);
+      for (auto [t, u, name] : {std::tuple{&a.y, &b.y, "y"}, {&a.dx, &b.dx, "dx"}, {&a.dw, &b.dw, "dw"}}) {
+        const auto va = gpu->download_f32(*t), vb = gpu->download_f32(*u);
+        bool nonzero = false;
+        for (size_t i = 0; i < va.size(); ++i) {
+          nonzero |= va[i] != 0.0f;
+          ASSERT_TRUE(test::same_float(va[i], vb[i]))
+              << what << " step " << step << " " << name << " at " << i;
+        }
+        EXPECT_TRUE(nonzero) << what << " " << name << " is all zero (vacuous)";
+      }
+      la->update_scales();
+      lb->update_scales();
+      EXPECT_EQ(la->quant_state(), lb->quant_state()) << what;
+    }
   }
 }
 
