@@ -281,7 +281,8 @@ LinRun two_micro_batches(const LinearSpec& spec, bool interleaved) {
   return r;
 }
 
-TEST(LinearSaved, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
+// The saved-state tests' linears: BF16, FP32 and FP8 tensor-current / tensor-delayed / block.
+std::vector<std::pair<std::string, LinearSpec>> saved_state_cases() {
   std::vector<std::pair<std::string, LinearSpec>> cases;
   cases.push_back({"bf16", {IN, OUT, LinearPrecision::BF16, {}}});
   cases.push_back({"fp32", {IN, OUT, LinearPrecision::FP32, {}}});
@@ -291,7 +292,11 @@ TEST(LinearSaved, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
     q.formats = FormatPolicy::Hybrid;
     cases.push_back({"fp8 " + to_string(r), {IN, OUT, LinearPrecision::FP8, q}});
   }
-  for (const auto& [name, spec] : cases) {
+  return cases;
+}
+
+TEST(LinearSaved, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
+  for (const auto& [name, spec] : saved_state_cases()) {
     const LinRun a = two_micro_batches(spec, true), b = two_micro_batches(spec, false);
     for (int i = 0; i < 2; ++i) {
       EXPECT_EQ(a.y[i], b.y[i]) << name << " y " << i;
@@ -306,16 +311,7 @@ TEST(LinearSaved, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
 // from its SavedLinear equals the backward from the full forward's, bitwise, over two steps with an
 // update between (tensor-delayed: the re-recorded amax leaves the history as it was).
 TEST(LinearSaved, ForwardWithoutYSavesTheSameOperands) {
-  std::vector<std::pair<std::string, LinearSpec>> cases;
-  cases.push_back({"bf16", {IN, OUT, LinearPrecision::BF16, {}}});
-  cases.push_back({"fp32", {IN, OUT, LinearPrecision::FP32, {}}});
-  for (Recipe r : {Recipe::TensorCurrent, Recipe::TensorDelayed, Recipe::Block}) {
-    QuantConfig q;
-    q.recipe = r;
-    q.formats = FormatPolicy::Hybrid;
-    cases.push_back({"fp8 " + to_string(r), {IN, OUT, LinearPrecision::FP8, q}});
-  }
-  for (const auto& [name, spec] : cases) {
+  for (const auto& [name, spec] : saved_state_cases()) {
     auto be = make_cpu_backend();
     auto la = be->make_linear(spec), lb = be->make_linear(spec);
     std::vector<float> dw_a(OUT * IN, 0.0f), dw_b(OUT * IN, 0.0f);
