@@ -116,7 +116,8 @@ class Linear {
   /// mismatch. Quantization uses each slot's current scale and records its amax (quant.h).
   /// y empty: no GEMM, only what the backward needs — the same SavedLinear (the same codes and
   /// scales) that a forward would return (the C ABI's backward, which cannot carry a SavedLinear
-  /// across PyTorch's op boundary, re-quantizes this way).
+  /// across PyTorch's op boundary, re-quantizes this way). stats_x() then describes X̂ᵀ, the copy
+  /// it quantized (its amax is X's; with row, block or MX scaling its scale range differs).
   virtual SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y) = 0;
   /// dy act [M, out]; dx act [M, in] overwritten (empty: skipped); dw param [out, in] accumulated
   /// (+=; empty: skipped). `saved` must come from this linear's forward; it is not consumed.

@@ -1,9 +1,14 @@
-"""octet in torchtitan (0.3): config overrides that train its language models with octet's FP8
-attention (Delta-Matching by default) and octet's FP8 linears, through torchtitan's own extension
+"""octet in torchtitan (0.3): config overrides that put octet's FP8 attention (Delta-Matching by
+default) and octet's FP8 linears into its language models, through torchtitan's own extension
 point (torchtitan.config.override), switched on from the command line without changing torchtitan:
 
   torchrun --nproc-per-node 8 -m torchtitan.train --module llama3 --config llama3_8b \\
-      --override.imports octet.titan.attention,octet.titan.float8_linears
+      --override.imports octet.titan.attention,octet.titan.float8_linears \\
+      --training.disable_cuda_graphs
+
+(attention_varlen reads the document offsets on the host and loops over documents in Python: no
+CUDA graph capture, and torchtitan's `--compile.enable` (fullgraph blocks) refuses it.) Tested on
+its models on the CPU, not yet under its Trainer (docs/pytorch.md "torchtitan").
 
 attention: every inner attention of the model (a FlexAttention or VarlenAttention config) becomes
 OctetAttention. It subclasses VarlenAttention, so the trainer builds the per-document cu_seqlens
@@ -71,7 +76,9 @@ class OctetAttention(VarlenAttention):
 
 class OctetLinear(Float8Linear, Module):
     """torchtitan's Linear on octet's FP8 GEMMs (Float8Linear: weight and bias as nn.Linear's, so
-    torchtitan's initialization, sharding and checkpoints see an nn.Linear's parameters)."""
+    torchtitan's initialization, sharding and checkpoints see an nn.Linear's parameters). The
+    stateless recipes only: tensor-delayed needs update_scales() once per optimizer step, which
+    torchtitan's loop does not call (ValueError)."""
 
     @dataclass(kw_only=True, slots=True)
     class Config(Linear.Config):
@@ -79,6 +86,10 @@ class OctetLinear(Float8Linear, Module):
         format: str = "hybrid"
 
     def __init__(self, config: Config):
+        if config.recipe == "tensor-delayed":
+            raise ValueError("octet.titan.OctetLinear: recipe tensor-delayed needs update_scales() "
+                             "after every optimizer step, which torchtitan does not call; use "
+                             "tensor-current, row or block")
         Float8Linear.__init__(self, config.in_features, config.out_features, bias=config.bias,
                               recipe=config.recipe, format=config.format)
 

@@ -180,3 +180,17 @@ def test_float8_linears_of_many_layers_compile_once():
         for layer in layers:
             assert torch.equal(step(layer, x), layer(x))
     assert "_octet_layer_t" not in layers[0].state_dict()
+
+
+def test_float8_linear_built_on_meta_computes_after_to_empty():
+    # The registry id stays a CPU tensor under torch.device("meta") (FSDP2's and torchtitan's meta
+    # init): on meta the op would dispatch to its fake implementation and return garbage.
+    torch.manual_seed(0)
+    eager = ot.Float8Linear(32, 16, bias=False)
+    with torch.device("meta"):
+        meta = ot.Float8Linear(32, 16, bias=False)
+    meta.to_empty(device="cpu")
+    meta.load_state_dict(eager.state_dict())
+    x = torch.randn(4, 32)
+    assert meta._octet_layer_t.device.type == "cpu"
+    assert torch.equal(meta(x), eager(x))

@@ -9,9 +9,11 @@ debug model, on the CPU:
 - With the FP8 attention (matched delta) and the FP8 linears of the decoder layers, the model's
   first loss is within 5 % of the float64 reference's and 15 AdamW steps on the batch lower it by
   a third; the embedding and the output head stay torchtitan's Linear.
-- Bad options fail with a message naming them: an unsupported window, a missing VarlenMetadata.
+- Built on the meta device, as torchtitan's Trainer builds it, then to_empty + init_states: the
+  same logits as the model built in place.
+- Bad options fail with a message naming them: an unsupported window, a missing VarlenMetadata,
+  the tensor-delayed recipe (torchtitan never calls update_scales).
 """
-import copy
 from dataclasses import dataclass
 
 import pytest
@@ -136,6 +138,19 @@ def test_fp8_attention_and_linears_train():
     assert losses[-1] < (2 / 3) * losses[0], losses
 
 
+def test_meta_build_equals_in_place():
+    config = with_overrides("octet.titan.attention", "octet.titan.float8_linears")
+    in_place = build(config, torch.float32)
+    with torch.device("meta"):
+        meta = config.build()
+    meta.to_empty(device="cpu")
+    meta.init_states(buffer_device=torch.device("cpu"))
+    meta.load_state_dict(in_place.state_dict())
+    tokens = batch(2048)
+    with torch.no_grad():
+        assert torch.equal(logits(meta, tokens), logits(in_place, tokens))
+
+
 def test_options_and_bad_input():
     stale = with_overrides(("octet.titan.attention", {"delta": "stale"}))
     assert stale.layers[0].attention.inner_attention.delta == "stale"  # a config: a list
@@ -145,3 +160,6 @@ def test_options_and_bad_input():
     q = torch.randn(1, 8, 2, 16)
     with pytest.raises(TypeError, match="VarlenMetadata"):
         attn(q, q, q, attention_masks=None)
+    with pytest.raises(ValueError, match="tensor-delayed"):
+        titan.OctetLinear(titan.OctetLinear.Config(in_features=16, out_features=16,
+                                                   recipe="tensor-delayed"))

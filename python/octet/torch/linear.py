@@ -171,14 +171,16 @@ class Float8Linear(torch.nn.Linear):
         _layers[self._octet_layer] = layer
         # The id as the ops take it (not a buffer: outside the state_dict, and .to() leaves it on
         # the CPU, where reading it is no device sync).
-        self._octet_layer_t = torch.tensor(self._octet_layer, dtype=torch.int64)
+        # device="cpu" whatever the default device: a module built under torch.device("meta")
+        # (torchtitan, FSDP2's meta init) keeps a real id, which to_empty() does not touch.
+        self._octet_layer_t = torch.tensor(self._octet_layer, dtype=torch.int64, device="cpu")
         # Freed with the module; not at interpreter exit (CUDA may be torn down by then).
         weakref.finalize(self, _release, self._octet_layer).atexit = False
 
     def __setstate__(self, state):
         """A copy (copy.deepcopy, copy.copy, pickle) gets its own octet Linear, starting from a
         copy of its original's quantizer state (a fresh one when the original is not in this
-        process). Done here, at copy time, so that forward() only reads an int: torch.compile
+        process). Done here, at copy time, so that forward() only reads the id: torch.compile
         traces it without side effects."""
         super().__setstate__(state)
         src = _layers.get(self._octet_layer)
