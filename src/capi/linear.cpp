@@ -3,8 +3,8 @@
 // its quantizer state (tensor-delayed amax histories) lives as long as the caller's layer.
 //
 // An op boundary (PyTorch's custom ops) cannot carry the backend's SavedLinear, so the backward
-// re-runs the forward's quantization of X and W first (Linear::forward with an empty y: no GEMM;
-// the CPU reference backend computes it into scratch). The scales a
+// re-runs the forward's quantization of X and W first (Linear::forward with an empty y: no
+// GEMM). The scales a
 // quantization uses change only at update_scales(), so the re-run produces the forward's very
 // codes; tensor-delayed records the same amax a second time, which leaves the recorded maximum
 // unchanged (docs/pytorch.md, "The backward").

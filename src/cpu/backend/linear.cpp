@@ -20,6 +20,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,40 +99,35 @@ class CpuLinear final : public Linear {
     }
   }
 
-  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y_given) override {
+  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y) override {
     const int64_t m = rows_of(x, spec_.in_features, "linear forward x");
-    // y empty (backend.h: the backward's operands only): the reference computes Y into scratch.
-    std::vector<float> y_scratch;
-    Tensor y = y_given;
-    if (y.empty()) {
-      y_scratch.resize(size_t(m * spec_.out_features));
-      y = Tensor(y_scratch.data(), DType::F32, {m, spec_.out_features});
-    }
     check_weight(w);
-    check_rows(y, m, spec_.out_features, "linear forward y");
+    const bool gemm = !y.empty();  // empty: the backward's operands only (backend.h)
+    if (gemm) check_rows(y, m, spec_.out_features, "linear forward y");
     const int64_t in = spec_.in_features, out = spec_.out_features;
     auto state = std::make_unique<CpuLinearState>();
     state->owner = this;
     ActIn xin(x, "linear forward x");
-    ActOut yout(y, "linear forward y");
+    std::optional<ActOut> yout;
+    if (gemm) yout.emplace(y, "linear forward y");
     if (!fp8()) {
-      dense_gemm_(xin.data, w.f32(), yout.data, m, out, in, 0.0f);
+      if (gemm) dense_gemm_(xin.data, w.f32(), yout->data, m, out, in, 0.0f);
     } else {
       QTensor x_q, w_q;
       qx_->quantize(xin.data, m, in, x_q);
       qx_->quantize_transposed(xin.data, m, in, state->x_t_q);
       if (installed_) {  // gathered codes (install_weight_codes): bitwise quantize(W)
         state->w_t_q = w_t_inst_;
-        gemm_fp8(x_q, w_inst_, yout.data);
+        if (gemm) gemm_fp8(x_q, w_inst_, yout->data);
       } else {
         qw_->quantize(w.f32(), out, in, w_q);
         qw_->quantize_transposed(w.f32(), out, in, state->w_t_q);
-        gemm_fp8(x_q, w_q, yout.data);
+        if (gemm) gemm_fp8(x_q, w_q, yout->data);
         stats_w_ = stats_of(w_q);
       }
       stats_x_ = stats_of(x_q);
     }
-    yout.store();
+    if (gemm) yout->store();
     SavedLinear saved;
     saved.x = x;
     saved.w = w;

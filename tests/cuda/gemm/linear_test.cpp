@@ -58,6 +58,20 @@ struct Io {
         dw(be.alloc(DType::F32, {out, in})) {}
 };
 
+// y, dx and dw of two runs equal bit for bit, and not all zero (the comparison can fail).
+void expect_same_outputs(Backend& be, const Io& a, const Io& b, const std::string& what) {
+  for (auto [t, u, name] : {std::tuple{&a.y, &b.y, "y"}, {&a.dx, &b.dx, "dx"}, {&a.dw, &b.dw, "dw"}}) {
+    const auto va = be.download_f32(*t), vb = be.download_f32(*u);
+    ASSERT_EQ(va.size(), vb.size()) << what << " " << name;
+    bool nonzero = false;
+    for (size_t i = 0; i < va.size(); ++i) {
+      nonzero |= va[i] != 0.0f;
+      ASSERT_TRUE(test::same_float(va[i], vb[i])) << what << " " << name << " at " << i;
+    }
+    EXPECT_TRUE(nonzero) << what << " " << name << " is all zero (vacuous)";
+  }
+}
+
 struct Case {
   LinearPrecision precision;
   Recipe recipe;
@@ -177,20 +191,8 @@ TEST(CudaLinear, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
         const SavedLinear s2 = lb->forward(b2.x, b2.w, b2.y);
         lb->backward(s2, b2.dy, b2.dx, b2.dw);
       }
-      for (auto [p, q] : {std::pair{&a1, &b1}, {&a2, &b2}}) {
-        for (auto [t, u, name] :
-             {std::tuple{&p->y, &q->y, "y"}, {&p->dx, &q->dx, "dx"}, {&p->dw, &q->dw, "dw"}}) {
-          const auto va = gpu->download_f32(*t), vb = gpu->download_f32(*u);
-          ASSERT_EQ(va.size(), vb.size());
-          bool nonzero = false;
-          for (size_t i = 0; i < va.size(); ++i) {
-            nonzero |= va[i] != 0.0f;
-            ASSERT_TRUE(test::same_float(va[i], vb[i]))
-                << what << " rep " << rep << " " << name << " at " << i;
-          }
-          EXPECT_TRUE(nonzero) << what << " " << name << " is all zero (vacuous)";
-        }
-      }
+      for (auto [p, q] : {std::pair{&a1, &b1}, {&a2, &b2}})
+        ASSERT_NO_FATAL_FAILURE(expect_same_outputs(*gpu, *p, *q, what + " rep " + std::to_string(rep)));
       la->update_scales();
       lb->update_scales();
       EXPECT_EQ(la->quant_state(), lb->quant_state()) << what;
@@ -234,16 +236,7 @@ TEST(CudaLinear, ForwardWithoutYSavesTheSameOperands) {
       (void)lb->forward(b.x, b.w, b.y);                        // the op's forward
       const SavedLinear sb = lb->forward(b.x, b.w, Tensor{});  // the op's backward re-run
       lb->backward(sb, b.dy, b.dx, b.dw);
-      for (auto [t, u, name] : {std::tuple{&a.y, &b.y, "y"}, {&a.dx, &b.dx, "dx"}, {&a.dw, &b.dw, "dw"}}) {
-        const auto va = gpu->download_f32(*t), vb = gpu->download_f32(*u);
-        bool nonzero = false;
-        for (size_t i = 0; i < va.size(); ++i) {
-          nonzero |= va[i] != 0.0f;
-          ASSERT_TRUE(test::same_float(va[i], vb[i]))
-              << what << " step " << step << " " << name << " at " << i;
-        }
-        EXPECT_TRUE(nonzero) << what << " " << name << " is all zero (vacuous)";
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_same_outputs(*gpu, a, b, what + " step " + std::to_string(step)));
       la->update_scales();
       lb->update_scales();
       EXPECT_EQ(la->quant_state(), lb->quant_state()) << what;
