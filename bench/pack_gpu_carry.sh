@@ -8,7 +8,8 @@
 # Environment: OCTET_BUILD (default build/cuda) is the CUDA build directory. OCTET_CARRY_CACHE, if
 # set, is a tokenizer cache directory (data.cache_dir of a BPE run made here) whose spm-*.model and
 # tokens-*.bin files are copied to .cuda-carry/cache, and data/linux-docs (tools/demo.sh) is packed
-# as .cuda-carry/linux-docs.tar.xz, for `bench/gpu_run.sh compare`. OCTET_CARRY_LIBC=1 adds
+# as .cuda-carry/linux-docs.tar.xz, for `bench/gpu_run.sh compare`; data/linux-docs-en
+# (tools/corpus.sh, the study's larger corpus), if present, as .cuda-carry/linux-docs-en.tar.xz. OCTET_CARRY_LIBC=1 adds
 # liboctet_c.so (the PyTorch package's library) to .cuda-carry/lib, for `bench/gpu_run.sh hf-llama`. Everything must stay within the
 # 64 MiB that one call carries.
 set -euo pipefail
@@ -27,8 +28,12 @@ done
 if [ -n "${OCTET_CARRY_CACHE:-}" ]; then
   test -f data/linux-docs.complete || { echo "data/linux-docs missing: run tools/demo.sh first" >&2; exit 1; }
   mkdir -p .cuda-carry/cache
-  cp "$OCTET_CARRY_CACHE"/spm-*.model "$OCTET_CARRY_CACHE"/tokens-*.bin .cuda-carry/cache/
+  cp "$OCTET_CARRY_CACHE"/spm-*.model .cuda-carry/cache/
+  cp "$OCTET_CARRY_CACHE"/tokens-*.bin .cuda-carry/cache/ 2>/dev/null || true  # re-encoded there if absent
   tar -cJf .cuda-carry/linux-docs.tar.xz -C data linux-docs linux-docs.complete
+  if [ -f data/linux-docs-en.complete ]; then
+    tar -cJf .cuda-carry/linux-docs-en.tar.xz -C data linux-docs-en linux-docs-en.complete
+  fi
 fi
 if [ -n "${OCTET_CARRY_LIBC:-}" ]; then  # the PyTorch package's library (bench/gpu_run.sh hf-llama)
   cp "$BUILD/liboctet_c.so" .cuda-carry/lib/ && strip .cuda-carry/lib/liboctet_c.so || true

@@ -38,10 +38,12 @@ common=()
 for kv in ${STUDY_SET:-}; do common+=(--set "$kv"); done
 [ -x "$OCTET_BIN" ] || { echo "study.sh: no octet binary at $OCTET_BIN (set OCTET_BIN)" >&2; exit 2; }
 [ -f "$CONDITIONS" ] || { echo "study.sh: no conditions file $CONDITIONS" >&2; exit 2; }
-# the corpus, as bench/gpu_run.sh carries it
-if [ ! -d data/linux-docs ] && [ -f .cuda-carry/linux-docs.tar.xz ]; then
-  mkdir -p data && tar -xJf .cuda-carry/linux-docs.tar.xz -C data
-fi
+# the corpora, as bench/pack_gpu_carry.sh carries them (data/linux-docs, data/linux-docs-en)
+for corpus in linux-docs linux-docs-en; do
+  if [ ! -d "data/$corpus" ] && [ -f ".cuda-carry/$corpus.tar.xz" ]; then
+    mkdir -p data && tar -xJf ".cuda-carry/$corpus.tar.xz" -C data
+  fi
+done
 
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
@@ -58,11 +60,16 @@ for name in "${names[@]}"; do
   [ -z "${seen[$name]:-}" ] || { echo "study.sh: condition '$name' is given twice" >&2; exit 2; }
   seen[$name]=1
 done
-# The BPE tokenizer of each vocabulary size is trained once before the parallel runs (they would
-# all train it at once and write the same cache file): a one-step, one-layer run per size.
+# The BPE tokenizer of each (vocabulary size, corpus) pair is trained once before the parallel runs
+# (they would all train it at once and write the same cache file): a one-step, one-layer run per pair.
 mkdir -p "$OUT" "$RUNS"  # only once every name is known good
-for vocab in $(for name in "${names[@]}"; do awk -v n="$name" '$1 == n' "$CONDITIONS" | grep -oE 'model\.vocab_size=[0-9]+'; done | sort -u) ""; do
-  "$OCTET_BIN" train --config "$CONFIG" --device "$DEVICE" "${common[@]}" ${vocab:+--set "$vocab"} --set model.n_layer=1 \
+mapfile -t pairs < <(for name in "${names[@]}"; do
+  awk -v n="$name" '$1 == n' "$CONDITIONS" | tr -s ' \t' '\n' | grep -E '^(model\.vocab_size|data\.path)=' | LC_ALL=C sort | paste -sd' '
+done | LC_ALL=C sort -u)
+for pair in "${pairs[@]}"; do
+  psets=()
+  for kv in $pair; do psets+=(--set "$kv"); done
+  "$OCTET_BIN" train --config "$CONFIG" --device "$DEVICE" "${common[@]}" ${psets[@]+"${psets[@]}"} --set model.n_layer=1 \
     --set train.steps=1 --set train.eval_every=1 --set train.eval_batches=1 --set train.batch_size=1 \
     --out "$RUNS/.tokenizer-warmup-$$" > "$OUT/tokenizer-warmup.log" 2>&1 || { echo "study.sh: warm-up failed:" >&2; tail -3 "$OUT/tokenizer-warmup.log" >&2; exit 2; }
   rm -rf "$RUNS/.tokenizer-warmup-$$"

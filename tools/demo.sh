@@ -4,8 +4,8 @@
 #
 # Corpus: the .rst files of Documentation/admin-guide and Documentation/process of the Linux
 # kernel sources shipped by Debian's linux-source-6.1 package (English technical prose, ~3.3 MB).
-# The package is installed if missing (apt-get, needs root or sudo); the files are extracted once
-# into data/linux-docs (git-ignored) in a fixed order, so every machine trains on the same bytes.
+# tools/corpus.sh installs the package if missing (apt-get, needs root or sudo) and extracts the
+# files once into data/linux-docs (git-ignored) in a fixed order, so every machine trains on the same bytes.
 #
 # Environment: OCTET_BIN (default build/octet), OCTET_CONFIG (default configs/demo.toml),
 # OCTET_OUT (default runs/demo), OCTET_DEMO_ARGS (extra arguments for `octet compare`, e.g.
@@ -15,32 +15,11 @@ cd "$(dirname "$0")/.."
 OCTET_BIN=${OCTET_BIN:-build/octet}
 CONFIG=${OCTET_CONFIG:-configs/demo.toml}
 OUT=${OCTET_OUT:-runs/demo}
-TARBALL=/usr/src/linux-source-6.1.tar.xz
 CORPUS=${OCTET_HOME:-.}/data/linux-docs  # the default corpus of docs/cli.md §"Where octet keeps data"
 
 log() { printf '\033[1m[demo]\033[0m %s\n' "$*" >&2; }
 
-if [ ! -f "$CORPUS.complete" ]; then
-  if [ ! -f "$TARBALL" ]; then
-    log "installing linux-source-6.1 (the default corpus)"
-    sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo
-    $sudo apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends linux-source-6.1
-  fi
-  log "extracting Documentation/{admin-guide,process}/**/*.rst into $CORPUS"
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
-  tar -xJf "$TARBALL" -C "$tmp" --wildcards \
-    'linux-source-6.1/Documentation/admin-guide/*' 'linux-source-6.1/Documentation/process/*'
-  rm -rf "$CORPUS"
-  mkdir -p "$CORPUS"
-  (cd "$tmp/linux-source-6.1/Documentation" && find admin-guide process -type f -name '*.rst' | LC_ALL=C sort) |
-    while read -r f; do
-      mkdir -p "$CORPUS/$(dirname "$f")"
-      cp "$tmp/linux-source-6.1/Documentation/$f" "$CORPUS/$f"
-    done
-  touch "$CORPUS.complete"
-fi
+tools/corpus.sh "$CORPUS" admin-guide process
 log "corpus: $(find "$CORPUS" -name '*.rst' | wc -l) files, $(cat $(find "$CORPUS" -name '*.rst') | wc -c) bytes"
 
 start=$(date +%s)

@@ -207,6 +207,8 @@ const std::vector<Key>& registry() {
         "tokens sampled and printed at each evaluation (0: off)", "R");
     add(int_key("train.checkpoint_every", REF(train.checkpoint_every)),
         "steps between checkpoints (0: only at the end)", "R");
+    add(bool_key("train.save_weights", REF(train.save_weights)),
+        "write the end-of-run checkpoint and weights (false: metrics only)", "R");
     add(int_key("train.log_every", REF(train.log_every)), "steps between progress lines", "R");
     add(int_key("train.max_bad_steps", REF(train.max_bad_steps)),
         "NaN/inf steps in a row before the run stops", "R");

@@ -68,6 +68,24 @@ TEST(Trainer, DeterministicAndLearns) {
   EXPECT_TRUE(fs::exists(f.dir / "a/config.toml"));
 }
 
+// train.save_weights = false: the same run, its metrics and config written, no weights or checkpoint.
+TEST(Trainer, SaveWeightsFalseWritesMetricsOnly) {
+  Fixture f;
+  f.cfg.train.steps = 4;
+  const TrainResult a = train(f.cfg, f.dir / "kept", false, *f.ds, nullptr);
+  set_config_value(f.cfg, "train.save_weights", "false");
+  EXPECT_FALSE(f.cfg.train.save_weights);
+  const TrainResult b = train(f.cfg, f.dir / "metrics-only", false, *f.ds, nullptr);
+  EXPECT_EQ(a.train_loss, b.train_loss);
+  EXPECT_EQ(a.val_loss, b.val_loss);
+  EXPECT_TRUE(fs::exists(f.dir / "kept/model.safetensors"));
+  EXPECT_TRUE(fs::exists(f.dir / "kept/checkpoint.safetensors"));
+  EXPECT_FALSE(fs::exists(f.dir / "metrics-only/model.safetensors"));
+  EXPECT_FALSE(fs::exists(f.dir / "metrics-only/checkpoint.safetensors"));
+  EXPECT_EQ(read_metrics(f.dir / "metrics-only").size(), read_metrics(f.dir / "kept").size());
+  EXPECT_TRUE(fs::exists(f.dir / "metrics-only/config.toml"));
+}
+
 // train.activation_checkpointing (model.h ModelMemory): the run is bitwise the one without it; its
 // evaluation records carry no per-layer diagnostics (they need every layer's activations).
 TEST(Trainer, ActivationCheckpointingIsBitwiseTheSameRun) {
