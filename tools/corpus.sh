@@ -25,11 +25,11 @@ set -- ${subs[@]+"${subs[@]}"}
 TARBALL=/usr/src/linux-source-6.1.tar.xz
 log() { printf '\033[1m[corpus]\033[0m %s\n' "$*" >&2; }
 
-if [ -f "$OUT.complete" ]; then exit 0; fi
 for sub in "$@" ${except[@]+"${except[@]}"}; do
   [[ $sub =~ ^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$ && $sub != *..* ]] \
     || { echo "corpus.sh: SUBDIR '$sub' must be a plain path inside Documentation/" >&2; exit 2; }
 done
+if [ -f "$OUT.complete" ]; then exit 0; fi
 if [ ! -f "$TARBALL" ]; then
   log "installing linux-source-6.1"
   sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo

@@ -98,19 +98,10 @@ def dq_bias_by_step(run):
     return out
 
 
-def welch_p(a, b):
-    """Two-sided p of Welch's t-test of mean(a) = mean(b) (docs/training.md §"Several seeds", the
-    test compare applies): p = I_{df/(df+t²)}(df/2, 1/2), the Student-t tail through the regularized
-    incomplete beta function (continued fraction, Lentz's method). None below 2 values a side."""
-    (ma, sa, na), (mb, sb, nb) = mean_std(a), mean_std(b)
-    if na < 2 or nb < 2:
-        return None
-    va, vb = sa * sa / na, sb * sb / nb
-    if va + vb == 0:
-        return None
-    t = (ma - mb) / math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va * va / (na - 1) + vb * vb / (nb - 1))
-
+def student_t_p(t, df):
+    """Two-sided tail probability P(|T| >= |t|) of Student's t with df degrees of freedom:
+    I_{df/(df+t²)}(df/2, 1/2), the regularized incomplete beta function by its continued fraction
+    (Lentz's method; Numerical Recipes §6.4)."""
     def betacf(a_, b_, x):
         c, d = 1.0, 1.0 - (a_ + b_) * x / (a_ + 1.0)
         d = 1.0 / (d if abs(d) > 1e-300 else 1e-300)
@@ -136,6 +127,48 @@ def welch_p(a, b):
     if x < (a_ + 1.0) / (a_ + b_ + 2.0):
         return front * betacf(a_, b_, x) / a_
     return 1.0 - front * betacf(b_, a_, 1.0 - x) / b_
+
+
+def student_t_quantile(level, df):
+    """The t with P(|T| <= t) = level for Student's t with df degrees of freedom (bisection on
+    student_t_p; e.g. level 0.95, df 1 -> 12.706)."""
+    lo, hi = 0.0, 1.0
+    while student_t_p(hi, df) > 1.0 - level:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if student_t_p(mid, df) > 1.0 - level else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def welch(a, b):
+    """Welch's statistics of mean(a) - mean(b): (difference, its standard error, Welch-Satterthwaite
+    degrees of freedom); None below 2 values a side or with no spread at all."""
+    (ma, sa, na), (mb, sb, nb) = mean_std(a), mean_std(b)
+    if na < 2 or nb < 2:
+        return None
+    va, vb = sa * sa / na, sb * sb / nb
+    if va + vb == 0:
+        return None
+    df = (va + vb) ** 2 / (va * va / (na - 1) + vb * vb / (nb - 1))
+    return ma - mb, math.sqrt(va + vb), df
+
+
+def welch_p(a, b):
+    """Two-sided p of Welch's t-test of mean(a) = mean(b) (docs/training.md §"Several seeds", the
+    test compare applies). None below 2 values a side."""
+    w = welch(a, b)
+    return None if w is None else student_t_p(w[0] / w[1], w[2])
+
+
+def welch_ci(a, b, level=0.95):
+    """mean(a) - mean(b) and its Welch confidence interval at `level`: (diff, low, high); None below
+    2 values a side."""
+    w = welch(a, b)
+    if w is None:
+        return None
+    half = student_t_quantile(level, w[2]) * w[1]
+    return w[0], w[0] - half, w[0] + half
 
 
 def condition_from_runs(cond_dir):

@@ -110,6 +110,34 @@ def test_study_driver_refuses_a_file_without_conditions(tmp_path):
     assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
 
 
+def test_study_driver_warms_each_corpus_and_keeps_no_weights(tmp_path):
+    """bench/study.sh: conditions on two corpora get one BPE model each (the warm-up per (vocab, corpus)
+    pair), every condition completes, and train.save_weights=false leaves metrics and no weights."""
+    words = "the queue drains every buffer before it stops while kernels schedule threads on cores".split()
+    for i, name in enumerate(("a.txt", "b.txt")):
+        (tmp_path / name).write_text("\n".join(" ".join(words[(j * 7 + k * (3 + i)) % len(words)] for k in range(12))
+                                               for j in range(300)) + "\n")
+    (tmp_path / "base.toml").write_text(
+        "[model]\nn_layer = 1\nd_model = 16\nn_head = 2\nn_kv_head = 2\nd_ff = 32\nvocab_size = 300\nseq_len = 16\n"
+        "[train]\nbatch_size = 2\neval_batches = 1\nsteps = 2\neval_every = 1\nwarmup_steps = 1\n"
+        '[data]\ntokenizer = "bpe"\n')
+    (tmp_path / "conditions.txt").write_text("".join(
+        f"{n} model.vocab_size=300 data.path={tmp_path / c} train.save_weights=false{extra}\n"
+        for n, c, extra in (("ca", "a.txt", ""), ("cb", "b.txt", ""), ("cc", "a.txt", " train.seed=7"))))
+    env = dict(os.environ, OCTET_BIN=OCTET, STUDY_CONFIG=str(tmp_path / "base.toml"),
+               STUDY_CONDITIONS=str(tmp_path / "conditions.txt"), OUT=str(tmp_path / "out"),
+               STUDY_RUNS=str(tmp_path / "runs"), STUDY_DEVICE="cpu", STUDY_SEEDS="1", STUDY_ARMS="bf16,fp8-matched",
+               STUDY_SET=f"data.cache_dir={tmp_path / 'cache'}")
+    r = subprocess.run(["bash", str(ROOT / "bench" / "study.sh")], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(list((tmp_path / "cache").glob("spm-*.model"))) == 2  # one per corpus at vocab 300
+    for n in ("ca", "cb", "cc"):
+        assert (tmp_path / "runs" / n / "summary.json").exists()
+        for arm in ("bf16", "fp8-matched"):
+            assert (tmp_path / "runs" / n / arm / "metrics.jsonl").exists()
+    assert not list((tmp_path / "runs").rglob("*.safetensors"))
+
+
 def peer_module():
     sys.path.insert(0, str(PEER.parent))
     try:
