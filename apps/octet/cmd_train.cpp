@@ -167,11 +167,11 @@ void run_train(const TrainArgs& a) {
   } else {
     r = train(cfg, out, !a.resume.empty(), *ds, stdout);
   }
-  const std::string weights =
-      cfg.train.save_weights ? "weights in " + out + "/model.safetensors" : "no weights (train.save_weights = false)";
+  const std::string weights = cfg.train.save_weights ? "weights in " + out + "/model.safetensors"
+                                                     : "no weights (train.save_weights = false)";
   std::printf("done: final val loss %.4f (unigram entropy %.4f), %lld skipped steps, %.0f tok/s; %s\n",
-              r.final_val_loss, ds->unigram_entropy(), static_cast<long long>(r.skipped_steps), r.tokens_per_s,
-              weights.c_str());
+              r.final_val_loss, ds->unigram_entropy(), static_cast<long long>(r.skipped_steps),
+              r.tokens_per_s, weights.c_str());
 }
 
 }  // namespace

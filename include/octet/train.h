@@ -52,8 +52,8 @@ struct TrainConfig {
   /// metrics and config only (a sweep that keeps no weights); it then cannot be resumed from its
   /// end, sampled or exported, and `compare --resume` trains it again.
   bool save_weights = true;
-  int64_t log_every = 1;           ///< progress-line interval
-  int64_t max_bad_steps = 5;       ///< consecutive NaN/inf steps before the run stops
+  int64_t log_every = 1;      ///< progress-line interval
+  int64_t max_bad_steps = 5;  ///< consecutive NaN/inf steps before the run stops
   /// Keep only each layer's input between forward and backward and recompute the rest (model.h
   /// ModelMemory): less activation memory for one more forward per step, bitwise the same run.
   /// The per-layer diagnostics of the evaluation records are then not computed.
