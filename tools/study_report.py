@@ -48,7 +48,8 @@ LAYER_FIELDS = ["row_residual_mean", "row_residual_max", "dq_bias_norm", "dq_bia
 
 
 def fail(msg):
-    print(f"study_report: {msg}", file=sys.stderr)
+    """One error line named by the running tool (this one, or tools/study_trend.py that imports it), exit 2."""
+    print(f"{Path(sys.argv[0]).stem or 'study_report'}: {msg}", file=sys.stderr)
     sys.exit(2)
 
 

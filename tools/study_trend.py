@@ -13,21 +13,26 @@ NAME=DIR arguments as tools/study_report.py):
                          standard error and 95 % interval (Student t, n - 2 degrees of freedom), R²;
                        * jointly: log10 b = a + α log10 N + β log10 T over every (run, evaluation);
                        * for each --threshold STEP=LEVEL: the size N* at which the step's fit reaches
-                         LEVEL, with a 95 % interval (delta method on log10 N*) and the range of N*
-                         over every refit that takes one seed per condition.
+                         LEVEL, with Fieller's 95 % interval (the sizes whose fitted mean is not
+                         distinguishable from LEVEL; unbounded when the slope itself is not
+                         distinguishable from 0) and the range of N* over the refits that take one
+                         seed per condition (every such choice up to 4096, said when capped).
                      Writes trend.md and trend.csv (condition, seed, N, step, tokens, bias) to --out,
                      and trend.png (every run's bias at each step against N, log-log, with the fits)
                      where gnuplot is installed.
   gaps NAME=DIR...   per condition, each FP8 arm's final validation loss against bf16: the mean
-                     difference over the seeds and its Welch 95 % interval (absolute and in % of
-                     bf16), and, over the conditions with ≥ 2 seeds a side, the inverse-variance
-                     weighted mean of the relative gaps with its normal 95 % interval — how small
-                     each arm's effect is bounded to be. Writes gaps.md and gaps.csv to --out.
+                     difference over the seeds with its Welch 95 % interval, and the mean of the
+                     per-seed differences over the seeds both arms ran (the arms of one seed share
+                     the initialization and data order) with its paired t interval, both also in %
+                     of bf16; over the conditions, the mean of the relative Welch gaps with a t
+                     interval across conditions (each condition one observation). A run whose final
+                     validation loss is not finite (diverged) is counted and left out of the means.
+                     Writes gaps.md and gaps.csv to --out.
 
 The runs are each condition's <arm>/seed-<seed>/ (or <arm>/) folders with metrics.jsonl and
 config.toml. Standard library only. Usage:
-  tools/study_trend.py size [--arm fp8-stale] [--threshold 50=0.87 ...] [--out DIR] NAME=DIR ...
-  tools/study_trend.py gaps [--out DIR] NAME=DIR ...
+  tools/study_trend.py size --out DIR [--arm fp8-stale] [--threshold 50=0.87 ...] NAME=DIR ...
+  tools/study_trend.py gaps --out DIR NAME=DIR ...
 """
 import argparse
 import csv
@@ -39,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_archive import node  # noqa: E402  (tools/results_archive.py)
-from study_report import dq_bias_by_step, eval_records, fail, gnuplot, mean_std, q, run_dirs, student_t_quantile, welch  # noqa: E402
+from study_report import dq_bias_by_step, eval_records, fail, gnuplot, mean_std, q, run_dirs, student_t_quantile, welch, welch_ci  # noqa: E402
 
 MAX_SEED_CHOICES = 4096  # refits over one-seed-per-condition choices (every choice below this many)
 
@@ -80,6 +85,8 @@ def block_params(cfg):
         L, d, H, G, ff = (int(m[k]) for k in ("n_layer", "d_model", "n_head", "n_kv_head", "d_ff"))
     except KeyError as e:
         fail(f"config lacks model.{e.args[0]}")
+    except (TypeError, ValueError) as e:
+        fail(f"config's model shape is not integers ({e})")
     if m.get("mixer", "attention") != "attention":
         fail(f"model.mixer = {m.get('mixer')}: the size trend counts attention-only models")
     if H <= 0 or d % H:
@@ -91,7 +98,10 @@ def block_params(cfg):
 
 def tokens_per_step(cfg):
     t, m = cfg.get("train", {}), cfg.get("model", {})
-    return int(t.get("batch_size", 1)) * int(t.get("grad_accum", 1)) * int(m.get("seq_len", 1))
+    try:
+        return int(t.get("batch_size", 1)) * int(t.get("grad_accum", 1)) * int(m.get("seq_len", 1))
+    except (TypeError, ValueError) as e:
+        fail(f"config's batch_size, grad_accum or seq_len is not an integer ({e})")
 
 
 def ols(xs, ys):
@@ -149,17 +159,30 @@ def ols_multi(rows, ys):
     return coef, se, n
 
 
-def crossing(fit, level):
-    """log10 N at which the fit a + α log10 N reaches log10(level), and its delta-method standard error."""
+def crossing(fit, level, t):
+    """log10 N at which the fit a + α log10 N reaches log10(level), and Fieller's interval at the
+    Student-t quantile t: the x with (a + α x − y)² ≤ t² Var(a + α x) (Fieller 1954; the standard
+    interval of an inverse regression). (x, low, high); low/high None when the interval is not
+    bounded (α not distinguishable from 0 at that level); x None when α <= 0 (no crossing)."""
     y = math.log10(level)
-    x = (y - fit["a"]) / fit["b"]
-    var = (fit["var_a"] + x * x * fit["var_b"] + 2 * x * fit["cov_ab"]) / (fit["b"] ** 2)
-    return x, math.sqrt(max(var, 0.0))
+    a, b = fit["a"], fit["b"]
+    if b <= 0:
+        return None, None, None
+    x = (y - a) / b
+    t2 = t * t
+    qa = b * b - t2 * fit["var_b"]
+    qb = 2 * (b * (a - y) - t2 * fit["cov_ab"])
+    qc = (a - y) ** 2 - t2 * fit["var_a"]
+    disc = qb * qb - 4 * qa * qc
+    if qa <= 0 or disc < 0:
+        return x, None, None
+    r = math.sqrt(disc)
+    return x, (-qb - r) / (2 * qa), (-qb + r) / (2 * qa)
 
 
 def size_points(conds, arm):
     """Every (condition, seed, N, step, tokens, bias) of the arm's runs; bias > 0 only (log fit)."""
-    pts = []
+    pts, dropped = [], 0
     for name, d in conds:
         runs = run_dirs(d, arm)
         if not runs:
@@ -168,17 +191,28 @@ def size_points(conds, arm):
             cfg = run_config(r)
             n, tps = block_params(cfg), tokens_per_step(cfg)
             seed = cfg.get("train", {}).get("seed")
-            got = dq_bias_by_step(r)
+            try:
+                got = dq_bias_by_step(r)
+            except KeyError as e:
+                fail(f"{r / 'metrics.jsonl'}: an evaluation record lacks {e}")
             if not got:
                 fail(f"{r} has no dQ bias in its evaluations (a run made before the diagnostic?)")
             for step, b in got:
                 if b > 0:
                     pts.append({"condition": name, "seed": seed, "n": n, "step": step, "tokens": step * tps, "bias": b})
+                else:
+                    dropped += 1
+        if not any(p["condition"] == name for p in pts):
+            fail(f"{d}: no positive dQ bias in any {arm} evaluation (a log fit needs b > 0)")
+    if dropped:
+        print(f"study_trend: {dropped} evaluation(s) with a dQ bias <= 0 left out of the log fits", file=sys.stderr)
     return pts
 
 
 def fmt_n(n):
-    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+    if not math.isfinite(n) or n >= 1e15:
+        return "> 1e15"
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M" if n >= 1e6 else f"{n:.3g}"
 
 
 def size_report(conds, arm, thresholds, out):
@@ -221,27 +255,32 @@ def size_report(conds, arm, thresholds, out):
               f"are not), a = {coef[0]:.3f}."]
     if thresholds:
         lines += ["", "## Where the fit reaches a level", "",
-                  "| step | level | N* (fit) | 95 % interval (delta method) | range over one-seed-per-condition refits |",
+                  "| step | level | N* (fit) | Fieller's 95 % interval | range over one-seed-per-condition refits |",
                   "|---|---|---|---|---|"]
     for s, level in thresholds:
         if s not in fits:
             fail(f"--threshold {s}={level}: no evaluation at step {s} in every size (steps: {steps})")
         f = fits[s]
-        x, sx = crossing(f, level)
-        half = student_t_quantile(0.95, f["n"] - 2) * sx
+        x, lo, hi = crossing(f, level, student_t_quantile(0.95, f["n"] - 2))
+        if x is None:
+            lines.append(f"| {s} | {level} | — (the fit does not grow with size) | — | — |")
+            continue
         by_cond = {}
         for p in pts:
             if p["step"] == s:
                 by_cond.setdefault(p["condition"], []).append(p)
-        choices = list(itertools.islice(itertools.product(*by_cond.values()), MAX_SEED_CHOICES))
+        total = math.prod(len(v) for v in by_cond.values())
         refits = []
-        for pick in choices:
+        for pick in itertools.islice(itertools.product(*by_cond.values()), MAX_SEED_CHOICES):
             if len({p["n"] for p in pick}) >= 2 and len(pick) >= 3:
                 g = ols([math.log10(p["n"]) for p in pick], [math.log10(p["bias"]) for p in pick])
-                if g["b"] > 0:
-                    refits.append(crossing(g, level)[0])
-        rng = f"{fmt_n(10 ** min(refits))} to {fmt_n(10 ** max(refits))} ({len(refits)} refits)" if refits else "—"
-        lines.append(f"| {s} | {level} | {fmt_n(10 ** x)} | {fmt_n(10 ** (x - half))} to {fmt_n(10 ** (x + half))} | {rng} |")
+                gx = crossing(g, level, 1.0)[0]
+                if gx is not None:
+                    refits.append(gx)
+        capped = f", the first {MAX_SEED_CHOICES} of {total}" if total > MAX_SEED_CHOICES else ""
+        rng = f"{fmt_n(10 ** min(refits))} to {fmt_n(10 ** max(refits))} ({len(refits)} refits{capped})" if refits else "—"
+        interval = f"{fmt_n(10 ** lo)} to {fmt_n(10 ** hi)}" if lo is not None else "unbounded (α not distinguishable from 0)"
+        lines.append(f"| {s} | {level} | {fmt_n(10 ** x)} | {interval} | {rng} |")
     out.mkdir(parents=True, exist_ok=True)
     (out / "trend.md").write_text("\n".join(lines) + "\n")
     with open(out / "trend.csv", "w", newline="") as fh:
@@ -270,59 +309,89 @@ def trend_plot(pts, fits, arm, out):
                  f"plot {', '.join(series)}\n", data)
     data.unlink()
     if not ok:
+        (out / "trend.png").unlink(missing_ok=True)  # no stale plot beside new numbers
         print("study_trend: no trend.png (gnuplot missing or failed)", file=sys.stderr)
 
 
 def final_losses(d, arm):
-    vals = []
+    """{seed: final validation loss} of the arm's runs with a finite one, and how many ended non-finite."""
+    vals, bad = {}, 0
     for r in run_dirs(d, arm):
         ev = eval_records(r)
-        if ev:
-            vals.append(ev[-1]["val_loss"])
-    return vals
+        if not ev:
+            continue
+        v = ev[-1].get("val_loss")
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            vals[run_config(r).get("train", {}).get("seed", r.name)] = float(v)
+        else:
+            bad += 1
+    return vals, bad
+
+
+def t_interval(xs):
+    """Mean of xs and its 95 % Student-t interval (n − 1 degrees of freedom); None below 2 values."""
+    m, sd, n = mean_std(xs)
+    if n < 2:
+        return None
+    half = student_t_quantile(0.95, n - 1) * sd / math.sqrt(n)
+    return m, m - half, m + half
+
+
+def fmt_ci(ci, scale=1.0, pct=False):
+    if ci is None:
+        return "—", "—"
+    f = (lambda v: f"{100 * v / scale:+.2f} %") if pct else (lambda v: f"{v:+.4f}")
+    return f(ci[0]), f"{f(ci[1])} to {f(ci[2])}"
 
 
 def gaps_report(conds, out):
     lines = ["# Each FP8 arm's final validation loss against bf16", "",
-             "Difference of the means over the seeds (arm − bf16), Welch's 95 % interval, and both in % of bf16's mean.", "",
-             "| condition | arm | seeds (arm / bf16) | gap | 95 % interval | gap % | 95 % interval % |",
-             "|---|---|---|---|---|---|---|"]
+             "Welch: the difference of the means over the seeds (arm − bf16) and Welch's 95 % interval. Paired: the",
+             "mean of the per-seed differences over the seeds both arms ran (shared initialization and data order)",
+             "and its t interval. Both also in % of bf16's mean. A diverged run (non-finite final loss) is counted, not averaged.", "",
+             "| condition | arm | seeds (arm / bf16) | Welch gap | 95 % interval | in % | paired gap % | paired 95 % interval % |",
+             "|---|---|---|---|---|---|---|---|"]
     rows, pooled = [], {}
     for name, d in conds:
-        base = final_losses(d, "bf16")
+        base, base_bad = final_losses(d, "bf16")
         if not base:
-            fail(f"{d} holds no bf16 run to compare against")
-        bm = mean_std(base)[0]
+            fail(f"{d} holds no bf16 run with a finite final loss to compare against")
+        bm = mean_std(list(base.values()))[0]
         arms = sorted(p.name for p in d.iterdir() if p.is_dir() and p.name != "bf16" and run_dirs(d, p.name))
         for arm in arms:
-            vals = final_losses(d, arm)
-            w = welch(vals, base)
-            diff = mean_std(vals)[0] - bm
-            if w is None:
-                lines.append(f"| {name} | {arm} | {len(vals)} / {len(base)} | {diff:+.4f} | — | {100 * diff / bm:+.2f} % | — |")
-                rows.append([name, arm, len(vals), len(base), diff, "", "", 100 * diff / bm, "", ""])
+            vals, bad = final_losses(d, arm)
+            seeds = f"{len(vals)} / {len(base)}" + (f" (+{bad} / +{base_bad} diverged)" if bad or base_bad else "")
+            if not vals:
+                lines.append(f"| {name} | {arm} | {seeds} | — | — | — | — | — |")
+                rows.append([name, arm, 0, len(base), bad] + [""] * 9)
                 continue
-            half = student_t_quantile(0.95, w[2]) * w[1]
-            lo, hi = w[0] - half, w[0] + half
-            lines.append(f"| {name} | {arm} | {len(vals)} / {len(base)} | {w[0]:+.4f} | {lo:+.4f} to {hi:+.4f} | "
-                         f"{100 * w[0] / bm:+.2f} % | {100 * lo / bm:+.2f} to {100 * hi / bm:+.2f} % |")
-            rows.append([name, arm, len(vals), len(base), w[0], lo, hi, 100 * w[0] / bm, 100 * lo / bm, 100 * hi / bm])
-            pooled.setdefault(arm, []).append((100 * w[0] / bm, 100 * w[1] / bm))
+            w = welch_ci(list(vals.values()), list(base.values()))
+            diff = mean_std(list(vals.values()))[0] - bm
+            welch_abs = fmt_ci(w) if w else (f"{diff:+.4f}", "—")
+            welch_pct = fmt_ci(w, bm, pct=True)[0] if w else f"{100 * diff / bm:+.2f} %"
+            paired = t_interval([vals[k] - base[k] for k in vals if k in base])
+            pp = fmt_ci(paired, bm, pct=True)
+            lines.append(f"| {name} | {arm} | {seeds} | {welch_abs[0]} | {welch_abs[1]} | {welch_pct} | {pp[0]} | {pp[1]} |")
+            cells = [w[0], w[1], w[2], 100 * w[0] / bm, 100 * w[1] / bm, 100 * w[2] / bm] if w else [diff, "", "", 100 * diff / bm, "", ""]
+            cells += [100 * paired[0] / bm, 100 * paired[1] / bm, 100 * paired[2] / bm] if paired else ["", "", ""]
+            rows.append([name, arm, len(vals), len(base), bad] + cells)
+            pooled.setdefault(arm, []).append(100 * diff / bm)
     if pooled:
-        lines += ["", "## Over the conditions (inverse-variance weighted mean of the relative gaps)", "",
-                  "| arm | conditions | gap % | 95 % interval % |", "|---|---|---|---|"]
+        lines += ["", "## Over the conditions", "",
+                  "The mean of the conditions' relative gaps (% of bf16) with its 95 % t interval across conditions (each",
+                  "condition one observation: the interval covers how the gap varies between conditions and seeds alike).", "",
+                  "| arm | conditions | mean gap % | 95 % interval % |", "|---|---|---|---|"]
         for arm, g in sorted(pooled.items()):
-            wts = [1 / (se * se) for _, se in g]
-            m = sum(w * x for w, (x, _) in zip(wts, g)) / sum(wts)
-            se = 1 / math.sqrt(sum(wts))
-            lines.append(f"| {arm} | {len(g)} | {m:+.2f} % | {m - 1.96 * se:+.2f} to {m + 1.96 * se:+.2f} % |")
-        lines += ["", "(A fixed-effect pooling: it assumes one common gap across the conditions; where the "
-                  "conditions' gaps differ, as the stale arm's do, read the per-condition rows.)"]
+            ci = t_interval(g)
+            lines.append(f"| {arm} | {len(g)} | " + (f"{ci[0]:+.2f} % | {ci[1]:+.2f} to {ci[2]:+.2f} % |" if ci else f"{g[0]:+.2f} % | — |"))
+        lines += ["", "(For an arm whose gap differs between conditions, as the stale arm's does, the mean says little:",
+                  "read the per-condition rows.)"]
     out.mkdir(parents=True, exist_ok=True)
     (out / "gaps.md").write_text("\n".join(lines) + "\n")
     with open(out / "gaps.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["condition", "arm", "seeds", "bf16_seeds", "gap", "gap_low", "gap_high", "gap_pct", "gap_pct_low", "gap_pct_high"])
+        w.writerow(["condition", "arm", "seeds", "bf16_seeds", "diverged", "gap", "gap_low", "gap_high", "gap_pct",
+                    "gap_pct_low", "gap_pct_high", "paired_pct", "paired_pct_low", "paired_pct_high"])
         for r in rows:
             w.writerow([f"{x:.6g}" if isinstance(x, float) else x for x in r])
     print(f"study_trend: {len(conds)} condition(s) -> {out}/gaps.md, gaps.csv")
@@ -346,19 +415,23 @@ def main():
     sz.add_argument("conditions", nargs="+", help="compare --out folders, or NAME=DIR")
     sz.add_argument("--arm", default="fp8-stale")
     sz.add_argument("--threshold", action="append", default=[], help="STEP=LEVEL: the size at which the step's fit reaches LEVEL")
-    sz.add_argument("--out", default="results/stale-delta-study")
+    sz.add_argument("--out", required=True, help="where trend.md, trend.csv and trend.png go")
     gp = sub.add_parser("gaps", help="each FP8 arm's validation-loss gap to bf16 with its interval")
     gp.add_argument("conditions", nargs="+", help="compare --out folders, or NAME=DIR")
-    gp.add_argument("--out", default="results/stale-delta-study")
+    gp.add_argument("--out", required=True, help="where gaps.md and gaps.csv go")
     args = ap.parse_args()
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         fail(f"--out {out} exists and is not a folder")
+    thresholds = [parse_threshold(t) for t in args.threshold] if args.report == "size" else []
     conds = parse_conditions(args.conditions)
-    if args.report == "size":
-        size_report(conds, args.arm, [parse_threshold(t) for t in args.threshold], out)
-    else:
-        gaps_report(conds, out)
+    try:
+        if args.report == "size":
+            size_report(conds, args.arm, thresholds, out)
+        else:
+            gaps_report(conds, out)
+    except OSError as e:  # --out under a file, a folder that cannot be written
+        fail(f"cannot write to --out {out}: {e.strerror or e}")
 
 
 if __name__ == "__main__":

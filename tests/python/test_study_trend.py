@@ -99,6 +99,39 @@ def test_block_params_is_octets_own_count(tmp_path):
     assert study_trend.block_params(cfg) + embeddings + norms == total
 
 
+def test_fieller_interval_is_the_set_where_the_fit_is_not_distinguishable_from_the_level():
+    xs = [8.0, 8.0, 8.5, 8.5, 9.0, 9.0]
+    ys = [-1.0, -0.9, -0.7, -0.65, -0.45, -0.35]
+    f = study_trend.ols(xs, ys)
+    t = 2.7764451  # t(0.975, 4)
+    x, lo, hi = study_trend.crossing(f, 10 ** -0.2, t)
+    assert lo < x < hi
+    for edge in (lo, hi):  # at each end: |a + b x - y| = t · sd of the fitted mean
+        sd = math.sqrt(f["var_a"] + edge * edge * f["var_b"] + 2 * edge * f["cov_ab"])
+        assert abs(f["a"] + f["b"] * edge + 0.2) == pytest.approx(t * sd, rel=1e-9)
+    # a slope not distinguishable from 0: no bounded interval; a falling fit: no crossing at all
+    flat = study_trend.ols(xs, [-1.0, -0.5, -0.9, -0.6, -0.8, -0.7])
+    assert study_trend.crossing(flat, 0.5, t)[1] is None
+    assert study_trend.crossing(study_trend.ols(xs, [-y for y in ys]), 0.5, t) == (None, None, None)
+
+
+def test_gaps_count_a_diverged_run_and_pair_by_seed(sweep, tmp_path):
+    import shutil
+    cond = tmp_path / "c"
+    shutil.copytree(sweep / "s2", cond)
+    write_run(cond / "fp8-stale" / "seed-1236", SHAPES["s2"], 1236, [(50, 0.1)], [float("nan")])
+    write_run(cond / "bf16" / "seed-1236", SHAPES["s2"], 1236, [(50, 0.1)], [3.0])
+    r = run("gaps", "--out", tmp_path / "o", f"c={cond}")
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "o" / "gaps.md").read_text()
+    assert "| c | fp8-stale | 2 / 3 (+1 / +0 diverged) |" in md
+    with open(tmp_path / "o" / "gaps.csv") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert row["diverged"] == "1"
+    # paired by seed: the arms' losses are equal seed by seed, so the paired gap and interval are 0
+    assert float(row["paired_pct"]) == 0 and float(row["paired_pct_low"]) == 0 and float(row["paired_pct_high"]) == 0
+
+
 def test_gaps_report_is_welchs_interval(sweep, tmp_path):
     r = run("gaps", "--out", tmp_path, f"s1={sweep / 's1'}")
     assert r.returncode == 0, r.stderr
@@ -116,10 +149,18 @@ def test_gaps_report_is_welchs_interval(sweep, tmp_path):
     (["size", "--threshold", "oops"], "expected STEP=LEVEL"),
     (["size", "--threshold", "75=0.5"], "no evaluation at step 75"),
     (["size", "--arm", "fp8-matched"], "holds no fp8-matched run"),
+    (["size", "--out", "/dev/null/x"], "cannot write to --out /dev/null/x"),
 ])
 def test_bad_input_gets_one_clear_error(sweep, tmp_path, args, msg):
-    r = run(*args, "--out", tmp_path, *(f"{k}={sweep / k}" for k in SHAPES))
-    assert r.returncode == 2 and msg in r.stderr, r.stderr
+    out = [] if "--out" in args else ["--out", tmp_path]
+    r = run(*args, *out, *(f"{k}={sweep / k}" for k in SHAPES))
+    assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("study_trend: ")
+
+
+def test_out_is_required(sweep):
+    r = run("gaps", f"s1={sweep / 's1'}")
+    assert r.returncode == 2 and "--out" in r.stderr
 
 
 def test_one_size_and_a_hybrid_are_refused(sweep, tmp_path):
