@@ -48,9 +48,10 @@ struct TrainConfig {
   int64_t eval_batches = 4;        ///< validation micro-batches per pass (fixed windows)
   int64_t sample_tokens = 0;       ///< greedy sample printed at each evaluation (eval.h); 0: off
   int64_t checkpoint_every = 100;  ///< 0: only at the end
-  /// Write the end-of-run checkpoint.safetensors and model.safetensors. false: the run leaves its
-  /// metrics and config only (a sweep that keeps no weights); it then cannot be resumed from its
-  /// end, sampled or exported, and `compare --resume` trains it again.
+  /// Keep the run's weights: the end-of-run checkpoint.safetensors and model.safetensors. false:
+  /// periodic checkpoints (checkpoint_every) are written while the run goes, so a cut run resumes,
+  /// and removed when it finishes, which leaves metrics and config only (a sweep that keeps no
+  /// weights); `compare --resume` keeps such a finished arm when its config is the same run.
   bool save_weights = true;
   int64_t log_every = 1;      ///< progress-line interval
   int64_t max_bad_steps = 5;  ///< consecutive NaN/inf steps before the run stops

@@ -44,6 +44,29 @@ bool is_empty_dir(const std::string& dir) {
   return !fs::exists(dir, ec) || (fs::is_directory(dir, ec) && fs::is_empty(dir, ec));
 }
 
+// A run that finished without keeping weights (train.save_weights = false): no checkpoint, its
+// config.toml the same run as `c` (resume_changes: a changed meaning key is an octet::Error; of the
+// schedule keys only those that leave the trained bits alone may differ) and its metrics holding
+// the evaluation of step c.train.steps. compare --resume keeps it as it keeps a finished run with a
+// checkpoint.
+bool finished_without_weights(const std::string& dir, const RunConfig& c) {
+  std::error_code ec;
+  if (c.train.save_weights || fs::exists(dir + "/checkpoint.safetensors", ec) ||
+      !fs::exists(dir + "/config.toml", ec))
+    return false;
+  static const std::set<std::string> same_bits = {
+      "train.checkpoint_every",         "train.log_every", "train.max_bad_steps",
+      "train.activation_checkpointing", "device",          "data.cache_dir"};
+  for (const ConfigChange& ch : resume_changes(load_config(dir + "/config.toml"), c, dir))
+    if (!same_bits.count(ch.key)) return false;  // e.g. more steps: trained again (no checkpoint to extend)
+  std::ifstream in(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line, nullptr, false);  // a torn line is skipped
+    if (j.is_object() && j.contains("val_loss") && j.value("step", int64_t(-1)) == c.train.steps) return true;
+  }
+  return false;
+}
+
 // Removes what a compare writes into out_dir (every arm's folder, summary.json, curves.png).
 void remove_earlier_compare(const std::string& out_dir) {
   std::vector<std::string> names = enum_names<Arm>();
@@ -225,7 +248,13 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     const RunConfig c = run_config(arm, k);
     const std::string dir = run_dir(arm, k);
     const bool resume = mode == CompareMode::Resume && fs::exists(dir + "/checkpoint.safetensors");
-    if (writer && !resume) {  // a fresh run: nothing stale of an unfinished earlier one stays
+    bool kept = false;
+    if (mode == CompareMode::Resume && !resume) {
+      RunConfig resolved = c;  // "auto" keys as the finished run resolved them (config.toml)
+      resolve_run_config(resolved, backend);
+      kept = finished_without_weights(dir, resolved);
+    }
+    if (writer && !resume && !kept) {  // a fresh run: nothing stale of an unfinished earlier one stays
       std::error_code ec;
       fs::remove_all(dir, ec);
       OCTET_CHECK(!ec, "cannot remove " + dir + ": " + ec.message());
@@ -234,8 +263,12 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     if (log) std::fprintf(log, "\n=== arm %s ===\n", name.c_str());
     bool stopped = false;
     try {
-      const TrainResult r = train(c, dir, resume, data, log, {}, &base, dist);
-      if (log && r.complete) std::fprintf(log, "arm %s is complete (kept)\n", name.c_str());
+      if (kept) {
+        if (log) std::fprintf(log, "arm %s is complete (kept; it saved no weights)\n", name.c_str());
+      } else {
+        const TrainResult r = train(c, dir, resume, data, log, {}, &base, dist);
+        if (log && r.complete) std::fprintf(log, "arm %s is complete (kept)\n", name.c_str());
+      }
     } catch (const TrainingStopped& e) {
       if (log) std::fprintf(log, "arm %s stopped: %s\n", name.c_str(), e.what());
       stopped = true;

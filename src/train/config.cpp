@@ -208,7 +208,7 @@ const std::vector<Key>& registry() {
     add(int_key("train.checkpoint_every", REF(train.checkpoint_every)),
         "steps between checkpoints (0: only at the end)", "R");
     add(bool_key("train.save_weights", REF(train.save_weights)),
-        "write the end-of-run checkpoint and weights (false: metrics only)", "R");
+        "keep the run's weights at its end (false: metrics only; periodic checkpoints while it runs)", "R");
     add(int_key("train.log_every", REF(train.log_every)), "steps between progress lines", "R");
     add(int_key("train.max_bad_steps", REF(train.max_bad_steps)),
         "NaN/inf steps in a row before the run stops", "R");

@@ -496,7 +496,10 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
         std::fflush(log);
       }
     }
-    if (!bad && ((last && t.save_weights) || (t.checkpoint_every > 0 && st.step % t.checkpoint_every == 0))) {
+    // Periodic checkpoints make a run resumable; the last step's is the run's result, which
+    // train.save_weights = false does not keep (nor an earlier one: removed below).
+    const bool periodic = t.checkpoint_every > 0 && st.step % t.checkpoint_every == 0;
+    if (!bad && (last ? t.save_weights : periodic)) {
       gather_masters();
       if (zero) {  // the full optimizer state (every rank takes part), written once by rank 0
         const std::vector<float> m = zero->gather_to_host(opt.m()), v = zero->gather_to_host(opt.v());
@@ -508,6 +511,11 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   }
   gather_masters();
   if (writer && t.save_weights) save_weights(out_dir + "/model.safetensors", model);
+  if (writer && !t.save_weights && st.step == t.steps) {  // finished: no weights stay behind
+    std::error_code ec;
+    fs::remove(out_dir + "/checkpoint.safetensors", ec);
+    OCTET_CHECK(!ec, "cannot remove " + out_dir + "/checkpoint.safetensors: " + ec.message());
+  }
   result.skipped_steps = st.skipped_steps;
   result.tokens_per_s = total_seconds > 0 ? double(total_tokens) / total_seconds : 0;
   if (result.val_loss.empty() && st.step == t.steps) result.final_val_loss = evaluate();

@@ -115,6 +115,45 @@ TEST(Compare, ResumeKeepsFinishedArmsAndResumesTheOthers) {
   EXPECT_EQ(test::read_file(out + "/bf16/model.safetensors"), w2);
 }
 
+// train.save_weights = false: a finished arm leaves no checkpoint, and --resume keeps it all the same
+// (its metrics reach the last step, its config is the same run) instead of training it again; an
+// arm cut before its end resumes from its periodic checkpoint.
+TEST(Compare, ResumeKeepsArmsFinishedWithoutWeights) {
+  Fixture f;
+  f.cfg.train.save_weights = false;
+  f.cfg.train.steps = 4;
+  f.cfg.train.checkpoint_every = 2;
+  const std::string out = f.dir / "cmp";
+  RunConfig matched = f.cfg;
+  matched.precision.arm = Arm::FP8Matched;
+  TrainHooks crash;
+  crash.after_backward = [](int64_t step, Model&) {
+    if (step == 3) throw std::runtime_error("simulated crash");
+  };
+  compare_arms(f.cfg, {"bf16"}, out, nullptr);
+  EXPECT_THROW(train(matched, out + "/fp8-matched", false, *f.ds, nullptr, crash), std::runtime_error);
+  EXPECT_FALSE(fs::exists(out + "/bf16/checkpoint.safetensors"));
+  EXPECT_FALSE(fs::exists(out + "/bf16/model.safetensors"));
+  EXPECT_EQ(read_checkpoint_state(out + "/fp8-matched").step, 2);  // the periodic one
+  const std::string bf16_metrics = test::read_file(out + "/bf16/metrics.jsonl");
+  RunConfig again = f.cfg;
+  again.train.checkpoint_every = 1;  // a schedule key that leaves the trained bits alone
+  const auto rows = compare_arms(again, {"bf16", "fp8-matched"}, out, nullptr, CompareMode::Resume);
+  EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl"), bf16_metrics) << "kept, not trained again";
+  EXPECT_FALSE(fs::exists(out + "/fp8-matched/checkpoint.safetensors")) << "finished: no weights stay";
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(std::isfinite(rows[0].val_loss) && std::isfinite(rows[1].val_loss));
+  // the resumed arm equals an uninterrupted one
+  RunConfig whole = matched;
+  train(whole, f.dir / "whole", false, *f.ds, nullptr);
+  EXPECT_EQ(rows[1].val_loss, compare_row_from_metrics("fp8-matched", f.dir / "whole").val_loss);
+  // a meaning change is still refused
+  RunConfig wider = f.cfg;
+  wider.model.d_ff = 48;
+  EXPECT_THROW(compare_arms(wider, {"bf16"}, out, nullptr, CompareMode::Resume), Error);
+  EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl"), bf16_metrics);
+}
+
 TEST(Compare, OverwriteKeepsNothingStale) {
   Fixture f;
   const std::string out = f.dir / "cmp";

@@ -68,18 +68,28 @@ TEST(Trainer, DeterministicAndLearns) {
   EXPECT_TRUE(fs::exists(f.dir / "a/config.toml"));
 }
 
+// One run into dir_a, then `key = value`, and the same run into dir_b: both must train the same
+// losses bit for bit (keys that change what is kept, not what is computed). Returns the second run.
+TrainResult expect_same_run_with(Fixture& f, int64_t steps, const char* key, const char* value,
+                                 const char* dir_a, const char* dir_b) {
+  f.cfg.train.steps = steps;
+  const TrainResult a = train(f.cfg, f.dir / dir_a, false, *f.ds, nullptr);
+  set_config_value(f.cfg, key, value);
+  const TrainResult b = train(f.cfg, f.dir / dir_b, false, *f.ds, nullptr);
+  EXPECT_EQ(a.train_loss, b.train_loss);
+  EXPECT_EQ(a.val_loss, b.val_loss);
+  return b;
+}
+
 // train.save_weights = false: the same run, its metrics and config written, no weights or checkpoint.
 TEST(Trainer, SaveWeightsFalseWritesMetricsOnly) {
   Fixture f;
-  f.cfg.train.steps = 4;
-  const TrainResult a = train(f.cfg, f.dir / "kept", false, *f.ds, nullptr);
-  set_config_value(f.cfg, "train.save_weights", "false");
+  expect_same_run_with(f, 4, "train.save_weights", "false", "kept", "metrics-only");
   EXPECT_FALSE(f.cfg.train.save_weights);
-  const TrainResult b = train(f.cfg, f.dir / "metrics-only", false, *f.ds, nullptr);
-  EXPECT_EQ(a.train_loss, b.train_loss);
-  EXPECT_EQ(a.val_loss, b.val_loss);
   EXPECT_TRUE(fs::exists(f.dir / "kept/model.safetensors"));
   EXPECT_TRUE(fs::exists(f.dir / "kept/checkpoint.safetensors"));
+  // the fixture's periodic checkpoints were written during the run and removed at its end
+  EXPECT_GT(f.cfg.train.checkpoint_every, 0);
   EXPECT_FALSE(fs::exists(f.dir / "metrics-only/model.safetensors"));
   EXPECT_FALSE(fs::exists(f.dir / "metrics-only/checkpoint.safetensors"));
   EXPECT_EQ(read_metrics(f.dir / "metrics-only").size(), read_metrics(f.dir / "kept").size());
@@ -90,13 +100,9 @@ TEST(Trainer, SaveWeightsFalseWritesMetricsOnly) {
 // evaluation records carry no per-layer diagnostics (they need every layer's activations).
 TEST(Trainer, ActivationCheckpointingIsBitwiseTheSameRun) {
   Fixture f;
-  f.cfg.train.steps = 6;
-  const TrainResult a = train(f.cfg, f.dir / "keep", false, *f.ds, nullptr);
-  set_config_value(f.cfg, "train.activation_checkpointing", "true");
+  const TrainResult b =
+      expect_same_run_with(f, 6, "train.activation_checkpointing", "true", "keep", "recompute");
   EXPECT_TRUE(f.cfg.train.activation_checkpointing);
-  const TrainResult b = train(f.cfg, f.dir / "recompute", false, *f.ds, nullptr);
-  EXPECT_EQ(a.train_loss, b.train_loss);
-  EXPECT_EQ(a.val_loss, b.val_loss);
   EXPECT_TRUE(load_config(f.dir / "recompute/config.toml").train.activation_checkpointing);
   int evals = 0;
   for (const auto& j : read_metrics(f.dir / "recompute"))
