@@ -7,6 +7,8 @@
 // kernels). GELU and the head layouts move 8 elements per thread with 16-byte accesses.
 #include <cuda_runtime.h>
 
+#include <cub/device/device_radix_sort.cuh>
+
 #include "cuda/runtime/check.h"
 #include "cuda/ops/ops.h"
 #include "cuda/ops/reduce_util.cuh"
@@ -166,11 +168,33 @@ __global__ void embedding_forward_kernel(const int32_t* ids, const float* table,
                                          int64_t dim) {
   OCTET_GRID_STRIDE(i, n * dim) st(out, i, table[int64_t(ids[i / dim]) * dim + i % dim]);
 }
+__global__ void iota_kernel(uint32_t* p, int64_t n) { OCTET_GRID_STRIDE(i, n) p[i] = uint32_t(i); }
+// The embedding gradient in a fixed order: with the ids sorted stably beside their positions, the
+// first sorted row of each id adds, column by column, every dout row of that id in position order
+// to the table row — the CPU twin's order of FP32 additions, so both backends give the same bits,
+// run after run (no atomics).
 template <class T>
-__global__ void embedding_backward_kernel(const int32_t* ids, const T* dout, float* dtable, int64_t n,
-                                          int64_t dim) {
-  OCTET_GRID_STRIDE(i, n * dim) atomicAdd(&dtable[int64_t(ids[i / dim]) * dim + i % dim], ld(dout, i));
+__global__ void embedding_backward_kernel(const uint32_t* sorted_ids, const uint32_t* pos, const T* dout,
+                                          float* dtable, int64_t n, int64_t dim) {
+  OCTET_GRID_STRIDE(idx, n * dim) {
+    const int64_t i = idx / dim;
+    const uint32_t id = sorted_ids[i];
+    if (i > 0 && sorted_ids[i - 1] == id) continue;  // not the first row of its id
+    const int64_t c = idx % dim;
+    float* const out = dtable + int64_t(id) * dim + c;
+    float acc = *out;
+    for (int64_t r = i; r < n && sorted_ids[r] == id; ++r)
+      acc = __fadd_rn(acc, ld(dout, int64_t(pos[r]) * dim + c));
+    *out = acc;
+  }
 }
+// Key bits the sort needs for ids < vocab.
+int id_bits(int64_t vocab) {
+  int b = 1;
+  while (b < 32 && (int64_t(1) << b) < vocab) ++b;
+  return b;
+}
+constexpr size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
 // One thread per rotation pair (t, i); the angle in double as the CPU twin's table.
 template <class T>
@@ -326,11 +350,31 @@ void embedding_forward_launch(const int32_t* ids, const float* table, const Tens
       },
       out.dtype);
 }
+size_t embedding_backward_workspace(int64_t n, int64_t vocab) {
+  size_t temp = 0;
+  OCTET_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
+      nullptr, temp, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
+      static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr), n, 0, id_bits(vocab)));
+  return 3 * align256(size_t(n) * 4) + temp;
+}
 void embedding_backward_launch(const int32_t* ids, const Tensor& dout, float* dtable, int64_t n, int64_t dim,
-                               cudaStream_t s) {
+                               int64_t vocab, void* workspace, size_t workspace_bytes, cudaStream_t s) {
+  if (n <= 0) return;
+  const size_t a = align256(size_t(n) * 4);
+  OCTET_CHECK(workspace_bytes >= 3 * a, "embedding_backward: workspace too small");
+  char* const w = static_cast<char*>(workspace);
+  auto* const keys = reinterpret_cast<uint32_t*>(w);
+  auto* const pos_in = reinterpret_cast<uint32_t*>(w + a);
+  auto* const pos = reinterpret_cast<uint32_t*>(w + 2 * a);
+  size_t temp_bytes = workspace_bytes - 3 * a;
+  launch(iota_kernel, n, s, pos_in, n);
+  // ids >= 0 sort as uint32; the radix sort is stable: each id's positions stay in ascending order
+  OCTET_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(w + 3 * a, temp_bytes,
+                                                   reinterpret_cast<const uint32_t*>(ids), keys, pos_in, pos,
+                                                   n, 0, id_bits(vocab), s));
   dispatch_act(
-      [&](auto a) {
-        launch(embedding_backward_kernel<OCTET_T(a)>, n * dim, s, ids, typed(dout, a), dtable, n, dim);
+      [&](auto t) {
+        launch(embedding_backward_kernel<OCTET_T(t)>, n * dim, s, keys, pos, typed(dout, t), dtable, n, dim);
       },
       dout.dtype);
 }

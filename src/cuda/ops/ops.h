@@ -38,8 +38,12 @@ void swiglu_backward_launch(const Tensor& h, const Tensor& dy, const Tensor& dh,
 /// ids [n], table F32 [vocab, dim], out act [n, dim].
 void embedding_forward_launch(const int32_t* ids, const float* table, const Tensor& out, int64_t n,
                               int64_t dim, cudaStream_t s);
+/// dtable F32 [vocab, dim] += the rows of dout act [n, dim] at ids [n] (each in [0, vocab)), in the
+/// CPU twin's order (ids sorted stably with their positions, then each id's rows added in position
+/// order: the same bits as the CPU backend, no atomics). workspace: embedding_backward_workspace bytes.
+size_t embedding_backward_workspace(int64_t n, int64_t vocab);
 void embedding_backward_launch(const int32_t* ids, const Tensor& dout, float* dtable, int64_t n, int64_t dim,
-                               cudaStream_t s);
+                               int64_t vocab, void* workspace, size_t workspace_bytes, cudaStream_t s);
 /// x act [bh, seq, head_dim] in place.
 void rope_launch(const Tensor& x, int64_t bh, int64_t seq, int64_t head_dim, float theta, bool inverse,
                  cudaStream_t s);

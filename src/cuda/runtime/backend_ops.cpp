@@ -96,7 +96,10 @@ void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dout, cons
   OCTET_CHECK(dout.numel() == n * dim && dout.cols() == dim,
               "embedding_backward: dout must be [" + std::to_string(n) + ", " + std::to_string(dim) +
                   "], got " + dout.str());
-  embedding_backward_launch(ids.i32(), dout, dtable.f32(), n, dim, stream_);
+  const int64_t vocab = dtable.shape.dims[0];
+  const size_t bytes = embedding_backward_workspace(n, vocab);
+  const Buffer ws = alloc_uninitialized(DType::I32, {int64_t((bytes + 3) / 4)});  // stream-ordered
+  embedding_backward_launch(ids.i32(), dout, dtable.f32(), n, dim, vocab, ws.tensor().data, bytes, stream_);
 }
 
 // ---- norms ----
