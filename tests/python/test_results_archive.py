@@ -21,8 +21,14 @@ STUDY = ROOT / "results" / "stale-delta-study"
 # the order of tables.md's sections
 CONDITIONS = ["tiled-lr6e-3", "tiled-lr3e-3", "default-lr6e-4", "small-lr6e-3", "m150-lr6e-3", "m150-lr3e-3",
               "m150-lr6e-4", "m310-lr6e-3", "len4096-lr6e-3", "qknorm-tiled-lr6e-3", "nope-tiled-lr6e-3",
-              "hybrid-lr6e-3", "whole-lr6e-3", "whole-nope-lr6e-3", "whole-qknorm-lr6e-3"]
+              "hybrid-lr6e-3", "whole-lr6e-3", "whole-nope-lr6e-3", "whole-qknorm-lr6e-3", "size124m-lr6e-4",
+              "size350m-lr6e-4", "size760m-lr6e-4", "size1300m-lr6e-4", "hybrid350m-lr6e-3"]
 OUTPUTS = ["tables.md", "val_loss.csv", "layers.csv", "dq_bias.csv"]
+# results/README.md's tools/study_trend.py commands: the size sweep and the conditions of the gaps table
+SIZES = ["size124m", "size350m", "size760m", "size1300m"]
+GAPS = ["size124m-lr6e-4", "size350m-lr6e-4", "size760m-lr6e-4", "size1300m-lr6e-4", "hybrid350m-lr6e-3",
+        "default-lr6e-4", "m150-lr6e-4", "tiled-lr3e-3", "m150-lr3e-3", "tiled-lr6e-3", "small-lr6e-3", "m150-lr6e-3",
+        "m310-lr6e-3", "len4096-lr6e-3", "qknorm-tiled-lr6e-3", "nope-tiled-lr6e-3", "hybrid-lr6e-3", "whole-lr6e-3"]
 
 
 def fake_condition(d, arms=("bf16", "fp8-stale", "fp8-matched"), seeds=(1234, 1235)):
@@ -119,3 +125,21 @@ def test_committed_study_tables_come_out_of_the_archive_unchanged(tmp_path):
     for f in OUTPUTS:
         assert (tmp_path / f).read_bytes() == (STUDY / f).read_bytes(), f
     assert "study_report.py" in (ROOT / "results" / "README.md").read_text()
+
+
+@pytest.mark.skipif(not (STUDY / "runs.tar.xz").exists(), reason="no results/stale-delta-study/runs.tar.xz")
+def test_committed_trend_and_gaps_come_out_of_the_archive_unchanged(tmp_path):
+    """results/README.md's tools/study_trend.py commands, into a scratch folder: trend.md, trend.csv, gaps.md
+    and gaps.csv byte for byte."""
+    runs = "results/stale-delta-study/runs"
+    env = dict(os.environ, PATH="/nonexistent")  # no gnuplot: no trend.png
+    trend = [sys.executable, str(TOOLS / "study_trend.py")]
+    thresholds = ["--threshold", "50=0.87", "--threshold", "50=0.93", "--threshold", "300=0.5", "--threshold", "300=0.76"]
+    for args in (["size", *thresholds, "--out", str(tmp_path), *(f"{c}={runs}/{c}-lr6e-4" for c in SIZES)],
+                 ["gaps", "--out", str(tmp_path), *(f"{c}={runs}/{c}" for c in GAPS)]):
+        r = subprocess.run([*trend, *args], cwd=ROOT, capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr
+    for f in ("trend.md", "trend.csv", "gaps.md", "gaps.csv"):
+        assert (tmp_path / f).read_bytes() == (STUDY / f).read_bytes(), f
+    readme = (ROOT / "results" / "README.md").read_text()
+    assert "300=0.76" in readme and "whole-lr6e-3; do echo" in readme  # the README runs these arguments
