@@ -407,14 +407,11 @@ def octet_curves(conds, out, octet):
             print(f"study_report: octet plot failed for {c['name']}: {r.stderr.strip()}", file=sys.stderr)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("conditions", nargs="+", help="compare --out folders, or NAME=DIR")
-    ap.add_argument("--out", default="results/stale-delta-study", help="where tables, CSVs and plots go")
-    ap.add_argument("--octet", help="an octet binary: also draw every run's curves with `octet plot`")
-    args = ap.parse_args()
-    conds, names = [], set()
-    for spec in args.conditions:
+def parse_conditions(specs):
+    """NAME=DIR (or DIR) arguments -> [(name, folder)], each folder on disk or in a study's archive
+    (node); one error for a missing folder, a name that cannot name a file, or a name given twice."""
+    out, names = [], set()
+    for spec in specs:
         name, _, path = spec.partition("=") if "=" in spec else ("", "", spec)
         if not path:
             fail(f"'{spec}': NAME=DIR needs a folder after '='")
@@ -427,7 +424,17 @@ def main():
         if name in names:
             fail(f"condition {name} is given twice (name them NAME=DIR)")
         names.add(name)
-        conds.append(load_condition(name, d))
+        out.append((name, d))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("conditions", nargs="+", help="compare --out folders, or NAME=DIR")
+    ap.add_argument("--out", default="results/stale-delta-study", help="where tables, CSVs and plots go")
+    ap.add_argument("--octet", help="an octet binary: also draw every run's curves with `octet plot`")
+    args = ap.parse_args()
+    conds = [load_condition(name, d) for name, d in parse_conditions(args.conditions)]
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         fail(f"--out {out} exists and is not a folder")

@@ -43,28 +43,10 @@ import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results_archive import node  # noqa: E402  (tools/results_archive.py)
-from study_report import dq_bias_by_step, eval_records, fail, gnuplot, mean_std, q, run_dirs, student_t_quantile, welch, welch_ci  # noqa: E402
+from study_report import (dq_bias_by_step, eval_records, fail, gnuplot, mean_std, parse_conditions, q,  # noqa: E402
+                          run_dirs, student_t_quantile, welch, welch_ci)
 
 MAX_SEED_CHOICES = 4096  # refits over one-seed-per-condition choices (every choice below this many)
-
-
-def parse_conditions(specs):
-    """NAME=DIR (or DIR) arguments -> [(name, folder)], each a folder on disk or in an archive."""
-    out, names = [], set()
-    for spec in specs:
-        name, _, path = spec.partition("=") if "=" in spec else ("", "", spec)
-        if not path:
-            fail(f"'{spec}': NAME=DIR needs a folder after '='")
-        d = node(path)
-        name = name or Path(path).resolve().name
-        if not d.is_dir():
-            fail(f"{d} is not a folder (nor one in an archive: tools/results_archive.py)")
-        if name in names:
-            fail(f"condition {name} is given twice (name them NAME=DIR)")
-        names.add(name)
-        out.append((name, d))
-    return out
 
 
 def run_config(run):
