@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from study_report import (dq_bias_by_step, eval_records, fail, gnuplot, mean_std, parse_conditions, q,  # noqa: E402
-                          run_dirs, student_t_quantile, welch, welch_ci)
+                          run_dirs, student_t_quantile, welch_ci)
 
 MAX_SEED_CHOICES = 4096  # refits over one-seed-per-condition choices (every choice below this many)
 
