@@ -9,9 +9,10 @@
 // Main kernel: one CTA (two warpgroups, flash_bwd_tile_sm90.cuh geometry) per (b, KV head, block
 // of 128 keys); K̂, V̂ (A operands, [key][d]) and K̂ᵀ ([d][key]) of the block stay in shared memory.
 // For each of the rep = H/G query heads and each 128-query block that sees the key block (a tile
-// step), the step's Q̂ and dÔ rows (permuted), Q̂ᵀ and (dO/l)~ᵀ columns (group transposes) and the
-// queries' statistics come through a 2-stage shared-memory ring (cp.async, the next step's copies
-// in flight while this one computes). Per step, warpgroup wg (keys 64wg..):
+// step), the step's Q̂ and dÔ rows (permuted), Q̂ᵀ and (dO/l)~ᵀ columns (group transposes) come
+// through a 2-stage shared-memory ring of TMA boxes (BackwardMaps; thread 0 issues the next step's
+// four boxes, one mbarrier per stage, while the CTA computes this one) and the queries' statistics
+// through registers read a step ahead. Per step, warpgroup wg (keys 64wg..):
 //   Sᵀ = K̂Q̂ᵀ (SS m64n128k32) → P = exp(S − m)/l in place, P̃ = E4M3(exp(S − m)·p_scale) as A
 //   fragments; dV += P̃ᵀ(dO/l)~ (RS m64nDk32, A = P̃ᵀ, B = (dO/l)~ᵀ); dPᵀ = V̂dÔᵀ (SS) → dS =
 //   P∘(dP − D) in place; the tile's |dS| amax over both warpgroups (bwd::cta_amax) → the
@@ -25,7 +26,7 @@
 // Every product is one tile's (≤ 128 terms) from a zero accumulator, added in FP32 outside the
 // tensor core (Hopper's FP8 wgmma keeps ~13 bits in its accumulator; DeepSeek-V3 §3.3.2).
 // Matched-delta pre-pass: one CTA per (b, h, 128-query block) walks the key blocks its rows see
-// (2-stage cp.async ring of K̂, V̂) and computes each tile's Sᵀ, P, dPᵀ with the main kernel's
+// (2-stage TMA ring of K̂, V̂) and computes each tile's Sᵀ, P, dPᵀ with the main kernel's
 // device functions on the same operands (same instructions, roles, layouts, scale products), so P
 // and dP have the main kernel's bits; Σ P dP and Σ P per query in FP64 (octet/delta_rule.h): a
 // lane's two keys, then a reduce-scatter over the 8 lanes of a column (shuffles), accumulated per
@@ -38,6 +39,7 @@
 #include <type_traits>
 
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/tensor_map.h"
 #include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/attention/flash/flash_bwd_tile_sm89.cuh"
 #include "cuda/attention/flash/flash_bwd_tile_sm90.cuh"
@@ -56,11 +58,21 @@ using bwdw::kBN;
 using bwdw::kThreads;
 using bwdw::Lane;
 
+/// The TMA descriptors of one call (make_maps): Q̂ and dÔ [B·H·Tq_p][D] with rows permuted per
+/// 16-query group (flash_bwd_tile_sm90.cuh: tile row r holds query s_key(r / 8, r % 8) of its
+/// block), boxes of kBM rows; Q̂ᵀ and (dO/l)~ᵀ [B·G·D][rep][Tq_p] (group transposes), boxes of
+/// [kD][128 queries] of one query head; K̂, V̂ [B·G][Tk_p][D], boxes of kBN rows; K̂ᵀ [B·G][D][Tk_p],
+/// boxes of [kD][kBN keys].
+struct BackwardMaps {
+  CUtensorMap q, d_o, q_t, dvo_t, k, v, k_t;
+};
+
 // The main kernel's shared memory (offsets from a 1024-byte aligned base; every tile 1024-aligned):
 // K̂, V̂ [kBN][kD] (kD-byte swizzle), K̂ᵀ [kD][kBN], dŜ [kBM][kBN] (128-byte swizzle; at head_dim
 // 128 the same space first parks half 0's FP32 dS, kPark bytes: [element][thread] float4s); 2
 // stages of Q̂, dÔ [kBM][kD] (permuted rows, kD-byte swizzle), Q̂ᵀ, (dO/l)~ᵀ [kD][kBM] (128-byte
-// swizzle); 2 ColStats. head_dim 64: 110 KiB; 128: 214 KiB (of the 227 KiB an sm_90 CTA may have).
+// swizzle); 2 ColStats; the mbarriers (the key block's, one per stage). head_dim 64: 110 KiB; 128:
+// 214 KiB (of the 227 KiB an sm_90 CTA may have).
 template <int kD>
 struct MainLayout {
   static constexpr int kRows = kBN * kD;  // one K̂, V̂, K̂ᵀ, Q̂, dÔ, Q̂ᵀ or (dO/l)~ᵀ tile
@@ -69,20 +81,22 @@ struct MainLayout {
   static constexpr int kStage0 = kDs + (kPark > kBM * kBN ? kPark : kBM * kBN);
   static constexpr int kStage = 4 * kRows;  // + 0: Q̂, + kRows: dÔ, + 2 kRows: Q̂ᵀ, + 3: (dO/l)~ᵀ
   static constexpr int kStats = kStage0 + 2 * kStage;
-  static constexpr int kBytes = kStats + 2 * int(sizeof(ColStats)) + 1024;  // + alignment slack
+  static constexpr int kBars = kStats + 2 * int(sizeof(ColStats));  // key block, stage 0, stage 1
+  static constexpr int kBytes = kBars + 3 * 8 + 1024;               // + alignment slack
   static_assert(kRows % 1024 == 0 && kPark % 1024 == 0, "1024-aligned tiles");
   static_assert(kBytes + 64 <= 227 * 1024, "an sm_90 CTA's shared memory (+ amax_slots)");
 };
 
 // The delta pre-pass's: Q̂, dÔ [kBM][kD] (permuted rows); 2 stages of K̂, V̂ [kBN][kD]; ColStats;
-// the per-warp FP64 sums [8 warps][kBM] (Σ P dP, Σ P).
+// the per-warp FP64 sums [8 warps][kBM] (Σ P dP, Σ P); the mbarriers (Q̂ and dÔ's, one per stage).
 template <int kD>
 struct DeltaLayout {
   static constexpr int kRows = kBN * kD;
   static constexpr int kQ = 0, kDo = kRows, kStage0 = 2 * kRows, kStage = 2 * kRows;
   static constexpr int kStats = kStage0 + 2 * kStage;
   static constexpr int kParts = kStats + (int(sizeof(ColStats)) + 15) / 16 * 16;
-  static constexpr int kBytes = kParts + bwd::kWarps * kBM * 16 + 1024;
+  static constexpr int kBars = kParts + bwd::kWarps * kBM * 16;
+  static constexpr int kBytes = kBars + 3 * 8 + 1024;
   static_assert(kBytes <= 227 * 1024, "an sm_90 CTA's shared memory");
 };
 
@@ -91,10 +105,15 @@ __device__ __forceinline__ uint8_t* align1024(uint8_t* p) {
 }
 
 /// A query block's tile steps in one CTA of the main kernel: step n = (head hr = n / per_head,
-/// query block qb0 + n % per_head).
+/// query block qb0 + n % per_head). 32-bit (rep · Tq/128 steps): 64-bit step arithmetic costs
+/// the head_dim-128 kernel registers it does not have.
 struct Steps {
-  int64_t qb0, per_head, count;
+  int qb0, per_head, count;
 };
+
+/// Every thread waits until the stage's boxes have landed; the mbarrier's phase k (parity k % 2)
+/// is the stage's k-th use.
+__device__ __forceinline__ void wait_stage(unsigned bar, int use) { mbar_wait(bar, unsigned(use) & 1u); }
 
 // The row residual sums of one product's kN queries q_off.. (flash_bwd_sm89.cu tile_ds's, per
 // query column here): dS of this lane's elements by the main loop's formula, (Σ dS, Σ P(|dP| +
@@ -210,7 +229,8 @@ __device__ __forceinline__ void add_ds_row_sums(const BackwardParams& p, const u
 
 // kDoE5M2, kDsE5M2: do_format, ds_format are E5M2; kRes: res_sums is given.
 template <int kD, bool kDoE5M2, bool kDsE5M2, bool kRes>
-__global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const BackwardParams p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    wgmma_backward_kernel(const BackwardParams p, const __grid_constant__ BackwardMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = MainLayout<kD>;
   extern __shared__ uint8_t smem_raw[];
@@ -224,44 +244,53 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
   const int64_t BG = p.B * p.G, rep = p.H / p.G;
   const int64_t bg = int64_t(blockIdx.x) % BG, j0 = int64_t(blockIdx.x) / BG * kBN;
   const int64_t b = bg / p.G, gh = bg % p.G;
-  const int64_t width = rep * p.Tq_p;  // a group transpose's row
   // Query blocks that see key j0 (causal bottom-right: rows i >= j0 − (Tk − Tq)).
   const int64_t n_qblocks = (p.Tq + kBM - 1) / kBM;
   const int64_t first = p.causal ? j0 - (p.Tk - p.Tq) : 0;
   Steps st;
-  st.qb0 = first > 0 ? first / kBM : 0;
-  st.per_head = st.qb0 < n_qblocks ? n_qblocks - st.qb0 : 0;
-  st.count = rep * st.per_head;
-  auto bh_of = [&](int64_t n) { return b * p.H + gh * rep + n / st.per_head; };
-  auto i0_of = [&](int64_t n) { return (st.qb0 + n % st.per_head) * kBM; };
-  // Step n's copies into stage n % 2 (its statistics: load_stat / store_stat).
-  auto load_step = [&](int64_t n) {
-    uint8_t* const s = smem + L::kStage0 + (n % 2) * L::kStage;
-    const int64_t bh = bh_of(n), i0 = i0_of(n), hr = n / st.per_head;
-    bwdw::copy_rows<kBM, kD, true>(s, p.q + bh * p.Tq_p * kD, i0, p.Tq_p);
-    bwdw::copy_rows<kBM, kD, true>(s + L::kRows, p.d_o + bh * p.Tq_p * kD, i0, p.Tq_p);
-    const int64_t cols = bg * kD * width + hr * p.Tq_p;
-    bwdw::copy_cols<kD>(s + 2 * L::kRows, p.q_t + cols, width, i0, p.Tq_p);
-    bwdw::copy_cols<kD>(s + 3 * L::kRows, p.dv_o_t + cols, width, i0, p.Tq_p);
+  st.qb0 = first > 0 ? int(first / kBM) : 0;
+  st.per_head = st.qb0 < n_qblocks ? int(n_qblocks) - st.qb0 : 0;
+  st.count = int(rep) * st.per_head;
+  auto bh_of = [&](int n) { return b * p.H + gh * rep + n / st.per_head; };
+  auto i0_of = [&](int n) { return int64_t(st.qb0 + n % st.per_head) * kBM; };
+  const unsigned key_bar = sb + L::kBars;
+  auto stage_bar = [&](int n) { return sb + L::kBars + 8u * unsigned(1 + n % 2); };
+  // Step n's four boxes into stage n % 2 (thread 0; its statistics: load_stat / store_stat).
+  auto load_step = [&](int n) {
+    const unsigned s = sb + L::kStage0 + unsigned(n % 2) * L::kStage, bar = stage_bar(n);
+    const int64_t bh = bh_of(n), i0 = i0_of(n);
+    const int group = int((bh * p.Tq_p + i0) / 16), hr = n / st.per_head, row = int(bg * kD);
+    mbar_arrive_expect_tx(bar, 4 * L::kRows);
+    tma_load_5d(s, &maps.q, bar, 0, 0, 0, 0, group);
+    tma_load_5d(s + L::kRows, &maps.d_o, bar, 0, 0, 0, 0, group);
+    tma_load_3d(s + 2 * L::kRows, &maps.q_t, bar, int(i0), hr, row);
+    tma_load_3d(s + 3 * L::kRows, &maps.dvo_t, bar, int(i0), hr, row);
   };
   ColStat next;  // thread tid < kBM: query i0 + tid of the next step, read ahead
-  auto load_stat = [&](int64_t n) {
+  auto load_stat = [&](int n) {
     if (tid < kBM) next.load(p, bh_of(n), i0_of(n) + tid, true);
   };
-  auto store_stat = [&](int64_t n) {
+  auto store_stat = [&](int n) {
     if (tid < kBM) next.store(stats[n % 2], tid);
   };
 
-  // The key block (one cp.async group with step 0's copies).
-  bwdw::copy_rows<kBN, kD, false>(smem + L::kK, p.k + bg * p.Tk_p * kD, j0, p.Tk_p);
-  bwdw::copy_rows<kBN, kD, false>(smem + L::kV, p.v + bg * p.Tk_p * kD, j0, p.Tk_p);
-  bwdw::copy_cols<kD>(smem + L::kKt, p.k_t + bg * kD * p.Tk_p, p.Tk_p, j0, p.Tk_p);
+  if (tid == 0) {
+    for (int i = 0; i < 3; ++i) mbar_init(key_bar + 8u * unsigned(i), 1);
+    fence_mbar_init();
+  }
+  __syncthreads();  // the mbarriers are initialized
+  if (tid == 0) {   // the key block, then step 0
+    mbar_arrive_expect_tx(key_bar, 3 * L::kRows);
+    tma_load_3d(sb + L::kK, &maps.k, key_bar, 0, int(j0), int(bg));
+    tma_load_3d(sb + L::kV, &maps.v, key_bar, 0, int(j0), int(bg));
+    tma_load_3d(sb + L::kKt, &maps.k_t, key_bar, int(j0), 0, int(bg));
+    if (st.count > 0) load_step(0);
+  }
   if (st.count > 0) {
-    load_step(0);
     load_stat(0);
     store_stat(0);
   }
-  cp_async_commit();
+  wait_stage(key_bar, 0);
 
   float dv[kD / 8][4], dk[kD / 8][4];  // this lane's keys 64wg + 16w + g (+ 8) x head_dim
 #pragma unroll
@@ -274,15 +303,13 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
   const unsigned a_v = sb + L::kV + bwdw::kWgKeys * ln.wg * kD;  // ... V̂ rows
   const unsigned a_ds = sb + L::kDs + 64 * ln.wg * kBN;          // dQ's A: dŜ rows 64wg..
 
-  for (int64_t n = 0; n < st.count; ++n) {
-    cp_async_wait<0>();        // this step's copies (this thread's) have landed
-    fence_proxy_async_smem();  // ... visible to wgmma's async proxy
-    __syncthreads();           // ... everyone's, and the statistics; stage (n + 1) % 2 is free
+  for (int n = 0; n < st.count; ++n) {
+    __syncthreads();  // the step's statistics are published; stage (n + 1) % 2 is free (step n − 1's)
     if (n + 1 < st.count) {
-      load_step(n + 1);
+      if (tid == 0) load_step(n + 1);
       load_stat(n + 1);
     }
-    cp_async_commit();
+    wait_stage(stage_bar(n), n / 2);  // this step's boxes have landed
     const int64_t bh = bh_of(n), i0 = i0_of(n);
     const TileScales sc = tile_scales(p, bh, i0, bg, j0);
     const unsigned stage = sb + L::kStage0 + unsigned(n % 2) * L::kStage;
@@ -401,7 +428,6 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
     }
     if (n + 1 < st.count) store_stat(n + 1);  // published by the next step's barrier
   }
-  cp_async_wait<0>();
   // dV = Σ P̃_code (dO/l)_code · (1/p_scale) · its 1/scale; dK in Q̂'s code units (× sq later),
   // or in values with per-block scales.
   const float dv_scale = (1.0f / p.p_scale) * *p.dvo_scale_inv;
@@ -424,7 +450,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_backward_kernel(const Backw
 }
 
 template <int kD, bool kDoE5M2>
-__global__ void __launch_bounds__(kThreads, 1) wgmma_delta_kernel(const BackwardParams p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    wgmma_delta_kernel(const BackwardParams p, const __grid_constant__ BackwardMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = DeltaLayout<kD>;
   extern __shared__ uint8_t smem_raw[];
@@ -438,15 +465,27 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_delta_kernel(const Backward
   bwd::q_block_of(p, kBM, &bh, &i0, &bg);
   const int64_t last = (i0 + kBM < p.Tq ? i0 + kBM : p.Tq) - 1;
   const int n_blocks = int((bwd::visible_keys(p, last) + kBN - 1) / kBN);
-  auto load_kv = [&](int it) {
-    uint8_t* const s = smem + L::kStage0 + (it % 2) * L::kStage;
-    bwdw::copy_rows<kBN, kD, false>(s, p.k + bg * p.Tk_p * kD, int64_t(it) * kBN, p.Tk_p);
-    bwdw::copy_rows<kBN, kD, false>(s + L::kRows, p.v + bg * p.Tk_p * kD, int64_t(it) * kBN, p.Tk_p);
+  const unsigned q_bar = sb + L::kBars;
+  auto kv_bar = [&](int it) { return sb + L::kBars + 8u * unsigned(1 + it % 2); };
+  auto load_kv = [&](int it) {  // thread 0: key block it's K̂, V̂ boxes into stage it % 2
+    const unsigned s = sb + L::kStage0 + unsigned(it % 2) * L::kStage, bar = kv_bar(it);
+    mbar_arrive_expect_tx(bar, 2 * L::kRows);
+    tma_load_3d(s, &maps.k, bar, 0, it * kBN, int(bg));
+    tma_load_3d(s + L::kRows, &maps.v, bar, 0, it * kBN, int(bg));
   };
-  bwdw::copy_rows<kBM, kD, true>(smem + L::kQ, p.q + bh * p.Tq_p * kD, i0, p.Tq_p);
-  bwdw::copy_rows<kBM, kD, true>(smem + L::kDo, p.d_o + bh * p.Tq_p * kD, i0, p.Tq_p);
-  if (n_blocks > 0) load_kv(0);
-  cp_async_commit();
+  if (tid == 0) {
+    for (int i = 0; i < 3; ++i) mbar_init(q_bar + 8u * unsigned(i), 1);
+    fence_mbar_init();
+  }
+  __syncthreads();  // the mbarriers are initialized
+  if (tid == 0) {
+    const int group = int((bh * p.Tq_p + i0) / 16);
+    mbar_arrive_expect_tx(q_bar, 2 * L::kRows);
+    tma_load_5d(sb + L::kQ, &maps.q, q_bar, 0, 0, 0, 0, group);
+    tma_load_5d(sb + L::kDo, &maps.d_o, q_bar, 0, 0, 0, 0, group);
+    if (n_blocks > 0) load_kv(0);
+  }
+  wait_stage(q_bar, 0);  // (also when no key block is visible: no box is left in flight at exit)
   if (tid < kBM) {
     ColStat c;
     c.load(p, bh, i0 + tid, false);
@@ -460,11 +499,9 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_delta_kernel(const Backward
 
   for (int it = 0; it < n_blocks; ++it) {
     const int64_t j0 = int64_t(it) * kBN;
-    cp_async_wait<0>();
-    fence_proxy_async_smem();
-    __syncthreads();  // this block's K̂, V̂ (and Q̂, dÔ, the statistics) landed; the other stage free
-    if (it + 1 < n_blocks) load_kv(it + 1);
-    cp_async_commit();
+    __syncthreads();  // the statistics are published; the other stage is free (block it − 1's)
+    if (tid == 0 && it + 1 < n_blocks) load_kv(it + 1);
+    wait_stage(kv_bar(it), it / 2);  // this block's K̂, V̂ have landed
     const unsigned stage = sb + L::kStage0 + unsigned(it % 2) * L::kStage;
     const unsigned a_off = bwdw::kWgKeys * ln.wg * kD;
     const int64_t kbase = j0 + bwdw::kWgKeys * ln.wg + 16 * ln.w;
@@ -508,7 +545,6 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_delta_kernel(const Backward
       }
     }
   }
-  cp_async_wait<0>();
   const int warp = tid / 32;
 #pragma unroll
   for (int kk = 0; kk < kBM / 32; ++kk) {
@@ -531,11 +567,58 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_delta_kernel(const Backward
 #endif
 }
 
+/// The call's TMA descriptors (BackwardMaps). The pre-pass reads only q, d_o, k, v; the main
+/// kernel all seven. Throws octet::Error when a coordinate would not fit TMA's 32 bits or a base
+/// is not 16-byte aligned (make_tensor_map_u8).
+BackwardMaps make_maps(const BackwardParams& p, bool main_kernel) {
+  OCTET_CHECK(p.B * p.H * p.Tq_p / 16 < (int64_t(1) << 31) && p.B * p.G * p.D < (int64_t(1) << 31) &&
+                  p.Tq_p < (int64_t(1) << 31),
+              "flash attention backward (wgmma): B·H·Tq/16, B·G·head_dim and Tq must stay below 2^31 "
+              "(TMA coordinates)");
+  BackwardMaps m{};
+  const uint64_t D = uint64_t(p.D), rep = uint64_t(p.H / p.G);
+  const uint32_t d = uint32_t(p.D);
+  const TmaSwizzle d_swizzle = p.D == 128 ? TmaSwizzle::B128 : TmaSwizzle::B64;
+  {  // rows 16G + 4t + 2j + e as dimensions (e, t, j, G): box row 8j + 2t + e = s_key's inverse
+    const uint64_t dims[5] = {D, 2, 4, 2, uint64_t(p.B * p.H * p.Tq_p / 16)};
+    const uint64_t strides[4] = {D, 4 * D, 2 * D, 16 * D};
+    const uint32_t box[5] = {d, 2, 4, 2, kBM / 16};
+    m.q = make_tensor_map_u8(p.q, 5, dims, strides, box, d_swizzle);
+    m.d_o = make_tensor_map_u8(p.d_o, 5, dims, strides, box, d_swizzle);
+  }
+  {
+    const uint64_t dims[3] = {D, uint64_t(p.Tk_p), uint64_t(p.B * p.G)}, strides[2] = {D, D * p.Tk_p};
+    const uint32_t box[3] = {d, kBN, 1};
+    m.k = make_tensor_map_u8(p.k, 3, dims, strides, box, d_swizzle);
+    m.v = make_tensor_map_u8(p.v, 3, dims, strides, box, d_swizzle);
+  }
+  if (!main_kernel) {
+    m.q_t = m.dvo_t = m.k_t = m.q;  // not read
+    return m;
+  }
+  {  // element (bg·D + dd, r, i) at (bg·D + dd)·rep·Tq_p + r·Tq_p + i: queries past Tq_p read as 0
+    const uint64_t dims[3] = {uint64_t(p.Tq_p), rep, uint64_t(p.B * p.G) * D};
+    const uint64_t strides[2] = {uint64_t(p.Tq_p), rep * p.Tq_p};
+    const uint32_t box[3] = {kBM, 1, d};
+    m.q_t = make_tensor_map_u8(p.q_t, 3, dims, strides, box, TmaSwizzle::B128);
+    m.dvo_t = make_tensor_map_u8(p.dv_o_t, 3, dims, strides, box, TmaSwizzle::B128);
+  }
+  {
+    const uint64_t dims[3] = {uint64_t(p.Tk_p), D, uint64_t(p.B * p.G)},
+                   strides[2] = {uint64_t(p.Tk_p), D * p.Tk_p};
+    const uint32_t box[3] = {kBN, d, 1};
+    m.k_t = make_tensor_map_u8(p.k_t, 3, dims, strides, box, TmaSwizzle::B128);
+  }
+  return m;
+}
+
 template <typename Kernel>
-void launch(Kernel kernel, int64_t blocks, int bytes, const BackwardParams& p, cudaStream_t stream) {
+void launch(Kernel kernel, int64_t blocks, int bytes, const BackwardParams& p, bool main_kernel,
+            cudaStream_t stream) {
   OCTET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   OCTET_CHECK(blocks <= 0x7FFFFFFF, "flash attention backward (wgmma): too many blocks");
-  kernel<<<unsigned(blocks), kThreads, bytes, stream>>>(p);
+  const BackwardMaps maps = make_maps(p, main_kernel);
+  kernel<<<unsigned(blocks), kThreads, bytes, stream>>>(p, maps);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
@@ -558,9 +641,9 @@ void bwd_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
     constexpr bool kDo = decltype(d5)::value, kDs = decltype(s5)::value;
     const int bytes = MainLayout<kD>::kBytes;
     if (p.res_sums)
-      launch(wgmma_backward_kernel<kD, kDo, kDs, true>, blocks, bytes, p, stream);
+      launch(wgmma_backward_kernel<kD, kDo, kDs, true>, blocks, bytes, p, true, stream);
     else
-      launch(wgmma_backward_kernel<kD, kDo, kDs, false>, blocks, bytes, p, stream);
+      launch(wgmma_backward_kernel<kD, kDo, kDs, false>, blocks, bytes, p, true, stream);
   };
   using T = std::true_type;
   using F = std::false_type;
@@ -584,9 +667,9 @@ void bwd_delta_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
   auto go = [&](auto d) {
     constexpr int kD = decltype(d)::value;
     if (p.do_format == Format::E5M2)
-      launch(wgmma_delta_kernel<kD, true>, blocks, DeltaLayout<kD>::kBytes, p, stream);
+      launch(wgmma_delta_kernel<kD, true>, blocks, DeltaLayout<kD>::kBytes, p, false, stream);
     else
-      launch(wgmma_delta_kernel<kD, false>, blocks, DeltaLayout<kD>::kBytes, p, stream);
+      launch(wgmma_delta_kernel<kD, false>, blocks, DeltaLayout<kD>::kBytes, p, false, stream);
   };
   if (p.D == 64)
     go(std::integral_constant<int, 64>{});

@@ -1,12 +1,10 @@
 // src/cuda/attention/flash/flash_bwd_tile_sm90.cuh — what the wgmma (Hopper, sm_90a) flavor of the flash
 // FP8 attention backward's two kernels (flash_bwd_sm90.cu: the matched-delta pre-pass and the
-// main kernel) share: the tile geometry, the shared-memory tile copies into wgmma's swizzled
-// K-major layout, the per-query statistics of a query block, and one warpgroup's Sᵀ = K̂Q̂ᵀ and
-// dPᵀ = V̂dÔᵀ (FP8 wgmma, the same instructions, operand roles and scale products in both kernels,
-// so every (i, j) gets the same P and dP bits: the matched delta's zero row sum) and its
-// P = exp(S − m)/l. Semantics: flash.h (CPU twin: src/cpu/attention_backward_tile.cpp
-// compute_p_dp). PTX ISA §9.7.15 (wgmma); FlashAttention-3 (arXiv 2407.08608) for the transposed
-// backward orientation. docs/attention.md §"Backward".
+// main kernel) share: the tile geometry, the per-query statistics of a query block, and one warpgroup's Sᵀ =
+// K̂Q̂ᵀ and dPᵀ = V̂dÔᵀ (FP8 wgmma, the same instructions, operand roles and scale products in both kernels, so
+// every (i, j) gets the same P and dP bits: the matched delta's zero row sum) and its P = exp(S − m)/l.
+// Semantics: flash.h (CPU twin: src/cpu/attention_backward_tile.cpp compute_p_dp). PTX ISA §9.7.15 (wgmma);
+// FlashAttention-3 (arXiv 2407.08608) for the transposed backward orientation. docs/attention.md §"Backward".
 //
 // Geometry: a tile is kBM = 128 queries x kBN = 128 keys (the dS scale tile block_q x block_k).
 // Two warpgroups; warpgroup wg owns the 64 keys 64wg.. of the tile, its warp w the 16 keys
@@ -15,7 +13,8 @@
 // dK, dV accumulators take 128 of the 255 registers there; docs/cuda.md). Its accumulator
 // (flash_wgmma_sm90.cuh fragments) holds, for lane (g, t), keys 16w + g (elements 0, 1) and 16w + g + 8
 // (2, 3) of n-tile i, columns 2t, 2t + 1. The query rows of the B operand (Q̂, dÔ) are stored
-// permuted, row r = query s_key(r / 8, r % 8) (flash_mma_sm89.cuh; rows 64h.. hold queries 64h..,
+// permuted (flash_bwd_sm90.cu's TMA boxes land them so), row r = query s_key(r / 8, r % 8)
+// (flash_mma_sm89.cuh; rows 64h.. hold queries 64h..,
 // as s_key(nt + 8, n) = 64 + s_key(nt, n)), so column (i, n) of half h is query
 // 64h + s_key(i, n) and the accumulator converts in place into the A fragments over queries in
 // natural order (flash_bwd_tile_sm89.cuh to_a_frags) of the dV and dK products, whose B operands
@@ -67,34 +66,6 @@ struct ColStat {
     s.m[q] = m, s.l[q] = l, s.rcp_l[q] = __frcp_rn(l), s.delta[q] = delta, s.vis[q] = vis;
   }
 };
-
-/// Starts cp.async copies of kRows rows of kW bytes (64 or 128) from rows row0.. of a row-major
-/// code matrix (src: its row 0, row stride kW) into a K-major kW-byte-swizzled tile at dst
-/// (1024-aligned): tile row r <- source row row0 + s_key(r / 8, r % 8) if kPerm, else row0 + r;
-/// rows >= n_rows read as zero codes.
-template <int kRows, int kW, bool kPerm>
-__device__ __forceinline__ void copy_rows(uint8_t* dst, const uint8_t* src, int64_t row0, int64_t n_rows) {
-  constexpr int kChunks = kRows * kW / 16;
-  for (int c = threadIdx.x; c < kChunks; c += kThreads) {
-    const int r = c / (kW / 16), cc = c % (kW / 16);
-    const int64_t i = row0 + (kPerm ? s_key(r / 8, r % 8) : r);
-    const bool in = i < n_rows;
-    cp_async16(dst + swizzle<kW>(r * kW + 16 * cc), in ? src + i * kW + 16 * cc : src, in);
-  }
-}
-
-/// Starts cp.async copies of a [kRows][128] code tile from columns col0..col0 + 127 of a matrix
-/// with kRows rows and row stride `ld` bytes (src: its row 0) into a K-major 128-byte-swizzled
-/// tile at dst; chunks of columns >= n_cols (a multiple of 16) read as zero codes.
-template <int kRows>
-__device__ __forceinline__ void copy_cols(uint8_t* dst, const uint8_t* src, int64_t ld, int64_t col0,
-                                          int64_t n_cols) {
-  for (int c = threadIdx.x; c < kRows * 8; c += kThreads) {
-    const int r = c / 8, cc = c % 8;
-    const bool in = col0 + 16 * cc < n_cols;
-    cp_async16(dst + swizzle<128>(r * 128 + 16 * cc), in ? src + r * ld + col0 + 16 * cc : src, in);
-  }
-}
 
 /// This lane's place: warpgroup wg (keys 64wg..), warp w in it (keys 16w.. of those), (g, t).
 struct Lane {
