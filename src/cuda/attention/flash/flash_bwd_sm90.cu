@@ -88,17 +88,24 @@ struct MainLayout {
 };
 
 // The delta pre-pass's: Q̂, dÔ [kBM][kD] (permuted rows); 2 stages of K̂, V̂ [kBN][kD]; ColStats;
-// the per-warp FP64 sums [8 warps][kBM] (Σ P dP, Σ P); the mbarriers (Q̂ and dÔ's, one per stage).
+// the mbarriers (Q̂ and dÔ's, one per stage). The per-warp FP64 sums [8 warps][kBM] (Σ P dP, Σ P)
+// reuse the stages once the key blocks are done. head_dim 128: 98 KiB, so two CTAs share an SM
+// (kDeltaCtas); 64: 52 KiB.
 template <int kD>
 struct DeltaLayout {
   static constexpr int kRows = kBN * kD;
   static constexpr int kQ = 0, kDo = kRows, kStage0 = 2 * kRows, kStage = 2 * kRows;
   static constexpr int kStats = kStage0 + 2 * kStage;
-  static constexpr int kParts = kStats + (int(sizeof(ColStats)) + 15) / 16 * 16;
-  static constexpr int kBars = kParts + bwd::kWarps * kBM * 16;
+  static constexpr int kParts = kStage0;
+  static constexpr int kBars = kStats + (int(sizeof(ColStats)) + 15) / 16 * 16;
   static constexpr int kBytes = kBars + 3 * 8 + 1024;
-  static_assert(kBytes <= 227 * 1024, "an sm_90 CTA's shared memory");
+  static_assert(bwd::kWarps * kBM * 16 <= 2 * kStage, "the sums fit in the stages");
+  static_assert(2 * (kBytes + 1024) <= 228 * 1024, "two CTAs on an SM (1 KiB reserved per CTA)");
 };
+/// CTAs of the pre-pass per SM (its __launch_bounds__): two at head_dim 128, whose products
+/// (m64n64 halves) leave a thread within 128 registers; one at 64 (m64n128: 177 registers).
+template <int kD>
+inline constexpr int kDeltaCtas = kD == 128 ? 2 : 1;
 
 __device__ __forceinline__ uint8_t* align1024(uint8_t* p) {
   return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
@@ -450,7 +457,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int kD, bool kDoE5M2>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, kDeltaCtas<kD>)
     wgmma_delta_kernel(const BackwardParams p, const __grid_constant__ BackwardMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = DeltaLayout<kD>;
@@ -458,7 +465,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* const smem = align1024(smem_raw);
   const unsigned sb = smem_u32(smem);
   ColStats& cs = *reinterpret_cast<ColStats*>(smem + L::kStats);
-  double2* const parts = reinterpret_cast<double2*>(smem + L::kParts);  // [warp][query]
+  double2* const parts = reinterpret_cast<double2*>(smem + L::kParts);  // [warp][query], after the loop
   const Lane ln;
   const int tid = threadIdx.x;
   int64_t bh, i0, bg;
@@ -546,6 +553,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   const int warp = tid / 32;
+  __syncthreads();  // every warp's products have read the stages that `parts` overwrites
 #pragma unroll
   for (int kk = 0; kk < kBM / 32; ++kk) {
     const int q = bwdw::column_sum8_query(kk, ln.g, ln.t);
@@ -616,6 +624,9 @@ template <typename Kernel>
 void launch(Kernel kernel, int64_t blocks, int bytes, const BackwardParams& p, bool main_kernel,
             cudaStream_t stream) {
   OCTET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  // All of the SM's unified L1 / shared memory as shared (two pre-pass CTAs at head_dim 128 need it).
+  OCTET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
   OCTET_CHECK(blocks <= 0x7FFFFFFF, "flash attention backward (wgmma): too many blocks");
   const BackwardMaps maps = make_maps(p, main_kernel);
   kernel<<<unsigned(blocks), kThreads, bytes, stream>>>(p, maps);
