@@ -40,6 +40,7 @@
 
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/tensor_map.h"
+#include "cuda/attention/flash/flash_tma.h"
 #include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/attention/flash/flash_bwd_tile_sm89.cuh"
 #include "cuda/attention/flash/flash_bwd_tile_sm90.cuh"
@@ -584,39 +585,31 @@ BackwardMaps make_maps(const BackwardParams& p, bool main_kernel) {
               "flash attention backward (wgmma): B·H·Tq/16, B·G·head_dim and Tq must stay below 2^31 "
               "(TMA coordinates)");
   BackwardMaps m{};
-  const uint64_t D = uint64_t(p.D), rep = uint64_t(p.H / p.G);
-  const uint32_t d = uint32_t(p.D);
   const TmaSwizzle d_swizzle = p.D == 128 ? TmaSwizzle::B128 : TmaSwizzle::B64;
-  {  // rows 16G + 4t + 2j + e as dimensions (e, t, j, G): box row 8j + 2t + e = s_key's inverse
-    const uint64_t dims[5] = {D, 2, 4, 2, uint64_t(p.B * p.H * p.Tq_p / 16)};
-    const uint64_t strides[4] = {D, 4 * D, 2 * D, 16 * D};
-    const uint32_t box[5] = {d, 2, 4, 2, kBM / 16};
-    m.q = make_tensor_map_u8(p.q, 5, dims, strides, box, d_swizzle);
-    m.d_o = make_tensor_map_u8(p.d_o, 5, dims, strides, box, d_swizzle);
-  }
-  {
-    const uint64_t dims[3] = {D, uint64_t(p.Tk_p), uint64_t(p.B * p.G)}, strides[2] = {D, D * p.Tk_p};
-    const uint32_t box[3] = {d, kBN, 1};
-    m.k = make_tensor_map_u8(p.k, 3, dims, strides, box, d_swizzle);
-    m.v = make_tensor_map_u8(p.v, 3, dims, strides, box, d_swizzle);
-  }
+  auto make = [](const void* base, const TmaTiles& t, TmaSwizzle swizzle) {
+    return make_tensor_map_u8(base, t.rank, t.dims, t.strides, t.box, swizzle);
+  };
+  const TmaTiles q_rows = permuted_row_tiles(p.D, p.B * p.H * p.Tq_p, kBM);
+  m.q = make(p.q, q_rows, d_swizzle);
+  m.d_o = make(p.d_o, q_rows, d_swizzle);
+  const TmaTiles k_rows = row_tiles(p.D, p.Tk_p, p.B * p.G, kBN);
+  m.k = make(p.k, k_rows, d_swizzle);
+  m.v = make(p.v, k_rows, d_swizzle);
   if (!main_kernel) {
     m.q_t = m.dvo_t = m.k_t = m.q;  // not read
     return m;
   }
-  {  // element (bg·D + dd, r, i) at (bg·D + dd)·rep·Tq_p + r·Tq_p + i: queries past Tq_p read as 0
-    const uint64_t dims[3] = {uint64_t(p.Tq_p), rep, uint64_t(p.B * p.G) * D};
-    const uint64_t strides[2] = {uint64_t(p.Tq_p), rep * p.Tq_p};
-    const uint32_t box[3] = {kBM, 1, d};
-    m.q_t = make_tensor_map_u8(p.q_t, 3, dims, strides, box, TmaSwizzle::B128);
-    m.dvo_t = make_tensor_map_u8(p.dv_o_t, 3, dims, strides, box, TmaSwizzle::B128);
-  }
-  {
-    const uint64_t dims[3] = {uint64_t(p.Tk_p), D, uint64_t(p.B * p.G)},
-                   strides[2] = {uint64_t(p.Tk_p), D * p.Tk_p};
-    const uint32_t box[3] = {kBN, d, 1};
-    m.k_t = make_tensor_map_u8(p.k_t, 3, dims, strides, box, TmaSwizzle::B128);
-  }
+  // The group transposes [B·G·D][rep][Tq_p]: element (bg·D + dd, r, i) at (bg·D + dd)·rep·Tq_p +
+  // r·Tq_p + i; a box is 128 queries of one head r, all D rows; queries past Tq_p read as 0.
+  TmaTiles q_cols;
+  q_cols.rank = 3;
+  const uint64_t rep = uint64_t(p.H / p.G);
+  q_cols.dims[0] = uint64_t(p.Tq_p), q_cols.dims[1] = rep, q_cols.dims[2] = uint64_t(p.B * p.G * p.D);
+  q_cols.strides[0] = uint64_t(p.Tq_p), q_cols.strides[1] = rep * uint64_t(p.Tq_p);
+  q_cols.box[0] = kBM, q_cols.box[1] = 1, q_cols.box[2] = uint32_t(p.D);
+  m.q_t = make(p.q_t, q_cols, TmaSwizzle::B128);
+  m.dvo_t = make(p.dv_o_t, q_cols, TmaSwizzle::B128);
+  m.k_t = make(p.k_t, column_tiles(p.Tk_p, p.D, p.B * p.G, kBN), TmaSwizzle::B128);
   return m;
 }
 

@@ -45,6 +45,7 @@
 #include "cuda/attention/flash/flash_wgmma_sm90.cuh"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/tensor_map.h"
+#include "cuda/attention/flash/flash_tma.h"
 #include "octet/error.h"
 
 namespace octet::cuda::flash {
@@ -259,26 +260,16 @@ template <int kD, int kBN, bool kLogits>
 ForwardMaps make_maps(const ForwardParams& p) {
   ForwardMaps m;
   const TmaSwizzle d_swizzle = kD == 128 ? TmaSwizzle::B128 : TmaSwizzle::B64;
-  const uint64_t D = kD;
-  {
-    const uint64_t dims[3] = {D, uint64_t(p.Tq_p), uint64_t(p.B * p.H)}, strides[2] = {D, D * p.Tq_p};
-    const uint32_t box[3] = {kD, kBM, 1};
-    m.q = make_tensor_map_u8(p.q, 3, dims, strides, box, d_swizzle);
-  }
-  {  // rows 16G + 4t + 2j + e as dimensions (e, t, j, G): the box lands row 8j + 2t + e of a group
-    const uint64_t dims[5] = {D, 2, 4, 2, uint64_t(p.B * p.G * p.Tk_p / 16)};
-    const uint64_t strides[4] = {D, 4 * D, 2 * D, 16 * D};
-    const uint32_t box[5] = {kD, 2, 4, 2, kBN / 16};
-    m.k = make_tensor_map_u8(p.k, 5, dims, strides, box, d_swizzle);
-  }
-  if (!kLogits) {
-    const uint64_t dims[3] = {uint64_t(p.Tk_p), D, uint64_t(p.B * p.G)},
-                   strides[2] = {uint64_t(p.Tk_p), D * p.Tk_p};
-    const uint32_t box[3] = {kBN, kD, 1};
-    m.v = make_tensor_map_u8(p.v_t, 3, dims, strides, box, kBN == 128 ? TmaSwizzle::B128 : TmaSwizzle::B64);
-  } else {
+  auto make = [](const void* base, const TmaTiles& t, TmaSwizzle swizzle) {
+    return make_tensor_map_u8(base, t.rank, t.dims, t.strides, t.box, swizzle);
+  };
+  m.q = make(p.q, row_tiles(kD, p.Tq_p, p.B * p.H, kBM), d_swizzle);
+  m.k = make(p.k, permuted_row_tiles(kD, p.B * p.G * p.Tk_p, kBN), d_swizzle);
+  if (!kLogits)
+    m.v = make(p.v_t, column_tiles(p.Tk_p, kD, p.B * p.G, kBN),
+               kBN == 128 ? TmaSwizzle::B128 : TmaSwizzle::B64);
+  else
     m.v = m.k;
-  }
   return m;
 }
 
