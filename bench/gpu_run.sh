@@ -5,7 +5,7 @@
 # Binaries are built on the development machine (nvcc, -arch sm_90a) and carried with their
 # non-system shared libraries:
 #   tools: bench/pack_gpu_carry.sh builds .cuda-carry/{bin,lib}; this script runs from the repo root.
-# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [train] [bench-train] [hf-llama] [ncu-attention]
+# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [train] [bench-train] [hf-llama] [torch-attention] [ncu-attention]
 #   [bench-train-profile] [compare] (default: tests gemm quantize attention train); logs in $OUT (at
 #   most 8 files come back).
 #   bench-train: within OCTET_BENCH_TRAIN_TIMEOUT seconds (default 360) -> bench-train.jsonl, a table:
@@ -28,6 +28,10 @@
 #     of OCTET_HF_ARMS (default sdpa:bf16,octet:fp8,octet-stale:fp8,sdpa:torchao-tensorwise, attention:
 #     linears) -> hf-llama.jsonl, each within OCTET_HF_TIMEOUT seconds (240); needs liboctet_c in
 #     .cuda-carry/lib and torchao for its arm (the carried wheel, as bench-train)
+#   torch-attention: bench/peers/torch_attention.py (octet.torch.attention, the same kernels through
+#     the C ABI with and without the saved-state tensor, PyTorch SDPA; forward + backward) ->
+#     torch-attention.jsonl, within OCTET_TORCH_ATTENTION_TIMEOUT seconds (300); needs liboctet_c
+#     (OCTET_LIBRARY, default .cuda-carry/lib/liboctet_c.so: OCTET_CARRY_LIBC=1 in pack_gpu_carry.sh)
 #   ncu-attention: Nsight Compute (sections SpeedOfLight, Occupancy, LaunchStats, WarpStateStats,
 #     ComputeWorkloadAnalysis, MemoryWorkloadAnalysis, InstructionStats, SchedulerStats) of the flash
 #     forward kernel and the backward's kernels at OCTET_NCU_CASE (default b4-h16-d128-s4096), one
@@ -124,6 +128,18 @@ for l in open(sys.argv[1]):
 for l in open(sys.argv[1]):
     r = json.loads(l)
     print(f"{r["arm"]:28} {r["tokens_per_s"]:10.0f} tokens/s {r["tflops"]:7.1f} TFLOP/s loss {r["loss_last"]:.3f}")' "$OUT/hf-llama.jsonl" ;;
+    torch-attention)
+          PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} \
+            OCTET_LIBRARY=${OCTET_LIBRARY:-$PWD/.cuda-carry/lib/liboctet_c.so} \
+            timeout "${OCTET_TORCH_ATTENTION_TIMEOUT:-300}" python3 bench/peers/torch_attention.py --json \
+            > "$OUT/torch-attention.jsonl" 2> "$OUT/torch-attention.err"
+          echo "torch-attention rc=$?"; tail -5 "$OUT/torch-attention.err"
+          python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if "error" in r: print(r["case"], r["impl"], r["error"]); continue
+    print(f"{r["case"]:26} {r["impl"]:26} fwd+bwd {r["fwd_bwd_ms"]:8.3f} ms {r["fwd_bwd_tflops"]:6.0f} TFLOP/s "
+          f"x sdpa-cudnn {r.get("fwd_bwd_vs_torch-sdpa-cudnn-bf16", 0):.2f}")' "$OUT/torch-attention.jsonl" ;;
     compare)
           mkdir -p data && tar -xJf .cuda-carry/linux-docs.tar.xz -C data
           rm -rf /tmp/octet-compare

@@ -193,6 +193,26 @@ class Attention {
   /// residual[0] = max(residual[0], this backward's max), residual[1] += this backward's mean.
   virtual void backward(const SavedAttention& saved, const Tensor& d_o, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, const Tensor& residual) = 0;
+  // ---- saved state in caller memory: for op boundaries that carry only tensors (PyTorch's custom
+  // ops keep it as a byte tensor saved for backward), so that a backward never re-runs a forward.
+  /// Bytes of this backend's memory that forward_to() places the saved state in, the same for every
+  /// call of this attention and of any attention of the same shape and config on this backend.
+  /// 0: this attention keeps its state only in its own memory (forward_to and saved_from throw).
+  virtual int64_t saved_bytes() const { return 0; }
+  /// forward() with the saved state (the FP8 codes, scales and softmax statistics the backward
+  /// reads) placed in `memory` instead of memory of the attention's own: any dtype, at least
+  /// saved_bytes() bytes of this backend's memory, 256-byte aligned, contents on entry ignored. The
+  /// returned SavedAttention views it: the caller keeps `memory`, o and lse alive and unchanged
+  /// until the backward. Throws octet::Error for a memory too small or misaligned (naming it), and
+  /// for what forward() refuses.
+  virtual SavedAttention forward_to(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                                    const Tensor& lse, const Tensor& memory);
+  /// The SavedAttention of an earlier forward_to(…, o, lse, memory) by an attention of this shape
+  /// and config on this backend, for this attention's backward: o and lse as that forward wrote
+  /// them. Computes nothing (CPU: copies the host image). The caller guarantees the provenance:
+  /// only the size is checked (octet::Error naming it); q, k, v of the result are empty (no
+  /// backward reads them).
+  virtual SavedAttention saved_from(const Tensor& o, const Tensor& lse, const Tensor& memory) const;
   /// Whether backward() measures the row residual into `residual`. False for cuDNN's fused SDPA
   /// (the bf16 and fp8-linear arms on CUDA): its dS stays inside cuDNN and the accumulator is left
   /// unchanged, so a 0 there means "not measured" (Model::diagnostics reports NaN).

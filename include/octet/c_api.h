@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /** The ABI version; bumped on any change of a struct or signature below. */
-#define OCTET_C_API_VERSION 1
+#define OCTET_C_API_VERSION 2
 OCTET_C_EXPORT int octet_c_api_version(void);
 
 /** The message of the last failure on this thread ("" if none). Valid until the next call. */
@@ -77,13 +77,23 @@ typedef struct octet_attention_params {
   double* residual;   /**< backward, may be NULL: F64 [2] in backend memory, accumulates
                            the softmax-gradient row residual (backend.h Attention::backward:
                            [0] = max, [1] += mean); not computed for OCTET_C_F64 */
+  void* saved;        /**< may be NULL: backend memory of saved_size >= octet_attention_saved_bytes()
+                           bytes, 256-byte aligned, where the forward places what the backward
+                           reads (FP8 codes, scales, softmax statistics; backend.h forward_to) */
+  int64_t saved_size; /**< bytes at saved */
 } octet_attention_params;
 
-/** Forward: writes o and lse. */
+/** The bytes of `saved` that a forward with these params (shapes, precision, delta, formats,
+ *  dtype; no pointer is read) fills: the same for every call with them. -1 on failure. */
+OCTET_C_EXPORT int64_t octet_attention_saved_bytes(octet_c_backend* backend,
+                                                   const octet_attention_params* params);
+/** Forward: writes o and lse, and the saved state into `saved` if given. */
 OCTET_C_EXPORT int octet_attention_forward(octet_c_backend* backend, const octet_attention_params* params);
-/** Backward: re-runs the forward on q, k, v into scratch (deterministic: the same FP8 codes, O and
- *  softmax statistics as the caller's forward, so the stale delta reads the same O), then the
- *  backward from d_o. Costs one extra forward (docs/pytorch.md). */
+/** Backward from d_o. With `saved`: reads the saved state a forward with the same params placed
+ *  there, and that forward's o and lse (q, k, v are not read and may be NULL); the caller keeps
+ *  all three unchanged in between. Without: re-runs the forward on q, k, v into scratch
+ *  (deterministic: the same FP8 codes, O and softmax statistics as the caller's forward), which
+ *  costs one extra forward (docs/pytorch.md). */
 OCTET_C_EXPORT int octet_attention_backward(octet_c_backend* backend, const octet_attention_params* params);
 
 /** A linear layer Y = X Wᵀ in FP8 (octet/backend.h Linear; recipes octet/quant.h). */

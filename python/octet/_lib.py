@@ -11,7 +11,7 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 _PRESETS = ("cuda", "release", "debug")
 
 
@@ -30,7 +30,7 @@ class AttentionParams(ctypes.Structure):
         ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
         ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p), ("d_o", ctypes.c_void_p),
         ("dq", ctypes.c_void_p), ("dk", ctypes.c_void_p), ("dv", ctypes.c_void_p),
-        ("residual", ctypes.c_void_p)]
+        ("residual", ctypes.c_void_p), ("saved", ctypes.c_void_p), ("saved_size", ctypes.c_int64)]
 
 
 class LinearSpec(ctypes.Structure):
@@ -59,6 +59,7 @@ _SIGNATURES = {
     "octet_backend_new_cuda": (_P, [ctypes.c_int, _P]),
     "octet_backend_free": (None, [_P]),
     "octet_backend_synchronize": (ctypes.c_int, [_P]),
+    "octet_attention_saved_bytes": (ctypes.c_int64, [_P, ctypes.POINTER(AttentionParams)]),
     "octet_attention_forward": (ctypes.c_int, [_P, ctypes.POINTER(AttentionParams)]),
     "octet_attention_backward": (ctypes.c_int, [_P, ctypes.POINTER(AttentionParams)]),
     "octet_linear_new": (_P, [_P, ctypes.POINTER(LinearSpec)]),

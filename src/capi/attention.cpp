@@ -4,9 +4,16 @@
 //
 // The config is the precision arms' (model.h attention_config, default_attn_form): FP8 attention
 // here is exactly what the fp8-stale / fp8-matched arms run on the same backend. An op boundary
-// (PyTorch's custom ops) cannot carry the backend's SavedAttention, so the backward re-runs the
-// forward into scratch first; the forward is deterministic (same codes, O, row max and row sum),
-// so the backward sees exactly the forward's saved state (docs/pytorch.md, "The backward").
+// (PyTorch's custom ops) carries tensors only: the caller passes a block of its memory (`saved`,
+// octet_attention_saved_bytes() bytes) where the forward places the backend's saved state
+// (Attention::forward_to) and from which the backward reads it (saved_from). Without it the
+// backward re-runs the forward into scratch first; the forward is deterministic (same codes, O, row
+// max and row sum), so that backward sees the forward's saved state too (docs/pytorch.md). The
+// layers are built once per (shape, config) and kept in the backend handle.
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -63,24 +70,37 @@ AttentionConfig config_of(const octet_attention_params& p, const Backend& be) {
 }
 
 struct Views {
-  Tensor q, k, v, o, lse, d_o, dq, dk, dv, residual;
+  Tensor q, k, v, o, lse, d_o, dq, dk, dv, residual, saved;
 };
 
-Views views_of(const octet_attention_params& p, const AttentionShape& s, bool backward) {
-  const DType t = dtype_of(p.dtype, "attention params");
+// The caller's `saved` block as one-byte elements (E4M3 here only names the width), or empty.
+Tensor saved_of(const octet_attention_params& p) {
+  if (!p.saved) return Tensor();
+  OCTET_CHECK(p.saved_size > 0, "attention params: saved_size must be > 0 when saved is given, got " +
+                                    std::to_string(p.saved_size));
+  return Tensor(p.saved, DType::E4M3, {p.saved_size});
+}
+
+// Forward: q, k, v, o, lse. Backward: d_o, dq, dk, dv, and either saved with the forward's o and
+// lse, or q, k, v (re-run).
+Views views_of(const octet_attention_params& p, const AttentionShape& s, DType t, bool backward) {
   const Shape sq{s.batch, s.n_heads, s.seq_q, s.head_dim};
   const Shape sk{s.batch, s.n_kv_heads, s.seq_k, s.head_dim};
-  require(p.q, "attention params: q");
-  require(p.k, "attention params: k");
-  require(p.v, "attention params: v");
+  const DType lse_t = t == DType::F64 ? DType::F64 : DType::F32;
   Views w;
-  w.q = view(p.q, t, sq), w.k = view(p.k, t, sk), w.v = view(p.v, t, sk);
-  if (!backward) {
+  w.saved = saved_of(p);
+  if (!backward || w.saved.empty()) {
+    require(p.q, "attention params: q");
+    require(p.k, "attention params: k");
+    require(p.v, "attention params: v");
+    w.q = view(p.q, t, sq), w.k = view(p.k, t, sk), w.v = view(p.v, t, sk);
+  }
+  if (!backward || !w.saved.empty()) {
     require(p.o, "attention params: o");
     require(p.lse, "attention params: lse");
-    w.o = view(p.o, t, sq), w.lse = view(p.lse, DType::F32, {s.batch, s.n_heads, s.seq_q});
-    return w;
+    w.o = view(p.o, t, sq), w.lse = view(p.lse, lse_t, {s.batch, s.n_heads, s.seq_q});
   }
+  if (!backward) return w;
   require(p.d_o, "attention params: d_o");
   require(p.dq, "attention params: dq");
   require(p.dk, "attention params: dk");
@@ -91,33 +111,76 @@ Views views_of(const octet_attention_params& p, const AttentionShape& s, bool ba
   return w;
 }
 
-// The FP64 oracle on FP64 caller memory (CPU only): the gradient-check path.
-void run_fp64(const octet_c_backend& be, const octet_attention_params& p, const AttentionShape& s,
-              bool backward) {
+// The FP64 oracle's saved state: Q, K, V themselves (FP64, one after another).
+int64_t fp64_saved_bytes(const AttentionShape& s) {
+  return int64_t(sizeof(double)) * s.batch * s.head_dim * (s.n_heads * s.seq_q + 2 * s.n_kv_heads * s.seq_k);
+}
+
+// The FP64 oracle on FP64 caller memory (CPU only): the gradient-check path. With `saved`, the
+// forward copies Q, K, V there and the backward reads them back; without, the backward re-runs the
+// forward for O and the LSE.
+void run_fp64(const octet_c_backend& be, const Views& w, const AttentionShape& s, bool backward) {
   OCTET_CHECK(be.backend->name() == "cpu",
               "attention: f64 tensors run the FP64 oracle, on the cpu backend only");
-  require(p.q, "attention params: q");
-  require(p.k, "attention params: k");
-  require(p.v, "attention params: v");
-  const auto* q = static_cast<const double*>(p.q);
-  const auto* k = static_cast<const double*>(p.k);
-  const auto* v = static_cast<const double*>(p.v);
   const size_t nq = size_t(s.batch * s.n_heads * s.seq_q * s.head_dim);
-  const size_t rows = size_t(s.batch * s.n_heads * s.seq_q);
+  const size_t nk = size_t(s.batch * s.n_kv_heads * s.seq_k * s.head_dim);
+  OCTET_CHECK(w.saved.empty() || int64_t(w.saved.bytes()) >= fp64_saved_bytes(s),
+              "attention params: saved_size " + std::to_string(w.saved.bytes()) + " is below the " +
+                  std::to_string(fp64_saved_bytes(s)) + " bytes the FP64 oracle saves");
+  auto* image = static_cast<double*>(w.saved.data);
   if (!backward) {
-    require(p.o, "attention params: o");
-    require(p.lse, "attention params: lse");
-    attention_forward_fp64(s, q, k, v, static_cast<double*>(p.o), static_cast<double*>(p.lse));
+    attention_forward_fp64(s, w.q.f64(), w.k.f64(), w.v.f64(), w.o.f64(), w.lse.f64());
+    if (image) {
+      std::copy_n(w.q.f64(), nq, image);
+      std::copy_n(w.k.f64(), nk, image + nq);
+      std::copy_n(w.v.f64(), nk, image + nq + nk);
+    }
     return;
   }
-  require(p.d_o, "attention params: d_o");
-  require(p.dq, "attention params: dq");
-  require(p.dk, "attention params: dk");
-  require(p.dv, "attention params: dv");
+  if (image) {
+    attention_backward_fp64(s, image, image + nq, image + nq + nk, w.o.f64(), w.lse.f64(), w.d_o.f64(),
+                            w.dq.f64(), w.dk.f64(), w.dv.f64());
+    return;
+  }
+  const size_t rows = size_t(s.batch * s.n_heads * s.seq_q);
   std::vector<double> o(nq), lse(rows);
-  attention_forward_fp64(s, q, k, v, o.data(), lse.data());
-  attention_backward_fp64(s, q, k, v, o.data(), lse.data(), static_cast<const double*>(p.d_o),
-                          static_cast<double*>(p.dq), static_cast<double*>(p.dk), static_cast<double*>(p.dv));
+  attention_forward_fp64(s, w.q.f64(), w.k.f64(), w.v.f64(), o.data(), lse.data());
+  attention_backward_fp64(s, w.q.f64(), w.k.f64(), w.v.f64(), o.data(), lse.data(), w.d_o.f64(), w.dq.f64(),
+                          w.dk.f64(), w.dv.f64());
+}
+
+// The dtype of the call; f64 only with precision fp64 (the oracle).
+DType call_dtype(const octet_attention_params& p, const AttentionConfig& cfg) {
+  const DType t = dtype_of(p.dtype, "attention params");
+  if (t == DType::F64)
+    OCTET_CHECK(cfg.precision == AttnPrecision::FP64,
+                "attention: f64 tensors need precision fp64 (got " + to_string(cfg.precision) + ")");
+  return t;
+}
+
+// The backend's attention layer for these params (octet_c_backend::attentions), built on first use.
+Attention& attention_for(octet_c_backend& be, const octet_attention_params& p, const AttentionShape& s,
+                         const AttentionConfig& cfg) {
+  const std::string key =
+      std::to_string(p.batch) + "," + std::to_string(p.n_heads) + "," + std::to_string(p.n_kv_heads) + "," +
+      std::to_string(p.seq_q) + "," + std::to_string(p.seq_k) + "," + std::to_string(p.head_dim) + "," +
+      std::to_string(p.causal) + "," + std::to_string(std::bit_cast<uint32_t>(p.softmax_scale)) + "," +
+      p.precision + "," + p.delta + "," + p.formats;
+  for (auto& [k, attn] : be.attentions)
+    if (k == key) return *attn;
+  if (be.attentions.size() >= octet_c_backend::kMaxAttentions) be.attentions.pop_front();
+  be.attentions.emplace_back(key, be.backend->make_attention(s, cfg));
+  return *be.attentions.back().second;
+}
+
+int64_t saved_bytes(octet_c_backend* be, const octet_attention_params* p) {
+  require(be, "attention: backend");
+  require(p, "attention: params");
+  const AttentionShape s = shape_of(*p);
+  const AttentionConfig cfg = config_of(*p, *be->backend);
+  if (call_dtype(*p, cfg) == DType::F64) return fp64_saved_bytes(s);
+  const std::lock_guard<std::mutex> lock(be->mutex);
+  return attention_for(*be, *p, s, cfg).saved_bytes();
 }
 
 void run(octet_c_backend* be, const octet_attention_params* p, bool backward) {
@@ -125,30 +188,43 @@ void run(octet_c_backend* be, const octet_attention_params* p, bool backward) {
   require(p, "attention: params");
   const AttentionShape s = shape_of(*p);
   const AttentionConfig cfg = config_of(*p, *be->backend);
-  if (dtype_of(p->dtype, "attention params") == DType::F64) {
-    OCTET_CHECK(cfg.precision == AttnPrecision::FP64,
-                "attention: f64 tensors need precision fp64 (got " + to_string(cfg.precision) + ")");
-    run_fp64(*be, *p, s, backward);
+  const DType t = call_dtype(*p, cfg);
+  const Views w = views_of(*p, s, t, backward);
+  if (t == DType::F64) {
+    run_fp64(*be, w, s, backward);
     return;
   }
-  const Views w = views_of(*p, s, backward);
   Backend& b = *be->backend;
-  auto attn = b.make_attention(s, cfg);
+  const std::lock_guard<std::mutex> lock(be->mutex);
+  Attention& attn = attention_for(*be, *p, s, cfg);
   if (!backward) {
-    (void)attn->forward(w.q, w.k, w.v, w.o, w.lse);
+    if (w.saved.empty())
+      (void)attn.forward(w.q, w.k, w.v, w.o, w.lse);
+    else
+      (void)attn.forward_to(w.q, w.k, w.v, w.o, w.lse, w.saved);
+    return;
+  }
+  if (!w.saved.empty()) {
+    attn.backward(attn.saved_from(w.o, w.lse, w.saved), w.d_o, w.dq, w.dk, w.dv, w.residual);
     return;
   }
   // Re-run the forward into scratch of the forward's dtypes: the same saved state (see the header).
   Buffer o = b.alloc(w.q.dtype, w.q.shape);
   Buffer lse = b.alloc(DType::F32, {s.batch, s.n_heads, s.seq_q});
-  const SavedAttention saved = attn->forward(w.q, w.k, w.v, o, lse);
-  attn->backward(saved, w.d_o, w.dq, w.dk, w.dv, w.residual);
+  const SavedAttention saved = attn.forward(w.q, w.k, w.v, o, lse);
+  attn.backward(saved, w.d_o, w.dq, w.dk, w.dv, w.residual);
 }
 
 }  // namespace
 }  // namespace octet::capi
 
 extern "C" {
+
+int64_t octet_attention_saved_bytes(octet_c_backend* backend, const octet_attention_params* params) {
+  int64_t bytes = -1;
+  if (octet::capi::guarded([&] { bytes = octet::capi::saved_bytes(backend, params); }) != 0) return -1;
+  return bytes;
+}
 
 int octet_attention_forward(octet_c_backend* backend, const octet_attention_params* params) {
   return octet::capi::guarded([&] { octet::capi::run(backend, params, false); });

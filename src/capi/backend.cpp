@@ -1,6 +1,7 @@
 // src/capi/backend.cpp — the C ABI's version, last error and backend handles
 // (include/octet/c_api.h): octet_backend_new_cpu / _cuda wrap make_cpu_backend and
 // make_cuda_backend(CudaOptions{device, stream}) (octet/backend.h; docs/pytorch.md).
+#include <memory>
 #include <string>
 
 #include "capi/capi_impl.h"
@@ -38,7 +39,11 @@ const char* octet_last_error(void) { return octet::capi::last_error.c_str(); }
 
 octet_c_backend* octet_backend_new_cpu(void) {
   octet_c_backend* out = nullptr;
-  guarded([&] { out = new octet_c_backend{octet::make_cpu_backend()}; });
+  guarded([&] {
+    auto handle = std::make_unique<octet_c_backend>();
+    handle->backend = octet::make_cpu_backend();
+    out = handle.release();
+  });
   return out;
 }
 
@@ -48,7 +53,9 @@ octet_c_backend* octet_backend_new_cuda(int device, void* stream) {
     octet::CudaOptions options;
     options.device = device;
     options.stream = stream;
-    out = new octet_c_backend{octet::make_cuda_backend(options)};
+    auto handle = std::make_unique<octet_c_backend>();
+    handle->backend = octet::make_cuda_backend(options);
+    out = handle.release();
   });
   return out;
 }

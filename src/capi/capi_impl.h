@@ -3,9 +3,12 @@
 // exception into a -1 return and a message for octet_last_error() (no exception crosses the ABI).
 #pragma once
 
+#include <deque>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "octet/backend.h"
 #include "octet/c_api.h"
@@ -14,6 +17,13 @@
 
 struct octet_c_backend {
   std::unique_ptr<octet::Backend> backend;
+  /// The attention calls' layers, one per (shape, config) (src/capi/attention.cpp), built on first
+  /// use and kept: building one costs more host time than a small call's kernels, and its scratch
+  /// is reused in stream order. At most kMaxAttentions; the oldest goes first.
+  static constexpr size_t kMaxAttentions = 16;
+  std::deque<std::pair<std::string, std::unique_ptr<octet::Attention>>> attentions;
+  /// Held by every call that uses `attentions` (PyTorch runs backwards on its own threads).
+  std::mutex mutex;
 };
 
 struct octet_c_linear {

@@ -1,6 +1,7 @@
 // src/core/buffer.cpp — the owning Buffer of tensor.h and the Backend helpers that every backend
 // shares (host FP32 copies of F32/BF16 tensors, reading an F64 accumulator), and the defaults of
-// Linear's cross-rank amax methods for a Linear that lacks them.
+// Linear's cross-rank amax methods and of Attention's caller-memory saved state for the layers
+// that lack them.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -69,5 +70,16 @@ void Linear::encode_weight_piece(const Tensor&, const Tensor&, const Tensor&) co
   no_weight_codes("encode_weight_piece");
 }
 void Linear::install_weight_codes(const Tensor&, const Tensor&) { no_weight_codes("install_weight_codes"); }
+
+// Saved state in caller memory (backend.h): an attention that keeps it only in its own memory.
+SavedAttention Attention::forward_to(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                     const Tensor&, const Tensor&) {
+  OCTET_FAIL(
+      "attention forward_to: this attention keeps its saved state in its own memory (saved_bytes() is 0)");
+}
+SavedAttention Attention::saved_from(const Tensor&, const Tensor&, const Tensor&) const {
+  OCTET_FAIL(
+      "attention saved_from: this attention keeps its saved state in its own memory (saved_bytes() is 0)");
+}
 
 }  // namespace octet

@@ -2,10 +2,12 @@
 // and the pair returns exactly what the reference functions of octet/attention.h return (same
 // bits, same residual stats), across repeated steps; two forwards followed by two backwards equal
 // forward+backward one at a time (BF16; FP8 stale and matched); in FP64 precision it agrees with
-// the FP64 oracle; another layer's saved state is an error.
+// the FP64 oracle; the state through caller memory (forward_to, saved_from) gives the same bits;
+// another layer's saved state is an error.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -166,6 +168,74 @@ TEST(CpuAttention, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
     }
     // The two micro-batches differ (so the comparison above could fail).
     EXPECT_NE(a[0].dq, a[1].dq) << what;
+  }
+}
+
+TEST(CpuAttention, ForwardToThenSavedFromEqualsOwnState) {
+  // The saved state through caller memory (backend.h forward_to / saved_from: what the PyTorch ops
+  // keep as a tensor), read back by another layer object of the same shape and config, gives the
+  // bits of the layer's own state; memory too small is refused before anything is written.
+  const AttentionShape shape = small_shape();
+  struct Case {
+    AttnPrecision precision;
+    DeltaMode delta;
+  };
+  for (const Case c :
+       {Case{AttnPrecision::BF16, DeltaMode::Stale}, Case{AttnPrecision::FP8, DeltaMode::Stale},
+        Case{AttnPrecision::FP8, DeltaMode::Matched}, Case{AttnPrecision::FP64, DeltaMode::Matched}}) {
+    AttentionConfig config;
+    config.precision = c.precision;
+    config.delta = c.delta;
+    const std::string what = to_string(c.precision) + "/" + to_string(c.delta);
+    auto be = make_cpu_backend();
+    auto own = be->make_attention(shape, config), placer = be->make_attention(shape, config),
+         reader = be->make_attention(shape, config);
+    const auto q = randn(q_size(shape), 161), k = randn(k_size(shape), 162), v = randn(k_size(shape), 163),
+               d_o = randn(q_size(shape), 164);
+    AttnRun a, b;
+    for (AttnRun* r : {&a, &b}) {
+      r->o.assign(q.size(), 0), r->lse.assign(size_t(lse_shape(shape).numel()), 0);
+      r->dq.assign(q.size(), 0), r->dk.assign(k.size(), 0), r->dv.assign(k.size(), 0);
+    }
+    auto qv = q, kv = k, vv = v, dov = d_o;  // views need mutable storage
+    {
+      const SavedAttention st =
+          own->forward(view(qv, q_shape(shape)), view(kv, k_shape(shape)), view(vv, k_shape(shape)),
+                       view(a.o, q_shape(shape)), view(a.lse, lse_shape(shape)));
+      own->backward(st, view(dov, q_shape(shape)), view(a.dq, q_shape(shape)), view(a.dk, k_shape(shape)),
+                    view(a.dv, k_shape(shape)), a.res.t(2));
+    }
+    const int64_t bytes = placer->saved_bytes();
+    ASSERT_GT(bytes, 0) << what;
+    std::vector<uint8_t> memory(size_t(bytes), 0xFF);
+    const Tensor mem(memory.data(), DType::E4M3, {bytes});
+    (void)placer->forward_to(view(qv, q_shape(shape)), view(kv, k_shape(shape)), view(vv, k_shape(shape)),
+                             view(b.o, q_shape(shape)), view(b.lse, lse_shape(shape)), mem);
+    qv.assign(qv.size(), 0.0f), kv.assign(kv.size(), 0.0f), vv.assign(vv.size(), 0.0f);  // not read again
+    {
+      const SavedAttention st =
+          reader->saved_from(view(b.o, q_shape(shape)), view(b.lse, lse_shape(shape)), mem);
+      reader->backward(st, view(dov, q_shape(shape)), view(b.dq, q_shape(shape)), view(b.dk, k_shape(shape)),
+                       view(b.dv, k_shape(shape)), b.res.t(2));
+    }
+    EXPECT_EQ(a.o, b.o) << what;
+    EXPECT_EQ(a.lse, b.lse) << what;
+    EXPECT_EQ(a.dq, b.dq) << what;
+    EXPECT_EQ(a.dk, b.dk) << what;
+    EXPECT_EQ(a.dv, b.dv) << what;
+    EXPECT_EQ(a.res.v[0], b.res.v[0]) << what;
+    EXPECT_EQ(a.res.v[1], b.res.v[1]) << what;
+    EXPECT_NE(a.dq, std::vector<float>(a.dq.size(), 0.0f)) << what << ": vacuous";
+    const Tensor short_by_one(memory.data(), DType::E4M3, {bytes - 1});
+    EXPECT_THROW(
+        (void)placer->forward_to(view(qv, q_shape(shape)), view(kv, k_shape(shape)), view(vv, k_shape(shape)),
+                                 view(b.o, q_shape(shape)), view(b.lse, lse_shape(shape)), short_by_one),
+        Error)
+        << what;
+    EXPECT_THROW(
+        (void)reader->saved_from(view(b.o, q_shape(shape)), view(b.lse, lse_shape(shape)), short_by_one),
+        Error)
+        << what;
   }
 }
 

@@ -36,6 +36,6 @@ _DTYPE_CODES = {torch.float64: _lib.DTYPE_F64, torch.float32: _lib.DTYPE_F32,
                 torch.bfloat16: _lib.DTYPE_BF16}
 
 
-def dtype_code(t: torch.Tensor) -> int:
-    """c_api.h's enum octet_c_dtype for a tensor handed to the library."""
-    return _DTYPE_CODES[t.dtype]
+def dtype_code(t) -> int:
+    """c_api.h's enum octet_c_dtype for a tensor handed to the library, or for a torch dtype."""
+    return _DTYPE_CODES[t.dtype if isinstance(t, torch.Tensor) else t]

@@ -5,10 +5,12 @@ attention (octet/attention.h; the fp8-stale / fp8-matched arms' config) through 
 CPU reference on CPU tensors, the CUDA backend (the fused FP8 kernels where they implement
 head_dim) on CUDA tensors, on torch's current stream. Two custom ops (torch.library), each with a
 fake implementation so torch.compile traces through them:
-  octet::attention_forward(q, k, v, residual, ...) -> o          q, k, v, o in [B, H, T, D]
-  octet::attention_backward(q, k, v, d_o, residual, ...) -> dq, dk, dv   (mutates residual)
-The backward op re-runs the forward (deterministic) before the backward: the backend's saved
-state cannot cross an op boundary, so attention costs one extra forward per backward. A call with
+  octet::attention_forward(q, k, v, residual, ...) -> o, lse, saved    q, k, v, o in [B, H, T, D]
+  octet::attention_backward(o, lse, saved, d_o, residual, ...) -> dq, dk, dv   (mutates residual)
+`saved` is a uint8 tensor holding the backend's saved state (the FP8 codes of Q, K, V, their
+scales and the softmax statistics; c_api.h octet_attention_saved_bytes), as FlashAttention
+returns softmax_lse: autograd keeps o, lse and saved (not q, k, v), and the backward never re-runs
+the forward. A call with
 return_residual=True runs eagerly even inside torch.compile (a graph break): its backward writes a
 tensor the forward made, which a compiled graph cannot express.
 """
@@ -28,70 +30,115 @@ _ACCEPTED = {
 }
 
 
-def _params(q, k, v, causal, softmax_scale, delta, precision, formats):
-    b, h, tq, d = q.shape
+def _params(b, h, g, tq, tk, d, dtype, causal, softmax_scale, delta, precision, formats):
     p = _lib.AttentionParams()
-    p.batch, p.n_heads, p.n_kv_heads, p.seq_q, p.seq_k, p.head_dim = b, h, k.shape[1], tq, \
-        k.shape[2], d
+    p.batch, p.n_heads, p.n_kv_heads, p.seq_q, p.seq_k, p.head_dim = b, h, g, tq, tk, d
     p.causal, p.softmax_scale = int(causal), softmax_scale
     p.precision, p.delta, p.formats = precision.encode(), delta.encode(), formats.encode()
-    p.dtype = dtype_code(q)
-    p.q, p.k, p.v = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    p.dtype = dtype_code(dtype)
     return p
+
+
+_saved_sizes = {}
+
+
+def _saved_bytes(device, dims, dtype, config):
+    """Bytes of the saved-state tensor of a forward (c_api.h octet_attention_saved_bytes), cached
+    per (device, shapes, dtype, config): the library answers from the shapes alone."""
+    key = (device.type, device.index, dims, dtype, config)
+    n = _saved_sizes.get(key)
+    if n is None:
+        p = _params(*dims, dtype, *config)
+        n = _lib.lib().octet_attention_saved_bytes(backend_for(device), p)
+        if n < 0:
+            _lib.check(-1)
+        _saved_sizes[key] = n
+    return n
+
+
+def _lse_dtype(q):
+    return torch.float64 if q.dtype == torch.float64 else torch.float32
 
 
 @torch.library.custom_op("octet::attention_forward", mutates_args=())
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, residual: torch.Tensor,
              causal: bool, softmax_scale: float, delta: str, precision: str,
-             formats: str) -> torch.Tensor:
+             formats: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # octet reads and writes contiguous [B, H, T, D]: under torch.compile an op's inputs may come
     # with whatever strides Inductor chose, so the op makes them contiguous itself (a no-op when
     # they are) and allocates contiguous outputs (the fake impls say so too).
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    config = (causal, softmax_scale, delta, precision, formats)
+    dims = (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3])
     o = q.new_empty(q.shape)
-    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    lse = torch.empty(q.shape[:3], dtype=lse_dtype, device=q.device)
-    p = _params(q, k, v, causal, softmax_scale, delta, precision, formats)
-    p.o, p.lse = o.data_ptr(), lse.data_ptr()
+    lse = torch.empty(q.shape[:3], dtype=_lse_dtype(q), device=q.device)
+    saved = torch.empty(_saved_bytes(q.device, dims, q.dtype, config), dtype=torch.uint8,
+                        device=q.device)
+    p = _params(*dims, q.dtype, *config)
+    p.q, p.k, p.v, p.o, p.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), \
+        lse.data_ptr()
+    p.saved, p.saved_size = saved.data_ptr(), saved.numel()
     _lib.check(_lib.lib().octet_attention_forward(backend_for(q.device), p))
-    return o
+    return o, lse, saved
 
 
 @_forward.register_fake
 def _(q, k, v, residual, causal, softmax_scale, delta, precision, formats):
-    return q.new_empty(q.shape)
+    shapes = (*q.shape, *k.shape)
+    if all(isinstance(n, int) for n in shapes):
+        dims = (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3])
+        n = _saved_bytes(q.device, dims, q.dtype,
+                         (causal, softmax_scale, delta, precision, formats))
+    else:  # symbolic shapes: the size is the library's to say, at run time
+        n = torch.library.get_ctx().new_dynamic_size()
+    return (q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=_lse_dtype(q)),
+            q.new_empty(n, dtype=torch.uint8))
 
 
 @torch.library.custom_op("octet::attention_backward", mutates_args=("residual",))
-def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d_o: torch.Tensor,
-              residual: torch.Tensor, causal: bool, softmax_scale: float, delta: str,
-              precision: str, formats: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    q, k, v, d_o = q.contiguous(), k.contiguous(), v.contiguous(), d_o.contiguous()
-    dq, dk, dv = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-    p = _params(q, k, v, causal, softmax_scale, delta, precision, formats)
+def _backward(o: torch.Tensor, lse: torch.Tensor, saved: torch.Tensor, d_o: torch.Tensor,
+              residual: torch.Tensor, n_kv_heads: int, seq_k: int, causal: bool,
+              softmax_scale: float, delta: str, precision: str,
+              formats: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    d_o = d_o.contiguous()
+    b, h, tq, d = o.shape
+    kv_shape = (b, n_kv_heads, seq_k, d)
+    dq, dk, dv = o.new_empty(o.shape), o.new_empty(kv_shape), o.new_empty(kv_shape)
+    p = _params(b, h, n_kv_heads, tq, seq_k, d, o.dtype, causal, softmax_scale, delta, precision,
+                formats)
+    p.o, p.lse, p.saved, p.saved_size = o.data_ptr(), lse.data_ptr(), saved.data_ptr(), \
+        saved.numel()
     p.d_o, p.dq, p.dk, p.dv = d_o.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
     p.residual = residual.data_ptr() if residual.numel() == 2 else None
-    _lib.check(_lib.lib().octet_attention_backward(backend_for(q.device), p))
+    _lib.check(_lib.lib().octet_attention_backward(backend_for(o.device), p))
     return dq, dk, dv
 
 
 @_backward.register_fake
-def _(q, k, v, d_o, residual, causal, softmax_scale, delta, precision, formats):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+def _(o, lse, saved, d_o, residual, n_kv_heads, seq_k, causal, softmax_scale, delta, precision,
+      formats):
+    kv_shape = (o.shape[0], n_kv_heads, seq_k, o.shape[3])
+    return o.new_empty(o.shape), o.new_empty(kv_shape), o.new_empty(kv_shape)
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v, residual, *config = inputs
-    ctx.save_for_backward(q, k, v)
+    o, lse, saved = output
+    # What the backward reads: O and the LSE as the forward wrote them and the saved state (FP8
+    # codes, scales, softmax statistics); not q, k, v.
+    ctx.save_for_backward(o, lse, saved)
+    ctx.mark_non_differentiable(lse, saved)
+    ctx.kv = (k.shape[1], k.shape[2])
     # Not a saved tensor: each backward writes it, and a graph may be run backward more than once
     # (retain_graph), which autograd's version check on saved tensors would refuse.
     ctx.residual = residual
     ctx.config = config
 
 
-def _autograd_backward(ctx, d_o):
-    q, k, v = ctx.saved_tensors
-    dq, dk, dv = _backward(q, k, v, d_o.to(q.dtype).contiguous(), ctx.residual, *ctx.config)
+def _autograd_backward(ctx, d_o, _d_lse, _d_saved):
+    o, lse, saved = ctx.saved_tensors
+    dq, dk, dv = _backward(o, lse, saved, d_o.to(o.dtype).contiguous(), ctx.residual, *ctx.kv,
+                           *ctx.config)
     return dq, dk, dv, None, None, None, None, None, None
 
 
@@ -197,7 +244,7 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
         o, residual = _with_residual(*args)
         return o.transpose(1, 2).to(dtype), residual
     empty = torch.zeros(0, dtype=torch.float64, device=q.device)  # no residual: a NULL pointer
-    return _forward(*args[:3], empty, *args[3:]).transpose(1, 2).to(dtype)
+    return _forward(*args[:3], empty, *args[3:])[0].transpose(1, 2).to(dtype)
 
 
 @torch.compiler.disable
@@ -206,4 +253,4 @@ def _with_residual(q, k, v, *config):
     backward writes a tensor made in the forward, which a compiled graph cannot express, so
     torch.compile breaks the graph here (fullgraph=True refuses it; docs/pytorch.md)."""
     residual = torch.zeros(2, dtype=torch.float64, device=q.device)
-    return _forward(q, k, v, residual, *config), residual
+    return _forward(q, k, v, residual, *config)[0], residual

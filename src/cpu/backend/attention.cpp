@@ -2,13 +2,16 @@
 // reference attention of octet/attention.h (FP64, BF16 or FP8; stale or matched delta; whole or
 // flash form). The forward returns a SavedAttention whose state owns the reference's
 // AttentionSaved (the quantized-dequantized Q̂, K̂, V̂, O, LSE), as a flash kernel keeps them in its
-// workspace, so any number of forwards may precede their backwards. The backward accumulates the
+// workspace, so any number of forwards may precede their backwards; forward_to / saved_from copy
+// those arrays to and from one block of caller memory (backend.h). The backward accumulates the
 // softmax-gradient row residual of Delta-Matching (arXiv 2609.37852; docs/design.md §"The two deltas") into
 // the caller's F64 [2] tensor. q, k, v, o, dO, dQ, dK, dV are act tensors (F32 or BF16, act_io.h:
 // read as FP32, rounded once on store); lse is F32.
 #include <cmath>
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -48,6 +51,48 @@ class CpuAttention final : public Attention {
     oo.store();
     SavedAttention saved;
     saved.q = q, saved.k = k, saved.v = v, saved.o = o, saved.lse = lse;
+    saved.state = std::move(state);
+    return saved;
+  }
+
+  // Saved state in caller memory (backend.h): the AttentionSaved's arrays one after another, each
+  // its elements' bytes (host memory, no alignment needed); copied in, and out by saved_from.
+  int64_t saved_bytes() const override {
+    int64_t bytes = 0;
+    AttentionSaved sizes;
+    each_array(sizes, [&](auto& a, size_t n) { bytes += int64_t(n * sizeof(a[0])); });
+    return bytes;
+  }
+
+  SavedAttention forward_to(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                            const Tensor& lse, const Tensor& memory) override {
+    auto* at = image(memory, "attention forward_to: memory");
+    SavedAttention saved = forward(q, k, v, o, lse);
+    auto& st = static_cast<CpuAttentionState&>(*saved.state).saved;
+    each_array(st, [&](auto& a, size_t n) {
+      OCTET_CHECK(a.size() == n, "attention forward_to: the reference saved an array of another size");
+      std::memcpy(at, a.data(), n * sizeof(a[0]));
+      at += n * sizeof(a[0]);
+    });
+    return saved;
+  }
+
+  SavedAttention saved_from(const Tensor& o, const Tensor& lse, const Tensor& memory) const override {
+    const Shape sq{shape_.batch, shape_.n_heads, shape_.seq_q, shape_.head_dim};
+    check_act(o, sq, "attention saved_from: o");
+    check_dtype(lse, DType::F32, "attention saved_from: lse");
+    check_numel(lse, shape_.batch * shape_.n_heads * shape_.seq_q, "attention saved_from: lse");
+    const auto* at = image(memory, "attention saved_from: memory");
+    auto state = std::make_unique<CpuAttentionState>();
+    state->owner = this;
+    state->saved.shape = shape_, state->saved.config = config_;
+    each_array(state->saved, [&](auto& a, size_t n) {
+      a.resize(n);
+      std::memcpy(a.data(), at, n * sizeof(a[0]));
+      at += n * sizeof(a[0]);
+    });
+    SavedAttention saved;
+    saved.o = o, saved.lse = lse;
     saved.state = std::move(state);
     return saved;
   }
@@ -99,6 +144,26 @@ class CpuAttention final : public Attention {
     check_activation(t, what);
     OCTET_CHECK(t.numel() == want.numel() && t.cols() == want.back(),
                 std::string(what) + ": expected " + want.str() + ", got " + t.str());
+  }
+
+  // f(array, elements) for each array of an AttentionSaved of this attention, in member order;
+  // o_fp64 only in precision fp64 (the reference fills it there only).
+  template <typename F>
+  void each_array(AttentionSaved& s, F&& f) const {
+    const auto nq = size_t(shape_.batch * shape_.n_heads * shape_.seq_q * shape_.head_dim);
+    const auto nk = size_t(shape_.batch * shape_.n_kv_heads * shape_.seq_k * shape_.head_dim);
+    const auto rows = size_t(shape_.batch * shape_.n_heads * shape_.seq_q);
+    f(s.q_hat, nq), f(s.k_hat, nk), f(s.v_hat, nk), f(s.o, nq), f(s.lse, rows);
+    f(s.row_max, rows), f(s.row_sum, rows);
+    if (config_.precision == AttnPrecision::FP64) f(s.o_fp64, nq);
+  }
+  // The byte image's start: checks that `memory` holds saved_bytes().
+  uint8_t* image(const Tensor& memory, const char* what) const {
+    OCTET_CHECK(!memory.empty(), std::string(what) + ": no memory given");
+    OCTET_CHECK(int64_t(memory.bytes()) >= saved_bytes(),
+                std::string(what) + ": " + std::to_string(memory.bytes()) +
+                    " bytes given, the saved state needs " + std::to_string(saved_bytes()));
+    return static_cast<uint8_t*>(memory.data);
   }
 
   AttentionShape shape_;

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "cuda/ops/ops.h"
 #include "cuda/quantize/qtensor.h"
@@ -55,8 +56,61 @@ AttentionBase::AttentionBase(const AttentionShape& shape, const AttentionConfig&
 int64_t AttentionBase::q_scales() const { return d_.B * d_.H * ceil_div(d_.Tq, kQkvScaleBlock); }
 int64_t AttentionBase::k_scales() const { return d_.B * d_.G * ceil_div(d_.Tk, kQkvScaleBlock); }
 
+std::unique_ptr<AttnState> AttentionBase::place_state(SavedPlacement& at) const {
+  const int64_t nq = this->nq(), nk = this->nk();
+  const DType elem = fp8_ ? DType::E4M3 : DType::BF16;
+  const DType trans = trans_fp8_ ? DType::E4M3 : DType::BF16;
+  auto st = std::make_unique<AttnState>();
+  st->owner = this;
+  st->q_rows = at.take(elem, {nq});
+  st->k_rows = at.take(elem, {nk});
+  st->v_rows = at.take(elem, {nk});
+  st->q_t = at.take(trans, {nq});
+  st->k_t = at.take(trans, {nk});
+  if (head_block_) {  // each array 128-byte aligned
+    st->sk_at = round_up(q_scales(), kScaleStride);
+    st->sv_at = st->sk_at + round_up(k_scales(), kScaleStride);
+  }
+  const int64_t sv_len = head_block_ ? round_up(k_scales(), kScaleStride) : kScaleStride;
+  st->scales = at.take(DType::F32, {st->sv_at + sv_len});
+  st->rows = d_.B * d_.H * d_.Tq;
+  st->softmax = at.take(DType::F32, {2 * st->rows});
+  return st;
+}
+
+int64_t AttentionBase::saved_bytes() const {
+  SavedPlacement at = SavedPlacement::counting();
+  (void)place_state(at);
+  return at.bytes();
+}
+
 SavedAttention AttentionBase::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                                       const Tensor& lse) {
+  return run_forward(q, k, v, o, lse, SavedPlacement::allocating(be_));
+}
+
+SavedAttention AttentionBase::forward_to(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                                         const Tensor& lse, const Tensor& memory) {
+  const int64_t bytes = saved_bytes();
+  SavedPlacement at = SavedPlacement::into(memory, bytes, "attention forward_to: memory");
+  if (placed_state_needs_zeros()) {
+    DeviceGuard g(be_.device());
+    OCTET_CUDA_CHECK(cudaMemsetAsync(memory.data, 0, size_t(bytes), s_));
+  }
+  return run_forward(q, k, v, o, lse, std::move(at));
+}
+
+SavedAttention AttentionBase::saved_from(const Tensor& o, const Tensor& lse, const Tensor& memory) const {
+  const Shape qs{d_.B, d_.H, d_.Tq, d_.D};
+  check_act(o, qs, "attention saved_from: o");
+  check_dtype(lse, DType::F32, "attention saved_from: lse");
+  check_numel(lse, d_.B * d_.H * d_.Tq, "attention saved_from: lse [B, H, Tq]");
+  SavedPlacement at = SavedPlacement::into(memory, saved_bytes(), "attention saved_from: memory");
+  return SavedAttention{Tensor(), Tensor(), Tensor(), o, lse, place_state(at)};
+}
+
+SavedAttention AttentionBase::run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                                          const Tensor& lse, SavedPlacement at) {
   DeviceGuard g(be_.device());
   const AttnDims& d = d_;
   const Shape qs{d.B, d.H, d.Tq, d.D}, ks{d.B, d.G, d.Tk, d.D};
@@ -66,21 +120,7 @@ SavedAttention AttentionBase::forward(const Tensor& q, const Tensor& k, const Te
   check_act(o, qs, "attention forward: o");
   check_dtype(lse, DType::F32, "attention forward: lse");
   check_numel(lse, d.B * d.H * d.Tq, "attention forward: lse [B, H, Tq]");
-  const int64_t nq = this->nq(), nk = this->nk();
-  const DType elem = fp8_ ? DType::E4M3 : DType::BF16;
-  auto st = std::make_unique<AttnState>();
-  st->owner = this;
-  st->q_rows = be_.alloc(elem, {nq});
-  st->k_rows = be_.alloc(elem, {nk});
-  st->v_rows = be_.alloc(elem, {nk});
-  st->q_t = be_.alloc(trans_fp8_ ? DType::E4M3 : DType::BF16, {nq});
-  st->k_t = be_.alloc(trans_fp8_ ? DType::E4M3 : DType::BF16, {nk});
-  if (head_block_) {  // each array 128-byte aligned
-    st->sk_at = round_up(q_scales(), kScaleStride);
-    st->sv_at = st->sk_at + round_up(k_scales(), kScaleStride);
-  }
-  const int64_t sv_len = head_block_ ? round_up(k_scales(), kScaleStride) : kScaleStride;
-  st->scales = be_.alloc(DType::F32, {st->sv_at + sv_len});
+  std::unique_ptr<AttnState> st = place_state(at);
   const PackKind rowk = row_kind();
   const PackKind transk = trans_fp8_ ? PackKind::Fp8Code
                           : fp8_     ? PackKind::Bf16OfCode
@@ -91,9 +131,7 @@ SavedAttention AttentionBase::forward(const Tensor& q, const Tensor& k, const Te
   pack(k, d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sk(), rowk, st->k_rows.tensor().data, transk,
        st->k_t.tensor().data, nullptr, blk);
   pack(v, d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sv(), rowk, st->v_rows.tensor().data, rowk,
-       v_t_.reserve(size_t(nk * eb_), s_), nullptr, blk);
-  st->rows = d.B * d.H * d.Tq;
-  st->softmax = be_.alloc(DType::F32, {2 * st->rows});
+       v_t_.reserve(size_t(nk() * eb_), s_), nullptr, blk);
   forward_impl(*st, o, lse);
   return SavedAttention{q, k, v, o, lse, std::move(st)};
 }

@@ -5,8 +5,9 @@
 // The CPU twin of both is src/cpu/attention*.cpp; docs/attention.md.
 //
 // Saved state (docs/design.md §"Saved state"): the forward returns Q̂, K̂, V̂ (row copies and group
-// transposes), their scales and the softmax statistics (m_i, l_i) per row in a SavedAttention; O
-// and the LSE are the caller's tensors. The backward reads only those and its own scratch, so any
+// transposes), their scales and the softmax statistics (m_i, l_i) per row in a SavedAttention, in
+// memory of the backend or in one block of the caller's (forward_to); O and the LSE are the
+// caller's tensors. The backward reads only those and its own scratch, so any
 // number of forwards may be outstanding. q, k, v, o, dO, dQ, dK, dV are F32 or BF16 each, read
 // and written as they are.
 #pragma once
@@ -18,6 +19,7 @@
 #include "cuda/attention/glue/glue.h"
 #include "cuda/runtime/buffer.h"
 #include "cuda/runtime/cuda_backend.h"
+#include "cuda/runtime/saved_placement.h"
 #include "octet/attention.h"
 #include "octet/backend.h"
 
@@ -51,6 +53,11 @@ class AttentionBase : public Attention {
  public:
   SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                          const Tensor& lse) final;
+  /// The AttnState's buffers, one after another (saved_placement.h).
+  int64_t saved_bytes() const final;
+  SavedAttention forward_to(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                            const Tensor& lse, const Tensor& memory) final;
+  SavedAttention saved_from(const Tensor& o, const Tensor& lse, const Tensor& memory) const final;
   void backward(const SavedAttention& saved, const Tensor& d_o, const Tensor& dq, const Tensor& dk,
                 const Tensor& dv, const Tensor& residual) final;
 
@@ -60,6 +67,9 @@ class AttentionBase : public Attention {
   AttentionBase(const AttentionShape& shape, const AttentionConfig& cfg, CudaBackend& backend,
                 bool trans_fp8);
 
+  /// Whether a state placed in caller memory (forward_to) must be zero-filled first, as
+  /// Backend::alloc's is: true unless the form's forward writes every byte its backward reads.
+  virtual bool placed_state_needs_zeros() const { return true; }
   virtual void forward_impl(AttnState& st, const Tensor& o, const Tensor& lse) = 0;
   virtual void backward_impl(const AttnState& st, const SavedAttention& saved, const Tensor& d_o,
                              const Tensor& dq, const Tensor& dk, const Tensor& dv,
@@ -94,6 +104,10 @@ class AttentionBase : public Attention {
   DeviceBuffer<uint8_t> v_t_, do_rows_;
 
  private:
+  /// A new AttnState (owner: this) whose buffers `at` places; nothing written.
+  std::unique_ptr<AttnState> place_state(SavedPlacement& at) const;
+  SavedAttention run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                             const Tensor& lse, SavedPlacement at);
   // Per-block scale counts: B·H·⌈Tq/128⌉ of Q, B·G·⌈Tk/128⌉ of K and V.
   int64_t q_scales() const;
   int64_t k_scales() const;

@@ -25,6 +25,7 @@
 #include "cuda/runtime/buffer.h"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/cuda_backend.h"
+#include "cuda/runtime/saved_placement.h"
 #include "cuda/attention/cudnn/cudnn_sdpa.h"
 #include "cuda/ops/ops.h"
 #include "octet/error.h"
@@ -52,29 +53,26 @@ class CudnnSdpaAttention final : public Attention {
 
   SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                          const Tensor& lse) override {
-    DeviceGuard g(be_.device());
-    check_act(q, qs(), "attention forward: q");
-    check_act(k, ks(), "attention forward: k");
-    check_act(v, ks(), "attention forward: v");
-    check_act(o, qs(), "attention forward: o");
-    check_dtype(lse, DType::F32, "attention forward: lse");
-    check_numel(lse, rows(), "attention forward: lse [B, H, Tq]");
-    auto st = std::make_unique<CudnnState>();
-    st->owner = this;
-    for (auto [dst, src] : {std::pair{&st->q, &q}, {&st->k, &k}, {&st->v, &v}}) {
-      *dst = be_.alloc_uninitialized(DType::BF16, src->shape);
-      convert_launch(dst->tensor(), *src, s_);
-    }
-    st->lse = be_.alloc_uninitialized(DType::F32, {rows()});
-    SdpaBf16Forward a;
-    a.q = st->q.tensor().data, a.k = st->k.tensor().data, a.v = st->v.tensor().data;
-    a.o = bf16_out(o, o_);
-    a.lse = st->lse.tensor().f32();
-    engine_.bf16_forward(dims_, a);
-    bf16_finish(o, o_);
-    OCTET_CUDA_CHECK(
-        cudaMemcpyAsync(lse.data, a.lse, size_t(rows()) * sizeof(float), cudaMemcpyDeviceToDevice, s_));
-    return SavedAttention{q, k, v, o, lse, std::move(st)};
+    return run_forward(q, k, v, o, lse, SavedPlacement::allocating(be_, false));
+  }
+
+  // Saved state in caller memory (backend.h): BF16 Q, K, V and cuDNN's statistics.
+  int64_t saved_bytes() const override {
+    SavedPlacement at = SavedPlacement::counting();
+    (void)place_state(at);
+    return at.bytes();
+  }
+  SavedAttention forward_to(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                            const Tensor& lse, const Tensor& memory) override {
+    return run_forward(q, k, v, o, lse,
+                       SavedPlacement::into(memory, saved_bytes(), "attention forward_to: memory"));
+  }
+  SavedAttention saved_from(const Tensor& o, const Tensor& lse, const Tensor& memory) const override {
+    check_act(o, qs(), "attention saved_from: o");
+    check_dtype(lse, DType::F32, "attention saved_from: lse");
+    check_numel(lse, rows(), "attention saved_from: lse [B, H, Tq]");
+    SavedPlacement at = SavedPlacement::into(memory, saved_bytes(), "attention saved_from: memory");
+    return SavedAttention{Tensor(), Tensor(), Tensor(), o, lse, place_state(at)};
   }
 
   bool measures_row_residual() const override { return false; }  // dS stays inside cuDNN
@@ -139,6 +137,39 @@ class CudnnSdpaAttention final : public Attention {
   }
   void bf16_finish(const Tensor& t, DeviceBuffer<uint16_t>& buf) {
     if (t.dtype != DType::BF16) convert_launch(t, Tensor(buf.get(), DType::BF16, t.shape), s_);
+  }
+
+  std::unique_ptr<CudnnState> place_state(SavedPlacement& at) const {
+    auto st = std::make_unique<CudnnState>();
+    st->owner = this;
+    st->q = at.take(DType::BF16, qs());
+    st->k = at.take(DType::BF16, ks());
+    st->v = at.take(DType::BF16, ks());
+    st->lse = at.take(DType::F32, {rows()});
+    return st;
+  }
+
+  SavedAttention run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                             const Tensor& lse, SavedPlacement at) {
+    DeviceGuard g(be_.device());
+    check_act(q, qs(), "attention forward: q");
+    check_act(k, ks(), "attention forward: k");
+    check_act(v, ks(), "attention forward: v");
+    check_act(o, qs(), "attention forward: o");
+    check_dtype(lse, DType::F32, "attention forward: lse");
+    check_numel(lse, rows(), "attention forward: lse [B, H, Tq]");
+    std::unique_ptr<CudnnState> st = place_state(at);
+    for (auto [dst, src] : {std::pair{&st->q, &q}, {&st->k, &k}, {&st->v, &v}})
+      convert_launch(dst->tensor(), *src, s_);
+    SdpaBf16Forward a;
+    a.q = st->q.tensor().data, a.k = st->k.tensor().data, a.v = st->v.tensor().data;
+    a.o = bf16_out(o, o_);
+    a.lse = st->lse.tensor().f32();
+    engine_.bf16_forward(dims_, a);
+    bf16_finish(o, o_);
+    OCTET_CUDA_CHECK(
+        cudaMemcpyAsync(lse.data, a.lse, size_t(rows()) * sizeof(float), cudaMemcpyDeviceToDevice, s_));
+    return SavedAttention{q, k, v, o, lse, std::move(st)};
   }
 
   AttentionShape shape_;

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""bench/peers/torch_attention.py — octet's attention as a PyTorch user calls it, beside SDPA.
+
+Times, on one GPU and in one process, forward and forward + backward of:
+  octet-torch-<delta>    octet.torch.attention on BF16 [batch, seq, heads, head_dim] tensors that
+                         require grad (the layout copies, the custom ops, autograd);
+  octet-capi-<delta>     the same kernels through liboctet_c's C ABI on contiguous [B, H, S, D]
+                         BF16 tensors, no autograd: the forward places its saved state in a byte
+                         tensor and the backward reads it (what the PyTorch op does underneath);
+  octet-capi-rerun-<delta>  as octet-capi, with the backward re-running the forward (the ABI's
+                         call without `saved`: what the PyTorch op did before the saved state);
+  torch-sdpa-cudnn-bf16, torch-sdpa-flash-bf16
+                         torch.nn.functional.scaled_dot_product_attention with that backend.
+Method as `octet bench attention` (include/octet/bench.h): CUDA events around each repetition,
+warm-up, the median; FLOPs by FlashAttention's convention (forward 4·B·H·S²·D, halved if causal;
+backward 2.5× that). One JSON object per line (--json) with the GPU, versions and date, and the
+ratios to SDPA (cuDNN backend) and to octet-capi in the same call.
+"""
+import argparse
+import ctypes
+import datetime
+import json
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from octet import _lib
+from octet.torch import attention as octet_attention
+from octet.torch._backend import backend_for, dtype_code
+
+CASES = {  # name: batch, heads, kv_heads, seq, head_dim, causal
+    "b4-h16-d128-s1024": (4, 16, 16, 1024, 128, False),
+    "b4-h16-d128-s4096": (4, 16, 16, 4096, 128, False),
+    "b4-h16-d128-s4096-causal": (4, 16, 16, 4096, 128, True),
+    "b4-h16-d128-s8192-causal": (4, 16, 16, 8192, 128, True),
+    "b8-h12-d64-s1024-causal": (8, 12, 12, 1024, 64, True),
+}
+
+
+def time_ms(fn, warmup, reps):
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+class CApi:
+    """One attention shape through c_api.h on contiguous [B, H, S, D] BF16 tensors."""
+
+    def __init__(self, q, k, v, d_o, causal, delta):
+        self.lib, self.be = _lib.lib(), backend_for(q.device)
+        self.q, self.k, self.v, self.d_o = q, k, v, d_o
+        self.o, self.dq = torch.empty_like(q), torch.empty_like(q)
+        self.dk, self.dv = torch.empty_like(k), torch.empty_like(v)
+        self.lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+        p = _lib.AttentionParams()
+        p.batch, p.n_heads, p.seq_q, p.head_dim = q.shape[0], q.shape[1], q.shape[2], q.shape[3]
+        p.n_kv_heads, p.seq_k = k.shape[1], k.shape[2]
+        p.causal, p.softmax_scale, p.dtype = int(causal), 0.0, dtype_code(q)
+        p.precision, p.delta, p.formats = b"fp8", delta.encode(), b"hybrid"
+        for name in ("q", "k", "v", "o", "lse", "d_o", "dq", "dk", "dv"):
+            setattr(p, name, getattr(self, name).data_ptr())
+        n = self.lib.octet_attention_saved_bytes(self.be, ctypes.byref(p))
+        if n < 0:
+            _lib.check(-1)
+        self.saved = torch.empty(n, dtype=torch.uint8, device=q.device)
+        self.p = p
+
+    def forward(self, keep=True):
+        self.p.saved, self.p.saved_size = (self.saved.data_ptr(), self.saved.numel()) if keep \
+            else (None, 0)
+        _lib.check(self.lib.octet_attention_forward(self.be, ctypes.byref(self.p)))
+
+    def backward(self, rerun=False):
+        self.p.saved, self.p.saved_size = (None, 0) if rerun \
+            else (self.saved.data_ptr(), self.saved.numel())
+        _lib.check(self.lib.octet_attention_backward(self.be, ctypes.byref(self.p)))
+
+
+def run_case(name, shape, a, env):
+    b, h, g, s, d, causal = shape
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(0)
+
+    def rand(*sh):
+        return torch.randn(*sh, device=dev, dtype=torch.bfloat16, generator=gen)
+
+    q_bshd, k_bshd, v_bshd, do_bshd = rand(b, s, h, d), rand(b, s, g, d), rand(b, s, g, d), \
+        rand(b, s, h, d)
+    fwd_flop = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+    rows = []
+
+    def add(impl, fwd_ms, total_ms):
+        rows.append({"bench": "torch-attention", "case": name, "impl": impl, "batch": b,
+                     "heads": h, "kv_heads": g, "seq": s, "head_dim": d, "causal": causal,
+                     "fwd_ms": fwd_ms, "fwd_bwd_ms": total_ms,
+                     "fwd_tflops": fwd_flop / fwd_ms / 1e9,
+                     "fwd_bwd_tflops": 3.5 * fwd_flop / total_ms / 1e9, "reps": a.reps, **env})
+
+    for delta in ("matched", "stale"):
+        leaves = [t.clone().requires_grad_() for t in (q_bshd, k_bshd, v_bshd)]
+
+        def fwd():
+            return octet_attention(*leaves, causal=causal, delta=delta)
+
+        def fwd_bwd():
+            fwd().backward(do_bshd)
+
+        add(f"octet-torch-{delta}", time_ms(lambda: fwd(), a.warmup, a.reps),
+            time_ms(fwd_bwd, a.warmup, a.reps))
+        del leaves
+        heads = [t.transpose(1, 2).contiguous() for t in (q_bshd, k_bshd, v_bshd, do_bshd)]
+        c = CApi(*heads, causal, delta)
+        add(f"octet-capi-{delta}", time_ms(lambda: c.forward(), a.warmup, a.reps),
+            time_ms(lambda: (c.forward(), c.backward()), a.warmup, a.reps))
+        add(f"octet-capi-rerun-{delta}", time_ms(lambda: c.forward(False), a.warmup, a.reps),
+            time_ms(lambda: (c.forward(False), c.backward(rerun=True)), a.warmup, a.reps))
+        del c, heads
+    for impl, backend in (("torch-sdpa-cudnn-bf16", SDPBackend.CUDNN_ATTENTION),
+                          ("torch-sdpa-flash-bf16", SDPBackend.FLASH_ATTENTION)):
+        leaves = [t.transpose(1, 2).clone().requires_grad_() for t in (q_bshd, k_bshd, v_bshd)]
+        do_bhsd = do_bshd.transpose(1, 2)
+        try:
+            with sdpa_kernel(backend):
+                def fwd():
+                    return F.scaled_dot_product_attention(*leaves, is_causal=causal,
+                                                          enable_gqa=g != h)
+
+                add(impl, time_ms(lambda: fwd(), a.warmup, a.reps),
+                    time_ms(lambda: fwd().backward(do_bhsd), a.warmup, a.reps))
+        except RuntimeError as e:  # the backend refuses the shape: said, not fatal
+            print(json.dumps({"bench": "torch-attention", "case": name, "impl": impl,
+                              "error": str(e).splitlines()[0], **env}))
+        del leaves
+    by = {r["impl"]: r for r in rows}
+    for r in rows:
+        for peer in ("torch-sdpa-cudnn-bf16", f"octet-capi-{r['impl'].rsplit('-', 1)[-1]}"):
+            if peer in by:
+                r[f"fwd_bwd_vs_{peer}"] = by[peer]["fwd_bwd_ms"] / r["fwd_bwd_ms"]
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ",".join(CASES))
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "torch_cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+           "octet_c_abi": _lib.lib().octet_c_api_version(),
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    for name in a.cases.split(","):
+        if name not in CASES:
+            raise SystemExit(f"torch_attention.py: unknown case {name!r} (known: {', '.join(CASES)})")
+        for r in run_case(name, CASES[name], a, env):
+            if a.json:
+                print(json.dumps(r), flush=True)
+            else:
+                print(f"{r['case']:26} {r['impl']:26} fwd {r['fwd_ms']:8.3f} ms "
+                      f"{r['fwd_tflops']:6.0f} TF/s  fwd+bwd {r['fwd_bwd_ms']:8.3f} ms "
+                      f"{r['fwd_bwd_tflops']:6.0f} TF/s", flush=True)
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

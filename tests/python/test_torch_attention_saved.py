@@ -1,0 +1,156 @@
+"""The attention ops' saved state (docs/pytorch.md, "Saved state"), on the CPU through liboctet_c.
+
+- octet::attention_forward returns (o, lse, saved): lse is the natural-log row LSE (equal to
+  float64 logsumexp of τ·QKᵀ on the FP64 oracle's path to 1e-12; within FP8 logit error otherwise),
+  saved a uint8 tensor of the library's saved_bytes, the same size the fake implementation says.
+- The backward op reads o, lse and saved only: with q, k, v overwritten after the forward it gives
+  bitwise the gradients of the C ABI's re-running backward on the original q, k, v (fp8 matched and
+  stale, bf16, GQA, causal, the FP64 oracle).
+- Autograd keeps o, lse and saved, not q, k, v (the graph's saved tensors say so).
+- torch.utils.checkpoint around the attention gives the uncheckpointed gradients bitwise.
+- A saved tensor of the wrong size is an OctetError naming it, never a crash.
+"""
+import ctypes
+import math
+
+import pytest
+import torch
+import torch.utils.checkpoint
+
+from octet_torch_util import rel  # noqa: F401  (also puts python/ on the path)
+import octet
+import octet.torch as ot
+from octet import _lib
+from octet.torch._backend import backend_for, dtype_code
+
+FWD = torch.ops.octet.attention_forward
+BWD = torch.ops.octet.attention_backward
+NO_RESIDUAL = torch.zeros(0, dtype=torch.float64)
+
+
+def heads_major(b, tq, tk, h, g, d, seed, dtype):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, tq, d, generator=gen, dtype=torch.float64).to(dtype)
+    k = (torch.randn(b, g, tk, d, generator=gen, dtype=torch.float64) + 0.5).to(dtype)
+    v = torch.randn(b, g, tk, d, generator=gen, dtype=torch.float64).to(dtype)
+    d_o = torch.randn(b, h, tq, d, generator=gen, dtype=torch.float64).to(dtype)
+    return q, k, v, d_o
+
+
+def rerun_backward(q, k, v, d_o, config):
+    """The C ABI's backward without `saved`: it re-runs the forward on q, k, v first."""
+    causal, scale, delta, precision, formats = config
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    p = _lib.AttentionParams()
+    p.batch, p.n_heads, p.seq_q, p.head_dim = q.shape[0], q.shape[1], q.shape[2], q.shape[3]
+    p.n_kv_heads, p.seq_k = k.shape[1], k.shape[2]
+    p.causal, p.softmax_scale, p.dtype = int(causal), scale, dtype_code(q)
+    p.precision, p.delta, p.formats = precision.encode(), delta.encode(), formats.encode()
+    for name, t in (("q", q), ("k", k), ("v", v), ("d_o", d_o), ("dq", dq), ("dk", dk),
+                    ("dv", dv)):
+        setattr(p, name, t.data_ptr())
+    _lib.check(_lib.lib().octet_attention_backward(backend_for(q.device), ctypes.byref(p)))
+    return dq, dk, dv
+
+
+CASES = [  # b, tq, tk, h, g, d, causal, delta, precision, dtype
+    (2, 33, 33, 4, 2, 16, True, "matched", "fp8", torch.float32),
+    (1, 20, 45, 4, 1, 32, True, "stale", "fp8", torch.bfloat16),
+    (2, 17, 17, 2, 2, 8, False, "matched", "bf16", torch.float32),
+    (1, 9, 12, 2, 1, 4, True, "matched", "fp64", torch.float64),
+]
+
+
+@pytest.mark.parametrize("b,tq,tk,h,g,d,causal,delta,precision,dtype", CASES)
+def test_backward_reads_the_saved_state_not_q_k_v(b, tq, tk, h, g, d, causal, delta, precision,
+                                                   dtype):
+    q, k, v, d_o = heads_major(b, tq, tk, h, g, d, seed=tq + tk, dtype=dtype)
+    config = (causal, 0.0, delta, precision, "hybrid")
+    expect = rerun_backward(q, k, v, d_o, config)
+    o, lse, saved = FWD(q, k, v, NO_RESIDUAL, *config)
+    assert saved.dtype == torch.uint8 and saved.numel() > 0
+    for t in (q, k, v):
+        t.fill_(float("nan"))  # the backward must not read them
+    got = BWD(o, lse, saved, d_o, NO_RESIDUAL, g, tk, *config)
+    for name, x, y in zip(("dq", "dk", "dv"), got, expect):
+        assert x.shape == y.shape and x.dtype == y.dtype, name
+        assert torch.equal(x, y), f"{name}: the saved-state backward differs from the re-run one"
+        assert x.abs().sum() > 0, f"{name} is all zero (vacuous)"
+
+
+def test_lse_is_the_row_logsumexp():
+    q, k, v, _ = heads_major(1, 9, 12, 2, 1, 4, seed=3, dtype=torch.float64)
+    tau = 1 / math.sqrt(4)
+    s = tau * q @ k.transpose(-1, -2)  # one KV head for both query heads (GQA)
+    mask = torch.ones(9, 12, dtype=torch.bool).tril(12 - 9)  # bottom-right causal
+    want = s.masked_fill(~mask, float("-inf")).logsumexp(-1)
+    _, lse, _ = FWD(q, k, v, NO_RESIDUAL, True, 0.0, "matched", "fp64", "hybrid")
+    assert lse.dtype == torch.float64
+    assert torch.allclose(lse, want, rtol=0, atol=1e-12)
+    q32, k32, v32 = (t.float() for t in (q, k, v))
+    _, lse8, _ = FWD(q32, k32, v32, NO_RESIDUAL, True, 0.0, "matched", "fp8", "hybrid")
+    assert lse8.dtype == torch.float32
+    err = (lse8.double() - want).abs().max().item()
+    assert 0 < err < 0.1, f"FP8 LSE error {err}"  # E4M3 logits: close, not exact
+
+
+def test_fake_size_is_the_library_size():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    q, k, v, _ = heads_major(2, 33, 33, 4, 2, 16, seed=1, dtype=torch.bfloat16)
+    _, _, saved = FWD(q, k, v, NO_RESIDUAL, True, 0.0, "matched", "fp8", "hybrid")
+    with FakeTensorMode() as mode:
+        fq, fk, fv, fr = (mode.from_tensor(t) for t in (q, k, v, NO_RESIDUAL))
+        _, flse, fsaved = FWD(fq, fk, fv, fr, True, 0.0, "matched", "fp8", "hybrid")
+    assert fsaved.shape == saved.shape and fsaved.dtype == torch.uint8
+    assert tuple(flse.shape) == (2, 4, 33)
+
+
+def test_autograd_keeps_o_lse_and_saved_not_q_k_v():
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 16, h, 8, generator=gen).requires_grad_() for h in (4, 2, 2))
+    o = ot.attention(q, k, v, causal=True)
+    kept, seen, todo = [], set(), [o.grad_fn]
+    while todo:  # every tensor any node of the graph keeps for its backward
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        try:
+            kept += [t for t in (getattr(fn, "saved_tensors", None) or ()) if t is not None]
+        except RuntimeError:
+            pass
+        kept += [getattr(fn, n) for n in dir(fn)
+                 if n.startswith("_saved_") and isinstance(getattr(fn, n), torch.Tensor)]
+        todo += [nxt for nxt, _ in fn.next_functions]
+    shapes = [(tuple(t.shape), t.dtype) for t in kept]
+    assert any(dt == torch.uint8 for _, dt in shapes), "the saved-state tensor is not kept"
+    assert ((1, 4, 16), torch.float32) in shapes, "the LSE is not kept"
+    assert shapes.count(((1, 4, 16, 8), torch.float32)) == 1, "o once, and not q"
+    assert ((1, 2, 16, 8), torch.float32) not in shapes, "k or v is kept"
+    o.sum().backward()
+    assert all(x.grad is not None and x.grad.abs().sum() > 0 for x in (q, k, v))
+
+
+def test_activation_checkpointing_is_bitwise():
+    gen = torch.Generator().manual_seed(4)
+    base = [torch.randn(2, 24, h, 16, generator=gen) for h in (4, 2, 2)]
+    d_o = torch.randn(2, 24, 4, 16, generator=gen)
+
+    def grads(checkpointed):
+        q, k, v = (t.clone().requires_grad_() for t in base)
+        fn = lambda q, k, v: ot.attention(q, k, v, causal=True, delta="matched")
+        o = torch.utils.checkpoint.checkpoint(fn, q, k, v, use_reentrant=False) if checkpointed \
+            else fn(q, k, v)
+        o.backward(d_o)
+        return o.detach(), q.grad, k.grad, v.grad
+
+    for a, b in zip(grads(False), grads(True)):
+        assert torch.equal(a, b)
+
+
+def test_wrong_saved_size_raises():
+    q, k, v, d_o = heads_major(1, 16, 16, 2, 2, 8, seed=5, dtype=torch.float32)
+    config = (True, 0.0, "matched", "fp8", "hybrid")
+    o, lse, saved = FWD(q, k, v, NO_RESIDUAL, *config)
+    with pytest.raises(octet.OctetError, match="saved"):
+        BWD(o, lse, saved[:-1], d_o, NO_RESIDUAL, 2, 16, *config)
