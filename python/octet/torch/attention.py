@@ -60,8 +60,7 @@ def _lse_dtype(q):
     return torch.float64 if q.dtype == torch.float64 else torch.float32
 
 
-@torch.library.custom_op("octet::attention_forward", mutates_args=())
-def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, residual: torch.Tensor,
+def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, residual: torch.Tensor,
              causal: bool, softmax_scale: float, delta: str, precision: str,
              formats: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # octet reads and writes contiguous [B, H, T, D]: under torch.compile an op's inputs may come
@@ -82,6 +81,9 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, residual: torch.
     return o, lse, saved
 
 
+_forward = torch.library.custom_op("octet::attention_forward", _forward_impl, mutates_args=())
+
+
 @_forward.register_fake
 def _(q, k, v, residual, causal, softmax_scale, delta, precision, formats):
     shapes = (*q.shape, *k.shape)
@@ -95,8 +97,7 @@ def _(q, k, v, residual, causal, softmax_scale, delta, precision, formats):
             q.new_empty(n, dtype=torch.uint8))
 
 
-@torch.library.custom_op("octet::attention_backward", mutates_args=("residual",))
-def _backward(o: torch.Tensor, lse: torch.Tensor, saved: torch.Tensor, d_o: torch.Tensor,
+def _backward_impl(o: torch.Tensor, lse: torch.Tensor, saved: torch.Tensor, d_o: torch.Tensor,
               residual: torch.Tensor, n_kv_heads: int, seq_k: int, causal: bool,
               softmax_scale: float, delta: str, precision: str,
               formats: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -112,6 +113,10 @@ def _backward(o: torch.Tensor, lse: torch.Tensor, saved: torch.Tensor, d_o: torc
     p.residual = residual.data_ptr() if residual.numel() == 2 else None
     _lib.check(_lib.lib().octet_attention_backward(backend_for(o.device), p))
     return dq, dk, dv
+
+
+_backward = torch.library.custom_op("octet::attention_backward", _backward_impl,
+                                    mutates_args=("residual",))
 
 
 @_backward.register_fake
@@ -135,14 +140,41 @@ def _setup_context(ctx, inputs, output):
     ctx.config = config
 
 
-def _autograd_backward(ctx, d_o, _d_lse, _d_saved):
+def _grads(backward, ctx, d_o):
     o, lse, saved = ctx.saved_tensors
-    dq, dk, dv = _backward(o, lse, saved, d_o.to(o.dtype).contiguous(), ctx.residual, *ctx.kv,
-                           *ctx.config)
+    dq, dk, dv = backward(o, lse, saved, d_o.to(o.dtype).contiguous(), ctx.residual, *ctx.kv,
+                          *ctx.config)
     return dq, dk, dv, None, None, None, None, None, None
 
 
+def _autograd_backward(ctx, d_o, _d_lse, _d_saved):
+    return _grads(_backward, ctx, d_o)
+
+
 _forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+
+class _Eager(torch.autograd.Function):
+    """The same forward and backward as the two ops, called directly: in eager mode (nothing
+    traced, plain tensors) this skips the custom-op dispatch, whose host time exceeds the kernels'
+    at small shapes (docs/pytorch.md "Speed"); torch.compile traces the ops."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, residual, *config):  # ctx first: no per-call signature binding
+        out = _forward_impl(q, k, v, residual, *config)
+        _setup_context(ctx, (q, k, v, residual, *config), out)
+        return out
+
+    @staticmethod
+    def backward(ctx, d_o, _d_lse, _d_saved):
+        return _grads(_backward_impl, ctx, d_o)
+
+
+def _attention_op(q):
+    """The forward to call: _Eager's outside tracing on plain tensors, else the custom op."""
+    if type(q) is torch.Tensor and not torch.compiler.is_compiling():
+        return _Eager.apply
+    return _forward
 
 
 def _check(q, k, v, precision):
@@ -244,7 +276,7 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
         o, residual = _with_residual(*args)
         return o.transpose(1, 2).to(dtype), residual
     empty = torch.zeros(0, dtype=torch.float64, device=q.device)  # no residual: a NULL pointer
-    return _forward(*args[:3], empty, *args[3:])[0].transpose(1, 2).to(dtype)
+    return _attention_op(args[0])(*args[:3], empty, *args[3:])[0].transpose(1, 2).to(dtype)
 
 
 @torch.compiler.disable
@@ -253,4 +285,4 @@ def _with_residual(q, k, v, *config):
     backward writes a tensor made in the forward, which a compiled graph cannot express, so
     torch.compile breaks the graph here (fullgraph=True refuses it; docs/pytorch.md)."""
     residual = torch.zeros(2, dtype=torch.float64, device=q.device)
-    return _forward(q, k, v, residual, *config)[0], residual
+    return _attention_op(q)(q, k, v, residual, *config)[0], residual

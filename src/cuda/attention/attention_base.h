@@ -67,9 +67,6 @@ class AttentionBase : public Attention {
   AttentionBase(const AttentionShape& shape, const AttentionConfig& cfg, CudaBackend& backend,
                 bool trans_fp8);
 
-  /// Whether a state placed in caller memory (forward_to) must be zero-filled first, as
-  /// Backend::alloc's is: true unless the form's forward writes every byte its backward reads.
-  virtual bool placed_state_needs_zeros() const { return true; }
   virtual void forward_impl(AttnState& st, const Tensor& o, const Tensor& lse) = 0;
   virtual void backward_impl(const AttnState& st, const SavedAttention& saved, const Tensor& d_o,
                              const Tensor& dq, const Tensor& dk, const Tensor& dv,

@@ -1,7 +1,6 @@
 // saved_memory_test.cpp — the CUDA attentions' saved state in caller memory (octet/backend.h
 // Attention::saved_bytes, forward_to, saved_from; what the PyTorch ops keep as a tensor): a forward
-// into caller memory (filled with NaN codes first, so a region the forward leaves unwritten shows;
-// the unfused forms zero-fill it, as Backend::alloc does)
+// into caller memory (filled with NaN codes first, so a region the forward leaves unwritten shows)
 // whose state another attention object of the same shape and config reads back gives bitwise the
 // O, LSE, dQ, dK, dV and row residual of the ordinary forward and backward; for each CUDA form (the
 // flash FP8 kernels at head_dim 64 and 128 with per-tensor and per-(head, block) scales, the unfused

@@ -58,11 +58,6 @@ class FlashAttention final : public AttentionBase {
     return p;
   }
 
-  // The packs write every row (pad rows as zeros) and every scale, the forward every row's
-  // statistics: nothing the flash backward reads is left unwritten (saved_memory_test.cpp fills
-  // the memory with NaN codes first).
-  bool placed_state_needs_zeros() const override { return false; }
-
   void forward_impl(AttnState& st, const Tensor& o, const Tensor& lse) override {
     flash::ForwardParams p = forward_params(st);
     // O as given: BF16 from the kernel's epilogue (4-byte aligned pairs), else FP32 (a BF16 tensor at

@@ -83,6 +83,8 @@ class UnfusedAttention final : public AttentionBase {
     a.matched = cfg_.delta == DeltaMode::Matched;
     a.p_scale = cfg_.p_scale;
     a.P = P_.reserve(size_t(nS() * eb_), s_);
+    if (d.Tq_p != d.Tq)  // as in the forward: this object may not have run the forward of this state
+      OCTET_CUDA_CHECK(cudaMemsetAsync(a.P, 0, size_t(nS() * eb_), s_));
     a.residual = residual_.reserve(size_t(nrows), s_);
     a.row_factor = row_factor_.reserve(size_t(nrows), s_);
     backward_rows_launch(d, a, s_);
