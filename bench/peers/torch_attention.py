@@ -20,8 +20,6 @@ import argparse
 import ctypes
 import datetime
 import json
-import statistics
-
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -29,6 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from octet import _lib
 from octet.torch import attention as octet_attention
 from octet.torch._backend import backend_for, dtype_code
+from sdpa import time_ms  # bench/peers/sdpa.py: CUDA events, warm-up, the median
 
 CASES = {  # name: batch, heads, kv_heads, seq, head_dim, causal
     "b4-h16-d128-s1024": (4, 16, 16, 1024, 128, False),
@@ -37,19 +36,6 @@ CASES = {  # name: batch, heads, kv_heads, seq, head_dim, causal
     "b4-h16-d128-s8192-causal": (4, 16, 16, 8192, 128, True),
     "b8-h12-d64-s1024-causal": (8, 12, 12, 1024, 64, True),
 }
-
-
-def time_ms(fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
 class CApi:
