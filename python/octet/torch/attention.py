@@ -10,7 +10,8 @@ fake implementation so torch.compile traces through them:
 `saved` is a uint8 tensor holding the backend's saved state (the FP8 codes of Q, K, V, their
 scales and the softmax statistics; c_api.h octet_attention_saved_bytes), as FlashAttention
 returns softmax_lse: autograd keeps o, lse and saved (not q, k, v), and the backward never re-runs
-the forward. A call with
+the forward. In eager mode the two bodies are called through an autograd.Function instead of the
+custom-op dispatch (host time); torch.compile traces the ops. A call with
 return_residual=True runs eagerly even inside torch.compile (a graph break): its backward writes a
 tensor the forward made, which a compiled graph cannot express.
 """

@@ -12,7 +12,9 @@ tensor-delayed amax histories) in a registry here. It is a tensor, not an int, b
 torch.compile specializes on an int attribute of a module: with one id per module, every layer of
 a model would recompile the same code (the recompile limit then sends the rest to eager). The
 backward op re-runs the forward's quantization of x and w first, not its GEMM (the saved FP8
-operands cannot cross an op boundary; docs/pytorch.md).
+operands cannot cross an op boundary; docs/pytorch.md). In eager mode the two bodies are called
+through an autograd.Function instead of the custom-op dispatch (host time); torch.compile traces
+the ops.
 
 Delayed scaling (tensor-delayed) is quantize-then-update: call update_scales(model) (or
 Float8Linear.update_scales) once per optimizer step. Its state is not in the state_dict (the keys
@@ -80,8 +82,7 @@ def _call(x, w, layer):
     return c, _layers[int(layer)].handle(x.device)
 
 
-@torch.library.custom_op("octet::linear_forward", mutates_args=())
-def _forward(x: torch.Tensor, w: torch.Tensor, layer: torch.Tensor) -> torch.Tensor:
+def _forward_impl(x: torch.Tensor, w: torch.Tensor, layer: torch.Tensor) -> torch.Tensor:
     # Contiguous inputs and outputs whatever strides torch.compile gives the op (as attention.py's).
     x, w = x.contiguous(), w.contiguous()
     y = x.new_empty(x.shape[0], w.shape[0])
@@ -91,20 +92,25 @@ def _forward(x: torch.Tensor, w: torch.Tensor, layer: torch.Tensor) -> torch.Ten
     return y
 
 
+_forward = torch.library.custom_op("octet::linear_forward", _forward_impl, mutates_args=())
+
+
 @_forward.register_fake
 def _(x, w, layer):
     return x.new_empty(x.shape[0], w.shape[0])
 
 
-@torch.library.custom_op("octet::linear_backward", mutates_args=())
-def _backward(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor,
-              layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _backward_impl(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor,
+                   layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     x, w, dy = x.contiguous(), w.contiguous(), dy.contiguous()
     dx, dw = x.new_empty(x.shape), w.new_zeros(w.shape)  # dw accumulates (+=) in octet
     c, h = _call(x, w, layer)
     c.dy, c.dx, c.dw = dy.data_ptr(), dx.data_ptr(), dw.data_ptr()
     _lib.check(_lib.lib().octet_linear_backward(h, ctypes.byref(c)))
     return dx, dw
+
+
+_backward = torch.library.custom_op("octet::linear_backward", _backward_impl, mutates_args=())
 
 
 @_backward.register_fake
@@ -117,13 +123,32 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(x, w, layer)
 
 
-def _autograd_backward(ctx, dy):
+def _grads(backward, ctx, dy):
     x, w, layer = ctx.saved_tensors
-    dx, dw = _backward(x, w, dy.to(x.dtype).contiguous(), layer)
+    dx, dw = backward(x, w, dy.to(x.dtype).contiguous(), layer)
     return dx, dw, None
 
 
+def _autograd_backward(ctx, dy):
+    return _grads(_backward, ctx, dy)
+
+
 _forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+
+class _Eager(torch.autograd.Function):
+    """The two ops' bodies called directly: in eager mode (nothing traced, plain tensors) this
+    skips the custom-op dispatch's host time (as octet.torch.attention; docs/pytorch.md)."""
+
+    @staticmethod
+    def forward(ctx, x, w, layer):  # ctx first: no per-call signature binding
+        y = _forward_impl(x, w, layer)
+        _setup_context(ctx, (x, w, layer), y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _grads(_backward_impl, ctx, dy)
 
 _WORK = {  # activation dtype octet computes in, per input dtype and device type
     ("cpu", torch.float32): torch.float32, ("cpu", torch.float64): torch.float32,
@@ -217,7 +242,10 @@ class Float8Linear(torch.nn.Linear):
         if x.numel() == 0:
             raise ValueError(f"Float8Linear: empty input {tuple(x.shape)}")
         x2 = x.reshape(-1, self.in_features).to(work).contiguous()
-        y = _forward(x2, self.weight.float().contiguous(), self._octet_layer_t)
+        w = self.weight.float().contiguous()
+        eager = type(x2) is torch.Tensor and type(w) is torch.Tensor \
+            and not torch.compiler.is_compiling()
+        y = (_Eager.apply if eager else _forward)(x2, w, self._octet_layer_t)
         if self.bias is not None:
             # The bias is added in FP32 (FP64 for float64 input) and the sum rounded once to the
             # output dtype: Inductor fuses this add and drops an intermediate rounding of the bias
