@@ -8,7 +8,9 @@
   stale, bf16, GQA, causal, the FP64 oracle).
 - Autograd keeps o, lse and saved, not q, k, v (the graph's saved tensors say so).
 - torch.utils.checkpoint around the attention gives the uncheckpointed gradients bitwise.
-- A saved tensor of the wrong size is an OctetError naming it, never a crash.
+- Direct calls of the ops with a tensor of the wrong size, dtype or shape raise an exception
+  naming it, never a crash; double backward raises (no formula), as the op does; make_fx records
+  the op (a tracer never takes the eager shortcut).
 """
 import ctypes
 import math
@@ -148,9 +150,50 @@ def test_activation_checkpointing_is_bitwise():
         assert torch.equal(a, b)
 
 
-def test_wrong_saved_size_raises():
+def test_direct_op_calls_with_bad_tensors_raise():
+    """torch.ops.octet.* called directly: every mismatch the library would read past is a Python
+    exception naming the argument (never a crash, never silent garbage)."""
     q, k, v, d_o = heads_major(1, 16, 16, 2, 2, 8, seed=5, dtype=torch.float32)
     config = (True, 0.0, "matched", "fp8", "hybrid")
     o, lse, saved = FWD(q, k, v, NO_RESIDUAL, *config)
-    with pytest.raises(octet.OctetError, match="saved"):
-        BWD(o, lse, saved[:-1], d_o, NO_RESIDUAL, 2, 16, *config)
+    bad_backward = {
+        "saved": lambda: BWD(o, lse, saved[:-1], d_o, NO_RESIDUAL, 2, 16, *config),
+        "saved ": lambda: BWD(o, lse, saved.float(), d_o, NO_RESIDUAL, 2, 16, *config),
+        "d_o": lambda: BWD(o, lse, saved, d_o.bfloat16(), NO_RESIDUAL, 2, 16, *config),
+        "lse": lambda: BWD(o, lse[..., :4].clone(), saved, d_o, NO_RESIDUAL, 2, 16, *config),
+        "residual": lambda: BWD(o, lse, saved, d_o, torch.zeros(2), 2, 16, *config),
+        "n_kv_heads": lambda: BWD(o, lse, saved, d_o, NO_RESIDUAL, 3, 16, *config),
+    }
+    for name, call in bad_backward.items():
+        with pytest.raises((TypeError, ValueError), match=name.strip()):
+            call()
+    # another shape's state of the same size is not another size here: seq_k names it
+    with pytest.raises(ValueError, match="saved"):
+        BWD(o, lse, saved, d_o, NO_RESIDUAL, 2, 32, *config)
+    bad_forward = {
+        "v": lambda: FWD(q, k, v[:, :, :4].contiguous(), NO_RESIDUAL, *config),
+        "k": lambda: FWD(q, k.double(), v, NO_RESIDUAL, *config),
+        "residual": lambda: FWD(q, k, v, torch.zeros(2), *config),
+        "dtype": lambda: FWD(q.half(), k.half(), v.half(), NO_RESIDUAL, *config),
+    }
+    for name, call in bad_forward.items():
+        with pytest.raises((TypeError, ValueError), match=name):
+            call()
+
+
+def test_double_backward_raises_as_the_op_does():
+    q, k, v = (torch.randn(1, 8, 2, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    o = ot.attention(q, k, v, precision="fp64")
+    (g,) = torch.autograd.grad(o.sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError):
+        (g ** 2).sum().backward()
+
+
+def test_make_fx_records_the_op():
+    """A tracer (make_fx's dispatch mode) sees the custom op, not the eager shortcut."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    q, k, v = (torch.randn(1, 8, 2, 8) for _ in range(3))
+    f = lambda q, k, v: ot.attention(q, k, v, causal=True)
+    g = make_fx(f)(q, k, v)
+    assert any("octet" in str(n.target) for n in g.graph.nodes)
+    assert torch.equal(g(q, k, v), f(q, k, v))

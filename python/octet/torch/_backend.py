@@ -4,6 +4,7 @@ octet synchronizes with the host). Handles live as long as the process (a backen
 cuBLASLt handle and a workspace); dtype codes of c_api.h for torch dtypes.
 """
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from .. import _lib
 
@@ -39,3 +40,20 @@ _DTYPE_CODES = {torch.float64: _lib.DTYPE_F64, torch.float32: _lib.DTYPE_F32,
 def dtype_code(t) -> int:
     """c_api.h's enum octet_c_dtype for a tensor handed to the library, or for a torch dtype."""
     return _DTYPE_CODES[t.dtype if isinstance(t, torch.Tensor) else t]
+
+
+def eager(*ts) -> bool:
+    """Whether octet's ops may be called through an autograd.Function instead of their custom
+    ops: plain tensors, nothing tracing (torch.compile, make_fx, export) and no dispatch or
+    function mode active (selective checkpointing, FakeTensorMode), all of which must see the
+    op."""
+    return (all(type(t) is torch.Tensor for t in ts) and not torch.compiler.is_compiling()
+            and _get_current_dispatch_mode() is None
+            and not torch._C._is_torch_function_mode_enabled())
+
+
+def require(ok, error, message):
+    """Raises error(message) unless ok: the direct calls of the custom ops name what is wrong
+    instead of handing the library pointers it would read past."""
+    if not ok:
+        raise error(message)

@@ -18,9 +18,11 @@ tensor the forward made, which a compiled graph cannot express.
 import math
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from .. import _lib
-from ._backend import backend_for, dtype_code
+
+from ._backend import backend_for, dtype_code, eager, require
 
 # The dtype octet computes in for each input dtype: BF16 and FP32 as they are, FP16 widened to
 # FP32 (exact; the backend has no FP16 tensors), FP64 kept for the FP64 oracle ("fp64") and
@@ -61,12 +63,64 @@ def _lse_dtype(q):
     return torch.float64 if q.dtype == torch.float64 else torch.float32
 
 
+_OP = "octet::attention_"
+
+
+def _check_op_forward(q, k, v, residual):
+    """The forward op's tensors, for direct calls of torch.ops.octet.attention_forward."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        require(t.dim() == 4, ValueError, f"{_OP}forward: {name} must be [B, H, T, D], got "
+                f"{tuple(t.shape)}")
+        require(t.dtype == q.dtype and t.device == q.device, TypeError,
+                f"{_OP}forward: {name} must have q's dtype and device ({q.dtype}, {q.device}), "
+                f"got {t.dtype}, {t.device}")
+    require(q.dtype in _DTYPE_OK, TypeError, f"{_OP}forward: dtype {q.dtype} is not one of "
+            f"{', '.join(map(str, _DTYPE_OK))}")
+    require(k.shape == v.shape and k.shape[0] == q.shape[0] and k.shape[3] == q.shape[3]
+            and q.shape[1] % k.shape[1] == 0, ValueError,
+            f"{_OP}forward: k, v {tuple(k.shape)} do not fit q {tuple(q.shape)} (equal batch and "
+            f"head_dim, kv heads dividing the query heads, k and v one shape)")
+    require(residual.dtype == torch.float64 and residual.numel() in (0, 2), TypeError,
+            f"{_OP}forward: residual must be float64 with 0 or 2 elements, got {residual.dtype} "
+            f"{tuple(residual.shape)}")
+
+
+def _check_op_backward(o, lse, saved, d_o, residual, n_kv_heads, seq_k, config):
+    """The backward op's tensors: o, lse and saved must be what attention_forward returned for
+    the same arguments (the size of saved is checked; where it came from cannot be)."""
+    require(o.dim() == 4 and o.dtype in _DTYPE_OK, TypeError,
+            f"{_OP}backward: o must be a [B, H, T, D] tensor of a supported dtype, got "
+            f"{o.dtype} {tuple(o.shape)}")
+    b, h, tq, d = o.shape
+    require(d_o.shape == o.shape and d_o.dtype == o.dtype and d_o.device == o.device, TypeError,
+            f"{_OP}backward: d_o must have o's shape, dtype and device, got {d_o.dtype} "
+            f"{tuple(d_o.shape)}")
+    require(lse.shape == (b, h, tq) and lse.dtype == _lse_dtype(o) and lse.device == o.device,
+            TypeError, f"{_OP}backward: lse must be {_lse_dtype(o)} {(b, h, tq)}, got {lse.dtype} "
+            f"{tuple(lse.shape)}")
+    require(n_kv_heads >= 1 and h % n_kv_heads == 0 and seq_k >= 1, ValueError,
+            f"{_OP}backward: n_kv_heads {n_kv_heads} must divide the {h} heads, seq_k {seq_k} "
+            f"must be >= 1")
+    want = _saved_bytes(o.device, (b, h, n_kv_heads, tq, seq_k, d), o.dtype, config)
+    require(saved.dtype == torch.uint8 and saved.shape == (want,) and saved.device == o.device,
+            ValueError, f"{_OP}backward: saved must be the uint8 [{want}] tensor that "
+            f"attention_forward returned for these arguments, got {saved.dtype} "
+            f"{tuple(saved.shape)}")
+    require(residual.dtype == torch.float64 and residual.numel() in (0, 2), TypeError,
+            f"{_OP}backward: residual must be float64 with 0 or 2 elements, got "
+            f"{residual.dtype} {tuple(residual.shape)}")
+
+
+_DTYPE_OK = (torch.float32, torch.bfloat16, torch.float64)
+
+
 def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, residual: torch.Tensor,
              causal: bool, softmax_scale: float, delta: str, precision: str,
              formats: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # octet reads and writes contiguous [B, H, T, D]: under torch.compile an op's inputs may come
     # with whatever strides Inductor chose, so the op makes them contiguous itself (a no-op when
     # they are) and allocates contiguous outputs (the fake impls say so too).
+    _check_op_forward(q, k, v, residual)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     config = (causal, softmax_scale, delta, precision, formats)
     dims = (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3])
@@ -102,9 +156,11 @@ def _backward_impl(o: torch.Tensor, lse: torch.Tensor, saved: torch.Tensor, d_o:
               residual: torch.Tensor, n_kv_heads: int, seq_k: int, causal: bool,
               softmax_scale: float, delta: str, precision: str,
               formats: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    d_o = d_o.contiguous()
     b, h, tq, d = o.shape
     kv_shape = (b, n_kv_heads, seq_k, d)
+    config = (causal, softmax_scale, delta, precision, formats)
+    _check_op_backward(o, lse, saved, d_o, residual, n_kv_heads, seq_k, config)
+    o, lse, saved, d_o = o.contiguous(), lse.contiguous(), saved.contiguous(), d_o.contiguous()
     dq, dk, dv = o.new_empty(o.shape), o.new_empty(kv_shape), o.new_empty(kv_shape)
     p = _params(b, h, n_kv_heads, tq, seq_k, d, o.dtype, causal, softmax_scale, delta, precision,
                 formats)
@@ -167,15 +223,14 @@ class _Eager(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # as the op: no formula for the backward's own gradient
     def backward(ctx, d_o, _d_lse, _d_saved):
         return _grads(_backward_impl, ctx, d_o)
 
 
 def _attention_op(q):
     """The forward to call: _Eager's outside tracing on plain tensors, else the custom op."""
-    if type(q) is torch.Tensor and not torch.compiler.is_compiling():
-        return _Eager.apply
-    return _forward
+    return _Eager.apply if eager(q) else _forward
 
 
 def _check(q, k, v, precision):

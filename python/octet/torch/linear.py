@@ -25,9 +25,11 @@ import secrets
 import weakref
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from .. import _lib
-from ._backend import backend_for, dtype_code
+
+from ._backend import backend_for, dtype_code, eager
 
 _layers = {}  # layer id -> _Layer
 
@@ -147,6 +149,7 @@ class _Eager(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable  # as the op: no formula for the backward's own gradient
     def backward(ctx, dy):
         return _grads(_backward_impl, ctx, dy)
 
@@ -243,9 +246,7 @@ class Float8Linear(torch.nn.Linear):
             raise ValueError(f"Float8Linear: empty input {tuple(x.shape)}")
         x2 = x.reshape(-1, self.in_features).to(work).contiguous()
         w = self.weight.float().contiguous()
-        eager = type(x2) is torch.Tensor and type(w) is torch.Tensor \
-            and not torch.compiler.is_compiling()
-        y = (_Eager.apply if eager else _forward)(x2, w, self._octet_layer_t)
+        y = (_Eager.apply if eager(x2, w) else _forward)(x2, w, self._octet_layer_t)
         if self.bias is not None:
             # The bias is added in FP32 (FP64 for float64 input) and the sum rounded once to the
             # output dtype: Inductor fuses this add and drops an intermediate rounding of the bias
