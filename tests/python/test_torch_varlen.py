@@ -2,7 +2,8 @@
 packed sequences in FlashAttention's varlen form equal each sequence's own dense call (bit for
 bit: the same calls), and through the FP64 oracle a float64 SDPA per sequence (1e-12), gradients
 included; GQA, causal with len_q != len_k, a zero-length sequence, one with queries and no keys
-(0 rows); bad offsets raise naming the argument."""
+(0 rows), and backward through a batch in which no sequence has keys; bad offsets raise naming
+the argument."""
 import pytest
 import torch
 
@@ -56,6 +57,18 @@ def test_fp8_equals_the_same_dense_calls():
     o = ot.attention_varlen(q, k, v, cu(LENS_Q), cu(LENS_K), 9, 9, causal=True)
     first = ot.attention(q[None, :5], k[None, :7], v[None, :7], causal=True)[0]
     assert torch.equal(o[:5], first)
+
+
+def test_no_sequence_with_keys_still_backpropagates():
+    q = torch.randn(3, 2, 16, requires_grad=True)
+    k = torch.randn(0, 2, 16, requires_grad=True)
+    v = torch.randn(0, 2, 16, requires_grad=True)
+    with torch.no_grad():
+        q[0, 0, 0] = float("inf")  # zeros whatever q holds, and a zero gradient (no 0·inf)
+    o = ot.attention_varlen(q, k, v, cu([3]), cu([0]), 3, 0, causal=True)
+    assert torch.equal(o, torch.zeros(3, 2, 16))
+    o.sum().backward()
+    assert torch.equal(q.grad, torch.zeros_like(q))
 
 
 def test_bad_offsets_raise():

@@ -58,9 +58,16 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         if q1 == q0:
             continue
         if k1 == k0:
-            out.append(q.new_zeros(q1 - q0, q.shape[1], q.shape[2]))
+            out.append(_zeros_of(q[q0:q1]))
             continue
         o = attention(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], causal=causal, delta=delta,
                       softmax_scale=softmax_scale, precision=precision, format=format)
         out.append(o[0])
-    return torch.cat(out) if out else q.new_zeros(q.shape)
+    return torch.cat(out) if out else _zeros_of(q)
+
+
+def _zeros_of(x):
+    """Zeros of x's shape in x's autograd graph (gradient 0, whatever x holds: no NaN from 0·inf),
+    so that backward works when no sequence has keys."""
+    return torch.where(torch.zeros((), dtype=torch.bool, device=x.device), x,
+                       torch.zeros((), dtype=x.dtype, device=x.device))
