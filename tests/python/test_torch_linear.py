@@ -130,3 +130,14 @@ def test_bad_input_raises():
         ot.Float8Linear(16, 8, margin=1.5)
     with pytest.raises(TypeError, match="recipe must be a str"):
         ot.Float8Linear(16, 8, recipe=None)
+
+
+def test_double_backward_raises():
+    """A gradient of the gradient through Float8Linear raises (its backward has no formula of its
+    own, eager or compiled) instead of silently losing the second-order term."""
+    lin = ot.Float8Linear(16, 8, bias=False)
+    x = torch.randn(4, 16, requires_grad=True)
+    y = lin(x)
+    (g,) = torch.autograd.grad(y.square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        ((g ** 2).sum() + y.sum()).backward()

@@ -42,12 +42,15 @@ def dtype_code(t) -> int:
     return _DTYPE_CODES[t.dtype if isinstance(t, torch.Tensor) else t]
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # not subclasses: DTensor, FakeTensor, ...
+
+
 def eager(*ts) -> bool:
     """Whether octet's ops may be called through an autograd.Function instead of their custom
     ops: plain tensors, nothing tracing (torch.compile, make_fx, export) and no dispatch or
     function mode active (selective checkpointing, FakeTensorMode), all of which must see the
     op."""
-    return (all(type(t) is torch.Tensor for t in ts) and not torch.compiler.is_compiling()
+    return (all(type(t) in _PLAIN for t in ts) and not torch.compiler.is_compiling()
             and _get_current_dispatch_mode() is None
             and not torch._C._is_torch_function_mode_enabled())
 
@@ -57,3 +60,25 @@ def require(ok, error, message):
     instead of handing the library pointers it would read past."""
     if not ok:
         raise error(message)
+
+
+def no_double_backward(what, grads):
+    """The grads an autograd.Function's backward returns, made to raise if anything backpropagates
+    through them when autograd records the backward (create_graph=True): octet's backwards have
+    no gradient of their own, as their custom ops say, and a gradient penalty must not silently
+    lose its second-order term (torch's once_differentiable, which checks only the incoming
+    gradients' requires_grad, lets that through)."""
+    if not torch.is_grad_enabled():
+        return grads
+    from torch._C import _functions
+    err = _functions.DelayedError(f"{what}: double backward is not supported: octet's backward "
+                                  f"has no gradient of its own".encode(), len(grads))
+
+    def tracked(g):
+        if g is None:
+            return None
+        g = g.detach()
+        g.requires_grad_(True)
+        return g
+
+    return tuple(err(*[tracked(g) for g in grads]))

@@ -18,11 +18,10 @@ tensor the forward made, which a compiled graph cannot express.
 import math
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from .. import _lib
 
-from ._backend import backend_for, dtype_code, eager, require
+from ._backend import backend_for, dtype_code, eager, no_double_backward, require
 
 # The dtype octet computes in for each input dtype: BF16 and FP32 as they are, FP16 widened to
 # FP32 (exact; the backend has no FP16 tensors), FP64 kept for the FP64 oracle ("fp64") and
@@ -223,9 +222,8 @@ class _Eager(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable  # as the op: no formula for the backward's own gradient
     def backward(ctx, d_o, _d_lse, _d_saved):
-        return _grads(_backward_impl, ctx, d_o)
+        return no_double_backward("octet.torch.attention", _grads(_backward_impl, ctx, d_o))
 
 
 def _attention_op(q):

@@ -25,11 +25,10 @@ import secrets
 import weakref
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from .. import _lib
 
-from ._backend import backend_for, dtype_code, eager
+from ._backend import backend_for, dtype_code, eager, no_double_backward
 
 _layers = {}  # layer id -> _Layer
 
@@ -149,9 +148,8 @@ class _Eager(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable  # as the op: no formula for the backward's own gradient
     def backward(ctx, dy):
-        return _grads(_backward_impl, ctx, dy)
+        return no_double_backward("Float8Linear", _grads(_backward_impl, ctx, dy))
 
 _WORK = {  # activation dtype octet computes in, per input dtype and device type
     ("cpu", torch.float32): torch.float32, ("cpu", torch.float64): torch.float32,
