@@ -143,22 +143,29 @@ void two_micro_batches(const AttentionShape& shape, const AttentionConfig& confi
   }
 }
 
+// A (precision, delta) pair of the arms: its config and its name in failure messages.
+struct ArmCase {
+  AttnPrecision precision;
+  DeltaMode delta;
+  AttentionConfig config() const {
+    AttentionConfig c;
+    c.precision = precision;
+    c.delta = delta;
+    return c;
+  }
+  std::string name() const { return to_string(precision) + "/" + to_string(delta); }
+};
+
 TEST(CpuAttention, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
   const AttentionShape shape = small_shape();
-  struct Case {
-    AttnPrecision precision;
-    DeltaMode delta;
-  };
-  for (const Case c :
-       {Case{AttnPrecision::BF16, DeltaMode::Stale}, Case{AttnPrecision::FP8, DeltaMode::Stale},
-        Case{AttnPrecision::FP8, DeltaMode::Matched}}) {
-    AttentionConfig config;
-    config.precision = c.precision;
-    config.delta = c.delta;
+  for (const ArmCase c :
+       {ArmCase{AttnPrecision::BF16, DeltaMode::Stale}, ArmCase{AttnPrecision::FP8, DeltaMode::Stale},
+        ArmCase{AttnPrecision::FP8, DeltaMode::Matched}}) {
+    const AttentionConfig config = c.config();
     AttnRun a[2], b[2];
     two_micro_batches(shape, config, true, a);
     two_micro_batches(shape, config, false, b);
-    const std::string what = to_string(c.precision) + "/" + to_string(c.delta);
+    const std::string what = c.name();
     for (int i = 0; i < 2; ++i) {
       EXPECT_EQ(a[i].o, b[i].o) << what;
       EXPECT_EQ(a[i].dq, b[i].dq) << what;
@@ -176,17 +183,11 @@ TEST(CpuAttention, ForwardToThenSavedFromEqualsOwnState) {
   // keep as a tensor), read back by another layer object of the same shape and config, gives the
   // bits of the layer's own state; memory too small is refused before anything is written.
   const AttentionShape shape = small_shape();
-  struct Case {
-    AttnPrecision precision;
-    DeltaMode delta;
-  };
-  for (const Case c :
-       {Case{AttnPrecision::BF16, DeltaMode::Stale}, Case{AttnPrecision::FP8, DeltaMode::Stale},
-        Case{AttnPrecision::FP8, DeltaMode::Matched}, Case{AttnPrecision::FP64, DeltaMode::Matched}}) {
-    AttentionConfig config;
-    config.precision = c.precision;
-    config.delta = c.delta;
-    const std::string what = to_string(c.precision) + "/" + to_string(c.delta);
+  for (const ArmCase c :
+       {ArmCase{AttnPrecision::BF16, DeltaMode::Stale}, ArmCase{AttnPrecision::FP8, DeltaMode::Stale},
+        ArmCase{AttnPrecision::FP8, DeltaMode::Matched}, ArmCase{AttnPrecision::FP64, DeltaMode::Matched}}) {
+    const AttentionConfig config = c.config();
+    const std::string what = c.name();
     auto be = make_cpu_backend();
     auto own = be->make_attention(shape, config), placer = be->make_attention(shape, config),
          reader = be->make_attention(shape, config);
