@@ -3,10 +3,12 @@
 
 Times, on one GPU and in one process, forward and forward + backward of:
   octet-torch-<delta>    octet.torch.attention on BF16 [batch, seq, heads, head_dim] tensors that
-                         require grad (the layout copies, the custom ops, autograd);
-  octet-capi-<delta>     the same kernels through liboctet_c's C ABI on contiguous [B, H, S, D]
-                         BF16 tensors, no autograd: the forward places its saved state in a byte
-                         tensor and the backward reads it (what the PyTorch op does underneath);
+                         require grad (read where they lie: layout bshd; the custom ops, autograd);
+  octet-capi-bshd-<delta>  the same kernels through liboctet_c's C ABI on the same [B, S, H, D]
+                         BF16 tensors (OCTET_C_TOKENS_MAJOR), no autograd: the forward places its
+                         saved state in a byte tensor and the backward reads it (what the PyTorch
+                         op does underneath);
+  octet-capi-<delta>     as octet-capi-bshd on contiguous [B, H, S, D] copies (heads-major);
   octet-capi-rerun-<delta>  as octet-capi, with the backward re-running the forward (the ABI's
                          call without `saved`: what the PyTorch op did before the saved state);
   torch-sdpa-cudnn-bf16, torch-sdpa-flash-bf16
@@ -14,7 +16,7 @@ Times, on one GPU and in one process, forward and forward + backward of:
 Method as `octet bench attention` (include/octet/bench.h): CUDA events around each repetition,
 warm-up, the median; FLOPs by FlashAttention's convention (forward 4·B·H·S²·D, halved if causal;
 backward 2.5× that). One JSON object per line (--json) with the GPU, versions and date, and the
-ratios to SDPA (cuDNN backend) and to octet-capi in the same call.
+ratios to SDPA (cuDNN backend) and to octet-capi-bshd and octet-capi in the same call.
 """
 import argparse
 import ctypes
@@ -39,17 +41,21 @@ CASES = {  # name: batch, heads, kv_heads, seq, head_dim, causal
 
 
 class CApi:
-    """One attention shape through c_api.h on contiguous [B, H, S, D] BF16 tensors."""
+    """One attention shape through c_api.h on contiguous BF16 tensors: [B, H, S, D] (layout
+    "bhsd") or [B, S, H, D] ("bshd", octet_c_layout's tokens-major)."""
 
-    def __init__(self, q, k, v, d_o, causal, delta):
+    def __init__(self, q, k, v, d_o, causal, delta, layout):
         self.lib, self.be = _lib.lib(), backend_for(q.device)
         self.q, self.k, self.v, self.d_o = q, k, v, d_o
         self.o, self.dq = torch.empty_like(q), torch.empty_like(q)
         self.dk, self.dv = torch.empty_like(k), torch.empty_like(v)
-        self.lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+        ha, ta = (1, 2) if layout == "bhsd" else (2, 1)
+        self.lse = torch.empty(q.shape[0], q.shape[ha], q.shape[ta], dtype=torch.float32,
+                               device=q.device)
         p = _lib.AttentionParams()
-        p.batch, p.n_heads, p.seq_q, p.head_dim = q.shape[0], q.shape[1], q.shape[2], q.shape[3]
-        p.n_kv_heads, p.seq_k = k.shape[1], k.shape[2]
+        p.batch, p.n_heads, p.seq_q, p.head_dim = q.shape[0], q.shape[ha], q.shape[ta], q.shape[3]
+        p.n_kv_heads, p.seq_k = k.shape[ha], k.shape[ta]
+        p.layout = _lib.LAYOUT_HEADS_MAJOR if layout == "bhsd" else _lib.LAYOUT_TOKENS_MAJOR
         p.causal, p.softmax_scale, p.dtype = int(causal), 0.0, dtype_code(q)
         p.precision, p.delta, p.formats = b"fp8", delta.encode(), b"hybrid"
         for name in ("q", "k", "v", "o", "lse", "d_o", "dq", "dk", "dv"):
@@ -103,8 +109,11 @@ def run_case(name, shape, a, env):
         add(f"octet-torch-{delta}", time_ms(lambda: fwd(), a.warmup, a.reps),
             time_ms(fwd_bwd, a.warmup, a.reps))
         del leaves
+        c = CApi(q_bshd, k_bshd, v_bshd, do_bshd, causal, delta, "bshd")
+        add(f"octet-capi-bshd-{delta}", time_ms(lambda: c.forward(), a.warmup, a.reps),
+            time_ms(lambda: (c.forward(), c.backward()), a.warmup, a.reps))
         heads = [t.transpose(1, 2).contiguous() for t in (q_bshd, k_bshd, v_bshd, do_bshd)]
-        c = CApi(*heads, causal, delta)
+        c = CApi(*heads, causal, delta, "bhsd")
         add(f"octet-capi-{delta}", time_ms(lambda: c.forward(), a.warmup, a.reps),
             time_ms(lambda: (c.forward(), c.backward()), a.warmup, a.reps))
         add(f"octet-capi-rerun-{delta}", time_ms(lambda: c.forward(False), a.warmup, a.reps),
@@ -128,7 +137,8 @@ def run_case(name, shape, a, env):
         del leaves
     by = {r["impl"]: r for r in rows}
     for r in rows:
-        for peer in ("torch-sdpa-cudnn-bf16", f"octet-capi-{r['impl'].rsplit('-', 1)[-1]}"):
+        delta = r["impl"].rsplit("-", 1)[-1]
+        for peer in ("torch-sdpa-cudnn-bf16", f"octet-capi-bshd-{delta}", f"octet-capi-{delta}"):
             if peer in by:
                 r[f"fwd_bwd_vs_{peer}"] = by[peer]["fwd_bwd_ms"] / r["fwd_bwd_ms"]
     return rows

@@ -20,11 +20,12 @@
 // Backward structure after FlashAttention-2 (Dao, arXiv 2307.08691).
 // Operand rounding per precision and the measured stale/matched gap: docs/delta-matching.md.
 //
-// Layouts (row-major, contiguous FP32 unless noted):
+// Layouts (row-major, contiguous FP32 unless noted; the reference functions of this header take
+// heads-major arrays, the backends' Attention objects either layout: AttnLayout):
 //   q, o, dq, do  [batch, n_heads,    seq_q, head_dim]
 //   k, v, dk, dv  [batch, n_kv_heads, seq_k, head_dim]   (GQA: query head h uses KV head
 //                                                         h / (n_heads / n_kv_heads))
-//   lse           [batch, n_heads, seq_q], natural log
+//   lse           [batch, n_heads, seq_q], natural log (in either layout)
 // Causal masking is aligned to the bottom-right: query i sees keys j <= i + seq_k − seq_q.
 // A query row that sees no key gets O = 0, LSE = −inf, dQ = 0 (never NaN).
 #pragma once
@@ -35,6 +36,7 @@
 
 #include "octet/delta_rule.h"
 #include "octet/fp8.h"
+#include "octet/tensor.h"
 
 namespace octet {
 
@@ -48,6 +50,13 @@ enum class QkvScaling { Tensor, HeadBlock };
 /// Tokens per scale block of QkvScaling::HeadBlock (blocks start at token 0 of each head).
 inline constexpr int64_t kQkvScaleBlock = 128;
 
+/// How q, k, v, o and their gradients lie in memory (the LSE and the softmax statistics are
+/// [batch, heads, seq] in both). HeadsMajor: [batch, heads, seq, head_dim], each head's rows
+/// contiguous. TokensMajor: [batch, seq, heads, head_dim], a projection's output [batch, seq,
+/// heads·head_dim] as it is (FlashAttention's and PyTorch's "bshd"): an Attention of this layout
+/// reads and writes it with no transposing copy.
+enum class AttnLayout { HeadsMajor, TokensMajor };
+
 AttnPrecision parse_attn_precision(const std::string& s);  ///< "fp64" | "bf16" | "fp8"
 DeltaMode parse_delta_mode(const std::string& s);          ///< "stale" | "matched"
 AttnForm parse_attn_form(const std::string& s);            ///< "whole" | "flash"
@@ -58,8 +67,13 @@ std::string to_string(AttnForm f);
 struct AttentionShape {
   int64_t batch = 1, n_heads = 1, n_kv_heads = 1, seq_q = 1, seq_k = 1, head_dim = 64;
   bool causal = false;
-  float softmax_scale = 0.0f;  ///< τ; 0 means 1/sqrt(head_dim)
+  float softmax_scale = 0.0f;                  ///< τ; 0 means 1/sqrt(head_dim)
+  AttnLayout layout = AttnLayout::HeadsMajor;  ///< the backends' Attention: q, k, v, o, dq, dk, dv, dO
   float tau() const;
+  /// The shapes of q (o, dq, dO) and of k (v, dk, dv) in `layout`: [batch, n_heads, seq_q,
+  /// head_dim] heads-major, [batch, seq_q, n_heads, head_dim] tokens-major (k: n_kv_heads, seq_k).
+  Shape q_shape() const;
+  Shape kv_shape() const;
   /// Throws octet::Error naming the problem: a size < 1, or n_kv_heads not dividing n_heads.
   void validate() const;
 };
@@ -164,6 +178,28 @@ void attention_backward(const AttentionSaved& saved, const float* d_o, float* dq
                         AttentionStats* stats, bool want_rows = false);
 void attention_backward(const AttentionSaved& saved, const float* d_o, double* dq, double* dk, double* dv,
                         AttentionStats* stats, bool want_rows = false);
+
+/// Throws octet::Error unless shape.layout is HeadsMajor (the reference functions above and below
+/// read heads-major arrays; a backend's Attention moves a tokens-major call's tensors itself),
+/// naming `what`.
+void check_heads_major(const AttentionShape& shape, const char* what);
+
+/// dst = src moved between the two layouts of one activation of `heads` heads (AttnLayout):
+/// heads-major [batch, heads, seq, head_dim] into tokens-major [batch, seq, heads, head_dim] when
+/// to_tokens_major, else the reverse. src and dst must not overlap.
+template <class T>
+void transpose_heads_tokens(const T* src, T* dst, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim,
+                            bool to_tokens_major) {
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t t = 0; t < seq; ++t) {
+        const int64_t hm = ((b * heads + h) * seq + t) * head_dim,
+                      tm = ((b * seq + t) * heads + h) * head_dim;
+        const T* from = src + (to_tokens_major ? hm : tm);
+        T* to = dst + (to_tokens_major ? tm : hm);
+        for (int64_t d = 0; d < head_dim; ++d) to[d] = from[d];
+      }
+}
 
 /// The FP64 oracle: whole-row attention in double, same layouts.
 void attention_forward_fp64(const AttentionShape& shape, const double* q, const double* k, const double* v,

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /** The ABI version; bumped on any change of a struct or signature below. */
-#define OCTET_C_API_VERSION 2
+#define OCTET_C_API_VERSION 3
 OCTET_C_EXPORT int octet_c_api_version(void);
 
 /** The message of the last failure on this thread ("" if none). Valid until the next call. */
@@ -53,7 +53,13 @@ OCTET_C_EXPORT void octet_backend_free(octet_c_backend* backend);
 /** Waits for everything enqueued on the backend's stream. */
 OCTET_C_EXPORT int octet_backend_synchronize(octet_c_backend* backend);
 
-/** One attention call (octet/attention.h), layouts [batch, heads, seq, head_dim]:
+/** The memory layout of an attention call's q, k, v, o and gradients (octet/attention.h
+ *  AttnLayout): [batch, heads, seq, head_dim], or [batch, seq, heads, head_dim] (a projection's
+ *  output as it is, FlashAttention's layout: no transposing copy). */
+enum octet_c_layout { OCTET_C_HEADS_MAJOR = 0, OCTET_C_TOKENS_MAJOR = 1 };
+
+/** One attention call (octet/attention.h), layouts (OCTET_C_HEADS_MAJOR; OCTET_C_TOKENS_MAJOR
+ *  swaps the heads and seq axes of every tensor but lse):
  *    q, o, d_o, dq  [batch, n_heads,    seq_q, head_dim]
  *    k, v, dk, dv   [batch, n_kv_heads, seq_k, head_dim]   (GQA: n_kv_heads divides n_heads)
  *    lse            [batch, n_heads, seq_q], F32 (F64 when dtype is OCTET_C_F64), natural log.
@@ -81,6 +87,7 @@ typedef struct octet_attention_params {
                            bytes, 256-byte aligned, where the forward places what the backward
                            reads (FP8 codes, scales, softmax statistics; backend.h forward_to) */
   int64_t saved_size; /**< bytes at saved */
+  int32_t layout;     /**< enum octet_c_layout of q, k, v, o, d_o, dq, dk, dv; another value fails */
 } octet_attention_params;
 
 /** The bytes of `saved` that a forward with these params (shapes, precision, delta, formats,

@@ -11,7 +11,7 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 _PRESETS = ("cuda", "release", "debug")
 
 
@@ -30,7 +30,8 @@ class AttentionParams(ctypes.Structure):
         ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
         ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p), ("d_o", ctypes.c_void_p),
         ("dq", ctypes.c_void_p), ("dk", ctypes.c_void_p), ("dv", ctypes.c_void_p),
-        ("residual", ctypes.c_void_p), ("saved", ctypes.c_void_p), ("saved_size", ctypes.c_int64)]
+        ("residual", ctypes.c_void_p), ("saved", ctypes.c_void_p), ("saved_size", ctypes.c_int64),
+        ("layout", ctypes.c_int32)]
 
 
 class LinearSpec(ctypes.Structure):
@@ -50,6 +51,8 @@ class LinearCall(ctypes.Structure):
 
 # c_api.h enum octet_c_dtype
 DTYPE_F64, DTYPE_F32, DTYPE_BF16 = 0, 1, 2
+# c_api.h enum octet_c_layout
+LAYOUT_HEADS_MAJOR, LAYOUT_TOKENS_MAJOR = 0, 1
 
 _P = ctypes.c_void_p
 _SIGNATURES = {

@@ -30,6 +30,10 @@ AttentionShape shape_of(const octet_attention_params& p) {
   s.seq_q = p.seq_q, s.seq_k = p.seq_k, s.head_dim = p.head_dim;
   s.causal = p.causal != 0;
   s.softmax_scale = p.softmax_scale;
+  OCTET_CHECK(p.layout == OCTET_C_HEADS_MAJOR || p.layout == OCTET_C_TOKENS_MAJOR,
+              "attention params: layout must be OCTET_C_HEADS_MAJOR (0) or OCTET_C_TOKENS_MAJOR (1), got " +
+                  std::to_string(p.layout));
+  s.layout = p.layout == OCTET_C_TOKENS_MAJOR ? AttnLayout::TokensMajor : AttnLayout::HeadsMajor;
   s.validate();
   return s;
 }
@@ -84,8 +88,7 @@ Tensor saved_of(const octet_attention_params& p) {
 // Forward: q, k, v, o, lse. Backward: d_o, dq, dk, dv, and either saved with the forward's o and
 // lse, or q, k, v (re-run).
 Views views_of(const octet_attention_params& p, const AttentionShape& s, DType t, bool backward) {
-  const Shape sq{s.batch, s.n_heads, s.seq_q, s.head_dim};
-  const Shape sk{s.batch, s.n_kv_heads, s.seq_k, s.head_dim};
+  const Shape sq = s.q_shape(), sk = s.kv_shape();
   const DType lse_t = t == DType::F64 ? DType::F64 : DType::F32;
   Views w;
   w.saved = saved_of(p);
@@ -116,12 +119,46 @@ int64_t fp64_saved_bytes(const AttentionShape& s) {
   return int64_t(sizeof(double)) * s.batch * s.head_dim * (s.n_heads * s.seq_q + 2 * s.n_kv_heads * s.seq_k);
 }
 
+void run_fp64(const octet_c_backend& be, const Views& w, const AttentionShape& s, bool backward);
+
+// A tokens-major call of the oracle (which reads heads-major arrays): its tensors moved into
+// heads-major copies, the heads-major run, its outputs moved back. The saved image holds the
+// heads-major copies, the same in the forward and the backward.
+void run_fp64_tokens_major(const octet_c_backend& be, const Views& w, AttentionShape s, bool backward) {
+  s.layout = AttnLayout::HeadsMajor;
+  const int64_t B = s.batch, H = s.n_heads, G = s.n_kv_heads, Tq = s.seq_q, Tk = s.seq_k, D = s.head_dim;
+  std::vector<std::vector<double>> copies;
+  Views h = w;
+  auto heads_major = [&](Tensor& t, int64_t heads, int64_t T, bool read) {
+    if (t.empty()) return;
+    auto& c = copies.emplace_back(size_t(t.numel()));
+    if (read) transpose_heads_tokens(t.f64(), c.data(), B, heads, T, D, /*to_tokens_major=*/false);
+    t = Tensor(c.data(), DType::F64, {B, heads, T, D});
+  };
+  heads_major(h.q, H, Tq, true), heads_major(h.k, G, Tk, true), heads_major(h.v, G, Tk, true);
+  heads_major(h.o, H, Tq, backward), heads_major(h.d_o, H, Tq, true);
+  heads_major(h.dq, H, Tq, false), heads_major(h.dk, G, Tk, false), heads_major(h.dv, G, Tk, false);
+  run_fp64(be, h, s, backward);
+  auto back = [&](const Tensor& from, const Tensor& to, int64_t heads, int64_t T) {
+    transpose_heads_tokens(from.f64(), to.f64(), B, heads, T, D, /*to_tokens_major=*/true);
+  };
+  if (!backward) {
+    back(h.o, w.o, H, Tq);
+    return;
+  }
+  back(h.dq, w.dq, H, Tq), back(h.dk, w.dk, G, Tk), back(h.dv, w.dv, G, Tk);
+}
+
 // The FP64 oracle on FP64 caller memory (CPU only): the gradient-check path. With `saved`, the
 // forward copies Q, K, V there and the backward reads them back; without, the backward re-runs the
 // forward for O and the LSE.
 void run_fp64(const octet_c_backend& be, const Views& w, const AttentionShape& s, bool backward) {
   OCTET_CHECK(be.backend->name() == "cpu",
               "attention: f64 tensors run the FP64 oracle, on the cpu backend only");
+  if (s.layout == AttnLayout::TokensMajor) {
+    run_fp64_tokens_major(be, w, s, backward);
+    return;
+  }
   const size_t nq = size_t(s.batch * s.n_heads * s.seq_q * s.head_dim);
   const size_t nk = size_t(s.batch * s.n_kv_heads * s.seq_k * s.head_dim);
   OCTET_CHECK(w.saved.empty() || int64_t(w.saved.bytes()) >= fp64_saved_bytes(s),
@@ -165,7 +202,7 @@ Attention& attention_for(octet_c_backend& be, const octet_attention_params& p, c
       std::to_string(p.batch) + "," + std::to_string(p.n_heads) + "," + std::to_string(p.n_kv_heads) + "," +
       std::to_string(p.seq_q) + "," + std::to_string(p.seq_k) + "," + std::to_string(p.head_dim) + "," +
       std::to_string(p.causal) + "," + std::to_string(std::bit_cast<uint32_t>(p.softmax_scale)) + "," +
-      p.precision + "," + p.delta + "," + p.formats;
+      p.precision + "," + p.delta + "," + p.formats + "," + std::to_string(p.layout);
   for (auto& [k, attn] : be.attentions)
     if (k == key) return *attn;
   if (be.attentions.size() >= octet_c_backend::kMaxAttentions) be.attentions.pop_front();

@@ -17,6 +17,23 @@ float AttentionShape::tau() const {
   return softmax_scale != 0.0f ? softmax_scale : 1.0f / std::sqrt(float(head_dim));
 }
 
+Shape AttentionShape::q_shape() const {
+  return layout == AttnLayout::TokensMajor ? Shape{batch, seq_q, n_heads, head_dim}
+                                           : Shape{batch, n_heads, seq_q, head_dim};
+}
+
+Shape AttentionShape::kv_shape() const {
+  return layout == AttnLayout::TokensMajor ? Shape{batch, seq_k, n_kv_heads, head_dim}
+                                           : Shape{batch, n_kv_heads, seq_k, head_dim};
+}
+
+void check_heads_major(const AttentionShape& shape, const char* what) {
+  OCTET_CHECK(shape.layout == AttnLayout::HeadsMajor,
+              std::string(what) +
+                  ": the reference reads heads-major [batch, heads, seq, head_dim] arrays (layout "
+                  "tokens-major is for a backend's Attention)");
+}
+
 void AttentionShape::validate() const {
   const std::pair<const char*, int64_t> sizes[] = {{"batch", batch},         {"heads", n_heads},
                                                    {"kv-heads", n_kv_heads}, {"seq", seq_q},

@@ -111,6 +111,7 @@ template <typename Out>
 void forward_impl(const AttentionShape& shape, const AttentionConfig& config, const float* q, const float* k,
                   const float* v, Out* o, Out* lse, AttentionSaved* saved) {
   shape.validate();
+  check_heads_major(shape, "attention_forward");
   config.validate();
   const attn::Problem p(shape, config);
   std::vector<float> qh(size_t(p.B * p.H * p.Tq * p.D)), kh(size_t(p.B * p.G * p.Tk * p.D)), vh(kh.size());
@@ -153,6 +154,7 @@ template <typename Out>
 void backward_impl(const AttentionSaved& saved, const float* d_o, Out* dq, Out* dk, Out* dv,
                    AttentionStats* stats, bool want_rows) {
   saved.shape.validate();
+  check_heads_major(saved.shape, "attention_backward");
   saved.config.validate();
   const attn::Problem p(saved.shape, saved.config);
   const size_t nq = size_t(p.B * p.H * p.Tq * p.D), nk = size_t(p.B * p.G * p.Tk * p.D);

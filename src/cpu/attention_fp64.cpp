@@ -17,6 +17,7 @@ namespace octet {
 void attention_forward_fp64(const AttentionShape& shape, const double* q, const double* k, const double* v,
                             double* o, double* lse) {
   shape.validate();
+  check_heads_major(shape, "attention_forward_fp64");
   const attn::Problem p(shape, AttentionConfig{});
   std::vector<double> s(p.Tk);
   for (int64_t b = 0; b < p.B; ++b)
@@ -55,6 +56,7 @@ void attention_backward_fp64(const AttentionShape& shape, const double* q, const
                              const double* o, const double* lse, const double* d_o, double* dq, double* dk,
                              double* dv) {
   shape.validate();
+  check_heads_major(shape, "attention_backward_fp64");
   const attn::Problem p(shape, AttentionConfig{});
   std::fill(dq, dq + p.B * p.H * p.Tq * p.D, 0.0);
   std::fill(dk, dk + p.B * p.G * p.Tk * p.D, 0.0);

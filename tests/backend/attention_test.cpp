@@ -3,7 +3,8 @@
 // bits, same residual stats), across repeated steps; two forwards followed by two backwards equal
 // forward+backward one at a time (BF16; FP8 stale and matched); in FP64 precision it agrees with
 // the FP64 oracle; the state through caller memory (forward_to, saved_from) gives the same bits;
-// another layer's saved state is an error.
+// the tokens-major layout gives the heads-major results bitwise; another layer's saved state is an
+// error.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/layout_check.h"
 #include "backend_test_util.h"
 #include "octet/attention.h"
 #include "octet/backend.h"
@@ -303,6 +305,26 @@ TEST(CpuAttention, AnotherLayersSavedStateIsAnError) {
   EXPECT_THROW(attn->backward(empty, view(q, q_shape(shape)), view(dq, q_shape(shape)),
                               view(dk, k_shape(shape)), view(dv, k_shape(shape)), Tensor()),
                Error);
+}
+
+TEST(CpuAttention, TokensMajorLayoutEqualsHeadsMajor) {
+  auto be = make_cpu_backend();
+  AttentionShape s = small_shape();
+  s.batch = 2, s.seq_q = 7, s.seq_k = 12;  // Tq != Tk, causal bottom-right, GQA 4/2
+  for (const ArmCase c :
+       {ArmCase{AttnPrecision::BF16, DeltaMode::Stale}, ArmCase{AttnPrecision::FP8, DeltaMode::Stale},
+        ArmCase{AttnPrecision::FP8, DeltaMode::Matched}, ArmCase{AttnPrecision::FP64, DeltaMode::Matched}})
+    for (DType act : {DType::F32, DType::BF16})
+      test::expect_layouts_agree(*be, s, c.config(), act, c.name() + (act == DType::BF16 ? " bf16" : " f32"));
+}
+
+TEST(CpuAttention, TheReferenceFunctionsRefuseTokensMajor) {
+  AttentionShape s = small_shape();
+  s.layout = AttnLayout::TokensMajor;
+  std::vector<float> q(q_size(s)), k(k_size(s)), o(q_size(s)), lse(size_t(s.n_heads * s.seq_q));
+  EXPECT_THROW(
+      attention_forward(s, AttentionConfig{}, q.data(), k.data(), k.data(), o.data(), lse.data(), nullptr),
+      Error);
 }
 
 TEST(CpuAttention, InvalidShapeIsRejectedAtConstruction) {

@@ -127,8 +127,9 @@ def test_autograd_keeps_o_lse_and_saved_not_q_k_v():
     shapes = [(tuple(t.shape), t.dtype) for t in kept]
     assert any(dt == torch.uint8 for _, dt in shapes), "the saved-state tensor is not kept"
     assert ((1, 4, 16), torch.float32) in shapes, "the LSE is not kept"
-    assert shapes.count(((1, 4, 16, 8), torch.float32)) == 1, "o once, and not q"
-    assert ((1, 2, 16, 8), torch.float32) not in shapes, "k or v is kept"
+    # q, k, v come [B, T, H, D]-contiguous: the op runs in that layout ("bshd"), o too
+    assert shapes.count(((1, 16, 4, 8), torch.float32)) == 1, "o once, and not q"
+    assert ((1, 16, 2, 8), torch.float32) not in shapes, "k or v is kept"
     o.sum().backward()
     assert all(x.grad is not None and x.grad.abs().sum() > 0 for x in (q, k, v))
 

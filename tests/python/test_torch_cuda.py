@@ -6,7 +6,8 @@ float64 SDPA within FlashAttention-3's rule (check_attention_rule), stale and ma
 GQA, and against the CPU reference on the same BF16 inputs (GPU error <= 2x the CPU's + 1e-3);
 the matched row residual (<= 1e-5, the CUDA tests' bound); a side stream gives the default
 stream's results (O bitwise; the gradients up to the order of the fused backward's atomics);
-FP16 keeps its dtype; Float8Linear within the FP8 GEMM bound (float32 activations) and in BF16;
+the three memory orders of q, k, v (layouts bshd, bhsd, strided) give the same bits; FP16 keeps
+its dtype; Float8Linear within the FP8 GEMM bound (float32 activations) and in BF16;
 torch.compile(fullgraph=True) against eager — a linear alone, an attention alone on strided
 inputs, linear -> attention, and three steps of delayed scaling — bitwise where only exact torch
 ops surround octet's calls (test_compile_*: which one fails tells where a difference enters);
@@ -75,6 +76,23 @@ def test_side_stream_equals_default_stream():
     assert torch.equal(got[0], want[0])  # the forward is deterministic
     for x, y in zip(got[1:], want[1:]):  # the fused backward adds dQ with FP32 atomics
         torch.testing.assert_close(x, y, rtol=1e-2, atol=1e-3)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_memory_orders_give_the_same_bits(d):
+    """[B, T, H, D]-contiguous inputs (layout bshd), [B, H, T, D]-contiguous ones (bhsd) and
+    strided ones (copied) run the same kernels on the same values: the same bits (two key blocks
+    at most, so the backward's FP32 atomics add in an order-free way)."""
+    qkv, d_o = inputs(2, 200, 250, 4, 2, d, seed=6)
+    fn = lambda q, k, v: ot.attention(q, k, v, causal=True)
+    want = run_grads(fn, qkv, d_o)
+    heads = [t.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_() for t in qkv]
+    wide = [torch.cat([t.detach(), t.detach()], dim=3)[..., :d].requires_grad_() for t in qkv]
+    for name, leaves in (("bhsd", heads), ("strided", wide)):
+        got = run_grads(fn, leaves, d_o)
+        for x, y in zip(got, want):
+            assert torch.equal(x, y), name
+    assert all(t.abs().sum() > 0 for t in want)
 
 
 def test_fp16_keeps_dtype():

@@ -5,8 +5,12 @@ attention (octet/attention.h; the fp8-stale / fp8-matched arms' config) through 
 CPU reference on CPU tensors, the CUDA backend (the fused FP8 kernels where they implement
 head_dim) on CUDA tensors, on torch's current stream. Two custom ops (torch.library), each with a
 fake implementation so torch.compile traces through them:
-  octet::attention_forward(q, k, v, residual, ...) -> o, lse, saved    q, k, v, o in [B, H, T, D]
-  octet::attention_backward(o, lse, saved, d_o, residual, ...) -> dq, dk, dv   (mutates residual)
+  octet::attention_forward(q, k, v, residual, ..., layout) -> o, lse, saved
+  octet::attention_backward(o, lse, saved, d_o, residual, ..., layout) -> dq, dk, dv
+                                                                         (mutates residual)
+layout "bshd": q, k, v, o and the gradients [B, T, H, D] (the projections' output as it lies);
+"bhsd": [B, H, T, D]. octet's kernels read and write either, so neither costs a copy; lse is
+[B, H, T] in both.
 `saved` is a uint8 tensor holding the backend's saved state (the FP8 codes of Q, K, V, their
 scales and the softmax statistics; c_api.h octet_attention_saved_bytes), as FlashAttention
 returns softmax_lse: autograd keeps o, lse and saved (not q, k, v), and the backward never re-runs
@@ -32,13 +36,35 @@ _ACCEPTED = {
 }
 
 
-def _params(b, h, g, tq, tk, d, dtype, causal, softmax_scale, delta, precision, formats):
+_LAYOUTS = {"bhsd": _lib.LAYOUT_HEADS_MAJOR, "bshd": _lib.LAYOUT_TOKENS_MAJOR}
+
+
+def _params(b, h, g, tq, tk, d, dtype, causal, softmax_scale, delta, precision, formats, layout):
     p = _lib.AttentionParams()
     p.batch, p.n_heads, p.n_kv_heads, p.seq_q, p.seq_k, p.head_dim = b, h, g, tq, tk, d
     p.causal, p.softmax_scale = int(causal), softmax_scale
     p.precision, p.delta, p.formats = precision.encode(), delta.encode(), formats.encode()
     p.dtype = dtype_code(dtype)
+    p.layout = _LAYOUTS[layout]
     return p
+
+
+def _axes(layout):
+    """(heads axis, seq axis) of the ops' 4-D tensors in `layout`."""
+    require(layout in _LAYOUTS, ValueError,
+            f"{_OP}forward/backward: layout must be 'bhsd' or 'bshd', got {layout!r}")
+    return (1, 2) if layout == "bhsd" else (2, 1)
+
+
+def _dims(q, k, layout):
+    """(batch, heads, kv_heads, seq_q, seq_k, head_dim) of q and k in `layout`."""
+    ha, ta = _axes(layout)
+    return q.shape[0], q.shape[ha], k.shape[ha], q.shape[ta], k.shape[ta], q.shape[3]
+
+
+def _shape(layout, b, heads, seq, d):
+    """A 4-D tensor's shape in `layout`."""
+    return (b, heads, seq, d) if layout == "bhsd" else (b, seq, heads, d)
 
 
 _saved_sizes = {}
@@ -65,10 +91,11 @@ def _lse_dtype(q):
 _OP = "octet::attention_"
 
 
-def _check_op_forward(q, k, v, residual):
+def _check_op_forward(q, k, v, residual, layout):
     """The forward op's tensors, for direct calls of torch.ops.octet.attention_forward."""
+    ha, _ = _axes(layout)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        require(t.dim() == 4, ValueError, f"{_OP}forward: {name} must be [B, H, T, D], got "
+        require(t.dim() == 4, ValueError, f"{_OP}forward: {name} must be 4-D ({layout}), got "
                 f"{tuple(t.shape)}")
         require(t.dtype == q.dtype and t.device == q.device, TypeError,
                 f"{_OP}forward: {name} must have q's dtype and device ({q.dtype}, {q.device}), "
@@ -76,7 +103,7 @@ def _check_op_forward(q, k, v, residual):
     require(q.dtype in _DTYPE_OK, TypeError, f"{_OP}forward: dtype {q.dtype} is not one of "
             f"{', '.join(map(str, _DTYPE_OK))}")
     require(k.shape == v.shape and k.shape[0] == q.shape[0] and k.shape[3] == q.shape[3]
-            and q.shape[1] % k.shape[1] == 0, ValueError,
+            and q.shape[ha] % k.shape[ha] == 0, ValueError,
             f"{_OP}forward: k, v {tuple(k.shape)} do not fit q {tuple(q.shape)} (equal batch and "
             f"head_dim, kv heads dividing the query heads, k and v one shape)")
     require(residual.dtype == torch.float64 and residual.numel() in (0, 2), TypeError,
@@ -87,10 +114,12 @@ def _check_op_forward(q, k, v, residual):
 def _check_op_backward(o, lse, saved, d_o, residual, n_kv_heads, seq_k, config):
     """The backward op's tensors: o, lse and saved must be what attention_forward returned for
     the same arguments (the size of saved is checked; where it came from cannot be)."""
+    layout = config[-1]
+    ha, ta = _axes(layout)
     require(o.dim() == 4 and o.dtype in _DTYPE_OK, TypeError,
-            f"{_OP}backward: o must be a [B, H, T, D] tensor of a supported dtype, got "
+            f"{_OP}backward: o must be a 4-D ({layout}) tensor of a supported dtype, got "
             f"{o.dtype} {tuple(o.shape)}")
-    b, h, tq, d = o.shape
+    b, h, tq, d = o.shape[0], o.shape[ha], o.shape[ta], o.shape[3]
     require(d_o.shape == o.shape and d_o.dtype == o.dtype and d_o.device == o.device, TypeError,
             f"{_OP}backward: d_o must have o's shape, dtype and device, got {d_o.dtype} "
             f"{tuple(d_o.shape)}")
@@ -114,17 +143,17 @@ _DTYPE_OK = (torch.float32, torch.bfloat16, torch.float64)
 
 
 def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, residual: torch.Tensor,
-             causal: bool, softmax_scale: float, delta: str, precision: str,
-             formats: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # octet reads and writes contiguous [B, H, T, D]: under torch.compile an op's inputs may come
-    # with whatever strides Inductor chose, so the op makes them contiguous itself (a no-op when
-    # they are) and allocates contiguous outputs (the fake impls say so too).
-    _check_op_forward(q, k, v, residual)
+                  causal: bool, softmax_scale: float, delta: str, precision: str, formats: str,
+                  layout: str = "bhsd") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # octet reads and writes contiguous tensors of the layout: under torch.compile an op's inputs
+    # may come with whatever strides Inductor chose, so the op makes them contiguous itself (a
+    # no-op when they are) and allocates contiguous outputs (the fake impls say so too).
+    _check_op_forward(q, k, v, residual, layout)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    config = (causal, softmax_scale, delta, precision, formats)
-    dims = (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3])
+    config = (causal, softmax_scale, delta, precision, formats, layout)
+    dims = _dims(q, k, layout)
     o = q.new_empty(q.shape)
-    lse = torch.empty(q.shape[:3], dtype=_lse_dtype(q), device=q.device)
+    lse = torch.empty((dims[0], dims[1], dims[3]), dtype=_lse_dtype(q), device=q.device)
     saved = torch.empty(_saved_bytes(q.device, dims, q.dtype, config), dtype=torch.uint8,
                         device=q.device)
     p = _params(*dims, q.dtype, *config)
@@ -139,30 +168,30 @@ _forward = torch.library.custom_op("octet::attention_forward", _forward_impl, mu
 
 
 @_forward.register_fake
-def _(q, k, v, residual, causal, softmax_scale, delta, precision, formats):
+def _(q, k, v, residual, causal, softmax_scale, delta, precision, formats, layout="bhsd"):
     shapes = (*q.shape, *k.shape)
+    dims = _dims(q, k, layout)
     if all(isinstance(n, int) for n in shapes):
-        dims = (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3])
         n = _saved_bytes(q.device, dims, q.dtype,
-                         (causal, softmax_scale, delta, precision, formats))
+                         (causal, softmax_scale, delta, precision, formats, layout))
     else:  # symbolic shapes: the size is the library's to say, at run time
         n = torch.library.get_ctx().new_dynamic_size()
-    return (q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=_lse_dtype(q)),
+    return (q.new_empty(q.shape), q.new_empty((dims[0], dims[1], dims[3]), dtype=_lse_dtype(q)),
             q.new_empty(n, dtype=torch.uint8))
 
 
 def _backward_impl(o: torch.Tensor, lse: torch.Tensor, saved: torch.Tensor, d_o: torch.Tensor,
-              residual: torch.Tensor, n_kv_heads: int, seq_k: int, causal: bool,
-              softmax_scale: float, delta: str, precision: str,
-              formats: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    b, h, tq, d = o.shape
-    kv_shape = (b, n_kv_heads, seq_k, d)
-    config = (causal, softmax_scale, delta, precision, formats)
+                   residual: torch.Tensor, n_kv_heads: int, seq_k: int, causal: bool,
+                   softmax_scale: float, delta: str, precision: str, formats: str,
+                   layout: str = "bhsd") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    config = (causal, softmax_scale, delta, precision, formats, layout)
     _check_op_backward(o, lse, saved, d_o, residual, n_kv_heads, seq_k, config)
+    ha, ta = _axes(layout)
+    b, h, tq, d = o.shape[0], o.shape[ha], o.shape[ta], o.shape[3]
+    kv_shape = _shape(layout, b, n_kv_heads, seq_k, d)
     o, lse, saved, d_o = o.contiguous(), lse.contiguous(), saved.contiguous(), d_o.contiguous()
     dq, dk, dv = o.new_empty(o.shape), o.new_empty(kv_shape), o.new_empty(kv_shape)
-    p = _params(b, h, n_kv_heads, tq, seq_k, d, o.dtype, causal, softmax_scale, delta, precision,
-                formats)
+    p = _params(b, h, n_kv_heads, tq, seq_k, d, o.dtype, *config)
     p.o, p.lse, p.saved, p.saved_size = o.data_ptr(), lse.data_ptr(), saved.data_ptr(), \
         saved.numel()
     p.d_o, p.dq, p.dk, p.dv = d_o.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
@@ -177,8 +206,8 @@ _backward = torch.library.custom_op("octet::attention_backward", _backward_impl,
 
 @_backward.register_fake
 def _(o, lse, saved, d_o, residual, n_kv_heads, seq_k, causal, softmax_scale, delta, precision,
-      formats):
-    kv_shape = (o.shape[0], n_kv_heads, seq_k, o.shape[3])
+      formats, layout="bhsd"):
+    kv_shape = _shape(layout, o.shape[0], n_kv_heads, seq_k, o.shape[3])
     return o.new_empty(o.shape), o.new_empty(kv_shape), o.new_empty(kv_shape)
 
 
@@ -189,7 +218,8 @@ def _setup_context(ctx, inputs, output):
     # codes, scales, softmax statistics); not q, k, v.
     ctx.save_for_backward(o, lse, saved)
     ctx.mark_non_differentiable(lse, saved)
-    ctx.kv = (k.shape[1], k.shape[2])
+    ha, ta = _axes(config[-1] if len(config) == 6 else "bhsd")
+    ctx.kv = (k.shape[ha], k.shape[ta])
     # Not a saved tensor: each backward writes it, and a graph may be run backward more than once
     # (retain_graph), which autograd's version check on saved tensors would refuse.
     ctx.residual = residual
@@ -200,7 +230,7 @@ def _grads(backward, ctx, d_o):
     o, lse, saved = ctx.saved_tensors
     dq, dk, dv = backward(o, lse, saved, d_o.to(o.dtype).contiguous(), ctx.residual, *ctx.kv,
                           *ctx.config)
-    return dq, dk, dv, None, None, None, None, None, None
+    return (dq, dk, dv, None) + (None,) * len(ctx.config)
 
 
 def _autograd_backward(ctx, d_o, _d_lse, _d_saved):
@@ -297,8 +327,11 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
     precision: "fp8" (E4M3 Q, K, V, P; the fp8-stale / fp8-matched arms' config), "bf16", or
       "fp64" (cpu, float64 tensors: octet's FP64 oracle, for gradient checks).
     format: "hybrid" (dO and dS in E5M2) or "e4m3".
-    dtypes: cpu float32/float64/bfloat16/float16; cuda bfloat16/float16/float32. Any strides
-    (the [B, H, T, D] copies octet reads are made here). Errors: TypeError/ValueError naming the
+    dtypes: cpu float32/float64/bfloat16/float16; cuda bfloat16/float16/float32. Any strides:
+    q, k, v contiguous as [batch, seq, heads, head_dim] (a projection's output viewed per head,
+    as Hugging Face's attention functions receive it after their transpose) or as [batch, heads,
+    seq, head_dim] are read where they lie, with no copy, and o comes back in the same memory
+    order; other strides are copied into the first layout. Errors: TypeError/ValueError naming the
     bad argument; octet.OctetError for what the library rejects (e.g. a CUDA head_dim that is not
     a multiple of 16). Under torch.autocast, as SDPA (an autocast lower-precision op): q, k, v of
     a floating dtype other than float64 are cast to autocast's dtype first, and o has it.
@@ -311,9 +344,6 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
     else:
         work = dtype
 
-    def heads_major(t):  # [B, T, H, D] -> contiguous [B, H, T, D] in the working dtype
-        return t.transpose(1, 2).to(work).contiguous()
-
     if not isinstance(causal, bool):
         raise TypeError(f"octet.torch.attention: causal must be a bool, got {type(causal).__name__}")
     if softmax_scale is not None and (isinstance(softmax_scale, bool)
@@ -324,13 +354,23 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
     if softmax_scale is not None and not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"octet.torch.attention: softmax_scale must be finite and > 0, "
                          f"got {softmax_scale}")
-    args = (heads_major(q), heads_major(k), heads_major(v), bool(causal), scale, str(delta),
-            str(precision), str(format))
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    # The layout octet reads: the one all three already lie in (no copy), tokens-major otherwise.
+    if not all(t.is_contiguous() for t in (q, k, v)) and \
+            all(t.transpose(1, 2).is_contiguous() for t in (q, k, v)):
+        layout, q, k, v = "bhsd", q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    else:
+        layout = "bshd"
+
+    def caller_order(o):  # the op's o as [B, T, H, D] in the caller's dtype
+        return (o.transpose(1, 2) if layout == "bhsd" else o).to(dtype)
+
+    args = (q, k, v, bool(causal), scale, str(delta), str(precision), str(format), layout)
     if return_residual:
         o, residual = _with_residual(*args)
-        return o.transpose(1, 2).to(dtype), residual
+        return caller_order(o), residual
     empty = torch.zeros(0, dtype=torch.float64, device=q.device)  # no residual: a NULL pointer
-    return _attention_op(args[0])(*args[:3], empty, *args[3:])[0].transpose(1, 2).to(dtype)
+    return caller_order(_attention_op(args[0])(*args[:3], empty, *args[3:])[0])
 
 
 @torch.compiler.disable

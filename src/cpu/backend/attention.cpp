@@ -6,7 +6,8 @@
 // those arrays to and from one block of caller memory (backend.h). The backward accumulates the
 // softmax-gradient row residual of Delta-Matching (arXiv 2609.37852; docs/design.md §"The two deltas") into
 // the caller's F64 [2] tensor. q, k, v, o, dO, dQ, dK, dV are act tensors (F32 or BF16, act_io.h:
-// read as FP32, rounded once on store); lse is F32.
+// read as FP32, rounded once on store) in the shape's layout (a tokens-major call is moved to and
+// from the reference's heads-major arrays here); lse is F32.
 #include <cmath>
 #include <algorithm>
 #include <array>
@@ -32,8 +33,10 @@ struct CpuAttentionState final : SavedState {
 
 class CpuAttention final : public Attention {
  public:
-  CpuAttention(const AttentionShape& shape, const AttentionConfig& config) : shape_(shape), config_(config) {
+  CpuAttention(const AttentionShape& shape, const AttentionConfig& config)
+      : shape_(shape), ref_(shape), config_(config) {
     shape_.validate();
+    ref_.layout = AttnLayout::HeadsMajor;
   }
 
   SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
@@ -47,7 +50,12 @@ class CpuAttention final : public Attention {
     state->owner = this;
     ActIn qi(q, "attention forward q"), ki(k, "attention forward k"), vi(v, "attention forward v");
     ActOut oo(o, "attention forward o");
-    attention_forward(shape_, config_, qi.data, ki.data, vi.data, oo.data, lse.f32(), &state->saved);
+    const int64_t H = shape_.n_heads, G = shape_.n_kv_heads, Tq = shape_.seq_q, Tk = shape_.seq_k;
+    std::vector<float> qb, kb, vb, ob;
+    float* o_ref = tokens_major() ? resized(ob, oo.t.numel()) : oo.data;
+    attention_forward(ref_, config_, heads_major(qi.data, H, Tq, qb), heads_major(ki.data, G, Tk, kb),
+                      heads_major(vi.data, G, Tk, vb), o_ref, lse.f32(), &state->saved);
+    to_layout(o_ref, oo.data, H, Tq);
     oo.store();
     SavedAttention saved;
     saved.q = q, saved.k = k, saved.v = v, saved.o = o, saved.lse = lse;
@@ -78,14 +86,13 @@ class CpuAttention final : public Attention {
   }
 
   SavedAttention saved_from(const Tensor& o, const Tensor& lse, const Tensor& memory) const override {
-    const Shape sq{shape_.batch, shape_.n_heads, shape_.seq_q, shape_.head_dim};
-    check_act(o, sq, "attention saved_from: o");
+    check_act(o, shape_.q_shape(), "attention saved_from: o");
     check_dtype(lse, DType::F32, "attention saved_from: lse");
     check_numel(lse, shape_.batch * shape_.n_heads * shape_.seq_q, "attention saved_from: lse");
     const auto* at = image(memory, "attention saved_from: memory");
     auto state = std::make_unique<CpuAttentionState>();
     state->owner = this;
-    state->saved.shape = shape_, state->saved.config = config_;
+    state->saved.shape = ref_, state->saved.config = config_;
     each_array(state->saved, [&](auto& a, size_t n) {
       a.resize(n);
       std::memcpy(a.data(), at, n * sizeof(a[0]));
@@ -117,7 +124,16 @@ class CpuAttention final : public Attention {
     ActOut dqo(dq, "attention backward dq"), dko(dk, "attention backward dk"),
         dvo(dv, "attention backward dv");
     AttentionStats stats;
-    attention_backward(st->saved, g.data, dqo.data, dko.data, dvo.data, residual.empty() ? nullptr : &stats);
+    const int64_t H = shape_.n_heads, G = shape_.n_kv_heads, Tq = shape_.seq_q, Tk = shape_.seq_k;
+    std::vector<float> gb, dqb, dkb, dvb;
+    const bool tm = tokens_major();
+    float* dq_ref = tm ? resized(dqb, dqo.t.numel()) : dqo.data;
+    float* dk_ref = tm ? resized(dkb, dko.t.numel()) : dko.data;
+    float* dv_ref = tm ? resized(dvb, dvo.t.numel()) : dvo.data;
+    attention_backward(st->saved, heads_major(g.data, H, Tq, gb), dq_ref, dk_ref, dv_ref,
+                       residual.empty() ? nullptr : &stats);
+    to_layout(dq_ref, dqo.data, H, Tq), to_layout(dk_ref, dko.data, G, Tk),
+        to_layout(dv_ref, dvo.data, G, Tk);
     dqo.store(), dko.store(), dvo.store();
     if (!residual.empty()) {
       double* r = residual.f64();
@@ -131,12 +147,28 @@ class CpuAttention final : public Attention {
   // Query-shaped a, d [B,H,Tq,D] and key-shaped b, c [B,G,Tk,D]; names for the errors.
   void check_operands(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& d,
                       const std::array<const char*, 4>& names) const {
-    const Shape sq{shape_.batch, shape_.n_heads, shape_.seq_q, shape_.head_dim};
-    const Shape sk{shape_.batch, shape_.n_kv_heads, shape_.seq_k, shape_.head_dim};
-    check_act(a, sq, names[0]);
-    check_act(b, sk, names[1]);
-    check_act(c, sk, names[2]);
-    check_act(d, sq, names[3]);
+    check_act(a, shape_.q_shape(), names[0]);
+    check_act(b, shape_.kv_shape(), names[1]);
+    check_act(c, shape_.kv_shape(), names[2]);
+    check_act(d, shape_.q_shape(), names[3]);
+  }
+  bool tokens_major() const { return shape_.layout == AttnLayout::TokensMajor; }
+  static float* resized(std::vector<float>& v, int64_t n) {
+    v.resize(size_t(n));
+    return v.data();
+  }
+  // The reference's heads-major view of an act of `heads` heads and `seq` tokens: x itself, or its
+  // tokens-major values moved into buf.
+  const float* heads_major(const float* x, int64_t heads, int64_t seq, std::vector<float>& buf) const {
+    if (!tokens_major()) return x;
+    transpose_heads_tokens(x, resized(buf, shape_.batch * heads * seq * shape_.head_dim), shape_.batch, heads,
+                           seq, shape_.head_dim, /*to_tokens_major=*/false);
+    return buf.data();
+  }
+  // The reference's heads-major result into the caller's layout (nothing when they are the same).
+  void to_layout(const float* ref, float* out, int64_t heads, int64_t seq) const {
+    if (tokens_major())
+      transpose_heads_tokens(ref, out, shape_.batch, heads, seq, shape_.head_dim, /*to_tokens_major=*/true);
   }
   // An act tensor of exactly `want` elements laid out as `want` (any shape of equal numel and
   // last dimension is accepted: the reference reads flat memory).
@@ -167,6 +199,7 @@ class CpuAttention final : public Attention {
   }
 
   AttentionShape shape_;
+  AttentionShape ref_;  ///< shape_ in the reference's heads-major layout
   AttentionConfig config_;
 };
 

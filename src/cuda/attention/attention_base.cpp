@@ -44,6 +44,7 @@ AttentionBase::AttentionBase(const AttentionShape& shape, const AttentionConfig&
   d_.Tk_p = round_up(d_.Tk, 16);
   d_.D = shape.head_dim;
   d_.causal = shape.causal;
+  d_.tokens_major = shape.layout == AttnLayout::TokensMajor;
   fp8_ = cfg.precision == AttnPrecision::FP8;
   eb_ = fp8_ ? 1 : 2;
   scales_.reserve(3 * kScaleStride, s_);  // sdo, p_inv, sdv, each 128-byte aligned
@@ -99,8 +100,7 @@ SavedAttention AttentionBase::forward_to(const Tensor& q, const Tensor& k, const
 }
 
 SavedAttention AttentionBase::saved_from(const Tensor& o, const Tensor& lse, const Tensor& memory) const {
-  const Shape qs{d_.B, d_.H, d_.Tq, d_.D};
-  check_act(o, qs, "attention saved_from: o");
+  check_act(o, shape_.q_shape(), "attention saved_from: o");
   check_dtype(lse, DType::F32, "attention saved_from: lse");
   check_numel(lse, d_.B * d_.H * d_.Tq, "attention saved_from: lse [B, H, Tq]");
   SavedPlacement at = SavedPlacement::into(memory, saved_bytes(), "attention saved_from: memory");
@@ -111,7 +111,7 @@ SavedAttention AttentionBase::run_forward(const Tensor& q, const Tensor& k, cons
                                           const Tensor& lse, SavedPlacement at) {
   DeviceGuard g(be_.device());
   const AttnDims& d = d_;
-  const Shape qs{d.B, d.H, d.Tq, d.D}, ks{d.B, d.G, d.Tk, d.D};
+  const Shape qs = shape_.q_shape(), ks = shape_.kv_shape();
   check_act(q, qs, "attention forward: q");
   check_act(k, ks, "attention forward: k");
   check_act(v, ks, "attention forward: v");
@@ -141,7 +141,7 @@ void AttentionBase::backward(const SavedAttention& saved, const Tensor& d_o, con
   OCTET_CHECK(st && st->owner == this,
               "attention backward: the saved state does not come from this attention's forward");
   const AttnDims& d = d_;
-  const Shape qs{d.B, d.H, d.Tq, d.D}, ks{d.B, d.G, d.Tk, d.D};
+  const Shape qs = shape_.q_shape(), ks = shape_.kv_shape();
   check_act(d_o, qs, "attention backward: d_o");
   check_act(dq, qs, "attention backward: dq");
   check_act(dk, ks, "attention backward: dk");
@@ -162,6 +162,7 @@ void AttentionBase::pack(const Tensor& x, int64_t heads, int64_t T, int64_t T_p,
   PackArgs a;
   a.x = x.data;
   a.x_dtype = x.dtype;
+  a.tokens_major = d_.tokens_major;
   a.B = d_.B;
   a.heads = heads;
   a.T = T;

@@ -9,7 +9,8 @@
 // memory of the backend or in one block of the caller's (forward_to); O and the LSE are the
 // caller's tensors. The backward reads only those and its own scratch, so any
 // number of forwards may be outstanding. q, k, v, o, dO, dQ, dK, dV are F32 or BF16 each, read
-// and written as they are.
+// and written as they are, in the shape's layout (heads- or tokens-major, act_layout.h: the glue
+// reads either, the kernels write either; no transposing copy).
 #pragma once
 
 #include <algorithm>

@@ -43,6 +43,7 @@ SdpaDims sdpa_dims(const AttentionShape& s) {
   SdpaDims d;
   d.B = s.batch, d.H = s.n_heads, d.G = s.n_kv_heads, d.Tq = s.seq_q, d.Tk = s.seq_k;
   d.D = s.head_dim, d.causal = s.causal, d.tau = s.tau();
+  d.tokens_major = s.layout == AttnLayout::TokensMajor;
   return d;
 }
 
@@ -117,8 +118,8 @@ class CudnnSdpaAttention final : public Attention {
   }
 
  private:
-  Shape qs() const { return {shape_.batch, shape_.n_heads, shape_.seq_q, shape_.head_dim}; }
-  Shape ks() const { return {shape_.batch, shape_.n_kv_heads, shape_.seq_k, shape_.head_dim}; }
+  Shape qs() const { return shape_.q_shape(); }  // in the call's layout; the saved copies too
+  Shape ks() const { return shape_.kv_shape(); }
   int64_t rows() const { return shape_.batch * shape_.n_heads * shape_.seq_q; }
   static void check_act(const Tensor& t, const Shape& want, const char* what) {
     check_activation(t, what);

@@ -2,7 +2,8 @@
 // forward (with the LSE "Stats" saved) and backward, built once per shape and cached with their plan.
 //
 // Every graph names its tensors by fixed UIDs (Uid below) and executes from a UID -> pointer map;
-// tensors carry octet's [B, heads, T, D] contiguous strides; scalars (descale/scale/amax) are
+// tensors carry the dimensions [B, heads, T, D] with the strides of the call's layout (heads-major
+// contiguous, or tokens-major [B, T, heads, D]: SdpaDims::tokens_major); scalars (descale/scale/amax) are
 // [1,1,1,1] FP32 device tensors. Causal: Tq == Tk uses cuDNN's top-left diagonal (identical to the
 // bottom-right one then, and supported by every kernel), Tq < Tk the bottom-right alignment
 // (octet's rule, attention.h). Plans come from cuDNN's heuristics mode A.
@@ -124,30 +125,34 @@ void check_cudnn(cudnnStatus_t s, const char* call) {
     OCTET_FAIL(std::string("cuDNN call failed: ") + call + ": " + fe::detail::get_error_string(s));
 }
 
-std::vector<int64_t> contiguous(const std::vector<int64_t>& dim) {
-  std::vector<int64_t> stride(dim.size(), 1);
-  for (size_t i = dim.size() - 1; i-- > 0;) stride[i] = stride[i + 1] * dim[i + 1];
-  return stride;
-}
+// A graph tensor's dimensions [B, heads, T, D] and strides (in elements).
+struct Dim4 {
+  std::vector<int64_t> dim, stride;
+  // Contiguous, or with T and heads swapped in memory ([B, T, heads, D]: tokens-major).
+  Dim4(int64_t B, int64_t heads, int64_t T, int64_t D, bool tokens_major = false)
+      : dim{B, heads, T, D},
+        stride{heads * T * D, tokens_major ? D : T * D, tokens_major ? heads * D : D, 1} {}
+};
 
-// A graph input of octet's contiguous layout.
-TensorPtr input(Graph& g, const char* name, int64_t uid, const std::vector<int64_t>& dim,
-                fe::DataType_t type) {
+// A graph input.
+TensorPtr input(Graph& g, const char* name, int64_t uid, const Dim4& x, fe::DataType_t type) {
   return g.tensor(fe::graph::Tensor_attributes()
                       .set_name(name)
                       .set_uid(uid)
-                      .set_dim(dim)
-                      .set_stride(contiguous(dim))
+                      .set_dim(x.dim)
+                      .set_stride(x.stride)
                       .set_data_type(type));
 }
 TensorPtr scalar(Graph& g, const char* name, int64_t uid) {
-  return input(g, name, uid, {1, 1, 1, 1}, fe::DataType_t::FLOAT);
+  return input(g, name, uid, Dim4(1, 1, 1, 1), fe::DataType_t::FLOAT);
 }
-// Marks a graph output, in octet's contiguous layout.
-void output(const TensorPtr& t, int64_t uid, const std::vector<int64_t>& dim, fe::DataType_t type) {
-  t->set_output(true).set_uid(uid).set_dim(dim).set_stride(contiguous(dim)).set_data_type(type);
+// Marks a graph output.
+void output(const TensorPtr& t, int64_t uid, const Dim4& x, fe::DataType_t type) {
+  t->set_output(true).set_uid(uid).set_dim(x.dim).set_stride(x.stride).set_data_type(type);
 }
-void scalar_output(const TensorPtr& t, int64_t uid) { output(t, uid, {1, 1, 1, 1}, fe::DataType_t::FLOAT); }
+void scalar_output(const TensorPtr& t, int64_t uid) {
+  output(t, uid, Dim4(1, 1, 1, 1), fe::DataType_t::FLOAT);
+}
 
 // Octet's causal rule (bottom-right) in cuDNN's terms; Tq == Tk is the same mask top-left.
 template <typename Attributes>
@@ -160,9 +165,11 @@ void set_causal(Attributes& a, const SdpaDims& d) {
 }
 
 struct Dims4 {
-  std::vector<int64_t> q, kv, stats;
+  Dim4 q, kv, stats;
   explicit Dims4(const SdpaDims& d)
-      : q{d.B, d.H, d.Tq, d.D}, kv{d.B, d.G, d.Tk, d.D}, stats{d.B, d.H, d.Tq, 1} {}
+      : q(d.B, d.H, d.Tq, d.D, d.tokens_major),
+        kv(d.B, d.G, d.Tk, d.D, d.tokens_major),
+        stats(d.B, d.H, d.Tq, 1) {}
 };
 
 std::shared_ptr<Graph> new_graph(fe::DataType_t io) {
@@ -258,12 +265,12 @@ std::shared_ptr<Graph> build_fp8_backward(const SdpaDims& d) {
   return g;
 }
 
-using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, uint32_t>;
+using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, uint32_t, bool>;
 
 Key key_of(Kind k, const SdpaDims& d) {
   uint32_t tau_bits;
   std::memcpy(&tau_bits, &d.tau, sizeof tau_bits);
-  return {int(k), d.B, d.H, d.G, d.Tq, d.Tk, d.D, d.causal, tau_bits};
+  return {int(k), d.B, d.H, d.G, d.Tq, d.Tk, d.D, d.causal, tau_bits, d.tokens_major};
 }
 
 }  // namespace

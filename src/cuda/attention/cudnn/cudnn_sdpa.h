@@ -35,6 +35,9 @@ struct SdpaDims {
   int64_t B = 1, H = 1, G = 1, Tq = 1, Tk = 1, D = 64;
   bool causal = false;
   float tau = 0.125f;
+  /// q, k, v, o and the gradients [B, T, heads, D] (AttnLayout::TokensMajor) instead of
+  /// [B, heads, T, D]; the Stats (LSE) stay [B, H, Tq]
+  bool tokens_major = false;
 };
 
 /// Why octet does not send `d` to cuDNN's fused SDPA (BF16, or FP8 when fp8): a reason naming the

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 
+#include "cuda/attention/act_layout.h"
 #include "octet/fp8.h"
 #include "octet/tensor.h"
 
@@ -67,6 +68,9 @@ struct ForwardParams {
   /// reads the one given
   float* o = nullptr;
   uint16_t* o_bf16 = nullptr;
+  /// o (and the backward's BackwardIo d_o, dq, dk, dv, d_o_f32, d_o_bf16) tokens-major
+  /// [B, Tq, H, D] (k-side [B, Tk, G, D]) instead of heads-major: src/cuda/attention/act_layout.h
+  bool tokens_major = false;
   float* lse = nullptr;      ///< out [B, H, Tq] (forward only)
   float* row_max = nullptr;  ///< [B, H, Tq] m_i: written by the forward, read by the backward
   float* row_sum = nullptr;  ///< [B, H, Tq] l_i: written by the forward, read by the backward

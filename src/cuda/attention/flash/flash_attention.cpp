@@ -52,6 +52,7 @@ class FlashAttention final : public AttentionBase {
     p.B = d_.B, p.H = d_.H, p.G = d_.G, p.Tq = d_.Tq, p.Tk = d_.Tk, p.Tq_p = d_.Tq_p, p.Tk_p = d_.Tk_p,
     p.D = d_.D;
     p.causal = d_.causal;
+    p.tokens_major = d_.tokens_major;
     p.tau = shape_.tau();
     p.p_scale = cfg_.p_scale;
     p.block_k = cfg_.block_k;

@@ -151,6 +151,7 @@ void run_backward(BackwardParams p, const BackwardIo& io, cudaStream_t stream) {
   PackArgs a;
   a.x = io.d_o;
   a.x_dtype = io.d_o_dtype;
+  a.tokens_major = p.tokens_major;
   a.row_factor = p.row_factor;
   a.B = p.B, a.heads = p.H, a.T = p.Tq, a.T_p = p.Tq_p, a.D = p.D, a.rep = p.H / p.G;
   a.format = p.do_format;
@@ -167,10 +168,13 @@ void run_backward(BackwardParams p, const BackwardIo& io, cudaStream_t stream) {
   // scale per tensor (the kernels summed codes); per-block scales were applied per tile.
   const float* sk = p.qkv_head_block ? nullptr : p.k_scale_inv;
   const float* sq = p.qkv_head_block ? nullptr : p.q_scale_inv;
-  unpad_scale_launch(p.dq_acc, io.dq, io.dq_dtype, p.B * p.H, p.Tq, p.Tq_p, p.D, 1.0f, sk, nullptr, stream);
-  unpad_scale_launch(p.dk_acc, io.dk, io.dk_dtype, p.B * p.G, p.Tk, p.Tk_p, p.D, 1.0f, sq, nullptr, stream);
+  const bool tm = p.tokens_major;
+  unpad_scale_launch(p.dq_acc, io.dq, io.dq_dtype, p.B * p.H, p.Tq, p.Tq_p, p.D, 1.0f, sk, nullptr, stream,
+                     tm, p.H);
+  unpad_scale_launch(p.dk_acc, io.dk, io.dk_dtype, p.B * p.G, p.Tk, p.Tk_p, p.D, 1.0f, sq, nullptr, stream,
+                     tm, p.G);
   unpad_scale_launch(p.dv_acc, io.dv, io.dv_dtype, p.B * p.G, p.Tk, p.Tk_p, p.D, 1.0f, nullptr, nullptr,
-                     stream);
+                     stream, tm, p.G);
   if (!io.residual) return;
   const int64_t rows = p.B * p.H * p.Tq;
   bwd_residual_finish_launch(p.res_sums, rows, io.residual_rows, stream);

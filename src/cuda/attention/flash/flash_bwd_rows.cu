@@ -38,7 +38,8 @@ __global__ void stale_delta_kernel(const BackwardParams p, const TO* o, const TD
   const int lane = threadIdx.x % 32;
   if (row >= p.B * p.H * p.Tq) return;
   float dot = 0.0f;
-  for (int64_t c = lane; c < p.D; c += 32) dot += ld(d_o, row * p.D + c) * ld(o, row * p.D + c);
+  const int64_t at = act_row_offset(p.tokens_major, row / p.Tq, row % p.Tq, p.H, p.Tq, p.D);
+  for (int64_t c = lane; c < p.D; c += 32) dot += ld(d_o, at + c) * ld(o, at + c);
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) dot += __shfl_xor_sync(0xFFFFFFFFu, dot, o);
   if (lane == 0) {

@@ -211,7 +211,7 @@ struct ForwardRows {
       const int64_t i = i0 + 8 * r;
       if (i >= p.Tq) continue;
       const float inv = l_hat[r] > 0.0f ? sv_inv / l_hat[r] : 0.0f;  // 0: a row that sees no key
-      const int64_t at = (bh * p.Tq + i) * kD + 2 * t;
+      const int64_t at = act_row_offset(p.tokens_major, bh, i, p.H, p.Tq, kD) + 2 * t;
 #pragma unroll
       for (int dn = 0; dn < kD / 8; ++dn) {
         const float x0 = bf16_round(oacc[dn][2 * r] * inv), x1 = bf16_round(oacc[dn][2 * r + 1] * inv);

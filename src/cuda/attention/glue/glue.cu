@@ -18,6 +18,7 @@
 #include <string>
 #include <type_traits>
 
+#include "cuda/attention/act_layout.h"
 #include "cuda/attention/glue/glue.h"
 #include "cuda/runtime/check.h"
 #include "cuda/quantize/fp8_device.cuh"
@@ -57,11 +58,13 @@ unsigned grid_for(int64_t n) {
   return unsigned(need < 1 ? 1 : (need < full ? need : full));
 }
 
-// amax of x_i · row_factor[i / D] over `rows` rows of D (D % 8 == 0): 8-element chunks never
-// straddle a row.
+// amax of x_i · row_factor[row(i / D)] over `rows` rows of D (D % 8 == 0): 8-element chunks never
+// straddle a row. row_factor is [B, heads, T]; x's row r is (b·heads + h)·T + t heads-major and
+// (b·T + t)·heads + h tokens-major.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    row_scaled_amax_kernel(const T* x, const float* rf, int64_t rows, int64_t D, bool vec, unsigned* bits) {
+    row_scaled_amax_kernel(const T* x, const float* rf, int64_t rows, int64_t D, bool vec, unsigned* bits,
+                           bool tokens_major, int64_t heads, int64_t T_) {
   __shared__ unsigned scratch[32];
   const int64_t chunks = rows * D / 8;
   unsigned m = 0;
@@ -69,28 +72,28 @@ __global__ void __launch_bounds__(kThreads)
        c += int64_t(gridDim.x) * blockDim.x) {
     float v[8];
     load8(x + 8 * c, vec, v);
-    const float f = rf[8 * c / D];
+    const int64_t r = 8 * c / D, bt = r / heads;
+    const float f = rf[tokens_major ? (bt / T_ * heads + r % heads) * T_ + bt % T_ : r];
 #pragma unroll
     for (int j = 0; j < 8; ++j) m = max(m, __float_as_uint(v[j] * f) & 0x7FFFFFFFu);
   }
   block_amax_out(m, scratch, bits);
 }
 
-// amax of each block of `block` tokens (all D) of each head of x [bh, T, D]: CTA k·nb-major,
+// amax of each block of `block` tokens (all D) of each head of x (act_layout.h): CTA k·nb-major,
 // bits[blockIdx.x] written by thread 0 (8-element chunks never straddle a token: D % 8 == 0).
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    block_amax_kernel(const T* x, int64_t T_, int64_t D, int64_t block, int64_t nb, bool vec,
-                      unsigned* bits) {
+    block_amax_kernel(const T* x, int64_t T_, int64_t D, int64_t block, int64_t nb, bool vec, unsigned* bits,
+                      bool tokens_major, int64_t heads) {
   __shared__ unsigned scratch[32];
   const int64_t bh = blockIdx.x / nb, t0 = (blockIdx.x % nb) * block;
   const int64_t t1 = t0 + block < T_ ? t0 + block : T_;
-  const T* const base = x + (bh * T_ + t0) * D;
-  const int64_t chunks = (t1 - t0) * D / 8;
+  const int64_t chunks = (t1 - t0) * D / 8, cpr = D / 8;
   unsigned m = 0;
   for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
     float v[8];
-    load8(base + 8 * c, vec, v);
+    load8(x + act_row_offset(tokens_major, bh, t0 + c / cpr, heads, T_, D) + 8 * (c % cpr), vec, v);
 #pragma unroll
     for (int j = 0; j < 8; ++j) m = max(m, __float_as_uint(v[j]) & 0x7FFFFFFFu);
   }
@@ -178,7 +181,7 @@ __global__ void __launch_bounds__(kThreads) pack_kernel(const PackArgs a, bool v
     float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     const bool in = t < a.T && d < a.D;
     if (in) {
-      load8(x + (bh * a.T + t) * a.D + d, vec, v);
+      load8(x + act_row_offset(a.tokens_major, bh, t, a.heads, a.T, a.D) + d, vec, v);
       if (a.row_factor) {
         const float f = a.row_factor[bh * a.T + t];
 #pragma unroll
@@ -221,11 +224,12 @@ __global__ void __launch_bounds__(kThreads) pack_kernel(const PackArgs a, bool v
   }
 }
 
-// dst [bh, T, D] = src [bh, T_p, D] · f, over 8-element chunks (D % 8 == 0).
+// dst (act_layout.h: bh = B·heads rows of T tokens) = src [bh, T_p, D] · f, over 8-element chunks
+// (D % 8 == 0).
 template <class TD>
 __global__ void __launch_bounds__(kThreads)
     unpad_scale_kernel(const float* src, TD* dst, int64_t bh, int64_t T, int64_t T_p, int64_t D, float alpha,
-                       const float* sa, const float* sb, bool vec) {
+                       const float* sa, const float* sb, bool vec, bool tokens_major, int64_t heads) {
   const float f = alpha * (sa ? *sa : 1.0f) * (sb ? *sb : 1.0f);
   const int64_t chunks = bh * T * D / 8, cpr = D / 8;
   for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
@@ -235,11 +239,12 @@ __global__ void __launch_bounds__(kThreads)
     load8(src + i * D + d, vec, v);
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] *= f;
+    TD* const out = dst + act_row_offset(tokens_major, row / T, row % T, heads, T, D) + d;
     if (vec) {
-      st8(dst + 8 * c, v);
+      st8(out, v);
     } else {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) st(dst + 8 * c, j, v[j]);
+      for (int j = 0; j < 8; ++j) st(out, j, v[j]);
     }
   }
 }
@@ -249,7 +254,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }  // namespace
 
 void pack_amax_launch(const void* x, DType dtype, int64_t n, unsigned* bits, cudaStream_t s,
-                      const float* row_factor, int64_t D) {
+                      const float* row_factor, int64_t D, bool tokens_major, int64_t heads, int64_t seq) {
   OCTET_CHECK(n >= 1, "attention amax: empty tensor");
   OCTET_CHECK(dtype == DType::F32 || dtype == DType::BF16,
               "attention amax: the input must be f32 or bf16, got " + to_string(dtype));
@@ -261,32 +266,37 @@ void pack_amax_launch(const void* x, DType dtype, int64_t n, unsigned* bits, cud
   OCTET_CHECK(
       D >= 8 && D % 8 == 0 && n % D == 0,
       "attention amax: with a row factor, D must be a multiple of 8 dividing n, got D " + std::to_string(D));
+  OCTET_CHECK(!tokens_major || (heads >= 1 && seq >= 1 && (n / D) % (heads * seq) == 0),
+              "attention amax: tokens-major rows need heads and T >= 1 dividing the rows");
   const bool vec = aligned16(x);
   dispatch_act(
       [&](auto tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
-        row_scaled_amax_kernel<T>
-            <<<grid_for(n / 8), kThreads, 0, s>>>(static_cast<const T*>(x), row_factor, n / D, D, vec, bits);
+        row_scaled_amax_kernel<T><<<grid_for(n / 8), kThreads, 0, s>>>(
+            static_cast<const T*>(x), row_factor, n / D, D, vec, bits, tokens_major, tokens_major ? heads : 1,
+            tokens_major ? seq : 1);
       },
       dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
 void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, int64_t D, int64_t block,
-                            unsigned* bits, cudaStream_t s) {
+                            unsigned* bits, cudaStream_t s, bool tokens_major, int64_t heads) {
   OCTET_CHECK(dtype == DType::F32 || dtype == DType::BF16,
               "attention block amax: the input must be f32 or bf16, got " + to_string(dtype));
   OCTET_CHECK(bh >= 1 && T >= 1 && D >= 8 && D % 8 == 0 && block >= 1,
               "attention block amax: need heads, T >= 1, D a multiple of 8 and block >= 1");
   OCTET_CHECK(x && bits, "attention block amax: a null pointer");
+  OCTET_CHECK(!tokens_major || (heads >= 1 && bh % heads == 0),
+              "attention block amax: tokens-major needs heads >= 1 dividing bh");
   const int64_t nb = ceil_div(T, block);
   OCTET_CHECK(bh * nb <= 0x7FFFFFFF, "attention block amax: too many blocks for the grid");
   const bool vec = aligned16(x);
   dispatch_act(
       [&](auto tag) {
         using T_ = std::remove_pointer_t<decltype(tag)>;
-        block_amax_kernel<T_>
-            <<<unsigned(bh * nb), kThreads, 0, s>>>(static_cast<const T_*>(x), T, D, block, nb, vec, bits);
+        block_amax_kernel<T_><<<unsigned(bh * nb), kThreads, 0, s>>>(
+            static_cast<const T_*>(x), T, D, block, nb, vec, bits, tokens_major, tokens_major ? heads : 1);
       },
       dtype);
   OCTET_CUDA_LAUNCH_CHECK();
@@ -294,9 +304,11 @@ void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, i
 
 void pack_quantized_launch(PackArgs a, unsigned* amax_bits, cudaStream_t s) {
   if (a.fp8 && a.scale_block)
-    pack_block_amax_launch(a.x, a.x_dtype, a.B * a.heads, a.T, a.D, a.scale_block, amax_bits, s);
+    pack_block_amax_launch(a.x, a.x_dtype, a.B * a.heads, a.T, a.D, a.scale_block, amax_bits, s,
+                           a.tokens_major, a.heads);
   else if (a.fp8)
-    pack_amax_launch(a.x, a.x_dtype, a.B * a.heads * a.T * a.D, amax_bits, s, a.row_factor, a.D);
+    pack_amax_launch(a.x, a.x_dtype, a.B * a.heads * a.T * a.D, amax_bits, s, a.row_factor, a.D,
+                     a.tokens_major, a.heads, a.T);
   a.amax_bits = amax_bits;
   pack_launch(a, s);
 }
@@ -331,8 +343,11 @@ void pack_launch(const PackArgs& a, cudaStream_t s) {
 }
 
 void unpad_scale_launch(const float* src, void* dst, DType dst_dtype, int64_t bh, int64_t T, int64_t T_p,
-                        int64_t D, float alpha, const float* scale_a, const float* scale_b, cudaStream_t s) {
+                        int64_t D, float alpha, const float* scale_a, const float* scale_b, cudaStream_t s,
+                        bool tokens_major, int64_t heads) {
   OCTET_CHECK(D % 8 == 0 && T <= T_p, "attention unpad: D must be a multiple of 8 and T <= T_p");
+  OCTET_CHECK(!tokens_major || (heads >= 1 && bh % heads == 0),
+              "attention unpad: tokens-major needs heads >= 1 dividing bh");
   const int64_t n = bh * T * D;
   if (n == 0) return;
   const bool vec = aligned16(src) && aligned16(dst);
@@ -340,7 +355,8 @@ void unpad_scale_launch(const float* src, void* dst, DType dst_dtype, int64_t bh
       [&](auto tag) {
         using T_ = std::remove_pointer_t<decltype(tag)>;
         unpad_scale_kernel<T_><<<grid_for(n / 8), kThreads, 0, s>>>(src, static_cast<T_*>(dst), bh, T, T_p, D,
-                                                                    alpha, scale_a, scale_b, vec);
+                                                                    alpha, scale_a, scale_b, vec,
+                                                                    tokens_major, tokens_major ? heads : 1);
       },
       dst_dtype);
   OCTET_CUDA_LAUNCH_CHECK();

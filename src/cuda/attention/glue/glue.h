@@ -10,7 +10,8 @@
 // §"Operand glue".
 //
 // Layouts (T_p: the sequence length T rounded up to 16; pad rows hold zeros):
-//   input x            [B, heads, T, D]   F32 or BF16, D a multiple of 16
+//   input x            [B, heads, T, D]   F32 or BF16, D a multiple of 16; or tokens-major
+//                                         [B, T, heads, D] (act_layout.h; the outputs the same)
 //   row copies         [B, heads, T_p, D]
 //   "group" transposes [B, G, D, rep·T_p]  (G = heads / rep; the rep heads of a group side by side
 //                                           along the last axis, head h = g·rep + l at column
@@ -31,6 +32,7 @@ namespace octet::cuda {
 struct AttnDims {
   int64_t B, H, G, rep, Tq, Tk, Tq_p, Tk_p, D;
   bool causal;
+  bool tokens_major;  ///< the caller's q, k, v, o and gradients [B, T, heads, D] (act_layout.h)
 };
 
 /// The element a packed copy holds: an FP8 code (1 byte); the BF16 bits (2 bytes) of the decoded
@@ -41,6 +43,7 @@ enum class PackKind : int { None = 0, Fp8Code = 1, Bf16OfCode = 2, Bf16OfValue =
 struct PackArgs {
   const void* x = nullptr;     ///< [B, heads, T, D] of x_dtype (16-byte aligned: vector loads)
   DType x_dtype = DType::F32;  ///< F32 or BF16
+  bool tokens_major = false;   ///< x is [B, T, heads, D] instead (the packed copies are not)
   /// [B, heads, T] F32 or null: the packed value of element (.., t, d) is x · row_factor[.., t]
   /// (one FP32 multiply: dV's operand dO_i / l_i)
   const float* row_factor = nullptr;
@@ -60,20 +63,24 @@ struct PackArgs {
 };
 
 /// *bits = the amax of x (|x| as float bits: unsigned order is numeric order, NaN above inf),
-/// with row_factor: of x_i · row_factor[i / D] (the values pack_launch packs). x holds n elements
-/// of dtype (F32 or BF16), n a multiple of D when row_factor is given. Zeroes *bits first (enqueued
-/// on s). One atomic per block; 16-byte loads when x is 16-byte aligned (and D % 8 == 0).
-/// Throws octet::Error for another dtype or n < 1.
+/// with row_factor ([B, heads, T]): of each element times its row's factor (the values pack_launch
+/// packs), x's rows heads-major, or tokens-major [B, T, heads, D] when tokens_major (heads and T
+/// then say how). x holds n elements of dtype (F32 or BF16), n a multiple of D when row_factor is
+/// given. Zeroes *bits first (enqueued on s). One atomic per block; 16-byte loads when x is 16-byte
+/// aligned (and D % 8 == 0). Throws octet::Error for another dtype, n < 1, or tokens-major rows
+/// that heads·T does not divide.
 void pack_amax_launch(const void* x, DType dtype, int64_t n, unsigned* bits, cudaStream_t s,
-                      const float* row_factor = nullptr, int64_t D = 1);
+                      const float* row_factor = nullptr, int64_t D = 1, bool tokens_major = false,
+                      int64_t heads = 1, int64_t T = 1);
 
 /// bits[bh·nb + k] = the amax of block k (tokens k·block .. min(T, (k + 1)·block) − 1, all D) of
-/// head bh of x [bh, T, D] (F32 or BF16, D a multiple of 8), nb = ⌈T/block⌉, as |x| bits (NaN
-/// above inf): the per-(head, block) amaxes of PackArgs::scale_block. Written, not accumulated. One
-/// CTA per block. Throws octet::Error for another dtype, D % 8 != 0, block < 1, an empty x, a null
-/// pointer, or more than 2^31 − 1 blocks.
+/// head bh of x [bh, T, D] (or tokens-major [bh / heads, T, heads, D], act_layout.h; F32 or BF16,
+/// D a multiple of 8), nb = ⌈T/block⌉, as |x| bits (NaN above inf): the per-(head, block) amaxes
+/// of PackArgs::scale_block. Written, not accumulated. One CTA per block. Throws octet::Error for
+/// another dtype, D % 8 != 0, block < 1, an empty x, a null pointer, more than 2^31 − 1 blocks, or
+/// tokens-major with heads not dividing bh.
 void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, int64_t D, int64_t block,
-                            unsigned* bits, cudaStream_t s);
+                            unsigned* bits, cudaStream_t s, bool tokens_major = false, int64_t heads = 1);
 
 /// Packs x into a.row and/or a.trans (a.row_kind, a.trans_kind; None skips one): element value v
 /// (times its row factor), code = fp8_encode(v·s, format, saturate) with s = scale_from_amax(amax,
@@ -90,10 +97,13 @@ void pack_launch(const PackArgs& a, cudaStream_t s);
 /// (!a.fp8) packs without an amax. Errors as the two launches'.
 void pack_quantized_launch(PackArgs a, unsigned* amax_bits, cudaStream_t s);
 
-/// dst [bh, T, D] (F32 or BF16: dst_dtype) = src [bh, T_p, D] · alpha · (*scale_a) · (*scale_b)
-/// (null scales: 1), the product in FP32 and rounded once into BF16 (fp8.h bf16_from_float, as
-/// convert_launch). D a multiple of 8; 16-byte accesses when src and dst are 16-byte aligned.
+/// dst [bh, T, D] (F32 or BF16: dst_dtype; tokens-major [bh / heads, T, heads, D] when
+/// tokens_major, act_layout.h) = src [bh, T_p, D] · alpha · (*scale_a) · (*scale_b) (null scales:
+/// 1), the product in FP32 and rounded once into BF16 (fp8.h bf16_from_float, as convert_launch).
+/// D a multiple of 8; 16-byte accesses when src and dst are 16-byte aligned. Throws octet::Error
+/// for D % 8 != 0, T > T_p, or tokens-major with heads not dividing bh.
 void unpad_scale_launch(const float* src, void* dst, DType dst_dtype, int64_t bh, int64_t T, int64_t T_p,
-                        int64_t D, float alpha, const float* scale_a, const float* scale_b, cudaStream_t s);
+                        int64_t D, float alpha, const float* scale_a, const float* scale_b, cudaStream_t s,
+                        bool tokens_major = false, int64_t heads = 1);
 
 }  // namespace octet::cuda

@@ -110,10 +110,13 @@ class UnfusedAttention final : public AttentionBase {
     // on codes).
     const float* sk = fp8_ ? st.sk() : nullptr;
     const float* sq = fp8_ ? st.sq() : nullptr;
-    unpad_scale_launch(dq_acc_.get(), dq.data, dq.dtype, d.B * d.H, d.Tq, d.Tq_p, d.D, 1.0f, sk, nullptr, s_);
-    unpad_scale_launch(dk_acc_.get(), dk.data, dk.dtype, d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f, sq, nullptr, s_);
+    const bool tm = d.tokens_major;
+    unpad_scale_launch(dq_acc_.get(), dq.data, dq.dtype, d.B * d.H, d.Tq, d.Tq_p, d.D, 1.0f, sk, nullptr, s_,
+                       tm, d.H);
+    unpad_scale_launch(dk_acc_.get(), dk.data, dk.dtype, d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f, sq, nullptr, s_,
+                       tm, d.G);
     unpad_scale_launch(dv_acc_.get(), dv.data, dv.dtype, d.B * d.G, d.Tk, d.Tk_p, d.D, 1.0f, nullptr, nullptr,
-                       s_);
+                       s_, tm, d.G);
     // Diagnostics: r_i = |Σ_j dS_ij| / Σ_j P_ij(|dP_ij| + |D_i|) per row -> max and mean, added
     // into the caller's accumulator on the device.
     if (!residual.empty()) residual_accumulate_launch(residual_.get(), nrows, residual.f64(), s_);

@@ -30,7 +30,8 @@ namespace octet::cuda {
 /// row that sees no key) and row_sum l_i = Σ_j exp(S_ij − m_i) in FP32 (0 there); L = m + log l.
 void softmax_forward_launch(const AttnDims& d, const float* S, bool fp8, float p_scale, void* P, float* lse,
                             float* rinv, float* row_max, float* row_sum, cudaStream_t s);
-/// o = bf16_round(o_acc · rinv) for the valid rows; also into o_saved (may be null).
+/// o = bf16_round(o_acc · rinv) for the valid rows, in d's layout (act_layout.h); also into o_saved
+/// (may be null).
 void output_finalize_launch(const AttnDims& d, const float* o_acc, const float* rinv, float* o,
                             float* o_saved, cudaStream_t s);
 

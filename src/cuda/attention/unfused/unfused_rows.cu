@@ -18,6 +18,7 @@
 #include <cfloat>
 #include <cmath>
 
+#include "cuda/attention/act_layout.h"
 #include "cuda/attention/unfused/unfused.h"
 #include "cuda/runtime/check.h"
 #include "cuda/quantize/fp8_device.cuh"
@@ -83,8 +84,9 @@ __global__ void output_finalize_kernel(AttnDims d, const float* o_acc, const flo
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int64_t c = idx % d.D, row = idx / d.D, bh = row / d.Tq, i = row % d.Tq;
     const float v = bf16_round(o_acc[(bh * d.Tq_p + i) * d.D + c] * rinv[row]);
-    o[idx] = v;
-    if (o_saved) o_saved[idx] = v;
+    const int64_t at = act_row_offset(d.tokens_major, bh, i, d.H, d.Tq, d.D) + c;
+    o[at] = v;
+    if (o_saved) o_saved[at] = v;
   }
 }
 
@@ -123,7 +125,7 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
   RowDelta<float> delta;
   if (!a.matched) {
     float dot = 0.0f;
-    const int64_t orow = row * d.D;
+    const int64_t orow = act_row_offset(d.tokens_major, bh, i, d.H, d.Tq, d.D);
     for (int64_t c = threadIdx.x; c < d.D; c += blockDim.x) dot += a.d_o[orow + c] * a.o[orow + c];
     delta = RowDelta<float>::stale(block_sum(dot, scratch));
   } else {

@@ -1,0 +1,21 @@
+// src/cuda/attention/act_layout.h — where a row of an attention activation (q, k, v, o and their
+// gradients) lies in the caller's memory, in either AttnLayout (octet/attention.h): the one
+// address rule of every CUDA attention kernel that touches the caller's tensors (the operand glue,
+// the flash and unfused epilogues, the stale delta, the gradients' unpadding).
+#pragma once
+
+#include <cstdint>
+
+#include "octet/fp8.h"  // OCTET_HD
+
+namespace octet::cuda {
+
+/// Element offset of row (bh, t), bh = b·heads + h, of an activation with `heads` heads, T tokens
+/// and D columns: ((b·heads + h)·T + t)·D heads-major [B, heads, T, D], ((b·T + t)·heads + h)·D
+/// tokens-major [B, T, heads, D]. The row's D elements follow it contiguously in both.
+OCTET_HD int64_t act_row_offset(bool tokens_major, int64_t bh, int64_t t, int64_t heads, int64_t T,
+                                int64_t D) {
+  return tokens_major ? ((bh / heads * T + t) * heads + bh % heads) * D : (bh * T + t) * D;
+}
+
+}  // namespace octet::cuda
