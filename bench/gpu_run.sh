@@ -26,7 +26,8 @@
 #   hf-llama: bench/peers/hf_llama.py (a Hugging Face Llama of Llama-3.2-1B's shape, seq
 #     OCTET_HF_SEQ (default 4096), batch OCTET_HF_BATCH (2), OCTET_HF_STEPS (10) timed steps) per arm
 #     of OCTET_HF_ARMS (default sdpa:bf16,octet:fp8,octet-stale:fp8,sdpa:torchao-tensorwise, attention:
-#     linears) -> hf-llama.jsonl, each within OCTET_HF_TIMEOUT seconds (240); needs liboctet_c in
+#     linears) -> hf-llama.jsonl, each within OCTET_HF_TIMEOUT seconds (240), on the bytes of
+#     OCTET_HF_DATA (a file or directory: hf_llama.py --data) if set, else uniform tokens; needs liboctet_c in
 #     .cuda-carry/lib and torchao for its arm (the carried wheel, as bench-train)
 #   torch-attention: bench/peers/torch_attention.py (octet.torch.attention, the same kernels through
 #     the C ABI with and without the saved-state tensor, PyTorch SDPA; forward + backward) ->
@@ -120,7 +121,8 @@ for l in open(sys.argv[1]):
             (cd bench/peers && PYTHONPATH=$pyext${PYTHONPATH:+:$PYTHONPATH} \
               OCTET_LIBRARY=$libc timeout "${OCTET_HF_TIMEOUT:-240}" \
               python3 hf_llama.py --seq "${OCTET_HF_SEQ:-4096}" --batch "${OCTET_HF_BATCH:-2}" \
-              --steps "${OCTET_HF_STEPS:-10}" --attention "${arm%%:*}" --linears "${arm##*:}") \
+              --steps "${OCTET_HF_STEPS:-10}" --attention "${arm%%:*}" --linears "${arm##*:}" \
+              ${OCTET_HF_DATA:+--data "$OCTET_HF_DATA"}) \
               >> "$OUT/hf-llama.jsonl" 2>> "$OUT/hf-llama.err"
             echo "hf-llama $arm rc=$? ($SECONDS s)"
           done
