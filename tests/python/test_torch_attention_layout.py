@@ -1,4 +1,4 @@
-"""octet.torch.attention reads q, k, v where they lie (docs/pytorch.md "Layouts"):
+"""octet.torch.attention reads q, k, v where they lie (docs/pytorch.md "`octet.torch.attention`"):
 
 - tensors contiguous as [B, T, H, D] (a projection's output, what Hugging Face's attention
   functions hand over after their transpose) run in layout "bshd", contiguous [B, H, T, D] ones in
@@ -8,6 +8,8 @@
   the backward (a dispatch mode records every aten op);
 - the ops take the layout as an argument: the "bshd" op equals the "bhsd" op on the transposed
   tensors, its lse is [B, H, T], and a direct call with an unknown layout is a ValueError;
+- direct op calls refuse an empty dimension (kv heads 0 included) and a residual that is not
+  contiguous (the library writes its two values through the pointer) with a Python error;
 - the C ABI refuses a layout value it does not know.
 """
 import ctypes
@@ -135,3 +137,20 @@ def test_the_c_abi_refuses_an_unknown_layout():
     p.layout = 2
     with pytest.raises(octet.OctetError, match="layout"):
         _lib.check(_lib.lib().octet_attention_forward(backend_for(q.device), ctypes.byref(p)))
+
+
+def test_direct_calls_refuse_empty_sizes_and_a_strided_residual():
+    q, k, v, d_o = inputs(1, 8, 8, 2, 1, 16, torch.float32)
+    base = (False, 0.0, "stale", "fp8", "hybrid", "bshd")
+    with pytest.raises(ValueError, match="size"):
+        FWD(q, k[:, :, :0], v[:, :, :0], NO_RESIDUAL, *base)  # kv heads 0
+    with pytest.raises(ValueError, match="size"):
+        FWD(q[:, :0], k, v, NO_RESIDUAL, *base)
+    strided = torch.zeros(4, dtype=torch.float64)[::2]
+    with pytest.raises(TypeError, match="contiguous"):
+        FWD(q, k, v, strided, *base)
+    o, lse, saved = FWD(q, k, v, NO_RESIDUAL, *base)
+    expanded = torch.zeros(1, dtype=torch.float64).expand(2)
+    for bad in (strided, expanded):
+        with pytest.raises(TypeError, match="contiguous"):
+            BWD(o, lse, saved, d_o, bad, 1, 8, *base)

@@ -102,13 +102,16 @@ def _check_op_forward(q, k, v, residual, layout):
                 f"got {t.dtype}, {t.device}")
     require(q.dtype in _DTYPE_OK, TypeError, f"{_OP}forward: dtype {q.dtype} is not one of "
             f"{', '.join(map(str, _DTYPE_OK))}")
+    require(all(n >= 1 for n in (*q.shape, *k.shape)), ValueError,
+            f"{_OP}forward: every size must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}")
     require(k.shape == v.shape and k.shape[0] == q.shape[0] and k.shape[3] == q.shape[3]
             and q.shape[ha] % k.shape[ha] == 0, ValueError,
             f"{_OP}forward: k, v {tuple(k.shape)} do not fit q {tuple(q.shape)} (equal batch and "
             f"head_dim, kv heads dividing the query heads, k and v one shape)")
-    require(residual.dtype == torch.float64 and residual.numel() in (0, 2), TypeError,
-            f"{_OP}forward: residual must be float64 with 0 or 2 elements, got {residual.dtype} "
-            f"{tuple(residual.shape)}")
+    require(residual.dtype == torch.float64 and residual.numel() in (0, 2)
+            and residual.is_contiguous(), TypeError,
+            f"{_OP}forward: residual must be a contiguous float64 tensor of 0 or 2 elements, got "
+            f"{residual.dtype} {tuple(residual.shape)}")
 
 
 def _check_op_backward(o, lse, saved, d_o, residual, n_kv_heads, seq_k, config):
@@ -120,6 +123,8 @@ def _check_op_backward(o, lse, saved, d_o, residual, n_kv_heads, seq_k, config):
             f"{_OP}backward: o must be a 4-D ({layout}) tensor of a supported dtype, got "
             f"{o.dtype} {tuple(o.shape)}")
     b, h, tq, d = o.shape[0], o.shape[ha], o.shape[ta], o.shape[3]
+    require(all(n >= 1 for n in o.shape), ValueError,
+            f"{_OP}backward: every size of o must be >= 1, got {tuple(o.shape)}")
     require(d_o.shape == o.shape and d_o.dtype == o.dtype and d_o.device == o.device, TypeError,
             f"{_OP}backward: d_o must have o's shape, dtype and device, got {d_o.dtype} "
             f"{tuple(d_o.shape)}")
@@ -134,8 +139,9 @@ def _check_op_backward(o, lse, saved, d_o, residual, n_kv_heads, seq_k, config):
             ValueError, f"{_OP}backward: saved must be the uint8 [{want}] tensor that "
             f"attention_forward returned for these arguments, got {saved.dtype} "
             f"{tuple(saved.shape)}")
-    require(residual.dtype == torch.float64 and residual.numel() in (0, 2), TypeError,
-            f"{_OP}backward: residual must be float64 with 0 or 2 elements, got "
+    require(residual.dtype == torch.float64 and residual.numel() in (0, 2)
+            and residual.is_contiguous(), TypeError,
+            f"{_OP}backward: residual must be a contiguous float64 tensor of 0 or 2 elements, got "
             f"{residual.dtype} {tuple(residual.shape)}")
 
 
