@@ -151,10 +151,16 @@ _DTYPE_OK = (torch.float32, torch.bfloat16, torch.float64)
 def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, residual: torch.Tensor,
                   causal: bool, softmax_scale: float, delta: str, precision: str, formats: str,
                   layout: str = "bhsd") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    _check_op_forward(q, k, v, residual, layout)
+    return _forward_body(q, k, v, residual, causal, softmax_scale, delta, precision, formats, layout)
+
+
+def _forward_body(q, k, v, residual, causal, softmax_scale, delta, precision, formats, layout):
+    """The forward op without its checks: the eager path of attention() calls it directly (its
+    own checks, _check, have run; it made the residual)."""
     # octet reads and writes contiguous tensors of the layout: under torch.compile an op's inputs
     # may come with whatever strides Inductor chose, so the op makes them contiguous itself (a
     # no-op when they are) and allocates contiguous outputs (the fake impls say so too).
-    _check_op_forward(q, k, v, residual, layout)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     config = (causal, softmax_scale, delta, precision, formats, layout)
     dims = _dims(q, k, layout)
@@ -192,6 +198,14 @@ def _backward_impl(o: torch.Tensor, lse: torch.Tensor, saved: torch.Tensor, d_o:
                    layout: str = "bhsd") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     config = (causal, softmax_scale, delta, precision, formats, layout)
     _check_op_backward(o, lse, saved, d_o, residual, n_kv_heads, seq_k, config)
+    return _backward_body(o, lse, saved, d_o, residual, n_kv_heads, seq_k, *config)
+
+
+def _backward_body(o, lse, saved, d_o, residual, n_kv_heads, seq_k, causal, softmax_scale, delta,
+                   precision, formats, layout):
+    """The backward op without its checks: the eager path calls it with what its own forward
+    returned."""
+    config = (causal, softmax_scale, delta, precision, formats, layout)
     ha, ta = _axes(layout)
     b, h, tq, d = o.shape[0], o.shape[ha], o.shape[ta], o.shape[3]
     kv_shape = _shape(layout, b, n_kv_heads, seq_k, d)
@@ -253,13 +267,13 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, residual, *config):  # ctx first: no per-call signature binding
-        out = _forward_impl(q, k, v, residual, *config)
+        out = _forward_body(q, k, v, residual, *config)
         _setup_context(ctx, (q, k, v, residual, *config), out)
         return out
 
     @staticmethod
     def backward(ctx, d_o, _d_lse, _d_saved):
-        return no_double_backward("octet.torch.attention", _grads(_backward_impl, ctx, d_o))
+        return no_double_backward("octet.torch.attention", _grads(_backward_body, ctx, d_o))
 
 
 def _attention_op(q):
