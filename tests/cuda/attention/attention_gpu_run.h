@@ -1,6 +1,7 @@
 // attention_gpu_run.h — the device tensors of one attention call (AttnIo) and one forward +
-// backward of an octet::Backend attention on host inputs with the results copied back (run_gpu):
-// the helpers of the GPU attention tests (attention_test.cpp, attention_rows_test.cpp).
+// backward of an octet::Backend attention on host inputs with the results copied back (run_gpu),
+// and one CUDA attention configuration of the tests that loop over every form (GpuForm): the
+// helpers of the GPU attention tests.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,24 @@
 #include "octet/tensor.h"
 
 namespace octet {
+
+// One CUDA form of attention (precision, form, delta, Q/K/V scaling, head_dim, dQ projection) and
+// its name in failure messages.
+struct GpuForm {
+  const char* name;
+  AttnPrecision precision;
+  AttnForm form;
+  DeltaMode delta;
+  QkvScaling scaling;
+  int64_t head_dim;
+  bool dq_projection = false;
+  AttentionConfig config() const {
+    AttentionConfig c;
+    c.precision = precision, c.form = form, c.delta = delta, c.qkv_scaling = scaling;
+    c.dq_projection = dq_projection;
+    return c;
+  }
+};
 
 struct GpuRun {
   std::vector<float> o, lse, dq, dk, dv;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "attention/layout_check.h"
+#include "cuda/attention/attention_gpu_run.h"
 #include "cuda/cuda_test_util.h"
 #include "octet/attention.h"
 #include "octet/backend.h"
@@ -20,21 +21,10 @@
 namespace octet {
 namespace {
 
-struct Form {
-  const char* name;
-  AttnPrecision precision;
-  AttnForm form;
-  DeltaMode delta;
-  QkvScaling scaling;
-  int64_t head_dim;
-  bool dq_projection = false;
-  int64_t seq_k = 250;
-};
-
 TEST(CudaAttentionLayout, TokensMajorEqualsHeadsMajorInEveryForm) {
   OCTET_REQUIRE_GPU();
   auto gpu = make_cuda_backend();
-  const Form forms[] = {
+  const GpuForm forms[] = {
       {"flash fp8 matched d128", AttnPrecision::FP8, AttnForm::Flash, DeltaMode::Matched, QkvScaling::Tensor,
        128},
       {"flash fp8 stale d128", AttnPrecision::FP8, AttnForm::Flash, DeltaMode::Stale, QkvScaling::Tensor,
@@ -42,7 +32,7 @@ TEST(CudaAttentionLayout, TokensMajorEqualsHeadsMajorInEveryForm) {
       {"flash fp8 matched d64 head-block", AttnPrecision::FP8, AttnForm::Flash, DeltaMode::Matched,
        QkvScaling::HeadBlock, 64},
       {"flash fp8 matched d64 dq-projection", AttnPrecision::FP8, AttnForm::Flash, DeltaMode::Matched,
-       QkvScaling::Tensor, 64, true, 120},
+       QkvScaling::Tensor, 64, true},
       {"unfused fp8 stale d32", AttnPrecision::FP8, AttnForm::Whole, DeltaMode::Stale, QkvScaling::Tensor,
        32},
       {"unfused bf16 matched d64", AttnPrecision::BF16, AttnForm::Whole, DeltaMode::Matched,
@@ -50,18 +40,15 @@ TEST(CudaAttentionLayout, TokensMajorEqualsHeadsMajorInEveryForm) {
       {"cudnn bf16 stale d128", AttnPrecision::BF16, AttnForm::Flash, DeltaMode::Stale, QkvScaling::Tensor,
        128},
   };
-  for (const Form& f : forms)
+  for (const GpuForm& f : forms)
     for (bool causal : {false, true})
       for (DType act : {DType::BF16, DType::F32}) {
         AttentionShape s;
-        s.batch = 2, s.n_heads = 4, s.n_kv_heads = 2, s.seq_q = 150, s.seq_k = f.seq_k,
-        s.head_dim = f.head_dim;
+        s.batch = 2, s.n_heads = 4, s.n_kv_heads = 2, s.seq_q = 150, s.head_dim = f.head_dim;
+        s.seq_k = f.dq_projection ? 120 : 250;  // one key block with the projection's row sums
         s.causal = causal;
-        AttentionConfig c;
-        c.precision = f.precision, c.form = f.form, c.delta = f.delta, c.qkv_scaling = f.scaling;
-        c.dq_projection = f.dq_projection;
         test::expect_layouts_agree(
-            *gpu, s, c, act,
+            *gpu, s, f.config(), act,
             std::string(f.name) + (causal ? " causal" : "") + (act == DType::BF16 ? " bf16" : " f32"));
       }
 }

@@ -2,9 +2,9 @@
 // Attention::saved_bytes, forward_to, saved_from; what the PyTorch ops keep as a tensor): a forward
 // into caller memory (filled with NaN codes first, so a region the forward leaves unwritten shows)
 // whose state another attention object of the same shape and config reads back gives bitwise the
-// O, LSE, dQ, dK, dV (and to FP64 rounding the row residual) of the ordinary forward and backward; for each CUDA form (the
-// flash FP8 kernels at head_dim 64 and 128 with per-tensor and per-(head, block) scales, the unfused
-// FP8 and BF16 attentions, cuDNN's BF16 SDPA). Memory that is too small or misaligned is an
+// O, LSE, dQ, dK, dV (and to FP64 rounding the row residual) of the ordinary forward and backward; for each
+// CUDA form (the flash FP8 kernels at head_dim 64 and 128 with per-tensor and per-(head, block) scales, the
+// unfused FP8 and BF16 attentions, cuDNN's BF16 SDPA). Memory that is too small or misaligned is an
 // octet::Error naming it.
 #include <gtest/gtest.h>
 
@@ -22,25 +22,10 @@
 namespace octet {
 namespace {
 
-struct Form {
-  const char* name;
-  AttnPrecision precision;
-  AttnForm form;
-  DeltaMode delta;
-  QkvScaling scaling;
-  int64_t head_dim;
-};
-
-AttentionConfig config_of(const Form& f) {
-  AttentionConfig c;
-  c.precision = f.precision, c.form = f.form, c.delta = f.delta, c.qkv_scaling = f.scaling;
-  return c;
-}
-
 TEST(CudaAttentionSavedMemory, ForwardToThenSavedFromEqualsOwnState) {
   OCTET_REQUIRE_GPU();
   auto gpu = make_cuda_backend();
-  const Form forms[] = {
+  const GpuForm forms[] = {
       {"flash fp8 matched d128", AttnPrecision::FP8, AttnForm::Flash, DeltaMode::Matched, QkvScaling::Tensor,
        128},
       {"flash fp8 stale d64", AttnPrecision::FP8, AttnForm::Flash, DeltaMode::Stale, QkvScaling::Tensor, 64},
@@ -53,11 +38,11 @@ TEST(CudaAttentionSavedMemory, ForwardToThenSavedFromEqualsOwnState) {
       {"cudnn bf16 stale d128", AttnPrecision::BF16, AttnForm::Flash, DeltaMode::Stale, QkvScaling::Tensor,
        128},
   };
-  for (const Form& f : forms) {
+  for (const GpuForm& f : forms) {
     AttentionShape s;
     s.batch = 2, s.n_heads = 4, s.n_kv_heads = 2, s.seq_q = 200, s.seq_k = 200, s.head_dim = f.head_dim;
     s.causal = true;
-    const AttentionConfig cfg = config_of(f);
+    const AttentionConfig cfg = f.config();
     const auto in = make_attention_inputs(s, AttnInputDist::Normal, 11);
     auto own = gpu->make_attention(s, cfg), placer = gpu->make_attention(s, cfg),
          reader = gpu->make_attention(s, cfg);
