@@ -5,7 +5,9 @@
   "bhsd", anything else is copied into [B, T, H, D]; all three give the same bits, forward and
   backward, in every precision;
 - the two contiguous cases copy nothing: no aten copy, clone or _to_copy runs in the forward or
-  the backward (a dispatch mode records every aten op);
+  the backward (a dispatch mode records every aten op); nor does the backward get zero-filled
+  gradients of lse and saved (the non-differentiable outputs; the eager path too, seen by the
+  profiler);
 - the ops take the layout as an argument: the "bshd" op equals the "bhsd" op on the transposed
   tensors, its lse is [B, H, T], and a direct call with an unknown layout is a ValueError;
 - direct op calls refuse an empty dimension (kv heads 0 included) and a residual that is not
@@ -103,8 +105,9 @@ def test_a_contiguous_layout_is_not_copied(storage):
         o = ot.attention(*leaves, causal=True)
         o.backward(d_o)
     assert any("octet.attention_forward" in op for op in log.ops), log.ops  # the mode saw the op
-    copies = [op for op in log.ops if op.split(".")[-1] in ("copy_", "clone", "_to_copy")]
-    assert not copies, f"{storage}: octet copied its inputs or outputs: {copies}"
+    copies = [op for op in log.ops
+              if op.split(".")[-1] in ("copy_", "clone", "_to_copy", "zeros_like", "fill_", "zero_")]
+    assert not copies, f"{storage}: octet copied or filled a tensor: {copies}"
     assert all(t.grad is not None and t.grad.abs().sum() > 0 for t in leaves)
 
 
@@ -154,3 +157,19 @@ def test_direct_calls_refuse_empty_sizes_and_a_strided_residual():
     for bad in (strided, expanded):
         with pytest.raises(TypeError, match="contiguous"):
             BWD(o, lse, saved, d_o, bad, 1, 8, *base)
+
+
+def test_the_eager_backward_gets_no_zero_filled_gradients():
+    q, k, v, d_o = inputs(1, 16, 16, 2, 2, 16, torch.float32, seed=4)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                record_shapes=True) as prof:
+        ot.attention(*leaves, causal=True).backward(d_o)
+    events = [(e.name, e.input_shapes) for e in prof.events()]
+    assert any(name == "aten::empty" for name, _ in events), "the profiler recorded nothing"
+    # the only fill is of the empty residual (a NULL pointer for the library)
+    filled = [(name, shapes) for name, shapes in events
+              if name in ("aten::zeros_like", "aten::fill_", "aten::zero_")
+              and shapes and shapes[0] and shapes[0] != [0]]
+    assert not filled, f"the backward filled tensors: {filled}"
+    assert all(t.grad.abs().sum() > 0 for t in leaves)

@@ -238,6 +238,9 @@ def _setup_context(ctx, inputs, output):
     # codes, scales, softmax statistics); not q, k, v.
     ctx.save_for_backward(o, lse, saved)
     ctx.mark_non_differentiable(lse, saved)
+    # lse and saved get no gradient: without this autograd would hand the backward a zero-filled
+    # tensor of each (saved is ~5 bytes per element of q, k, v: a large fill and allocation per call)
+    ctx.set_materialize_grads(False)
     ha, ta = _axes(config[-1] if len(config) == 6 else "bhsd")
     ctx.kv = (k.shape[ha], k.shape[ta])
     # Not a saved tensor: each backward writes it, and a graph may be run backward more than once
@@ -247,6 +250,8 @@ def _setup_context(ctx, inputs, output):
 
 
 def _grads(backward, ctx, d_o):
+    if d_o is None:  # o took no part in what is differentiated
+        return (None,) * (4 + len(ctx.config))
     o, lse, saved = ctx.saved_tensors
     dq, dk, dv = backward(o, lse, saved, d_o.to(o.dtype).contiguous(), ctx.residual, *ctx.kv,
                           *ctx.config)
