@@ -185,7 +185,8 @@ class Attention {
  public:
   virtual ~Attention() = default;
   /// q act [B,H,Tq,D], k, v act [B,G,Tk,D] (the shape given to make_attention); o act [B,H,Tq,D]
-  /// and lse stat [B,H,Tq] written.
+  /// and lse stat [B,H,Tq] written. With the shape's layout TokensMajor (attention.h AttnLayout)
+  /// q, o are [B,Tq,H,D] and k, v [B,Tk,G,D] (and so are d_o, dq, dk, dv below); lse is the same.
   virtual SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                                  const Tensor& lse) = 0;
   /// d_o act [B,H,Tq,D]; dq, dk, dv act overwritten. `residual` (F64 [2], may be empty: not
