@@ -241,7 +241,7 @@ def _setup_context(ctx, inputs, output):
     # lse and saved get no gradient: without this autograd would hand the backward a zero-filled
     # tensor of each (saved is ~5 bytes per element of q, k, v: a large fill and allocation per call)
     ctx.set_materialize_grads(False)
-    ha, ta = _axes(config[-1] if len(config) == 6 else "bhsd")
+    ha, ta = _axes(config[-1])  # every argument is here, defaults too
     ctx.kv = (k.shape[ha], k.shape[ta])
     # Not a saved tensor: each backward writes it, and a graph may be run backward more than once
     # (retain_graph), which autograd's version check on saved tensors would refuse.

@@ -18,4 +18,12 @@ OCTET_HD int64_t act_row_offset(bool tokens_major, int64_t bh, int64_t t, int64_
   return tokens_major ? ((bh / heads * T + t) * heads + bh % heads) * D : (bh * T + t) * D;
 }
 
+/// The inverse over rows: the (b·heads + h)·T + t of the row that lies r-th in memory (r =
+/// offset / D), the index of that row's entry in a [B, heads, T] statistic (LSE, 1/l_i).
+OCTET_HD int64_t act_stat_row(bool tokens_major, int64_t r, int64_t heads, int64_t T) {
+  if (!tokens_major) return r;
+  const int64_t bt = r / heads;  // b·T + t
+  return (bt / T * heads + r % heads) * T + bt % T;
+}
+
 }  // namespace octet::cuda
