@@ -51,7 +51,7 @@ AttentionBase::AttentionBase(const AttentionShape& shape, const AttentionConfig&
   fill_launch(Tensor(p_inv(), DType::F32, {1}), 1.0 / double(cfg.p_scale), s_);
   head_block_ = fp8_ && cfg.qkv_scaling == QkvScaling::HeadBlock;
   // One amax (and scale) per tensor, or per (b, head, 128-token block) of Q, K, V.
-  amax_.reserve(size_t(head_block_ ? std::max(q_scales(), k_scales()) : 1), s_);
+  amax_.reserve(size_t(head_block_ ? q_scales() + 2 * k_scales() : 3), s_);  // Q, K, V together
 }
 
 int64_t AttentionBase::q_scales() const { return d_.B * d_.H * ceil_div(d_.Tq, kQkvScaleBlock); }
@@ -124,12 +124,15 @@ SavedAttention AttentionBase::run_forward(const Tensor& q, const Tensor& k, cons
                           : fp8_     ? PackKind::Bf16OfCode
                                      : PackKind::Bf16OfValue;
   const int64_t blk = head_block_ ? kQkvScaleBlock : 0;
-  pack(q, d.H, d.Tq, d.Tq_p, d.rep, Format::E4M3, st->sq(), rowk, st->q_rows.tensor().data, transk,
-       st->q_t.tensor().data, nullptr, blk);
-  pack(k, d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sk(), rowk, st->k_rows.tensor().data, transk,
-       st->k_t.tensor().data, nullptr, blk);
-  pack(v, d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sv(), rowk, st->v_rows.tensor().data, rowk,
-       v_t_.reserve(size_t(nk() * eb_), s_), nullptr, blk);
+  // Q, K and V in one amax launch and one pack launch (glue.h pack_quantized_many_launch)
+  const PackArgs qkv[3] = {
+      pack_args(q, d.H, d.Tq, d.Tq_p, d.rep, Format::E4M3, st->sq(), rowk, st->q_rows.tensor().data, transk,
+                st->q_t.tensor().data, nullptr, blk),
+      pack_args(k, d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sk(), rowk, st->k_rows.tensor().data, transk,
+                st->k_t.tensor().data, nullptr, blk),
+      pack_args(v, d.G, d.Tk, d.Tk_p, 1, Format::E4M3, st->sv(), rowk, st->v_rows.tensor().data, rowk,
+                v_t_.reserve(size_t(nk() * eb_), s_), nullptr, blk)};
+  pack_quantized_many_launch(qkv, 3, amax_.get(), s_);
   forward_impl(*st, o, lse);
   return SavedAttention{q, k, v, o, lse, std::move(st)};
 }
@@ -159,6 +162,15 @@ void AttentionBase::backward(const SavedAttention& saved, const Tensor& d_o, con
 void AttentionBase::pack(const Tensor& x, int64_t heads, int64_t T, int64_t T_p, int64_t rep, Format f,
                          float* scale_inv, PackKind row_kind, void* row, PackKind trans_kind, void* trans,
                          const float* row_factor, int64_t scale_block) {
+  pack_quantized_launch(pack_args(x, heads, T, T_p, rep, f, scale_inv, row_kind, row, trans_kind, trans,
+                                  row_factor, scale_block),
+                        amax_.get(), s_);
+}
+
+PackArgs AttentionBase::pack_args(const Tensor& x, int64_t heads, int64_t T, int64_t T_p, int64_t rep,
+                                  Format f, float* scale_inv, PackKind row_kind, void* row,
+                                  PackKind trans_kind, void* trans, const float* row_factor,
+                                  int64_t scale_block) const {
   PackArgs a;
   a.x = x.data;
   a.x_dtype = x.dtype;
@@ -178,7 +190,7 @@ void AttentionBase::pack(const Tensor& x, int64_t heads, int64_t T, int64_t T_p,
   a.row = row;
   a.trans_kind = trans_kind;
   a.trans = trans;
-  pack_quantized_launch(a, amax_.get(), s_);
+  return a;
 }
 
 }  // namespace octet::cuda

@@ -78,6 +78,10 @@ class AttentionBase : public Attention {
   void pack(const Tensor& x, int64_t heads, int64_t T, int64_t T_p, int64_t rep, Format f, float* scale_inv,
             PackKind row_kind, void* row, PackKind trans_kind, void* trans, const float* row_factor = nullptr,
             int64_t scale_block = 0);
+  /// The PackArgs of that call, for pack_quantized_many_launch (amax_bits left null).
+  PackArgs pack_args(const Tensor& x, int64_t heads, int64_t T, int64_t T_p, int64_t rep, Format f,
+                     float* scale_inv, PackKind row_kind, void* row, PackKind trans_kind, void* trans,
+                     const float* row_factor, int64_t scale_block) const;
 
   float* sdo() { return scales_.get() + 0 * kScaleStride; }    ///< dÔ's 1/scale
   float* p_inv() { return scales_.get() + 1 * kScaleStride; }  ///< 1/p_scale

@@ -89,6 +89,22 @@ void quantize_launch(const QuantizeArgs& args, cudaStream_t stream);
 void tensor_amax_launch(const void* x, bool x_bf16, int64_t n, const int* skip_if, unsigned* amax_bits,
                         cudaStream_t stream);
 
+/// Up to kMax tensors whose amaxes one launch takes (tensor_amax_many_launch): tensor i is x[i]
+/// [n[i]] and its amax goes to *bits[i].
+struct AmaxSet {
+  static constexpr int kMax = 3;
+  int count = 0;
+  const void* x[kMax] = {};
+  int64_t n[kMax] = {};
+  unsigned* bits[kMax] = {};
+};
+
+/// tensor_amax_launch of every tensor of `set` (all F32, or all BF16 if x_bf16) in one launch
+/// (the Q, K, V of an attention forward: one launch instead of three, the SMs shared among them).
+/// Each *bits[i] = max(itself, amax of x[i]); the same bits as one call per tensor. Throws
+/// octet::Error for a count outside 1..kMax, an empty tensor or a null pointer.
+void tensor_amax_many_launch(const AmaxSet& set, bool x_bf16, const int* skip_if, cudaStream_t stream);
+
 /// FP8 weight all-gather (octet::Linear::encode_weight_piece, docs/distributed.md §"FP8 all-gather"):
 /// codes[i] = the tile cast's code of x[i] (F32 [n], n >= 1) under the tensor scale
 /// s = scale_from_amax(amax) of the whole tensor's amax (*amax_bits, |x| float bits): the code the

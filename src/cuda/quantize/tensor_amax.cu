@@ -5,7 +5,9 @@
 // atomicMax per block (docs/cuda.md §"Memory-bound kernels").
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "cuda/runtime/check.h"
 #include "cuda/quantize/quantize.h"
@@ -14,30 +16,44 @@ namespace octet::cuda {
 namespace {
 
 // The tensor amax (tensor-current, tensor-delayed's first quantization) in one streaming pass:
-// 16-byte loads over a grid-stride loop, reduced per block, one atomicMax per block.
+// 16-byte loads over a grid-stride loop (four in flight per thread), reduced per block, one
+// atomicMax per block. blockIdx.y picks the tensor of the set (one launch for several tensors).
 constexpr int kAmaxThreads = 256;
+
+// |x| bits of the elements in one 16-byte word (4 F32 or 8 BF16), folded into m.
+template <class T>
+__device__ __forceinline__ unsigned fold16(unsigned m, uint4 u) {
+  const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    m = sizeof(T) == 4 ? max(m, w[j] & 0x7FFFFFFFu)
+                       : max(m, max((w[j] << 16) & 0x7FFFFFFFu, w[j] & 0x7FFF0000u));
+  return m;
+}
 
 template <class T>
 __global__ void __launch_bounds__(kAmaxThreads)
-    tensor_amax_kernel(const T* x, int64_t n, bool vec, const int* skip_if, unsigned* amax_bits) {
+    tensor_amax_kernel(const __grid_constant__ AmaxSet set, const int* skip_if) {
   if (skip_if && *skip_if > 0) return;  // uniform over the grid
+  const T* x = static_cast<const T*>(set.x[blockIdx.y]);
+  const int64_t n = set.n[blockIdx.y];
+  unsigned* const amax_bits = set.bits[blockIdx.y];
   constexpr int kVec = 16 / sizeof(T);
-  const int64_t nv = vec ? n / kVec : 0;
+  const int64_t nv = reinterpret_cast<uintptr_t>(x) % 16 == 0 ? n / kVec : 0;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
   unsigned m = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < nv; i += stride) {
-    const uint4 u = reinterpret_cast<const uint4*>(x)[i];
-    const unsigned w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      m = sizeof(T) == 4 ? max(m, w[j] & 0x7FFFFFFFu)
-                         : max(m, max((w[j] << 16) & 0x7FFFFFFFu, w[j] & 0x7FFF0000u));
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  for (; i + 3 * stride < nv; i += 4 * stride) {  // four independent loads before any use
+    const uint4 u0 = xv[i], u1 = xv[i + stride], u2 = xv[i + 2 * stride], u3 = xv[i + 3 * stride];
+    m = fold16<T>(fold16<T>(fold16<T>(fold16<T>(m, u0), u1), u2), u3);
   }
-  for (int64_t i = nv * kVec + blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += stride) {
+  for (; i < nv; i += stride) m = fold16<T>(m, xv[i]);
+  for (int64_t j = nv * kVec + blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n; j += stride) {
     if constexpr (sizeof(T) == 4)
-      m = max(m, __float_as_uint(x[i]) & 0x7FFFFFFFu);
+      m = max(m, __float_as_uint(x[j]) & 0x7FFFFFFFu);
     else
-      m = max(m, (unsigned(x[i]) << 16) & 0x7FFFFFFFu);
+      m = max(m, (unsigned(x[j]) << 16) & 0x7FFFFFFFu);
   }
   __shared__ unsigned warp_max[kAmaxThreads / 32];
   m = __reduce_max_sync(0xFFFFFFFFu, m);
@@ -64,22 +80,36 @@ unsigned streaming_blocks(int64_t n, int threads) {
   return unsigned(need < 1 ? 1 : (need < full ? need : full));
 }
 
-// counters->amax_bits = max(itself, amax of the source); 16-byte loads when the source is aligned
-// for them (a view into the middle of a buffer may not be: then element by element).
 }  // namespace
 
 void tensor_amax_launch(const void* x, bool x_bf16, int64_t n, const int* skip_if, unsigned* amax_bits,
                         cudaStream_t stream) {
-  OCTET_CHECK(n >= 1, "tensor_amax: empty tensor");
-  const bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const int64_t items = vec ? n / (x_bf16 ? 8 : 4) : n;
-  const unsigned blocks = streaming_blocks(items, kAmaxThreads);
+  AmaxSet set;
+  set.count = 1;
+  set.x[0] = x;
+  set.n[0] = n;
+  set.bits[0] = amax_bits;
+  tensor_amax_many_launch(set, x_bf16, skip_if, stream);
+}
+
+void tensor_amax_many_launch(const AmaxSet& set, bool x_bf16, const int* skip_if, cudaStream_t stream) {
+  OCTET_CHECK(set.count >= 1 && set.count <= AmaxSet::kMax, "tensor_amax: a set of 1 to " +
+                                                                std::to_string(AmaxSet::kMax) +
+                                                                " tensors, got " + std::to_string(set.count));
+  int64_t items = 1;  // the largest tensor's 16-byte words (or elements)
+  for (int i = 0; i < set.count; ++i) {
+    OCTET_CHECK(set.n[i] >= 1, "tensor_amax: empty tensor");
+    OCTET_CHECK(set.x[i] && set.bits[i], "tensor_amax: a null pointer");
+    const bool vec = reinterpret_cast<uintptr_t>(set.x[i]) % 16 == 0;
+    items = std::max(items, vec ? set.n[i] / (x_bf16 ? 8 : 4) : set.n[i]);
+  }
+  // The SMs' worth of blocks shared among the tensors; four words per thread per iteration.
+  const unsigned full = streaming_blocks(ceil_div(items, 4), kAmaxThreads);
+  const dim3 grid(std::max(1u, full / unsigned(set.count)), unsigned(set.count));
   if (x_bf16)
-    tensor_amax_kernel<uint16_t>
-        <<<blocks, kAmaxThreads, 0, stream>>>(static_cast<const uint16_t*>(x), n, vec, skip_if, amax_bits);
+    tensor_amax_kernel<uint16_t><<<grid, kAmaxThreads, 0, stream>>>(set, skip_if);
   else
-    tensor_amax_kernel<float>
-        <<<blocks, kAmaxThreads, 0, stream>>>(static_cast<const float*>(x), n, vec, skip_if, amax_bits);
+    tensor_amax_kernel<float><<<grid, kAmaxThreads, 0, stream>>>(set, skip_if);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 

@@ -10,10 +10,12 @@
 //           writes their row-copy elements at once (8- or 16-byte stores) and stages the values
 //           in shared memory; then each thread reads 16 (FP8) or 8 (BF16) consecutive t of one d
 //           and writes them as one 16-byte store into the transposed copy. The staging order is
-//           rotated by half a chunk in half of the lanes so that neither phase has bank conflicts;
+//           rotated by half a chunk in half of the lanes so that neither phase has bank conflicts.
+//           A launch takes up to three tensors (grid z; the forward's Q, K, V), as does the amax;
 //   unpad   grid-stride over 8-element chunks, 16-byte loads and stores, BF16 rounded once.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -72,33 +74,47 @@ __global__ void __launch_bounds__(kThreads)
        c += int64_t(gridDim.x) * blockDim.x) {
     float v[8];
     load8(x + 8 * c, vec, v);
-    const int64_t r = 8 * c / D, bt = r / heads;
-    const float f = rf[tokens_major ? (bt / T_ * heads + r % heads) * T_ + bt % T_ : r];
+    const float f = rf[act_stat_row(tokens_major, 8 * c / D, heads, T_)];
 #pragma unroll
     for (int j = 0; j < 8; ++j) m = max(m, __float_as_uint(v[j] * f) & 0x7FFFFFFFu);
   }
   block_amax_out(m, scratch, bits);
 }
 
-// amax of each block of `block` tokens (all D) of each head of x (act_layout.h): CTA k·nb-major,
-// bits[blockIdx.x] written by thread 0 (8-element chunks never straddle a token: D % 8 == 0).
+// Up to three tensors' per-(head, block) amaxes in one launch (blockIdx.y: the tensor).
+struct BlockAmaxSet {
+  int count = 0;
+  const void* x[3] = {};
+  int64_t bh[3] = {}, T[3] = {}, heads[3] = {};
+  unsigned* bits[3] = {};
+  int64_t D = 0, block = 0;
+  bool tokens_major = false;
+};
+
+// amax of each block of `block` tokens (all D) of each head of tensor blockIdx.y (act_layout.h):
+// CTA k·nb-major, bits[blockIdx.x] written by thread 0 (8-element chunks never straddle a token:
+// D % 8 == 0). CTAs past the tensor's bh·nb blocks do nothing.
 template <class T>
-__global__ void __launch_bounds__(kThreads)
-    block_amax_kernel(const T* x, int64_t T_, int64_t D, int64_t block, int64_t nb, bool vec, unsigned* bits,
-                      bool tokens_major, int64_t heads) {
+__global__ void __launch_bounds__(kThreads) block_amax_kernel(const __grid_constant__ BlockAmaxSet set) {
   __shared__ unsigned scratch[32];
+  const int z = blockIdx.y;
+  const int64_t T_ = set.T[z], D = set.D, block = set.block, nb = ceil_div(T_, block);
+  if (blockIdx.x >= set.bh[z] * nb) return;  // uniform over the block
+  const T* x = static_cast<const T*>(set.x[z]);
+  const bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const int64_t bh = blockIdx.x / nb, t0 = (blockIdx.x % nb) * block;
   const int64_t t1 = t0 + block < T_ ? t0 + block : T_;
   const int64_t chunks = (t1 - t0) * D / 8, cpr = D / 8;
   unsigned m = 0;
   for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
     float v[8];
-    load8(x + act_row_offset(tokens_major, bh, t0 + c / cpr, heads, T_, D) + 8 * (c % cpr), vec, v);
+    load8(x + act_row_offset(set.tokens_major, bh, t0 + c / cpr, set.heads[z], T_, D) + 8 * (c % cpr), vec,
+          v);
 #pragma unroll
     for (int j = 0; j < 8; ++j) m = max(m, __float_as_uint(v[j]) & 0x7FFFFFFFu);
   }
   m = block_max(m, scratch, 0u);
-  if (threadIdx.x == 0) bits[blockIdx.x] = m;
+  if (threadIdx.x == 0) set.bits[z][blockIdx.x] = m;
 }
 
 // One packed element: the code or BF16 bits of value v under `kind` (pad elements: 0, also when
@@ -154,11 +170,21 @@ __device__ __forceinline__ void store_trans_chunk(void* trans, int64_t at, const
   *reinterpret_cast<uint4*>(static_cast<uint8_t*>(trans) + at * kBytes) = out;
 }
 
-// Grid: x = B·heads · ceil(D / 64) (head-major), y = ceil(T_p / 64); 256 threads.
+// The tensors one pack launch takes (blockIdx.z: the tensor).
+struct PackSet {
+  int count = 0;
+  PackArgs a[kMaxPackSet];
+};
+
+// Grid: x = B·heads · ceil(D / 64) (head-major), y = ceil(T_p / 64) (the largest tensor's: CTAs
+// past tensor blockIdx.z's tiles do nothing), z = the tensor; 256 threads.
 template <class T>
-__global__ void __launch_bounds__(kThreads) pack_kernel(const PackArgs a, bool vec) {
+__global__ void __launch_bounds__(kThreads) pack_kernel(const __grid_constant__ PackSet set) {
   __shared__ float tile[kTileT * kLd];  // [t][d]: the values v of this tile (0 outside x)
+  const PackArgs& a = set.a[blockIdx.z];
   const int64_t ntd = (a.D + kTileD - 1) / kTileD;
+  if (blockIdx.x >= a.B * a.heads * ntd || int64_t(blockIdx.y) * kTileT >= a.T_p) return;  // uniform
+  const bool vec = reinterpret_cast<uintptr_t>(a.x) % 16 == 0;
   const int64_t bh = blockIdx.x / ntd;
   const int64_t d0 = (blockIdx.x % ntd) * kTileD, t0 = int64_t(blockIdx.y) * kTileT;
   const int tid = threadIdx.x;
@@ -280,40 +306,41 @@ void pack_amax_launch(const void* x, DType dtype, int64_t n, unsigned* bits, cud
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
-void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, int64_t D, int64_t block,
-                            unsigned* bits, cudaStream_t s, bool tokens_major, int64_t heads) {
+namespace {
+
+// Checks one block-amax tensor and adds it to the set (amaxes at bits).
+void add_block_amax(BlockAmaxSet& set, const void* x, DType dtype, int64_t bh, int64_t T, int64_t heads,
+                    unsigned* bits) {
   OCTET_CHECK(dtype == DType::F32 || dtype == DType::BF16,
               "attention block amax: the input must be f32 or bf16, got " + to_string(dtype));
-  OCTET_CHECK(bh >= 1 && T >= 1 && D >= 8 && D % 8 == 0 && block >= 1,
+  OCTET_CHECK(bh >= 1 && T >= 1 && set.D >= 8 && set.D % 8 == 0 && set.block >= 1,
               "attention block amax: need heads, T >= 1, D a multiple of 8 and block >= 1");
   OCTET_CHECK(x && bits, "attention block amax: a null pointer");
-  OCTET_CHECK(!tokens_major || (heads >= 1 && bh % heads == 0),
+  OCTET_CHECK(!set.tokens_major || (heads >= 1 && bh % heads == 0),
               "attention block amax: tokens-major needs heads >= 1 dividing bh");
-  const int64_t nb = ceil_div(T, block);
-  OCTET_CHECK(bh * nb <= 0x7FFFFFFF, "attention block amax: too many blocks for the grid");
-  const bool vec = aligned16(x);
+  OCTET_CHECK(bh * ceil_div(T, set.block) <= 0x7FFFFFFF,
+              "attention block amax: too many blocks for the grid");
+  const int i = set.count++;
+  set.x[i] = x;
+  set.bh[i] = bh;
+  set.T[i] = T;
+  set.heads[i] = set.tokens_major ? heads : 1;
+  set.bits[i] = bits;
+}
+
+void block_amax_set_launch(const BlockAmaxSet& set, DType dtype, cudaStream_t s) {
+  int64_t blocks = 1;
+  for (int i = 0; i < set.count; ++i) blocks = std::max(blocks, set.bh[i] * ceil_div(set.T[i], set.block));
   dispatch_act(
       [&](auto tag) {
         using T_ = std::remove_pointer_t<decltype(tag)>;
-        block_amax_kernel<T_><<<unsigned(bh * nb), kThreads, 0, s>>>(
-            static_cast<const T_*>(x), T, D, block, nb, vec, bits, tokens_major, tokens_major ? heads : 1);
+        block_amax_kernel<T_><<<dim3(unsigned(blocks), unsigned(set.count)), kThreads, 0, s>>>(set);
       },
       dtype);
   OCTET_CUDA_LAUNCH_CHECK();
 }
 
-void pack_quantized_launch(PackArgs a, unsigned* amax_bits, cudaStream_t s) {
-  if (a.fp8 && a.scale_block)
-    pack_block_amax_launch(a.x, a.x_dtype, a.B * a.heads, a.T, a.D, a.scale_block, amax_bits, s,
-                           a.tokens_major, a.heads);
-  else if (a.fp8)
-    pack_amax_launch(a.x, a.x_dtype, a.B * a.heads * a.T * a.D, amax_bits, s, a.row_factor, a.D,
-                     a.tokens_major, a.heads, a.T);
-  a.amax_bits = amax_bits;
-  pack_launch(a, s);
-}
-
-void pack_launch(const PackArgs& a, cudaStream_t s) {
+void check_pack_args(const PackArgs& a) {
   OCTET_CHECK(a.B >= 1 && a.heads >= 1 && a.T >= 1 && a.D >= 1 && a.rep >= 1 && a.heads % a.rep == 0,
               "attention pack: need B, heads, T, D, rep >= 1 and heads a multiple of rep");
   OCTET_CHECK(a.D % 16 == 0, "attention pack: head_dim must be a multiple of 16, got " + std::to_string(a.D));
@@ -329,17 +356,111 @@ void pack_launch(const PackArgs& a, cudaStream_t s) {
   OCTET_CHECK((a.row_kind == PackKind::None || (a.row && aligned16(a.row))) &&
                   (a.trans_kind == PackKind::None || (a.trans && aligned16(a.trans))),
               "attention pack: the row and transposed outputs must be 16-byte aligned");
-  const int64_t ntd = (a.D + kTileD - 1) / kTileD, ntt = (a.T_p + kTileT - 1) / kTileT;
-  const int64_t gx = a.B * a.heads * ntd;
+  OCTET_CHECK(a.x_dtype == DType::F32 || a.x_dtype == DType::BF16,
+              "attention pack: the input must be f32 or bf16, got " + to_string(a.x_dtype));
+}
+
+// One pack launch over the tensors of `set` (checked; one input dtype).
+void pack_set_launch(const PackSet& set, cudaStream_t s) {
+  int64_t gx = 1, ntt = 1;
+  for (int i = 0; i < set.count; ++i) {
+    const PackArgs& a = set.a[i];
+    check_pack_args(a);
+    OCTET_CHECK(a.x_dtype == set.a[0].x_dtype, "attention pack: one launch takes one input dtype");
+    gx = std::max(gx, a.B * a.heads * ((a.D + kTileD - 1) / kTileD));
+    ntt = std::max(ntt, (a.T_p + kTileT - 1) / kTileT);
+  }
   OCTET_CHECK(gx <= 0x7FFFFFFF && ntt <= 65535, "attention pack: tensor too large for the grid");
-  const bool vec = aligned16(a.x);
   dispatch_act(
       [&](auto tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
-        pack_kernel<T><<<dim3(unsigned(gx), unsigned(ntt)), kThreads, 0, s>>>(a, vec);
+        pack_kernel<T><<<dim3(unsigned(gx), unsigned(ntt), unsigned(set.count)), kThreads, 0, s>>>(set);
       },
-      a.x_dtype);
+      set.a[0].x_dtype);
   OCTET_CUDA_LAUNCH_CHECK();
+}
+
+// Entries of a tensor's amax: 1, or one per (b, head, block).
+int64_t amax_count(const PackArgs& a) {
+  return a.scale_block ? a.B * a.heads * ceil_div(a.T, a.scale_block) : 1;
+}
+
+}  // namespace
+
+void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, int64_t D, int64_t block,
+                            unsigned* bits, cudaStream_t s, bool tokens_major, int64_t heads) {
+  BlockAmaxSet set;
+  set.D = D;
+  set.block = block;
+  set.tokens_major = tokens_major;
+  add_block_amax(set, x, dtype, bh, T, heads, bits);
+  block_amax_set_launch(set, dtype, s);
+}
+
+void pack_quantized_launch(PackArgs a, unsigned* amax_bits, cudaStream_t s) {
+  if (a.fp8 && a.scale_block)
+    pack_block_amax_launch(a.x, a.x_dtype, a.B * a.heads, a.T, a.D, a.scale_block, amax_bits, s,
+                           a.tokens_major, a.heads);
+  else if (a.fp8)
+    pack_amax_launch(a.x, a.x_dtype, a.B * a.heads * a.T * a.D, amax_bits, s, a.row_factor, a.D,
+                     a.tokens_major, a.heads, a.T);
+  a.amax_bits = amax_bits;
+  pack_launch(a, s);
+}
+
+void pack_quantized_many_launch(const PackArgs* args, int n, unsigned* amax_bits, cudaStream_t s) {
+  OCTET_CHECK(
+      args && n >= 1 && n <= kMaxPackSet,
+      "attention pack: a set of 1 to " + std::to_string(kMaxPackSet) + " tensors, got " + std::to_string(n));
+  PackSet set;
+  set.count = n;
+  unsigned* bits[kMaxPackSet] = {};  // each tensor's amax entries
+  int64_t at = 0;
+  bool one_kind = true;  // one input dtype, every tensor FP8 or every one BF16, one scaling
+  for (int i = 0; i < n; ++i) {
+    set.a[i] = args[i];
+    OCTET_CHECK(!args[i].row_factor, "attention pack: a packed set takes no row factor");
+    one_kind = one_kind && args[i].x_dtype == args[0].x_dtype && args[i].fp8 == args[0].fp8 &&
+               args[i].tokens_major == args[0].tokens_major && args[i].D == args[0].D &&
+               args[i].scale_block == args[0].scale_block;
+    bits[i] = amax_bits + at;
+    set.a[i].amax_bits = bits[i];
+    at += args[i].fp8 ? amax_count(args[i]) : 0;
+  }
+  if (!one_kind) {  // one tensor at a time: the same results
+    for (int i = 0; i < n; ++i) pack_quantized_launch(set.a[i], bits[i], s);
+    return;
+  }
+  for (int i = 0; i < n; ++i) check_pack_args(set.a[i]);
+  const PackArgs& a0 = set.a[0];
+  if (a0.fp8 && a0.scale_block) {
+    BlockAmaxSet bs;
+    bs.D = a0.D;
+    bs.block = a0.scale_block;
+    bs.tokens_major = a0.tokens_major;
+    for (int i = 0; i < n; ++i)
+      add_block_amax(bs, set.a[i].x, a0.x_dtype, set.a[i].B * set.a[i].heads, set.a[i].T, set.a[i].heads,
+                     bits[i]);
+    block_amax_set_launch(bs, a0.x_dtype, s);
+  } else if (a0.fp8) {
+    OCTET_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, sizeof(unsigned) * size_t(n), s));
+    AmaxSet as;
+    as.count = n;
+    for (int i = 0; i < n; ++i) {
+      as.x[i] = set.a[i].x;
+      as.n[i] = set.a[i].B * set.a[i].heads * set.a[i].T * set.a[i].D;
+      as.bits[i] = bits[i];
+    }
+    tensor_amax_many_launch(as, a0.x_dtype == DType::BF16, nullptr, s);
+  }
+  pack_set_launch(set, s);
+}
+
+void pack_launch(const PackArgs& a, cudaStream_t s) {
+  PackSet set;
+  set.count = 1;
+  set.a[0] = a;
+  pack_set_launch(set, s);
 }
 
 void unpad_scale_launch(const float* src, void* dst, DType dst_dtype, int64_t bh, int64_t T, int64_t T_p,

@@ -97,6 +97,18 @@ void pack_launch(const PackArgs& a, cudaStream_t s);
 /// (!a.fp8) packs without an amax. Errors as the two launches'.
 void pack_quantized_launch(PackArgs a, unsigned* amax_bits, cudaStream_t s);
 
+/// The most tensors one pack_quantized_many_launch takes (Q, K and V).
+constexpr int kMaxPackSet = 3;
+
+/// pack_quantized_launch of n tensors (1..kMaxPackSet: the Q, K, V of a forward) in one memset,
+/// one amax launch and one pack launch instead of n of each: the same bits as one call per tensor,
+/// the SMs shared among the tensors (at GPT-2-small's shape each tensor alone fills ~1.5 waves).
+/// amax_bits holds the tensors' amax entries one after another (tensor i's after the earlier
+/// tensors' counts: 1 each per tensor, B·heads·⌈T/scale_block⌉ with block scales); args[i].amax_bits
+/// is ignored. Tensors of different input dtypes, layouts, head_dims or scalings are packed one call
+/// each. Throws octet::Error for n outside 1..kMaxPackSet, a row factor, or as pack_launch.
+void pack_quantized_many_launch(const PackArgs* args, int n, unsigned* amax_bits, cudaStream_t s);
+
 /// dst [bh, T, D] (F32 or BF16: dst_dtype; tokens-major [bh / heads, T, heads, D] when
 /// tokens_major, act_layout.h) = src [bh, T_p, D] · alpha · (*scale_a) · (*scale_b) (null scales:
 /// 1), the product in FP32 and rounded once into BF16 (fp8.h bf16_from_float, as convert_launch).
