@@ -1,7 +1,7 @@
 // The address rule of the CUDA attention kernels (src/cuda/attention/act_layout.h), checked on the
-// host: act_row_offset places every (b, h, t) row of [B, heads, T, D] at the offset of
-// [B, heads, T, D] (heads-major) or [B, T, heads, D] (tokens-major), rows never overlapping, and
-// act_stat_row maps the row found at each memory position back to its (b·heads + h)·T + t.
+// host: act_row_offset (and act_row_offset_bh, from b and h) places every (b, h, t) row of [B, heads, T, D]
+// at the offset of [B, heads, T, D] (heads-major) or [B, T, heads, D] (tokens-major), rows never overlapping,
+// and act_stat_row maps the row found at each memory position back to its (b·heads + h)·T + t.
 #include "cuda/attention/act_layout.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +22,7 @@ TEST(ActLayout, RowOffsetsAndTheirInverseInBothLayouts) {
           const int64_t bh = b * H + h, at = act_row_offset(tm, bh, t, H, T, D);
           const int64_t want = tm ? ((b * T + t) * H + h) * D : ((b * H + h) * T + t) * D;
           ASSERT_EQ(at, want) << "tokens_major " << tm << " b " << b << " h " << h << " t " << t;
+          ASSERT_EQ(act_row_offset_bh(tm, b, h, t, H, T, D), want) << "tokens_major " << tm;
           ASSERT_EQ(act_stat_row(tm, at / D, H, T), bh * T + t) << "tokens_major " << tm;
           ++seen[size_t(at / D)];
         }

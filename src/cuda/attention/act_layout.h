@@ -12,10 +12,17 @@ namespace octet::cuda {
 
 /// Element offset of row (bh, t), bh = b·heads + h, of an activation with `heads` heads, T tokens
 /// and D columns: ((b·heads + h)·T + t)·D heads-major [B, heads, T, D], ((b·T + t)·heads + h)·D
-/// tokens-major [B, T, heads, D]. The row's D elements follow it contiguously in both.
+/// tokens-major [B, T, heads, D]. The row's D elements follow it contiguously in both. With b and h
+/// given (a kernel that divides bh by heads once for many rows).
+OCTET_HD int64_t act_row_offset_bh(bool tokens_major, int64_t b, int64_t h, int64_t t, int64_t heads,
+                                   int64_t T, int64_t D) {
+  return tokens_major ? ((b * T + t) * heads + h) * D : ((b * heads + h) * T + t) * D;
+}
+
+/// The same from bh (heads-major needs no division).
 OCTET_HD int64_t act_row_offset(bool tokens_major, int64_t bh, int64_t t, int64_t heads, int64_t T,
                                 int64_t D) {
-  return tokens_major ? ((bh / heads * T + t) * heads + bh % heads) * D : (bh * T + t) * D;
+  return tokens_major ? act_row_offset_bh(true, bh / heads, bh % heads, t, heads, T, D) : (bh * T + t) * D;
 }
 
 /// The inverse over rows: the (b·heads + h)·T + t of the row that lies r-th in memory (r =

@@ -17,11 +17,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <type_traits>
 
 #include "cuda/attention/act_layout.h"
 #include "cuda/attention/glue/glue.h"
+#include "cuda/attention/glue/pack_tile.cuh"
 #include "cuda/runtime/check.h"
 #include "cuda/quantize/fp8_device.cuh"
 #include "cuda/quantize/quantize.h"
@@ -33,20 +35,9 @@
 namespace octet::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kTileT = 64, kTileD = 64;
+constexpr int kThreads = kPackThreads;
+constexpr int kTileT = kPackTileT, kTileD = kPackTileD;
 constexpr int kLd = kTileD + 1;  // staging row stride (floats): consecutive t rows 1 bank apart
-
-// Eight consecutive elements as FP32: one vector load when `vec` (16-byte aligned), else scalars.
-template <class T>
-__device__ __forceinline__ void load8(const T* p, bool vec, float v[8]) {
-  if (vec) {
-    ld8(p, v);
-  } else {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = ld(p, j);
-  }
-}
 
 // Blocks for a grid-stride loop over n items: enough to fill every SM (2048 resident threads each).
 unsigned grid_for(int64_t n) {
@@ -169,12 +160,6 @@ __device__ __forceinline__ void store_trans_chunk(void* trans, int64_t at, const
   const uint4 out = rotated ? make_uint4(w[2], w[3], w[0], w[1]) : make_uint4(w[0], w[1], w[2], w[3]);
   *reinterpret_cast<uint4*>(static_cast<uint8_t*>(trans) + at * kBytes) = out;
 }
-
-// The tensors one pack launch takes (blockIdx.z: the tensor).
-struct PackSet {
-  int count = 0;
-  PackArgs a[kMaxPackSet];
-};
 
 // Grid: x = B·heads · ceil(D / 64) (head-major), y = ceil(T_p / 64) (the largest tensor's: CTAs
 // past tensor blockIdx.z's tiles do nothing), z = the tensor; 256 threads.
@@ -360,6 +345,19 @@ void check_pack_args(const PackArgs& a) {
               "attention pack: the input must be f32 or bf16, got " + to_string(a.x_dtype));
 }
 
+// Auto: OCTET_ATTN_PACK (read once), else the staged pack.
+PackKernel chosen_pack_kernel(PackKernel k) {
+  if (k != PackKernel::Auto) return k;
+  static const PackKernel from_env = [] {
+    const char* env = std::getenv("OCTET_ATTN_PACK");
+    const std::string v = env ? env : "";
+    OCTET_CHECK(v.empty() || v == "staged" || v == "codes",
+                "OCTET_ATTN_PACK must be staged or codes (or unset), got '" + v + "'");
+    return v == "codes" ? PackKernel::Codes : PackKernel::Staged;
+  }();
+  return from_env;
+}
+
 // One pack launch over the tensors of `set` (checked; one input dtype).
 void pack_set_launch(const PackSet& set, cudaStream_t s) {
   int64_t gx = 1, ntt = 1;
@@ -371,6 +369,10 @@ void pack_set_launch(const PackSet& set, cudaStream_t s) {
     ntt = std::max(ntt, (a.T_p + kTileT - 1) / kTileT);
   }
   OCTET_CHECK(gx <= 0x7FFFFFFF && ntt <= 65535, "attention pack: tensor too large for the grid");
+  if (chosen_pack_kernel(set.a[0].kernel) == PackKernel::Codes && pack_codes_takes(set)) {
+    pack_codes_launch(set, s);
+    return;
+  }
   dispatch_act(
       [&](auto tag) {
         using T = std::remove_pointer_t<decltype(tag)>;

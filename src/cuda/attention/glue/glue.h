@@ -40,6 +40,13 @@ struct AttnDims {
 /// value itself (BF16 attention). None: that copy is not written.
 enum class PackKind : int { None = 0, Fp8Code = 1, Bf16OfCode = 2, Bf16OfValue = 3 };
 
+/// Which kernel packs. Staged: the values staged in shared memory as FP32, every PackKind. Codes
+/// (glue/pack_codes.cu): each value encoded once and the FP8 codes staged, for tensors whose copies
+/// are FP8 codes (or absent); the same bits, fewer instructions per element; other kinds fall back
+/// to the staged pack. Auto: the OCTET_ATTN_PACK environment variable (staged | codes), else
+/// staged; any other value throws octet::Error.
+enum class PackKernel : int { Auto = 0, Staged = 1, Codes = 2 };
+
 struct PackArgs {
   const void* x = nullptr;     ///< [B, heads, T, D] of x_dtype (16-byte aligned: vector loads)
   DType x_dtype = DType::F32;  ///< F32 or BF16
@@ -58,8 +65,9 @@ struct PackArgs {
   const unsigned* amax_bits = nullptr;  ///< the tensor amax as |x| bits (pack_amax_launch)
   float* scale_inv = nullptr;           ///< out: 1/s (FP8 only), one float (or one per block)
   PackKind row_kind = PackKind::None, trans_kind = PackKind::None;
-  void* row = nullptr;    ///< row copy [B, heads, T_p, D], 16-byte aligned
-  void* trans = nullptr;  ///< group transpose [B, G, D, rep·T_p], 16-byte aligned
+  void* row = nullptr;                   ///< row copy [B, heads, T_p, D], 16-byte aligned
+  void* trans = nullptr;                 ///< group transpose [B, G, D, rep·T_p], 16-byte aligned
+  PackKernel kernel = PackKernel::Auto;  ///< a set packs with its first tensor's choice
 };
 
 /// *bits = the amax of x (|x| as float bits: unsigned order is numeric order, NaN above inf),

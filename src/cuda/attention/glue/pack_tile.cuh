@@ -1,0 +1,43 @@
+// src/cuda/attention/glue/pack_tile.cuh — what the two pack kernels share (glue.cu's staged pack,
+// pack_codes.cu's code pack): the 64-token × 64-column tile of one head that a CTA of 256 threads
+// packs, the set of up to kMaxPackSet tensors one launch takes (the grid's z), and the 8-element
+// load. Internal to src/cuda/attention/glue/.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/attention/glue/glue.h"
+#include "cuda/runtime/typed.cuh"
+
+namespace octet::cuda {
+
+constexpr int kPackThreads = 256;
+constexpr int kPackTileT = 64, kPackTileD = 64;
+
+/// The tensors one pack launch takes (blockIdx.z: the tensor). Grid: x = B·heads·⌈D/64⌉
+/// (head-major), y = ⌈T_p/64⌉, each the largest tensor's (a CTA past its tensor's tiles returns).
+struct PackSet {
+  int count = 0;
+  PackArgs a[kMaxPackSet];
+};
+
+/// Eight consecutive elements as FP32: one vector load when `vec` (16-byte aligned), else scalars.
+template <class T>
+__device__ __forceinline__ void load8(const T* p, bool vec, float v[8]) {
+  if (vec) {
+    ld8(p, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = ld(p, j);
+  }
+}
+
+/// True if pack_codes_launch takes every tensor of the set: FP8 codes (or nothing) in both copies.
+bool pack_codes_takes(const PackSet& set);
+
+/// The code pack of a checked set of one input dtype (pack_codes.cu): the staged pack's bits.
+void pack_codes_launch(const PackSet& set, cudaStream_t s);
+
+}  // namespace octet::cuda
