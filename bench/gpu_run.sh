@@ -5,7 +5,7 @@
 # Binaries are built on the development machine (nvcc, -arch sm_90a) and carried with their
 # non-system shared libraries:
 #   tools: bench/pack_gpu_carry.sh builds .cuda-carry/{bin,lib}; this script runs from the repo root.
-# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [train] [bench-train] [hf-llama] [torch-attention] [ncu-attention]
+# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [attention-pack] [train] [bench-train] [hf-llama] [torch-attention] [ncu-attention]
 #   [bench-train-profile] [compare] (default: tests gemm quantize attention train); logs in $OUT (at
 #   most 8 files come back).
 #   bench-train: within OCTET_BENCH_TRAIN_TIMEOUT seconds (default 360) -> bench-train.jsonl, a table:
@@ -33,6 +33,10 @@
 #     the C ABI with and without the saved-state tensor, PyTorch SDPA; forward + backward) ->
 #     torch-attention.jsonl, within OCTET_TORCH_ATTENTION_TIMEOUT seconds (300); needs liboctet_c
 #     (OCTET_LIBRARY, default .cuda-carry/lib/liboctet_c.so: OCTET_CARRY_LIBC=1 in pack_gpu_carry.sh)
+#   attention-pack: the glue's code pack (OCTET_ATTN_PACK=codes): test_cuda's attention suites
+#     (OCTET_PACK_TESTS, a gtest filter) under it -> test_cuda-pack-codes.log, then `octet bench
+#     attention --json --peer ''` on OCTET_PACK_CASES (default bench) under staged and codes ->
+#     attention-pack.jsonl (each row's pack_kernel says which)
 #   ncu-attention: Nsight Compute (sections SpeedOfLight, Occupancy, LaunchStats, WarpStateStats,
 #     ComputeWorkloadAnalysis, MemoryWorkloadAnalysis, InstructionStats, SchedulerStats) of the flash
 #     forward kernel and the backward's kernels at OCTET_NCU_CASE (default b4-h16-d128-s4096), one
@@ -104,6 +108,20 @@ for l in open(sys.argv[1]):
     r = json.loads(l)
     if r.get("bench") == "train-profile" and r["share_of_ops"] > 0.02:
         print(f"{r["arm"]:12} {r["op"]:34} {r["ms_per_step"]:9.2f} ms/step {100 * r["share_of_ops"]:5.1f}%")' "$OUT/bench-train-profile.jsonl" ;;
+    attention-pack)
+          # the glue's two pack kernels: their bitwise tests and the whole attention suite under the
+          # code pack, then octet's attention rows under each (cuDNN in the same process)
+          OCTET_ATTN_PACK=codes timeout 200 "$BIN/test_cuda" --gtest_color=no \
+            --gtest_filter="${OCTET_PACK_TESTS:-AttentionGlue.*:*CudaAttention*:*FlashForward*:FlashBackward.*:*QkvHeadBlock*:*AttentionCases*}" \
+            > "$OUT/test_cuda-pack-codes.log" 2>&1
+          echo "test_cuda (OCTET_ATTN_PACK=codes) rc=$?"; grep -E "FAILED|PASSED" "$OUT/test_cuda-pack-codes.log" | tail -5
+          : > "$OUT/attention-pack.jsonl"
+          for pk in staged codes; do
+            OCTET_ATTN_PACK=$pk timeout 200 "$BIN/octet" bench attention --json --peer '' \
+              --cases "${OCTET_PACK_CASES:-bench}" >> "$OUT/attention-pack.jsonl" 2>> "$OUT/attention-pack.err"
+            echo "attention OCTET_ATTN_PACK=$pk rc=$?"
+          done
+          python3 bench/summarize.py "$OUT/attention-pack.jsonl" ;;
     ncu-attention)
           timeout 420 ncu --clock-control none --kernel-name regex:'tma_forward_kernel|wgmma_backward_kernel|wgmma_delta_kernel' --launch-count 6 \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \

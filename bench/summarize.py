@@ -74,7 +74,8 @@ def main(paths):
             if "error" in r:
                 print(f"| {r['impl']} | | {case} | unavailable: {r['error']} |||||||")
                 continue
-            impl = r["impl"] + (f" ({r['bwd_kernel']} bwd)" if r.get("bwd_kernel") else "")
+            impl = r["impl"] + (f" ({r['bwd_kernel']} bwd)" if r.get("bwd_kernel") else "") + (
+                f" ({r['pack_kernel']} pack)" if r.get("pack_kernel") else "")
             print(f"| {impl} | {r.get('input_dtype', '')} | {case} | {num(r['fwd_ms'], '.3f')} | "
                   f"{num(r['fwd_tflops'], '.1f')} | {num(r.get('bwd_ms'), '.3f')} | {num(r.get('bwd_tflops'), '.1f')} | "
                   f"{num(r.get('fwd_vs_cudnn_bf16'), '.2f')} / {num(r.get('bwd_vs_cudnn_bf16'), '.2f')} | "

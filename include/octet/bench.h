@@ -253,6 +253,9 @@ struct AttnBenchRow {
   /// The flash FP8 backward's kernel flavor for the same rows: "wgmma" | "mma_sync"
   /// (flash.h select_backward_kernel; OCTET_FLASH_BACKWARD forces one).
   std::string bwd_kernel;
+  /// The pack kernel of the operand glue for octet's rows from BF16 or F32 inputs: "staged" |
+  /// "codes" (src/cuda/attention/glue/glue.h PackKernel; OCTET_ATTN_PACK picks it); empty otherwise.
+  std::string pack_kernel;
   /// The dtype of q, k, v, o, dO, dQ, dK, dV for octet's rows as a user calls them ("bf16" |
   /// "f32": the operand glue included), or "fp8" for the flash kernels alone on codes packed
   /// beforehand (what cuDNN's FP8 rows time); empty for the cuDNN peers' rows.

@@ -34,6 +34,7 @@
 #include "bench/cuda/bench_attention_flash.h"
 #include "bench/cuda/bench_timer.h"
 #include "cuda/attention/flash/flash.h"
+#include "cuda/attention/glue/glue.h"
 #include "cuda/ops/ops.h"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/cuda_backend.h"
@@ -131,6 +132,7 @@ void set_kernels(const Impl& im, const AttentionShape& s, AttnBenchRow& row) {
   bp.B = s.batch, bp.H = s.n_heads, bp.G = s.n_kv_heads, bp.Tq = s.seq_q, bp.Tk = s.seq_k;
   bp.D = s.head_dim, bp.block_q = cfg.block_q, bp.block_k = cfg.block_k;
   row.bwd_kernel = flash::backward_kernel_name(flash::select_backward_kernel(bp));
+  row.pack_kernel = pack_kernel_name(chosen_pack_kernel());  // the timed glue's (from BF16/F32)
 }
 
 // FlashAttention's FLOP convention: causal halves the square (Tq = Tk); with Tq ≠ Tk, the fraction of

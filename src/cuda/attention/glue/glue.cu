@@ -345,19 +345,6 @@ void check_pack_args(const PackArgs& a) {
               "attention pack: the input must be f32 or bf16, got " + to_string(a.x_dtype));
 }
 
-// Auto: OCTET_ATTN_PACK (read once), else the staged pack.
-PackKernel chosen_pack_kernel(PackKernel k) {
-  if (k != PackKernel::Auto) return k;
-  static const PackKernel from_env = [] {
-    const char* env = std::getenv("OCTET_ATTN_PACK");
-    const std::string v = env ? env : "";
-    OCTET_CHECK(v.empty() || v == "staged" || v == "codes",
-                "OCTET_ATTN_PACK must be staged or codes (or unset), got '" + v + "'");
-    return v == "codes" ? PackKernel::Codes : PackKernel::Staged;
-  }();
-  return from_env;
-}
-
 // One pack launch over the tensors of `set` (checked; one input dtype).
 void pack_set_launch(const PackSet& set, cudaStream_t s) {
   int64_t gx = 1, ntt = 1;
@@ -388,6 +375,29 @@ int64_t amax_count(const PackArgs& a) {
 }
 
 }  // namespace
+
+PackKernel chosen_pack_kernel(PackKernel k) {
+  if (k != PackKernel::Auto) return k;
+  static const PackKernel from_env = [] {
+    const char* env = std::getenv("OCTET_ATTN_PACK");
+    const std::string v = env ? env : "";
+    OCTET_CHECK(v.empty() || v == pack_kernel_name(PackKernel::Staged) || v == pack_kernel_name(PackKernel::Codes),
+                "OCTET_ATTN_PACK must be staged or codes (or unset), got '" + v + "'");
+    return v == pack_kernel_name(PackKernel::Codes) ? PackKernel::Codes : PackKernel::Staged;
+  }();
+  return from_env;
+}
+
+const char* pack_kernel_name(PackKernel k) {
+  switch (k) {
+    case PackKernel::Staged:
+      return "staged";
+    case PackKernel::Codes:
+      return "codes";
+    default:
+      return "auto";
+  }
+}
 
 void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, int64_t D, int64_t block,
                             unsigned* bits, cudaStream_t s, bool tokens_major, int64_t heads) {

@@ -47,6 +47,12 @@ enum class PackKind : int { None = 0, Fp8Code = 1, Bf16OfCode = 2, Bf16OfValue =
 /// staged; any other value throws octet::Error.
 enum class PackKernel : int { Auto = 0, Staged = 1, Codes = 2 };
 
+/// The kernel Auto resolves to (OCTET_ATTN_PACK, read once; throws octet::Error for a value other
+/// than staged or codes), or k itself when it is not Auto.
+PackKernel chosen_pack_kernel(PackKernel k = PackKernel::Auto);
+/// "staged" | "codes" (Auto: "auto").
+const char* pack_kernel_name(PackKernel k);
+
 struct PackArgs {
   const void* x = nullptr;     ///< [B, heads, T, D] of x_dtype (16-byte aligned: vector loads)
   DType x_dtype = DType::F32;  ///< F32 or BF16
