@@ -381,8 +381,9 @@ PackKernel chosen_pack_kernel(PackKernel k) {
   static const PackKernel from_env = [] {
     const char* env = std::getenv("OCTET_ATTN_PACK");
     const std::string v = env ? env : "";
-    OCTET_CHECK(v.empty() || v == pack_kernel_name(PackKernel::Staged) || v == pack_kernel_name(PackKernel::Codes),
-                "OCTET_ATTN_PACK must be staged or codes (or unset), got '" + v + "'");
+    OCTET_CHECK(
+        v.empty() || v == pack_kernel_name(PackKernel::Staged) || v == pack_kernel_name(PackKernel::Codes),
+        "OCTET_ATTN_PACK must be staged or codes (or unset), got '" + v + "'");
     return v == pack_kernel_name(PackKernel::Codes) ? PackKernel::Codes : PackKernel::Staged;
   }();
   return from_env;
