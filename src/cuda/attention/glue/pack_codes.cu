@@ -9,9 +9,7 @@
 // tr + 32, writes their 8 codes to the row copy (one 8-byte store) and to the staging tile (one
 // 8-byte shared store). Phase 2: thread (c, dl) gathers tokens 16c .. 16c + 15 of column dl and
 // writes them as one 16-byte store into the transpose; four lanes fill 64 contiguous bytes.
-// Staging layout: token t's 64 codes are 16 words, rotated by 2·(t / 16) words, so that phase 2's
-// four token chunks read distinct banks (a warp: 8 columns × 4 chunks = 8 words, 4 lanes each) and
-// phase 1's 8-byte stores stay aligned and conflict-free.
+// Staging layout: pack_codes_layout.h (rows rotated so that both phases are conflict-free).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,6 +17,7 @@
 #include <type_traits>
 
 #include "cuda/attention/act_layout.h"
+#include "cuda/attention/glue/pack_codes_layout.h"
 #include "cuda/attention/glue/pack_tile.cuh"
 #include "cuda/quantize/fp8_device.cuh"
 #include "cuda/quantize/qtensor.h"
@@ -27,11 +26,6 @@
 
 namespace octet::cuda {
 namespace {
-
-// Byte offset, in the staging tile, of column d's code of token t (word rotation: file comment).
-__device__ __forceinline__ int staged_at(int t, int d) {
-  return t * kPackTileD + (((d >> 2) + 2 * (t >> 4)) & 15) * 4 + (d & 3);
-}
 
 // The four codes of v[0..3] · s in one word (v[0] in the low byte), each fp8_encode(v·s, saturate)
 // with the staged pack's NaN rule (fp8_encode_sat: the input's sign on the NaN code).
@@ -45,6 +39,8 @@ __device__ __forceinline__ uint32_t codes4(const float* v, float s, bool e5m2) {
   }
   return w;
 }
+
+static_assert(kCodesTileT == kPackTileT && kCodesTileD == kPackTileD, "the staging map covers the pack tile");
 
 template <class X>
 __global__ void __launch_bounds__(kPackThreads) pack_codes_kernel(const __grid_constant__ PackSet set) {
@@ -91,7 +87,7 @@ __global__ void __launch_bounds__(kPackThreads) pack_codes_kernel(const __grid_c
     const uint2 c = in ? make_uint2(codes4(v[p], s, e5m2), codes4(v[p] + 4, s, e5m2)) : make_uint2(0u, 0u);
     if (rows && t < T_p && d < D)
       *reinterpret_cast<uint2*>(static_cast<uint8_t*>(a.row) + (int64_t(bh) * T_p + t) * D + d) = c;
-    if (trans) *reinterpret_cast<uint2*>(tile + staged_at(tl, 8 * dc)) = c;
+    if (trans) *reinterpret_cast<uint2*>(tile + codes_staged_at(tl, 8 * dc)) = c;
   }
   if (!trans) return;  // uniform over the block
   __syncthreads();
@@ -105,7 +101,7 @@ __global__ void __launch_bounds__(kPackThreads) pack_codes_kernel(const __grid_c
   for (int q = 0; q < 4; ++q) {
     uint32_t word = 0;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) word |= uint32_t(tile[staged_at(16 * c + 4 * q + k, dl)]) << (8 * k);
+    for (int k = 0; k < 4; ++k) word |= uint32_t(tile[codes_staged_at(16 * c + 4 * q + k, dl)]) << (8 * k);
     w[q] = word;
   }
   const int rep = int(a.rep), g = h / rep, l = h % rep;
