@@ -3,6 +3,7 @@
 // first training batch and the gradients of one forward/backward (the PyTorch twin's input).
 // `--nproc N` (or a job started by torchrun/mpirun) trains data parallel (docs/distributed.md): the
 // launcher checks the config and prepares the tokenizer once, then starts the ranks.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -172,6 +173,13 @@ void run_train(const TrainArgs& a) {
   std::printf("done: final val loss %.4f (unigram entropy %.4f), %lld skipped steps, %.0f tok/s; %s\n",
               r.final_val_loss, ds->unigram_entropy(), static_cast<long long>(r.skipped_steps),
               r.tokens_per_s, weights.c_str());
+  // A run whose model ends non-finite failed, even when fewer than train.max_bad_steps steps in a
+  // row were skipped (a short run): exit 1, its files kept for inspection.
+  if (!std::isfinite(r.final_val_loss))
+    throw cli::RunFailure("the final validation loss is " +
+                          std::string(std::isnan(r.final_val_loss) ? "NaN" : "inf") + " (" +
+                          std::to_string(r.skipped_steps) +
+                          " steps skipped): the run diverged; its metrics and checkpoint are in " + out);
 }
 
 }  // namespace

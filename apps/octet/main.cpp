@@ -149,6 +149,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {  // --version (cmd_version.cpp)
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return report(kBadInput, e.what(), "", verbose);
   } catch (const octet::Error& e) {

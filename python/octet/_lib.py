@@ -115,8 +115,9 @@ def lib():
         _lib, _path = handle, path
         return _lib
     raise OctetError("cannot load liboctet_c: set OCTET_LIBRARY to its path, or build it in the "
-                     "checkout (cmake --build build/release --target octet_c); tried: " +
-                     "; ".join(tried))
+                     "checkout (cmake --preset release && cmake --build --preset release --target "
+                     "octet_c; the cuda preset for GPUs; the asan build's copy needs the ASan "
+                     "runtime preloaded, docs/pytorch.md); tried: " + "; ".join(tried))
 
 
 def library_path():

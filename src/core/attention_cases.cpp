@@ -19,11 +19,16 @@ AttentionShape shape(int64_t B, int64_t H, int64_t G, int64_t D, int64_t Tq, int
 }  // namespace
 
 std::string attention_case_name(const AttentionShape& s) {
-  std::string n = "b" + std::to_string(s.batch) + "-h" + std::to_string(s.n_heads);
-  if (s.n_kv_heads != s.n_heads) n += "g" + std::to_string(s.n_kv_heads);
-  n += "-d" + std::to_string(s.head_dim) + "-s" + std::to_string(s.seq_q);
-  if (s.seq_k != s.seq_q) n += "x" + std::to_string(s.seq_k);
-  if (s.causal) n += "-causal";
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive) on "b" + std::to_string(..).
+  std::string n;
+  auto put = [&n](const char* tag, int64_t v) { n.append(tag).append(std::to_string(v)); };
+  put("b", s.batch);
+  put("-h", s.n_heads);
+  if (s.n_kv_heads != s.n_heads) put("g", s.n_kv_heads);
+  put("-d", s.head_dim);
+  put("-s", s.seq_q);
+  if (s.seq_k != s.seq_q) put("x", s.seq_k);
+  if (s.causal) n.append("-causal");
   return n;
 }
 

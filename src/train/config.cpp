@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <sstream>
 #include <type_traits>
@@ -299,6 +300,11 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   if (!path.empty()) {
     OCTET_CHECK(!std::filesystem::is_directory(path),
                 "--config " + path + " is a directory (expected a TOML file)");
+    {  // a file that cannot be read: the system's reason, not the parser's "line 0"
+      errno = 0;
+      std::ifstream probe(path);
+      OCTET_CHECK(probe.good(), io_error("cannot read config", path));
+    }
     toml::table t;
     try {
       t = toml::parse_file(path);

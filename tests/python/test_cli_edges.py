@@ -75,6 +75,17 @@ def test_a_diverged_run_fails_with_its_own_message(tmp_path):
     assert last.startswith("octet: failed:") and "max_bad_steps" in last and "internal" not in last, last
 
 
+def test_a_short_run_that_ends_non_finite_fails(tmp_path):
+    # fewer skipped steps than max_bad_steps: the run reaches its end, with a NaN model
+    (tmp_path / "c.txt").write_text("".join(f"the queue drains buffer {i % 13} before it stops.\n" for i in range(200)))
+    r = octet("train", *sets(*TINY_MODEL, f"data.path={tmp_path / 'c.txt'}", "train.steps=3", "train.lr=1e30",
+                             "train.grad_clip=0", "train.max_bad_steps=100"), "--out", tmp_path / "run")
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("octet: failed: the final validation loss is") and "diverged" in last, last
+    assert (tmp_path / "run" / "metrics.jsonl").exists()  # kept for inspection
+
+
 # --- attention-check: memory and time first --------------------------------------------------------
 
 def test_attention_check_refuses_what_memory_cannot_hold():

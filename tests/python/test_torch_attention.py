@@ -111,6 +111,14 @@ def test_autocast_casts_like_sdpa():
         ot.attention(q, k, v.bfloat16())
 
 
+def test_numpy_bool_causal_is_a_bool():
+    np = pytest.importorskip("numpy")
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(1, 8, 2, 16) for _ in range(3))
+    assert torch.equal(ot.attention(q, k, v, causal=np.bool_(True)), ot.attention(q, k, v, causal=True))
+    assert torch.equal(ot.attention(q, k, v, causal=np.bool_(False)), ot.attention(q, k, v))
+
+
 def test_bad_input_raises():
     q = torch.randn(1, 8, 2, 16)
     k = v = torch.randn(1, 8, 1, 16)
@@ -132,8 +140,13 @@ def test_bad_input_raises():
         ot.attention(q, k, v, softmax_scale=float("nan"))
     with pytest.raises(TypeError, match="softmax_scale must be a number"):
         ot.attention(q, k, v, softmax_scale="x")
-    with pytest.raises(TypeError, match="causal must be a bool"):
+    with pytest.raises(TypeError, match="causal must be a bool, got builtins.str"):
         ot.attention(q, k, v, causal="yes")
+    for empty in ((0, 8, 2, 16), (1, 0, 2, 16), (1, 8, 0, 16)):  # batch, seq, heads of size 0
+        with pytest.raises(ValueError, match=r"q .* has a size 0"):
+            ot.attention(torch.randn(empty), k, v)
+        with pytest.raises(ValueError, match=r"k .* has a size 0"):
+            ot.attention(q, torch.randn(empty), torch.randn(empty))
     with pytest.raises(octet.OctetError, match="unknown delta mode 'fresh'"):
         ot.attention(q, k, v, delta="fresh")
     with pytest.raises(octet.OctetError, match="unknown attention precision"):

@@ -295,6 +295,9 @@ def _check(q, k, v, precision):
         if t.dim() != 4:
             raise ValueError(f"octet.torch.attention: {name} must have 4 dims [batch, seq, heads, "
                              f"head_dim], got shape {tuple(t.shape)}")
+        if t.numel() == 0:
+            raise ValueError(f"octet.torch.attention: {name} {tuple(t.shape)} [batch, seq, heads, "
+                             f"head_dim] has a size 0: every size must be >= 1")
     if not (q.device == k.device == v.device):
         raise ValueError(f"octet.torch.attention: q, k, v must be on one device, got "
                          f"{q.device}, {k.device}, {v.device}")
@@ -369,8 +372,11 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
     else:
         work = dtype
 
+    if type(causal).__module__ == "numpy" and type(causal).__name__ in ("bool", "bool_"):
+        causal = bool(causal)  # numpy's bool scalar
     if not isinstance(causal, bool):
-        raise TypeError(f"octet.torch.attention: causal must be a bool, got {type(causal).__name__}")
+        raise TypeError(f"octet.torch.attention: causal must be a bool, got "
+                        f"{type(causal).__module__}.{type(causal).__qualname__}")
     if softmax_scale is not None and (isinstance(softmax_scale, bool)
                                       or not isinstance(softmax_scale, (int, float))):
         raise TypeError(f"octet.torch.attention: softmax_scale must be a number or None, got "

@@ -3,7 +3,8 @@ through octet's Linear (octet/backend.h; recipes docs/numerics.md) via liboctet_
 
 Forward Y = X̂Ŵᵀ, backward dX = dŶŴ and dW = dŶᵀX̂, each operand quantized from its
 high-precision source in the orientation its GEMM reads (DeepSeek-V3, Transformer Engine); the
-bias is added by torch in the input dtype. Two custom ops (torch.library, with fake
+bias is added by torch in FP32 (FP64 for float64 input) and the sum rounded once to the output
+dtype (docs/pytorch.md "torch.compile"). Two custom ops (torch.library, with fake
 implementations for torch.compile):
   octet::linear_forward(x [M, in], w f32 [out, in], layer) -> y [M, out]
   octet::linear_backward(x, w, dy, layer) -> dx [M, in], dw f32 [out, in]
