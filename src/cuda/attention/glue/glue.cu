@@ -347,15 +347,11 @@ void check_pack_args(const PackArgs& a) {
 
 // One pack launch over the tensors of `set` (checked; one input dtype).
 void pack_set_launch(const PackSet& set, cudaStream_t s) {
-  int64_t gx = 1, ntt = 1;
   for (int i = 0; i < set.count; ++i) {
-    const PackArgs& a = set.a[i];
-    check_pack_args(a);
-    OCTET_CHECK(a.x_dtype == set.a[0].x_dtype, "attention pack: one launch takes one input dtype");
-    gx = std::max(gx, a.B * a.heads * ((a.D + kTileD - 1) / kTileD));
-    ntt = std::max(ntt, (a.T_p + kTileT - 1) / kTileT);
+    check_pack_args(set.a[i]);
+    OCTET_CHECK(set.a[i].x_dtype == set.a[0].x_dtype, "attention pack: one launch takes one input dtype");
   }
-  OCTET_CHECK(gx <= 0x7FFFFFFF && ntt <= 65535, "attention pack: tensor too large for the grid");
+  const dim3 grid = pack_grid(set);
   if (chosen_pack_kernel(set.a[0].kernel) == PackKernel::Codes && pack_codes_takes(set)) {
     pack_codes_launch(set, s);
     return;
@@ -363,7 +359,7 @@ void pack_set_launch(const PackSet& set, cudaStream_t s) {
   dispatch_act(
       [&](auto tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
-        pack_kernel<T><<<dim3(unsigned(gx), unsigned(ntt), unsigned(set.count)), kThreads, 0, s>>>(set);
+        pack_kernel<T><<<grid, kThreads, 0, s>>>(set);
       },
       set.a[0].x_dtype);
   OCTET_CUDA_LAUNCH_CHECK();

@@ -125,17 +125,11 @@ bool pack_codes_takes(const PackSet& set) {
 void pack_codes_launch(const PackSet& set, cudaStream_t s) {
   OCTET_CHECK(pack_codes_takes(set),
               "attention pack: the code pack takes FP8-code copies under 2^31 elements");
-  int64_t gx = 1, ntt = 1;
-  for (int i = 0; i < set.count; ++i) {
-    const PackArgs& a = set.a[i];
-    gx = std::max(gx, a.B * a.heads * ((a.D + kPackTileD - 1) / kPackTileD));
-    ntt = std::max(ntt, (a.T_p + kPackTileT - 1) / kPackTileT);
-  }
+  const dim3 grid = pack_grid(set);
   dispatch_act(
       [&](auto tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
-        pack_codes_kernel<T>
-            <<<dim3(unsigned(gx), unsigned(ntt), unsigned(set.count)), kPackThreads, 0, s>>>(set);
+        pack_codes_kernel<T><<<grid, kPackThreads, 0, s>>>(set);
       },
       set.a[0].x_dtype);
   OCTET_CUDA_LAUNCH_CHECK();

@@ -6,10 +6,12 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/attention/glue/glue.h"
 #include "cuda/runtime/typed.cuh"
+#include "octet/error.h"
 
 namespace octet::cuda {
 
@@ -22,6 +24,19 @@ struct PackSet {
   int count = 0;
   PackArgs a[kMaxPackSet];
 };
+
+/// The grid of one pack launch over `set`: x = the widest tensor's B·heads·⌈D/64⌉, y = the longest
+/// one's ⌈T_p/64⌉, z = the tensors. Throws octet::Error when a tensor is too large for the grid.
+inline dim3 pack_grid(const PackSet& set) {
+  int64_t gx = 1, ntt = 1;
+  for (int i = 0; i < set.count; ++i) {
+    const PackArgs& a = set.a[i];
+    gx = std::max(gx, a.B * a.heads * ((a.D + kPackTileD - 1) / kPackTileD));
+    ntt = std::max(ntt, (a.T_p + kPackTileT - 1) / kPackTileT);
+  }
+  OCTET_CHECK(gx <= 0x7FFFFFFF && ntt <= 65535, "attention pack: tensor too large for the grid");
+  return dim3(unsigned(gx), unsigned(ntt), unsigned(set.count));
+}
 
 /// Eight consecutive elements as FP32: one vector load when `vec` (16-byte aligned), else scalars.
 template <class T>
