@@ -33,8 +33,8 @@
 #     the C ABI with and without the saved-state tensor, PyTorch SDPA; forward + backward) ->
 #     torch-attention.jsonl, within OCTET_TORCH_ATTENTION_TIMEOUT seconds (300); needs liboctet_c
 #     (OCTET_LIBRARY, default .cuda-carry/lib/liboctet_c.so: OCTET_CARRY_LIBC=1 in pack_gpu_carry.sh)
-#   attention-pack: the glue's code pack (OCTET_ATTN_PACK=codes): test_cuda's attention suites
-#     (OCTET_PACK_TESTS, a gtest filter) under it -> test_cuda-pack-codes.log, then `octet bench
+#   attention-pack: the glue's non-default staged pack (OCTET_ATTN_PACK=staged): test_cuda's attention suites
+#     (OCTET_PACK_TESTS, a gtest filter) under it -> test_cuda-pack-staged.log, then `octet bench
 #     attention --json --peer ''` on OCTET_PACK_CASES (default bench) under staged and codes ->
 #     attention-pack.jsonl (each row's pack_kernel says which)
 #   ncu-attention: Nsight Compute (sections SpeedOfLight, Occupancy, LaunchStats, WarpStateStats,
@@ -110,11 +110,11 @@ for l in open(sys.argv[1]):
         print(f"{r["arm"]:12} {r["op"]:34} {r["ms_per_step"]:9.2f} ms/step {100 * r["share_of_ops"]:5.1f}%")' "$OUT/bench-train-profile.jsonl" ;;
     attention-pack)
           # the glue's two pack kernels: their bitwise tests and the whole attention suite under the
-          # code pack, then octet's attention rows under each (cuDNN in the same process)
-          OCTET_ATTN_PACK=codes timeout 200 "$BIN/test_cuda" --gtest_color=no \
+          # staged pack (the code pack is the default), then octet's attention rows under each
+          OCTET_ATTN_PACK=staged timeout 200 "$BIN/test_cuda" --gtest_color=no \
             --gtest_filter="${OCTET_PACK_TESTS:-AttentionGlue.*:*CudaAttention*:*FlashForward*:FlashBackward.*:*QkvHeadBlock*:*AttentionCases*}" \
-            > "$OUT/test_cuda-pack-codes.log" 2>&1
-          echo "test_cuda (OCTET_ATTN_PACK=codes) rc=$?"; grep -E "FAILED|PASSED" "$OUT/test_cuda-pack-codes.log" | tail -5
+            > "$OUT/test_cuda-pack-staged.log" 2>&1
+          echo "test_cuda (OCTET_ATTN_PACK=staged) rc=$?"; grep -E "FAILED|PASSED" "$OUT/test_cuda-pack-staged.log" | tail -5
           : > "$OUT/attention-pack.jsonl"
           for pk in staged codes; do
             OCTET_ATTN_PACK=$pk timeout 200 "$BIN/octet" bench attention --json --peer '' \

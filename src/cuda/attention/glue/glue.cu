@@ -380,7 +380,7 @@ PackKernel chosen_pack_kernel(PackKernel k) {
     OCTET_CHECK(
         v.empty() || v == pack_kernel_name(PackKernel::Staged) || v == pack_kernel_name(PackKernel::Codes),
         "OCTET_ATTN_PACK must be staged or codes (or unset), got '" + v + "'");
-    return v == pack_kernel_name(PackKernel::Codes) ? PackKernel::Codes : PackKernel::Staged;
+    return v == pack_kernel_name(PackKernel::Staged) ? PackKernel::Staged : PackKernel::Codes;
   }();
   return from_env;
 }

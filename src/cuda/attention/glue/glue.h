@@ -42,9 +42,10 @@ enum class PackKind : int { None = 0, Fp8Code = 1, Bf16OfCode = 2, Bf16OfValue =
 
 /// Which kernel packs. Staged: the values staged in shared memory as FP32, every PackKind. Codes
 /// (glue/pack_codes.cu): each value encoded once and the FP8 codes staged, for tensors whose copies
-/// are FP8 codes (or absent); the same bits, fewer instructions per element; other kinds fall back
-/// to the staged pack. Auto: the OCTET_ATTN_PACK environment variable (staged | codes), else
-/// staged; any other value throws octet::Error.
+/// are FP8 codes (or absent) and under 2^31 elements; the same bits, fewer instructions per element
+/// (a forward from BF16 15-25 % faster on an H200, bench/results/2026-12-03-h200-attention-pack.jsonl);
+/// other sets fall back to the staged pack. Auto: the OCTET_ATTN_PACK environment variable (staged |
+/// codes), else codes; any other value throws octet::Error.
 enum class PackKernel : int { Auto = 0, Staged = 1, Codes = 2 };
 
 /// The kernel Auto resolves to (OCTET_ATTN_PACK, read once; throws octet::Error for a value other
