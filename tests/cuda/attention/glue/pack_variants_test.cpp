@@ -143,7 +143,8 @@ void check_set(const Tensor3 (&ts)[3], int64_t B, int64_t D, int64_t block, bool
   EXPECT_EQ(amax_one.get(), amax_many.get()) << what << ": amax bits";
   for (int i = 0; i < 3; ++i) {
     const std::string name = what + " tensor " + std::to_string(i);
-    EXPECT_EQ(bits_of(one[i].scale_inv.get()), bits_of(many[i].scale_inv.get())) << name << ": scale_inv bits";
+    EXPECT_EQ(bits_of(one[i].scale_inv.get()), bits_of(many[i].scale_inv.get()))
+        << name << ": scale_inv bits";
     const std::vector<uint8_t> r1 = one[i].row.get(), r2 = many[i].row.get();
     const std::vector<uint8_t> t1 = one[i].trans.get(), t2 = many[i].trans.get();
     EXPECT_TRUE(r1 == r2) << name << ": row copy";
