@@ -275,9 +275,11 @@ class Backend {
                                   const Tensor& dweight, const Tensor& dbias) = 0;
 
   // ---- RoPE (Su et al., arXiv 2104.09864), rotate-half pairing (i, i + D/2) ----
-  /// x act [B, H, T, D] rotated in place by angle t * theta^(-2i/D); inverse=true rotates by −angle
-  /// (the backward of the forward rotation).
-  virtual void rope(const Tensor& x, float theta, bool inverse) = 0;
+  /// x act rotated in place by angle t * theta^(-2i/D), x [B, H, T, D] when layout is HeadsMajor,
+  /// [B, T, H, D] when TokensMajor (attention.h AttnLayout; the same bits per (b, h, t) row in
+  /// both); inverse=true rotates by −angle (the backward of the forward rotation). Throws
+  /// octet::Error for a rank other than 4, an odd head_dim or a theta that is not positive and finite.
+  virtual void rope(const Tensor& x, float theta, bool inverse, AttnLayout layout) = 0;
 
   // ---- activations (act) ----
   /// GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2. x, y equal numel.
@@ -288,10 +290,14 @@ class Backend {
   virtual void swiglu_backward(const Tensor& h, const Tensor& dy, const Tensor& dh) = 0;
 
   // ---- head layout (act) ----
-  /// qkv [B, T, (H + 2G) * D] (q heads, then k heads, then v heads) -> q [B,H,T,D], k,v [B,G,T,D].
-  virtual void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) = 0;
-  /// The inverse: dq, dk, dv -> dqkv [B, T, (H + 2G) * D].
-  virtual void merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv) = 0;
+  /// qkv [B, T, (H + 2G) * D] (q heads, then k heads, then v heads) -> q [B,H,T,D], k,v [B,G,T,D]
+  /// in `layout` HeadsMajor, q [B,T,H,D], k,v [B,T,G,D] in TokensMajor (attention.h AttnLayout).
+  /// Pure data movement. Throws octet::Error when the shapes disagree.
+  virtual void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v,
+                         AttnLayout layout) = 0;
+  /// The inverse: dq, dk, dv (in `layout`) -> dqkv [B, T, (H + 2G) * D].
+  virtual void merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
+                         AttnLayout layout) = 0;
   /// x [B, H, T, D] -> y [B, T, H * D].
   virtual void heads_to_tokens(const Tensor& x, const Tensor& y) = 0;
   /// x [B, T, H * D] -> y [B, H, T, D] (H and D from y's shape).

@@ -136,7 +136,9 @@ AttentionConfig attention_config(const PrecisionConfig& p);
 /// CPU reference's whole-row form, the unfused CUDA path) otherwise.
 AttnForm default_attn_form(const ModelConfig& m, const PrecisionConfig& p, const std::string& backend_name);
 /// The attention shape of the model's layers for micro-batches of `batch` sequences: causal,
-/// n_head query heads, n_kv_head KV heads, seq_len queries and keys, head_dim.
+/// n_head query heads, n_kv_head KV heads, seq_len queries and keys, head_dim, AttnLayout::TokensMajor
+/// (q, k, v and o [batch, seq, heads, head_dim]: the QKV projection's and the output projection's rows
+/// as they lie, no transposing copy between them and the attention).
 AttentionShape attention_shape(const ModelConfig& m, int64_t batch);
 /// Everything a Model built from (m, p, batch) would reject, checked before anything is built or
 /// written: m.validate(), p.validate(), batch >= 1, and the attention's own shape and config rules
@@ -171,8 +173,9 @@ struct LayerDiag {
 /// One attention layer's inputs for batch element 0 of the last forward_backward, as host FP32
 /// copies: q [1,H,T,Dh], k, v [1,G,T,Dh] (after QK-norm and RoPE: what Attention::forward got) and
 /// d_o [1,H,T,Dh], the gradient of the layer's attention output in that forward's backward if the
-/// backward ran with Model::set_attention_capture(true), else empty. shape: the layer's attention
-/// shape with batch 1; config: its attention config. The input of the per-layer dQ-bias replay
+/// backward ran with Model::set_attention_capture(true), else empty — heads-major, whatever the
+/// layer's layout. shape: the layer's attention shape with batch 1 and layout HeadsMajor; config:
+/// its attention config. The input of the per-layer dQ-bias replay
 /// (octet/eval.h attention_dq_bias; docs/training.md §Output).
 struct AttentionSample {
   AttentionShape shape;

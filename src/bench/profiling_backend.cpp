@@ -118,8 +118,8 @@ void ProfilingBackend::layernorm_backward(const Tensor& x, const Tensor& w, cons
                                           const Tensor& dw, const Tensor& db) {
   timed("layernorm.bwd", [&] { inner_.layernorm_backward(x, w, mean, rstd, dy, dx, dw, db); });
 }
-void ProfilingBackend::rope(const Tensor& x, float theta, bool inverse) {
-  timed("rope", [&] { inner_.rope(x, theta, inverse); });
+void ProfilingBackend::rope(const Tensor& x, float theta, bool inverse, AttnLayout layout) {
+  timed("rope", [&] { inner_.rope(x, theta, inverse, layout); });
 }
 void ProfilingBackend::gelu_forward(const Tensor& x, const Tensor& y) {
   timed("gelu.fwd", [&] { inner_.gelu_forward(x, y); });
@@ -133,11 +133,13 @@ void ProfilingBackend::swiglu_forward(const Tensor& h, const Tensor& y) {
 void ProfilingBackend::swiglu_backward(const Tensor& h, const Tensor& dy, const Tensor& dh) {
   timed("swiglu.bwd", [&] { inner_.swiglu_backward(h, dy, dh); });
 }
-void ProfilingBackend::split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
-  timed("layout", [&] { inner_.split_qkv(qkv, q, k, v); });
+void ProfilingBackend::split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 AttnLayout layout) {
+  timed("layout", [&] { inner_.split_qkv(qkv, q, k, v, layout); });
 }
-void ProfilingBackend::merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv) {
-  timed("layout", [&] { inner_.merge_qkv(q, k, v, qkv); });
+void ProfilingBackend::merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
+                                 AttnLayout layout) {
+  timed("layout", [&] { inner_.merge_qkv(q, k, v, qkv, layout); });
 }
 void ProfilingBackend::heads_to_tokens(const Tensor& x, const Tensor& y) {
   timed("layout", [&] { inner_.heads_to_tokens(x, y); });

@@ -12,7 +12,7 @@ namespace octet {
 
 void GdnLayer::forward(Backend& be, const Tensor& u, const Tensor& f) {
   qkv.forward(be, u, qkv_out);
-  be.split_qkv(qkv_out, q_raw, k_raw, v);
+  be.split_qkv(qkv_out, q_raw, k_raw, v, AttnLayout::HeadsMajor);
   q_norm.forward(be, q_raw, q, {}, q_rstd);
   k_norm.forward(be, k_raw, k, {}, k_rstd);
   be.scale(scale, k);
@@ -29,7 +29,7 @@ void GdnLayer::backward(Backend& be, const Tensor& df, const Tensor& du, const G
   be.scale(scale, s.dk);  // k̂ = scale·RMSNorm(k)
   q_norm.backward(be, q_raw, s.dq, s.dq2, {}, q_rstd);
   k_norm.backward(be, k_raw, s.dk, s.dk2, {}, k_rstd);
-  be.merge_qkv(s.dq2, s.dk2, s.dv, s.dqkv);
+  be.merge_qkv(s.dq2, s.dk2, s.dv, s.dqkv, AttnLayout::HeadsMajor);
   qkv.backward(be, s.dqkv, du);
   gates.backward(be, s.dgates, s.dx);
   be.axpy(1.0f, s.dx, du);

@@ -174,7 +174,7 @@ struct Generator::Impl {
     L.qkv.forward(be, u_, qkv_t);
     const Tensor qn = q.as({1, H, n, Dh}), kn = k.as({1, G, n, Dh}), vn = v.as({1, G, n, Dh});
     const Tensor q0 = c.qk_norm ? qr.as({1, H, n, Dh}) : qn, k0 = c.qk_norm ? kr.as({1, G, n, Dh}) : kn;
-    be.split_qkv(qkv_t.reshape({1, n, (H + 2 * G) * Dh}), q0, k0, vn);
+    be.split_qkv(qkv_t.reshape({1, n, (H + 2 * G) * Dh}), q0, k0, vn, AttnLayout::HeadsMajor);
     if (c.qk_norm) {
       L.q_norm.forward(be, q0, qn, {}, rstd.as({H * n}));
       L.k_norm.forward(be, k0, kn, {}, rstd.as({G * n}));
@@ -188,12 +188,12 @@ struct Generator::Impl {
       be.copy(at(vl, j * len * Dh, {len, Dh}), at(vc, j * T * Dh, {len, Dh}));
     }
     if (c.positions == PositionKind::RoPE) {
-      be.rope(kl, c.rope_theta, false);
+      be.rope(kl, c.rope_theta, false, AttnLayout::HeadsMajor);
       const Tensor ql = qs.as({1, H, len, Dh});
       be.fill(ql, 0.0);
       for (int64_t j = 0; j < H; ++j)
         be.copy(at(ql, (j * len + p0) * Dh, {n, Dh}), at(qn, j * n * Dh, {n, Dh}));
-      be.rope(ql, c.rope_theta, false);
+      be.rope(ql, c.rope_theta, false, AttnLayout::HeadsMajor);
       for (int64_t j = 0; j < H; ++j)
         be.copy(at(qn, j * n * Dh, {n, Dh}), at(ql, (j * len + p0) * Dh, {n, Dh}));
     }
@@ -215,7 +215,7 @@ struct Generator::Impl {
     L.qkv.forward(be, u_, qkv_t);
     const Tensor qn = q.as({1, H, n, Dh}), kn = k.as({1, H, n, Dh}), vn = v.as({1, H, n, Dh});
     const Tensor q0 = qr.as({1, H, n, Dh}), k0 = kr.as({1, H, n, Dh});
-    be.split_qkv(qkv_t.reshape({1, n, 3 * H * Dh}), q0, k0, vn);
+    be.split_qkv(qkv_t.reshape({1, n, 3 * H * Dh}), q0, k0, vn, AttnLayout::HeadsMajor);
     L.q_norm.forward(be, q0, qn, {}, rstd.as({H * n}));
     L.k_norm.forward(be, k0, kn, {}, rstd.as({H * n}));
     be.scale(gdn_scale, kn);

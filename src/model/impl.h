@@ -44,13 +44,15 @@ struct AttnLayer {
   model_detail::NormOp q_norm, k_norm;
   std::unique_ptr<Attention> attn;
   Tensor qkv_out;                // act [N, (H + 2G)·Dh]
-  Tensor q_raw, k_raw, q, k, v;  // act [B, H|G, T, Dh] (raw: before QK-norm; qk_norm only)
-  Tensor q_rstd, k_rstd;         // F32 [B·H·T], [B·G·T] (qk_norm only)
-  Tensor o;                      // act [B, H, T, Dh]
+  // q, k, v, o and their gradients are tokens-major (AttnLayout::TokensMajor): the attention reads
+  // and writes them where the projections' rows lie, with no transposing copy.
+  Tensor q_raw, k_raw, q, k, v;  // act [B, T, H|G, Dh] (raw: before QK-norm; qk_norm only)
+  Tensor q_rstd, k_rstd;         // F32 [B·T·H], [B·T·G] (qk_norm only; one per row)
+  Tensor o;                      // act [B, T, H, Dh]: the same buffer as ot
   Tensor lse;                    // F32 [B, H, T]
-  Tensor ot;                     // act [N, H·Dh]
+  Tensor ot;                     // act [N, H·Dh]: o as the projection's input
   Tensor residual;               // F64 [2]: row residual max, Σ of means (since zero_grad)
-  Tensor d_o_sample;             // act [1, H, T, Dh]: batch element 0's dO (attention capture only)
+  Tensor d_o_sample;             // act [1, T, H, Dh]: batch element 0's dO (attention capture only)
   SavedAttention saved;          // of the current micro-batch
 };
 
@@ -107,7 +109,8 @@ struct Model::Impl {
   bool capture = false;    // set_attention_capture: keep d_o_sample and the row residual in each backward
   bool captured = false;   // d_o_sample belongs to the last forward (its backward ran with capture)
   Tensor wte, dwte, wpe, dwpe;  // F32 views (wpe: learned positions only)
-  // gradient scratch (act)
+  // gradient scratch (act); the attention's dq, dk, dv, dq2, dk2 tokens-major [B, T, H|G, Dh], dout
+  // the same buffer as dot [N, H·Dh]
   Tensor dcur, dt1, dt2, dt3, gtmp, dqkv, dq, dk, dv, dq2, dk2, dout, dot, dh, da;
   explicit Impl(Backend& be) : arena(be) {}
 

@@ -78,7 +78,8 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
   const int64_t qkv_w = (m.H + 2 * m.G) * m.Dh;
   const int64_t fc1_w = c.mlp == MlpKind::SwiGLU ? 2 * m.F : m.F;
   const Shape Nd{m.N, m.d}, rows{m.N};
-  const Shape sq{m.B, m.H, m.T, m.Dh}, sk{m.B, m.G, m.T, m.Dh};
+  // the attention's q (o, dq, dO) and k (v, dk, dv) in its layout (tokens-major: impl.h AttnLayer)
+  const Shape sq = attention_shape(c, m.B).q_shape(), sk = attention_shape(c, m.B).kv_shape();
 
   auto make_norm = [&](const std::string& prefix) {
     NormOp n;
@@ -166,9 +167,10 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
       al.q_rstd = layer_buf("attn.q_rstd", DType::F32, {m.B * m.H * m.T});
       al.k_rstd = layer_buf("attn.k_rstd", DType::F32, {m.B * m.G * m.T});
     }
-    al.o = layer_buf("attn.o", act, sq);
-    al.lse = layer_buf("attn.lse", DType::F32, {m.B, m.H, m.T});
     al.ot = layer_buf("attn.ot", act, {m.N, m.H * m.Dh});
+    OCTET_CHECK(shape.layout == AttnLayout::TokensMajor, "model: o aliases ot only tokens-major");
+    al.o = al.ot.reshape(sq);  // tokens-major o is the projection's input as it lies
+    al.lse = layer_buf("attn.lse", DType::F32, {m.B, m.H, m.T});
     al.residual = A.make(DType::F64, {2});  // an accumulator of this layer's: never shared
     return al;
   };
@@ -224,8 +226,8 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
   m.dv = A.make(act, sk);
   m.dq2 = A.make(act, sq);
   m.dk2 = A.make(act, sk);
-  m.dout = A.make(act, sq);
   m.dot = A.make(act, {m.N, m.H * m.Dh});
+  m.dout = m.dot.reshape(sq);
   m.dh = A.make(act, {m.N, fc1_w});
   m.da = A.make(act, {m.N, m.F});
   if (c.mixer == MixerKind::Hybrid) {
@@ -359,7 +361,7 @@ void Model::set_attention_capture(bool on) {
   if (on)
     for (AttnLayer& al : m.attn)
       if (al.attn && al.d_o_sample.empty())
-        al.d_o_sample = m.arena.make(precision_.activations, {1, m.H, m.T, m.Dh});
+        al.d_o_sample = m.arena.make(precision_.activations, {1, m.T, m.H, m.Dh});
   m.capture = on;
 }
 
@@ -376,11 +378,19 @@ AttentionSample Model::attention_sample(int64_t layer) {
                                       " has no attention (a Gated DeltaNet layer)");
   AttentionSample s;
   s.shape = attention_shape(config_, 1);
+  s.shape.layout = AttnLayout::HeadsMajor;  // the sample is heads-major (model.h AttentionSample)
   s.config = attention_config(precision_);
-  s.q = backend_.download_f32(al.q.slice(0, 1));
-  s.k = backend_.download_f32(al.k.slice(0, 1));
-  s.v = backend_.download_f32(al.v.slice(0, 1));
-  if (m.captured && !al.d_o_sample.empty()) s.d_o = backend_.download_f32(al.d_o_sample);
+  // batch element 0 of a tokens-major activation, moved to heads-major on the host
+  auto heads_major = [&](const Tensor& t, int64_t heads) {
+    const std::vector<float> tm = backend_.download_f32(t);
+    std::vector<float> hm(tm.size());
+    transpose_heads_tokens(tm.data(), hm.data(), 1, heads, m.T, m.Dh, false);
+    return hm;
+  };
+  s.q = heads_major(al.q.slice(0, 1), m.H);
+  s.k = heads_major(al.k.slice(0, 1), m.G);
+  s.v = heads_major(al.v.slice(0, 1), m.G);
+  if (m.captured && !al.d_o_sample.empty()) s.d_o = heads_major(al.d_o_sample, m.H);
   return s;
 }
 

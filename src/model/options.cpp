@@ -49,6 +49,7 @@ AttentionShape attention_shape(const ModelConfig& m, int64_t batch) {
   shape.seq_q = shape.seq_k = m.seq_len;
   shape.head_dim = m.head_dim();
   shape.causal = true;
+  shape.layout = AttnLayout::TokensMajor;  // the projections' rows as they lie (no layout copies)
   return shape;
 }
 

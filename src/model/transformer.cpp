@@ -33,6 +33,7 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
   Backend& be = backend_;
   const ModelConfig& c = config_;
   const NormPlacement place = c.norm_placement;
+  const AttnLayout layout = attention_shape(c, m.B).layout;  // of q, k, v, o and their gradients
   be.upload(m.ids, ids);
   be.upload(m.targets, targets);
   m.captured = false;  // a capture describes the forward it was taken in
@@ -64,17 +65,17 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         al.qkv.forward(be, u, al.qkv_out);
         const Tensor& q0 = c.qk_norm ? al.q_raw : al.q;
         const Tensor& k0 = c.qk_norm ? al.k_raw : al.k;
-        be.split_qkv(al.qkv_out, q0, k0, al.v);
+        be.split_qkv(al.qkv_out, q0, k0, al.v, layout);
         if (c.qk_norm) {
           al.q_norm.forward(be, al.q_raw, al.q, {}, al.q_rstd);
           al.k_norm.forward(be, al.k_raw, al.k, {}, al.k_rstd);
         }
         if (c.positions == PositionKind::RoPE) {
-          be.rope(al.q, c.rope_theta, false);
-          be.rope(al.k, c.rope_theta, false);
+          be.rope(al.q, c.rope_theta, false, layout);
+          be.rope(al.k, c.rope_theta, false, layout);
         }
+        // o is ot tokens-major (impl.h AttnLayer): the projection reads it as it lies
         al.saved = al.attn->forward(al.q, al.k, al.v, al.o, al.lse);
-        be.heads_to_tokens(al.o, al.ot);
         al.proj.forward(be, al.ot, f);
       } else {
         MlpLayer& ml = m.mlp[size_t(l)];
@@ -156,15 +157,14 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         m.gdn[size_t(l)].backward(be, df, du, m.gdn_scratch);
       } else if (k == 0) {
         AttnLayer& al = m.attn[size_t(l)];
-        al.proj.backward(be, df, m.dot);
-        be.tokens_to_heads(m.dot, m.dout);
+        al.proj.backward(be, df, m.dot);  // m.dout is m.dot tokens-major
         if (m.capture) be.copy(al.d_o_sample, m.dout.slice(0, 1));  // layer diagnostics (model.h)
         // the row residual (a diagnostic) only in the backwards that capture: it costs the fused
         // CUDA backward FP64 work per element (docs/attention.md §"Backward")
         al.attn->backward(al.saved, m.dout, m.dq, m.dk, m.dv, m.capture ? al.residual : Tensor{});
         if (c.positions == PositionKind::RoPE) {
-          be.rope(m.dq, c.rope_theta, true);
-          be.rope(m.dk, c.rope_theta, true);
+          be.rope(m.dq, c.rope_theta, true, layout);
+          be.rope(m.dk, c.rope_theta, true, layout);
         }
         Tensor dq = m.dq, dk = m.dk;
         if (c.qk_norm) {
@@ -173,7 +173,7 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
           dq = m.dq2;
           dk = m.dk2;
         }
-        be.merge_qkv(dq, dk, m.dv, m.dqkv);
+        be.merge_qkv(dq, dk, m.dv, m.dqkv, layout);
         al.qkv.backward(be, m.dqkv, du);
       } else {
         MlpLayer& ml = m.mlp[size_t(l)];

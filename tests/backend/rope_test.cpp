@@ -36,7 +36,7 @@ TEST(Rope, RotatesEachPairByPositionTimesFrequency) {
   // with a = t · theta^(−2i/D); every other component stays 0.
   std::vector<float> x(T * D, 0.0f);
   for (int64_t t = 0; t < T; ++t) x[t * D + t % half] = 1.0f;
-  be->rope(view(x, {1, 1, T, D}), kTheta, false);
+  be->rope(view(x, {1, 1, T, D}), kTheta, false, AttnLayout::HeadsMajor);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t i = t % half;
     const double a = double(t) / std::pow(double(kTheta), 2.0 * i / D);
@@ -50,14 +50,14 @@ TEST(Rope, RotatesEachPairByPositionTimesFrequency) {
 TEST(Rope, PositionZeroIsIdentity) {
   auto be = make_cpu_backend();
   auto x = randn(B * H * 1 * D, 5), y = x;
-  be->rope(view(y, {B, H, 1, D}), kTheta, false);
+  be->rope(view(y, {B, H, 1, D}), kTheta, false, AttnLayout::HeadsMajor);
   EXPECT_EQ(x, y);
 }
 
 TEST(Rope, InverseUndoesForwardAndNormsArePreserved) {
   auto be = make_cpu_backend();
   auto x = randn(B * H * T * D, 6), y = x;
-  be->rope(view(y, {B, H, T, D}), kTheta, false);
+  be->rope(view(y, {B, H, T, D}), kTheta, false, AttnLayout::HeadsMajor);
   double moved = 0;
   for (int64_t row = 0; row < B * H * T; ++row) {
     const double n0 = norm2(&x[row * D], D), n1 = norm2(&y[row * D], D);
@@ -65,7 +65,7 @@ TEST(Rope, InverseUndoesForwardAndNormsArePreserved) {
   }
   for (size_t i = 0; i < x.size(); ++i) moved = std::max(moved, double(std::fabs(y[i] - x[i])));
   EXPECT_GT(moved, 0.1);  // it did rotate
-  be->rope(view(y, {B, H, T, D}), kTheta, true);
+  be->rope(view(y, {B, H, T, D}), kTheta, true, AttnLayout::HeadsMajor);
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-5) << i;
 }
 
@@ -77,8 +77,8 @@ TEST(Rope, DotProductDependsOnlyOnRelativePosition) {
   std::vector<float> q(T * D), k(T * D);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t d = 0; d < D; ++d) q[t * D + d] = q0[d], k[t * D + d] = k0[d];
-  be->rope(view(q, {1, 1, T, D}), 100.0f, false);
-  be->rope(view(k, {1, 1, T, D}), 100.0f, false);
+  be->rope(view(q, {1, 1, T, D}), 100.0f, false, AttnLayout::HeadsMajor);
+  be->rope(view(k, {1, 1, T, D}), 100.0f, false, AttnLayout::HeadsMajor);
   auto dot = [&](int64_t t, int64_t s) {
     double acc = 0;
     for (int64_t d = 0; d < D; ++d) acc += double(q[t * D + d]) * k[s * D + d];
@@ -93,18 +93,18 @@ TEST(Rope, BackwardIsInverseRotationAndMatchesFiniteDifferences) {
   auto x = randn(B * H * T * D, 9), r = randn(B * H * T * D, 10);
   auto loss = [&](const std::vector<float>& xx) {
     std::vector<float> y = xx;
-    be->rope(view(y, {B, H, T, D}), kTheta, false);
+    be->rope(view(y, {B, H, T, D}), kTheta, false, AttnLayout::HeadsMajor);
     return project(y, r);
   };
   std::vector<float> dx = r;
-  be->rope(view(dx, {B, H, T, D}), kTheta, true);
+  be->rope(view(dx, {B, H, T, D}), kTheta, true, AttnLayout::HeadsMajor);
   expect_grad_near(dx, numeric_grad(loss, x, 1e-2), 1e-4, 1e-5, "rope backward");
 }
 
 TEST(Rope, RejectsOddHeadDim) {
   auto be = make_cpu_backend();
   std::vector<float> x(3);
-  EXPECT_THROW(be->rope(view(x, {1, 1, 1, 3}), kTheta, false), Error);
+  EXPECT_THROW(be->rope(view(x, {1, 1, 1, 3}), kTheta, false, AttnLayout::HeadsMajor), Error);
 }
 
 }  // namespace

@@ -177,6 +177,7 @@ TEST(Config, ModelPrecisionCrossChecksRunUpFront) {
   EXPECT_EQ(shape.head_dim, c.model.d_model / 4);
   EXPECT_EQ(shape.batch, c.train.batch_size);
   EXPECT_TRUE(shape.causal);
+  EXPECT_EQ(shape.layout, AttnLayout::TokensMajor);  // the model's projections' rows as they lie
   c.precision.p_scale = 1024.0f;  // set behind the parser's back: validate() still catches it
   EXPECT_NE(error_of([&] { c.validate(); }).find("p_scale"), std::string::npos);
 }

@@ -3,7 +3,8 @@
 // Token-major rows hold all heads of one token side by side: [B, T, W] with W = (number of heads
 // in the row)·D. Head-major tensors are [B, n, T, D] (the attention layout of octet/attention.h).
 // One gather/scatter between them serves all four operations:
-//   split_qkv:  qkv [B, T, (H + 2G)·D] -> q [B, H, T, D] (heads 0..H), k (H..H+G), v (H+G..H+2G)
+//   split_qkv:  qkv [B, T, (H + 2G)·D] -> q [B, H, T, D] (heads 0..H), k (H..H+G), v (H+G..H+2G),
+//               or q [B, T, H, D], k, v [B, T, G, D] in AttnLayout::TokensMajor (a strided copy)
 //   merge_qkv:  the inverse (used for dq, dk, dv -> dqkv)
 //   tokens_to_heads / heads_to_tokens: [B, T, H·D] <-> [B, H, T, D].
 // Pure data movement: exact for equal dtypes; F32 -> BF16 rounds once (act_io.h).
@@ -20,11 +21,13 @@ struct HeadDims {
   int64_t batch, n, seq, head_dim;
 };
 
-// A head-major tensor's [B, n, T, D].
-HeadDims head_dims(const char* op, const Tensor& t) {
-  OCTET_CHECK(t.shape.rank == 4,
-              std::string(op) + ": expected a head-major [B, n, T, D] tensor, got " + t.str());
-  return {t.shape[0], t.shape[1], t.shape[2], t.shape[3]};
+// A per-head tensor's [B, n, T, D] (heads-major) or [B, T, n, D] (tokens-major).
+HeadDims head_dims(const char* op, const Tensor& t, AttnLayout layout = AttnLayout::HeadsMajor) {
+  const bool tm = layout == AttnLayout::TokensMajor;
+  OCTET_CHECK(t.shape.rank == 4, std::string(op) + ": expected a " +
+                                     (tm ? "tokens-major [B, T, n, D]" : "head-major [B, n, T, D]") +
+                                     " tensor, got " + t.str());
+  return {t.shape[0], t.shape[tm ? 2 : 1], t.shape[tm ? 1 : 2], t.shape[3]};
 }
 
 // Checks the token-major tensor is [B, T, width·D] (rank 3, or any shape with that numel and
@@ -35,15 +38,17 @@ void check_tokens(const char* op, const Tensor& tok, const HeadDims& h, int64_t 
                   std::to_string(h.seq) + ", " + std::to_string(width * h.head_dim) + "], got " + tok.str());
 }
 
-// Copies heads [first, first + n) of a token-major tensor [B, T, width·D] to/from a head-major
-// tensor [B, n, T, D]. to_heads=true reads `tokens` and writes `heads`; false the reverse.
+// Copies heads [first, first + n) of a token-major tensor [B, T, width·D] to/from a per-head
+// tensor [B, n, T, D] (or [B, T, n, D] when heads_tokens_major). to_heads=true reads `tokens` and
+// writes `heads`; false the reverse.
 void move_heads(const float* tokens_in, float* tokens_out, const float* heads_in, float* heads_out,
-                const HeadDims& h, int64_t width, int64_t first, bool to_heads) {
+                const HeadDims& h, int64_t width, int64_t first, bool to_heads, bool heads_tokens_major = false) {
   for (int64_t b = 0; b < h.batch; ++b)
     for (int64_t hh = 0; hh < h.n; ++hh)
       for (int64_t t = 0; t < h.seq; ++t) {
         const int64_t tok = ((b * h.seq + t) * width + first + hh) * h.head_dim;
-        const int64_t hm = ((b * h.n + hh) * h.seq + t) * h.head_dim;
+        const int64_t hm = heads_tokens_major ? ((b * h.seq + t) * h.n + hh) * h.head_dim
+                                              : ((b * h.n + hh) * h.seq + t) * h.head_dim;
         for (int64_t d = 0; d < h.head_dim; ++d) {
           if (to_heads)
             heads_out[hm + d] = tokens_in[tok + d];
@@ -53,9 +58,11 @@ void move_heads(const float* tokens_in, float* tokens_out, const float* heads_in
       }
 }
 
-// q [B,H,T,D], k and v [B,G,T,D] with equal B, T, D; returns {H, G}.
-std::pair<int64_t, int64_t> check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v) {
-  const HeadDims hq = head_dims(op, q), hk = head_dims(op, k);
+// q [B,H,T,D], k and v [B,G,T,D] (tokens-major: [B,T,H,D], [B,T,G,D]) with equal B, T, D;
+// returns {H, G}.
+std::pair<int64_t, int64_t> check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      AttnLayout layout) {
+  const HeadDims hq = head_dims(op, q, layout), hk = head_dims(op, k, layout);
   OCTET_CHECK(k.shape == v.shape, std::string(op) + ": k and v shapes differ: " + k.str() + " vs " + v.str());
   OCTET_CHECK(hq.batch == hk.batch && hq.seq == hk.seq && hq.head_dim == hk.head_dim,
               std::string(op) + ": q " + q.str() + " and k " + k.str() + " must agree in B, T and D");
@@ -64,29 +71,33 @@ std::pair<int64_t, int64_t> check_qkv(const char* op, const Tensor& q, const Ten
 
 }  // namespace
 
-void CpuBackend::split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
-  const auto [H, G] = check_qkv("split_qkv", q, k, v);
-  const HeadDims hq = head_dims("split_qkv", q), hk = head_dims("split_qkv", k);
+void CpuBackend::split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v,
+                           AttnLayout layout) {
+  const auto [H, G] = check_qkv("split_qkv", q, k, v, layout);
+  const HeadDims hq = head_dims("split_qkv", q, layout), hk = head_dims("split_qkv", k, layout);
   const int64_t width = H + 2 * G;
+  const bool tm = layout == AttnLayout::TokensMajor;
   check_tokens("split_qkv", qkv, hq, width);
   ActIn in(qkv, "split_qkv qkv");
   ActOut oq(q, "split_qkv q"), ok(k, "split_qkv k"), ov(v, "split_qkv v");
-  move_heads(in.data, nullptr, nullptr, oq.data, hq, width, 0, true);
-  move_heads(in.data, nullptr, nullptr, ok.data, hk, width, H, true);
-  move_heads(in.data, nullptr, nullptr, ov.data, hk, width, H + G, true);
+  move_heads(in.data, nullptr, nullptr, oq.data, hq, width, 0, true, tm);
+  move_heads(in.data, nullptr, nullptr, ok.data, hk, width, H, true, tm);
+  move_heads(in.data, nullptr, nullptr, ov.data, hk, width, H + G, true, tm);
   oq.store(), ok.store(), ov.store();
 }
 
-void CpuBackend::merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv) {
-  const auto [H, G] = check_qkv("merge_qkv", q, k, v);
-  const HeadDims hq = head_dims("merge_qkv", q), hk = head_dims("merge_qkv", k);
+void CpuBackend::merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
+                           AttnLayout layout) {
+  const auto [H, G] = check_qkv("merge_qkv", q, k, v, layout);
+  const HeadDims hq = head_dims("merge_qkv", q, layout), hk = head_dims("merge_qkv", k, layout);
   const int64_t width = H + 2 * G;
+  const bool tm = layout == AttnLayout::TokensMajor;
   check_tokens("merge_qkv", qkv, hq, width);
   ActIn iq(q, "merge_qkv q"), ik(k, "merge_qkv k"), iv(v, "merge_qkv v");
   ActOut out(qkv, "merge_qkv qkv");
-  move_heads(nullptr, out.data, iq.data, nullptr, hq, width, 0, false);
-  move_heads(nullptr, out.data, ik.data, nullptr, hk, width, H, false);
-  move_heads(nullptr, out.data, iv.data, nullptr, hk, width, H + G, false);
+  move_heads(nullptr, out.data, iq.data, nullptr, hq, width, 0, false, tm);
+  move_heads(nullptr, out.data, ik.data, nullptr, hk, width, H, false, tm);
+  move_heads(nullptr, out.data, iv.data, nullptr, hk, width, H + G, false, tm);
   out.store();
 }
 

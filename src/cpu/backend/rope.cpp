@@ -5,7 +5,8 @@
 //   x_i' = x_i cos a − x_{i+D/2} sin a,   x_{i+D/2}' = x_i sin a + x_{i+D/2} cos a.
 // The rotation is orthogonal, so its backward (the transpose) is the rotation by −a:
 // inverse=true. Angles, sines and cosines are computed in double. x is an act tensor
-// [B, H, T, D] rotated in place (act_io.h: read as FP32, rounded once on store); t indexes T.
+// [B, H, T, D] (or [B, T, H, D], AttnLayout::TokensMajor) rotated in place (act_io.h: read as
+// FP32, rounded once on store); t indexes T.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -16,9 +17,12 @@
 
 namespace octet::cpu {
 
-void CpuBackend::rope(const Tensor& x, float theta, bool inverse) {
-  OCTET_CHECK(x.shape.rank == 4, "rope: expected x [B, H, T, D], got " + x.str());
-  const int64_t seq = x.shape[2], head_dim = x.shape[3], bh = x.shape[0] * x.shape[1];
+void CpuBackend::rope(const Tensor& x, float theta, bool inverse, AttnLayout layout) {
+  const bool tm = layout == AttnLayout::TokensMajor;
+  OCTET_CHECK(x.shape.rank == 4,
+              std::string("rope: expected x ") + (tm ? "[B, T, H, D]" : "[B, H, T, D]") + ", got " + x.str());
+  const int64_t seq = x.shape[tm ? 1 : 2], heads = x.shape[tm ? 2 : 1], head_dim = x.shape[3];
+  const int64_t rows = x.shape[0] * x.shape[1] * x.shape[2];
   OCTET_CHECK(head_dim >= 2 && head_dim % 2 == 0,
               "rope: head_dim must be even and >= 2, got " + std::to_string(head_dim));
   OCTET_CHECK(theta > 0.0f && std::isfinite(theta),
@@ -34,16 +38,16 @@ void CpuBackend::rope(const Tensor& x, float theta, bool inverse) {
       sin_t[size_t(t * half + i)] = std::sin(a);
     }
   ActOut out(x, "rope x", true);
-  for (int64_t r = 0; r < bh; ++r)
-    for (int64_t t = 0; t < seq; ++t) {
-      float* v = out.data + (r * seq + t) * head_dim;
-      for (int64_t i = 0; i < half; ++i) {
-        const double c = cos_t[size_t(t * half + i)], s = sin_t[size_t(t * half + i)];
-        const double x1 = v[i], x2 = v[i + half];
-        v[i] = float(x1 * c - x2 * s);
-        v[i + half] = float(x1 * s + x2 * c);
-      }
+  for (int64_t r = 0; r < rows; ++r) {  // the r-th row in memory
+    const int64_t t = tm ? r / heads % seq : r % seq;
+    float* v = out.data + r * head_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const double c = cos_t[size_t(t * half + i)], s = sin_t[size_t(t * half + i)];
+      const double x1 = v[i], x2 = v[i + half];
+      v[i] = float(x1 * c - x2 * s);
+      v[i + half] = float(x1 * s + x2 * c);
     }
+  }
   out.store();
 }
 

@@ -9,6 +9,7 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
+#include "cuda/attention/act_layout.h"
 #include "cuda/runtime/check.h"
 #include "cuda/ops/ops.h"
 #include "cuda/ops/reduce_util.cuh"
@@ -196,12 +197,14 @@ int id_bits(int64_t vocab) {
 }
 constexpr size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
-// One thread per rotation pair (t, i); the angle in double as the CPU twin's table.
+// One thread per rotation pair (row, i), row the row's place in memory; the angle in double as the
+// CPU twin's table.
 template <class T>
-__global__ void rope_kernel(T* x, int64_t bh, int64_t seq, int64_t head_dim, double theta, double sign) {
+__global__ void rope_kernel(T* x, int64_t rows, int64_t heads, int64_t seq, int64_t head_dim, double theta,
+                            double sign, bool tokens_major) {
   const int64_t half = head_dim / 2;
-  OCTET_GRID_STRIDE(idx, bh * seq * half) {
-    const int64_t i = idx % half, row = idx / half, t = row % seq;
+  OCTET_GRID_STRIDE(idx, rows * half) {
+    const int64_t i = idx % half, row = idx / half, t = tokens_major ? row / heads % seq : row % seq;
     const double inv_freq = pow(theta, -2.0 * double(i) / double(head_dim));
     double sn, cs;
     sincos(double(t) * inv_freq * sign, &sn, &cs);
@@ -212,20 +215,22 @@ __global__ void rope_kernel(T* x, int64_t bh, int64_t seq, int64_t head_dim, dou
   }
 }
 
-// tokens [B, T, width*D] <-> heads [B, n, T, D] for heads [first, first + n) of the token tensor.
-// Each (b, h, t) row of D elements is contiguous on both sides: a thread moves `kVec` consecutive
-// elements (8 with ld8/st8 when D % 8 == 0 and the pointers are aligned, else 1), so a warp reads
-// and writes whole rows (coalesced) and the index arithmetic is paid once per vector.
+// tokens [B, T, width*D] <-> heads [B, n, T, D] (heads_tokens_major: [B, T, n, D]) for heads
+// [first, first + n) of the token tensor. Each (b, h, t) row of D elements is contiguous on both
+// sides: a thread moves `kVec` consecutive elements (8 with ld8/st8 when D % 8 == 0 and the pointers
+// are aligned, else 1), so a warp reads and writes whole rows (coalesced) and the index arithmetic
+// is paid once per vector.
 template <int kVec, class TS, class TD>
 __global__ void move_heads_kernel(const TS* src, TD* dst, int64_t batch, int64_t seq, int64_t width,
-                                  int64_t first, int64_t n, int64_t head_dim, bool to_heads) {
+                                  int64_t first, int64_t n, int64_t head_dim, bool to_heads,
+                                  bool heads_tokens_major) {
   const int64_t dv = head_dim / kVec;
   OCTET_GRID_STRIDE(idx, batch * n * seq * dv) {
     const int64_t d = (idx % dv) * kVec;
     const int64_t row = idx / dv;  // (b, h, t) in the heads layout
     const int64_t t = row % seq, bh = row / seq;
     const int64_t h = bh % n, b = bh / n;
-    const int64_t head = row * head_dim + d;
+    const int64_t head = act_row_offset_bh(heads_tokens_major, b, h, t, n, seq, head_dim) + d;
     const int64_t tok = ((b * seq + t) * width + first + h) * head_dim + d;
     const int64_t from = to_heads ? tok : head, to = to_heads ? head : tok;
     if constexpr (kVec == 8) {
@@ -240,7 +245,8 @@ __global__ void move_heads_kernel(const TS* src, TD* dst, int64_t batch, int64_t
 
 // src -> dst for heads [first, first + n) of a token tensor of `width` heads (see the kernel).
 void move_heads(const Tensor& src, const Tensor& dst, int64_t batch, int64_t seq, int64_t width,
-                int64_t first, int64_t n, int64_t head_dim, bool to_heads, cudaStream_t s) {
+                int64_t first, int64_t n, int64_t head_dim, bool to_heads, cudaStream_t s,
+                bool heads_tokens_major = false) {
   const bool vec = head_dim % 8 == 0 && vec_ok({src.data, dst.data});
   dispatch_act(
       [&](auto ts, auto td) {
@@ -249,10 +255,10 @@ void move_heads(const Tensor& src, const Tensor& dst, int64_t batch, int64_t seq
         const int64_t rows = batch * n * seq;
         if (vec)
           launch(move_heads_kernel<8, TS, TD>, rows * head_dim / 8, s, typed(src, ts), typed(dst, td), batch,
-                 seq, width, first, n, head_dim, to_heads);
+                 seq, width, first, n, head_dim, to_heads, heads_tokens_major);
         else
           launch(move_heads_kernel<1, TS, TD>, rows * head_dim, s, typed(src, ts), typed(dst, td), batch, seq,
-                 width, first, n, head_dim, to_heads);
+                 width, first, n, head_dim, to_heads, heads_tokens_major);
       },
       src.dtype, dst.dtype);
 }
@@ -378,26 +384,26 @@ void embedding_backward_launch(const int32_t* ids, const Tensor& dout, float* dt
       },
       dout.dtype);
 }
-void rope_launch(const Tensor& x, int64_t bh, int64_t seq, int64_t head_dim, float theta, bool inverse,
-                 cudaStream_t s) {
+void rope_launch(const Tensor& x, int64_t rows, int64_t heads, int64_t seq, int64_t head_dim, float theta,
+                 bool inverse, bool tokens_major, cudaStream_t s) {
   dispatch_act(
       [&](auto a) {
-        launch(rope_kernel<OCTET_T(a)>, bh * seq * (head_dim / 2), s, typed(x, a), bh, seq, head_dim,
-               double(theta), inverse ? -1.0 : 1.0);
+        launch(rope_kernel<OCTET_T(a)>, rows * (head_dim / 2), s, typed(x, a), rows, heads, seq, head_dim,
+               double(theta), inverse ? -1.0 : 1.0, tokens_major);
       },
       x.dtype);
 }
 void qkv_layout_launch(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch,
                        int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim, bool to_heads,
-                       cudaStream_t s) {
+                       bool tokens_major, cudaStream_t s) {
   const int64_t w = heads + 2 * kv_heads;
   const Tensor* parts[3] = {&q, &k, &v};
   const int64_t first[3] = {0, heads, heads + kv_heads}, count[3] = {heads, kv_heads, kv_heads};
   for (int i = 0; i < 3; ++i) {
     if (to_heads)
-      move_heads(qkv, *parts[i], batch, seq, w, first[i], count[i], head_dim, true, s);
+      move_heads(qkv, *parts[i], batch, seq, w, first[i], count[i], head_dim, true, s, tokens_major);
     else
-      move_heads(*parts[i], qkv, batch, seq, w, first[i], count[i], head_dim, false, s);
+      move_heads(*parts[i], qkv, batch, seq, w, first[i], count[i], head_dim, false, s, tokens_major);
   }
 }
 void heads_tokens_launch(const Tensor& x, const Tensor& y, int64_t batch, int64_t heads, int64_t seq,

@@ -44,13 +44,15 @@ void embedding_forward_launch(const int32_t* ids, const float* table, const Tens
 size_t embedding_backward_workspace(int64_t n, int64_t vocab);
 void embedding_backward_launch(const int32_t* ids, const Tensor& dout, float* dtable, int64_t n, int64_t dim,
                                int64_t vocab, void* workspace, size_t workspace_bytes, cudaStream_t s);
-/// x act [bh, seq, head_dim] in place.
-void rope_launch(const Tensor& x, int64_t bh, int64_t seq, int64_t head_dim, float theta, bool inverse,
-                 cudaStream_t s);
-/// qkv [B,T,(H+2G)D] <-> q [B,H,T,D], k, v [B,G,T,D]; to_heads=false is merge_qkv.
+/// x act [B, heads, seq, head_dim] (tokens_major: [B, seq, heads, head_dim]), rows = B·heads·seq,
+/// rotated in place.
+void rope_launch(const Tensor& x, int64_t rows, int64_t heads, int64_t seq, int64_t head_dim, float theta,
+                 bool inverse, bool tokens_major, cudaStream_t s);
+/// qkv [B,T,(H+2G)D] <-> q [B,H,T,D], k, v [B,G,T,D] (tokens_major: q [B,T,H,D], k, v [B,T,G,D]);
+/// to_heads=false is merge_qkv.
 void qkv_layout_launch(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, int64_t batch,
                        int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim, bool to_heads,
-                       cudaStream_t s);
+                       bool tokens_major, cudaStream_t s);
 /// [B,H,T,D] -> [B,T,H*D] (to_tokens) or back; x is the source, y the destination.
 void heads_tokens_launch(const Tensor& x, const Tensor& y, int64_t batch, int64_t heads, int64_t seq,
                          int64_t head_dim, bool to_tokens, cudaStream_t s);

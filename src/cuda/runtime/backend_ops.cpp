@@ -146,15 +146,18 @@ void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& w, const Ten
 }
 
 // ---- RoPE, activations ----
-void CudaBackend::rope(const Tensor& x, float theta, bool inverse) {
+void CudaBackend::rope(const Tensor& x, float theta, bool inverse, AttnLayout layout) {
   DeviceGuard g(device_);
   check_activation(x, "rope: x");
-  OCTET_CHECK(x.shape.rank == 4, "rope: x must be [B, H, T, D], got " + x.str());
+  const bool tm = layout == AttnLayout::TokensMajor;
+  OCTET_CHECK(x.shape.rank == 4,
+              std::string("rope: x must be ") + (tm ? "[B, T, H, D]" : "[B, H, T, D]") + ", got " + x.str());
   const int64_t D = x.shape[3];
   OCTET_CHECK(D >= 2 && D % 2 == 0, "rope: head_dim must be even and >= 2, got " + x.str());
   OCTET_CHECK(theta > 0.0f && std::isfinite(theta),
               "rope: theta must be positive and finite, got " + std::to_string(theta));
-  rope_launch(x, x.shape[0] * x.shape[1], x.shape[2], D, theta, inverse, stream_);
+  rope_launch(x, x.shape[0] * x.shape[1] * x.shape[2], x.shape[tm ? 2 : 1], x.shape[tm ? 1 : 2], D, theta,
+              inverse, tm, stream_);
 }
 
 void CudaBackend::gelu_forward(const Tensor& x, const Tensor& y) {
@@ -198,19 +201,21 @@ namespace {
 struct Heads {
   int64_t B, H, T, D;
 };
-Heads heads_of(const Tensor& t, const char* what) {
+// A per-head activation's [B, H, T, D] (tokens-major: stored [B, T, H, D]).
+Heads heads_of(const Tensor& t, const char* what, AttnLayout layout = AttnLayout::HeadsMajor) {
   check_activation(t, what);
-  OCTET_CHECK(t.shape.rank == 4 && t.shape[1] >= 1 && t.shape[3] >= 1,
-              std::string(what) + ": expected [B, H, T, D], got " + t.str());
-  return {t.shape[0], t.shape[1], t.shape[2], t.shape[3]};
+  const bool tm = layout == AttnLayout::TokensMajor;
+  OCTET_CHECK(t.shape.rank == 4 && t.shape[1] >= 1 && t.shape[2] >= 1 && t.shape[3] >= 1,
+              std::string(what) + ": expected " + (tm ? "[B, T, H, D]" : "[B, H, T, D]") + ", got " + t.str());
+  return {t.shape[0], t.shape[tm ? 2 : 1], t.shape[tm ? 1 : 2], t.shape[3]};
 }
 void check_qkv(const char* op, const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v,
-               Heads* hq, int64_t* G) {
-  *hq = heads_of(q, op);
-  const Heads hk = heads_of(k, op), hv = heads_of(v, op);
+               AttnLayout layout, Heads* hq, int64_t* G) {
+  *hq = heads_of(q, op, layout);
+  const Heads hk = heads_of(k, op, layout), hv = heads_of(v, op, layout);
   OCTET_CHECK(hk.B == hq->B && hk.T == hq->T && hk.D == hq->D && k.shape == v.shape,
-              std::string(op) + ": k and v must be [B, G, T, D] matching q " + q.str() + ", got k " +
-                  k.str() + ", v " + v.str());
+              std::string(op) + ": k and v must match q " + q.str() + " in B, T and D, got k " + k.str() +
+                  ", v " + v.str());
   (void)hv;
   *G = hk.H;
   check_activation(qkv, op);
@@ -218,19 +223,21 @@ void check_qkv(const char* op, const Tensor& qkv, const Tensor& q, const Tensor&
 }
 }  // namespace
 
-void CudaBackend::split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
+void CudaBackend::split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v,
+                            AttnLayout layout) {
   DeviceGuard g(device_);
   Heads h;
   int64_t G;
-  check_qkv("split_qkv", qkv, q, k, v, &h, &G);
-  qkv_layout_launch(qkv, q, k, v, h.B, h.T, h.H, G, h.D, true, stream_);
+  check_qkv("split_qkv", qkv, q, k, v, layout, &h, &G);
+  qkv_layout_launch(qkv, q, k, v, h.B, h.T, h.H, G, h.D, true, layout == AttnLayout::TokensMajor, stream_);
 }
-void CudaBackend::merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv) {
+void CudaBackend::merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
+                            AttnLayout layout) {
   DeviceGuard g(device_);
   Heads h;
   int64_t G;
-  check_qkv("merge_qkv", qkv, q, k, v, &h, &G);
-  qkv_layout_launch(qkv, q, k, v, h.B, h.T, h.H, G, h.D, false, stream_);
+  check_qkv("merge_qkv", qkv, q, k, v, layout, &h, &G);
+  qkv_layout_launch(qkv, q, k, v, h.B, h.T, h.H, G, h.D, false, layout == AttnLayout::TokensMajor, stream_);
 }
 void CudaBackend::heads_to_tokens(const Tensor& x, const Tensor& y) {
   DeviceGuard g(device_);

@@ -91,15 +91,15 @@ class CudaBackend final : public Backend {
                           const Tensor& dy, const Tensor& dx, const Tensor& dweight,
                           const Tensor& dbias) override;
 
-  void rope(const Tensor& x, float theta, bool inverse) override;
+  void rope(const Tensor& x, float theta, bool inverse, AttnLayout layout) override;
 
   void gelu_forward(const Tensor& x, const Tensor& y) override;
   void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
   void swiglu_forward(const Tensor& h, const Tensor& y) override;
   void swiglu_backward(const Tensor& h, const Tensor& dy, const Tensor& dh) override;
 
-  void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) override;
-  void merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv) override;
+  void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, AttnLayout layout) override;
+  void merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv, AttnLayout layout) override;
   void heads_to_tokens(const Tensor& x, const Tensor& y) override;
   void tokens_to_heads(const Tensor& x, const Tensor& y) override;
 

@@ -184,11 +184,11 @@ TEST_P(CudaOps, RopeForwardAndInverse) {
   const size_t n = size_t(B * H * T * D);
   auto x = make(test::gaussian(n, 12), {B, H, T, D});
   const std::vector<float> orig = gpu->download_f32(x.tg());
-  cpu->rope(x.tc(), 10000.0f, false);
-  gpu->rope(x.tg(), 10000.0f, false);
+  cpu->rope(x.tc(), 10000.0f, false, AttnLayout::HeadsMajor);
+  gpu->rope(x.tg(), 10000.0f, false, AttnLayout::HeadsMajor);
   expect_close(x, "rope");
-  cpu->rope(x.tc(), 10000.0f, true);
-  gpu->rope(x.tg(), 10000.0f, true);
+  cpu->rope(x.tc(), 10000.0f, true, AttnLayout::HeadsMajor);
+  gpu->rope(x.tg(), 10000.0f, true, AttnLayout::HeadsMajor);
   expect_close(x, "rope inverse");
   const std::vector<float> back = gpu->download_f32(x.tg());
   const double tol = act == DType::BF16 ? 0x1p-6 : 1e-5;  // two BF16 roundings of |x| <= ~4
@@ -224,14 +224,28 @@ TEST_P(CudaOps, HeadLayouts) {
     auto qkv = make(test::gaussian(size_t(B * T * (H + 2 * G) * D), 16), {B, T, (H + 2 * G) * D});
     auto q = zeros({B, H, T, D}), k = zeros({B, G, T, D}), v = zeros({B, G, T, D});
     auto back = zeros({B, T, (H + 2 * G) * D}), tok = zeros({B, T, H * D}), hq = zeros({B, H, T, D});
-    cpu->split_qkv(qkv.tc(), q.tc(), k.tc(), v.tc());
-    gpu->split_qkv(qkv.tg(), q.tg(), k.tg(), v.tg());
+    cpu->split_qkv(qkv.tc(), q.tc(), k.tc(), v.tc(), AttnLayout::HeadsMajor);
+    gpu->split_qkv(qkv.tg(), q.tg(), k.tg(), v.tg(), AttnLayout::HeadsMajor);
     expect_close(q, "split q", 0.0);
     expect_close(k, "split k", 0.0);
     expect_close(v, "split v", 0.0);
-    cpu->merge_qkv(q.tc(), k.tc(), v.tc(), back.tc());
-    gpu->merge_qkv(q.tg(), k.tg(), v.tg(), back.tg());
+    cpu->merge_qkv(q.tc(), k.tc(), v.tc(), back.tc(), AttnLayout::HeadsMajor);
+    gpu->merge_qkv(q.tg(), k.tg(), v.tg(), back.tg(), AttnLayout::HeadsMajor);
     expect_close(back, "merge", 0.0);
+    // tokens-major q [B, T, H, D], k, v [B, T, G, D] (the trainer's layout), and RoPE on it
+    auto qt = zeros({B, T, H, D}), kt = zeros({B, T, G, D}), vt = zeros({B, T, G, D});
+    auto back_t = zeros({B, T, (H + 2 * G) * D});
+    cpu->split_qkv(qkv.tc(), qt.tc(), kt.tc(), vt.tc(), AttnLayout::TokensMajor);
+    gpu->split_qkv(qkv.tg(), qt.tg(), kt.tg(), vt.tg(), AttnLayout::TokensMajor);
+    expect_close(qt, "tokens-major split q", 0.0);
+    expect_close(kt, "tokens-major split k", 0.0);
+    expect_close(vt, "tokens-major split v", 0.0);
+    cpu->merge_qkv(qt.tc(), kt.tc(), vt.tc(), back_t.tc(), AttnLayout::TokensMajor);
+    gpu->merge_qkv(qt.tg(), kt.tg(), vt.tg(), back_t.tg(), AttnLayout::TokensMajor);
+    expect_close(back_t, "tokens-major merge", 0.0);
+    cpu->rope(qt.tc(), 10000.0f, false, AttnLayout::TokensMajor);
+    gpu->rope(qt.tg(), 10000.0f, false, AttnLayout::TokensMajor);
+    expect_close(qt, "tokens-major rope");
     cpu->heads_to_tokens(q.tc(), tok.tc());
     gpu->heads_to_tokens(q.tg(), tok.tg());
     expect_close(tok, "heads_to_tokens", 0.0);
