@@ -61,8 +61,10 @@ class ProfilingBackend final : public Backend {
   void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
   void swiglu_forward(const Tensor& h, const Tensor& y) override;
   void swiglu_backward(const Tensor& h, const Tensor& dy, const Tensor& dh) override;
-  void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, AttnLayout layout) override;
-  void merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv, AttnLayout layout) override;
+  void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v,
+                 AttnLayout layout) override;
+  void merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
+                 AttnLayout layout) override;
   void heads_to_tokens(const Tensor& x, const Tensor& y) override;
   void tokens_to_heads(const Tensor& x, const Tensor& y) override;
   std::unique_ptr<Linear> make_linear(const LinearSpec& spec) override;

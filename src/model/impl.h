@@ -43,7 +43,7 @@ struct AttnLayer {
   model_detail::LinearOp qkv, proj;
   model_detail::NormOp q_norm, k_norm;
   std::unique_ptr<Attention> attn;
-  Tensor qkv_out;                // act [N, (H + 2G)·Dh]
+  Tensor qkv_out;  // act [N, (H + 2G)·Dh]
   // q, k, v, o and their gradients are tokens-major (AttnLayout::TokensMajor): the attention reads
   // and writes them where the projections' rows lie, with no transposing copy.
   Tensor q_raw, k_raw, q, k, v;  // act [B, T, H|G, Dh] (raw: before QK-norm; qk_norm only)

@@ -157,7 +157,7 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         m.gdn[size_t(l)].backward(be, df, du, m.gdn_scratch);
       } else if (k == 0) {
         AttnLayer& al = m.attn[size_t(l)];
-        al.proj.backward(be, df, m.dot);  // m.dout is m.dot tokens-major
+        al.proj.backward(be, df, m.dot);                            // m.dout is m.dot tokens-major
         if (m.capture) be.copy(al.d_o_sample, m.dout.slice(0, 1));  // layer diagnostics (model.h)
         // the row residual (a diagnostic) only in the backwards that capture: it costs the fused
         // CUDA backward FP64 work per element (docs/attention.md §"Backward")

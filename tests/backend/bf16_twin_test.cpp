@@ -115,14 +115,18 @@ TEST(Bf16Twin, NormsAndEmbedding) {
 
 TEST(Bf16Twin, RopeLayoutsAndLoss) {
   const int64_t B = 2, H = 4, G = 2, T = 5, D = 8;
-  expect_twin("rope", {inout(randn(B * H * T * D, 18), {B, H, T, D})}, [](Backend& be, const std::vector<Tensor>& t) {
-    be.rope(t[0], 10000.0f, false, AttnLayout::HeadsMajor);
-  });
+  expect_twin("rope", {inout(randn(B * H * T * D, 18), {B, H, T, D})},
+              [](Backend& be, const std::vector<Tensor>& t) {
+                be.rope(t[0], 10000.0f, false, AttnLayout::HeadsMajor);
+              });
   expect_twin("rope tokens-major", {inout(randn(B * H * T * D, 18), {B, T, H, D})},
-              [](Backend& be, const std::vector<Tensor>& t) { be.rope(t[0], 10000.0f, false, AttnLayout::TokensMajor); });
+              [](Backend& be, const std::vector<Tensor>& t) {
+                be.rope(t[0], 10000.0f, false, AttnLayout::TokensMajor);
+              });
   for (const AttnLayout layout : {AttnLayout::HeadsMajor, AttnLayout::TokensMajor}) {
     const bool tm = layout == AttnLayout::TokensMajor;
-    const Shape sq = tm ? Shape{B, T, H, D} : Shape{B, H, T, D}, sk = tm ? Shape{B, T, G, D} : Shape{B, G, T, D};
+    const Shape sq = tm ? Shape{B, T, H, D} : Shape{B, H, T, D},
+                sk = tm ? Shape{B, T, G, D} : Shape{B, G, T, D};
     expect_twin(tm ? "split_merge_qkv tokens-major" : "split_merge_qkv",
                 {in(randn(B * T * (H + 2 * G) * D, 19), {B, T, (H + 2 * G) * D}), out(sq), out(sk), out(sk),
                  out({B, T, (H + 2 * G) * D})},

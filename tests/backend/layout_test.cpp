@@ -47,8 +47,8 @@ TEST(Layout, SplitAndMergeQkvAreInverse) {
   EXPECT_EQ(back, qkv);
   // and the other way round
   auto q2 = randn(q.size(), 23), k2 = randn(k.size(), 24), v2 = randn(v.size(), 25);
-  be->merge_qkv(view(q2, {B, H, T, D}), view(k2, {B, G, T, D}), view(v2, {B, G, T, D}),
-                view(back, {B, T, W}), AttnLayout::HeadsMajor);
+  be->merge_qkv(view(q2, {B, H, T, D}), view(k2, {B, G, T, D}), view(v2, {B, G, T, D}), view(back, {B, T, W}),
+                AttnLayout::HeadsMajor);
   be->split_qkv(view(back, {B, T, W}), view(q, {B, H, T, D}), view(k, {B, G, T, D}), view(v, {B, G, T, D}),
                 AttnLayout::HeadsMajor);
   EXPECT_EQ(q, q2);

@@ -56,8 +56,10 @@ class CpuBackend final : public Backend {
   void swiglu_forward(const Tensor& h, const Tensor& y) override;
   void swiglu_backward(const Tensor& h, const Tensor& dy, const Tensor& dh) override;
 
-  void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v, AttnLayout layout) override;
-  void merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv, AttnLayout layout) override;
+  void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v,
+                 AttnLayout layout) override;
+  void merge_qkv(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
+                 AttnLayout layout) override;
   void heads_to_tokens(const Tensor& x, const Tensor& y) override;
   void tokens_to_heads(const Tensor& x, const Tensor& y) override;
 

@@ -42,7 +42,8 @@ void check_tokens(const char* op, const Tensor& tok, const HeadDims& h, int64_t 
 // tensor [B, n, T, D] (or [B, T, n, D] when heads_tokens_major). to_heads=true reads `tokens` and
 // writes `heads`; false the reverse.
 void move_heads(const float* tokens_in, float* tokens_out, const float* heads_in, float* heads_out,
-                const HeadDims& h, int64_t width, int64_t first, bool to_heads, bool heads_tokens_major = false) {
+                const HeadDims& h, int64_t width, int64_t first, bool to_heads,
+                bool heads_tokens_major = false) {
   for (int64_t b = 0; b < h.batch; ++b)
     for (int64_t hh = 0; hh < h.n; ++hh)
       for (int64_t t = 0; t < h.seq; ++t) {

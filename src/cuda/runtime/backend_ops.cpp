@@ -205,8 +205,9 @@ struct Heads {
 Heads heads_of(const Tensor& t, const char* what, AttnLayout layout = AttnLayout::HeadsMajor) {
   check_activation(t, what);
   const bool tm = layout == AttnLayout::TokensMajor;
-  OCTET_CHECK(t.shape.rank == 4 && t.shape[1] >= 1 && t.shape[2] >= 1 && t.shape[3] >= 1,
-              std::string(what) + ": expected " + (tm ? "[B, T, H, D]" : "[B, H, T, D]") + ", got " + t.str());
+  OCTET_CHECK(
+      t.shape.rank == 4 && t.shape[1] >= 1 && t.shape[2] >= 1 && t.shape[3] >= 1,
+      std::string(what) + ": expected " + (tm ? "[B, T, H, D]" : "[B, H, T, D]") + ", got " + t.str());
   return {t.shape[0], t.shape[tm ? 2 : 1], t.shape[tm ? 1 : 2], t.shape[3]};
 }
 void check_qkv(const char* op, const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v,
