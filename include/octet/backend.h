@@ -264,15 +264,19 @@ class Backend {
   /// weight param [dim], or empty (non-trainable gain 1: FOG's QK-norm).
   virtual void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
                                float eps) = 0;
-  /// dx act overwritten; dweight param accumulated (skipped if empty).
+  /// dx act overwritten — or, with accumulate, dx += the gradient rounded to dx's dtype first (the
+  /// bits of writing the gradient to a tensor of dx's dtype and axpy(1, it, dx): a residual
+  /// branch's gradient added to the stream's in the pass that computes it); dweight param
+  /// accumulated (skipped if empty). dx must not alias x or dy.
   virtual void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
-                                const Tensor& dx, const Tensor& dweight) = 0;
+                                const Tensor& dx, const Tensor& dweight, bool accumulate) = 0;
   /// LayerNorm (Ba et al. 2016): y = (x − mean) * rstd * w + b; weight, bias param [dim].
   virtual void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
                                  const Tensor& mean, const Tensor& rstd, float eps) = 0;
+  /// dx, dweight, dbias as rmsnorm_backward (accumulate the same).
   virtual void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
                                   const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                                  const Tensor& dweight, const Tensor& dbias) = 0;
+                                  const Tensor& dweight, const Tensor& dbias, bool accumulate) = 0;
 
   // ---- RoPE (Su et al., arXiv 2104.09864), rotate-half pairing (i, i + D/2) ----
   /// x act rotated in place by angle t * theta^(-2i/D), x [B, H, T, D] when layout is HeadsMajor,

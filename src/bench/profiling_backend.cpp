@@ -106,8 +106,9 @@ void ProfilingBackend::rmsnorm_forward(const Tensor& x, const Tensor& w, const T
   timed("rmsnorm.fwd", [&] { inner_.rmsnorm_forward(x, w, y, rstd, eps); });
 }
 void ProfilingBackend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
-                                        const Tensor& dy, const Tensor& dx, const Tensor& dw) {
-  timed("rmsnorm.bwd", [&] { inner_.rmsnorm_backward(x, w, rstd, dy, dx, dw); });
+                                        const Tensor& dy, const Tensor& dx, const Tensor& dw,
+                                        bool accumulate) {
+  timed("rmsnorm.bwd", [&] { inner_.rmsnorm_backward(x, w, rstd, dy, dx, dw, accumulate); });
 }
 void ProfilingBackend::layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
                                          const Tensor& mean, const Tensor& rstd, float eps) {
@@ -115,8 +116,8 @@ void ProfilingBackend::layernorm_forward(const Tensor& x, const Tensor& w, const
 }
 void ProfilingBackend::layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean,
                                           const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                                          const Tensor& dw, const Tensor& db) {
-  timed("layernorm.bwd", [&] { inner_.layernorm_backward(x, w, mean, rstd, dy, dx, dw, db); });
+                                          const Tensor& dw, const Tensor& db, bool accumulate) {
+  timed("layernorm.bwd", [&] { inner_.layernorm_backward(x, w, mean, rstd, dy, dx, dw, db, accumulate); });
 }
 void ProfilingBackend::rope(const Tensor& x, float theta, bool inverse, AttnLayout layout) {
   timed("rope", [&] { inner_.rope(x, theta, inverse, layout); });

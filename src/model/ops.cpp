@@ -27,11 +27,11 @@ void NormOp::forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor
 }
 
 void NormOp::backward(Backend& be, const Tensor& x, const Tensor& dy, const Tensor& dx, const Tensor& mean,
-                      const Tensor& rstd) {
+                      const Tensor& rstd, bool accumulate) {
   if (kind == NormKind::RMSNorm) {
-    be.rmsnorm_backward(x, w, rstd, dy, dx, dw);
+    be.rmsnorm_backward(x, w, rstd, dy, dx, dw, accumulate);
   } else {
-    be.layernorm_backward(x, w, mean, rstd, dy, dx, dw, db);
+    be.layernorm_backward(x, w, mean, rstd, dy, dx, dw, db, accumulate);
   }
 }
 

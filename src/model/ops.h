@@ -37,9 +37,10 @@ struct NormOp {
 
   /// mean is written for LayerNorm only (may be empty for RMSNorm).
   void forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& rstd);
-  /// dx overwritten; the gain (and bias) gradients accumulate.
+  /// dx overwritten (accumulate: dx += the gradient as stored, backend.h); the gain (and bias)
+  /// gradients accumulate.
   void backward(Backend& be, const Tensor& x, const Tensor& dy, const Tensor& dx, const Tensor& mean,
-                const Tensor& rstd);
+                const Tensor& rstd, bool accumulate = false);
 };
 
 }  // namespace octet::model_detail

@@ -184,11 +184,10 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
           be.gelu_backward(ml.h, m.da, m.dh);
         ml.fc1.backward(be, m.dh, du);
       }
-      if (place == NormPlacement::Pre) {
-        U.norm.backward(be, x, m.dt3, m.dt1, U.mean, U.rstd);
-        du = m.dt1;
-      }
-      be.axpy(1.0f, du, m.dcur);
+      if (place == NormPlacement::Pre)  // dcur += the norm's dx, in the norm backward's own pass
+        U.norm.backward(be, x, m.dt3, m.dcur, U.mean, U.rstd, true);
+      else
+        be.axpy(1.0f, du, m.dcur);
     }
     if (recompute) release_layer(l);
     if (grad_ready_hook_) grad_ready_hook_(int64_t(param("h." + std::to_string(l) + ".norm1.weight").offset));

@@ -97,14 +97,15 @@ TEST(Bf16Twin, NormsAndEmbedding) {
               [&](Backend& be, const std::vector<Tensor>& t) {
                 std::vector<float> rstd(R), dw(C);
                 be.rmsnorm_forward(t[0], view(w), t[1], view(rstd), 1e-5f);
-                be.rmsnorm_backward(t[0], view(w), view(rstd), t[2], t[3], view(dw));
+                be.rmsnorm_backward(t[0], view(w), view(rstd), t[2], t[3], view(dw), false);
               });
   expect_twin("layernorm",
               {in(randn(R * C, 15, 3.0f), {R, C}), out({R, C}), in(randn(R * C, 16), {R, C}), out({R, C})},
               [&](Backend& be, const std::vector<Tensor>& t) {
                 std::vector<float> mean(R), rstd(R), dw(C), db(C);
                 be.layernorm_forward(t[0], view(w), view(b), t[1], view(mean), view(rstd), 1e-5f);
-                be.layernorm_backward(t[0], view(w), view(mean), view(rstd), t[2], t[3], view(dw), view(db));
+                be.layernorm_backward(t[0], view(w), view(mean), view(rstd), t[2], t[3], view(dw), view(db),
+                                      false);
               });
   const std::vector<float> table = randn(10 * C, 17);
   const std::vector<int32_t> ids = {3, 0, 9, 3, 5, 1};

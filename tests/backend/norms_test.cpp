@@ -4,10 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backend_test_util.h"
 #include "octet/backend.h"
+#include "octet/error.h"
+#include "octet/fp8.h"
 
 using namespace octet;
 using octet::test::expect_grad_near;
@@ -46,7 +51,7 @@ TEST_F(Norms, RmsNormBackwardMatchesFiniteDifferences) {
   std::vector<float> y(x.size()), rstd(kRows), dx(x.size());
   std::vector<float> dw(kDim, 0.5f);  // accumulated: starts non-zero on purpose
   be->rmsnorm_forward(mat(x), view(w), mat(y), view(rstd), kEps);
-  be->rmsnorm_backward(mat(x), view(w), view(rstd), mat(r), mat(dx), view(dw));
+  be->rmsnorm_backward(mat(x), view(w), view(rstd), mat(r), mat(dx), view(dw), false);
   auto ndx = numeric_grad([&](const std::vector<float>& xx) { return rms_loss(xx, &w); }, x, 1e-2);
   expect_grad_near(dx, ndx, 2e-3, 1e-5, "rmsnorm dx");
   auto ndw = numeric_grad([&](const std::vector<float>& ww) { return rms_loss(x, &ww); }, w, 1e-2);
@@ -58,9 +63,9 @@ TEST_F(Norms, RmsNormWithoutWeightIsWeightOne) {
   std::vector<float> y(x.size()), y1(x.size()), rstd(kRows), dx(x.size()), dx1(x.size());
   std::vector<float> ones(kDim, 1.0f);
   be->rmsnorm_forward(mat(x), Tensor(), mat(y), view(rstd), kEps);
-  be->rmsnorm_backward(mat(x), Tensor(), view(rstd), mat(r), mat(dx), Tensor());
+  be->rmsnorm_backward(mat(x), Tensor(), view(rstd), mat(r), mat(dx), Tensor(), false);
   be->rmsnorm_forward(mat(x), view(ones), mat(y1), view(rstd), kEps);
-  be->rmsnorm_backward(mat(x), view(ones), view(rstd), mat(r), mat(dx1), Tensor());
+  be->rmsnorm_backward(mat(x), view(ones), view(rstd), mat(r), mat(dx1), Tensor(), false);
   EXPECT_EQ(y, y1);
   EXPECT_EQ(dx, dx1);
   auto ndx = numeric_grad([&](const std::vector<float>& xx) { return rms_loss(xx, nullptr); }, x, 1e-2);
@@ -86,7 +91,7 @@ TEST_F(Norms, RmsNormOfConstantRowIsSignTimesWeight) {
 TEST_F(Norms, LayerNormBackwardMatchesFiniteDifferences) {
   std::vector<float> y(x.size()), mean(kRows), rstd(kRows), dx(x.size()), dw(kDim, 0.0f), db(kDim, 0.0f);
   be->layernorm_forward(mat(x), view(w), view(b), mat(y), view(mean), view(rstd), kEps);
-  be->layernorm_backward(mat(x), view(w), view(mean), view(rstd), mat(r), mat(dx), view(dw), view(db));
+  be->layernorm_backward(mat(x), view(w), view(mean), view(rstd), mat(r), mat(dx), view(dw), view(db), false);
   expect_grad_near(dx, numeric_grad([&](const auto& xx) { return ln_loss(xx, w, b); }, x, 1e-2), 2e-3, 1e-5,
                    "layernorm dx");
   expect_grad_near(dw, numeric_grad([&](const auto& ww) { return ln_loss(x, ww, b); }, w, 1e-2), 2e-3, 1e-5,
@@ -120,12 +125,54 @@ TEST_F(Norms, LayerNormRowsHaveZeroMeanAndUnitVariance) {
 TEST_F(Norms, ZeroRowStaysFinite) {
   std::vector<float> z(kDim, 0.0f), y(kDim, 1.0f), rstd(1), dx(kDim);
   be->rmsnorm_forward(mat(z), view(w), mat(y), view(rstd), kEps);
-  be->rmsnorm_backward(mat(z), view(w), view(rstd), mat(r).slice(0, 1), mat(dx), Tensor());
+  be->rmsnorm_backward(mat(z), view(w), view(rstd), mat(r).slice(0, 1), mat(dx), Tensor(), false);
   for (int64_t d = 0; d < kDim; ++d) {
     EXPECT_EQ(y[d], 0.0f);
     EXPECT_TRUE(std::isfinite(dx[d]));
   }
   EXPECT_NEAR(rstd[0], 1.0 / std::sqrt(double(kEps)), 1e-2);
+}
+
+// accumulate = true is dx += (the gradient as dx stores it): bitwise the overwrite followed by
+// axpy(1, ·, dx), for F32 and BF16 dx (the BF16 case rounds the gradient before the add).
+TEST_F(Norms, BackwardAccumulateIsOverwriteThenAxpy) {
+  std::vector<float> y(x.size()), mean(kRows), rstd(kRows), g(x.size());
+  be->layernorm_forward(mat(x), view(w), view(b), mat(y), view(mean), view(rstd), kEps);
+  for (const DType dt : {DType::F32, DType::BF16}) {
+    for (const bool layer : {false, true}) {
+      SCOPED_TRACE(std::string(dt == DType::BF16 ? "bf16" : "f32") + (layer ? " layernorm" : " rmsnorm"));
+      auto act = [&](uint32_t seed) {
+        std::vector<uint16_t> h(x.size());
+        std::vector<float> f = randn(x.size(), seed);
+        for (size_t i = 0; i < f.size(); ++i) h[i] = bf16_from_float(f[i]);
+        return std::pair{f, h};
+      };
+      auto [f_acc, h_acc] = act(7);
+      auto [f_two, h_two] = act(7);
+      auto [f_g, h_g] = act(8);
+      auto t = [&](std::vector<float>& f, std::vector<uint16_t>& h) {
+        return dt == DType::F32 ? mat(f) : Tensor(h.data(), DType::BF16, Shape{kRows, kDim});
+      };
+      auto run = [&](const Tensor& dx, bool accumulate) {
+        if (layer)
+          be->layernorm_backward(mat(x), view(w), view(mean), view(rstd), mat(r), dx, Tensor(), Tensor(),
+                                 accumulate);
+        else
+          be->rmsnorm_backward(mat(x), view(w), view(rstd), mat(r), dx, Tensor(), accumulate);
+      };
+      run(t(f_acc, h_acc), true);
+      run(t(f_g, h_g), false);
+      be->axpy(1.0f, t(f_g, h_g), t(f_two, h_two));
+      if (dt == DType::F32) {
+        EXPECT_EQ(f_acc, f_two);
+        EXPECT_NE(f_acc, act(7).first);  // something was added
+      } else {
+        EXPECT_EQ(h_acc, h_two);
+        EXPECT_NE(h_acc, act(7).second);
+      }
+    }
+  }
+  EXPECT_THROW(be->rmsnorm_backward(mat(x), view(w), view(rstd), mat(r), mat(x), Tensor(), true), Error);
 }
 
 }  // namespace

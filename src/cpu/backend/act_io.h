@@ -70,6 +70,9 @@ struct ActOut {
   }
 };
 
+/// v as a tensor of dtype `d` stores it, read back as FP32 (BF16: rounded to nearest even).
+inline float act_stored(DType d, float v) { return d == DType::BF16 ? bf16_to_float(bf16_from_float(v)) : v; }
+
 /// An optional F32 parameter/statistic pointer: null for an empty tensor, else checked F32 with
 /// `numel` elements (what: the argument's name for the error).
 inline float* opt_f32(const Tensor& t, int64_t numel, const char* what) {

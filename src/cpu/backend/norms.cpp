@@ -8,7 +8,8 @@
 // x, y, dy, dx are act tensors [rows, dim] (F32 or BF16, act_io.h); the statistics mean/rstd are
 // F32 [rows] (what the backward of either backend reads), gains and biases F32 [dim]. Row
 // statistics and the backward's row means are accumulated in double. An empty weight means w = 1
-// (FOG's non-trainable QK-norm); empty dweight/dbias skip those gradients.
+// (FOG's non-trainable QK-norm); empty dweight/dbias skip those gradients. With accumulate the
+// backward adds dx's value as stored (act_stored) to what dx holds (backend.h).
 #include <cmath>
 #include <string>
 
@@ -58,13 +59,15 @@ void CpuBackend::rmsnorm_forward(const Tensor& x_t, const Tensor& weight, const 
 }
 
 void CpuBackend::rmsnorm_backward(const Tensor& x_t, const Tensor& weight, const Tensor& rstd_t,
-                                  const Tensor& dy_t, const Tensor& dx_t, const Tensor& dweight) {
+                                  const Tensor& dy_t, const Tensor& dx_t, const Tensor& dweight,
+                                  bool accumulate) {
   const auto [rows, dim] = check_rows("rmsnorm_backward", x_t, {&dy_t, &dx_t});
+  OCTET_CHECK(dx_t.data != x_t.data && dx_t.data != dy_t.data, "rmsnorm_backward: dx must not alias x or dy");
   const float* w = opt_f32(weight, dim, "rmsnorm_backward weight");
   float* dw = opt_f32(dweight, dim, "rmsnorm_backward dweight");
   const float* rstd = req_f32(rstd_t, rows, "rmsnorm_backward rstd");
   ActIn x(x_t, "rmsnorm_backward x"), dy(dy_t, "rmsnorm_backward dy");
-  ActOut dx(dx_t, "rmsnorm_backward dx");
+  ActOut dx(dx_t, "rmsnorm_backward dx", accumulate);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x.data + r * dim;
     const float* dyr = dy.data + r * dim;
@@ -75,7 +78,8 @@ void CpuBackend::rmsnorm_backward(const Tensor& x_t, const Tensor& weight, const
     const double c = rs * rs * rs * gx / double(dim);
     for (int64_t i = 0; i < dim; ++i) {
       const double g = double(dyr[i]) * weight_at(w, i);
-      dxr[i] = float(rs * g - c * xr[i]);
+      const float v = float(rs * g - c * xr[i]);
+      dxr[i] = accumulate ? dxr[i] + act_stored(dx_t.dtype, v) : v;
       if (dw) dw[i] += float(double(dyr[i]) * xr[i] * rs);
     }
   }
@@ -113,15 +117,17 @@ void CpuBackend::layernorm_forward(const Tensor& x_t, const Tensor& weight, cons
 
 void CpuBackend::layernorm_backward(const Tensor& x_t, const Tensor& weight, const Tensor& mean_t,
                                     const Tensor& rstd_t, const Tensor& dy_t, const Tensor& dx_t,
-                                    const Tensor& dweight, const Tensor& dbias) {
+                                    const Tensor& dweight, const Tensor& dbias, bool accumulate) {
   const auto [rows, dim] = check_rows("layernorm_backward", x_t, {&dy_t, &dx_t});
+  OCTET_CHECK(dx_t.data != x_t.data && dx_t.data != dy_t.data,
+              "layernorm_backward: dx must not alias x or dy");
   const float* w = req_f32(weight, dim, "layernorm_backward weight");
   float* dw = opt_f32(dweight, dim, "layernorm_backward dweight");
   float* db = opt_f32(dbias, dim, "layernorm_backward dbias");
   const float* mean = req_f32(mean_t, rows, "layernorm_backward mean");
   const float* rstd = req_f32(rstd_t, rows, "layernorm_backward rstd");
   ActIn x(x_t, "layernorm_backward x"), dy(dy_t, "layernorm_backward dy");
-  ActOut dx(dx_t, "layernorm_backward dx");
+  ActOut dx(dx_t, "layernorm_backward dx", accumulate);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x.data + r * dim;
     const float* dyr = dy.data + r * dim;
@@ -137,7 +143,8 @@ void CpuBackend::layernorm_backward(const Tensor& x_t, const Tensor& weight, con
     for (int64_t i = 0; i < dim; ++i) {
       const double xhat = (xr[i] - mu) * rs;
       const double g = double(dyr[i]) * w[i];
-      dxr[i] = float(rs * (g - g_mean - xhat * gxhat_mean));
+      const float v = float(rs * (g - g_mean - xhat * gxhat_mean));
+      dxr[i] = accumulate ? dxr[i] + act_stored(dx_t.dtype, v) : v;
       if (dw) dw[i] += float(double(dyr[i]) * xhat);
       if (db) db[i] += dyr[i];
     }

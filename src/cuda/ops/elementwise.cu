@@ -4,7 +4,7 @@
 // permutations. Twins of src/cpu/backend/{memory,activations,embedding,rope,heads}.cpp; see ops.h.
 // Kernels are templated on the element types of their act tensors (typed.cuh: FP32 loads, one
 // rounding on store). SwiGLU is evaluated in double, as the CPU twin does; GELU in FP32 (see its
-// kernels). GELU and the head layouts move 8 elements per thread with 16-byte accesses.
+// kernels). axpy, scale, GELU and the head layouts move 8 elements per thread with 16-byte accesses.
 #include <cuda_runtime.h>
 
 #include <cub/device/device_radix_sort.cuh>
@@ -51,13 +51,36 @@ template <class TD, class TS>
 __global__ void convert_kernel(TD* dst, const TS* src, int64_t n) {
   OCTET_GRID_STRIDE(i, n) st(dst, i, ld(src, i));
 }
+// vec: 8 elements per thread through ld8/st8 (16-byte accesses for BF16), then the n % 8 tail one
+// each; the same FP32 expression per element either way, so the same bits.
 template <class TX, class TY>
-__global__ void axpy_kernel(float a, const TX* x, TY* y, int64_t n) {
-  OCTET_GRID_STRIDE(i, n) st(y, i, ld(y, i) + a * ld(x, i));
+__global__ void axpy_kernel(float a, const TX* x, TY* y, int64_t n, bool vec) {
+  const int64_t nv = vec ? n / 8 : 0;
+  OCTET_GRID_STRIDE(i, nv) {
+    float vx[8], vy[8];
+    ld8(x + 8 * i, vx);
+    ld8(y + 8 * i, vy);
+    for (int j = 0; j < 8; ++j) vy[j] = vy[j] + a * vx[j];
+    st8(y + 8 * i, vy);
+  }
+  OCTET_GRID_STRIDE(k, n - 8 * nv) {
+    const int64_t i = 8 * nv + k;
+    st(y, i, ld(y, i) + a * ld(x, i));
+  }
 }
 template <class T>
-__global__ void scale_kernel(float a, T* x, int64_t n) {
-  OCTET_GRID_STRIDE(i, n) st(x, i, ld(x, i) * a);
+__global__ void scale_kernel(float a, T* x, int64_t n, bool vec) {
+  const int64_t nv = vec ? n / 8 : 0;
+  OCTET_GRID_STRIDE(i, nv) {
+    float v[8];
+    ld8(x + 8 * i, v);
+    for (int j = 0; j < 8; ++j) v[j] = v[j] * a;
+    st8(x + 8 * i, v);
+  }
+  OCTET_GRID_STRIDE(k, n - 8 * nv) {
+    const int64_t i = 8 * nv + k;
+    st(x, i, ld(x, i) * a);
+  }
 }
 
 __device__ __forceinline__ uint32_t hash32(uint32_t x) {  // a 32-bit integer mix (xorshift-multiply)
@@ -304,15 +327,21 @@ void fill_random_launch(float* x, size_t n, uint32_t seed, float sigma, cudaStre
   launch(fill_random_kernel, int64_t(n), s, x, n, seed, sigma);
 }
 void axpy_launch(float alpha, const Tensor& x, const Tensor& y, cudaStream_t s) {
+  const bool vec = vec_ok({x.data, y.data});
   dispatch_act(
       [&](auto a, auto b) {
-        launch(axpy_kernel<OCTET_T(a), OCTET_T(b)>, x.numel(), s, alpha, typed(x, a), typed(y, b), x.numel());
+        launch(axpy_kernel<OCTET_T(a), OCTET_T(b)>, work_items(x.numel(), vec), s, alpha, typed(x, a),
+               typed(y, b), x.numel(), vec);
       },
       x.dtype, y.dtype);
 }
 void scale_launch(float alpha, const Tensor& x, cudaStream_t s) {
-  dispatch_act([&](auto a) { launch(scale_kernel<OCTET_T(a)>, x.numel(), s, alpha, typed(x, a), x.numel()); },
-               x.dtype);
+  const bool vec = vec_ok({x.data});
+  dispatch_act(
+      [&](auto a) {
+        launch(scale_kernel<OCTET_T(a)>, work_items(x.numel(), vec), s, alpha, typed(x, a), x.numel(), vec);
+      },
+      x.dtype);
 }
 void gelu_forward_launch(const Tensor& x, const Tensor& y, cudaStream_t s, unsigned* amax) {
   const bool vec = vec_ok({x.data, y.data});

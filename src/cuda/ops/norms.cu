@@ -43,26 +43,31 @@ __device__ __forceinline__ void lane_walk(const TA* a, const TB* b, int64_t dim,
     for (int64_t i = lane; i < dim; i += 32) f(i, ld(a, i), ld(b, i));
   }
 }
-// out[i] = f(i, a[i], b[i]) for each element i of the row this lane owns; returns the largest
-// |out[i]| as stored (float bits: typed.cuh stored_abs_bits), for the forwards' amax output.
+// out[i] = f(i, a[i], b[i]) for each element i of the row this lane owns — with acc, out[i] +=
+// f(..) as stored (typed.cuh stored_value: the bits of writing f's value to a tensor like out and
+// axpy(1, that, out)); returns the largest |out[i]| as stored (float bits: typed.cuh
+// stored_abs_bits), for the forwards' amax output.
 template <bool kVec, class TA, class TB, class TO, class F>
-__device__ __forceinline__ unsigned lane_map(const TA* a, const TB* b, TO* out, int64_t dim, int lane,
-                                             F&& f) {
+__device__ __forceinline__ unsigned lane_map(const TA* a, const TB* b, TO* out, int64_t dim, int lane, F&& f,
+                                             bool acc = false) {
   unsigned m = 0;
   if constexpr (kVec) {
     for (int64_t i = 8 * lane; i < dim; i += 256) {
-      float va[8], vb[8];
+      float va[8], vb[8], vo[8];
       ld8(a + i, va);
       ld8(b + i, vb);
+      if (acc) ld8(out + i, vo);
       for (int e = 0; e < 8; ++e) {
         va[e] = f(i + e, va[e], vb[e]);
+        if (acc) va[e] = vo[e] + stored_value(out, va[e]);
         m = max(m, stored_abs_bits(out, va[e]));
       }
       st8(out + i, va);
     }
   } else {
     for (int64_t i = lane; i < dim; i += 32) {
-      const float v = f(i, ld(a, i), ld(b, i));
+      float v = f(i, ld(a, i), ld(b, i));
+      if (acc) v = ld(out, i) + stored_value(out, v);
       m = max(m, stored_abs_bits(out, v));
       st(out, i, v);
     }
@@ -100,7 +105,7 @@ __global__ void rmsnorm_forward_kernel(const TX* x, const float* w, TY* y, float
 
 template <bool kVec, class TX, class TD, class TG>
 __global__ void rmsnorm_backward_kernel(const TX* x, const float* w, const float* rstd, const TD* dy, TG* dx,
-                                        int64_t rows, int64_t dim) {
+                                        int64_t rows, int64_t dim, bool acc) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % 32;
@@ -111,8 +116,9 @@ __global__ void rmsnorm_backward_kernel(const TX* x, const float* w, const float
   lane_walk<kVec>(dyr, xr, dim, lane, [&](int64_t i, float g, float v) { gx += double(g) * w_at(w, i) * v; });
   gx = warp_sum(gx);
   const double c = rs * rs * rs * gx / double(dim);
-  lane_map<kVec>(dyr, xr, dx + r * dim, dim, lane,
-                 [&](int64_t i, float g, float v) { return float(rs * double(g) * w_at(w, i) - c * v); });
+  lane_map<kVec>(
+      dyr, xr, dx + r * dim, dim, lane,
+      [&](int64_t i, float g, float v) { return float(rs * double(g) * w_at(w, i) - c * v); }, acc);
 }
 
 // dw[i] += Σ_r dy[r,i]·x̂[r,i], with x̂ = x·rstd (rms) or (x − mean)·rstd (layer); db[i] += Σ_r dy.
@@ -225,7 +231,7 @@ __global__ void layernorm_forward_kernel(const TX* x, const float* w, const floa
 
 template <bool kVec, class TX, class TD, class TG>
 __global__ void layernorm_backward_kernel(const TX* x, const float* w, const float* mean, const float* rstd,
-                                          const TD* dy, TG* dx, int64_t rows, int64_t dim) {
+                                          const TD* dy, TG* dx, int64_t rows, int64_t dim, bool acc) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
   const int lane = threadIdx.x % 32;
@@ -240,11 +246,14 @@ __global__ void layernorm_backward_kernel(const TX* x, const float* w, const flo
   });
   const double g_mean = warp_sum(gs) / double(dim);
   const double gx_mean = warp_sum(gxs) / double(dim);
-  lane_map<kVec>(dyr, xr, dx + r * dim, dim, lane, [&](int64_t i, float dv, float v) {
-    const double xhat = (v - mu) * rs;
-    const double g = double(dv) * w_at(w, i);
-    return float(rs * (g - g_mean - xhat * gx_mean));
-  });
+  lane_map<kVec>(
+      dyr, xr, dx + r * dim, dim, lane,
+      [&](int64_t i, float dv, float v) {
+        const double xhat = (v - mu) * rs;
+        const double g = double(dv) * w_at(w, i);
+        return float(rs * (g - g_mean - xhat * gx_mean));
+      },
+      acc);
 }
 
 #define OCTET_T(tag) std::remove_pointer_t<decltype(tag)>
@@ -298,7 +307,8 @@ void rmsnorm_forward_launch(const Tensor& x, const float* w, const Tensor& y, fl
 }
 
 void rmsnorm_backward_launch(const Tensor& x, const float* w, const float* rstd, const Tensor& dy,
-                             const Tensor& dx, float* dw, int64_t rows, int64_t dim, cudaStream_t s) {
+                             const Tensor& dx, float* dw, int64_t rows, int64_t dim, cudaStream_t s,
+                             bool accumulate) {
   if (rows == 0) return;
   const bool vec = rows_vec(dim, {x.data, dy.data, dx.data});
   dispatch_act(
@@ -308,7 +318,8 @@ void rmsnorm_backward_launch(const Tensor& x, const float* w, const float* rstd,
         using TG = OCTET_T(c);
         auto* k =
             vec ? rmsnorm_backward_kernel<true, TX, TD, TG> : rmsnorm_backward_kernel<false, TX, TD, TG>;
-        k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, rstd, typed(dy, b), typed(dx, c), rows, dim);
+        k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, rstd, typed(dy, b), typed(dx, c), rows, dim,
+                                                accumulate);
       },
       x.dtype, dy.dtype, dx.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
@@ -334,7 +345,7 @@ void layernorm_forward_launch(const Tensor& x, const float* w, const float* b, c
 
 void layernorm_backward_launch(const Tensor& x, const float* w, const float* mean, const float* rstd,
                                const Tensor& dy, const Tensor& dx, float* dw, float* db, int64_t rows,
-                               int64_t dim, cudaStream_t s) {
+                               int64_t dim, cudaStream_t s, bool accumulate) {
   if (rows == 0) return;
   const bool vec = rows_vec(dim, {x.data, dy.data, dx.data});
   dispatch_act(
@@ -345,7 +356,7 @@ void layernorm_backward_launch(const Tensor& x, const float* w, const float* mea
         auto* k =
             vec ? layernorm_backward_kernel<true, TX, TD, TG> : layernorm_backward_kernel<false, TX, TD, TG>;
         k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, mean, rstd, typed(dy, b), typed(dx, c), rows,
-                                                dim);
+                                                dim, accumulate);
       },
       x.dtype, dy.dtype, dx.dtype);
   OCTET_CUDA_LAUNCH_CHECK();

@@ -62,17 +62,19 @@ void heads_tokens_launch(const Tensor& x, const Tensor& y, int64_t batch, int64_
 void fill_random_launch(float* x, size_t n, uint32_t seed, float sigma, cudaStream_t s);
 
 // norms.cu: x, y, dy, dx act [rows, dim]; w F32 [dim] or null (gain 1); b F32 or null;
-// mean, rstd F32 [rows]; dw, db F32 accumulated (null: skipped).
+// mean, rstd F32 [rows]; dw, db F32 accumulated (null: skipped); accumulate: dx += the gradient as
+// stored (backend.h rmsnorm_backward).
 void rmsnorm_forward_launch(const Tensor& x, const float* w, const Tensor& y, float* rstd, int64_t rows,
                             int64_t dim, float eps, cudaStream_t s, unsigned* amax = nullptr);
 void rmsnorm_backward_launch(const Tensor& x, const float* w, const float* rstd, const Tensor& dy,
-                             const Tensor& dx, float* dw, int64_t rows, int64_t dim, cudaStream_t s);
+                             const Tensor& dx, float* dw, int64_t rows, int64_t dim, cudaStream_t s,
+                             bool accumulate = false);
 void layernorm_forward_launch(const Tensor& x, const float* w, const float* b, const Tensor& y, float* mean,
                               float* rstd, int64_t rows, int64_t dim, float eps, cudaStream_t s,
                               unsigned* amax = nullptr);
 void layernorm_backward_launch(const Tensor& x, const float* w, const float* mean, const float* rstd,
                                const Tensor& dy, const Tensor& dx, float* dw, float* db, int64_t rows,
-                               int64_t dim, cudaStream_t s);
+                               int64_t dim, cudaStream_t s, bool accumulate = false);
 
 // loss.cu: per-row loss (double) into row_loss [n]; dlogits may alias logits or be empty.
 // A target >= vocab makes its row's loss and dlogits NaN (the CPU twin throws; the GPU cannot

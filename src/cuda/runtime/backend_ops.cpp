@@ -113,14 +113,15 @@ void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor
                          stream_);
 }
 void CudaBackend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
-                                   const Tensor& dx, const Tensor& dw) {
+                                   const Tensor& dx, const Tensor& dw, bool accumulate) {
   DeviceGuard g(device_);
   check_rows("rmsnorm_backward", x, {{&dy, "dy"}, {&dx, "dx"}});
+  OCTET_CHECK(dx.data != x.data && dx.data != dy.data, "rmsnorm_backward: dx must not alias x or dy");
   const int64_t rows = x.rows(), dim = x.cols();
   check_stat(rstd, rows, "rmsnorm_backward: rstd");
   OCTET_CHECK(dw.empty() || !w.empty(), "rmsnorm_backward: dweight given without a weight");
   rmsnorm_backward_launch(x, opt_param(w, dim, "rmsnorm_backward: weight"), rstd.f32(), dy, dx,
-                          opt_param(dw, dim, "rmsnorm_backward: dweight"), rows, dim, stream_);
+                          opt_param(dw, dim, "rmsnorm_backward: dweight"), rows, dim, stream_, accumulate);
 }
 void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
                                     const Tensor& mean, const Tensor& rstd, float eps) {
@@ -134,15 +135,17 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& w, const Tens
                            eps, stream_);
 }
 void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                                     const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+                                     const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
+                                     bool accumulate) {
   DeviceGuard g(device_);
   check_rows("layernorm_backward", x, {{&dy, "dy"}, {&dx, "dx"}});
+  OCTET_CHECK(dx.data != x.data && dx.data != dy.data, "layernorm_backward: dx must not alias x or dy");
   const int64_t rows = x.rows(), dim = x.cols();
   check_stat(mean, rows, "layernorm_backward: mean");
   check_stat(rstd, rows, "layernorm_backward: rstd");
   layernorm_backward_launch(x, req_param(w, dim, "layernorm_backward: weight"), mean.f32(), rstd.f32(), dy,
                             dx, opt_param(dw, dim, "layernorm_backward: dweight"),
-                            opt_param(db, dim, "layernorm_backward: dbias"), rows, dim, stream_);
+                            opt_param(db, dim, "layernorm_backward: dbias"), rows, dim, stream_, accumulate);
 }
 
 // ---- RoPE, activations ----

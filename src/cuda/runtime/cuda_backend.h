@@ -84,12 +84,12 @@ class CudaBackend final : public Backend {
   void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
                        float eps) override;
   void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
-                        const Tensor& dx, const Tensor& dweight) override;
+                        const Tensor& dx, const Tensor& dweight, bool accumulate) override;
   void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
                          const Tensor& mean, const Tensor& rstd, float eps) override;
   void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
-                          const Tensor& dy, const Tensor& dx, const Tensor& dweight,
-                          const Tensor& dbias) override;
+                          const Tensor& dy, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                          bool accumulate) override;
 
   void rope(const Tensor& x, float theta, bool inverse, AttnLayout layout) override;
 

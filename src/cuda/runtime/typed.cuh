@@ -39,6 +39,14 @@ __device__ __forceinline__ unsigned stored_abs_bits(const Bf16*, float v) {
   return (uint32_t(bf16_from_float(v)) << 16) & 0x7FFFFFFFu;
 }
 
+/// v as st() stores it, read back as FP32 (v itself for F32; v rounded to BF16 for BF16): what a
+/// later reader of the tensor sees, for kernels that add a result to what a tensor holds with the
+/// bits of writing it first and adding after.
+__device__ __forceinline__ float stored_value(const float*, float v) { return v; }
+__device__ __forceinline__ float stored_value(const Bf16*, float v) {
+  return bf16_to_float(bf16_from_float(v));
+}
+
 /// Eight consecutive elements loaded as FP32 / stored with one rounding (as ld/st): one 16-byte
 /// access for BF16, two for F32. The address must be 16-byte aligned (callers check vec_ok).
 __device__ __forceinline__ void ld8(const float* p, float v[8]) {

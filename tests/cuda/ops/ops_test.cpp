@@ -87,6 +87,15 @@ TEST_P(CudaOps, MemoryAxpyScaleFillCopy) {
   cpu->scale(-3.0f, y.tc());
   gpu->scale(-3.0f, y.tg());
   expect_close(y, "axpy+scale", 1e-7);
+  {  // n % 8 != 0 and an odd offset: the 8-wide path's tail, and the scalar path
+    const int64_t m = 1003;
+    auto x2 = make(test::gaussian(size_t(m), 3), {m}), y2 = make(test::gaussian(size_t(m), 4), {m});
+    cpu->axpy(-1.5f, x2.tc(), y2.tc());
+    gpu->axpy(-1.5f, x2.tg(), y2.tg());
+    cpu->scale(0.25f, y2.tc().slice(1, m - 1));
+    gpu->scale(0.25f, y2.tg().slice(1, m - 1));
+    expect_close(y2, "axpy+scale, 1003 elements", 1e-7);
+  }
   auto z = zeros({n});
   cpu->copy(z.tc(), y.tc());
   gpu->copy(z.tg(), y.tg());
@@ -155,26 +164,44 @@ TEST_P(CudaOps, NormsForwardBackward) {
       expect_close(y, "rmsnorm y" + tag);
       expect_close(rstd, "rmsnorm rstd" + tag);
       cpu->rmsnorm_backward(x.tc(), with_w ? w.tc() : none, rstd.tc(), dy.tc(), dx.tc(),
-                            with_w ? dw.tc() : none);
+                            with_w ? dw.tc() : none, false);
       gpu->rmsnorm_backward(x.tg(), with_w ? w.tg() : none, rstd.tg(), dy.tg(), dx.tg(),
-                            with_w ? dw.tg() : none);
+                            with_w ? dw.tg() : none, false);
       expect_close(dx, "rmsnorm dx" + tag, 1e-4);
+      {  // accumulate: the GPU's dx += g is bitwise its own write of g and axpy (CPU twin: norms_test)
+        auto acc = make(test::gaussian(n, 13), {rows, dim}), two = make(test::gaussian(n, 13), {rows, dim});
+        auto g = zeros({rows, dim});
+        gpu->rmsnorm_backward(x.tg(), with_w ? w.tg() : none, rstd.tg(), dy.tg(), acc.tg(), none, true);
+        gpu->rmsnorm_backward(x.tg(), with_w ? w.tg() : none, rstd.tg(), dy.tg(), g.tg(), none, false);
+        gpu->axpy(1.0f, g.tg(), two.tg());
+        EXPECT_EQ(gpu->download_f32(acc.tg()), gpu->download_f32(two.tg())) << "rmsnorm accumulate" << tag;
+        gpu->layernorm_backward(x.tg(), w.tg(), mean.tg(), rstd.tg(), dy.tg(), acc.tg(), none, none, true);
+        gpu->layernorm_backward(x.tg(), w.tg(), mean.tg(), rstd.tg(), dy.tg(), g.tg(), none, none, false);
+        gpu->axpy(1.0f, g.tg(), two.tg());
+        EXPECT_EQ(gpu->download_f32(acc.tg()), gpu->download_f32(two.tg())) << "layernorm accumulate" << tag;
+        auto acc2 = make(test::gaussian(n, 14), {rows, dim});
+        cpu->rmsnorm_backward(x.tc(), with_w ? w.tc() : none, rstd.tc(), dy.tc(), acc2.tc(), none, true);
+        gpu->rmsnorm_backward(x.tg(), with_w ? w.tg() : none, rstd.tg(), dy.tg(), acc2.tg(), none, true);
+        expect_close(acc2, "rmsnorm accumulate vs twin" + tag, 1e-4);
+      }
       if (with_w) expect_close(dw, "rmsnorm dw" + tag, 1e-4);
       // LayerNorm always has its weight (backend.h); "unweighted" here means without the bias.
       cpu->layernorm_forward(x.tc(), w.tc(), with_w ? b.tc() : none, y.tc(), mean.tc(), rstd.tc(), 1e-5f);
       gpu->layernorm_forward(x.tg(), w.tg(), with_w ? b.tg() : none, y.tg(), mean.tg(), rstd.tg(), 1e-5f);
       if (dim > 1 || with_w) expect_close(y, "layernorm y" + tag);  // dim 1, no bias: y = 0
-      cpu->layernorm_backward(x.tc(), w.tc(), mean.tc(), rstd.tc(), dy.tc(), dx.tc(), dw.tc(), db.tc());
-      gpu->layernorm_backward(x.tg(), w.tg(), mean.tg(), rstd.tg(), dy.tg(), dx.tg(), dw.tg(), db.tg());
+      cpu->layernorm_backward(x.tc(), w.tc(), mean.tc(), rstd.tc(), dy.tc(), dx.tc(), dw.tc(), db.tc(),
+                              false);
+      gpu->layernorm_backward(x.tg(), w.tg(), mean.tg(), rstd.tg(), dy.tg(), dx.tg(), dw.tg(), db.tg(),
+                              false);
       if (dim > 1) expect_close(dx, "layernorm dx" + tag, 1e-4);
       expect_close(dw, "layernorm dw" + tag, 1e-4);
       expect_close(db, "layernorm db" + tag, 1e-4);
       // A LayerNorm without its weight is refused by both backends alike.
       EXPECT_THROW(cpu->layernorm_forward(x.tc(), none, b.tc(), y.tc(), mean.tc(), rstd.tc(), 1e-5f), Error);
       EXPECT_THROW(gpu->layernorm_forward(x.tg(), none, b.tg(), y.tg(), mean.tg(), rstd.tg(), 1e-5f), Error);
-      EXPECT_THROW(
-          gpu->layernorm_backward(x.tg(), none, mean.tg(), rstd.tg(), dy.tg(), dx.tg(), dw.tg(), db.tg()),
-          Error);
+      EXPECT_THROW(gpu->layernorm_backward(x.tg(), none, mean.tg(), rstd.tg(), dy.tg(), dx.tg(), dw.tg(),
+                                           db.tg(), false),
+                   Error);
     }
   }
 }
