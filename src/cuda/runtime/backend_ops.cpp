@@ -224,6 +224,9 @@ void check_qkv(const char* op, const Tensor& qkv, const Tensor& q, const Tensor&
   *G = hk.H;
   check_activation(qkv, op);
   check_numel(qkv, hq->B * hq->T * (hq->H + 2 * *G) * hq->D, op);
+  OCTET_CHECK(qkv.cols() == (hq->H + 2 * *G) * hq->D,
+              std::string(op) + ": qkv must be [B, T, (H + 2G)·D] = [.., " +
+                  std::to_string((hq->H + 2 * *G) * hq->D) + "], got " + qkv.str());
 }
 }  // namespace
 
