@@ -453,7 +453,8 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
       // The row residual: max over the attention layers that measured it; NaN (null in the record,
       // "n/a" in the log) when none did (cuDNN's SDPA keeps dS inside; LayerDiag), and then NaN
       // for the run too, as compare's merge of the records.
-      double kmax = 0, rmax = NAN, rmean = NAN, bnorm = 0;
+      // The dQ bias likewise: NaN (null, "n/a") when no layer replayed one (no attention layer).
+      double kmax = 0, rmax = NAN, rmean = NAN, bnorm = NAN;
       auto fold = [](double& acc, double x) { acc = std::isnan(acc) ? x : std::max(acc, x); };
       for (const LayerReport& r : diags) {
         const LayerDiag& d = r.diag;
@@ -462,7 +463,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
           fold(rmax, d.row_residual_max);
           fold(rmean, d.row_residual_mean);
         }
-        if (r.dq_bias) bnorm = std::max(bnorm, r.dq_bias->norm);
+        if (r.dq_bias) fold(bnorm, r.dq_bias->norm);
       }
       result.kurtosis_max = std::max(result.kurtosis_max, kmax);
       result.row_residual_max = report::max_or_nan(result.row_residual_max, rmax);
@@ -472,7 +473,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
                  {"kurtosis_max", kmax},
                  {"row_residual_max", num(rmax)},
                  {"row_residual_mean", num(rmean)},
-                 {"dq_bias_norm", bnorm},
+                 {"dq_bias_norm", num(bnorm)},
                  {"layers", layers_json(diags)}};
       if (!layer_diags) {  // not computed (activation checkpointing): null, never a 0 that reads as measured
         for (const char* k : {"kurtosis_max", "row_residual_max", "row_residual_mean", "dq_bias_norm"})
@@ -489,9 +490,9 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
         using report::sci;
         std::fprintf(log,
                      "eval step %lld | val loss %.4f | kurtosis max %.3f | attention row residual max %s, "
-                     "mean %s | dQ bias (norm) max %.3e\n",
+                     "mean %s | dQ bias (norm) max %s\n",
                      static_cast<long long>(st.step), val, kmax, sci(rmax).c_str(), sci(rmean).c_str(),
-                     bnorm);
+                     sci(bnorm).c_str());
         if (sampler) std::fprintf(log, "sample: %s\n", sampler->sample().c_str());
         std::fflush(log);
       }
