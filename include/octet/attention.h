@@ -56,6 +56,13 @@ inline constexpr int64_t kQkvScaleBlock = 128;
 /// heads·head_dim] as it is (FlashAttention's and PyTorch's "bshd"): an Attention of this layout
 /// reads and writes it with no transposing copy.
 enum class AttnLayout { HeadsMajor, TokensMajor };
+/// The axes of a rank-4 per-head activation in `layout`: heads at 1 and seq at 2 heads-major, the
+/// reverse tokens-major; layout_dims names them for errors ("[B, H, T, D]" | "[B, T, H, D]").
+inline int heads_axis(AttnLayout l) { return l == AttnLayout::TokensMajor ? 2 : 1; }
+inline int seq_axis(AttnLayout l) { return l == AttnLayout::TokensMajor ? 1 : 2; }
+inline const char* layout_dims(AttnLayout l) {
+  return l == AttnLayout::TokensMajor ? "[B, T, H, D]" : "[B, H, T, D]";
+}
 
 AttnPrecision parse_attn_precision(const std::string& s);  ///< "fp64" | "bf16" | "fp8"
 DeltaMode parse_delta_mode(const std::string& s);          ///< "stale" | "matched"

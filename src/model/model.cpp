@@ -79,7 +79,8 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
   const int64_t fc1_w = c.mlp == MlpKind::SwiGLU ? 2 * m.F : m.F;
   const Shape Nd{m.N, m.d}, rows{m.N};
   // the attention's q (o, dq, dO) and k (v, dk, dv) in its layout (tokens-major: impl.h AttnLayer)
-  const Shape sq = attention_shape(c, m.B).q_shape(), sk = attention_shape(c, m.B).kv_shape();
+  const AttentionShape shape = attention_shape(c, m.B);
+  const Shape sq = shape.q_shape(), sk = shape.kv_shape();
 
   auto make_norm = [&](const std::string& prefix) {
     NormOp n;
@@ -140,7 +141,6 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
     g.ot = layer_buf("gdn.ot", act, {m.N, m.H * m.Dh});
     return g;
   };
-  const AttentionShape shape = attention_shape(c, m.B);
   const AttentionConfig acfg = attention_config(precision_);
   auto make_attn_layer = [&](const std::string& h) {
     AttnLayer al;

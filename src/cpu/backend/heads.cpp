@@ -21,13 +21,11 @@ struct HeadDims {
   int64_t batch, n, seq, head_dim;
 };
 
-// A per-head tensor's [B, n, T, D] (heads-major) or [B, T, n, D] (tokens-major).
+// A per-head tensor's dims in `layout` (attention.h heads_axis, seq_axis).
 HeadDims head_dims(const char* op, const Tensor& t, AttnLayout layout = AttnLayout::HeadsMajor) {
-  const bool tm = layout == AttnLayout::TokensMajor;
-  OCTET_CHECK(t.shape.rank == 4, std::string(op) + ": expected a " +
-                                     (tm ? "tokens-major [B, T, n, D]" : "head-major [B, n, T, D]") +
-                                     " tensor, got " + t.str());
-  return {t.shape[0], t.shape[tm ? 2 : 1], t.shape[tm ? 1 : 2], t.shape[3]};
+  OCTET_CHECK(t.shape.rank == 4,
+              std::string(op) + ": expected a per-head tensor " + layout_dims(layout) + ", got " + t.str());
+  return {t.shape[0], t.shape[heads_axis(layout)], t.shape[seq_axis(layout)], t.shape[3]};
 }
 
 // Checks the token-major tensor is [B, T, width·D] (rank 3, or any shape with that numel and

@@ -19,9 +19,8 @@ namespace octet::cpu {
 
 void CpuBackend::rope(const Tensor& x, float theta, bool inverse, AttnLayout layout) {
   const bool tm = layout == AttnLayout::TokensMajor;
-  OCTET_CHECK(x.shape.rank == 4,
-              std::string("rope: expected x ") + (tm ? "[B, T, H, D]" : "[B, H, T, D]") + ", got " + x.str());
-  const int64_t seq = x.shape[tm ? 1 : 2], heads = x.shape[tm ? 2 : 1], head_dim = x.shape[3];
+  OCTET_CHECK(x.shape.rank == 4, std::string("rope: expected x ") + layout_dims(layout) + ", got " + x.str());
+  const int64_t seq = x.shape[seq_axis(layout)], heads = x.shape[heads_axis(layout)], head_dim = x.shape[3];
   const int64_t rows = x.shape[0] * x.shape[1] * x.shape[2];
   OCTET_CHECK(head_dim >= 2 && head_dim % 2 == 0,
               "rope: head_dim must be even and >= 2, got " + std::to_string(head_dim));

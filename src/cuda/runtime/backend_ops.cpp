@@ -152,15 +152,13 @@ void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& w, const Ten
 void CudaBackend::rope(const Tensor& x, float theta, bool inverse, AttnLayout layout) {
   DeviceGuard g(device_);
   check_activation(x, "rope: x");
-  const bool tm = layout == AttnLayout::TokensMajor;
-  OCTET_CHECK(x.shape.rank == 4,
-              std::string("rope: x must be ") + (tm ? "[B, T, H, D]" : "[B, H, T, D]") + ", got " + x.str());
+  OCTET_CHECK(x.shape.rank == 4, std::string("rope: x must be ") + layout_dims(layout) + ", got " + x.str());
   const int64_t D = x.shape[3];
   OCTET_CHECK(D >= 2 && D % 2 == 0, "rope: head_dim must be even and >= 2, got " + x.str());
   OCTET_CHECK(theta > 0.0f && std::isfinite(theta),
               "rope: theta must be positive and finite, got " + std::to_string(theta));
-  rope_launch(x, x.shape[0] * x.shape[1] * x.shape[2], x.shape[tm ? 2 : 1], x.shape[tm ? 1 : 2], D, theta,
-              inverse, tm, stream_);
+  rope_launch(x, x.shape[0] * x.shape[1] * x.shape[2], x.shape[heads_axis(layout)], x.shape[seq_axis(layout)],
+              D, theta, inverse, layout == AttnLayout::TokensMajor, stream_);
 }
 
 void CudaBackend::gelu_forward(const Tensor& x, const Tensor& y) {
@@ -207,11 +205,9 @@ struct Heads {
 // A per-head activation's [B, H, T, D] (tokens-major: stored [B, T, H, D]).
 Heads heads_of(const Tensor& t, const char* what, AttnLayout layout = AttnLayout::HeadsMajor) {
   check_activation(t, what);
-  const bool tm = layout == AttnLayout::TokensMajor;
-  OCTET_CHECK(
-      t.shape.rank == 4 && t.shape[1] >= 1 && t.shape[2] >= 1 && t.shape[3] >= 1,
-      std::string(what) + ": expected " + (tm ? "[B, T, H, D]" : "[B, H, T, D]") + ", got " + t.str());
-  return {t.shape[0], t.shape[tm ? 2 : 1], t.shape[tm ? 1 : 2], t.shape[3]};
+  OCTET_CHECK(t.shape.rank == 4 && t.shape[1] >= 1 && t.shape[2] >= 1 && t.shape[3] >= 1,
+              std::string(what) + ": expected " + layout_dims(layout) + ", got " + t.str());
+  return {t.shape[0], t.shape[heads_axis(layout)], t.shape[seq_axis(layout)], t.shape[3]};
 }
 void check_qkv(const char* op, const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v,
                AttnLayout layout, Heads* hq, int64_t* G) {
