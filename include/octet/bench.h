@@ -207,8 +207,9 @@ struct QuantBenchRow {
 
 /// The quantize kernels (quantize.h) producing both copies of an FP32 [rows, cols] tensor, per
 /// recipe; bandwidth counts the fewest bytes (one FP32 read, two FP8 writes), so pre-passes show.
-/// Then the BF16 [8192, 768] and [8192, 3072] activations with the tensor scales (tensor-current,
-/// tensor-current with a given amax, tensor-delayed) on the tensor-scaled and on the tile kernel.
+/// Then the BF16 activations [8192, 768], [8192, 3072] (GPT-2 small) and [8192, 2048], [8192, 8192]
+/// (1.3B) with the tensor scales (tensor-current, tensor-current with a given amax, tensor-delayed)
+/// on the tensor-scaled and on the tile kernel.
 void bench_quantize(int64_t rows, int64_t cols, int warmup, int reps,
                     const std::function<void(const QuantBenchRow&)>& on_row);
 

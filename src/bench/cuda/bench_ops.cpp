@@ -1,7 +1,7 @@
 // src/bench/cuda/bench_ops.cpp — the memory-bound kernels of a training step timed one at a time
 // (bench.h bench_ops): FP8 quantization (tensor amax + both copies) of activations and weights, the
 // head layouts, GELU forward/backward, LayerNorm forward/backward and the fused cross-entropy, on
-// the 124M and 350M GPT-2 shapes of `octet bench train` (8 x 1024 tokens, BF16 activations).
+// the 124M, 350M and 1.3B shapes of `octet bench train` (8 x 1024 tokens, BF16 activations).
 // Bandwidth is the fewest bytes the op must move (each input read once, each output written once)
 // over the median time, so 100 % of the HBM bandwidth is the ceiling and a pre-pass shows as a
 // lower figure (docs/cuda.md §"Memory-bound kernels").
@@ -67,7 +67,8 @@ void bench_ops(int warmup, int reps, const std::function<void(const OpsBenchRow&
     row.gbps = bytes / (row.ms * 1e-3) / 1e9;
     on_row(row);
   };
-  const Shape4 shapes[] = {{"124M", 768, 3072, 12, 64}, {"350M", 1024, 4096, 16, 64}};
+  const Shape4 shapes[] = {
+      {"124M", 768, 3072, 12, 64}, {"350M", 1024, 4096, 16, 64}, {"1.3B", 2048, 8192, 16, 128}};
   for (const Shape4& m : shapes) {
     const int64_t d = m.d, ff = m.ff;
     // FP8 quantization, tensor-current: an activation [rows, d] (BF16) and a weight [ff, d] (F32)

@@ -1,11 +1,11 @@
 // src/bench/cuda/bench_quantize.cpp — the quantization benchmark of bench.h. (1) One FP32
 // activation-sized tensor quantized into its row-wise and column-wise FP8 copies by each recipe
 // (CudaQuantizer). (2) The training step's BF16 activations of GPT-2 small, [8192, 768] and
-// [8192, 3072] (8 x 1024 tokens), both copies, with the tensor scales training uses — tensor-current
-// (amax pre-pass + cast), tensor-current with the producer's amax (the cast alone) and
-// tensor-delayed in steady state (the cast, which reduces the amax) — each on the tensor-scaled
-// kernel and on the 128x128 tile kernel it replaces (quantize.h QuantizeArgs::tile_kernel), so one
-// run shows before and after. Sources and copies rotate past the L2 cache.
+// [8192, 3072], and of the 1.3B model, [8192, 2048] and [8192, 8192] (8 x 1024 tokens), both copies, with the
+// tensor scales training uses — tensor-current (amax pre-pass + cast), tensor-current with the producer's
+// amax (the cast alone) and tensor-delayed in steady state (the cast, which reduces the amax) — each on the
+// tensor-scaled kernel and on the 128x128 tile kernel it replaces (quantize.h QuantizeArgs::tile_kernel), so
+// one run shows before and after. Sources and copies rotate past the L2 cache.
 #include <cuda_runtime.h>
 
 #include <vector>
@@ -128,7 +128,9 @@ void bench_quantize(int64_t rows, int64_t cols, int warmup, int reps,
     r.gbps = 6.0 * double(rows) * double(cols) / (r.ms * 1e-3) / 1e9;
     on_row(r);
   }
-  for (const int64_t c : {768, 3072}) bench_tensor_scaled(backend, timer, 8192, c, warmup, reps, on_row);
+  // GPT-2 small's activations, then the 1.3B model's (d_model 2048, MLP 8192)
+  for (const int64_t c : {768, 3072, 2048, 8192})
+    bench_tensor_scaled(backend, timer, 8192, c, warmup, reps, on_row);
   backend.synchronize();
 }
 

@@ -1,6 +1,7 @@
 // src/cuda/ops/norms.cu — RMSNorm (Zhang & Sennrich 2019) and LayerNorm (Ba et al. 2016), forward and
-// backward, one warp per row (8-wide 16-byte accesses when the row allows: see lane_walk); row
-// statistics and the backward's row sums in double, the weight/bias gradients by a two-stage column
+// backward, one warp per row (8-wide 16-byte accesses when the row allows, the weight and bias read
+// the same way: see RowParams and lane_walk); row statistics and the backward's row sums in double,
+// the weight/bias gradients by a two-stage column
 // reduction (partial sums over chunks of kChunkRows rows in a 256-column x 8-row-lane thread block,
 // then one warp per feature adds the chunks in a fixed order: deterministic, no atomics; the
 // partials live in stream-ordered scratch, cudaMallocAsync). Twin of src/cpu/backend/norms.cpp (same
@@ -29,36 +30,62 @@ __device__ __forceinline__ float w_at(const float* w, int64_t i) { return w ? w[
 // summation order differs.
 constexpr int kRowWarps = 8;
 
-// Calls f(i, a[i], b[i]) for each element i of the row this lane owns.
-template <bool kVec, class TA, class TB, class F>
-__device__ __forceinline__ void lane_walk(const TA* a, const TB* b, int64_t dim, int lane, F&& f) {
-  if constexpr (kVec) {
-    for (int64_t i = 8 * lane; i < dim; i += 256) {
-      float va[8], vb[8];
-      ld8(a + i, va);
-      ld8(b + i, vb);
-      for (int e = 0; e < 8; ++e) f(i + e, va[e], vb[e]);
-    }
+// The per-feature parameters a row walk reads beside its two tensors: the weight w (1 if null) and
+// the bias b (0 if null). With kVec, eight consecutive entries are loaded per 8-element step —
+// two 16-byte loads each when `vec` (w and b 16-byte aligned), else eight scalar loads — so a
+// warp's parameter reads coalesce like its tensor reads (one 4-byte load per element and lane
+// touched a separate 32-byte sector: the L1 throughput limit of the first form).
+struct RowParams {
+  const float* w;
+  const float* b;
+  bool vec;
+};
+__device__ __forceinline__ void ld8_param(const float* p, int64_t i, bool vec, float absent, float v[8]) {
+  if (!p) {
+    for (int e = 0; e < 8; ++e) v[e] = absent;
+  } else if (vec) {
+    ld8(p + i, v);
   } else {
-    for (int64_t i = lane; i < dim; i += 32) f(i, ld(a, i), ld(b, i));
+    for (int e = 0; e < 8; ++e) v[e] = p[i + e];
   }
 }
-// out[i] = f(i, a[i], b[i]) for each element i of the row this lane owns — with acc, out[i] +=
-// f(..) as stored (typed.cuh stored_value: the bits of writing f's value to a tensor like out and
-// axpy(1, that, out)); returns the largest |out[i]| as stored (float bits: typed.cuh
-// stored_abs_bits), for the forwards' amax output.
+
+// Calls f(i, a[i], b[i], w[i], bias[i]) for each element i of the row this lane owns.
+template <bool kVec, class TA, class TB, class F>
+__device__ __forceinline__ void lane_walk(const TA* a, const TB* b, const RowParams& pr, int64_t dim,
+                                          int lane, F&& f) {
+  if constexpr (kVec) {
+#pragma unroll 4  // several steps' loads in flight; f still sees the elements in order
+    for (int64_t i = 8 * lane; i < dim; i += 256) {
+      float va[8], vb[8], vw[8], vz[8];
+      ld8(a + i, va);
+      ld8(b + i, vb);
+      ld8_param(pr.w, i, pr.vec, 1.0f, vw);
+      ld8_param(pr.b, i, pr.vec, 0.0f, vz);
+      for (int e = 0; e < 8; ++e) f(i + e, va[e], vb[e], vw[e], vz[e]);
+    }
+  } else {
+    for (int64_t i = lane; i < dim; i += 32) f(i, ld(a, i), ld(b, i), w_at(pr.w, i), pr.b ? pr.b[i] : 0.0f);
+  }
+}
+// out[i] = f(i, a[i], b[i], w[i], bias[i]) for each element i of the row this lane owns — with
+// acc, out[i] += f(..) as stored (typed.cuh stored_value: the bits of writing f's value to a
+// tensor like out and axpy(1, that, out)); returns the largest |out[i]| as stored (float bits:
+// typed.cuh stored_abs_bits), for the forwards' amax output.
 template <bool kVec, class TA, class TB, class TO, class F>
-__device__ __forceinline__ unsigned lane_map(const TA* a, const TB* b, TO* out, int64_t dim, int lane, F&& f,
-                                             bool acc = false) {
+__device__ __forceinline__ unsigned lane_map(const TA* a, const TB* b, const RowParams& pr, TO* out,
+                                             int64_t dim, int lane, F&& f, bool acc = false) {
   unsigned m = 0;
   if constexpr (kVec) {
     for (int64_t i = 8 * lane; i < dim; i += 256) {
-      float va[8], vb[8], vo[8];
+      float va[8], vb[8], vo[8], vw[8], vz[8];
       ld8(a + i, va);
       ld8(b + i, vb);
+      ld8_param(pr.w, i, pr.vec, 1.0f, vw);
+      ld8_param(pr.b, i, pr.vec, 0.0f, vz);
       if (acc) ld8(out + i, vo);
       for (int e = 0; e < 8; ++e) {
-        va[e] = f(i + e, va[e], vb[e]);
+        va[e] = f(i + e, va[e], vb[e], vw[e], vz[e]);
         if (acc) va[e] = vo[e] + stored_value(out, va[e]);
         m = max(m, stored_abs_bits(out, va[e]));
       }
@@ -66,7 +93,7 @@ __device__ __forceinline__ unsigned lane_map(const TA* a, const TB* b, TO* out, 
     }
   } else {
     for (int64_t i = lane; i < dim; i += 32) {
-      float v = f(i, ld(a, i), ld(b, i));
+      float v = f(i, ld(a, i), ld(b, i), w_at(pr.w, i), pr.b ? pr.b[i] : 0.0f);
       if (acc) v = ld(out, i) + stored_value(out, v);
       m = max(m, stored_abs_bits(out, v));
       st(out, i, v);
@@ -84,7 +111,7 @@ __device__ __forceinline__ int64_t warp_row(int64_t rows) {
 // amax (may be null): max of |y| as stored, one atomicMax per block (ops.h). The forwards keep every
 // warp to the end (no early return) for that block reduction.
 template <bool kVec, class TX, class TY>
-__global__ void rmsnorm_forward_kernel(const TX* x, const float* w, TY* y, float* rstd, int64_t rows,
+__global__ void rmsnorm_forward_kernel(const TX* x, RowParams pr, TY* y, float* rstd, int64_t rows,
                                        int64_t dim, float eps, unsigned* amax) {
   __shared__ unsigned scratch[32];
   const int64_t r = warp_row(rows);
@@ -93,18 +120,19 @@ __global__ void rmsnorm_forward_kernel(const TX* x, const float* w, TY* y, float
   if (r >= 0) {
     const TX* xr = x + r * dim;
     double ss = 0.0;
-    lane_walk<kVec>(xr, xr, dim, lane, [&](int64_t, float v, float) { ss += double(v) * v; });
+    lane_walk<kVec>(xr, xr, RowParams{}, dim, lane,
+                    [&](int64_t, float v, float, float, float) { ss += double(v) * v; });
     ss = warp_sum(ss);
     const float rs = float(1.0 / sqrt(ss / double(dim) + double(eps)));
-    m = lane_map<kVec>(xr, xr, y + r * dim, dim, lane,
-                       [&](int64_t i, float v, float) { return v * rs * w_at(w, i); });
+    m = lane_map<kVec>(xr, xr, pr, y + r * dim, dim, lane,
+                       [&](int64_t, float v, float, float wi, float) { return v * rs * wi; });
     if (lane == 0) rstd[r] = rs;
   }
   block_amax_out(m, scratch, amax);
 }
 
 template <bool kVec, class TX, class TD, class TG>
-__global__ void rmsnorm_backward_kernel(const TX* x, const float* w, const float* rstd, const TD* dy, TG* dx,
+__global__ void rmsnorm_backward_kernel(const TX* x, RowParams pr, const float* rstd, const TD* dy, TG* dx,
                                         int64_t rows, int64_t dim, bool acc) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
@@ -113,12 +141,13 @@ __global__ void rmsnorm_backward_kernel(const TX* x, const float* w, const float
   const TD* dyr = dy + r * dim;
   const double rs = rstd[r];
   double gx = 0.0;
-  lane_walk<kVec>(dyr, xr, dim, lane, [&](int64_t i, float g, float v) { gx += double(g) * w_at(w, i) * v; });
+  lane_walk<kVec>(dyr, xr, pr, dim, lane,
+                  [&](int64_t, float g, float v, float wi, float) { gx += double(g) * wi * v; });
   gx = warp_sum(gx);
   const double c = rs * rs * rs * gx / double(dim);
   lane_map<kVec>(
-      dyr, xr, dx + r * dim, dim, lane,
-      [&](int64_t i, float g, float v) { return float(rs * double(g) * w_at(w, i) - c * v); }, acc);
+      dyr, xr, pr, dx + r * dim, dim, lane,
+      [&](int64_t, float g, float v, float wi, float) { return float(rs * double(g) * wi - c * v); }, acc);
 }
 
 // dw[i] += Σ_r dy[r,i]·x̂[r,i], with x̂ = x·rstd (rms) or (x − mean)·rstd (layer); db[i] += Σ_r dy.
@@ -131,13 +160,17 @@ __global__ void rmsnorm_backward_kernel(const TX* x, const float* w, const float
 // over all rows left ~130 of 132 SMs idle, 2 ms per call at 8192 x 768 on an H200; then 32
 // columns per block with 2-byte loads and one thread per column for stage 2: 55 us per call.)
 constexpr int kChunkRows = 32, kColLanes = 32, kColsPerLane = 8, kRowLanes = 8;
+static_assert(kChunkRows % kRowLanes == 0, "every row lane takes the same number of rows of a chunk");
 constexpr int kColsPerBlock = kColLanes * kColsPerLane;
 
 template <bool kVec, class TX, class TD>
 __global__ void __launch_bounds__(kColLanes* kRowLanes)
     norm_param_partial_kernel(const TX* x, const float* mean, const float* rstd, const TD* dy, double* pw,
                               double* pb, int64_t rows, int64_t dim) {
-  __shared__ double sw_s[kRowLanes][kColsPerBlock], sb_s[kRowLanes][kColsPerBlock];
+  // Row lane y's sum for column 8·tx + e at [y][tx·9 + e]: the padding spreads the stores of one e
+  // (lanes 8 columns apart) over the banks.
+  constexpr int kPad = kColsPerLane + 1;
+  __shared__ double sw_s[kRowLanes][kColLanes * kPad], sb_s[kRowLanes][kColLanes * kPad];
   const int64_t c0 = blockIdx.x * int64_t(kColsPerBlock) + kColsPerLane * threadIdx.x;
   const int64_t r0 = blockIdx.y * int64_t(kChunkRows);
   const int64_t r1 = r0 + kChunkRows < rows ? r0 + kChunkRows : rows;
@@ -145,7 +178,10 @@ __global__ void __launch_bounds__(kColLanes* kRowLanes)
 #pragma unroll
   for (int e = 0; e < kColsPerLane; ++e) sw[e] = 0.0, sb[e] = 0.0;
   if (c0 < dim) {
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
+#pragma unroll  // every row's loads in flight (predicated), summed in row order
+    for (int k = 0; k < kChunkRows / kRowLanes; ++k) {
+      const int64_t r = r0 + threadIdx.y + int64_t(k) * kRowLanes;
+      if (r >= r1) break;
       float xv[kColsPerLane], gv[kColsPerLane];
       if constexpr (kVec) {  // dim % 8 == 0: the 8 columns are inside the row
         ld8(x + r * dim + c0, xv);
@@ -169,16 +205,17 @@ __global__ void __launch_bounds__(kColLanes* kRowLanes)
   }
 #pragma unroll
   for (int e = 0; e < kColsPerLane; ++e) {
-    sw_s[threadIdx.y][kColsPerLane * threadIdx.x + e] = sw[e];
-    sb_s[threadIdx.y][kColsPerLane * threadIdx.x + e] = sb[e];
+    sw_s[threadIdx.y][kPad * threadIdx.x + e] = sw[e];
+    sb_s[threadIdx.y][kPad * threadIdx.x + e] = sb[e];
   }
   __syncthreads();
   // Thread t of the block: column 256·bx + t, the row lanes in order.
   const int t = threadIdx.y * kColLanes + threadIdx.x;
   const int64_t i = blockIdx.x * int64_t(kColsPerBlock) + t;
   if (i < dim) {
-    double w = sw_s[0][t], bb = sb_s[0][t];
-    for (int l = 1; l < kRowLanes; ++l) w += sw_s[l][t], bb += sb_s[l][t];
+    const int at = kPad * (t / kColsPerLane) + t % kColsPerLane;
+    double w = sw_s[0][at], bb = sb_s[0][at];
+    for (int l = 1; l < kRowLanes; ++l) w += sw_s[l][at], bb += sb_s[l][at];
     pw[blockIdx.y * dim + i] = w;
     pb[blockIdx.y * dim + i] = bb;
   }
@@ -203,8 +240,8 @@ __global__ void norm_param_finish_kernel(const double* pw, const double* pb, flo
 }
 
 template <bool kVec, class TX, class TY>
-__global__ void layernorm_forward_kernel(const TX* x, const float* w, const float* b, TY* y, float* mean,
-                                         float* rstd, int64_t rows, int64_t dim, float eps, unsigned* amax) {
+__global__ void layernorm_forward_kernel(const TX* x, RowParams pr, TY* y, float* mean, float* rstd,
+                                         int64_t rows, int64_t dim, float eps, unsigned* amax) {
   __shared__ unsigned scratch[32];
   const int64_t r = warp_row(rows);
   const int lane = threadIdx.x % 32;
@@ -212,14 +249,15 @@ __global__ void layernorm_forward_kernel(const TX* x, const float* w, const floa
   if (r >= 0) {
     const TX* xr = x + r * dim;
     double s = 0.0;
-    lane_walk<kVec>(xr, xr, dim, lane, [&](int64_t, float v, float) { s += v; });
+    lane_walk<kVec>(xr, xr, RowParams{}, dim, lane, [&](int64_t, float v, float, float, float) { s += v; });
     const double mu = warp_sum(s) / double(dim);
     double var = 0.0;
-    lane_walk<kVec>(xr, xr, dim, lane, [&](int64_t, float v, float) { var += (v - mu) * (v - mu); });
+    lane_walk<kVec>(xr, xr, RowParams{}, dim, lane,
+                    [&](int64_t, float v, float, float, float) { var += (v - mu) * (v - mu); });
     var = warp_sum(var) / double(dim);
     const double rs = 1.0 / sqrt(var + double(eps));
-    m = lane_map<kVec>(xr, xr, y + r * dim, dim, lane, [&](int64_t i, float v, float) {
-      return float((v - mu) * rs * w_at(w, i) + (b ? b[i] : 0.0f));
+    m = lane_map<kVec>(xr, xr, pr, y + r * dim, dim, lane, [&](int64_t, float v, float, float wi, float bi) {
+      return float((v - mu) * rs * wi + bi);
     });
     if (lane == 0) {
       mean[r] = float(mu);
@@ -230,7 +268,7 @@ __global__ void layernorm_forward_kernel(const TX* x, const float* w, const floa
 }
 
 template <bool kVec, class TX, class TD, class TG>
-__global__ void layernorm_backward_kernel(const TX* x, const float* w, const float* mean, const float* rstd,
+__global__ void layernorm_backward_kernel(const TX* x, RowParams pr, const float* mean, const float* rstd,
                                           const TD* dy, TG* dx, int64_t rows, int64_t dim, bool acc) {
   const int64_t r = warp_row(rows);
   if (r < 0) return;
@@ -239,18 +277,18 @@ __global__ void layernorm_backward_kernel(const TX* x, const float* w, const flo
   const TD* dyr = dy + r * dim;
   const double mu = mean[r], rs = rstd[r];
   double gs = 0.0, gxs = 0.0;
-  lane_walk<kVec>(dyr, xr, dim, lane, [&](int64_t i, float dv, float v) {
-    const double g = double(dv) * w_at(w, i);
+  lane_walk<kVec>(dyr, xr, pr, dim, lane, [&](int64_t, float dv, float v, float wi, float) {
+    const double g = double(dv) * wi;
     gs += g;
     gxs += g * (v - mu) * rs;
   });
   const double g_mean = warp_sum(gs) / double(dim);
   const double gx_mean = warp_sum(gxs) / double(dim);
   lane_map<kVec>(
-      dyr, xr, dx + r * dim, dim, lane,
-      [&](int64_t i, float dv, float v) {
+      dyr, xr, pr, dx + r * dim, dim, lane,
+      [&](int64_t, float dv, float v, float wi, float) {
         const double xhat = (v - mu) * rs;
-        const double g = double(dv) * w_at(w, i);
+        const double g = double(dv) * wi;
         return float(rs * (g - g_mean - xhat * gx_mean));
       },
       acc);
@@ -288,6 +326,8 @@ void norm_param_grad(const Tensor& x, const float* mean, const float* rstd, cons
 // tensor of the row is 16-byte aligned.
 unsigned row_blocks(int64_t rows) { return unsigned((rows + kRowWarps - 1) / kRowWarps); }
 bool rows_vec(int64_t dim, std::initializer_list<const void*> ptrs) { return dim % 8 == 0 && vec_ok(ptrs); }
+// The row kernels' parameters: 16-byte loads when both present pointers are 16-byte aligned.
+RowParams row_params(const float* w, const float* b) { return RowParams{w, b, vec_ok({w, b})}; }
 
 }  // namespace
 
@@ -300,7 +340,8 @@ void rmsnorm_forward_launch(const Tensor& x, const float* w, const Tensor& y, fl
         using TX = OCTET_T(a);
         using TY = OCTET_T(b);
         auto* k = vec ? rmsnorm_forward_kernel<true, TX, TY> : rmsnorm_forward_kernel<false, TX, TY>;
-        k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, typed(y, b), rstd, rows, dim, eps, amax);
+        k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), row_params(w, nullptr), typed(y, b), rstd, rows,
+                                                dim, eps, amax);
       },
       x.dtype, y.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
@@ -318,8 +359,8 @@ void rmsnorm_backward_launch(const Tensor& x, const float* w, const float* rstd,
         using TG = OCTET_T(c);
         auto* k =
             vec ? rmsnorm_backward_kernel<true, TX, TD, TG> : rmsnorm_backward_kernel<false, TX, TD, TG>;
-        k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, rstd, typed(dy, b), typed(dx, c), rows, dim,
-                                                accumulate);
+        k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), row_params(w, nullptr), rstd, typed(dy, b),
+                                                typed(dx, c), rows, dim, accumulate);
       },
       x.dtype, dy.dtype, dx.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
@@ -336,8 +377,8 @@ void layernorm_forward_launch(const Tensor& x, const float* w, const float* b, c
         using TX = OCTET_T(ta);
         using TY = OCTET_T(tb);
         auto* k = vec ? layernorm_forward_kernel<true, TX, TY> : layernorm_forward_kernel<false, TX, TY>;
-        k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, ta), w, b, typed(y, tb), mean, rstd, rows, dim, eps,
-                                                amax);
+        k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, ta), row_params(w, b), typed(y, tb), mean, rstd,
+                                                rows, dim, eps, amax);
       },
       x.dtype, y.dtype);
   OCTET_CUDA_LAUNCH_CHECK();
@@ -355,8 +396,8 @@ void layernorm_backward_launch(const Tensor& x, const float* w, const float* mea
         using TG = OCTET_T(c);
         auto* k =
             vec ? layernorm_backward_kernel<true, TX, TD, TG> : layernorm_backward_kernel<false, TX, TD, TG>;
-        k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), w, mean, rstd, typed(dy, b), typed(dx, c), rows,
-                                                dim, accumulate);
+        k<<<row_blocks(rows), kThreads, 0, s>>>(typed(x, a), row_params(w, nullptr), mean, rstd, typed(dy, b),
+                                                typed(dx, c), rows, dim, accumulate);
       },
       x.dtype, dy.dtype, dx.dtype);
   OCTET_CUDA_LAUNCH_CHECK();

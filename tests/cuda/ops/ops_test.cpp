@@ -206,6 +206,59 @@ TEST_P(CudaOps, NormsForwardBackward) {
   }
 }
 
+// The row kernels read the weight and bias 8 at a time: 16-byte loads when both are 16-byte aligned,
+// else scalar loads. The two give the same bits (forward y, mean, rstd; backward dx, dw, db), at a
+// width that is a multiple of the 256-element lane step and one that is not.
+TEST_P(CudaOps, NormsVectorAndScalarParameterLoadsAgreeBitwise) {
+  for (int64_t dim : {2048, 1032}) {
+    const int64_t rows = 45;
+    const size_t n = size_t(rows * dim);
+    auto x = make(test::gaussian(n, 21, 2.0f), {rows, dim}), dy = make(test::gaussian(n, 22), {rows, dim});
+    std::vector<float> wh = test::gaussian(size_t(dim + 1), 23), bh = test::gaussian(size_t(dim + 1), 24);
+    auto wp = param(wh, {dim + 1}), bp = param(bh, {dim + 1});
+    auto w0 = param(std::vector<float>(wh.begin() + 1, wh.end()), {dim});
+    auto b0 = param(std::vector<float>(bh.begin() + 1, bh.end()), {dim});
+    const Tensor w1 = wp.tg().slice(1, dim), b1 = bp.tg().slice(1, dim);  // 4 bytes past alignment
+    ASSERT_NE(reinterpret_cast<uintptr_t>(w1.data) % 16, 0u) << "premise: a misaligned weight";
+    struct Out {
+      std::vector<float> y, mean, rstd, dx, dw, db, ry, rrstd, rdx, rdw;
+    };
+    auto run = [&](const Tensor& w, const Tensor& b) {
+      auto y = zeros({rows, dim}), dx = zeros({rows, dim});
+      auto mean = zeros({rows}, DType::F32), rstd = zeros({rows}, DType::F32);
+      auto dw = zeros({dim}, DType::F32), db = zeros({dim}, DType::F32);
+      Out o;
+      gpu->layernorm_forward(x.tg(), w, b, y.tg(), mean.tg(), rstd.tg(), 1e-5f);
+      gpu->layernorm_backward(x.tg(), w, mean.tg(), rstd.tg(), dy.tg(), dx.tg(), dw.tg(), db.tg(), false);
+      o.y = gpu->download_f32(y.tg()), o.mean = gpu->download_f32(mean.tg()),
+      o.rstd = gpu->download_f32(rstd.tg());
+      o.dx = gpu->download_f32(dx.tg()), o.dw = gpu->download_f32(dw.tg()), o.db = gpu->download_f32(db.tg());
+      auto dw2 = zeros({dim}, DType::F32);
+      gpu->rmsnorm_forward(x.tg(), w, y.tg(), rstd.tg(), 1e-5f);
+      gpu->rmsnorm_backward(x.tg(), w, rstd.tg(), dy.tg(), dx.tg(), dw2.tg(), false);
+      o.ry = gpu->download_f32(y.tg()), o.rrstd = gpu->download_f32(rstd.tg());
+      o.rdx = gpu->download_f32(dx.tg()), o.rdw = gpu->download_f32(dw2.tg());
+      return o;
+    };
+    const Out a = run(w0.tg(), b0.tg()), c = run(w1, b1);
+    const std::string tag = " dim " + std::to_string(dim);
+    auto same = [&](const std::vector<float>& u, const std::vector<float>& v, const char* what) {
+      ASSERT_EQ(u.size(), v.size());
+      size_t bad = 0;
+      for (size_t i = 0; i < u.size(); ++i) bad += test::bits(u[i]) != test::bits(v[i]);
+      EXPECT_EQ(bad, 0u) << what << tag;
+    };
+    same(a.y, c.y, "layernorm y"), same(a.mean, c.mean, "layernorm mean"),
+        same(a.rstd, c.rstd, "layernorm rstd");
+    same(a.dx, c.dx, "layernorm dx"), same(a.dw, c.dw, "layernorm dw"), same(a.db, c.db, "layernorm db");
+    same(a.ry, c.ry, "rmsnorm y"), same(a.rrstd, c.rrstd, "rmsnorm rstd"), same(a.rdx, c.rdx, "rmsnorm dx");
+    same(a.rdw, c.rdw, "rmsnorm dw");
+    double scale = 0.0;
+    for (float v : a.dw) scale = std::max(scale, double(std::fabs(v)));
+    EXPECT_GT(scale, 0.0) << "premise: non-zero weight gradients" << tag;
+  }
+}
+
 TEST_P(CudaOps, RopeForwardAndInverse) {
   const int64_t B = 2, H = 3, T = 37, D = 64;
   const size_t n = size_t(B * H * T * D);
