@@ -118,10 +118,18 @@ class Linear {
   /// scales) that a forward would return (the C ABI's backward, which cannot carry a SavedLinear
   /// across PyTorch's op boundary, re-quantizes this way). stats_x() then describes X̂ᵀ, the copy
   /// it quantized (its amax is X's; with row, block or MX scaling its scale range differs).
-  virtual SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y) = 0;
+  /// x_amax (optional, I32 [1], this backend's memory): the amax of x as stored (|x| max as float
+  /// bits, NaN largest), computed by the op that wrote x (the norms' and GELU's amax output below).
+  /// The tensor-current recipe then takes it instead of reducing x again (one pass less, the same
+  /// scale and codes); every other recipe and precision ignores it. It must be the amax of this x:
+  /// a stale one gives wrong scales (not detected).
+  virtual SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y,
+                              const Tensor& x_amax = {}) = 0;
   /// dy act [M, out]; dx act [M, in] overwritten (empty: skipped); dw param [out, in] accumulated
   /// (+=; empty: skipped). `saved` must come from this linear's forward; it is not consumed.
-  virtual void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw) = 0;
+  /// dy_amax: the amax of dy as stored, from its producer (as forward's x_amax; e.g. GELU's backward).
+  virtual void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw,
+                        const Tensor& dy_amax = {}) = 0;
   /// Delayed scaling's update step (TransformerEngine amax_and_scale_update): folds the amaxes
   /// recorded since the last update into each slot's history and computes the scales the next
   /// quantizations use. The trainer calls it once per optimizer step (this is where a cross-rank
@@ -260,10 +268,14 @@ class Backend {
   virtual void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) = 0;
 
   // ---- norms over the last dim; x, y act [rows, dim]; mean, rstd stat [rows] ----
+  // amax (the forwards' and GELU's, optional): I32 [1] of this backend's memory, amax = max(amax,
+  // |y| max as stored) in float bits (NaN largest; zero it first), in the pass that writes y — the
+  // producer's amax a tensor-current FP8 cast of y takes (Linear::forward x_amax). Throws
+  // octet::Error for another dtype or size.
   /// RMSNorm (Zhang & Sennrich 2019): y = x * rstd * w, rstd = 1/sqrt(mean(x²) + eps).
   /// weight param [dim], or empty (non-trainable gain 1: FOG's QK-norm).
   virtual void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
-                               float eps) = 0;
+                               float eps, const Tensor& amax = {}) = 0;
   /// dx act overwritten — or, with accumulate, dx += the gradient rounded to dx's dtype first (the
   /// bits of writing the gradient to a tensor of dx's dtype and axpy(1, it, dx): a residual
   /// branch's gradient added to the stream's in the pass that computes it); dweight param
@@ -272,7 +284,8 @@ class Backend {
                                 const Tensor& dx, const Tensor& dweight, bool accumulate) = 0;
   /// LayerNorm (Ba et al. 2016): y = (x − mean) * rstd * w + b; weight, bias param [dim].
   virtual void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
-                                 const Tensor& mean, const Tensor& rstd, float eps) = 0;
+                                 const Tensor& mean, const Tensor& rstd, float eps,
+                                 const Tensor& amax = {}) = 0;
   /// dx, dweight, dbias as rmsnorm_backward (accumulate the same).
   virtual void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean,
                                   const Tensor& rstd, const Tensor& dy, const Tensor& dx,
@@ -286,9 +299,11 @@ class Backend {
   virtual void rope(const Tensor& x, float theta, bool inverse, AttnLayout layout) = 0;
 
   // ---- activations (act) ----
-  /// GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2. x, y equal numel.
-  virtual void gelu_forward(const Tensor& x, const Tensor& y) = 0;
-  virtual void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) = 0;
+  /// GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2. x, y equal numel. amax: the
+  /// amax of y (forward) or dx (backward) as stored, as the norms' (above).
+  virtual void gelu_forward(const Tensor& x, const Tensor& y, const Tensor& amax = {}) = 0;
+  virtual void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
+                             const Tensor& amax = {}) = 0;
   /// SwiGLU (Shazeer 2020): h [rows, 2F] = [gate | up], y [rows, F] = silu(gate) * up.
   virtual void swiglu_forward(const Tensor& h, const Tensor& y) = 0;
   virtual void swiglu_backward(const Tensor& h, const Tensor& dy, const Tensor& dh) = 0;

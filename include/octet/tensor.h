@@ -84,6 +84,9 @@ void check_dtype(const Tensor& t, DType want, const char* what);
 void check_activation(const Tensor& t, const char* what);  ///< F32 or BF16, non-empty
 void check_shape(const Tensor& t, const Shape& want, const char* what);
 void check_numel(const Tensor& t, int64_t want, const char* what);
+/// An optional amax output (backend.h: the norms' and GELU's amax, Linear::forward x_amax): empty,
+/// or I32 with one element.
+void check_amax_out(const Tensor& t, const char* what);
 
 class Backend;
 

@@ -30,11 +30,12 @@ class ProfiledLinear final : public Linear {
     fwd_ = "linear.fwd " + shape;
     bwd_ = "linear.bwd " + shape;
   }
-  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y) override {
-    return pb_.timed(fwd_, [&] { return inner_->forward(x, w, y); });
+  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& x_amax = {}) override {
+    return pb_.timed(fwd_, [&] { return inner_->forward(x, w, y, x_amax); });
   }
-  void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw) override {
-    pb_.timed(bwd_, [&] { inner_->backward(saved, dy, dx, dw); });
+  void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw,
+                const Tensor& dy_amax = {}) override {
+    pb_.timed(bwd_, [&] { inner_->backward(saved, dy, dx, dw, dy_amax); });
   }
   void update_scales() override {
     pb_.timed("linear.update_scales", [&] { inner_->update_scales(); });
@@ -102,8 +103,8 @@ void ProfilingBackend::embedding_backward(const Tensor& ids, const Tensor& dout,
   timed("embedding.bwd", [&] { inner_.embedding_backward(ids, dout, dtable); });
 }
 void ProfilingBackend::rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd,
-                                       float eps) {
-  timed("rmsnorm.fwd", [&] { inner_.rmsnorm_forward(x, w, y, rstd, eps); });
+                                       float eps, const Tensor& amax) {
+  timed("rmsnorm.fwd", [&] { inner_.rmsnorm_forward(x, w, y, rstd, eps, amax); });
 }
 void ProfilingBackend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
                                         const Tensor& dy, const Tensor& dx, const Tensor& dw,
@@ -111,8 +112,9 @@ void ProfilingBackend::rmsnorm_backward(const Tensor& x, const Tensor& w, const 
   timed("rmsnorm.bwd", [&] { inner_.rmsnorm_backward(x, w, rstd, dy, dx, dw, accumulate); });
 }
 void ProfilingBackend::layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
-                                         const Tensor& mean, const Tensor& rstd, float eps) {
-  timed("layernorm.fwd", [&] { inner_.layernorm_forward(x, w, b, y, mean, rstd, eps); });
+                                         const Tensor& mean, const Tensor& rstd, float eps,
+                                         const Tensor& amax) {
+  timed("layernorm.fwd", [&] { inner_.layernorm_forward(x, w, b, y, mean, rstd, eps, amax); });
 }
 void ProfilingBackend::layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean,
                                           const Tensor& rstd, const Tensor& dy, const Tensor& dx,
@@ -122,11 +124,12 @@ void ProfilingBackend::layernorm_backward(const Tensor& x, const Tensor& w, cons
 void ProfilingBackend::rope(const Tensor& x, float theta, bool inverse, AttnLayout layout) {
   timed("rope", [&] { inner_.rope(x, theta, inverse, layout); });
 }
-void ProfilingBackend::gelu_forward(const Tensor& x, const Tensor& y) {
-  timed("gelu.fwd", [&] { inner_.gelu_forward(x, y); });
+void ProfilingBackend::gelu_forward(const Tensor& x, const Tensor& y, const Tensor& amax) {
+  timed("gelu.fwd", [&] { inner_.gelu_forward(x, y, amax); });
 }
-void ProfilingBackend::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  timed("gelu.bwd", [&] { inner_.gelu_backward(x, dy, dx); });
+void ProfilingBackend::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx,
+                                     const Tensor& amax) {
+  timed("gelu.bwd", [&] { inner_.gelu_backward(x, dy, dx, amax); });
 }
 void ProfilingBackend::swiglu_forward(const Tensor& h, const Tensor& y) {
   timed("swiglu.fwd", [&] { inner_.swiglu_forward(h, y); });

@@ -120,6 +120,12 @@ void check_shape(const Tensor& t, const Shape& want, const char* what) {
   OCTET_CHECK(t.shape == want, std::string(what) + ": expected shape " + want.str() + ", got " + t.str());
 }
 
+void check_amax_out(const Tensor& t, const char* what) {
+  if (t.empty()) return;
+  check_dtype(t, DType::I32, what);
+  check_numel(t, 1, what);
+}
+
 void check_numel(const Tensor& t, int64_t want, const char* what) {
   OCTET_CHECK(t.numel() == want,
               std::string(what) + ": expected " + std::to_string(want) + " elements, got " + t.str());

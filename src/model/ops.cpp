@@ -5,24 +5,25 @@
 
 namespace octet::model_detail {
 
-void LinearOp::forward(Backend& be, const Tensor& x, const Tensor& y) {
-  saved = lin->forward(x, w, y);
+void LinearOp::forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& x_amax) {
+  saved = lin->forward(x, w, y, x_amax);
   if (mult != 1.0f) be.scale(mult, y);
 }
 
-void LinearOp::backward(Backend& be, const Tensor& dy, const Tensor& dx) {
+void LinearOp::backward(Backend& be, const Tensor& dy, const Tensor& dx, const Tensor& dy_amax) {
   // y = mult·xWᵀ ⇒ dx = (mult·dy)W and dW = (mult·dy)ᵀx.
   OCTET_CHECK(saved.state != nullptr, "linear " + name + ": backward before any forward");
   if (mult != 1.0f) be.scale(mult, dy);
-  lin->backward(saved, dy, dx, dw);
+  lin->backward(saved, dy, dx, dw, mult == 1.0f ? dy_amax : Tensor{});
 }
 
-void NormOp::forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+void NormOp::forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                     const Tensor& amax) {
   if (kind == NormKind::RMSNorm) {
-    be.rmsnorm_forward(x, w, y, rstd, eps);
+    be.rmsnorm_forward(x, w, y, rstd, eps, amax);
   } else {
     OCTET_CHECK(!w.empty(), "LayerNorm needs a gain");
-    be.layernorm_forward(x, w, b, y, mean, rstd, eps);
+    be.layernorm_forward(x, w, b, y, mean, rstd, eps, amax);
   }
 }
 

@@ -22,10 +22,12 @@ struct LinearOp {
   float mult = 1.0f;
   SavedLinear saved;  ///< of the last forward (the current micro-batch)
 
-  /// x must stay alive and unchanged until backward().
-  void forward(Backend& be, const Tensor& x, const Tensor& y);
+  /// x must stay alive and unchanged until backward(). x_amax: x's amax from its producer
+  /// (Linear::forward; may be empty).
+  void forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& x_amax = {});
   /// dy is scaled in place by mult (clobbered); dx overwritten (may be empty); dW accumulated.
-  void backward(Backend& be, const Tensor& dy, const Tensor& dx);
+  /// dy_amax: dy's amax from its producer (may be empty; not used with mult != 1, which rescales dy).
+  void backward(Backend& be, const Tensor& dy, const Tensor& dx, const Tensor& dy_amax = {});
 };
 
 /// A norm over rows of the last dimension. Empty w is a fixed gain of 1 (FOG's non-trainable
@@ -35,8 +37,10 @@ struct NormOp {
   float eps = 1e-5f;
   Tensor w, b, dw, db;  ///< F32 [dim] views (or empty)
 
-  /// mean is written for LayerNorm only (may be empty for RMSNorm).
-  void forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& rstd);
+  /// mean is written for LayerNorm only (may be empty for RMSNorm); amax: y's amax (backend.h, may
+  /// be empty).
+  void forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+               const Tensor& amax = {});
   /// dx overwritten (accumulate: dx += the gradient as stored, backend.h); the gain (and bias)
   /// gradients accumulate.
   void backward(Backend& be, const Tensor& x, const Tensor& dy, const Tensor& dx, const Tensor& mean,

@@ -36,6 +36,9 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
   const AttnLayout layout = attention_shape(c, m.B).layout;  // of q, k, v, o and their gradients
   be.upload(m.ids, ids);
   be.upload(m.targets, targets);
+  // The producers' amaxes accumulate (max) from zero; a layer's forward run again under activation
+  // checkpointing takes the max of the same values again, the same bits.
+  if (!m.amax.empty()) be.fill(m.amax, 0.0);
   m.captured = false;  // a capture describes the forward it was taken in
 
   // ---- forward ----
@@ -50,8 +53,10 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
       const Tensor& x = m.stream[size_t(2 * l + k)];
       const Tensor& out = m.stream[size_t(2 * l + k + 1)];
       Tensor u = x;
+      // u's amax for the sublayer's first linear (pre-norm: the norm writes u)
+      const Tensor u_amax = place == NormPlacement::Pre ? m.amax_slot(l, k) : Tensor{};
       if (place == NormPlacement::Pre) {
-        U.norm.forward(be, x, U.u, U.mean, U.rstd);
+        U.norm.forward(be, x, U.u, U.mean, U.rstd, u_amax);
         u = U.u;
       }
       // Pre-norm with R(x, y) = x + y (the default): the sublayer writes into the unit's output and
@@ -62,7 +67,7 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         m.gdn[size_t(l)].forward(be, u, f);
       } else if (k == 0) {
         AttnLayer& al = m.attn[size_t(l)];
-        al.qkv.forward(be, u, al.qkv_out);
+        al.qkv.forward(be, u, al.qkv_out, u_amax);
         const Tensor& q0 = c.qk_norm ? al.q_raw : al.q;
         const Tensor& k0 = c.qk_norm ? al.k_raw : al.k;
         be.split_qkv(al.qkv_out, q0, k0, al.v, layout);
@@ -79,12 +84,14 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         al.proj.forward(be, al.ot, f);
       } else {
         MlpLayer& ml = m.mlp[size_t(l)];
-        ml.fc1.forward(be, u, ml.h);
-        if (c.mlp == MlpKind::SwiGLU)
+        ml.fc1.forward(be, u, ml.h, u_amax);
+        if (c.mlp == MlpKind::SwiGLU) {
           be.swiglu_forward(ml.h, ml.a);
-        else
-          be.gelu_forward(ml.h, ml.a);
-        ml.fc2.forward(be, ml.a, f);
+          ml.fc2.forward(be, ml.a, f);
+        } else {
+          be.gelu_forward(ml.h, ml.a, m.amax_slot(l, 2));
+          ml.fc2.forward(be, ml.a, f, m.amax_slot(l, 2));
+        }
       }
       if (in_place) {
         be.axpy(1.0f, x, out);
@@ -178,11 +185,13 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
       } else {
         MlpLayer& ml = m.mlp[size_t(l)];
         ml.fc2.backward(be, df, m.da);
-        if (c.mlp == MlpKind::SwiGLU)
+        if (c.mlp == MlpKind::SwiGLU) {
           be.swiglu_backward(ml.h, m.da, m.dh);
-        else
-          be.gelu_backward(ml.h, m.da, m.dh);
-        ml.fc1.backward(be, m.dh, du);
+          ml.fc1.backward(be, m.dh, du);
+        } else {
+          be.gelu_backward(ml.h, m.da, m.dh, m.amax_slot(l, 3));
+          ml.fc1.backward(be, m.dh, du, m.amax_slot(l, 3));
+        }
       }
       if (place == NormPlacement::Pre)  // dcur += the norm's dx, in the norm backward's own pass
         U.norm.backward(be, x, m.dt3, m.dcur, U.mean, U.rstd, true);

@@ -1,13 +1,17 @@
 // GELU (tanh approximation) and SwiGLU of the CPU backend: backward against central finite
 // differences, GELU against the exact erf form (the tanh form is within 5e-4 of it everywhere,
-// Hendrycks & Gimpel 2016), and SwiGLU against silu(gate)·up from its definition.
+// Hendrycks & Gimpel 2016), and SwiGLU against silu(gate)·up from its definition; GELU's amax
+// outputs against the stored outputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "backend_test_util.h"
 #include "octet/backend.h"
+#include "octet/fp8.h"
 
 using namespace octet;
 using octet::test::expect_grad_near;
@@ -83,3 +87,25 @@ TEST(Swiglu, ExtremeGatesStayFinite) {
 }
 
 }  // namespace
+
+// GELU's amax outputs (backend.h): forward of y, backward of dx, as stored; accumulated.
+TEST(Gelu, AmaxOutputsAreTheMaxOfTheStoredOutputs) {
+  auto be = make_cpu_backend();
+  const int64_t n = 257;
+  std::vector<float> x = randn(n, 7), dy = randn(n, 8), y(static_cast<size_t>(n)), dx(static_cast<size_t>(n));
+  auto amax_of = [](const std::vector<float>& v) {
+    uint32_t m = 0;
+    for (float f : v) m = std::max(m, detail::f32_bits(std::fabs(f)));
+    return m;
+  };
+  int32_t a = 0;
+  be->gelu_forward(view(x), view(y), Tensor(&a, DType::I32, {1}));
+  EXPECT_EQ(uint32_t(a), amax_of(y));
+  EXPECT_GT(a, 0);
+  const int32_t fwd = a;
+  be->gelu_backward(view(x), view(dy), view(dx), Tensor(&a, DType::I32, {1}));
+  EXPECT_EQ(uint32_t(a), std::max(uint32_t(fwd), amax_of(dx))) << "accumulates from the forward's";
+  a = 0;
+  be->gelu_backward(view(x), view(dy), view(dx), Tensor(&a, DType::I32, {1}));
+  EXPECT_EQ(uint32_t(a), amax_of(dx));
+}

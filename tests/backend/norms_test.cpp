@@ -1,8 +1,10 @@
 // RMSNorm and LayerNorm of the CPU backend: backward against central finite differences of the
 // forward (dx, dweight, dbias), and identities of the definitions (a constant row normalizes to
-// sign·w; LayerNorm rows come out with mean 0 and variance 1/(1 + eps/var)).
+// sign·w; LayerNorm rows come out with mean 0 and variance 1/(1 + eps/var)), and the forwards'
+// amax output against the stored output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -176,3 +178,37 @@ TEST_F(Norms, BackwardAccumulateIsOverwriteThenAxpy) {
 }
 
 }  // namespace
+
+// The producer's amax output (backend.h): amax = max(amax, |y| max) over y as stored, in float
+// bits — for F32 and BF16 outputs (BF16: the rounded values), starting from zero or from a larger
+// value (kept); an amax that is not I32 [1] is refused before anything is written.
+TEST_F(Norms, ForwardAmaxOutputIsTheMaxOfTheStoredOutput) {
+  for (const DType dt : {DType::F32, DType::BF16}) {
+    std::vector<float> y(x.size()), mean(kRows), rstd(kRows);
+    std::vector<uint16_t> yb(x.size());
+    const Tensor yt = dt == DType::F32 ? mat(y) : Tensor(yb.data(), DType::BF16, {kRows, kDim});
+    auto stored_amax = [&] {
+      uint32_t m = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float v = dt == DType::F32 ? y[i] : bf16_to_float(yb[i]);
+        m = std::max(m, detail::f32_bits(std::fabs(v)));
+      }
+      return m;
+    };
+    for (const int32_t start : {0, int32_t(detail::f32_bits(1e30f))}) {
+      int32_t a = start;
+      be->layernorm_forward(mat(x), view(w), view(b), yt, view(mean), view(rstd), kEps,
+                            Tensor(&a, DType::I32, {1}));
+      EXPECT_EQ(uint32_t(a), std::max(uint32_t(start), stored_amax())) << to_string(dt);
+      a = start;
+      be->rmsnorm_forward(mat(x), view(w), yt, view(rstd), kEps, Tensor(&a, DType::I32, {1}));
+      EXPECT_EQ(uint32_t(a), std::max(uint32_t(start), stored_amax())) << to_string(dt);
+      EXPECT_GT(stored_amax(), 0u);
+    }
+  }
+  std::vector<float> y(x.size()), rstd(kRows), f(1, 0.0f);
+  int32_t two[2] = {0, 0};
+  EXPECT_THROW(be->rmsnorm_forward(mat(x), view(w), mat(y), view(rstd), kEps, view(f)), Error);
+  EXPECT_THROW(be->rmsnorm_forward(mat(x), view(w), mat(y), view(rstd), kEps, Tensor(two, DType::I32, {2})),
+               Error);
+}

@@ -9,6 +9,7 @@
 // values followed by a rounding of its outputs to BF16 — the CPU twin of a CUDA BF16 kernel.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -37,6 +38,23 @@ struct ActIn {
   ActIn& operator=(const ActIn&) = delete;
   const float& operator[](int64_t i) const { return data[i]; }
 };
+
+/// amax (backend.h, optional: I32 [1] or empty) = max(amax, |y| max as stored), as float bits with
+/// unsigned order (NaN above every number): the producer's amax of the CUDA kernels. Call after
+/// y is stored.
+inline void accumulate_stored_amax(const Tensor& y, const Tensor& amax, const char* what) {
+  check_amax_out(amax, what);
+  if (amax.empty()) return;
+  uint32_t m = uint32_t(amax.i32()[0]);
+  if (y.dtype == DType::BF16) {
+    const uint16_t* b = y.bf16();
+    for (int64_t i = 0; i < y.numel(); ++i) m = std::max(m, (uint32_t(b[i]) << 16) & 0x7FFFFFFFu);
+  } else {
+    const float* f = y.f32();
+    for (int64_t i = 0; i < y.numel(); ++i) m = std::max(m, detail::f32_bits(f[i]) & 0x7FFFFFFFu);
+  }
+  amax.i32()[0] = int32_t(m);
+}
 
 /// An output written as FP32 and stored to its tensor by store() (F32: written in place, store()
 /// is a no-op; BF16: a scratch rounded once into the tensor). `load` = true first reads the current

@@ -34,8 +34,9 @@ int64_t check_swiglu(const char* op, const Tensor& h, const Tensor& y) {
 
 }  // namespace
 
-void CpuBackend::gelu_forward(const Tensor& x, const Tensor& y) {
+void CpuBackend::gelu_forward(const Tensor& x, const Tensor& y, const Tensor& amax) {
   check_same_numel(x, y, "gelu_forward");
+  check_amax_out(amax, "gelu_forward amax");
   ActIn in(x, "gelu_forward x");
   ActOut out(y, "gelu_forward y");
   for (int64_t i = 0; i < x.numel(); ++i) {
@@ -44,10 +45,12 @@ void CpuBackend::gelu_forward(const Tensor& x, const Tensor& y) {
     out[i] = float(0.5 * v * (1.0 + std::tanh(u)));
   }
   out.store();
+  accumulate_stored_amax(y, amax, "gelu_forward amax");
 }
 
-void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, const Tensor& amax) {
   check_same_numel(x, dy, "gelu_backward");
+  check_amax_out(amax, "gelu_backward amax");
   check_same_numel(x, dx, "gelu_backward");
   ActIn in(x, "gelu_backward x"), g(dy, "gelu_backward dy");
   ActOut out(dx, "gelu_backward dx");
@@ -59,6 +62,7 @@ void CpuBackend::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& 
     out[i] = float(double(g[i]) * d);
   }
   out.store();
+  accumulate_stored_amax(dx, amax, "gelu_backward amax");
 }
 
 void CpuBackend::swiglu_forward(const Tensor& h, const Tensor& y) {

@@ -99,8 +99,10 @@ class CpuLinear final : public Linear {
     }
   }
 
-  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y) override {
+  // x_amax (backend.h): the quantizer reduces X itself; the producer's amax is the same number.
+  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& x_amax = {}) override {
     const int64_t m = rows_of(x, spec_.in_features, "linear forward x");
+    check_amax_out(x_amax, "linear forward x_amax");
     check_weight(w);
     const bool gemm = !y.empty();  // empty: the backward's operands only (backend.h)
     if (gemm) check_rows(y, m, spec_.out_features, "linear forward y");
@@ -135,7 +137,9 @@ class CpuLinear final : public Linear {
     return saved;
   }
 
-  void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw) override {
+  void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw,
+                const Tensor& dy_amax = {}) override {
+    check_amax_out(dy_amax, "linear backward dy_amax");
     const auto* st = dynamic_cast<const CpuLinearState*>(saved.state.get());
     OCTET_CHECK(st != nullptr,
                 "linear backward: the SavedLinear does not come from a CPU "

@@ -40,8 +40,9 @@ inline float weight_at(const float* w, int64_t i) { return w ? w[i] : 1.0f; }
 }  // namespace
 
 void CpuBackend::rmsnorm_forward(const Tensor& x_t, const Tensor& weight, const Tensor& y_t,
-                                 const Tensor& rstd_t, float eps) {
+                                 const Tensor& rstd_t, float eps, const Tensor& amax) {
   const auto [rows, dim] = check_rows("rmsnorm_forward", x_t, {&y_t});
+  check_amax_out(amax, "rmsnorm_forward amax");
   const float* w = opt_f32(weight, dim, "rmsnorm_forward weight");
   float* rstd = req_f32(rstd_t, rows, "rmsnorm_forward rstd");
   ActIn x(x_t, "rmsnorm_forward x");
@@ -56,6 +57,7 @@ void CpuBackend::rmsnorm_forward(const Tensor& x_t, const Tensor& weight, const 
     rstd[r] = rs;
   }
   y.store();
+  accumulate_stored_amax(y_t, amax, "rmsnorm_forward amax");
 }
 
 void CpuBackend::rmsnorm_backward(const Tensor& x_t, const Tensor& weight, const Tensor& rstd_t,
@@ -87,8 +89,10 @@ void CpuBackend::rmsnorm_backward(const Tensor& x_t, const Tensor& weight, const
 }
 
 void CpuBackend::layernorm_forward(const Tensor& x_t, const Tensor& weight, const Tensor& bias,
-                                   const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t, float eps) {
+                                   const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t, float eps,
+                                   const Tensor& amax) {
   const auto [rows, dim] = check_rows("layernorm_forward", x_t, {&y_t});
+  check_amax_out(amax, "layernorm_forward amax");
   const float* w = req_f32(weight, dim, "layernorm_forward weight");
   const float* b = opt_f32(bias, dim, "layernorm_forward bias");
   float* mean = req_f32(mean_t, rows, "layernorm_forward mean");
@@ -113,6 +117,7 @@ void CpuBackend::layernorm_forward(const Tensor& x_t, const Tensor& weight, cons
     rstd[r] = float(rs);
   }
   y.store();
+  accumulate_stored_amax(y_t, amax, "layernorm_forward amax");
 }
 
 void CpuBackend::layernorm_backward(const Tensor& x_t, const Tensor& weight, const Tensor& mean_t,

@@ -62,10 +62,11 @@ class CudaLinear final : public Linear {
     }
   }
 
-  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y) override {
+  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& x_amax = {}) override {
     DeviceGuard g(be_.device());
     const int64_t in = spec_.in_features, out = spec_.out_features;
     check_activation(x, "linear forward: x");
+    check_amax_out(x_amax, "linear forward: x_amax");
     OCTET_CHECK(x.cols() == in && x.rows() >= 1,
                 "linear forward: x must be [M >= 1, " + std::to_string(in) + "], got " + x.str());
     const int64_t m = x.rows();
@@ -81,7 +82,9 @@ class CudaLinear final : public Linear {
     const Tensor w2 = w.reshape({out, in});
     switch (spec_.precision) {
       case LinearPrecision::FP8:
-        qx_->quantize(x, gemm ? &xq_ : nullptr, &st->xt);
+        // the producer's amax: tensor-current skips its amax pass over X (quantizer.h)
+        qx_->quantize(x, gemm ? &xq_ : nullptr, &st->xt,
+                      x_amax.empty() ? nullptr : reinterpret_cast<const unsigned*>(x_amax.data));
         if (!wt_) {  // Ŵ into wq_ (scratch, kept while cached) and Ŵᵀ (shared with the saved states)
           auto wt = std::make_shared<DevQ>();
           qw_->quantize(w2, &wq_, wt.get());
@@ -105,13 +108,15 @@ class CudaLinear final : public Linear {
     return SavedLinear{x, w, std::move(st)};
   }
 
-  void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw) override {
+  void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw,
+                const Tensor& dy_amax = {}) override {
     DeviceGuard g(be_.device());
     const auto* st = dynamic_cast<const LinearState*>(saved.state.get());
     OCTET_CHECK(st && st->owner == this,
                 "linear backward: the saved state does not come from this linear's forward");
     const int64_t in = spec_.in_features, out = spec_.out_features, m = saved.x.rows();
     check_activation(dy, "linear backward: dy");
+    check_amax_out(dy_amax, "linear backward: dy_amax");
     OCTET_CHECK(dy.cols() == out && dy.rows() == m, "linear backward: dy must be [" + std::to_string(m) +
                                                         ", " + std::to_string(out) + "], got " + dy.str());
     if (!dx.empty()) {
@@ -123,7 +128,8 @@ class CudaLinear final : public Linear {
     if (dx.empty() && dw.empty()) return;
     switch (spec_.precision) {
       case LinearPrecision::FP8: {
-        qdy_->quantize(dy, dx.empty() ? nullptr : &dyq_, dw.empty() ? nullptr : &dytq_);
+        qdy_->quantize(dy, dx.empty() ? nullptr : &dyq_, dw.empty() ? nullptr : &dytq_,
+                       dy_amax.empty() ? nullptr : reinterpret_cast<const unsigned*>(dy_amax.data));
         if (!dx.empty()) gemm_.fp8(dyq_.view, st->wt->view, dx);
         if (!dw.empty()) gemm_.fp8(dytq_.view, st->xt.view, dw.f32(), 1.0f);
         return;

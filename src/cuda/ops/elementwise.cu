@@ -151,19 +151,27 @@ __global__ void gelu_forward_kernel(const TX* x, TY* y, int64_t n, bool vec, uns
   block_amax_out(m, scratch, amax);
 }
 template <class TX, class TD, class TG>
-__global__ void gelu_backward_kernel(const TX* x, const TD* dy, TG* dx, int64_t n, bool vec) {
+__global__ void gelu_backward_kernel(const TX* x, const TD* dy, TG* dx, int64_t n, bool vec, unsigned* amax) {
+  __shared__ unsigned scratch[32];
   const int64_t nv = vec ? n / 8 : 0;
+  unsigned m = 0;
   OCTET_GRID_STRIDE(i, nv) {
     float v[8], g[8];
     ld8(x + 8 * i, v);
     ld8(dy + 8 * i, g);
-    for (int j = 0; j < 8; ++j) v[j] = gelu_grad_f(v[j], g[j]);
+    for (int j = 0; j < 8; ++j) {
+      v[j] = gelu_grad_f(v[j], g[j]);
+      m = max(m, stored_abs_bits(dx, v[j]));
+    }
     st8(dx + 8 * i, v);
   }
   OCTET_GRID_STRIDE(k, n - 8 * nv) {
     const int64_t i = 8 * nv + k;
-    st(dx, i, gelu_grad_f(ld(x, i), ld(dy, i)));
+    const float v = gelu_grad_f(ld(x, i), ld(dy, i));
+    m = max(m, stored_abs_bits(dx, v));
+    st(dx, i, v);
   }
+  block_amax_out(m, scratch, amax);
 }
 
 __device__ __forceinline__ double sigmoid(double g) { return 1.0 / (1.0 + exp(-g)); }
@@ -352,12 +360,13 @@ void gelu_forward_launch(const Tensor& x, const Tensor& y, cudaStream_t s, unsig
       },
       x.dtype, y.dtype);
 }
-void gelu_backward_launch(const Tensor& x, const Tensor& dy, const Tensor& dx, cudaStream_t s) {
+void gelu_backward_launch(const Tensor& x, const Tensor& dy, const Tensor& dx, cudaStream_t s,
+                          unsigned* amax) {
   const bool vec = vec_ok({x.data, dy.data, dx.data});
   dispatch_act(
       [&](auto a, auto b, auto c) {
         launch(gelu_backward_kernel<OCTET_T(a), OCTET_T(b), OCTET_T(c)>, work_items(x.numel(), vec), s,
-               typed(x, a), typed(dy, b), typed(dx, c), x.numel(), vec);
+               typed(x, a), typed(dy, b), typed(dx, c), x.numel(), vec, amax);
       },
       x.dtype, dy.dtype, dx.dtype);
 }

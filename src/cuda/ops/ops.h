@@ -30,7 +30,8 @@ void scale_launch(float a, const Tensor& x, cudaStream_t s);
 /// FP8 tensor-current quantizer of y needs (quantizer.h quantize(..., amax)), computed by the kernel
 /// that writes y instead of a pre-pass over it. The same for the norms' forwards below.
 void gelu_forward_launch(const Tensor& x, const Tensor& y, cudaStream_t s, unsigned* amax = nullptr);
-void gelu_backward_launch(const Tensor& x, const Tensor& dy, const Tensor& dx, cudaStream_t s);
+void gelu_backward_launch(const Tensor& x, const Tensor& dy, const Tensor& dx, cudaStream_t s,
+                          unsigned* amax = nullptr);  ///< amax of dx, as the forward's
 /// h [rows, 2f], y [rows, f].
 void swiglu_forward_launch(const Tensor& h, const Tensor& y, int64_t rows, int64_t f, cudaStream_t s);
 void swiglu_backward_launch(const Tensor& h, const Tensor& dy, const Tensor& dh, int64_t rows, int64_t f,

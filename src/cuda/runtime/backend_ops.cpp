@@ -103,14 +103,20 @@ void CudaBackend::embedding_backward(const Tensor& ids, const Tensor& dout, cons
 }
 
 // ---- norms ----
+// The optional amax output (backend.h) as the kernels' unsigned* (null when empty).
+static unsigned* amax_out(const Tensor& amax, const char* what) {
+  check_amax_out(amax, what);
+  return amax.empty() ? nullptr : reinterpret_cast<unsigned*>(amax.data);
+}
+
 void CudaBackend::rmsnorm_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& rstd,
-                                  float eps) {
+                                  float eps, const Tensor& amax) {
   DeviceGuard g(device_);
   check_rows("rmsnorm_forward", x, {{&y, "y"}});
   const int64_t rows = x.rows(), dim = x.cols();
   check_stat(rstd, rows, "rmsnorm_forward: rstd");
   rmsnorm_forward_launch(x, opt_param(w, dim, "rmsnorm_forward: weight"), y, rstd.f32(), rows, dim, eps,
-                         stream_);
+                         stream_, amax_out(amax, "rmsnorm_forward: amax"));
 }
 void CudaBackend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
                                    const Tensor& dx, const Tensor& dw, bool accumulate) {
@@ -124,7 +130,7 @@ void CudaBackend::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tenso
                           opt_param(dw, dim, "rmsnorm_backward: dweight"), rows, dim, stream_, accumulate);
 }
 void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y,
-                                    const Tensor& mean, const Tensor& rstd, float eps) {
+                                    const Tensor& mean, const Tensor& rstd, float eps, const Tensor& amax) {
   DeviceGuard g(device_);
   check_rows("layernorm_forward", x, {{&y, "y"}});
   const int64_t rows = x.rows(), dim = x.cols();
@@ -132,7 +138,7 @@ void CudaBackend::layernorm_forward(const Tensor& x, const Tensor& w, const Tens
   check_stat(rstd, rows, "layernorm_forward: rstd");
   layernorm_forward_launch(x, req_param(w, dim, "layernorm_forward: weight"),
                            opt_param(b, dim, "layernorm_forward: bias"), y, mean.f32(), rstd.f32(), rows, dim,
-                           eps, stream_);
+                           eps, stream_, amax_out(amax, "layernorm_forward: amax"));
 }
 void CudaBackend::layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
                                      const Tensor& dy, const Tensor& dx, const Tensor& dw, const Tensor& db,
@@ -161,21 +167,21 @@ void CudaBackend::rope(const Tensor& x, float theta, bool inverse, AttnLayout la
               D, theta, inverse, layout == AttnLayout::TokensMajor, stream_);
 }
 
-void CudaBackend::gelu_forward(const Tensor& x, const Tensor& y) {
+void CudaBackend::gelu_forward(const Tensor& x, const Tensor& y, const Tensor& amax) {
   DeviceGuard g(device_);
   check_activation(x, "gelu_forward: x");
   check_activation(y, "gelu_forward: y");
   check_numel(y, x.numel(), "gelu_forward: y");
-  gelu_forward_launch(x, y, stream_);
+  gelu_forward_launch(x, y, stream_, amax_out(amax, "gelu_forward: amax"));
 }
-void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+void CudaBackend::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, const Tensor& amax) {
   DeviceGuard g(device_);
   check_activation(x, "gelu_backward: x");
   check_activation(dy, "gelu_backward: dy");
   check_activation(dx, "gelu_backward: dx");
   check_numel(dy, x.numel(), "gelu_backward: dy");
   check_numel(dx, x.numel(), "gelu_backward: dx");
-  gelu_backward_launch(x, dy, dx, stream_);
+  gelu_backward_launch(x, dy, dx, stream_, amax_out(amax, "gelu_backward: amax"));
 }
 static void check_swiglu(const char* op, const Tensor& h, const Tensor& y) {
   check_activation(h, op);

@@ -81,20 +81,20 @@ class CudaBackend final : public Backend {
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) override;
   void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
 
-  void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
-                       float eps) override;
+  void rmsnorm_forward(const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd, float eps,
+                       const Tensor& amax = {}) override;
   void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
                         const Tensor& dx, const Tensor& dweight, bool accumulate) override;
   void layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
-                         const Tensor& mean, const Tensor& rstd, float eps) override;
+                         const Tensor& mean, const Tensor& rstd, float eps, const Tensor& amax = {}) override;
   void layernorm_backward(const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
                           const Tensor& dy, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
                           bool accumulate) override;
 
   void rope(const Tensor& x, float theta, bool inverse, AttnLayout layout) override;
 
-  void gelu_forward(const Tensor& x, const Tensor& y) override;
-  void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
+  void gelu_forward(const Tensor& x, const Tensor& y, const Tensor& amax = {}) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx, const Tensor& amax = {}) override;
   void swiglu_forward(const Tensor& h, const Tensor& y) override;
   void swiglu_backward(const Tensor& h, const Tensor& dy, const Tensor& dh) override;
 

@@ -9,7 +9,7 @@
 // forward without y (the C ABI's re-quantization) saves what a full forward saves. And
 // the checkpoint state (quant_state): equal to the CPU's, and a second CudaLinear restored from it
 // continues bitwise. The FP8 weight cache equals no cache, bitwise, and is invalidated where
-// backend.h says.
+// backend.h says. Producers' amaxes (x_amax, dy_amax) give the bits of the linear's own reduction.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -241,6 +241,58 @@ TEST(CudaLinear, ForwardWithoutYSavesTheSameOperands) {
       lb->update_scales();
       EXPECT_EQ(la->quant_state(), lb->quant_state()) << what;
     }
+  }
+}
+
+// The producers' amaxes (backend.h Linear::forward x_amax, backward dy_amax): given the amax of
+// X and of dY as stored, every recipe gives y, dx and dW bitwise equal to the run that reduces
+// them itself (tensor-current skips its pre-pass; the others ignore the amax), and the recorded
+// statistics agree. A wrong-size amax is refused.
+TEST(CudaLinear, ProducerAmaxEqualsOwnReductionBitwise) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  const Case cases[] = {
+      {LinearPrecision::FP8, Recipe::TensorCurrent, FormatPolicy::Hybrid, 72, 136, 96},
+      {LinearPrecision::FP8, Recipe::TensorCurrent, FormatPolicy::E4M3, 64, 128, 64},
+      {LinearPrecision::FP8, Recipe::TensorDelayed, FormatPolicy::Hybrid, 64, 128, 96},
+      {LinearPrecision::BF16, Recipe::TensorCurrent, FormatPolicy::E4M3, 48, 80, 64},
+  };
+  for (const auto& c : cases) {
+    const LinearSpec spec = spec_of(c);
+    const std::string what = std::to_string(int(c.precision)) + " " + to_string(c.recipe);
+    auto la = gpu->make_linear(spec), lb = gpu->make_linear(spec);
+    Io a(*gpu, c.m, c.in, c.out, DType::BF16), b(*gpu, c.m, c.in, c.out, DType::BF16);
+    gpu->fill(a.dw, 0.0);
+    gpu->fill(b.dw, 0.0);
+    Buffer amax = gpu->alloc(DType::I32, {2});
+    for (int step = 0; step < 2; ++step) {
+      for (Io* io : {&a, &b}) {
+        put(*gpu, io->x, test::gaussian(size_t(c.m * c.in), 400 + step, 3.0f));
+        put(*gpu, io->w, test::gaussian(size_t(c.out * c.in), 402 + step, 0.05f));
+        put(*gpu, io->dy, test::gaussian(size_t(c.m * c.out), 404 + step, 1e-3f));
+      }
+      // the amaxes as a producer would leave them: |x| max as stored, float bits
+      std::vector<int32_t> h(2, 0);
+      for (float v : gpu->download_f32(b.x)) h[0] = std::max(h[0], int32_t(test::bits(std::fabs(v))));
+      for (float v : gpu->download_f32(b.dy)) h[1] = std::max(h[1], int32_t(test::bits(std::fabs(v))));
+      gpu->upload(amax, h.data());
+      const Tensor xa = amax.tensor().slice(0, 1), dya = amax.tensor().slice(1, 1);
+      const SavedLinear sa = la->forward(a.x, a.w, a.y);
+      la->backward(sa, a.dy, a.dx, a.dw);
+      const SavedLinear sb = lb->forward(b.x, b.w, b.y, xa);
+      lb->backward(sb, b.dy, b.dx, b.dw, dya);
+      ASSERT_NO_FATAL_FAILURE(expect_same_outputs(*gpu, a, b, what + " step " + std::to_string(step)));
+      const QuantStats xa_s = la->stats_x(), xb_s = lb->stats_x(), da_s = la->stats_dy(),
+                       db_s = lb->stats_dy();
+      EXPECT_EQ(test::bits(xa_s.amax), test::bits(xb_s.amax)) << what;
+      EXPECT_EQ(test::bits(da_s.amax), test::bits(db_s.amax)) << what;
+      la->update_scales();
+      lb->update_scales();
+      EXPECT_EQ(la->quant_state(), lb->quant_state()) << what;
+    }
+    Buffer wrong = gpu->alloc(DType::F32, {1});
+    EXPECT_THROW(lb->forward(b.x, b.w, b.y, wrong), Error) << what;
+    EXPECT_THROW(lb->forward(b.x, b.w, b.y, amax), Error) << what << ": two elements";
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -257,6 +258,82 @@ TEST_P(CudaOps, NormsVectorAndScalarParameterLoadsAgreeBitwise) {
     for (float v : a.dw) scale = std::max(scale, double(std::fabs(v)));
     EXPECT_GT(scale, 0.0) << "premise: non-zero weight gradients" << tag;
   }
+}
+
+// The producers' amax outputs (backend.h): amax = max(amax, |y| max as stored) in float bits, for
+// the norms' and GELU's forwards and GELU's backward — the bits of the host reduction of the
+// downloaded output, on both backends (each of its own output); it accumulates (a larger start
+// stays), a NaN input makes it NaN, and a wrong amax tensor is refused. Widths on the 8-wide and
+// the scalar paths; row counts that leave a block's warps without a row.
+TEST_P(CudaOps, ProducerAmaxIsTheAmaxOfTheStoredOutput) {
+  auto host_amax = [](const std::vector<float>& v) {
+    uint32_t m = 0;
+    for (float f : v) m = std::max(m, test::bits(f) & 0x7FFFFFFFu);
+    return m;
+  };
+  for (int64_t dim : {1024, 129}) {
+    const int64_t rows = 37;
+    const size_t n = size_t(rows * dim);
+    auto x = make(test::gaussian(n, 31, 2.0f), {rows, dim}), dy = make(test::gaussian(n, 32), {rows, dim});
+    auto w = param(test::gaussian(size_t(dim), 33), {dim}), b = param(test::gaussian(size_t(dim), 34), {dim});
+    auto y = zeros({rows, dim});
+    auto mean = zeros({rows}, DType::F32), rstd = zeros({rows}, DType::F32);
+    auto amax = zeros({1}, DType::I32);
+    const std::string tag = " dim " + std::to_string(dim);
+    // Runs op on both backends from amax = start; checks each against its own stored output.
+    auto check = [&](const char* what, uint32_t start, const std::function<void(Backend&, bool)>& op) {
+      for (const bool on_gpu : {false, true}) {
+        Backend& be = on_gpu ? *gpu : *cpu;
+        const Tensor& a = on_gpu ? amax.tg() : amax.tc();
+        const int32_t s = int32_t(start);
+        be.upload(a, &s);
+        op(be, on_gpu);
+        int32_t got = 0;
+        be.download(&got, a);
+        const uint32_t want = std::max(start, host_amax(be.download_f32(on_gpu ? y.tg() : y.tc())));
+        EXPECT_EQ(uint32_t(got), want) << what << tag << (on_gpu ? " gpu" : " cpu");
+        EXPECT_GT(want, 0u) << what << ": premise, a non-zero output";
+      }
+    };
+    for (const uint32_t start : {0u, test::bits(1e30f)}) {
+      check("layernorm", start, [&](Backend& be, bool g) {
+        be.layernorm_forward(g ? x.tg() : x.tc(), g ? w.tg() : w.tc(), g ? b.tg() : b.tc(),
+                             g ? y.tg() : y.tc(), g ? mean.tg() : mean.tc(), g ? rstd.tg() : rstd.tc(), 1e-5f,
+                             g ? amax.tg() : amax.tc());
+      });
+      check("rmsnorm", start, [&](Backend& be, bool g) {
+        be.rmsnorm_forward(g ? x.tg() : x.tc(), g ? w.tg() : w.tc(), g ? y.tg() : y.tc(),
+                           g ? rstd.tg() : rstd.tc(), 1e-5f, g ? amax.tg() : amax.tc());
+      });
+      check("gelu", start, [&](Backend& be, bool g) {
+        be.gelu_forward(g ? x.tg() : x.tc(), g ? y.tg() : y.tc(), g ? amax.tg() : amax.tc());
+      });
+      check("gelu backward", start, [&](Backend& be, bool g) {
+        be.gelu_backward(g ? x.tg() : x.tc(), g ? dy.tg() : dy.tc(), g ? y.tg() : y.tc(),
+                         g ? amax.tg() : amax.tc());
+      });
+    }
+    // a NaN anywhere makes the amax NaN (bits above +inf)
+    std::vector<float> xn = test::gaussian(n, 35);
+    xn[n / 2] = NAN;
+    auto xnan = make(xn, {rows, dim});
+    for (const bool g : {false, true}) {
+      Backend& be = g ? *gpu : *cpu;
+      const Tensor& a = g ? amax.tg() : amax.tc();
+      be.fill(a, 0.0);
+      be.gelu_forward(g ? xnan.tg() : xnan.tc(), g ? y.tg() : y.tc(), a);
+      int32_t got = 0;
+      be.download(&got, a);
+      EXPECT_GT(uint32_t(got), 0x7F800000u) << "gelu of a NaN" << tag << (g ? " gpu" : " cpu");
+    }
+  }
+  auto x = make(test::gaussian(64, 36), {8, 8});
+  auto y = zeros({8, 8});
+  auto f32 = zeros({1}, DType::F32), two = zeros({2}, DType::I32);
+  EXPECT_THROW(gpu->gelu_forward(x.tg(), y.tg(), f32.tg()), Error);
+  EXPECT_THROW(cpu->gelu_forward(x.tc(), y.tc(), f32.tc()), Error);
+  EXPECT_THROW(gpu->gelu_forward(x.tg(), y.tg(), two.tg()), Error);
+  EXPECT_THROW(cpu->gelu_forward(x.tc(), y.tc(), two.tc()), Error);
 }
 
 TEST_P(CudaOps, RopeForwardAndInverse) {
