@@ -106,10 +106,15 @@ struct TrainBenchOptions {
   /// Attention form: "auto" (default_attn_form: the fused FP8 kernels for the FP8-attention arms
   /// on cuda), "whole" (the unfused CUDA attention) or "flash".
   std::string attn_form = "auto";
-  /// Optimizer hyperparameters (octet/optim.h via adamw_config) and the constant learning rate
-  /// train.lr: a run's [train] defaults; train.activation_checkpointing: the models' ModelMemory.
-  /// Activations: the backend's preferred dtype.
-  TrainConfig train;
+  /// Optimizer hyperparameters (octet/optim.h via adamw_config): a run's [train] defaults, with
+  /// the PyTorch peer's constant learning rate 3e-4 (bench/peers/gpt2_torch.py; a run's default
+  /// 3e-3 diverges at 1.3B without its warmup); train.activation_checkpointing: the models'
+  /// ModelMemory. Activations: the backend's preferred dtype.
+  TrainConfig train = [] {
+    TrainConfig t;
+    t.lr = 3e-4f;
+    return t;
+  }();
   uint64_t seed = 1234;
   /// Time every backend op by class (profiling_backend.h: a synchronization after each op, so the
   /// step times of a profiled run are a little longer than an unprofiled one's).
@@ -224,7 +229,7 @@ struct OpsBenchRow {
 };
 
 /// The memory-bound kernels of a training step (src/bench/cuda/bench_ops.cpp), each timed alone
-/// on the 124M and 350M shapes with BF16 activations; on_row is called after each measurement.
+/// on the 124M, 350M and 1.3B shapes with BF16 activations; on_row is called after each measurement.
 void bench_ops(int warmup, int reps, const std::function<void(const OpsBenchRow&)>& on_row);
 
 struct AttnBenchRow {

@@ -112,13 +112,13 @@ struct Model::Impl {
   // gradient scratch (act); the attention's dq, dk, dv, dq2, dk2 tokens-major [B, T, H|G, Dh], dout
   // the same buffer as dot [N, H·Dh]
   Tensor dcur, dt1, dt2, dt3, gtmp, dqkv, dq, dk, dv, dq2, dk2, dout, dot, dh, da;
-  // Producers' amaxes (backend.h) for tensor-current FP8 linears, I32 [kAmaxSlots · n_layer], zeroed
+  // Producers' amaxes (backend.h) for tensor-current FP8 linears, I32 [kProducerAmaxSlots · n_layer], zeroed
   // at the start of each forward_backward; empty for every other arm and recipe. Layer l's slots:
   // its pre-norms' outputs (qkv's and fc1's X), GELU's output (fc2's X), GELU's backward (fc1's dY).
-  static constexpr int64_t kAmaxSlots = 4;
+  static constexpr int64_t kProducerAmaxSlots = 4;
   Tensor amax;
   Tensor amax_slot(int64_t l, int64_t k) const {
-    return amax.empty() ? Tensor{} : amax.slice(kAmaxSlots * l + k, 1);
+    return amax.empty() ? Tensor{} : amax.slice(kProducerAmaxSlots * l + k, 1);
   }
   explicit Impl(Backend& be) : arena(be) {}
 

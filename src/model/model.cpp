@@ -232,7 +232,7 @@ Model::Model(const ModelConfig& config, const PrecisionConfig& precision, Backen
   m.da = A.make(act, {m.N, m.F});
   // Producers' amaxes (impl.h): only the tensor-current recipe reduces X and dY before casting them.
   if (lp == LinearPrecision::FP8 && precision_.quant.recipe == Recipe::TensorCurrent)
-    m.amax = A.make(DType::I32, {Impl::kAmaxSlots * c.n_layer});
+    m.amax = A.make(DType::I32, {Impl::kProducerAmaxSlots * c.n_layer});
   if (c.mixer == MixerKind::Hybrid) {
     GdnScratch& s = m.gdn_scratch;
     s.dot = A.make(act, {m.N, m.H * m.Dh});

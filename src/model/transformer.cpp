@@ -53,8 +53,10 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
       const Tensor& x = m.stream[size_t(2 * l + k)];
       const Tensor& out = m.stream[size_t(2 * l + k + 1)];
       Tensor u = x;
-      // u's amax for the sublayer's first linear (pre-norm: the norm writes u)
-      const Tensor u_amax = place == NormPlacement::Pre ? m.amax_slot(l, k) : Tensor{};
+      // u's amax for the sublayer's first linear (pre-norm: the norm writes u; a Gated DeltaNet
+      // mixer's linears are BF16 and take none)
+      const bool u_cast = place == NormPlacement::Pre && (k == 1 || c.attention_layer(l));
+      const Tensor u_amax = u_cast ? m.amax_slot(l, k) : Tensor{};
       if (place == NormPlacement::Pre) {
         U.norm.forward(be, x, U.u, U.mean, U.rstd, u_amax);
         u = U.u;

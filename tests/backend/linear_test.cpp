@@ -10,12 +10,14 @@
 //  - Saved state: two forwards followed by two backwards equal forward+backward one at a time
 //    (BF16, FP32, FP8 tensor-current / tensor-delayed / block); another linear's SavedLinear throws;
 //    a forward without y (how the C ABI's backward re-quantizes) saves the same operands.
+//  - A producer's amax: under tensor-current it must be the tensor's (else an error).
 // Tolerance of an FP32-accumulated GEMM: |C − C64| <= (K + 8)·2^-23·Σ_k |A_ik||B_jk|. Scales in
 // QuantStats are 1/scale_inv, so they are compared to scale_from_amax within 4 ulps (FLOAT_EQ).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -416,3 +418,38 @@ TEST(Linear, RejectsEmptyShapes) {
 }
 
 }  // namespace
+
+// A producer's amax (backend.h x_amax, dy_amax) given to the CPU linear: under tensor-current it must
+// be the amax of the tensor, bit for bit (the reference checks the caller's wiring: another
+// tensor's amax is an error naming the argument); the outputs equal a call without it. Other
+// recipes and precisions take it unchecked; a tensor that is not I32 [1] is refused.
+TEST(CpuLinear, GivenAmaxMustBeTheTensorsUnderTensorCurrent) {
+  auto be = make_cpu_backend();
+  auto w = randn(OUT * IN, 111, 0.05f), x = randn(M * IN, 112), dy = randn(M * OUT, 113, 1e-3f);
+  auto bits_amax = [](const std::vector<float>& v) {
+    uint32_t m = 0;
+    for (float f : v) m = std::max(m, detail::f32_bits(std::fabs(f)));
+    return int32_t(m);
+  };
+  int32_t ax = bits_amax(x), ady = bits_amax(dy), wrong = bits_amax(x) + 1;
+  const Tensor tx(&ax, DType::I32, {1}), tdy(&ady, DType::I32, {1}), twrong(&wrong, DType::I32, {1});
+  QuantConfig qc;  // tensor-current
+  auto a = be->make_linear({IN, OUT, LinearPrecision::FP8, qc}),
+       b = be->make_linear({IN, OUT, LinearPrecision::FP8, qc});
+  std::vector<float> ya(M * OUT), yb(M * OUT), dxa(M * IN), dxb(M * IN), dwa(OUT * IN, 0.0f),
+      dwb(OUT * IN, 0.0f);
+  const SavedLinear sa = a->forward(xm(x), wm(w), ym(ya));
+  a->backward(sa, ym(dy), xm(dxa), wm(dwa));
+  const SavedLinear sb = b->forward(xm(x), wm(w), ym(yb), tx);
+  b->backward(sb, ym(dy), xm(dxb), wm(dwb), tdy);
+  EXPECT_EQ(ya, yb);
+  EXPECT_EQ(dxa, dxb);
+  EXPECT_EQ(dwa, dwb);
+  EXPECT_THROW(b->forward(xm(x), wm(w), ym(yb), twrong), Error);
+  EXPECT_THROW(b->backward(sb, ym(dy), xm(dxb), wm(dwb), twrong), Error);
+  int32_t two[2] = {ax, ax};
+  EXPECT_THROW(b->forward(xm(x), wm(w), ym(yb), Tensor(two, DType::I32, {2})), Error);
+  qc.recipe = Recipe::TensorDelayed;  // takes no given amax: unchecked
+  auto d = be->make_linear({IN, OUT, LinearPrecision::FP8, qc});
+  EXPECT_NO_THROW(d->forward(xm(x), wm(w), ym(yb), twrong));
+}

@@ -3,7 +3,8 @@
 // that a 2-layer model overfits one fixed sequence to near-zero loss in every arm (FP8 GEMMs and
 // FP8 attention can learn), also as a 4-layer 3:1 Gated DeltaNet/attention hybrid, with F32 and
 // with BF16 activations; BF16 activations start within 1e-2 (relative) of the F32 loss; the loss
-// accumulates on the backend across forward_backward calls until take_loss().
+// accumulates on the backend across forward_backward calls until take_loss(); the producers'
+// amaxes reach the right FP8 casts in every MLP and norm placement.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -220,3 +221,36 @@ TEST(ModelConfig, RejectsInvalidShapes) {
 }
 
 }  // namespace
+
+// The producers' amaxes (model/impl.h) reach the right casts: under tensor-current FP8 the CPU
+// linear refuses a given amax that is not its tensor's (src/cpu/backend/linear.cpp), so a step that
+// runs is one where each linear got its own input's (and fc1 its dY's) amax — GELU and SwiGLU MLPs,
+// pre- and post-norm, with and without activation checkpointing (a layer's forward run again) and
+// over micro-batches; with checkpointing the loss and gradients equal the run without, bitwise.
+TEST(Arms, ProducerAmaxWiringHoldsInEveryLayout) {
+  auto be = make_cpu_backend();
+  for (const MlpKind mlp : {MlpKind::GELU, MlpKind::SwiGLU})
+    for (const NormPlacement place : {NormPlacement::Pre, NormPlacement::Post}) {
+      ModelConfig cfg = test::tiny_model();
+      cfg.mlp = mlp;
+      cfg.norm_placement = place;
+      std::vector<int32_t> ids, targets;
+      test::tiny_batch(cfg, 2, ids, targets);
+      double loss[2];
+      std::vector<float> grads[2];
+      for (const bool ckpt : {false, true}) {
+        ModelMemory mem;
+        mem.activation_checkpointing = ckpt;
+        Model m(cfg, test::arm_precision(Arm::FP8Linear), *be, 2, mem);
+        m.init(5);
+        m.zero_grad();
+        ASSERT_NO_THROW(loss[ckpt] = m.step(ids.data(), targets.data(), true, 0.1f));
+        ASSERT_NO_THROW(loss[ckpt] +=
+                        m.step(ids.data(), targets.data(), true, 0.1f));  // a second micro-batch
+        grads[ckpt] = m.download_grads();
+      }
+      EXPECT_TRUE(std::isfinite(loss[0]));
+      EXPECT_EQ(loss[0], loss[1]) << "checkpointing changes nothing";
+      EXPECT_EQ(grads[0], grads[1]);
+    }
+}

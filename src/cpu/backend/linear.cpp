@@ -99,7 +99,19 @@ class CpuLinear final : public Linear {
     }
   }
 
-  // x_amax (backend.h): the quantizer reduces X itself; the producer's amax is the same number.
+  // A producer's amax (backend.h x_amax, dy_amax): the CPU quantizer reduces the tensor itself; under
+  // tensor-current, which would take the given one, the two must be the same bits — else the caller
+  // handed this linear another tensor's amax (the reference catches the model's wiring).
+  void check_given_amax(const Tensor& amax, const float* v, int64_t n, const char* what) const {
+    if (amax.empty() || !fp8() || spec_.quant.recipe != Recipe::TensorCurrent) return;
+    uint32_t m = 0;
+    for (int64_t i = 0; i < n; ++i) m = std::max(m, detail::f32_bits(v[i]) & 0x7FFFFFFFu);
+    OCTET_CHECK(uint32_t(amax.i32()[0]) == m, std::string(what) + ": the given amax (float bits " +
+                                                  std::to_string(uint32_t(amax.i32()[0])) +
+                                                  ") is not the amax of the tensor (" + std::to_string(m) +
+                                                  ")");
+  }
+
   SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& x_amax = {}) override {
     const int64_t m = rows_of(x, spec_.in_features, "linear forward x");
     check_amax_out(x_amax, "linear forward x_amax");
@@ -110,6 +122,7 @@ class CpuLinear final : public Linear {
     auto state = std::make_unique<CpuLinearState>();
     state->owner = this;
     ActIn xin(x, "linear forward x");
+    check_given_amax(x_amax, xin.data, m * spec_.in_features, "linear forward x_amax");
     std::optional<ActOut> yout;
     if (gemm) yout.emplace(y, "linear forward y");
     if (!fp8()) {
@@ -153,6 +166,7 @@ class CpuLinear final : public Linear {
     if (!dx.empty()) check_rows(dx, m, in, "linear backward dx");
     float* dwp = dw.empty() ? nullptr : req_f32(dw, out * in, "linear backward dw");
     ActIn g(dy, "linear backward dy");
+    check_given_amax(dy_amax, g.data, m * out, "linear backward dy_amax");
     if (!fp8()) {
       if (!dx.empty()) {
         const std::vector<float> w_t = transpose(saved.w.f32(), out, in);

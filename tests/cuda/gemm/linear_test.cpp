@@ -247,7 +247,8 @@ TEST(CudaLinear, ForwardWithoutYSavesTheSameOperands) {
 // The producers' amaxes (backend.h Linear::forward x_amax, backward dy_amax): given the amax of
 // X and of dY as stored, every recipe gives y, dx and dW bitwise equal to the run that reduces
 // them itself (tensor-current skips its pre-pass; the others ignore the amax), and the recorded
-// statistics agree. A wrong-size amax is refused.
+// statistics agree; under tensor-current a different given amax does change them (it is used). A
+// wrong-size amax is refused.
 TEST(CudaLinear, ProducerAmaxEqualsOwnReductionBitwise) {
   OCTET_REQUIRE_GPU();
   auto gpu = make_cuda_backend();
@@ -293,6 +294,22 @@ TEST(CudaLinear, ProducerAmaxEqualsOwnReductionBitwise) {
     Buffer wrong = gpu->alloc(DType::F32, {1});
     EXPECT_THROW(lb->forward(b.x, b.w, b.y, wrong), Error) << what;
     EXPECT_THROW(lb->forward(b.x, b.w, b.y, amax), Error) << what << ": two elements";
+    // The given amax is what tensor-current uses (a 3x larger one — not a power of two, which would
+    // only shift the codes' exponents and dequantize to the same values: other scale, other y, the stats
+    // report it); the other recipes and precisions ignore it (same y).
+    std::vector<int32_t> big{int32_t(test::bits(3.0f * std::fabs(la->stats_x().amax)))};
+    Buffer big_amax = gpu->alloc(DType::I32, {1});
+    gpu->upload(big_amax, big.data());
+    (void)la->forward(a.x, a.w, a.y);
+    (void)lb->forward(b.x, b.w, b.y, big_amax);
+    const auto ya = gpu->download_f32(a.y), yb = gpu->download_f32(b.y);
+    const bool current = c.precision == LinearPrecision::FP8 && c.recipe == Recipe::TensorCurrent;
+    if (current) {
+      EXPECT_NE(ya, yb) << what << ": a given amax 3x too large must change the codes";
+      EXPECT_EQ(test::bits(lb->stats_x().amax), uint32_t(big[0])) << what;
+    } else {
+      EXPECT_EQ(ya, yb) << what << ": the given amax must be ignored";
+    }
   }
 }
 
