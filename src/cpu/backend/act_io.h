@@ -39,9 +39,15 @@ struct ActIn {
   const float& operator[](int64_t i) const { return data[i]; }
 };
 
-/// amax (backend.h, optional: I32 [1] or empty) = max(amax, |y| max as stored), as float bits with
-/// unsigned order (NaN above every number): the producer's amax of the CUDA kernels. Call after
-/// y is stored.
+/// max(m, |v[i]| over n values) as float bits with unsigned order (NaN above every number): the
+/// amax form of the producers' outputs and of the CUDA kernels.
+inline uint32_t abs_max_bits(const float* v, int64_t n, uint32_t m = 0) {
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, detail::f32_bits(v[i]) & 0x7FFFFFFFu);
+  return m;
+}
+
+/// amax (backend.h, optional: I32 [1] or empty) = max(amax, |y| max as stored) in abs_max_bits'
+/// form: the producer's amax of the CUDA kernels. Call after y is stored.
 inline void accumulate_stored_amax(const Tensor& y, const Tensor& amax, const char* what) {
   check_amax_out(amax, what);
   if (amax.empty()) return;
@@ -50,8 +56,7 @@ inline void accumulate_stored_amax(const Tensor& y, const Tensor& amax, const ch
     const uint16_t* b = y.bf16();
     for (int64_t i = 0; i < y.numel(); ++i) m = std::max(m, (uint32_t(b[i]) << 16) & 0x7FFFFFFFu);
   } else {
-    const float* f = y.f32();
-    for (int64_t i = 0; i < y.numel(); ++i) m = std::max(m, detail::f32_bits(f[i]) & 0x7FFFFFFFu);
+    m = abs_max_bits(y.f32(), y.numel(), m);
   }
   amax.i32()[0] = int32_t(m);
 }

@@ -104,8 +104,7 @@ class CpuLinear final : public Linear {
   // handed this linear another tensor's amax (the reference catches the model's wiring).
   void check_given_amax(const Tensor& amax, const float* v, int64_t n, const char* what) const {
     if (amax.empty() || !fp8() || spec_.quant.recipe != Recipe::TensorCurrent) return;
-    uint32_t m = 0;
-    for (int64_t i = 0; i < n; ++i) m = std::max(m, detail::f32_bits(v[i]) & 0x7FFFFFFFu);
+    const uint32_t m = abs_max_bits(v, n);
     OCTET_CHECK(uint32_t(amax.i32()[0]) == m, std::string(what) + ": the given amax (float bits " +
                                                   std::to_string(uint32_t(amax.i32()[0])) +
                                                   ") is not the amax of the tensor (" + std::to_string(m) +

@@ -72,6 +72,28 @@ void expect_same_outputs(Backend& be, const Io& a, const Io& b, const std::strin
   }
 }
 
+// Two linears of one spec and their tensors (dW zeroed), for tests that run the same steps two ways.
+struct Pair {
+  std::unique_ptr<Linear> la, lb;
+  Io a, b;
+  Pair(Backend& be, const LinearSpec& spec, int64_t m, int64_t in, int64_t out)
+      : la(be.make_linear(spec)),
+        lb(be.make_linear(spec)),
+        a(be, m, in, out, DType::BF16),
+        b(be, m, in, out, DType::BF16) {
+    be.fill(a.dw, 0.0);
+    be.fill(b.dw, 0.0);
+  }
+  // The same x, w, dy into both (seeds seed, seed + 2, seed + 4; x scaled by x_std).
+  void put_step(Backend& be, int64_t m, int64_t in, int64_t out, uint32_t seed, float x_std) {
+    for (Io* io : {&a, &b}) {
+      put(be, io->x, test::gaussian(size_t(m * in), seed, x_std));
+      put(be, io->w, test::gaussian(size_t(out * in), seed + 2, 0.05f));
+      put(be, io->dy, test::gaussian(size_t(m * out), seed + 4, 1e-3f));
+    }
+  }
+};
+
 struct Case {
   LinearPrecision precision;
   Recipe recipe;
@@ -221,16 +243,11 @@ TEST(CudaLinear, ForwardWithoutYSavesTheSameOperands) {
   for (const auto& c : cases) {
     const LinearSpec spec = spec_of(c);
     const std::string what = std::to_string(int(c.precision)) + " " + to_string(c.recipe);
-    auto la = gpu->make_linear(spec), lb = gpu->make_linear(spec);
-    Io a(*gpu, c.m, c.in, c.out, DType::BF16), b(*gpu, c.m, c.in, c.out, DType::BF16);
-    gpu->fill(a.dw, 0.0);
-    gpu->fill(b.dw, 0.0);
+    Pair p(*gpu, spec, c.m, c.in, c.out);
+    auto &la = p.la, &lb = p.lb;
+    Io &a = p.a, &b = p.b;
     for (int step = 0; step < 2; ++step) {
-      for (Io* io : {&a, &b}) {
-        put(*gpu, io->x, test::gaussian(size_t(c.m * c.in), 300 + step, 2.0f));
-        put(*gpu, io->w, test::gaussian(size_t(c.out * c.in), 302 + step, 0.05f));
-        put(*gpu, io->dy, test::gaussian(size_t(c.m * c.out), 304 + step, 1e-3f));
-      }
+      p.put_step(*gpu, c.m, c.in, c.out, uint32_t(300 + step), 2.0f);
       const SavedLinear sa = la->forward(a.x, a.w, a.y);
       la->backward(sa, a.dy, a.dx, a.dw);
       (void)lb->forward(b.x, b.w, b.y);                        // the op's forward
@@ -261,17 +278,12 @@ TEST(CudaLinear, ProducerAmaxEqualsOwnReductionBitwise) {
   for (const auto& c : cases) {
     const LinearSpec spec = spec_of(c);
     const std::string what = std::to_string(int(c.precision)) + " " + to_string(c.recipe);
-    auto la = gpu->make_linear(spec), lb = gpu->make_linear(spec);
-    Io a(*gpu, c.m, c.in, c.out, DType::BF16), b(*gpu, c.m, c.in, c.out, DType::BF16);
-    gpu->fill(a.dw, 0.0);
-    gpu->fill(b.dw, 0.0);
+    Pair p(*gpu, spec, c.m, c.in, c.out);
+    auto &la = p.la, &lb = p.lb;
+    Io &a = p.a, &b = p.b;
     Buffer amax = gpu->alloc(DType::I32, {2});
     for (int step = 0; step < 2; ++step) {
-      for (Io* io : {&a, &b}) {
-        put(*gpu, io->x, test::gaussian(size_t(c.m * c.in), 400 + step, 3.0f));
-        put(*gpu, io->w, test::gaussian(size_t(c.out * c.in), 402 + step, 0.05f));
-        put(*gpu, io->dy, test::gaussian(size_t(c.m * c.out), 404 + step, 1e-3f));
-      }
+      p.put_step(*gpu, c.m, c.in, c.out, uint32_t(400 + step), 3.0f);
       // the amaxes as a producer would leave them: |x| max as stored, float bits
       std::vector<int32_t> h(2, 0);
       for (float v : gpu->download_f32(b.x)) h[0] = std::max(h[0], int32_t(test::bits(std::fabs(v))));
