@@ -123,8 +123,11 @@ class Linear {
   /// The tensor-current recipe then takes it instead of reducing x again (one pass less, the same
   /// scale and codes); every other recipe and precision ignores it. It must be the amax of this x:
   /// a stale one gives wrong scales (not detected).
-  virtual SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y,
-                              const Tensor& x_amax = {}) = 0;
+  /// residual (optional, act [M, out], y's dtype; may be y itself): y = X̂Ŵᵀ + residual, the sum
+  /// formed in FP32 and rounded once into y (a pre-norm block's stream add x + f(x), done by the
+  /// GEMM's epilogue on the CUDA backend instead of a pass of its own). Needs a y.
+  virtual SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& x_amax = {},
+                              const Tensor& residual = {}) = 0;
   /// dy act [M, out]; dx act [M, in] overwritten (empty: skipped); dw param [out, in] accumulated
   /// (+=; empty: skipped). `saved` must come from this linear's forward; it is not consumed.
   /// dy_amax: the amax of dy as stored, from its producer (as forward's x_amax; e.g. GELU's backward).

@@ -30,8 +30,9 @@ class ProfiledLinear final : public Linear {
     fwd_ = "linear.fwd " + shape;
     bwd_ = "linear.bwd " + shape;
   }
-  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& x_amax = {}) override {
-    return pb_.timed(fwd_, [&] { return inner_->forward(x, w, y, x_amax); });
+  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& x_amax = {},
+                      const Tensor& residual = {}) override {
+    return pb_.timed(fwd_, [&] { return inner_->forward(x, w, y, x_amax, residual); });
   }
   void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw,
                 const Tensor& dy_amax = {}) override {

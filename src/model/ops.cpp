@@ -5,9 +5,15 @@
 
 namespace octet::model_detail {
 
-void LinearOp::forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& x_amax) {
+void LinearOp::forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& x_amax,
+                       const Tensor& residual) {
+  if (mult == 1.0f) {
+    saved = lin->forward(x, w, y, x_amax, residual);
+    return;
+  }
   saved = lin->forward(x, w, y, x_amax);
-  if (mult != 1.0f) be.scale(mult, y);
+  be.scale(mult, y);
+  if (!residual.empty()) be.axpy(1.0f, residual, y);
 }
 
 void LinearOp::backward(Backend& be, const Tensor& dy, const Tensor& dx, const Tensor& dy_amax) {

@@ -23,8 +23,10 @@ struct LinearOp {
   SavedLinear saved;  ///< of the last forward (the current micro-batch)
 
   /// x must stay alive and unchanged until backward(). x_amax: x's amax from its producer
-  /// (Linear::forward; may be empty).
-  void forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& x_amax = {});
+  /// (Linear::forward; may be empty). residual (may be empty): y = mult · x Wᵀ + residual — in the
+  /// GEMM's epilogue (one rounding) when mult == 1, else the product rounded, scaled, then added.
+  void forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& x_amax = {},
+               const Tensor& residual = {});
   /// dy is scaled in place by mult (clobbered); dx overwritten (may be empty); dW accumulated.
   /// dy_amax: dy's amax from its producer (may be empty; not used with mult != 1, which rescales dy).
   void backward(Backend& be, const Tensor& dy, const Tensor& dx, const Tensor& dy_amax = {});

@@ -61,10 +61,12 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         U.norm.forward(be, x, U.u, U.mean, U.rstd, u_amax);
         u = U.u;
       }
-      // Pre-norm with R(x, y) = x + y (the default): the sublayer writes into the unit's output and
-      // x is added in place — round(f + x), the same bits as round(x + f) without the copy of x.
+      // Pre-norm with R(x, y) = x + y (the default): the sublayer's last linear adds x in its GEMM's
+      // epilogue and writes the sum into the unit's output (rounded once; Linear::forward residual);
+      // a Gated DeltaNet mixer writes there and x is added in place (round(f + x)).
       const bool in_place = place == NormPlacement::Pre && m.res_a == 1.0f && m.res_b == 1.0f;
       const Tensor& f = in_place ? out : U.f;
+      const Tensor res = in_place ? x : Tensor{};
       if (k == 0 && !c.attention_layer(l)) {
         m.gdn[size_t(l)].forward(be, u, f);
       } else if (k == 0) {
@@ -83,20 +85,20 @@ void Model::forward_backward(const int32_t* ids, const int32_t* targets, bool ba
         }
         // o is ot tokens-major (impl.h AttnLayer): the projection reads it as it lies
         al.saved = al.attn->forward(al.q, al.k, al.v, al.o, al.lse);
-        al.proj.forward(be, al.ot, f);
+        al.proj.forward(be, al.ot, f, {}, res);
       } else {
         MlpLayer& ml = m.mlp[size_t(l)];
         ml.fc1.forward(be, u, ml.h, u_amax);
         if (c.mlp == MlpKind::SwiGLU) {
           be.swiglu_forward(ml.h, ml.a);
-          ml.fc2.forward(be, ml.a, f);
+          ml.fc2.forward(be, ml.a, f, {}, res);
         } else {
           be.gelu_forward(ml.h, ml.a, m.amax_slot(l, 2));
-          ml.fc2.forward(be, ml.a, f, m.amax_slot(l, 2));
+          ml.fc2.forward(be, ml.a, f, m.amax_slot(l, 2), res);
         }
       }
       if (in_place) {
-        be.axpy(1.0f, x, out);
+        if (k == 0 && !c.attention_layer(l)) be.axpy(1.0f, x, out);
         continue;
       }
       Tensor g = U.f;

@@ -453,3 +453,29 @@ TEST(CpuLinear, GivenAmaxMustBeTheTensorsUnderTensorCurrent) {
   auto d = be->make_linear({IN, OUT, LinearPrecision::FP8, qc});
   EXPECT_NO_THROW(d->forward(xm(x), wm(w), ym(yb), twrong));
 }
+
+// Linear::forward's residual (backend.h): y = X̂Ŵᵀ + r with the sum formed in FP32 and rounded once
+// — the plain forward's y plus r within FP32 accumulation error, for every precision and recipe; r may
+// be y itself (the same bits as a separate r); a residual unlike y, or without a y, is refused.
+TEST(LinearResidual, AddsTheResidualToTheProductAndMayAliasY) {
+  for (const auto& [name, spec] : saved_state_cases()) {
+    auto be = make_cpu_backend();
+    auto la = be->make_linear(spec), lb = be->make_linear(spec), lc = be->make_linear(spec);
+    const auto x = randn(M * IN, 180), w = randn(OUT * IN, 181, 0.05f), r = randn(M * OUT, 182, 3.0f);
+    std::vector<float> y(M * OUT), y_res(M * OUT), y_alias = r;
+    (void)la->forward(xm(x), wm(w), ym(y));
+    (void)lb->forward(xm(x), wm(w), ym(y_res), {}, ym(r));
+    (void)lc->forward(xm(x), wm(w), ym(y_alias), {}, ym(y_alias));
+    EXPECT_EQ(y_res, y_alias) << name;
+    // the GEMMs accumulate in FP32 (block order), the residual joining first: an FP32-accumulation
+    // error against the product's scale, not an exact one-rounding identity
+    float peak = 0.0f;
+    for (float v : y) peak = std::max(peak, std::fabs(v));
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_NEAR(y_res[i], y[i] + r[i], 1e-5 * (peak + std::fabs(r[i]))) << name << " " << i;
+    EXPECT_NE(y_res, y) << name;  // r is not zero: the test can fail
+    std::vector<float> short_r(M * OUT - 1);
+    EXPECT_THROW((void)lb->forward(xm(x), wm(w), ym(y_res), {}, view(short_r)), Error) << name;
+    EXPECT_THROW((void)lb->forward(xm(x), wm(w), Tensor{}, {}, ym(r)), Error) << name;
+  }
+}

@@ -111,7 +111,8 @@ class CpuLinear final : public Linear {
                                                   ")");
   }
 
-  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& x_amax = {}) override {
+  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& x_amax = {},
+                      const Tensor& residual = {}) override {
     const int64_t m = rows_of(x, spec_.in_features, "linear forward x");
     check_amax_out(x_amax, "linear forward x_amax");
     check_weight(w);
@@ -124,19 +125,29 @@ class CpuLinear final : public Linear {
     check_given_amax(x_amax, xin.data, m * spec_.in_features, "linear forward x_amax");
     std::optional<ActOut> yout;
     if (gemm) yout.emplace(y, "linear forward y");
+    // residual: y = x·Wᵀ + residual, the FP32 sum rounded once (as the CUDA GEMM's epilogue)
+    float beta = 0.0f;
+    if (!residual.empty()) {
+      OCTET_CHECK(gemm, "linear forward: a residual needs a y to add it to");
+      OCTET_CHECK(residual.dtype == y.dtype && residual.numel() == y.numel(),
+                  "linear forward: residual must be like y " + y.str() + ", got " + residual.str());
+      ActIn r(residual, "linear forward residual");
+      if (r.data != yout->data) std::copy(r.data, r.data + m * out, yout->data);
+      beta = 1.0f;
+    }
     if (!fp8()) {
-      if (gemm) dense_gemm_(xin.data, w.f32(), yout->data, m, out, in, 0.0f);
+      if (gemm) dense_gemm_(xin.data, w.f32(), yout->data, m, out, in, beta);
     } else {
       QTensor x_q, w_q;
       qx_->quantize(xin.data, m, in, x_q);
       qx_->quantize_transposed(xin.data, m, in, state->x_t_q);
       if (installed_) {  // gathered codes (install_weight_codes): bitwise quantize(W)
         state->w_t_q = w_t_inst_;
-        if (gemm) gemm_fp8(x_q, w_inst_, yout->data);
+        if (gemm) gemm_fp8(x_q, w_inst_, yout->data, beta);
       } else {
         qw_->quantize(w.f32(), out, in, w_q);
         qw_->quantize_transposed(w.f32(), out, in, state->w_t_q);
-        if (gemm) gemm_fp8(x_q, w_q, yout->data);
+        if (gemm) gemm_fp8(x_q, w_q, yout->data, beta);
         stats_w_ = stats_of(w_q);
       }
       stats_x_ = stats_of(x_q);

@@ -22,6 +22,7 @@ struct Spec {
   int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
   Batch batch;
   int a_scale_mode = -1, b_scale_mode = -1;  // -1: not an FP8 problem
+  bool c_in = false;                         // C is an input apart from D (*_add)
 
   GemmEngine::PlanKey key() const {
     return {int64_t(a_type),
@@ -41,7 +42,8 @@ struct Spec {
             batch.stride_b,
             batch.stride_c,
             a_scale_mode,
-            b_scale_mode};
+            b_scale_mode,
+            c_in};
   }
 };
 
@@ -220,7 +222,7 @@ static std::unique_ptr<GemmEngine::Plan> build_plan(cublasLtHandle_t handle, con
 }
 
 bool GemmEngine::run(const PlanKey& key, const void* a, const void* b, void* c, const void* a_scale,
-                     const void* b_scale, float alpha, float beta) {
+                     const void* b_scale, float alpha, float beta, const void* c_in) {
   Plan* p = plan_for(key);
   OCTET_CHECK(p != nullptr, "GEMM plan missing");
   if (!p->ok) return false;
@@ -230,8 +232,9 @@ bool GemmEngine::run(const PlanKey& key, const void* a, const void* b, void* c, 
     OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
                                                       sizeof(b_scale)));
   }
-  const cublasStatus_t st = cublasLtMatmul(handle_, p->desc, &alpha, a, p->la, b, p->lb, &beta, c, p->lc, c,
-                                           p->lc, &p->algo, workspace_.get(), kWorkspaceBytes, stream_);
+  const cublasStatus_t st =
+      cublasLtMatmul(handle_, p->desc, &alpha, a, p->la, b, p->lb, &beta, c_in ? c_in : c, p->lc, c, p->lc,
+                     &p->algo, workspace_.get(), kWorkspaceBytes, stream_);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
     p->ok = false;
     p->why = "cublasLtMatmul returned CUBLAS_STATUS_NOT_SUPPORTED";
@@ -276,9 +279,13 @@ void GemmEngine::fp8(const DevQTensor& A, const DevQTensor& B, const Tensor& C, 
 }
 
 bool GemmEngine::fp8_native(const DevQTensor& A, const DevQTensor& B, void* C, int c_type, float beta,
-                            float alpha, const Batch& batch, std::string* why) {
+                            float alpha, const Batch& batch, std::string* why, const void* c_in) {
   const int64_t M = A.rows, N = B.rows;
   const bool padded = A.rows_pad != M || B.rows_pad != N;
+  if (padded && c_in) {
+    *why = "a separate C input with M or N not a multiple of 16";
+    return false;
+  }
   Spec s;
   s.a_type = fp8_type(B.format);
   s.b_type = fp8_type(A.format);
@@ -294,6 +301,7 @@ bool GemmEngine::fp8_native(const DevQTensor& A, const DevQTensor& B, void* C, i
   s.batch = {batch.count, batch.stride_b, batch.stride_a, batch.stride_c};
   s.a_scale_mode = cublas_scale_mode(B.layout);
   s.b_scale_mode = cublas_scale_mode(A.layout);
+  s.c_in = c_in != nullptr;
   const PlanKey key = s.key();
   Plan* plan = plan_for(key);
   if (!plan) plan = (plans_[key] = build_plan(handle_, s, B.scale_inv, A.scale_inv)).get();
@@ -311,7 +319,7 @@ bool GemmEngine::fp8_native(const DevQTensor& A, const DevQTensor& B, void* C, i
       OCTET_CUDA_CHECK(cudaMemcpy2DAsync(target, size_t(s.m) * elem, C, size_t(N) * elem, size_t(N) * elem,
                                          size_t(M), cudaMemcpyDeviceToDevice, stream_));
   }
-  if (!run(key, B.codes, A.codes, target, B.scale_inv, A.scale_inv, alpha, beta)) {
+  if (!run(key, B.codes, A.codes, target, B.scale_inv, A.scale_inv, alpha, beta, c_in)) {
     *why = plan->why;
     return false;
   }
@@ -319,6 +327,49 @@ bool GemmEngine::fp8_native(const DevQTensor& A, const DevQTensor& B, void* C, i
     OCTET_CUDA_CHECK(cudaMemcpy2DAsync(C, size_t(N) * elem, target, size_t(s.m) * elem, size_t(N) * elem,
                                        size_t(M), cudaMemcpyDeviceToDevice, stream_));
   return true;
+}
+
+void GemmEngine::check_add(const Tensor& D, const Tensor& R, int64_t mn, const char* what) {
+  check_out(D, mn, 0.0f, what);
+  OCTET_CHECK(R.dtype == D.dtype && R.data && R.numel() == D.numel() && D.numel() == mn,
+              std::string(what) + ": the residual R must be a " + to_string(D.dtype) + " tensor of " +
+                  std::to_string(mn) + " elements like D " + D.str() + ", got " + R.str());
+}
+
+template <class F>
+void GemmEngine::add_through_f32(const Tensor& D, const Tensor& R, int64_t mn, F&& gemm_beta1) {
+  const Tensor r(R.data, R.dtype, {mn});
+  if (D.dtype == DType::F32) {
+    convert_launch(Tensor(D.data, DType::F32, {mn}), r, stream_);  // a copy (none when R is D)
+    gemm_beta1(D.f32());
+    return;
+  }
+  const Tensor t(c32_.reserve(size_t(mn), stream_), DType::F32, {mn});
+  convert_launch(t, r, stream_);
+  gemm_beta1(t.f32());
+  convert_launch(Tensor(D.data, DType::BF16, {mn}), t, stream_);
+}
+
+void GemmEngine::fp8_add(const DevQTensor& A, const DevQTensor& B, const Tensor& D, const Tensor& R,
+                         float alpha) {
+  const int64_t mn = A.rows * B.rows;
+  check_add(D, R, mn, "FP8 GEMM with residual");
+  std::string why;
+  const int c_type = D.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  if (!force_fallback_ && fp8_native(A, B, D.data, c_type, 1.0f, alpha, {}, &why, R.data)) return;
+  add_through_f32(D, R, mn, [&](float* c) { fp8(A, B, c, 1.0f, alpha); });
+}
+
+void GemmEngine::bf16_add(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b, const Tensor& D,
+                          const Tensor& R, int64_t M, int64_t N, int64_t K, float alpha) {
+  check_add(D, R, M * N, "BF16 GEMM with residual");
+  Spec s = row_major_spec(CUDA_R_16BF, trans_a, trans_b, M, N, K, {});
+  s.c_type = D.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  s.c_in = true;
+  const PlanKey key = s.key();
+  if (!plan_for(key)) plans_[key] = build_plan(handle_, s);
+  if (run(key, B, A, D.data, nullptr, nullptr, alpha, 1.0f, R.data)) return;
+  add_through_f32(D, R, M * N, [&](float* c) { bf16(A, trans_a, B, trans_b, c, M, N, K, 1.0f, alpha); });
 }
 
 float* GemmEngine::bf16_out_scratch(const Tensor& C, const Batch& batch, int64_t mn) {

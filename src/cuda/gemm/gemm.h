@@ -54,6 +54,14 @@ class GemmEngine {
   void fp8(const DevQTensor& A, const DevQTensor& B, const Tensor& C, float beta = 0.0f, float alpha = 1.0f,
            const Batch& batch = {});
 
+  /// D = alpha·(A·Bᵀ) + R: the FP8 GEMM with a residual R [M, N] added by cuBLASLt's epilogue (R is
+  /// its C input with beta = 1; the FP32 sum rounded once into D). D and R are F32 or BF16 tensors of
+  /// M·N elements of one dtype; R may be D. Where cuBLASLt takes no such problem (M or N not a
+  /// multiple of 16, a refused scale mode), the sum is formed in FP32 scratch and rounded into D (the
+  /// same formula). Not batched. Throws octet::Error on a shape or dtype mismatch.
+  void fp8_add(const DevQTensor& A, const DevQTensor& B, const Tensor& D, const Tensor& R,
+               float alpha = 1.0f);
+
   /// C = alpha·opA(A)·opB(B) + beta·C with BF16 operands (bit patterns), FP32 accumulate/output.
   /// Row-major: A is [M, K] (or [K, M] if trans_a), B is [K, N] (or [N, K] if trans_b), C [M, N].
   void bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b, float* C, int64_t M, int64_t N,
@@ -61,6 +69,11 @@ class GemmEngine {
   /// Same, C an F32 or BF16 tensor of M*N elements per batch (BF16: beta must be 0).
   void bf16(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b, const Tensor& C, int64_t M,
             int64_t N, int64_t K, float beta = 0.0f, float alpha = 1.0f, const Batch& batch = {});
+
+  /// D = alpha·opA(A)·opB(B) + R with BF16 operands, as fp8_add (R the epilogue's C input, D and R
+  /// [M, N] of one dtype, F32 or BF16; R may be D).
+  void bf16_add(const uint16_t* A, bool trans_a, const uint16_t* B, bool trans_b, const Tensor& D,
+                const Tensor& R, int64_t M, int64_t N, int64_t K, float alpha = 1.0f);
 
   /// Same, FP32 operands and CUBLAS_COMPUTE_32F (no TF32): the fallback path and reference.
   void f32(const float* A, bool trans_a, const float* B, bool trans_b, float* C, int64_t M, int64_t N,
@@ -73,18 +86,26 @@ class GemmEngine {
   cudaStream_t stream() const { return stream_; }
 
   struct Plan;  // cached descriptors and algorithm of one problem
-  /// A problem's identity (types, transposes, sizes, leading dimensions, batch, scale modes).
-  using PlanKey = std::array<int64_t, 18>;
+  /// A problem's identity (types, transposes, sizes, leading dimensions, batch, scale modes, and
+  /// whether C is an input apart from D: fp8_add, bf16_add).
+  using PlanKey = std::array<int64_t, 19>;
 
  private:
   // Runs a column-major cuBLASLt matmul described by `key`; returns false if no algorithm exists.
+  // c_in: the epilogue's C input when it is not c (the output D).
   bool run(const PlanKey& key, const void* a, const void* b, void* c, const void* a_scale,
-           const void* b_scale, float alpha, float beta);
+           const void* b_scale, float alpha, float beta, const void* c_in = nullptr);
   Plan* plan_for(const PlanKey& key);
   // FP8 through cuBLASLt with a C of `c_type` (CUDA_R_32F or CUDA_R_16BF); false (and the reason
   // in *why) where cuBLASLt has no algorithm.
   bool fp8_native(const DevQTensor& A, const DevQTensor& B, void* C, int c_type, float beta, float alpha,
-                  const Batch& batch, std::string* why);
+                  const Batch& batch, std::string* why, const void* c_in = nullptr);
+  // D and R of a *_add call: one dtype (F32 or BF16), mn elements each.
+  static void check_add(const Tensor& D, const Tensor& R, int64_t mn, const char* what);
+  // The *_add fallback: R into FP32 scratch (or into an F32 D), then `gemm_beta1` adds the product
+  // with beta = 1, then the sum rounded into a BF16 D.
+  template <class F>
+  void add_through_f32(const Tensor& D, const Tensor& R, int64_t mn, F&& gemm_beta1);
   // The FP32 result of a BF16-output GEMM where cuBLASLt takes no BF16 output: into scratch,
   // then rounded into C (enqueued).
   float* bf16_out_scratch(const Tensor& C, const Batch& batch, int64_t mn);

@@ -62,7 +62,8 @@ class CudaLinear final : public Linear {
     }
   }
 
-  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& x_amax = {}) override {
+  SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& x_amax = {},
+                      const Tensor& residual = {}) override {
     DeviceGuard g(be_.device());
     const int64_t in = spec_.in_features, out = spec_.out_features;
     check_activation(x, "linear forward: x");
@@ -77,6 +78,12 @@ class CudaLinear final : public Linear {
       OCTET_CHECK(y.cols() == out && y.rows() == m, "linear forward: y must be [" + std::to_string(m) + ", " +
                                                         std::to_string(out) + "], got " + y.str());
     }
+    if (!residual.empty()) {
+      OCTET_CHECK(gemm, "linear forward: a residual needs a y to add it to");
+      OCTET_CHECK(residual.dtype == y.dtype && residual.numel() == y.numel(),
+                  "linear forward: residual must be like y " + y.str() + ", got " + residual.str());
+    }
+    const bool add = !residual.empty();
     auto st = std::make_unique<LinearState>();
     st->owner = this;
     const Tensor w2 = w.reshape({out, in});
@@ -92,15 +99,23 @@ class CudaLinear final : public Linear {
           installed_stats_ = false;
         }
         st->wt = wt_;
-        if (gemm) gemm_.fp8(xq_.view, wq_.view, y);
+        if (add)
+          gemm_.fp8_add(xq_.view, wq_.view, y, residual);
+        else if (gemm)
+          gemm_.fp8(xq_.view, wq_.view, y);
         if (!spec_.cache_weight) wt_.reset();
         break;
       case LinearPrecision::BF16:
-        if (gemm) gemm_.bf16(as_bf16(x, xb_), false, w_bf16(w2), true, y, m, out, in);
+        if (add)
+          gemm_.bf16_add(as_bf16(x, xb_), false, w_bf16(w2), true, y, residual, m, out, in);
+        else if (gemm)
+          gemm_.bf16(as_bf16(x, xb_), false, w_bf16(w2), true, y, m, out, in);
         break;
       case LinearPrecision::FP32:
         if (gemm) {
-          gemm_.f32(as_f32(x, xf_), false, w2.f32(), true, f32_out(y), m, out, in);
+          float* c = f32_out(y);
+          if (add) convert_launch(Tensor(c, DType::F32, {y.numel()}), residual, s_);  // none when it is c
+          gemm_.f32(as_f32(x, xf_), false, w2.f32(), true, c, m, out, in, add ? 1.0f : 0.0f);
           finish(y);
         }
         break;

@@ -7,6 +7,7 @@
 // kernels). axpy, scale, GELU and the head layouts move 8 elements per thread with 16-byte accesses.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 
 #include "cuda/attention/act_layout.h"
@@ -104,9 +105,11 @@ __global__ void fill_random_kernel(float* x, size_t n, uint32_t seed, float sigm
 // GELU (tanh form) in FP32: the CPU twin evaluates 0.5·x·(1 + tanh(u)) in double; FP64 runs at
 // 1/64 of the FP32 rate on an H100/H200 and made these kernels compute-bound at ~5x their memory
 // time. Here 0.5·(1 + tanh(u)) = σ(2u) = 1/(1 + exp(−2u)) and 1 − tanh²(u) = 4σ(2u)(1 − σ(2u)):
-// the same function, without the cancellation of 1 + tanh(u) in the left tail. The outputs differ
-// from the twin's by FP32 rounding (~1e-7 relative), below one BF16 ulp (docs/cuda.md
-// §"Memory-bound kernels").
+// the same function, without the cancellation of 1 + tanh(u) in the left tail. exp is the
+// hardware's ex2 (__expf: ~2 ulp) and 1/(1 + e) the correctly rounded reciprocal (__frcp_rn, the
+// bits of 1.0f / (1 + e) without the division's software sequence): the kernels were issue-bound
+// at ~2.9 TB/s with expf and a division. The outputs differ from the twin's by a few FP32 ulps
+// (~1e-6 relative), far below one BF16 ulp (docs/cuda.md §"Memory-bound kernels").
 constexpr float kGeluC = 0.044715f;
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 
@@ -114,8 +117,8 @@ constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 // 1 − σ = e·σ where σ > 1/2 (no cancellation in the right tail either).
 __device__ __forceinline__ float2 gelu_sigma(float v) {
   const float u = kSqrt2OverPi * (v + kGeluC * v * v * v);
-  const float e = expf(-2.0f * u);
-  const float s = 1.0f / (1.0f + e);
+  const float e = __expf(-2.0f * u);  // +inf for u < ~-44: s = 0, 1 − s = 1
+  const float s = __frcp_rn(1.0f + e);
   return make_float2(s, u > 0.0f ? e * s : 1.0f - s);
 }
 __device__ __forceinline__ float gelu_f(float v) { return v * gelu_sigma(v).x; }
@@ -272,6 +275,37 @@ __global__ void move_heads_kernel(const TS* src, TD* dst, int64_t batch, int64_t
       st(dst, to, ld(src, from));
     }
   }
+}
+
+// The tokens-major split and merge (qkv_layout_launch): q, k and v [B·T, n·D] are column blocks of
+// qkv [B·T, width·D], so each is a strided 2-D copy of rows. One launch moves all three: blockIdx.z
+// picks the part, blockIdx.y walks the rows, a thread moves 8 consecutive elements (16-byte accesses)
+// — no per-element index division (the generic kernel above spends ~4 64-bit divisions per vector
+// and ran at ~2.3 TB/s on an H200).
+struct QkvRows {
+  void* part[3];      // q, k, v
+  int64_t cols8[3];   // n·D / 8 of each part
+  int64_t offset[3];  // first column of each part in qkv, in elements
+  int64_t rows, qkv_ld;
+};
+template <class TQ, class TP>
+__global__ void qkv_rows_kernel(TQ* qkv, QkvRows a, bool to_parts) {
+  const int z = blockIdx.z;
+  TP* part = static_cast<TP*>(a.part[z]);
+  const int64_t cols8 = a.cols8[z];
+  for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y)
+    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < cols8;
+         c += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t at_qkv = r * a.qkv_ld + a.offset[z] + 8 * c, at_part = (r * cols8 + c) * 8;
+      float v[8];
+      if (to_parts) {
+        ld8(qkv + at_qkv, v);
+        st8(part + at_part, v);
+      } else {
+        ld8(part + at_part, v);
+        st8(qkv + at_qkv, v);
+      }
+    }
 }
 
 // src -> dst for heads [first, first + n) of a token tensor of `width` heads (see the kernel).
@@ -437,6 +471,22 @@ void qkv_layout_launch(const Tensor& qkv, const Tensor& q, const Tensor& k, cons
   const int64_t w = heads + 2 * kv_heads;
   const Tensor* parts[3] = {&q, &k, &v};
   const int64_t first[3] = {0, heads, heads + kv_heads}, count[3] = {heads, kv_heads, kv_heads};
+  const bool same_part_dtype = q.dtype == k.dtype && q.dtype == v.dtype;
+  if (tokens_major && head_dim % 8 == 0 && same_part_dtype && vec_ok({qkv.data, q.data, k.data, v.data})) {
+    QkvRows a{{q.data, k.data, v.data}, {}, {}, batch * seq, w * head_dim};
+    for (int i = 0; i < 3; ++i) a.cols8[i] = count[i] * head_dim / 8, a.offset[i] = first[i] * head_dim;
+    const int threads = int(std::min<int64_t>(256, (a.cols8[0] + 31) / 32 * 32));
+    const dim3 grid(unsigned((a.cols8[0] + threads - 1) / threads),
+                    unsigned(std::min<int64_t>(a.rows, 65535)), 3);
+    if (a.rows == 0) return;
+    dispatch_act(
+        [&](auto tq, auto tp) {
+          qkv_rows_kernel<OCTET_T(tq), OCTET_T(tp)><<<grid, threads, 0, s>>>(typed(qkv, tq), a, to_heads);
+          OCTET_CUDA_CHECK(cudaGetLastError());
+        },
+        qkv.dtype, q.dtype);
+    return;
+  }
   for (int i = 0; i < 3; ++i) {
     if (to_heads)
       move_heads(qkv, *parts[i], batch, seq, w, first[i], count[i], head_dim, true, s, tokens_major);

@@ -1,11 +1,14 @@
 // src/cuda/ops/norms.cu — RMSNorm (Zhang & Sennrich 2019) and LayerNorm (Ba et al. 2016), forward and
 // backward, one warp per row (8-wide 16-byte accesses when the row allows, the weight and bias read
-// the same way: see RowParams and lane_walk); row statistics and the backward's row sums in double,
-// the weight/bias gradients by a two-stage column
+// the same way: see RowParams and lane_walk). Numerics (docs/cuda.md §"Norms"): every per-element
+// operation in float, as PyTorch's and Apex's kernels; each lane's partial row sums in float, the sum
+// of the 32 lanes and the statistics derived from it (mean, rstd, the backward's row means) in
+// double; the weight/bias gradients by a two-stage column
 // reduction (partial sums over chunks of kChunkRows rows in a 256-column x 8-row-lane thread block,
 // then one warp per feature adds the chunks in a fixed order: deterministic, no atomics; the
 // partials live in stream-ordered scratch, cudaMallocAsync). Twin of src/cpu/backend/norms.cpp (same
-// formulas, same double accumulation); see ops.h. x, y, dy, dx may be F32 or BF16 each (typed.cuh); weights,
+// formulas; the twin sums every element in double, so the two agree to float rounding, not bit for
+// bit); see ops.h. x, y, dy, dx may be F32 or BF16 each (typed.cuh); weights,
 // statistics and their gradients are F32. docs/cuda.md §"Memory-bound kernels".
 #include <cuda_runtime.h>
 
@@ -26,8 +29,9 @@ __device__ __forceinline__ float w_at(const float* w, int64_t i) { return w ? w[
 // One warp per row (kRowWarps rows per block): a lane walks its elements of the row — with kVec,
 // 8 consecutive ones at 8·lane + 256·k through ld8/st8 (16-byte accesses for BF16), else lane +
 // 32·k — and the row sums are warp shuffles, no block barriers. The second walk over the row
-// (the outputs) re-reads it from L1. Same formulas and double sums as the twin; only the
-// summation order differs.
+// (the outputs) re-reads it from L1. The per-element work is float (a double per element made these
+// kernels FP64-conversion bound, 2-3x their memory floor on an H200); a lane's partial sums cover
+// dim / 32 elements and are combined across the warp in double.
 constexpr int kRowWarps = 8;
 
 // The per-feature parameters a row walk reads beside its two tensors: the weight w (1 if null) and
@@ -119,11 +123,10 @@ __global__ void rmsnorm_forward_kernel(const TX* x, RowParams pr, TY* y, float* 
   unsigned m = 0;
   if (r >= 0) {
     const TX* xr = x + r * dim;
-    double ss = 0.0;
+    float ss = 0.0f;
     lane_walk<kVec>(xr, xr, RowParams{}, dim, lane,
-                    [&](int64_t, float v, float, float, float) { ss += double(v) * v; });
-    ss = warp_sum(ss);
-    const float rs = float(1.0 / sqrt(ss / double(dim) + double(eps)));
+                    [&](int64_t, float v, float, float, float) { ss += v * v; });
+    const float rs = float(1.0 / sqrt(warp_sum(double(ss)) / double(dim) + double(eps)));
     m = lane_map<kVec>(xr, xr, pr, y + r * dim, dim, lane,
                        [&](int64_t, float v, float, float wi, float) { return v * rs * wi; });
     if (lane == 0) rstd[r] = rs;
@@ -139,21 +142,22 @@ __global__ void rmsnorm_backward_kernel(const TX* x, RowParams pr, const float* 
   const int lane = threadIdx.x % 32;
   const TX* xr = x + r * dim;
   const TD* dyr = dy + r * dim;
-  const double rs = rstd[r];
-  double gx = 0.0;
+  const float rs = rstd[r];
+  float gx = 0.0f;
   lane_walk<kVec>(dyr, xr, pr, dim, lane,
-                  [&](int64_t, float g, float v, float wi, float) { gx += double(g) * wi * v; });
-  gx = warp_sum(gx);
-  const double c = rs * rs * rs * gx / double(dim);
+                  [&](int64_t, float g, float v, float wi, float) { gx += g * wi * v; });
+  const double rsd = rs;
+  const float c = float(rsd * rsd * rsd * warp_sum(double(gx)) / double(dim));
   lane_map<kVec>(
       dyr, xr, pr, dx + r * dim, dim, lane,
-      [&](int64_t, float g, float v, float wi, float) { return float(rs * double(g) * wi - c * v); }, acc);
+      [&](int64_t, float g, float v, float wi, float) { return rs * g * wi - c * v; }, acc);
 }
 
 // dw[i] += Σ_r dy[r,i]·x̂[r,i], with x̂ = x·rstd (rms) or (x − mean)·rstd (layer); db[i] += Σ_r dy.
 // Stage 1: block (blockIdx.x, blockIdx.y) sums columns [256·bx, 256·bx + 256) over rows
-// [kChunkRows·by, kChunkRows·(by + 1)) in double: lane l owns 8 consecutive columns (one 16-byte
-// BF16 load per row with kVec), the 8 warps of the block take every 8th row and are combined in
+// [kChunkRows·by, kChunkRows·(by + 1)): each thread sums its rows of the chunk in float (per-element
+// work in float, as the row kernels), the 8 row lanes are added in double: lane l owns 8 consecutive columns
+// (one 16-byte BF16 load per row with kVec), the 8 warps of the block take every 8th row and are combined in
 // shared memory in warp order; the chunk's partials go to pw/pb [chunks, dim].
 // Stage 2: one warp per column adds the chunks' partials (lane l: chunks l, l + 32, ... in order,
 // then a fixed shuffle tree). Deterministic, no atomics. (The first forms: one thread per column
@@ -174,9 +178,9 @@ __global__ void __launch_bounds__(kColLanes* kRowLanes)
   const int64_t c0 = blockIdx.x * int64_t(kColsPerBlock) + kColsPerLane * threadIdx.x;
   const int64_t r0 = blockIdx.y * int64_t(kChunkRows);
   const int64_t r1 = r0 + kChunkRows < rows ? r0 + kChunkRows : rows;
-  double sw[kColsPerLane], sb[kColsPerLane];
+  float sw[kColsPerLane], sb[kColsPerLane];
 #pragma unroll
-  for (int e = 0; e < kColsPerLane; ++e) sw[e] = 0.0, sb[e] = 0.0;
+  for (int e = 0; e < kColsPerLane; ++e) sw[e] = 0.0f, sb[e] = 0.0f;
   if (c0 < dim) {
 #pragma unroll  // every row's loads in flight (predicated), summed in row order
     for (int k = 0; k < kChunkRows / kRowLanes; ++k) {
@@ -194,19 +198,18 @@ __global__ void __launch_bounds__(kColLanes* kRowLanes)
           gv[e] = in ? ld(dy, r * dim + c0 + e) : 0.0f;
         }
       }
-      const double mu = mean ? double(mean[r]) : 0.0, rs = rstd[r];
+      const float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
 #pragma unroll
       for (int e = 0; e < kColsPerLane; ++e) {
-        const double g = gv[e];
-        sw[e] += g * ((double(xv[e]) - mu) * rs);
-        sb[e] += g;
+        sw[e] += gv[e] * ((xv[e] - mu) * rs);
+        sb[e] += gv[e];
       }
     }
   }
 #pragma unroll
   for (int e = 0; e < kColsPerLane; ++e) {
-    sw_s[threadIdx.y][kPad * threadIdx.x + e] = sw[e];
-    sb_s[threadIdx.y][kPad * threadIdx.x + e] = sb[e];
+    sw_s[threadIdx.y][kPad * threadIdx.x + e] = double(sw[e]);
+    sb_s[threadIdx.y][kPad * threadIdx.x + e] = double(sb[e]);
   }
   __syncthreads();
   // Thread t of the block: column 256·bx + t, the row lanes in order.
@@ -248,20 +251,18 @@ __global__ void layernorm_forward_kernel(const TX* x, RowParams pr, TY* y, float
   unsigned m = 0;
   if (r >= 0) {
     const TX* xr = x + r * dim;
-    double s = 0.0;
+    float s = 0.0f;
     lane_walk<kVec>(xr, xr, RowParams{}, dim, lane, [&](int64_t, float v, float, float, float) { s += v; });
-    const double mu = warp_sum(s) / double(dim);
-    double var = 0.0;
+    const float mu = float(warp_sum(double(s)) / double(dim));
+    float var = 0.0f;  // two passes (the row is in L1): no cancellation of E[x²] − E[x]²
     lane_walk<kVec>(xr, xr, RowParams{}, dim, lane,
                     [&](int64_t, float v, float, float, float) { var += (v - mu) * (v - mu); });
-    var = warp_sum(var) / double(dim);
-    const double rs = 1.0 / sqrt(var + double(eps));
-    m = lane_map<kVec>(xr, xr, pr, y + r * dim, dim, lane, [&](int64_t, float v, float, float wi, float bi) {
-      return float((v - mu) * rs * wi + bi);
-    });
+    const float rs = float(1.0 / sqrt(warp_sum(double(var)) / double(dim) + double(eps)));
+    m = lane_map<kVec>(xr, xr, pr, y + r * dim, dim, lane,
+                       [&](int64_t, float v, float, float wi, float bi) { return (v - mu) * rs * wi + bi; });
     if (lane == 0) {
-      mean[r] = float(mu);
-      rstd[r] = float(rs);
+      mean[r] = mu;
+      rstd[r] = rs;
     }
   }
   block_amax_out(m, scratch, amax);
@@ -275,21 +276,20 @@ __global__ void layernorm_backward_kernel(const TX* x, RowParams pr, const float
   const int lane = threadIdx.x % 32;
   const TX* xr = x + r * dim;
   const TD* dyr = dy + r * dim;
-  const double mu = mean[r], rs = rstd[r];
-  double gs = 0.0, gxs = 0.0;
+  const float mu = mean[r], rs = rstd[r];
+  float gs = 0.0f, gxs = 0.0f;
   lane_walk<kVec>(dyr, xr, pr, dim, lane, [&](int64_t, float dv, float v, float wi, float) {
-    const double g = double(dv) * wi;
+    const float g = dv * wi;
     gs += g;
-    gxs += g * (v - mu) * rs;
+    gxs += g * ((v - mu) * rs);
   });
-  const double g_mean = warp_sum(gs) / double(dim);
-  const double gx_mean = warp_sum(gxs) / double(dim);
+  const float g_mean = float(warp_sum(double(gs)) / double(dim));
+  const float gx_mean = float(warp_sum(double(gxs)) / double(dim));
   lane_map<kVec>(
       dyr, xr, pr, dx + r * dim, dim, lane,
       [&](int64_t, float dv, float v, float wi, float) {
-        const double xhat = (v - mu) * rs;
-        const double g = double(dv) * wi;
-        return float(rs * (g - g_mean - xhat * gx_mean));
+        const float xhat = (v - mu) * rs;
+        return rs * (dv * wi - g_mean - xhat * gx_mean);
       },
       acc);
 }

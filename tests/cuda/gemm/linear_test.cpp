@@ -325,6 +325,56 @@ TEST(CudaLinear, ProducerAmaxEqualsOwnReductionBitwise) {
   }
 }
 
+// Linear::forward's residual (backend.h) on the GPU: y = X̂Ŵᵀ + r by the GEMM's epilogue (or the
+// FP32 fallback where M is not a multiple of 16): a zero r gives the plain forward's bits; a random
+// r gives the plain y plus r within two BF16 roundings; r may be y itself (the same bits as a
+// separate r). Every precision, block scales, a padded M.
+TEST(CudaLinear, ResidualIsAddedByTheGemm) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  const Case cases[] = {
+      {LinearPrecision::FP8, Recipe::TensorCurrent, FormatPolicy::Hybrid, 64, 128, 96},
+      {LinearPrecision::FP8, Recipe::TensorCurrent, FormatPolicy::Hybrid, 72, 136, 96},
+      {LinearPrecision::FP8, Recipe::Block, FormatPolicy::E4M3, 128, 256, 128},
+      {LinearPrecision::BF16, Recipe::TensorCurrent, FormatPolicy::E4M3, 48, 80, 64},
+      {LinearPrecision::FP32, Recipe::TensorCurrent, FormatPolicy::E4M3, 40, 64, 32},
+  };
+  for (const auto& c : cases) {
+    const std::string what =
+        std::to_string(int(c.precision)) + " " + to_string(c.recipe) + " m " + std::to_string(c.m);
+    Pair p(*gpu, spec_of(c), c.m, c.in, c.out);
+    p.put_step(*gpu, c.m, c.in, c.out, 450, 2.0f);
+    Buffer r = gpu->alloc(DType::BF16, {c.m, c.out});
+    gpu->fill(r, 0.0);
+    (void)p.la->forward(p.a.x, p.a.w, p.a.y);
+    (void)p.lb->forward(p.b.x, p.b.w, p.b.y, {}, r);
+    const auto y = gpu->download_f32(p.a.y), y0 = gpu->download_f32(p.b.y);
+    const bool native = c.m % 16 == 0 && c.precision != LinearPrecision::FP32;
+    for (size_t i = 0; i < y.size(); ++i) {
+      if (native)
+        ASSERT_TRUE(test::same_float(y[i], y0[i])) << what << ": zero residual at " << i;
+      else
+        ASSERT_NEAR(y0[i], y[i], 0x1p-8 * std::fabs(y[i])) << what << ": zero residual at " << i;
+    }
+    const auto rh = test::gaussian(size_t(c.m * c.out), 460, 4.0f);
+    put(*gpu, r, rh);
+    const auto rq = gpu->download_f32(r);
+    (void)p.lb->forward(p.b.x, p.b.w, p.b.y, {}, r);
+    const auto yr = gpu->download_f32(p.b.y);
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_NEAR(yr[i], y[i] + rq[i], 0x1p-7 * (std::fabs(y[i]) + std::fabs(rq[i]))) << what << " at " << i;
+    EXPECT_NE(yr, y) << what;  // r is not zero: the test can fail
+    put(*gpu, p.b.y, rh);      // y holds r: the sum in place
+    (void)p.lb->forward(p.b.x, p.b.w, p.b.y, {}, p.b.y);
+    const auto ya = gpu->download_f32(p.b.y);
+    for (size_t i = 0; i < yr.size(); ++i)
+      ASSERT_TRUE(test::same_float(ya[i], yr[i])) << what << " alias " << i;
+    Buffer f32 = gpu->alloc(DType::F32, {c.m, c.out});
+    EXPECT_THROW((void)p.lb->forward(p.b.x, p.b.w, p.b.y, {}, f32), Error) << what;
+    EXPECT_THROW((void)p.lb->forward(p.b.x, p.b.w, Tensor{}, {}, r), Error) << what;
+  }
+}
+
 // Checkpoint state (backend.h quant_state): after the same steps the GPU linear's tensor-delayed
 // state equals the CPU linear's bitwise (same amaxes, the device ring buffer unrolled most recent
 // last, same scales), and a second CudaLinear loaded with it continues bitwise like the first (a
