@@ -350,13 +350,21 @@ void GemmEngine::add_through_f32(const Tensor& D, const Tensor& R, int64_t mn, F
   convert_launch(Tensor(D.data, DType::BF16, {mn}), t, stream_);
 }
 
+const void* GemmEngine::residual_input(const Tensor& D, const Tensor& R) {
+  if (R.data != D.data) return R.data;
+  void* copy = r_copy_.reserve(R.bytes(), stream_);
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(copy, R.data, R.bytes(), cudaMemcpyDeviceToDevice, stream_));
+  return copy;
+}
+
 void GemmEngine::fp8_add(const DevQTensor& A, const DevQTensor& B, const Tensor& D, const Tensor& R,
                          float alpha) {
   const int64_t mn = A.rows * B.rows;
   check_add(D, R, mn, "FP8 GEMM with residual");
   std::string why;
   const int c_type = D.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
-  if (!force_fallback_ && fp8_native(A, B, D.data, c_type, 1.0f, alpha, {}, &why, R.data)) return;
+  if (!force_fallback_ && fp8_native(A, B, D.data, c_type, 1.0f, alpha, {}, &why, residual_input(D, R)))
+    return;
   add_through_f32(D, R, mn, [&](float* c) { fp8(A, B, c, 1.0f, alpha); });
 }
 
@@ -368,7 +376,7 @@ void GemmEngine::bf16_add(const uint16_t* A, bool trans_a, const uint16_t* B, bo
   s.c_in = true;
   const PlanKey key = s.key();
   if (!plan_for(key)) plans_[key] = build_plan(handle_, s);
-  if (run(key, B, A, D.data, nullptr, nullptr, alpha, 1.0f, R.data)) return;
+  if (run(key, B, A, D.data, nullptr, nullptr, alpha, 1.0f, residual_input(D, R))) return;
   add_through_f32(D, R, M * N, [&](float* c) { bf16(A, trans_a, B, trans_b, c, M, N, K, 1.0f, alpha); });
 }
 

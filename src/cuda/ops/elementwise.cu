@@ -290,13 +290,16 @@ struct QkvRows {
 };
 template <class TQ, class TP>
 __global__ void qkv_rows_kernel(TQ* qkv, QkvRows a, bool to_parts) {
+  // the part's fields by selects, not a.part[z]: indexing the parameter arrays with a run-time z
+  // copies the struct to local memory in every thread (that form ran at half the bandwidth)
   const int z = blockIdx.z;
-  TP* part = static_cast<TP*>(a.part[z]);
-  const int64_t cols8 = a.cols8[z];
+  TP* part = static_cast<TP*>(z == 0 ? a.part[0] : z == 1 ? a.part[1] : a.part[2]);
+  const int64_t cols8 = z == 0 ? a.cols8[0] : z == 1 ? a.cols8[1] : a.cols8[2];
+  const int64_t offset = z == 0 ? a.offset[0] : z == 1 ? a.offset[1] : a.offset[2];
   for (int64_t r = blockIdx.y; r < a.rows; r += gridDim.y)
     for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < cols8;
          c += int64_t(gridDim.x) * blockDim.x) {
-      const int64_t at_qkv = r * a.qkv_ld + a.offset[z] + 8 * c, at_part = (r * cols8 + c) * 8;
+      const int64_t at_qkv = r * a.qkv_ld + offset + 8 * c, at_part = (r * cols8 + c) * 8;
       float v[8];
       if (to_parts) {
         ld8(qkv + at_qkv, v);

@@ -74,8 +74,9 @@ __device__ __forceinline__ void lane_walk(const TA* a, const TB* b, const RowPar
 }
 // out[i] = f(i, a[i], b[i], w[i], bias[i]) for each element i of the row this lane owns — with
 // acc, out[i] += f(..) as stored (typed.cuh stored_value: the bits of writing f's value to a
-// tensor like out and axpy(1, that, out)); returns the largest |out[i]| as stored (float bits:
-// typed.cuh stored_abs_bits), for the forwards' amax output.
+// tensor like out and axpy(1, that, out); __fadd_rn keeps the compiler from fusing f's last
+// multiply into the add, which would give other bits than the write and axpy); returns the largest |out[i]|
+// as stored (float bits: typed.cuh stored_abs_bits), for the forwards' amax output.
 template <bool kVec, class TA, class TB, class TO, class F>
 __device__ __forceinline__ unsigned lane_map(const TA* a, const TB* b, const RowParams& pr, TO* out,
                                              int64_t dim, int lane, F&& f, bool acc = false) {
@@ -90,7 +91,7 @@ __device__ __forceinline__ unsigned lane_map(const TA* a, const TB* b, const Row
       if (acc) ld8(out + i, vo);
       for (int e = 0; e < 8; ++e) {
         va[e] = f(i + e, va[e], vb[e], vw[e], vz[e]);
-        if (acc) va[e] = vo[e] + stored_value(out, va[e]);
+        if (acc) va[e] = __fadd_rn(vo[e], stored_value(out, va[e]));  // no FMA with f's last product
         m = max(m, stored_abs_bits(out, va[e]));
       }
       st8(out + i, va);
@@ -98,7 +99,7 @@ __device__ __forceinline__ unsigned lane_map(const TA* a, const TB* b, const Row
   } else {
     for (int64_t i = lane; i < dim; i += 32) {
       float v = f(i, ld(a, i), ld(b, i), w_at(pr.w, i), pr.b ? pr.b[i] : 0.0f);
-      if (acc) v = ld(out, i) + stored_value(out, v);
+      if (acc) v = __fadd_rn(ld(out, i), stored_value(out, v));
       m = max(m, stored_abs_bits(out, v));
       st(out, i, v);
     }
