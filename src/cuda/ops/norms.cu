@@ -1,14 +1,13 @@
 // src/cuda/ops/norms.cu — RMSNorm (Zhang & Sennrich 2019) and LayerNorm (Ba et al. 2016), forward and
 // backward, one warp per row (8-wide 16-byte accesses when the row allows, the weight and bias read
-// the same way: see RowParams and lane_walk). Numerics (docs/cuda.md §"Norms"): every per-element
-// operation in float, as PyTorch's and Apex's kernels; each lane's partial row sums in float, the sum
-// of the 32 lanes and the statistics derived from it (mean, rstd, the backward's row means) in
-// double; the weight/bias gradients by a two-stage column
-// reduction (partial sums over chunks of kChunkRows rows in a 256-column x 8-row-lane thread block,
-// then one warp per feature adds the chunks in a fixed order: deterministic, no atomics; the
-// partials live in stream-ordered scratch, cudaMallocAsync). Twin of src/cpu/backend/norms.cpp (same
-// formulas; the twin sums every element in double, so the two agree to float rounding, not bit for
-// bit); see ops.h. x, y, dy, dx may be F32 or BF16 each (typed.cuh); weights,
+// the same way: see RowParams and lane_walk). Numerics (docs/cuda.md §"Memory-bound kernels"): every
+// per-element operation in float, as PyTorch's and Apex's kernels; each lane's partial row sums in float, the
+// sum of the 32 lanes and the statistics derived from it (mean, rstd, the backward's row means) in double;
+// the weight/bias gradients by a two-stage column reduction (partial sums over chunks of kChunkRows rows in a
+// 256-column x 8-row-lane thread block, then one warp per feature adds the chunks in a fixed order:
+// deterministic, no atomics; the partials live in stream-ordered scratch, cudaMallocAsync). Twin of
+// src/cpu/backend/norms.cpp (same formulas; the twin sums every element in double, so the two agree to float
+// rounding, not bit for bit); see ops.h. x, y, dy, dx may be F32 or BF16 each (typed.cuh); weights,
 // statistics and their gradients are F32. docs/cuda.md §"Memory-bound kernels".
 #include <cuda_runtime.h>
 
