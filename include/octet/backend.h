@@ -123,9 +123,11 @@ class Linear {
   /// The tensor-current recipe then takes it instead of reducing x again (one pass less, the same
   /// scale and codes); every other recipe and precision ignores it. It must be the amax of this x:
   /// a stale one gives wrong scales (not detected).
-  /// residual (optional, act [M, out], y's dtype; may be y itself): y = X̂Ŵᵀ + residual, the sum
-  /// formed in FP32 and rounded once into y (a pre-norm block's stream add x + f(x), done by the
-  /// GEMM's epilogue on the CUDA backend instead of a pass of its own). Needs a y.
+  /// residual (optional, act [M, out], y's dtype; may be y itself): y = X̂Ŵᵀ + residual, accumulated
+  /// in FP32 and rounded once into y's dtype (a pre-norm block's stream add x + f(x)): on the CUDA
+  /// backend cuBLASLt's epilogue adds it to the product, on the CPU the GEMM's FP32 sum starts from it
+  /// (so the K-chunks join it one at a time: the same to FP32 accumulation error, not bit for bit).
+  /// Needs a y; throws octet::Error if residual is not like y.
   virtual SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& x_amax = {},
                               const Tensor& residual = {}) = 0;
   /// dy act [M, out]; dx act [M, in] overwritten (empty: skipped); dw param [out, in] accumulated

@@ -168,7 +168,8 @@ struct Generator::Impl {
   }
 
   // The attention sublayer for n new tokens at positions [p0, p0 + n): u [n, d] -> out [n, d].
-  void attention(Layer& L, const Tensor& u_, int64_t p0, int64_t n, const Tensor& out) {
+  // res (may be empty): added by the projection's GEMM (LinearOp::forward residual), as in training.
+  void attention(Layer& L, const Tensor& u_, int64_t p0, int64_t n, const Tensor& out, const Tensor& res) {
     const int64_t len = p0 + n;
     const Tensor qkv_t = qkv.as({n, (H + 2 * G) * Dh});
     L.qkv.forward(be, u_, qkv_t);
@@ -205,7 +206,7 @@ struct Generator::Impl {
     SavedAttention saved = attn->forward(qn, kl, vl, on, lse.as({1, H, n}));
     const Tensor otn = ot.as({1, n, H * Dh});
     be.heads_to_tokens(on, otn);
-    L.proj.forward(be, otn.reshape({n, H * Dh}), out);
+    L.proj.forward(be, otn.reshape({n, H * Dh}), out, {}, res);
   }
 
   // The Gated DeltaNet sublayer (hybrid) for n new tokens at [p0, p0 + n): u [n, d] -> out [n, d].
@@ -239,14 +240,14 @@ struct Generator::Impl {
     L.proj.forward(be, otn.reshape({n, H * Dh}), out);
   }
 
-  void mlp(Layer& L, const Tensor& u_, int64_t n, const Tensor& out) {
+  void mlp(Layer& L, const Tensor& u_, int64_t n, const Tensor& out, const Tensor& res) {
     const Tensor hn = h.as({n, fc1_w}), an = a.as({n, F});
     L.fc1.forward(be, u_, hn);
     if (c.mlp == MlpKind::SwiGLU)
       be.swiglu_forward(hn, an);
     else
       be.gelu_forward(hn, an);
-    L.fc2.forward(be, an, out);
+    L.fc2.forward(be, an, out, {}, res);
   }
 
   std::vector<float> feed(const std::vector<int32_t>& tok) {
@@ -273,12 +274,21 @@ struct Generator::Impl {
           nrm.forward(be, x, un, mn, rn);
           in = un;
         }
+        // Pre-norm with R(x, f) = x + f: the sublayer's last linear adds x in its GEMM (rounded
+        // once, as training's forward in transformer.cpp); a Gated DeltaNet mixer's sum is an axpy.
+        const bool fused =
+            c.norm_placement == NormPlacement::Pre && res_a == 1.0f && res_b == 1.0f && !(k == 0 && L.gdn);
+        const Tensor res = fused ? x : Tensor{}, fo = fused ? y : fn;
         if (k == 0 && L.gdn)
           gated_delta(L, in, p0, n, fn);
         else if (k == 0)
-          attention(L, in, p0, n, fn);
+          attention(L, in, p0, n, fo, res);
         else
-          mlp(L, in, n, fn);
+          mlp(L, in, n, fo, res);
+        if (fused) {
+          std::swap(x, y);
+          continue;
+        }
         Tensor gv = fn;
         if (c.norm_placement == NormPlacement::Output) {
           nrm.forward(be, fn, gn, mn, rn);

@@ -11,6 +11,8 @@ void LinearOp::forward(Backend& be, const Tensor& x, const Tensor& y, const Tens
     saved = lin->forward(x, w, y, x_amax, residual);
     return;
   }
+  OCTET_CHECK(residual.empty() || residual.data != y.data,
+              "linear " + name + ": with mult != 1 the residual cannot be y itself (y is scaled first)");
   saved = lin->forward(x, w, y, x_amax);
   be.scale(mult, y);
   if (!residual.empty()) be.axpy(1.0f, residual, y);

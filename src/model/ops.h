@@ -24,7 +24,8 @@ struct LinearOp {
 
   /// x must stay alive and unchanged until backward(). x_amax: x's amax from its producer
   /// (Linear::forward; may be empty). residual (may be empty): y = mult · x Wᵀ + residual — in the
-  /// GEMM's epilogue (one rounding) when mult == 1, else the product rounded, scaled, then added.
+  /// GEMM's epilogue (one rounding) when mult == 1, else the product rounded, scaled, then added
+  /// (then residual must not be y: octet::Error).
   void forward(Backend& be, const Tensor& x, const Tensor& y, const Tensor& x_amax = {},
                const Tensor& residual = {});
   /// dy is scaled in place by mult (clobbered); dx overwritten (may be empty); dW accumulated.

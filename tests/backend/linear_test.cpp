@@ -467,6 +467,9 @@ TEST(LinearResidual, AddsTheResidualToTheProductAndMayAliasY) {
     (void)lb->forward(xm(x), wm(w), ym(y_res), {}, ym(r));
     (void)lc->forward(xm(x), wm(w), ym(y_alias), {}, ym(y_alias));
     EXPECT_EQ(y_res, y_alias) << name;
+    std::vector<float> zero(M * OUT, 0.0f), y_zero(M * OUT);
+    (void)lc->forward(xm(x), wm(w), ym(y_zero), {}, ym(zero));
+    EXPECT_EQ(y_zero, y) << name << ": a zero residual adds nothing";
     // the GEMMs accumulate in FP32 (block order), the residual joining first: an FP32-accumulation
     // error against the product's scale, not an exact one-rounding identity
     float peak = 0.0f;

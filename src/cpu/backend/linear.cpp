@@ -125,7 +125,8 @@ class CpuLinear final : public Linear {
     check_given_amax(x_amax, xin.data, m * spec_.in_features, "linear forward x_amax");
     std::optional<ActOut> yout;
     if (gemm) yout.emplace(y, "linear forward y");
-    // residual: y = x·Wᵀ + residual, the FP32 sum rounded once (as the CUDA GEMM's epilogue)
+    // residual: y = x·Wᵀ + residual, the GEMM's FP32 sum started from it, rounded once into y's dtype
+    // (the CUDA epilogue adds it after the product: equal to FP32 accumulation error)
     float beta = 0.0f;
     if (!residual.empty()) {
       OCTET_CHECK(gemm, "linear forward: a residual needs a y to add it to");

@@ -2,6 +2,7 @@
 // per-tensor / per-row / block scale modes, BF16 and FP32, and the dequantize fallback.
 #include "cuda/gemm/gemm.h"
 
+#include <cstdint>
 #include <cstdio>
 
 #include "cuda/runtime/check.h"
@@ -334,6 +335,10 @@ void GemmEngine::check_add(const Tensor& D, const Tensor& R, int64_t mn, const c
   OCTET_CHECK(R.dtype == D.dtype && R.data && R.numel() == D.numel() && D.numel() == mn,
               std::string(what) + ": the residual R must be a " + to_string(D.dtype) + " tensor of " +
                   std::to_string(mn) + " elements like D " + D.str() + ", got " + R.str());
+  const auto* r = static_cast<const char*>(R.data);
+  const auto* d = static_cast<const char*>(D.data);
+  OCTET_CHECK(r == d || r + R.bytes() <= d || d + D.bytes() <= r,
+              std::string(what) + ": the residual R overlaps D without being D");
 }
 
 template <class F>
@@ -351,7 +356,9 @@ void GemmEngine::add_through_f32(const Tensor& D, const Tensor& R, int64_t mn, F
 }
 
 const void* GemmEngine::residual_input(const Tensor& D, const Tensor& R) {
-  if (R.data != D.data) return R.data;
+  // a C less aligned than cuBLASLt's heuristic assumes (256 bytes) could fail at run time and mark
+  // the shared plan unusable: such an R is copied into aligned scratch as well
+  if (R.data != D.data && reinterpret_cast<uintptr_t>(R.data) % 256 == 0) return R.data;
   void* copy = r_copy_.reserve(R.bytes(), stream_);
   OCTET_CUDA_CHECK(cudaMemcpyAsync(copy, R.data, R.bytes(), cudaMemcpyDeviceToDevice, stream_));
   return copy;

@@ -56,9 +56,10 @@ class GemmEngine {
 
   /// D = alpha·(A·Bᵀ) + R: the FP8 GEMM with a residual R [M, N] added by cuBLASLt's epilogue (R is
   /// its C input with beta = 1; the FP32 sum rounded once into D). D and R are F32 or BF16 tensors of
-  /// M·N elements of one dtype; R may be D (then copied first). Where cuBLASLt takes no such problem (M or N
-  /// not a multiple of 16, a refused scale mode), the sum is formed in FP32 scratch and rounded into D (the
-  /// same formula). Not batched. Throws octet::Error on a shape or dtype mismatch.
+  /// M·N elements of one dtype; R may be D (then copied first) but not overlap it otherwise. Where cuBLASLt
+  /// takes no such problem (M or N not a multiple of 16, a refused scale mode), the sum is formed in FP32
+  /// scratch and rounded into D (the same formula). Not batched. Throws octet::Error on a shape or dtype
+  /// mismatch.
   void fp8_add(const DevQTensor& A, const DevQTensor& B, const Tensor& D, const Tensor& R,
                float alpha = 1.0f);
 
@@ -103,7 +104,8 @@ class GemmEngine {
   // D and R of a *_add call: one dtype (F32 or BF16), mn elements each.
   static void check_add(const Tensor& D, const Tensor& R, int64_t mn, const char* what);
   // R's data as the epilogue's C input: a copy when R is D (cuBLASLt's in-place epilogue gave
-  // other bits than a separate C on an H200; the copy keeps in place and apart the same).
+  // other bits than a separate C on an H200; the copy keeps in place and apart the same) or when R
+  // is not 256-byte aligned (what the plan's heuristic assumed).
   const void* residual_input(const Tensor& D, const Tensor& R);
   // The *_add fallback: R into FP32 scratch (or into an F32 D), then `gemm_beta1` adds the product
   // with beta = 1, then the sum rounded into a BF16 D.

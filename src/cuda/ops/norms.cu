@@ -126,7 +126,13 @@ __global__ void rmsnorm_forward_kernel(const TX* x, RowParams pr, TY* y, float* 
     float ss = 0.0f;
     lane_walk<kVec>(xr, xr, RowParams{}, dim, lane,
                     [&](int64_t, float v, float, float, float) { ss += v * v; });
-    const float rs = float(1.0 / sqrt(warp_sum(double(ss)) / double(dim) + double(eps)));
+    double ssd = ss;
+    if (!isfinite(ss)) {  // |x| ≳ 1e18: v² overflowed FP32, not double (an inf or NaN in x stays one)
+      ssd = 0.0;
+      lane_walk<kVec>(xr, xr, RowParams{}, dim, lane,
+                      [&](int64_t, float v, float, float, float) { ssd += double(v) * v; });
+    }
+    const float rs = float(1.0 / sqrt(warp_sum(ssd) / double(dim) + double(eps)));
     m = lane_map<kVec>(xr, xr, pr, y + r * dim, dim, lane,
                        [&](int64_t, float v, float, float wi, float) { return v * rs * wi; });
     if (lane == 0) rstd[r] = rs;
@@ -253,11 +259,24 @@ __global__ void layernorm_forward_kernel(const TX* x, RowParams pr, TY* y, float
     const TX* xr = x + r * dim;
     float s = 0.0f;
     lane_walk<kVec>(xr, xr, RowParams{}, dim, lane, [&](int64_t, float v, float, float, float) { s += v; });
-    const float mu = float(warp_sum(double(s)) / double(dim));
+    double sd = s;
+    if (!isfinite(s)) {  // FP32 overflow of the lane's sum (as the variance's below): again in double
+      sd = 0.0;
+      lane_walk<kVec>(xr, xr, RowParams{}, dim, lane,
+                      [&](int64_t, float v, float, float, float) { sd += v; });
+    }
+    const float mu = float(warp_sum(sd) / double(dim));
     float var = 0.0f;  // two passes (the row is in L1): no cancellation of E[x²] − E[x]²
     lane_walk<kVec>(xr, xr, RowParams{}, dim, lane,
                     [&](int64_t, float v, float, float, float) { var += (v - mu) * (v - mu); });
-    const float rs = float(1.0 / sqrt(warp_sum(double(var)) / double(dim) + double(eps)));
+    double vd = var;
+    if (!isfinite(var)) {  // |x − mean| ≳ 1e18
+      vd = 0.0;
+      lane_walk<kVec>(xr, xr, RowParams{}, dim, lane, [&](int64_t, float v, float, float, float) {
+        vd += (double(v) - mu) * (double(v) - mu);
+      });
+    }
+    const float rs = float(1.0 / sqrt(warp_sum(vd) / double(dim) + double(eps)));
     m = lane_map<kVec>(xr, xr, pr, y + r * dim, dim, lane,
                        [&](int64_t, float v, float, float wi, float bi) { return (v - mu) * rs * wi + bi; });
     if (lane == 0) {

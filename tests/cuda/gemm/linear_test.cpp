@@ -76,11 +76,8 @@ void expect_same_outputs(Backend& be, const Io& a, const Io& b, const std::strin
 struct Pair {
   std::unique_ptr<Linear> la, lb;
   Io a, b;
-  Pair(Backend& be, const LinearSpec& spec, int64_t m, int64_t in, int64_t out)
-      : la(be.make_linear(spec)),
-        lb(be.make_linear(spec)),
-        a(be, m, in, out, DType::BF16),
-        b(be, m, in, out, DType::BF16) {
+  Pair(Backend& be, const LinearSpec& spec, int64_t m, int64_t in, int64_t out, DType act = DType::BF16)
+      : la(be.make_linear(spec)), lb(be.make_linear(spec)), a(be, m, in, out, act), b(be, m, in, out, act) {
     be.fill(a.dw, 0.0);
     be.fill(b.dw, 0.0);
   }
@@ -327,8 +324,8 @@ TEST(CudaLinear, ProducerAmaxEqualsOwnReductionBitwise) {
 
 // Linear::forward's residual (backend.h) on the GPU: y = X̂Ŵᵀ + r by the GEMM's epilogue (or the
 // FP32 fallback where M is not a multiple of 16): a zero r gives the plain forward's bits; a random
-// r gives the plain y plus r within two BF16 roundings; r may be y itself (the same bits as a
-// separate r). Every precision, block scales, a padded M.
+// r gives the plain y plus r within two roundings of y's dtype; r may be y itself (the same bits as a
+// separate r). Every precision, block scales, a padded M, BF16 and F32 activations.
 TEST(CudaLinear, ResidualIsAddedByTheGemm) {
   OCTET_REQUIRE_GPU();
   auto gpu = make_cuda_backend();
@@ -340,38 +337,42 @@ TEST(CudaLinear, ResidualIsAddedByTheGemm) {
       {LinearPrecision::FP32, Recipe::TensorCurrent, FormatPolicy::E4M3, 40, 64, 32},
   };
   for (const auto& c : cases) {
-    const std::string what =
-        std::to_string(int(c.precision)) + " " + to_string(c.recipe) + " m " + std::to_string(c.m);
-    Pair p(*gpu, spec_of(c), c.m, c.in, c.out);
-    p.put_step(*gpu, c.m, c.in, c.out, 450, 2.0f);
-    Buffer r = gpu->alloc(DType::BF16, {c.m, c.out});
-    gpu->fill(r, 0.0);
-    (void)p.la->forward(p.a.x, p.a.w, p.a.y);
-    (void)p.lb->forward(p.b.x, p.b.w, p.b.y, {}, r);
-    const auto y = gpu->download_f32(p.a.y), y0 = gpu->download_f32(p.b.y);
-    const bool native = c.m % 16 == 0 && c.precision != LinearPrecision::FP32;
-    for (size_t i = 0; i < y.size(); ++i) {
-      if (native)
-        ASSERT_TRUE(test::same_float(y[i], y0[i])) << what << ": zero residual at " << i;
-      else
-        ASSERT_NEAR(y0[i], y[i], 0x1p-8 * std::fabs(y[i])) << what << ": zero residual at " << i;
+    for (const DType act : {DType::BF16, DType::F32}) {
+      const std::string what = std::to_string(int(c.precision)) + " " + to_string(c.recipe) + " m " +
+                               std::to_string(c.m) + " " + to_string(act);
+      const double eps = act == DType::BF16 ? 0x1p-8 : 0x1p-22;  // one rounding of y's dtype
+      Pair p(*gpu, spec_of(c), c.m, c.in, c.out, act);
+      p.put_step(*gpu, c.m, c.in, c.out, 450, 2.0f);
+      Buffer r = gpu->alloc(act, {c.m, c.out});
+      gpu->fill(r, 0.0);
+      (void)p.la->forward(p.a.x, p.a.w, p.a.y);
+      (void)p.lb->forward(p.b.x, p.b.w, p.b.y, {}, r);
+      const auto y = gpu->download_f32(p.a.y), y0 = gpu->download_f32(p.b.y);
+      const bool native = c.m % 16 == 0 && c.precision != LinearPrecision::FP32;
+      for (size_t i = 0; i < y.size(); ++i) {
+        if (native)
+          ASSERT_TRUE(test::same_float(y[i], y0[i])) << what << ": zero residual at " << i;
+        else
+          ASSERT_NEAR(y0[i], y[i], 2 * eps * std::fabs(y[i])) << what << ": zero residual at " << i;
+      }
+      const auto rh = test::gaussian(size_t(c.m * c.out), 460, 4.0f);
+      put(*gpu, r, rh);
+      const auto rq = gpu->download_f32(r);
+      (void)p.lb->forward(p.b.x, p.b.w, p.b.y, {}, r);
+      const auto yr = gpu->download_f32(p.b.y);
+      for (size_t i = 0; i < y.size(); ++i)
+        ASSERT_NEAR(yr[i], double(y[i]) + rq[i], 2 * eps * (std::fabs(y[i]) + std::fabs(rq[i])))
+            << what << " at " << i;
+      EXPECT_NE(yr, y) << what;  // r is not zero: the test can fail
+      put(*gpu, p.b.y, rh);      // y holds r: the sum in place
+      (void)p.lb->forward(p.b.x, p.b.w, p.b.y, {}, p.b.y);
+      const auto ya = gpu->download_f32(p.b.y);
+      for (size_t i = 0; i < yr.size(); ++i)
+        ASSERT_TRUE(test::same_float(ya[i], yr[i])) << what << " alias " << i;
+      Buffer other = gpu->alloc(act == DType::BF16 ? DType::F32 : DType::BF16, {c.m, c.out});
+      EXPECT_THROW((void)p.lb->forward(p.b.x, p.b.w, p.b.y, {}, other), Error) << what;
+      EXPECT_THROW((void)p.lb->forward(p.b.x, p.b.w, Tensor{}, {}, r), Error) << what;
     }
-    const auto rh = test::gaussian(size_t(c.m * c.out), 460, 4.0f);
-    put(*gpu, r, rh);
-    const auto rq = gpu->download_f32(r);
-    (void)p.lb->forward(p.b.x, p.b.w, p.b.y, {}, r);
-    const auto yr = gpu->download_f32(p.b.y);
-    for (size_t i = 0; i < y.size(); ++i)
-      ASSERT_NEAR(yr[i], y[i] + rq[i], 0x1p-7 * (std::fabs(y[i]) + std::fabs(rq[i]))) << what << " at " << i;
-    EXPECT_NE(yr, y) << what;  // r is not zero: the test can fail
-    put(*gpu, p.b.y, rh);      // y holds r: the sum in place
-    (void)p.lb->forward(p.b.x, p.b.w, p.b.y, {}, p.b.y);
-    const auto ya = gpu->download_f32(p.b.y);
-    for (size_t i = 0; i < yr.size(); ++i)
-      ASSERT_TRUE(test::same_float(ya[i], yr[i])) << what << " alias " << i;
-    Buffer f32 = gpu->alloc(DType::F32, {c.m, c.out});
-    EXPECT_THROW((void)p.lb->forward(p.b.x, p.b.w, p.b.y, {}, f32), Error) << what;
-    EXPECT_THROW((void)p.lb->forward(p.b.x, p.b.w, Tensor{}, {}, r), Error) << what;
   }
 }
 

@@ -224,6 +224,28 @@ TEST_P(CudaOps, NormsForwardBackward) {
 // The row kernels read the weight and bias 8 at a time: 16-byte loads when both are 16-byte aligned,
 // else scalar loads. The two give the same bits (forward y, mean, rstd; backward dx, dw, db), at a
 // width that is a multiple of the 256-element lane step and one that is not.
+// Rows whose squares overflow FP32 (|x| ~ 1e19: a lane's FP32 sum of v² is inf): the GPU redoes
+// that row's sums in double (norms.cu), so rstd, mean and y equal the twin's instead of rstd = 0, y = 0.
+TEST_P(CudaOps, NormsOfRowsBeyondFp32SquaresMatchTheTwin) {
+  const int64_t rows = 9, dim = 1024;
+  auto xh = test::gaussian(size_t(rows * dim), 21, 1e19f);
+  for (int64_t i = 0; i < dim; ++i) xh[size_t(i)] = 1.0f + 0.001f * float(i % 7);  // one ordinary row
+  auto x = make(xh, {rows, dim});
+  auto w = param(test::gaussian(size_t(dim), 22), {dim}), b = param(test::gaussian(size_t(dim), 23), {dim});
+  auto y = zeros({rows, dim});
+  auto rstd = zeros({rows}, DType::F32), mean = zeros({rows}, DType::F32);
+  cpu->rmsnorm_forward(x.tc(), w.tc(), y.tc(), rstd.tc(), 1e-5f);
+  gpu->rmsnorm_forward(x.tg(), w.tg(), y.tg(), rstd.tg(), 1e-5f);
+  expect_close(rstd, "rmsnorm rstd of huge rows");
+  expect_close(y, "rmsnorm y of huge rows");
+  cpu->layernorm_forward(x.tc(), w.tc(), b.tc(), y.tc(), mean.tc(), rstd.tc(), 1e-5f);
+  gpu->layernorm_forward(x.tg(), w.tg(), b.tg(), y.tg(), mean.tg(), rstd.tg(), 1e-5f);
+  expect_close(rstd, "layernorm rstd of huge rows");
+  expect_close(mean, "layernorm mean of huge rows");
+  expect_close(y, "layernorm y of huge rows");
+  for (float v : gpu->download_f32(rstd.tg())) EXPECT_GT(v, 0.0f);
+}
+
 TEST_P(CudaOps, NormsVectorAndScalarParameterLoadsAgreeBitwise) {
   for (int64_t dim : {2048, 1032}) {
     const int64_t rows = 45;
