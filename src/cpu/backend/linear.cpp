@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/linear_args.h"
 #include "core/weight_gather_args.h"
 #include "cpu/backend/act_io.h"
 #include "cpu/backend/cpu_backend.h"
@@ -127,11 +128,9 @@ class CpuLinear final : public Linear {
     if (gemm) yout.emplace(y, "linear forward y");
     // residual: y = x·Wᵀ + residual, the GEMM's FP32 sum started from it, rounded once into y's dtype
     // (the CUDA epilogue adds it after the product: equal to FP32 accumulation error)
+    check_linear_residual(residual, y);
     float beta = 0.0f;
     if (!residual.empty()) {
-      OCTET_CHECK(gemm, "linear forward: a residual needs a y to add it to");
-      OCTET_CHECK(residual.dtype == y.dtype && residual.numel() == y.numel(),
-                  "linear forward: residual must be like y " + y.str() + ", got " + residual.str());
       ActIn r(residual, "linear forward residual");
       if (r.data != yout->data) std::copy(r.data, r.data + m * out, yout->data);
       beta = 1.0f;

@@ -122,7 +122,7 @@ class GemmEngine {
   DeviceBuffer<uint8_t> workspace_;
   DeviceBuffer<float> deq_a_, deq_b_, c32_;
   DeviceBuffer<uint8_t> c_pad_;   // a padded C (M or N not a multiple of 16), F32 or BF16
-  DeviceBuffer<uint8_t> r_copy_;  // the residual of an in-place *_add (R is D)
+  DeviceBuffer<uint8_t> r_copy_;  // a *_add's residual copied first (residual_input)
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;
   std::map<std::string, bool> warned_;
   int64_t fallbacks_ = 0;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "core/linear_args.h"
 #include "core/weight_gather_args.h"
 #include "cuda/runtime/act_f32.h"
 #include "cuda/runtime/check.h"
@@ -78,11 +79,7 @@ class CudaLinear final : public Linear {
       OCTET_CHECK(y.cols() == out && y.rows() == m, "linear forward: y must be [" + std::to_string(m) + ", " +
                                                         std::to_string(out) + "], got " + y.str());
     }
-    if (!residual.empty()) {
-      OCTET_CHECK(gemm, "linear forward: a residual needs a y to add it to");
-      OCTET_CHECK(residual.dtype == y.dtype && residual.numel() == y.numel(),
-                  "linear forward: residual must be like y " + y.str() + ", got " + residual.str());
-    }
+    check_linear_residual(residual, y);
     const bool add = !residual.empty();
     auto st = std::make_unique<LinearState>();
     st->owner = this;
