@@ -27,6 +27,8 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -112,23 +114,29 @@ json layers_json(const std::vector<LayerReport>& reports) {
   return layers;
 }
 
-// Cuts metrics.jsonl back to the lines of steps <= last_step (a resumed run rewrites what came
-// after; a torn last line from a crash ends the kept part): the kept prefix is written to a
-// temporary file, fsynced and renamed over the original, never edited in place.
-void cut_back_metrics(const std::string& path, int64_t last_step) {
+// metrics.jsonl cut back to the lines of steps <= last_step (a resumed run rewrites what came
+// after): the kept text, which the writer rank puts in place by write_file_atomic (a temporary
+// file, fsynced and renamed over the original, never edited in place). Only the last line may be
+// unreadable (torn by a crash mid-write: dropped); an unreadable line before it is an Error naming
+// the line, raised before anything is written, so that no recorded step is dropped silently.
+std::string cut_back_metrics(const std::string& path, int64_t last_step) {
   std::ifstream in(path);
-  if (!in) return;
-  std::string line, kept;
-  while (std::getline(in, line)) {
+  if (!in) return {};
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+  std::string kept;
+  for (size_t i = 0; i < lines.size(); ++i) {
     try {
-      const json j = json::parse(line);
-      if (j.value("step", int64_t(0)) <= last_step) kept += line + "\n";
+      const json j = json::parse(lines[i]);
+      if (j.value("step", int64_t(0)) <= last_step) kept += lines[i] + "\n";
     } catch (const json::exception&) {
-      break;
+      OCTET_CHECK(
+          i + 1 == lines.size(),
+          path + " line " + std::to_string(i + 1) + " of " + std::to_string(lines.size()) +
+              " is not a JSON record (only a torn last line is dropped on --resume); repair or remove it");
     }
   }
-  in.close();
-  write_file_atomic(path, {kept});
+  return kept;
 }
 
 // The settings table: every key (or, with `base`, the keys whose values differ from it), then the
@@ -264,9 +272,10 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
       done.skipped_steps = st.skipped_steps;
       return done;
     }
+    const std::string kept_metrics = cut_back_metrics(metrics_path, st.step);  // every rank checks
     opt.load(hm, hv, st.adam_step);
     if (writer) {
-      cut_back_metrics(metrics_path, st.step);
+      if (std::filesystem::exists(metrics_path)) write_file_atomic(metrics_path, {kept_metrics});
       if (!changes.empty()) write_file_atomic(out_dir + "/config.toml", {to_toml(cfg)});  // before step one
     }
   } else {

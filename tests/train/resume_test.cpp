@@ -2,7 +2,8 @@
 // persisted in config.toml before the first step, with a log line and a metrics event; meaning keys
 // are refused; a finished run writes nothing; a checkpoint beyond train.steps is an error; an
 // extended run that crashed continues to the new end; metrics.jsonl is cut back through a temporary
-// file and a rename, so a failure in between leaves the original intact.
+// file and a rename, so a failure in between leaves the original intact; only a torn last line of it
+// is dropped, an unreadable line before it is refused.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -36,6 +37,15 @@ struct RunDir {
     run = dir / "run";
   }
 };
+
+// Runs r to a crash in step 4, after the checkpoint of step 3: metrics.jsonl then holds step 4.
+void crash_in_step_4(const RunDir& r) {
+  TrainHooks crash;
+  crash.after_backward = [](int64_t step, Model&) {
+    if (step == 4) throw std::runtime_error("simulated crash");
+  };
+  EXPECT_THROW(train(r.cfg, r.run, false, *r.ds, nullptr, crash), std::runtime_error);
+}
 
 TEST(Resume, ScheduleChangesArePersistedLoggedAndRecorded) {
   RunDir r(3);
@@ -126,11 +136,7 @@ TEST(Resume, CannotShortenOrChangeMeaning) {
 
 TEST(Resume, MetricsAreCutBackThroughATemporaryFile) {
   RunDir r(6);
-  TrainHooks crash;
-  crash.after_backward = [](int64_t step, Model&) {
-    if (step == 4) throw std::runtime_error("simulated crash");
-  };
-  EXPECT_THROW(train(r.cfg, r.run, false, *r.ds, nullptr, crash), std::runtime_error);
+  crash_in_step_4(r);
   const std::string metrics = r.run + "/metrics.jsonl";
   const std::string original = test::read_file(metrics);
   ASSERT_NE(original.find("\"step\":4"), std::string::npos) << "metrics beyond the checkpoint at 3";
@@ -156,6 +162,36 @@ TEST(Resume, MetricsAreCutBackThroughATemporaryFile) {
   }
   EXPECT_EQ(steps, 6);
   EXPECT_FALSE(fs::exists(metrics + ".tmp"));
+}
+
+TEST(Resume, OnlyATornLastMetricsLineIsDropped) {
+  RunDir r(6);
+  crash_in_step_4(r);
+  const std::string metrics = r.run + "/metrics.jsonl";
+  const std::string original = test::read_file(metrics);
+  // An unreadable line before the last: refused, naming the line, nothing written.
+  const size_t first_end = original.find('\n');
+  ASSERT_NE(first_end, std::string::npos);
+  test::write_file(metrics,
+                   original.substr(0, first_end + 1) + "{bad json\n" + original.substr(first_end + 1));
+  const auto before = snapshot(r.run);
+  const std::string e = error_of([&] { train(r.cfg, r.run, true, *r.ds, nullptr); });
+  EXPECT_NE(e.find("line 2 of"), std::string::npos) << e;
+  EXPECT_NE(e.find("not a JSON record"), std::string::npos) << e;
+  EXPECT_EQ(snapshot(r.run), before);
+  // A torn last line (a crash mid-write) is dropped, and the run continues with every step once.
+  test::write_file(metrics, original + "{\"step\":5,\"lo");
+  train(r.cfg, r.run, true, *r.ds, nullptr);
+  std::ifstream in(metrics);
+  int64_t last = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);  // every kept line is JSON
+    if (j.contains("loss")) {
+      EXPECT_EQ(j["step"].get<int64_t>(), last + 1) << "every step once, in order";
+      last = j["step"].get<int64_t>();
+    }
+  }
+  EXPECT_EQ(last, 6);
 }
 
 }  // namespace
