@@ -601,7 +601,10 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   train->add_option("--seq", tr.o.seq_len, "tokens per sequence")->capture_default_str();
   train->add_option("--vocab", tr.o.vocab_size, "vocabulary (GPT-2's 50257 padded to 50304)")
       ->capture_default_str();
-  train->add_option("--warmup", tr.o.warmup, "untimed warm-up steps")->capture_default_str();
+  train
+      ->add_option("--warmup", tr.o.warmup,
+                   "untimed warm-up steps (>= 1: the first gives the loss_first column)")
+      ->capture_default_str();
   train->add_option("--steps", tr.o.steps, "timed steps (median reported)")->capture_default_str();
   train->add_option("--peak-tflops", tr.o.peak_tflops, "mfu/mfu_bf16 denominator (dense BF16 H100/H200 SXM)")
       ->capture_default_str()

@@ -115,7 +115,15 @@ void run_train(const TrainArgs& a) {
       out = a.resume;
     } else {
       OCTET_CHECK(!a.config.empty() || !sets.empty(), "give --config FILE (and/or --set key=value)");
-      cfg = load_config(a.config, sets);
+      try {
+        cfg = load_config(a.config, sets);
+      } catch (const octet::Error& e) {
+        if (!a.config.empty()) throw;
+        // --set alone starts from the built-in defaults, which are no whole run: say where one is.
+        throw octet::Error(std::string(e.what()) +
+                           " (no --config given: --set changed the built-in defaults; start from a "
+                           "config, e.g. --config configs/tiny.toml)");
+      }
       if (a.dump_grads.empty()) {
         OCTET_CHECK(!out.empty(), "give --out DIR (or --resume DIR)");
         OCTET_CHECK(!fs::exists(out + "/checkpoint.safetensors"),

@@ -105,6 +105,14 @@ void bench_train(
     bench_batch(opt, m);
   }
   for (const std::string& a : opt.arms) parse_arm(a);
+  // A name given twice would run (and report) the same rows twice: a typo, not a request.
+  const auto once = [](const std::vector<std::string>& names, const char* what) {
+    for (size_t i = 0; i < names.size(); ++i)
+      OCTET_CHECK(std::find(names.begin(), names.begin() + i, names[i]) == names.begin() + i,
+                  std::string("bench train: ") + what + " '" + names[i] + "' is given twice");
+  };
+  once(opt.models, "model");
+  once(opt.arms, "arm");
   auto backend = make_backend(opt.device);
   std::unique_ptr<ProfilingBackend> profiler;
   if (opt.profile) profiler = std::make_unique<ProfilingBackend>(*backend);

@@ -197,6 +197,15 @@ TEST(BenchTrainRows, BadOptionsFailBeforeAnyWork) {
   o = tiny_options();
   o.peak_tflops_fp8 = 0;
   EXPECT_THROW(bench_train(o, count), Error);
+  o = tiny_options();
+  o.arms = {"bf16", "fp8-linear", "bf16"};  // the same rows twice: a typo
+  EXPECT_THROW(bench_train(o, count), Error);
+  o = tiny_options();
+  o.models = {"tiny", "tiny"};
+  EXPECT_THROW(bench_train(o, count), Error);
+  o = tiny_options();
+  o.warmup = 0;  // step 0 gives loss_first
+  EXPECT_THROW(bench_train(o, count), Error);
   EXPECT_EQ(calls, 0);
 }
 

@@ -56,6 +56,14 @@ def test_errors_carry_no_source_location_unless_verbose():
         assert "must divide heads" in line and LOCATION.search(line), line
 
 
+def test_set_without_a_config_points_at_one(tmp_path):
+    # The built-in defaults are no whole run (a BPE tokenizer with the byte vocabulary): the error
+    # says so and names a config to start from; nothing is written.
+    line = one_line_error(octet_at(tmp_path, "train", "--set", "train.steps=2", "--out", "r"))
+    assert "vocab_size" in line and "--config configs/tiny.toml" in line, line
+    assert not (tmp_path / "r").exists()
+
+
 def test_io_error_names_its_cause(tmp_path):
     (tmp_path / "c.txt").write_text("".join(f"word{i % 37} and more text\n" for i in range(400)))
     (tmp_path / "blocker").write_text("a file where a directory should be")
