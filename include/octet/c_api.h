@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /** The ABI version; bumped on any change of a struct or signature below. */
-#define OCTET_C_API_VERSION 3
+#define OCTET_C_API_VERSION 4
 OCTET_C_EXPORT int octet_c_api_version(void);
 
 /** The message of the last failure on this thread ("" if none). Valid until the next call. */
@@ -88,10 +88,25 @@ typedef struct octet_attention_params {
                            reads (FP8 codes, scales, softmax statistics; backend.h forward_to) */
   int64_t saved_size; /**< bytes at saved */
   int32_t layout;     /**< enum octet_c_layout of q, k, v, o, d_o, dq, dk, dv; another value fails */
+  /** Packed sequences (FlashAttention's varlen form); n_seqs 0 and both pointers NULL: one dense
+   *  call. n_seqs >= 1 sequences lie back to back: sequence s holds rows cu_seqlens_q[s] ..
+   *  cu_seqlens_q[s + 1] − 1 of q, o, d_o, dq and rows cu_seqlens_k[s] .. cu_seqlens_k[s + 1] − 1
+   *  of k, v, dk, dv, and attends to its own keys only (causal: bottom-right within the sequence).
+   *  Needs batch 1 and OCTET_C_TOKENS_MAJOR (q [seq_q, n_heads, head_dim] with seq_q the total);
+   *  the offsets are int64 [n_seqs + 1] in host memory, rising from 0 to seq_q and to seq_k.
+   *  lse holds sequence s's [n_heads, len_q(s)] at element n_heads · cu_seqlens_q[s]; saved holds
+   *  each sequence's state at a 256-byte aligned offset (octet_attention_saved_bytes gives the
+   *  total). A sequence with queries and no keys gets 0 in its rows of o and dq and −inf in its lse;
+   *  one with keys and no queries gets 0 in its rows of dk and dv. residual must be NULL. Each
+   *  sequence is one call of the dense kernels today (no fused varlen kernel yet). */
+  int64_t n_seqs;
+  const int64_t* cu_seqlens_q;
+  const int64_t* cu_seqlens_k;
 } octet_attention_params;
 
 /** The bytes of `saved` that a forward with these params (shapes, precision, delta, formats,
- *  dtype; no pointer is read) fills: the same for every call with them. -1 on failure. */
+ *  dtype, and the offsets of packed sequences; no tensor is read) fills: the same for every call
+ *  with them. -1 on failure. */
 OCTET_C_EXPORT int64_t octet_attention_saved_bytes(octet_c_backend* backend,
                                                    const octet_attention_params* params);
 /** Forward: writes o and lse, and the saved state into `saved` if given. */

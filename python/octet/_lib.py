@@ -11,7 +11,7 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 _PRESETS = ("cuda", "release", "debug")
 
 
@@ -31,7 +31,8 @@ class AttentionParams(ctypes.Structure):
         ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p), ("d_o", ctypes.c_void_p),
         ("dq", ctypes.c_void_p), ("dk", ctypes.c_void_p), ("dv", ctypes.c_void_p),
         ("residual", ctypes.c_void_p), ("saved", ctypes.c_void_p), ("saved_size", ctypes.c_int64),
-        ("layout", ctypes.c_int32)]
+        ("layout", ctypes.c_int32), ("n_seqs", ctypes.c_int64),
+        ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p)]
 
 
 class LinearSpec(ctypes.Structure):

@@ -20,9 +20,10 @@ heads unrepeated) and runs octet.torch.attention on them:
 - a static KV cache without a mask (causal): the key slots up to the largest position id;
 - packed sequences (several sequences in one row, FlashAttention's varlen form): cu_seq_lens_q /
   cu_seq_lens_k passed to the model (DataCollatorWithFlattening(return_flash_attn_kwargs=True)), or
-  position_ids of a batch of one row that restart at 0 (the first sequence starting at 0): one call
-  per sequence. The fused kernels take no sequence offsets yet, so this is a loop over sequences
-  (graph breaks under torch.compile), not a varlen kernel. position_ids that are neither
+  position_ids of a batch of one row that restart at 0 (the first sequence starting at 0): one
+  attention_varlen call (the library runs one dense kernel call per sequence). With cu_seq_lens
+  the model compiles with fullgraph=True; position_ids are read on the host (a graph break under
+  torch.compile). position_ids that are neither
   consecutive nor such a packing, or restarting in a batch of several rows, are refused.
 
 Refused with a ValueError naming the feature: attention dropout > 0, a sliding window, chunked

@@ -6,9 +6,9 @@ point (torchtitan.config.override), switched on from the command line without ch
       --override.imports octet.titan.attention,octet.titan.float8_linears \\
       --training.disable_cuda_graphs
 
-(attention_varlen reads the document offsets on the host and loops over documents in Python: no
-CUDA graph capture, and torchtitan's `--compile.enable` (fullgraph blocks) refuses it.) Tested on
-its models on the CPU, not yet under its Trainer (docs/pytorch.md "torchtitan").
+(attention_varlen reads the document offsets on the host: no CUDA graph capture; torchtitan's
+`--compile.enable` (fullgraph blocks) works.) Tested on its models on the CPU, not yet under its
+Trainer (docs/pytorch.md "torchtitan").
 
 attention: every inner attention of the model (a FlexAttention or VarlenAttention config) becomes
 OctetAttention. It subclasses VarlenAttention, so the trainer builds the per-document cu_seqlens
@@ -21,8 +21,8 @@ octet.torch.attention options, set per OctetAttention.Config.
 
 What the extension points do not give (docs/pytorch.md "torchtitan"): context parallelism
 (torchtitan refuses attention modules it does not know), torchtitan's float8 bookkeeping
-(it recognizes torchao's classes only), and a varlen kernel: attention_varlen runs one dense call
-per document.
+(it recognizes torchao's classes only), and a varlen kernel: attention_varlen is one library call
+per layer, which runs one dense kernel call per document.
 """
 from dataclasses import dataclass
 

@@ -9,7 +9,8 @@
 // (Attention::forward_to) and from which the backward reads it (saved_from). Without it the
 // backward re-runs the forward into scratch first; the forward is deterministic (same codes, O, row
 // max and row sum), so that backward sees the forward's saved state too (docs/pytorch.md). The
-// layers are built once per (shape, config) and kept in the backend handle.
+// layers are built once per (shape, config) and kept in the backend handle. Packed sequences
+// (attention_varlen.cpp) are split into these dense calls.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -210,7 +211,14 @@ Attention& attention_for(octet_c_backend& be, const octet_attention_params& p, c
   return *be.attentions.back().second;
 }
 
-int64_t saved_bytes(octet_c_backend* be, const octet_attention_params* p) {
+}  // namespace
+
+void validate_attention_params(const octet_c_backend& be, const octet_attention_params& p) {
+  (void)shape_of(p);
+  (void)call_dtype(p, config_of(p, *be.backend));
+}
+
+int64_t dense_attention_saved_bytes(octet_c_backend* be, const octet_attention_params* p) {
   require(be, "attention: backend");
   require(p, "attention: params");
   const AttentionShape s = shape_of(*p);
@@ -220,7 +228,7 @@ int64_t saved_bytes(octet_c_backend* be, const octet_attention_params* p) {
   return attention_for(*be, *p, s, cfg).saved_bytes();
 }
 
-void run(octet_c_backend* be, const octet_attention_params* p, bool backward) {
+void dense_attention_run(octet_c_backend* be, const octet_attention_params* p, bool backward) {
   require(be, "attention: backend");
   require(p, "attention: params");
   const AttentionShape s = shape_of(*p);
@@ -252,6 +260,13 @@ void run(octet_c_backend* be, const octet_attention_params* p, bool backward) {
   attn.backward(saved, w.d_o, w.dq, w.dk, w.dv, w.residual);
 }
 
+namespace {
+
+// A call with packed sequences (attention_varlen.cpp) or one dense call.
+bool packed(const octet_attention_params* p) {
+  return p && (p->n_seqs != 0 || p->cu_seqlens_q || p->cu_seqlens_k);
+}
+
 }  // namespace
 }  // namespace octet::capi
 
@@ -259,16 +274,28 @@ extern "C" {
 
 int64_t octet_attention_saved_bytes(octet_c_backend* backend, const octet_attention_params* params) {
   int64_t bytes = -1;
-  if (octet::capi::guarded([&] { bytes = octet::capi::saved_bytes(backend, params); }) != 0) return -1;
+  using namespace octet::capi;
+  const auto answer = [&] {
+    bytes = packed(params) ? varlen_attention_saved_bytes(backend, params)
+                           : dense_attention_saved_bytes(backend, params);
+  };
+  if (guarded(answer) != 0) return -1;
   return bytes;
 }
 
 int octet_attention_forward(octet_c_backend* backend, const octet_attention_params* params) {
-  return octet::capi::guarded([&] { octet::capi::run(backend, params, false); });
+  using namespace octet::capi;
+  return guarded([&] {
+    packed(params) ? varlen_attention_run(backend, params, false)
+                   : dense_attention_run(backend, params, false);
+  });
 }
 
 int octet_attention_backward(octet_c_backend* backend, const octet_attention_params* params) {
-  return octet::capi::guarded([&] { octet::capi::run(backend, params, true); });
+  using namespace octet::capi;
+  return guarded([&] {
+    packed(params) ? varlen_attention_run(backend, params, true) : dense_attention_run(backend, params, true);
+  });
 }
 
 }  // extern "C"

@@ -5,7 +5,8 @@ attention implementation, on tiny Llama models on the CPU.
   the same model with transformers' SDPA attention in float64 to 1e-6 relative (the softmax scale
   crosses octet's C API as a float32: 1/sqrt(8) is not exact there); greedy generation with a
   static KV cache gives SDPA's tokens;
-- packed sequences (position_ids restarting, and cu_seq_lens_q/k) equal each sequence run alone,
+- packed sequences (position_ids restarting, and cu_seq_lens_q/k) equal each sequence run alone
+  (with cu_seq_lens_q/k the model also compiles with fullgraph=True, equal to eager),
   and a padding mask (right and left) each row run alone without padding, to 1e-12 (the linears'
   BLAS blocking differs with the token count; a sequence seeing another's keys would be off by
   percents);
@@ -94,6 +95,22 @@ def test_packed_equals_each_sequence():
     flash_kwargs = dict(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=9, max_length_k=9)
     packed_cu = model(input_ids=ids, position_ids=pos, **flash_kwargs).logits.detach()
     torch.testing.assert_close(packed_cu, alone, rtol=1e-12, atol=1e-12)
+
+
+def test_packed_with_offsets_compiles_fullgraph():
+    # cu_seq_lens_q/k given (DataCollatorWithFlattening(return_flash_attn_kwargs=True)): each
+    # layer's packed attention is one op, so the whole model compiles without a graph break and
+    # gives eager's logits and gradients bit for bit (aot_eager runs the same ops).
+    base = tiny_llama("eager", dtype=torch.float32)
+    model = same_weights(base, "octet")
+    ids = torch.randint(0, 64, (1, 15), generator=torch.Generator().manual_seed(3))
+    pos = torch.cat([torch.arange(n) for n in (5, 9, 1)])[None]
+    cu = torch.tensor([0, 5, 14, 15], dtype=torch.int32)
+    kw = dict(position_ids=pos, cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=9, max_length_k=9)
+    want = logits_and_grads(model, ids, **kw)
+    got = logits_and_grads(torch.compile(model, fullgraph=True, backend="aot_eager"), ids, **kw)
+    assert torch.equal(got[0], want[0])
+    assert all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
 
 
 def test_static_cache_generation_equals_sdpa():

@@ -1,14 +1,20 @@
 """octet.torch.attention_varlen (python/octet/torch/varlen.py, docs/pytorch.md) on the CPU:
 packed sequences in FlashAttention's varlen form equal each sequence's own dense call (bit for
-bit: the same calls), and through the FP64 oracle a float64 SDPA per sequence (1e-12), gradients
-included; GQA, causal with len_q != len_k, a zero-length sequence, one with queries and no keys
-(0 rows), and backward through a batch in which no sequence has keys; bad offsets raise naming
-the argument."""
+bit, gradients included: the library splits the packed call into those calls), and through the
+FP64 oracle a float64 SDPA per sequence (1e-12); GQA, causal with len_q != len_k, a zero-length
+sequence, one with queries and no keys (0 rows, -inf LSE), one with keys and no queries (0
+gradients), and backward through a batch in which no sequence has keys; the LSE blocks equal the
+dense calls'; torch.compile(fullgraph=True) equals eager; bad offsets raise naming the argument,
+eagerly and compiled; the C ABI refuses packings it cannot read."""
+import ctypes
+
 import pytest
 import torch
 
 from octet_torch_util import sdpa
 import octet.torch as ot
+from octet import _lib
+from octet.torch._backend import backend_for
 
 LENS_Q = [5, 0, 9, 1, 3]
 LENS_K = [7, 0, 9, 1, 0]
@@ -87,3 +93,120 @@ def test_bad_offsets_raise():
         ot.attention_varlen(q, k, v, torch.tensor([0, 3, 6]), good, 6, 6)
     with pytest.raises(ValueError, match="3-D"):
         ot.attention_varlen(q[None], k, v, good, good, 6, 6)
+
+
+def dense_calls(q, k, v, lens_q, lens_k, causal, delta, d_o):
+    """Each sequence's own dense octet.torch.attention call: o and the gradients, packed."""
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    cq, ck = cu(lens_q).tolist(), cu(lens_k).tolist()
+    outs = []
+    for s in range(len(lens_q)):
+        if lens_q[s] == 0:
+            continue
+        if lens_k[s] == 0:
+            outs.append(torch.zeros(lens_q[s], *q.shape[1:], dtype=q.dtype))
+            continue
+        outs.append(ot.attention(q[None, cq[s]:cq[s + 1]], k[None, ck[s]:ck[s + 1]],
+                                 v[None, ck[s]:ck[s + 1]], causal=causal, delta=delta)[0])
+    o = torch.cat(outs)
+    o.backward(d_o)
+    return [o.detach(), q.grad, k.grad, v.grad]
+
+
+@pytest.mark.parametrize("delta", ["matched", "stale"])
+def test_fp8_forward_and_backward_equal_the_dense_calls_bit_for_bit(delta):
+    gen = torch.Generator().manual_seed(5)
+    lens_q, lens_k = [5, 0, 9, 1, 3, 0], [7, 0, 9, 1, 0, 4]  # the last: keys and no queries
+    q = packed(lens_q, 4, 16, gen, torch.float32)
+    k, v = packed(lens_k, 2, 16, gen, torch.float32), packed(lens_k, 2, 16, gen, torch.float32)
+    d_o = torch.randn(q.shape, generator=gen)
+    o = ot.attention_varlen(q, k, v, cu(lens_q), cu(lens_k), 9, 9, causal=True, delta=delta)
+    o.backward(d_o)
+    want = dense_calls(q, k, v, lens_q, lens_k, True, delta, d_o)
+    for name, x, y in zip("o dq dk dv".split(), [o.detach(), q.grad, k.grad, v.grad], want):
+        assert torch.equal(x, y), name
+    assert torch.count_nonzero(k.grad[-4:]) == 0 and torch.count_nonzero(v.grad[-4:]) == 0
+
+
+def test_lse_blocks_are_the_dense_calls_and_minus_inf_without_keys():
+    gen = torch.Generator().manual_seed(6)
+    q = packed(LENS_Q, 4, 16, gen, torch.float32).detach()
+    k, v = packed(LENS_K, 2, 16, gen, torch.float32).detach(), packed(LENS_K, 2, 16, gen, torch.float32).detach()
+    o, lse, saved = torch.ops.octet.attention_varlen_forward(
+        q, k, v, cu(LENS_Q), cu(LENS_K), 9, 9, False, 0.0, "matched", "fp8", "hybrid")
+    assert lse.shape == (4 * q.shape[0],) and saved.dtype == torch.uint8 and saved.numel() > 0
+    cq, ck = cu(LENS_Q).tolist(), cu(LENS_K).tolist()
+    for s in range(len(LENS_Q)):
+        block = lse[4 * cq[s]:4 * cq[s + 1]].view(4, LENS_Q[s])
+        if LENS_Q[s] == 0:
+            continue
+        if LENS_K[s] == 0:
+            assert torch.all(block == float("-inf")) and torch.count_nonzero(o[cq[s]:cq[s + 1]]) == 0
+            continue
+        _, dense_lse, _ = torch.ops.octet.attention_forward(
+            q[None, cq[s]:cq[s + 1]], k[None, ck[s]:ck[s + 1]], v[None, ck[s]:ck[s + 1]],
+            torch.zeros(0, dtype=torch.float64), False, 0.0, "matched", "fp8", "hybrid", "bshd")
+        assert torch.equal(block, dense_lse[0]), s
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_fullgraph_equals_eager(backend):
+    from test_torch_compile import compiling
+    gen = torch.Generator().manual_seed(7)
+    q = packed(LENS_Q, 4, 16, gen, torch.float32)
+    k, v = packed(LENS_K, 2, 16, gen, torch.float32), packed(LENS_K, 2, 16, gen, torch.float32)
+    cq, ck = cu(LENS_Q), cu(LENS_K)
+
+    def f(q, k, v):
+        return ot.attention_varlen(q * 1.0, k, v, cq, ck, 9, 9, causal=True).sum()
+
+    got = []
+    for fn in (f, torch.compile(f, fullgraph=True, backend=backend)):
+        for t in (q, k, v):
+            t.grad = None
+        with compiling(backend):
+            loss = fn(q, k, v)
+            loss.backward()
+        got.append([loss.detach(), q.grad.clone(), k.grad.clone(), v.grad.clone()])
+    for x, y in zip(*got):
+        assert torch.equal(x, y)
+
+
+def test_compiled_call_checks_the_offsets_it_is_given():
+    q = torch.randn(6, 2, 16)
+    k = v = torch.randn(6, 1, 16)
+    f = torch.compile(lambda q, k, v, cq, ck: ot.attention_varlen(q, k, v, cq, ck, 6, 6),
+                      fullgraph=True, backend="aot_eager")
+    good = torch.tensor([0, 2, 6], dtype=torch.int32)
+    assert f(q, k, v, good, good).shape == q.shape
+    with pytest.raises(ValueError, match="rise from 0"):
+        f(q, k, v, torch.tensor([0, 4, 3], dtype=torch.int32), good)
+
+
+def test_the_library_refuses_packings_it_cannot_read():
+    q = torch.randn(6, 2, 16)
+    k = v = torch.randn(6, 1, 16)
+    offsets = torch.tensor([0, 2, 6], dtype=torch.int64)
+
+    def call(**change):
+        p = _lib.AttentionParams()
+        p.batch, p.n_heads, p.n_kv_heads, p.seq_q, p.seq_k, p.head_dim = 1, 2, 1, 6, 6, 16
+        p.precision, p.delta, p.formats = b"fp8", b"matched", b"hybrid"
+        p.dtype, p.layout = _lib.DTYPE_F32, _lib.LAYOUT_TOKENS_MAJOR
+        p.n_seqs, p.cu_seqlens_q, p.cu_seqlens_k = 2, offsets.data_ptr(), offsets.data_ptr()
+        o, lse = torch.empty_like(q), torch.empty(12)
+        p.q, p.k, p.v, p.o, p.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()
+        for name, value in change.items():
+            setattr(p, name, value)
+        return _lib.lib().octet_attention_forward(backend_for(q.device), ctypes.byref(p))
+
+    assert call() == 0
+    bad = torch.tensor([0, 4, 3], dtype=torch.int64)
+    residual = torch.zeros(2, dtype=torch.float64)
+    for change, message in [({"batch": 2}, "batch 1"), ({"layout": _lib.LAYOUT_HEADS_MAJOR}, "TOKENS_MAJOR"),
+                            ({"residual": residual.data_ptr()}, "no residual"),
+                            ({"cu_seqlens_k": bad.data_ptr()}, "cu_seqlens_k must run from 0 to 6"),
+                            ({"seq_q": 7}, "cu_seqlens_q must run from 0 to 7"),
+                            ({"n_seqs": 0}, "n_seqs >= 1"), ({"cu_seqlens_q": None}, "cu_seqlens_q is NULL")]:
+        assert call(**change) == -1, change
+        assert message in _lib.lib().octet_last_error().decode(), (change, _lib.lib().octet_last_error())

@@ -286,41 +286,41 @@ def _attention_op(q):
     return _Eager.apply if eager(q) else _forward
 
 
-def _check(q, k, v, precision):
+def _check(q, k, v, precision, who):
     names = ("q", "k", "v")
     for name, t in zip(names, (q, k, v)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"octet.torch.attention: {name} must be a torch.Tensor, "
+            raise TypeError(f"{who}: {name} must be a torch.Tensor, "
                             f"got {type(t).__name__}")
         if t.dim() != 4:
-            raise ValueError(f"octet.torch.attention: {name} must have 4 dims [batch, seq, heads, "
+            raise ValueError(f"{who}: {name} must have 4 dims [batch, seq, heads, "
                              f"head_dim], got shape {tuple(t.shape)}")
         if t.numel() == 0:
-            raise ValueError(f"octet.torch.attention: {name} {tuple(t.shape)} [batch, seq, heads, "
+            raise ValueError(f"{who}: {name} {tuple(t.shape)} [batch, seq, heads, "
                              f"head_dim] has a size 0: every size must be >= 1")
     if not (q.device == k.device == v.device):
-        raise ValueError(f"octet.torch.attention: q, k, v must be on one device, got "
+        raise ValueError(f"{who}: q, k, v must be on one device, got "
                          f"{q.device}, {k.device}, {v.device}")
     if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"octet.torch.attention: q, k, v must have one dtype, got "
+        raise TypeError(f"{who}: q, k, v must have one dtype, got "
                         f"{q.dtype}, {k.dtype}, {v.dtype}")
     accepted = _ACCEPTED.get(q.device.type)
     if accepted is None:
-        raise ValueError(f"octet.torch.attention: tensors must be on cpu or cuda, got {q.device}")
+        raise ValueError(f"{who}: tensors must be on cpu or cuda, got {q.device}")
     if q.dtype not in accepted:
-        raise TypeError(f"octet.torch.attention: dtype {q.dtype} is not supported on "
+        raise TypeError(f"{who}: dtype {q.dtype} is not supported on "
                         f"{q.device.type} (expected one of {', '.join(map(str, accepted))})")
     if k.shape != v.shape:
-        raise ValueError(f"octet.torch.attention: k and v must have one shape, got "
+        raise ValueError(f"{who}: k and v must have one shape, got "
                          f"{tuple(k.shape)} and {tuple(v.shape)}")
     if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
-        raise ValueError(f"octet.torch.attention: q {tuple(q.shape)} and k {tuple(k.shape)} must "
+        raise ValueError(f"{who}: q {tuple(q.shape)} and k {tuple(k.shape)} must "
                          f"agree in batch and head_dim")
     if k.shape[2] < 1 or q.shape[2] % k.shape[2] != 0:
-        raise ValueError(f"octet.torch.attention: the kv heads ({k.shape[2]}) must divide the "
+        raise ValueError(f"{who}: the kv heads ({k.shape[2]}) must divide the "
                          f"query heads ({q.shape[2]}) (GQA)")
     if precision == "fp64" and q.device.type != "cpu":
-        raise ValueError("octet.torch.attention: precision fp64 (the FP64 oracle) runs on cpu only")
+        raise ValueError(f"{who}: precision fp64 (the FP64 oracle) runs on cpu only")
 
 
 def _autocast(*ts):
@@ -364,28 +364,8 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
     a multiple of 16). Under torch.autocast, as SDPA (an autocast lower-precision op): q, k, v of
     a floating dtype other than float64 are cast to autocast's dtype first, and o has it.
     """
-    q, k, v = _autocast(q, k, v)
-    _check(q, k, v, precision)
-    dtype = q.dtype
-    if dtype == torch.float16 or (dtype == torch.float64 and precision != "fp64"):
-        work = torch.float32
-    else:
-        work = dtype
-
-    if type(causal).__module__ == "numpy" and type(causal).__name__ in ("bool", "bool_"):
-        causal = bool(causal)  # numpy's bool scalar
-    if not isinstance(causal, bool):
-        raise TypeError(f"octet.torch.attention: causal must be a bool, got "
-                        f"{type(causal).__module__}.{type(causal).__qualname__}")
-    if softmax_scale is not None and (isinstance(softmax_scale, bool)
-                                      or not isinstance(softmax_scale, (int, float))):
-        raise TypeError(f"octet.torch.attention: softmax_scale must be a number or None, got "
-                        f"{type(softmax_scale).__name__}")
-    scale = 0.0 if softmax_scale is None else float(softmax_scale)  # 0: c_api.h's default
-    if softmax_scale is not None and not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"octet.torch.attention: softmax_scale must be finite and > 0, "
-                         f"got {softmax_scale}")
-    q, k, v = q.to(work), k.to(work), v.to(work)
+    q, k, v, dtype, causal, scale = _prepare(q, k, v, causal, softmax_scale, precision,
+                                             "octet.torch.attention")
     # The layout octet reads: the one all three already lie in (no copy), tokens-major otherwise.
     if not all(t.is_contiguous() for t in (q, k, v)) and \
             all(t.transpose(1, 2).is_contiguous() for t in (q, k, v)):
@@ -396,12 +376,40 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
     def caller_order(o):  # the op's o as [B, T, H, D] in the caller's dtype
         return (o.transpose(1, 2) if layout == "bhsd" else o).to(dtype)
 
-    args = (q, k, v, bool(causal), scale, str(delta), str(precision), str(format), layout)
+    args = (q, k, v, causal, scale, str(delta), str(precision), str(format), layout)
     if return_residual:
         o, residual = _with_residual(*args)
         return caller_order(o), residual
     empty = torch.zeros(0, dtype=torch.float64, device=q.device)  # no residual: a NULL pointer
     return caller_order(_attention_op(args[0])(*args[:3], empty, *args[3:])[0])
+
+
+def _prepare(q, k, v, causal, softmax_scale, precision, who):
+    """attention()'s arguments checked (errors naming `who`) and converted: q, k, v [B, T, H, D]
+    in the dtype octet computes in, the caller's dtype, causal as a bool and the softmax scale
+    (0: c_api.h's default)."""
+    q, k, v = _autocast(q, k, v)
+    _check(q, k, v, precision, who)
+    dtype = q.dtype
+    if dtype == torch.float16 or (dtype == torch.float64 and precision != "fp64"):
+        work = torch.float32
+    else:
+        work = dtype
+
+    if type(causal).__module__ == "numpy" and type(causal).__name__ in ("bool", "bool_"):
+        causal = bool(causal)  # numpy's bool scalar
+    if not isinstance(causal, bool):
+        raise TypeError(f"{who}: causal must be a bool, got "
+                        f"{type(causal).__module__}.{type(causal).__qualname__}")
+    if softmax_scale is not None and (isinstance(softmax_scale, bool)
+                                      or not isinstance(softmax_scale, (int, float))):
+        raise TypeError(f"{who}: softmax_scale must be a number or None, got "
+                        f"{type(softmax_scale).__name__}")
+    scale = 0.0 if softmax_scale is None else float(softmax_scale)  # 0: c_api.h's default
+    if softmax_scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"{who}: softmax_scale must be finite and > 0, "
+                         f"got {softmax_scale}")
+    return q.to(work), k.to(work), v.to(work), dtype, bool(causal), scale
 
 
 @torch.compiler.disable
