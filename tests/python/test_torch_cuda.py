@@ -7,7 +7,7 @@ GQA, and against the CPU reference on the same BF16 inputs (GPU error <= 2x the 
 the matched row residual (<= 1e-5, the CUDA tests' bound); a side stream gives the default
 stream's results (O bitwise; the gradients up to the order of the fused backward's atomics);
 the three memory orders of q, k, v (layouts bshd, bhsd, strided) give the same bits; FP16 keeps
-its dtype; Float8Linear within the FP8 GEMM bound (float32 activations) and in BF16;
+its dtype; packed sequences (attention_varlen) equal each sequence's dense call; Float8Linear within the FP8 GEMM bound (float32 activations) and in BF16;
 torch.compile(fullgraph=True) against eager — a linear alone, an attention alone on strided
 inputs, linear -> attention, and three steps of delayed scaling — bitwise where only exact torch
 ops surround octet's calls (test_compile_*: which one fails tells where a difference enters);
@@ -93,6 +93,39 @@ def test_memory_orders_give_the_same_bits(d):
         for x, y in zip(got, want):
             assert torch.equal(x, y), name
     assert all(t.abs().sum() > 0 for t in want)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_varlen_equals_the_dense_calls(d):
+    """Packed sequences (offsets on the GPU, read by the op on the host) run each sequence's dense
+    kernels: o the dense calls' bits; the gradients theirs up to the backward's FP32 atomics; a
+    keyless sequence 0 rows, keys no query reads 0 gradients; the FP8 rule against float64 SDPA
+    per sequence through the dense calls' own test above."""
+    lens_q, lens_k = [130, 0, 257, 1, 40, 0], [200, 0, 257, 1, 0, 64]
+    gen = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(sum(n), h, d, generator=gen).to(DEV, torch.bfloat16).requires_grad_()
+               for n, h in ((lens_q, 4), (lens_k, 2), (lens_k, 2)))
+    d_o = torch.randn(q.shape, generator=gen).to(DEV, torch.bfloat16)
+    cu = lambda lens: torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], device=DEV,
+                                   dtype=torch.int32)
+    got = run_grads(lambda q, k, v: ot.attention_varlen(q, k, v, cu(lens_q), cu(lens_k), 257, 257,
+                                                        causal=True), (q, k, v), d_o)
+    want = [torch.zeros_like(t) for t in got]
+    oq, ok = cu(lens_q).tolist(), cu(lens_k).tolist()
+    for s in range(len(lens_q)):
+        if lens_q[s] == 0 or lens_k[s] == 0:
+            continue
+        rows, keys = slice(oq[s], oq[s + 1]), slice(ok[s], ok[s + 1])
+        part = run_grads(lambda q, k, v: ot.attention(q, k, v, causal=True),
+                         [t.detach()[None, r].requires_grad_() for t, r in ((q, rows), (k, keys), (v, keys))],
+                         d_o[None, rows])
+        for w, x, r in zip(want, part, (rows, rows, keys, keys)):
+            w[r] = x[0]
+    assert torch.equal(got[0], want[0])
+    for x, y in zip(got[1:], want[1:]):
+        torch.testing.assert_close(x, y, rtol=1e-2, atol=1e-3)
+    assert torch.count_nonzero(got[0][oq[4]:oq[5]]) == 0
+    assert torch.count_nonzero(got[2][ok[5]:]) == 0 and torch.count_nonzero(got[3][ok[5]:]) == 0
 
 
 def test_fp16_keeps_dtype():
