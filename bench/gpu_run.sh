@@ -5,7 +5,7 @@
 # Binaries are built on the development machine (nvcc, -arch sm_90a) and carried with their
 # non-system shared libraries:
 #   tools: bench/pack_gpu_carry.sh builds .cuda-carry/{bin,lib}; this script runs from the repo root.
-# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [attention-pack] [train] [bench-train] [hf-llama] [torch-attention] [ncu-attention]
+# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [attention-pack] [train] [bench-train] [hf-llama] [hf-llama-fsdp] [torch-attention] [ncu-attention]
 #   [bench-train-profile] [compare] (default: tests gemm quantize attention train); logs in $OUT (at
 #   most 8 files come back).
 #   bench-train: within OCTET_BENCH_TRAIN_TIMEOUT seconds (default 360) -> bench-train.jsonl, a table:
@@ -29,6 +29,12 @@
 #     linears) -> hf-llama.jsonl, each within OCTET_HF_TIMEOUT seconds (240), on the bytes of
 #     OCTET_HF_DATA (a file or directory: hf_llama.py --data) if set, else uniform tokens; needs liboctet_c in
 #     .cuda-carry/lib and torchao for its arm (the carried wheel, as bench-train)
+#   hf-llama-fsdp: FSDP2 on every GPU of the machine (torchrun --nproc-per-node N, N from
+#     nvidia-smi): per arm of OCTET_HF_ARMS (default octet:fp8,sdpa:bf16,sdpa:torchao-tensorwise),
+#     first one GPU with --grad-accum N (the same global batch and micro-batches), then the N ranks
+#     with --fsdp, OCTET_HF_STEPS (default 50) timed steps each on OCTET_HF_DATA if set ->
+#     hf-llama-fsdp.jsonl (rows in that order; a table of the loss difference and the speed-up);
+#     OCTET_HF_ARGS adds options to every run (a CPU dry run: "--model tiny --device cpu --no-compile")
 #   torch-attention: bench/peers/torch_attention.py (octet.torch.attention, the same kernels through
 #     the C ABI with and without the saved-state tensor, PyTorch SDPA; forward + backward) ->
 #     torch-attention.jsonl, within OCTET_TORCH_ATTENTION_TIMEOUT seconds (300); needs liboctet_c
@@ -148,6 +154,32 @@ for l in open(sys.argv[1]):
 for l in open(sys.argv[1]):
     r = json.loads(l)
     print(f"{r["arm"]:28} {r["tokens_per_s"]:10.0f} tokens/s {r["tflops"]:7.1f} TFLOP/s loss {r["loss_last"]:.3f}")' "$OUT/hf-llama.jsonl" ;;
+    hf-llama-fsdp)
+          : > "$OUT/hf-llama-fsdp.jsonl"; : > "$OUT/hf-llama-fsdp.err"
+          pyext=${OCTET_PYEXT:-/tmp/octet-pyext}
+          libc=${OCTET_LIBRARY:-$PWD/.cuda-carry/lib/liboctet_c.so}
+          gpus=$(nvidia-smi -L | wc -l)
+          bench/peers/install_wheels.sh "$pyext" >> "$OUT/hf-llama-fsdp.err" 2>&1
+          for arm in $(echo "${OCTET_HF_ARMS:-octet:fp8,sdpa:bf16,sdpa:torchao-tensorwise}" | tr , ' '); do
+            args=(--seq "${OCTET_HF_SEQ:-4096}" --batch "${OCTET_HF_BATCH:-2}" --steps "${OCTET_HF_STEPS:-50}"
+                  --attention "${arm%%:*}" --linears "${arm##*:}" ${OCTET_HF_DATA:+--data "$OCTET_HF_DATA"}
+                  ${OCTET_HF_ARGS:-})
+            for run in one fsdp; do
+              if [ $run = one ]; then launch=(python3 hf_llama.py --grad-accum "$gpus")
+              else launch=(torchrun --standalone --nproc-per-node "$gpus" hf_llama.py --fsdp); fi
+              (cd bench/peers && PYTHONPATH=$pyext${PYTHONPATH:+:$PYTHONPATH} OCTET_LIBRARY=$libc \
+                timeout "${OCTET_HF_TIMEOUT:-300}" "${launch[@]}" "${args[@]}") \
+                >> "$OUT/hf-llama-fsdp.jsonl" 2>> "$OUT/hf-llama-fsdp.err"
+              echo "hf-llama-fsdp $arm $run rc=$? ($SECONDS s)"
+            done
+          done
+          python3 -c 'import json,sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for one, many in zip(rows[::2], rows[1::2]):
+    d = max(abs(a - b) / abs(a) for a, b in zip(one["losses"], many["losses"]))
+    arm, world, t1, tn = many["arm"], many["world"], one["tokens_per_s"], many["tokens_per_s"]
+    print(f"{arm:28} 1 GPU {t1:9.0f} {world} GPUs {tn:9.0f} tokens/s ({tn / t1:.2f}x) "
+          f"max loss rel diff {d:.2e}")' "$OUT/hf-llama-fsdp.jsonl" ;;
     torch-attention)
           PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} \
             OCTET_LIBRARY=${OCTET_LIBRARY:-$PWD/.cuda-carry/lib/liboctet_c.so} \

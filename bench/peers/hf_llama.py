@@ -12,6 +12,13 @@ one loop (gpt2_octet_torch.py's data, step and timing).
   --data PATH                  bytes of a file or directory as tokens (vocab 256), the last 10 %
                                held out; without it uniform tokens
   --grad-accum A               micro-batches per optimizer step
+  --fsdp                       under torchrun: PyTorch FSDP2 (fully_shard per decoder layer, then
+                               the model) over the job's ranks (NCCL on CUDA, gloo on the CPU)
+
+Under --fsdp with W ranks, rank r's micro-batch n is the global micro-batch n·W + r of the same
+stream, so W ranks see, per optimizer step, exactly the micro-batches of one process run with
+--grad-accum A·W: the two runs' losses are comparable step by step (the row's loss is the mean
+over ranks, tokens/s counts every rank's tokens, TFLOP/s and MFU are per GPU).
 
 BF16 autocast over FP32 parameters, fused AdamW (lr --lr, betas 0.9/0.95, weight decay 0.1 on
 matrices), clip 1.0, torch.compile of the whole model unless --no-compile. One JSON line: tokens/s of
@@ -21,12 +28,14 @@ the losses and validation losses.
 import argparse
 import datetime
 import json
+import os
 import pathlib
 import statistics
 import sys
 import time
 
 import torch
+import torch.distributed as dist
 
 from gpt2_octet_torch import batches
 from gpt2_torch import to_float8
@@ -64,6 +73,33 @@ def flops_per_token(name, vocab, seq):
     return 6.0 * matmul + 6.0 * L * 2 * seq * h * hd, matmul
 
 
+def rank_batches(batch_of, world, rank):
+    """This rank's micro-batch n: the global micro-batch n·world + rank of batch_of's stream (a
+    stateful stream with --data: the other ranks' draws are made and dropped)."""
+    drawn = -1
+
+    def get(n):
+        nonlocal drawn
+        j = n * world + rank
+        while drawn < j - 1:
+            drawn += 1
+            batch_of(drawn)
+        drawn = j
+        return batch_of(j)
+    return get
+
+
+def shard(model, dev):
+    """FSDP2 over the torchrun job: each decoder layer its own unit, then the rest. Returns
+    (world, rank)."""
+    from torch.distributed.fsdp import fully_shard
+    dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    return dist.get_world_size(), dist.get_rank()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=sorted(SHAPES), default="llama-1b")
@@ -84,12 +120,21 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="dense BF16 peak (mfu)")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--device", default="cuda", help="cuda (cpu only to test the script)")
+    ap.add_argument("--fsdp", action="store_true", help="FSDP2 over the torchrun job's ranks")
     a = ap.parse_args()
     if a.data:
         a.vocab = 256
     if min(a.batch, a.grad_accum, a.seq, a.steps, a.warmup) < 1:
         sys.exit("--batch, --grad-accum, --seq, --steps and --warmup must be >= 1")
+    if a.fsdp and "LOCAL_RANK" not in os.environ:
+        sys.exit("--fsdp runs under torchrun (torchrun --nproc-per-node N hf_llama.py --fsdp ...)")
+    if a.fsdp and a.linears == "fp8" and a.recipe == "tensor-delayed":
+        sys.exit("--fsdp: recipe tensor-delayed keeps an amax history per rank, which nothing "
+                 "reduces across the ranks; use tensor-current, row or block")
     dev = torch.device(a.device)
+    if a.fsdp and dev.type == "cuda":
+        dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(dev)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     if a.attention != "sdpa":
         octet.hf.register()
@@ -101,12 +146,14 @@ def main():
         to_float8(model, a.linears.split("-", 1)[1])
     fp8_linears = sum(isinstance(m, ot.Float8Linear) for m in model.modules())
     n_params = sum(p.numel() for p in model.parameters())
+    world, rank = shard(model, dev) if a.fsdp else (1, 0)
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8, fused=dev.type == "cuda")
     step_model = model if a.no_compile else torch.compile(model)
     batch_of, val = batches(a, dev, 0)
+    batch_of = rank_batches(batch_of, world, rank)
     ms, losses, val_losses = [], [], []
     sync()
     for s in range(a.warmup + a.steps):
@@ -122,6 +169,10 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
         ot.update_scales(model)
+        if world > 1:  # the step's loss over the global batch
+            step_loss = step_loss.clone()
+            dist.all_reduce(step_loss)
+            step_loss = step_loss / world
         losses.append(float(step_loss))
         sync()
         if s >= a.warmup:
@@ -133,9 +184,13 @@ def main():
             model.train()
             val_losses.append((s + 1, v))
     fpt, matmul = flops_per_token(a.model, a.vocab, a.seq)
-    tokens = a.batch * a.seq * a.grad_accum
+    tokens = a.batch * a.seq * a.grad_accum * world
     step_ms = statistics.median(ms)
     tps = tokens / (step_ms * 1e-3)
+    if a.fsdp:
+        dist.destroy_process_group()
+    if rank != 0:
+        return
     import transformers
     row = {"bench": "train", "impl": "hf-" + ("compile" if not a.no_compile else "eager"),
            "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
@@ -146,9 +201,9 @@ def main():
            "arm": f"{a.linears}+{a.attention}", "recipe": a.recipe if a.linears == "fp8" else a.linears[8:],
            "fp8_linears": fp8_linears, "n_params": n_params, "n_matmul_params": matmul,
            "seq_len": a.seq, "vocab_size": a.vocab, "batch": a.batch, "grad_accum": a.grad_accum,
-           "tokens_per_step": tokens, "warmup": a.warmup, "steps": a.steps,
-           "step_ms_median": step_ms, "tokens_per_s": tps, "flops_per_token": fpt,
-           "tflops": fpt * tps / 1e12, "mfu": fpt * tps / 1e12 / a.peak_tflops,
+           "fsdp": a.fsdp, "world": world, "tokens_per_step": tokens, "warmup": a.warmup,
+           "steps": a.steps, "step_ms_median": step_ms, "tokens_per_s": tps, "flops_per_token": fpt,
+           "tflops": fpt * tps / world / 1e12, "mfu": fpt * tps / world / 1e12 / a.peak_tflops,
            "loss_first": losses[0], "loss_last": losses[-1], "losses": losses,
            "val_losses": val_losses, "data": a.data or "uniform"}
     print(json.dumps(row), flush=True)

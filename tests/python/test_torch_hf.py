@@ -269,3 +269,44 @@ def test_hf_llama_bench_script_on_cpu(tmp_path):
         assert len(row["losses"]) == 3 and [s for s, _ in row["val_losses"]] == [2, 3]
         assert abs(row["loss_first"] - 5.545) < 0.3  # log(256) at init
     assert rows["fp8+octet"]["fp8_linears"] == 14 and rows["bf16+sdpa"]["fp8_linears"] == 0
+
+
+def test_hf_llama_bench_script_fsdp_equals_grad_accumulation(tmp_path):
+    """hf_llama.py --fsdp under torchrun, 2 CPU ranks (gloo), FP8 attention and linears, held-out
+    data: each step's loss equals one process's with --grad-accum 2 (the same micro-batches; to
+    1e-6 relative, the gradient average summed in another order), the validation losses too, and
+    the row counts both ranks' tokens. Bad uses exit with a message."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / "peers" / "hf_llama.py"
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line {i}: the queue stops after buffer {i % 13} is freed.\n"
+                              for i in range(600)))
+    args = ["--model", "tiny", "--device", "cpu", "--no-compile", "--seq", "64", "--batch", "2",
+            "--warmup", "1", "--steps", "3", "--data", str(corpus), "--eval-every", "2",
+            "--attention", "octet", "--linears", "fp8"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                "--log-dir", str(tmp_path / "logs")]
+
+    def row(cmd):
+        r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), cwd=script.parent)
+        assert r.returncode == 0, r.stderr[-3000:]
+        lines = r.stdout.splitlines()
+        assert len(lines) == 1, r.stdout  # rank 0 prints, the others do not
+        return json.loads(lines[0])
+
+    one = row([sys.executable, str(script), *args, "--grad-accum", "2"])
+    two = row([*torchrun, str(script), *args, "--fsdp"])
+    assert (one["world"], two["world"], two["fsdp"]) == (1, 2, True)
+    assert one["tokens_per_step"] == two["tokens_per_step"] == 2 * 64 * 2
+    for a, b in zip(one["losses"] + [v for _, v in one["val_losses"]],
+                    two["losses"] + [v for _, v in two["val_losses"]]):
+        assert abs(a - b) <= 1e-6 * abs(a), (one["losses"], two["losses"])
+    assert len(two["losses"]) == 4 and [s for s, _ in two["val_losses"]] == [2, 4]
+    for bad, message in ((["--fsdp"], "runs under torchrun"),):
+        r = subprocess.run([sys.executable, str(script), *args, *bad], capture_output=True,
+                           text=True, cwd=script.parent)
+        assert r.returncode != 0 and message in r.stderr, r.stderr
