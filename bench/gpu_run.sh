@@ -32,9 +32,11 @@
 #   hf-llama-fsdp: FSDP2 on every GPU of the machine (torchrun --nproc-per-node N, N from
 #     nvidia-smi): per arm of OCTET_HF_ARMS (default octet:fp8,sdpa:bf16,sdpa:torchao-tensorwise),
 #     first one GPU with --grad-accum N (the same global batch and micro-batches), then the N ranks
-#     with --fsdp, OCTET_HF_STEPS (default 50) timed steps each on OCTET_HF_DATA if set ->
-#     hf-llama-fsdp.jsonl (rows in that order; a table of the loss difference and the speed-up);
-#     OCTET_HF_ARGS adds options to every run (a CPU dry run: "--model tiny --device cpu --no-compile")
+#     with --fsdp, OCTET_HF_STEPS (default 50) timed steps each on OCTET_HF_DATA if set, each run
+#     within OCTET_HF_TIMEOUT seconds (default 300) -> hf-llama-fsdp.jsonl (rows in that order; a
+#     table of the loss difference and the speed-up); OCTET_HF_ARGS adds options to every run
+#     (not --grad-accum, which the pair sets; a CPU dry run: "--model tiny --device cpu
+#     --no-compile" with OCTET_HF_GPUS=2, which otherwise comes from nvidia-smi)
 #   torch-attention: bench/peers/torch_attention.py (octet.torch.attention, the same kernels through
 #     the C ABI with and without the saved-state tensor, PyTorch SDPA; forward + backward) ->
 #     torch-attention.jsonl, within OCTET_TORCH_ATTENTION_TIMEOUT seconds (300); needs liboctet_c
@@ -158,7 +160,8 @@ for l in open(sys.argv[1]):
           : > "$OUT/hf-llama-fsdp.jsonl"; : > "$OUT/hf-llama-fsdp.err"
           pyext=${OCTET_PYEXT:-/tmp/octet-pyext}
           libc=${OCTET_LIBRARY:-$PWD/.cuda-carry/lib/liboctet_c.so}
-          gpus=$(nvidia-smi -L | wc -l)
+          gpus=${OCTET_HF_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
+          if [ "$gpus" -lt 1 ]; then echo "hf-llama-fsdp: no GPU found (nvidia-smi -L)"; continue; fi
           bench/peers/install_wheels.sh "$pyext" >> "$OUT/hf-llama-fsdp.err" 2>&1
           for arm in $(echo "${OCTET_HF_ARMS:-octet:fp8,sdpa:bf16,sdpa:torchao-tensorwise}" | tr , ' '); do
             args=(--seq "${OCTET_HF_SEQ:-4096}" --batch "${OCTET_HF_BATCH:-2}" --steps "${OCTET_HF_STEPS:-50}"

@@ -394,6 +394,10 @@ std::string peer_args(const TrainArgs& a, const std::string& arm) {
 
 void run_train(TrainArgs& a) {
   a.o.model_batch = parse_model_batch(a.model_batch);
+  for (size_t i = 0; i < a.peer_arms.size(); ++i)  // as bench_train's models and arms: a typo
+    OCTET_CHECK(
+        std::find(a.peer_arms.begin(), a.peer_arms.begin() + i, a.peer_arms[i]) == a.peer_arms.begin() + i,
+        "bench train: peer arm '" + a.peer_arms[i] + "' is given twice");
   const auto& o = a.o;
 #ifdef OCTET_WITH_CUDA
   const nlohmann::json env =

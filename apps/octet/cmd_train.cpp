@@ -122,7 +122,8 @@ void run_train(const TrainArgs& a) {
         // --set alone starts from the built-in defaults, which are no whole run: say where one is.
         throw octet::Error(std::string(e.what()) +
                            " (no --config given: --set changed the built-in defaults; start from a "
-                           "config, e.g. --config configs/tiny.toml)");
+                           "config, e.g. --config " +
+                           octet_home() + "/configs/tiny.toml)");
       }
       if (a.dump_grads.empty()) {
         OCTET_CHECK(!out.empty(), "give --out DIR (or --resume DIR)");

@@ -159,8 +159,9 @@ struct TrainBenchRow {
 int64_t bench_batch(const TrainBenchOptions& opt, const std::string& model);
 
 /// Runs every (model, arm) pair; on_row is called after each (with opt.profile, on_profile too, with
-/// the op classes sorted by time, largest first). Throws octet::Error for bad options (warmup or
-/// steps < 1, an unknown model or arm, a model or arm named twice, a batch that does not split).
+/// the op classes sorted by time, largest first). Throws octet::Error for bad options before any
+/// work, e.g. warmup or steps < 1, an unknown model or arm, a model or arm named twice, a batch
+/// that does not split, a batch given for a model not run, a peak TFLOP/s <= 0.
 void bench_train(
     const TrainBenchOptions& opt, const std::function<void(const TrainBenchRow&)>& on_row,
     const std::function<void(const TrainBenchRow&, const std::vector<TrainBenchOp>&)>& on_profile = {});

@@ -6,8 +6,8 @@ point (torchtitan.config.override), switched on from the command line without ch
       --override.imports octet.titan.attention,octet.titan.float8_linears \\
       --training.disable_cuda_graphs
 
-(attention_varlen reads the document offsets on the host: no CUDA graph capture; torchtitan's
-`--compile.enable` (fullgraph blocks) works.) Tested on its models on the CPU, not yet under its
+(attention_varlen reads the document offsets on the host: no CUDA graph capture; under
+torchtitan's `--compile.enable` the layers trace with fullgraph, without a graph break.) Tested on its models on the CPU, not yet under its
 Trainer (docs/pytorch.md "torchtitan").
 
 attention: every inner attention of the model (a FlexAttention or VarlenAttention config) becomes

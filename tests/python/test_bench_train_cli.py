@@ -97,6 +97,12 @@ def test_octet_rejected_options_print_no_table():
     assert r.returncode != 0 and r.stdout == "", r.stdout
     r = octet("bench", "train", "--device", "cpu", *SMALL, "--arms", "bf16")
     assert r.returncode == 0 and r.stdout.splitlines()[0].split()[:3] == ["impl", "model", "arm"], r.stdout
+    for option, names, what in (("--arms", "bf16,fp8-linear,bf16", "arm 'bf16'"),
+                                ("--models", "tiny,tiny", "model 'tiny'"),
+                                ("--peer-arms", "bf16,bf16", "peer arm 'bf16'")):
+        r = octet("bench", "train", "--device", "cpu", *SMALL, option, names)
+        assert_one_line_error(r, what, "given twice")
+        assert r.stdout == "", r.stdout
 
 
 def test_study_driver_refuses_a_file_without_conditions(tmp_path):
