@@ -137,9 +137,14 @@ def batch_for(a, name):
 
 def to_float8(model, recipe):
     """torchao float8 training on the blocks' nn.Linear (recipe tensorwise | rowwise); the tied LM
-    head is F.linear and stays BF16. Needs torchao importable. Returns the number of converted linears."""
-    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
-    from torchao.float8.float8_linear import Float8Linear
+    head is F.linear and stays BF16. Needs torchao importable (else exits naming it). Returns the
+    number of converted linears."""
+    try:
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        from torchao.float8.float8_linear import Float8Linear
+    except ImportError as e:
+        raise SystemExit(f"the torchao-{recipe} arm needs torchao's float8 training (pip install "
+                         f"torchao; on the GPU machine bench/peers/install_wheels.sh): {e}") from e
     convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
                                module_filter_fn=lambda m, fqn: m.in_features % 16 == 0 and m.out_features % 16 == 0)
     return sum(isinstance(m, Float8Linear) for m in model.modules())

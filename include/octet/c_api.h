@@ -93,12 +93,16 @@ typedef struct octet_attention_params {
    *  cu_seqlens_q[s + 1] − 1 of q, o, d_o, dq and rows cu_seqlens_k[s] .. cu_seqlens_k[s + 1] − 1
    *  of k, v, dk, dv, and attends to its own keys only (causal: bottom-right within the sequence).
    *  Needs batch 1 and OCTET_C_TOKENS_MAJOR (q [seq_q, n_heads, head_dim] with seq_q the total);
-   *  the offsets are int64 [n_seqs + 1] in host memory, rising from 0 to seq_q and to seq_k.
+   *  the offsets are int64 [n_seqs + 1] in host memory, rising from 0 to seq_q and to seq_k
+   *  (either total may be 0: a packing in which no sequence has queries, or none has keys);
+   *  n_seqs at most 2^31 − 2 (FlashAttention's int32 offsets), and the backward's offsets must
+   *  be the forward's (saved is laid out by them; only its size can be checked).
    *  lse holds sequence s's [n_heads, len_q(s)] at element n_heads · cu_seqlens_q[s]; saved holds
    *  each sequence's state at a 256-byte aligned offset (octet_attention_saved_bytes gives the
-   *  total). A sequence with queries and no keys gets 0 in its rows of o and dq and −inf in its lse;
-   *  one with keys and no queries gets 0 in its rows of dk and dv. residual must be NULL. Each
-   *  sequence is one call of the dense kernels today (no fused varlen kernel yet). */
+   *  total; the bytes between two sequences' parts are not written). A sequence with queries and no keys gets
+   * 0 in its rows of o and dq and −inf in its lse; one with keys and no queries gets 0 in its rows of dk and
+   * dv. residual must be NULL. Each sequence is one call of the dense kernels today (no fused varlen kernel
+   * yet). */
   int64_t n_seqs;
   const int64_t* cu_seqlens_q;
   const int64_t* cu_seqlens_k;

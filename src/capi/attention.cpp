@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "capi/capi_impl.h"
@@ -204,8 +205,13 @@ Attention& attention_for(octet_c_backend& be, const octet_attention_params& p, c
       std::to_string(p.seq_q) + "," + std::to_string(p.seq_k) + "," + std::to_string(p.head_dim) + "," +
       std::to_string(p.causal) + "," + std::to_string(std::bit_cast<uint32_t>(p.softmax_scale)) + "," +
       p.precision + "," + p.delta + "," + p.formats + "," + std::to_string(p.layout);
-  for (auto& [k, attn] : be.attentions)
-    if (k == key) return *attn;
+  for (auto it = be.attentions.begin(); it != be.attentions.end(); ++it)
+    if (it->first == key) {  // the most recently used goes last: the least recently used goes first
+      auto entry = std::move(*it);
+      be.attentions.erase(it);
+      be.attentions.push_back(std::move(entry));
+      return *be.attentions.back().second;
+    }
   if (be.attentions.size() >= octet_c_backend::kMaxAttentions) be.attentions.pop_front();
   be.attentions.emplace_back(key, be.backend->make_attention(s, cfg));
   return *be.attentions.back().second;

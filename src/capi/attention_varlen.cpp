@@ -8,6 +8,7 @@
 // −inf LSE) and their gradients 0, written by the backend's fill. The loop sits behind the ABI so
 // that callers (the PyTorch op attention_varlen) make one call per layer and keep working when a
 // fused varlen kernel replaces it.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -25,6 +26,7 @@ struct Packing {
 };
 
 constexpr int64_t kSavedAlign = 256;  // c_api.h: `saved` is 256-byte aligned, and so is each part
+constexpr int64_t kMaxSeqs = int64_t(std::numeric_limits<int32_t>::max()) - 1;  // c_api.h n_seqs
 
 std::string str(int64_t v) { return std::to_string(v); }
 
@@ -78,6 +80,8 @@ Packing packing_of(octet_c_backend* be, const octet_attention_params* p, bool wi
       p->n_seqs >= 1,
       "attention params: packed sequences need n_seqs >= 1 with cu_seqlens_q and cu_seqlens_k, got n_seqs " +
           str(p->n_seqs));
+  OCTET_CHECK(p->n_seqs <= kMaxSeqs, "attention params: n_seqs " + str(p->n_seqs) + " is above the " +
+                                         str(kMaxSeqs) + " packed sequences supported (int32 offsets)");
   OCTET_CHECK(
       p->batch == 1,
       "attention params: packed sequences need batch 1 (the sequences are the batch), got " + str(p->batch));
@@ -85,7 +89,13 @@ Packing packing_of(octet_c_backend* be, const octet_attention_params* p, bool wi
       p->layout == OCTET_C_TOKENS_MAJOR,
       "attention params: packed sequences need layout OCTET_C_TOKENS_MAJOR ([total, heads, head_dim])");
   OCTET_CHECK(!p->residual, "attention params: packed sequences take no residual (pass NULL)");
-  validate_attention_params(*be, *p);
+  OCTET_CHECK(p->seq_q >= 0 && p->seq_k >= 0, "attention params: packed totals seq_q " + str(p->seq_q) +
+                                                  " and seq_k " + str(p->seq_k) + " must be >= 0");
+  // A total of 0 tokens (no sequence has queries, or none has keys) is a packing; the rest is
+  // checked as a dense call of at least one token.
+  octet_attention_params whole = *p;
+  whole.seq_q = std::max<int64_t>(p->seq_q, 1), whole.seq_k = std::max<int64_t>(p->seq_k, 1);
+  validate_attention_params(*be, whole);
   Packing pk;
   pk.q = offsets_of(p->cu_seqlens_q, p->n_seqs, p->seq_q, "cu_seqlens_q");
   pk.k = offsets_of(p->cu_seqlens_k, p->n_seqs, p->seq_k, "cu_seqlens_k");

@@ -19,7 +19,8 @@ struct octet_c_backend {
   std::unique_ptr<octet::Backend> backend;
   /// The attention calls' layers, one per (shape, config) (src/capi/attention.cpp), built on first
   /// use and kept: building one costs more host time than a small call's kernels, and its scratch
-  /// is reused in stream order. At most kMaxAttentions; the oldest goes first.
+  /// is reused in stream order. At most kMaxAttentions; the least recently used goes first (so a
+  /// packed call over more distinct sequence lengths than that rebuilds layers on every call).
   static constexpr size_t kMaxAttentions = 16;
   std::deque<std::pair<std::string, std::unique_ptr<octet::Attention>>> attentions;
   /// Held by every call that uses `attentions` (PyTorch runs backwards on its own threads).

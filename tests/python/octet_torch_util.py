@@ -114,6 +114,17 @@ def run_grads(fn, qkv, d_o):
     return (o.detach(), *torch.autograd.grad(o, qkv, d_o.to(o.dtype)))
 
 
+def check_checkpointing_is_bitwise(fn, qkv, d_o):
+    """fn(q, k, v) under torch.utils.checkpoint gives the output and gradients of the plain call,
+    bit for bit (the recomputed forward is the same call)."""
+    qkv = [t.detach().requires_grad_() for t in qkv]
+    plain = run_grads(fn, qkv, d_o)
+    ckpt = run_grads(lambda *t: torch.utils.checkpoint.checkpoint(fn, *t, use_reentrant=False), qkv,
+                     d_o)
+    for name, a, b in zip(("o", "dq", "dk", "dv"), plain, ckpt):
+        assert torch.equal(a, b), name
+
+
 def check_attention_rule(fn, qkv, d_o, causal):
     """FlashAttention-3's test rule for o = fn(q, k, v) (layouts [B, T, H, D], any device and
     dtype; fn must be differentiable): for O, dQ, dK, dV, the relative error against float64 SDPA

@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.utils.checkpoint
 
-from octet_torch_util import rel  # noqa: F401  (also puts python/ on the path)
+from octet_torch_util import check_checkpointing_is_bitwise, rel  # noqa: F401  (also puts python/ on the path)
 import octet
 import octet.torch as ot
 from octet import _lib
@@ -138,17 +138,8 @@ def test_activation_checkpointing_is_bitwise():
     gen = torch.Generator().manual_seed(4)
     base = [torch.randn(2, 24, h, 16, generator=gen) for h in (4, 2, 2)]
     d_o = torch.randn(2, 24, 4, 16, generator=gen)
-
-    def grads(checkpointed):
-        q, k, v = (t.clone().requires_grad_() for t in base)
-        fn = lambda q, k, v: ot.attention(q, k, v, causal=True, delta="matched")
-        o = torch.utils.checkpoint.checkpoint(fn, q, k, v, use_reentrant=False) if checkpointed \
-            else fn(q, k, v)
-        o.backward(d_o)
-        return o.detach(), q.grad, k.grad, v.grad
-
-    for a, b in zip(grads(False), grads(True)):
-        assert torch.equal(a, b)
+    check_checkpointing_is_bitwise(lambda q, k, v: ot.attention(q, k, v, causal=True, delta="matched"),
+                                   base, d_o)
 
 
 def test_direct_op_calls_with_bad_tensors_raise():

@@ -3,15 +3,19 @@ packed sequences in FlashAttention's varlen form equal each sequence's own dense
 bit, gradients included: the library splits the packed call into those calls), and through the
 FP64 oracle a float64 SDPA per sequence (1e-12); GQA, causal with len_q != len_k, a zero-length
 sequence, one with queries and no keys (0 rows, -inf LSE), one with keys and no queries (0
-gradients), and backward through a batch in which no sequence has keys; the LSE blocks equal the
+gradients), and backward through a batch in which no sequence has keys or none has queries (every
+input's gradient 0, compiled too, the arguments still checked); the LSE blocks equal the
 dense calls'; torch.compile(fullgraph=True) equals eager; bad offsets raise naming the argument,
-eagerly and compiled; the C ABI refuses packings it cannot read."""
+eagerly and compiled; the backward op refuses a packing of another sequence count; opcheck on the
+forward op; the backward op refuses saved state, totals and heads it would misread; activation
+checkpointing is bitwise; the C ABI refuses packings it cannot read."""
 import ctypes
 
 import pytest
 import torch
 
-from octet_torch_util import sdpa
+from octet_torch_util import check_checkpointing_is_bitwise, sdpa
+import octet
 import octet.torch as ot
 from octet import _lib
 from octet.torch._backend import backend_for
@@ -75,6 +79,92 @@ def test_no_sequence_with_keys_still_backpropagates():
     assert torch.equal(o, torch.zeros(3, 2, 16))
     o.sum().backward()
     assert torch.equal(q.grad, torch.zeros_like(q))
+
+
+@pytest.mark.parametrize("side", ["q", "k"])
+def test_no_tokens_on_one_side_gives_every_input_a_zero_gradient(side):
+    gen = torch.Generator().manual_seed(8)
+    lens_q, lens_k = ([0, 0], [3, 2]) if side == "q" else ([3, 2], [0, 0])
+    q = packed(lens_q, 2, 16, gen, torch.float32)
+    k, v = packed(lens_k, 1, 16, gen, torch.float32), packed(lens_k, 1, 16, gen, torch.float32)
+    o = ot.attention_varlen(q, k, v, cu(lens_q), cu(lens_k), 3, 3, causal=True)
+    assert o.shape == q.shape and torch.count_nonzero(o) == 0
+    (o.sum() + 1.0).backward()
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        assert t.grad is not None and torch.equal(t.grad, torch.zeros_like(t)), name
+
+
+def test_no_tokens_still_checks_the_arguments():
+    q, k = torch.randn(0, 2, 16), torch.randn(4, 1, 16)
+    c0, c4 = cu([0]), cu([4])
+    with pytest.raises(octet.OctetError, match="precision"):
+        ot.attention_varlen(q, k, k, c0, c4, 0, 4, precision="fp9")
+    with pytest.raises(ValueError, match="kv heads"):
+        ot.attention_varlen(torch.randn(0, 3, 16), torch.randn(4, 2, 16), torch.randn(4, 2, 16), c0,
+                            c4, 0, 4)
+    with pytest.raises(ValueError, match="rise from 0 to the 4"):
+        ot.attention_varlen(q, k, k, c0, cu([3]), 0, 4)
+
+
+def test_no_keys_compiles_fullgraph():
+    gen = torch.Generator().manual_seed(9)
+    q = packed([3, 2], 2, 16, gen, torch.float32)
+    k, v = packed([0, 0], 1, 16, gen, torch.float32), packed([0, 0], 1, 16, gen, torch.float32)
+    f = torch.compile(lambda q, k, v: ot.attention_varlen(q, k, v, cu([3, 2]), cu([0, 0]), 3, 0),
+                      fullgraph=True, backend="aot_eager")
+    o = f(q, k, v)
+    o.sum().backward()
+    assert torch.count_nonzero(o) == 0 and torch.equal(q.grad, torch.zeros_like(q))
+
+
+def test_backward_op_refuses_a_packing_of_another_sequence_count():
+    gen = torch.Generator().manual_seed(10)
+    q = packed([3, 2], 2, 16, gen, torch.float32).detach()
+    k = packed([4, 1], 1, 16, gen, torch.float32).detach()
+    o, lse, saved = torch.ops.octet.attention_varlen_forward(
+        q, k, k, cu([3, 2]), cu([4, 1]), 3, 4, False, 0.0, "matched", "fp8", "hybrid")
+    with pytest.raises(ValueError, match="cu_seqlens_q has 2 sequences, cu_seqlens_k 1"):
+        torch.ops.octet.attention_varlen_backward(o, lse, saved, o, cu([3, 2]), cu([5]), 1, 5, False,
+                                                  0.0, "matched", "fp8", "hybrid")
+
+
+def test_backward_op_refuses_tensors_it_would_misread():
+    gen = torch.Generator().manual_seed(12)
+    q = packed([3, 2], 2, 16, gen, torch.float32).detach()
+    k = packed([4, 1], 1, 16, gen, torch.float32).detach()
+    cq, ck, config = cu([3, 2]), cu([4, 1]), (False, 0.0, "matched", "fp8", "hybrid")
+    o, lse, saved = torch.ops.octet.attention_varlen_forward(q, k, k, cq, ck, 3, 4, *config)
+    bwd = torch.ops.octet.attention_varlen_backward
+    with pytest.raises(octet.OctetError, match="saved_size"):
+        bwd(o, lse, saved[:-1], o, cq, ck, 1, 5, *config)
+    with pytest.raises(ValueError, match="rise from 0 to the 6"):
+        bwd(o, lse, saved, o, cq, ck, 1, 6, *config)
+    with pytest.raises(octet.OctetError, match="kv"):
+        bwd(o, lse, saved, o, cq, ck, 3, 5, *config)
+    with pytest.raises(TypeError, match="lse"):
+        bwd(o, lse[:-1], saved, o, cq, ck, 1, 5, *config)
+
+
+def test_activation_checkpointing_is_bitwise():
+    gen = torch.Generator().manual_seed(13)
+    base = [packed(LENS_Q, 4, 16, gen, torch.float32).detach()] + \
+        [packed(LENS_K, 2, 16, gen, torch.float32).detach() for _ in range(2)]
+    d_o = torch.randn(base[0].shape, generator=gen)
+    check_checkpointing_is_bitwise(
+        lambda q, k, v: ot.attention_varlen(q, k, v, cu(LENS_Q), cu(LENS_K), 9, 9, causal=True), base, d_o)
+
+
+def test_forward_op_passes_opcheck():
+    gen = torch.Generator().manual_seed(11)
+    q = packed(LENS_Q, 4, 16, gen, torch.float32)
+    k, v = packed(LENS_K, 2, 16, gen, torch.float32), packed(LENS_K, 2, 16, gen, torch.float32)
+    args = (q, k, v, cu(LENS_Q), cu(LENS_K), 9, 9, True, 0.0, "matched", "fp8", "hybrid")
+    # freed non-zero memory first, so that bytes the op leaves unwritten differ between its runs
+    # and the compiled-vs-eager check (test_aot_dispatch_dynamic) sees them
+    junk = [torch.full((1 << 20,), 0xAB, dtype=torch.uint8) for _ in range(4)]
+    del junk
+    result = torch.library.opcheck(torch.ops.octet.attention_varlen_forward.default, args)
+    assert set(result.values()) == {"SUCCESS"}, result
 
 
 def test_bad_offsets_raise():
@@ -207,6 +297,8 @@ def test_the_library_refuses_packings_it_cannot_read():
                             ({"residual": residual.data_ptr()}, "no residual"),
                             ({"cu_seqlens_k": bad.data_ptr()}, "cu_seqlens_k must run from 0 to 6"),
                             ({"seq_q": 7}, "cu_seqlens_q must run from 0 to 7"),
-                            ({"n_seqs": 0}, "n_seqs >= 1"), ({"cu_seqlens_q": None}, "cu_seqlens_q is NULL")]:
+                            ({"n_seqs": 0}, "n_seqs >= 1"), ({"n_seqs": 2**63 - 1}, "n_seqs 9223372036854775807 is above"),
+                            ({"seq_k": -1}, "seq_k -1 must be >= 0"),
+                            ({"cu_seqlens_q": None}, "cu_seqlens_q is NULL")]:
         assert call(**change) == -1, change
         assert message in _lib.lib().octet_last_error().decode(), (change, _lib.lib().octet_last_error())

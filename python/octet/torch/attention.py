@@ -286,7 +286,7 @@ def _attention_op(q):
     return _Eager.apply if eager(q) else _forward
 
 
-def _check(q, k, v, precision, who):
+def _check(q, k, v, precision, who, empty_seq_ok=False):
     names = ("q", "k", "v")
     for name, t in zip(names, (q, k, v)):
         if not isinstance(t, torch.Tensor):
@@ -295,7 +295,7 @@ def _check(q, k, v, precision, who):
         if t.dim() != 4:
             raise ValueError(f"{who}: {name} must have 4 dims [batch, seq, heads, "
                              f"head_dim], got shape {tuple(t.shape)}")
-        if t.numel() == 0:
+        if any(n == 0 for i, n in enumerate(t.shape) if not (empty_seq_ok and i == 1)):
             raise ValueError(f"{who}: {name} {tuple(t.shape)} [batch, seq, heads, "
                              f"head_dim] has a size 0: every size must be >= 1")
     if not (q.device == k.device == v.device):
@@ -384,12 +384,12 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
     return caller_order(_attention_op(args[0])(*args[:3], empty, *args[3:])[0])
 
 
-def _prepare(q, k, v, causal, softmax_scale, precision, who):
+def _prepare(q, k, v, causal, softmax_scale, precision, who, empty_seq_ok=False):
     """attention()'s arguments checked (errors naming `who`) and converted: q, k, v [B, T, H, D]
     in the dtype octet computes in, the caller's dtype, causal as a bool and the softmax scale
-    (0: c_api.h's default)."""
+    (0: c_api.h's default). empty_seq_ok: T may be 0 (packed sequences with no tokens)."""
     q, k, v = _autocast(q, k, v)
-    _check(q, k, v, precision, who)
+    _check(q, k, v, precision, who, empty_seq_ok)
     dtype = q.dtype
     if dtype == torch.float16 or (dtype == torch.float64 and precision != "fp64"):
         work = torch.float32

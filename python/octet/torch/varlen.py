@@ -62,9 +62,9 @@ def _packed_params(total_q, h, total_k, g, d, dtype, offsets_q, offsets_k, confi
 
 def _check_op_forward(q, k, v):
     for name, t in (("q", q), ("k", k), ("v", v)):
-        require(t.dim() == 3 and all(n >= 1 for n in t.shape), ValueError,
-                f"{_OP}forward: {name} must be 3-D [total, heads, head_dim] with every size >= 1, "
-                f"got {tuple(t.shape)}")
+        require(t.dim() == 3 and t.shape[1] >= 1 and t.shape[2] >= 1, ValueError,
+                f"{_OP}forward: {name} must be 3-D [total, heads, head_dim] with heads and "
+                f"head_dim >= 1, got {tuple(t.shape)}")
         require(t.dtype == q.dtype and t.device == q.device and q.dtype in _DTYPE_OK, TypeError,
                 f"{_OP}forward: {name} must have q's dtype and device, one of "
                 f"{', '.join(map(str, _DTYPE_OK))}; got {t.dtype}, {t.device}")
@@ -82,12 +82,19 @@ def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_
                          softmax_scale, delta, precision, formats)
 
 
-def _forward_body(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *config):
-    offsets_q = _offsets(cu_seqlens_q, q.shape[0], max_seqlen_q, "cu_seqlens_q")
-    offsets_k = _offsets(cu_seqlens_k, k.shape[0], max_seqlen_k, "cu_seqlens_k")
+def _packing(cu_seqlens_q, cu_seqlens_k, total_q, total_k, max_seqlen_q=None, max_seqlen_k=None):
+    """Both offset lists, checked (_offsets) and of one sequence count."""
+    offsets_q = _offsets(cu_seqlens_q, total_q, max_seqlen_q, "cu_seqlens_q")
+    offsets_k = _offsets(cu_seqlens_k, total_k, max_seqlen_k, "cu_seqlens_k")
     if len(offsets_q) != len(offsets_k):
         raise ValueError(f"{_WHO}: cu_seqlens_q has {len(offsets_q) - 1} sequences, cu_seqlens_k "
                          f"{len(offsets_k) - 1}")
+    return offsets_q, offsets_k
+
+
+def _forward_body(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *config):
+    offsets_q, offsets_k = _packing(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
+                                    max_seqlen_q, max_seqlen_k)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     (total_q, h, d), (total_k, g, _) = q.shape, k.shape
     p, hold = _packed_params(total_q, h, total_k, g, d, q.dtype, offsets_q, offsets_k, config)
@@ -97,7 +104,9 @@ def _forward_body(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
         _lib.check(-1)
     o = q.new_empty(q.shape)
     lse = torch.empty(h * total_q, dtype=_lse_dtype(q), device=q.device)
-    saved = torch.empty(n, dtype=torch.uint8, device=q.device)
+    # zeros: the library leaves the alignment padding between sequences' parts unwritten, and the
+    # op's outputs must be a function of its inputs (torch.library.opcheck, compiled == eager)
+    saved = torch.zeros(n, dtype=torch.uint8, device=q.device)
     p.q, p.k, p.v, p.o, p.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), \
         lse.data_ptr()
     p.saved, p.saved_size = (saved.data_ptr(), n) if n > 0 else (None, 0)
@@ -136,8 +145,8 @@ def _backward_impl(o: torch.Tensor, lse: torch.Tensor, saved: torch.Tensor, d_o:
 
 
 def _backward_body(o, lse, saved, d_o, cu_seqlens_q, cu_seqlens_k, n_kv_heads, total_k, *config):
-    offsets_q = _offsets(cu_seqlens_q, o.shape[0], None, "cu_seqlens_q")
-    offsets_k = _offsets(cu_seqlens_k, total_k, None, "cu_seqlens_k")
+    # The same packing as the forward's, or saved is misread: only the counts can be checked here.
+    offsets_q, offsets_k = _packing(cu_seqlens_q, cu_seqlens_k, o.shape[0], total_k)
     (total_q, h, d) = o.shape
     o, lse, saved, d_o = o.contiguous(), lse.contiguous(), saved.contiguous(), d_o.contiguous()
     dq = o.new_empty(o.shape)
@@ -231,20 +240,11 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     for name, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(n, bool) or not isinstance(n, (int, torch.SymInt)):
             raise TypeError(f"{_WHO}: {name} must be an int, got {type(n).__name__}")
-    if q.shape[0] == 0 or k.shape[0] == 0:  # nothing to attend: 0 rows (offsets still checked)
-        _offsets(cu_seqlens_q, q.shape[0], max_seqlen_q, "cu_seqlens_q")
-        _offsets(cu_seqlens_k, k.shape[0], max_seqlen_k, "cu_seqlens_k")
-        return _zeros_of(q)
+    # either total may be 0 (no sequence has queries, or none has keys): the library's packing
     q4, k4, v4, dtype, causal, scale = _prepare(q[None], k[None], v[None], causal, softmax_scale,
-                                                precision, _WHO)
+                                                precision, _WHO, empty_seq_ok=True)
     args = (q4[0], k4[0], v4[0], cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
             scale, str(delta), str(precision), str(format))
     op = _Eager.apply if eager(q) else _forward
     return op(*args)[0].to(dtype)
 
-
-def _zeros_of(x):
-    """Zeros of x's shape in x's autograd graph (gradient 0, whatever x holds: no NaN from 0·inf),
-    so that backward works when no sequence has keys."""
-    return torch.where(torch.zeros((), dtype=torch.bool, device=x.device), x,
-                       torch.zeros((), dtype=x.dtype, device=x.device))
