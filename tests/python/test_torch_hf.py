@@ -13,7 +13,8 @@ attention implementation, on tiny Llama models on the CPU.
 - the FP8 attention ("octet", "octet-stale") trains a tiny Llama (the loss falls), with its first
   loss near eager's; convert_to_float8 with float8_filter swaps every linear but the LM head;
 - cross-attention with a padded encoder mask computes every query row over the valid keys;
-- bench/peers/hf_llama.py runs both arms on a tiny model with consistent fields;
+- bench/peers/hf_llama.py runs both arms on a tiny model with consistent fields (under FSDP:
+  test_torch_hf_fsdp.py);
 - bad input (dropout, a sliding window, chunked attention, a score bias, a dense mask, bad
   cu_seq_lens, position_ids it cannot read as packing, a bad delta/precision, a built-in name)
   raises a ValueError naming it.
@@ -269,44 +270,3 @@ def test_hf_llama_bench_script_on_cpu(tmp_path):
         assert len(row["losses"]) == 3 and [s for s, _ in row["val_losses"]] == [2, 3]
         assert abs(row["loss_first"] - 5.545) < 0.3  # log(256) at init
     assert rows["fp8+octet"]["fp8_linears"] == 14 and rows["bf16+sdpa"]["fp8_linears"] == 0
-
-
-def test_hf_llama_bench_script_fsdp_equals_grad_accumulation(tmp_path):
-    """hf_llama.py --fsdp under torchrun, 2 CPU ranks (gloo), FP8 attention and linears, held-out
-    data: each step's loss equals one process's with --grad-accum 2 (the same micro-batches) bit
-    for bit, the validation losses too, and the row counts both ranks' tokens. Bad uses exit with
-    a message."""
-    import json
-    import os
-    import pathlib
-    import subprocess
-    import sys
-    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / "peers" / "hf_llama.py"
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("".join(f"line {i}: the queue stops after buffer {i % 13} is freed.\n"
-                              for i in range(600)))
-    args = ["--model", "tiny", "--device", "cpu", "--no-compile", "--seq", "64", "--batch", "2",
-            "--warmup", "1", "--steps", "3", "--data", str(corpus), "--eval-every", "2",
-            "--attention", "octet", "--linears", "fp8"]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                "--log-dir", str(tmp_path / "logs")]
-
-    def row(cmd):
-        r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), cwd=script.parent)
-        assert r.returncode == 0, r.stderr[-3000:]
-        lines = r.stdout.splitlines()
-        assert len(lines) == 1, r.stdout  # rank 0 prints, the others do not
-        return json.loads(lines[0])
-
-    one = row([sys.executable, str(script), *args, "--grad-accum", "2"])
-    two = row([*torchrun, str(script), *args, "--fsdp"])
-    assert (one["world"], two["world"], two["fsdp"]) == (1, 2, True)
-    assert one["tokens_per_step"] == two["tokens_per_step"] == 2 * 64 * 2
-    # Bit for bit: both add the same two micro-batches' gradients (a + b either way), each halved
-    # exactly (1/grad_accum on the loss; FSDP's average over 2 ranks).
-    assert one["losses"] == two["losses"] and one["val_losses"] == two["val_losses"], (one, two)
-    assert len(two["losses"]) == 4 and [s for s, _ in two["val_losses"]] == [2, 4]
-    for bad, message in ((["--fsdp"], "runs under torchrun"),):
-        r = subprocess.run([sys.executable, str(script), *args, *bad], capture_output=True,
-                           text=True, cwd=script.parent)
-        assert r.returncode != 0 and message in r.stderr, r.stderr

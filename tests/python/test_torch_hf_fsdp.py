@@ -1,0 +1,113 @@
+"""bench/peers/hf_llama.py --fsdp (docs/pytorch.md) under torchrun on CPU ranks (gloo), a tiny
+Llama with octet's FP8 attention and linears:
+
+- two ranks equal one process with --grad-accum 2 bit for bit, step by step, validation included;
+- a rank killed mid-run ends the whole job within seconds, with a non-zero exit and torchrun's
+  report naming the killed rank's signal (no rank left waiting in a collective);
+- --fsdp without torchrun exits with a message.
+"""
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import octet_torch_util  # noqa: F401  (puts the checkout's python/ on sys.path)
+
+pytest.importorskip("transformers")
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "bench" / "peers" / "hf_llama.py"
+
+
+def bench_args(tmp_path, steps):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line {i}: the queue stops after buffer {i % 13} is freed.\n"
+                              for i in range(600)))
+    return ["--model", "tiny", "--device", "cpu", "--no-compile", "--seq", "64", "--batch", "2",
+            "--warmup", "1", "--steps", str(steps), "--data", str(corpus), "--eval-every", "2",
+            "--attention", "octet", "--linears", "fp8"]
+
+
+def torchrun(tmp_path, ranks=2):
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+            str(ranks), "--log-dir", str(tmp_path / "logs"), str(SCRIPT)]
+
+
+def test_fsdp_equals_grad_accumulation(tmp_path):
+    args = bench_args(tmp_path, 3)
+
+    def row(cmd):
+        r = subprocess.run(cmd, capture_output=True, text=True, cwd=SCRIPT.parent)
+        assert r.returncode == 0, r.stderr[-3000:]
+        lines = r.stdout.splitlines()
+        assert len(lines) == 1, r.stdout  # rank 0 prints, the others do not
+        return json.loads(lines[0])
+
+    one = row([sys.executable, str(SCRIPT), *args, "--grad-accum", "2"])
+    two = row([*torchrun(tmp_path), *args, "--fsdp"])
+    assert (one["world"], two["world"], two["fsdp"]) == (1, 2, True)
+    assert one["tokens_per_step"] == two["tokens_per_step"] == 2 * 64 * 2
+    # Bit for bit: both add the same two micro-batches' gradients (a + b either way), each halved
+    # exactly (1/grad_accum on the loss; FSDP's average over 2 ranks).
+    assert one["losses"] == two["losses"] and one["val_losses"] == two["val_losses"], (one, two)
+    assert len(two["losses"]) == 4 and [s for s, _ in two["val_losses"]] == [2, 4]
+    r = subprocess.run([sys.executable, str(SCRIPT), *args, "--fsdp"], capture_output=True,
+                       text=True, cwd=SCRIPT.parent)
+    assert r.returncode != 0 and "runs under torchrun" in r.stderr, r.stderr
+
+
+def rank_pids(parent):
+    """{RANK: pid} of the workers below `parent` (the torchrun process), read from /proc."""
+    found, todo = {}, [parent]
+    while todo:
+        pid = todo.pop()
+        try:
+            children = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            todo.append(child)
+            try:
+                env = pathlib.Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            for kv in env:
+                if kv.startswith(b"RANK="):
+                    found[int(kv[5:])] = child
+    return found
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_a_killed_rank_ends_the_job(tmp_path):
+    job = subprocess.Popen([*torchrun(tmp_path), *bench_args(tmp_path, 100000), "--fsdp"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           cwd=SCRIPT.parent)
+    try:
+        deadline = time.monotonic() + 120
+        pids = {}
+        while len(pids) < 2 and time.monotonic() < deadline and job.poll() is None:
+            time.sleep(0.2)
+            pids = rank_pids(job.pid)
+        assert len(pids) == 2, f"the two ranks did not start: {pids}"
+        time.sleep(8)  # past model building and into the steps (100000 of them: never done)
+        assert job.poll() is None, job.stderr.read()[-3000:]
+        os.kill(pids[1], signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = job.communicate(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    assert job.returncode != 0
+    assert took < 30, f"the job took {took:.1f} s to end after rank 1 was killed"
+    # torchrun's report: the root cause is rank 1, killed by signal 9
+    assert re.search(r"Root Cause.*?rank\s*:\s*1\b.*?SIGKILL", err, re.S), err[-3000:]
+    for pid in pids.values():
+        assert not pathlib.Path(f"/proc/{pid}").exists() or \
+            pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", f"rank pid {pid} lives"
