@@ -181,14 +181,14 @@ runs = {}
 for l in open(sys.argv[1]):
     r = json.loads(l) if l.startswith("{") else {}
     if "losses" in r:
-        runs.setdefault(r["arm"], {})[r["world"]] = r
-for arm, by_world in runs.items():
-    if 1 not in by_world or len(by_world) < 2:
-        print(f"{arm:28} no pair: runs on {sorted(by_world)} GPUs"); continue
-    one, many = by_world[1], by_world[max(by_world)]
+        runs.setdefault(r["arm"], {})[r["fsdp"]] = r
+for arm, pair in runs.items():
+    if len(pair) < 2:
+        print(f"{arm:28} no pair: only the run with fsdp={list(pair)[0]}"); continue
+    one, many = pair[False], pair[True]
     d = max(abs(a - b) / abs(a) for a, b in zip(one["losses"], many["losses"]))
-    t1, tn = one["tokens_per_s"], many["tokens_per_s"]
-    print(f"{arm:28} 1 GPU {t1:9.0f} {many['world']} GPUs {tn:9.0f} tokens/s ({tn / t1:.2f}x) "
+    t1, tn, world = one["tokens_per_s"], many["tokens_per_s"], many["world"]
+    print(f"{arm:28} 1 GPU {t1:9.0f} {world} GPUs {tn:9.0f} tokens/s ({tn / t1:.2f}x) "
           f"max loss rel diff {d:.2e}")' "$OUT/hf-llama-fsdp.jsonl" ;;
     torch-attention)
           PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} \

@@ -99,10 +99,10 @@ typedef struct octet_attention_params {
    *  be the forward's (saved is laid out by them; only its size can be checked).
    *  lse holds sequence s's [n_heads, len_q(s)] at element n_heads · cu_seqlens_q[s]; saved holds
    *  each sequence's state at a 256-byte aligned offset (octet_attention_saved_bytes gives the
-   *  total; the bytes between two sequences' parts are not written). A sequence with queries and no keys gets
-   * 0 in its rows of o and dq and −inf in its lse; one with keys and no queries gets 0 in its rows of dk and
-   * dv. residual must be NULL. Each sequence is one call of the dense kernels today (no fused varlen kernel
-   * yet). */
+   *  total; the forward zeroes the padding between two sequences' parts). A sequence with queries and no keys
+   * gets 0 in its rows of o and dq and −inf in its lse; one with keys and no queries gets 0 in its rows of dk
+   * and dv. residual must be NULL. Each sequence is one call of the dense kernels today (no fused varlen
+   * kernel yet). */
   int64_t n_seqs;
   const int64_t* cu_seqlens_q;
   const int64_t* cu_seqlens_k;

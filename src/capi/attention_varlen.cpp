@@ -23,6 +23,8 @@ namespace {
 struct Packing {
   std::vector<int64_t> q, k;      // the offsets, [n_seqs + 1]
   std::vector<int64_t> saved_at;  // each sequence's byte offset in `saved`, [n_seqs + 1]; empty: not asked
+  std::vector<int64_t>
+      saved_end;  // where each sequence's dense state ends, [n_seqs]; padding to saved_at[s + 1]
 };
 
 constexpr int64_t kSavedAlign = 256;  // c_api.h: `saved` is 256-byte aligned, and so is each part
@@ -101,15 +103,27 @@ Packing packing_of(octet_c_backend* be, const octet_attention_params* p, bool wi
   pk.k = offsets_of(p->cu_seqlens_k, p->n_seqs, p->seq_k, "cu_seqlens_k");
   if (!with_saved) return pk;
   pk.saved_at.assign(size_t(p->n_seqs) + 1, 0);
+  pk.saved_end.assign(size_t(p->n_seqs), 0);
   for (int64_t s = 0; s < p->n_seqs; ++s) {
     int64_t bytes = 0;
     if (len_q(pk, s) > 0 && len_k(pk, s) > 0) {
       const octet_attention_params d = sequence_params(*p, pk, s);
-      bytes = (dense_attention_saved_bytes(be, &d) + kSavedAlign - 1) / kSavedAlign * kSavedAlign;
+      bytes = dense_attention_saved_bytes(be, &d);
     }
-    pk.saved_at[size_t(s) + 1] = pk.saved_at[size_t(s)] + bytes;
+    pk.saved_end[size_t(s)] = pk.saved_at[size_t(s)] + bytes;
+    pk.saved_at[size_t(s) + 1] =
+        pk.saved_at[size_t(s)] + (bytes + kSavedAlign - 1) / kSavedAlign * kSavedAlign;
   }
   return pk;
+}
+
+// Zeroes the alignment padding after sequence s's part of `saved` (c_api.h: every byte of the saved
+// state is then a function of the inputs). It runs before the sequence's forward, in stream order, as
+// 4-byte words from the word holding the part's last byte: the forward then writes every byte of its
+// part, the shared word's first bytes included.
+void zero_padding(Backend& b, const octet_attention_params& p, const Packing& pk, int64_t s) {
+  const int64_t from = pk.saved_end[size_t(s)] / 4 * 4, to = pk.saved_at[size_t(s) + 1];
+  if (to > from) b.fill(view(at(p.saved, from), DType::I32, {(to - from) / 4}), 0.0);
 }
 
 }  // namespace
@@ -132,6 +146,7 @@ void varlen_attention_run(octet_c_backend* be, const octet_attention_params* p, 
   for (int64_t s = 0; s < p->n_seqs; ++s) {
     const int64_t lq = len_q(pk, s), lk = len_k(pk, s);
     if (lq > 0 && lk > 0) {
+      if (!backward && p->saved) zero_padding(b, *p, pk, s);
       const octet_attention_params d = sequence_params(*p, pk, s);
       dense_attention_run(be, &d, backward);
       continue;

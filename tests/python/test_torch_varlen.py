@@ -130,19 +130,27 @@ def test_backward_op_refuses_a_packing_of_another_sequence_count():
 
 def test_backward_op_refuses_tensors_it_would_misread():
     gen = torch.Generator().manual_seed(12)
-    q = packed([3, 2], 2, 16, gen, torch.float32).detach()
-    k = packed([4, 1], 1, 16, gen, torch.float32).detach()
+    q = packed([3, 2], 4, 16, gen, torch.float32).detach()
+    k = packed([4, 1], 2, 16, gen, torch.float32).detach()
     cq, ck, config = cu([3, 2]), cu([4, 1]), (False, 0.0, "matched", "fp8", "hybrid")
     o, lse, saved = torch.ops.octet.attention_varlen_forward(q, k, k, cq, ck, 3, 4, *config)
     bwd = torch.ops.octet.attention_varlen_backward
-    with pytest.raises(octet.OctetError, match="saved_size"):
-        bwd(o, lse, saved[:-1], o, cq, ck, 1, 5, *config)
+    assert all(torch.isfinite(g).all() for g in bwd(o, lse, saved, o, cq, ck, 2, 5, *config))
+    n = saved.numel()
+    for bad_saved in (saved[:-1], torch.zeros(n + 256, dtype=torch.uint8), saved[:0]):
+        with pytest.raises(ValueError, match=f"saved must be the uint8 \\[{n}\\]"):
+            bwd(o, lse, bad_saved, o, cq, ck, 2, 5, *config)
     with pytest.raises(ValueError, match="rise from 0 to the 6"):
-        bwd(o, lse, saved, o, cq, ck, 1, 6, *config)
-    with pytest.raises(octet.OctetError, match="kv"):
-        bwd(o, lse, saved, o, cq, ck, 3, 5, *config)
+        bwd(o, lse, saved, o, cq, ck, 2, 6, *config)
+    with pytest.raises(ValueError, match="saved must be"):  # another total: another saved size
+        bwd(o, lse, saved, o, cq, cu([3, 1]), 2, 4, *config)
+    with pytest.raises(ValueError, match="saved must be"):  # kv heads that divide, but not k's
+        bwd(o, lse, saved, o, cq, ck, 1, 5, *config)
+    for heads in (3, -1):
+        with pytest.raises(ValueError, match=f"n_kv_heads {heads} must divide"):
+            bwd(o, lse, saved, o, cq, ck, heads, 5, *config)
     with pytest.raises(TypeError, match="lse"):
-        bwd(o, lse[:-1], saved, o, cq, ck, 1, 5, *config)
+        bwd(o, lse[:-1], saved, o, cq, ck, 2, 5, *config)
 
 
 def test_activation_checkpointing_is_bitwise():

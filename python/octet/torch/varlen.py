@@ -104,9 +104,7 @@ def _forward_body(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
         _lib.check(-1)
     o = q.new_empty(q.shape)
     lse = torch.empty(h * total_q, dtype=_lse_dtype(q), device=q.device)
-    # zeros: the library leaves the alignment padding between sequences' parts unwritten, and the
-    # op's outputs must be a function of its inputs (torch.library.opcheck, compiled == eager)
-    saved = torch.zeros(n, dtype=torch.uint8, device=q.device)
+    saved = torch.empty(n, dtype=torch.uint8, device=q.device)  # every byte written (c_api.h)
     p.q, p.k, p.v, p.o, p.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), \
         lse.data_ptr()
     p.saved, p.saved_size = (saved.data_ptr(), n) if n > 0 else (None, 0)
@@ -140,12 +138,20 @@ def _backward_impl(o: torch.Tensor, lse: torch.Tensor, saved: torch.Tensor, d_o:
             and saved.dtype == torch.uint8 and saved.dim() == 1, TypeError,
             f"{_OP}backward: lse and saved must be what attention_varlen_forward returned, got "
             f"lse {lse.dtype} {tuple(lse.shape)}, saved {saved.dtype} {tuple(saved.shape)}")
+    require(n_kv_heads >= 1 and o.shape[1] % n_kv_heads == 0 and total_k >= 0, ValueError,
+            f"{_OP}backward: n_kv_heads {n_kv_heads} must divide the {o.shape[1]} heads, total_k "
+            f"{total_k} must be >= 0")
     return _backward_body(o, lse, saved, d_o, cu_seqlens_q, cu_seqlens_k, n_kv_heads, total_k,
-                          causal, softmax_scale, delta, precision, formats)
+                          causal, softmax_scale, delta, precision, formats, exact_saved=True)
 
 
-def _backward_body(o, lse, saved, d_o, cu_seqlens_q, cu_seqlens_k, n_kv_heads, total_k, *config):
-    # The same packing as the forward's, or saved is misread: only the counts can be checked here.
+def _backward_body(o, lse, saved, d_o, cu_seqlens_q, cu_seqlens_k, n_kv_heads, total_k, *config,
+                   exact_saved=False):
+    """The backward op without its tensor checks (the eager path calls it with what its own
+    forward returned). exact_saved: saved must have the size this packing's forward gives (the
+    op's check; a saved state of other shapes or offsets mostly differs in size)."""
+    # The forward's packing, or saved is misread: counts and totals are checked here, saved's size
+    # by the op (exact_saved); offsets of one count, total and size cannot be told apart.
     offsets_q, offsets_k = _packing(cu_seqlens_q, cu_seqlens_k, o.shape[0], total_k)
     (total_q, h, d) = o.shape
     o, lse, saved, d_o = o.contiguous(), lse.contiguous(), saved.contiguous(), d_o.contiguous()
@@ -153,6 +159,13 @@ def _backward_body(o, lse, saved, d_o, cu_seqlens_q, cu_seqlens_k, n_kv_heads, t
     dk, dv = o.new_empty((total_k, n_kv_heads, d)), o.new_empty((total_k, n_kv_heads, d))
     p, hold = _packed_params(total_q, h, total_k, n_kv_heads, d, o.dtype, offsets_q, offsets_k,
                              config)
+    if exact_saved:
+        want = _lib.lib().octet_attention_saved_bytes(backend_for(o.device), p)
+        if want < 0:
+            _lib.check(-1)
+        require(saved.numel() == want, ValueError,
+                f"{_OP}backward: saved must be the uint8 [{want}] tensor that "
+                f"attention_varlen_forward returned for this packing, got [{saved.numel()}]")
     p.o, p.lse, p.d_o = o.data_ptr(), lse.data_ptr(), d_o.data_ptr()
     p.saved, p.saved_size = (saved.data_ptr(), saved.numel()) if saved.numel() else (None, 0)
     p.dq, p.dk, p.dv = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
@@ -226,8 +239,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     ValueError naming the argument (bad offsets when the op runs: under torch.compile, from the
     compiled call); octet.OctetError for what the library rejects."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 3:
-            raise ValueError(f"{_WHO}: {name} must be a 3-D tensor [total, heads, head_dim], got "
+        if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[1] < 1 or t.shape[2] < 1:
+            raise ValueError(f"{_WHO}: {name} must be a 3-D tensor [total, heads, head_dim] with "
+                             f"heads and head_dim >= 1, got "
                              f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
     _offsets_tensor(cu_seqlens_q, "cu_seqlens_q")
     _offsets_tensor(cu_seqlens_k, "cu_seqlens_k")
