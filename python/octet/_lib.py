@@ -82,16 +82,20 @@ _lib = None
 _path = None
 
 
-def _candidates():
-    explicit = os.environ.get("OCTET_LIBRARY")
-    if explicit:
-        return [explicit]
+def _build_paths():
+    """build/{cuda,release,debug}/liboctet_c.so under $OCTET_HOME, then under this checkout."""
     roots = []
     if os.environ.get("OCTET_HOME"):
         roots.append(pathlib.Path(os.environ["OCTET_HOME"]))
     roots.append(pathlib.Path(__file__).resolve().parents[2])  # <checkout>/python/octet/_lib.py
-    found = [str(r / "build" / p / "liboctet_c.so") for r in roots for p in _PRESETS]
-    return [f for f in found if os.path.exists(f)] + ["liboctet_c.so"]
+    return [str(r / "build" / p / "liboctet_c.so") for r in roots for p in _PRESETS]
+
+
+def _candidates():
+    explicit = os.environ.get("OCTET_LIBRARY")
+    if explicit:
+        return [explicit]
+    return [f for f in _build_paths() if os.path.exists(f)] + ["liboctet_c.so"]
 
 
 def lib():
@@ -118,7 +122,10 @@ def lib():
     raise OctetError("cannot load liboctet_c: set OCTET_LIBRARY to its path, or build it in the "
                      "checkout (cmake --preset release && cmake --build --preset release --target "
                      "octet_c; the cuda preset for GPUs; the asan build's copy needs the ASan "
-                     "runtime preloaded, docs/pytorch.md); tried: " + "; ".join(tried))
+                     "runtime preloaded, docs/pytorch.md); tried: " + "; ".join(tried)
+                     + ("" if os.environ.get("OCTET_LIBRARY") else
+                        "; not found: " + ", ".join(p for p in _build_paths()
+                                                    if not os.path.exists(p))))
 
 
 def library_path():

@@ -116,7 +116,10 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
         cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
         if cu_q is not None or cu_k is not None:
             return packed(cu_q if cu_q is not None else cu_k, cu_k if cu_k is not None else cu_q)
-        if attention_mask is None and tq == tk:
+        # Packing read off position_ids needs their values on the host: a sync, and a graph break
+        # under torch.compile. Compiled, only a batch of one row (what packing makes) is read; a
+        # batch of several rows cannot be packed, and eagerly a restart in one still raises.
+        if attention_mask is None and tq == tk and (batch == 1 or not torch.compiler.is_compiling()):
             offsets = _packed_offsets(kwargs.get("position_ids"), batch, tq)
             if offsets is not None:
                 cu = torch.tensor(offsets, dtype=torch.int64)

@@ -6,7 +6,8 @@ attention implementation, on tiny Llama models on the CPU.
   crosses octet's C API as a float32: 1/sqrt(8) is not exact there); greedy generation with a
   static KV cache gives SDPA's tokens;
 - packed sequences (position_ids restarting, and cu_seq_lens_q/k) equal each sequence run alone
-  (with cu_seq_lens_q/k the model also compiles with fullgraph=True, equal to eager),
+  (with cu_seq_lens_q/k the model also compiles with fullgraph=True, equal to eager; so does an
+  unpacked batch of several rows),
   and a padding mask (right and left) each row run alone without padding, to 1e-12 (the linears'
   BLAS blocking differs with the token count; a sequence seeing another's keys would be off by
   percents);
@@ -110,6 +111,18 @@ def test_packed_with_offsets_compiles_fullgraph():
     kw = dict(position_ids=pos, cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=9, max_length_k=9)
     want = logits_and_grads(model, ids, **kw)
     got = logits_and_grads(torch.compile(model, fullgraph=True, backend="aot_eager"), ids, **kw)
+    assert torch.equal(got[0], want[0])
+    assert all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
+
+
+def test_unpacked_batch_compiles_fullgraph():
+    # A batch of several rows cannot be packed, so compiled the attention does not read
+    # position_ids (no host sync, no graph break): the model compiles whole and equals eager.
+    base = tiny_llama("eager", dtype=torch.float32)
+    model = same_weights(base, "octet")
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(4))
+    want = logits_and_grads(model, ids)
+    got = logits_and_grads(torch.compile(model, fullgraph=True, backend="aot_eager"), ids)
     assert torch.equal(got[0], want[0])
     assert all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
 

@@ -7,6 +7,8 @@
   trains (loss falls) with tensor-delayed (update_scales each step) and block scaling.
 - tensor-delayed state: quant_state round-trips into a fresh layer (same outputs), not in the
   state_dict; a deep copy starts from its original's state and then keeps its own.
+- An empty input gives nn.Linear's empty result and zero parameter gradients, the delayed state
+  untouched.
 - Bad input raises a Python exception naming the problem.
 """
 import copy
@@ -110,6 +112,21 @@ def test_autocast_computes_in_its_dtype():
         y = lin(x)
     assert y.dtype == torch.bfloat16
     assert torch.equal(y, lin(x.bfloat16()))
+
+
+@pytest.mark.parametrize("recipe", ["tensor-current", "tensor-delayed"])
+def test_empty_input_is_nn_linears_empty_result(recipe):
+    lin = ot.Float8Linear(16, 8, recipe=recipe)
+    before = copy.deepcopy(lin.quant_state()) if recipe == "tensor-delayed" else None
+    x = torch.randn(2, 0, 16, requires_grad=True)
+    y = lin(x)
+    assert y.shape == (2, 0, 8) and y.dtype == x.dtype
+    y.sum().backward()
+    assert x.grad.shape == x.shape
+    assert torch.equal(lin.weight.grad, torch.zeros_like(lin.weight))
+    assert torch.equal(lin.bias.grad, torch.zeros_like(lin.bias))
+    if before is not None:  # no amax of an empty tensor enters the history
+        assert torch.equal(lin.quant_state(), before)
 
 
 def test_bad_input_raises():

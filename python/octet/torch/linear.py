@@ -241,8 +241,9 @@ class Float8Linear(torch.nn.Linear):
         work = _WORK.get((x.device.type, x.dtype))
         if work is None:
             raise TypeError(f"Float8Linear: dtype {x.dtype} on {x.device.type} is not supported")
-        if x.numel() == 0:
-            raise ValueError(f"Float8Linear: empty input {tuple(x.shape)}")
+        if x.numel() == 0:  # nothing to quantize: nn.Linear's empty result, in the autograd graph
+            return torch.nn.functional.linear(
+                x, self.weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
         x2 = x.reshape(-1, self.in_features).to(work).contiguous()
         w = self.weight.float().contiguous()
         y = (_Eager.apply if eager(x2, w) else _forward)(x2, w, self._octet_layer_t)
