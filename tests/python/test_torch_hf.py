@@ -127,6 +127,26 @@ def test_unpacked_batch_compiles_fullgraph():
     assert all(torch.equal(a, b) for a, b in zip(got[1], want[1]))
 
 
+def test_eager_forward_reads_position_ids_once(monkeypatch):
+    # Every layer gets the same position_ids: read on the host for the first layer only, and read
+    # again once they are modified in place.
+    model = same_weights(tiny_llama("eager", dtype=torch.float32), "octet")
+    assert model.config.num_hidden_layers == 2
+    calls, real = [], octet.hf._packed_offsets
+    monkeypatch.setattr(octet.hf, "_packed_offsets", lambda *a: calls.append(a) or real(*a))
+    ids = torch.randint(0, 64, (1, 15), generator=torch.Generator().manual_seed(5))
+    pos = torch.cat([torch.arange(n) for n in (5, 9, 1)])[None]
+    with torch.no_grad():
+        packed = model(ids, position_ids=pos).logits
+        assert len(calls) == 1
+        pos.copy_(torch.arange(15)[None])
+        plain = model(ids, position_ids=pos).logits
+        assert len(calls) == 2
+        fresh = model(ids, position_ids=torch.arange(15)[None]).logits
+        assert len(calls) == 3
+    assert torch.equal(plain, fresh) and not torch.equal(plain, packed)
+
+
 def test_static_cache_generation_equals_sdpa():
     ref = tiny_llama("sdpa")
     model = same_weights(ref, "octet-fp64")
