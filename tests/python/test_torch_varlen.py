@@ -117,6 +117,28 @@ def test_no_keys_compiles_fullgraph():
     assert torch.count_nonzero(o) == 0 and torch.equal(q.grad, torch.zeros_like(q))
 
 
+def test_offsets_are_read_once_per_tensor_until_modified(monkeypatch):
+    # Two "layers" on the same offsets tensors, forward and backward: each tensor read on the host
+    # once; an in-place change is read again and gives that packing's result.
+    from octet.torch import varlen
+    reads, real = [], varlen._host_values
+    monkeypatch.setattr(varlen, "_host_values", lambda cu: reads.append(cu) or real(cu))
+    monkeypatch.setattr(varlen, "_recent_offsets", ())
+    gen = torch.Generator().manual_seed(14)
+    q = packed([3, 4], 2, 16, gen, torch.float32)
+    k, v = packed([3, 4], 1, 16, gen, torch.float32), packed([3, 4], 1, 16, gen, torch.float32)
+    cq, ck = cu([3, 4]), cu([3, 4])
+    o = ot.attention_varlen(q, k, v, cq, ck, 4, 4, causal=True)
+    ot.attention_varlen(o, k, v, cq, ck, 4, 4, causal=True).sum().backward()
+    assert len(reads) == 2 and reads[0] is cq and reads[1] is ck
+    cq.copy_(cu([4, 3]))
+    ck.copy_(cu([4, 3]))
+    with torch.no_grad():
+        again = ot.attention_varlen(q, k, v, cq, ck, 4, 4, causal=True)
+        fresh = ot.attention_varlen(q, k, v, cu([4, 3]), cu([4, 3]), 4, 4, causal=True)
+    assert len(reads) == 6 and torch.equal(again, fresh) and not torch.equal(again, o.detach())
+
+
 def test_backward_op_refuses_a_packing_of_another_sequence_count():
     gen = torch.Generator().manual_seed(10)
     q = packed([3, 2], 2, 16, gen, torch.float32).detach()

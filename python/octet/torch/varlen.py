@@ -10,10 +10,13 @@ q[cu_q[s]:cu_q[s+1]] to its keys k[cu_k[s]:cu_k[s+1]] only. One library call per
   octet::attention_varlen_backward(o, lse, saved, d_o, cu_seqlens_q, cu_seqlens_k, n_kv_heads,
                                    total_k, ...) -> dq, dk, dv
 The ops read the offsets on the host (the library takes host offsets: CUDA offsets cost a copy
-and a synchronization) and check them there, so torch.compile traces one op per call, with
-fullgraph=True too; a CUDA graph cannot capture them. The library runs each sequence as one dense
+and a synchronization, once per tensor while it is unmodified: _read_offsets) and check them
+there, so torch.compile traces one op per call, with fullgraph=True too; a CUDA graph cannot
+capture them. The library runs each sequence as one dense
 call of the kernels (no fused varlen kernel yet): the numbers are exactly those dense calls'.
 """
+import weakref
+
 import torch
 
 from .. import _lib
@@ -25,11 +28,32 @@ _WHO = "octet.torch.attention_varlen"
 _OP = "octet::attention_varlen_"
 
 
+# The offsets tensors read last: (weak reference, version, values), newest last, replaced as one
+# tuple. A model hands every layer the same offsets tensors, so a step reads them on the host (a
+# copy and a sync for CUDA tensors) once each, not once per layer and direction.
+_recent_offsets = ()
+
+
+def _host_values(cu):
+    return cu.tolist()
+
+
+def _read_offsets(cu):
+    """cu's values as a list (not to be modified), remembered while cu is alive and unmodified."""
+    global _recent_offsets
+    for ref, version, values in _recent_offsets:
+        if ref() is cu and version == cu._version:
+            return values
+    values = _host_values(cu)
+    _recent_offsets = (_recent_offsets + ((weakref.ref(cu), cu._version, values),))[-4:]
+    return values
+
+
 def _offsets(cu, total, max_len, name, who=_WHO):
     """The offsets as a list, checked: rising from 0 to `total`, the longest sequence within
-    `max_len` (None: not checked). Reads cu on the host."""
+    `max_len` (None: not checked). Reads cu on the host (_read_offsets)."""
     _offsets_tensor(cu, name, who)
-    offsets = cu.tolist()
+    offsets = _read_offsets(cu)
     if offsets[0] != 0 or offsets[-1] != total or any(b < a for a, b in zip(offsets, offsets[1:])):
         raise ValueError(f"{who}: {name} must rise from 0 to the {total} packed tokens without "
                          f"decreasing, got {offsets}")
