@@ -33,11 +33,10 @@ octet.torch.attention_varlen's TypeError or ValueError.
 Not detectable, so not refused: models whose code does not call AttentionInterface (transformers
 then runs its own attention under the name, or fails on it).
 """
-import weakref
-
 import torch
 
 from .torch import attention, attention_varlen
+from .torch._backend import HostReads
 
 # What the attention function refuses: each is a kwarg transformers passes when a model uses it.
 _UNSUPPORTED = {
@@ -75,25 +74,16 @@ def _packed_offsets(position_ids, batch, tokens):
     return [0] + (restarts.nonzero().flatten() + 1).tolist() + [tokens]
 
 
-# The last position_ids read eagerly and their packing: (weak reference, version, (batch,
-# tokens), offsets), replaced as one tuple. A model hands every layer the same tensor, so a forward
-# reads it on the host once, not once per layer.
-_last_packing = (None, None, None, None)
+_POSITIONS = HostReads(1)  # the last position_ids' packing: a forward reads them once
 
 
 def _packing_of(position_ids, batch, tokens):
-    """_packed_offsets, remembered for the last tensor while it is alive and unmodified (eagerly;
-    compiled code calls _packed_offsets itself)."""
-    global _last_packing
+    """_packed_offsets, read once per unmodified position_ids tensor (eagerly; compiled code calls
+    _packed_offsets itself)."""
     if not isinstance(position_ids, torch.Tensor) or torch.compiler.is_compiling():
         return _packed_offsets(position_ids, batch, tokens)
-    ref, version, key, offsets = _last_packing
-    if ref is not None and ref() is position_ids and version == position_ids._version \
-            and key == (batch, tokens):
-        return offsets
-    offsets = _packed_offsets(position_ids, batch, tokens)
-    _last_packing = (weakref.ref(position_ids), position_ids._version, (batch, tokens), offsets)
-    return offsets
+    return _POSITIONS.get(position_ids, (batch, tokens),
+                          lambda: _packed_offsets(position_ids, batch, tokens))
 
 
 def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
@@ -142,7 +132,8 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
         # Packing read off position_ids needs their values on the host: a sync, and a graph break
         # under torch.compile. Compiled, only a batch of one row (what packing makes) is read; a
         # batch of several rows cannot be packed, and eagerly a restart in one still raises.
-        if attention_mask is None and tq == tk and (batch == 1 or not torch.compiler.is_compiling()):
+        read_packing = batch == 1 or not torch.compiler.is_compiling()
+        if attention_mask is None and tq == tk and read_packing:
             offsets = _packing_of(kwargs.get("position_ids"), batch, tq)
             if offsets is not None:
                 cu = torch.tensor(offsets, dtype=torch.int64)

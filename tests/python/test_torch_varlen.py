@@ -123,7 +123,7 @@ def test_offsets_are_read_once_per_tensor_until_modified(monkeypatch):
     from octet.torch import varlen
     reads, real = [], varlen._host_values
     monkeypatch.setattr(varlen, "_host_values", lambda cu: reads.append(cu) or real(cu))
-    monkeypatch.setattr(varlen, "_recent_offsets", ())
+    monkeypatch.setattr(varlen, "_OFFSETS", varlen.HostReads(4))
     gen = torch.Generator().manual_seed(14)
     q = packed([3, 4], 2, 16, gen, torch.float32)
     k, v = packed([3, 4], 1, 16, gen, torch.float32), packed([3, 4], 1, 16, gen, torch.float32)

@@ -1,8 +1,11 @@
 """octet backends for torch tensors: one CPU backend, and one CUDA backend per (device, stream)
 so that octet enqueues on the stream PyTorch is using (octet/backend.h CudaOptions; nothing in
 octet synchronizes with the host). Handles live as long as the process (a backend is small: a
-cuBLASLt handle and a workspace); dtype codes of c_api.h for torch dtypes.
+cuBLASLt handle and a workspace); dtype codes of c_api.h for torch dtypes; HostReads, what was
+read of a tensor on the host, kept while the tensor is unmodified.
 """
+import weakref
+
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
@@ -82,3 +85,24 @@ def no_double_backward(what, grads):
         return g
 
     return tuple(err(*[tracked(g) for g in grads]))
+
+
+class HostReads:
+    """Values computed on the host from a tensor's contents (a copy and a sync for a CUDA tensor),
+    kept for the last `slots` tensors while each is alive and unmodified: the same Python object
+    and the same version counter (bumped by every in-place PyTorch op; not by writes through
+    .numpy() or DLPack). A model hands every layer the same position ids or sequence offsets, so a
+    step reads them once, not once per layer. Entries are replaced as one tuple (thread-safe)."""
+
+    def __init__(self, slots):
+        self._slots, self._entries = slots, ()
+
+    def get(self, tensor, key, compute):
+        """compute() for (tensor, key), or the value it gave last time for them."""
+        for ref, version, k, value in self._entries:
+            if ref() is tensor and version == tensor._version and k == key:
+                return value
+        value = compute()
+        entry = (weakref.ref(tensor), tensor._version, key, value)
+        self._entries = (self._entries + (entry,))[-self._slots:]
+        return value

@@ -10,28 +10,23 @@ q[cu_q[s]:cu_q[s+1]] to its keys k[cu_k[s]:cu_k[s+1]] only. One library call per
   octet::attention_varlen_backward(o, lse, saved, d_o, cu_seqlens_q, cu_seqlens_k, n_kv_heads,
                                    total_k, ...) -> dq, dk, dv
 The ops read the offsets on the host (the library takes host offsets: CUDA offsets cost a copy
-and a synchronization, once per tensor while it is unmodified: _read_offsets) and check them
+and a synchronization, once per tensor while it is unmodified: _backend.HostReads) and check them
 there, so torch.compile traces one op per call, with fullgraph=True too; a CUDA graph cannot
-capture them. The library runs each sequence as one dense
-call of the kernels (no fused varlen kernel yet): the numbers are exactly those dense calls'.
+capture them. The library runs each sequence as one dense call of the kernels (no fused varlen
+kernel yet): the numbers are exactly those dense calls'.
 """
-import weakref
-
 import torch
 
 from .. import _lib
 
-from ._backend import backend_for, eager, no_double_backward, require
+from ._backend import HostReads, backend_for, eager, no_double_backward, require
 from .attention import _DTYPE_OK, _lse_dtype, _params, _prepare
 
 _WHO = "octet.torch.attention_varlen"
 _OP = "octet::attention_varlen_"
 
 
-# The offsets tensors read last: (weak reference, version, values), newest last, replaced as one
-# tuple. A model hands every layer the same offsets tensors, so a step reads them on the host (a
-# copy and a sync for CUDA tensors) once each, not once per layer and direction.
-_recent_offsets = ()
+_OFFSETS = HostReads(4)  # the offsets tensors' values: a step reads each once, not per layer
 
 
 def _host_values(cu):
@@ -39,14 +34,8 @@ def _host_values(cu):
 
 
 def _read_offsets(cu):
-    """cu's values as a list (not to be modified), remembered while cu is alive and unmodified."""
-    global _recent_offsets
-    for ref, version, values in _recent_offsets:
-        if ref() is cu and version == cu._version:
-            return values
-    values = _host_values(cu)
-    _recent_offsets = (_recent_offsets + ((weakref.ref(cu), cu._version, values),))[-4:]
-    return values
+    """cu's values as a list (not to be modified), read on the host once while cu is unmodified."""
+    return _OFFSETS.get(cu, None, lambda: _host_values(cu))
 
 
 def _offsets(cu, total, max_len, name, who=_WHO):
