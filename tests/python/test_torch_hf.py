@@ -144,6 +144,9 @@ def test_eager_forward_reads_position_ids_once(monkeypatch):
         assert len(calls) == 2
         fresh = model(ids, position_ids=torch.arange(15)[None]).logits
         assert len(calls) == 3
+    with torch.inference_mode():  # an inference tensor has no version counter: read per layer
+        model(ids, position_ids=torch.arange(15)[None])
+        assert len(calls) == 5
     assert torch.equal(plain, fresh) and not torch.equal(plain, packed)
 
 

@@ -137,6 +137,11 @@ def test_offsets_are_read_once_per_tensor_until_modified(monkeypatch):
         again = ot.attention_varlen(q, k, v, cq, ck, 4, 4, causal=True)
         fresh = ot.attention_varlen(q, k, v, cu([4, 3]), cu([4, 3]), 4, 4, causal=True)
     assert len(reads) == 6 and torch.equal(again, fresh) and not torch.equal(again, o.detach())
+    with torch.inference_mode():  # inference tensors have no version counter: read every time
+        cq, ck = cu([3, 4]), cu([3, 4])
+        for _ in range(2):
+            ot.attention_varlen(q, k, v, cq, ck, 4, 4, causal=True)
+    assert len(reads) == 10
 
 
 def test_backward_op_refuses_a_packing_of_another_sequence_count():

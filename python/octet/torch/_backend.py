@@ -98,7 +98,10 @@ class HostReads:
         self._slots, self._entries = slots, ()
 
     def get(self, tensor, key, compute):
-        """compute() for (tensor, key), or the value it gave last time for them."""
+        """compute() for (tensor, key), or the value it gave last time for them. An inference
+        tensor (made under torch.inference_mode) has no version counter: always computed."""
+        if tensor.is_inference():
+            return compute()
         for ref, version, k, value in self._entries:
             if ref() is tensor and version == tensor._version and k == key:
                 return value
