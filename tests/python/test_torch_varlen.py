@@ -118,12 +118,13 @@ def test_no_keys_compiles_fullgraph():
 
 
 def test_offsets_are_read_once_per_tensor_until_modified(monkeypatch):
-    # Two "layers" on the same offsets tensors, forward and backward: each tensor read on the host
-    # once; an in-place change is read again and gives that packing's result.
+    # Eagerly, two "layers" on the same offsets tensors, forward and backward: each tensor read on
+    # the host once (CUDA tensors by default; here the CPU ones, as CI has no GPU); an in-place
+    # change, or new storage under the same object, is read again and gives that packing's result.
     from octet.torch import varlen
     reads, real = [], varlen._host_values
     monkeypatch.setattr(varlen, "_host_values", lambda cu: reads.append(cu) or real(cu))
-    monkeypatch.setattr(varlen, "_OFFSETS", varlen.HostReads(4))
+    monkeypatch.setattr(varlen, "_OFFSETS", varlen.HostReads(4, devices=("cpu",)))
     gen = torch.Generator().manual_seed(14)
     q = packed([3, 4], 2, 16, gen, torch.float32)
     k, v = packed([3, 4], 1, 16, gen, torch.float32), packed([3, 4], 1, 16, gen, torch.float32)
@@ -132,7 +133,7 @@ def test_offsets_are_read_once_per_tensor_until_modified(monkeypatch):
     ot.attention_varlen(o, k, v, cq, ck, 4, 4, causal=True).sum().backward()
     assert len(reads) == 2 and reads[0] is cq and reads[1] is ck
     cq.copy_(cu([4, 3]))
-    ck.copy_(cu([4, 3]))
+    ck.data = cu([4, 3])  # new storage: no version bump, another data_ptr
     with torch.no_grad():
         again = ot.attention_varlen(q, k, v, cq, ck, 4, 4, causal=True)
         fresh = ot.attention_varlen(q, k, v, cu([4, 3]), cu([4, 3]), 4, 4, causal=True)
@@ -142,6 +143,50 @@ def test_offsets_are_read_once_per_tensor_until_modified(monkeypatch):
         for _ in range(2):
             ot.attention_varlen(q, k, v, cq, ck, 4, 4, causal=True)
     assert len(reads) == 10
+
+
+def test_cpu_offsets_and_the_ops_read_every_time(monkeypatch):
+    # The default keeps CUDA tensors only (a CPU tensor may be refilled through .numpy(), which no
+    # version counter sees), and the custom ops (what compiled code calls) never keep anything.
+    from octet.torch import varlen
+    reads, real = [], varlen._host_values
+    monkeypatch.setattr(varlen, "_host_values", lambda cu: reads.append(cu) or real(cu))
+    gen = torch.Generator().manual_seed(15)
+    q = packed([3, 4], 2, 16, gen, torch.float32).detach()
+    k = packed([3, 4], 1, 16, gen, torch.float32).detach()
+    c = cu([3, 4])
+    with torch.no_grad():
+        ot.attention_varlen(q, k, k, c, c, 4, 4)
+        c.numpy()[1] = 4
+        again = ot.attention_varlen(q, k, k, c, c, 4, 4)
+        assert torch.equal(again, ot.attention_varlen(q, k, k, cu([4, 3]), cu([4, 3]), 4, 4))
+    assert len(reads) == 6
+    config = (False, 0.0, "matched", "fp8", "hybrid")
+    monkeypatch.setattr(varlen, "_OFFSETS", varlen.HostReads(4, devices=("cpu",)))
+    for _ in range(2):
+        torch.ops.octet.attention_varlen_forward(q, k, k, c, c, 4, 4, *config)
+    assert len(reads) == 10
+
+
+def test_inductor_reusing_a_buffer_for_new_offsets_equals_eager():
+    # Inductor hands the second cumsum the first one's buffer (same object, no version bump): the
+    # ops must read it again.
+    from test_torch_compile import compiling
+    pad = torch.nn.functional.pad
+
+    def f(q, k, v, l1, l2):
+        c1 = pad(l1.cumsum(0), (1, 0)).int()
+        o = ot.attention_varlen(q, k, v, c1, c1, 7, 7, causal=True)
+        c2 = pad(l2.cumsum(0), (1, 0)).int()
+        return ot.attention_varlen(o, k, v, c2, c2, 7, 7, causal=True)
+
+    gen = torch.Generator().manual_seed(16)
+    q = packed([3, 4], 2, 16, gen, torch.float32).detach()
+    k = packed([3, 4], 1, 16, gen, torch.float32).detach()
+    args = (q, k, k, torch.tensor([3, 4]), torch.tensor([4, 3]))
+    with compiling("inductor"):
+        got = torch.compile(f, fullgraph=True, backend="inductor")(*args)
+    assert torch.equal(got, f(*args))
 
 
 def test_backward_op_refuses_a_packing_of_another_sequence_count():

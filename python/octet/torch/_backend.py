@@ -4,8 +4,6 @@ octet synchronizes with the host). Handles live as long as the process (a backen
 cuBLASLt handle and a workspace); dtype codes of c_api.h for torch dtypes; HostReads, what was
 read of a tensor on the host, kept while the tensor is unmodified.
 """
-import weakref
-
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
@@ -88,24 +86,27 @@ def no_double_backward(what, grads):
 
 
 class HostReads:
-    """Values computed on the host from a tensor's contents (a copy and a sync for a CUDA tensor),
-    kept for the last `slots` tensors while each is alive and unmodified: the same Python object
-    and the same version counter (bumped by every in-place PyTorch op; not by writes through
-    .numpy() or DLPack). A model hands every layer the same position ids or sequence offsets, so a
-    step reads them once, not once per layer. Entries are replaced as one tuple (thread-safe)."""
+    """Values computed on the host from a tensor's contents, kept for the last `slots` tensors while
+    each is unmodified: the same Python object (held here), storage address and version counter. A
+    model hands every layer the same position ids or sequence offsets, so an eager step reads them
+    once, not once per layer. Only tensors on `devices` (default CUDA, where a read is a copy and a
+    sync; a CPU tensor is cheap to read and may be refilled through .numpy()) and not inference
+    tensors (no version counter) are kept. Writes the version counter does not see are not seen:
+    through `.data`, DLPack, kernels outside PyTorch. For eager code only: compiled code (Inductor)
+    hands out one tensor object for new values without bumping its version. Entries are replaced
+    as one tuple (thread-safe)."""
 
-    def __init__(self, slots):
-        self._slots, self._entries = slots, ()
+    def __init__(self, slots, devices=("cuda",)):
+        self._slots, self._devices, self._entries = slots, devices, ()
 
     def get(self, tensor, key, compute):
-        """compute() for (tensor, key), or the value it gave last time for them. An inference
-        tensor (made under torch.inference_mode) has no version counter: always computed."""
-        if tensor.is_inference():
+        """compute() for (tensor, key), or the value it gave last time for them."""
+        if tensor.device.type not in self._devices or tensor.is_inference():
             return compute()
-        for ref, version, k, value in self._entries:
-            if ref() is tensor and version == tensor._version and k == key:
+        stamp = (tensor._version, tensor.data_ptr(), key)
+        for held, held_stamp, value in self._entries:
+            if held is tensor and held_stamp == stamp:
                 return value
         value = compute()
-        entry = (weakref.ref(tensor), tensor._version, key, value)
-        self._entries = (self._entries + (entry,))[-self._slots:]
+        self._entries = (self._entries + ((tensor, stamp, value),))[-self._slots:]
         return value

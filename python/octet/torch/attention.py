@@ -406,7 +406,9 @@ def _prepare(q, k, v, causal, softmax_scale, precision, who, empty_seq_ok=False)
         raise TypeError(f"{who}: softmax_scale must be a number or None, got "
                         f"{type(softmax_scale).__name__}")
     scale = 0.0 if softmax_scale is None else float(softmax_scale)  # 0: c_api.h's default
-    if softmax_scale is not None and not (math.isfinite(scale) and scale > 0):
+    # comparisons, not math.isfinite: under torch.compile(dynamic=True) the scale is a symbolic
+    # float, which comparisons guard on and isfinite cannot trace (NaN fails both comparisons)
+    if softmax_scale is not None and not 0 < scale < math.inf:
         raise ValueError(f"{who}: softmax_scale must be finite and > 0, "
                          f"got {softmax_scale}")
     return q.to(work), k.to(work), v.to(work), dtype, bool(causal), scale

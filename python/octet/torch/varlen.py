@@ -10,11 +10,13 @@ q[cu_q[s]:cu_q[s+1]] to its keys k[cu_k[s]:cu_k[s+1]] only. One library call per
   octet::attention_varlen_backward(o, lse, saved, d_o, cu_seqlens_q, cu_seqlens_k, n_kv_heads,
                                    total_k, ...) -> dq, dk, dv
 The ops read the offsets on the host (the library takes host offsets: CUDA offsets cost a copy
-and a synchronization, once per tensor while it is unmodified: _backend.HostReads) and check them
-there, so torch.compile traces one op per call, with fullgraph=True too; a CUDA graph cannot
-capture them. The library runs each sequence as one dense call of the kernels (no fused varlen
+and a synchronization; eagerly once per tensor while it is unmodified: _backend.HostReads) and
+check them there, so torch.compile traces one op per call, with fullgraph=True too; a CUDA graph
+cannot capture them. The library runs each sequence as one dense call of the kernels (no fused varlen
 kernel yet): the numbers are exactly those dense calls'.
 """
+import functools
+
 import torch
 
 from .. import _lib
@@ -26,23 +28,24 @@ _WHO = "octet.torch.attention_varlen"
 _OP = "octet::attention_varlen_"
 
 
-_OFFSETS = HostReads(4)  # the offsets tensors' values: a step reads each once, not per layer
+_OFFSETS = HostReads(4)  # eagerly, the offsets tensors' values: a step reads each once
 
 
 def _host_values(cu):
     return cu.tolist()
 
 
-def _read_offsets(cu):
-    """cu's values as a list (not to be modified), read on the host once while cu is unmodified."""
-    return _OFFSETS.get(cu, None, lambda: _host_values(cu))
+def _read_offsets(cu, cached):
+    """cu's values as a list (not to be modified); cached (the eager path only, HostReads): read on
+    the host once while cu is unmodified."""
+    return _OFFSETS.get(cu, None, lambda: _host_values(cu)) if cached else _host_values(cu)
 
 
-def _offsets(cu, total, max_len, name, who=_WHO):
+def _offsets(cu, total, max_len, name, who=_WHO, cached=False):
     """The offsets as a list, checked: rising from 0 to `total`, the longest sequence within
     `max_len` (None: not checked). Reads cu on the host (_read_offsets)."""
     _offsets_tensor(cu, name, who)
-    offsets = _read_offsets(cu)
+    offsets = _read_offsets(cu, cached)
     if offsets[0] != 0 or offsets[-1] != total or any(b < a for a, b in zip(offsets, offsets[1:])):
         raise ValueError(f"{who}: {name} must rise from 0 to the {total} packed tokens without "
                          f"decreasing, got {offsets}")
@@ -95,19 +98,22 @@ def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_
                          softmax_scale, delta, precision, formats)
 
 
-def _packing(cu_seqlens_q, cu_seqlens_k, total_q, total_k, max_seqlen_q=None, max_seqlen_k=None):
+def _packing(cu_seqlens_q, cu_seqlens_k, total_q, total_k, max_seqlen_q=None, max_seqlen_k=None,
+             cached=False):
     """Both offset lists, checked (_offsets) and of one sequence count."""
-    offsets_q = _offsets(cu_seqlens_q, total_q, max_seqlen_q, "cu_seqlens_q")
-    offsets_k = _offsets(cu_seqlens_k, total_k, max_seqlen_k, "cu_seqlens_k")
+    offsets_q = _offsets(cu_seqlens_q, total_q, max_seqlen_q, "cu_seqlens_q", cached=cached)
+    offsets_k = _offsets(cu_seqlens_k, total_k, max_seqlen_k, "cu_seqlens_k", cached=cached)
     if len(offsets_q) != len(offsets_k):
         raise ValueError(f"{_WHO}: cu_seqlens_q has {len(offsets_q) - 1} sequences, cu_seqlens_k "
                          f"{len(offsets_k) - 1}")
     return offsets_q, offsets_k
 
 
-def _forward_body(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *config):
+def _forward_body(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *config,
+                  cached=False):
+    """The forward op without its tensor checks; cached: the eager path (_read_offsets)."""
     offsets_q, offsets_k = _packing(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0],
-                                    max_seqlen_q, max_seqlen_k)
+                                    max_seqlen_q, max_seqlen_k, cached)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     (total_q, h, d), (total_k, g, _) = q.shape, k.shape
     p, hold = _packed_params(total_q, h, total_k, g, d, q.dtype, offsets_q, offsets_k, config)
@@ -159,13 +165,14 @@ def _backward_impl(o: torch.Tensor, lse: torch.Tensor, saved: torch.Tensor, d_o:
 
 
 def _backward_body(o, lse, saved, d_o, cu_seqlens_q, cu_seqlens_k, n_kv_heads, total_k, *config,
-                   exact_saved=False):
+                   exact_saved=False, cached=False):
     """The backward op without its tensor checks (the eager path calls it with what its own
-    forward returned). exact_saved: saved must have the size this packing's forward gives (the
-    op's check; a saved state of other shapes or offsets mostly differs in size)."""
+    forward returned, and cached: _read_offsets). exact_saved: saved must have the size this
+    packing's forward gives (the op's check; a saved state of other shapes or offsets mostly
+    differs in size)."""
     # The forward's packing, or saved is misread: counts and totals are checked here, saved's size
     # by the op (exact_saved); offsets of one count, total and size cannot be told apart.
-    offsets_q, offsets_k = _packing(cu_seqlens_q, cu_seqlens_k, o.shape[0], total_k)
+    offsets_q, offsets_k = _packing(cu_seqlens_q, cu_seqlens_k, o.shape[0], total_k, cached=cached)
     (total_q, h, d) = o.shape
     o, lse, saved, d_o = o.contiguous(), lse.contiguous(), saved.contiguous(), d_o.contiguous()
     dq = o.new_empty(o.shape)
@@ -231,13 +238,14 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, *inputs):
-        out = _forward_body(*inputs)
+        out = _forward_body(*inputs, cached=True)
         _setup_context(ctx, inputs, out)
         return out
 
     @staticmethod
     def backward(ctx, d_o, _d_lse, _d_saved):
-        return no_double_backward(_WHO, _grads(_backward_body, ctx, d_o))
+        backward = functools.partial(_backward_body, cached=True)
+        return no_double_backward(_WHO, _grads(backward, ctx, d_o))
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
