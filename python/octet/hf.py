@@ -86,6 +86,33 @@ def _packing_of(position_ids, batch, tokens):
                           lambda: _packed_offsets(position_ids, batch, tokens))
 
 
+_PADDING = HostReads(1)  # the last padding mask's varlen form: a forward unpads once
+
+
+def _unpadding(attention_mask, tq, tk, causal):
+    """FlashAttention's varlen form of a 2-D padding mask [batch, tk] (nonzero: a valid key):
+    (batch index, row) of the queries, (batch index, slot) of the keys, both grouped by batch row,
+    and their int64 offsets cu_q, cu_k [batch + 1] on the host; None when nothing is masked. The
+    queries are the last tq slots' valid ones in self-attention (causal), every row otherwise
+    (padded query rows stay 0)."""
+    mask = attention_mask.to(torch.bool)
+    if bool(mask.all()):
+        return None
+    batch = mask.shape[0]
+    if causal and tk < tq:
+        raise ValueError(f"octet.hf: a causal padding mask over {tk} keys for {tq} queries "
+                         f"(the queries must be the last q_len of the keys)")
+    kb, kj = mask.nonzero(as_tuple=True)
+    if causal:
+        qb, qi = mask[:, tk - tq:].nonzero(as_tuple=True)
+    else:
+        qb = torch.arange(batch, device=mask.device).repeat_interleave(tq)
+        qi = torch.arange(tq, device=mask.device).repeat(batch)
+    zero = torch.zeros(1, dtype=torch.int64)
+    cu = lambda b: torch.cat([zero, torch.bincount(b, minlength=batch).cumsum(0).cpu()])
+    return qb, qi, kb, kj, cu(qb), cu(kb)
+
+
 def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
     """The function register() installs: transformers' attention signature (module, query, key,
     value, attention_mask, scaling=None, dropout=0.0, **kwargs) -> (o [batch, q_len, heads,
@@ -153,26 +180,16 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
         if attention_mask.shape[1] < tk:  # a static cache: the first mask-length slots hold keys
             tk = attention_mask.shape[1]
             k, v = k[:, :tk], v[:, :tk]
-        mask = attention_mask.to(torch.bool)
-        if bool(mask.all()):
+        unpad = (_unpadding(attention_mask, tq, tk, causal) if torch.compiler.is_compiling() else
+                 _PADDING.get(attention_mask, (tq, tk, causal),
+                              lambda: _unpadding(attention_mask, tq, tk, causal)))
+        if unpad is None:
             return run(q, k, v), None
-        if causal and tk < tq:
-            raise ValueError(f"octet.hf: a causal padding mask over {tk} keys for {tq} queries "
-                             f"(the queries must be the last q_len of the keys)")
-        # Unpad into FlashAttention's varlen form: row b's valid keys, and its queries (the last
-        # q_len tokens' valid ones in self-attention; every query row otherwise), then scatter back
-        # (padded query rows stay 0).
-        rows = [mask[b, tk - tq:].nonzero().flatten() if causal else torch.arange(tq, device=q.device)
-                for b in range(batch)]
-        keys = [mask[b].nonzero().flatten() for b in range(batch)]
-        cu = lambda parts: torch.tensor([0] + [len(x) for x in parts], dtype=torch.int64).cumsum(0)
-        o = attention_varlen(torch.cat([q[b, rows[b]] for b in range(batch)]),
-                             torch.cat([k[b, keys[b]] for b in range(batch)]),
-                             torch.cat([v[b, keys[b]] for b in range(batch)]), cu(rows), cu(keys), tq, tk,
-                             causal=causal, delta=delta, softmax_scale=scaling, precision=precision,
+        qb, qi, kb, kj, cu_q, cu_k = unpad
+        o = attention_varlen(q[qb, qi], k[kb, kj], v[kb, kj], cu_q, cu_k, tq, tk, causal=causal,
+                             delta=delta, softmax_scale=scaling, precision=precision,
                              format=format)
-        b_index = torch.cat([torch.full((len(r),), b, device=q.device) for b, r in enumerate(rows)])
-        return torch.zeros_like(q).index_put((b_index, torch.cat(rows)), o), None
+        return torch.zeros_like(q).index_put((qb, qi), o), None
 
     return octet_attention
 

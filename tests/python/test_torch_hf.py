@@ -182,7 +182,14 @@ def test_cross_attention_mask_keeps_every_query_row():
     torch.testing.assert_close(out, torch.cat([want0, want1]), rtol=0, atol=0)
 
 
-def test_padding_mask_equals_unpadded_rows():
+@pytest.mark.parametrize("kept", [False, True])
+def test_padding_mask_equals_unpadded_rows(monkeypatch, kept):
+    # kept: the mask's varlen form kept across layers (HostReads; CUDA tensors by default, here the
+    # CPU ones): computed once per forward, the same numbers
+    calls, real = [], octet.hf._unpadding
+    monkeypatch.setattr(octet.hf, "_unpadding", lambda *a: calls.append(a) or real(*a))
+    if kept:
+        monkeypatch.setattr(octet.hf, "_PADDING", octet.hf.HostReads(1, devices=("cpu",)))
     base = tiny_llama("eager")
     model = same_weights(base, "octet-fp64")
     gen = torch.Generator().manual_seed(3)
@@ -196,7 +203,9 @@ def test_padding_mask_equals_unpadded_rows():
         if not left:
             mask[1, 6:] = 0
         pos = (mask.cumsum(1) - 1).clamp(min=0)
+        before = len(calls)
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits.detach()
+        assert len(calls) - before == (1 if kept else model.config.num_hidden_layers)
         assert torch.allclose(out[0], model(input_ids=a).logits.detach()[0], rtol=0, atol=1e-12)
         rows = out[1, 4:] if left else out[1, :6]
         assert torch.allclose(rows, model(input_ids=b).logits.detach()[0], rtol=0, atol=1e-12)
