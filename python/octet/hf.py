@@ -74,7 +74,13 @@ def _packed_offsets(position_ids, batch, tokens):
     return [0] + (restarts.nonzero().flatten() + 1).tolist() + [tokens]
 
 
-_POSITIONS = HostReads(1)  # the last position_ids' packing: a forward reads them once
+_POSITIONS = HostReads(2)  # what the last position_ids say: a forward reads them once
+
+
+def _used_slots(position_ids):
+    """The KV-cache slots up to the last query's position (a static cache: slot j holds position
+    j)."""
+    return int(position_ids.max()) + 1
 
 
 def _packing_of(position_ids, batch, tokens):
@@ -170,7 +176,8 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
             if causal and pos is not None and pos.numel() and tk > tq:
                 # a static KV cache without a mask: slot j holds position j, so the keys are the
                 # slots up to the last query's position
-                valid = int(pos.max()) + 1
+                valid = (_used_slots(pos) if torch.compiler.is_compiling() else
+                         _POSITIONS.get(pos, "used slots", lambda: _used_slots(pos)))
                 if valid < tk:
                     k, v = k[:, :valid], v[:, :valid]
             return run(q, k, v), None

@@ -155,7 +155,12 @@ def test_eager_forward_reads_position_ids_once(monkeypatch):
     assert torch.equal(plain, fresh) and not torch.equal(plain, packed)
 
 
-def test_static_cache_generation_equals_sdpa():
+def test_static_cache_generation_equals_sdpa(monkeypatch):
+    # the used cache slots are read off position_ids once per forward (kept across layers as for
+    # CUDA tensors; here the CPU ones), not once per layer
+    calls, real = [], octet.hf._used_slots
+    monkeypatch.setattr(octet.hf, "_used_slots", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(octet.hf, "_POSITIONS", octet.hf.HostReads(2, devices=("cpu",)))
     ref = tiny_llama("sdpa")
     model = same_weights(ref, "octet-fp64")
     ids = torch.randint(1, 64, (1, 7), generator=torch.Generator().manual_seed(8))
@@ -164,6 +169,8 @@ def test_static_cache_generation_equals_sdpa():
         want = ref.generate(ids, cache_implementation=cache, **kw)
         got = model.generate(ids, cache_implementation=cache, **kw)
         assert torch.equal(got, want), cache
+    # one read per forward: never twice in a row for the same tensor (2 layers would read twice)
+    assert calls and all(a[0] is not b[0] for a, b in zip(calls, calls[1:]))
 
 
 def test_cross_attention_mask_keeps_every_query_row():
