@@ -7,7 +7,8 @@ GQA, and against the CPU reference on the same BF16 inputs (GPU error <= 2x the 
 the matched row residual (<= 1e-5, the CUDA tests' bound); a side stream gives the default
 stream's results (O bitwise; the gradients up to the order of the fused backward's atomics);
 the three memory orders of q, k, v (layouts bshd, bhsd, strided) give the same bits; FP16 keeps
-its dtype; packed sequences (attention_varlen) equal each sequence's dense call; Float8Linear within the FP8 GEMM bound (float32 activations) and in BF16;
+its dtype; packed sequences (attention_varlen) equal each sequence's dense call, their CUDA offsets copied to
+the host once per tensor; Float8Linear within the FP8 GEMM bound (float32 activations) and in BF16;
 torch.compile(fullgraph=True) against eager — a linear alone, an attention alone on strided
 inputs, linear -> attention, and three steps of delayed scaling — bitwise where only exact torch
 ops surround octet's calls (test_compile_*: which one fails tells where a difference enters);
@@ -126,6 +127,29 @@ def test_varlen_equals_the_dense_calls(d):
         torch.testing.assert_close(x, y, rtol=1e-2, atol=1e-3)
     assert torch.count_nonzero(got[0][oq[4]:oq[5]]) == 0
     assert torch.count_nonzero(got[2][ok[5]:]) == 0 and torch.count_nonzero(got[3][ok[5]:]) == 0
+
+
+def test_varlen_cuda_offsets_are_read_once_per_tensor(monkeypatch):
+    """Eagerly, two layers on the same CUDA offsets, forward and backward: each offsets tensor is
+    copied to the host once (HostReads' default keeps CUDA tensors); an in-place change is read."""
+    from octet.torch import varlen
+    reads, real = [], varlen._host_values
+    monkeypatch.setattr(varlen, "_host_values", lambda cu: reads.append(cu) or real(cu))
+    monkeypatch.setattr(varlen, "_OFFSETS", varlen.HostReads(4))
+    gen = torch.Generator().manual_seed(10)
+    q, k, v = (torch.randn(7, h, 64, generator=gen).to(DEV, torch.bfloat16).requires_grad_()
+               for h in (4, 2, 2))
+    cq = torch.tensor([0, 3, 7], device=DEV, dtype=torch.int32)
+    ck = cq.clone()
+    o = ot.attention_varlen(q, k, v, cq, ck, 4, 4, causal=True)
+    ot.attention_varlen(o, k, v, cq, ck, 4, 4, causal=True).float().sum().backward()
+    assert len(reads) == 2
+    cq.copy_(torch.tensor([0, 4, 7]))
+    ck.copy_(cq)
+    with torch.no_grad():
+        again = ot.attention_varlen(q, k, v, cq, ck, 4, 4, causal=True)
+        fresh = ot.attention_varlen(q, k, v, cq.clone(), ck.clone(), 4, 4, causal=True)
+    assert len(reads) == 6 and torch.equal(again, fresh)
 
 
 def test_fp16_keeps_dtype():
