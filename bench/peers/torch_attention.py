@@ -4,6 +4,9 @@
 Times, on one GPU and in one process, forward and forward + backward of:
   octet-torch-<delta>    octet.torch.attention on BF16 [batch, seq, heads, head_dim] tensors that
                          require grad (read where they lie: layout bshd; the custom ops, autograd);
+  octet-torch-varlen-<delta>  octet.torch.attention_varlen on the same tokens packed as `batch`
+                         sequences of `seq` ([batch·seq, heads, head_dim], CUDA offsets): the
+                         library's per-sequence loop against the one batched call above;
   octet-capi-bshd-<delta>  the same kernels through liboctet_c's C ABI on the same [B, S, H, D]
                          BF16 tensors (OCTET_C_TOKENS_MAJOR), no autograd: the forward places its
                          saved state in a byte tensor and the backward reads it (what the PyTorch
@@ -16,7 +19,8 @@ Times, on one GPU and in one process, forward and forward + backward of:
 Method as `octet bench attention` (include/octet/bench.h): CUDA events around each repetition,
 warm-up, the median; FLOPs by FlashAttention's convention (forward 4·B·H·S²·D, halved if causal;
 backward 2.5× that). One JSON object per line (--json) with the GPU, versions and date, and the
-ratios to SDPA (cuDNN backend) and to octet-capi-bshd and octet-capi in the same call.
+ratios to SDPA (cuDNN backend), to octet-capi-bshd and octet-capi, and (varlen rows) to
+octet-torch in the same call.
 """
 import argparse
 import ctypes
@@ -27,7 +31,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from octet import _lib
-from octet.torch import attention as octet_attention
+from octet.torch import attention as octet_attention, attention_varlen
 from octet.torch._backend import backend_for, dtype_code
 from sdpa import time_ms  # bench/peers/sdpa.py: CUDA events, warm-up, the median
 
@@ -108,7 +112,17 @@ def run_case(name, shape, a, env):
 
         add(f"octet-torch-{delta}", time_ms(lambda: fwd(), a.warmup, a.reps),
             time_ms(fwd_bwd, a.warmup, a.reps))
-        del leaves
+        packed = [t.reshape(b * s, *t.shape[2:]).clone().requires_grad_()
+                  for t in (q_bshd, k_bshd, v_bshd)]
+        cu = torch.arange(0, (b + 1) * s, s, device=dev, dtype=torch.int32)
+        do_packed = do_bshd.reshape(b * s, h, d)
+
+        def fwd_varlen():
+            return attention_varlen(*packed, cu, cu, s, s, causal=causal, delta=delta)
+
+        add(f"octet-torch-varlen-{delta}", time_ms(lambda: fwd_varlen(), a.warmup, a.reps),
+            time_ms(lambda: fwd_varlen().backward(do_packed), a.warmup, a.reps))
+        del leaves, packed
         c = CApi(q_bshd, k_bshd, v_bshd, do_bshd, causal, delta, "bshd")
         add(f"octet-capi-bshd-{delta}", time_ms(lambda: c.forward(), a.warmup, a.reps),
             time_ms(lambda: (c.forward(), c.backward()), a.warmup, a.reps))
@@ -138,7 +152,10 @@ def run_case(name, shape, a, env):
     by = {r["impl"]: r for r in rows}
     for r in rows:
         delta = r["impl"].rsplit("-", 1)[-1]
-        for peer in ("torch-sdpa-cudnn-bf16", f"octet-capi-bshd-{delta}", f"octet-capi-{delta}"):
+        peers = ("torch-sdpa-cudnn-bf16", f"octet-capi-bshd-{delta}", f"octet-capi-{delta}")
+        if "-varlen-" in r["impl"]:
+            peers += (f"octet-torch-{delta}",)
+        for peer in peers:
             if peer in by:
                 r[f"fwd_bwd_vs_{peer}"] = by[peer]["fwd_bwd_ms"] / r["fwd_bwd_ms"]
     return rows
