@@ -96,13 +96,13 @@ typedef struct octet_attention_params {
    *  the offsets are int64 [n_seqs + 1] in host memory, rising from 0 to seq_q and to seq_k
    *  (either total may be 0: a packing in which no sequence has queries, or none has keys);
    *  n_seqs at most 2^31 − 2 (FlashAttention's int32 offsets), and the backward's offsets must
-   *  be the forward's (saved is laid out by them; only its size can be checked).
-   *  lse holds sequence s's [n_heads, len_q(s)] at element n_heads · cu_seqlens_q[s]; saved holds
-   *  each sequence's state at a 256-byte aligned offset (octet_attention_saved_bytes gives the
-   *  total; the forward zeroes the padding between two sequences' parts). A sequence with queries and no keys
-   * gets 0 in its rows of o and dq and −inf in its lse; one with keys and no queries gets 0 in its rows of dk
-   * and dv. residual must be NULL. Each sequence is one call of the dense kernels today (no fused varlen
-   * kernel yet). */
+   *  be the forward's: saved is laid out by them, and the library checks only that saved_size is
+   *  at least what they need. lse holds sequence s's [n_heads, len_q(s)] at element
+   *  n_heads · cu_seqlens_q[s]; saved holds each sequence's state at a 256-byte aligned offset
+   *  (octet_attention_saved_bytes gives the total; the forward zeroes the padding between two
+   *  sequences' parts). A sequence with queries and no keys gets 0 in its rows of o and dq and
+   *  −inf in its lse; one with keys and no queries gets 0 in its rows of dk and dv. residual must
+   *  be NULL. Each sequence is one call of the dense kernels (no fused varlen kernel yet). */
   int64_t n_seqs;
   const int64_t* cu_seqlens_q;
   const int64_t* cu_seqlens_k;

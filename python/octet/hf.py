@@ -13,18 +13,20 @@ model's q [batch, heads, q_len, head_dim] and k, v [batch, kv_heads, kv_len, hea
 heads unrepeated) and runs octet.torch.attention on them:
 
 - no mask: one call over the batch, causal as the module says (module.is_causal);
-- a padding mask: self-attention (causal): per batch row, its valid tokens as one sequence (exact
-  for the contiguous left or right padding tokenizers produce; padded query rows get 0);
-  cross-attention or an encoder (not causal): every query row over that row's valid keys. A mask
-  shorter than the keys (transformers' static KV cache) keeps the first mask-length key slots;
+- a padding mask: one attention_varlen call with a sequence per batch row. Self-attention
+  (causal): the row's valid tokens (exact for the contiguous left or right padding tokenizers
+  produce; padded query rows get 0); cross-attention or an encoder (not causal): every query row
+  over that row's valid keys. A mask shorter than the keys (transformers' static KV cache) keeps
+  the first mask-length key slots;
 - a static KV cache without a mask (causal): the key slots up to the largest position id;
 - packed sequences (several sequences in one row, FlashAttention's varlen form): cu_seq_lens_q /
   cu_seq_lens_k passed to the model (DataCollatorWithFlattening(return_flash_attn_kwargs=True)), or
   position_ids of a batch of one row that restart at 0 (the first sequence starting at 0): one
   attention_varlen call (the library runs one dense kernel call per sequence). With cu_seq_lens
-  the model compiles with fullgraph=True; position_ids are read on the host (a graph break under
-  torch.compile). position_ids that are neither
-  consecutive nor such a packing, or restarting in a batch of several rows, are refused.
+  the model compiles with fullgraph=True. position_ids are read on the host: eagerly once per
+  forward (HostReads), compiled only for a batch of one row (a graph break there; a several-row
+  batch cannot be a packing and is not read). Eagerly, position_ids that are neither consecutive
+  nor such a packing, or restarting in a batch of several rows, are refused.
 
 Refused with a ValueError naming the feature: attention dropout > 0, a sliding window, chunked
 attention, logit softcapping, attention sinks, a score bias (T5's position_bias), sparse indices,

@@ -106,15 +106,19 @@ def test_no_tokens_still_checks_the_arguments():
         ot.attention_varlen(q, k, k, c0, cu([3]), 0, 4)
 
 
-def test_no_keys_compiles_fullgraph():
+@pytest.mark.parametrize("side", ["q", "k"])
+def test_no_tokens_on_one_side_compiles_fullgraph(side):
     gen = torch.Generator().manual_seed(9)
-    q = packed([3, 2], 2, 16, gen, torch.float32)
-    k, v = packed([0, 0], 1, 16, gen, torch.float32), packed([0, 0], 1, 16, gen, torch.float32)
-    f = torch.compile(lambda q, k, v: ot.attention_varlen(q, k, v, cu([3, 2]), cu([0, 0]), 3, 0),
+    lens_q, lens_k = ([0, 0], [3, 2]) if side == "q" else ([3, 2], [0, 0])
+    q = packed(lens_q, 2, 16, gen, torch.float32)
+    k, v = packed(lens_k, 1, 16, gen, torch.float32), packed(lens_k, 1, 16, gen, torch.float32)
+    f = torch.compile(lambda q, k, v: ot.attention_varlen(q, k, v, cu(lens_q), cu(lens_k), 3, 3),
                       fullgraph=True, backend="aot_eager")
     o = f(q, k, v)
-    o.sum().backward()
-    assert torch.count_nonzero(o) == 0 and torch.equal(q.grad, torch.zeros_like(q))
+    (o.sum() + 1.0).backward()
+    assert o.shape == q.shape and torch.count_nonzero(o) == 0
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        assert t.grad is not None and torch.equal(t.grad, torch.zeros_like(t)), name
 
 
 def test_offsets_are_read_once_per_tensor_until_modified(monkeypatch):
@@ -378,7 +382,8 @@ def test_the_library_refuses_packings_it_cannot_read():
                             ({"cu_seqlens_k": bad.data_ptr()}, "cu_seqlens_k must run from 0 to 6"),
                             ({"seq_q": 7}, "cu_seqlens_q must run from 0 to 7"),
                             ({"n_seqs": 0}, "n_seqs >= 1"), ({"n_seqs": 2**63 - 1}, "n_seqs 9223372036854775807 is above"),
-                            ({"seq_k": -1}, "seq_k -1 must be >= 0"),
+                            ({"n_seqs": 2**31 - 1}, "n_seqs 2147483647 is above the 2147483646"),
+                            ({"seq_k": -1}, "seq_k -1 must be >= 0"), ({"seq_q": -1}, "seq_q -1 and"),
                             ({"cu_seqlens_q": None}, "cu_seqlens_q is NULL")]:
         assert call(**change) == -1, change
         assert message in _lib.lib().octet_last_error().decode(), (change, _lib.lib().octet_last_error())
