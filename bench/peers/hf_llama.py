@@ -14,6 +14,15 @@ one loop (gpt2_octet_torch.py's data, step and timing).
   --grad-accum A               micro-batches per optimizer step
   --fsdp                       under torchrun: PyTorch FSDP2 (fully_shard per decoder layer, then
                                the model) over the job's ranks (NCCL on CUDA, gloo on the CPU)
+  --packed MEAN                packed training: each micro-batch's batch·seq tokens as one row of
+                               documents of MEAN tokens on average (batch·seq // MEAN of them,
+                               random cut points drawn per micro-batch), position_ids restarting
+                               per document and each document's first token not a target, as
+                               DataCollatorWithFlattening makes them; octet's arms also get
+                               cu_seq_lens_q/k (return_flash_attn_kwargs=True: one attention_varlen
+                               call per layer), SDPA gets the position_ids only (transformers builds
+                               the block-diagonal mask). TFLOP/s and MFU still count attention as
+                               if unpacked (the same formula for every arm).
 
 Under --fsdp with W ranks, rank r's micro-batch n is the global micro-batch n·W + r of the same
 stream, so W ranks see, per optimizer step, exactly the micro-batches of one process run with
@@ -100,6 +109,22 @@ def shard(model, dev):
     return dist.get_world_size(), dist.get_rank()
 
 
+def packing(n, total, mean, device):
+    """Micro-batch n's packing of `total` tokens into total // mean documents (at least one): the
+    model's keyword arguments (position_ids; cu_seq_lens_q/k and max_length_q/k, which only
+    attention implementations with a varlen path read) and the document starts."""
+    docs = max(1, total // mean)
+    gen = torch.Generator().manual_seed(10_000 + n)
+    cuts = torch.randperm(total - 1, generator=gen)[:docs - 1].add(1).sort().values
+    cu = torch.cat([torch.tensor([0]), cuts, torch.tensor([total])])
+    starts = torch.repeat_interleave(cu[:-1], cu.diff())
+    position_ids = (torch.arange(total) - starts)[None]
+    cu = cu.to(device=device, dtype=torch.int32)
+    # max_length: the token count bounds every document, the same every micro-batch (no recompile)
+    return {"position_ids": position_ids.to(device), "cu_seq_lens_q": cu, "cu_seq_lens_k": cu,
+            "max_length_q": total, "max_length_k": total}, cu[:-1]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=sorted(SHAPES), default="llama-1b")
@@ -121,11 +146,16 @@ def main():
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--device", default="cuda", help="cuda (cpu only to test the script)")
     ap.add_argument("--fsdp", action="store_true", help="FSDP2 over the torchrun job's ranks")
+    ap.add_argument("--packed", type=int, default=0, metavar="MEAN",
+                    help="one row of documents of MEAN tokens on average per micro-batch")
     a = ap.parse_args()
     if a.data:
         a.vocab = 256
     if min(a.batch, a.grad_accum, a.seq, a.steps, a.warmup) < 1:
         sys.exit("--batch, --grad-accum, --seq, --steps and --warmup must be >= 1")
+    if a.packed < 0 or a.packed > a.batch * a.seq:
+        sys.exit(f"--packed must be a mean document length from 1 to batch·seq = {a.batch * a.seq} "
+                 f"(0: not packed), got {a.packed}")
     if a.fsdp and "LOCAL_RANK" not in os.environ:
         sys.exit("--fsdp runs under torchrun (torchrun --nproc-per-node N hf_llama.py --fsdp ...)")
     if a.fsdp and a.linears == "fp8" and a.recipe == "tensor-delayed":
@@ -160,9 +190,18 @@ def main():
         t0 = time.perf_counter()
         step_loss = 0.0
         for m in range(a.grad_accum):
-            ids = batch_of(s * a.grad_accum + m)
+            ids = batch_of(s * a.grad_accum + m)[:, :-1]
+            labels, extra = ids, {}
+            if a.packed:
+                ids = labels = ids.reshape(1, -1)
+                extra, starts = packing((s * a.grad_accum + m) * world + rank, ids.shape[1],
+                                        a.packed, dev)
+                labels = ids.clone()
+                labels[0, starts[1:]] = -100  # a document's first token is not predicted
+                if a.attention == "sdpa":  # no varlen path: the mask comes from position_ids
+                    extra = {"position_ids": extra["position_ids"]}
             with torch.autocast(dev.type, dtype=torch.bfloat16):
-                loss = step_model(input_ids=ids[:, :-1], labels=ids[:, :-1]).loss / a.grad_accum
+                loss = step_model(input_ids=ids, labels=labels, **extra).loss / a.grad_accum
             loss.backward()
             step_loss = step_loss + loss.detach()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -205,7 +244,7 @@ def main():
            "steps": a.steps, "step_ms_median": step_ms, "tokens_per_s": tps, "flops_per_token": fpt,
            "tflops": fpt * tps / world / 1e12, "mfu": fpt * tps / world / 1e12 / a.peak_tflops,
            "loss_first": losses[0], "loss_last": losses[-1], "losses": losses,
-           "val_losses": val_losses, "data": a.data or "uniform"}
+           "val_losses": val_losses, "data": a.data or "uniform", "packed_mean_tokens": a.packed}
     print(json.dumps(row), flush=True)
 
 

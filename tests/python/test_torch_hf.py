@@ -327,3 +327,37 @@ def test_hf_llama_bench_script_on_cpu(tmp_path):
         assert len(row["losses"]) == 3 and [s for s, _ in row["val_losses"]] == [2, 3]
         assert abs(row["loss_first"] - 5.545) < 0.3  # log(256) at init
     assert rows["fp8+octet"]["fp8_linears"] == 14 and rows["bf16+sdpa"]["fp8_linears"] == 0
+    # --packed: one row of documents; octet through cu_seq_lens, SDPA through position_ids (the
+    # same packing, model and data: the first losses agree to the arms' precision)
+    packed = {}
+    for arm in (["--attention", "sdpa", "--linears", "bf16"], ["--attention", "octet", "--linears", "fp8"]):
+        r = subprocess.run([sys.executable, str(script), *args, *arm, "--packed", "16"],
+                           capture_output=True, text=True, env=dict(os.environ), cwd=script.parent)
+        assert r.returncode == 0, r.stderr
+        row = json.loads(r.stdout.splitlines()[-1])
+        assert row["packed_mean_tokens"] == 16 and row["tokens_per_step"] == 2 * 64 * 2
+        packed[row["arm"]] = row
+    assert abs(packed["fp8+octet"]["loss_first"] - packed["bf16+sdpa"]["loss_first"]) < 0.02
+    r = subprocess.run([sys.executable, str(script), *args, "--packed", "1000"], capture_output=True,
+                       text=True, cwd=script.parent)
+    assert r.returncode != 0 and "--packed must be a mean document length" in r.stderr, r.stderr
+
+
+def test_hf_llama_bench_packing():
+    """hf_llama.py's packing: total // mean documents cut at random points, position_ids
+    restarting at each start, the same cuts for the same micro-batch."""
+    import pathlib
+    import sys
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench" / "peers"))
+    import hf_llama
+    kw, starts = hf_llama.packing(3, 128, 16, torch.device("cpu"))
+    cu = kw["cu_seq_lens_q"]
+    assert cu.dtype == torch.int32 and cu.numel() == 128 // 16 + 1
+    assert int(cu[0]) == 0 and int(cu[-1]) == 128 and bool((cu.diff() >= 1).all())
+    assert torch.equal(kw["cu_seq_lens_k"], cu) and kw["max_length_q"] == kw["max_length_k"] == 128
+    pos = kw["position_ids"][0]
+    assert torch.equal(pos[starts.long()], torch.zeros(len(starts), dtype=pos.dtype))
+    assert int((pos == 0).sum()) == len(starts) and bool((pos.diff()[pos[1:] != 0] == 1).all())
+    again, _ = hf_llama.packing(3, 128, 16, torch.device("cpu"))
+    other, _ = hf_llama.packing(4, 128, 16, torch.device("cpu"))
+    assert torch.equal(again["cu_seq_lens_q"], cu) and not torch.equal(other["cu_seq_lens_q"], cu)
