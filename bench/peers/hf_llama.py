@@ -193,7 +193,7 @@ def main():
             ids = batch_of(s * a.grad_accum + m)[:, :-1]
             labels, extra = ids, {}
             if a.packed:
-                ids = labels = ids.reshape(1, -1)
+                ids = ids.reshape(1, -1)
                 extra, starts = packing((s * a.grad_accum + m) * world + rank, ids.shape[1],
                                         a.packed, dev)
                 labels = ids.clone()

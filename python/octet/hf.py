@@ -86,9 +86,8 @@ def _used_slots(position_ids):
 
 
 def _packing_of(position_ids, batch, tokens):
-    """_packed_offsets, read once per unmodified position_ids tensor (eagerly; compiled code calls
-    _packed_offsets itself)."""
-    if not isinstance(position_ids, torch.Tensor) or torch.compiler.is_compiling():
+    """_packed_offsets, read once per unmodified position_ids tensor (eagerly: HostReads)."""
+    if not isinstance(position_ids, torch.Tensor):
         return _packed_offsets(position_ids, batch, tokens)
     return _POSITIONS.get(position_ids, (batch, tokens),
                           lambda: _packed_offsets(position_ids, batch, tokens))
@@ -178,8 +177,7 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
             if causal and pos is not None and pos.numel() and tk > tq:
                 # a static KV cache without a mask: slot j holds position j, so the keys are the
                 # slots up to the last query's position
-                valid = (_used_slots(pos) if torch.compiler.is_compiling() else
-                         _POSITIONS.get(pos, "used slots", lambda: _used_slots(pos)))
+                valid = _POSITIONS.get(pos, "used slots", lambda: _used_slots(pos))
                 if valid < tk:
                     k, v = k[:, :valid], v[:, :valid]
             return run(q, k, v), None
@@ -189,9 +187,8 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
         if attention_mask.shape[1] < tk:  # a static cache: the first mask-length slots hold keys
             tk = attention_mask.shape[1]
             k, v = k[:, :tk], v[:, :tk]
-        unpad = (_unpadding(attention_mask, tq, tk, causal) if torch.compiler.is_compiling() else
-                 _PADDING.get(attention_mask, (tq, tk, causal),
-                              lambda: _unpadding(attention_mask, tq, tk, causal)))
+        unpad = _PADDING.get(attention_mask, (tq, tk, causal),
+                             lambda: _unpadding(attention_mask, tq, tk, causal))
         if unpad is None:
             return run(q, k, v), None
         qb, qi, kb, kj, cu_q, cu_k = unpad

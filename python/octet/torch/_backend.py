@@ -92,16 +92,18 @@ class HostReads:
     once, not once per layer. Only tensors on `devices` (default CUDA, where a read is a copy and a
     sync; a CPU tensor is cheap to read and may be refilled through .numpy()) and not inference
     tensors (no version counter) are kept. Writes the version counter does not see are not seen:
-    through `.data`, DLPack, kernels outside PyTorch. For eager code only: compiled code (Inductor)
-    hands out one tensor object for new values without bumping its version. Entries are replaced
-    as one tuple (thread-safe)."""
+    through `.data`, DLPack, kernels outside PyTorch. For eager code only: while torch.compile
+    traces, get() computes (traced code keeps nothing), and code that compiled code calls at run
+    time (a custom op's body) must not use it, since Inductor hands out one tensor object for new
+    values without bumping its version. Entries are replaced as one tuple (thread-safe)."""
 
     def __init__(self, slots, devices=("cuda",)):
         self._slots, self._devices, self._entries = slots, devices, ()
 
     def get(self, tensor, key, compute):
         """compute() for (tensor, key), or the value it gave last time for them."""
-        if tensor.device.type not in self._devices or tensor.is_inference():
+        if (torch.compiler.is_compiling() or tensor.device.type not in self._devices
+                or tensor.is_inference()):
             return compute()
         stamp = (tensor._version, tensor.data_ptr(), key)
         for held, held_stamp, value in self._entries:
