@@ -5,7 +5,7 @@
 # Binaries are built on the development machine (nvcc, -arch sm_90a) and carried with their
 # non-system shared libraries:
 #   tools: bench/pack_gpu_carry.sh builds .cuda-carry/{bin,lib}; this script runs from the repo root.
-# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [attention-pack] [train] [bench-train] [hf-llama] [hf-llama-fsdp] [torch-attention] [ncu-attention]
+# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [attention-pack] [train] [bench-train] [hf-llama] [hf-llama-fsdp] [torch-tests] [torch-attention] [ncu-attention]
 #   [bench-train-profile] [compare] (default: tests gemm quantize attention train); logs in $OUT (at
 #   most 8 files come back).
 #   bench-train: within OCTET_BENCH_TRAIN_TIMEOUT seconds (default 360) -> bench-train.jsonl, a table:
@@ -28,7 +28,8 @@
 #     of OCTET_HF_ARMS (default sdpa:bf16,octet:fp8,octet-stale:fp8,sdpa:torchao-tensorwise, attention:
 #     linears) -> hf-llama.jsonl, each within OCTET_HF_TIMEOUT seconds (240), on the bytes of
 #     OCTET_HF_DATA (a file or directory: hf_llama.py --data) if set, else uniform tokens; needs liboctet_c in
-#     .cuda-carry/lib and torchao for its arm (the carried wheel, as bench-train)
+#     .cuda-carry/lib and torchao for its arm (the carried wheel, as bench-train); OCTET_HF_ARGS adds options
+#     to every arm's run (e.g. "--packed 1024": packed rows, hf_llama.py --help)
 #   hf-llama-fsdp: FSDP2 on every GPU of the machine (torchrun --nproc-per-node N, N from
 #     nvidia-smi): per arm of OCTET_HF_ARMS (default octet:fp8,sdpa:bf16,sdpa:torchao-tensorwise),
 #     first one GPU with --grad-accum N (the same global batch and micro-batches), then the N ranks
@@ -37,6 +38,9 @@
 #     table of the loss difference and the speed-up); OCTET_HF_ARGS adds options to every run
 #     (not --grad-accum, which the pair sets; a CPU dry run: "--model tiny --device cpu
 #     --no-compile" with OCTET_HF_GPUS=2, which otherwise comes from nvidia-smi)
+#   torch-tests: pytest (the GPU image's) on OCTET_TORCH_TESTS (default
+#     tests/python/test_torch_cuda.py) with liboctet_c (OCTET_LIBRARY, as torch-attention), within
+#     OCTET_TORCH_TESTS_TIMEOUT seconds (300) -> torch-tests.log
 #   torch-attention: bench/peers/torch_attention.py (octet.torch.attention, the same kernels through
 #     the C ABI with and without the saved-state tensor, PyTorch SDPA; forward + backward) ->
 #     torch-attention.jsonl, within OCTET_TORCH_ATTENTION_TIMEOUT seconds (300); needs liboctet_c
@@ -148,7 +152,7 @@ for l in open(sys.argv[1]):
               OCTET_LIBRARY=$libc timeout "${OCTET_HF_TIMEOUT:-240}" \
               python3 hf_llama.py --seq "${OCTET_HF_SEQ:-4096}" --batch "${OCTET_HF_BATCH:-2}" \
               --steps "${OCTET_HF_STEPS:-10}" --attention "${arm%%:*}" --linears "${arm##*:}" \
-              ${OCTET_HF_DATA:+--data "$OCTET_HF_DATA"}) \
+              ${OCTET_HF_DATA:+--data "$OCTET_HF_DATA"} ${OCTET_HF_ARGS:-}) \
               >> "$OUT/hf-llama.jsonl" 2>> "$OUT/hf-llama.err"
             echo "hf-llama $arm rc=$? ($SECONDS s)"
           done
@@ -190,6 +194,12 @@ for arm, pair in runs.items():
     t1, tn, world = one["tokens_per_s"], many["tokens_per_s"], many["world"]
     print(f"{arm:28} 1 GPU {t1:9.0f} {world} GPUs {tn:9.0f} tokens/s ({tn / t1:.2f}x) "
           f"max loss rel diff {d:.2e}")' "$OUT/hf-llama-fsdp.jsonl" ;;
+    torch-tests)
+          PYTHONPATH=$PWD/python:$PWD/tests/python${PYTHONPATH:+:$PYTHONPATH} \
+            OCTET_LIBRARY=${OCTET_LIBRARY:-$PWD/.cuda-carry/lib/liboctet_c.so} \
+            timeout "${OCTET_TORCH_TESTS_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider \
+            ${OCTET_TORCH_TESTS:-tests/python/test_torch_cuda.py} > "$OUT/torch-tests.log" 2>&1
+          echo "torch-tests rc=$?"; tail -15 "$OUT/torch-tests.log" ;;
     torch-attention)
           PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} \
             OCTET_LIBRARY=${OCTET_LIBRARY:-$PWD/.cuda-carry/lib/liboctet_c.so} \

@@ -24,8 +24,8 @@
 //     accumulator added to O in FP32 (α·O + P̃V̂: the tensor core sums at most one tile of keys,
 //     DeepSeek-V3's promotion interval N_C = 128, docs/numerics.md — accumulating O across tiles
 //     on the tensor core itself, as FlashAttention-3 does, measured 0.33 relative error against the
-//     FP64 oracle at 16k keys); l̃'s tile sum is one more m64n8k32 with B = an 8 x kBN tile of E4M3
-//     ones (V = 1 gives O = 1 exactly);
+//     FP64 oracle at 16k keys); l̃'s tile sum comes from the same instructions, N = kD + 8 with
+//     B's last 8 rows E4M3 ones (V = 1 gives O = 1 exactly: O and l̃ are the same sums);
 //   the tile's softmax (flash_fwd_tile_sm89.cuh softmax_tile, shared with the mma.sync kernel),
 //     which overlaps the other consumer warpgroup's GEMMs as the warp schedulers interleave the two
 //     (FlashAttention-3's enforced ping-pong, named barriers handing the GEMM turn over, measured
@@ -66,15 +66,16 @@ struct ForwardMaps {
 
 // Shared memory from a 1024-byte aligned base (every tile 1024-aligned: the swizzles' period):
 // the Q̂ tile [kBM][kD] (kD-byte swizzle), kStages stages of [K̂ tile [kBN][kD] (kD-byte swizzle) |
-// V̂ᵀ tile [kD][kBN] (kBN-byte swizzle)], the 8 x kBN ones tile, then the mbarriers: q_full,
-// full_k[kStages], full_v[kStages], empty_k[kStages], empty_v[kStages].
+// V̂ᵀ tile [kD][kBN] (kBN-byte swizzle) | 8 rows of kBN E4M3 ones, padded to 1024 bytes], then the
+// mbarriers: q_full, full_k[kStages], full_v[kStages], empty_k[kStages], empty_v[kStages]. The
+// ones rows continue V̂ᵀ by one 8-row atom, so that P̃V̂'s wgmma of N = kD + 8 gives l̃'s tile sum
+// as its last 8 columns (every byte the same: the swizzle does not change what is read).
 template <int kD, int kBN>
 struct TmaLayout {
   static constexpr int kTile = kBN * kD;  // bytes of one K̂ or V̂ᵀ tile
-  static constexpr int kStage = 2 * kTile;
+  static constexpr int kStage = 2 * kTile + 1024;
   static constexpr int kK = kBM * kD;  // the first stage, after Q̂
-  static constexpr int kOnes = kK + kStages * kStage;
-  static constexpr int kBars = kOnes + 1024;
+  static constexpr int kBars = kK + kStages * kStage;
   static constexpr int kBytes = kBars + 8 * (1 + 4 * kStages) + 1024;  // + alignment slack
 };
 
@@ -116,10 +117,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_mbar_init();
   }
-  if constexpr (!kLogits) {                  // the ones tile (every byte the same: no swizzle to apply)
+  if constexpr (!kLogits) {                  // the ones rows of every stage (TMA never writes them)
     constexpr uint32_t kOnes = 0x38383838u;  // four E4M3 codes of 1.0
-    for (int c = threadIdx.x; c < 8 * kBN / 16; c += kThreads)
-      *reinterpret_cast<uint4*>(smem + L::kOnes + 16 * c) = make_uint4(kOnes, kOnes, kOnes, kOnes);
+    for (int c = threadIdx.x; c < kStages * 8 * kBN / 16; c += kThreads) {
+      const int s = c / (8 * kBN / 16), o = c % (8 * kBN / 16);
+      *reinterpret_cast<uint4*>(smem + L::kK + s * L::kStage + 2 * L::kTile + 16 * o) =
+          make_uint4(kOnes, kOnes, kOnes, kOnes);
+    }
     fence_proxy_async_smem();  // visible to wgmma's async proxy after the barrier
   }
   __syncthreads();
@@ -192,29 +196,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Steps, straight-line so that ptxas keeps every wgmma asynchronous (no accumulator is read
   // between a wgmma and its wait on any path): S(n) issues tile n's S; PV(n) tile n's P̃V̂ and P̃·1;
   // softmax(n) waits for S and makes the next P̃; promote(n) adds P̃V̂ into O in FP32.
-  float pv[kD / 8][4], ls[1][4], sacc[kBN / 8][4];
+  float pv[kD / 8 + 1][4], sacc[kBN / 8][4];  // pv[kD / 8]: l̃'s column (the ones rows)
   const auto issue_pv = [&](int n) {
     const int sp = n % kStages;
     mbar_wait(full_v(sp), (n / kStages) & 1);
     const unsigned tv = k_tile(sp) + L::kTile;
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBN / 32; ++kk) {
-      WgmmaRS<kD>::run(pv, pa[kk], kmajor_desc<kBN>(tv + 32 * kk), kk);
-      WgmmaRS<8>::run(ls, pa[kk], kmajor_desc<kBN>(sbase + L::kOnes + 32 * kk), kk);
-    }
+    for (int kk = 0; kk < kBN / 32; ++kk)
+      WgmmaRS<kD + 8>::run(pv, pa[kk], kmajor_desc<kBN>(tv + 32 * kk), kk);
     wgmma_commit();
   };
   const auto promote = [&](int n) {  // after P̃V̂ of tile n has landed (fenced by the caller)
     fence_regs(pv);
-    fence_regs(ls);
     fence_regs(pa);
     mbar_arrive(empty_v(n % kStages));
     float ao[2];
     acc.o_alpha(alpha, v_inv_at(p, bg, int64_t(n) * kBN), ao);
 #pragma unroll
     for (int dn = 0; dn < kD / 8; ++dn) acc.add_pv(dn, ao, pv[dn]);
-    acc.add_l(alpha, ls[0]);
+    acc.add_l(alpha, pv[kD / 8]);
   };
   const auto issue_s_of = [&](int n) {
     mbar_wait(full_k(n % kStages), (n / kStages) & 1);

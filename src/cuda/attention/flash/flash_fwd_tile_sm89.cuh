@@ -97,21 +97,21 @@ __device__ __forceinline__ void store_logits(const ForwardParams& p, float* s_ou
     }
 }
 
-/// One key tile's softmax for this lane's two rows: S (code products, in place) → S·s_scale masked
-/// to −inf past each row's visible keys `vis` (only when the CTA-uniform `check_mask`: the tile
-/// reaches past the keys every real row of the CTA sees), the online-softmax update of `sm`
-/// (α returned per row, by which the caller rescales O and l̃), and P̃'s E4M3 codes as the A
-/// fragments of P̃V̂ over the keys 32kk.. (a0/a1 from n-tiles 4kk, 4kk+1: keys 4t..4t+3 of rows
-/// g / g+8; a2/a3 from 4kk+2, 4kk+3: keys 16+4t..16+4t+3).
-/// The scale is a rounded product (never contracted into a later FMA: run_logits and the
-/// backward's S have these bits). Element e: row e / 2, key s_key(nt, 0) + 4t + e % 2 of the tile;
-/// the mask compares in 32-bit tile-relative units (run_forward checks Tk < 2^31).
+/// One key tile's softmax for this lane's two rows: S = s_scale·ŝ (ŝ the code products in `s`,
+/// masked in place to −inf past each row's visible keys `vis`, only when the CTA-uniform
+/// `check_mask`: the tile reaches past the keys every real row of the CTA sees), the online-softmax
+/// update of `sm` (α returned per row, by which the caller rescales O and l̃), and P̃'s E4M3 codes
+/// as the A fragments of P̃V̂ over the keys 32kk.. (a0/a1 from n-tiles 4kk, 4kk+1: keys 4t..4t+3 of
+/// rows g / g+8; a2/a3 from 4kk+2, 4kk+3: keys 16+4t..16+4t+3). flash_softmax.cuh says how the
+/// scale, the max and the exponentials are formed (one FFMA and one ex2 per key); the maxima and
+/// this tile's share of l are reduced in short independent chains (max: the same bits in any order). Element
+/// e: row e / 2, key s_key(nt, 0) + 4t + e % 2 of the tile; the mask compares in 32-bit tile-relative units
+/// (run_forward checks Tk < 2^31). s_scale > 0 (a product of positive scales).
 template <int kBN>
 __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float s_scale, bool check_mask,
                                              const int (&vis)[2], int64_t j0, int t, float p_scale,
                                              RowSoftmax (&sm)[2], float (&alpha)[2],
                                              uint32_t (&pa)[kBN / 32][4]) {
-  float mx[2] = {-INFINITY, -INFINITY};
   if (check_mask) {
     int lim[2];  // keys of this tile row r sees, relative to j0 + 4t
 #pragma unroll
@@ -122,34 +122,45 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float s_sca
 #pragma unroll
     for (int nt = 0; nt < kBN / 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = s_key(nt, 0) + e % 2 < lim[e / 2] ? __fmul_rn(s[nt][e], s_scale) : -INFINITY;
-        mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
-      }
-  } else {
-#pragma unroll
-    for (int nt = 0; nt < kBN / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = __fmul_rn(s[nt][e], s_scale);
-        mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
-      }
+      for (int e = 0; e < 4; ++e)
+        if (!(s_key(nt, 0) + e % 2 < lim[e / 2])) s[nt][e] = -INFINITY;
   }
-  float piv[2];
+  float mx[2][4];  // four independent max chains per row (the same bits in any order)
+#pragma unroll
+  for (int nt = 0; nt < kBN / 8; ++nt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float x = fmaxf(s[nt][2 * r], s[nt][2 * r + 1]);
+      mx[r][nt % 4] = nt < 4 ? x : fmaxf(mx[r][nt % 4], x);
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) mx[r][0] = fmaxf(fmaxf(mx[r][0], mx[r][1]), fmaxf(mx[r][2], mx[r][3]));
+  const float c2 = __fmul_rn(s_scale, 1.4426950408889634f);
+  const float log2_p = float(int(__float_as_uint(p_scale) >> 23) - 127);  // p_scale = 2^k, k in [0, 8]
+  float bias[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    alpha[r] = sm[r].begin_tile(mx[r]);
-    piv[r] = sm[r].pivot();
+    alpha[r] = sm[r].begin_tile(__fmul_rn(mx[r][0], s_scale));
+    bias[r] = sm[r].bias(log2_p);
   }
+  float part[2] = {0.0f, 0.0f};  // this tile's Σ exp(S − m)·p_scale per row
 #pragma unroll
   for (int kk = 0; kk < kBN / 32; ++kk)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int nt = 4 * kk + 2 * (r / 2), ro = r % 2;
-      const uint32_t lo = sm[ro].p_codes(s[nt][2 * ro], s[nt][2 * ro + 1], piv[ro], p_scale);
-      const uint32_t hi = sm[ro].p_codes(s[nt + 1][2 * ro], s[nt + 1][2 * ro + 1], piv[ro], p_scale);
-      pa[kk][r] = lo | (hi << 16);
+    for (int ro = 0; ro < 2; ++ro) {
+      float e[2][4];  // n-tiles 4kk + 2h + {0, 1}, this row's two keys each
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          e[h][q] = exp2_scaled(s[4 * kk + 2 * h + q / 2][2 * ro + q % 2], c2, bias[ro]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        pa[kk][2 * h + ro] = fp8x2(e[h][0], e[h][1], false) | (fp8x2(e[h][2], e[h][3], false) << 16);
+      part[ro] += ((e[0][0] + e[0][1]) + (e[0][2] + e[0][3])) + ((e[1][0] + e[1][1]) + (e[1][2] + e[1][3]));
     }
+#pragma unroll
+  for (int ro = 0; ro < 2; ++ro) sm[ro].l += part[ro];
 }
 
 /// What a lane accumulates for its two rows over the key tiles: O and l̃ in code units (FP32, one
@@ -205,7 +216,7 @@ struct ForwardRows {
     float l[2];
     const float l_hat[2] = {lacc[0][0], lacc[0][2]};
 #pragma unroll
-    for (int r = 0; r < 2; ++r) l[r] = quad_sum(sm[r].l);
+    for (int r = 0; r < 2; ++r) l[r] = quad_sum(sm[r].lane_sum(p.p_scale));
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t i = i0 + 8 * r;

@@ -129,8 +129,8 @@ __device__ __forceinline__ int pt_chunk(int key, int chunk) {
 /// multiply and one MUFU instead of expf's range reduction; PTX ex2.approx: max relative error
 /// 2^-22 over its range, results below 2^-126 flush to 0, exp(−inf) = 0). The CPU twin computes
 /// std::exp(x): the two agree to a few FP32 ulp (as expf did), the tolerance the tests state.
-/// Every GPU kernel that computes a P uses this one function, so the forward's l, the delta
-/// pre-pass and the main backward see the same bits.
+/// The backward's kernels compute P with this one function, so the delta pre-pass and the main
+/// backward see the same bits (the forward folds the scale into one FFMA: flash_softmax.cuh).
 __device__ __forceinline__ float exp_rel(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(__fmul_rn(x, 1.4426950408889634f)));

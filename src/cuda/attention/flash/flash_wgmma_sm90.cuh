@@ -178,6 +178,21 @@ __device__ __forceinline__ void setmaxnreg_inc() {
       "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), \
       "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), \
       "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+// m64n72 and m64n136: the head_dim columns of O plus 8 (P̃V̂ with l̃'s column of ones, flash_fwd_sm90.cu).
+#define OCTET_WGMMA_D72_REGS                                                         \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35} "
+#define OCTET_WGMMA_D72_OUTS(d) \
+  OCTET_WGMMA_D64_OUTS(d), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3])
+#define OCTET_WGMMA_D136_REGS                                                        \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67} "
+#define OCTET_WGMMA_D136_OUTS(d) \
+  OCTET_WGMMA_D128_OUTS(d), "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]), "+f"(d[16][3])
 // One RS wgmma: the N/2 accumulators, then A's 4 registers and B's descriptor (A_DESC, e.g.
 // "{%32, %33, %34, %35}, %36" at N = 64), scale_d as predicate (SCALE, "%37"), the immediates IMM.
 // Inside WgmmaRS::run and WgmmaFp8::rs only (it names their d, a, desc_b, scale_d).
@@ -190,7 +205,7 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 /// d (+)= A·Bᵀ on one m64nNk32 tile: A 64x32 E4M3 from registers (this warp's 16 rows), B N x 32
 /// E4M3 K-major by descriptor, D FP32; scale_d = 0 ignores d's old value (D = A·Bᵀ). Asynchronous:
 /// d holds the result only after wgmma_commit + wgmma_wait (and a, d must not be touched before).
-/// N ∈ {8, 64, 128}.
+/// N ∈ {8, 64, 72, 128, 136}.
 template <int N>
 struct WgmmaRS;
 template <>
@@ -215,6 +230,22 @@ struct WgmmaRS<128> {
                                              int scale_d) {
     OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", 128, "{%64, %65, %66, %67}, %68",
                    "%69", "1, 1");
+  }
+};
+template <>
+struct WgmmaRS<72> {
+  __device__ __forceinline__ static void run(float (&d)[9][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                             int scale_d) {
+    OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n72k32.f32.e4m3.e4m3", 72, "{%36, %37, %38, %39}, %40",
+                   "%41", "1, 1");
+  }
+};
+template <>
+struct WgmmaRS<136> {
+  __device__ __forceinline__ static void run(float (&d)[17][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                             int scale_d) {
+    OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3", 136, "{%68, %69, %70, %71}, %72",
+                   "%73", "1, 1");
   }
 };
 
@@ -271,6 +302,10 @@ struct WgmmaFp8<128, kAE5M2, kBE5M2> {
 #undef OCTET_WGMMA_D8_OUTS
 #undef OCTET_WGMMA_D64_REGS
 #undef OCTET_WGMMA_D64_OUTS
+#undef OCTET_WGMMA_D72_REGS
+#undef OCTET_WGMMA_D72_OUTS
+#undef OCTET_WGMMA_D136_REGS
+#undef OCTET_WGMMA_D136_OUTS
 #undef OCTET_WGMMA_D128_REGS
 #undef OCTET_WGMMA_D128_OUTS
 
