@@ -7,9 +7,10 @@
 // in [0, 1], E4M3 with the static scale) multiplies V̂. Two row sums are carried: ℓ̃ = Σ P̃ (the
 // same rounded P that multiplies V) normalizes O, so V = 1 gives O = 1 exactly; ℓ = Σ exp(S − m)
 // in FP32 (the online running sum) is saved with the final m, and the backward's
-// P = exp(S − m) / ℓ sums to 1 to FP32 rounding at any logit size, which the matched delta needs
-// (LSE = m + log ℓ is an output only). The backward's P̃ for dV is rounded from exp(S − m), its
-// row factor 1/ℓ moved into dO (docs/delta-matching.md).
+// P = exp(S − m) / ℓ sums to 1 to FP32 rounding at any logit size (the matched delta's rule
+// divides by that sum all the same: delta_rule.h; LSE = m + log ℓ is an output only).
+// The backward's P̃ for dV is rounded from exp(S − m), its row factor 1/ℓ moved into dO
+// (docs/delta-matching.md).
 // Backward: key blocks outer, query blocks inner (FlashAttention-2, Algorithm 2). The delta is
 // stale (D_i = dO_i·O_i, a per-row pre-pass as in FlashAttention) or matched (Delta-Matching: a
 // pre-pass over all key blocks recomputes S, P and dP and sums Σ_j P_ij dP_ij / Σ_j P_ij, the extra

@@ -12,9 +12,9 @@
 // main kernel's staged query block), B = K̂ rows (ldmatrix) in the key order
 // flash_mma_sm89.cuh s_key (so an accumulator row is, after an in-place FP8 conversion, the A
 // fragment of the next product over keys), kD/32 MMAs over head_dim in order from a zero
-// accumulator, then one rounded product by τ·sq·sk (forward_kernel's exact sequence: the saved m
-// and l describe this S). The kernels compute a tile's S (→ P) for all n-tiles first and its dP
-// (→ dS, in the same registers) second, so that only one 16 x kNK FP32 array is live.
+// accumulator, then one rounded product by τ·sq·sk (the forward's S: the saved m is its row max bit
+// for bit, l its Σ exp(S − m) to a few FP32 ulp). The kernels compute a tile's S (→ P) for all n-tiles first
+// and its dP (→ dS, in the same registers) second, so that only one 16 x kNK FP32 array is live.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -22,6 +22,8 @@ bool aligned(const void* x, unsigned bytes) { return (reinterpret_cast<uintptr_t
 // The checks both entry points share (the logits read no V̂ᵀ).
 void check_inputs(const ForwardParams& p, bool needs_v) {
   check_forward_supported(p.D, p.block_k);
+  // The softmax reads log2(p_scale) from its exponent bits and divides l by it exactly.
+  validate_p_scale(p.p_scale, "flash attention forward: p_scale");
   OCTET_CHECK(p.B >= 1 && p.H >= 1 && p.G >= 1 && p.H % p.G == 0 && p.Tq >= 1 && p.Tk >= 1,
               "flash attention forward: need B, H, G, Tq, Tk >= 1 and H a multiple of G");
   OCTET_CHECK(p.Tq_p == (p.Tq + 15) / 16 * 16 && p.Tk_p == (p.Tk + 15) / 16 * 16,

@@ -19,6 +19,8 @@
 // BF16 output may then differ by one rounding step where a value sits on a rounding boundary):
 //   S: the tensor core sums the code products (exact) in its own order, then × (τ·sq·sk); the CPU
 //      sums the dequantized products key by key and multiplies by τ.
+//   exp: one FFMA and ex2 per score, exp(S − m)·p_scale = 2^(ŝ·RN(c·log2 e) + bias)
+//      (flash_softmax.cuh); the CPU computes std::exp(S − m) and multiplies by p_scale.
 //   l, l̃: lane partial sums then a quad sum (flash_softmax.cuh) instead of key order.
 //   O: (O_acc in code units)·(sv / l̃ in code units), the p_scale factors cancelling exactly.
 #include "cuda/attention/flash/flash_kernels.h"

@@ -80,7 +80,7 @@ __device__ __forceinline__ void load_q_fragments(const ForwardParams& p, int64_t
     }
 }
 
-/// run_logits's store: S·s_scale (a rounded product: the bits the forward's softmax reads) of
+/// run_logits's store: S·s_scale (a rounded product: its row max is the forward's saved m) of
 /// the tile at key j0 for rows i < Tq_p, keys j < Tk_p (pads: 0, as a GEMM gives).
 template <int kBN>
 __device__ __forceinline__ void store_logits(const ForwardParams& p, float* s_out, int64_t bh,
@@ -106,7 +106,9 @@ __device__ __forceinline__ void store_logits(const ForwardParams& p, float* s_ou
 /// scale, the max and the exponentials are formed (one FFMA and one ex2 per key); the maxima and
 /// this tile's share of l are reduced in short independent chains (max: the same bits in any order). Element
 /// e: row e / 2, key s_key(nt, 0) + 4t + e % 2 of the tile; the mask compares in 32-bit tile-relative units
-/// (run_forward checks Tk < 2^31). s_scale > 0 (a product of positive scales).
+/// (run_forward checks Tk < 2^31). s_scale is a product of positive scales (0 only if it underflows,
+/// NaN from a NaN block scale); the max's bits need s_scale > 0, and a masked key gives P = 0 in
+/// any case.
 template <int kBN>
 __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float s_scale, bool check_mask,
                                              const int (&vis)[2], int64_t j0, int t, float p_scale,
@@ -152,8 +154,13 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float s_sca
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
-          e[h][q] = exp2_scaled(s[4 * kk + 2 * h + q / 2][2 * ro + q % 2], c2, bias[ro]);
+        for (int q = 0; q < 4; ++q) {
+          const float x = s[4 * kk + 2 * h + q / 2][2 * ro + q % 2];
+          e[h][q] = exp2_scaled(x, c2, bias[ro]);
+          // A masked key is 0 whatever c2 is (−inf·c2 is NaN where c2 is 0 or NaN: an
+          // underflowed or NaN block scale must not reach rows that never see that block).
+          if (check_mask && x == -INFINITY) e[h][q] = 0.0f;
+        }
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         pa[kk][2 * h + ro] = fp8x2(e[h][0], e[h][1], false) | (fp8x2(e[h][2], e[h][3], false) << 16);

@@ -9,10 +9,13 @@
 // of the logits kernel's S. Each exponential is one FFMA and one ex2 (FlashAttention-3's form):
 //   exp(S − m)·p_scale = 2^(ŝ·RN(c·log2 e) + RN(log2 p_scale − RN(m·log2 e)))   (exp2_scaled),
 // which folds the scale, the subtraction, the log2 e factor and p_scale into the FFMA. Its
-// argument differs from the CPU twin's RN(RN(c·ŝ) − m)·log2 e by a few FP32 ulp of |S|·log2 e,
-// so P̃ codes and l differ from the twin's where a value lies within that of a rounding boundary
-// (the tolerances the tests state). l is summed in p_scale units (every term times the same power
-// of two: the same roundings) and divided by p_scale once at the end, exactly.
+// argument differs from the backward's RN(RN(c·ŝ) − m)·log2 e (exp_rel) by a few FP32 ulp of
+// |S|·log2 e (the CPU twin computes std::exp(S − m) on its own S), so P̃ codes and l differ from
+// the twin's where a value lies within that of a rounding boundary (the tolerances the tests
+// state). l is summed in p_scale units (every term times the same power of two: the same
+// roundings in FP32's normal range) and divided by p_scale once at the end (exact unless a lane's
+// partial is below 2^-118: subnormal after the division, negligible beside l ≥ 1).
+// run_forward checks that p_scale is a power of two (its log2 is read from the exponent bits).
 // The caller scales its O accumulator by the returned α. A row's values are spread over the 4
 // lanes of a quad (the accumulator layout of mma.sync and of a wgmma row alike): the max is reduced
 // over the quad at every tile; l stays a per-lane partial sum (rescaled by α) reduced once at the

@@ -154,8 +154,6 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 
 // The accumulator operands of an m64nN wgmma, written once per N: the asm list "{%0, ..., %(N/2 − 1)}"
 // and the "+f" constraints of d[N/8][4] in the accumulator's register order.
-#define OCTET_WGMMA_D8_REGS "{%0, %1, %2, %3} "
-#define OCTET_WGMMA_D8_OUTS(d) "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
 #define OCTET_WGMMA_D64_REGS                                                \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31} "
@@ -205,17 +203,9 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 /// d (+)= A·Bᵀ on one m64nNk32 tile: A 64x32 E4M3 from registers (this warp's 16 rows), B N x 32
 /// E4M3 K-major by descriptor, D FP32; scale_d = 0 ignores d's old value (D = A·Bᵀ). Asynchronous:
 /// d holds the result only after wgmma_commit + wgmma_wait (and a, d must not be touched before).
-/// N ∈ {8, 64, 72, 128, 136}.
+/// N ∈ {64, 72, 128, 136}.
 template <int N>
 struct WgmmaRS;
-template <>
-struct WgmmaRS<8> {
-  __device__ __forceinline__ static void run(float (&d)[1][4], const uint32_t (&a)[4], uint64_t desc_b,
-                                             int scale_d) {
-    OCTET_WGMMA_RS("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3", 8, "{%4, %5, %6, %7}, %8", "%9",
-                   "1, 1");
-  }
-};
 template <>
 struct WgmmaRS<64> {
   __device__ __forceinline__ static void run(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b,
@@ -298,8 +288,6 @@ struct WgmmaFp8<128, kAE5M2, kBE5M2> {
 #undef OCTET_WGMMA_FP8_TYPES
 #undef OCTET_WGMMA_SS
 #undef OCTET_WGMMA_RS
-#undef OCTET_WGMMA_D8_REGS
-#undef OCTET_WGMMA_D8_OUTS
 #undef OCTET_WGMMA_D64_REGS
 #undef OCTET_WGMMA_D64_OUTS
 #undef OCTET_WGMMA_D72_REGS

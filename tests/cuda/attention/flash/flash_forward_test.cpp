@@ -4,8 +4,9 @@
 // 'flash' runs both; large logits are tests/cuda/attention/flash/flash_backward_test.cpp's
 // LargeLogitsMatchedResidual).
 //
-// Tolerances. The fused kernel computes the twin's formula with another FP32 summation order
-// (flash_fwd_sm89.cu): a P̃ code or a BF16 output element then differs by one rounding step only
+// Tolerances. The fused kernel computes the twin's formula with another FP32 summation order and
+// each exponential as one FFMA and ex2 (flash_softmax.cuh: its argument a few FP32 ulp of |S| off
+// the twin's; flash_fwd_sm89.cu): a P̃ code or a BF16 output element then differs by one rounding step only
 // where a value lies within FP32 rounding of a rounding boundary (rare: a P̃ flip moves one term
 // by 1/16 of itself, a BF16 flip one element by 2^-8), so O agrees with the twin to a relative L2
 // of 1e-3 (flash_backward_codes.h o_tol_vs_twin), and the LSE to kLseTol = 1e-4 absolute (FP32
@@ -302,7 +303,8 @@ TEST_P(FlashForward, ZerosAndRowsWithoutKeys) {
 
 // The kernels directly, on random E4M3 codes (scales 1): the saved row_max is bit for bit the max
 // of run_logits's S over the row's visible keys, row_sum = Σ exp(S − m) over them (FP64
-// reference, 1e-5 relative: FP32 sums of <= 150 terms), LSE = m + log l; S pads are 0.
+// reference, 1e-5 relative: FP32 sums of <= 150 terms, each exponential a few ulp off in the
+// forward's FFMA form), LSE = m + log l; S pads are 0.
 TEST_P(FlashForward, SavedStatisticsDescribeTheLogitsKernelsS) {
   for (const Dims c : {Dims{2, 4, 2, 100, 150, 128, true, 64}, Dims{1, 2, 1, 129, 129, 64, false, 128},
                        Dims{1, 2, 2, 200, 90, 64, true, 128}}) {
