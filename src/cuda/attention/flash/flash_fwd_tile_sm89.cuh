@@ -114,18 +114,19 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float s_sca
                                              const int (&vis)[2], int64_t j0, int t, float p_scale,
                                              RowSoftmax (&sm)[2], float (&alpha)[2],
                                              uint32_t (&pa)[kBN / 32][4]) {
-  if (check_mask) {
-    int lim[2];  // keys of this tile row r sees, relative to j0 + 4t
+  int lim[2];  // keys of this tile row r sees, relative to j0 + 4t
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int n = vis[r] - int(j0);
-      lim[r] = (n < 0 ? 0 : (n > kBN ? kBN : n)) - 4 * t;
-    }
+  for (int r = 0; r < 2; ++r) {
+    const int n = vis[r] - int(j0);
+    lim[r] = (n < 0 ? 0 : (n > kBN ? kBN : n)) - 4 * t;
+  }
+  const auto masked = [&](int nt, int e) { return !(s_key(nt, 0) + e % 2 < lim[e / 2]); };
+  if (check_mask) {
 #pragma unroll
     for (int nt = 0; nt < kBN / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        if (!(s_key(nt, 0) + e % 2 < lim[e / 2])) s[nt][e] = -INFINITY;
+        if (masked(nt, e)) s[nt][e] = -INFINITY;
   }
   float mx[2][4];  // four independent max chains per row (the same bits in any order)
 #pragma unroll
@@ -145,26 +146,32 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float s_sca
     alpha[r] = sm[r].begin_tile(__fmul_rn(mx[r][0], s_scale));
     bias[r] = sm[r].bias(log2_p);
   }
+#pragma unroll
+  for (int nt = 0; nt < kBN / 8; ++nt)  // exp(S − m)·p_scale, in place
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = exp2_scaled(s[nt][e], c2, bias[e / 2]);
+  if (check_mask) {  // a masked key is 0 whatever c2 is (−inf·c2 is NaN where c2 is 0 or NaN: an
+                     // underflowed or NaN block scale must not reach rows that never see the block)
+#pragma unroll
+    for (int nt = 0; nt < kBN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (masked(nt, e)) s[nt][e] = 0.0f;
+  }
   float part[2] = {0.0f, 0.0f};  // this tile's Σ exp(S − m)·p_scale per row
 #pragma unroll
   for (int kk = 0; kk < kBN / 32; ++kk)
 #pragma unroll
     for (int ro = 0; ro < 2; ++ro) {
-      float e[2][4];  // n-tiles 4kk + 2h + {0, 1}, this row's two keys each
+      float pair[4];  // n-tile 4kk + j: this row's two keys summed
+#pragma unroll
+      for (int j = 0; j < 4; ++j) pair[j] = s[4 * kk + j][2 * ro] + s[4 * kk + j][2 * ro + 1];
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float x = s[4 * kk + 2 * h + q / 2][2 * ro + q % 2];
-          e[h][q] = exp2_scaled(x, c2, bias[ro]);
-          // A masked key is 0 whatever c2 is (−inf·c2 is NaN where c2 is 0 or NaN: an
-          // underflowed or NaN block scale must not reach rows that never see that block).
-          if (check_mask && x == -INFINITY) e[h][q] = 0.0f;
-        }
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        pa[kk][2 * h + ro] = fp8x2(e[h][0], e[h][1], false) | (fp8x2(e[h][2], e[h][3], false) << 16);
-      part[ro] += ((e[0][0] + e[0][1]) + (e[0][2] + e[0][3])) + ((e[1][0] + e[1][1]) + (e[1][2] + e[1][3]));
+        pa[kk][2 * h + ro] =
+            fp8x2(s[4 * kk + 2 * h][2 * ro], s[4 * kk + 2 * h][2 * ro + 1], false) |
+            (fp8x2(s[4 * kk + 2 * h + 1][2 * ro], s[4 * kk + 2 * h + 1][2 * ro + 1], false) << 16);
+      part[ro] += (pair[0] + pair[1]) + (pair[2] + pair[3]);
     }
 #pragma unroll
   for (int ro = 0; ro < 2; ++ro) sm[ro].l += part[ro];
