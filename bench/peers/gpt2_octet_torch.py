@@ -206,6 +206,7 @@ def main():
                 pathlib.Path(a.log_dir, "summary.json").write_text(json.dumps(row) + "\n")
         del model, step_model, opt
     if a.ddp:
+        dist.barrier()  # every rank past its last collective before the group goes
         dist.destroy_process_group()
 
 

@@ -227,6 +227,7 @@ def main():
     step_ms = statistics.median(ms)
     tps = tokens / (step_ms * 1e-3)
     if a.fsdp:
+        dist.barrier()  # every rank past its last collective before the group goes
         dist.destroy_process_group()
     if rank != 0:
         return
