@@ -64,6 +64,10 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$PWD/.cuda-carry/lib:${LD_LIBRARY_PATH:-}
 BIN=${OCTET_BIN_DIR:-$PWD/.cuda-carry/bin}  # where octet and test_cuda are (e.g. OCTET_BIN_DIR=build/cuda for bench steps)
 steps=${*:-tests gemm quantize attention train}
+known=" tests gemm quantize ops attention attention-pack train bench-train bench-train-profile hf-llama hf-llama-fsdp torch-tests torch-attention ncu-attention compare "
+for s in $steps; do  # every name checked before any step runs
+  case $known in *" $s "*) ;; *) echo "gpu_run.sh: unknown step '$s' (steps:$known)" >&2; exit 2 ;; esac
+done
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
   ls /usr/local/cuda/lib64/libcublasLt.so* /usr/local/cuda/lib64/libcudart.so* 2>&1
