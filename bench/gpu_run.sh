@@ -5,7 +5,7 @@
 # Binaries are built on the development machine (nvcc, -arch sm_90a) and carried with their
 # non-system shared libraries:
 #   tools: bench/pack_gpu_carry.sh builds .cuda-carry/{bin,lib}; this script runs from the repo root.
-# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [attention-pack] [train] [bench-train] [hf-llama] [hf-llama-fsdp] [torch-tests] [torch-attention] [ncu-attention]
+# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [attention-ab] [attention-pack] [train] [bench-train] [hf-llama] [hf-llama-fsdp] [torch-tests] [torch-attention] [ncu-attention]
 #   [bench-train-profile] [compare] (default: tests gemm quantize attention train); logs in $OUT (at
 #   most 8 files come back).
 #   bench-train: within OCTET_BENCH_TRAIN_TIMEOUT seconds (default 360) -> bench-train.jsonl, a table:
@@ -45,6 +45,12 @@
 #     the C ABI with and without the saved-state tensor, PyTorch SDPA; forward + backward) ->
 #     torch-attention.jsonl, within OCTET_TORCH_ATTENTION_TIMEOUT seconds (300); needs liboctet_c
 #     (OCTET_LIBRARY, default .cuda-carry/lib/liboctet_c.so: OCTET_CARRY_LIBC=1 in pack_gpu_carry.sh)
+#   attention-ab: one environment variable's values in one call (OCTET_AB_VAR, default
+#     OCTET_FLASH_EXP2_POLY, over OCTET_AB_VALUES, default "0 1 2 3"): test_cuda's OCTET_AB_TESTS (a
+#     gtest filter; default the forward's suites) under each -> test_cuda-ab.log, then `octet bench
+#     attention --json --peer ''` on OCTET_AB_CASES (default bench) under each value in turn,
+#     OCTET_AB_ROUNDS rounds (default 2) -> attention-ab.jsonl (rows tagged ab_var, ab_value,
+#     ab_round) and a table of forward TFLOP/s per value
 #   attention-pack: the glue's non-default staged pack (OCTET_ATTN_PACK=staged): test_cuda's attention suites
 #     (OCTET_PACK_TESTS, a gtest filter) under it -> test_cuda-pack-staged.log, then `octet bench
 #     attention --json --peer ''` on OCTET_PACK_CASES (default bench) under staged and codes ->
@@ -64,7 +70,7 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$PWD/.cuda-carry/lib:${LD_LIBRARY_PATH:-}
 BIN=${OCTET_BIN_DIR:-$PWD/.cuda-carry/bin}  # where octet and test_cuda are (e.g. OCTET_BIN_DIR=build/cuda for bench steps)
 steps=${*:-tests gemm quantize attention train}
-known=" tests gemm quantize ops attention attention-pack train bench-train bench-train-profile hf-llama hf-llama-fsdp torch-tests torch-attention ncu-attention compare "
+known=" tests gemm quantize ops attention attention-ab attention-pack train bench-train bench-train-profile hf-llama hf-llama-fsdp torch-tests torch-attention ncu-attention compare "
 for s in $steps; do  # every name checked before any step runs
   case $known in *" $s "*) ;; *) echo "gpu_run.sh: unknown step '$s' (steps:$known)" >&2; exit 2 ;; esac
 done
@@ -138,6 +144,38 @@ for l in open(sys.argv[1]):
             echo "attention OCTET_ATTN_PACK=$pk rc=$?"
           done
           python3 bench/summarize.py "$OUT/attention-pack.jsonl" ;;
+    attention-ab)
+          # one environment variable's values against each other in one call: the tests under each
+          # value, then octet's rows (no peers) for every value in turn, OCTET_AB_ROUNDS rounds
+          var=${OCTET_AB_VAR:-OCTET_FLASH_EXP2_POLY}
+          values=${OCTET_AB_VALUES:-0 1 2 3}
+          : > "$OUT/test_cuda-ab.log"; : > "$OUT/attention-ab.jsonl"
+          for v in $values; do
+            env "$var=$v" timeout 200 "$BIN/test_cuda" --gtest_color=no \
+              --gtest_filter="${OCTET_AB_TESTS:-*FlashForward*:*Exp2Poly*:*AttentionRows*:*CudaAttention*}" \
+              >> "$OUT/test_cuda-ab.log" 2>&1
+            echo "test_cuda $var=$v rc=$?"; grep -E "FAILED|PASSED" "$OUT/test_cuda-ab.log" | tail -3
+          done
+          for round in $(seq "${OCTET_AB_ROUNDS:-2}"); do
+            for v in $values; do
+              env "$var=$v" timeout 200 "$BIN/octet" bench attention --json --peer '' \
+                --cases "${OCTET_AB_CASES:-bench}" 2>> "$OUT/attention-ab.err" |
+                python3 -c 'import json,sys
+for l in sys.stdin:
+    if l.startswith("{"):
+        r = json.loads(l); r.update(ab_var=sys.argv[1], ab_value=sys.argv[2], ab_round=int(sys.argv[3]))
+        print(json.dumps(r))' "$var" "$v" "$round" >> "$OUT/attention-ab.jsonl"
+              echo "attention $var=$v round $round ($SECONDS s)"
+            done
+          done
+          python3 -c 'import json,sys
+rows = {}
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    rows.setdefault((r["case"], r["impl"], r.get("input_dtype", "")), {}).setdefault(r["ab_value"], []).append(r["fwd_tflops"])
+for (case, impl, dt), by in sorted(rows.items()):
+    print(f"{case:28} {impl:30} {dt:5} " + "  ".join(f"{v}: " + "/".join(f"{x:.0f}" for x in xs) for v, xs in by.items()))' \
+            "$OUT/attention-ab.jsonl" ;;
     ncu-attention)
           timeout 420 ncu --clock-control none --kernel-name regex:'tma_forward_kernel|wgmma_backward_kernel|wgmma_delta_kernel' --launch-count 6 \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \

@@ -258,6 +258,9 @@ struct AttnBenchRow {
   /// The flash FP8 forward's kernel flavor for octet's flash rows: "wgmma" | "mma_sync"
   /// (src/cuda/attention/flash/flash.h; OCTET_FLASH_FORWARD forces one); empty for the other rows.
   std::string fwd_kernel;
+  /// The wgmma forward's exponentials on the FMA units, n-tiles of every 8 (flash.h
+  /// forward_exp2_poly; OCTET_FLASH_EXP2_POLY sets it): 0..3 for its rows, −1 for the others.
+  int fwd_exp2_poly = -1;
   /// The flash FP8 backward's kernel flavor for the same rows: "wgmma" | "mma_sync"
   /// (flash.h select_backward_kernel; OCTET_FLASH_BACKWARD forces one).
   std::string bwd_kernel;

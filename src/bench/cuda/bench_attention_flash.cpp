@@ -96,7 +96,9 @@ std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer
     cfg.delta = matched ? DeltaMode::Matched : DeltaMode::Stale;
     const RowsError b = AttentionRowsCheck::bound(check.twin_error(cfg));
     row.err_bound_o = b.o, row.err_bound_dq = b.dq;
-    row.fwd_kernel = flash::forward_kernel_name(flash::select_forward_kernel());
+    const flash::ForwardKernel fk = flash::select_forward_kernel();
+    row.fwd_kernel = flash::forward_kernel_name(fk);
+    if (fk == flash::ForwardKernel::Wgmma) row.fwd_exp2_poly = flash::forward_exp2_poly();
     row.bwd_kernel = flash::backward_kernel_name(flash::select_backward_kernel(p));
     out.push_back(row);
   }

@@ -81,6 +81,10 @@ struct ForwardParams {
   float p_scale = 256.0f;  ///< P̃'s static power-of-two scale (attention.h validate_p_scale)
   int64_t block_k = 128;   ///< key tile: the CPU twin's block_k (and the dS scale tile's width)
   ForwardKernel kernel = ForwardKernel::Auto;  ///< which forward kernel runs (select_forward_kernel)
+  /// The wgmma kernel's n-tiles (of every 8 of S's accumulator) whose exponentials come from
+  /// exp2_poly (flash_exp2.h: the FMA units) instead of the SFU, 0..3; −1: forward_exp2_poly().
+  /// The mma.sync kernel and run_logits ignore it.
+  int exp2_poly = -1;
 };
 
 /// One backward call: the forward's parameters (its codes, scales, statistics, sizes; o for the
@@ -136,6 +140,11 @@ struct BackwardIo {
   uint8_t* dv_o_t = nullptr;        ///< scratch [B, H, Tq_p, D] bytes: the (dO/l)~ codes
   float* dvo_scale_inv = nullptr;   ///< scratch: one float (16-byte aligned)
 };
+
+/// The wgmma forward's exp2_poly when ForwardParams::exp2_poly is −1: the environment variable
+/// OCTET_FLASH_EXP2_POLY (0, 1, 2 or 3: n-tiles of every 8 exponentiated on the FMA units; anything
+/// else is an octet::Error), 0 (every exponential on the SFU) when it is unset. Read at every call.
+int forward_exp2_poly();
 
 /// The kernel run_forward and run_logits run for `requested` (ForwardKernel's rule for Auto) on the
 /// current device. Throws octet::Error on an unknown OCTET_FLASH_FORWARD value, or when wgmma is

@@ -29,6 +29,9 @@ void check_inputs(const ForwardParams& p, bool needs_v) {
   OCTET_CHECK(p.Tq_p == (p.Tq + 15) / 16 * 16 && p.Tk_p == (p.Tk + 15) / 16 * 16,
               "flash attention forward: Tq_p, Tk_p must be Tq, Tk rounded up to 16");
   OCTET_CHECK(p.Tk < (int64_t(1) << 31), "flash attention forward: Tk must be below 2^31");
+  OCTET_CHECK(p.exp2_poly >= -1 && p.exp2_poly <= 3,
+              "flash attention forward: exp2_poly must be -1 (OCTET_FLASH_EXP2_POLY) or 0..3, got " +
+                  std::to_string(p.exp2_poly));
   OCTET_CHECK(p.q && p.k && p.q_scale_inv && p.k_scale_inv && (!needs_v || (p.v_t && p.v_scale_inv)),
               "flash attention forward: a null operand or scale pointer");
   OCTET_CHECK(aligned(p.q, 16) && aligned(p.k, 16) && (!needs_v || aligned(p.v_t, 16)),
@@ -61,6 +64,17 @@ const char* forward_kernel_name(ForwardKernel k) {
     default:
       return "auto";
   }
+}
+
+int forward_exp2_poly() {
+  const char* env = std::getenv("OCTET_FLASH_EXP2_POLY");
+  const std::string v = env ? env : "";
+  if (v.empty()) return 0;
+  OCTET_CHECK(v.size() == 1 && v[0] >= '0' && v[0] <= '3',
+              "OCTET_FLASH_EXP2_POLY must be 0, 1, 2 or 3 (n-tiles of every 8 exponentiated on the FMA "
+              "units; unset: 0), got '" +
+                  v + "'");
+  return v[0] - '0';
 }
 
 ForwardKernel select_forward_kernel(ForwardKernel requested) {

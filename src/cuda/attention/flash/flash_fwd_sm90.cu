@@ -79,7 +79,8 @@ struct TmaLayout {
   static constexpr int kBytes = kBars + 8 * (1 + 4 * kStages) + 1024;  // + alignment slack
 };
 
-template <int kD, int kBN, bool kLogits>
+// kPoly: n-tiles of every 8 whose exponentials exp2_poly computes on the FMA units (softmax_tile).
+template <int kD, int kBN, bool kLogits, int kPoly>
 __global__ void __launch_bounds__(kThreads, 1)
     tma_forward_kernel(const ForwardParams p, const __grid_constant__ ForwardMaps maps, float* s_out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -225,8 +226,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(sacc);
     mbar_arrive(empty_k(n % kStages));
     const int64_t j0 = int64_t(n) * kBN;
-    softmax_tile<kBN>(sacc, tau_q * k_inv_at(p, bg, j0), j0 + kBN > unmasked_end, vis, j0, t, p_scale, acc.sm,
-                      alpha, pa);
+    softmax_tile<kBN, kPoly>(sacc, tau_q * k_inv_at(p, bg, j0), j0 + kBN > unmasked_end, vis, j0, t, p_scale,
+                             acc.sm, alpha, pa);
   };
   if (n_tiles > 0) {  // no tile: a CTA whose rows see no key (causal, Tq > Tk) stores O = 0
     issue_s_of(0);
@@ -274,9 +275,9 @@ ForwardMaps make_maps(const ForwardParams& p) {
   return m;
 }
 
-template <int kD, int kBN, bool kLogits>
+template <int kD, int kBN, bool kLogits, int kPoly>
 void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
-  auto* kernel = tma_forward_kernel<kD, kBN, kLogits>;
+  auto* kernel = tma_forward_kernel<kD, kBN, kLogits, kPoly>;
   constexpr int bytes = TmaLayout<kD, kBN>::kBytes;
   OCTET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   const int64_t rows = kLogits ? p.Tq_p : p.Tq;
@@ -306,10 +307,27 @@ void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
 void fwd_sm90_launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
   dispatch_sizes(p, [&](auto d, auto bn) {
     constexpr int kD = decltype(d)::value, kBN = decltype(bn)::value;
-    if (s_out)
-      launch<kD, kBN, true>(p, s_out, stream);
-    else
-      launch<kD, kBN, false>(p, nullptr, stream);
+    if (s_out) {
+      launch<kD, kBN, true, 0>(p, s_out, stream);
+      return;
+    }
+    switch (p.exp2_poly < 0 ? forward_exp2_poly() : p.exp2_poly) {
+      case 0:
+        launch<kD, kBN, false, 0>(p, nullptr, stream);
+        break;
+      case 1:
+        launch<kD, kBN, false, 1>(p, nullptr, stream);
+        break;
+      case 2:
+        launch<kD, kBN, false, 2>(p, nullptr, stream);
+        break;
+      case 3:
+        launch<kD, kBN, false, 3>(p, nullptr, stream);
+        break;
+      default:
+        OCTET_FAIL("flash attention forward: exp2_poly must be 0..3 (n-tiles of every 8), got " +
+                   std::to_string(p.exp2_poly));
+    }
   });
 }
 

@@ -19,6 +19,7 @@
 
 #include "cuda/runtime/check.h"
 #include "cuda/attention/flash/flash_kernels.h"
+#include "cuda/attention/flash/flash_exp2.h"
 #include "cuda/quantize/fp8_device.cuh"
 #include "cuda/attention/flash/flash_mma_sm89.cuh"
 #include "cuda/attention/flash/flash_qkv_scales.cuh"
@@ -108,8 +109,10 @@ __device__ __forceinline__ void store_logits(const ForwardParams& p, float* s_ou
 /// e: row e / 2, key s_key(nt, 0) + 4t + e % 2 of the tile; the mask compares in 32-bit tile-relative units
 /// (run_forward checks Tk < 2^31). s_scale is a product of positive scales (0 only if it underflows,
 /// NaN from a NaN block scale); the max's bits need s_scale > 0, and a masked key gives P = 0 in
-/// any case.
-template <int kBN>
+/// any case. kPoly: the n-tiles nt with nt % 8 >= 8 − kPoly take their exponentials from exp2_poly
+/// (flash_exp2.h, on the FMA units) of the same FFMA's argument instead of the SFU's ex2, to share
+/// the work between the two pipes (0: every exponential on the SFU).
+template <int kBN, int kPoly = 0>
 __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float s_scale, bool check_mask,
                                              const int (&vis)[2], int64_t j0, int t, float p_scale,
                                              RowSoftmax (&sm)[2], float (&alpha)[2],
@@ -149,7 +152,9 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kBN / 8][4], float s_sca
 #pragma unroll
   for (int nt = 0; nt < kBN / 8; ++nt)  // exp(S − m)·p_scale, in place
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[nt][e] = exp2_scaled(s[nt][e], c2, bias[e / 2]);
+    for (int e = 0; e < 4; ++e)
+      s[nt][e] = nt % 8 >= 8 - kPoly ? exp2_poly(__fmaf_rn(s[nt][e], c2, bias[e / 2]))
+                                     : exp2_scaled(s[nt][e], c2, bias[e / 2]);
   if (check_mask) {  // a masked key is 0 whatever c2 is (−inf·c2 is NaN where c2 is 0 or NaN: an
                      // underflowed or NaN block scale must not reach rows that never see the block)
 #pragma unroll

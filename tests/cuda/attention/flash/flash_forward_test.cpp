@@ -521,6 +521,68 @@ TEST(FlashForwardFlavors, EnvironmentChoosesTheKernel) {
             device_is_sm90() ? ForwardKernel::Wgmma : ForwardKernel::MmaSync);
 }
 
+// Part of the exponentials on the FMA units (ForwardParams::exp2_poly 1..3, flash_exp2.h) against
+// all on the SFU (0), the wgmma kernel on the same codes: m bit for bit (the max comes before the
+// exponentials), l within 1e-5 relative (each term within exp2_poly's 3e-6), the LSE within 1e-5,
+// O within 1e-3 relative L2 (a P̃ code changes only where a value lies within 3e-6 of a rounding
+// boundary), and the same bits on a second run. OCTET_FLASH_EXP2_POLY chooses the default; a
+// bad value is an octet::Error.
+TEST(FlashForwardFlavors, Exp2PolyAgreesWithTheSfu) {
+  OCTET_REQUIRE_GPU();
+  if (!device_is_sm90()) GTEST_SKIP() << "the wgmma forward needs an sm_90 GPU";
+  for (const Dims c : {Dims{2, 8, 2, 1000, 1000, 128, false, 128}, Dims{1, 8, 1, 333, 1000, 128, true, 64},
+                       Dims{2, 4, 4, 517, 129, 64, true, 128}, Dims{1, 2, 1, 4096, 4096, 128, true, 128}}) {
+    DirectForward run(c, 4.0f, 0.25f, 12);
+    const size_t nr = size_t(c.B * c.H * c.Tq);
+    cuda::flash::ForwardParams p = run.params(ForwardKernel::Wgmma);
+    p.exp2_poly = 0;
+    cuda::flash::run_forward(p, nullptr);
+    const auto o0 = run.o.get(), lse0 = run.lse.get(), m0 = run.m.get(), l0 = run.l.get();
+    for (int poly = 1; poly <= 3; ++poly) {
+      p.exp2_poly = poly;
+      run.poison_outputs();
+      cuda::flash::run_forward(p, nullptr);
+      const auto o1 = run.o.get(), lse1 = run.lse.get(), m1 = run.m.get(), l1 = run.l.get();
+      const std::string what = run.name() + " exp2_poly " + std::to_string(poly);
+      double lse_err = 0, l_err = 0;
+      for (size_t i = 0; i < nr; ++i) {
+        ASSERT_EQ(m0[i], m1[i]) << what << " row " << i;
+        if (std::isinf(lse0[i])) {  // a row without keys
+          EXPECT_TRUE(lse0[i] == lse1[i] && l1[i] == 0.0f) << what << " row " << i;
+          continue;
+        }
+        lse_err = std::max(lse_err, double(std::fabs(lse0[i] - lse1[i])));
+        l_err = std::max(l_err, std::fabs(double(l0[i]) - double(l1[i])) / double(l0[i]));
+      }
+      const double eo = rel_l2(o1, o0);
+      std::printf("[flash fwd] exp2_poly %d vs 0 %-36s O %.1e LSE %.1e l %.1e\n", poly, run.name().c_str(),
+                  eo, lse_err, l_err);
+      EXPECT_LE(l_err, 1e-5) << what;
+      EXPECT_LE(lse_err, 1e-5) << what;
+      EXPECT_LE(eo, 1e-3) << what;
+      run.poison_outputs();
+      cuda::flash::run_forward(p, nullptr);
+      EXPECT_TRUE(run.o.get() == o1 && run.lse.get() == lse1 && run.l.get() == l1)
+          << what << ": not deterministic";
+    }
+  }
+  {
+    test::ScopedEnv env("OCTET_FLASH_EXP2_POLY", "2");
+    EXPECT_EQ(cuda::flash::forward_exp2_poly(), 2);
+  }
+  {
+    test::ScopedEnv env("OCTET_FLASH_EXP2_POLY", "4");
+    try {
+      (void)cuda::flash::forward_exp2_poly();
+      ADD_FAILURE() << "OCTET_FLASH_EXP2_POLY=4 accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("0, 1, 2 or 3"), std::string::npos) << e.what();
+    }
+  }
+  test::ScopedEnv env("OCTET_FLASH_EXP2_POLY", nullptr);
+  EXPECT_EQ(cuda::flash::forward_exp2_poly(), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, FlashForward, testing::Values(ForwardKernel::MmaSync, ForwardKernel::Wgmma),
                          [](const testing::TestParamInfo<ForwardKernel>& info) {
                            return std::string(info.param == ForwardKernel::Wgmma ? "wgmma" : "mma_sync");
