@@ -261,6 +261,9 @@ struct AttnBenchRow {
   /// The wgmma forward's exponentials on the FMA units, n-tiles of every 8 (flash.h
   /// forward_exp2_poly; OCTET_FLASH_EXP2_POLY sets it): 0..3 for its rows, −1 for the others.
   int fwd_exp2_poly = -1;
+  /// The wgmma forward's grid for the same rows: 1 persistent, 0 one CTA per work item (flash.h
+  /// forward_persistent; OCTET_FLASH_PERSISTENT sets it); −1 for the other rows.
+  int fwd_persistent = -1;
   /// The flash FP8 backward's kernel flavor for the same rows: "wgmma" | "mma_sync"
   /// (flash.h select_backward_kernel; OCTET_FLASH_BACKWARD forces one).
   std::string bwd_kernel;

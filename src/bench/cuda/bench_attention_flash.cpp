@@ -98,7 +98,10 @@ std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer
     row.err_bound_o = b.o, row.err_bound_dq = b.dq;
     const flash::ForwardKernel fk = flash::select_forward_kernel();
     row.fwd_kernel = flash::forward_kernel_name(fk);
-    if (fk == flash::ForwardKernel::Wgmma) row.fwd_exp2_poly = flash::forward_exp2_poly();
+    if (fk == flash::ForwardKernel::Wgmma) {
+      row.fwd_exp2_poly = flash::forward_exp2_poly();
+      row.fwd_persistent = flash::forward_persistent() ? 1 : 0;
+    }
     row.bwd_kernel = flash::backward_kernel_name(flash::select_backward_kernel(p));
     out.push_back(row);
   }

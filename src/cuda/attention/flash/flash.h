@@ -85,6 +85,10 @@ struct ForwardParams {
   /// exp2_poly (flash_exp2.h: the FMA units) instead of the SFU, 0..3; −1: forward_exp2_poly().
   /// The mma.sync kernel and run_logits ignore it.
   int exp2_poly = -1;
+  /// The wgmma kernel as a persistent grid (one CTA per SM, each walking its (query block, head)
+  /// items; the next item's Q̂ and first K̂, V̂ᵀ tiles load while this one's last tiles and epilogue
+  /// run) when 1, one CTA per item when 0; −1: forward_persistent(). Ignored elsewhere.
+  int persistent = -1;
 };
 
 /// One backward call: the forward's parameters (its codes, scales, statistics, sizes; o for the
@@ -145,6 +149,11 @@ struct BackwardIo {
 /// OCTET_FLASH_EXP2_POLY (0, 1, 2 or 3: n-tiles of every 8 exponentiated on the FMA units; anything
 /// else is an octet::Error), 0 (every exponential on the SFU) when it is unset. Read at every call.
 int forward_exp2_poly();
+
+/// The wgmma forward's grid when ForwardParams::persistent is −1: persistent if the environment
+/// variable OCTET_FLASH_PERSISTENT is 1, one CTA per work item if it is 0 or unset (anything else
+/// is an octet::Error). Read at every call.
+bool forward_persistent();
 
 /// The kernel run_forward and run_logits run for `requested` (ForwardKernel's rule for Auto) on the
 /// current device. Throws octet::Error on an unknown OCTET_FLASH_FORWARD value, or when wgmma is

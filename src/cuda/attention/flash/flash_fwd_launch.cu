@@ -29,6 +29,9 @@ void check_inputs(const ForwardParams& p, bool needs_v) {
   OCTET_CHECK(p.Tq_p == (p.Tq + 15) / 16 * 16 && p.Tk_p == (p.Tk + 15) / 16 * 16,
               "flash attention forward: Tq_p, Tk_p must be Tq, Tk rounded up to 16");
   OCTET_CHECK(p.Tk < (int64_t(1) << 31), "flash attention forward: Tk must be below 2^31");
+  OCTET_CHECK(p.persistent >= -1 && p.persistent <= 1,
+              "flash attention forward: persistent must be -1 (OCTET_FLASH_PERSISTENT), 0 or 1, got " +
+                  std::to_string(p.persistent));
   OCTET_CHECK(p.exp2_poly >= -1 && p.exp2_poly <= 3,
               "flash attention forward: exp2_poly must be -1 (OCTET_FLASH_EXP2_POLY) or 0..3, got " +
                   std::to_string(p.exp2_poly));
@@ -75,6 +78,16 @@ int forward_exp2_poly() {
               "units; unset: 0), got '" +
                   v + "'");
   return v[0] - '0';
+}
+
+bool forward_persistent() {
+  const char* env = std::getenv("OCTET_FLASH_PERSISTENT");
+  const std::string v = env ? env : "";
+  OCTET_CHECK(
+      v.empty() || v == "0" || v == "1",
+      "OCTET_FLASH_PERSISTENT must be 0 or 1 (1: one CTA per SM walking the work items; unset: 0), got '" +
+          v + "'");
+  return v == "1";
 }
 
 ForwardKernel select_forward_kernel(ForwardKernel requested) {

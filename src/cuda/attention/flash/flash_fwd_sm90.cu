@@ -67,7 +67,7 @@ struct ForwardMaps {
 // Shared memory from a 1024-byte aligned base (every tile 1024-aligned: the swizzles' period):
 // the Q̂ tile [kBM][kD] (kD-byte swizzle), kStages stages of [K̂ tile [kBN][kD] (kD-byte swizzle) |
 // V̂ᵀ tile [kD][kBN] (kBN-byte swizzle) | 8 rows of kBN E4M3 ones, padded to 1024 bytes], then the
-// mbarriers: q_full, full_k[kStages], full_v[kStages], empty_k[kStages], empty_v[kStages]. The
+// mbarriers: q_full, full_k[kStages], full_v[kStages], empty_k[kStages], empty_v[kStages], q_empty. The
 // ones rows continue V̂ᵀ by one 8-row atom, so that P̃V̂'s wgmma of N = kD + 8 gives l̃'s tile sum
 // as its last 8 columns (every byte the same: the swizzle does not change what is read).
 template <int kD, int kBN>
@@ -76,14 +76,26 @@ struct TmaLayout {
   static constexpr int kStage = 2 * kTile + 1024;
   static constexpr int kK = kBM * kD;  // the first stage, after Q̂
   static constexpr int kBars = kK + kStages * kStage;
-  static constexpr int kBytes = kBars + 8 * (1 + 4 * kStages) + 1024;  // + alignment slack
+  static constexpr int kBytes = kBars + 8 * (2 + 4 * kStages) + 1024;  // + alignment slack
 };
 
+/// A persistent CTA's it-th work item: rounds of `grid` items, CTA `cta` taking item cta of the
+/// even rounds and grid − 1 − cta of the odd ones (a snake: with the longest items first, every CTA
+/// gets one long and one short item of each pair of rounds); −1 past the last item. Items only
+/// grow with it, so the first −1 ends the CTA's walk.
+__device__ __forceinline__ int64_t persistent_item(int it, unsigned cta, unsigned grid, int64_t n_items) {
+  const int64_t w = int64_t(it) * grid + ((it & 1) ? int64_t(grid) - 1 - cta : int64_t(cta));
+  return w < n_items ? w : -1;
+}
+
 // kPoly: n-tiles of every 8 whose exponentials exp2_poly computes on the FMA units (softmax_tile).
-template <int kD, int kBN, bool kLogits, int kPoly>
+// kPersistent: the grid is one CTA per SM (run_forward's persistent choice), each CTA walks its work
+// items (query block, head) in turn (persistent_item); otherwise one work item per CTA.
+template <int kD, int kBN, bool kLogits, int kPoly, bool kPersistent>
 __global__ void __launch_bounds__(kThreads, 1)
     tma_forward_kernel(const ForwardParams p, const __grid_constant__ ForwardMaps maps, float* s_out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(!(kLogits && kPersistent), "the logits mode is one work item per CTA");
   using L = TmaLayout<kD, kBN>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* const smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -93,23 +105,42 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto full_v = [&](int s) { return q_full + 8 * (1 + kStages + s); };
   const auto empty_k = [&](int s) { return q_full + 8 * (1 + 2 * kStages + s); };
   const auto empty_v = [&](int s) { return q_full + 8 * (1 + 3 * kStages + s); };
+  const unsigned q_empty = q_full + 8 * (1 + 4 * kStages);
   const auto k_tile = [&](int s) { return sbase + L::kK + s * L::kStage; };
   const int wg = threadIdx.x / 128;
 
-  // Block -> (query block, head): the query blocks with the most keys (causal) start first.
+  // Work item w -> (query block, head): the query blocks with the most keys (causal) come first.
   const int64_t BH = p.B * p.H, n_qblocks = ((kLogits ? p.Tq_p : p.Tq) + kBM - 1) / kBM;
-  const int64_t bh = int64_t(blockIdx.x) % BH;
-  const int64_t q0 = (n_qblocks - 1 - int64_t(blockIdx.x) / BH) * kBM;
-  const int64_t bg = bh / p.H * p.G + bh % p.H / (p.H / p.G);  // GQA: the KV head of head bh
-  // Keys this CTA visits: those its last real row sees (visible() grows with i).
-  const int64_t last = (q0 + kBM < p.Tq ? q0 + kBM : p.Tq) - 1;
-  const int64_t n_keys = kLogits ? p.Tk_p : visible(p, last);
-  const int n_tiles = int((n_keys + kBN - 1) / kBN);
+  const int64_t n_items = BH * n_qblocks;
+  const auto item_of = [&](int it) -> int64_t {  // this CTA's it-th work item, −1 past its last
+    if constexpr (kPersistent)
+      return persistent_item(it, blockIdx.x, gridDim.x, n_items);
+    else
+      return it == 0 ? int64_t(blockIdx.x) : -1;
+  };
+  struct Item {
+    int64_t bh, q0, bg;
+    int n_tiles;  // key tiles the item visits: those its last real row sees (visible() grows with i)
+  };
+  const auto item = [&](int64_t w) {
+    Item r;
+    r.bh = w % BH;
+    r.q0 = (n_qblocks - 1 - w / BH) * kBM;
+    r.bg = r.bh / p.H * p.G + r.bh % p.H / (p.H / p.G);  // GQA: the KV head of head bh
+    const int64_t last = (r.q0 + kBM < p.Tq ? r.q0 + kBM : p.Tq) - 1;
+    const int64_t n_keys = kLogits ? p.Tk_p : visible(p, last);
+    r.n_tiles = int((n_keys + kBN - 1) / kBN);
+    return r;
+  };
+
+  const Item item0 = item(kPersistent ? 0 : blockIdx.x);  // the CTA's only item when not persistent
 
   // full_* complete on the producer's arrival plus the TMA bytes; empty_* when the 256 consumer
-  // threads have each arrived (their reads of the stage are done).
+  // threads have each arrived (their reads of the stage are done); q_empty when they are done with
+  // an item's Q̂ tile (every S of the item has landed).
   if (threadIdx.x == 0) {
     mbar_init(q_full, 1);
+    mbar_init(q_empty, 256);
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full_k(s), 1);
       mbar_init(full_v(s), 1);
@@ -130,25 +161,41 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (wg == 0) {
-    // The producer: one thread. Stage s of tile n is refilled once the consumers have released
-    // tile n − kStages (empty's completion number n / kStages − 1).
+    // The producer: one thread. The ring's u-th use (u counts key tiles over the CTA's items) goes
+    // to stage u % kStages once the consumers have released use u − kStages (empty's completion
+    // u / kStages − 1); item it's Q̂ once they are done with item it − 1's.
     setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x != 0) return;
-    mbar_arrive_expect_tx(q_full, kBM * kD);
-    tma_load_3d(sbase, &maps.q, q_full, 0, int(q0), int(bh));
-    const int64_t group0 = bg * p.Tk_p / 16;  // K̂'s 16-key groups of this KV head start here
+    // One work item: its it and u, the ring's uses before it (advanced past the item's tiles).
+    const auto produce = [&](const Item& r, int it, int& u) {
+      if (it > 0) mbar_wait(q_empty, unsigned(it - 1) & 1u);
+      mbar_arrive_expect_tx(q_full, kBM * kD);
+      tma_load_3d(sbase, &maps.q, q_full, 0, int(r.q0), int(r.bh));
+      const int64_t group0 = r.bg * p.Tk_p / 16;  // K̂'s 16-key groups of this KV head start here
 #pragma unroll 1
-    for (int n = 0; n < n_tiles; ++n) {
-      const int s = n % kStages;
-      const unsigned parity = ((n / kStages) & 1) ^ 1;
-      if (n >= kStages) mbar_wait(empty_k(s), parity);
-      mbar_arrive_expect_tx(full_k(s), L::kTile);
-      tma_load_5d(k_tile(s), &maps.k, full_k(s), 0, 0, 0, 0, int(group0 + n * (kBN / 16)));
-      if constexpr (!kLogits) {
-        if (n >= kStages) mbar_wait(empty_v(s), parity);
-        mbar_arrive_expect_tx(full_v(s), L::kTile);
-        tma_load_3d(k_tile(s) + L::kTile, &maps.v, full_v(s), n * kBN, 0, int(bg));
+      for (int n = 0; n < r.n_tiles; ++n, ++u) {
+        const int s = u % kStages;
+        const unsigned parity = ((u / kStages) & 1) ^ 1;
+        if (u >= kStages) mbar_wait(empty_k(s), parity);
+        mbar_arrive_expect_tx(full_k(s), L::kTile);
+        tma_load_5d(k_tile(s), &maps.k, full_k(s), 0, 0, 0, 0, int(group0 + n * (kBN / 16)));
+        if constexpr (!kLogits) {
+          if (u >= kStages) mbar_wait(empty_v(s), parity);
+          mbar_arrive_expect_tx(full_v(s), L::kTile);
+          tma_load_3d(k_tile(s) + L::kTile, &maps.v, full_v(s), n * kBN, 0, int(r.bg));
+        }
       }
+    };
+    int u = 0;
+    if constexpr (kPersistent) {
+#pragma unroll 1
+      for (int it = 0;; ++it) {
+        const int64_t w = item_of(it);
+        if (w < 0) break;
+        produce(item(w), it, u);
+      }
+    } else {
+      produce(item0, 0, u);
     }
     return;
   }
@@ -156,10 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Consumers: warpgroup c = wg − 1 owns rows 64c..64c+63 of the CTA, warp v of it 16v..16v+15.
   setmaxnreg_inc<kConsumerRegs>();
   const int c = wg - 1, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t i0 = q0 + 64 * c + 16 * warp + g;
-  const int64_t row[2] = {i0, i0 + 8};
-  const unsigned tq = sbase + c * 64 * kD;          // this warpgroup's 64 Q̂ rows (8 swizzle atoms)
-  const float tau_q = p.tau * q_inv_at(p, bh, q0);  // S's scale τ·sq·sk, sk per tile (in this order)
+  const unsigned tq = sbase + c * 64 * kD;  // this warpgroup's 64 Q̂ rows (8 swizzle atoms)
   // S = Q̂K̂ᵀ of the tile in stage s into `s`, issued as one wgmma group (not waited for).
   const auto issue_s = [&](float(&sacc)[kBN / 8][4], int s) {
     wgmma_fence();
@@ -169,88 +213,111 @@ __global__ void __launch_bounds__(kThreads, 1)
                                       kmajor_desc<kD>(k_tile(s) + 32 * ks), ks);
     wgmma_commit();
   };
-  mbar_wait(q_full, 0);
+  // One work item: its it (q_full's phase) and u0, the ring's uses before it.
+  const auto consume = [&](const Item& r, int it, int u0) {
+    const int64_t bh = r.bh, q0 = r.q0, bg = r.bg;
+    const int n_tiles = r.n_tiles;
+    const int64_t i0 = q0 + 64 * c + 16 * warp + g;
+    const int64_t row[2] = {i0, i0 + 8};
+    const float tau_q = p.tau * q_inv_at(p, bh, q0);  // S's scale τ·sq·sk, sk per tile (in this order)
+    const auto stage = [&](int n) { return (u0 + n) % kStages; };
+    const auto phase = [&](int n) { return unsigned((u0 + n) / kStages) & 1u; };
+    mbar_wait(q_full, unsigned(it) & 1u);
 
-  if constexpr (kLogits) {
+    if constexpr (kLogits) {
 #pragma unroll 1
-    for (int n = 0; n < n_tiles; ++n) {
-      const int s = n % kStages;
-      mbar_wait(full_k(s), (n / kStages) & 1);
-      float sacc[kBN / 8][4];
-      issue_s(sacc, s);
-      wgmma_wait<0>();
-      fence_regs(sacc);
-      mbar_arrive(empty_k(s));
-      const int64_t j0 = int64_t(n) * kBN;
-      store_logits<kBN>(p, s_out, bh, row, j0, t, sacc, tau_q * k_inv_at(p, bg, j0));
+      for (int n = 0; n < n_tiles; ++n) {
+        const int s = stage(n);
+        mbar_wait(full_k(s), phase(n));
+        float sacc[kBN / 8][4];
+        issue_s(sacc, s);
+        wgmma_wait<0>();
+        fence_regs(sacc);
+        mbar_arrive(empty_k(s));
+        const int64_t j0 = int64_t(n) * kBN;
+        store_logits<kBN>(p, s_out, bh, row, j0, t, sacc, tau_q * k_inv_at(p, bg, j0));
+      }
+    } else {
+      const int vis[2] = {row[0] < p.Tq ? int(visible(p, row[0])) : 0,
+                          row[1] < p.Tq ? int(visible(p, row[1])) : 0};
+      const int64_t unmasked_end = visible(p, q0);  // tiles ending here need no mask in any real row
+      const float p_scale = p.p_scale;
+      ForwardRows<kD> acc(v_inv_at(p, bg, 0));  // O, l̃ (code units, FP32), online softmax
+      float alpha[2];
+      uint32_t pa[kBN / 32][4];  // P̃ of the tile whose P̃V̂ is issued next
+      // Steps, straight-line so that ptxas keeps every wgmma asynchronous (no accumulator is read
+      // between a wgmma and its wait on any path): S(n) issues tile n's S; PV(n) tile n's P̃V̂ and
+      // P̃·1; softmax(n) waits for S and makes the next P̃; promote(n) adds P̃V̂ into O in FP32.
+      float pv[kD / 8 + 1][4], sacc[kBN / 8][4];  // pv[kD / 8]: l̃'s column (the ones rows)
+      const auto issue_pv = [&](int n) {
+        mbar_wait(full_v(stage(n)), phase(n));
+        const unsigned tv = k_tile(stage(n)) + L::kTile;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBN / 32; ++kk)
+          WgmmaRS<kD + 8>::run(pv, pa[kk], kmajor_desc<kBN>(tv + 32 * kk), kk);
+        wgmma_commit();
+      };
+      const auto promote = [&](int n) {  // after P̃V̂ of tile n has landed (fenced by the caller)
+        fence_regs(pv);
+        fence_regs(pa);
+        mbar_arrive(empty_v(stage(n)));
+        float ao[2];
+        acc.o_alpha(alpha, v_inv_at(p, bg, int64_t(n) * kBN), ao);
+#pragma unroll
+        for (int dn = 0; dn < kD / 8; ++dn) acc.add_pv(dn, ao, pv[dn]);
+        acc.add_l(alpha, pv[kD / 8]);
+      };
+      const auto issue_s_of = [&](int n) {
+        mbar_wait(full_k(stage(n)), phase(n));
+        issue_s(sacc, stage(n));
+      };
+      const auto softmax = [&](int n) {  // after S of tile n has landed
+        fence_regs(sacc);
+        mbar_arrive(empty_k(stage(n)));
+        const int64_t j0 = int64_t(n) * kBN;
+        softmax_tile<kBN, kPoly>(sacc, tau_q * k_inv_at(p, bg, j0), j0 + kBN > unmasked_end, vis, j0, t,
+                                 p_scale, acc.sm, alpha, pa);
+      };
+      if (n_tiles > 0) {  // no tile: a CTA whose rows see no key (causal, Tq > Tk) stores O = 0
+        issue_s_of(0);
+        wgmma_wait<0>();
+        softmax(0);
+      }
+      // Tile n − 1's P̃V̂ and tile n's S in flight together: O takes the P̃V̂ while S runs, then tile
+      // n's softmax (which overlaps the other consumer warpgroup's GEMMs).
+#pragma unroll 1
+      for (int n = 1; n < n_tiles; ++n) {
+        issue_pv(n - 1);
+        issue_s_of(n);
+        wgmma_wait<1>();
+        promote(n - 1);
+        wgmma_wait<0>();
+        softmax(n);
+      }
+      if constexpr (kPersistent)
+        mbar_arrive(q_empty);  // every S of the item has landed: the producer may load the next Q̂
+      if (n_tiles > 0) {
+        issue_pv(n_tiles - 1);
+        wgmma_wait<0>();
+        promote(n_tiles - 1);
+      }
+      acc.store(p, bh, i0, t);
     }
-    return;
-  }
-
-  const int vis[2] = {row[0] < p.Tq ? int(visible(p, row[0])) : 0,
-                      row[1] < p.Tq ? int(visible(p, row[1])) : 0};
-  const int64_t unmasked_end = visible(p, q0);  // tiles ending here need no mask in any real row
-  const float p_scale = p.p_scale;
-  ForwardRows<kD> acc(v_inv_at(p, bg, 0));  // O, l̃ (code units, FP32), online softmax
-  float alpha[2];
-  uint32_t pa[kBN / 32][4];  // P̃ of the tile whose P̃V̂ is issued next
-  // Steps, straight-line so that ptxas keeps every wgmma asynchronous (no accumulator is read
-  // between a wgmma and its wait on any path): S(n) issues tile n's S; PV(n) tile n's P̃V̂ and P̃·1;
-  // softmax(n) waits for S and makes the next P̃; promote(n) adds P̃V̂ into O in FP32.
-  float pv[kD / 8 + 1][4], sacc[kBN / 8][4];  // pv[kD / 8]: l̃'s column (the ones rows)
-  const auto issue_pv = [&](int n) {
-    const int sp = n % kStages;
-    mbar_wait(full_v(sp), (n / kStages) & 1);
-    const unsigned tv = k_tile(sp) + L::kTile;
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBN / 32; ++kk)
-      WgmmaRS<kD + 8>::run(pv, pa[kk], kmajor_desc<kBN>(tv + 32 * kk), kk);
-    wgmma_commit();
   };
-  const auto promote = [&](int n) {  // after P̃V̂ of tile n has landed (fenced by the caller)
-    fence_regs(pv);
-    fence_regs(pa);
-    mbar_arrive(empty_v(n % kStages));
-    float ao[2];
-    acc.o_alpha(alpha, v_inv_at(p, bg, int64_t(n) * kBN), ao);
-#pragma unroll
-    for (int dn = 0; dn < kD / 8; ++dn) acc.add_pv(dn, ao, pv[dn]);
-    acc.add_l(alpha, pv[kD / 8]);
-  };
-  const auto issue_s_of = [&](int n) {
-    mbar_wait(full_k(n % kStages), (n / kStages) & 1);
-    issue_s(sacc, n % kStages);
-  };
-  const auto softmax = [&](int n) {  // after S of tile n has landed
-    fence_regs(sacc);
-    mbar_arrive(empty_k(n % kStages));
-    const int64_t j0 = int64_t(n) * kBN;
-    softmax_tile<kBN, kPoly>(sacc, tau_q * k_inv_at(p, bg, j0), j0 + kBN > unmasked_end, vis, j0, t, p_scale,
-                             acc.sm, alpha, pa);
-  };
-  if (n_tiles > 0) {  // no tile: a CTA whose rows see no key (causal, Tq > Tk) stores O = 0
-    issue_s_of(0);
-    wgmma_wait<0>();
-    softmax(0);
-  }
-  // Tile n − 1's P̃V̂ and tile n's S in flight together: O takes the P̃V̂ while S runs, then tile
-  // n's softmax (which overlaps the other consumer warpgroup's GEMMs).
+  if constexpr (kPersistent) {
+    int u0 = 0;
 #pragma unroll 1
-  for (int n = 1; n < n_tiles; ++n) {
-    issue_pv(n - 1);
-    issue_s_of(n);
-    wgmma_wait<1>();
-    promote(n - 1);
-    wgmma_wait<0>();
-    softmax(n);
+    for (int it = 0;; ++it) {
+      const int64_t w = item_of(it);
+      if (w < 0) break;
+      const Item r = item(w);
+      consume(r, it, u0);
+      u0 += r.n_tiles;
+    }
+  } else {
+    consume(item0, 0, 0);
   }
-  if (n_tiles > 0) {
-    issue_pv(n_tiles - 1);
-    wgmma_wait<0>();
-    promote(n_tiles - 1);
-  }
-  acc.store(p, bh, i0, t);
 #else
   __trap();  // wgmma needs sm_90a (the CUDA preset builds it); run_forward dispatches by device
 #endif
@@ -275,9 +342,9 @@ ForwardMaps make_maps(const ForwardParams& p) {
   return m;
 }
 
-template <int kD, int kBN, bool kLogits, int kPoly>
+template <int kD, int kBN, bool kLogits, int kPoly, bool kPersistent>
 void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
-  auto* kernel = tma_forward_kernel<kD, kBN, kLogits, kPoly>;
+  auto* kernel = tma_forward_kernel<kD, kBN, kLogits, kPoly, kPersistent>;
   constexpr int bytes = TmaLayout<kD, kBN>::kBytes;
   OCTET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   const int64_t rows = kLogits ? p.Tq_p : p.Tq;
@@ -298,8 +365,33 @@ void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
                   " registers per thread; its setmaxnreg split needs at least " +
                   std::to_string((128 * kProducerRegs + 256 * kConsumerRegs) / kThreads));
   const ForwardMaps maps = make_maps<kD, kBN, kLogits>(p);
-  kernel<<<unsigned(blocks), kThreads, bytes, stream>>>(p, maps, s_out);
+  int64_t grid = blocks;
+  if constexpr (kPersistent) {  // one CTA per SM (one fits: 384 threads at 168 registers fill the file)
+    int dev = 0, sms = 0;
+    OCTET_CUDA_CHECK(cudaGetDevice(&dev));
+    OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    grid = blocks < sms ? blocks : sms;
+  }
+  kernel<<<unsigned(grid), kThreads, bytes, stream>>>(p, maps, s_out);
   OCTET_CUDA_LAUNCH_CHECK();
+}
+
+// The forward with exp2_poly n-tiles of every 8 on the FMA units (0..3).
+template <int kD, int kBN, bool kPersistent>
+void launch_poly(const ForwardParams& p, int exp2_poly, cudaStream_t stream) {
+  switch (exp2_poly) {
+    case 0:
+      return launch<kD, kBN, false, 0, kPersistent>(p, nullptr, stream);
+    case 1:
+      return launch<kD, kBN, false, 1, kPersistent>(p, nullptr, stream);
+    case 2:
+      return launch<kD, kBN, false, 2, kPersistent>(p, nullptr, stream);
+    case 3:
+      return launch<kD, kBN, false, 3, kPersistent>(p, nullptr, stream);
+    default:
+      OCTET_FAIL("flash attention forward: exp2_poly must be 0..3 (n-tiles of every 8), got " +
+                 std::to_string(exp2_poly));
+  }
 }
 
 }  // namespace
@@ -308,26 +400,14 @@ void fwd_sm90_launch(const ForwardParams& p, float* s_out, cudaStream_t stream) 
   dispatch_sizes(p, [&](auto d, auto bn) {
     constexpr int kD = decltype(d)::value, kBN = decltype(bn)::value;
     if (s_out) {
-      launch<kD, kBN, true, 0>(p, s_out, stream);
+      launch<kD, kBN, true, 0, false>(p, s_out, stream);
       return;
     }
-    switch (p.exp2_poly < 0 ? forward_exp2_poly() : p.exp2_poly) {
-      case 0:
-        launch<kD, kBN, false, 0>(p, nullptr, stream);
-        break;
-      case 1:
-        launch<kD, kBN, false, 1>(p, nullptr, stream);
-        break;
-      case 2:
-        launch<kD, kBN, false, 2>(p, nullptr, stream);
-        break;
-      case 3:
-        launch<kD, kBN, false, 3>(p, nullptr, stream);
-        break;
-      default:
-        OCTET_FAIL("flash attention forward: exp2_poly must be 0..3 (n-tiles of every 8), got " +
-                   std::to_string(p.exp2_poly));
-    }
+    const int poly = p.exp2_poly < 0 ? forward_exp2_poly() : p.exp2_poly;
+    if (p.persistent < 0 ? forward_persistent() : p.persistent != 0)
+      launch_poly<kD, kBN, true>(p, poly, stream);
+    else
+      launch_poly<kD, kBN, false>(p, poly, stream);
   });
 }
 

@@ -583,6 +583,50 @@ TEST(FlashForwardFlavors, Exp2PolyAgreesWithTheSfu) {
   EXPECT_EQ(cuda::flash::forward_exp2_poly(), 0);
 }
 
+// The persistent grid (ForwardParams::persistent = 1: one CTA per SM walking the (query block,
+// head) items) computes each item exactly as its own CTA does: O, LSE, m and l bit for bit equal
+// to the grid of one CTA per item — with more items than SMs (every CTA walks several, the Q̂ tile
+// and the K̂/V̂ᵀ ring reused across items), fewer, causal with rows that see no key, GQA, both
+// head_dims and block_ks, and with exp2_poly. OCTET_FLASH_PERSISTENT chooses the default; a bad
+// value is an octet::Error.
+TEST(FlashForwardFlavors, PersistentGridGivesTheSameBits) {
+  OCTET_REQUIRE_GPU();
+  if (!device_is_sm90()) GTEST_SKIP() << "the wgmma forward needs an sm_90 GPU";
+  for (const Dims c : {Dims{2, 16, 4, 4096, 4096, 128, true, 128}, Dims{4, 12, 12, 1024, 1024, 64, true, 128},
+                       Dims{2, 8, 2, 1000, 1000, 128, false, 64}, Dims{1, 8, 1, 333, 1000, 128, true, 128},
+                       Dims{2, 4, 4, 517, 129, 64, true, 64}, Dims{1, 2, 1, 1, 77, 64, false, 128}}) {
+    for (int poly : {0, 2}) {
+      DirectForward run(c, 4.0f, 0.25f, 13);
+      cuda::flash::ForwardParams p = run.params(ForwardKernel::Wgmma);
+      p.exp2_poly = poly;
+      p.persistent = 0;
+      cuda::flash::run_forward(p, nullptr);
+      const auto o0 = run.o.get(), lse0 = run.lse.get(), m0 = run.m.get(), l0 = run.l.get();
+      run.poison_outputs();
+      p.persistent = 1;
+      cuda::flash::run_forward(p, nullptr);
+      const std::string what = run.name() + " exp2_poly " + std::to_string(poly);
+      EXPECT_TRUE(run.o.get() == o0) << what << ": O";
+      EXPECT_TRUE(run.lse.get() == lse0 && run.m.get() == m0 && run.l.get() == l0) << what << ": statistics";
+    }
+  }
+  {
+    test::ScopedEnv env("OCTET_FLASH_PERSISTENT", "1");
+    EXPECT_TRUE(cuda::flash::forward_persistent());
+  }
+  {
+    test::ScopedEnv env("OCTET_FLASH_PERSISTENT", "yes");
+    try {
+      (void)cuda::flash::forward_persistent();
+      ADD_FAILURE() << "OCTET_FLASH_PERSISTENT=yes accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("0 or 1"), std::string::npos) << e.what();
+    }
+  }
+  test::ScopedEnv env("OCTET_FLASH_PERSISTENT", nullptr);
+  EXPECT_FALSE(cuda::flash::forward_persistent());
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, FlashForward, testing::Values(ForwardKernel::MmaSync, ForwardKernel::Wgmma),
                          [](const testing::TestParamInfo<ForwardKernel>& info) {
                            return std::string(info.param == ForwardKernel::Wgmma ? "wgmma" : "mma_sync");
