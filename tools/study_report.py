@@ -400,7 +400,9 @@ def octet_curves(conds, out, octet):
                         args.append(str(Path(r).resolve()))
             else:
                 args = [str(r) for r in runs]
-            r = subprocess.run([str(Path(octet).resolve()), "plot", *args, "--out", str((out / f"curves_{c['name']}.png").resolve()),
+            png = (out / f"curves_{c['name']}.png").resolve()
+            png.unlink(missing_ok=True)  # this report's own plot, redrawn (`octet plot --out` never replaces a file)
+            r = subprocess.run([str(Path(octet).resolve()), "plot", *args, "--out", str(png),
                                 "--title", f"{c['name']}: train (thin) and validation (thick) loss"],
                                capture_output=True, text=True, cwd=cwd)
         if r.returncode != 0:

@@ -40,7 +40,8 @@ struct Options {
   std::string qkv_scaling = "tensor", do_format = "e5m2", ds_format = "e5m2", dump;
   std::string device = "cpu";
   int64_t block_q = 128, block_k = 128;
-  float p_scale = 256.0f, scale = 0.0f;
+  float p_scale = 256.0f;
+  double scale = 0.0;  // read in double: a value FP32 would round to 0 or infinity is refused
   uint64_t seed = 1;
 };
 
@@ -195,8 +196,9 @@ void run(const Options& opt) {
   shape.seq_k = opt.kv_seq ? opt.kv_seq : opt.seq;
   shape.head_dim = opt.dim;
   shape.causal = opt.causal;
-  shape.softmax_scale = opt.scale;
+  shape.softmax_scale = softmax_scale_fp32(opt.scale, "--scale");
   shape.validate();
+  if (!opt.dump.empty()) require_new_file(opt.dump, "--dump");  // before the work, not after
   AttentionConfig cfg;
   cfg.precision = parse_attn_precision(opt.precision);
   cfg.delta = parse_delta_mode(opt.delta);

@@ -15,9 +15,13 @@ OCTET_COMMAND("plot", [](CLI::App& app) {
   auto args = std::make_shared<PlotArgs>();
   auto* cmd = app.add_subcommand("plot", "Plot train/val loss curves of runs (gnuplot PNG)");
   cmd->add_option("runs", args->runs, "run directories (each with metrics.jsonl)")->required();
-  cmd->add_option("--out", args->out, "PNG path (default: <first run>/loss.png)");
+  cmd->add_option("--out", args->out,
+                  "PNG path, not an existing file (default: <first run>/loss.png, redrawn)");
   cmd->add_option("--title", args->title, "plot title");
   cmd->callback([args] {
+    // An explicit --out is never replaced; the default <run>/loss.png is octet's own plot of that
+    // run, redrawn each time.
+    if (!args->out.empty()) octet::require_new_file(args->out, "--out");
     const std::string png = args->out.empty() ? args->runs.front() + "/loss.png" : args->out;
     octet::plot_runs(args->runs, png, args->title);
     std::printf("wrote %s\n", png.c_str());

@@ -139,6 +139,7 @@ void run_train(const TrainArgs& a) {
       }
     }
     OCTET_CHECK(a.dump_grads.empty() || (a.nproc <= 1 && env.world == 1), "--dump-grads runs in one process");
+    if (!a.dump_grads.empty()) require_empty_or_new_dir(a.dump_grads, "--dump-grads");
     ds = load_dataset(cfg, &desc);  // the launcher builds the tokenizer cache once for the ranks
     const int ranks = a.nproc > 1 && env.world == 1 ? a.nproc : env.world;
     if (ranks > 1) {  // what train() would refuse on every rank

@@ -153,6 +153,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return report(kBadInput, e.what(), "", verbose);
+  } catch (const octet::OutOfMemory& e) {  // before octet::Error, which it is
+    return report(kRunFailed, std::string("out of memory (") + e.what() + ")", e.location(), verbose);
   } catch (const octet::Error& e) {
     return report(kBadInput, e.what(), e.location(), verbose);
   } catch (const octet::cli::RunFailure& e) {

@@ -120,6 +120,13 @@ struct AttentionConfig {
 /// (got x)"; `name` is how the caller's user spells it (e.g. "precision.p_scale", "--p-scale").
 void validate_p_scale(float p_scale, const std::string& name = "attention p_scale");
 
+/// A softmax scale τ given in double precision (a command line's, a caller's) as the FP32
+/// AttentionShape::softmax_scale holds: 0 (the default 1/sqrt(head_dim)) or a number in FP32's
+/// normal range [2^-126, FLT_MAX]. Anything else — negative, NaN, infinite, or a value that FP32
+/// would round to 0 (the default!), a subnormal or infinity — throws octet::Error "<name> must be
+/// 0 ... (got x)".
+float softmax_scale_fp32(double scale, const std::string& name = "softmax scale");
+
 /// The sizes the flash FP8 attention kernels of the CUDA backend (src/cuda/attention/flash/, the twin of the
 /// flash form) implement: head_dim, and each tile (block_q, block_k), 64 or 128.
 inline bool flash_attention_size_supported(int64_t n) { return n == 64 || n == 128; }

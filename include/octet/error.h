@@ -27,6 +27,14 @@ class Error : public std::runtime_error {
   std::string location_;
 };
 
+/// Memory (host or device) that ran out: not bad input but a run that failed on its way, which the
+/// CLI reports as "octet: failed: out of memory (<message>)" with exit code 1 (docs/cli.md
+/// §"Errors"). Thrown by the backends' allocators.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Builds the message and throws. Prefer the OCTET_CHECK / OCTET_FAIL macros.
 [[noreturn]] inline void throw_error(const char* file, int line, const std::string& msg) {
   std::string f(file);

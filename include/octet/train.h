@@ -155,6 +155,13 @@ void check_recorded_meaning(const std::map<std::string, std::string>& recorded, 
 /// `path` as it was.
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& chunks);
 
+/// The output rules of the commands that write (docs/cli.md): a file given on the command line is
+/// never replaced, and a directory is written only when new or empty. Each throws octet::Error
+/// naming the option and the path ("--dump x.st exists; not overwritten (remove it or give another
+/// path)"), before any work is done.
+void require_new_file(const std::string& path, const std::string& option);
+void require_empty_or_new_dir(const std::string& path, const std::string& option);
+
 // ---------------------------------------------------------------------------------------------
 // Corpus and tokenizers
 

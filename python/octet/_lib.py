@@ -110,13 +110,25 @@ def lib():
         except OSError as e:
             tried.append(f"{path} ({e})")
             continue
-        for name, (res, args) in _SIGNATURES.items():
-            fn = getattr(handle, name)
-            fn.restype, fn.argtypes = res, args
-        version = handle.octet_c_api_version()
+        # The version first, then the symbols: a library of another version may lack a newer
+        # one, and a library that is not octet's has no version at all.
+        try:
+            version_fn = handle.octet_c_api_version
+        except AttributeError:
+            raise OctetError(f"{path} is not octet's C library (no octet_c_api_version): point "
+                             f"OCTET_LIBRARY at build/<preset>/liboctet_c.so") from None
+        version_fn.restype, version_fn.argtypes = ctypes.c_int, []
+        version = version_fn()
         if version != ABI_VERSION:
             raise OctetError(f"{path} has C ABI version {version}, this package needs "
                              f"{ABI_VERSION}: rebuild liboctet_c from the same checkout")
+        for name, (res, args) in _SIGNATURES.items():
+            try:
+                fn = getattr(handle, name)
+            except AttributeError:
+                raise OctetError(f"{path} (C ABI version {version}) lacks {name}: rebuild "
+                                 f"liboctet_c from the same checkout") from None
+            fn.restype, fn.argtypes = res, args
         _lib, _path = handle, path
         return _lib
     raise OctetError("cannot load liboctet_c: set OCTET_LIBRARY to its path, or build it in the "

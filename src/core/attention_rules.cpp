@@ -4,6 +4,8 @@
 // (docs/design.md §"Where every GEMM operand is quantized": the static power-of-two scale of P before its
 // E4M3 cast).
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -42,9 +44,19 @@ void AttentionShape::validate() const {
     OCTET_CHECK(v >= 1, "attention shape: " + std::string(name) + " must be >= 1, got " + std::to_string(v));
   OCTET_CHECK(n_heads % n_kv_heads == 0, "attention shape: kv-heads (" + std::to_string(n_kv_heads) +
                                              ") must divide heads (" + std::to_string(n_heads) + ")");
-  OCTET_CHECK(std::isfinite(softmax_scale) && softmax_scale >= 0.0f,
-              "attention shape: softmax scale must be finite and >= 0 (0: 1/sqrt(dim)), got " +
-                  std::to_string(softmax_scale));
+  (void)softmax_scale_fp32(softmax_scale, "attention shape: softmax scale");
+}
+
+float softmax_scale_fp32(double scale, const std::string& name) {
+  constexpr double lo = std::numeric_limits<float>::min(), hi = std::numeric_limits<float>::max();
+  if (!(scale == 0.0 || (scale >= lo && scale <= hi))) {
+    char msg[160];
+    std::snprintf(msg, sizeof(msg),
+                  " must be 0 (1/sqrt(head_dim)) or a positive FP32 normal number, %.7g to %.7g (got %.9g)",
+                  lo, hi, scale);
+    OCTET_FAIL(name + msg);
+  }
+  return float(scale);
 }
 
 void validate_p_scale(float p_scale, const std::string& name) {

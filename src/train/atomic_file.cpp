@@ -8,11 +8,14 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "octet/error.h"
 #include "octet/train.h"
 
 namespace octet {
+
+namespace fs = std::filesystem;
 
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& chunks) {
   const std::string tmp = path + ".tmp";
@@ -35,8 +38,23 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
     std::remove(tmp.c_str());
     OCTET_FAIL("cannot write " + tmp + ": " + std::strerror(err));
   }
-  OCTET_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0,
-              "cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());  // nothing left behind (e.g. path is a directory)
+    OCTET_FAIL("cannot rename " + tmp + " to " + path + ": " + std::strerror(e));
+  }
+}
+
+void require_new_file(const std::string& path, const std::string& option) {
+  std::error_code ec;
+  OCTET_CHECK(!fs::exists(fs::symlink_status(path, ec)),
+              option + " " + path + " exists; not overwritten (remove it or give another path)");
+}
+
+void require_empty_or_new_dir(const std::string& path, const std::string& option) {
+  std::error_code ec;
+  OCTET_CHECK(!fs::exists(path, ec) || (fs::is_directory(path, ec) && fs::is_empty(path, ec)),
+              option + " " + path + " exists and is not an empty directory; not overwritten");
 }
 
 }  // namespace octet

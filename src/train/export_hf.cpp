@@ -194,9 +194,7 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const Ex
   OCTET_CHECK(opt.format == "hf", "unknown export format '" + opt.format + "' (known: hf)");
   OCTET_CHECK(opt.dtype == "bf16" || opt.dtype == "fp32",
               "unknown export dtype '" + opt.dtype + "' (known: bf16, fp32)");
-  std::error_code ec;
-  OCTET_CHECK(!fs::exists(out_dir, ec) || (fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec)),
-              "--out " + out_dir + " exists and is not an empty directory; not overwritten");
+  require_empty_or_new_dir(out_dir, "--out");
   LoadedRun r = load_run(run_dir, "cpu", checkpoint);
   check_hf_exportable(r.cfg);
   auto tok = load_run_tokenizer(r.cfg);
@@ -263,6 +261,7 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const Ex
                      {"clean_up_tokenization_spaces", false},
                      {"model_input_names", {"input_ids", "attention_mask"}}};
 
+  std::error_code ec;
   fs::create_directories(out_dir, ec);
   OCTET_CHECK(!ec, "cannot create --out " + out_dir + ": " + ec.message());
   const fs::path out(out_dir);

@@ -1,6 +1,9 @@
 // Bad arguments raise one octet::Error that names the problem; names round-trip.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "attention_test_util.h"
 #include "octet/error.h"
 
@@ -30,6 +33,26 @@ TEST(AttentionErrors, ZeroSizesAreNamed) {
   s.head_dim = -3;
   EXPECT_NE(error_of([&] { make_attention_inputs(s, AttnInputDist::Normal, 1); }).find("dim must be >= 1"),
             std::string::npos);
+}
+
+// The softmax scale is FP32 in the shape, where 0 means 1/sqrt(head_dim): a double that FP32 would
+// round to 0 (the default!), a subnormal or infinity is refused with its value, as are negatives and
+// NaN; 0 and the normal range's ends pass unchanged.
+TEST(AttentionErrors, SoftmaxScaleMustBeAnFp32Normal) {
+  for (double bad : {1e-50, 1e-39, 1e39, -0.5, std::nan("")}) {
+    const std::string e = error_of([&] { (void)softmax_scale_fp32(bad, "--scale"); });
+    EXPECT_NE(e.find("--scale must be 0 (1/sqrt(head_dim)) or a positive FP32 normal number"),
+              std::string::npos)
+        << bad << ": " << e;
+  }
+  EXPECT_NE(error_of([&] { (void)softmax_scale_fp32(1e-50, "--scale"); }).find("(got 1e-50)"),
+            std::string::npos);
+  EXPECT_EQ(softmax_scale_fp32(0.0), 0.0f);
+  EXPECT_EQ(softmax_scale_fp32(double(std::numeric_limits<float>::min())), std::numeric_limits<float>::min());
+  EXPECT_EQ(softmax_scale_fp32(double(std::numeric_limits<float>::max())), std::numeric_limits<float>::max());
+  auto s = test::make_shape(1, 2, 1, 8, 8, 16, false);
+  s.softmax_scale = std::numeric_limits<float>::denorm_min();
+  EXPECT_NE(error_of([&] { s.validate(); }).find("softmax scale must be 0"), std::string::npos);
 }
 
 TEST(AttentionErrors, ForwardRejectsBadConfig) {

@@ -20,7 +20,7 @@ OCTET = os.environ.get("OCTET_BIN", os.path.join(os.path.dirname(__file__), "../
 
 
 def run_check(tmp_path, *args):
-    out = tmp_path / "dump.safetensors"
+    out = tmp_path / f"dump{len(list(tmp_path.glob('dump*.safetensors')))}.safetensors"  # --dump never overwrites
     cmd = [OCTET, "attention-check", "--json", "--dump", str(out), *args]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return load_file(str(out))

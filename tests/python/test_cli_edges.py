@@ -298,3 +298,45 @@ def test_a_run_directory_in_use_is_refused(tmp_path):
     finally:
         first.kill()
         first.wait()
+
+
+@pytest.mark.parametrize("scale", ["1e-50", "1e39", "-1", "nan"])
+def test_attention_check_scale_outside_fp32_is_refused(scale):
+    """--scale is read in double and refused unless 0 or an FP32 normal number: FP32 would round
+    1e-50 to 0, which means the default 1/sqrt(dim), and 1e39 to infinity."""
+    r = octet("attention-check", "--seq", "16", "--dim", "16", "--heads", "2", "--scale", scale)
+    assert_one_line_error(r, "--scale", "FP32 normal")
+
+
+# --- nothing overwritten -------------------------------------------------------------------------
+
+def test_files_named_on_the_command_line_are_not_overwritten(tmp_path):
+    """--dump and plot --out refuse an existing path before any work (and leave no <path>.tmp);
+    --dump-grads refuses a non-empty directory, as train/export --out do."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    r = octet("attention-check", "--seq", "16", "--dim", "16", "--heads", "2", "--dump", precious)
+    assert_one_line_error(r, "--dump", "exists; not overwritten")
+    r = octet("attention-check", "--seq", "16", "--dim", "16", "--heads", "2", "--dump", tmp_path)
+    assert_one_line_error(r, "--dump", "exists; not overwritten")
+    r = octet("plot", tmp_path, "--out", precious)
+    assert_one_line_error(r, "--out", "exists; not overwritten")
+    (tmp_path / "c.txt").write_text("".join(f"the queue drains buffer {i % 13} before it stops.\n" for i in range(200)))
+    r = octet("train", *sets(*TINY_MODEL, f"data.path={tmp_path / 'c.txt'}"), "--dump-grads", tmp_path)
+    assert_one_line_error(r, "--dump-grads", "not an empty directory")
+    assert precious.read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "precious.txt"]
+
+
+def test_running_out_of_host_memory_is_a_failed_run(tmp_path):
+    """Memory that runs out is a run that failed (exit 1, 'octet: failed: out of memory (...)'),
+    not bad input."""
+    (tmp_path / "c.txt").write_text("".join(f"the queue drains buffer {i % 13} before it stops.\n" for i in range(200)))
+    # under AddressSanitizer (the CI's build) a huge allocation aborts unless it may return null
+    asan = ":".join(filter(None, [os.environ.get("ASAN_OPTIONS"), "allocator_may_return_null=1"]))
+    r = octet_at(tmp_path, "train", *sets(*TINY_MODEL, f"data.path={tmp_path / 'c.txt'}", "model.d_model=1048576",
+                                          "model.d_ff=1048576"), "--out", tmp_path / "run",
+                 env={"ASAN_OPTIONS": asan})
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("octet: failed: out of memory ("), last

@@ -140,6 +140,10 @@ def test_bad_input_raises():
         ot.attention(q, k, v, softmax_scale=float("nan"))
     with pytest.raises(TypeError, match="softmax_scale must be a number"):
         ot.attention(q, k, v, softmax_scale="x")
+    # FP32 would make 1e-50 a 0 (the default scale) and 1e39 infinite: refused, not substituted
+    for scale in (1e-50, 1e-39, 1e39):
+        with pytest.raises(ValueError, match="outside FP32's normal range"):
+            ot.attention(q, k, v, softmax_scale=scale)
     with pytest.raises(TypeError, match="causal must be a bool, got builtins.str"):
         ot.attention(q, k, v, causal="yes")
     for empty in ((0, 8, 2, 16), (1, 0, 2, 16), (1, 8, 0, 16)):  # batch, seq, heads of size 0

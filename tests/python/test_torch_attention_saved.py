@@ -181,6 +181,21 @@ def test_double_backward_raises_as_the_op_does():
         ((g ** 2).sum() + o.sum()).backward()  # a gradient penalty
 
 
+@pytest.mark.parametrize("wrt", ["weight", "bias", "x"])
+def test_double_backward_raises_for_a_parameter_upstream(wrt):
+    """torch.autograd.grad of a gradient with respect to something upstream of the op (a projection's
+    weight, bias or input) raises too: the second-order term through the op's backward is not there,
+    and a gradient without it (or None) would be silently wrong."""
+    torch.manual_seed(3)
+    lin = torch.nn.Linear(8, 8).double()
+    x = torch.randn(1, 3, 8, dtype=torch.float64, requires_grad=True)
+    h = lin(x).view(1, 3, 2, 4)
+    (gx,) = torch.autograd.grad(ot.attention(h, h, h, precision="fp64").sum(), x, create_graph=True)
+    target = {"weight": lin.weight, "bias": lin.bias, "x": x}[wrt]
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(gx.square().sum(), target, allow_unused=True)
+
+
 def test_make_fx_records_the_op():
     """A tracer (make_fx's dispatch mode) sees the custom op, not the eager shortcut."""
     from torch.fx.experimental.proxy_tensor import make_fx

@@ -42,6 +42,16 @@ def test_missing_library_is_named():
     assert "/nonexistent/liboctet_c.so" in out
 
 
+def test_a_library_that_is_not_octets_is_named():
+    """A shared library without octet's symbols (here the C math library) is an OctetError naming
+    it, not an AttributeError from ctypes."""
+    import ctypes.util
+    libm = ctypes.util.find_library("m")
+    assert libm, "no libm to load"
+    out = run_with(libm)
+    assert out.startswith(f"OctetError: {libm} is not octet's C library"), out
+
+
 def test_build_folders_without_a_library_are_named(tmp_path):
     # a copy of the package outside any checkout, and an empty OCTET_HOME: no build folder holds
     # the library, and the error says where it looked

@@ -158,3 +158,75 @@ def test_double_backward_raises():
     (g,) = torch.autograd.grad(y.square().sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward"):
         ((g ** 2).sum() + y.sum()).backward()
+
+
+@pytest.mark.parametrize("wrt", ["first.weight", "first.bias", "last.weight"])
+def test_double_backward_raises_for_a_parameter(wrt):
+    """torch.autograd.grad of an input gradient with respect to one parameter raises as well
+    (without the weight and input as inputs of the raising node, autograd would prune it and
+    return None or a gradient missing the second-order term)."""
+    m = torch.nn.Sequential(ot.Float8Linear(8, 8), torch.nn.Tanh(), ot.Float8Linear(8, 8))
+    x = torch.randn(4, 8, requires_grad=True)
+    (g,) = torch.autograd.grad(m(x).sum(), x, create_graph=True)
+    target = {"first.weight": m[0].weight, "first.bias": m[0].bias, "last.weight": m[2].weight}[wrt]
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(g.square().sum(), target, allow_unused=True)
+
+
+def test_a_resized_layer_is_refused_not_read_past():
+    """octet's Linear is built for the constructor's shape and reads that many elements: a weight
+    or bias resized afterwards (pruning) gets a ValueError naming both shapes, not a read past the
+    tensors; the direct op checks its tensors against the layer too."""
+    m = ot.Float8Linear(32, 16)
+    keep = torch.arange(8)
+    m.weight = torch.nn.Parameter(m.weight.data[keep])
+    m.bias = torch.nn.Parameter(m.bias.data[keep])
+    m.out_features = 8
+    with pytest.raises(ValueError, match=r"\[16, 32\].*\[8, 32\]"):
+        m(torch.randn(4, 32))
+    m = ot.Float8Linear(32, 16, bias=False)
+    m.weight.data = torch.randn(16, 8)
+    m.in_features = 8
+    with pytest.raises(ValueError, match="cannot change shape"):
+        m(torch.randn(4, 8))
+    m = ot.Float8Linear(32, 16)
+    m.bias = torch.nn.Parameter(torch.zeros(1))  # would broadcast
+    with pytest.raises(ValueError, match=r"bias \[1\]"):
+        m(torch.randn(4, 32))
+    with pytest.raises(ValueError, match="octet::linear"):
+        torch.ops.octet.linear_forward(torch.randn(4, 8), torch.randn(16, 8), m._octet_layer_t)
+    assert ot.Float8Linear(32, 16)(torch.randn(2, 3, 32)).shape == (2, 3, 16)
+
+
+def test_convert_keeps_a_shared_linear_shared():
+    """A Linear registered twice (Sequential(l, l), or under two parents) becomes one Float8Linear
+    in both places; the filter decides once, by the first name."""
+    lin = torch.nn.Linear(8, 8)
+    seq = ot.convert_to_float8(torch.nn.Sequential(lin, lin))
+    assert type(seq[0]) is ot.Float8Linear and seq[0] is seq[1]
+    outer = torch.nn.ModuleDict({"a": torch.nn.Linear(4, 4), "c": torch.nn.Linear(4, 2)})
+    outer["b"] = torch.nn.Sequential(outer["a"], torch.nn.Linear(4, 4))
+    keys = list(outer.state_dict())
+    ot.convert_to_float8(outer, module_filter=lambda m, fqn: fqn != "c")
+    assert type(outer["a"]) is ot.Float8Linear and outer["a"] is outer["b"][0]
+    assert type(outer["b"][1]) is ot.Float8Linear and type(outer["c"]) is torch.nn.Linear
+    assert list(outer.state_dict()) == keys
+
+
+def test_meta_forward_gives_the_shape():
+    """On the meta device (shape inference) the layer answers as nn.Linear does."""
+    m = ot.Float8Linear(32, 16, device="meta")
+    y = m(torch.empty(2, 3, 32, device="meta"))
+    assert y.device.type == "meta" and y.shape == (2, 3, 16)
+
+
+def test_load_quant_state_names_a_bad_state():
+    m = ot.Float8Linear(8, 8, recipe="tensor-delayed")
+    with pytest.raises(ValueError, match=r"1-D tensor quant_state\(\) returned, got shape \(2, 3\)"):
+        m.load_quant_state(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="sequence of numbers"):
+        m.load_quant_state([[1.0, 2.0]])
+    m(torch.randn(4, 8))
+    state = m.quant_state()
+    m.load_quant_state(state)  # a round trip still works
+    assert torch.equal(m.quant_state(), state)

@@ -376,3 +376,24 @@ def test_the_library_refuses_packings_it_cannot_read():
                             ({"cu_seqlens_q": None}, "cu_seqlens_q is NULL")]:
         assert call(**change) == -1, change
         assert message in _lib.lib().octet_last_error().decode(), (change, _lib.lib().octet_last_error())
+
+
+def test_double_backward_raises():
+    """A gradient of the gradient through attention_varlen raises (its backward has no formula of
+    its own), with respect to the packed inputs themselves too."""
+    q = torch.randn(10, 2, 8, dtype=torch.float64, requires_grad=True)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32)
+    o = ot.attention_varlen(q, q, q, cu, cu, 6, 6, precision="fp64")
+    (g,) = torch.autograd.grad(o.sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(g.square().sum(), q, allow_unused=True)
+
+
+def test_offsets_that_cannot_be_read_and_head_dim_mismatch_are_named():
+    q = torch.randn(10, 4, 16)
+    cu = torch.tensor([0, 10], dtype=torch.int32)
+    with pytest.raises(ValueError, match="cu_seqlens_q must be on the CPU or a CUDA device, got meta"):
+        ot.attention_varlen(q, q, q, cu.to("meta"), cu, 10, 10)
+    k = torch.randn(12, 2, 8)
+    with pytest.raises(ValueError, match=r"q \(10, 4, 16\) and k \(12, 2, 8\) must have one head_dim"):
+        ot.attention_varlen(q, k, k, cu, torch.tensor([0, 12], dtype=torch.int32), 10, 12)

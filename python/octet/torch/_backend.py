@@ -63,26 +63,33 @@ def require(ok, error, message):
         raise error(message)
 
 
-def no_double_backward(what, grads):
+def no_double_backward(what, grads, through=()):
     """The grads an autograd.Function's backward returns, made to raise if anything backpropagates
     through them when autograd records the backward (create_graph=True): octet's backwards have
     no gradient of their own, as their custom ops say, and a gradient penalty must not silently
     lose its second-order term (torch's once_differentiable, which checks only the incoming
-    gradients' requires_grad, lets that through)."""
+    gradients' requires_grad, lets that through). `through`: the tensors the grads depend on as
+    the backward sees them (the incoming gradient, and the saved inputs or outputs, which lead
+    back to the op's inputs). They are inputs of the raising node too, so that every path from a
+    grad to what it depends on runs through it: without them, torch.autograd.grad(..., inputs=w)
+    for a w upstream of the op prunes the node (its only inputs would be detached copies) and
+    returns a gradient without the op's second-order term, or None, instead of raising."""
     if not torch.is_grad_enabled():
         return grads
     from torch._C import _functions
+    linked = [t for t in through if isinstance(t, torch.Tensor) and t.requires_grad]
+    tensors = [g for g in grads if g is not None]
     err = _functions.DelayedError(f"{what}: double backward is not supported: octet's backward "
-                                  f"has no gradient of its own".encode(), len(grads))
+                                  f"has no gradient of its own".encode(),
+                                  len(tensors) + len(linked))
 
     def tracked(g):
-        if g is None:
-            return None
         g = g.detach()
         g.requires_grad_(True)
         return g
 
-    return tuple(err(*[tracked(g) for g in grads]))
+    out = iter(err(*[tracked(g) for g in tensors], *linked))
+    return tuple(None if g is None else next(out) for g in grads)
 
 
 class HostReads:

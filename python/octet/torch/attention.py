@@ -89,6 +89,7 @@ def _lse_dtype(q):
 
 
 _OP = "octet::attention_"
+_FP32_NORMAL = (2.0 ** -126, (2.0 - 2.0 ** -23) * 2.0 ** 127)  # smallest normal, largest finite
 
 
 def _check_op_forward(q, k, v, residual, layout):
@@ -249,10 +250,12 @@ def _setup_context(ctx, inputs, output):
     ctx.config = config
 
 
-def _grads(backward, ctx, d_o):
+def _grads(backward, ctx, d_o, tensors=None):
+    """tensors: ctx.saved_tensors when the caller has unpacked them (once only: non-reentrant
+    activation checkpointing refuses a second unpack)."""
     if d_o is None:  # o took no part in what is differentiated
         return (None,) * (4 + len(ctx.config))
-    o, lse, saved = ctx.saved_tensors
+    o, lse, saved = ctx.saved_tensors if tensors is None else tensors
     dq, dk, dv = backward(o, lse, saved, d_o.to(o.dtype).contiguous(), ctx.residual, *ctx.kv,
                           *ctx.config)
     return (dq, dk, dv, None) + (None,) * len(ctx.config)
@@ -278,7 +281,9 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_o, _d_lse, _d_saved):
-        return no_double_backward("octet.torch.attention", _grads(_backward_body, ctx, d_o))
+        tensors = ctx.saved_tensors
+        return no_double_backward("octet.torch.attention", _grads(_backward_body, ctx, d_o, tensors),
+                                  through=(d_o, tensors[0]))  # o leads back to q, k, v
 
 
 def _attention_op(q):
@@ -411,6 +416,11 @@ def _prepare(q, k, v, causal, softmax_scale, precision, who, empty_seq_ok=False)
     if softmax_scale is not None and not 0 < scale < math.inf:
         raise ValueError(f"{who}: softmax_scale must be finite and > 0, "
                          f"got {softmax_scale}")
+    # octet takes the scale as an FP32 number (c_api.h), where 0 means the default 1/sqrt(head_dim):
+    # a scale that is 0, subnormal or infinite in FP32 would silently become another one.
+    if softmax_scale is not None and not _FP32_NORMAL[0] <= scale <= _FP32_NORMAL[1]:
+        raise ValueError(f"{who}: softmax_scale {softmax_scale} is outside FP32's normal range "
+                         f"[{_FP32_NORMAL[0]:.7g}, {_FP32_NORMAL[1]:.7g}] (octet computes in FP32)")
     return q.to(work), k.to(work), v.to(work), dtype, bool(causal), scale
 
 

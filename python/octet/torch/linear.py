@@ -78,6 +78,13 @@ def _load_state(h, values):
 
 
 def _call(x, w, layer):
+    spec = _layers[int(layer)].spec
+    shape = (spec.out_features, spec.in_features)
+    # octet's Linear was built for this shape and reads that many elements: anything else would
+    # read or write past the tensors.
+    if x.dim() != 2 or w.dim() != 2 or tuple(w.shape) != shape or x.shape[1] != spec.in_features:
+        raise ValueError(f"octet::linear: the layer is [{shape[0]}, {shape[1]}] (out_features, "
+                         f"in_features); got x {tuple(x.shape)}, w {tuple(w.shape)}")
     c = _lib.LinearCall()
     c.rows, c.dtype = x.shape[0], dtype_code(x)
     c.x, c.w = x.data_ptr(), w.data_ptr()
@@ -125,8 +132,10 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(x, w, layer)
 
 
-def _grads(backward, ctx, dy):
-    x, w, layer = ctx.saved_tensors
+def _grads(backward, ctx, dy, tensors=None):
+    """tensors: ctx.saved_tensors when the caller has unpacked them (once only: non-reentrant
+    activation checkpointing refuses a second unpack)."""
+    x, w, layer = ctx.saved_tensors if tensors is None else tensors
     dx, dw = backward(x, w, dy.to(x.dtype).contiguous(), layer)
     return dx, dw, None
 
@@ -150,7 +159,9 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        return no_double_backward("Float8Linear", _grads(_backward_impl, ctx, dy))
+        tensors = ctx.saved_tensors
+        return no_double_backward("Float8Linear", _grads(_backward_impl, ctx, dy, tensors),
+                                  through=(dy, *tensors[:2]))  # x, w
 
 _WORK = {  # activation dtype octet computes in, per input dtype and device type
     ("cpu", torch.float32): torch.float32, ("cpu", torch.float64): torch.float32,
@@ -184,6 +195,10 @@ class Float8Linear(torch.nn.Linear):
                 raise ValueError(f"Float8Linear: {name} must be an int (32-bit), got {value!r}")
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.recipe, self.format = recipe, format
+        # The shape octet's Linear is built for (checked at every call: in_features and
+        # out_features are plain attributes a user may change). Ints, not the layer id, so that
+        # torch.compile's guards on them pass for every layer of a shape.
+        self._octet_shape = (out_features, in_features)
         self._octet_settings = (recipe, format, amax_history_len, amax_algo, margin)
         layer = _Layer(self._spec())
         # Validates the spec now (octet's message for an unknown recipe or format).
@@ -210,6 +225,8 @@ class Float8Linear(torch.nn.Linear):
         process). Done here, at copy time, so that forward() only reads the id: torch.compile
         traces it without side effects."""
         super().__setstate__(state)
+        if "_octet_shape" not in self.__dict__:  # pickled before the shape was kept
+            self._octet_shape = (self.out_features, self.in_features)
         src = _layers.get(self._octet_layer)
         layer = _Layer(self._spec())
         if src is not None and src.last is not None:
@@ -218,8 +235,9 @@ class Float8Linear(torch.nn.Linear):
 
     def _spec(self):
         recipe, fmt, history, algo, margin = self._octet_settings
-        return _lib.LinearSpec(self.in_features, self.out_features, recipe.encode(), fmt.encode(),
-                               history, algo.encode(), margin)
+        n_out, n_in = self._octet_shape
+        return _lib.LinearSpec(n_in, n_out, recipe.encode(), fmt.encode(), history, algo.encode(),
+                               margin)
 
     @classmethod
     def from_linear(cls, linear, **kwargs):
@@ -231,9 +249,20 @@ class Float8Linear(torch.nn.Linear):
         return new.train(linear.training)
 
     def forward(self, x):
-        if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != self.in_features:
-            raise ValueError(f"Float8Linear: input must be [..., {self.in_features}], got "
+        n_out, n_in = self._octet_shape  # what octet's Linear was built for
+        if tuple(self.weight.shape) != (n_out, n_in) or (
+                self.bias is not None and tuple(self.bias.shape) != (n_out,)):
+            raise ValueError(
+                f"Float8Linear: built for [out_features, in_features] = [{n_out}, {n_in}], but the "
+                f"weight is {list(self.weight.shape)}"
+                + ("" if self.bias is None else f" and the bias {list(self.bias.shape)}")
+                + ": a layer cannot change shape (make a new one after resizing, e.g. "
+                "Float8Linear.from_linear)")
+        if not isinstance(x, torch.Tensor) or x.dim() < 1 or x.shape[-1] != n_in:
+            raise ValueError(f"Float8Linear: input must be [..., {n_in}], got "
                              f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x)}")
+        if x.device.type == "meta":  # shape inference: nn.Linear's answer, no kernel to run
+            return torch.nn.functional.linear(x, self.weight, self.bias)
         if torch.is_autocast_enabled(x.device.type):  # as nn.Linear: compute in autocast's dtype
             x = x.to(torch.get_autocast_dtype(x.device.type))
         if x.device != self.weight.device:
@@ -244,7 +273,7 @@ class Float8Linear(torch.nn.Linear):
         if x.numel() == 0:  # nothing to quantize: nn.Linear's empty result, in the autograd graph
             return torch.nn.functional.linear(
                 x, self.weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
-        x2 = x.reshape(-1, self.in_features).to(work).contiguous()
+        x2 = x.reshape(-1, n_in).to(work).contiguous()
         w = self.weight.float().contiguous()
         y = (_Eager.apply if eager(x2, w) else _forward)(x2, w, self._octet_layer_t)
         if self.bias is not None:
@@ -256,7 +285,7 @@ class Float8Linear(torch.nn.Linear):
             # "torch.compile").
             acc = torch.promote_types(x.dtype, torch.float32)
             y = y.to(acc) + self.bias.to(acc)
-        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        return y.to(x.dtype).reshape(*x.shape[:-1], n_out)
 
     def update_scales(self):
         """tensor-delayed: fold the recorded amaxes into the history (once per optimizer step)."""
@@ -271,9 +300,21 @@ class Float8Linear(torch.nn.Linear):
                             dtype=torch.float32)
 
     def load_quant_state(self, state):
-        """Restores a quant_state(); octet.OctetError names a mismatch."""
+        """Restores a quant_state() (a 1-D tensor or a sequence of numbers); octet.OctetError
+        names a mismatch of its length or contents, ValueError a value that is not 1-D."""
+        if isinstance(state, torch.Tensor):
+            if state.dim() != 1:
+                raise ValueError(f"Float8Linear.load_quant_state: state must be the 1-D tensor "
+                                 f"quant_state() returned, got shape {tuple(state.shape)}")
+            values = state.detach().double().cpu().tolist()
+        else:
+            try:
+                values = [float(v) for v in state]
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"Float8Linear.load_quant_state: state must be a sequence of "
+                                 f"numbers ({e})") from None
         layer = _layers[self._octet_layer]
-        _load_state(layer.handle(self.weight.device), [float(v) for v in state])
+        _load_state(layer.handle(self.weight.device), values)
 
     def extra_repr(self):
         return f"{super().extra_repr()}, recipe={self.recipe}, format={self.format}"

@@ -64,6 +64,8 @@ def _offsets_tensor(cu, name, who=_WHO):
     if cu.dim() != 1 or cu.numel() < 2:
         raise ValueError(f"{who}: {name} must be 1-D with at least 2 offsets, got shape "
                          f"{tuple(cu.shape)}")
+    if cu.device.type not in ("cpu", "cuda"):  # its values are read: a meta tensor has none
+        raise ValueError(f"{who}: {name} must be on the CPU or a CUDA device, got {cu.device}")
 
 
 def _packed_params(total_q, h, total_k, g, d, dtype, offsets_q, offsets_k, config):
@@ -215,11 +217,12 @@ def _setup_context(ctx, inputs, output):
     ctx.config = config
 
 
-def _grads(backward, ctx, d_o):
+def _grads(backward, ctx, d_o, tensors=None):
+    """tensors: ctx.saved_tensors when the caller has unpacked them (attention.py's _grads)."""
     n_inputs = 7 + len(ctx.config)
     if d_o is None:
         return (None,) * n_inputs
-    o, lse, saved, cu_q, cu_k = ctx.saved_tensors
+    o, lse, saved, cu_q, cu_k = ctx.saved_tensors if tensors is None else tensors
     dq, dk, dv = backward(o, lse, saved, d_o.to(o.dtype).contiguous(), cu_q, cu_k, *ctx.kv,
                           *ctx.config)
     return (dq, dk, dv) + (None,) * (n_inputs - 3)
@@ -245,7 +248,9 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_o, _d_lse, _d_saved):
         backward = functools.partial(_backward_body, cached=True)
-        return no_double_backward(_WHO, _grads(backward, ctx, d_o))
+        tensors = ctx.saved_tensors
+        return no_double_backward(_WHO, _grads(backward, ctx, d_o, tensors),
+                                  through=(d_o, tensors[0]))  # o leads back to q, k, v
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
@@ -272,6 +277,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if k.shape != v.shape:
         raise ValueError(f"{_WHO}: k and v must have one shape, got {tuple(k.shape)} and "
                          f"{tuple(v.shape)}")
+    if q.shape[2] != k.shape[2]:  # before _prepare, whose message would name 4-D shapes
+        raise ValueError(f"{_WHO}: q {tuple(q.shape)} and k {tuple(k.shape)} must have one "
+                         f"head_dim")
     for name, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(n, bool) or not isinstance(n, (int, torch.SymInt)):
             raise TypeError(f"{_WHO}: {name} must be an int, got {type(n).__name__}")

@@ -33,7 +33,8 @@ Buffer CpuBackend::alloc(DType dtype, Shape shape) {
   // aligned_alloc needs a size that is a multiple of the alignment (and non-zero).
   const size_t padded = (bytes + kAlign - 1) / kAlign * kAlign + (bytes == 0 ? kAlign : 0);
   void* p = std::aligned_alloc(kAlign, padded);
-  OCTET_CHECK(p != nullptr, "cpu backend: out of host memory allocating " + std::to_string(bytes) + " bytes");
+  if (p == nullptr)
+    throw OutOfMemory("cpu backend: out of host memory allocating " + std::to_string(bytes) + " bytes");
   std::memset(p, 0, padded);
   return Buffer(this, Tensor(p, dtype, shape));
 }

@@ -92,8 +92,8 @@ Buffer CudaBackend::alloc_uninitialized(DType dtype, Shape shape) {
   const cudaError_t e = cudaMallocAsync(&t.data, bytes, stream_);
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
-    OCTET_FAIL("cuda alloc: out of device memory for " + t.str() + " (" + std::to_string(bytes) +
-               " bytes) on device " + std::to_string(device_));
+    throw OutOfMemory("cuda alloc: out of device memory for " + t.str() + " (" + std::to_string(bytes) +
+                      " bytes) on device " + std::to_string(device_));
   }
   OCTET_CUDA_CHECK(e);
   return Buffer(this, t);
