@@ -1,7 +1,8 @@
 // exp2_poly (cuda/attention/flash/flash_exp2.h), the flash forward's 2^x on the FMA units, on the
 // host: its stated error bound against an FP64 2^x over the arguments the softmax forms, exact
 // powers of two at integers, and ex2.approx.ftz's edge values (0 at and below −127 and for −inf,
-// NaN kept). The device build gives the same bits (tests/cuda/attention/flash/exp2_poly_gpu_test.cu).
+// +inf from 128 on, NaN kept). The device build gives the same bits
+// (tests/cuda/attention/flash/exp2_poly_gpu_test.cu).
 #include "cuda/attention/flash/flash_exp2.h"
 
 #include <gtest/gtest.h>
@@ -51,6 +52,8 @@ TEST(Exp2Poly, EdgeValuesAsTheFlushingSfu) {
   EXPECT_EQ(exp2_poly(-inf), 0.0f);
   EXPECT_FALSE(std::signbit(exp2_poly(-inf)));
   EXPECT_TRUE(std::isnan(exp2_poly(std::numeric_limits<float>::quiet_NaN())));
+  for (float x : {128.0f, 128.5f, 129.5f, 200.0f, 5e6f, inf}) EXPECT_EQ(exp2_poly(x), inf) << x;
+  EXPECT_TRUE(std::isfinite(exp2_poly(127.99f)));
   // Between −127 and −126: below the smallest normal (the SFU flushes these to 0).
   for (float x : {-126.999f, -126.5f, -126.001f}) {
     const float y = exp2_poly(x);

@@ -89,6 +89,9 @@ struct ForwardParams {
   /// items; the next item's Q̂ and first K̂, V̂ᵀ tiles load while this one's last tiles and epilogue
   /// run) when 1, one CTA per item when 0; −1: forward_persistent(). Ignored elsewhere.
   int persistent = -1;
+  /// The persistent grid's CTAs: 0 one per SM, N > 0 at most N (the tests force small grids, so
+  /// that a CTA walks many items). Ignored when not persistent.
+  int persistent_ctas = 0;
 };
 
 /// One backward call: the forward's parameters (its codes, scales, statistics, sizes; o for the

@@ -17,9 +17,9 @@
 // (1.5·2^23 + 127: the sum's low mantissa bits are ⌊x⌋ + 127, which shifted by 23 are 2^⌊x⌋'s
 // exponent field), two FADDs for f, four FFMAs, one shift and one FMUL: eight FMA-pipe and two
 // integer operations against one SFU operation.
-// Edge values, as ex2.approx.ftz: x ≤ −126 − ε gives 0 or a subnormal below 2^-126 (the flush
-// gives 0; either is 0 after E4M3 and nothing in l ≥ 1), x ≤ −127 and −inf give +0, NaN gives NaN.
-// +inf gives NaN (ex2: +inf); the forward's arguments are at most log2(p_scale) + a few ulp.
+// Edge values, as ex2.approx.ftz: x in (−127, −126) gives 0 or a subnormal below 2^-126 (the flush
+// gives 0; either is 0 after E4M3 and nothing in l ≥ 1), x ≤ −127 and −inf give +0, x ≥ 128 and
+// +inf give +inf, NaN gives NaN. (The forward's arguments are at most log2(p_scale) + a few ulp.)
 #pragma once
 
 #include <cmath>
@@ -44,18 +44,21 @@ struct Exp2Poly {
 /// same bits: ⌊x⌋ and f are exact, and each FMA rounds once on both.
 OCTET_HD float exp2_poly(float x) {
   x = x < -127.0f ? -127.0f : x;  // NaN compares false and stays NaN
+  x = x > 128.0f ? 128.0f : x;    // 2^128 is +inf: ⌊x⌋ + 127 stays within the 8 exponent bits
 #if defined(__CUDA_ARCH__)
   const float r = __fadd_rd(x, Exp2Poly::kMagic);  // kMagic + ⌊x⌋
 #else
   const float r = Exp2Poly::kMagic + std::floor(x);  // exact: an integer below 2^24
 #endif
-  const float f = x - (r - Exp2Poly::kMagic);  // x − ⌊x⌋ ∈ [0, 1), exact
+  // x − ⌊x⌋ ∈ [0, 1]: exact, except for a small negative x, where 1 − |x| rounds once (to 1 when
+  // |x| < 2^-25: p(1) ≈ 2 times 2^-1, within the bound) — the same rounding on host and device.
+  const float f = x - (r - Exp2Poly::kMagic);
   float p = fmaf(Exp2Poly::kA4, f, Exp2Poly::kA3);
   p = fmaf(p, f, Exp2Poly::kA2);
   p = fmaf(p, f, Exp2Poly::kA1);
   p = fmaf(p, f, 1.0f);
-  // 2^⌊x⌋ from r's low 8 bits (⌊x⌋ + 127 ∈ [0, 255]: 0 gives +0, the flush of 2^-127); NaN's bits
-  // shifted give −inf, and p is NaN: the product stays NaN.
+  // 2^⌊x⌋ from r's low 8 bits (⌊x⌋ + 127 ∈ [0, 255]: 0 gives +0, the flush of 2^-127; 255 gives
+  // +inf). For a NaN x, p is NaN and the product stays NaN whatever the shifted bits are.
   const float scale = detail::f32_from_bits(detail::f32_bits(r) << 23);
   return p * scale;
 }

@@ -29,6 +29,8 @@ void check_inputs(const ForwardParams& p, bool needs_v) {
   OCTET_CHECK(p.Tq_p == (p.Tq + 15) / 16 * 16 && p.Tk_p == (p.Tk + 15) / 16 * 16,
               "flash attention forward: Tq_p, Tk_p must be Tq, Tk rounded up to 16");
   OCTET_CHECK(p.Tk < (int64_t(1) << 31), "flash attention forward: Tk must be below 2^31");
+  OCTET_CHECK(p.persistent_ctas >= 0, "flash attention forward: persistent_ctas must be >= 0, got " +
+                                          std::to_string(p.persistent_ctas));
   OCTET_CHECK(p.persistent >= -1 && p.persistent <= 1,
               "flash attention forward: persistent must be -1 (OCTET_FLASH_PERSISTENT), 0 or 1, got " +
                   std::to_string(p.persistent));

@@ -4,12 +4,13 @@
 // a TMA/mbarrier ring, the softmax of one key tile overlapped with the next tile's S GEMM).
 // docs/attention.md §"Forward".
 //
-// One CTA = 3 warpgroups, kBM = 128 query rows of one (b, h); the grid starts the query blocks
-// with the most keys first (causal). Warpgroup 0 gives its registers back (setmaxnreg) and one
-// thread of it, the producer, issues every load by TMA: the CTA's Q̂ tile once, then per key tile
-// n the K̂ tile and the V̂ᵀ tile into stage n % kStages of a ring, each with its own full/empty
-// mbarrier pair (the consumers release K̂ after S and V̂ᵀ after P̃V̂, so the next K̂ streams in early).
-// K̂ is read through a 5-D tensor map whose dimensions permute the rows of each 16-key group: shared
+// One CTA = 3 warpgroups, kBM = 128 query rows of one (b, h) — one work item; the grid starts the
+// query blocks with the most keys first (causal). (The persistent grid: one CTA per SM walking
+// its items, flash_persistent.h; below, "the CTA" is the CTA on one item.) Warpgroup 0 gives its
+// registers back (setmaxnreg) and one thread of it, the producer, issues every load by TMA: the
+// item's Q̂ tile once, then per key tile n the K̂ tile and the V̂ᵀ tile into a stage of a ring, each with its
+// own full/empty mbarrier pair (the consumers release K̂ after S and V̂ᵀ after P̃V̂, so the next K̂ streams in
+// early). K̂ is read through a 5-D tensor map whose dimensions permute the rows of each 16-key group: shared
 // row 8j + 2t + e holds key 4t + 2j + e (s_key of flash_mma_sm89.cuh), so that column 8nt + c of the
 // S accumulator is key s_key(nt, c) and the accumulator converts in place into P̃V̂'s A fragment.
 // Warpgroups 1 and 2, the consumers, own 64 rows each (warp v: rows 16v..16v+15 of them) and per
@@ -41,6 +42,7 @@
 #include "cuda/attention/flash/flash_fwd_tile_sm89.cuh"
 #include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/attention/flash/flash_mma_sm89.cuh"
+#include "cuda/attention/flash/flash_persistent.h"
 #include "cuda/attention/flash/flash_softmax.cuh"
 #include "cuda/attention/flash/flash_wgmma_sm90.cuh"
 #include "cuda/runtime/check.h"
@@ -78,15 +80,6 @@ struct TmaLayout {
   static constexpr int kBars = kK + kStages * kStage;
   static constexpr int kBytes = kBars + 8 * (2 + 4 * kStages) + 1024;  // + alignment slack
 };
-
-/// A persistent CTA's it-th work item: rounds of `grid` items, CTA `cta` taking item cta of the
-/// even rounds and grid − 1 − cta of the odd ones (a snake: with the longest items first, every CTA
-/// gets one long and one short item of each pair of rounds); −1 past the last item. Items only
-/// grow with it, so the first −1 ends the CTA's walk.
-__device__ __forceinline__ int64_t persistent_item(int it, unsigned cta, unsigned grid, int64_t n_items) {
-  const int64_t w = int64_t(it) * grid + ((it & 1) ? int64_t(grid) - 1 - cta : int64_t(cta));
-  return w < n_items ? w : -1;
-}
 
 // kPoly: n-tiles of every 8 whose exponentials exp2_poly computes on the FMA units (softmax_tile).
 // kPersistent: the grid is one CTA per SM (run_forward's persistent choice), each CTA walks its work
@@ -370,7 +363,8 @@ void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
     int dev = 0, sms = 0;
     OCTET_CUDA_CHECK(cudaGetDevice(&dev));
     OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    grid = blocks < sms ? blocks : sms;
+    const int64_t ctas = p.persistent_ctas > 0 ? p.persistent_ctas : sms;
+    grid = blocks < ctas ? blocks : ctas;
   }
   kernel<<<unsigned(grid), kThreads, bytes, stream>>>(p, maps, s_out);
   OCTET_CUDA_LAUNCH_CHECK();

@@ -35,8 +35,8 @@ TEST(Exp2PolyGpu, DeviceBitsEqualTheHostBuilds) {
   std::uniform_real_distribution<float> u(-130.0f, 10.0f);
   for (int i = 0; i < (1 << 18); ++i) x.push_back(u(rng));
   const float inf = std::numeric_limits<float>::infinity();
-  for (float v : {-inf, -127.0f, -126.0f, -0.0f, 0.0f, 127.0f, std::nextafter(-126.0f, -inf),
-                  std::numeric_limits<float>::quiet_NaN()})
+  for (float v : {-inf, -127.0f, -126.0f, -0.0f, 0.0f, 127.0f, 128.0f, 129.5f, 5e6f, inf, -1e-30f,
+                  std::nextafter(-126.0f, -inf), std::numeric_limits<float>::quiet_NaN()})
     x.push_back(v);
   test::Dev<float> dx(x), dy(x.size());
   exp2_poly_kernel<<<unsigned((x.size() + 255) / 256), 256>>>(dx.p, dy.p, int(x.size()));
