@@ -47,7 +47,7 @@
 #     (OCTET_LIBRARY, default .cuda-carry/lib/liboctet_c.so: OCTET_CARRY_LIBC=1 in pack_gpu_carry.sh)
 #   attention-ab: one environment variable's values in one call (OCTET_AB_VAR, default
 #     OCTET_FLASH_EXP2_POLY, over OCTET_AB_VALUES, default "0 1 2 3"): test_cuda's OCTET_AB_TESTS (a
-#     gtest filter; default the forward's suites) under each -> test_cuda-ab.log, then `octet bench
+#     gtest filter; default the forward's suites; set and empty: none) under each -> test_cuda-ab.log, then `octet bench
 #     attention --json --peer ''` on OCTET_AB_CASES (default bench) under each value in turn,
 #     OCTET_AB_ROUNDS rounds (default 2) -> attention-ab.jsonl (rows tagged ab_var, ab_value,
 #     ab_round) and a table of forward TFLOP/s per value
@@ -150,9 +150,10 @@ for l in open(sys.argv[1]):
           var=${OCTET_AB_VAR:-OCTET_FLASH_EXP2_POLY}
           values=${OCTET_AB_VALUES:-0 1 2 3}
           : > "$OUT/test_cuda-ab.log"; : > "$OUT/attention-ab.jsonl"
+          tests=${OCTET_AB_TESTS-*FlashForward*:*Exp2Poly*:*AttentionRows*:*CudaAttention*}
           for v in $values; do
-            env "$var=$v" timeout 200 "$BIN/test_cuda" --gtest_color=no \
-              --gtest_filter="${OCTET_AB_TESTS:-*FlashForward*:*Exp2Poly*:*AttentionRows*:*CudaAttention*}" \
+            [ -n "$tests" ] || break  # OCTET_AB_TESTS= (empty): timings only
+            env "$var=$v" timeout 200 "$BIN/test_cuda" --gtest_color=no --gtest_filter="$tests" \
               >> "$OUT/test_cuda-ab.log" 2>&1
             echo "test_cuda $var=$v rc=$?"; grep -E "FAILED|PASSED" "$OUT/test_cuda-ab.log" | tail -3
           done
