@@ -5,13 +5,18 @@ For each shape: 5 warm-up forward + backward calls, then 50 forward calls and 50
 backward calls timed with time.perf_counter without a synchronize inside the loop ("host": what
 the Python thread spends issuing the work) and with the synchronize after the loop ("sync": the
 wall time). When host ≥ sync, the call is host-bound: the GPU waits for Python, autograd, the
-ctypes call and the library's launches. For the shapes named by --profile-shape, also a cProfile
+ctypes call and the library's launches. Then the library alone ("library alone"): the C ABI's
+forward and backward through ctypes with one params struct made once (liboctet_c's host code and
+its CUDA runtime calls), so that the two shares can be told apart. For the shapes named by
+--profile-shape, also a cProfile
 of 20 forward + backward calls (Python time per function) and a torch.profiler table (CPU-side
 CUDA runtime calls). Plain-text output; bench/results/2026-12-04-h200-torch-attention-host.log is
 one run. Needs liboctet_c (OCTET_LIBRARY) and python/ on PYTHONPATH.
 """
 import argparse
 import cProfile
+import ctypes
+import importlib
 import io
 import pstats
 import time
@@ -32,6 +37,41 @@ SHAPES = {  # name: (batch, heads, seq, head_dim, causal)
 def sync(dev):
     if dev.type == "cuda":
         torch.cuda.synchronize()
+
+
+def library_host(q, k, v, do, causal, n):
+    """The library's own share: one c_api.h params struct per direction, made once, and the C
+    function called n times without a sync (liboctet_c's host code and the CUDA runtime calls it
+    makes; no Python tensor work, no autograd). Returns (fwd host, fwd sync, bwd host, bwd sync)
+    in ms per call."""
+    A = importlib.import_module("octet.torch.attention")  # the module (the package exports the function)
+    from octet import _lib
+    from octet.torch._backend import backend_for
+    config = (causal, 0.0, "matched", "fp8", "hybrid", "bshd")
+    empty = torch.zeros(0, dtype=torch.float64, device=q.device)
+    o, lse, saved = A._forward_body(q, k, v, empty, *config)
+    dims = A._dims(q, k, "bshd")
+    pf = A._params(*dims, q.dtype, *config)
+    pf.q, pf.k, pf.v, pf.o, pf.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()
+    pf.saved, pf.saved_size = saved.data_ptr(), saved.numel()
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    pb = A._params(*dims, q.dtype, *config)
+    pb.o, pb.lse, pb.saved, pb.saved_size = o.data_ptr(), lse.data_ptr(), saved.data_ptr(), saved.numel()
+    pb.d_o, pb.dq, pb.dk, pb.dv = do.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
+    be, lib = backend_for(q.device), _lib.lib()
+    out = []
+    for fn, prm in ((lib.octet_attention_forward, pf), (lib.octet_attention_backward, pb)):
+        ref = ctypes.byref(prm)
+        _lib.check(fn(be, ref))  # warm
+        sync(q.device)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn(be, ref)
+        t1 = time.perf_counter()
+        sync(q.device)
+        t2 = time.perf_counter()
+        out += [1e3 * (t1 - t0) / n, 1e3 * (t2 - t0) / n]
+    return out
 
 
 def main():
@@ -65,6 +105,9 @@ def main():
         t4 = time.perf_counter()
         print(f"{name}: fwd host {1e3 * (t1 - t0) / n:.3f} ms/call (sync {1e3 * (t2 - t0) / n:.3f}); "
               f"fwd+bwd host {1e3 * (t3 - t2) / n:.3f} (sync {1e3 * (t4 - t2) / n:.3f})", flush=True)
+        lf, lfs, lb, lbs = library_host(*(t.detach() for t in (q, k, v)), do, causal, n)
+        print(f"{name}: library alone: fwd host {lf:.3f} ms/call (sync {lfs:.3f}); bwd host {lb:.3f} "
+              f"(sync {lbs:.3f})", flush=True)
         if name == a.profile_shape:
             pr = cProfile.Profile()
             pr.enable()
