@@ -10,8 +10,11 @@
 # tokens-*.bin files are copied to .cuda-carry/cache, and data/linux-docs (tools/demo.sh) is packed
 # as .cuda-carry/linux-docs.tar.xz, for `bench/gpu_run.sh compare`; data/linux-docs-en
 # (tools/corpus.sh, the study's larger corpus), if present, as .cuda-carry/linux-docs-en.tar.xz. OCTET_CARRY_LIBC=1 adds
-# liboctet_c.so (the PyTorch package's library) to .cuda-carry/lib, for `bench/gpu_run.sh hf-llama`. Everything must stay within the
-# 64 MiB that one call carries.
+# liboctet_c.so (the PyTorch package's library) to .cuda-carry/lib, for `bench/gpu_run.sh hf-llama`.
+# OCTET_CARRY_VARIANTS, if set, names folders (space-separated) each holding another build's octet
+# and/or test_cuda (e.g. a branch's, for an A/B in one call): each is copied, stripped, to
+# .cuda-carry/variants/<folder name>/ (run them with OCTET_BIN_DIR). Everything must stay within the
+# 64 MiB that one call carries (compressed: see the device tool's notes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${OCTET_BUILD:-build/cuda}
@@ -38,5 +41,10 @@ fi
 if [ -n "${OCTET_CARRY_LIBC:-}" ]; then  # the PyTorch package's library (bench/gpu_run.sh hf-llama)
   cp "$BUILD/liboctet_c.so" .cuda-carry/lib/ && strip .cuda-carry/lib/liboctet_c.so || true
 fi
+for v in ${OCTET_CARRY_VARIANTS:-}; do
+  mkdir -p ".cuda-carry/variants/$(basename "$v")"
+  cp "$v"/octet "$v"/test_cuda "$v"/VERSION ".cuda-carry/variants/$(basename "$v")/" 2>/dev/null || true
+  strip ".cuda-carry/variants/$(basename "$v")"/octet ".cuda-carry/variants/$(basename "$v")"/test_cuda 2>/dev/null || true
+done
 git check-ignore -q .cuda-carry || echo '/.cuda-carry/' >> "$(git rev-parse --git-path info/exclude)"
 du -sh .cuda-carry
