@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/kernel_attrs.h"
 #include "cuda/gated_delta/gated_delta.h"
 #include "cuda/runtime/typed.cuh"
 #include "octet/recurrent.h"
@@ -180,7 +181,7 @@ __device__ __forceinline__ float s0k_and_r(const float* Ks, const float* S0, int
 /// device, so it is set at every launch).
 template <class Kernel>
 void allow_smem(Kernel* k, size_t bytes) {
-  OCTET_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  opt_in_shared_memory(k, int(bytes));
 }
 
 }  // namespace octet::cuda::gdn

@@ -13,11 +13,11 @@
 // every NaN pattern compares above +inf, so a NaN anywhere makes the amax NaN (never dropped).
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cmath>
 #include <type_traits>
 
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/kernel_attrs.h"
 #include "cuda/quantize/fp8_device.cuh"
 #include "cuda/quantize/quantize.h"
 
@@ -313,16 +313,7 @@ __global__ void __launch_bounds__(kThreads, 2) quantize_tile_kernel(TileParams p
 
 template <int kSource>
 void launch_tile(const TileParams& p, cudaStream_t stream) {
-  // The shared-memory opt-in is per device: set it once for each device this process uses.
-  static std::atomic<uint64_t> configured{0};  // bit d: device d (ordinals < 64 cached)
-  int dev = 0;
-  OCTET_CUDA_CHECK(cudaGetDevice(&dev));
-  const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
-  if (!(configured.load() & bit)) {
-    OCTET_CUDA_CHECK(cudaFuncSetAttribute(quantize_tile_kernel<kSource>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
-    configured.fetch_or(bit);
-  }
+  opt_in_shared_memory(quantize_tile_kernel<kSource>, int(kSmemBytes));
   const dim3 grid(unsigned(ceil_div(p.cols_pad, kTile)), unsigned(ceil_div(p.rows_pad, kTile)));
   quantize_tile_kernel<kSource><<<grid, kThreads, kSmemBytes, stream>>>(p);
   OCTET_CUDA_LAUNCH_CHECK();

@@ -39,6 +39,7 @@
 #include <type_traits>
 
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/kernel_attrs.h"
 #include "cuda/runtime/tensor_map.h"
 #include "cuda/attention/flash/flash_tma.h"
 #include "cuda/attention/flash/flash_kernels.h"
@@ -616,10 +617,8 @@ BackwardMaps make_maps(const BackwardParams& p, bool main_kernel) {
 template <typename Kernel>
 void launch(Kernel kernel, int64_t blocks, int bytes, const BackwardParams& p, bool main_kernel,
             cudaStream_t stream) {
-  OCTET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   // All of the SM's unified L1 / shared memory as shared (two pre-pass CTAs at head_dim 128 need it).
-  OCTET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        cudaSharedmemCarveoutMaxShared));
+  opt_in_shared_memory(kernel, bytes, /*max_carveout=*/true);
   OCTET_CHECK(blocks <= 0x7FFFFFFF, "flash attention backward (wgmma): too many blocks");
   const BackwardMaps maps = make_maps(p, main_kernel);
   kernel<<<unsigned(blocks), kThreads, bytes, stream>>>(p, maps);

@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/kernel_attrs.h"
 #include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/attention/flash/flash_mma_sm89.cuh"
 #include "cuda/attention/flash/flash_qkv_scales.cuh"
@@ -366,7 +367,7 @@ __device__ __forceinline__ void atomic_add_dq(float* dq, const float (&acc)[kD /
 /// above 48 KiB, per function on the current device).
 template <typename Kernel>
 void launch_kernel(Kernel kernel, int64_t blocks, int bytes, const BackwardParams& p, cudaStream_t stream) {
-  OCTET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  opt_in_shared_memory(kernel, bytes);
   OCTET_CHECK(blocks <= 0x7FFFFFFF, "flash attention backward: too many blocks (B·H·T/tile)");
   kernel<<<unsigned(blocks), kThreads, bytes, stream>>>(p);
   OCTET_CUDA_LAUNCH_CHECK();

@@ -46,6 +46,7 @@
 #include "cuda/attention/flash/flash_softmax.cuh"
 #include "cuda/attention/flash/flash_wgmma_sm90.cuh"
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/kernel_attrs.h"
 #include "cuda/runtime/tensor_map.h"
 #include "cuda/attention/flash/flash_tma.h"
 #include "octet/error.h"
@@ -339,7 +340,7 @@ template <int kD, int kBN, bool kLogits, int kPoly, bool kPersistent>
 void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
   auto* kernel = tma_forward_kernel<kD, kBN, kLogits, kPoly, kPersistent>;
   constexpr int bytes = TmaLayout<kD, kBN>::kBytes;
-  OCTET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  opt_in_shared_memory(kernel, bytes);
   const int64_t rows = kLogits ? p.Tq_p : p.Tq;
   const int64_t blocks = p.B * p.H * ((rows + kBM - 1) / kBM);
   OCTET_CHECK(blocks <= 0x7FFFFFFF, "flash attention forward: too many query blocks (B·H·Tq/128)");

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "cuda/runtime/check.h"
+#include "cuda/runtime/kernel_attrs.h"
 #include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/attention/flash/flash_exp2.h"
 #include "cuda/quantize/fp8_device.cuh"
@@ -36,7 +37,7 @@ namespace octet::cuda::flash {
 template <class Kernel>
 void launch_forward_kernel(Kernel* kernel, int threads, int bm, int bytes, bool logits,
                            const ForwardParams& p, float* s_out, cudaStream_t stream) {
-  OCTET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  opt_in_shared_memory(kernel, bytes);
   const int64_t rows = logits ? p.Tq_p : p.Tq;
   const int64_t blocks = p.B * p.H * ((rows + bm - 1) / bm);
   OCTET_CHECK(blocks <= 0x7FFFFFFF,
