@@ -136,6 +136,10 @@ void run_train(const TrainArgs& a) {
             out +
                 " already holds a run's metrics.jsonl (no checkpoint to resume): choose another --out "
                 "or remove that folder");
+        // Anything else there is not a run's, and a run would replace its config.toml or
+        // model.safetensors: a new run gets a new or empty directory (docs/cli.md). Checked by a lone
+        // process or the --nproc launcher, before any rank writes (ranks of a job would race rank 0).
+        if (env.world == 1) require_empty_or_new_dir(out, "--out");
       }
     }
     OCTET_CHECK(a.dump_grads.empty() || (a.nproc <= 1 && env.world == 1), "--dump-grads runs in one process");

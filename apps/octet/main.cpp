@@ -4,8 +4,11 @@
 // ..."). Nothing escapes main: out-of-memory and any other exception become one sentence, and the
 // source location of an octet::Error is printed only with --verbose.
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <new>
 #include <string>
 
@@ -102,6 +105,22 @@ int report(int code, const std::string& msg, const std::string& location, bool v
   return code;
 }
 
+// Output that could not be written (a full disk behind `> result.json`) fails the command: exit 1
+// with the system's cause, never 0 with a truncated file.
+int flushed(int code, bool verbose) {
+  errno = 0;
+  std::cout.flush();  // synced with stdio: this flushes stdout too, and sets errno if that fails
+  int err = errno;
+  if (std::fflush(stdout) != 0 && err == 0) err = errno;
+  const bool bad = err != 0 || std::ferror(stdout) != 0 || !std::cout;
+  if (bad && code == 0)  // an iostream that failed earlier leaves no errno behind
+    return report(kRunFailed,
+                  octet::io_error("cannot write", "standard output",
+                                  err != 0 ? std::strerror(err) : "the write did not complete"),
+                  "", verbose);
+  return code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -146,11 +165,11 @@ int main(int argc, char** argv) {
       return report(kBadInput, sub, "", verbose);
     app.parse(int(args.size()), args.data());
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return flushed(app.exit(e), verbose);
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return flushed(app.exit(e), verbose);
   } catch (const CLI::CallForVersion& e) {  // --version (cmd_version.cpp)
-    return app.exit(e);
+    return flushed(app.exit(e), verbose);
   } catch (const CLI::ParseError& e) {
     return report(kBadInput, e.what(), "", verbose);
   } catch (const octet::OutOfMemory& e) {  // before octet::Error, which it is
@@ -175,5 +194,5 @@ int main(int argc, char** argv) {
   } catch (...) {
     return report(kRunFailed, "internal error of unknown kind (please report it)", "", verbose);
   }
-  return 0;
+  return flushed(0, verbose);
 }

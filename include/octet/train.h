@@ -143,12 +143,13 @@ std::vector<ConfigChange> resume_changes(const RunConfig& saved, const RunConfig
                                          const std::string& run_dir);
 /// The meaning keys (those resume_changes refuses to change) and their values in config.toml's form.
 std::map<std::string, std::string> meaning_values(const RunConfig& cfg);
-/// A resume's check of config.toml itself: the meaning keys of `requested` against those `recorded`
-/// in the run's checkpoint (TrainState::meaning; keys it does not record are not checked). Throws
-/// octet::Error naming the first key that differs, both values and `run_dir`: a hand-edited meaning
-/// key is refused as the same change through --set is.
+/// A resume's (and a load's: sample, eval, export) check of config.toml itself: the meaning keys of
+/// `requested` against those `recorded` in the run's checkpoint (TrainState::meaning; keys it does
+/// not record are not checked). Throws octet::Error "cannot <action> <run_dir> with ..." naming the
+/// first key that differs and both values: a hand-edited meaning key is refused as the same change
+/// through --set is.
 void check_recorded_meaning(const std::map<std::string, std::string>& recorded, const RunConfig& requested,
-                            const std::string& run_dir);
+                            const std::string& run_dir, const std::string& action = "resume");
 
 /// Replaces `path` by the concatenated `chunks` crash-safely: writes <path>.tmp, fsyncs, renames.
 /// Throws octet::Error "cannot write <path>.tmp: <cause>" (or "cannot rename ...") and leaves

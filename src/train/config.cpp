@@ -460,7 +460,7 @@ std::map<std::string, std::string> meaning_values(const RunConfig& cfg) {
 }
 
 void check_recorded_meaning(const std::map<std::string, std::string>& recorded, const RunConfig& requested,
-                            const std::string& run_dir) {
+                            const std::string& run_dir, const std::string& action) {
   for (const Key& k : registry()) {
     const auto it = recorded.find(k.key);
     if (k.on_resume || it == recorded.end()) continue;
@@ -472,10 +472,10 @@ void check_recorded_meaning(const std::map<std::string, std::string>& recorded, 
       then = k.get(canon);
     } catch (const Error&) {  // a value this version refuses: compared as recorded
     }
-    OCTET_CHECK(now == then, "cannot resume " + run_dir + " with " + k.key + " = " + now +
+    OCTET_CHECK(now == then, "cannot " + action + " " + run_dir + " with " + k.key + " = " + now +
                                  " from its config.toml: its checkpoint was trained with " + k.key + " = " +
-                                 it->second + ", and " + k.key +
-                                 " changes what the run is; restore it, or start a new run with --out");
+                                 it->second + ", and " + k.key + " changes what the run is; restore it" +
+                                 (action == "resume" ? ", or start a new run with --out" : ""));
   }
 }
 

@@ -18,6 +18,10 @@ LoadedRun load_run(const std::string& dir, const std::string& device, const std:
   OCTET_CHECK(fs::is_regular_file(cfg_path), "no run in " + dir + " (missing " + cfg_path + ")");
   LoadedRun r;
   r.cfg = load_config(cfg_path);
+  // config.toml may have been edited since the run trained: its meaning keys must still be those
+  // its checkpoint recorded (as a resume checks), else the weights would run as another model.
+  if (fs::exists(fs::path(dir) / "checkpoint.safetensors"))
+    check_recorded_meaning(peek_checkpoint_state(dir).meaning, r.cfg, dir, "load");
   if (!device.empty()) r.cfg.device = device;
   r.backend = make_backend(r.cfg.device);
   resolve_run_config(r.cfg, *r.backend);

@@ -46,6 +46,29 @@ class ByteTokenizer : public Tokenizer {
 
 constexpr const char* kNewline = "<nl>";
 
+// The one line a failed SentencePiece training becomes: its two failures a corpus or a vocab size
+// causes, said in octet's terms (SentencePiece's own text names its source lines and options octet
+// does not have); anything else as SentencePiece says it.
+std::string bpe_training_failure(const std::string& sp, int64_t vocab_size) {
+  const std::string byte = "; or use data.tokenizer = \"byte\"";
+  if (sp.find("sentences_.empty()") != std::string::npos)
+    return "BPE tokenizer: the corpus has no line SentencePiece can train on (each is longer than 16384 "
+           "bytes "
+           "or not UTF-8): split the text into lines" +
+           byte;
+  const size_t at = sp.find("Vocabulary size is smaller than required_chars.");
+  long long have = 0, need = 0;
+  if (at != std::string::npos &&
+      std::sscanf(sp.c_str() + at, "Vocabulary size is smaller than required_chars. %lld vs %lld", &have,
+                  &need) == 2)
+    return "BPE tokenizer: model.vocab_size " + std::to_string(vocab_size) + " is below the " +
+           std::to_string(need) +
+           " pieces SentencePiece needs for this corpus (its characters, 256 byte fallbacks, the special "
+           "tokens): raise model.vocab_size above " +
+           std::to_string(need) + byte;
+  return "SentencePiece BPE training failed: " + sp;
+}
+
 // Feeds the non-empty lines of the text to the SentencePiece trainer.
 class LineIterator : public sentencepiece::SentenceIterator {
  public:
@@ -198,7 +221,7 @@ std::unique_ptr<Tokenizer> make_bpe_tokenizer(const std::string& raw, int64_t vo
     };
     std::string model;
     const auto st = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
-    OCTET_CHECK(st.ok(), "SentencePiece BPE training failed: " + st.ToString());
+    OCTET_CHECK(st.ok(), bpe_training_failure(st.ToString(), vocab_size));
     const std::string tmp = path + ".tmp";
     {
       errno = 0;

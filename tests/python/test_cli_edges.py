@@ -340,3 +340,59 @@ def test_running_out_of_host_memory_is_a_failed_run(tmp_path):
     assert r.returncode == 1, (r.returncode, r.stderr)
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("octet: failed: out of memory ("), last
+
+
+def test_train_out_that_holds_other_files_is_refused(tmp_path):
+    """A new run's --out must be new or empty: a folder holding anything else (a config.toml of the
+    user's, a model.safetensors from elsewhere) is not written into."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("".join(f"the queue drains buffer {i % 13} before it stops.\n" for i in range(200)))
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "config.toml").write_text("# my notes\n")
+    r = octet("train", *sets(*TINY_MODEL, f"data.path={corpus}", "train.steps=1"), "--out", out)
+    assert_one_line_error(r, "--out", "not an empty directory")
+    assert (out / "config.toml").read_text() == "# my notes\n" and sorted(p.name for p in out.iterdir()) == ["config.toml"]
+
+
+def test_load_refuses_a_config_edited_against_its_checkpoint(tmp_path):
+    """sample, eval and export check config.toml's meaning keys against the checkpoint's record, as
+    --resume does: an edited arm or rope_theta would run the weights as another model."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("".join(f"the queue drains buffer {i % 13} before it stops.\n" for i in range(200)))
+    run = tmp_path / "run"
+    r = octet("train", *sets(*TINY_MODEL, f"data.path={corpus}", "train.steps=2"), "--out", run)
+    assert r.returncode == 0, r.stderr
+    cfg = (run / "config.toml").read_text()
+    assert "rope_theta" in cfg
+    (run / "config.toml").write_text(re.sub(r"(?m)^rope_theta = .*$", "rope_theta = 500.0", cfg))
+    for args in (("eval", "--run", run), ("sample", "--run", run, "--prompt", "the", "--max-new-tokens", "2"),
+                 ("export", "--run", run, "--out", tmp_path / "hf")):
+        r = octet(*args)
+        assert_one_line_error(r, f"cannot load {run}", "model.rope_theta")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_output_that_cannot_be_written_fails(tmp_path):
+    """A full disk behind stdout is a failed command (exit 1, the system's cause), not exit 0 with a
+    truncated result."""
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([OCTET, "attention-check", "--seq", "16", "--dim", "16", "--heads", "2", "--json"],
+                           stdout=full, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "octet: failed: cannot write standard output: No space left on device"
+
+
+def test_bpe_corpus_and_vocab_failures_are_said_in_octets_terms(tmp_path):
+    one_line = tmp_path / "one.txt"
+    one_line.write_text(" ".join(f"word{i} and more words" for i in range(2000)))  # one line > 16 KiB
+    tiny = list(TINY_MODEL)
+    tiny[tiny.index("data.tokenizer=byte")] = "data.tokenizer=bpe"
+    r = octet("train", *sets(*tiny, f"data.path={one_line}", f"data.cache_dir={tmp_path / 'c1'}",
+                             "model.vocab_size=512", "train.steps=1"), "--out", tmp_path / "r1")
+    assert_one_line_error(r, "BPE tokenizer: the corpus has no line", "data.tokenizer")
+    small = tmp_path / "small.txt"
+    small.write_text("".join(chr(c) for c in range(0x4E00, 0x4E00 + 300)) + "\nabc\n")  # 300 distinct characters
+    r = octet("train", *sets(*tiny, f"data.path={small}", f"data.cache_dir={tmp_path / 'c2'}",
+                             "model.vocab_size=300", "train.steps=1"), "--out", tmp_path / "r2")
+    assert_one_line_error(r, "BPE tokenizer: model.vocab_size 300 is below the", "raise model.vocab_size")
