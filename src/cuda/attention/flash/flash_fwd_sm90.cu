@@ -106,12 +106,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Work item w -> (query block, head): the query blocks with the most keys (causal) come first.
   const int64_t BH = p.B * p.H, n_qblocks = ((kLogits ? p.Tq_p : p.Tq) + kBM - 1) / kBM;
   const int64_t n_items = BH * n_qblocks;
-  const auto item_of = [&](int it) -> int64_t {  // this CTA's it-th work item, −1 past its last
-    if constexpr (kPersistent)
-      return persistent_item(it, blockIdx.x, gridDim.x, n_items);
-    else
-      return it == 0 ? int64_t(blockIdx.x) : -1;
-  };
+  // A persistent CTA's it-th work item, −1 past its last (the other grid: item blockIdx.x, item0).
+  const auto item_of = [&](int it) { return persistent_item(it, blockIdx.x, gridDim.x, n_items); };
   struct Item {
     int64_t bh, q0, bg;
     int n_tiles;  // key tiles the item visits: those its last real row sees (visible() grows with i)
