@@ -28,7 +28,7 @@ void run_eval(const EvalArgs& a) {
     e.tokens = -1;  // not a text: bits per byte need the bytes behind the tokens
     what = "validation split (" + std::to_string(r.cfg.train.eval_batches) + " batches)";
   } else {
-    auto tok = load_run_tokenizer(r.cfg);
+    auto tok = load_run_tokenizer(r.cfg, a.run);
     const Corpus corpus = read_corpus(a.data);  // the newlines put between files are not scored
     e = evaluate_text(*r.model, *tok, corpus.text, corpus.separators);
     what = a.data;

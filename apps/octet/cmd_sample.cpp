@@ -23,7 +23,7 @@ void run_sample(SampleArgs& a) {
   using namespace octet;
   a.opt.validate();
   LoadedRun r = load_run(a.run, a.device, a.checkpoint);
-  auto tok = load_run_tokenizer(r.cfg);
+  auto tok = load_run_tokenizer(r.cfg, a.run);
   const std::vector<int32_t> prompt = tok->encode(a.prompt);
   OCTET_CHECK(!prompt.empty(), "the prompt is empty (--prompt)");
   OCTET_CHECK(int64_t(prompt.size()) <= r.cfg.model.seq_len,

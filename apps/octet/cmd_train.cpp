@@ -56,7 +56,7 @@ void dump_grads(const octet::RunConfig& run_cfg, octet::Dataset& ds, const std::
   RunConfig cfg = run_cfg;
   resolve_run_config(cfg, *be);  // "auto" -> the backend's dtype, recorded in config.toml
   Model model(cfg.model, cfg.precision, *be, cfg.train.batch_size);
-  fs::create_directories(dir);  // only once the backend and the model exist
+  create_output_dir(dir, "--dump-grads");  // only once the backend and the model exist
   model.init(cfg.train.seed);
   std::vector<int32_t> ids, targets;
   ds.next_train_batch(cfg.train.batch_size, ids, targets);

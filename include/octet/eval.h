@@ -4,8 +4,9 @@
 // §Output).
 //
 // A run directory is what `octet train --out D` writes: config.toml (the resolved config),
-// model.safetensors (weights) and checkpoint.safetensors (weights, AdamW moments and the FP8
-// quantizer state). Errors: a missing or corrupt run throws octet::Error naming the file.
+// model.safetensors (weights), checkpoint.safetensors (weights, AdamW moments and the FP8
+// quantizer state) and, for a BPE tokenizer, tokenizer.model. Errors: a missing or corrupt run throws
+// octet::Error naming the file.
 #pragma once
 
 #include <cstdint>
@@ -35,9 +36,25 @@ struct LoadedRun {
 /// config.toml)", a missing weights file, weights that do not fit the config.
 LoadedRun load_run(const std::string& dir, const std::string& device, const std::string& checkpoint = "");
 
-/// The run's tokenizer (reads the corpus of data.path for a BPE tokenizer's cache key: the
-/// SentencePiece model is found, or trained again identically, in data.cache_dir).
-std::unique_ptr<Tokenizer> load_run_tokenizer(const RunConfig& cfg);
+/// <run>/tokenizer.model: the SentencePiece model a BPE run trained with, copied into the run when
+/// it starts, so that sample, eval and export encode as the run did whatever becomes of the corpus
+/// and the cache.
+inline constexpr const char* kRunTokenizerFile = "tokenizer.model";
+
+/// The tokenizer of the run in `run_dir`: bytes, or the run's tokenizer.model. A run written before
+/// runs kept their tokenizer has none: its tokenizer is then the one data.path's corpus gives now
+/// (found in data.cache_dir, or trained again). Throws octet::Error for an unreadable model or one
+/// whose piece count is not model.vocab_size.
+std::unique_ptr<Tokenizer> load_run_tokenizer(const RunConfig& cfg, const std::string& run_dir);
+
+/// A resume's check that the corpus still gives the run's tokenizer: if <run_dir>/tokenizer.model
+/// exists, its bytes must equal those of `ds`'s SentencePiece model. Throws octet::Error "cannot
+/// resume <run_dir>: the corpus ... gives another BPE tokenizer ..." otherwise (a changed data.path
+/// text would feed the weights other token ids).
+void check_run_tokenizer(const std::string& run_dir, const Dataset& ds);
+/// Writes `ds`'s SentencePiece model to <run_dir>/tokenizer.model (crash-safely) unless it is
+/// there; nothing for a byte tokenizer. Throws octet::Error if it cannot be read or written.
+void keep_run_tokenizer(const std::string& run_dir, const Dataset& ds);
 
 struct EvalResult {
   double loss = 0;           ///< mean cross-entropy, nats per predicted token

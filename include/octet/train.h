@@ -155,6 +155,8 @@ void check_recorded_meaning(const std::map<std::string, std::string>& recorded, 
 /// Throws octet::Error "cannot write <path>.tmp: <cause>" (or "cannot rename ...") and leaves
 /// `path` as it was.
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& chunks);
+/// The bytes of the file at `path`. Throws octet::Error "cannot read <what> <path>: <cause>".
+std::string read_file_bytes(const std::string& path, const std::string& what);
 
 /// The output rules of the commands that write (docs/cli.md): a file given on the command line is
 /// never replaced, and a directory is written only when new or empty. Each throws octet::Error
@@ -162,6 +164,9 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
 /// path)"), before any work is done.
 void require_new_file(const std::string& path, const std::string& option);
 void require_empty_or_new_dir(const std::string& path, const std::string& option);
+/// Creates the output directory `path` (and its parents) of `option`. Throws octet::Error
+/// "cannot create <option> <path>: <cause>".
+void create_output_dir(const std::string& path, const std::string& option);
 
 // ---------------------------------------------------------------------------------------------
 // Corpus and tokenizers
@@ -215,6 +220,11 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer();
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(const std::string& text, int64_t vocab_size,
                                               const std::string& cache_dir);
 
+/// A BPE tokenizer from a SentencePiece model file written by make_bpe_tokenizer (a run's own
+/// tokenizer.model). Throws octet::Error if the file is missing or unreadable, or if it has other
+/// than `vocab_size` pieces.
+std::unique_ptr<Tokenizer> load_bpe_tokenizer(const std::string& model_path, int64_t vocab_size);
+
 /// The tokenizer of a run: data.tokenizer "byte", or "bpe" with model.vocab_size pieces trained on
 /// (or cached for) `corpus_text` in data.cache_dir.
 std::unique_ptr<Tokenizer> make_tokenizer(const RunConfig& cfg, const std::string& corpus_text);
@@ -243,6 +253,10 @@ class Dataset {
   /// Unigram entropy of the training tokens, in nats per token: the loss of the best model that
   /// ignores context (a learned model must go far below it).
   double unigram_entropy() const;
+  /// The SentencePiece model file the tokens were encoded with (load_dataset sets it for a BPE
+  /// tokenizer; empty for bytes and for a Dataset built from tokens).
+  const std::string& tokenizer_model() const { return tokenizer_model_; }
+  void set_tokenizer_model(std::string path) { tokenizer_model_ = std::move(path); }
 
  private:
   int64_t window_at(int64_t pos) const;  // training window index of a data position
@@ -253,6 +267,7 @@ class Dataset {
   int64_t position_ = 0;
   mutable int64_t perm_epoch_ = -1;
   mutable std::vector<int64_t> perm_;
+  std::string tokenizer_model_;
 };
 
 /// Loads the corpus, builds or loads the tokenizer (model.vocab_size pieces; byte needs >= 256)

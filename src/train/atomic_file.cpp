@@ -1,7 +1,7 @@
-// src/train/atomic_file.cpp — crash-safe file replacement, the one place octet writes a file that a
-// crash must never leave half-written (checkpoints, weights, config.toml, the cut-back metrics.jsonl):
-// the bytes go to <path>.tmp, are fsynced, and the temporary file is renamed over <path> (POSIX
-// rename is atomic), so <path> is always either the old or the new file (docs/training.md §Output).
+// src/train/atomic_file.cpp — whole-file reads, and crash-safe file replacement, the one place octet writes a
+// file that a crash must never leave half-written (checkpoints, weights, config.toml, the cut-back
+// metrics.jsonl): the bytes go to <path>.tmp, are fsynced, and the temporary file is renamed over <path>
+// (POSIX rename is atomic), so <path> is always either the old or the new file (docs/training.md §Output).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "octet/error.h"
 #include "octet/train.h"
@@ -16,6 +18,16 @@
 namespace octet {
 
 namespace fs = std::filesystem;
+
+std::string read_file_bytes(const std::string& path, const std::string& what) {
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  OCTET_CHECK(in.good(), io_error("cannot read " + what, path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  OCTET_CHECK(!in.bad(), io_error("cannot read " + what, path));
+  return ss.str();
+}
 
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& chunks) {
   const std::string tmp = path + ".tmp";
@@ -55,6 +67,12 @@ void require_empty_or_new_dir(const std::string& path, const std::string& option
   std::error_code ec;
   OCTET_CHECK(!fs::exists(path, ec) || (fs::is_directory(path, ec) && fs::is_empty(path, ec)),
               option + " " + path + " exists and is not an empty directory; not overwritten");
+}
+
+void create_output_dir(const std::string& path, const std::string& option) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  OCTET_CHECK(!ec, "cannot create " + option + " " + path + ": " + ec.message());
 }
 
 }  // namespace octet

@@ -19,16 +19,6 @@ namespace octet {
 namespace fs = std::filesystem;
 
 namespace {
-std::string read_file(const std::string& path) {
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  OCTET_CHECK(in.good(), io_error("cannot read corpus file", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  OCTET_CHECK(!in.bad(), io_error("cannot read corpus file", path));
-  return ss.str();
-}
-
 std::vector<std::string> expand(const std::string& path, bool is_default) {
   std::vector<std::string> files;
   std::error_code ec;
@@ -81,7 +71,7 @@ Corpus read_corpus(const std::string& path, int64_t max_bytes, bool is_default) 
       c.separators.push_back(int64_t(c.text.size()));
       c.text += '\n';
     }
-    c.text += read_file(f);
+    c.text += read_file_bytes(f, "corpus file");
     if (max_bytes > 0 && int64_t(c.text.size()) >= max_bytes) {
       c.text.resize(size_t(max_bytes));
       if (!c.separators.empty() && c.separators.back() >= max_bytes) c.separators.pop_back();

@@ -149,6 +149,7 @@ std::unique_ptr<Dataset> load_dataset(const RunConfig& cfg, std::string* descrip
   }
   auto ds = std::make_unique<Dataset>(std::move(ids), cfg.model.vocab_size, cfg.model.seq_len,
                                       cfg.data.val_fraction, cfg.train.seed);
+  ds->set_tokenizer_model(tok->sentencepiece_model());
   if (description) {
     char buf[512];
     std::snprintf(buf, sizeof buf,

@@ -41,11 +41,32 @@ LoadedRun load_run(const std::string& dir, const std::string& device, const std:
   return r;
 }
 
-std::unique_ptr<Tokenizer> load_run_tokenizer(const RunConfig& cfg) {
+std::unique_ptr<Tokenizer> load_run_tokenizer(const RunConfig& cfg, const std::string& run_dir) {
   if (cfg.data.tokenizer == "byte") return make_tokenizer(cfg, {});
-  // the corpus the tokenizer was trained on (the default corpus if the run names none)
+  const fs::path own = fs::path(run_dir) / kRunTokenizerFile;
+  if (fs::exists(own)) return load_bpe_tokenizer(own.string(), cfg.model.vocab_size);
+  // a run from before runs kept their tokenizer: the one the corpus of data.path gives now
   return make_tokenizer(
       cfg, read_corpus(resolve_corpus_path(cfg.data.path), cfg.data.max_bytes, cfg.data.path.empty()).text);
+}
+
+void check_run_tokenizer(const std::string& run_dir, const Dataset& ds) {
+  const fs::path own = fs::path(run_dir) / kRunTokenizerFile;
+  if (ds.tokenizer_model().empty() || !fs::exists(own)) return;
+  OCTET_CHECK(read_file_bytes(own.string(), "tokenizer") ==
+                  read_file_bytes(ds.tokenizer_model(), "SentencePiece model"),
+              "cannot resume " + run_dir +
+                  ": the corpus of data.path now gives another BPE tokenizer than the "
+                  "run's " +
+                  kRunTokenizerFile +
+                  " (its text changed since the run started); restore the corpus or "
+                  "start a new run");
+}
+
+void keep_run_tokenizer(const std::string& run_dir, const Dataset& ds) {
+  const fs::path own = fs::path(run_dir) / kRunTokenizerFile;
+  if (ds.tokenizer_model().empty() || fs::exists(own)) return;
+  write_file_atomic(own.string(), {read_file_bytes(ds.tokenizer_model(), "SentencePiece model")});
 }
 
 EvalResult evaluate_text(Model& model, const Tokenizer& tok, const std::string& text,
@@ -123,7 +144,9 @@ struct EvalSampler::Impl {
 
 EvalSampler::EvalSampler(const RunConfig& cfg, Model& model, const Dataset& data)
     : impl_(std::make_unique<Impl>()) {
-  impl_->tok = load_run_tokenizer(cfg);
+  impl_->tok = data.tokenizer_model().empty()
+                   ? make_byte_tokenizer()
+                   : load_bpe_tokenizer(data.tokenizer_model(), cfg.model.vocab_size);
   impl_->gen = std::make_unique<Generator>(
       model, model.backend().name() == "cpu" ? DecodePrecision::FP32 : DecodePrecision::BF16);
   std::vector<int32_t> ids, targets;

@@ -197,7 +197,7 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const Ex
   require_empty_or_new_dir(out_dir, "--out");
   LoadedRun r = load_run(run_dir, "cpu", checkpoint);
   check_hf_exportable(r.cfg);
-  auto tok = load_run_tokenizer(r.cfg);
+  auto tok = load_run_tokenizer(r.cfg, run_dir);
   const json tok_json =
       r.cfg.data.tokenizer == "byte" ? byte_tokenizer_json() : bpe_tokenizer_json(tok->sentencepiece_model());
 
@@ -261,9 +261,7 @@ void export_run(const std::string& run_dir, const std::string& out_dir, const Ex
                      {"clean_up_tokenization_spaces", false},
                      {"model_input_names", {"input_ids", "attention_mask"}}};
 
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  OCTET_CHECK(!ec, "cannot create --out " + out_dir + ": " + ec.message());
+  create_output_dir(out_dir, "--out");
   const fs::path out(out_dir);
   write_text(out / "config.json", config.dump(2) + "\n");
   write_text(out / "tokenizer.json", tok_json.dump(2) + "\n");

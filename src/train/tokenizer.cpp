@@ -219,6 +219,9 @@ std::unique_ptr<Tokenizer> make_bpe_tokenizer(const std::string& raw, int64_t vo
         {"num_threads", "2"},
         {"minloglevel", "2"},
     };
+    // Beyond input_sentence_size lines SentencePiece samples them, with a generator seeded from
+    // std::random_device unless a seed is set (sentencepiece_processor.h): the cache key as seed.
+    sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned int>(h ^ (h >> 32)));
     std::string model;
     const auto st = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
     OCTET_CHECK(st.ok(), bpe_training_failure(st.ToString(), vocab_size));
@@ -233,8 +236,13 @@ std::unique_ptr<Tokenizer> make_bpe_tokenizer(const std::string& raw, int64_t vo
     fs::rename(tmp, path, ec);
     OCTET_CHECK(!ec, io_error("cannot rename " + tmp + " to", path, ec.message()));
   }
-  auto tok = std::make_unique<BpeTokenizer>(path);
-  OCTET_CHECK(tok->vocab_size() == vocab_size, "SentencePiece model " + path + " has " +
+  return load_bpe_tokenizer(path, vocab_size);
+}
+
+std::unique_ptr<Tokenizer> load_bpe_tokenizer(const std::string& model_path, int64_t vocab_size) {
+  OCTET_CHECK(fs::is_regular_file(model_path), "no SentencePiece model: " + model_path + " does not exist");
+  auto tok = std::make_unique<BpeTokenizer>(model_path);
+  OCTET_CHECK(tok->vocab_size() == vocab_size, "SentencePiece model " + model_path + " has " +
                                                    std::to_string(tok->vocab_size()) + " pieces, expected " +
                                                    std::to_string(vocab_size));
   return tok;

@@ -263,6 +263,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     // before a checkpoint shape error: a meaning key changed by --set, or by an edit of config.toml
     resume_changes(load_config(out_dir + "/config.toml"), cfg, out_dir);
     check_recorded_meaning(peek_checkpoint_state(out_dir).meaning, cfg, out_dir);
+    check_run_tokenizer(out_dir, ds);  // the same text, the same token ids
     std::vector<float> hm, hv;
     st = load_checkpoint(out_dir, model, hm, hv);
     changes = check_resume(out_dir, cfg, st);
@@ -282,6 +283,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     model.init(t.seed);
     if (writer) write_file_atomic(out_dir + "/config.toml", {to_toml(cfg)});
   }
+  if (writer) keep_run_tokenizer(out_dir, ds);
   st.meaning = meaning_values(cfg);  // every checkpoint records what the run computes
   std::optional<MetricsLog> metrics_log;
   if (writer) metrics_log.emplace(metrics_path, resume);

@@ -131,3 +131,29 @@ def test_a_folder_with_a_run_log_but_no_checkpoint_is_not_overwritten(run):
     r = octet("train", *sets(*TINY, f"data.path={text_path}", f"data.cache_dir={run.parent / 'cache'}"), "--out", run)
     assert_one_line_error(r, "metrics.jsonl", str(run))
     assert snapshot(run) == before
+
+
+def test_a_bpe_run_keeps_its_tokenizer_whatever_becomes_of_the_corpus(tmp_path):
+    corpus, cache = tmp_path / "c.txt", tmp_path / "cache"
+    corpus.write_text("".join(f"the queue drains buffer {i % 13} before it stops.\n" for i in range(300)))
+    bpe = [s for s in TINY if s != "data.tokenizer=byte"] + ["data.tokenizer=bpe", "model.vocab_size=300"]
+    r = octet("train", *sets(*bpe, f"data.path={corpus}", f"data.cache_dir={cache}"), "--out", tmp_path / "r")
+    assert r.returncode == 0, r.stderr
+    own = (tmp_path / "r" / "tokenizer.model").read_bytes()
+    assert own == next(cache.glob("spm-*.model")).read_bytes()
+    ask = ["--prompt", "the queue drains", "--max-new-tokens", "6", "--json"]
+    before = octet("sample", "--run", tmp_path / "r", *ask)
+    assert before.returncode == 0, before.stderr
+    # another text at data.path, and no cache: sample and eval still encode as the run did
+    corpus.write_text("".join(f"a different text with words {i % 7} in it.\n" for i in range(300)))
+    for m in cache.iterdir():
+        m.unlink()
+    after = octet("sample", "--run", tmp_path / "r", *ask)
+    assert after.returncode == 0, after.stderr
+    assert json.loads(after.stdout)["text"] == json.loads(before.stdout)["text"]
+    assert not list(cache.glob("spm-*.model")), "nothing trained again"
+    # a resume over the changed corpus is refused, and the run is left as it was
+    kept = snapshot(tmp_path / "r")
+    r = octet("train", "--resume", tmp_path / "r", *sets("train.steps=6"))
+    assert_one_line_error(r, "the corpus of data.path now gives another BPE tokenizer", "restore the corpus")
+    assert snapshot(tmp_path / "r") == kept

@@ -83,6 +83,17 @@ def test_fp64_oracle_equals_sdpa():
         assert rel(x, y) < 1e-6
 
 
+def test_output_attentions_gives_what_sdpa_gives():
+    ref = tiny_llama("sdpa")
+    model = same_weights(ref, "octet-fp64")
+    ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        plain = model(input_ids=ids).logits
+        out, sdpa = model(input_ids=ids, output_attentions=True), ref(input_ids=ids, output_attentions=True)
+    assert out.attentions == sdpa.attentions == (), (out.attentions, sdpa.attentions)
+    assert torch.equal(out.logits, plain)
+
+
 def test_packed_equals_each_sequence():
     base = tiny_llama("eager")
     model = same_weights(base, "octet-fp64")

@@ -81,6 +81,22 @@ TEST(Tokenizer, BpeTrainsOnceCachesAndEncodesAnything) {
   EXPECT_EQ(again->encode("the kernel reads the page\nthe user"), ids);
 }
 
+TEST(Tokenizer, BpeTrainingAgainOnTheSameTextGivesTheSameModel) {
+  // What a run without its own tokenizer.model relies on (docs/use.md). Twice the lines of
+  // SentencePiece's input_sentence_size (400000), so that it samples them, from a seeded generator.
+  auto word = [](int n) {  // letters (SentencePiece splits digits): 26³ words
+    return std::string{char('a' + n % 26), char('a' + n / 26 % 26), char('a' + n / 676 % 26)};
+  };
+  std::string text;
+  for (int i = 0; i < 800000; ++i) text += "the " + word(i % 991) + " of " + word((i * 31) % 983) + "\n";
+  test::TempDir dir("bpe-again");
+  const auto a = make_bpe_tokenizer(text, 1200, dir / "a");
+  const auto b = make_bpe_tokenizer(text, 1200, dir / "b");
+  ASSERT_NE(a->sentencepiece_model(), b->sentencepiece_model());
+  EXPECT_EQ(read_file_bytes(a->sentencepiece_model(), "model"),
+            read_file_bytes(b->sentencepiece_model(), "model"));
+}
+
 TEST(Dataset, SplitIsDisjointDeterministicAndCovering) {
   std::vector<int32_t> tokens(16 * 200 + 1);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i % 7);
