@@ -203,7 +203,7 @@ def test_default_corpus_and_cache_live_in_octet_home_from_any_directory(tmp_path
     conf = (cwd / "run" / "config.toml").read_text()
     assert f'path = "{home / "data" / "linux-docs"}"' in conf, conf
     assert f'cache_dir = "{home / ".cache" / "octet"}"' in conf, conf
-    # sample, eval --data and export rebuild the run's BPE tokenizer from that corpus
+    # sample and eval --data from another home: the run's own tokenizer.model
     (cwd / "note.txt").write_text(text[:2000])
     for args in (["sample", "--run", "run", "--prompt", "the kernel", "--max-new-tokens", "4", "--json"],
                  ["eval", "--run", "run", "--data", "note.txt", "--json"]):
