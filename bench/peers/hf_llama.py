@@ -14,6 +14,10 @@ one loop (gpt2_octet_torch.py's data, step and timing).
   --grad-accum A               micro-batches per optimizer step
   --fsdp                       under torchrun: PyTorch FSDP2 (fully_shard per decoder layer, then
                                the model) over the job's ranks (NCCL on CUDA, gloo on the CPU)
+  --checkpoint-dir DIR         resume from DIR's newest complete checkpoint if it has one, and with
+                               --checkpoint-every N > 0 write one every N optimizer steps
+                               (torch.distributed.checkpoint: dcp_checkpoint.py; the row's losses
+                               then include the steps before the resume)
   --packed MEAN                packed training: each micro-batch's batch·seq tokens as one row of
                                documents of MEAN tokens on average (batch·seq // MEAN of them,
                                random cut points drawn per micro-batch), position_ids restarting
@@ -46,6 +50,7 @@ import time
 import torch
 import torch.distributed as dist
 
+import dcp_checkpoint
 from gpt2_octet_torch import batches
 from gpt2_torch import to_float8
 
@@ -148,11 +153,16 @@ def main():
     ap.add_argument("--fsdp", action="store_true", help="FSDP2 over the torchrun job's ranks")
     ap.add_argument("--packed", type=int, default=0, metavar="MEAN",
                     help="one row of documents of MEAN tokens on average per micro-batch")
+    ap.add_argument("--checkpoint-dir", default="", help="resume from and write checkpoints here")
+    ap.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                    help="write a checkpoint every N optimizer steps (0: never)")
     a = ap.parse_args()
     if a.data:
         a.vocab = 256
     if min(a.batch, a.grad_accum, a.seq, a.steps, a.warmup) < 1:
         sys.exit("--batch, --grad-accum, --seq, --steps and --warmup must be >= 1")
+    if a.checkpoint_every < 0 or (a.checkpoint_every and not a.checkpoint_dir):
+        sys.exit("--checkpoint-every must be >= 0 and needs --checkpoint-dir")
     if a.packed < 0 or a.packed > a.batch * a.seq:
         sys.exit(f"--packed must be a mean document length from 1 to batch·seq = {a.batch * a.seq} "
                  f"(0: not packed), got {a.packed}")
@@ -181,12 +191,18 @@ def main():
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8, fused=dev.type == "cuda")
+    start, losses, val_losses = 0, [], []
+    if a.checkpoint_dir:
+        start, folder = dcp_checkpoint.latest(a.checkpoint_dir)
+        if folder is not None:
+            meta = dcp_checkpoint.load(folder, model, opt)
+            losses, val_losses = meta["losses"], [tuple(v) for v in meta["val_losses"]]
     step_model = model if a.no_compile else torch.compile(model)
     batch_of, val = batches(a, dev, 0)
     batch_of = rank_batches(batch_of, world, rank)
-    ms, losses, val_losses = [], [], []
+    ms = []
     sync()
-    for s in range(a.warmup + a.steps):
+    for s in range(start, a.warmup + a.steps):
         t0 = time.perf_counter()
         step_loss = 0.0
         for m in range(a.grad_accum):
@@ -222,10 +238,13 @@ def main():
                 v = sum(float(model(input_ids=w[:, :-1], labels=w[:, :-1]).loss) for w in val) / len(val)
             model.train()
             val_losses.append((s + 1, v))
+        if a.checkpoint_every and (s + 1) % a.checkpoint_every == 0:
+            dcp_checkpoint.save(a.checkpoint_dir, s + 1, model, opt,
+                                {"losses": losses, "val_losses": val_losses})
     fpt, matmul = flops_per_token(a.model, a.vocab, a.seq)
     tokens = a.batch * a.seq * a.grad_accum * world
-    step_ms = statistics.median(ms)
-    tps = tokens / (step_ms * 1e-3)
+    step_ms = statistics.median(ms) if ms else None  # none when resumed past the timed steps
+    tps = tokens / (step_ms * 1e-3) if ms else None
     if a.fsdp:
         dist.barrier()  # every rank past its last collective before the group goes
         dist.destroy_process_group()
@@ -243,7 +262,8 @@ def main():
            "seq_len": a.seq, "vocab_size": a.vocab, "batch": a.batch, "grad_accum": a.grad_accum,
            "fsdp": a.fsdp, "world": world, "tokens_per_step": tokens, "warmup": a.warmup,
            "steps": a.steps, "step_ms_median": step_ms, "tokens_per_s": tps, "flops_per_token": fpt,
-           "tflops": fpt * tps / world / 1e12, "mfu": fpt * tps / world / 1e12 / a.peak_tflops,
+           "tflops": fpt * tps / world / 1e12 if ms else None,
+           "mfu": fpt * tps / world / 1e12 / a.peak_tflops if ms else None, "resumed_from": start,
            "loss_first": losses[0], "loss_last": losses[-1], "losses": losses,
            "val_losses": val_losses, "data": a.data or "uniform", "packed_mean_tokens": a.packed}
     print(json.dumps(row), flush=True)

@@ -3,7 +3,10 @@ Llama with octet's FP8 attention and linears:
 
 - two ranks equal one process with --grad-accum 2 bit for bit, step by step, validation included;
 - a rank killed mid-run ends the whole job within seconds, with a non-zero exit and torchrun's
-  report naming the killed rank's signal (no rank left waiting in a collective);
+  report naming the killed rank's signal (no rank left waiting in a collective), and the job's
+  newest complete checkpoint resumes;
+- a run resumed from a checkpoint (torch.distributed.checkpoint, dcp_checkpoint.py) gives the
+  uninterrupted run's losses bit for bit;
 - --fsdp without torchrun exits with a message.
 """
 import json
@@ -33,6 +36,18 @@ def bench_args(tmp_path, steps):
             "--attention", "octet", "--linears", "fp8"]
 
 
+def run_row(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=SCRIPT.parent)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert len(lines) == 1, r.stdout  # rank 0 prints, the others do not
+    return json.loads(lines[0])
+
+
+def checkpoints(root):
+    return sorted(p.name for p in pathlib.Path(root).iterdir())
+
+
 def torchrun(tmp_path, ranks=2):
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
             str(ranks), "--log-dir", str(tmp_path / "logs"), str(SCRIPT)]
@@ -41,15 +56,8 @@ def torchrun(tmp_path, ranks=2):
 def test_fsdp_equals_grad_accumulation(tmp_path):
     args = bench_args(tmp_path, 3)
 
-    def row(cmd):
-        r = subprocess.run(cmd, capture_output=True, text=True, cwd=SCRIPT.parent)
-        assert r.returncode == 0, r.stderr[-3000:]
-        lines = r.stdout.splitlines()
-        assert len(lines) == 1, r.stdout  # rank 0 prints, the others do not
-        return json.loads(lines[0])
-
-    one = row([sys.executable, str(SCRIPT), *args, "--grad-accum", "2"])
-    two = row([*torchrun(tmp_path), *args, "--fsdp"])
+    one = run_row([sys.executable, str(SCRIPT), *args, "--grad-accum", "2"])
+    two = run_row([*torchrun(tmp_path), *args, "--fsdp"])
     assert (one["world"], two["world"], two["fsdp"]) == (1, 2, True)
     assert one["tokens_per_step"] == two["tokens_per_step"] == 2 * 64 * 2
     # Bit for bit: both add the same two micro-batches' gradients (a + b either way), each halved
@@ -59,6 +67,21 @@ def test_fsdp_equals_grad_accumulation(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), *args, "--fsdp"], capture_output=True,
                        text=True, cwd=SCRIPT.parent)
     assert r.returncode != 0 and "runs under torchrun" in r.stderr, r.stderr
+
+
+def test_a_resumed_run_equals_the_uninterrupted_one(tmp_path):
+    whole = run_row([*torchrun(tmp_path), *bench_args(tmp_path, 4), "--fsdp",
+                     "--checkpoint-dir", tmp_path / "a", "--checkpoint-every", "2"])
+    assert checkpoints(tmp_path / "a") == ["step-4"], "the older checkpoint (step 2) is removed"
+    cut = run_row([*torchrun(tmp_path), *bench_args(tmp_path, 2), "--fsdp",
+                   "--checkpoint-dir", tmp_path / "b", "--checkpoint-every", "2"])
+    assert checkpoints(tmp_path / "b") == ["step-2"] and cut["resumed_from"] == 0
+    rest = run_row([*torchrun(tmp_path), *bench_args(tmp_path, 4), "--fsdp",
+                    "--checkpoint-dir", tmp_path / "b", "--checkpoint-every", "2"])
+    assert rest["resumed_from"] == 2
+    # the model, the optimizer and the data stream continue exactly: the same bits
+    assert rest["losses"] == whole["losses"] and rest["val_losses"] == whole["val_losses"], (rest, whole)
+    assert len(whole["losses"]) == 5 and rest["losses"][:3] == cut["losses"]
 
 
 def rank_pids(parent):
@@ -85,7 +108,9 @@ def rank_pids(parent):
 @pytest.mark.skipif(not pathlib.Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(),
                     reason="finds the ranks through /proc/PID/task/PID/children")
 def test_a_killed_rank_ends_the_job(tmp_path):
-    job = subprocess.Popen([*torchrun(tmp_path), *bench_args(tmp_path, 100000), "--fsdp"],
+    ckpt = tmp_path / "ckpt"
+    job = subprocess.Popen([*torchrun(tmp_path), *bench_args(tmp_path, 100000), "--fsdp",
+                            "--checkpoint-dir", ckpt, "--checkpoint-every", "1"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            cwd=SCRIPT.parent)
     try:
@@ -112,3 +137,11 @@ def test_a_killed_rank_ends_the_job(tmp_path):
     for pid in pids.values():
         assert not pathlib.Path(f"/proc/{pid}").exists() or \
             pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", f"rank pid {pid} lives"
+    # the newest complete checkpoint resumes (a half-written one is a .tmp folder, never read)
+    sys.path.insert(0, str(SCRIPT.parent))
+    import dcp_checkpoint
+    step, folder = dcp_checkpoint.latest(ckpt)
+    assert folder is not None and step >= 1, checkpoints(ckpt)
+    row = run_row([*torchrun(tmp_path), *bench_args(tmp_path, step), "--fsdp",
+                   "--checkpoint-dir", ckpt, "--checkpoint-every", "1"])
+    assert row["resumed_from"] == step and len(row["losses"]) == step + 1
