@@ -264,6 +264,9 @@ struct AttnBenchRow {
   /// The wgmma forward's grid for the same rows: 1 persistent, 0 one CTA per work item (flash.h
   /// forward_persistent; OCTET_FLASH_PERSISTENT sets it); −1 for the other rows.
   int fwd_persistent = -1;
+  /// The wgmma forward's GEMM order for the same rows: 1 the consumers' ping-pong, 0 none (flash.h
+  /// forward_pingpong; OCTET_FLASH_PINGPONG sets it); −1 for the other rows.
+  int fwd_pingpong = -1;
   /// The flash FP8 backward's kernel flavor for the same rows: "wgmma" | "mma_sync"
   /// (flash.h select_backward_kernel; OCTET_FLASH_BACKWARD forces one).
   std::string bwd_kernel;

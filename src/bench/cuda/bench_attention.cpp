@@ -127,12 +127,7 @@ void check_row(CudaBackend& be, const Impl& im, const AttentionShape& s, CaseTen
 void set_kernels(const Impl& im, const AttentionShape& s, AttnBenchRow& row) {
   if (im.form != AttnForm::Flash || im.precision != AttnPrecision::FP8) return;
   const AttentionConfig cfg = config_of(im);
-  const flash::ForwardKernel fk = flash::select_forward_kernel();
-  row.fwd_kernel = flash::forward_kernel_name(fk);
-  if (fk == flash::ForwardKernel::Wgmma) {
-    row.fwd_exp2_poly = flash::forward_exp2_poly();
-    row.fwd_persistent = flash::forward_persistent() ? 1 : 0;
-  }
+  set_forward_kernel(row);
   flash::BackwardParams bp;  // what select_backward_kernel reads of the flash backward's
   bp.B = s.batch, bp.H = s.n_heads, bp.G = s.n_kv_heads, bp.Tq = s.seq_q, bp.Tk = s.seq_k;
   bp.D = s.head_dim, bp.block_q = cfg.block_q, bp.block_k = cfg.block_k;

@@ -27,6 +27,15 @@ void pack_codes(const Tensor& x, int64_t B, int64_t heads, int64_t T, int64_t D,
 
 }  // namespace
 
+void set_forward_kernel(AttnBenchRow& row) {
+  const flash::ForwardKernel fk = flash::select_forward_kernel();
+  row.fwd_kernel = flash::forward_kernel_name(fk);
+  if (fk != flash::ForwardKernel::Wgmma) return;
+  row.fwd_exp2_poly = flash::forward_exp2_poly();
+  row.fwd_persistent = flash::forward_persistent() ? 1 : 0;
+  row.fwd_pingpong = flash::forward_pingpong() ? 1 : 0;
+}
+
 std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer, const AttnBenchOptions& opt,
                                               const AttentionCase& c, const AttnBenchInputs& in,
                                               const AttentionRowsCheck& check) {
@@ -96,12 +105,7 @@ std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer
     cfg.delta = matched ? DeltaMode::Matched : DeltaMode::Stale;
     const RowsError b = AttentionRowsCheck::bound(check.twin_error(cfg));
     row.err_bound_o = b.o, row.err_bound_dq = b.dq;
-    const flash::ForwardKernel fk = flash::select_forward_kernel();
-    row.fwd_kernel = flash::forward_kernel_name(fk);
-    if (fk == flash::ForwardKernel::Wgmma) {
-      row.fwd_exp2_poly = flash::forward_exp2_poly();
-      row.fwd_persistent = flash::forward_persistent() ? 1 : 0;
-    }
+    set_forward_kernel(row);
     row.bwd_kernel = flash::backward_kernel_name(flash::select_backward_kernel(p));
     out.push_back(row);
   }

@@ -14,6 +14,10 @@
 
 namespace octet::cuda {
 
+/// The flash forward's kernel and, for the wgmma kernel, its options as the environment chooses
+/// them (fwd_kernel, fwd_exp2_poly, fwd_persistent, fwd_pingpong) into `row`.
+void set_forward_kernel(AttnBenchRow& row);
+
 /// Rows "octet-fp8-flash-kernels" (matched) and "octet-fp8-flash-stale-kernels", input_dtype "fp8":
 /// forward = flash::run_forward; backward = flash::run_delta + flash::run_backward_main (the matched
 /// pre-pass or the stale dO·O rows, and the main kernel), into FP32 accumulators. Per-tensor scales,

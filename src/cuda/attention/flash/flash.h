@@ -92,6 +92,11 @@ struct ForwardParams {
   /// The persistent grid's CTAs: 0 one per SM, N > 0 at most N (the tests force small grids, so
   /// that a CTA walks many items). Ignored when not persistent.
   int persistent_ctas = 0;
+  /// The wgmma kernel's two consumer warpgroups issue their GEMMs in turn (FlashAttention-3's
+  /// ping-pong: named barriers hand the turn over, so that one's softmax runs under the other's
+  /// GEMMs) when 1, as the warp schedulers interleave them when 0; −1: forward_pingpong(). The
+  /// same arithmetic either way. Ignored elsewhere.
+  int pingpong = -1;
 };
 
 /// One backward call: the forward's parameters (its codes, scales, statistics, sizes; o for the
@@ -157,6 +162,11 @@ int forward_exp2_poly();
 /// variable OCTET_FLASH_PERSISTENT is 1, one CTA per work item if it is 0 or unset (anything else
 /// is an octet::Error). Read at every call.
 bool forward_persistent();
+
+/// The wgmma forward's GEMM order when ForwardParams::pingpong is −1: the ping-pong if the
+/// environment variable OCTET_FLASH_PINGPONG is 1, none if it is 0 or unset (anything else is an
+/// octet::Error). Read at every call.
+bool forward_pingpong();
 
 /// The kernel run_forward and run_logits run for `requested` (ForwardKernel's rule for Auto) on the
 /// current device. Throws octet::Error on an unknown OCTET_FLASH_FORWARD value, or when wgmma is

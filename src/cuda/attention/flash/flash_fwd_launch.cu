@@ -34,6 +34,9 @@ void check_inputs(const ForwardParams& p, bool needs_v) {
   OCTET_CHECK(p.persistent >= -1 && p.persistent <= 1,
               "flash attention forward: persistent must be -1 (OCTET_FLASH_PERSISTENT), 0 or 1, got " +
                   std::to_string(p.persistent));
+  OCTET_CHECK(p.pingpong >= -1 && p.pingpong <= 1,
+              "flash attention forward: pingpong must be -1 (OCTET_FLASH_PINGPONG), 0 or 1, got " +
+                  std::to_string(p.pingpong));
   OCTET_CHECK(p.exp2_poly >= -1 && p.exp2_poly <= 3,
               "flash attention forward: exp2_poly must be -1 (OCTET_FLASH_EXP2_POLY) or 0..3, got " +
                   std::to_string(p.exp2_poly));
@@ -41,6 +44,16 @@ void check_inputs(const ForwardParams& p, bool needs_v) {
               "flash attention forward: a null operand or scale pointer");
   OCTET_CHECK(aligned(p.q, 16) && aligned(p.k, 16) && (!needs_v || aligned(p.v_t, 16)),
               "flash attention forward: the Q, K, V^T code buffers must be 16-byte aligned");
+}
+
+// An on/off environment variable: true for "1", false for "0" or unset; anything else is an
+// octet::Error that says what 1 means.
+bool env_switch(const char* name, const char* meaning) {
+  const char* env = std::getenv(name);
+  const std::string v = env ? env : "";
+  OCTET_CHECK(v.empty() || v == "0" || v == "1",
+              std::string(name) + " must be 0 or 1 (" + meaning + "; unset: 0), got '" + v + "'");
+  return v == "1";
 }
 
 void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
@@ -83,13 +96,11 @@ int forward_exp2_poly() {
 }
 
 bool forward_persistent() {
-  const char* env = std::getenv("OCTET_FLASH_PERSISTENT");
-  const std::string v = env ? env : "";
-  OCTET_CHECK(
-      v.empty() || v == "0" || v == "1",
-      "OCTET_FLASH_PERSISTENT must be 0 or 1 (1: one CTA per SM walking the work items; unset: 0), got '" +
-          v + "'");
-  return v == "1";
+  return env_switch("OCTET_FLASH_PERSISTENT", "1: one CTA per SM walking the work items");
+}
+
+bool forward_pingpong() {
+  return env_switch("OCTET_FLASH_PINGPONG", "1: the consumer warpgroups issue their GEMMs in turn");
 }
 
 ForwardKernel select_forward_kernel(ForwardKernel requested) {

@@ -28,9 +28,13 @@
 //     FP64 oracle at 16k keys); l̃'s tile sum comes from the same instructions, N = kD + 8 with
 //     B's last 8 rows E4M3 ones (V = 1 gives O = 1 exactly: O and l̃ are the same sums);
 //   the tile's softmax (flash_fwd_tile_sm89.cuh softmax_tile, shared with the mma.sync kernel),
-//     which overlaps the other consumer warpgroup's GEMMs as the warp schedulers interleave the two
-//     (FlashAttention-3's enforced ping-pong, named barriers handing the GEMM turn over, measured
-//     +2 % at B4 H16 D128 S4096 and −6 % at S16384 causal on an H200: not kept).
+//     which overlaps the other consumer warpgroup's GEMMs as the warp schedulers interleave the two,
+//     or with ForwardParams::pingpong in FlashAttention-3's enforced order: named barriers 1 and 2
+//     hand the GEMM turn from one consumer to the other (consumer 0 first), each issuing its S and
+//     P̃V̂ only in its turn, so that one's softmax runs under the other's GEMMs. The turns continue
+//     across a persistent CTA's items (both consumers take the same number per item); the last
+//     hand-over of the CTA is never taken. The same instructions either way, in another order: the
+//     same bits.
 // Logits mode (run_logits): the same S instructions, S written out; no V̂ᵀ is loaded.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -203,6 +207,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                                       kmajor_desc<kD>(k_tile(s) + 32 * ks), ks);
     wgmma_commit();
   };
+  // The ping-pong's turns (named barrier 1 + c is consumer c's): take waits for the other
+  // consumer's hand-over, pass hands over. Consumer 1 hands consumer 0 the first turn.
+  const bool pingpong = !kLogits && p.pingpong == 1;
+  const auto take_turn = [&] {
+    if (pingpong) named_barrier_sync(1 + c, 256);
+  };
+  const auto pass_turn = [&] {
+    if (pingpong) named_barrier_arrive(2 - c, 256);
+  };
+  if (pingpong && c == 1) named_barrier_arrive(1, 256);
   // One work item: its it (q_full's phase) and u0, the ring's uses before it.
   const auto consume = [&](const Item& r, int it, int u0) {
     const int64_t bh = r.bh, q0 = r.q0, bg = r.bg;
@@ -270,7 +284,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  p_scale, acc.sm, alpha, pa);
       };
       if (n_tiles > 0) {  // no tile: a CTA whose rows see no key (causal, Tq > Tk) stores O = 0
+        take_turn();
         issue_s_of(0);
+        pass_turn();
         wgmma_wait<0>();
         softmax(0);
       }
@@ -278,8 +294,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       // n's softmax (which overlaps the other consumer warpgroup's GEMMs).
 #pragma unroll 1
       for (int n = 1; n < n_tiles; ++n) {
+        take_turn();
         issue_pv(n - 1);
         issue_s_of(n);
+        pass_turn();
         wgmma_wait<1>();
         promote(n - 1);
         wgmma_wait<0>();
@@ -288,7 +306,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (kPersistent)
         mbar_arrive(q_empty);  // every S of the item has landed: the producer may load the next Q̂
       if (n_tiles > 0) {
+        take_turn();
         issue_pv(n_tiles - 1);
+        pass_turn();
         wgmma_wait<0>();
         promote(n_tiles - 1);
       }
@@ -395,10 +415,12 @@ void fwd_sm90_launch(const ForwardParams& p, float* s_out, cudaStream_t stream) 
       return;
     }
     const int poly = p.exp2_poly < 0 ? forward_exp2_poly() : p.exp2_poly;
+    ForwardParams q = p;  // the kernel reads the ping-pong choice resolved
+    q.pingpong = (p.pingpong < 0 ? forward_pingpong() : p.pingpong != 0) ? 1 : 0;
     if (p.persistent < 0 ? forward_persistent() : p.persistent != 0)
-      launch_poly<kD, kBN, true>(p, poly, stream);
+      launch_poly<kD, kBN, true>(q, poly, stream);
     else
-      launch_poly<kD, kBN, false>(p, poly, stream);
+      launch_poly<kD, kBN, false>(q, poly, stream);
   });
 }
 

@@ -152,6 +152,16 @@ __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
+// Named barrier `id` (1..15; 0 is __syncthreads') of `threads` threads, a multiple of 32 (PTX ISA
+// "bar, barrier"): sync waits until that many have arrived or synced on it, arrive counts this warp
+// without waiting. FlashAttention-3's ping-pong hands a GEMM turn between warpgroups with them.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // The accumulator operands of an m64nN wgmma, written once per N: the asm list "{%0, ..., %(N/2 − 1)}"
 // and the "+f" constraints of d[N/8][4] in the accumulator's register order.
 #define OCTET_WGMMA_D64_REGS                                                \

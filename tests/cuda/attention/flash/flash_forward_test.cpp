@@ -584,6 +584,43 @@ TEST(FlashForwardFlavors, Exp2PolyAgreesWithTheSfu) {
   EXPECT_EQ(cuda::flash::forward_exp2_poly(), 0);
 }
 
+// `variant` of the forward gives `base`'s O, LSE, m and l bit for bit, on each of three runs (a race
+// need not show on one), outputs poisoned before each. False after the first failure.
+bool same_bits_each_run(DirectForward& run, const cuda::flash::ForwardParams& base,
+                        const cuda::flash::ForwardParams& variant, const std::string& what) {
+  cuda::flash::run_forward(base, nullptr);
+  const auto o0 = run.o.get(), lse0 = run.lse.get(), m0 = run.m.get(), l0 = run.l.get();
+  for (int rep = 0; rep < 3; ++rep) {
+    run.poison_outputs();
+    cuda::flash::run_forward(variant, nullptr);
+    EXPECT_TRUE(run.o.get() == o0) << what << ": O, run " << rep;
+    EXPECT_TRUE(run.lse.get() == lse0 && run.m.get() == m0 && run.l.get() == l0)
+        << what << ": statistics, run " << rep;
+    if (testing::Test::HasFailure()) return false;
+  }
+  return true;
+}
+
+// An on/off variable of the wgmma forward: 1 turns it on, unset leaves it off, and another value
+// ("yes", "on") is an octet::Error that says "0 or 1".
+void expect_env_switch(const char* name, bool (*read)()) {
+  {
+    test::ScopedEnv env(name, "1");
+    EXPECT_TRUE(read()) << name << "=1";
+  }
+  for (const char* bad : {"yes", "on"}) {
+    test::ScopedEnv env(name, bad);
+    try {
+      (void)read();
+      ADD_FAILURE() << name << "=" << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("0 or 1"), std::string::npos) << e.what();
+    }
+  }
+  test::ScopedEnv env(name, nullptr);
+  EXPECT_FALSE(read()) << name << " unset";
+}
+
 // The persistent grid (ForwardParams::persistent = 1: one CTA per SM walking the (query block,
 // head) items) computes each item exactly as its own CTA does: O, LSE, m and l bit for bit equal
 // to the grid of one CTA per item — with more items than SMs (every CTA walks several, the Q̂ tile
@@ -614,37 +651,52 @@ TEST(FlashForwardFlavors, PersistentGridGivesTheSameBits) {
       cuda::flash::ForwardParams p = run.params(ForwardKernel::Wgmma);
       p.exp2_poly = poly;
       p.persistent = 0;
-      cuda::flash::run_forward(p, nullptr);
-      const auto o0 = run.o.get(), lse0 = run.lse.get(), m0 = run.m.get(), l0 = run.l.get();
-      p.persistent = 1;
-      p.persistent_ctas = k.ctas;
-      const std::string what =
-          run.name() + " exp2_poly " + std::to_string(poly) + " ctas " + std::to_string(k.ctas);
-      for (int rep = 0; rep < 3; ++rep) {  // a race need not show on one run
-        run.poison_outputs();
-        cuda::flash::run_forward(p, nullptr);
-        EXPECT_TRUE(run.o.get() == o0) << what << ": O, run " << rep;
-        EXPECT_TRUE(run.lse.get() == lse0 && run.m.get() == m0 && run.l.get() == l0)
-            << what << ": statistics, run " << rep;
-        if (HasFailure()) return;
-      }
+      cuda::flash::ForwardParams variant = p;
+      variant.persistent = 1;
+      variant.persistent_ctas = k.ctas;
+      if (!same_bits_each_run(
+              run, p, variant,
+              run.name() + " exp2_poly " + std::to_string(poly) + " ctas " + std::to_string(k.ctas)))
+        return;
     }
   }
-  {
-    test::ScopedEnv env("OCTET_FLASH_PERSISTENT", "1");
-    EXPECT_TRUE(cuda::flash::forward_persistent());
+  expect_env_switch("OCTET_FLASH_PERSISTENT", cuda::flash::forward_persistent);
+}
+
+// The consumers' ping-pong (ForwardParams::pingpong = 1: named barriers hand the GEMM turn from
+// one consumer warpgroup to the other) issues the same instructions in another order: O, LSE, m
+// and l bit for bit equal to no ping-pong, three runs each — causal (items of different tile
+// counts, rows without keys), GQA, both head_dims and block_ks, and on the persistent grid capped
+// at 1 and 2 CTAs, where the turns run on across every item of a CTA (a lost or extra hand-over
+// would hang or reorder there). OCTET_FLASH_PINGPONG chooses the default; a bad value is an
+// octet::Error.
+TEST(FlashForwardFlavors, PingPongGivesTheSameBits) {
+  OCTET_REQUIRE_GPU();
+  if (!device_is_sm90()) GTEST_SKIP() << "the wgmma forward needs an sm_90 GPU";
+  struct Case {
+    Dims c;
+    int persistent, ctas;
+  };
+  for (const Case& k :
+       {Case{{2, 16, 4, 4096, 4096, 128, true, 128}, 0, 0},
+        Case{{4, 12, 12, 1024, 1024, 64, true, 128}, 0, 0}, Case{{4, 32, 8, 2000, 300, 128, true, 64}, 0, 0},
+        Case{{2, 8, 2, 1000, 1000, 128, false, 64}, 0, 0}, Case{{1, 2, 1, 1, 77, 64, false, 128}, 0, 0},
+        Case{{2, 4, 2, 517, 300, 128, true, 64}, 1, 1}, Case{{2, 4, 4, 333, 1000, 128, true, 128}, 1, 2},
+        Case{{2, 16, 4, 2048, 2048, 64, true, 128}, 1, 0}}) {
+    const Dims& c = k.c;
+    DirectForward run(c, 4.0f, 0.25f, 17);
+    cuda::flash::ForwardParams p = run.params(ForwardKernel::Wgmma);
+    p.persistent = k.persistent;
+    p.persistent_ctas = k.ctas;
+    p.pingpong = 0;
+    cuda::flash::ForwardParams variant = p;
+    variant.pingpong = 1;
+    if (!same_bits_each_run(
+            run, p, variant,
+            run.name() + " persistent " + std::to_string(k.persistent) + " ctas " + std::to_string(k.ctas)))
+      return;
   }
-  {
-    test::ScopedEnv env("OCTET_FLASH_PERSISTENT", "yes");
-    try {
-      (void)cuda::flash::forward_persistent();
-      ADD_FAILURE() << "OCTET_FLASH_PERSISTENT=yes accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("0 or 1"), std::string::npos) << e.what();
-    }
-  }
-  test::ScopedEnv env("OCTET_FLASH_PERSISTENT", nullptr);
-  EXPECT_FALSE(cuda::flash::forward_persistent());
+  expect_env_switch("OCTET_FLASH_PINGPONG", cuda::flash::forward_pingpong);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, FlashForward, testing::Values(ForwardKernel::MmaSync, ForwardKernel::Wgmma),
