@@ -46,7 +46,9 @@
 #     torch-attention.jsonl, within OCTET_TORCH_ATTENTION_TIMEOUT seconds (300); needs liboctet_c
 #     (OCTET_LIBRARY, default .cuda-carry/lib/liboctet_c.so: OCTET_CARRY_LIBC=1 in pack_gpu_carry.sh)
 #   attention-ab: one environment variable's values in one call (OCTET_AB_VAR, default
-#     OCTET_FLASH_EXP2_POLY, over OCTET_AB_VALUES, default "0 1 2 3"): test_cuda's OCTET_AB_TESTS (a
+#     OCTET_FLASH_EXP2_POLY, over OCTET_AB_VALUES, default "0 1 2 3"; with OCTET_AB_VAR set and empty,
+#     each value is its own comma-separated VAR=VALUE list, "base" none: e.g. OCTET_AB_VALUES="base
+#     OCTET_FLASH_PINGPONG=1 OCTET_FLASH_PINGPONG=1,OCTET_FLASH_PERSISTENT=1"): test_cuda's OCTET_AB_TESTS (a
 #     gtest filter; default the forward's suites; set and empty: none) under each -> test_cuda-ab.log, then `octet bench
 #     attention --json --peer ''` on OCTET_AB_CASES (default bench) under each value in turn,
 #     OCTET_AB_ROUNDS rounds (default 2) -> attention-ab.jsonl (rows tagged ab_var, ab_value,
@@ -147,26 +149,32 @@ for l in open(sys.argv[1]):
     attention-ab)
           # one environment variable's values against each other in one call: the tests under each
           # value, then octet's rows (no peers) for every value in turn, OCTET_AB_ROUNDS rounds
-          var=${OCTET_AB_VAR:-OCTET_FLASH_EXP2_POLY}
+          var=${OCTET_AB_VAR-OCTET_FLASH_EXP2_POLY}
           values=${OCTET_AB_VALUES:-0 1 2 3}
+          assigns() {  # the environment assignments of value $1 (in the array `set_env`)
+            set_env=()
+            if [ -n "$var" ]; then set_env=("$var=$1"); elif [ "$1" != base ]; then IFS=, read -ra set_env <<< "$1"; fi
+          }
           : > "$OUT/test_cuda-ab.log"; : > "$OUT/attention-ab.jsonl"
           tests=${OCTET_AB_TESTS-*FlashForward*:*Exp2Poly*:*AttentionRows*:*CudaAttention*}
           for v in $values; do
             [ -n "$tests" ] || break  # OCTET_AB_TESTS= (empty): timings only
-            env "$var=$v" timeout 200 "$BIN/test_cuda" --gtest_color=no --gtest_filter="$tests" \
+            assigns "$v"
+            env "${set_env[@]}" timeout 200 "$BIN/test_cuda" --gtest_color=no --gtest_filter="$tests" \
               >> "$OUT/test_cuda-ab.log" 2>&1
-            echo "test_cuda $var=$v rc=$?"; grep -E "FAILED|PASSED" "$OUT/test_cuda-ab.log" | tail -3
+            echo "test_cuda ${var:+$var=}$v rc=$?"; grep -E "FAILED|PASSED" "$OUT/test_cuda-ab.log" | tail -3
           done
           for round in $(seq "${OCTET_AB_ROUNDS:-2}"); do
             for v in $values; do
-              env "$var=$v" timeout 200 "$BIN/octet" bench attention --json --peer '' \
+              assigns "$v"
+              env "${set_env[@]}" timeout 200 "$BIN/octet" bench attention --json --peer '' \
                 --cases "${OCTET_AB_CASES:-bench}" 2>> "$OUT/attention-ab.err" |
                 python3 -c 'import json,sys
 for l in sys.stdin:
     if l.startswith("{"):
         r = json.loads(l); r.update(ab_var=sys.argv[1], ab_value=sys.argv[2], ab_round=int(sys.argv[3]))
         print(json.dumps(r))' "$var" "$v" "$round" >> "$OUT/attention-ab.jsonl"
-              echo "attention $var=$v round $round ($SECONDS s)"
+              echo "attention ${var:+$var=}$v round $round ($SECONDS s)"
             done
           done
           python3 -c 'import json,sys
