@@ -3,6 +3,7 @@
 // it scores the run's own validation split exactly as the trainer does (its logged val loss).
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "octet/command.h"
@@ -22,7 +23,11 @@ void run_eval(const EvalArgs& a) {
   EvalResult e;
   std::string what;
   if (a.data.empty()) {
-    auto ds = load_dataset(r.cfg);
+    // the run's validation split: its tokenizer, and the tokens its checkpoint recorded
+    auto ds = load_dataset(r.cfg, nullptr, run_tokenizer_model(a.run));
+    if (std::filesystem::exists(std::filesystem::path(a.run) / "checkpoint.safetensors"))
+      check_run_tokens(peek_checkpoint_state(a.run), *ds, a.run, "score the validation split of",
+                       "restore the corpus, or score a text with --data");
     e.loss = evaluate_validation(*r.model, *ds, r.cfg.train.eval_batches);
     e.perplexity = std::exp(e.loss);
     e.tokens = -1;  // not a text: bits per byte need the bytes behind the tokens

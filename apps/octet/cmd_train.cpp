@@ -14,6 +14,7 @@
 #include "octet/dist.h"
 #include "octet/enum_option.h"
 #include "octet/error.h"
+#include "octet/eval.h"
 #include "octet/train.h"
 
 namespace {
@@ -144,7 +145,9 @@ void run_train(const TrainArgs& a) {
     }
     OCTET_CHECK(a.dump_grads.empty() || (a.nproc <= 1 && env.world == 1), "--dump-grads runs in one process");
     if (!a.dump_grads.empty()) require_empty_or_new_dir(a.dump_grads, "--dump-grads");
-    ds = load_dataset(cfg, &desc);  // the launcher builds the tokenizer cache once for the ranks
+    // the launcher builds the tokenizer cache once for the ranks; a resume encodes with the run's
+    // own tokenizer.model
+    ds = load_dataset(cfg, &desc, a.resume.empty() ? std::string() : run_tokenizer_model(a.resume));
     const int ranks = a.nproc > 1 && env.world == 1 ? a.nproc : env.world;
     if (ranks > 1) {  // what train() would refuse on every rank
       check_rank_split(cfg, ranks);

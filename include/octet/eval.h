@@ -47,11 +47,17 @@ inline constexpr const char* kRunTokenizerFile = "tokenizer.model";
 /// whose piece count is not model.vocab_size.
 std::unique_ptr<Tokenizer> load_run_tokenizer(const RunConfig& cfg, const std::string& run_dir);
 
-/// A resume's check that the corpus still gives the run's tokenizer: if <run_dir>/tokenizer.model
-/// exists, its bytes must equal those of `ds`'s SentencePiece model. Throws octet::Error "cannot
-/// resume <run_dir>: the corpus ... gives another BPE tokenizer ..." otherwise (a changed data.path
-/// text would feed the weights other token ids).
-void check_run_tokenizer(const std::string& run_dir, const Dataset& ds);
+/// <run_dir>/tokenizer.model if the run has one, else "" (load_dataset's tokenizer_model).
+std::string run_tokenizer_model(const std::string& run_dir);
+
+/// Dataset::tokens_hash as TrainState::tokens_hash records it (16 lowercase hex digits).
+std::string tokens_hash_hex(const Dataset& ds);
+
+/// That `ds` holds the tokens the run's checkpoint `recorded` (TrainState::tokens_hash; not
+/// checked when it records none). Throws octet::Error "cannot <action> <run_dir>: the corpus of
+/// data.path gives other tokens than the run trained on (...); <remedy>" otherwise.
+void check_run_tokens(const TrainState& recorded, const Dataset& ds, const std::string& run_dir,
+                      const std::string& action, const std::string& remedy);
 /// Writes `ds`'s SentencePiece model to <run_dir>/tokenizer.model (crash-safely) unless it is
 /// there; nothing for a byte tokenizer. Throws octet::Error if it cannot be read or written.
 void keep_run_tokenizer(const std::string& run_dir, const Dataset& ds);

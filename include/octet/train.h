@@ -253,6 +253,9 @@ class Dataset {
   /// Unigram entropy of the training tokens, in nats per token: the loss of the best model that
   /// ignores context (a learned model must go far below it).
   double unigram_entropy() const;
+  /// FNV-1a (64-bit) of the token ids as int32 bytes: what a checkpoint records of its data, so
+  /// that a resume notices a corpus whose text (and so its tokens) changed.
+  uint64_t tokens_hash() const { return tokens_hash_; }
   /// The SentencePiece model file the tokens were encoded with (load_dataset sets it for a BPE
   /// tokenizer; empty for bytes and for a Dataset built from tokens).
   const std::string& tokenizer_model() const { return tokenizer_model_; }
@@ -268,11 +271,16 @@ class Dataset {
   mutable int64_t perm_epoch_ = -1;
   mutable std::vector<int64_t> perm_;
   std::string tokenizer_model_;
+  uint64_t tokens_hash_ = 0;
 };
 
 /// Loads the corpus, builds or loads the tokenizer (model.vocab_size pieces; byte needs >= 256)
-/// and the split. Token streams are cached next to the tokenizer.
-std::unique_ptr<Dataset> load_dataset(const RunConfig& cfg, std::string* description = nullptr);
+/// and the split. Token streams are cached next to the tokenizer (keyed by the corpus text and, for
+/// BPE, the SentencePiece model's bytes). `tokenizer_model`: a SentencePiece model file to encode
+/// with instead of the one data.cache_dir holds or trains for the corpus (a BPE run's own
+/// tokenizer.model: resume and eval use it); ignored for the byte tokenizer.
+std::unique_ptr<Dataset> load_dataset(const RunConfig& cfg, std::string* description = nullptr,
+                                      const std::string& tokenizer_model = "");
 /// An evaluation must read each validation window at most once: train.eval_batches ×
 /// train.batch_size <= the validation windows of `ds`. Throws octet::Error naming the keys
 /// otherwise (train() checks it first; a job's ranks check it before their first collective).
@@ -312,6 +320,9 @@ struct TrainState {
   /// The meaning keys of the run that wrote the checkpoint (meaning_values; config.toml's form),
   /// checked on resume against config.toml; empty in a checkpoint written before octet recorded them.
   std::map<std::string, std::string> meaning;
+  /// Dataset::tokens_hash of the run's token stream as 16 hex digits, checked on resume and by
+  /// `octet eval` of the validation split; empty in a checkpoint written before octet recorded it.
+  std::string tokens_hash;
 };
 /// <out>/checkpoint.safetensors: "param.<name>", "adam_m.<name>", "adam_v.<name>", the quantizer
 /// state "quant.<linear>" of every linear that keeps one (Model::quant_states: tensor-delayed FP8

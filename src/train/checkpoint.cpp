@@ -55,6 +55,7 @@ void save_checkpoint(const std::string& out_dir, Model& model, const std::vector
                        {"skipped_steps", s.skipped_steps},
                        {"bad_in_a_row", s.bad_in_a_row},
                        {"meaning", s.meaning}};
+  if (!s.tokens_hash.empty()) st["tokens_hash"] = s.tokens_hash;
   for (const auto& [key, q] : model.quant_states())
     f.tensors["quant." + key] = st_f32({int64_t(q.size())}, q.data());
   f.metadata["octet_state"] = st.dump();
@@ -76,6 +77,7 @@ TrainState parse_state(const std::map<std::string, std::string>& metadata, const
     s.skipped_steps = st.at("skipped_steps").get<int64_t>();
     s.bad_in_a_row = st.at("bad_in_a_row").get<int64_t>();
     if (st.contains("meaning")) s.meaning = st.at("meaning").get<std::map<std::string, std::string>>();
+    if (st.contains("tokens_hash")) s.tokens_hash = st.at("tokens_hash").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     OCTET_FAIL(file + ": corrupt checkpoint state (" + std::string(e.what()) + ")");
   }

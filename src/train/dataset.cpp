@@ -24,6 +24,7 @@ Dataset::Dataset(std::vector<int32_t> tokens, int64_t vocab_size, int64_t seq_le
                  uint64_t seed)
     : tokens_(std::move(tokens)), seq_len_(seq_len), seed_(seed) {
   OCTET_CHECK(seq_len >= 1, "seq_len must be >= 1");
+  tokens_hash_ = fnv1a64(tokens_.data(), tokens_.size() * sizeof(int32_t));
   for (int32_t t : tokens_)
     OCTET_CHECK(t >= 0 && t < vocab_size,
                 "token id " + std::to_string(t) + " outside the vocabulary of " + std::to_string(vocab_size));
@@ -130,15 +131,22 @@ void write_token_cache(const std::string& path, const std::vector<int32_t>& ids)
 }
 }  // namespace
 
-std::unique_ptr<Dataset> load_dataset(const RunConfig& cfg, std::string* description) {
+std::unique_ptr<Dataset> load_dataset(const RunConfig& cfg, std::string* description,
+                                      const std::string& tokenizer_model) {
   const std::string corpus_path = resolve_corpus_path(cfg.data.path);
   const Corpus corpus = read_corpus(corpus_path, cfg.data.max_bytes, cfg.data.path.empty());
   const std::string cache_dir = resolve_cache_dir(cfg.data.cache_dir);
-  std::unique_ptr<Tokenizer> tok = make_tokenizer(cfg, corpus.text);
+  std::unique_ptr<Tokenizer> tok = !tokenizer_model.empty() && cfg.data.tokenizer == "bpe"
+                                       ? load_bpe_tokenizer(tokenizer_model, cfg.model.vocab_size)
+                                       : make_tokenizer(cfg, corpus.text);
   std::vector<int32_t> ids;
   uint64_t h = fnv1a64(corpus.text.data(), corpus.text.size());
   const std::string tname = tok->name() + std::to_string(tok->vocab_size());
   h = fnv1a64(tname.data(), tname.size(), h);
+  if (!tok->sentencepiece_model().empty()) {  // the model itself: a run's own may differ from the cache's
+    const std::string model = read_file_bytes(tok->sentencepiece_model(), "SentencePiece model");
+    h = fnv1a64(model.data(), model.size(), h);
+  }
   char name[64];
   std::snprintf(name, sizeof name, "tokens-%016llx.bin", static_cast<unsigned long long>(h));
   const std::string cache = (fs::path(cache_dir) / name).string();

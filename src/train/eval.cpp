@@ -43,24 +43,31 @@ LoadedRun load_run(const std::string& dir, const std::string& device, const std:
 
 std::unique_ptr<Tokenizer> load_run_tokenizer(const RunConfig& cfg, const std::string& run_dir) {
   if (cfg.data.tokenizer == "byte") return make_tokenizer(cfg, {});
-  const fs::path own = fs::path(run_dir) / kRunTokenizerFile;
-  if (fs::exists(own)) return load_bpe_tokenizer(own.string(), cfg.model.vocab_size);
+  const std::string own = run_tokenizer_model(run_dir);
+  if (!own.empty()) return load_bpe_tokenizer(own, cfg.model.vocab_size);
   // a run from before runs kept their tokenizer: the one the corpus of data.path gives now
   return make_tokenizer(
       cfg, read_corpus(resolve_corpus_path(cfg.data.path), cfg.data.max_bytes, cfg.data.path.empty()).text);
 }
 
-void check_run_tokenizer(const std::string& run_dir, const Dataset& ds) {
+std::string run_tokenizer_model(const std::string& run_dir) {
   const fs::path own = fs::path(run_dir) / kRunTokenizerFile;
-  if (ds.tokenizer_model().empty() || !fs::exists(own)) return;
-  OCTET_CHECK(read_file_bytes(own.string(), "tokenizer") ==
-                  read_file_bytes(ds.tokenizer_model(), "SentencePiece model"),
-              "cannot resume " + run_dir +
-                  ": the corpus of data.path now gives another BPE tokenizer than the "
-                  "run's " +
-                  kRunTokenizerFile +
-                  " (its text changed since the run started); restore the corpus or "
-                  "start a new run");
+  return fs::exists(own) ? own.string() : std::string();
+}
+
+std::string tokens_hash_hex(const Dataset& ds) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(ds.tokens_hash()));
+  return hex;
+}
+
+void check_run_tokens(const TrainState& recorded, const Dataset& ds, const std::string& run_dir,
+                      const std::string& action, const std::string& remedy) {
+  OCTET_CHECK(recorded.tokens_hash.empty() || recorded.tokens_hash == tokens_hash_hex(ds),
+              "cannot " + action + " " + run_dir +
+                  ": the corpus of data.path gives other tokens than the run trained on (its text changed "
+                  "since the run started); " +
+                  remedy);
 }
 
 void keep_run_tokenizer(const std::string& run_dir, const Dataset& ds) {

@@ -262,8 +262,10 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   if (resume) {  // everything checked before the first write (docs/training.md §Resume)
     // before a checkpoint shape error: a meaning key changed by --set, or by an edit of config.toml
     resume_changes(load_config(out_dir + "/config.toml"), cfg, out_dir);
-    check_recorded_meaning(peek_checkpoint_state(out_dir).meaning, cfg, out_dir);
-    check_run_tokenizer(out_dir, ds);  // the same text, the same token ids
+    const TrainState recorded = peek_checkpoint_state(out_dir);
+    check_recorded_meaning(recorded.meaning, cfg, out_dir);
+    check_run_tokens(recorded, ds, out_dir, "resume",
+                     "restore the corpus or start a new run");  // the same text, the same token ids
     std::vector<float> hm, hv;
     st = load_checkpoint(out_dir, model, hm, hv);
     changes = check_resume(out_dir, cfg, st);
@@ -284,7 +286,8 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     if (writer) write_file_atomic(out_dir + "/config.toml", {to_toml(cfg)});
   }
   if (writer) keep_run_tokenizer(out_dir, ds);
-  st.meaning = meaning_values(cfg);  // every checkpoint records what the run computes
+  st.meaning = meaning_values(cfg);      // every checkpoint records what the run computes
+  st.tokens_hash = tokens_hash_hex(ds);  // and the data it trains on
   std::optional<MetricsLog> metrics_log;
   if (writer) metrics_log.emplace(metrics_path, resume);
   auto write_metrics = [&](const json& j) {

@@ -144,16 +144,35 @@ def test_a_bpe_run_keeps_its_tokenizer_whatever_becomes_of_the_corpus(tmp_path):
     ask = ["--prompt", "the queue drains", "--max-new-tokens", "6", "--json"]
     before = octet("sample", "--run", tmp_path / "r", *ask)
     assert before.returncode == 0, before.stderr
-    # another text at data.path, and no cache: sample and eval still encode as the run did
-    corpus.write_text("".join(f"a different text with words {i % 7} in it.\n" for i in range(300)))
+    val = octet("eval", "--run", tmp_path / "r", "--json")
+    assert val.returncode == 0, val.stderr
+    logged = [m["val_loss"] for m in metrics(tmp_path / "r") if "val_loss" in m][-1]
+    assert json.loads(val.stdout)["loss"] == logged
+    # no cache: sample and the validation split encode with the run's tokenizer.model, trained on
+    # nothing again
     for m in cache.iterdir():
         m.unlink()
+    assert json.loads(octet("eval", "--run", tmp_path / "r", "--json").stdout)["loss"] == logged
+    assert not list(cache.glob("spm-*.model")), "nothing trained again"
+    # another text at data.path: sample is the same, the validation split and a resume are refused
+    # (the run's checkpoint records its tokens), and the run is left as it was
+    corpus.write_text("".join(f"a different text with words {i % 7} in it.\n" for i in range(300)))
     after = octet("sample", "--run", tmp_path / "r", *ask)
     assert after.returncode == 0, after.stderr
     assert json.loads(after.stdout)["text"] == json.loads(before.stdout)["text"]
-    assert not list(cache.glob("spm-*.model")), "nothing trained again"
-    # a resume over the changed corpus is refused, and the run is left as it was
     kept = snapshot(tmp_path / "r")
+    r = octet("eval", "--run", tmp_path / "r", "--json")
+    assert_one_line_error(r, "gives other tokens than the run trained on", "score a text with --data")
     r = octet("train", "--resume", tmp_path / "r", *sets("train.steps=6"))
-    assert_one_line_error(r, "the corpus of data.path now gives another BPE tokenizer", "restore the corpus")
+    assert_one_line_error(r, "gives other tokens than the run trained on", "restore the corpus")
     assert snapshot(tmp_path / "r") == kept
+
+
+def test_a_resume_refuses_an_edited_corpus(run, tmp_path):
+    # a byte run: the tokenizer cannot change, the text can (one word)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(corpus.read_text().replace("drains", "drain", 1))
+    kept = snapshot(run)
+    r = octet("train", "--resume", run, *sets("train.steps=6"))
+    assert_one_line_error(r, f"cannot resume {run}: the corpus of data.path gives other tokens", "")
+    assert snapshot(run) == kept

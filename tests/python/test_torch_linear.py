@@ -112,6 +112,12 @@ def test_autocast_computes_in_its_dtype():
         y = lin(x)
     assert y.dtype == torch.bfloat16
     assert torch.equal(y, lin(x.bfloat16()))
+    # as nn.Linear: autocast leaves float64 alone (computed in float32, returned as float64) and
+    # an integer input is refused, not cast
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert lin(x.double()).dtype == torch.float64
+        with pytest.raises(TypeError, match="torch.int64"):
+            lin(torch.ones(4, 16, dtype=torch.int64))
 
 
 @pytest.mark.parametrize("recipe", ["tensor-current", "tensor-delayed"])
@@ -171,6 +177,26 @@ def test_double_backward_raises_for_a_parameter(wrt):
     target = {"first.weight": m[0].weight, "first.bias": m[0].bias, "last.weight": m[2].weight}[wrt]
     with pytest.raises(RuntimeError, match="double backward"):
         torch.autograd.grad(g.square().sum(), target, allow_unused=True)
+
+
+def test_direct_ops_check_what_the_library_reads():
+    # The custom ops are callable by anyone (torch.ops.octet.*): every tensor the library reads
+    # through a pointer is checked first (a short dy was read past its end: garbage or a crash).
+    lin = ot.Float8Linear(64, 32)
+    x, w, layer = torch.randn(8, 64), lin.weight.detach(), lin._octet_layer_t
+    fwd, bwd = torch.ops.octet.linear_forward, torch.ops.octet.linear_backward
+    with pytest.raises(ValueError, match=r"dy must be \[8, 32\]"):
+        bwd(x, w, torch.randn(1, 1), layer)
+    with pytest.raises(TypeError, match="dy must have x's dtype"):
+        bwd(x, w, torch.randn(8, 32, dtype=torch.float64), layer)
+    with pytest.raises(TypeError, match="w must be float32"):
+        fwd(x, w.bfloat16(), layer)
+    with pytest.raises(TypeError, match="x must be float32 or bfloat16"):
+        fwd(x.half(), w, layer)
+    with pytest.raises(ValueError, match="no Float8Linear layer has the id"):
+        fwd(x, w, torch.tensor(12345))
+    dx, dw = bwd(x, w, torch.randn(8, 32), layer)
+    assert dx.shape == x.shape and dw.shape == w.shape
 
 
 def test_a_resized_layer_is_refused_not_read_past():

@@ -77,14 +77,36 @@ def _load_state(h, values):
     _lib.check(_lib.lib().octet_linear_load_quant_state(h, buf, len(values)))
 
 
-def _call(x, w, layer):
-    spec = _layers[int(layer)].spec
+def _call(x, w, layer, dy=None):
+    """The library call's arguments and the layer's handle, after checking every tensor against
+    what the library will read through its pointer (a wrong size or dtype would read or write past
+    the tensors): TypeError/ValueError naming the argument."""
+    if not isinstance(layer, torch.Tensor) or layer.numel() != 1 or layer.dtype != torch.int64:
+        raise TypeError("octet::linear: layer must be a Float8Linear's one-element int64 id tensor")
+    entry = _layers.get(int(layer))
+    if entry is None:
+        raise ValueError(f"octet::linear: no Float8Linear layer has the id {int(layer)} in this process")
+    spec = entry.spec
     shape = (spec.out_features, spec.in_features)
     # octet's Linear was built for this shape and reads that many elements: anything else would
     # read or write past the tensors.
     if x.dim() != 2 or w.dim() != 2 or tuple(w.shape) != shape or x.shape[1] != spec.in_features:
         raise ValueError(f"octet::linear: the layer is [{shape[0]}, {shape[1]}] (out_features, "
                          f"in_features); got x {tuple(x.shape)}, w {tuple(w.shape)}")
+    if x.dtype not in (torch.float32, torch.bfloat16):
+        raise TypeError(f"octet::linear: x must be float32 or bfloat16 (the dtypes octet computes "
+                        f"in), got {x.dtype}")
+    if w.dtype != torch.float32:
+        raise TypeError(f"octet::linear: w must be float32, got {w.dtype}")
+    if w.device != x.device:
+        raise ValueError(f"octet::linear: x is on {x.device}, w on {w.device}")
+    if dy is not None:
+        if tuple(dy.shape) != (x.shape[0], shape[0]):
+            raise ValueError(f"octet::linear_backward: dy must be [{x.shape[0]}, {shape[0]}] (rows of x, "
+                             f"out_features), got {tuple(dy.shape)}")
+        if dy.dtype != x.dtype or dy.device != x.device:
+            raise TypeError(f"octet::linear_backward: dy must have x's dtype and device ({x.dtype} on "
+                            f"{x.device}), got {dy.dtype} on {dy.device}")
     c = _lib.LinearCall()
     c.rows, c.dtype = x.shape[0], dtype_code(x)
     c.x, c.w = x.data_ptr(), w.data_ptr()
@@ -113,7 +135,7 @@ def _backward_impl(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor,
                    layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     x, w, dy = x.contiguous(), w.contiguous(), dy.contiguous()
     dx, dw = x.new_empty(x.shape), w.new_zeros(w.shape)  # dw accumulates (+=) in octet
-    c, h = _call(x, w, layer)
+    c, h = _call(x, w, layer, dy)
     c.dy, c.dx, c.dw = dy.data_ptr(), dx.data_ptr(), dw.data_ptr()
     _lib.check(_lib.lib().octet_linear_backward(h, ctypes.byref(c)))
     return dx, dw
@@ -263,7 +285,11 @@ class Float8Linear(torch.nn.Linear):
                              f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x)}")
         if x.device.type == "meta":  # shape inference: nn.Linear's answer, no kernel to run
             return torch.nn.functional.linear(x, self.weight, self.bias)
-        if torch.is_autocast_enabled(x.device.type):  # as nn.Linear: compute in autocast's dtype
+        if torch.is_autocast_enabled(x.device.type) and x.dtype in (torch.float32, torch.bfloat16,
+                                                                   torch.float16):
+            # as nn.Linear: autocast's dtype for the floating types it casts (float64 and
+            # integer inputs are left as they are: float64 computes in float32, an integer
+            # input is refused below)
             x = x.to(torch.get_autocast_dtype(x.device.type))
         if x.device != self.weight.device:
             raise ValueError(f"Float8Linear: input on {x.device}, weight on {self.weight.device}")
