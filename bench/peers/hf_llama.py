@@ -50,7 +50,6 @@ import time
 import torch
 import torch.distributed as dist
 
-import dcp_checkpoint
 from gpt2_octet_torch import batches
 from gpt2_torch import to_float8
 
@@ -61,6 +60,8 @@ except ImportError:  # run from the checkout without installing the package
     import octet
 import octet.hf
 import octet.torch as ot
+
+import dcp_checkpoint  # noqa: E402  (imports octet.torch: after the path above)
 
 # name: hidden, layers, heads, kv heads, head_dim, d_ff
 SHAPES = {"llama-1b": (2048, 16, 32, 8, 64, 8192), "tiny": (64, 2, 4, 2, 16, 128)}

@@ -25,8 +25,9 @@ heads unrepeated) and runs octet.torch.attention on them:
   attention_varlen call (the library runs one dense kernel call per sequence). With cu_seq_lens
   the model compiles with fullgraph=True. position_ids are read on the host: eagerly once per
   forward (HostReads), compiled only for a batch of one row (a graph break there; a several-row
-  batch cannot be a packing and is not read). Eagerly, position_ids that are neither consecutive
-  nor such a packing, or restarting in a batch of several rows, are refused.
+  batch cannot be a packing and is not read). Eagerly, position_ids that restart at 0 in a batch
+  of several rows, or restart without each sequence counting up by one from 0, are refused;
+  positions with gaps and no restart are RoPE's business only (one sequence per row, as SDPA).
 
 Refused with a ValueError naming the feature: attention dropout > 0, a sliding window, chunked
 attention, logit softcapping, attention sinks, a score bias (T5's position_bias), sparse indices,
@@ -57,23 +58,25 @@ _REGISTERED = set()  # names this module registered (others are transformers' or
 
 
 def _packed_offsets(position_ids, batch, tokens):
-    """Sequence starts (and the end) of packed rows: position_ids [1, tokens] that count up by one
-    and restart at 0, the first sequence starting at 0 (what DataCollatorWithFlattening makes).
-    None when every row counts up by one (no packing). Raises ValueError for anything else."""
+    """Sequence starts (and the end) of packed rows: position_ids [1, tokens] that restart at 0,
+    each sequence counting up by one from 0 (what DataCollatorWithFlattening makes). None when no
+    row restarts at 0 (positions with gaps are positions only, read by RoPE: one sequence per row,
+    as SDPA runs them). Raises ValueError for a restart in a batch of several rows, or restarts
+    whose sequences do not count up by one from 0."""
     if position_ids is None or position_ids.dim() != 2 or position_ids.shape[-1] != tokens or tokens < 2:
         return None
     steps = position_ids[:, 1:] - position_ids[:, :-1]
-    if bool((steps == 1).all()):
+    restarts = (position_ids[:, 1:] == 0) & (steps != 1)
+    if bool((steps == 1).all()) or not bool(restarts.any()):
         return None
     if batch != 1:
-        raise ValueError(f"octet.hf: position_ids restart inside a row of a batch of {batch} rows: "
-                         f"packed sequences need a batch of one row (or cu_seq_lens_q/k)")
+        raise ValueError(f"octet.hf: position_ids restart at 0 inside a row of a batch of {batch} "
+                         f"rows: packed sequences need a batch of one row (or cu_seq_lens_q/k)")
     ids = position_ids[0]
-    restarts = ids[1:] == 0
-    if int(ids[0]) != 0 or not bool(((steps[0] == 1) | restarts).all()):
-        raise ValueError("octet.hf: position_ids are neither consecutive nor packed sequences that "
+    if int(ids[0]) != 0 or not bool(((steps[0] == 1) | restarts[0]).all()):
+        raise ValueError("octet.hf: position_ids restart at 0 but are not packed sequences that "
                          "each start at 0 and count up by one")
-    return [0] + (restarts.nonzero().flatten() + 1).tolist() + [tokens]
+    return [0] + (restarts[0].nonzero().flatten() + 1).tolist() + [tokens]
 
 
 _POSITIONS = HostReads(2)  # what the last position_ids say: a forward reads them once
@@ -195,9 +198,26 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
         o = attention_varlen(q[qb, qi], k[kb, kj], v[kb, kj], cu_q, cu_k, tq, tk, causal=causal,
                              delta=delta, softmax_scale=scaling, precision=precision,
                              format=format)
-        return torch.zeros_like(q).index_put((qb, qi), o), None
+        # o's dtype, not q's: under autocast q may be float32 (RoPE's output) and o autocast's
+        return q.new_zeros(q.shape, dtype=o.dtype).index_put((qb, qi), o), None
 
     return octet_attention
+
+
+def _mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, attention_mask=None, device=None,
+          **kwargs):
+    """The mask rule register() installs: FlashAttention's (flash_attention_mask: None when nothing
+    is masked, else the 2-D padding mask, shorter than kv_length for a static cache), and for a
+    static cache without a padding mask an all-ones mask of the filled slots, q_offset + q_length
+    (the cache's own count, not the position ids), so that the attention reads those slots alone."""
+    from transformers.masking_utils import flash_attention_mask
+    mask = flash_attention_mask(batch_size, q_length, kv_length, q_offset, kv_offset,
+                                attention_mask=attention_mask, **kwargs)
+    if mask is None and kv_offset == 0:
+        filled = int(q_offset) + q_length
+        if filled < kv_length:
+            return torch.ones(batch_size, filled, dtype=torch.bool, device=device)
+    return mask
 
 
 def register(name=None, *, delta=None, precision="fp8", format="hybrid"):
@@ -208,7 +228,7 @@ def register(name=None, *, delta=None, precision="fp8", format="hybrid"):
     AttentionInterface (>= 4.48); raises ImportError naming the version otherwise."""
     try:
         from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+        from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask  # noqa: F401
     except ImportError as e:
         import transformers
         raise ImportError(f"octet.hf.register needs transformers >= 4.48 (AttentionInterface, "
@@ -234,7 +254,7 @@ def register(name=None, *, delta=None, precision="fp8", format="hybrid"):
             raise ValueError(f"octet.hf.register: {n!r} is already an attention implementation of "
                              f"transformers or another library; choose another name")
         AttentionInterface.register(n, make_attention_function(d, precision, format))
-        AttentionMaskInterface.register(n, flash_attention_mask)
+        AttentionMaskInterface.register(n, _mask)
         _REGISTERED.add(n)
     return [n for n, _ in pairs]
 
