@@ -18,7 +18,9 @@ heads unrepeated) and runs octet.torch.attention on them:
   produce; padded query rows get 0); cross-attention or an encoder (not causal): every query row
   over that row's valid keys. A mask shorter than the keys (transformers' static KV cache) keeps
   the first mask-length key slots;
-- a static KV cache without a mask (causal): the key slots up to the largest position id;
+- a static KV cache without a padding mask: register()'s mask rule gives an all-ones mask of the
+  cache's filled slots (q_offset + q_length), read as above; without that rule (a model that does
+  not call it), the key slots up to the largest position id;
 - packed sequences (several sequences in one row, FlashAttention's varlen form): cu_seq_lens_q /
   cu_seq_lens_k passed to the model (DataCollatorWithFlattening(return_flash_attn_kwargs=True)), or
   position_ids of a batch of one row that restart at 0 (the first sequence starting at 0): one
