@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <set>
 
 #include "octet/dist.h"
 #include "octet/error.h"
+#include "train/run_dir_lock.h"
 #include "octet/names.h"
 #include "octet/train.h"
 #include "train/report_format.h"
@@ -70,6 +72,17 @@ bool finished_without_weights(const std::string& dir, const RunConfig& c) {
 // Removes what a compare writes into out_dir (every arm's folder, summary.json, curves.png).
 void remove_earlier_compare(const std::string& out_dir) {
   std::vector<std::string> names = enum_names<Arm>();
+  // Every run directory to go (an arm's folder and its seed-N folders) locked first: one that an
+  // octet process is training is refused before anything is removed.
+  std::vector<std::unique_ptr<train_detail::RunDirLock>> locks;
+  for (const std::string& n : names) {
+    const fs::path arm = fs::path(out_dir) / n;
+    std::error_code ec;
+    if (!fs::is_directory(arm, ec)) continue;
+    locks.push_back(std::make_unique<train_detail::RunDirLock>(arm.string()));
+    for (const auto& e : fs::directory_iterator(arm, ec))
+      if (e.is_directory(ec)) locks.push_back(std::make_unique<train_detail::RunDirLock>(e.path().string()));
+  }
   for (const char* f : {"summary.json", "curves.png"}) names.emplace_back(f);
   for (const std::string& n : names) {
     std::error_code ec;

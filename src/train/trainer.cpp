@@ -14,8 +14,6 @@
 // set_grad_ready_hook seam; ZeRO-1: each rank updates its shard, the shards are all-gathered), the
 // gradient norm and the loss are summed over ranks (so every rank skips a non-finite step together), and only
 // rank 0 writes files and the log. One rank runs exactly the single-process code.
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +34,7 @@
 #include "octet/error.h"
 #include "octet/optim.h"
 #include "octet/eval.h"
+#include "train/run_dir_lock.h"
 #include "octet/train.h"
 #include "train/report_format.h"
 
@@ -193,27 +192,6 @@ ResumePlan plan_resume(const std::string& dir, const std::vector<std::string>& o
   return plan;
 }
 
-// An exclusive advisory lock on the run directory itself (flock on its descriptor: no file is
-// written), held while a run trains, so that two octet processes never write one run.
-class RunDirLock {
- public:
-  explicit RunDirLock(const std::string& dir) : fd_(::open(dir.c_str(), O_RDONLY | O_DIRECTORY)) {
-    OCTET_CHECK(fd_ >= 0, io_error("cannot open", dir));
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      const int err = errno;
-      ::close(fd_);
-      OCTET_CHECK(err != EWOULDBLOCK, "run directory " + dir + " is in use by another octet process");
-      OCTET_FAIL(io_error("cannot lock", dir, std::strerror(err)));
-    }
-  }
-  ~RunDirLock() { ::close(fd_); }
-  RunDirLock(const RunDirLock&) = delete;
-  RunDirLock& operator=(const RunDirLock&) = delete;
-
- private:
-  int fd_;
-};
-
 TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool resume, Dataset& ds,
                   FILE* log_in, const TrainHooks& hooks, const RunConfig* table_base, DistSession* dist) {
   run_cfg.validate();
@@ -248,7 +226,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   };
   Optimizer opt(model, adamw_config(t),
                 zero ? zero->shard() : ShardLayout::whole(int64_t(model.num_params())));
-  std::optional<RunDirLock> lock;
+  std::optional<train_detail::RunDirLock> lock;
   if (writer) {
     std::error_code ec;  // the run directory only once the backend and the model exist
     fs::create_directories(out_dir, ec);

@@ -66,6 +66,27 @@ def test_compare_overwrite_keeps_nothing_stale(config, tmp_path):
     assert [s["arm"] for s in json.loads((out / "summary.json").read_text())] == ["bf16"]
 
 
+def test_compare_overwrite_refuses_an_arm_another_process_trains(config, tmp_path):
+    import subprocess
+    import time
+    from cli_util import OCTET
+    out = tmp_path / "cmp"
+    long_run = subprocess.Popen([OCTET, "compare", "--config", config, *sets(*TINY, "train.steps=10000000"),
+                                 "--arms", "bf16", "--out", out], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "bf16" / "metrics.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)  # the arm's directory is locked before its first step
+        assert long_run.poll() is None, long_run.stderr.read()
+        r = compare(config, out, "--overwrite", arms="bf16")
+        assert_one_line_error(r, f"run directory {out / 'bf16'} is in use by another octet process")
+        assert (out / "bf16" / "metrics.jsonl").exists() and long_run.poll() is None
+    finally:
+        long_run.kill()
+        long_run.communicate()
+
+
 def test_compare_prints_the_settings_once_then_what_differs(config, tmp_path):
     r = compare(config, tmp_path / "cmp")
     assert r.returncode == 0, r.stderr
