@@ -6,6 +6,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -43,6 +44,41 @@ inline CLI::Validator whole_number_at_least(int64_t min) {
         return ok ? std::string() : "must be a whole number >= " + std::to_string(min) + ", got '" + v + "'";
       },
       "");
+}
+
+/// A CLI11 check that a decimal integer fits the option's type (int64 for a signed option, uint64
+/// for an unsigned one): CLI11 would store a value beyond it as the type's limit. Anything else
+/// (not a decimal integer) is left to CLI11's conversion, which names it.
+inline CLI::Validator integer_fits(bool is_unsigned) {
+  return CLI::Validator(
+      [is_unsigned](std::string& v) -> std::string {
+        const bool negative = !v.empty() && v[0] == '-';
+        const std::string digits = v.substr(!v.empty() && (v[0] == '-' || v[0] == '+'));
+        if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return {};
+        const std::string trimmed = digits.substr(std::min(digits.find_first_not_of('0'), digits.size() - 1));
+        const std::string limit = is_unsigned ? "18446744073709551615"
+                                  : negative  ? "9223372036854775808"
+                                              : "9223372036854775807";
+        const bool fits =
+            (is_unsigned && negative)
+                ? trimmed == "0"
+                : trimmed.size() < limit.size() || (trimmed.size() == limit.size() && trimmed <= limit);
+        if (fits) return {};
+        return "must be a whole number from " + std::string(is_unsigned ? "0" : "-9223372036854775808") +
+               " to " + std::string(is_unsigned ? "18446744073709551615" : "9223372036854775807") +
+               ", got '" + v + "'";
+      },
+      "");
+}
+
+/// integer_fits on every integer option of `app` and its subcommands (by CLI11's type name, INT or
+/// UINT), so that no integer option silently saturates.
+inline void check_integer_options(CLI::App* app) {
+  for (CLI::Option* o : app->get_options()) {
+    const std::string t = o->get_type_name();
+    if (t.rfind("INT", 0) == 0 || t.rfind("UINT", 0) == 0) o->check(integer_fits(t.rfind("UINT", 0) == 0));
+  }
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) check_integer_options(sub);
 }
 
 /// Adds a seed option storing into `target`: a whole number in [0, 2^64), so "-1" is an error

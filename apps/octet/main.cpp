@@ -149,6 +149,7 @@ int main(int argc, char** argv) {
     c.setup(app);
     names.push_back(c.name);
   }
+  octet::cli::check_integer_options(&app);
   // Arguments after a "--" reach the main app (command.h, free_arguments); only a subcommand that
   // takes free arguments may have them.
   app.allow_extras();

@@ -171,6 +171,20 @@ def test_counts_and_seeds_reject_zero_and_negatives(args, option, value):
     assert option in line and f"got '{value}'" in line, line
 
 
+@pytest.mark.parametrize("args,option,value", [
+    (["sample", "--run", "r", "--prompt", "x", "--max-new-tokens"], "--max-new-tokens", "18446744073709551617"),
+    (["sample", "--run", "r", "--prompt", "x", "--top-k"], "--top-k", "99999999999999999999"),
+    (["sample", "--run", "r", "--prompt", "x", "--max-new-tokens"], "--max-new-tokens", "-9223372036854775809"),
+    (["compare", "--config", "c", "--out", "o", "--seeds"], "--seeds", "99999999999999999999"),
+    (["attention-check", "--seq"], "--seq", "9223372036854775808"),
+    (["attention-check", "--seed"], "--seed", "18446744073709551616"),
+])
+def test_integers_beyond_their_type_are_refused_as_typed(args, option, value):
+    # CLI11 would store such a value as the type's limit and run on
+    line = one_line_error(octet(*args, value))
+    assert option in line and f"got '{value}'" in line, line
+
+
 def test_quantize_e5m2_is_the_gradient_format():
     line = one_line_error(octet("quantize", "--recipe", "row", "--shape", "2x2", "--format", "e5m2",
                                 "--role", "activation"))
