@@ -296,19 +296,23 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   double total_seconds = 0;
   int64_t total_tokens = 0;
 
-  // Validation loss (nats/token). Its forwards record amaxes like any other; they are folded in
-  // at once (update_quant_scales) so that a checkpoint written after an evaluation holds them and
-  // a resumed run scales bitwise like an uninterrupted one.
   // Delayed scaling's update; with ranks, after the max of their amaxes (the same scales on all).
   auto update_scales = [&]() {
     if (comm) reduce_pending_amaxes(model, *comm);
     model.update_quant_scales();
     if (fp8_gather) fp8_gather->reinstall();  // the weights did not change: the same codes
   };
-  // Ranks evaluate their slices of the validation batches (the loss summed over ranks).
+  // Validation loss (nats/token); ranks evaluate their slices of the validation batches (the loss
+  // summed over ranks). Its forwards record amaxes as any forward does: under tensor-delayed
+  // scaling they would enter the history and change every step after it, so that how often a run
+  // evaluates (a schedule key) would change what it computes. The amaxes pending before it (none
+  // after a step's update) are put back afterwards.
+  const int64_t amax_slots = model.amax_slots();
+  Buffer eval_amaxes = amax_slots > 0 ? be.alloc(DType::I32, {amax_slots}) : Buffer();
   auto evaluate = [&]() {
+    if (amax_slots > 0) model.pending_amaxes(eval_amaxes);
     const double loss = evaluate_validation(model, ds, t.eval_batches, comm);  // octet/eval.h
-    update_scales();
+    if (amax_slots > 0) model.set_pending_amaxes(eval_amaxes);
     return loss;
   };
 

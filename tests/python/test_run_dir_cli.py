@@ -176,3 +176,23 @@ def test_a_resume_refuses_an_edited_corpus(run, tmp_path):
     r = octet("train", "--resume", run, *sets("train.steps=6"))
     assert_one_line_error(r, f"cannot resume {run}: the corpus of data.path gives other tokens", "")
     assert snapshot(run) == kept
+
+
+def test_how_often_a_delayed_run_evaluates_changes_nothing_it_computes(tmp_path):
+    # tensor-delayed FP8: an evaluation's amaxes stay out of the histories, so the step losses do
+    # not depend on train.eval_every, and `octet eval` gives the logged validation loss bit for bit
+    (tmp_path / "c.txt").write_text("".join(f"the queue drains buffer {i % 13} before it stops.\n"
+                                            for i in range(300)))
+    losses = {}
+    for every in (5, 7, 1000):
+        out = tmp_path / f"e{every}"
+        r = octet("train", *sets(*TINY_MODEL, "train.steps=30", f"train.eval_every={every}",
+                                 "precision.arm=fp8-linear", "precision.recipe=tensor-delayed",
+                                 f"data.path={tmp_path / 'c.txt'}", f"data.cache_dir={tmp_path / 'cache'}"),
+                  "--out", out)
+        assert r.returncode == 0, r.stderr
+        losses[every] = [m["loss"] for m in metrics(out) if "loss" in m and "val_loss" not in m]
+    assert len(losses[5]) == 30 and losses[5] == losses[7] == losses[1000]
+    r = octet("eval", "--run", tmp_path / "e5", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["loss"] == [m["val_loss"] for m in metrics(tmp_path / "e5") if "val_loss" in m][-1]
