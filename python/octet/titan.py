@@ -48,6 +48,16 @@ class OctetAttention(VarlenAttention):
         precision: str = "fp8"
         format: str = "hybrid"
 
+        def __post_init__(self):  # refused when the config is made, not at the first forward
+            parent = getattr(VarlenAttention.Config, "__post_init__", None)
+            if parent is not None:  # (no zero-argument super() in a slots dataclass)
+                parent(self)
+            for name, allowed in (("delta", ("matched", "stale")), ("precision", ("fp8", "bf16", "fp64")),
+                                  ("format", ("hybrid", "e4m3"))):
+                if getattr(self, name) not in allowed:
+                    raise ValueError(f"octet.titan.OctetAttention.Config: {name} must be one of "
+                                     f"{', '.join(allowed)}, got {getattr(self, name)!r}")
+
     def __init__(self, config: Config):
         Module.__init__(self)  # not VarlenAttention's: it selects a PyTorch flash implementation
         window = tuple(config.window_size)

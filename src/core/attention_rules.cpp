@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "octet/attention.h"
@@ -44,6 +45,15 @@ void AttentionShape::validate() const {
     OCTET_CHECK(v >= 1, "attention shape: " + std::string(name) + " must be >= 1, got " + std::to_string(v));
   OCTET_CHECK(n_heads % n_kv_heads == 0, "attention shape: kv-heads (" + std::to_string(n_kv_heads) +
                                              ") must divide heads (" + std::to_string(n_heads) + ")");
+  // Every size computed from the shape (elements, bytes of the saved state's copies, padded
+  // layouts) stays far inside int64: at most 2^56 elements per tensor.
+  for (const auto& [what, heads, seq] : {std::tuple{"batch·heads·seq·dim", n_heads, seq_q},
+                                         std::tuple{"batch·kv-heads·kv-seq·dim", n_kv_heads, seq_k}}) {
+    int64_t n = batch;
+    const bool overflow = __builtin_mul_overflow(n, heads, &n) || __builtin_mul_overflow(n, seq, &n) ||
+                          __builtin_mul_overflow(n, head_dim, &n) || n > (int64_t(1) << 56);
+    OCTET_CHECK(!overflow, std::string("attention shape: ") + what + " is beyond 2^56 elements");
+  }
   (void)softmax_scale_fp32(softmax_scale, "attention shape: softmax scale");
 }
 

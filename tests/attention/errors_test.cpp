@@ -25,6 +25,17 @@ TEST(AttentionErrors, KvHeadsMustDivideHeads) {
   EXPECT_NE(error_of([&] { s.validate(); }).find("kv-heads (4) must divide heads (6)"), std::string::npos);
 }
 
+TEST(AttentionErrors, SizesBeyondInt64AreRefusedNotWrapped) {
+  // 2^20 · 2^20 · 2^10 · 2^10 = 2^60 elements: a product the sizes computed from it would wrap
+  auto s = test::make_shape(int64_t(1) << 20, int64_t(1) << 20, 1, 1024, 8, 1024, false);
+  EXPECT_NE(error_of([&] { s.validate(); }).find("batch·heads·seq·dim is beyond 2^56"), std::string::npos);
+  s = test::make_shape(8, 2, 2, 8, int64_t(1) << 62, 64, false);  // the product overflows int64
+  EXPECT_NE(error_of([&] { s.validate(); }).find("batch·kv-heads·kv-seq·dim is beyond 2^56"),
+            std::string::npos);
+  s = test::make_shape(1 << 10, 64, 8, 1 << 14, 1 << 14, 128, true);  // 2^37: fine
+  EXPECT_EQ(error_of([&] { s.validate(); }), "");
+}
+
 TEST(AttentionErrors, ZeroSizesAreNamed) {
   auto s = test::make_shape(1, 2, 1, 8, 8, 16, false);
   s.seq_k = 0;

@@ -138,8 +138,13 @@ def test_bad_input_raises():
         ot.attention(q, k, torch.randn(1, 9, 1, 16))
     with pytest.raises(ValueError, match="softmax_scale"):
         ot.attention(q, k, v, softmax_scale=float("nan"))
-    with pytest.raises(TypeError, match="softmax_scale must be a number"):
+    with pytest.raises(TypeError, match="softmax_scale must be a real number"):
         ot.attention(q, k, v, softmax_scale="x")
+    with pytest.raises(ValueError, match="beyond FP32's range"):
+        ot.attention(q, k, v, softmax_scale=10**400)
+    import numpy as np  # a NumPy float is a real number: the same call as with a Python float
+    assert torch.equal(ot.attention(q, k, v, softmax_scale=np.float32(0.25)),
+                       ot.attention(q, k, v, softmax_scale=0.25))
     # FP32 would make 1e-50 a 0 (the default scale) and 1e39 infinite: refused, not substituted
     for scale in (1e-50, 1e-39, 1e39):
         with pytest.raises(ValueError, match="outside FP32's normal range"):

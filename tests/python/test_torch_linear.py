@@ -256,3 +256,22 @@ def test_load_quant_state_names_a_bad_state():
     state = m.quant_state()
     m.load_quant_state(state)  # a round trip still works
     assert torch.equal(m.quant_state(), state)
+
+
+def test_delayed_scaling_saturates_an_inf_and_counts_it():
+    # tensor-delayed: the scale comes from earlier amaxes, so an inf input saturates (finite
+    # output) instead of turning NaN; the history does not take the inf and the X slot's overflow
+    # count says it happened (quant_state layout per slot: [n, amaxes..., scale, overflow count])
+    f = ot.Float8Linear(16, 8, recipe="tensor-delayed", bias=False, amax_history_len=4)
+    f(torch.randn(4, 16))
+    f.update_scales()
+    before = f.quant_state()
+    x = torch.randn(4, 16)
+    x[1, 3] = float("inf")
+    y = f(x)
+    f.update_scales()
+    after = f.quant_state()
+    assert torch.isfinite(y).all()
+    n = int(before[0])
+    assert int(after[0]) == n and torch.equal(after[1:1 + n], before[1:1 + n])  # no inf in the history
+    assert after[n + 2] == before[n + 2] + 1  # X's overflow count

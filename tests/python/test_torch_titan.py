@@ -158,6 +158,9 @@ def test_options_and_bad_input():
     assert stale.layers[0].attention.inner_attention.delta == "stale"  # a config: a list
     with pytest.raises(ValueError, match="window_size"):
         titan.OctetAttention(titan.OctetAttention.Config(window_size=(128, 0)))
+    for name, value in (("delta", "bogus"), ("precision", "fp16"), ("format", "e5m2")):
+        with pytest.raises(ValueError, match=f"{name} must be one of"):  # when the config is made
+            titan.OctetAttention.Config(**{name: value})
     attn = titan.OctetAttention(titan.OctetAttention.Config())
     q = torch.randn(1, 8, 2, 16)
     with pytest.raises(TypeError, match="VarlenMetadata"):

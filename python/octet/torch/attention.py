@@ -20,6 +20,7 @@ return_residual=True runs eagerly even inside torch.compile (a graph break): its
 tensor the forward made, which a compiled graph cannot express.
 """
 import math
+import numbers
 
 import torch
 
@@ -68,6 +69,7 @@ def _shape(layout, b, heads, seq, d):
 
 
 _saved_sizes = {}
+_SAVED_SIZES_KEPT = 4096  # a process with ever new shapes (serving) keeps the most recent ones
 
 
 def _saved_bytes(device, dims, dtype, config):
@@ -80,6 +82,8 @@ def _saved_bytes(device, dims, dtype, config):
         n = _lib.lib().octet_attention_saved_bytes(backend_for(device), p)
         if n < 0:
             _lib.check(-1)
+        if len(_saved_sizes) >= _SAVED_SIZES_KEPT:
+            del _saved_sizes[next(iter(_saved_sizes))]  # the oldest entry (dicts keep insertion order)
         _saved_sizes[key] = n
     return n
 
@@ -407,10 +411,13 @@ def _prepare(q, k, v, causal, softmax_scale, precision, who, empty_seq_ok=False)
         raise TypeError(f"{who}: causal must be a bool, got "
                         f"{type(causal).__module__}.{type(causal).__qualname__}")
     if softmax_scale is not None and (isinstance(softmax_scale, bool)
-                                      or not isinstance(softmax_scale, (int, float))):
-        raise TypeError(f"{who}: softmax_scale must be a number or None, got "
+                                      or not isinstance(softmax_scale, numbers.Real)):
+        raise TypeError(f"{who}: softmax_scale must be a real number or None, got "
                         f"{type(softmax_scale).__name__}")
-    scale = 0.0 if softmax_scale is None else float(softmax_scale)  # 0: c_api.h's default
+    try:
+        scale = 0.0 if softmax_scale is None else float(softmax_scale)  # 0: c_api.h's default
+    except OverflowError:  # an int beyond any float
+        raise ValueError(f"{who}: softmax_scale {softmax_scale} is beyond FP32's range") from None
     # comparisons, not math.isfinite: under torch.compile(dynamic=True) the scale is a symbolic
     # float, which comparisons guard on and isfinite cannot trace (NaN fails both comparisons)
     if softmax_scale is not None and not 0 < scale < math.inf:
