@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "octet/command.h"
+#include "octet/error.h"
 #include "octet/train.h"
 
 namespace {
@@ -22,6 +23,9 @@ OCTET_COMMAND("plot", [](CLI::App& app) {
     // An explicit --out is never replaced; the default <run>/loss.png is octet's own plot of that
     // run, redrawn each time.
     if (!args->out.empty()) octet::require_new_file(args->out, "--out");
+    const std::string& o = args->out;
+    OCTET_CHECK(o.empty() || (o.size() > 4 && o.compare(o.size() - 4, 4, ".png") == 0),
+                "--out " + o + ": the plot is a PNG; give a path ending in .png");
     const std::string png = args->out.empty() ? args->runs.front() + "/loss.png" : args->out;
     octet::plot_runs(args->runs, png, args->title);
     std::printf("wrote %s\n", png.c_str());

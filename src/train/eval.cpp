@@ -17,7 +17,12 @@ LoadedRun load_run(const std::string& dir, const std::string& device, const std:
   const std::string cfg_path = (fs::path(dir) / "config.toml").string();
   OCTET_CHECK(fs::is_regular_file(cfg_path), "no run in " + dir + " (missing " + cfg_path + ")");
   LoadedRun r;
-  r.cfg = load_config(cfg_path);
+  try {
+    r.cfg = load_config(cfg_path);
+  } catch (const Error& e) {  // a run's config that is not a whole run (emptied, hand-edited)
+    const std::string what = e.what();
+    throw Error(what.find(cfg_path) == std::string::npos ? cfg_path + ": " + what : what);
+  }
   // config.toml may have been edited since the run trained: its meaning keys must still be those
   // its checkpoint recorded (as a resume checks), else the weights would run as another model.
   if (fs::exists(fs::path(dir) / "checkpoint.safetensors"))

@@ -100,6 +100,14 @@ def test_compare_prints_the_settings_once_then_what_differs(config, tmp_path):
     assert "| n/a |" in rows["bf16"] and "| n/a |" not in rows["fp8-matched"]
 
 
+def test_plot_out_must_name_a_png(config, tmp_path):
+    out = tmp_path / "cmp"
+    assert compare(config, out, arms="bf16").returncode == 0
+    r = octet("plot", out / "bf16", "--out", tmp_path / "curves.svg")
+    assert_one_line_error(r, "the plot is a PNG", "ending in .png")
+    assert not (tmp_path / "curves.svg").exists()
+
+
 def test_compare_without_gnuplot_keeps_the_results(config, tmp_path):
     env = dict(os.environ, PATH=str(tmp_path / "no-bin"))
     out = tmp_path / "cmp"

@@ -196,3 +196,9 @@ def test_how_often_a_delayed_run_evaluates_changes_nothing_it_computes(tmp_path)
     r = octet("eval", "--run", tmp_path / "e5", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["loss"] == [m["val_loss"] for m in metrics(tmp_path / "e5") if "val_loss" in m][-1]
+
+
+def test_a_run_whose_config_is_not_a_run_is_named(run):
+    (run / "config.toml").write_text("")  # emptied: the built-in defaults, which are no whole run
+    r = octet("eval", "--run", run)
+    assert_one_line_error(r, f"{run / 'config.toml'}: ")
