@@ -69,18 +69,6 @@ Cost estimate_cost(const Options& opt) {
   return c;
 }
 
-// Memory the kernel can give without swapping (MemAvailable of /proc/meminfo), in bytes; 0 when unknown.
-double available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  double kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024.0;
-  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? double(pages) * double(page) : 0.0;
-}
-
 std::string human_bytes(double b) {
   char buf[32];
   if (b >= 1e9)
@@ -109,7 +97,7 @@ bool check_budget(const Options& opt) {
   std::snprintf(n, sizeof n, "%.3g", c.elements);
   OCTET_CHECK(c.elements < 0x1p52, "attention-check: Q, K, V and dO would hold " + std::string(n) +
                                        " elements, beyond what can be allocated");
-  const double avail = available_memory();
+  const double avail = octet::host_memory_available();
   OCTET_CHECK(opt.force || avail <= 0 || c.bytes <= avail,
               "attention-check: this run needs about " + human_bytes(c.bytes) + " of memory (and ~" +
                   human_seconds(c.seconds) + ") but " + human_bytes(avail) +

@@ -274,6 +274,19 @@ class Dataset {
   uint64_t tokens_hash_ = 0;
 };
 
+/// Memory the kernel can give without swapping (MemAvailable of /proc/meminfo), in bytes; 0 when
+/// unknown.
+double host_memory_available();
+/// A lower bound of a CPU training process's memory, in bytes: FP32 parameters, gradients and
+/// AdamW's two moments (16 bytes per parameter of `model`), and the FP32 logits of one micro-batch
+/// of `micro_batch` sequences and their gradient.
+double cpu_train_bytes_lower_bound(const ModelConfig& model, int64_t micro_batch);
+/// Throws octet::Error naming both sizes and the keys to lower when that lower bound exceeds
+/// host_memory_available() (not checked when it is unknown). train() calls it on the cpu backend
+/// before the model is built: beyond it Linux would kill the run mid-step (overcommit), not refuse
+/// an allocation.
+void check_cpu_train_memory(const ModelConfig& model, int64_t micro_batch);
+
 /// Loads the corpus, builds or loads the tokenizer (model.vocab_size pieces; byte needs >= 256)
 /// and the split. Token streams are cached next to the tokenizer (keyed by the corpus text and, for
 /// BPE, the SentencePiece model's bytes). `tokenizer_model`: a SentencePiece model file to encode

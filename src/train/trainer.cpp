@@ -211,6 +211,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   const int64_t rank_batch = t.batch_size / world;
   ModelMemory memory;
   memory.activation_checkpointing = t.activation_checkpointing;
+  if (be.name() == "cpu") check_cpu_train_memory(cfg.model, rank_batch);  // before the model, the folder
   Model model(cfg.model, cfg.precision, be, rank_batch, memory);
   std::unique_ptr<Zero1> zero;
   if (comm) zero = std::make_unique<Zero1>(model, *comm, cfg.dist.bucket_mb);

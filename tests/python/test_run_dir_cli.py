@@ -202,3 +202,15 @@ def test_a_run_whose_config_is_not_a_run_is_named(run):
     (run / "config.toml").write_text("")  # emptied: the built-in defaults, which are no whole run
     r = octet("eval", "--run", run)
     assert_one_line_error(r, f"{run / 'config.toml'}: ")
+
+
+def test_a_cpu_run_beyond_the_hosts_memory_is_refused_before_its_folder(tmp_path):
+    # 10^10 vocabulary rows: terabytes of parameters and AdamW state, far beyond any CI host. Linux
+    # would not refuse the allocation but kill the run mid-step, leaving a folder that neither
+    # resumes nor can be reused.
+    (tmp_path / "c.txt").write_text("the queue drains.\n" * 400)
+    r = octet("train", *sets(*TINY_MODEL, "model.vocab_size=10000000000", f"data.path={tmp_path / 'c.txt'}",
+                             f"data.cache_dir={tmp_path / 'cache'}"), "--out", tmp_path / "r")
+    assert_one_line_error(r, "train on the cpu needs at least", "GB of memory is available",
+                          "lower model.vocab_size")
+    assert not (tmp_path / "r").exists()
