@@ -153,6 +153,13 @@ void run_train(const TrainArgs& a) {
       check_rank_split(cfg, ranks);
       check_eval_split(cfg, *ds);
     }
+    if (!a.resume.empty())  // the tokens the run trained on: before any rank starts
+      check_run_tokens(peek_checkpoint_state(a.resume), *ds, a.resume, "resume",
+                       "restore the corpus or start a new run");
+    // The --nproc launcher's ranks share this host: their memory together.
+    if (cfg.device == "cpu" && a.dump_grads.empty())
+      check_cpu_train_memory(cfg.model, cfg.train.batch_size / ranks,
+                             a.nproc > 1 && env.world == 1 ? a.nproc : 1);
   });
   if (complete) return;
   const bool launcher = a.nproc > 1 && env.world == 1;

@@ -281,11 +281,12 @@ double host_memory_available();
 /// AdamW's two moments (16 bytes per parameter of `model`), and the FP32 logits of one micro-batch
 /// of `micro_batch` sequences and their gradient.
 double cpu_train_bytes_lower_bound(const ModelConfig& model, int64_t micro_batch);
-/// Throws octet::Error naming both sizes and the keys to lower when that lower bound exceeds
+/// Throws octet::OutOfMemory naming both sizes and the keys to lower when that lower bound exceeds
 /// host_memory_available() (not checked when it is unknown). train() calls it on the cpu backend
 /// before the model is built: beyond it Linux would kill the run mid-step (overcommit), not refuse
 /// an allocation.
-void check_cpu_train_memory(const ModelConfig& model, int64_t micro_batch);
+/// `processes`: the training processes of this host that each hold that much (the --nproc ranks).
+void check_cpu_train_memory(const ModelConfig& model, int64_t micro_batch, int processes = 1);
 
 /// Loads the corpus, builds or loads the tokenizer (model.vocab_size pieces; byte needs >= 256)
 /// and the split. Token streams are cached next to the tokenizer (keyed by the corpus text and, for

@@ -21,6 +21,9 @@ void run_job_checks(const DistEnv& env, const std::function<void()>& checks) {
   std::string line;
   try {
     checks();
+  } catch (const OutOfMemory& e) {  // as main.cpp reports it: a run that failed
+    status = 1;
+    line = std::string("octet: failed: out of memory (") + e.what() + ")";
   } catch (const Error& e) {
     status = 2;
     line = std::string("octet: error: ") + e.what();

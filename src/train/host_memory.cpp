@@ -32,17 +32,17 @@ double cpu_train_bytes_lower_bound(const ModelConfig& model, int64_t micro_batch
   return params * 16.0 + double(micro_batch) * double(model.seq_len) * double(model.vocab_size) * 8.0;
 }
 
-void check_cpu_train_memory(const ModelConfig& model, int64_t micro_batch) {
-  const double need = cpu_train_bytes_lower_bound(model, micro_batch);
+void check_cpu_train_memory(const ModelConfig& model, int64_t micro_batch, int processes) {
+  const double need = cpu_train_bytes_lower_bound(model, micro_batch) * double(processes);
   const double avail = host_memory_available();
   if (avail <= 0 || need <= avail) return;
   char msg[320];
   std::snprintf(msg, sizeof msg,
-                "train on the cpu needs at least %.3g GB per process (parameters, gradients and AdamW "
-                "state, and one micro-batch's logits) but %.3g GB of memory is available; lower "
+                "train on the cpu needs at least %.3g GB (%d process%s: parameters, gradients and AdamW "
+                "state, and one micro-batch's logits each) but %.3g GB of memory is available; lower "
                 "model.vocab_size, model.seq_len, train.batch_size or the model's size",
-                need / 1e9, avail / 1e9);
-  OCTET_FAIL(msg);
+                need / 1e9, processes, processes == 1 ? "" : "es", avail / 1e9);
+  throw OutOfMemory(msg);  // a run the machine cannot hold: "failed" (exit 1), not bad input
 }
 
 }  // namespace octet

@@ -1,7 +1,8 @@
 // A config error under plain `mpirun -np N octet train|compare ...` (no --nproc launcher to check it
 // first): every rank finds it, one line reports it, the job exits with status 2 and without an
 // MPI_Abort — for an invalid value, a batch that does not split over the ranks and an evaluation
-// larger than the validation split (the last two were found inside the ranks' collectives before).
+// larger than the validation split (the last two were found inside the ranks' collectives before),
+// a resume over a corpus whose text changed, and a CPU run beyond the host's memory (exit 1).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -80,6 +81,27 @@ TEST(LaunchConfigError, AnEvaluationLargerThanTheValidationSplitReadsOnce) {
   expect_one_error_no_abort(
       mpirun(2, "train --config " + f.config + " --set train.eval_batches=100000 --out " + out),
       "validation split has");
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST(LaunchConfigError, AChangedCorpusOnResumeReadsOnce) {
+  if (skip()) GTEST_SKIP() << "starts its own job from one process";
+  Fixture f;
+  const std::string out = f.dir / "run";
+  ASSERT_EQ(mpirun(2, "train --config " + f.config + " --set train.steps=2 --out " + out).status, 0);
+  test::write_file(f.dir / "corpus.txt", test::synthetic_text(401));  // one line more
+  expect_one_error_no_abort(mpirun(2, "train --resume " + out + " --set train.steps=4"),
+                            "gives other tokens than the run trained on");
+}
+
+TEST(LaunchConfigError, ACpuRunBeyondTheHostsMemoryFailsOnce) {
+  if (skip()) GTEST_SKIP() << "starts its own job from one process";
+  Fixture f;
+  const std::string out = f.dir / "huge";
+  const JobRun r = mpirun(2, "train --config " + f.config + " --set model.vocab_size=10000000000 --out " + out);
+  EXPECT_EQ(r.status, 1) << r.out;  // memory, not bad input
+  EXPECT_EQ(count(r.out, "octet: failed: out of memory (train on the cpu needs at least"), 1u) << r.out;
+  EXPECT_EQ(r.out.find("MPI_ABORT"), std::string::npos) << r.out;
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
