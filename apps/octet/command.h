@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -46,27 +47,34 @@ inline CLI::Validator whole_number_at_least(int64_t min) {
       "");
 }
 
-/// A CLI11 check that a decimal integer fits the option's type (int64 for a signed option, uint64
-/// for an unsigned one): CLI11 would store a value beyond it as the type's limit. Anything else
-/// (not a decimal integer) is left to CLI11's conversion, which names it.
+/// A CLI11 check that an integer fits the option's type (int64 for a signed option, uint64 for an
+/// unsigned one), read in the base CLI11 reads it in (strtoll's base 0: 0x hexadecimal, a leading 0
+/// octal, else decimal): CLI11 would store a value beyond the type as its limit. Anything that is
+/// not such an integer is left to CLI11's conversion, which names it.
 inline CLI::Validator integer_fits(bool is_unsigned) {
   return CLI::Validator(
       [is_unsigned](std::string& v) -> std::string {
         const bool negative = !v.empty() && v[0] == '-';
-        const std::string digits = v.substr(!v.empty() && (v[0] == '-' || v[0] == '+'));
-        if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return {};
-        const std::string trimmed = digits.substr(std::min(digits.find_first_not_of('0'), digits.size() - 1));
-        const std::string limit = is_unsigned ? "18446744073709551615"
-                                  : negative  ? "9223372036854775808"
-                                              : "9223372036854775807";
-        const bool fits =
-            (is_unsigned && negative)
-                ? trimmed == "0"
-                : trimmed.size() < limit.size() || (trimmed.size() == limit.size() && trimmed <= limit);
-        if (fits) return {};
-        return "must be a whole number from " + std::string(is_unsigned ? "0" : "-9223372036854775808") +
-               " to " + std::string(is_unsigned ? "18446744073709551615" : "9223372036854775807") +
-               ", got '" + v + "'";
+        std::string digits = v.substr(!v.empty() && (v[0] == '-' || v[0] == '+'));
+        int base = 10;
+        if (digits.size() > 2 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')) {
+          base = 16;
+          digits = digits.substr(2);
+        } else if (digits.size() > 1 && digits[0] == '0') {
+          base = 8;
+        }
+        uint64_t magnitude = 0;
+        const char* end = digits.data() + digits.size();
+        const auto [ptr, ec] = std::from_chars(digits.data(), end, magnitude, base);
+        if (digits.empty() || ptr != end) {
+          if (ec != std::errc::result_out_of_range) return {};  // not an integer: CLI11 says so
+        }
+        const uint64_t limit = is_unsigned ? ~uint64_t(0) : negative ? uint64_t(1) << 63 : ~uint64_t(0) >> 1;
+        const bool fits = ec != std::errc::result_out_of_range && magnitude <= limit &&
+                          !(is_unsigned && negative && magnitude);
+        return fits ? std::string()
+                    : std::string("must fit a 64-bit ") + (is_unsigned ? "unsigned" : "signed") +
+                          " integer, got '" + v + "'";
       },
       "");
 }

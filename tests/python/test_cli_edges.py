@@ -178,6 +178,8 @@ def test_counts_and_seeds_reject_zero_and_negatives(args, option, value):
     (["compare", "--config", "c", "--out", "o", "--seeds"], "--seeds", "99999999999999999999"),
     (["attention-check", "--seq"], "--seq", "9223372036854775808"),
     (["attention-check", "--seed"], "--seed", "18446744073709551616"),
+    (["sample", "--run", "r", "--prompt", "x", "--top-k"], "--top-k", "0x1ffffffffffffffff"),  # hexadecimal
+    (["attention-check", "--heads"], "--heads", "0x1ffffffffffffffff"),
 ])
 def test_integers_beyond_their_type_are_refused_as_typed(args, option, value):
     # CLI11 would store such a value as the type's limit and run on
