@@ -10,7 +10,9 @@ parameters stay sharded); rank 0 then writes meta.json (the step, and whatever t
 `extra`, such as the losses so far) and renames the folder, and the older complete checkpoints go.
 `latest` finds the newest complete one; `load` restores it in place. Float8Linear's scaling state
 (quant_state(): the amax history and scales of tensor-delayed scaling, empty for the current-scaling
-recipes) is saved per module name and restored with load_quant_state.
+recipes; its length grows with the history) goes into meta.json per module name (rank 0's: under
+FSDP2 only stateless recipes run) and is restored with load_quant_state. meta.json also keeps the
+run's defining settings (`settings`), which a resume must repeat.
 """
 import json
 import os
@@ -49,9 +51,10 @@ def latest(root):
     return max(done, default=(0, None))
 
 
-def save(root, step, model, opt, extra):
+def save(root, step, model, opt, settings, extra):
     """Writes checkpoint `step` under `root` (a collective: every rank calls it), then removes the
-    older ones. `extra`: a JSON-serializable dict kept in meta.json (rank 0's)."""
+    older ones. `settings`: what defines the run (a dict a resume must match); `extra`: a
+    JSON-serializable dict kept in meta.json (rank 0's)."""
     root = pathlib.Path(root)
     tmp, final = root / f"step-{step}.tmp", root / f"step-{step}"
     if _rank() == 0:
@@ -59,12 +62,12 @@ def save(root, step, model, opt, extra):
         tmp.mkdir(parents=True)
     _barrier()
     model_sd, optim_sd = get_state_dict(model, opt)
-    dcp.save({"model": model_sd, "optim": optim_sd, "octet_quant": _quant_states(model)},
-             checkpoint_id=str(tmp))
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
     _barrier()  # every rank's shards and DCP's metadata are written
     if _rank() == 0:
         with open(tmp / "meta.json.tmp", "w") as f:
-            json.dump({"step": step, **extra}, f)
+            quant = {name: q.tolist() for name, q in _quant_states(model).items()}
+            json.dump({"step": step, "settings": settings, "octet_quant": quant, **extra}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp / "meta.json.tmp", tmp / "meta.json")
@@ -78,17 +81,28 @@ def save(root, step, model, opt, extra):
     _barrier()
 
 
-def load(folder, model, opt):
+def load(folder, model, opt, settings):
     """Restores the checkpoint in `folder` into model and opt (a collective) and returns its
-    meta.json. DCP raises if the checkpoint lacks a tensor the model or the optimizer has."""
+    meta.json. Raises ValueError naming the first setting that differs from `settings`, and for a
+    folder that is not a whole checkpoint (DCP's own error for a missing or damaged shard)."""
     folder = pathlib.Path(folder)
-    meta = json.loads((folder / "meta.json").read_text())
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        saved, quant = meta["settings"], meta["octet_quant"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{folder}/meta.json is not a checkpoint's ({type(e).__name__}: {e})") from None
+    for key, value in settings.items():
+        if saved.get(key) != value:
+            raise ValueError(f"the checkpoint in {folder} was written with {key} = {saved.get(key)!r}; "
+                             f"this run has {value!r} (resume with the same settings)")
+    modules = {name: m for name, m in model.named_modules() if isinstance(m, ot.Float8Linear)}
+    if set(quant) != set(modules):
+        raise ValueError(f"the checkpoint in {folder} holds the scaling state of "
+                         f"{len(quant)} Float8Linear modules, the model has {len(modules)}")
     model_sd, optim_sd = get_state_dict(model, opt)
-    quant = _quant_states(model)
-    state = {"model": model_sd, "optim": optim_sd, "octet_quant": quant}
+    state = {"model": model_sd, "optim": optim_sd}
     dcp.load(state, checkpoint_id=str(folder))
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    modules = dict(model.named_modules())
-    for name, q in state["octet_quant"].items():
+    for name, q in quant.items():
         modules[name].load_quant_state(q)
     return meta

@@ -193,10 +193,19 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8, fused=dev.type == "cuda")
     start, losses, val_losses = 0, [], []
+    # what a resume must repeat (not --steps or --warmup, which set the timed window, nor
+    # --checkpoint-every)
+    settings = {k: getattr(a, k) for k in ("model", "attention", "linears", "recipe", "data", "eval_every",
+                                           "eval_batches", "batch", "grad_accum", "seq", "vocab", "lr",
+                                           "packed")}
+    settings["world"] = world
     if a.checkpoint_dir:
         start, folder = dcp_checkpoint.latest(a.checkpoint_dir)
         if folder is not None:
-            meta = dcp_checkpoint.load(folder, model, opt)
+            try:
+                meta = dcp_checkpoint.load(folder, model, opt, settings)
+            except Exception as e:  # noqa: BLE001  (DCP raises its own types for damaged shards)
+                sys.exit(f"--checkpoint-dir {a.checkpoint_dir}: cannot resume from {folder}: {e}")
             losses, val_losses = meta["losses"], [tuple(v) for v in meta["val_losses"]]
     step_model = model if a.no_compile else torch.compile(model)
     batch_of, val = batches(a, dev, 0)
@@ -240,8 +249,11 @@ def main():
             model.train()
             val_losses.append((s + 1, v))
         if a.checkpoint_every and (s + 1) % a.checkpoint_every == 0:
-            dcp_checkpoint.save(a.checkpoint_dir, s + 1, model, opt,
-                                {"losses": losses, "val_losses": val_losses})
+            # the evaluations of the schedule only: a run that stops between two also evaluated
+            # its last step, which the run that resumes it does not
+            kept = [v for v in val_losses if v[0] % a.eval_every == 0]
+            dcp_checkpoint.save(a.checkpoint_dir, s + 1, model, opt, settings,
+                                {"losses": losses, "val_losses": kept})
     fpt, matmul = flops_per_token(a.model, a.vocab, a.seq)
     tokens = a.batch * a.seq * a.grad_accum * world
     step_ms = statistics.median(ms) if ms else None  # none when resumed past the timed steps

@@ -155,6 +155,7 @@ def test_direct_op_calls_with_bad_tensors_raise():
         "lse": lambda: BWD(o, lse[..., :4].clone(), saved, d_o, NO_RESIDUAL, 2, 16, *config),
         "residual": lambda: BWD(o, lse, saved, d_o, torch.zeros(2), 2, 16, *config),
         "n_kv_heads": lambda: BWD(o, lse, saved, d_o, NO_RESIDUAL, 3, 16, *config),
+        "one device": lambda: BWD(o, lse, saved.to("meta"), d_o, NO_RESIDUAL, 2, 16, *config),
     }
     for name, call in bad_backward.items():
         with pytest.raises((TypeError, ValueError), match=name.strip()):
@@ -167,6 +168,8 @@ def test_direct_op_calls_with_bad_tensors_raise():
         "k": lambda: FWD(q, k.double(), v, NO_RESIDUAL, *config),
         "residual": lambda: FWD(q, k, v, torch.zeros(2), *config),
         "dtype": lambda: FWD(q.half(), k.half(), v.half(), NO_RESIDUAL, *config),
+        # a meta tensor among real ones would reach the fake implementation: garbage outputs
+        "one device": lambda: FWD(q, k, v, torch.zeros(2, dtype=torch.float64, device="meta"), *config),
     }
     for name, call in bad_forward.items():
         with pytest.raises((TypeError, ValueError), match=name):

@@ -84,6 +84,30 @@ def test_a_resumed_run_equals_the_uninterrupted_one(tmp_path):
     assert len(whole["losses"]) == 5 and rest["losses"][:3] == cut["losses"]
 
 
+def test_a_delayed_run_resumes_and_a_changed_run_is_refused(tmp_path):
+    # one process, tensor-delayed scaling: its Float8Linear state (a history that grows step by
+    # step) resumes exactly; stopped at step 3, between two evaluations (every 2 steps)
+    args = [*bench_args(tmp_path, 1), "--recipe", "tensor-delayed"]
+    steps_at = args.index("--steps")
+    args = args[:steps_at] + args[steps_at + 2:]  # --steps given per run below
+    run = lambda steps, d, *extra: [sys.executable, str(SCRIPT), *args, "--steps", str(steps),
+                                    "--checkpoint-dir", d, *extra]
+    whole = run_row(run(4, tmp_path / "a", "--checkpoint-every", "1"))
+    cut = run_row(run(2, tmp_path / "b", "--checkpoint-every", "3"))
+    assert checkpoints(tmp_path / "b") == ["step-3"]
+    assert [v[0] for v in cut["val_losses"]] == [2, 3]  # the stopped run's last step evaluated too
+    rest = run_row(run(4, tmp_path / "b", "--checkpoint-every", "1"))
+    assert rest["resumed_from"] == 3
+    assert rest["losses"] == whole["losses"] and rest["val_losses"] == whole["val_losses"], (rest, whole)
+    # another batch, or a damaged checkpoint: one line naming it, no traceback
+    r = subprocess.run(run(6, tmp_path / "b", "--batch", "4"), capture_output=True, text=True, cwd=SCRIPT.parent)
+    assert r.returncode != 0 and "written with batch = 2; this run has 4" in r.stderr, r.stderr[-2000:]
+    (tmp_path / "b" / "step-5" / "meta.json").write_text("{")
+    r = subprocess.run(run(6, tmp_path / "b"), capture_output=True, text=True, cwd=SCRIPT.parent)
+    assert r.returncode != 0 and "meta.json is not a checkpoint's" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+
+
 def rank_pids(parent):
     """{RANK: pid} of the workers below `parent` (the torchrun process), read from /proc."""
     found, todo = {}, [parent]

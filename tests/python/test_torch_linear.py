@@ -195,6 +195,12 @@ def test_direct_ops_check_what_the_library_reads():
         fwd(x.half(), w, layer)
     with pytest.raises(ValueError, match="no Float8Linear layer has the id"):
         fwd(x, w, torch.tensor(12345))
+    # a meta tensor among real ones would reach the fake implementation (uninitialised outputs)
+    with pytest.raises(ValueError, match="layer id on the cpu"):
+        fwd(x, w, layer.to("meta"))
+    with pytest.raises(ValueError, match="must be on one device"):
+        fwd(x, w.to("meta"), layer)
+    assert fwd(x.to("meta"), w.to("meta"), layer).device.type == "meta"  # a meta model: shapes only
     dx, dw = bwd(x, w, torch.randn(8, 32), layer)
     assert dx.shape == x.shape and dw.shape == w.shape
 

@@ -114,9 +114,9 @@ def _check_op_forward(q, k, v, residual, layout):
             f"{_OP}forward: k, v {tuple(k.shape)} do not fit q {tuple(q.shape)} (equal batch and "
             f"head_dim, kv heads dividing the query heads, k and v one shape)")
     require(residual.dtype == torch.float64 and residual.numel() in (0, 2)
-            and residual.is_contiguous(), TypeError,
-            f"{_OP}forward: residual must be a contiguous float64 tensor of 0 or 2 elements, got "
-            f"{residual.dtype} {tuple(residual.shape)}")
+            and residual.is_contiguous() and residual.device == q.device, TypeError,
+            f"{_OP}forward: residual must be a contiguous float64 tensor of 0 or 2 elements on q's "
+            f"device, got {residual.dtype} {tuple(residual.shape)} on {residual.device}")
 
 
 def _check_op_backward(o, lse, saved, d_o, residual, n_kv_heads, seq_k, config):
@@ -145,9 +145,9 @@ def _check_op_backward(o, lse, saved, d_o, residual, n_kv_heads, seq_k, config):
             f"attention_forward returned for these arguments, got {saved.dtype} "
             f"{tuple(saved.shape)}")
     require(residual.dtype == torch.float64 and residual.numel() in (0, 2)
-            and residual.is_contiguous(), TypeError,
-            f"{_OP}backward: residual must be a contiguous float64 tensor of 0 or 2 elements, got "
-            f"{residual.dtype} {tuple(residual.shape)}")
+            and residual.is_contiguous() and residual.device == o.device, TypeError,
+            f"{_OP}backward: residual must be a contiguous float64 tensor of 0 or 2 elements on o's "
+            f"device, got {residual.dtype} {tuple(residual.shape)} on {residual.device}")
 
 
 _DTYPE_OK = (torch.float32, torch.bfloat16, torch.float64)
@@ -184,8 +184,19 @@ def _forward_body(q, k, v, residual, causal, softmax_scale, delta, precision, fo
 _forward = torch.library.custom_op("octet::attention_forward", _forward_impl, mutates_args=())
 
 
+def _one_device(op, **tensors):
+    """The op's tensors on one device. A meta tensor among real ones would send the call to the
+    fake implementation, which returns uninitialised outputs instead of running the op."""
+    devices = {name: t.device for name, t in tensors.items()}
+    first = next(iter(devices.values()))
+    require(all(d == first for d in devices.values()), ValueError,
+            f"{op}: the tensors must be on one device, got " +
+            ", ".join(f"{n} on {d}" for n, d in devices.items()))
+
+
 @_forward.register_fake
 def _(q, k, v, residual, causal, softmax_scale, delta, precision, formats, layout="bhsd"):
+    _one_device(f"{_OP}forward", q=q, k=k, v=v, residual=residual)
     shapes = (*q.shape, *k.shape)
     dims = _dims(q, k, layout)
     if all(isinstance(n, int) for n in shapes):
@@ -232,6 +243,7 @@ _backward = torch.library.custom_op("octet::attention_backward", _backward_impl,
 @_backward.register_fake
 def _(o, lse, saved, d_o, residual, n_kv_heads, seq_k, causal, softmax_scale, delta, precision,
       formats, layout="bhsd"):
+    _one_device(f"{_OP}backward", o=o, lse=lse, saved=saved, d_o=d_o, residual=residual)
     kv_shape = _shape(layout, o.shape[0], n_kv_heads, seq_k, o.shape[3])
     return o.new_empty(o.shape), o.new_empty(kv_shape), o.new_empty(kv_shape)
 

@@ -126,8 +126,21 @@ def _forward_impl(x: torch.Tensor, w: torch.Tensor, layer: torch.Tensor) -> torc
 _forward = torch.library.custom_op("octet::linear_forward", _forward_impl, mutates_args=())
 
 
+def _fake_devices(op, x, w, layer, dy=None):
+    """A meta tensor among real ones sends a call here, to the fake implementation, which would
+    return uninitialised outputs instead of running the op: x, w (and dy) on one device, the layer
+    id on the CPU (as Float8Linear keeps it, also for a meta-device model)."""
+    same = w.device == x.device and (dy is None or dy.device == x.device)
+    if not same or layer.device.type != "cpu":
+        raise ValueError(f"octet::{op}: x, w{', dy' if dy is not None else ''} must be on one device "
+                         f"and the layer id on the cpu, got x on {x.device}, w on {w.device}"
+                         + (f", dy on {dy.device}" if dy is not None else "")
+                         + f", layer on {layer.device}")
+
+
 @_forward.register_fake
 def _(x, w, layer):
+    _fake_devices("linear_forward", x, w, layer)
     return x.new_empty(x.shape[0], w.shape[0])
 
 
@@ -146,6 +159,7 @@ _backward = torch.library.custom_op("octet::linear_backward", _backward_impl, mu
 
 @_backward.register_fake
 def _(x, w, dy, layer):
+    _fake_devices("linear_backward", x, w, layer, dy)
     return x.new_empty(x.shape), w.new_empty(w.shape)
 
 
