@@ -1,5 +1,6 @@
 // `octet plot RUN...`: a PNG of the train/validation loss curves of one or several run directories.
 #include <cstdio>
+#include <filesystem>
 
 #include "octet/command.h"
 #include "octet/error.h"
@@ -23,9 +24,11 @@ OCTET_COMMAND("plot", [](CLI::App& app) {
     // An explicit --out is never replaced; the default <run>/loss.png is octet's own plot of that
     // run, redrawn each time.
     if (!args->out.empty()) octet::require_new_file(args->out, "--out");
-    const std::string& o = args->out;
-    OCTET_CHECK(o.empty() || (o.size() > 4 && o.compare(o.size() - 4, 4, ".png") == 0),
-                "--out " + o + ": the plot is a PNG; give a path ending in .png");
+    const std::filesystem::path o(args->out);
+    OCTET_CHECK(o.empty() || o.extension() == ".png",
+                "--out " + o.string() + ": the plot is a PNG; give a path ending in .png");
+    OCTET_CHECK(o.parent_path().empty() || std::filesystem::is_directory(o.parent_path()),
+                "--out " + o.string() + ": the folder " + o.parent_path().string() + " does not exist");
     const std::string png = args->out.empty() ? args->runs.front() + "/loss.png" : args->out;
     octet::plot_runs(args->runs, png, args->title);
     std::printf("wrote %s\n", png.c_str());

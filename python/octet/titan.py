@@ -35,6 +35,7 @@ from .torch import attention_varlen
 from .torch.linear import Float8Linear
 
 _CAUSAL, _FULL = (-1, 0), (-1, -1)
+_STATELESS_RECIPES = ("tensor-current", "row", "block", "mx", "unit")  # octet/quant.h, no per-step state
 
 
 class OctetAttention(VarlenAttention):
@@ -52,13 +53,18 @@ class OctetAttention(VarlenAttention):
             parent = getattr(VarlenAttention.Config, "__post_init__", None)
             if parent is not None:  # (no zero-argument super() in a slots dataclass)
                 parent(self)
-            for name, allowed in (("delta", ("matched", "stale")), ("precision", ("fp8", "bf16", "fp64")),
-                                  ("format", ("hybrid", "e4m3"))):
-                if getattr(self, name) not in allowed:
-                    raise ValueError(f"octet.titan.OctetAttention.Config: {name} must be one of "
-                                     f"{', '.join(allowed)}, got {getattr(self, name)!r}")
+            OctetAttention._check(self)
+
+    @staticmethod
+    def _check(config):
+        for name, allowed in (("delta", ("matched", "stale")), ("precision", ("fp8", "bf16", "fp64")),
+                              ("format", ("hybrid", "e4m3"))):
+            if getattr(config, name) not in allowed:
+                raise ValueError(f"octet.titan.OctetAttention.Config: {name} must be one of "
+                                 f"{', '.join(allowed)}, got {getattr(config, name)!r}")
 
     def __init__(self, config: Config):
+        OctetAttention._check(config)  # a field set after the config was made
         Module.__init__(self)  # not VarlenAttention's: it selects a PyTorch flash implementation
         window = tuple(config.window_size)
         if window not in (_CAUSAL, _FULL):
@@ -95,11 +101,26 @@ class OctetLinear(Float8Linear, Module):
         recipe: str = "tensor-current"
         format: str = "hybrid"
 
-    def __init__(self, config: Config):
+        def __post_init__(self):  # refused when the config is made (and again when built)
+            parent = getattr(Linear.Config, "__post_init__", None)
+            if parent is not None:  # (no zero-argument super() in a slots dataclass)
+                parent(self)
+            OctetLinear._check(self)
+
+    @staticmethod
+    def _check(config):
         if config.recipe == "tensor-delayed":
             raise ValueError("octet.titan.OctetLinear: recipe tensor-delayed needs update_scales() "
                              "after every optimizer step, which torchtitan does not call; use "
                              "tensor-current, row or block")
+        if config.recipe not in _STATELESS_RECIPES:
+            raise ValueError(f"octet.titan.OctetLinear: recipe must be one of "
+                             f"{', '.join(_STATELESS_RECIPES)}, got {config.recipe!r}")
+        if config.format not in ("hybrid", "e4m3"):
+            raise ValueError(f"octet.titan.OctetLinear: format must be hybrid or e4m3, got {config.format!r}")
+
+    def __init__(self, config: Config):
+        OctetLinear._check(config)  # a field set after the config was made
         Float8Linear.__init__(self, config.in_features, config.out_features, bias=config.bias,
                               recipe=config.recipe, format=config.format)
 

@@ -106,6 +106,8 @@ def test_plot_out_must_name_a_png(config, tmp_path):
     r = octet("plot", out / "bf16", "--out", tmp_path / "curves.svg")
     assert_one_line_error(r, "the plot is a PNG", "ending in .png")
     assert not (tmp_path / "curves.svg").exists()
+    assert_one_line_error(octet("plot", out / "bf16", "--out", tmp_path / ".png"), "ending in .png")
+    assert_one_line_error(octet("plot", out / "bf16", "--out", tmp_path / "no" / "x.png"), "does not exist")
 
 
 def test_compare_without_gnuplot_keeps_the_results(config, tmp_path):

@@ -166,8 +166,13 @@ def test_options_and_bad_input():
     with pytest.raises(TypeError, match="VarlenMetadata"):
         attn(q, q, q, attention_masks=None)
     with pytest.raises(ValueError, match="tensor-delayed"):
-        titan.OctetLinear(titan.OctetLinear.Config(in_features=16, out_features=16,
-                                                   recipe="tensor-delayed"))
+        titan.OctetLinear.Config(in_features=16, out_features=16, recipe="tensor-delayed")
+    with pytest.raises(ValueError, match="recipe must be one of"):
+        titan.OctetLinear.Config(in_features=16, out_features=16, recipe="bogus")
+    late = titan.OctetAttention.Config()
+    late.delta = "bogus"  # set after the config was made: refused when built
+    with pytest.raises(ValueError, match="delta must be one of"):
+        titan.OctetAttention(late)
 
 
 def test_compiled_layers_equal_eager():
