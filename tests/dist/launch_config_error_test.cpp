@@ -98,7 +98,8 @@ TEST(LaunchConfigError, ACpuRunBeyondTheHostsMemoryFailsOnce) {
   if (skip()) GTEST_SKIP() << "starts its own job from one process";
   Fixture f;
   const std::string out = f.dir / "huge";
-  const JobRun r = mpirun(2, "train --config " + f.config + " --set model.vocab_size=10000000000 --out " + out);
+  const JobRun r =
+      mpirun(2, "train --config " + f.config + " --set model.vocab_size=10000000000 --out " + out);
   EXPECT_EQ(r.status, 1) << r.out;  // memory, not bad input
   EXPECT_EQ(count(r.out, "octet: failed: out of memory (train on the cpu needs at least"), 1u) << r.out;
   EXPECT_EQ(r.out.find("MPI_ABORT"), std::string::npos) << r.out;
