@@ -38,6 +38,15 @@ _CAUSAL, _FULL = (-1, 0), (-1, -1)
 _STATELESS_RECIPES = ("tensor-current", "row", "block", "mx", "unit")  # octet/quant.h, no per-step state
 
 
+def _post_init(config, parent, check):
+    """A config dataclass's __post_init__: its parent's (explicitly: a slots dataclass has no
+    zero-argument super()), then octet's check of its own fields."""
+    parent_init = getattr(parent, "__post_init__", None)
+    if parent_init is not None:
+        parent_init(config)
+    check(config)
+
+
 class OctetAttention(VarlenAttention):
     """torchtitan's inner attention on octet: q, k, v [batch, seq, heads, head_dim] (GQA), the
     trainer's VarlenMetadata (per-document offsets over batch·seq tokens) → o of q's shape.
@@ -50,10 +59,7 @@ class OctetAttention(VarlenAttention):
         format: str = "hybrid"
 
         def __post_init__(self):  # refused when the config is made, not at the first forward
-            parent = getattr(VarlenAttention.Config, "__post_init__", None)
-            if parent is not None:  # (no zero-argument super() in a slots dataclass)
-                parent(self)
-            OctetAttention._check(self)
+            _post_init(self, VarlenAttention.Config, OctetAttention._check)
 
     @staticmethod
     def _check(config):
@@ -102,10 +108,7 @@ class OctetLinear(Float8Linear, Module):
         format: str = "hybrid"
 
         def __post_init__(self):  # refused when the config is made (and again when built)
-            parent = getattr(Linear.Config, "__post_init__", None)
-            if parent is not None:  # (no zero-argument super() in a slots dataclass)
-                parent(self)
-            OctetLinear._check(self)
+            _post_init(self, Linear.Config, OctetLinear._check)
 
     @staticmethod
     def _check(config):

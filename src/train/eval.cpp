@@ -76,9 +76,9 @@ void check_run_tokens(const TrainState& recorded, const Dataset& ds, const std::
 }
 
 void keep_run_tokenizer(const std::string& run_dir, const Dataset& ds) {
-  const fs::path own = fs::path(run_dir) / kRunTokenizerFile;
-  if (ds.tokenizer_model().empty() || fs::exists(own)) return;
-  write_file_atomic(own.string(), {read_file_bytes(ds.tokenizer_model(), "SentencePiece model")});
+  if (ds.tokenizer_model().empty() || !run_tokenizer_model(run_dir).empty()) return;
+  write_file_atomic((fs::path(run_dir) / kRunTokenizerFile).string(),
+                    {read_file_bytes(ds.tokenizer_model(), "SentencePiece model")});
 }
 
 EvalResult evaluate_text(Model& model, const Tokenizer& tok, const std::string& text,
