@@ -144,7 +144,13 @@ def test_a_killed_rank_ends_the_job(tmp_path):
             time.sleep(0.2)
             pids = rank_pids(job.pid)
         assert len(pids) == 2, f"the two ranks did not start: {pids}"
-        time.sleep(8)  # past model building and into the steps (100000 of them: never done)
+        # into the steps (100000 of them: never done), past the first complete checkpoint (a
+        # loaded machine takes longer than an idle one to get there)
+        sys.path.insert(0, str(SCRIPT.parent))
+        import dcp_checkpoint
+        while dcp_checkpoint.latest(ckpt)[1] is None and time.monotonic() < deadline + 120 \
+                and job.poll() is None:
+            time.sleep(0.2)
         assert job.poll() is None, job.stderr.read()[-3000:]
         os.kill(pids[1], signal.SIGKILL)
         killed = time.monotonic()
@@ -162,8 +168,6 @@ def test_a_killed_rank_ends_the_job(tmp_path):
         assert not pathlib.Path(f"/proc/{pid}").exists() or \
             pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", f"rank pid {pid} lives"
     # the newest complete checkpoint resumes (a half-written one is a .tmp folder, never read)
-    sys.path.insert(0, str(SCRIPT.parent))
-    import dcp_checkpoint
     step, folder = dcp_checkpoint.latest(ckpt)
     assert folder is not None and step >= 1, checkpoints(ckpt)
     row = run_row([*torchrun(tmp_path), *bench_args(tmp_path, step), "--fsdp",
