@@ -187,6 +187,14 @@ def test_integers_beyond_their_type_are_refused_as_typed(args, option, value):
     assert option in line and f"got '{value}'" in line, line
 
 
+@pytest.mark.parametrize("arms", ["bf16,", ",bf16", "bf16,,fp8-matched"])
+@pytest.mark.parametrize("command", [["compare", "--config", "c", "--out", "o"], ["bench", "train", "--device", "cpu"]])
+def test_an_empty_item_in_a_list_of_arms_is_refused(command, arms):
+    # CLI11's list splitting drops empty items, so "bf16," used to run one arm without a word
+    line = one_line_error(octet(*command, "--arms", arms))
+    assert "unknown arm ''" in line, line
+
+
 def test_quantize_e5m2_is_the_gradient_format():
     line = one_line_error(octet("quantize", "--recipe", "row", "--shape", "2x2", "--format", "e5m2",
                                 "--role", "activation"))
