@@ -136,9 +136,20 @@ void all_reduce_host_sum(Communicator& comm, Backend& backend, double* values, i
 /// signal) the others get SIGTERM, and SIGKILL after `grace_s`; the first failure's status (128 +
 /// signal for a signal) is returned. A SIGTERM, SIGINT or SIGHUP to the launcher while it waits is
 /// passed on the same way (SIGTERM, then SIGKILL after `grace_s`) and makes the status 128 + that
-/// signal. Throws octet::Error if a child cannot be started.
+/// signal. Every child's environment holds OCTET_LAUNCHER_PID (end_with_launcher). Throws
+/// octet::Error if a child cannot be started.
 int launch_local(int nproc, const std::string& device, const std::vector<std::string>& args,
                  double grace_s = 10);
+
+/// The variable launch_local sets in every child's environment: the launcher's process id.
+inline constexpr const char* kLauncherPidVariable = "OCTET_LAUNCHER_PID";
+
+/// In a rank that launch_local started (OCTET_LAUNCHER_PID set): starts, once per process, a
+/// thread that sends this process SIGTERM when the launcher no longer exists (checked every
+/// 200 ms), so a SIGKILL to `octet ... --nproc N` does not leave its ranks training on with the run
+/// directory locked. Does nothing without the variable; throws octet::Error when it is not a
+/// process id. open_dist_session calls it for jobs of more than one rank.
+void end_with_launcher();
 
 /// A TCP port of this host that was free a moment ago (the default MASTER_PORT of launch_local).
 int free_tcp_port();

@@ -1,7 +1,8 @@
 // src/dist/launch.cpp — `octet train|compare ... --nproc N` on one host (octet/dist.h launch_local):
 // CPU ranks through Open MPI's mpirun, GPU ranks as N children with torchrun's variables (RANK,
 // WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), watched so that one failed rank ends the job
-// (SIGTERM, then SIGKILL) instead of leaving the others waiting. (docs/distributed.md §Launch)
+// (SIGTERM, then SIGKILL) instead of leaving the others waiting; ranks end themselves when the
+// launcher is gone (a SIGKILL to it). (docs/distributed.md §Launch)
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -14,6 +15,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,11 +84,30 @@ void on_stop_signal(int sig) { g_stop_signal = sig; }
 
 }  // namespace
 
+void end_with_launcher() {
+  const char* v = std::getenv(kLauncherPidVariable);
+  if (!v) return;
+  char* end = nullptr;
+  const long pid = std::strtol(v, &end, 10);
+  OCTET_CHECK(*v != '\0' && *end == '\0' && pid > 1,
+              std::string("environment variable ") + kLauncherPidVariable + "=" + v + " is not a process id");
+  static std::once_flag once;
+  std::call_once(once, [pid] {
+    std::thread([pid] {
+      while (::kill(pid_t(pid), 0) == 0 || errno != ESRCH)
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ::kill(::getpid(), SIGTERM);  // the launcher is gone: end as if it had passed its stop signal on
+    }).detach();
+  });
+}
+
 int launch_local(int nproc, const std::string& device, const std::vector<std::string>& args, double grace_s) {
   OCTET_CHECK(nproc >= 1, "--nproc must be >= 1, got " + std::to_string(nproc));
   const std::string exe = self_exe();
+  const std::string launcher = std::string(kLauncherPidVariable) + "=" + std::to_string(::getpid());
   std::vector<pid_t> kids;
-  auto start = [&](std::vector<std::string> argv, const std::vector<std::string>& set) {
+  auto start = [&](std::vector<std::string> argv, std::vector<std::string> set) {
+    set.push_back(launcher);
     try {
       kids.push_back(spawn(argv, environment_with(set)));
     } catch (...) {

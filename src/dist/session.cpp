@@ -17,6 +17,7 @@ DistSession open_dist_session(const DistEnv& env, const std::string& device) {
     s.comm = make_single_communicator(*s.backend);
     return s;
   }
+  end_with_launcher();
   if (device.rfind("cuda", 0) == 0) {
 #ifdef OCTET_WITH_NCCL
     OCTET_CHECK(device == "cuda", "device " + device + " with " + std::to_string(env.world) +

@@ -1,6 +1,7 @@
 // `octet train --nproc 2` end to end on the CPU (mpirun): the job trains like one process (the same
 // config: train.batch_size is the global batch), only rank 0 logs and writes; a rank-local error
-// ends the job non-zero; an invalid --nproc is refused before anything starts.
+// ends the job non-zero; an invalid --nproc is refused before anything starts; the ranks end when the
+// launcher is killed.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -77,6 +78,29 @@ TEST(Launch, NonPositiveNprocIsRefused) {
         << "one line naming the flag";
     EXPECT_FALSE(std::filesystem::exists(f.dir / "x"));
   }
+}
+
+TEST(Launch, RanksEndWhenTheLauncherIsKilled) {
+  if (test::comm().size() > 1 || std::getenv("OCTET_TEST_FAILURE_CHILD")) GTEST_SKIP() << "one process";
+  Fixture f;
+  // The launcher in the background, SIGKILLed once rank 0 logs a step; then the processes whose
+  // environment names it (mpirun and the two ranks) are counted every 0.1 s for 30 s, and any left
+  // are killed.
+  const std::string log = f.dir / "log";
+  const CliRun r = test::run_shell(
+      std::string(OCTET_BINARY_DIR) + "/octet train --config " + f.config + " --out " + (f.dir / "run") +
+      " --nproc 2 --set train.steps=1000000 --set train.log_every=1 > " + log + " 2>&1 & L=$!; " +
+      "for i in $(seq 1200); do grep -q '^step' " + log + " && break; sleep 0.1; done; " +
+      "ranks() { grep -lsz \"^OCTET_LAUNCHER_PID=$L\\$\" /proc/[0-9]*/environ | wc -l; }; " +
+      "echo before $(ranks); kill -9 $L; " +
+      "for i in $(seq 300); do [ $(ranks) = 0 ] && break; sleep 0.1; done; echo after $(ranks); " +
+      "for e in $(grep -lsz \"^OCTET_LAUNCHER_PID=$L\\$\" /proc/[0-9]*/environ); do " +  // none left behind
+      "p=${e#/proc/}; kill -9 ${p%/environ}; done; true");
+  ASSERT_EQ(r.status, 0) << r.out;
+  int before = -1, after = -1;
+  ASSERT_EQ(std::sscanf(r.out.c_str(), "before %d after %d", &before, &after), 2) << r.out;
+  EXPECT_GE(before, 2) << "the ranks had started: " << r.out;
+  EXPECT_EQ(after, 0) << "processes of the killed launcher still run 30 s later";
 }
 
 }  // namespace
