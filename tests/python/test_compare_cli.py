@@ -41,6 +41,15 @@ def test_compare_refuses_a_non_empty_out_and_repeated_arms(config, tmp_path):
     assert r.returncode == 2 and snapshot(out) == before
 
 
+@pytest.mark.parametrize("mode", [[], ["--resume"], ["--overwrite"]])
+def test_compare_out_naming_a_file_is_refused_as_a_file(config, tmp_path, mode):
+    out = tmp_path / "results.txt"
+    out.write_text("keep me\n")
+    r = compare(config, out, *mode)
+    assert_one_line_error(r, "is a file, not a directory")
+    assert out.read_text() == "keep me\n"
+
+
 def test_compare_resume_keeps_finished_arms(config, tmp_path):
     out = tmp_path / "cmp"
     assert compare(config, out, arms="bf16").returncode == 0
