@@ -30,10 +30,10 @@ struct LoadedRun {
 };
 
 /// Loads the run in `dir` on `device` ("" = the run's own). Weights: `checkpoint` if given (a
-/// checkpoint.safetensors, whose quantizer state is restored too, or any weights file of
-/// save_weights), else <dir>/checkpoint.safetensors if present (so tensor-delayed FP8 scales are
-/// the trained ones), else <dir>/model.safetensors. Throws octet::Error: "no run in DIR (missing
-/// config.toml)", a missing weights file, weights that do not fit the config.
+/// training checkpoint under any file name, told by its metadata, whose quantizer state is restored
+/// too, or any weights file of save_weights), else <dir>/checkpoint.safetensors if present (so tensor-delayed
+/// FP8 scales are the trained ones), else <dir>/model.safetensors. Throws octet::Error: "no run in DIR
+/// (missing config.toml)", a missing weights file, weights that do not fit the config.
 LoadedRun load_run(const std::string& dir, const std::string& device, const std::string& checkpoint = "");
 
 /// <run>/tokenizer.model: the SentencePiece model a BPE run trained with, copied into the run when

@@ -355,6 +355,14 @@ TrainState peek_checkpoint_state(const std::string& out_dir);
 /// model. A checkpoint without "quant." tensors (a stateless recipe) leaves the quantizers fresh.
 TrainState load_checkpoint(const std::string& out_dir, Model& model, std::vector<float>& adam_m,
                            std::vector<float>& adam_v);
+/// load_checkpoint of a checkpoint file by its path (any name: a copied or renamed
+/// checkpoint.safetensors); the same errors.
+TrainState load_checkpoint_file(const std::string& file, Model& model, std::vector<float>& adam_m,
+                                std::vector<float>& adam_v);
+/// True when the safetensors file at `file` is a training checkpoint (its metadata holds
+/// "octet_state", whatever the file is called), false for a weights file; reads only the header.
+/// Throws octet::Error if the file is missing or not safetensors.
+bool is_training_checkpoint(const std::string& file);
 /// Weights only (the PyTorch twin reads this): "<name>" tensors.
 void save_weights(const std::string& path, Model& model);
 void load_weights(const std::string& path, Model& model);

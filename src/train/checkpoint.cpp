@@ -98,7 +98,15 @@ TrainState peek_checkpoint_state(const std::string& out_dir) {
 
 TrainState load_checkpoint(const std::string& out_dir, Model& model, std::vector<float>& adam_m,
                            std::vector<float>& adam_v) {
-  const std::string file = out_dir + "/checkpoint.safetensors";
+  return load_checkpoint_file(out_dir + "/checkpoint.safetensors", model, adam_m, adam_v);
+}
+
+bool is_training_checkpoint(const std::string& file) {
+  return read_safetensors_metadata(file).count("octet_state") != 0;
+}
+
+TrainState load_checkpoint_file(const std::string& file, Model& model, std::vector<float>& adam_m,
+                                std::vector<float>& adam_v) {
   const StFile f = read_safetensors(file);
   const TrainState s = parse_state(f.metadata, file);
   std::vector<float> params;

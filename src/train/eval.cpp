@@ -37,9 +37,9 @@ LoadedRun load_run(const std::string& dir, const std::string& device, const std:
                ? (fs::path(dir) / "checkpoint.safetensors").string()
                : (fs::path(dir) / "model.safetensors").string();
   OCTET_CHECK(fs::is_regular_file(file), "no weights: " + file + " does not exist");
-  if (fs::path(file).filename() == "checkpoint.safetensors") {
+  if (is_training_checkpoint(file)) {  // by its metadata, not its name (a copy may be renamed)
     std::vector<float> m, v;
-    load_checkpoint(fs::path(file).parent_path().string(), *r.model, m, v);
+    load_checkpoint_file(file, *r.model, m, v);
   } else {
     load_weights(file, *r.model);
   }

@@ -196,6 +196,12 @@ def test_how_often_a_delayed_run_evaluates_changes_nothing_it_computes(tmp_path)
     r = octet("eval", "--run", tmp_path / "e5", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["loss"] == [m["val_loss"] for m in metrics(tmp_path / "e5") if "val_loss" in m][-1]
+    # a copy of the checkpoint under another name loads as the checkpoint it is (its quantizer
+    # histories too, so the same loss bit for bit), not as a weights file ("missing tensor wte")
+    (tmp_path / "step30.safetensors").write_bytes((tmp_path / "e5" / "checkpoint.safetensors").read_bytes())
+    copy = octet("eval", "--run", tmp_path / "e5", "--checkpoint", tmp_path / "step30.safetensors", "--json")
+    assert copy.returncode == 0, copy.stderr
+    assert json.loads(copy.stdout)["loss"] == json.loads(r.stdout)["loss"]
 
 
 def test_a_run_whose_config_is_not_a_run_is_named(run):
