@@ -363,8 +363,11 @@ TrainState load_checkpoint_file(const std::string& file, Model& model, std::vect
 /// "octet_state", whatever the file is called), false for a weights file; reads only the header.
 /// Throws octet::Error if the file is missing or not safetensors.
 bool is_training_checkpoint(const std::string& file);
-/// Weights only (the PyTorch twin reads this): "<name>" tensors.
-void save_weights(const std::string& path, Model& model);
+/// Weights only (the PyTorch twin reads this): "<name>" tensors. `tokens_hash` (tokens_hash_hex of
+/// the run's corpus), if given, is kept in the file's metadata as "octet_tokens_hash", so that
+/// `octet eval` checks the validation split of a run that keeps only its weights as it checks one
+/// with a checkpoint.
+void save_weights(const std::string& path, Model& model, const std::string& tokens_hash = "");
 void load_weights(const std::string& path, Model& model);
 
 // ---------------------------------------------------------------------------------------------

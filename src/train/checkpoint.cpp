@@ -132,10 +132,11 @@ TrainState load_checkpoint_file(const std::string& file, Model& model, std::vect
   return s;
 }
 
-void save_weights(const std::string& path, Model& model) {
+void save_weights(const std::string& path, Model& model, const std::string& tokens_hash) {
   StFile f;
   put_all(f, "", model, model.download_params());
   f.metadata["format"] = "pt";
+  if (!tokens_hash.empty()) f.metadata["octet_tokens_hash"] = tokens_hash;
   write_safetensors(path, f);
 }
 

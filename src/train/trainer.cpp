@@ -508,7 +508,7 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     }
   }
   gather_masters();
-  if (writer && t.save_weights) save_weights(out_dir + "/model.safetensors", model);
+  if (writer && t.save_weights) save_weights(out_dir + "/model.safetensors", model, st.tokens_hash);
   if (writer && !t.save_weights && st.step == t.steps) {  // finished: no weights stay behind
     std::error_code ec;
     fs::remove(out_dir + "/checkpoint.safetensors", ec);

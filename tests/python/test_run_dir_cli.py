@@ -166,6 +166,11 @@ def test_a_bpe_run_keeps_its_tokenizer_whatever_becomes_of_the_corpus(tmp_path):
     r = octet("train", "--resume", tmp_path / "r", *sets("train.steps=6"))
     assert_one_line_error(r, "gives other tokens than the run trained on", "restore the corpus")
     assert snapshot(tmp_path / "r") == kept
+    # a run that keeps only its weights (shared without its checkpoint): model.safetensors records
+    # the tokens too
+    (tmp_path / "r" / "checkpoint.safetensors").unlink()
+    r = octet("eval", "--run", tmp_path / "r", "--json")
+    assert_one_line_error(r, "gives other tokens than the run trained on", "score a text with --data")
 
 
 def test_a_resume_refuses_an_edited_corpus(run, tmp_path):
