@@ -137,7 +137,9 @@ struct ConfigChange {
 /// The keys whose values differ between a run's saved config and the one requested on resume.
 /// "Schedule" keys (train.steps, train.lr, train.min_lr_ratio, train.warmup_steps,
 /// train.eval_every, train.checkpoint_every, train.log_every, train.max_bad_steps,
-/// train.activation_checkpointing, device, data.cache_dir) may change; any other key changes what the run is,
+/// train.activation_checkpointing, device, data.path, data.cache_dir, ...: the table in
+/// src/train/config.cpp marks them) may change (a new data.path must give the tokens the checkpoint
+/// recorded: check_run_tokens, check_resume); any other key changes what the run is,
 /// and a change throws octet::Error naming the key, its two values and `run_dir` (docs/training.md §Resume).
 std::vector<ConfigChange> resume_changes(const RunConfig& saved, const RunConfig& requested,
                                          const std::string& run_dir);
@@ -439,7 +441,8 @@ TrainResult train(const RunConfig& cfg, const std::string& out_dir, bool resume,
 /// The checks of resuming `dir` with `requested` (activations resolved) from a checkpoint with
 /// state `checkpoint`, before anything is written: the changes of schedule keys against
 /// dir/config.toml (resume_changes), the meaning keys against those the checkpoint recorded
-/// (check_recorded_meaning), and a checkpoint not beyond train.steps. Throws octet::Error.
+/// (check_recorded_meaning), a changed data.path only from a checkpoint that records its
+/// tokens_hash, and a checkpoint not beyond train.steps. Throws octet::Error.
 std::vector<ConfigChange> check_resume(const std::string& dir, const RunConfig& requested,
                                        const TrainState& checkpoint);
 

@@ -216,7 +216,9 @@ const std::vector<Key>& registry() {
     add(bool_key("train.activation_checkpointing", REF(train.activation_checkpointing)),
         "recompute each layer's forward in the backward (less memory, same bits)", "R");
     // data
-    add(string_key("data.path", REF(data.path)), "corpus: a file, a directory or a glob", "P");
+    // a schedule key: the corpus may move, and a resume checks that its tokens are the same
+    // (the checkpoint's tokens_hash; check_resume refuses a move without one)
+    add(string_key("data.path", REF(data.path)), "corpus: a file, a directory or a glob", "RP");
     add(string_key("data.tokenizer", REF(data.tokenizer)), "bpe, byte");
     add({"data.val_fraction", [](const RunConfig& c) { return fmt_float(float(c.data.val_fraction)); },
          [](RunConfig& c, const std::string& v) {

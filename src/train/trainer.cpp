@@ -165,6 +165,11 @@ std::vector<ConfigChange> check_resume(const std::string& dir, const RunConfig& 
                                        const TrainState& checkpoint) {
   std::vector<ConfigChange> changes = resume_changes(load_config(dir + "/config.toml"), requested, dir);
   check_recorded_meaning(checkpoint.meaning, requested, dir);  // config.toml itself may have been edited
+  for (const ConfigChange& c : changes)  // a moved corpus: only where the tokens can be checked
+    OCTET_CHECK(c.key != "data.path" || !checkpoint.tokens_hash.empty(),
+                "cannot resume " + dir + " with data.path = " + c.to + " (it was " + c.from +
+                    "): its checkpoint records no tokens_hash to check the corpus there against; "
+                    "restore data.path");
   const int64_t checkpoint_step = checkpoint.step;
   OCTET_CHECK(checkpoint_step <= requested.train.steps,
               "cannot resume " + dir + " with train.steps = " + std::to_string(requested.train.steps) +

@@ -173,6 +173,24 @@ def test_a_bpe_run_keeps_its_tokenizer_whatever_becomes_of_the_corpus(tmp_path):
     assert_one_line_error(r, "gives other tokens than the run trained on", "score a text with --data")
 
 
+def test_a_moved_corpus_resumes_where_its_tokens_are_the_same(run, tmp_path):
+    (tmp_path / "moved").mkdir()
+    (tmp_path / "c.txt").rename(tmp_path / "moved" / "c.txt")
+    r = octet("train", "--resume", run, *sets("train.steps=6"))
+    assert r.returncode != 0 and "c.txt" in r.stderr, r.stderr  # the old path names the missing file
+    (tmp_path / "other.txt").write_text("a different text with words in it.\n" * 200)
+    kept = snapshot(run)
+    r = octet("train", "--resume", run, *sets("train.steps=6", f"data.path={tmp_path / 'other.txt'}"))
+    assert_one_line_error(r, "gives other tokens than the run trained on")
+    assert snapshot(run) == kept
+    r = octet("train", "--resume", run, *sets("train.steps=6", f"data.path={tmp_path / 'moved' / 'c.txt'}"))
+    assert r.returncode == 0, r.stderr
+    assert f"resume: data.path {tmp_path / 'c.txt'} -> {tmp_path / 'moved' / 'c.txt'} from step 4" in r.stdout
+    assert f'path = "{tmp_path / "moved" / "c.txt"}"' in (run / "config.toml").read_text()
+    r = octet("eval", "--run", run, "--json")  # the run's validation split, from the new place
+    assert r.returncode == 0, r.stderr
+
+
 def test_a_resume_refuses_an_edited_corpus(run, tmp_path):
     # a byte run: the tokenizer cannot change, the text can (one word)
     corpus = tmp_path / "c.txt"

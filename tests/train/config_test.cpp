@@ -107,6 +107,26 @@ TEST(Config, ResumeChangesAllowOnlyScheduleKeys) {
   }
 }
 
+// A moved corpus resumes (data.path is a schedule key) only from a checkpoint that records the
+// tokens it trained on, which the resume then compares (check_run_tokens).
+TEST(Config, DataPathMovesOnlyWithRecordedTokens) {
+  test::TempDir dir("config-move");
+  const RunConfig saved = load_config("", {"data.path=/old/corpus.txt", "data.tokenizer=byte"});
+  test::write_file(dir / "config.toml", to_toml(saved));
+  const RunConfig moved = load_config("", {"data.path=/new/corpus.txt", "data.tokenizer=byte"});
+  TrainState recorded;
+  recorded.tokens_hash = "0123456789abcdef";
+  const std::vector<ConfigChange> ch = check_resume(dir.path.string(), moved, recorded);
+  ASSERT_EQ(ch.size(), 1u);
+  EXPECT_EQ(ch[0].key, "data.path");
+  EXPECT_EQ(ch[0].to, "/new/corpus.txt");
+  recorded.tokens_hash.clear();  // a checkpoint from before octet recorded its tokens
+  const std::string e = error_of([&] { check_resume(dir.path.string(), moved, recorded); });
+  EXPECT_NE(e.find("records no tokens_hash"), std::string::npos) << e;
+  EXPECT_NE(e.find("/new/corpus.txt"), std::string::npos) << e;
+  EXPECT_TRUE(check_resume(dir.path.string(), saved, recorded).empty()) << "no move: nothing to check";
+}
+
 TEST(Config, RoundTripsThroughToml) {
   test::TempDir dir("config-rt");
   RunConfig c = load_config("", {"model.n_layer=5", "precision.arm=fp8-matched", "data.path=a b\"c",
