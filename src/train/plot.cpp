@@ -102,12 +102,15 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_
     const std::string va = (tmp / ("val" + std::to_string(i) + ".dat")).string();
     std::ofstream ftr(tr), fva(va);
     std::string line;
-    int64_t n_train = 0, n_val = 0;
+    int64_t n_train = 0, n_val = 0, n_lines = 0, first_bad = 0, n_bad = 0;
     while (std::getline(in, line)) {
+      ++n_lines;
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception&) {
+      } catch (const nlohmann::json::exception&) {}
+      if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) {
+        if (n_bad++ == 0) first_bad = n_lines;
         continue;
       }
       if (j.contains("val_loss") && j["val_loss"].is_number())
@@ -115,6 +118,10 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_
       else if (j.contains("loss") && j["loss"].is_number())
         ftr << j["step"].get<int64_t>() << ' ' << j["loss"].get<double>() << '\n', ++n_train;
     }
+    // a crash can cut the last line short; any other unreadable line is worth a word
+    if (n_bad > 1 || (n_bad == 1 && first_bad != n_lines))
+      std::fprintf(stderr, "octet: warning: %s: skipped %lld unreadable line(s), the first line %lld\n",
+                   metrics.c_str(), static_cast<long long>(n_bad), static_cast<long long>(first_bad));
     OCTET_CHECK(n_train > 0, "no training steps in " + metrics);
     std::string label = fs::path(run_dirs[i]).lexically_normal().filename().string();
     if (label.empty()) label = fs::path(run_dirs[i]).lexically_normal().parent_path().filename().string();

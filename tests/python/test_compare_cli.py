@@ -119,6 +119,21 @@ def test_plot_out_must_name_a_png(config, tmp_path):
     assert_one_line_error(octet("plot", out / "bf16", "--out", tmp_path / "no" / "x.png"), "does not exist")
 
 
+def test_plot_says_when_it_skips_lines_of_the_metrics(config, tmp_path):
+    out = tmp_path / "cmp"
+    assert compare(config, out, arms="bf16").returncode == 0
+    metrics = out / "bf16" / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    metrics.write_text("\n".join(lines) + '\n{"step": 3, "loss"')  # a last line cut short by a crash
+    r = octet("plot", out / "bf16", "--out", tmp_path / "a.png")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    metrics.write_text("\n".join([lines[0], "garbage", '{"loss": 1.0}', *lines[1:]]) + "\n")
+    r = octet("plot", out / "bf16", "--out", tmp_path / "b.png")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == f"octet: warning: {metrics}: skipped 2 unreadable line(s), the first line 2\n"
+    assert (tmp_path / "b.png").stat().st_size > 0
+
+
 def test_compare_without_gnuplot_keeps_the_results(config, tmp_path):
     env = dict(os.environ, PATH=str(tmp_path / "no-bin"))
     out = tmp_path / "cmp"
