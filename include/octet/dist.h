@@ -141,14 +141,17 @@ void all_reduce_host_sum(Communicator& comm, Backend& backend, double* values, i
 int launch_local(int nproc, const std::string& device, const std::vector<std::string>& args,
                  double grace_s = 10);
 
-/// The variable launch_local sets in every child's environment: the launcher's process id.
+/// The variable launch_local sets in every child's environment: "<process id>:<start time>", the
+/// launcher's id and its start time in clock ticks after boot (/proc/<pid>/stat's 22nd field).
 inline constexpr const char* kLauncherPidVariable = "OCTET_LAUNCHER_PID";
 
 /// In a rank that launch_local started (OCTET_LAUNCHER_PID set): starts, once per process, a
-/// thread that sends this process SIGTERM when the launcher no longer exists (checked every
-/// 200 ms), so a SIGKILL to `octet ... --nproc N` does not leave its ranks training on with the run
-/// directory locked. Does nothing without the variable; throws octet::Error when it is not a
-/// process id. open_dist_session calls it for jobs of more than one rank.
+/// thread that checks /proc every 200 ms and, once the launcher has ended (no such process, a
+/// zombie its parent has not reaped, or another process that has since taken its id), prints one
+/// line and sends this process SIGTERM, so a SIGKILL to `octet ... --nproc N` does not leave its
+/// ranks training on with the run directory locked. Does nothing without the variable; throws
+/// octet::Error when it is not "<process id>:<start time>". open_dist_session calls it for jobs
+/// of more than one rank.
 void end_with_launcher();
 
 /// A TCP port of this host that was free a moment ago (the default MASTER_PORT of launch_local).

@@ -11,10 +11,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -84,19 +87,53 @@ void on_stop_signal(int sig) { g_stop_signal = sig; }
 
 }  // namespace
 
+namespace {
+
+// The state letter and start time (clock ticks after boot) of process `pid` from /proc/<pid>/stat,
+// or false when it does not exist. (The name in parentheses may hold spaces and parentheses: the
+// fields are counted after the last ')'.)
+bool process_stat(long pid, char* state, unsigned long long* start_ticks) {
+  std::ifstream in("/proc/" + (pid == 0 ? std::string("self") : std::to_string(pid)) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream fields(line.substr(close + 1));
+  std::string field;
+  for (int i = 0; i < 20 && fields >> field;
+       ++i) {  // state is the 1st field after the name, starttime the 20th
+    if (i == 0) *state = field.empty() ? '?' : field[0];
+    if (i == 19) {
+      *start_ticks = std::strtoull(field.c_str(), nullptr, 10);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 void end_with_launcher() {
   const char* v = std::getenv(kLauncherPidVariable);
   if (!v) return;
   char* end = nullptr;
   const long pid = std::strtol(v, &end, 10);
-  OCTET_CHECK(*v != '\0' && *end == '\0' && pid > 1,
-              std::string("environment variable ") + kLauncherPidVariable + "=" + v + " is not a process id");
+  unsigned long long start = 0;
+  const bool well_formed = *v != '\0' && *end == ':' && pid > 1 && end[1] != '\0';
+  if (well_formed) start = std::strtoull(end + 1, &end, 10);
+  OCTET_CHECK(well_formed && *end == '\0', std::string("environment variable ") + kLauncherPidVariable + "=" +
+                                               v + " is not <process id>:<start time>");
   static std::once_flag once;
-  std::call_once(once, [pid] {
-    std::thread([pid] {
-      while (::kill(pid_t(pid), 0) == 0 || errno != ESRCH)
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      ::kill(::getpid(), SIGTERM);  // the launcher is gone: end as if it had passed its stop signal on
+  std::call_once(once, [pid, start] {
+    std::thread([pid, start] {
+      auto alive = [&] {  // a zombie (exited, not yet reaped) or a new process with its id is gone
+        char state = '?';
+        unsigned long long ticks = 0;
+        return process_stat(pid, &state, &ticks) && state != 'Z' && state != 'X' && ticks == start;
+      };
+      while (alive()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::fprintf(stderr, "octet: the --nproc launcher (process %ld) has ended: this rank ends too\n", pid);
+      ::kill(::getpid(), SIGTERM);  // as if the launcher had passed its stop signal on
     }).detach();
   });
 }
@@ -104,7 +141,11 @@ void end_with_launcher() {
 int launch_local(int nproc, const std::string& device, const std::vector<std::string>& args, double grace_s) {
   OCTET_CHECK(nproc >= 1, "--nproc must be >= 1, got " + std::to_string(nproc));
   const std::string exe = self_exe();
-  const std::string launcher = std::string(kLauncherPidVariable) + "=" + std::to_string(::getpid());
+  char state = '?';
+  unsigned long long start_ticks = 0;
+  OCTET_CHECK(process_stat(0, &state, &start_ticks), io_error("cannot read", "/proc/self/stat"));
+  const std::string launcher = std::string(kLauncherPidVariable) + "=" + std::to_string(::getpid()) + ":" +
+                               std::to_string(start_ticks);
   std::vector<pid_t> kids;
   auto start = [&](std::vector<std::string> argv, std::vector<std::string> set) {
     set.push_back(launcher);

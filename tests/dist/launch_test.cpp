@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "job.h"
@@ -83,24 +84,33 @@ TEST(Launch, NonPositiveNprocIsRefused) {
 TEST(Launch, RanksEndWhenTheLauncherIsKilled) {
   if (test::comm().size() > 1 || std::getenv("OCTET_TEST_FAILURE_CHILD")) GTEST_SKIP() << "one process";
   Fixture f;
-  // The launcher in the background, SIGKILLed once rank 0 logs a step; then the processes whose
-  // environment names it (mpirun and the two ranks) are counted every 0.1 s for 30 s, and any left
-  // are killed.
-  const std::string log = f.dir / "log";
+  // The launcher is started by a subshell that then becomes `sleep`, which never reaps it: once
+  // SIGKILLed (after rank 0 logs a step) it stays a zombie, the case a bare kill(pid, 0) check
+  // takes for alive. The processes whose environment names it (mpirun and the two ranks) are
+  // counted every 0.1 s for 30 s; any left are killed, then the sleep.
+  const std::string log = f.dir / "log", pid = f.dir / "pid";
   const CliRun r = test::run_shell(
-      std::string(OCTET_BINARY_DIR) + "/octet train --config " + f.config + " --out " + (f.dir / "run") +
-      " --nproc 2 --set train.steps=1000000 --set train.log_every=1 > " + log + " 2>&1 & L=$!; " +
-      "for i in $(seq 1200); do grep -q '^step' " + log + " && break; sleep 0.1; done; " +
-      "ranks() { grep -lsz \"^OCTET_LAUNCHER_PID=$L\\$\" /proc/[0-9]*/environ | wc -l; }; " +
+      "( " + std::string(OCTET_BINARY_DIR) + "/octet train --config " + f.config + " --out " +
+      (f.dir / "run") + " --nproc 2 --set train.steps=1000000 --set train.log_every=1 > " + log +
+      " 2>&1 & echo $! > " + pid + "; exec sleep 100 ) & S=$!; " +
+      "for i in $(seq 1200); do grep -q '^step' " + log + " && break; sleep 0.1; done; L=$(cat " + pid +
+      "); " + "ranks() { grep -lsz \"^OCTET_LAUNCHER_PID=$L:\" /proc/[0-9]*/environ | wc -l; }; " +
       "echo before $(ranks); kill -9 $L; " +
-      "for i in $(seq 300); do [ $(ranks) = 0 ] && break; sleep 0.1; done; echo after $(ranks); " +
-      "for e in $(grep -lsz \"^OCTET_LAUNCHER_PID=$L\\$\" /proc/[0-9]*/environ); do " +  // none left behind
-      "p=${e#/proc/}; kill -9 ${p%/environ}; done; true");
+      "for i in $(seq 300); do [ $(ranks) = 0 ] && break; sleep 0.1; done; echo after $(ranks) " +
+      "$(cut -d' ' -f3 /proc/$L/stat); " +  // the launcher's state: Z
+      "for e in $(grep -lsz \"^OCTET_LAUNCHER_PID=$L:\" /proc/[0-9]*/environ); do " +  // none left behind
+      "p=${e#/proc/}; kill -9 ${p%/environ}; done; kill -9 $S; true");
   ASSERT_EQ(r.status, 0) << r.out;
   int before = -1, after = -1;
-  ASSERT_EQ(std::sscanf(r.out.c_str(), "before %d after %d", &before, &after), 2) << r.out;
+  char state = '?';
+  ASSERT_EQ(std::sscanf(r.out.c_str(), "before %d after %d %c", &before, &after, &state), 3) << r.out;
   EXPECT_GE(before, 2) << "the ranks had started: " << r.out;
+  EXPECT_EQ(state, 'Z') << "the launcher was not left a zombie: " << r.out;
   EXPECT_EQ(after, 0) << "processes of the killed launcher still run 30 s later";
+  std::ifstream in(log);
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(out.find("the --nproc launcher (process"), std::string::npos)
+      << "a rank says why it ends: " << out;
 }
 
 }  // namespace
