@@ -166,6 +166,11 @@ std::string read_file_bytes(const std::string& path, const std::string& what);
 /// path)"), before any work is done.
 void require_new_file(const std::string& path, const std::string& option);
 void require_empty_or_new_dir(const std::string& path, const std::string& option);
+/// That `path` can be a directory: it is one (or a link to one), or it does not exist and the
+/// nearest of its ancestors that exists is a directory. Throws octet::Error naming the option and
+/// the path: "is a file, not a directory" (the path, or "PATH: ANCESTOR is a file, ..."), "is a
+/// symbolic link to nothing". require_empty_or_new_dir checks it first.
+void require_directory_path(const std::string& path, const std::string& option);
 /// Creates the output directory `path` (and its parents) of `option`. Throws octet::Error
 /// "cannot create <option> <path>: <cause>".
 void create_output_dir(const std::string& path, const std::string& option);

@@ -63,7 +63,29 @@ void require_new_file(const std::string& path, const std::string& option) {
               option + " " + path + " exists; not overwritten (remove it or give another path)");
 }
 
+void require_directory_path(const std::string& path, const std::string& option) {
+  std::error_code ec;
+  const fs::file_status target = fs::status(path, ec);
+  OCTET_CHECK(!fs::is_symlink(fs::symlink_status(path, ec)) || fs::exists(target),
+              option + " " + path + " is a symbolic link to nothing");
+  if (fs::exists(target)) {
+    OCTET_CHECK(fs::is_directory(target), option + " " + path + " is a file, not a directory");
+    return;
+  }
+  for (fs::path p = fs::path(path).parent_path(); !p.empty();
+       p = p.parent_path()) {  // the nearest that exists
+    const fs::file_status s = fs::status(p, ec);
+    if (fs::exists(s)) {
+      OCTET_CHECK(fs::is_directory(s),
+                  option + " " + path + ": " + p.string() + " is a file, not a directory");
+      return;
+    }
+    if (p == p.parent_path()) return;
+  }
+}
+
 void require_empty_or_new_dir(const std::string& path, const std::string& option) {
+  require_directory_path(path, option);
   std::error_code ec;
   OCTET_CHECK(!fs::exists(path, ec) || (fs::is_directory(path, ec) && fs::is_empty(path, ec)),
               option + " " + path + " exists and is not an empty directory; not overwritten");

@@ -175,10 +175,7 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     return seeds == 1 ? out_dir + "/" + arm
                       : out_dir + "/" + arm + "/seed-" + std::to_string(cfg.train.seed + uint64_t(k));
   };
-  std::error_code exists_ec;
-  OCTET_CHECK(
-      !writer || !fs::exists(out_dir, exists_ec) || fs::is_directory(out_dir, exists_ec),
-      "--out " + out_dir + " is a file, not a directory: give a directory (one sub-directory per arm)");
+  if (writer) require_directory_path(out_dir, "--out");  // one sub-directory per arm
   std::set<std::string> seen;
   for (const std::string& arm : arms) {
     OCTET_CHECK(seen.insert(arm).second, "--arms lists " + arm + " twice (each arm trains once)");

@@ -45,9 +45,13 @@ def test_compare_refuses_a_non_empty_out_and_repeated_arms(config, tmp_path):
 def test_compare_out_naming_a_file_is_refused_as_a_file(config, tmp_path, mode):
     out = tmp_path / "results.txt"
     out.write_text("keep me\n")
-    r = compare(config, out, *mode)
-    assert_one_line_error(r, "is a file, not a directory")
-    assert out.read_text() == "keep me\n"
+    for given in (out, f"{out}/", out / "sub"):  # the file itself, or a folder below it
+        r = compare(config, given, *mode)
+        assert_one_line_error(r, "is a file, not a directory")
+        assert out.read_text() == "keep me\n"
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    assert_one_line_error(compare(config, tmp_path / "dangling", *mode), "is a symbolic link to nothing")
+    assert not (tmp_path / "nowhere").exists()
 
 
 def test_compare_resume_keeps_finished_arms(config, tmp_path):
