@@ -147,7 +147,13 @@ void run_train(const TrainArgs& a) {
     if (!a.dump_grads.empty()) require_empty_or_new_dir(a.dump_grads, "--dump-grads");
     // the launcher builds the tokenizer cache once for the ranks; a resume encodes with the run's
     // own tokenizer.model
-    ds = load_dataset(cfg, &desc, a.resume.empty() ? std::string() : run_tokenizer_model(a.resume));
+    try {
+      ds = load_dataset(cfg, &desc, a.resume.empty() ? std::string() : run_tokenizer_model(a.resume));
+    } catch (const Error& e) {  // a resume whose corpus moved: say how to give its new place
+      const std::string what = e.what();
+      if (a.resume.empty() || what.rfind("corpus not found: ", 0) != 0) throw;
+      throw Error(what + " (if the corpus moved, resume with --set data.path=<its new place>)");
+    }
     const int ranks = a.nproc > 1 && env.world == 1 ? a.nproc : env.world;
     if (ranks > 1) {  // what train() would refuse on every rank
       check_rank_split(cfg, ranks);

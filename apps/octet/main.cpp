@@ -93,6 +93,34 @@ std::string nested_unknown(CLI::App& app, const std::vector<char*>& args) {
   return {};
 }
 
+// For an option whose values are comma-separated lists (CLI11 delimiter ','): the message for a
+// value with an empty item ("tiny,", ",bf16", "a,,b"), which CLI11's split would drop without a
+// word; else empty. The arguments are walked as CLI11 reads them: a subcommand's name enters it,
+// and an option's values are "--opt=v" or the arguments after it up to the next that starts with '-'.
+std::string empty_list_item(CLI::App& app, const std::vector<char*>& args) {
+  CLI::App* cmd = &app;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string a = args[i];
+    if (a == "--") break;
+    if (a.empty() || a[0] != '-') {
+      for (CLI::App* sub : cmd->get_subcommands({}))
+        if (sub->get_name() == a) cmd = sub;
+      continue;
+    }
+    const size_t eq = a.find('=');
+    const CLI::Option* opt = cmd->get_option_no_throw(a.substr(0, eq));
+    if (!opt || opt->get_delimiter() != ',') continue;
+    std::vector<std::string> values;
+    if (eq != std::string::npos) values.push_back(a.substr(eq + 1));
+    for (size_t j = i + 1; eq == std::string::npos && j < args.size() && args[j][0] != '-'; ++j)
+      values.emplace_back(args[j]);
+    for (const std::string& v : values)
+      if (v.empty() || v.front() == ',' || v.back() == ',' || v.find(",,") != std::string::npos)
+        return a.substr(0, eq) + ": an empty item in '" + v + "' (items are separated by single commas)";
+  }
+  return {};
+}
+
 // One line on stderr: "octet: error: ..." for bad input (exit 2), "octet: failed: ..." for a run
 // that failed (exit 1); the source location only with --verbose.
 constexpr int kBadInput = 2, kRunFailed = 1;
@@ -164,6 +192,8 @@ int main(int argc, char** argv) {
       return report(kBadInput, unknown_command_message(typed, names), "", verbose);
     if (const std::string sub = nested_unknown(app, args); !sub.empty())
       return report(kBadInput, sub, "", verbose);
+    if (const std::string item = empty_list_item(app, args); !item.empty())
+      return report(kBadInput, item, "", verbose);
     app.parse(int(args.size()), args.data());
   } catch (const CLI::CallForHelp& e) {
     return flushed(app.exit(e), verbose);

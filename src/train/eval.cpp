@@ -36,7 +36,10 @@ LoadedRun load_run(const std::string& dir, const std::string& device, const std:
     file = fs::exists(fs::path(dir) / "checkpoint.safetensors")
                ? (fs::path(dir) / "checkpoint.safetensors").string()
                : (fs::path(dir) / "model.safetensors").string();
-  OCTET_CHECK(fs::is_regular_file(file), "no weights: " + file + " does not exist");
+  OCTET_CHECK(fs::exists(file), "no weights: " + file + " does not exist");
+  OCTET_CHECK(fs::is_regular_file(file), "no weights: " + file +
+                                             " is not a file (--checkpoint takes a "
+                                             "checkpoint or weights file, --run the run's folder)");
   if (is_training_checkpoint(file)) {  // by its metadata, not its name (a copy may be renamed)
     std::vector<float> m, v;
     load_checkpoint_file(file, *r.model, m, v);
@@ -70,8 +73,8 @@ void check_run_tokens(const TrainState& recorded, const Dataset& ds, const std::
                       const std::string& action, const std::string& remedy) {
   OCTET_CHECK(recorded.tokens_hash.empty() || recorded.tokens_hash == tokens_hash_hex(ds),
               "cannot " + action + " " + run_dir +
-                  ": the corpus of data.path gives other tokens than the run trained on (its text changed "
-                  "since the run started); " +
+                  ": the corpus of data.path gives other tokens than the run trained on (the text there is "
+                  "not the one the run started with); " +
                   remedy);
 }
 

@@ -105,6 +105,7 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_
     int64_t n_train = 0, n_val = 0, n_lines = 0, first_bad = 0, n_bad = 0;
     while (std::getline(in, line)) {
       ++n_lines;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // a blank line: nothing to read
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(line);
@@ -120,7 +121,7 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_
     }
     // a crash can cut the last line short; any other unreadable line is worth a word
     if (n_bad > 1 || (n_bad == 1 && first_bad != n_lines))
-      std::fprintf(stderr, "octet: warning: %s: skipped %lld unreadable line(s), the first line %lld\n",
+      std::fprintf(stderr, "octet: warning: %s: skipped %lld unreadable line(s), the first at line %lld\n",
                    metrics.c_str(), static_cast<long long>(n_bad), static_cast<long long>(first_bad));
     OCTET_CHECK(n_train > 0, "no training steps in " + metrics);
     std::string label = fs::path(run_dirs[i]).lexically_normal().filename().string();

@@ -187,12 +187,16 @@ def test_integers_beyond_their_type_are_refused_as_typed(args, option, value):
     assert option in line and f"got '{value}'" in line, line
 
 
-@pytest.mark.parametrize("arms", ["bf16,", ",bf16", "bf16,,fp8-matched"])
-@pytest.mark.parametrize("command", [["compare", "--config", "c", "--out", "o"], ["bench", "train", "--device", "cpu"]])
-def test_an_empty_item_in_a_list_of_arms_is_refused(command, arms):
-    # CLI11's list splitting drops empty items, so "bf16," used to run one arm without a word
-    line = one_line_error(octet(*command, "--arms", arms))
-    assert "unknown arm ''" in line, line
+@pytest.mark.parametrize("items", ["bf16,", ",bf16", "bf16,,fp8-matched", ","])
+@pytest.mark.parametrize("command,option", [
+    (["compare", "--config", "c", "--out", "o"], "--arms"), (["bench", "train", "--device", "cpu"], "--arms"),
+    (["bench", "train", "--device", "cpu"], "--models"), (["bench", "gemm"], "--modes"),
+    (["bench", "comm"], "--ops")])
+def test_an_empty_item_in_a_list_option_is_refused(command, option, items):
+    # CLI11's list splitting drops empty items, so "--arms bf16," used to run one arm without a word
+    for args in ([option, items], [f"{option}={items}"]):
+        line = one_line_error(octet(*command, *args))
+        assert line == f"octet: error: {option}: an empty item in '{items}' (items are separated by single commas)", line
 
 
 def test_quantize_e5m2_is_the_gradient_format():

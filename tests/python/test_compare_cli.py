@@ -128,13 +128,13 @@ def test_plot_says_when_it_skips_lines_of_the_metrics(config, tmp_path):
     assert compare(config, out, arms="bf16").returncode == 0
     metrics = out / "bf16" / "metrics.jsonl"
     lines = metrics.read_text().splitlines()
-    metrics.write_text("\n".join(lines) + '\n{"step": 3, "loss"')  # a last line cut short by a crash
+    metrics.write_text("\n".join(lines) + '\n\n\n{"step": 3, "loss"')  # blank lines; a last line cut short
     r = octet("plot", out / "bf16", "--out", tmp_path / "a.png")
     assert r.returncode == 0 and r.stderr == "", r.stderr
     metrics.write_text("\n".join([lines[0], "garbage", '{"loss": 1.0}', *lines[1:]]) + "\n")
     r = octet("plot", out / "bf16", "--out", tmp_path / "b.png")
     assert r.returncode == 0, r.stderr
-    assert r.stderr == f"octet: warning: {metrics}: skipped 2 unreadable line(s), the first line 2\n"
+    assert r.stderr == f"octet: warning: {metrics}: skipped 2 unreadable line(s), the first at line 2\n"
     assert (tmp_path / "b.png").stat().st_size > 0
 
 
