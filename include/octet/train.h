@@ -580,7 +580,8 @@ std::string format_compare_layers_table(const std::vector<CompareArmLayers>& arm
 /// holding metrics.jsonl) with gnuplot, run without a shell; any title and path work (quoted for
 /// gnuplot, shown literally). Blank lines of metrics.jsonl are passed over; lines that are not JSON
 /// objects with an integer "step" are skipped, with a warning on stderr unless the only one is the
-/// last line (cut short by a crash). Throws octet::Error if a run has no metrics, gnuplot is missing or fails.
+/// last line (cut short by a crash). Throws octet::Error if a run has no metrics, gnuplot is missing or
+/// fails.
 void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_path,
                const std::string& title = "octet: loss");
 
