@@ -159,8 +159,8 @@ struct BackwardIo {
 int forward_exp2_poly();
 
 /// The wgmma forward's grid when ForwardParams::persistent is −1: persistent if the environment
-/// variable OCTET_FLASH_PERSISTENT is 1, one CTA per work item if it is 0 or unset (anything else
-/// is an octet::Error). Read at every call.
+/// variable OCTET_FLASH_PERSISTENT is 1 or unset (the default: faster at every measured shape),
+/// one CTA per work item if it is 0 (anything else is an octet::Error). Read at every call.
 bool forward_persistent();
 
 /// The wgmma forward's GEMM order when ForwardParams::pingpong is −1: the ping-pong if the

@@ -46,14 +46,15 @@ void check_inputs(const ForwardParams& p, bool needs_v) {
               "flash attention forward: the Q, K, V^T code buffers must be 16-byte aligned");
 }
 
-// An on/off environment variable: true for "1", false for "0" or unset; anything else is an
-// octet::Error that says what 1 means.
-bool env_switch(const char* name, const char* meaning) {
+// An on/off environment variable: true for "1", false for "0", `unset` when unset or empty;
+// anything else is an octet::Error that says what 1 means.
+bool env_switch(const char* name, const char* meaning, bool unset) {
   const char* env = std::getenv(name);
   const std::string v = env ? env : "";
-  OCTET_CHECK(v.empty() || v == "0" || v == "1",
-              std::string(name) + " must be 0 or 1 (" + meaning + "; unset: 0), got '" + v + "'");
-  return v == "1";
+  OCTET_CHECK(v.empty() || v == "0" || v == "1", std::string(name) + " must be 0 or 1 (" + meaning +
+                                                     "; unset: " + (unset ? "1" : "0") + "), got '" + v +
+                                                     "'");
+  return v.empty() ? unset : v == "1";
 }
 
 void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
@@ -96,11 +97,13 @@ int forward_exp2_poly() {
 }
 
 bool forward_persistent() {
-  return env_switch("OCTET_FLASH_PERSISTENT", "1: one CTA per SM walking the work items");
+  // on by default: +4-18 % forward TFLOP/s on the H200
+  // (bench/results/2026-12-05-h200-attention-fwd-options.jsonl)
+  return env_switch("OCTET_FLASH_PERSISTENT", "1: one CTA per SM walking the work items", true);
 }
 
 bool forward_pingpong() {
-  return env_switch("OCTET_FLASH_PINGPONG", "1: the consumer warpgroups issue their GEMMs in turn");
+  return env_switch("OCTET_FLASH_PINGPONG", "1: the consumer warpgroups issue their GEMMs in turn", false);
 }
 
 ForwardKernel select_forward_kernel(ForwardKernel requested) {
