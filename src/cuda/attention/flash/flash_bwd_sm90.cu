@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid < kBM) next.load(p, bh_of(n), i0_of(n) + tid, true);
   };
   auto store_stat = [&](int n) {
-    if (tid < kBM) next.store(stats[n % 2], tid);
+    if (tid < kBM) next.store(stats[n % 2], tid, p.p_scale);
   };
 
   if (tid == 0) {
@@ -336,9 +336,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       bwdw::tile_product<kD, false>(a_k, stage, s);
       uint32_t pa[kBM / 32][4];
       if (full)
-        bwdw::tile_prob<true>(cs, ln, kbase, 0, sc.s_scale, p.p_scale, s, pa);
+        bwdw::tile_prob<true>(cs, ln, kbase, 0, sc.s_scale, s, pa);
       else
-        bwdw::tile_prob<false>(cs, ln, kbase, 0, sc.s_scale, p.p_scale, s, pa);
+        bwdw::tile_prob<false>(cs, ln, kbase, 0, sc.s_scale, s, pa);
       dv_product<kD, kDoE5M2, kD>(stage + 3 * L::kRows, pa, dv);
       tile_ds<kD, kDoE5M2, kRes>(p, cs, ln, kbase, 0, sc, bh, i0, full, a_v, stage + L::kRows, s, amax);
       scale = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
@@ -357,9 +357,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         bwdw::tile_product<kD, false>(a_k, stage + kN * h * kD, s);
         uint32_t(*const pa_h)[4] = pa + kN / 32 * h;
         if (full)
-          bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, p.p_scale, s, pa_h);
+          bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, s, pa_h);
         else
-          bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, p.p_scale, s, pa_h);
+          bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, s, pa_h);
         if (h == 1) {
           dv_product<kD, kDoE5M2, 64>(stage + 3 * L::kRows, pa, dv);
         }
@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(kThreads, kDeltaCtas<kD>)
   if (tid < kBM) {
     ColStat c;
     c.load(p, bh, i0 + tid, false);
-    c.store(cs, tid);
+    c.store(cs, tid, p.p_scale);
   }
   // This lane's FP64 sums of query column_sum8_query(kk, g, t), kk = 0..3, over the key blocks
   // (of FP32 partials of 16 keys each).
@@ -523,9 +523,9 @@ __global__ void __launch_bounds__(kThreads, kDeltaCtas<kD>)
       float s[kN / 8][4], dp[kN / 8][4];
       bwdw::tile_product<kD, false>(stage + a_off, sb + L::kQ + kN * h * kD, s);
       if (full)
-        bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, 0.0f, s, nullptr);
+        bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, s, nullptr);
       else
-        bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, 0.0f, s, nullptr);
+        bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, s, nullptr);
       bwdw::tile_product<kD, kDoE5M2>(stage + L::kRows + a_off, sb + L::kDo + kN * h * kD, dp);
       // Per query group kk (n-tiles 4kk.., columns u = 2(nt − 4kk) + c; group kN/32·h + kk of the
       // tile): the column's 16 keys of this warp summed in FP32 — the lane's two keys by FMA, then

@@ -28,6 +28,7 @@
 #include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/attention/flash/flash_bwd_tile_sm89.cuh"
 #include "cuda/attention/flash/flash_mma_sm89.cuh"
+#include "cuda/attention/flash/flash_softmax.cuh"
 #include "cuda/attention/flash/flash_wgmma_sm90.cuh"
 #include "octet/delta_rule.h"
 
@@ -43,11 +44,12 @@ static_assert(kThreads == 32 * bwd::kWarps, "bwd::cta_amax's slots are one per w
 template <int kD>
 inline constexpr int kCols = kD == 64 ? kBM : kBM / 2;
 
-/// The per-query statistics of one query block, in natural query order (query i0 + q at q):
-/// Rows::init's values (m = 0, l = 1, delta = 0 for a row without keys or a pad), 1/l rounded, the
-/// keys the row sees.
+/// The per-query statistics of one query block, in natural query order (query i0 + q at q), from
+/// Rows::init's values (m = 0, l = 1, delta = 0 for a row without keys or a pad): tile_prob's
+/// exponent bias log2(p_scale) − RN(m·log2 e) and factor RN(1/(l·p_scale)), l, D, the keys the row
+/// sees.
 struct ColStats {
-  float m[kBM], l[kBM], rcp_l[kBM], delta[kBM];
+  float bias[kBM], l[kBM], rcp_lp[kBM], delta[kBM];
   int vis[kBM];
 };
 
@@ -62,8 +64,11 @@ struct ColStat {
     l = v > 0 ? p.row_sum[bh * p.Tq + i] : 1.0f;
     delta = with_delta && v > 0 ? p.delta[bh * p.Tq + i] : 0.0f;
   }
-  __device__ __forceinline__ void store(ColStats& s, int q) const {
-    s.m[q] = m, s.l[q] = l, s.rcp_l[q] = __frcp_rn(l), s.delta[q] = delta, s.vis[q] = vis;
+  /// p_scale: P̃'s power-of-two scale (BackwardParams::p_scale), the same in both kernels.
+  __device__ __forceinline__ void store(ColStats& s, int q, float p_scale) const {
+    const float log2_p = float(int(__float_as_uint(p_scale) >> 23) - 127);  // p_scale = 2^k
+    s.bias[q] = log2_p - __fmul_rn(m, 1.4426950408889634f);
+    s.l[q] = l, s.rcp_lp[q] = __frcp_rn(l * p_scale), s.delta[q] = delta, s.vis[q] = vis;
   }
 };
 
@@ -101,33 +106,34 @@ __device__ __forceinline__ int col_lim(const ColStats& cs, int q, int64_t kbase)
 }
 
 /// P = exp(S − m)/l in place of this lane's Sᵀ accumulator over kN queries q_off.. of the tile
-/// (code units; × s_scale first, a rounded product), Rows::prob's formula (exp_rel, div_rn with the
-/// hoisted 1/l), 0 where the key is not visible (unless kFull: the caller knows every query of the
-/// tile sees every key). kbase: the tile's first key j0 + 64wg + 16w (this warp's keys kbase + g,
+/// (code units ŝ, S = s_scale·ŝ), as the forward forms its exponentials (flash_softmax.cuh
+/// exp2_scaled: one FFMA and ex2): x = exp(S − m)·p_scale = 2^(ŝ·RN(s_scale·log2 e) + bias), P =
+/// RN(x·RN(1/(l·p_scale))) — one multiply instead of a division, so P rows sum to 1 only within a
+/// few FP32 ulp (the matched delta divides by the same P's sum: delta_rule.h). 0 where the key is
+/// not visible (unless kFull: the caller knows every query of the tile sees every key). kbase: the tile's first key j0 + 64wg + 16w (this warp's keys kbase + g,
 /// + 8). If pa is given, the P̃ codes E4M3(exp(S − m)·p_scale) as the A fragments over queries
 /// (to_a_frags' order: pa[kk] covers queries q_off + 32kk.., a0/a1 = rows g/g + 8 of n-tiles 4kk,
 /// 4kk + 1, a2/a3 of 4kk + 2, 4kk + 3).
 template <bool kFull, int kNT>
 __device__ __forceinline__ void tile_prob(const ColStats& cs, const Lane& ln, int64_t kbase, int q_off,
-                                          float s_scale, float p_scale, float (&s)[kNT][4],
-                                          uint32_t (*pa)[4]) {
+                                          float s_scale, float (&s)[kNT][4], uint32_t (*pa)[4]) {
+  const float c2 = __fmul_rn(s_scale, 1.4426950408889634f);
 #pragma unroll
   for (int kk = 0; kk < kNT / 4; ++kk) {
     float e[4][4];  // exp(S − m)·p_scale of n-tiles 4kk + j
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int nt = 4 * kk + j, q0 = q_off + s_key(nt, 2 * ln.t);  // queries q0, q0 + 1 (even)
-      const float2 m = *reinterpret_cast<const float2*>(cs.m + q0);
-      const float2 l = *reinterpret_cast<const float2*>(cs.l + q0);
-      const float2 rl = *reinterpret_cast<const float2*>(cs.rcp_l + q0);
+      const float2 b = *reinterpret_cast<const float2*>(cs.bias + q0);
+      const float2 rl = *reinterpret_cast<const float2*>(cs.rcp_lp + q0);
       const int lim0 = kFull ? 0 : col_lim(cs, q0, kbase), lim1 = kFull ? 0 : col_lim(cs, q0 + 1, kbase);
 #pragma unroll
       for (int el = 0; el < 4; ++el) {
         const int c = el % 2, key = ln.g + 8 * (el / 2);
         const bool in = kFull || key < (c ? lim1 : lim0);
-        const float x = exp_rel(__fmul_rn(s[nt][el], s_scale) - (c ? m.y : m.x));
-        s[nt][el] = in ? bwd::Rows::div_rn(x, c ? l.y : l.x, c ? rl.y : rl.x) : 0.0f;
-        e[j][el] = in ? x * p_scale : 0.0f;
+        const float x = exp2_scaled(s[nt][el], c2, c ? b.y : b.x);
+        s[nt][el] = in ? __fmul_rn(x, c ? rl.y : rl.x) : 0.0f;
+        e[j][el] = in ? x : 0.0f;
       }
     }
     if (pa) {
