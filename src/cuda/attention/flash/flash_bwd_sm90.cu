@@ -19,10 +19,11 @@
 //   power-of-two scale (fp8.h scale_from_amax, pow2) → dŜᵀ A fragments (to_a_frags) and dŜ bytes
 //   into shared memory [query][key] (K-major); dK += τ dŜᵀQ̂ (RS, B = Q̂ᵀ) and dQ = τ dŜK̂ (SS,
 //   A = dŜ rows 64wg.., B = K̂ᵀ) added to dq_acc by 16-byte FP32 atomics.
-// At head_dim 128 (dK, dV accumulators: 128 registers a thread) Sᵀ and dPᵀ are m64n64 products on
-// the 64-query halves of the step, half 0's dS is parked in shared memory until the tile's amax
-// covers both halves, dV's product runs in two 64-column parts of head_dim, and dK's and dQ's
-// products one after the other (docs/attention.md §"Backward", head_dim 128).
+// Sᵀ and dPᵀ are m64n64 products on the 64-query halves of the step at both head_dims (registers:
+// at 128 the dK, dV accumulators take 128 a thread; at 64 one m64n128 product of each spilled), half
+// 0's dS is parked in shared memory until the tile's amax covers both halves, and dV's product runs
+// in 64-column parts of head_dim; at head_dim 128 dK's and dQ's products run one after the other
+// (docs/attention.md §"Backward", head_dim 128).
 // Every product is one tile's (≤ 128 terms) from a zero accumulator, added in FP32 outside the
 // tensor core (Hopper's FP8 wgmma keeps ~13 bits in its accumulator; DeepSeek-V3 §3.3.2).
 // Matched-delta pre-pass: one CTA per (b, h, 128-query block) walks the key blocks its rows see
@@ -73,13 +74,13 @@ struct BackwardMaps {
 // K̂, V̂ [kBN][kD] (kD-byte swizzle), K̂ᵀ [kD][kBN], dŜ [kBM][kBN] (128-byte swizzle; at head_dim
 // 128 the same space first parks half 0's FP32 dS, kPark bytes: [element][thread] float4s); 2
 // stages of Q̂, dÔ [kBM][kD] (permuted rows, kD-byte swizzle), Q̂ᵀ, (dO/l)~ᵀ [kD][kBM] (128-byte
-// swizzle); 2 ColStats; the mbarriers (the key block's, one per stage). head_dim 64: 110 KiB; 128:
+// swizzle); 2 ColStats; the mbarriers (the key block's, one per stage). head_dim 64: 126 KiB; 128:
 // 214 KiB (of the 227 KiB an sm_90 CTA may have).
 template <int kD>
 struct MainLayout {
   static constexpr int kRows = kBN * kD;  // one K̂, V̂, K̂ᵀ, Q̂, dÔ, Q̂ᵀ or (dO/l)~ᵀ tile
   static constexpr int kK = 0, kV = kRows, kKt = 2 * kRows, kDs = 3 * kRows;
-  static constexpr int kPark = kD == 64 ? 0 : kThreads * (bwdw::kCols<kD> / 8) * 4 * 4;
+  static constexpr int kPark = bwdw::kCols<kD> == kBM ? 0 : kThreads * (bwdw::kCols<kD> / 8) * 4 * 4;
   static constexpr int kStage0 = kDs + (kPark > kBM * kBN ? kPark : kBM * kBN);
   static constexpr int kStage = 4 * kRows;  // + 0: Q̂, + kRows: dÔ, + 2 kRows: Q̂ᵀ, + 3: (dO/l)~ᵀ
   static constexpr int kStats = kStage0 + 2 * kStage;
@@ -104,10 +105,10 @@ struct DeltaLayout {
   static_assert(bwd::kWarps * kBM * 16 <= 2 * kStage, "the sums fit in the stages");
   static_assert(2 * (kBytes + 1024) <= 228 * 1024, "two CTAs on an SM (1 KiB reserved per CTA)");
 };
-/// CTAs of the pre-pass per SM (its __launch_bounds__): two at head_dim 128, whose products
-/// (m64n64 halves) leave a thread within 128 registers; one at 64 (m64n128: 177 registers).
+/// CTAs of the pre-pass per SM (its __launch_bounds__): two, whose products (m64n64 halves) leave
+/// a thread within 128 registers (125 at head_dim 128, 120 at 64).
 template <int kD>
-inline constexpr int kDeltaCtas = kD == 128 ? 2 : 1;
+inline constexpr int kDeltaCtas = bwdw::kCols<kD> < kBM ? 2 : 1;
 
 __device__ __forceinline__ uint8_t* align1024(uint8_t* p) {
   return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
@@ -330,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     unsigned amax = 0;
     uint32_t dsa[kBM / 32][4];
     float scale;
-    if constexpr (kD == 64) {
+    if constexpr (bwdw::kCols<kD> == kBM) {
       // The whole tile in one product each.
       float s[kBN / 8][4];
       bwdw::tile_product<kD, false>(a_k, stage, s);
@@ -516,7 +517,7 @@ __global__ void __launch_bounds__(kThreads, kDeltaCtas<kD>)
     const int64_t kbase = j0 + bwdw::kWgKeys * ln.wg + 16 * ln.w;
     const bool full = bwd::tile_full(p, i0, kBM, j0, kBN);
     const TileScales sc = tile_scales(p, bh, i0, bg, j0);
-    // The main kernel's products: the whole tile at head_dim 64, two 64-query halves h at 128.
+    // The main kernel's products: two 64-query halves h (bwdw::kCols).
     constexpr int kN = bwdw::kCols<kD>;
 #pragma unroll
     for (int h = 0; h < kBM / kN; ++h) {

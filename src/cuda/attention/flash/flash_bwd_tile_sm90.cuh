@@ -39,10 +39,12 @@ constexpr int kBM = 128;       // queries per tile
 constexpr int kBN = 128;       // keys per tile
 constexpr int kWgKeys = 64;    // keys per warpgroup
 static_assert(kThreads == 32 * bwd::kWarps, "bwd::cta_amax's slots are one per warp");
-/// Queries per Sᵀ / dPᵀ product (the N of its m64nNk32): the tile at head_dim 64, half of it at 128.
-/// The pre-pass and the main kernel both use it (the same instruction shape: the same bits).
+/// Queries per Sᵀ / dPᵀ product (the N of its m64nNk32): half of the tile at both head_dims (at 64
+/// the whole tile in one m64n128 product held Sᵀ's and dPᵀ's 64 + 64 registers beside dK, dV and
+/// spilled). The pre-pass and the main kernel both use it (the same instruction shape: the same
+/// bits).
 template <int kD>
-inline constexpr int kCols = kD == 64 ? kBM : kBM / 2;
+inline constexpr int kCols = kBM / 2;
 
 /// The per-query statistics of one query block, in natural query order (query i0 + q at q), from
 /// Rows::init's values (m = 0, l = 1, delta = 0 for a row without keys or a pad): tile_prob's
