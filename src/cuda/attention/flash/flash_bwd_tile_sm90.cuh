@@ -112,7 +112,8 @@ __device__ __forceinline__ int col_lim(const ColStats& cs, int q, int64_t kbase)
 /// exp2_scaled: one FFMA and ex2): x = exp(S − m)·p_scale = 2^(ŝ·RN(s_scale·log2 e) + bias), P =
 /// RN(x·RN(1/(l·p_scale))) — one multiply instead of a division, so P rows sum to 1 only within a
 /// few FP32 ulp (the matched delta divides by the same P's sum: delta_rule.h). 0 where the key is
-/// not visible (unless kFull: the caller knows every query of the tile sees every key). kbase: the tile's first key j0 + 64wg + 16w (this warp's keys kbase + g,
+/// not visible (unless kFull: the caller knows every query of the tile sees every key). kbase: the tile's
+/// first key j0 + 64wg + 16w (this warp's keys kbase + g,
 /// + 8). If pa is given, the P̃ codes E4M3(exp(S − m)·p_scale) as the A fragments over queries
 /// (to_a_frags' order: pa[kk] covers queries q_off + 32kk.., a0/a1 = rows g/g + 8 of n-tiles 4kk,
 /// 4kk + 1, a2/a3 of 4kk + 2, 4kk + 3).
