@@ -601,12 +601,16 @@ bool same_bits_each_run(DirectForward& run, const cuda::flash::ForwardParams& ba
   return true;
 }
 
-// An on/off variable of the wgmma forward: 1 turns it on, unset leaves it off, and another value
-// ("yes", "on") is an octet::Error that says "0 or 1".
-void expect_env_switch(const char* name, bool (*read)()) {
+// An on/off variable of the wgmma forward: 1 turns it on, 0 off, unset gives `unset` (the
+// default), and another value ("yes", "on") is an octet::Error that says "0 or 1".
+void expect_env_switch(const char* name, bool (*read)(), bool unset) {
   {
     test::ScopedEnv env(name, "1");
     EXPECT_TRUE(read()) << name << "=1";
+  }
+  {
+    test::ScopedEnv env(name, "0");
+    EXPECT_FALSE(read()) << name << "=0";
   }
   for (const char* bad : {"yes", "on"}) {
     test::ScopedEnv env(name, bad);
@@ -618,7 +622,7 @@ void expect_env_switch(const char* name, bool (*read)()) {
     }
   }
   test::ScopedEnv env(name, nullptr);
-  EXPECT_FALSE(read()) << name << " unset";
+  EXPECT_EQ(read(), unset) << name << " unset";
 }
 
 // The persistent grid (ForwardParams::persistent = 1: one CTA per SM walking the (query block,
@@ -660,7 +664,7 @@ TEST(FlashForwardFlavors, PersistentGridGivesTheSameBits) {
         return;
     }
   }
-  expect_env_switch("OCTET_FLASH_PERSISTENT", cuda::flash::forward_persistent);
+  expect_env_switch("OCTET_FLASH_PERSISTENT", cuda::flash::forward_persistent, true);  // on by default
 }
 
 // The consumers' ping-pong (ForwardParams::pingpong = 1: named barriers hand the GEMM turn from
@@ -696,7 +700,7 @@ TEST(FlashForwardFlavors, PingPongGivesTheSameBits) {
             run.name() + " persistent " + std::to_string(k.persistent) + " ctas " + std::to_string(k.ctas)))
       return;
   }
-  expect_env_switch("OCTET_FLASH_PINGPONG", cuda::flash::forward_pingpong);
+  expect_env_switch("OCTET_FLASH_PINGPONG", cuda::flash::forward_pingpong, false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, FlashForward, testing::Values(ForwardKernel::MmaSync, ForwardKernel::Wgmma),
