@@ -140,7 +140,13 @@ void run_train(const TrainArgs& a) {
         // Anything else there is not a run's, and a run would replace its config.toml or
         // model.safetensors: a new run gets a new or empty directory (docs/cli.md). Checked by a lone
         // process or the --nproc launcher, before any rank writes (ranks of a job would race rank 0).
-        if (env.world == 1) require_empty_or_new_dir(out, "--out");
+        if (env.world == 1) {
+          // a run stopped in its first moments may have left only a temporary file: that folder
+          // is new again
+          remove_interrupted_writes(out, {"config.toml", "metrics.jsonl", "checkpoint.safetensors",
+                                          "model.safetensors", kRunTokenizerFile});
+          require_empty_or_new_dir(out, "--out");
+        }
       }
     }
     OCTET_CHECK(a.dump_grads.empty() || (a.nproc <= 1 && env.world == 1), "--dump-grads runs in one process");

@@ -166,6 +166,11 @@ std::string read_file_bytes(const std::string& path, const std::string& what);
 /// path)"), before any work is done.
 void require_new_file(const std::string& path, const std::string& option);
 void require_empty_or_new_dir(const std::string& path, const std::string& option);
+/// When the directory `dir` holds nothing but write_file_atomic's temporary files of `names`
+/// ("config.toml.tmp", ...: the leftovers of a process stopped while writing its first file),
+/// removes them, leaving `dir` empty; otherwise (anything else there, or no such directory) touches
+/// nothing. Throws octet::Error if a leftover cannot be removed.
+void remove_interrupted_writes(const std::string& dir, const std::vector<std::string>& names);
 /// That `path` can be a directory: it is one (or a link to one), or it does not exist and the
 /// nearest of its ancestors that exists is a directory. Throws octet::Error naming the option and
 /// the path: "is a file, not a directory" (the path, or "PATH: ANCESTOR is a file, ..."), "is a

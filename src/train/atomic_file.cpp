@@ -91,6 +91,20 @@ void require_empty_or_new_dir(const std::string& path, const std::string& option
               option + " " + path + " exists and is not an empty directory; not overwritten");
 }
 
+void remove_interrupted_writes(const std::string& dir, const std::vector<std::string>& names) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  std::vector<fs::path> leftovers;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    bool ours = false;
+    for (const std::string& n : names) ours = ours || e.path().filename() == n + ".tmp";
+    if (!ours || !e.is_regular_file(ec)) return;  // something else is there: not ours to clean
+    leftovers.push_back(e.path());
+  }
+  for (const fs::path& p : leftovers)
+    OCTET_CHECK(fs::remove(p, ec) && !ec, io_error("cannot remove", p.string(), ec.message()));
+}
+
 void create_output_dir(const std::string& path, const std::string& option) {
   std::error_code ec;
   fs::create_directories(path, ec);

@@ -28,6 +28,11 @@ void get_all(const StFile& f, const std::string& file, const std::string& prefix
   v.assign(model.num_params(), 0.0f);
   for (const ParamInfo& p : model.params()) {
     auto it = f.tensors.find(prefix + p.name);
+    OCTET_CHECK(
+        it != f.tensors.end() || !f.tensors.count("model.embed_tokens.weight"),
+        file +
+            ": a Hugging Face model's weights (model.embed_tokens.weight, ...), not octet's: "
+            "load them with transformers, or give a run's checkpoint.safetensors or model.safetensors");
     OCTET_CHECK(it != f.tensors.end(), file + ": missing tensor " + prefix + p.name);
     OCTET_CHECK(it->second.shape == p.shape,
                 file + ": tensor " + prefix + p.name + " has a different shape than the model's");
@@ -37,8 +42,9 @@ void get_all(const StFile& f, const std::string& file, const std::string& prefix
   size_t expected = 0;
   for (auto& [name, t] : f.tensors) expected += name.rfind(prefix, 0) == 0;
   OCTET_CHECK(expected == model.params().size(),
-              file + ": holds " + std::to_string(expected) + " '" + prefix + "' tensors, the model has " +
-                  std::to_string(model.params().size()) + " (different architecture?)");
+              file + ": holds " + std::to_string(expected) + (prefix.empty() ? "" : " '" + prefix + "'") +
+                  " tensors, the model has " + std::to_string(model.params().size()) +
+                  " (different architecture?)");
 }
 }  // namespace
 

@@ -122,6 +122,23 @@ def test_device_the_build_lacks_creates_nothing(tmp_path):
     assert not out.exists()
 
 
+def test_a_folder_left_with_only_a_temporary_config_trains_anew(tmp_path):
+    # a run stopped while writing its first file leaves config.toml.tmp: that folder is new again,
+    # while a folder with anything else in it is still refused
+    (tmp_path / "c.txt").write_text("".join(f"the queue drains buffer {i % 13} before it stops.\n" for i in range(200)))
+    args = sets(*TINY, f"data.path={tmp_path / 'c.txt'}", f"data.cache_dir={tmp_path / 'cache'}")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "config.toml.tmp").write_text("[model]\n")
+    r = octet("train", *args, "--out", tmp_path / "r")
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "r" / "config.toml.tmp").exists() and (tmp_path / "r" / "checkpoint.safetensors").exists()
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "config.toml.tmp").write_text("[model]\n")
+    (tmp_path / "s" / "notes.tmp").write_text("mine\n")
+    assert_one_line_error(octet("train", *args, "--out", tmp_path / "s"), "not an empty directory")
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["config.toml.tmp", "notes.tmp"]
+
+
 def test_a_folder_with_a_run_log_but_no_checkpoint_is_not_overwritten(run):
     """A run that ended before its first checkpoint leaves metrics.jsonl and no checkpoint: a new
     `octet train --out` there is refused, its files untouched (--resume needs a checkpoint)."""
@@ -225,6 +242,18 @@ def test_how_often_a_delayed_run_evaluates_changes_nothing_it_computes(tmp_path)
     copy = octet("eval", "--run", tmp_path / "e5", "--checkpoint", tmp_path / "step30.safetensors", "--json")
     assert copy.returncode == 0, copy.stderr
     assert json.loads(copy.stdout)["loss"] == json.loads(r.stdout)["loss"]
+
+
+def test_checkpoint_option_names_what_it_was_given(run, tmp_path):
+    r = octet("eval", "--run", run, "--checkpoint", run)  # a folder
+    assert_one_line_error(r, f"{run} is not a file", "--run the run's folder")
+    r = octet("export", "--run", run, "--out", tmp_path / "hf")
+    assert r.returncode == 0, r.stderr
+    r = octet("eval", "--run", run, "--checkpoint", tmp_path / "hf" / "model.safetensors")
+    assert_one_line_error(r, "a Hugging Face model's weights", "load them with transformers")
+    (tmp_path / "w.safetensors").write_bytes((run / "model.safetensors").read_bytes())
+    r = octet("eval", "--run", run, "--checkpoint", tmp_path / "w.safetensors", "--json")
+    assert r.returncode == 0, r.stderr
 
 
 def test_a_run_whose_config_is_not_a_run_is_named(run):
