@@ -132,7 +132,13 @@ void set_kernels(const Impl& im, const AttentionShape& s, AttnBenchRow& row) {
   bp.B = s.batch, bp.H = s.n_heads, bp.G = s.n_kv_heads, bp.Tq = s.seq_q, bp.Tk = s.seq_k;
   bp.D = s.head_dim, bp.block_q = cfg.block_q, bp.block_k = cfg.block_k;
   row.bwd_kernel = flash::backward_kernel_name(flash::select_backward_kernel(bp));
-  row.pack_kernel = pack_kernel_name(chosen_pack_kernel());  // the timed glue's (from BF16/F32)
+  // The timed glue's pack (from BF16/F32): Q's, as the forward packs it (glue.h).
+  PackArgs q;
+  q.fp8 = true;
+  q.B = s.batch, q.heads = s.n_heads, q.T = s.seq_q, q.T_p = (s.seq_q + 15) / 16 * 16, q.D = s.head_dim;
+  q.scale_block = cfg.qkv_scaling == QkvScaling::HeadBlock ? kQkvScaleBlock : 0;
+  q.row_kind = q.trans_kind = PackKind::Fp8Code;
+  row.pack_kernel = pack_kernel_name(quantized_pack_kernel(&q, 1));
 }
 
 // FlashAttention's FLOP convention: causal halves the square (Tq = Tk); with Tq ≠ Tk, the fraction of

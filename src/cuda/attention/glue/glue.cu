@@ -352,7 +352,7 @@ void pack_set_launch(const PackSet& set, cudaStream_t s) {
     OCTET_CHECK(set.a[i].x_dtype == set.a[0].x_dtype, "attention pack: one launch takes one input dtype");
   }
   const dim3 grid = pack_grid(set);
-  if (chosen_pack_kernel(set.a[0].kernel) == PackKernel::Codes && pack_codes_takes(set)) {
+  if (chosen_pack_kernel(set.a[0].kernel) != PackKernel::Staged && pack_codes_takes(set)) {
     pack_codes_launch(set, s);
     return;
   }
@@ -363,6 +363,25 @@ void pack_set_launch(const PackSet& set, cudaStream_t s) {
       },
       set.a[0].x_dtype);
   OCTET_CUDA_LAUNCH_CHECK();
+}
+
+// The one-pass block pack of n tensors of one kind (amax entries at bits[i]) when it is chosen
+// (PackKernel::Block) and takes them all; false (nothing launched) otherwise.
+bool block_pack_launched(const PackArgs* args, int n, unsigned* const* bits, cudaStream_t s) {
+  if (quantized_pack_kernel(args, n) != PackKernel::Block) return false;
+  PackSet set;
+  set.count = n;
+  for (int i = 0; i < n; ++i) {
+    set.a[i] = args[i];
+    set.a[i].amax_bits = bits[i];
+    set.amax_out[i] = bits[i];
+  }
+  for (int i = 0; i < n; ++i) {
+    check_pack_args(set.a[i]);
+    OCTET_CHECK(set.a[i].x_dtype == set.a[0].x_dtype, "attention pack: one launch takes one input dtype");
+  }
+  pack_block_launch(set, s);
+  return true;
 }
 
 // Entries of a tensor's amax: 1, or one per (b, head, block).
@@ -377,12 +396,26 @@ PackKernel chosen_pack_kernel(PackKernel k) {
   static const PackKernel from_env = [] {
     const char* env = std::getenv("OCTET_ATTN_PACK");
     const std::string v = env ? env : "";
-    OCTET_CHECK(
-        v.empty() || v == pack_kernel_name(PackKernel::Staged) || v == pack_kernel_name(PackKernel::Codes),
-        "OCTET_ATTN_PACK must be staged or codes (or unset), got '" + v + "'");
-    return v == pack_kernel_name(PackKernel::Staged) ? PackKernel::Staged : PackKernel::Codes;
+    for (PackKernel k : {PackKernel::Staged, PackKernel::Block})
+      if (v == pack_kernel_name(k)) return k;
+    OCTET_CHECK(v.empty() || v == pack_kernel_name(PackKernel::Codes),
+                "OCTET_ATTN_PACK must be staged, codes or block (or unset), got '" + v + "'");
+    return PackKernel::Codes;
   }();
   return from_env;
+}
+
+PackKernel quantized_pack_kernel(const PackArgs* args, int n) {
+  OCTET_CHECK(
+      args && n >= 1 && n <= kMaxPackSet,
+      "attention pack: a set of 1 to " + std::to_string(kMaxPackSet) + " tensors, got " + std::to_string(n));
+  PackSet set;
+  set.count = n;
+  for (int i = 0; i < n; ++i) set.a[i] = args[i];
+  const PackKernel k = chosen_pack_kernel(args[0].kernel);
+  if (k == PackKernel::Block && pack_block_takes(set)) return PackKernel::Block;
+  if (k != PackKernel::Staged && pack_codes_takes(set)) return PackKernel::Codes;
+  return PackKernel::Staged;
 }
 
 const char* pack_kernel_name(PackKernel k) {
@@ -391,6 +424,8 @@ const char* pack_kernel_name(PackKernel k) {
       return "staged";
     case PackKernel::Codes:
       return "codes";
+    case PackKernel::Block:
+      return "block";
     default:
       return "auto";
   }
@@ -407,6 +442,7 @@ void pack_block_amax_launch(const void* x, DType dtype, int64_t bh, int64_t T, i
 }
 
 void pack_quantized_launch(PackArgs a, unsigned* amax_bits, cudaStream_t s) {
+  if (block_pack_launched(&a, 1, &amax_bits, s)) return;
   if (a.fp8 && a.scale_block)
     pack_block_amax_launch(a.x, a.x_dtype, a.B * a.heads, a.T, a.D, a.scale_block, amax_bits, s,
                            a.tokens_major, a.heads);
@@ -440,6 +476,7 @@ void pack_quantized_many_launch(const PackArgs* args, int n, unsigned* amax_bits
     for (int i = 0; i < n; ++i) pack_quantized_launch(set.a[i], bits[i], s);
     return;
   }
+  if (block_pack_launched(set.a, n, bits, s)) return;
   for (int i = 0; i < n; ++i) check_pack_args(set.a[i]);
   const PackArgs& a0 = set.a[0];
   if (a0.fp8 && a0.scale_block) {

@@ -44,14 +44,18 @@ enum class PackKind : int { None = 0, Fp8Code = 1, Bf16OfCode = 2, Bf16OfValue =
 /// (glue/pack_codes.cu): each value encoded once and the FP8 codes staged, for tensors whose copies
 /// are FP8 codes (or absent) and under 2^31 elements; the same bits, fewer instructions per element
 /// (a forward from BF16 15-25 % faster on an H200, bench/results/2026-12-03-h200-attention-pack.jsonl);
-/// other sets fall back to the staged pack. Auto: the OCTET_ATTN_PACK environment variable (staged |
-/// codes), else codes; any other value throws octet::Error.
-enum class PackKernel : int { Auto = 0, Staged = 1, Codes = 2 };
+/// other sets fall back to the staged pack. Block (glue/pack_block.cu): for the quantize-and-pack
+/// of FP8-code copies with per-(head, block) scales of 64 or 128 tokens and head_dim <= 128, one
+/// launch that measures each block's amax from the values it packs (one read of the input instead
+/// of the amax launch's and the pack's two); the same bits; other sets and pack_launch alone go to
+/// the code pack. Auto: the OCTET_ATTN_PACK environment variable (staged | codes | block), else
+/// codes; any other value throws octet::Error.
+enum class PackKernel : int { Auto = 0, Staged = 1, Codes = 2, Block = 3 };
 
 /// The kernel Auto resolves to (OCTET_ATTN_PACK, read once; throws octet::Error for a value other
-/// than staged or codes), or k itself when it is not Auto.
+/// than staged, codes or block), or k itself when it is not Auto.
 PackKernel chosen_pack_kernel(PackKernel k = PackKernel::Auto);
-/// "staged" | "codes" (Auto: "auto").
+/// "staged" | "codes" | "block" (Auto: "auto").
 const char* pack_kernel_name(PackKernel k);
 
 struct PackArgs {
@@ -114,6 +118,12 @@ void pack_quantized_launch(PackArgs a, unsigned* amax_bits, cudaStream_t s);
 
 /// The most tensors one pack_quantized_many_launch takes (Q, K and V).
 constexpr int kMaxPackSet = 3;
+
+/// The kernel that packs n tensors (1..kMaxPackSet, one input dtype, one scaling) in
+/// pack_quantized_many_launch (n = 1: pack_quantized_launch) under each tensor's `kernel` choice:
+/// Block, Codes or Staged (what a benchmark records and a test checks it ran). Throws octet::Error
+/// for n outside 1..kMaxPackSet or a bad OCTET_ATTN_PACK.
+PackKernel quantized_pack_kernel(const PackArgs* args, int n);
 
 /// pack_quantized_launch of n tensors (1..kMaxPackSet: the Q, K, V of a forward) in one memset,
 /// one amax launch and one pack launch instead of n of each: the same bits as one call per tensor,

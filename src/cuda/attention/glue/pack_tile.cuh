@@ -1,7 +1,8 @@
-// src/cuda/attention/glue/pack_tile.cuh — what the two pack kernels share (glue.cu's staged pack,
-// pack_codes.cu's code pack): the 64-token × 64-column tile of one head that a CTA of 256 threads
-// packs, the set of up to kMaxPackSet tensors one launch takes (the grid's z), and the 8-element
-// load. Internal to src/cuda/attention/glue/.
+// src/cuda/attention/glue/pack_tile.cuh — what the pack kernels share (glue.cu's staged pack,
+// pack_codes.cu's code pack, pack_block.cu's one-pass block pack): the 64-token × 64-column tile of
+// one head that a CTA of 256 threads packs, the set of up to kMaxPackSet tensors one launch takes
+// (the grid's z), and the 8-element load; the launches of the code pack and the block pack.
+// Internal to src/cuda/attention/glue/.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,6 +24,9 @@ constexpr int kPackTileT = 64, kPackTileD = 64;
 struct PackSet {
   int count = 0;
   PackArgs a[kMaxPackSet];
+  /// Where the one-pass block pack (pack_block.cu) writes each tensor's per-(head, block) amax
+  /// bits, the entries pack_block_amax_launch would write (the other packs read a[i].amax_bits).
+  unsigned* amax_out[kMaxPackSet] = {};
 };
 
 /// The grid of one pack launch over `set`: x = the widest tensor's B·heads·⌈D/64⌉, y = the longest
@@ -54,5 +58,15 @@ bool pack_codes_takes(const PackSet& set);
 
 /// The code pack of a checked set of one input dtype (pack_codes.cu): the staged pack's bits.
 void pack_codes_launch(const PackSet& set, cudaStream_t s);
+
+/// True if pack_block_launch takes every tensor of the set: FP8 codes (or nothing) in both copies,
+/// per-(head, block) scales of 64 or 128 tokens (the same for all), head_dim <= 128, no row factor,
+/// under 2^31 elements.
+bool pack_block_takes(const PackSet& set);
+
+/// The one-pass block pack of a checked set of one input dtype and one scale_block (pack_block.cu):
+/// the amax entries into set.amax_out[i] and the copies, bitwise those of pack_block_amax_launch and
+/// the code pack.
+void pack_block_launch(const PackSet& set, cudaStream_t s);
 
 }  // namespace octet::cuda

@@ -1,7 +1,9 @@
 // pack_variants_test.cpp — the other ways the glue packs, against the staged pack one tensor at a
 // time (pack_quantized_launch with PackKernel::Staged, checked against the host in glue_test.cpp):
 //   * the forward's Q, K, V in one launch each (glue.h pack_quantized_many_launch);
-//   * the code pack (PackKernel::Codes, glue/pack_codes.cu) for every FP8-code copy it takes.
+//   * the code pack (PackKernel::Codes, glue/pack_codes.cu) for every FP8-code copy it takes;
+//   * the one-pass block pack (PackKernel::Block, glue/pack_block.cu) for per-(head, block) scales,
+//     and the code pack it leaves the sets it does not take to.
 // amax bits, scale_inv, row copies and group transposes bitwise, for per-tensor and per-(head,
 // block) scales, F32 and BF16, both layouts, GQA with Tq != Tk (a set's tensors have different
 // grids: CTAs past a tensor's tiles must do nothing), head_dims that are not a multiple of the
@@ -214,6 +216,66 @@ TEST(AttentionGlue, CodePackEqualsStagedPack) {
             check_set(odd, 2, 48, block, tm, var, "D48 " + what);
             check_set(odd, 1, 80, block, tm, var, "D80 " + what);
           }
+}
+
+// The one-pass block pack gives the amax launch's and the staged pack's bits with 64- and 128-token
+// blocks: the forward's Q, K, V (one tensor per call and three in one launch), dO's rows (E5M2, no
+// transpose), the transposes alone; T not a multiple of the block or of 16, head_dims 16 to 128,
+// GQA 8/1, misaligned inputs, NaN and huge values. quantized_pack_kernel says it ran; the sets it
+// does not take (per-tensor scales, head_dim 192, a BF16 copy) go to the code or staged pack with
+// the same bits.
+TEST(AttentionGlue, BlockPackEqualsStagedPack) {
+  OCTET_REQUIRE_GPU();
+  const auto block_pack = cuda::PackKernel::Block;
+  const Kinds kinds[] = {{PackKind::Fp8Code, PackKind::Fp8Code, Format::E4M3, nullptr, block_pack},
+                         {PackKind::Fp8Code, PackKind::None, Format::E5M2, nullptr, block_pack},
+                         {PackKind::None, PackKind::Fp8Code, Format::E4M3, nullptr, block_pack}};
+  for (const Kinds& k : kinds)
+    for (DType dt : {DType::F32, DType::BF16})
+      for (int64_t block : {int64_t(64), kQkvScaleBlock})
+        for (bool tm : {false, true})
+          for (bool one_launch : {false, true}) {
+            const Variant var{k, one_launch, false};
+            const std::string what = to_string(dt) + " block " + std::to_string(block) +
+                                     (tm ? " bshd" : " bhsd") + (one_launch ? " one launch" : " per tensor") +
+                                     (k.row == PackKind::None ? " transposes" : "") +
+                                     (k.trans == PackKind::None ? " rows" : "");
+            const Tensor3 gqa[3] = {{4, 129, 2, dt, 0}, {2, 300, 1, dt, 1}, {2, 300, 1, dt, 0}};
+            check_set(gqa, 2, 64, block, tm, var, "GQA D64 " + what);
+            const Tensor3 mha[3] = {{3, 200, 1, dt, 0}, {3, 200, 1, dt, 0}, {3, 200, 1, dt, 0}};
+            check_set(mha, 1, 128, block, tm, var, "MHA D128 " + what);
+            const Tensor3 odd[3] = {{8, 17, 8, dt, 1}, {1, 33, 1, dt, 0}, {1, 257, 1, dt, 0}};
+            for (int64_t D : {16, 48, 80, 112}) {
+              const std::string name = std::to_string(D) + " " + what;
+              check_set(odd, 2, D, block, tm, var, "head_dim " + name);
+            }
+            // not taken: the code pack, the same bits
+            check_set(mha, 1, 192, block, tm, var, "D192 (code pack) " + what);
+            check_set(mha, 1, 64, 0, tm, var, "per tensor (code pack) " + what);
+          }
+
+  // Which kernel runs.
+  Packed p;
+  make(p, {2, 100, 1, DType::BF16, 0}, 1, 128, kQkvScaleBlock, false, 3, kinds[0]);
+  EXPECT_EQ(cuda::quantized_pack_kernel(&p.a, 1), block_pack);
+  PackArgs three[3] = {p.a, p.a, p.a};
+  EXPECT_EQ(cuda::quantized_pack_kernel(three, 3), block_pack);
+  PackArgs other = p.a;
+  other.scale_block = 0;
+  EXPECT_EQ(cuda::quantized_pack_kernel(&other, 1), cuda::PackKernel::Codes) << "per-tensor scales";
+  other = p.a;
+  other.D = 192;
+  EXPECT_EQ(cuda::quantized_pack_kernel(&other, 1), cuda::PackKernel::Codes) << "head_dim 192";
+  other = p.a;
+  other.scale_block = 256;
+  EXPECT_EQ(cuda::quantized_pack_kernel(&other, 1), cuda::PackKernel::Codes) << "256-token blocks";
+  other = p.a;
+  other.row_kind = PackKind::Bf16OfCode;
+  EXPECT_EQ(cuda::quantized_pack_kernel(&other, 1), cuda::PackKernel::Staged) << "a BF16 copy";
+  other = p.a;
+  other.kernel = cuda::PackKernel::Codes;
+  EXPECT_EQ(cuda::quantized_pack_kernel(&other, 1), cuda::PackKernel::Codes) << "the code pack chosen";
+  EXPECT_THROW(cuda::quantized_pack_kernel(three, 0), Error);
 }
 
 TEST(AttentionGlue, QkvInOneLaunchRefusesBadSets) {

@@ -1,0 +1,123 @@
+// src/cuda/attention/glue/pack_block.cu — the one-pass block pack (glue.h PackKernel::Block): with
+// per-(head, block) scales a block's amax is local to the tokens of that block, so one CTA per
+// (head, block of 64 or 128 tokens) loads the block's values once (all of head_dim <= 128, held in
+// registers: up to 2 × 2 tiles of 64 tokens × 64 columns, 64 values per thread), reduces their
+// amax over the CTA, writes it and 1/s, and packs the same values into the row copy and the group
+// transpose with the code pack's tile phases (pack_codes_tile.cuh). The separate amax launch and its
+// read of the input are gone: the forward's Q, K, V are read once instead of twice. Bits: those of
+// pack_block_amax_launch followed by the code pack (the same amax over the same values, the same
+// encode), which tests/cuda/attention/glue/pack_variants_test.cpp checks. ptxas (sm_90a, three CTAs
+// of 256 threads per SM asked for): 80 registers, 16.1 KiB of shared memory, an 8-byte spill in the
+// BF16 instance (106-112 registers and two CTAs per SM without the bound). Not yet timed on a GPU.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/attention/glue/pack_codes_tile.cuh"
+#include "cuda/attention/glue/pack_tile.cuh"
+#include "cuda/ops/reduce_util.cuh"
+#include "cuda/quantize/qtensor.h"
+#include "cuda/runtime/check.h"
+#include "octet/error.h"
+
+namespace octet::cuda {
+namespace {
+
+// The most 64 × 64 tiles a CTA covers along the tokens (a 128-token block) and along head_dim (128).
+constexpr int kBlockTilesT = 2, kBlockTilesD = 2;
+constexpr int64_t kMaxBlockTokens = kBlockTilesT * kPackTileT, kMaxBlockD = kBlockTilesD * kPackTileD;
+
+// Grid: x = (b·heads + h)·nb + k for block k of nb = ⌈T/scale_block⌉ (the widest tensor's), y = the
+// tensor; a CTA past its tensor's blocks returns.
+template <class X>
+__global__ void __launch_bounds__(kPackThreads, 3) pack_block_kernel(const __grid_constant__ PackSet set) {
+  __shared__ alignas(16) uint8_t tiles[kBlockTilesT * kBlockTilesD][kPackTileT * kPackTileD];
+  __shared__ unsigned scratch[32];
+  const PackArgs& a = set.a[blockIdx.y];
+  const int heads = int(a.heads), block = int(a.scale_block), T_p = int(a.T_p);
+  const int nb = int(ceil_div(a.T, a.scale_block));
+  const int bh = int(blockIdx.x) / nb, k = int(blockIdx.x) % nb;
+  if (bh >= int(a.B) * heads) return;  // uniform over the block
+  const int b = bh / heads, h = bh % heads, tid = threadIdx.x;
+  const int ntt = block / kPackTileT, ntd = int(ceil_div(a.D, int64_t(kPackTileD)));
+  const int tb = k * block;  // the block's first token
+
+  // One read of the block: the values stay in registers for the encode.
+  float v[kBlockTilesT][kBlockTilesD][2][8];
+  unsigned m = 0;
+#pragma unroll
+  for (int i = 0; i < kBlockTilesT; ++i)
+#pragma unroll
+    for (int j = 0; j < kBlockTilesD; ++j) {
+      if (i >= ntt || j >= ntd || tb + i * kPackTileT >= T_p) continue;
+      codes_tile_load<X>(a, b, h, tb + i * kPackTileT, j * kPackTileD, tid, v[i][j]);
+#pragma unroll
+      for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) m = max(m, __float_as_uint(v[i][j][p][e]) & 0x7FFFFFFFu);
+    }
+  m = block_max(m, scratch, 0u);  // every thread gets the block's amax
+  const float s = scale_from_amax(amax_from_bits(m), a.format);
+  const CodesTensor ct = codes_tensor(a);  // before this CTA's first store
+  if (tid == 0) {
+    const int64_t si = int64_t(bh) * nb + k;
+    set.amax_out[blockIdx.y][si] = m;
+    a.scale_inv[si] = 1.0f / s;
+  }
+
+#pragma unroll
+  for (int i = 0; i < kBlockTilesT; ++i)
+#pragma unroll
+    for (int j = 0; j < kBlockTilesD; ++j) {
+      if (i >= ntt || j >= ntd || tb + i * kPackTileT >= T_p) continue;
+      codes_tile_encode(ct, bh, tb + i * kPackTileT, j * kPackTileD, tid, v[i][j], s,
+                        tiles[i * kBlockTilesD + j]);
+    }
+  if (!ct.transposed) return;  // uniform over the block
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kBlockTilesT; ++i)
+#pragma unroll
+    for (int j = 0; j < kBlockTilesD; ++j) {
+      if (i >= ntt || j >= ntd || tb + i * kPackTileT >= T_p) continue;
+      codes_tile_transpose(ct, b, h, tb + i * kPackTileT, j * kPackTileD, tid, tiles[i * kBlockTilesD + j]);
+    }
+}
+
+}  // namespace
+
+bool pack_block_takes(const PackSet& set) {
+  for (int i = 0; i < set.count; ++i) {
+    const PackArgs& a = set.a[i];
+    const bool row_ok = a.row_kind == PackKind::None || a.row_kind == PackKind::Fp8Code;
+    const bool trans_ok = a.trans_kind == PackKind::None || a.trans_kind == PackKind::Fp8Code;
+    const bool block_ok = a.scale_block > 0 && a.scale_block <= kMaxBlockTokens &&
+                          a.scale_block % kPackTileT == 0 && a.scale_block == set.a[0].scale_block;
+    if (!a.fp8 || !row_ok || !trans_ok || !block_ok || a.row_factor || a.D > kMaxBlockD ||
+        a.B * a.heads * a.T_p * a.D > 0x7FFFFFFF)
+      return false;
+  }
+  return set.count >= 1;
+}
+
+void pack_block_launch(const PackSet& set, cudaStream_t s) {
+  OCTET_CHECK(pack_block_takes(set),
+              "attention pack: the block pack takes FP8-code copies with per-(head, block) scales of 64 or "
+              "128 tokens, head_dim <= 128, under 2^31 elements");
+  int64_t gx = 1;
+  for (int i = 0; i < set.count; ++i) OCTET_CHECK(set.amax_out[i], "attention pack: a null amax output");
+  for (int i = 0; i < set.count; ++i)
+    gx = std::max(gx, set.a[i].B * set.a[i].heads * ceil_div(set.a[i].T, set.a[i].scale_block));
+  OCTET_CHECK(gx <= 0x7FFFFFFF, "attention pack: tensor too large for the grid");
+  dispatch_act(
+      [&](auto tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        pack_block_kernel<T><<<dim3(unsigned(gx), unsigned(set.count)), kPackThreads, 0, s>>>(set);
+      },
+      set.a[0].x_dtype);
+  OCTET_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace octet::cuda
