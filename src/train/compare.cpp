@@ -19,6 +19,7 @@
 
 #include "octet/dist.h"
 #include "octet/error.h"
+#include "octet/eval.h"
 #include "train/run_dir_lock.h"
 #include "octet/names.h"
 #include "octet/train.h"
@@ -48,25 +49,33 @@ bool is_empty_dir(const std::string& dir) {
 
 // A run that finished without keeping weights (train.save_weights = false): no checkpoint, its
 // config.toml the same run as `c` (resume_changes: a changed meaning key is an octet::Error; of the
-// schedule keys only those that leave the trained bits alone may differ) and its metrics holding
-// the evaluation of step c.train.steps. compare --resume keeps it as it keeps a finished run with a
-// checkpoint.
-bool finished_without_weights(const std::string& dir, const RunConfig& c) {
+// schedule keys only those that leave the trained bits alone may differ, and data.path where the
+// corpus there is the one it trained on: its last evaluation's tokens_hash equals `data`'s) and its
+// metrics holding the evaluation of step c.train.steps. compare --resume keeps it as it keeps a
+// finished run with a checkpoint.
+bool finished_without_weights(const std::string& dir, const RunConfig& c, const Dataset& data) {
   std::error_code ec;
   if (c.train.save_weights || fs::exists(dir + "/checkpoint.safetensors", ec) ||
       !fs::exists(dir + "/config.toml", ec))
     return false;
-  static const std::set<std::string> same_bits = {
-      "train.checkpoint_every",         "train.log_every", "train.max_bad_steps",
-      "train.activation_checkpointing", "device",          "data.cache_dir"};
-  for (const ConfigChange& ch : resume_changes(load_config(dir + "/config.toml"), c, dir))
-    if (!same_bits.count(ch.key)) return false;  // e.g. more steps: trained again (no checkpoint to extend)
+  bool finished = false;
+  std::string trained_on;  // the tokens_hash of its last evaluation, if recorded
   std::ifstream in(dir + "/metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
     const json j = json::parse(line, nullptr, false);  // a torn line is skipped
-    if (j.is_object() && j.contains("val_loss") && j.value("step", int64_t(-1)) == c.train.steps) return true;
+    if (!j.is_object() || !j.contains("val_loss") || j.value("step", int64_t(-1)) != c.train.steps) continue;
+    finished = true;
+    trained_on = j.contains("tokens_hash") && j["tokens_hash"].is_string() ? j["tokens_hash"].get<std::string>() : "";
   }
-  return false;
+  if (!finished) return false;
+  static const std::set<std::string> same_bits = {
+      "train.checkpoint_every",         "train.log_every", "train.max_bad_steps",
+      "train.activation_checkpointing", "device",          "data.cache_dir"};
+  for (const ConfigChange& ch : resume_changes(load_config(dir + "/config.toml"), c, dir)) {
+    if (ch.key == "data.path" && !trained_on.empty() && trained_on == tokens_hash_hex(data)) continue;
+    if (!same_bits.count(ch.key)) return false;  // e.g. more steps: trained again (no checkpoint to extend)
+  }
+  return true;
 }
 
 // Removes what a compare writes into out_dir (every arm's folder, summary.json, curves.png).
@@ -266,7 +275,7 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     if (mode == CompareMode::Resume && !resume) {
       RunConfig resolved = c;  // "auto" keys as the finished run resolved them (config.toml)
       resolve_run_config(resolved, backend);
-      kept = finished_without_weights(dir, resolved);
+      kept = finished_without_weights(dir, resolved, data);
     }
     if (writer && !resume && !kept) {  // a fresh run: nothing stale of an unfinished earlier one stays
       std::error_code ec;

@@ -477,6 +477,9 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
                  {"row_residual_mean", num(rmean)},
                  {"dq_bias_norm", num(bnorm)},
                  {"layers", layers_json(diags)}};
+      // The corpus it was evaluated on: compare --resume keeps a finished run without weights
+      // whose data.path moved when the corpus there has this hash.
+      if (!st.tokens_hash.empty()) ev["tokens_hash"] = st.tokens_hash;
       if (!layer_diags) {  // not computed (activation checkpointing): null, never a 0 that reads as measured
         for (const char* k : {"kurtosis_max", "row_residual_max", "row_residual_mean", "dq_bias_norm"})
           ev[k] = nullptr;

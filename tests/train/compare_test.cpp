@@ -154,6 +154,28 @@ TEST(Compare, ResumeKeepsArmsFinishedWithoutWeights) {
   EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl"), bf16_metrics);
 }
 
+// A moved corpus (data.path changed): an arm finished without weights is kept when the text there
+// gives the tokens its last evaluation recorded (tokens_hash), and trained again on other text.
+TEST(Compare, ResumeKeepsArmsFinishedWithoutWeightsWhereTheCorpusMoved) {
+  Fixture f;
+  f.cfg.train.save_weights = false;
+  const std::string out = f.dir / "cmp";
+  compare_arms(f.cfg, {"bf16"}, out, nullptr);
+  const std::string metrics = test::read_file(out + "/bf16/metrics.jsonl");
+  EXPECT_NE(metrics.find("\"tokens_hash\""), std::string::npos) << "the evaluation records its corpus";
+  const std::string moved_path = f.dir / "moved/corpus.txt";
+  fs::create_directories(f.dir / "moved");
+  fs::rename(f.dir / "corpus.txt", moved_path);
+  RunConfig moved = f.cfg;
+  moved.data.path = moved_path;
+  compare_arms(moved, {"bf16"}, out, nullptr, CompareMode::Resume);
+  EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl"), metrics) << "kept, not trained again";
+  // other text at the new path: the arm is not the same run, so it trains again
+  test::write_file(moved_path, test::synthetic_text(400) + " and more");
+  compare_arms(moved, {"bf16"}, out, nullptr, CompareMode::Resume);
+  EXPECT_NE(test::read_file(out + "/bf16/metrics.jsonl"), metrics) << "trained again on other tokens";
+}
+
 TEST(Compare, OverwriteKeepsNothingStale) {
   Fixture f;
   const std::string out = f.dir / "cmp";
