@@ -65,7 +65,8 @@ bool finished_without_weights(const std::string& dir, const RunConfig& c, const 
     const json j = json::parse(line, nullptr, false);  // a torn line is skipped
     if (!j.is_object() || !j.contains("val_loss") || j.value("step", int64_t(-1)) != c.train.steps) continue;
     finished = true;
-    trained_on = j.contains("tokens_hash") && j["tokens_hash"].is_string() ? j["tokens_hash"].get<std::string>() : "";
+    trained_on =
+        j.contains("tokens_hash") && j["tokens_hash"].is_string() ? j["tokens_hash"].get<std::string>() : "";
   }
   if (!finished) return false;
   static const std::set<std::string> same_bits = {
