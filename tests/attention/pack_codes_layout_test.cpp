@@ -4,12 +4,17 @@
 // aligned and contiguous, and each half-warp's stores (two tokens, as the hardware splits a warp's
 // 8-byte accesses) touch 32 different banks; phase 2's byte loads (lane = chunk c + 4·column) read,
 // per instruction, only words that no other lane of the warp needs in another row of the same bank.
+// Then the packed copies as the two kernels write them (one CTA per 64 × 64 tile for the code pack;
+// per (head, token block) the tiles block_pack_tile names for the block pack): every byte of the
+// row copy and of the group transpose written exactly once, by the thread that holds that element.
 #include "cuda/attention/glue/pack_codes_layout.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <map>
 #include <set>
+#include <string>
 #include <vector>
 
 namespace octet::cuda {
@@ -60,6 +65,95 @@ TEST(PackCodesLayout, PhaseTwoLoadsAreConflictFree) {
       }
       for (const auto& [bank, words] : words_of_bank)
         EXPECT_EQ(words.size(), 1u) << "warp " << warp << " load " << k << " bank " << bank;
+    }
+}
+
+// One tensor's packed copies, simulated: which thread wrote each byte, and how often.
+struct Copies {
+  int B, heads, rep, T, D, T_p;
+  std::vector<int> row_hits, trans_hits;
+  Copies(int B_, int heads_, int rep_, int T_, int D_)
+      : B(B_),
+        heads(heads_),
+        rep(rep_),
+        T(T_),
+        D(D_),
+        T_p((T_ + 15) / 16 * 16),
+        row_hits(size_t(B_) * heads_ * T_p * D_, 0),
+        trans_hits(row_hits.size(), 0) {}
+
+  // The two phases of the 256 threads of the tile at (t0, d0) of head bh, as pack_codes_tile.cuh.
+  void tile(int bh, int t0, int d0) {
+    const int b = bh / heads, h = bh % heads;
+    for (int tid = 0; tid < 256; ++tid) {
+      const int d = codes_phase1_col(d0, tid);
+      for (int p = 0; p < 2; ++p) {
+        const int t = codes_phase1_token(t0, tid, p);
+        ASSERT_TRUE(t >= t0 && t < t0 + kCodesTileT && d >= d0 && d + 8 <= d0 + kCodesTileD);
+        if (t >= T_p || d >= D) continue;
+        const int64_t at = codes_row_at(bh, t, d, T_p, D);
+        ASSERT_EQ(at, ((int64_t(b) * heads + h) * T_p + t) * D + d);
+        for (int j = 0; j < 8; ++j) ++row_hits[size_t(at + j)];
+      }
+      const int dd = codes_phase2_col(d0, tid), ts = codes_phase2_token(t0, tid);
+      if (dd >= D || ts >= T_p) continue;
+      const int64_t at = codes_trans_at(b, h, ts, dd, heads, rep, T_p, D);
+      for (int m = 0; m < 16; ++m) {  // one 16-byte store: 16 consecutive tokens of column dd
+        const int g = h / rep, l = h % rep;
+        ASSERT_EQ(at + m,
+                  ((int64_t(b) * (heads / rep) + g) * D + dd) * (int64_t(rep) * T_p) + l * T_p + ts + m);
+        ++trans_hits[size_t(at + m)];
+      }
+    }
+  }
+
+  void expect_each_byte_once(const std::string& what) const {
+    for (size_t i = 0; i < row_hits.size(); ++i) ASSERT_EQ(row_hits[i], 1) << what << ": row copy byte " << i;
+    for (size_t i = 0; i < trans_hits.size(); ++i)
+      ASSERT_EQ(trans_hits[i], 1) << what << ": group transpose byte " << i;
+  }
+};
+
+struct PackShape {
+  int B, heads, rep, T, D;
+};
+constexpr PackShape kShapes[] = {{1, 1, 1, 1, 16},    {2, 3, 1, 200, 128}, {1, 8, 8, 17, 48},
+                                 {2, 4, 2, 129, 64},  {1, 2, 1, 300, 80},  {1, 1, 1, 256, 112},
+                                 {1, 2, 2, 1000, 128}};
+
+std::string name_of(const PackShape& s) {
+  return "B" + std::to_string(s.B) + " heads " + std::to_string(s.heads) + " rep " + std::to_string(s.rep) +
+         " T " + std::to_string(s.T) + " D " + std::to_string(s.D);
+}
+
+TEST(PackCodesLayout, CodePackWritesEveryByteOnce) {
+  for (const PackShape& sh : kShapes) {
+    Copies c(sh.B, sh.heads, sh.rep, sh.T, sh.D);
+    for (int bh = 0; bh < sh.B * sh.heads; ++bh)  // the grid: every 64 × 64 tile of T_p × D
+      for (int t0 = 0; t0 < c.T_p; t0 += kCodesTileT)
+        for (int d0 = 0; d0 < sh.D; d0 += kCodesTileD) c.tile(bh, t0, d0);
+    c.expect_each_byte_once("code pack " + name_of(sh));
+  }
+}
+
+TEST(PackCodesLayout, BlockPackWritesEveryByteOnce) {
+  for (int block : {64, 128})
+    for (const PackShape& sh : kShapes) {
+      if (sh.D > 128) continue;  // the block pack's limit (pack_block_takes)
+      Copies c(sh.B, sh.heads, sh.rep, sh.T, sh.D);
+      const int nb = (sh.T + block - 1) / block;
+      for (int bh = 0; bh < sh.B * sh.heads; ++bh)
+        for (int k = 0; k < nb; ++k)  // one CTA per (head, token block), as pack_block.cu
+          for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < 2; ++j) {
+              int t0 = -1, d0 = -1;
+              if (block_pack_tile(k, block, i, j, c.T_p, sh.D, t0, d0)) {
+                // a tile lies inside its block: its amax is the block's
+                EXPECT_TRUE(t0 >= k * block && t0 + kCodesTileT <= (k + 1) * block);
+                c.tile(bh, t0, d0);
+              }
+            }
+      c.expect_each_byte_once("block pack, block " + std::to_string(block) + ", " + name_of(sh));
     }
 }
 

@@ -7,8 +7,9 @@
 // read of the input are gone: the forward's Q, K, V are read once instead of twice. Bits: those of
 // pack_block_amax_launch followed by the code pack (the same amax over the same values, the same
 // encode), which tests/cuda/attention/glue/pack_variants_test.cpp checks. ptxas (sm_90a, three CTAs
-// of 256 threads per SM asked for): 80 registers, 16.1 KiB of shared memory, an 8-byte spill in the
-// BF16 instance (106-112 registers and two CTAs per SM without the bound). Not yet timed on a GPU.
+// of 256 threads per SM asked for): 80 registers, 16.1 KiB of shared memory, 16 bytes of spill
+// stores in the BF16 instance (106-112 registers and two CTAs per SM without the bound). Where it
+// writes: pack_codes_layout.h, whose CPU test simulates every CTA. Not yet timed on a GPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -41,8 +42,7 @@ __global__ void __launch_bounds__(kPackThreads, 3) pack_block_kernel(const __gri
   const int bh = int(blockIdx.x) / nb, k = int(blockIdx.x) % nb;
   if (bh >= int(a.B) * heads) return;  // uniform over the block
   const int b = bh / heads, h = bh % heads, tid = threadIdx.x;
-  const int ntt = block / kPackTileT, ntd = int(ceil_div(a.D, int64_t(kPackTileD)));
-  const int tb = k * block;  // the block's first token
+  const int D = int(a.D);
 
   // One read of the block: the values stay in registers for the encode.
   float v[kBlockTilesT][kBlockTilesD][2][8];
@@ -51,8 +51,9 @@ __global__ void __launch_bounds__(kPackThreads, 3) pack_block_kernel(const __gri
   for (int i = 0; i < kBlockTilesT; ++i)
 #pragma unroll
     for (int j = 0; j < kBlockTilesD; ++j) {
-      if (i >= ntt || j >= ntd || tb + i * kPackTileT >= T_p) continue;
-      codes_tile_load<X>(a, b, h, tb + i * kPackTileT, j * kPackTileD, tid, v[i][j]);
+      int t0, d0;
+      if (!block_pack_tile(k, block, i, j, T_p, D, t0, d0)) continue;
+      codes_tile_load<X>(a, b, h, t0, d0, tid, v[i][j]);
 #pragma unroll
       for (int p = 0; p < 2; ++p)
 #pragma unroll
@@ -71,9 +72,9 @@ __global__ void __launch_bounds__(kPackThreads, 3) pack_block_kernel(const __gri
   for (int i = 0; i < kBlockTilesT; ++i)
 #pragma unroll
     for (int j = 0; j < kBlockTilesD; ++j) {
-      if (i >= ntt || j >= ntd || tb + i * kPackTileT >= T_p) continue;
-      codes_tile_encode(ct, bh, tb + i * kPackTileT, j * kPackTileD, tid, v[i][j], s,
-                        tiles[i * kBlockTilesD + j]);
+      int t0, d0;
+      if (!block_pack_tile(k, block, i, j, T_p, D, t0, d0)) continue;
+      codes_tile_encode(ct, bh, t0, d0, tid, v[i][j], s, tiles[i * kBlockTilesD + j]);
     }
   if (!ct.transposed) return;  // uniform over the block
   __syncthreads();
@@ -81,8 +82,9 @@ __global__ void __launch_bounds__(kPackThreads, 3) pack_block_kernel(const __gri
   for (int i = 0; i < kBlockTilesT; ++i)
 #pragma unroll
     for (int j = 0; j < kBlockTilesD; ++j) {
-      if (i >= ntt || j >= ntd || tb + i * kPackTileT >= T_p) continue;
-      codes_tile_transpose(ct, b, h, tb + i * kPackTileT, j * kPackTileD, tid, tiles[i * kBlockTilesD + j]);
+      int t0, d0;
+      if (!block_pack_tile(k, block, i, j, T_p, D, t0, d0)) continue;
+      codes_tile_transpose(ct, b, h, t0, d0, tid, tiles[i * kBlockTilesD + j]);
     }
 }
 

@@ -62,18 +62,18 @@ __device__ __forceinline__ CodesTensor codes_tensor(const PackArgs& a) {
   return c;
 }
 
-/// Phase-1 loads of thread tid for the tile at (t0, d0) of head (b, h): v[p] = columns d0 + 8·(tid % 8)
-/// .. + 7 of token t0 + tid / 8 + 32p as FP32 (times the token's row factor, if any), zeros outside
-/// [0, T) × [0, D). Both loads are issued before any use.
+/// Phase-1 loads of thread tid for the tile at (t0, d0) of head (b, h): v[p] = the 8 columns from
+/// codes_phase1_col of token codes_phase1_token(p) as FP32 (times the token's row factor, if any), zeros
+/// outside [0, T) × [0, D). Both loads are issued before any use.
 template <class X>
 __device__ __forceinline__ void codes_tile_load(const PackArgs& a, int b, int h, int t0, int d0, int tid,
                                                 float (&v)[2][8]) {
   const X* x = static_cast<const X*>(a.x);
   const bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const int d = d0 + 8 * (tid % 8), D = int(a.D), T = int(a.T), heads = int(a.heads);
+  const int d = codes_phase1_col(d0, tid), D = int(a.D), T = int(a.T), heads = int(a.heads);
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
-    const int t = t0 + tid / 8 + 32 * p;
+    const int t = codes_phase1_token(t0, tid, p);
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[p][j] = 0.0f;
     if (t < T && d < D) {
@@ -91,39 +91,38 @@ __device__ __forceinline__ void codes_tile_load(const PackArgs& a, int b, int h,
 /// [T, T_p) zero) and, when the tensor has a transpose, into the staging tile.
 __device__ __forceinline__ void codes_tile_encode(const CodesTensor& a, int bh, int t0, int d0, int tid,
                                                   const float (&v)[2][8], float s, uint8_t* tile) {
-  const int dc = tid % 8, tr = tid / 8, d = d0 + 8 * dc;
+  const int d = codes_phase1_col(d0, tid);
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
-    const int tl = tr + 32 * p, t = t0 + tl;
+    const int t = codes_phase1_token(t0, tid, p);
     const bool in = t < a.T && d < a.D;
     const uint2 c =
         in ? make_uint2(codes4(v[p], s, a.e5m2), codes4(v[p] + 4, s, a.e5m2)) : make_uint2(0u, 0u);
     if (a.rows && t < a.T_p && d < a.D)
-      *reinterpret_cast<uint2*>(a.row + (int64_t(bh) * a.T_p + t) * a.D + d) = c;
-    if (a.transposed) *reinterpret_cast<uint2*>(tile + codes_staged_at(tl, 8 * dc)) = c;
+      *reinterpret_cast<uint2*>(a.row + codes_row_at(bh, t, d, a.T_p, a.D)) = c;
+    if (a.transposed) *reinterpret_cast<uint2*>(tile + codes_staged_at(t - t0, d - d0)) = c;
   }
 }
 
-/// Phase 2 (after the block's __syncthreads): thread (c, dl) = (tid % 4, tid / 4) writes tokens
-/// t0 + 16c .. + 15 of column d0 + dl as one 16-byte store at ((b·G + g)·D + d)·rep·T_p + l·T_p + t.
+/// Phase 2 (after the block's __syncthreads): thread tid writes 16 consecutive tokens of one column
+/// (codes_phase2_token, codes_phase2_col) as one 16-byte store into the group transpose.
 /// Nothing when the tensor has no transpose.
 __device__ __forceinline__ void codes_tile_transpose(const CodesTensor& a, int b, int h, int t0, int d0,
                                                      int tid, const uint8_t* tile) {
   if (!a.transposed) return;
-  const int c = tid % 4, dl = tid / 4, dd = d0 + dl, ts = t0 + 16 * c;
+  const int dd = codes_phase2_col(d0, tid), ts = codes_phase2_token(t0, tid);
   if (dd >= a.D || ts >= a.T_p) return;  // T_p % 16 == 0: a chunk is all in or all out
   uint32_t w[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     uint32_t word = 0;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) word |= uint32_t(tile[codes_staged_at(16 * c + 4 * q + k, dl)]) << (8 * k);
+    for (int k = 0; k < 4; ++k)
+      word |= uint32_t(tile[codes_staged_at(ts - t0 + 4 * q + k, dd - d0)]) << (8 * k);
     w[q] = word;
   }
-  const int g = h / a.rep, l = h % a.rep;
-  const int64_t at =
-      ((int64_t(b) * (a.heads / a.rep) + g) * a.D + dd) * (int64_t(a.rep) * a.T_p) + int64_t(l) * a.T_p + ts;
-  *reinterpret_cast<uint4*>(a.trans + at) = make_uint4(w[0], w[1], w[2], w[3]);
+  *reinterpret_cast<uint4*>(a.trans + codes_trans_at(b, h, ts, dd, a.heads, a.rep, a.T_p, a.D)) =
+      make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 }  // namespace octet::cuda
