@@ -23,17 +23,10 @@ void run_eval(const EvalArgs& a) {
   EvalResult e;
   std::string what;
   if (a.data.empty()) {
-    // the run's validation split: its tokenizer, and the tokens its checkpoint recorded
+    // the run's validation split: its tokenizer, and the tokens the loaded weights trained on
     auto ds = load_dataset(r.cfg, nullptr, run_tokenizer_model(a.run));
-    const std::filesystem::path weights = std::filesystem::path(a.run) / "model.safetensors";
-    TrainState recorded;  // the tokens the run trained on: its checkpoint's, else its weights'
-    if (std::filesystem::exists(std::filesystem::path(a.run) / "checkpoint.safetensors")) {
-      recorded = peek_checkpoint_state(a.run);
-    } else if (std::filesystem::exists(weights)) {
-      const auto metadata = read_safetensors_metadata(weights.string());
-      if (auto it = metadata.find("octet_tokens_hash"); it != metadata.end())
-        recorded.tokens_hash = it->second;
-    }
+    TrainState recorded;
+    recorded.tokens_hash = r.tokens_hash;
     check_run_tokens(recorded, *ds, a.run, "score the validation split of",
                      "restore the corpus, or score a text with --data");
     e.loss = evaluate_validation(*r.model, *ds, r.cfg.train.eval_batches);

@@ -27,13 +27,18 @@ struct LoadedRun {
   RunConfig cfg;                     ///< <dir>/config.toml (device replaced by the one asked for)
   std::unique_ptr<Backend> backend;  ///< make_backend(device)
   std::unique_ptr<Model> model;      ///< the run's arm and activations, micro-batch cfg.train.batch_size
+  /// The tokens the loaded weights trained on (tokens_hash_hex of their corpus), as the loaded file
+  /// records it (a checkpoint's state, a weights file's octet_tokens_hash); empty if it records none.
+  std::string tokens_hash;
 };
 
 /// Loads the run in `dir` on `device` ("" = the run's own). Weights: `checkpoint` if given (a
 /// training checkpoint under any file name, told by its metadata, whose quantizer state is restored
 /// too, or any weights file of save_weights), else <dir>/checkpoint.safetensors if present (so tensor-delayed
-/// FP8 scales are the trained ones), else <dir>/model.safetensors. Throws octet::Error: "no run in DIR
-/// (missing config.toml)", a missing weights file, weights that do not fit the config.
+/// FP8 scales are the trained ones), else <dir>/model.safetensors. A training checkpoint's recorded
+/// meaning keys must be config.toml's (check_recorded_meaning: another arm's or another model's
+/// checkpoint is refused, whichever file it is). Throws octet::Error: "no run in DIR (missing
+/// config.toml)", a missing weights file, meaning keys that differ, weights that do not fit the config.
 LoadedRun load_run(const std::string& dir, const std::string& device, const std::string& checkpoint = "");
 
 /// <run>/tokenizer.model: the SentencePiece model a BPE run trained with, copied into the run when

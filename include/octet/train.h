@@ -362,6 +362,8 @@ TrainState read_checkpoint_state(const std::string& out_dir);
 /// The same from the checkpoint's header alone (the tensors are neither read nor checked: cheap
 /// before load_checkpoint); throws octet::Error if the header is missing, corrupt or not octet's.
 TrainState peek_checkpoint_state(const std::string& out_dir);
+/// peek_checkpoint_state of a checkpoint file by its path (any name); the same errors.
+TrainState peek_checkpoint_file_state(const std::string& file);
 /// Loads into model (weights and quantizer states) and adam m/v (sized num_params) and returns the
 /// state; throws octet::Error if the file is missing, corrupt, or its tensors do not match the
 /// model. A checkpoint without "quant." tensors (a stateless recipe) leaves the quantizers fresh.

@@ -98,7 +98,10 @@ TrainState read_checkpoint_state(const std::string& out_dir) {
 }
 
 TrainState peek_checkpoint_state(const std::string& out_dir) {
-  const std::string file = out_dir + "/checkpoint.safetensors";
+  return peek_checkpoint_file_state(out_dir + "/checkpoint.safetensors");
+}
+
+TrainState peek_checkpoint_file_state(const std::string& file) {
   return parse_state(read_safetensors_metadata(file), file);
 }
 

@@ -13,9 +13,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <memory>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "octet/dist.h"
 #include "octet/error.h"
@@ -47,17 +50,23 @@ bool is_empty_dir(const std::string& dir) {
   return !fs::exists(dir, ec) || (fs::is_directory(dir, ec) && fs::is_empty(dir, ec));
 }
 
-// A run that finished without keeping weights (train.save_weights = false): no checkpoint, its
-// config.toml the same run as `c` (resume_changes: a changed meaning key is an octet::Error; of the
-// schedule keys only those that leave the trained bits alone may differ, and data.path where the
-// corpus there is the one it trained on: its last evaluation's tokens_hash equals `data`'s) and its
-// metrics holding the evaluation of step c.train.steps. compare --resume keeps it as it keeps a
-// finished run with a checkpoint.
-bool finished_without_weights(const std::string& dir, const RunConfig& c, const Dataset& data) {
+// What compare --resume does with an arm folder that holds no checkpoint: keep a run that finished
+// without keeping weights (train.save_weights = false), or train it again (why: for the log).
+struct KeptRun {
+  bool keep = false;
+  std::string why_not;
+};
+
+// An arm folder without a checkpoint. Kept when its config.toml is the same run as `c`
+// (resume_changes: a changed meaning key is an octet::Error; of the schedule keys only those that
+// leave the trained bits alone may differ) and its metrics hold the evaluation of step
+// c.train.steps. Its last evaluation's tokens_hash must be the corpus's (`data`): other tokens, or a
+// moved data.path with no hash to check, are an octet::Error (its table row would mix corpora), as
+// for a run with a checkpoint (check_resume).
+KeptRun finished_without_weights(const std::string& dir, const RunConfig& c, const Dataset& data,
+                                 const std::string& arm) {
   std::error_code ec;
-  if (c.train.save_weights || fs::exists(dir + "/checkpoint.safetensors", ec) ||
-      !fs::exists(dir + "/config.toml", ec))
-    return false;
+  if (!fs::exists(dir + "/config.toml", ec)) return {false, "no run there yet"};
   bool finished = false;
   std::string trained_on;  // the tokens_hash of its last evaluation, if recorded
   std::ifstream in(dir + "/metrics.jsonl");
@@ -68,15 +77,27 @@ bool finished_without_weights(const std::string& dir, const RunConfig& c, const 
     trained_on =
         j.contains("tokens_hash") && j["tokens_hash"].is_string() ? j["tokens_hash"].get<std::string>() : "";
   }
-  if (!finished) return false;
+  if (!finished)
+    return {false, "it holds no checkpoint and no evaluation of step " + std::to_string(c.train.steps)};
+  if (c.train.save_weights) return {false, "it kept no weights, and train.save_weights is now true"};
   static const std::set<std::string> same_bits = {
       "train.checkpoint_every",         "train.log_every", "train.max_bad_steps",
       "train.activation_checkpointing", "device",          "data.cache_dir"};
-  for (const ConfigChange& ch : resume_changes(load_config(dir + "/config.toml"), c, dir)) {
-    if (ch.key == "data.path" && !trained_on.empty() && trained_on == tokens_hash_hex(data)) continue;
-    if (!same_bits.count(ch.key)) return false;  // e.g. more steps: trained again (no checkpoint to extend)
+  const std::vector<ConfigChange> changes = resume_changes(load_config(dir + "/config.toml"), c, dir);
+  const std::string now = tokens_hash_hex(data);
+  OCTET_CHECK(trained_on.empty() || trained_on == now,
+              "compare --resume: arm " + arm + " (" + dir + ") finished on other tokens (tokens_hash " +
+                  trained_on + ") than the corpus at data.path gives (" + now +
+                  "): restore that corpus, or use --overwrite or another --out");
+  for (const ConfigChange& ch : changes) {
+    OCTET_CHECK(ch.key != "data.path" || !trained_on.empty(),
+                "compare --resume: arm " + arm + " (" + dir +
+                    ") records no tokens_hash to check the corpus at " + ch.to + " against (it trained on " +
+                    ch.from + "): restore data.path, or use --overwrite");
+    if (ch.key != "data.path" && !same_bits.count(ch.key))  // e.g. more steps: no checkpoint to extend
+      return {false, ch.key + " changed (" + ch.from + " -> " + ch.to + ") and it kept no checkpoint"};
   }
-  return true;
+  return {true, ""};
 }
 
 // Removes what a compare writes into out_dir (every arm's folder, summary.json, curves.png).
@@ -229,25 +250,41 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
                           "or another --out");
         }
     }
-  for (int64_t k = 0; writer && mode == CompareMode::Resume && k < seeds;
-       ++k)  // a run to resume must be the same run
+  std::string desc;
+  auto ds = load_dataset(cfg, &desc);
+  // What --resume does with each run, decided (and every run checked) before any is removed or
+  // trained: resume it from its checkpoint, keep it (finished without weights), or train it anew.
+  std::map<std::string, KeptRun> kept_runs;  // by run directory; absent: resume or train anew
+  for (int64_t k = 0; mode == CompareMode::Resume && k < seeds; ++k)
     for (const std::string& arm : arms) {
       const std::string dir = run_dir(arm, k);
-      if (!fs::exists(dir + "/checkpoint.safetensors")) continue;
+      std::error_code ec;
+      if (!fs::exists(fs::symlink_status(dir, ec))) continue;
+      OCTET_CHECK(fs::is_directory(dir, ec), "compare --resume: " + dir +
+                                                 " is not an arm folder (not a directory); move it away, "
+                                                 "or use another --out");
+      if (writer) train_detail::RunDirLock in_use(dir);  // one another octet process trains is refused now
       RunConfig c = run_config(arm, k);
       resolve_run_config(c, backend);  // per arm: attn_form "auto" depends on the arm (train() checks again)
-      // The learning-rate schedule may change when one run resumes, not across the arms of one
-      // comparison: arms kept finished, or resumed from other steps, would sit in one table trained
-      // under different schedules.
-      for (const ConfigChange& ch : check_resume(dir, c, read_checkpoint_state(dir)))
+      if (!fs::exists(dir + "/checkpoint.safetensors", ec)) {
+        kept_runs[dir] = finished_without_weights(dir, c, *ds, arm);
+        continue;
+      }
+      // A run to resume must be the same run, on the same tokens. The learning-rate schedule may
+      // change when one run resumes, not across the arms of one comparison: arms kept finished, or
+      // resumed from other steps, would sit in one table trained under different schedules.
+      const TrainState st = read_checkpoint_state(dir);
+      for (const ConfigChange& ch : check_resume(dir, c, st))
         OCTET_CHECK(ch.key != "train.lr" && ch.key != "train.min_lr_ratio" && ch.key != "train.warmup_steps",
                     "compare --resume cannot change " + ch.key + " (" + ch.from + " -> " + ch.to +
                         " for arm " + arm +
                         "): its arms would be compared under different schedules; use --overwrite or "
                         "another --out");
+      OCTET_CHECK(st.tokens_hash.empty() || st.tokens_hash == tokens_hash_hex(*ds),
+                  "compare --resume: arm " + arm + " (" + dir + ") trained on other tokens (tokens_hash " +
+                      st.tokens_hash + ") than the corpus at data.path gives (" + tokens_hash_hex(*ds) +
+                      "): restore that corpus, or use --overwrite or another --out");
     }
-  std::string desc;
-  auto ds = load_dataset(cfg, &desc);
   if (writer && mode == CompareMode::Overwrite) remove_earlier_compare(out_dir);
   if (log) {
     std::fprintf(log, "%s\n", desc.c_str());
@@ -272,19 +309,18 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     const RunConfig c = run_config(arm, k);
     const std::string dir = run_dir(arm, k);
     const bool resume = mode == CompareMode::Resume && fs::exists(dir + "/checkpoint.safetensors");
-    bool kept = false;
-    if (mode == CompareMode::Resume && !resume) {
-      RunConfig resolved = c;  // "auto" keys as the finished run resolved them (config.toml)
-      resolve_run_config(resolved, backend);
-      kept = finished_without_weights(dir, resolved, data);
-    }
-    if (writer && !resume && !kept) {  // a fresh run: nothing stale of an unfinished earlier one stays
-      std::error_code ec;
+    const auto plan = kept_runs.find(dir);
+    const bool kept = plan != kept_runs.end() && plan->second.keep;
+    const std::string name = seeds == 1 ? arm : arm + ", seed " + std::to_string(c.train.seed);
+    if (log) std::fprintf(log, "\n=== arm %s ===\n", name.c_str());
+    std::error_code ec;
+    if (writer && !resume && !kept && fs::exists(dir, ec)) {  // a fresh run: nothing stale stays
+      if (log && plan != kept_runs.end())
+        std::fprintf(log, "arm %s is trained again: %s\n", name.c_str(), plan->second.why_not.c_str());
+      train_detail::RunDirLock in_use(dir);  // never remove a folder another octet process trains in
       fs::remove_all(dir, ec);
       OCTET_CHECK(!ec, "cannot remove " + dir + ": " + ec.message());
     }
-    const std::string name = seeds == 1 ? arm : arm + ", seed " + std::to_string(c.train.seed);
-    if (log) std::fprintf(log, "\n=== arm %s ===\n", name.c_str());
     bool stopped = false;
     try {
       if (kept) {

@@ -23,14 +23,6 @@ LoadedRun load_run(const std::string& dir, const std::string& device, const std:
     const std::string what = e.what();
     throw Error(what.find(cfg_path) == std::string::npos ? cfg_path + ": " + what : what);
   }
-  // config.toml may have been edited since the run trained: its meaning keys must still be those
-  // its checkpoint recorded (as a resume checks), else the weights would run as another model.
-  if (fs::exists(fs::path(dir) / "checkpoint.safetensors"))
-    check_recorded_meaning(peek_checkpoint_state(dir).meaning, r.cfg, dir, "load");
-  if (!device.empty()) r.cfg.device = device;
-  r.backend = make_backend(r.cfg.device);
-  resolve_run_config(r.cfg, *r.backend);
-  r.model = std::make_unique<Model>(r.cfg.model, r.cfg.precision, *r.backend, r.cfg.train.batch_size);
   std::string file = checkpoint;
   if (file.empty())
     file = fs::exists(fs::path(dir) / "checkpoint.safetensors")
@@ -40,7 +32,22 @@ LoadedRun load_run(const std::string& dir, const std::string& device, const std:
   OCTET_CHECK(fs::is_regular_file(file), "no weights: " + file +
                                              " is not a file (--checkpoint takes a "
                                              "checkpoint or weights file, --run the run's folder)");
-  if (is_training_checkpoint(file)) {  // by its metadata, not its name (a copy may be renamed)
+  const bool is_checkpoint = is_training_checkpoint(file);  // by its metadata, not its name
+  if (is_checkpoint) {
+    // The meaning keys the checkpoint recorded must be config.toml's (as a resume checks): a
+    // hand-edited config, or another run's checkpoint, would otherwise run as another model.
+    const TrainState st = peek_checkpoint_file_state(file);
+    check_recorded_meaning(st.meaning, r.cfg, checkpoint.empty() ? dir : file + " into " + dir, "load");
+    r.tokens_hash = st.tokens_hash;
+  } else {
+    const auto metadata = read_safetensors_metadata(file);
+    if (auto it = metadata.find("octet_tokens_hash"); it != metadata.end()) r.tokens_hash = it->second;
+  }
+  if (!device.empty()) r.cfg.device = device;
+  r.backend = make_backend(r.cfg.device);
+  resolve_run_config(r.cfg, *r.backend);
+  r.model = std::make_unique<Model>(r.cfg.model, r.cfg.precision, *r.backend, r.cfg.train.batch_size);
+  if (is_checkpoint) {
     std::vector<float> m, v;
     load_checkpoint_file(file, *r.model, m, v);
   } else {

@@ -83,6 +83,9 @@ std::string quoted(const std::string& s) {
 void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_path,
                const std::string& title) {
   OCTET_CHECK(!run_dirs.empty(), "plot needs at least one run directory");
+  std::error_code dir_ec;
+  OCTET_CHECK(!fs::is_directory(fs::symlink_status(png_path, dir_ec)),
+              "plot: " + png_path + " is a directory, not a PNG file to write");
   const fs::path tmp = fs::temp_directory_path() / ("octet-plot-" + std::to_string(::getpid()));
   fs::create_directories(tmp);
   struct Cleanup {
@@ -141,14 +144,19 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png_
     std::ofstream gp(script);
     gp << (has_pngcairo(tmp) ? "set terminal pngcairo size 1100,650 font 'sans,11'\n"
                              : "set terminal png size 1100,650\n");
-    gp << "set output " << quoted(png_path) << "\n";
+    gp << "set output " << quoted((tmp / "plot.png").string()) << "\n";
     gp << "set title " << quoted(title) << " noenhanced\n";
     gp << "set xlabel 'step'\nset ylabel 'loss (nats/token)'\nset grid\nset key top right\n";
     gp << "plot " << plots << "\n";
   }
   const std::string log = (tmp / "gnuplot.log").string();
   const int rc = run_gnuplot({script}, log);
-  if (rc == 0 && fs::exists(png_path)) return;
+  if (rc == 0 && fs::exists(tmp / "plot.png")) {
+    // into place by rename: a crash leaves the old PNG, and a symbolic link there is replaced, not
+    // written through
+    write_file_atomic(png_path, {read_file_bytes((tmp / "plot.png").string(), "gnuplot's PNG")});
+    return;
+  }
   std::string why = read_text(log);  // its last non-empty line, for a one-line error
   while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
   why = why.substr(why.find_last_of('\n') == std::string::npos ? 0 : why.find_last_of('\n') + 1);

@@ -518,9 +518,13 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
   gather_masters();
   if (writer && t.save_weights) save_weights(out_dir + "/model.safetensors", model, st.tokens_hash);
   if (writer && !t.save_weights && st.step == t.steps) {  // finished: no weights stay behind
-    std::error_code ec;
-    fs::remove(out_dir + "/checkpoint.safetensors", ec);
-    OCTET_CHECK(!ec, "cannot remove " + out_dir + "/checkpoint.safetensors: " + ec.message());
+    // (model.safetensors too: an earlier end of a run extended with save_weights = false wrote it,
+    // and its weights are not this run's result)
+    for (const char* f : {"/checkpoint.safetensors", "/model.safetensors"}) {
+      std::error_code ec;
+      fs::remove(out_dir + f, ec);
+      OCTET_CHECK(!ec, "cannot remove " + out_dir + f + ": " + ec.message());
+    }
   }
   result.skipped_steps = st.skipped_steps;
   result.tokens_per_s = total_seconds > 0 ? double(total_tokens) / total_seconds : 0;

@@ -138,6 +138,28 @@ def test_plot_says_when_it_skips_lines_of_the_metrics(config, tmp_path):
     assert (tmp_path / "b.png").stat().st_size > 0
 
 
+def test_plot_replaces_its_png_and_never_writes_through_a_link(config, tmp_path):
+    """`plot RUN` redraws RUN/loss.png by rename: a symbolic link there is replaced, not written
+    through; a directory there is refused before gnuplot runs."""
+    out = tmp_path / "cmp"
+    assert compare(config, out, arms="bf16").returncode == 0
+    precious = tmp_path / "precious.txt"
+    precious.write_text("mine\n")
+    png = out / "bf16" / "loss.png"
+    if png.exists():
+        png.unlink()
+    png.symlink_to(precious)
+    r = octet("plot", out / "bf16")
+    assert r.returncode == 0, r.stderr
+    assert precious.read_text() == "mine\n"
+    assert not png.is_symlink() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "bf16" / "loss.png.tmp").exists()
+    png.unlink()
+    png.mkdir()
+    assert_one_line_error(octet("plot", out / "bf16"), "is a directory")
+    assert png.is_dir()
+
+
 def test_compare_without_gnuplot_keeps_the_results(config, tmp_path):
     env = dict(os.environ, PATH=str(tmp_path / "no-bin"))
     out = tmp_path / "cmp"

@@ -256,6 +256,32 @@ def test_checkpoint_option_names_what_it_was_given(run, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+def test_a_checkpoint_from_another_run_is_checked_as_the_runs_own(run, tmp_path):
+    """--checkpoint FILE: a training checkpoint's recorded meaning keys must be the run's (another
+    arm's checkpoint is refused by sample, eval and export), and eval of the validation split checks
+    the tokens FILE trained on, not those of the run's own checkpoint."""
+    base = [*TINY, f"data.cache_dir={tmp_path / 'cache'}"]
+    r = octet("train", *sets(*base, f"data.path={tmp_path / 'c.txt'}", "precision.arm=fp8-matched"),
+              "--out", tmp_path / "fp8")
+    assert r.returncode == 0, r.stderr
+    other = tmp_path / "fp8" / "checkpoint.safetensors"
+    for cmd in (["eval", "--json"], ["sample", "--prompt", "the", "--max-new-tokens", "2"],
+                ["export", "--out", tmp_path / "hf"]):
+        r = octet(cmd[0], "--run", run, "--checkpoint", other, *cmd[1:])
+        assert_one_line_error(r, f"cannot load {other} into {run} with precision.arm = bf16",
+                              "precision.arm = fp8-matched")
+    assert not (tmp_path / "hf").exists()
+    (tmp_path / "d.txt").write_text("".join(f"a different text with words {i % 7} in it.\n" for i in range(300)))
+    r = octet("train", *sets(*base, f"data.path={tmp_path / 'd.txt'}"), "--out", tmp_path / "d")
+    assert r.returncode == 0, r.stderr
+    r = octet("eval", "--run", run, "--checkpoint", tmp_path / "d" / "checkpoint.safetensors", "--json")
+    assert_one_line_error(r, "gives other tokens than the run trained on")
+    r = octet("eval", "--run", run, "--checkpoint", tmp_path / "d" / "model.safetensors", "--json")
+    assert_one_line_error(r, "gives other tokens than the run trained on")
+    r = octet("eval", "--run", run, "--checkpoint", run / "model.safetensors", "--json")
+    assert r.returncode == 0, r.stderr
+
+
 def test_a_run_whose_config_is_not_a_run_is_named(run):
     (run / "config.toml").write_text("")  # emptied: the built-in defaults, which are no whole run
     r = octet("eval", "--run", run)

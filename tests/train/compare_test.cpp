@@ -13,6 +13,7 @@
 
 #include "octet/error.h"
 #include "octet/train.h"
+#include "train/run_dir_lock.h"
 #include "train_test_util.h"
 
 using namespace octet;
@@ -154,14 +155,32 @@ TEST(Compare, ResumeKeepsArmsFinishedWithoutWeights) {
   EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl"), bf16_metrics);
 }
 
+// A compare of bf16 alone into `out` that keeps no weights; its metrics.jsonl.
+std::string compare_without_weights(Fixture& f, const std::string& out) {
+  f.cfg.train.save_weights = false;
+  compare_arms(f.cfg, {"bf16"}, out, nullptr);
+  return test::read_file(out + "/bf16/metrics.jsonl");
+}
+
+// run() must throw octet::Error with `words` in its message.
+template <class F>
+void expect_error_naming(F run, const std::string& words) {
+  try {
+    run();
+    ADD_FAILURE() << "no error; expected one naming '" << words << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
 // A moved corpus (data.path changed): an arm finished without weights is kept when the text there
-// gives the tokens its last evaluation recorded (tokens_hash), and trained again on other text.
+// gives the tokens its last evaluation recorded (tokens_hash); other text, at a new path or edited in
+// place, is refused before anything is removed or trained (its row would sit in one table with arms
+// trained on the new tokens), whatever the order of the arms.
 TEST(Compare, ResumeKeepsArmsFinishedWithoutWeightsWhereTheCorpusMoved) {
   Fixture f;
-  f.cfg.train.save_weights = false;
   const std::string out = f.dir / "cmp";
-  compare_arms(f.cfg, {"bf16"}, out, nullptr);
-  const std::string metrics = test::read_file(out + "/bf16/metrics.jsonl");
+  const std::string metrics = compare_without_weights(f, out);
   EXPECT_NE(metrics.find("\"tokens_hash\""), std::string::npos) << "the evaluation records its corpus";
   const std::string moved_path = f.dir / "moved/corpus.txt";
   fs::create_directories(f.dir / "moved");
@@ -170,10 +189,51 @@ TEST(Compare, ResumeKeepsArmsFinishedWithoutWeightsWhereTheCorpusMoved) {
   moved.data.path = moved_path;
   compare_arms(moved, {"bf16"}, out, nullptr, CompareMode::Resume);
   EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl"), metrics) << "kept, not trained again";
-  // other text at the new path: the arm is not the same run, so it trains again
+  // other text: refused, and the arm listed first is not trained
   test::write_file(moved_path, test::synthetic_text(400) + " and more");
-  compare_arms(moved, {"bf16"}, out, nullptr, CompareMode::Resume);
-  EXPECT_NE(test::read_file(out + "/bf16/metrics.jsonl"), metrics) << "trained again on other tokens";
+  expect_error_naming(
+      [&] {
+        compare_arms(moved, {"fp8-linear", "bf16"}, out, nullptr, CompareMode::Resume);
+      },
+      "other tokens");
+  EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl"), metrics) << "nothing removed";
+  EXPECT_FALSE(fs::exists(out + "/fp8-linear")) << "nothing trained before the refusal";
+}
+
+// --resume checks every arm before it removes or trains any: a meaning change in an arm listed
+// last, a file where an arm's folder goes, and an arm folder another octet process holds are refused
+// with nothing trained or removed.
+TEST(Compare, ResumeChecksEveryArmBeforeTrainingAny) {
+  Fixture f;
+  const std::string out = f.dir / "cmp";
+  const std::string metrics = compare_without_weights(f, out);
+  RunConfig wider = f.cfg;
+  wider.model.d_ff = 48;
+  EXPECT_THROW(compare_arms(wider, {"fp8-linear", "bf16"}, out, nullptr, CompareMode::Resume), Error);
+  EXPECT_FALSE(fs::exists(out + "/fp8-linear")) << "a meaning change: nothing trained";
+  test::write_file(out + "/fp8-matched", "my notes");
+  expect_error_naming(
+      [&] {
+        compare_arms(f.cfg, {"bf16", "fp8-matched"}, out, nullptr, CompareMode::Resume);
+      },
+      "not an arm folder");
+  EXPECT_EQ(test::read_file(out + "/fp8-matched"), "my notes");
+  fs::remove(out + "/fp8-matched");
+  {
+    // an unfinished arm (no checkpoint, no final evaluation) that another process holds: --resume
+    // would train it anew, and must not remove it under that process
+    fs::create_directories(out + "/fp8-stale");
+    test::write_file(out + "/fp8-stale/config.toml", test::read_file(out + "/bf16/config.toml"));
+    train_detail::RunDirLock held(out + "/fp8-stale");
+    expect_error_naming(
+        [&] {
+          compare_arms(f.cfg, {"fp8-linear", "fp8-stale"}, out, nullptr, CompareMode::Resume);
+        },
+        "in use");
+    EXPECT_TRUE(fs::exists(out + "/fp8-stale/config.toml")) << "not removed";
+    EXPECT_FALSE(fs::exists(out + "/fp8-linear")) << "nothing trained";
+  }
+  EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl"), metrics);
 }
 
 TEST(Compare, OverwriteKeepsNothingStale) {

@@ -94,6 +94,13 @@ TEST(Trainer, SaveWeightsFalseWritesMetricsOnly) {
   EXPECT_FALSE(fs::exists(f.dir / "metrics-only/checkpoint.safetensors"));
   EXPECT_EQ(read_metrics(f.dir / "metrics-only").size(), read_metrics(f.dir / "kept").size());
   EXPECT_TRUE(fs::exists(f.dir / "metrics-only/config.toml"));
+  // A run with weights extended with save_weights = false: its earlier model.safetensors (step 4's
+  // weights, not the run's result) does not stay either.
+  RunConfig longer = f.cfg;  // save_weights already false
+  longer.train.steps = 6;
+  train(longer, f.dir / "kept", true, *f.ds, nullptr);
+  EXPECT_FALSE(fs::exists(f.dir / "kept/model.safetensors"));
+  EXPECT_FALSE(fs::exists(f.dir / "kept/checkpoint.safetensors"));
 }
 
 // train.activation_checkpointing (model.h ModelMemory): the run is bitwise the one without it; its
