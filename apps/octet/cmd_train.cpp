@@ -157,7 +157,9 @@ void run_train(const TrainArgs& a) {
       ds = load_dataset(cfg, &desc, a.resume.empty() ? std::string() : run_tokenizer_model(a.resume));
     } catch (const Error& e) {  // a resume whose corpus moved: say how to give its new place
       const std::string what = e.what();
-      if (a.resume.empty() || what.rfind("corpus not found: ", 0) != 0) throw;
+      bool path_given = false;  // this resume already gives one: nothing to add
+      for (const std::string& s : a.sets) path_given = path_given || s.rfind("data.path=", 0) == 0;
+      if (a.resume.empty() || path_given || what.rfind("corpus not found: ", 0) != 0) throw;
       throw Error(what + " (if the corpus moved, resume with --set data.path=<its new place>)");
     }
     const int ranks = a.nproc > 1 && env.world == 1 ? a.nproc : env.world;

@@ -75,6 +75,8 @@ void require_directory_path(const std::string& path, const std::string& option) 
   for (fs::path p = fs::path(path).parent_path(); !p.empty();
        p = p.parent_path()) {  // the nearest that exists
     const fs::file_status s = fs::status(p, ec);
+    OCTET_CHECK(fs::exists(s) || !fs::is_symlink(fs::symlink_status(p, ec)),
+                option + " " + path + ": " + p.string() + " is a symbolic link to nothing");
     if (fs::exists(s)) {
       OCTET_CHECK(fs::is_directory(s),
                   option + " " + path + ": " + p.string() + " is a file, not a directory");

@@ -51,6 +51,8 @@ def test_compare_out_naming_a_file_is_refused_as_a_file(config, tmp_path, mode):
         assert out.read_text() == "keep me\n"
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     assert_one_line_error(compare(config, tmp_path / "dangling", *mode), "is a symbolic link to nothing")
+    assert_one_line_error(compare(config, tmp_path / "dangling" / "sub", *mode),
+                          f"{tmp_path / 'dangling'} is a symbolic link to nothing")
     assert not (tmp_path / "nowhere").exists()
 
 

@@ -195,6 +195,9 @@ def test_a_moved_corpus_resumes_where_its_tokens_are_the_same(run, tmp_path):
     (tmp_path / "c.txt").rename(tmp_path / "moved" / "c.txt")
     r = octet("train", "--resume", run, *sets("train.steps=6"))
     assert_one_line_error(r, f"corpus not found: {tmp_path / 'c.txt'}", "--set data.path=")
+    r = octet("train", "--resume", run, *sets("train.steps=6", f"data.path={tmp_path / 'nowhere.txt'}"))
+    assert_one_line_error(r, f"corpus not found: {tmp_path / 'nowhere.txt'}")
+    assert "--set data.path=" not in r.stderr  # it was given: no hint to give it
     (tmp_path / "other.txt").write_text("a different text with words in it.\n" * 200)
     kept = snapshot(run)
     r = octet("train", "--resume", run, *sets("train.steps=6", f"data.path={tmp_path / 'other.txt'}"))
