@@ -153,7 +153,8 @@ std::map<std::string, std::string> meaning_values(const RunConfig& cfg);
 void check_recorded_meaning(const std::map<std::string, std::string>& recorded, const RunConfig& requested,
                             const std::string& run_dir, const std::string& action = "resume");
 
-/// Replaces `path` by the concatenated `chunks` crash-safely: writes <path>.tmp, fsyncs, renames.
+/// Replaces `path` by the concatenated `chunks` crash-safely: writes <path>.tmp (created fresh: a
+/// file or symbolic link of that name is unlinked first, never written through), fsyncs, renames.
 /// Throws octet::Error "cannot write <path>.tmp: <cause>" (or "cannot rename ...") and leaves
 /// `path` as it was.
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& chunks);
@@ -380,8 +381,13 @@ bool is_training_checkpoint(const std::string& file);
 /// Weights only (the PyTorch twin reads this): "<name>" tensors. `tokens_hash` (tokens_hash_hex of
 /// the run's corpus), if given, is kept in the file's metadata as "octet_tokens_hash", so that
 /// `octet eval` checks the validation split of a run that keeps only its weights as it checks one
-/// with a checkpoint.
-void save_weights(const std::string& path, Model& model, const std::string& tokens_hash = "");
+/// with a checkpoint; `meaning` (meaning_values of the run's config), if given, as "octet_meaning"
+/// (JSON), so that loading the file into a run checks its meaning keys as a checkpoint's are.
+void save_weights(const std::string& path, Model& model, const std::string& tokens_hash = "",
+                  const std::map<std::string, std::string>& meaning = {});
+/// The meaning keys a weights file of save_weights records ("octet_meaning"), empty if none (an
+/// older file, or one written without them). Throws octet::Error for a missing or corrupt file.
+std::map<std::string, std::string> weights_meaning(const std::string& path);
 void load_weights(const std::string& path, Model& model);
 
 // ---------------------------------------------------------------------------------------------

@@ -31,7 +31,10 @@ std::string read_file_bytes(const std::string& path, const std::string& what) {
 
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& chunks) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  // A fresh file: a leftover (or a symbolic link someone put there) is unlinked first, and
+  // O_EXCL | O_NOFOLLOW never write through a link to another file.
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
   OCTET_CHECK(fd >= 0, "cannot write " + tmp + ": " + std::strerror(errno));
   int err = 0;
   for (std::string_view c : chunks) {

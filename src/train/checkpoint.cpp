@@ -141,12 +141,25 @@ TrainState load_checkpoint_file(const std::string& file, Model& model, std::vect
   return s;
 }
 
-void save_weights(const std::string& path, Model& model, const std::string& tokens_hash) {
+void save_weights(const std::string& path, Model& model, const std::string& tokens_hash,
+                  const std::map<std::string, std::string>& meaning) {
   StFile f;
   put_all(f, "", model, model.download_params());
   f.metadata["format"] = "pt";
   if (!tokens_hash.empty()) f.metadata["octet_tokens_hash"] = tokens_hash;
+  if (!meaning.empty()) f.metadata["octet_meaning"] = nlohmann::json(meaning).dump();
   write_safetensors(path, f);
+}
+
+std::map<std::string, std::string> weights_meaning(const std::string& path) {
+  const auto metadata = read_safetensors_metadata(path);
+  const auto it = metadata.find("octet_meaning");
+  if (it == metadata.end()) return {};
+  try {
+    return nlohmann::json::parse(it->second).get<std::map<std::string, std::string>>();
+  } catch (const nlohmann::json::exception& e) {
+    OCTET_FAIL(path + ": corrupt octet_meaning metadata (" + std::string(e.what()) + ")");
+  }
 }
 
 void load_weights(const std::string& path, Model& model) {

@@ -50,54 +50,60 @@ bool is_empty_dir(const std::string& dir) {
   return !fs::exists(dir, ec) || (fs::is_directory(dir, ec) && fs::is_empty(dir, ec));
 }
 
-// What compare --resume does with an arm folder that holds no checkpoint: keep a run that finished
-// without keeping weights (train.save_weights = false), or train it again (why: for the log).
-struct KeptRun {
-  bool keep = false;
-  std::string why_not;
+// What a compare does with one run's folder, decided before any run is removed or trained: train
+// it where there is none, resume it from its checkpoint, keep it (finished without weights), or
+// remove it and train it anew (why: for the log).
+enum class RunPlan { Absent, Resume, Keep, Retrain };
+struct PlannedRun {
+  RunPlan plan = RunPlan::Absent;
+  std::string why;
 };
 
-// An arm folder without a checkpoint. Kept when its config.toml is the same run as `c`
-// (resume_changes: a changed meaning key is an octet::Error; of the schedule keys only those that
-// leave the trained bits alone may differ) and its metrics hold the evaluation of step
-// c.train.steps. Its last evaluation's tokens_hash must be the corpus's (`data`): other tokens, or a
-// moved data.path with no hash to check, are an octet::Error (its table row would mix corpora), as
-// for a run with a checkpoint (check_resume).
-KeptRun finished_without_weights(const std::string& dir, const RunConfig& c, const Dataset& data,
-                                 const std::string& arm) {
+// An arm folder without a checkpoint, for compare --resume. Its config.toml must be the same run
+// as `c` (resume_changes: a changed meaning key is an octet::Error) and the tokens its last
+// evaluation recorded (tokens_hash) the corpus's (`data`): other tokens are an octet::Error, as for
+// a run with a checkpoint (check_resume), whether it would be kept or trained anew. Kept when its
+// metrics hold the evaluation of step c.train.steps, it kept no weights and still keeps none, and
+// of the schedule keys only those that leave the trained bits alone differ (a moved data.path only
+// where a recorded tokens_hash vouches for the corpus there); else trained anew.
+PlannedRun plan_run_without_checkpoint(const std::string& dir, const RunConfig& c, const Dataset& data,
+                                       const std::string& arm) {
   std::error_code ec;
-  if (!fs::exists(dir + "/config.toml", ec)) return {false, "no run there yet"};
+  if (!fs::exists(dir + "/config.toml", ec)) return {RunPlan::Retrain, "no run there yet"};
+  const std::vector<ConfigChange> changes = resume_changes(load_config(dir + "/config.toml"), c, dir);
   bool finished = false;
-  std::string trained_on;  // the tokens_hash of its last evaluation, if recorded
+  std::string trained_on;  // the tokens_hash of its last evaluation that records one
   std::ifstream in(dir + "/metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
     const json j = json::parse(line, nullptr, false);  // a torn line is skipped
-    if (!j.is_object() || !j.contains("val_loss") || j.value("step", int64_t(-1)) != c.train.steps) continue;
-    finished = true;
-    trained_on =
-        j.contains("tokens_hash") && j["tokens_hash"].is_string() ? j["tokens_hash"].get<std::string>() : "";
+    if (!j.is_object() || !j.contains("val_loss")) continue;
+    finished = finished || j.value("step", int64_t(-1)) == c.train.steps;
+    if (j.contains("tokens_hash") && j["tokens_hash"].is_string())
+      trained_on = j["tokens_hash"].get<std::string>();
   }
+  const std::string now = tokens_hash_hex(data);
+  OCTET_CHECK(trained_on.empty() || trained_on == now,
+              "compare --resume: arm " + arm + " (" + dir + ") trained on other tokens (tokens_hash " +
+                  trained_on + ") than the corpus at data.path gives (" + now +
+                  "): restore that corpus, or use --overwrite or another --out");
   if (!finished)
-    return {false, "it holds no checkpoint and no evaluation of step " + std::to_string(c.train.steps)};
-  if (c.train.save_weights) return {false, "it kept no weights, and train.save_weights is now true"};
+    return {RunPlan::Retrain,
+            "it holds no checkpoint and no evaluation of step " + std::to_string(c.train.steps)};
+  if (c.train.save_weights)
+    return {RunPlan::Retrain, "it kept no weights, and train.save_weights is now true"};
   static const std::set<std::string> same_bits = {
       "train.checkpoint_every",         "train.log_every", "train.max_bad_steps",
       "train.activation_checkpointing", "device",          "data.cache_dir"};
-  const std::vector<ConfigChange> changes = resume_changes(load_config(dir + "/config.toml"), c, dir);
-  const std::string now = tokens_hash_hex(data);
-  OCTET_CHECK(trained_on.empty() || trained_on == now,
-              "compare --resume: arm " + arm + " (" + dir + ") finished on other tokens (tokens_hash " +
-                  trained_on + ") than the corpus at data.path gives (" + now +
-                  "): restore that corpus, or use --overwrite or another --out");
   for (const ConfigChange& ch : changes) {
     OCTET_CHECK(ch.key != "data.path" || !trained_on.empty(),
                 "compare --resume: arm " + arm + " (" + dir +
                     ") records no tokens_hash to check the corpus at " + ch.to + " against (it trained on " +
                     ch.from + "): restore data.path, or use --overwrite");
-    if (ch.key != "data.path" && !same_bits.count(ch.key))  // e.g. more steps: no checkpoint to extend
-      return {false, ch.key + " changed (" + ch.from + " -> " + ch.to + ") and it kept no checkpoint"};
+    if (ch.key != "data.path" && !same_bits.count(ch.key))  // e.g. another learning rate: trained again
+      return {RunPlan::Retrain,
+              ch.key + " changed (" + ch.from + " -> " + ch.to + ") and it kept no checkpoint"};
   }
-  return {true, ""};
+  return {RunPlan::Keep, ""};
 }
 
 // Removes what a compare writes into out_dir (every arm's folder, summary.json, curves.png).
@@ -254,20 +260,24 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
   auto ds = load_dataset(cfg, &desc);
   // What --resume does with each run, decided (and every run checked) before any is removed or
   // trained: resume it from its checkpoint, keep it (finished without weights), or train it anew.
-  std::map<std::string, KeptRun> kept_runs;  // by run directory; absent: resume or train anew
+  std::map<std::string, PlannedRun> plans;  // by run directory; absent: no folder there
   for (int64_t k = 0; mode == CompareMode::Resume && k < seeds; ++k)
     for (const std::string& arm : arms) {
       const std::string dir = run_dir(arm, k);
       std::error_code ec;
-      if (!fs::exists(fs::symlink_status(dir, ec))) continue;
-      OCTET_CHECK(fs::is_directory(dir, ec), "compare --resume: " + dir +
+      for (const fs::path& p :
+           {fs::path(dir).parent_path(), fs::path(dir)}) {  // out/<arm>, then its seed folder
+        if (p == fs::path(out_dir) || !fs::exists(fs::symlink_status(p, ec))) continue;
+        OCTET_CHECK(fs::is_directory(p, ec), "compare --resume: " + p.string() +
                                                  " is not an arm folder (not a directory); move it away, "
                                                  "or use another --out");
+      }
+      if (!fs::exists(fs::symlink_status(dir, ec))) continue;
       if (writer) train_detail::RunDirLock in_use(dir);  // one another octet process trains is refused now
       RunConfig c = run_config(arm, k);
       resolve_run_config(c, backend);  // per arm: attn_form "auto" depends on the arm (train() checks again)
       if (!fs::exists(dir + "/checkpoint.safetensors", ec)) {
-        kept_runs[dir] = finished_without_weights(dir, c, *ds, arm);
+        plans[dir] = plan_run_without_checkpoint(dir, c, *ds, arm);
         continue;
       }
       // A run to resume must be the same run, on the same tokens. The learning-rate schedule may
@@ -284,6 +294,7 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
                   "compare --resume: arm " + arm + " (" + dir + ") trained on other tokens (tokens_hash " +
                       st.tokens_hash + ") than the corpus at data.path gives (" + tokens_hash_hex(*ds) +
                       "): restore that corpus, or use --overwrite or another --out");
+      plans[dir] = {RunPlan::Resume, ""};
     }
   if (writer && mode == CompareMode::Overwrite) remove_earlier_compare(out_dir);
   if (log) {
@@ -308,19 +319,24 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
   auto train_run = [&](const std::string& arm, int64_t k, Dataset& data) {
     const RunConfig c = run_config(arm, k);
     const std::string dir = run_dir(arm, k);
-    const bool resume = mode == CompareMode::Resume && fs::exists(dir + "/checkpoint.safetensors");
-    const auto plan = kept_runs.find(dir);
-    const bool kept = plan != kept_runs.end() && plan->second.keep;
+    const auto at = plans.find(dir);
+    const PlannedRun plan = at == plans.end() ? PlannedRun{} : at->second;
     const std::string name = seeds == 1 ? arm : arm + ", seed " + std::to_string(c.train.seed);
     if (log) std::fprintf(log, "\n=== arm %s ===\n", name.c_str());
     std::error_code ec;
-    if (writer && !resume && !kept && fs::exists(dir, ec)) {  // a fresh run: nothing stale stays
-      if (log && plan != kept_runs.end())
-        std::fprintf(log, "arm %s is trained again: %s\n", name.c_str(), plan->second.why_not.c_str());
+    // A folder that was not there when the compare began (another process wrote it since) is not
+    // this compare's to remove or resume.
+    OCTET_CHECK(!writer || plan.plan != RunPlan::Absent || !fs::exists(fs::symlink_status(dir, ec)),
+                "compare: " + dir +
+                    " appeared after this compare checked --out (another process wrote it); "
+                    "it is left as it is: compare it with --resume, or use another --out");
+    if (writer && plan.plan == RunPlan::Retrain) {  // a fresh run: nothing stale stays
+      if (log) std::fprintf(log, "arm %s is trained again: %s\n", name.c_str(), plan.why.c_str());
       train_detail::RunDirLock in_use(dir);  // never remove a folder another octet process trains in
       fs::remove_all(dir, ec);
       OCTET_CHECK(!ec, "cannot remove " + dir + ": " + ec.message());
     }
+    const bool resume = plan.plan == RunPlan::Resume, kept = plan.plan == RunPlan::Keep;
     bool stopped = false;
     try {
       if (kept) {

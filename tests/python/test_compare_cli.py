@@ -156,6 +156,11 @@ def test_plot_replaces_its_png_and_never_writes_through_a_link(config, tmp_path)
     assert precious.read_text() == "mine\n"
     assert not png.is_symlink() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (out / "bf16" / "loss.png.tmp").exists()
+    (out / "bf16" / "loss.png.tmp").symlink_to(precious)  # nor through one at the temporary name
+    r = octet("plot", out / "bf16")
+    assert r.returncode == 0, r.stderr
+    assert precious.read_text() == "mine\n" and not png.is_symlink()
+    assert not os.path.lexists(out / "bf16" / "loss.png.tmp")
     png.unlink()
     png.mkdir()
     assert_one_line_error(octet("plot", out / "bf16"), "is a directory")

@@ -260,9 +260,10 @@ def test_checkpoint_option_names_what_it_was_given(run, tmp_path):
 
 
 def test_a_checkpoint_from_another_run_is_checked_as_the_runs_own(run, tmp_path):
-    """--checkpoint FILE: a training checkpoint's recorded meaning keys must be the run's (another
-    arm's checkpoint is refused by sample, eval and export), and eval of the validation split checks
-    the tokens FILE trained on, not those of the run's own checkpoint."""
+    """--checkpoint FILE: the meaning keys FILE records (a training checkpoint's state, a weights
+    file's octet_meaning) must be the run's (another arm's file is refused by sample, eval and
+    export; so is a run's own weights file after config.toml was edited), and eval of the
+    validation split checks the tokens FILE trained on, not those of the run's own checkpoint."""
     base = [*TINY, f"data.cache_dir={tmp_path / 'cache'}"]
     r = octet("train", *sets(*base, f"data.path={tmp_path / 'c.txt'}", "precision.arm=fp8-matched"),
               "--out", tmp_path / "fp8")
@@ -273,7 +274,16 @@ def test_a_checkpoint_from_another_run_is_checked_as_the_runs_own(run, tmp_path)
         r = octet(cmd[0], "--run", run, "--checkpoint", other, *cmd[1:])
         assert_one_line_error(r, f"cannot load {other} into {run} with precision.arm = bf16",
                               "precision.arm = fp8-matched")
+        r = octet(cmd[0], "--run", run, "--checkpoint", tmp_path / "fp8" / "model.safetensors", *cmd[1:])
+        assert_one_line_error(r, "with precision.arm = bf16", "precision.arm = fp8-matched")
     assert not (tmp_path / "hf").exists()
+    # a run whose config.toml was edited to another arm: its own weights file says what it was
+    toml = (run / "config.toml").read_text()
+    (run / "config.toml").write_text(toml.replace('arm = "bf16"', 'arm = "fp8-linear"'))
+    (run / "checkpoint.safetensors").rename(tmp_path / "ckpt.safetensors")
+    assert_one_line_error(octet("eval", "--run", run, "--json"), "precision.arm = bf16")
+    (tmp_path / "ckpt.safetensors").rename(run / "checkpoint.safetensors")
+    (run / "config.toml").write_text(toml)
     (tmp_path / "d.txt").write_text("".join(f"a different text with words {i % 7} in it.\n" for i in range(300)))
     r = octet("train", *sets(*base, f"data.path={tmp_path / 'd.txt'}"), "--out", tmp_path / "d")
     assert r.returncode == 0, r.stderr

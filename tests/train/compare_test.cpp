@@ -211,6 +211,9 @@ TEST(Compare, ResumeChecksEveryArmBeforeTrainingAny) {
   wider.model.d_ff = 48;
   EXPECT_THROW(compare_arms(wider, {"fp8-linear", "bf16"}, out, nullptr, CompareMode::Resume), Error);
   EXPECT_FALSE(fs::exists(out + "/fp8-linear")) << "a meaning change: nothing trained";
+  wider.train.steps += 2;  // with a change that trains the finished arm anew: still refused
+  EXPECT_THROW(compare_arms(wider, {"fp8-linear", "bf16"}, out, nullptr, CompareMode::Resume), Error);
+  EXPECT_FALSE(fs::exists(out + "/fp8-linear")) << "a meaning change beside more steps: nothing trained";
   test::write_file(out + "/fp8-matched", "my notes");
   expect_error_naming(
       [&] {
@@ -234,6 +237,16 @@ TEST(Compare, ResumeChecksEveryArmBeforeTrainingAny) {
     EXPECT_FALSE(fs::exists(out + "/fp8-linear")) << "nothing trained";
   }
   EXPECT_EQ(test::read_file(out + "/bf16/metrics.jsonl"), metrics);
+  // with --seeds: a file where an arm's folder of seed folders goes
+  const std::string seeds_out = f.dir / "seeds";
+  compare_arms(f.cfg, {"bf16"}, seeds_out, nullptr, CompareMode::Fresh, 2);
+  test::write_file(seeds_out + "/fp8-linear", "my notes");
+  expect_error_naming(
+      [&] {
+        compare_arms(f.cfg, {"fp8-stale", "fp8-linear"}, seeds_out, nullptr, CompareMode::Resume, 2);
+      },
+      "not an arm folder");
+  EXPECT_FALSE(fs::exists(seeds_out + "/fp8-stale")) << "nothing trained";
 }
 
 TEST(Compare, OverwriteKeepsNothingStale) {
