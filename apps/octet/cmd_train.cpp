@@ -128,6 +128,7 @@ void run_train(const TrainArgs& a) {
       }
       if (a.dump_grads.empty()) {
         OCTET_CHECK(!out.empty(), "give --out DIR (or --resume DIR)");
+        require_directory_path(out, "--out");  // a file, or a link to nothing, named first
         OCTET_CHECK(!fs::exists(out + "/checkpoint.safetensors"),
                     out + " already holds a run (checkpoint.safetensors): resume it with --resume " + out +
                         " or choose another --out");

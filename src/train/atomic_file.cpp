@@ -69,6 +69,7 @@ void require_new_file(const std::string& path, const std::string& option) {
 void require_directory_path(const std::string& path, const std::string& option) {
   std::error_code ec;
   const fs::file_status target = fs::status(path, ec);
+  OCTET_CHECK(ec.value() != ELOOP, option + " " + path + ": too many levels of symbolic links (a loop)");
   OCTET_CHECK(!fs::is_symlink(fs::symlink_status(path, ec)) || fs::exists(target),
               option + " " + path + " is a symbolic link to nothing");
   if (fs::exists(target)) {

@@ -54,6 +54,11 @@ def test_compare_out_naming_a_file_is_refused_as_a_file(config, tmp_path, mode):
     assert_one_line_error(compare(config, tmp_path / "dangling" / "sub", *mode),
                           f"{tmp_path / 'dangling'} is a symbolic link to nothing")
     assert not (tmp_path / "nowhere").exists()
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for given in (tmp_path / "loop", tmp_path / "loop" / "sub"):
+        assert_one_line_error(compare(config, given, *mode), "too many levels of symbolic links")
+        r = octet("train", "--config", config, *sets(*TINY), "--out", given)
+        assert_one_line_error(r, "too many levels of symbolic links")
 
 
 def test_compare_resume_keeps_finished_arms(config, tmp_path):
