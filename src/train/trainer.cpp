@@ -516,7 +516,8 @@ TrainResult train(const RunConfig& run_cfg, const std::string& out_dir, bool res
     }
   }
   gather_masters();
-  if (writer && t.save_weights) save_weights(out_dir + "/model.safetensors", model, st.tokens_hash, st.meaning);
+  if (writer && t.save_weights)
+    save_weights(out_dir + "/model.safetensors", model, st.tokens_hash, st.meaning);
   if (writer && !t.save_weights && st.step == t.steps) {  // finished: no weights stay behind
     // (model.safetensors too: an earlier end of a run extended with save_weights = false wrote it,
     // and its weights are not this run's result)
