@@ -27,8 +27,12 @@ OCTET_COMMAND("plot", [](CLI::App& app) {
     const std::filesystem::path o(args->out);
     OCTET_CHECK(o.empty() || o.extension() == ".png",
                 "--out " + o.string() + ": the plot is a PNG; give a path ending in .png");
-    OCTET_CHECK(o.parent_path().empty() || std::filesystem::is_directory(o.parent_path()),
-                "--out " + o.string() + ": the folder " + o.parent_path().string() + " does not exist");
+    if (!o.parent_path().empty()) {  // a loop, a file or a link to nothing there, named as such
+      octet::require_directory_path(o.parent_path().string(), "--out " + o.string() + ": the folder");
+      std::error_code ec;
+      OCTET_CHECK(std::filesystem::is_directory(o.parent_path(), ec),
+                  "--out " + o.string() + ": the folder " + o.parent_path().string() + " does not exist");
+    }
     const std::string png = args->out.empty() ? args->runs.front() + "/loss.png" : args->out;
     octet::plot_runs(args->runs, png, args->title);
     std::printf("wrote %s\n", png.c_str());

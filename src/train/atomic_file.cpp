@@ -33,7 +33,9 @@ void write_file_atomic(const std::string& path, const std::vector<std::string_vi
   const std::string tmp = path + ".tmp";
   // A fresh file: a leftover (or a symbolic link someone put there) is unlinked first, and
   // O_EXCL | O_NOFOLLOW never write through a link to another file.
-  ::unlink(tmp.c_str());
+  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT)
+    OCTET_FAIL(io_error("cannot write", tmp,
+                        std::string("something there cannot be removed (") + std::strerror(errno) + ")"));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
   OCTET_CHECK(fd >= 0, "cannot write " + tmp + ": " + std::strerror(errno));
   int err = 0;

@@ -8,6 +8,7 @@
 // kept or resumed by
 // --resume reports its whole run. An output directory is never mixed with an earlier compare's:
 // docs/training.md §"Comparing arms".
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -57,7 +58,36 @@ enum class RunPlan { Absent, Resume, Keep, Retrain };
 struct PlannedRun {
   RunPlan plan = RunPlan::Absent;
   std::string why;
+  std::string stamp;  // folder_stamp when planned: a folder changed since is not this plan's
 };
+
+// What a folder holds, as names, sizes and modification times of its entries (not recursive):
+// equal stamps mean that no octet run was written or replaced there in between.
+std::string folder_stamp(const std::string& dir) {
+  std::vector<std::string> entries;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    std::error_code e2;
+    const auto size = e.is_regular_file(e2) ? e.file_size(e2) : 0;
+    const auto when = e.last_write_time(e2).time_since_epoch().count();
+    entries.push_back(e.path().filename().string() + ":" + std::to_string(size) + ":" + std::to_string(when));
+  }
+  std::sort(entries.begin(), entries.end());
+  std::string out;
+  for (const std::string& x : entries) out += x + "\n";
+  return out;
+}
+
+// True when `dir` holds nothing, or only what octet's crash-safe writes leave behind (<name>.tmp
+// of a run's files): an arm folder whose run never wrote its config.toml.
+bool holds_no_user_files(const std::string& dir) {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() < 4 || name.compare(name.size() - 4, 4, ".tmp") != 0) return false;
+  }
+  return true;
+}
 
 // An arm folder without a checkpoint, for compare --resume. Its config.toml must be the same run
 // as `c` (resume_changes: a changed meaning key is an octet::Error) and the tokens its last
@@ -69,7 +99,12 @@ struct PlannedRun {
 PlannedRun plan_run_without_checkpoint(const std::string& dir, const RunConfig& c, const Dataset& data,
                                        const std::string& arm) {
   std::error_code ec;
-  if (!fs::exists(dir + "/config.toml", ec)) return {RunPlan::Retrain, "no run there yet"};
+  if (!fs::exists(dir + "/config.toml", ec)) {
+    OCTET_CHECK(holds_no_user_files(dir), "compare --resume: " + dir +
+                                              " holds files but no octet run (no config.toml); move them "
+                                              "away, or use another --out");
+    return {RunPlan::Retrain, "its run never wrote its config.toml"};
+  }
   const std::vector<ConfigChange> changes = resume_changes(load_config(dir + "/config.toml"), c, dir);
   bool finished = false;
   std::string trained_on;  // the tokens_hash of its last evaluation that records one
@@ -278,6 +313,7 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
       resolve_run_config(c, backend);  // per arm: attn_form "auto" depends on the arm (train() checks again)
       if (!fs::exists(dir + "/checkpoint.safetensors", ec)) {
         plans[dir] = plan_run_without_checkpoint(dir, c, *ds, arm);
+        plans[dir].stamp = folder_stamp(dir);
         continue;
       }
       // A run to resume must be the same run, on the same tokens. The learning-rate schedule may
@@ -326,10 +362,15 @@ std::vector<CompareRow> compare_arms(const RunConfig& cfg, const std::vector<std
     std::error_code ec;
     // A folder that was not there when the compare began (another process wrote it since) is not
     // this compare's to remove or resume.
-    OCTET_CHECK(!writer || plan.plan != RunPlan::Absent || !fs::exists(fs::symlink_status(dir, ec)),
-                "compare: " + dir +
-                    " appeared after this compare checked --out (another process wrote it); "
-                    "it is left as it is: compare it with --resume, or use another --out");
+    const bool changed = plan.plan == RunPlan::Absent   ? fs::exists(fs::symlink_status(dir, ec))
+                         : plan.plan == RunPlan::Resume ? false  // train() checks its checkpoint again
+                                                        : folder_stamp(dir) != plan.stamp;
+    // with --seeds, a one-seed run written at <out>/<arm> since: not this compare's to write into
+    const bool run_at_arm = seeds > 1 && fs::exists(fs::path(dir).parent_path() / "config.toml", ec);
+    OCTET_CHECK(!writer || (!changed && !run_at_arm),
+                "compare: " + (run_at_arm ? fs::path(dir).parent_path().string() : dir) +
+                    " changed after this compare checked --out (another process wrote there); it is left "
+                    "as it is: compare it with --resume, or use another --out");
     if (writer && plan.plan == RunPlan::Retrain) {  // a fresh run: nothing stale stays
       if (log) std::fprintf(log, "arm %s is trained again: %s\n", name.c_str(), plan.why.c_str());
       train_detail::RunDirLock in_use(dir);  // never remove a folder another octet process trains in

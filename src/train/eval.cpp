@@ -15,7 +15,12 @@ namespace fs = std::filesystem;
 
 LoadedRun load_run(const std::string& dir, const std::string& device, const std::string& checkpoint) {
   const std::string cfg_path = (fs::path(dir) / "config.toml").string();
-  OCTET_CHECK(fs::is_regular_file(cfg_path), "no run in " + dir + " (missing " + cfg_path + ")");
+  std::error_code ec;
+  const bool has_config = fs::is_regular_file(cfg_path, ec);
+  OCTET_CHECK(
+      has_config || !ec || ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory,
+      io_error("cannot read", cfg_path, ec.message()));  // e.g. a loop of symbolic links
+  OCTET_CHECK(has_config, "no run in " + dir + " (missing " + cfg_path + ")");
   LoadedRun r;
   try {
     r.cfg = load_config(cfg_path);

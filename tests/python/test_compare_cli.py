@@ -128,6 +128,12 @@ def test_plot_out_must_name_a_png(config, tmp_path):
     assert not (tmp_path / "curves.svg").exists()
     assert_one_line_error(octet("plot", out / "bf16", "--out", tmp_path / ".png"), "ending in .png")
     assert_one_line_error(octet("plot", out / "bf16", "--out", tmp_path / "no" / "x.png"), "does not exist")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert_one_line_error(octet("plot", out / "bf16", "--out", tmp_path / "loop" / "x.png"),
+                          "too many levels of symbolic links")
+    assert_one_line_error(octet("plot", out / "bf16", "--out", tmp_path / "c.txt" / "x.png"),
+                          "is a file, not a directory")
+    assert_one_line_error(octet("eval", "--run", tmp_path / "loop"), "Too many levels of symbolic links")
 
 
 def test_plot_says_when_it_skips_lines_of_the_metrics(config, tmp_path):

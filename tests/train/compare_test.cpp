@@ -222,6 +222,15 @@ TEST(Compare, ResumeChecksEveryArmBeforeTrainingAny) {
       "not an arm folder");
   EXPECT_EQ(test::read_file(out + "/fp8-matched"), "my notes");
   fs::remove(out + "/fp8-matched");
+  fs::create_directories(out + "/fp8-matched");  // a folder of the user's, no run in it
+  test::write_file(out + "/fp8-matched/notes.txt", "mine");
+  expect_error_naming(
+      [&] {
+        compare_arms(f.cfg, {"bf16", "fp8-matched"}, out, nullptr, CompareMode::Resume);
+      },
+      "holds files but no octet run");
+  EXPECT_EQ(test::read_file(out + "/fp8-matched/notes.txt"), "mine");
+  fs::remove_all(out + "/fp8-matched");
   {
     // an unfinished arm (no checkpoint, no final evaluation) that another process holds: --resume
     // would train it anew, and must not remove it under that process
