@@ -149,9 +149,11 @@ std::map<std::string, std::string> meaning_values(const RunConfig& cfg);
 /// `requested` against those `recorded` in the run's checkpoint (TrainState::meaning; keys it does
 /// not record are not checked). Throws octet::Error "cannot <action> <run_dir> with ..." naming the
 /// first key that differs and both values: a hand-edited meaning key is refused as the same change
-/// through --set is.
+/// through --set is. `file`: the weights file that recorded them when it is not the run's own (a
+/// --checkpoint of another run): "cannot load <file> into <run_dir>: it was trained with ...".
 void check_recorded_meaning(const std::map<std::string, std::string>& recorded, const RunConfig& requested,
-                            const std::string& run_dir, const std::string& action = "resume");
+                            const std::string& run_dir, const std::string& action = "resume",
+                            const std::string& file = "");
 
 /// Replaces `path` by the concatenated `chunks` crash-safely: writes <path>.tmp (created fresh: a
 /// file or symbolic link of that name is unlinked first, never written through), fsyncs, renames.

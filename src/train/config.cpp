@@ -462,7 +462,7 @@ std::map<std::string, std::string> meaning_values(const RunConfig& cfg) {
 }
 
 void check_recorded_meaning(const std::map<std::string, std::string>& recorded, const RunConfig& requested,
-                            const std::string& run_dir, const std::string& action) {
+                            const std::string& run_dir, const std::string& action, const std::string& file) {
   for (const Key& k : registry()) {
     const auto it = recorded.find(k.key);
     if (k.on_resume || it == recorded.end()) continue;
@@ -474,10 +474,14 @@ void check_recorded_meaning(const std::map<std::string, std::string>& recorded, 
       then = k.get(canon);
     } catch (const Error&) {  // a value this version refuses: compared as recorded
     }
-    OCTET_CHECK(now == then, "cannot " + action + " " + run_dir + " with " + k.key + " = " + now +
-                                 " from its config.toml: its checkpoint was trained with " + k.key + " = " +
-                                 it->second + ", and " + k.key + " changes what the run is; restore it" +
-                                 (action == "resume" ? ", or start a new run with --out" : ""));
+    OCTET_CHECK(now == then || !file.empty(),
+                "cannot " + action + " " + run_dir + " with " + k.key + " = " + now +
+                    " from its config.toml: its checkpoint was trained with " + k.key + " = " + it->second +
+                    ", and " + k.key + " changes what the run is; restore it" +
+                    (action == "resume" ? ", or start a new run with --out" : ""));
+    OCTET_CHECK(now == then, "cannot " + action + " " + file + " into " + run_dir + ": it was trained with " +
+                                 k.key + " = " + it->second + ", and " + run_dir + "'s config.toml has " +
+                                 k.key + " = " + now + " (" + k.key + " changes what the run is)");
   }
 }
 

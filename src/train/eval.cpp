@@ -37,16 +37,16 @@ LoadedRun load_run(const std::string& dir, const std::string& device, const std:
   OCTET_CHECK(fs::is_regular_file(file), "no weights: " + file +
                                              " is not a file (--checkpoint takes a "
                                              "checkpoint or weights file, --run the run's folder)");
-  const bool is_checkpoint = is_training_checkpoint(file);  // by its metadata, not its name
-  const std::string loading = checkpoint.empty() ? dir : file + " into " + dir;  // for the errors
+  const bool is_checkpoint = is_training_checkpoint(file);   // by its metadata, not its name
+  const std::string other = checkpoint.empty() ? "" : file;  // a --checkpoint: named in the errors
   if (is_checkpoint) {
     // The meaning keys the checkpoint recorded must be config.toml's (as a resume checks): a
     // hand-edited config, or another run's checkpoint, would otherwise run as another model.
     const TrainState st = peek_checkpoint_file_state(file);
-    check_recorded_meaning(st.meaning, r.cfg, loading, "load");
+    check_recorded_meaning(st.meaning, r.cfg, dir, "load", other);
     r.tokens_hash = st.tokens_hash;
   } else {  // a weights file of save_weights records its meaning keys too
-    check_recorded_meaning(weights_meaning(file), r.cfg, loading, "load");
+    check_recorded_meaning(weights_meaning(file), r.cfg, dir, "load", other);
     const auto metadata = read_safetensors_metadata(file);
     if (auto it = metadata.find("octet_tokens_hash"); it != metadata.end()) r.tokens_hash = it->second;
   }

@@ -272,10 +272,10 @@ def test_a_checkpoint_from_another_run_is_checked_as_the_runs_own(run, tmp_path)
     for cmd in (["eval", "--json"], ["sample", "--prompt", "the", "--max-new-tokens", "2"],
                 ["export", "--out", tmp_path / "hf"]):
         r = octet(cmd[0], "--run", run, "--checkpoint", other, *cmd[1:])
-        assert_one_line_error(r, f"cannot load {other} into {run} with precision.arm = bf16",
-                              "precision.arm = fp8-matched")
+        assert_one_line_error(r, f"cannot load {other} into {run}: it was trained with precision.arm = "
+                              f"fp8-matched, and {run}'s config.toml has precision.arm = bf16")
         r = octet(cmd[0], "--run", run, "--checkpoint", tmp_path / "fp8" / "model.safetensors", *cmd[1:])
-        assert_one_line_error(r, "with precision.arm = bf16", "precision.arm = fp8-matched")
+        assert_one_line_error(r, "trained with precision.arm = fp8-matched", "precision.arm = bf16")
     assert not (tmp_path / "hf").exists()
     # a run whose config.toml was edited to another arm: its own weights file says what it was
     toml = (run / "config.toml").read_text()
