@@ -30,6 +30,19 @@ namespace {
 constexpr int kBlockTilesT = 2, kBlockTilesD = 2;
 constexpr int64_t kMaxBlockTokens = kBlockTilesT * kPackTileT, kMaxBlockD = kBlockTilesD * kPackTileD;
 
+// f(i, j, t0, d0) for each tile (i, j) of token block k that block_pack_tile names (unrolled: the
+// tile indices are compile-time, so v[i][j] stays in registers).
+template <class F>
+__device__ __forceinline__ void for_each_block_tile(int k, int block, int T_p, int D, F&& f) {
+#pragma unroll
+  for (int i = 0; i < kBlockTilesT; ++i)
+#pragma unroll
+    for (int j = 0; j < kBlockTilesD; ++j) {
+      int t0, d0;
+      if (block_pack_tile(k, block, i, j, T_p, D, t0, d0)) f(i, j, t0, d0);
+    }
+}
+
 // Grid: x = (b·heads + h)·nb + k for block k of nb = ⌈T/scale_block⌉ (the widest tensor's), y = the
 // tensor; a CTA past its tensor's blocks returns.
 template <class X>
@@ -47,18 +60,13 @@ __global__ void __launch_bounds__(kPackThreads, 3) pack_block_kernel(const __gri
   // One read of the block: the values stay in registers for the encode.
   float v[kBlockTilesT][kBlockTilesD][2][8];
   unsigned m = 0;
+  for_each_block_tile(k, block, T_p, D, [&](int i, int j, int t0, int d0) {
+    codes_tile_load<X>(a, b, h, t0, d0, tid, v[i][j]);
 #pragma unroll
-  for (int i = 0; i < kBlockTilesT; ++i)
+    for (int p = 0; p < 2; ++p)
 #pragma unroll
-    for (int j = 0; j < kBlockTilesD; ++j) {
-      int t0, d0;
-      if (!block_pack_tile(k, block, i, j, T_p, D, t0, d0)) continue;
-      codes_tile_load<X>(a, b, h, t0, d0, tid, v[i][j]);
-#pragma unroll
-      for (int p = 0; p < 2; ++p)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) m = max(m, __float_as_uint(v[i][j][p][e]) & 0x7FFFFFFFu);
-    }
+      for (int e = 0; e < 8; ++e) m = max(m, __float_as_uint(v[i][j][p][e]) & 0x7FFFFFFFu);
+  });
   m = block_max(m, scratch, 0u);  // every thread gets the block's amax
   const float s = scale_from_amax(amax_from_bits(m), a.format);
   const CodesTensor ct = codes_tensor(a);  // before this CTA's first store
@@ -67,41 +75,27 @@ __global__ void __launch_bounds__(kPackThreads, 3) pack_block_kernel(const __gri
     set.amax_out[blockIdx.y][si] = m;
     a.scale_inv[si] = 1.0f / s;
   }
-
-#pragma unroll
-  for (int i = 0; i < kBlockTilesT; ++i)
-#pragma unroll
-    for (int j = 0; j < kBlockTilesD; ++j) {
-      int t0, d0;
-      if (!block_pack_tile(k, block, i, j, T_p, D, t0, d0)) continue;
-      codes_tile_encode(ct, bh, t0, d0, tid, v[i][j], s, tiles[i * kBlockTilesD + j]);
-    }
+  for_each_block_tile(k, block, T_p, D, [&](int i, int j, int t0, int d0) {
+    codes_tile_encode(ct, bh, t0, d0, tid, v[i][j], s, tiles[i * kBlockTilesD + j]);
+  });
   if (!ct.transposed) return;  // uniform over the block
   __syncthreads();
-#pragma unroll
-  for (int i = 0; i < kBlockTilesT; ++i)
-#pragma unroll
-    for (int j = 0; j < kBlockTilesD; ++j) {
-      int t0, d0;
-      if (!block_pack_tile(k, block, i, j, T_p, D, t0, d0)) continue;
-      codes_tile_transpose(ct, b, h, t0, d0, tid, tiles[i * kBlockTilesD + j]);
-    }
+  for_each_block_tile(k, block, T_p, D, [&](int i, int j, int t0, int d0) {
+    codes_tile_transpose(ct, b, h, t0, d0, tid, tiles[i * kBlockTilesD + j]);
+  });
 }
 
 }  // namespace
 
 bool pack_block_takes(const PackSet& set) {
+  if (!pack_codes_takes(set)) return false;  // FP8 codes (or nothing) in both copies, under 2^31
   for (int i = 0; i < set.count; ++i) {
     const PackArgs& a = set.a[i];
-    const bool row_ok = a.row_kind == PackKind::None || a.row_kind == PackKind::Fp8Code;
-    const bool trans_ok = a.trans_kind == PackKind::None || a.trans_kind == PackKind::Fp8Code;
     const bool block_ok = a.scale_block > 0 && a.scale_block <= kMaxBlockTokens &&
                           a.scale_block % kPackTileT == 0 && a.scale_block == set.a[0].scale_block;
-    if (!a.fp8 || !row_ok || !trans_ok || !block_ok || a.row_factor || a.D > kMaxBlockD ||
-        a.B * a.heads * a.T_p * a.D > 0x7FFFFFFF)
-      return false;
+    if (!block_ok || a.row_factor || a.D > kMaxBlockD) return false;
   }
-  return set.count >= 1;
+  return true;
 }
 
 void pack_block_launch(const PackSet& set, cudaStream_t s) {
