@@ -1,7 +1,9 @@
-// The persistent wgmma forward's work order (cuda/attention/flash/flash_persistent.h) on the host:
-// over every grid and item count tried, each work item is visited exactly once, each CTA's items
-// rise (so its first −1 ends its walk), and the snake hands CTA 0 the longest item of even rounds
-// and the shortest of odd ones.
+// The flash kernels' work order (cuda/attention/flash/flash_persistent.h) on the host: over every
+// grid and item count tried, the persistent walk visits each work item exactly once, each CTA's
+// items rise (so its first −1 ends its walk), and the snake hands CTA 0 the longest item of even
+// rounds and the shortest of odd ones; grouped_item maps the items onto (head, block) one to one,
+// keeps each group's heads together and each head's blocks in order, and with one group is
+// today's block-major order.
 #include "cuda/attention/flash/flash_persistent.h"
 
 #include <gtest/gtest.h>
@@ -42,6 +44,44 @@ TEST(PersistentItems, SnakeOrder) {
   EXPECT_EQ(persistent_item(1, 3, 4, 100), 4);
   EXPECT_EQ(persistent_item(2, 1, 4, 100), 9);
   EXPECT_EQ(persistent_item(1, 0, 4, 7), -1);  // item 7 does not exist
+}
+
+TEST(GroupedItems, OneToOneGroupsTogetherBlocksInOrder) {
+  for (int64_t heads : {1, 3, 16, 64})
+    for (int64_t blocks : {1, 2, 8, 33})
+      for (int64_t group : {-1, 0, 1, 2, 3, 4, 16, 64, 100}) {
+        std::vector<int> seen(size_t(heads * blocks), 0);
+        std::vector<int64_t> next_block(size_t(heads), 0);
+        const int64_t g = group <= 0 || group > heads ? heads : group;
+        int64_t last_group = 0;
+        for (int64_t w = 0; w < heads * blocks; ++w) {
+          const GridItem it = grouped_item(w, heads, blocks, group);
+          ASSERT_TRUE(it.head >= 0 && it.head < heads && it.block >= 0 && it.block < blocks)
+              << heads << " " << blocks << " " << group << " " << w;
+          ++seen[size_t(it.head * blocks + it.block)];
+          // each head's blocks come in order 0, 1, 2, ... (block 0 first: the most work when causal)
+          ASSERT_EQ(it.block, next_block[size_t(it.head)]++) << heads << " " << blocks << " " << group;
+          // the groups come one after the other, never returning to an earlier one
+          ASSERT_GE(it.head / g, last_group) << heads << " " << blocks << " " << group << " " << w;
+          last_group = it.head / g;
+          if (g == heads) {  // one group: the block-major order (head fastest)
+            ASSERT_EQ(it.head, w % heads);
+            ASSERT_EQ(it.block, w / heads);
+          }
+        }
+        for (int64_t i = 0; i < heads * blocks; ++i) ASSERT_EQ(seen[size_t(i)], 1) << heads << " " << blocks;
+      }
+}
+
+TEST(GroupedItems, HeadsOfAGroupAlternate) {
+  // 5 heads in groups of 2 (the last group one head), 3 blocks each
+  const int64_t want[][2] = {{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}, {1, 2}, {2, 0}, {3, 0},
+                             {2, 1}, {3, 1}, {2, 2}, {3, 2}, {4, 0}, {4, 1}, {4, 2}};
+  for (int64_t w = 0; w < 15; ++w) {
+    const GridItem it = grouped_item(w, 5, 3, 2);
+    EXPECT_EQ(it.head, want[w][0]) << w;
+    EXPECT_EQ(it.block, want[w][1]) << w;
+  }
 }
 
 }  // namespace

@@ -97,6 +97,13 @@ struct ForwardParams {
   /// GEMMs) when 1, as the warp schedulers interleave them when 0; −1: forward_pingpong(). The
   /// same arithmetic either way. Ignored elsewhere.
   int pingpong = -1;
+  /// The order of every flash kernel's work items: heads taken head_group at a time
+  /// (flash_persistent.h grouped_item: the heads of the kernel's grid — query heads, or KV heads in
+  /// the key-block-major backward), so that the CTAs running together share their operands and dQ
+  /// in L2; 0: all heads in one group (block-major, each head's blocks spread over the grid);
+  /// −1: flash_head_group(). The same bits in any order (dQ's FP32 atomics aside, whose order is
+  /// never fixed).
+  int head_group = -1;
 };
 
 /// One backward call: the forward's parameters (its codes, scales, statistics, sizes; o for the
@@ -167,6 +174,15 @@ bool forward_persistent();
 /// environment variable OCTET_FLASH_PINGPONG is 1, none if it is 0 or unset (anything else is an
 /// octet::Error). Read at every call.
 bool forward_pingpong();
+
+/// The flash kernels' head group when ForwardParams::head_group is −1: the environment variable
+/// OCTET_FLASH_HEAD_GROUP (a whole number >= 0: 0 all heads in one group), kDefaultHeadGroup when
+/// it is unset; anything else is an octet::Error. Read at every call.
+int flash_head_group();
+/// ForwardParams::head_group resolved: flash_head_group() for −1, else itself (>= 0, or an
+/// octet::Error naming the value).
+int resolved_head_group(int head_group);
+constexpr int kDefaultHeadGroup = 0;
 
 /// The kernel run_forward and run_logits run for `requested` (ForwardKernel's rule for Auto) on the
 /// current device. Throws octet::Error on an unknown OCTET_FLASH_FORWARD value, or when wgmma is

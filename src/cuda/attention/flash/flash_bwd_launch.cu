@@ -103,11 +103,13 @@ void run_delta(const BackwardParams& p, cudaStream_t stream) {
               "flash attention backward: a null operand, scale or row_max pointer");
   OCTET_CHECK(aligned(p.q, 16) && aligned(p.k, 16) && aligned(p.v, 16) && aligned(p.d_o, 16),
               "flash attention backward: the Q, K, V, dO code buffers must be 16-byte aligned");
+  BackwardParams q = p;  // the kernels read the head group resolved
+  q.head_group = resolved_head_group(p.head_group);
   // The matched pre-pass runs the main kernel's flavor: its P and dP have the main kernel's bits.
   if (select_backward_kernel(p) == BackwardKernel::Wgmma)
-    bwd_delta_sm90_launch(p, stream);
+    bwd_delta_sm90_launch(q, stream);
   else
-    bwd_delta_sm89_launch(p, stream);
+    bwd_delta_sm89_launch(q, stream);
 }
 
 void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
@@ -133,12 +135,14 @@ void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
     OCTET_CUDA_CHECK(cudaMemsetAsync(p.res_sums, 0, size_t(2 * p.B * p.H * p.Tq) * sizeof(double), stream));
   if (p.ds_row_sum)
     OCTET_CUDA_CHECK(cudaMemsetAsync(p.ds_row_sum, 0, size_t(p.B * p.H * p.Tq) * sizeof(float), stream));
+  BackwardParams q = p;  // the kernels read the head group resolved
+  q.head_group = resolved_head_group(p.head_group);
   if (wgmma) {
-    bwd_sm90_launch(p, stream);
+    bwd_sm90_launch(q, stream);
     return;
   }
-  bwd_sm89_launch(p, stream);
-  if (p.deterministic) bwd_dq_sm89_launch(p, stream);  // after the main kernel (stream order)
+  bwd_sm89_launch(q, stream);
+  if (p.deterministic) bwd_dq_sm89_launch(q, stream);  // after the main kernel (stream order)
 }
 
 void run_backward(BackwardParams p, const BackwardIo& io, cudaStream_t stream) {

@@ -75,8 +75,9 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
   const int g = w.g, t = w.t, qs = w.qs, key0 = w.key0;
   const int ks = w.warp % Gm::kKS, dpart = w.warp / Gm::kKS;  // the dK/dV phase's split
 
-  const int64_t BG = p.B * p.G, rep = p.H / p.G;
-  const int64_t bg = int64_t(blockIdx.x) % BG, j0 = int64_t(blockIdx.x) / BG * kBN;
+  const int64_t rep = p.H / p.G;
+  int64_t bg = 0, j0 = 0;
+  bwd::k_block_of(p, kBN, &bg, &j0);
   const int64_t b = bg / p.G, gh = bg % p.G;
   for (int c = threadIdx.x; c < kBN * kLd; c += kThreads) sdk[c] = 0.0f;
   // dV in registers: this warp's 32 keys (m-tiles mt: keys 32ks + 16mt..) x kDW head_dim columns

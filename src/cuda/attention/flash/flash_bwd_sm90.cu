@@ -251,8 +251,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Lane ln;
   const int tid = threadIdx.x;
 
-  const int64_t BG = p.B * p.G, rep = p.H / p.G;
-  const int64_t bg = int64_t(blockIdx.x) % BG, j0 = int64_t(blockIdx.x) / BG * kBN;
+  const int64_t rep = p.H / p.G;
+  int64_t bg = 0, j0 = 0;
+  bwd::k_block_of(p, kBN, &bg, &j0);
   const int64_t b = bg / p.G, gh = bg % p.G;
   // Query blocks that see key j0 (causal bottom-right: rows i >= j0 − (Tk − Tq)).
   const int64_t n_qblocks = (p.Tq + kBM - 1) / kBM;

@@ -27,6 +27,7 @@
 #include "cuda/runtime/kernel_attrs.h"
 #include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/attention/flash/flash_mma_sm89.cuh"
+#include "cuda/attention/flash/flash_persistent.h"
 #include "cuda/attention/flash/flash_qkv_scales.cuh"
 #include "cuda/quantize/fp8_device.cuh"
 #include "octet/error.h"
@@ -287,14 +288,23 @@ struct Warp {
   }
 };
 
-/// The Q-block-major kernels' CTA -> (bh = b·H + h, first row i0, KV head bg): the query blocks
-/// with the most keys (causal) are scheduled first.
+/// The Q-block-major kernels' CTA -> (bh = b·H + h, first row i0, KV head bg): in each head group
+/// (ForwardParams::head_group, resolved) the query blocks with the most keys (causal) first.
 __device__ __forceinline__ void q_block_of(const BackwardParams& p, int64_t kBM, int64_t* bh, int64_t* i0,
                                            int64_t* bg) {
   const int64_t BH = p.B * p.H, n_qblocks = (p.Tq + kBM - 1) / kBM;
-  *bh = int64_t(blockIdx.x) % BH;
-  *i0 = (n_qblocks - 1 - int64_t(blockIdx.x) / BH) * kBM;
+  const GridItem w = grouped_item(blockIdx.x, BH, n_qblocks, p.head_group);
+  *bh = w.head;
+  *i0 = (n_qblocks - 1 - w.block) * kBM;
   *bg = *bh / p.H * p.G + *bh % p.H / (p.H / p.G);
+}
+
+/// The key-block-major kernels' CTA (grid B·G·⌈Tk/kBN⌉) -> (KV head bg = b·G + g, first key j0): in
+/// each head group (of KV heads) key block 0, which the most query blocks see (causal), first.
+__device__ __forceinline__ void k_block_of(const BackwardParams& p, int64_t kBN, int64_t* bg, int64_t* j0) {
+  const GridItem w = grouped_item(blockIdx.x, p.B * p.G, (p.Tk + kBN - 1) / kBN, p.head_group);
+  *bg = w.head;
+  *j0 = w.block * kBN;
 }
 
 /// The A fragments over keys of one warp's tile values v (the S accumulator layout) as FP8 codes of

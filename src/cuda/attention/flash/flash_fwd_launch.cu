@@ -58,10 +58,12 @@ bool env_switch(const char* name, const char* meaning, bool unset) {
 }
 
 void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
+  ForwardParams q = p;  // the kernels read the head group resolved
+  q.head_group = resolved_head_group(p.head_group);
   if (select_forward_kernel(p.kernel) == ForwardKernel::Wgmma)
-    fwd_sm90_launch(p, s_out, stream);
+    fwd_sm90_launch(q, s_out, stream);
   else
-    fwd_sm89_launch(p, s_out, stream);
+    fwd_sm89_launch(q, s_out, stream);
 }
 
 }  // namespace
@@ -100,6 +102,25 @@ bool forward_persistent() {
   // on by default: +4-18 % forward TFLOP/s on the H200
   // (bench/results/2026-12-05-h200-attention-fwd-options.jsonl)
   return env_switch("OCTET_FLASH_PERSISTENT", "1: one CTA per SM walking the work items", true);
+}
+
+int flash_head_group() {
+  const char* env = std::getenv("OCTET_FLASH_HEAD_GROUP");
+  const std::string v = env ? env : "";
+  if (v.empty()) return kDefaultHeadGroup;
+  const bool digits = v.size() <= 6 && v.find_first_not_of("0123456789") == std::string::npos;
+  OCTET_CHECK(digits,
+              "OCTET_FLASH_HEAD_GROUP must be a whole number of heads, 0 to 999999 (0: all heads "
+              "in one group; unset: " +
+                  std::to_string(kDefaultHeadGroup) + "), got '" + v + "'");
+  return std::stoi(v);
+}
+
+int resolved_head_group(int head_group) {
+  OCTET_CHECK(head_group >= -1,
+              "flash attention: head_group must be -1 (OCTET_FLASH_HEAD_GROUP) or >= 0, got " +
+                  std::to_string(head_group));
+  return head_group < 0 ? flash_head_group() : head_group;
 }
 
 bool forward_pingpong() {

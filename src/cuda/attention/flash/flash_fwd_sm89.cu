@@ -35,6 +35,7 @@
 #include "cuda/runtime/check.h"
 #include "cuda/attention/flash/flash_fwd_tile_sm89.cuh"
 #include "cuda/attention/flash/flash_mma_sm89.cuh"
+#include "cuda/attention/flash/flash_persistent.h"
 #include "cuda/attention/flash/flash_softmax.cuh"
 #include "octet/attention.h"
 #include "octet/error.h"
@@ -72,10 +73,12 @@ __global__ void __launch_bounds__(kThreads<kD>) forward_kernel(const ForwardPara
   uint8_t* const sv = smem + 2 * Smem<kD, kBN>::kK;  // [2][kD][kBN], chunks v_chunk-swizzled
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
-  // Block -> (query block, head): the query blocks with the most keys (causal) start first.
+  // Block -> (query block, head): in each head group (ForwardParams::head_group) the query blocks
+  // with the most keys (causal) start first.
   const int64_t BH = p.B * p.H, n_qblocks = ((kLogits ? p.Tq_p : p.Tq) + kBM<kD> - 1) / kBM<kD>;
-  const int64_t bh = int64_t(blockIdx.x) % BH;
-  const int64_t q0 = (n_qblocks - 1 - int64_t(blockIdx.x) / BH) * kBM<kD>;
+  const GridItem wi = grouped_item(blockIdx.x, BH, n_qblocks, p.head_group);
+  const int64_t bh = wi.head;
+  const int64_t q0 = (n_qblocks - 1 - wi.block) * kBM<kD>;
   const int64_t b = bh / p.H, h = bh % p.H;
   const int64_t bg = b * p.G + h / (p.H / p.G);  // GQA: the KV head of query head h
   const int64_t row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};

@@ -107,7 +107,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto k_tile = [&](int s) { return sbase + L::kK + s * L::kStage; };
   const int wg = threadIdx.x / 128;
 
-  // Work item w -> (query block, head): the query blocks with the most keys (causal) come first.
+  // Work item w -> (query block, head): in each head group (ForwardParams::head_group) the query
+  // blocks with the most keys (causal) first.
   const int64_t BH = p.B * p.H, n_qblocks = ((kLogits ? p.Tq_p : p.Tq) + kBM - 1) / kBM;
   const int64_t n_items = BH * n_qblocks;
   // A persistent CTA's it-th work item, −1 past its last (the other grid: item blockIdx.x, item0).
@@ -118,8 +119,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   const auto item = [&](int64_t w) {
     Item r;
-    r.bh = w % BH;
-    r.q0 = (n_qblocks - 1 - w / BH) * kBM;
+    const GridItem wi = grouped_item(w, BH, n_qblocks, p.head_group);
+    r.bh = wi.head;
+    r.q0 = (n_qblocks - 1 - wi.block) * kBM;
     r.bg = r.bh / p.H * p.G + r.bh % p.H / (p.H / p.G);  // GQA: the KV head of head bh
     const int64_t last = (r.q0 + kBM < p.Tq ? r.q0 + kBM : p.Tq) - 1;
     const int64_t n_keys = kLogits ? p.Tk_p : visible(p, last);

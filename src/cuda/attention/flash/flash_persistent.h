@@ -1,6 +1,7 @@
-// src/cuda/attention/flash/flash_persistent.h — the work order of the persistent wgmma forward
-// (flash_fwd_sm90.cu, ForwardParams::persistent), for host and device: the host tests check that
-// every work item is visited exactly once (tests/attention/flash_persistent_test.cpp).
+// src/cuda/attention/flash/flash_persistent.h — the work order of the flash kernels, for host and
+// device: the persistent wgmma forward's walk (flash_fwd_sm90.cu, ForwardParams::persistent) and
+// every flash kernel's work item -> (head, block) (ForwardParams::head_group). The host tests check
+// that every work item is visited exactly once (tests/attention/flash_persistent_test.cpp).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,27 @@ namespace octet::cuda::flash {
 OCTET_HD int64_t persistent_item(int it, unsigned cta, unsigned grid, int64_t n_items) {
   const int64_t w = int64_t(it) * grid + ((it & 1) ? int64_t(grid) - 1 - cta : int64_t(cta));
   return w < n_items ? w : -1;
+}
+
+/// A work item's head and block (a query block of the forward and the Q-block-major backward
+/// kernels, a key block of the key-block-major backward), block 0 the one with the most work when
+/// causal.
+struct GridItem {
+  int64_t head, block;
+};
+
+/// Work item w of heads × blocks (w < heads·blocks), the heads taken `group` at a time: every item
+/// of heads [k·group, (k + 1)·group) comes before any of the next group's; inside a group the
+/// blocks in order, the group's heads fastest (the last group may hold fewer heads). group <= 0 or
+/// >= heads: one group, head = w % heads, block = w / heads. The CTAs that run at one time then
+/// work on the heads of one or two groups, which share their operands (and the backward's dQ
+/// accumulator) in L2; with all heads in one group each head's stream is read by only
+/// ~SMs / heads CTAs at a time. (FlashAttention's grids also take one head's blocks together.)
+OCTET_HD GridItem grouped_item(int64_t w, int64_t heads, int64_t blocks, int64_t group) {
+  if (group <= 0 || group > heads) group = heads;
+  const int64_t per_group = group * blocks, k = w / per_group, r = w % per_group;
+  const int64_t first = k * group, in_group = heads - first < group ? heads - first : group;
+  return {first + r % in_group, r / in_group};
 }
 
 }  // namespace octet::cuda::flash

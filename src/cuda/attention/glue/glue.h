@@ -49,7 +49,8 @@ enum class PackKind : int { None = 0, Fp8Code = 1, Bf16OfCode = 2, Bf16OfValue =
 /// launch that measures each block's amax from the values it packs (one read of the input instead
 /// of the amax launch's and the pack's two); the same bits; other sets and pack_launch alone go to
 /// the code pack. Auto: the OCTET_ATTN_PACK environment variable (staged | codes | block), else
-/// codes; any other value throws octet::Error.
+/// block (so the code pack for the sets the block pack does not take); any other value throws
+/// octet::Error.
 enum class PackKernel : int { Auto = 0, Staged = 1, Codes = 2, Block = 3 };
 
 /// The kernel Auto resolves to (OCTET_ATTN_PACK, read once; throws octet::Error for a value other

@@ -183,6 +183,68 @@ TEST(FlashBackward, DeterministicModeIsBitwiseRepeatable) {
   }
 }
 
+// The work order (ForwardParams::head_group: heads taken N at a time, 0 all in one group) moves
+// no bit: for each flavor, the delta pre-pass's D and the main kernel's dK, dV are the same bits
+// under groups 1, 3 and 64 as under 0, and dQ too in deterministic mode (with atomics within FP32
+// summation order). GQA, causal, Tq != Tk, both head_dims; OCTET_FLASH_HEAD_GROUP chooses the
+// default, and a value that is not a whole number is an octet::Error.
+TEST(FlashBackward, HeadGroupMovesNoBit) {
+  OCTET_REQUIRE_GPU();
+  using cuda::flash::BackwardKernel;
+  for (const test::BackwardDims& c : {test::BackwardDims{2, 8, 2, 300, 300, 64, 128, 128, true},
+                                      test::BackwardDims{3, 4, 4, 257, 520, 128, 128, 128, true},
+                                      test::BackwardDims{2, 6, 3, 400, 256, 128, 128, 128, false}})
+    for (BackwardKernel kernel : {BackwardKernel::MmaSync, BackwardKernel::Wgmma}) {
+      if (kernel == BackwardKernel::Wgmma && !test::device_is_sm90()) continue;
+      test::BackwardCodes bc(c, Format::E5M2, 11);
+      cuda::flash::BackwardParams& p = bc.p;
+      p.bwd_kernel = kernel;
+      p.deterministic = kernel == BackwardKernel::MmaSync;
+      const std::string what = "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + "/G" +
+                               std::to_string(c.G) + " " + std::to_string(c.Tq) + "x" + std::to_string(c.Tk) +
+                               " d" + std::to_string(c.D) + " " + cuda::flash::backward_kernel_name(kernel);
+      std::vector<float> base[4];  // delta, dq, dk, dv under group 0
+      for (int group : {0, 1, 3, 64}) {
+        p.head_group = group;
+        cuda::flash::run_delta(p, nullptr);
+        cuda::flash::run_backward_main(p, nullptr);
+        std::vector<float> got[4] = {bc.delta.get(), bc.dq.get(), bc.dk.get(), bc.dv.get()};
+        if (group == 0) {
+          for (int t = 0; t < 4; ++t) base[t] = got[t];
+          continue;
+        }
+        const std::string at = what + " head_group " + std::to_string(group);
+        for (int t : {0, 2, 3})
+          ASSERT_EQ(std::memcmp(got[t].data(), base[t].data(), got[t].size() * 4), 0) << at << ": "
+                                                                                      << (t == 0   ? "delta"
+                                                                                          : t == 2 ? "dK"
+                                                                                                   : "dV")
+                                                                                      << " moved";
+        if (p.deterministic)
+          ASSERT_EQ(std::memcmp(got[1].data(), base[1].data(), got[1].size() * 4), 0) << at << ": dQ moved";
+        else
+          EXPECT_LE(rel_l2(got[1], base[1]), 1e-5) << at;
+      }
+    }
+  {
+    test::ScopedEnv env("OCTET_FLASH_HEAD_GROUP", "4");
+    EXPECT_EQ(cuda::flash::flash_head_group(), 4);
+    EXPECT_EQ(cuda::flash::resolved_head_group(-1), 4);
+    EXPECT_EQ(cuda::flash::resolved_head_group(2), 2);
+  }
+  for (const char* bad : {"-1", "two", "4x", "1234567"}) {
+    test::ScopedEnv env("OCTET_FLASH_HEAD_GROUP", bad);
+    try {
+      (void)cuda::flash::flash_head_group();
+      ADD_FAILURE() << "OCTET_FLASH_HEAD_GROUP=" << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("whole number"), std::string::npos) << e.what();
+    }
+  }
+  test::ScopedEnv env("OCTET_FLASH_HEAD_GROUP", nullptr);
+  EXPECT_EQ(cuda::flash::flash_head_group(), cuda::flash::kDefaultHeadGroup);
+}
+
 TEST(FlashBackward, RefusesUnsupportedTiles) {
   OCTET_REQUIRE_GPU();
   auto gpu = make_cuda_backend();

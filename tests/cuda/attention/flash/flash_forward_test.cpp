@@ -703,6 +703,39 @@ TEST(FlashForwardFlavors, PingPongGivesTheSameBits) {
   expect_env_switch("OCTET_FLASH_PINGPONG", cuda::flash::forward_pingpong, false);
 }
 
+// The work order (ForwardParams::head_group: heads taken N at a time, 0 all in one group) moves no
+// bit: O, LSE, m and l under groups 1, 3 and 100 equal group 0's, for both kernels and, for wgmma,
+// one CTA per item and the persistent grid (capped at 3 CTAs: each walks many items) — causal with
+// rows that see no key, GQA, both head_dims.
+TEST(FlashForwardFlavors, HeadGroupMovesNoBit) {
+  OCTET_REQUIRE_GPU();
+  struct Case {
+    Dims c;
+    ForwardKernel kernel;
+    int persistent, ctas;
+  };
+  const std::vector<Case> cases = {{{2, 16, 4, 1000, 1000, 128, true, 128}, ForwardKernel::MmaSync, 0, 0},
+                                   {{2, 16, 4, 1000, 1000, 128, true, 128}, ForwardKernel::Wgmma, 0, 0},
+                                   {{3, 8, 8, 517, 300, 64, true, 128}, ForwardKernel::Wgmma, 1, 0},
+                                   {{2, 6, 3, 333, 700, 128, false, 128}, ForwardKernel::Wgmma, 1, 3}};
+  for (const Case& k : cases) {
+    if (k.kernel == ForwardKernel::Wgmma && !device_is_sm90()) continue;
+    DirectForward run(k.c, 4.0f, 0.25f, 19);
+    cuda::flash::ForwardParams p = run.params(k.kernel);
+    p.persistent = k.persistent;
+    p.persistent_ctas = k.ctas;
+    p.head_group = 0;
+    for (int group : {1, 3, 100}) {
+      cuda::flash::ForwardParams variant = p;
+      variant.head_group = group;
+      if (!same_bits_each_run(run, p, variant,
+                              run.name() + " head_group " + std::to_string(group) + " persistent " +
+                                  std::to_string(k.persistent) + " ctas " + std::to_string(k.ctas)))
+        return;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, FlashForward, testing::Values(ForwardKernel::MmaSync, ForwardKernel::Wgmma),
                          [](const testing::TestParamInfo<ForwardKernel>& info) {
                            return std::string(info.param == ForwardKernel::Wgmma ? "wgmma" : "mma_sync");
