@@ -324,6 +324,7 @@ void run_attention(const AttnArgs& a) {
     if (r.fwd_exp2_poly >= 0) j["fwd_exp2_poly"] = r.fwd_exp2_poly;  // its wgmma rows
     if (r.fwd_persistent >= 0) j["fwd_persistent"] = r.fwd_persistent;
     if (r.fwd_pingpong >= 0) j["fwd_pingpong"] = r.fwd_pingpong;
+    if (r.head_group >= 0) j["head_group"] = r.head_group;
     if (!r.bwd_kernel.empty()) j["bwd_kernel"] = r.bwd_kernel;
     if (!r.pack_kernel.empty()) j["pack_kernel"] = r.pack_kernel;  // octet's rows from BF16/F32
     if (!r.input_dtype.empty()) j["input_dtype"] = r.input_dtype;  // octet's rows

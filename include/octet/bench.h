@@ -267,6 +267,9 @@ struct AttnBenchRow {
   /// The wgmma forward's GEMM order for the same rows: 1 the consumers' ping-pong, 0 none (flash.h
   /// forward_pingpong; OCTET_FLASH_PINGPONG sets it); −1 for the other rows.
   int fwd_pingpong = -1;
+  /// The flash kernels' work order for the flash rows: heads taken head_group at a time, 0 all in
+  /// one group (flash.h flash_head_group; OCTET_FLASH_HEAD_GROUP sets it); −1 for the other rows.
+  int head_group = -1;
   /// The flash FP8 backward's kernel flavor for the same rows: "wgmma" | "mma_sync"
   /// (flash.h select_backward_kernel; OCTET_FLASH_BACKWARD forces one).
   std::string bwd_kernel;

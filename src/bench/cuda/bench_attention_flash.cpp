@@ -30,6 +30,7 @@ void pack_codes(const Tensor& x, int64_t B, int64_t heads, int64_t T, int64_t D,
 void set_forward_kernel(AttnBenchRow& row) {
   const flash::ForwardKernel fk = flash::select_forward_kernel();
   row.fwd_kernel = flash::forward_kernel_name(fk);
+  row.head_group = flash::flash_head_group();
   if (fk != flash::ForwardKernel::Wgmma) return;
   row.fwd_exp2_poly = flash::forward_exp2_poly();
   row.fwd_persistent = flash::forward_persistent() ? 1 : 0;

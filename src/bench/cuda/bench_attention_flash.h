@@ -15,7 +15,8 @@
 namespace octet::cuda {
 
 /// The flash forward's kernel and, for the wgmma kernel, its options as the environment chooses
-/// them (fwd_kernel, fwd_exp2_poly, fwd_persistent, fwd_pingpong) into `row`.
+/// them (fwd_kernel, fwd_exp2_poly, fwd_persistent, fwd_pingpong), and the flash kernels' work
+/// order (head_group), into `row`.
 void set_forward_kernel(AttnBenchRow& row);
 
 /// Rows "octet-fp8-flash-kernels" (matched) and "octet-fp8-flash-stale-kernels", input_dtype "fp8":
