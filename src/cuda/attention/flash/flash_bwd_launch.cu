@@ -127,6 +127,8 @@ void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
                   aligned(p.v, 16) && aligned(p.d_o, 16) && aligned(p.dv_o_t, 16),
               "flash attention backward: the code buffers must be 16-byte aligned");
   const bool wgmma = select_backward_kernel(p) == BackwardKernel::Wgmma;
+  BackwardParams q = p;  // the kernels read the head group resolved (before anything is queued)
+  q.head_group = resolved_head_group(p.head_group);
   OCTET_CHECK(!p.ds_row_sum || wgmma,
               "flash attention backward: the dQ row-sum projection needs the wgmma kernel (sm_90, "
               "head_dim 64 or 128, block_q = block_k = 128, not deterministic)");
@@ -135,8 +137,6 @@ void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
     OCTET_CUDA_CHECK(cudaMemsetAsync(p.res_sums, 0, size_t(2 * p.B * p.H * p.Tq) * sizeof(double), stream));
   if (p.ds_row_sum)
     OCTET_CUDA_CHECK(cudaMemsetAsync(p.ds_row_sum, 0, size_t(p.B * p.H * p.Tq) * sizeof(float), stream));
-  BackwardParams q = p;  // the kernels read the head group resolved
-  q.head_group = resolved_head_group(p.head_group);
   if (wgmma) {
     bwd_sm90_launch(q, stream);
     return;

@@ -184,10 +184,12 @@ TEST(FlashBackward, DeterministicModeIsBitwiseRepeatable) {
 }
 
 // The work order (ForwardParams::head_group: heads taken N at a time, 0 all in one group) moves
-// no bit: for each flavor, the delta pre-pass's D and the main kernel's dK, dV are the same bits
-// under groups 1, 3 and 64 as under 0, and dQ too in deterministic mode (with atomics within FP32
-// summation order). GQA, causal, Tq != Tk, both head_dims; OCTET_FLASH_HEAD_GROUP chooses the
-// default, and a value that is not a whole number is an octet::Error.
+// no bit: for each flavor, the delta pre-pass's D and 1/l and the main kernel's dK, dV are the same
+// bits under groups 1, 3, 5 and 64 as under 0, and dQ too in deterministic mode (with atomics within
+// FP32 summation order); every output is poisoned (NaN bytes) before each run, so a work item that
+// no CTA takes shows. GQA, causal, Tq != Tk, both head_dims, partial last groups (8 heads in groups
+// of 3 and 5); OCTET_FLASH_HEAD_GROUP chooses the default, and a value that is not a whole number is
+// an octet::Error.
 TEST(FlashBackward, HeadGroupMovesNoBit) {
   OCTET_REQUIRE_GPU();
   using cuda::flash::BackwardKernel;
@@ -203,23 +205,24 @@ TEST(FlashBackward, HeadGroupMovesNoBit) {
       const std::string what = "B" + std::to_string(c.B) + " H" + std::to_string(c.H) + "/G" +
                                std::to_string(c.G) + " " + std::to_string(c.Tq) + "x" + std::to_string(c.Tk) +
                                " d" + std::to_string(c.D) + " " + cuda::flash::backward_kernel_name(kernel);
-      std::vector<float> base[4];  // delta, dq, dk, dv under group 0
-      for (int group : {0, 1, 3, 64}) {
+      std::vector<float> base[5];  // delta, dq, dk, dv, 1/l under group 0
+      const char* names[5] = {"delta", "dQ", "dK", "dV", "1/l"};
+      for (int group : {0, 1, 3, 5, 64}) {
         p.head_group = group;
+        for (test::Dev<float>* d : {&bc.delta, &bc.dq, &bc.dk, &bc.dv, &bc.rf})
+          OCTET_CUDA_CHECK(cudaMemset(d->p, 0xFF, d->n * sizeof(float)));  // NaN
         cuda::flash::run_delta(p, nullptr);
         cuda::flash::run_backward_main(p, nullptr);
-        std::vector<float> got[4] = {bc.delta.get(), bc.dq.get(), bc.dk.get(), bc.dv.get()};
+        std::vector<float> got[5] = {bc.delta.get(), bc.dq.get(), bc.dk.get(), bc.dv.get(), bc.rf.get()};
+        const std::string at = what + " head_group " + std::to_string(group);
+        for (float x : got[0]) ASSERT_TRUE(std::isfinite(x)) << at << ": a delta not written";
         if (group == 0) {
-          for (int t = 0; t < 4; ++t) base[t] = got[t];
+          for (int t = 0; t < 5; ++t) base[t] = got[t];
           continue;
         }
-        const std::string at = what + " head_group " + std::to_string(group);
-        for (int t : {0, 2, 3})
-          ASSERT_EQ(std::memcmp(got[t].data(), base[t].data(), got[t].size() * 4), 0) << at << ": "
-                                                                                      << (t == 0   ? "delta"
-                                                                                          : t == 2 ? "dK"
-                                                                                                   : "dV")
-                                                                                      << " moved";
+        for (int t : {0, 2, 3, 4})
+          ASSERT_EQ(std::memcmp(got[t].data(), base[t].data(), got[t].size() * 4), 0)
+              << at << ": " << names[t] << " moved";
         if (p.deterministic)
           ASSERT_EQ(std::memcmp(got[1].data(), base[1].data(), got[1].size() * 4), 0) << at << ": dQ moved";
         else

@@ -704,9 +704,10 @@ TEST(FlashForwardFlavors, PingPongGivesTheSameBits) {
 }
 
 // The work order (ForwardParams::head_group: heads taken N at a time, 0 all in one group) moves no
-// bit: O, LSE, m and l under groups 1, 3 and 100 equal group 0's, for both kernels and, for wgmma,
-// one CTA per item and the persistent grid (capped at 3 CTAs: each walks many items) — causal with
-// rows that see no key, GQA, both head_dims.
+// bit: O, LSE, m and l (poisoned before each run) under groups 1, 3, 5 and 100 equal group 0's, for
+// both kernels and, for wgmma, one CTA per item and the persistent grid (capped at 3 CTAs: each
+// walks many items, causal ones too) — causal with rows that see no key, GQA, both head_dims,
+// partial last groups (B·H = 32, 7 and 12 heads in groups of 5).
 TEST(FlashForwardFlavors, HeadGroupMovesNoBit) {
   OCTET_REQUIRE_GPU();
   struct Case {
@@ -717,6 +718,7 @@ TEST(FlashForwardFlavors, HeadGroupMovesNoBit) {
   const std::vector<Case> cases = {{{2, 16, 4, 1000, 1000, 128, true, 128}, ForwardKernel::MmaSync, 0, 0},
                                    {{2, 16, 4, 1000, 1000, 128, true, 128}, ForwardKernel::Wgmma, 0, 0},
                                    {{3, 8, 8, 517, 300, 64, true, 128}, ForwardKernel::Wgmma, 1, 0},
+                                   {{1, 7, 7, 1000, 1000, 64, true, 128}, ForwardKernel::Wgmma, 1, 3},
                                    {{2, 6, 3, 333, 700, 128, false, 128}, ForwardKernel::Wgmma, 1, 3}};
   for (const Case& k : cases) {
     if (k.kernel == ForwardKernel::Wgmma && !device_is_sm90()) continue;
@@ -725,7 +727,7 @@ TEST(FlashForwardFlavors, HeadGroupMovesNoBit) {
     p.persistent = k.persistent;
     p.persistent_ctas = k.ctas;
     p.head_group = 0;
-    for (int group : {1, 3, 100}) {
+    for (int group : {1, 3, 5, 100}) {
       cuda::flash::ForwardParams variant = p;
       variant.head_group = group;
       if (!same_bits_each_run(run, p, variant,
