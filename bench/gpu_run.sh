@@ -51,7 +51,7 @@
 #     OCTET_FLASH_PINGPONG=1 OCTET_FLASH_PINGPONG=1,OCTET_FLASH_PERSISTENT=1"): test_cuda's OCTET_AB_TESTS (a
 #     gtest filter; default the forward's suites; set and empty: none) under each -> test_cuda-ab.log, then `octet bench
 #     attention --json --peer ''` on OCTET_AB_CASES (default bench) under each value in turn,
-#     OCTET_AB_ROUNDS rounds (default 2) -> attention-ab.jsonl (rows tagged ab_var, ab_value,
+#     OCTET_AB_ROUNDS rounds (default 2; OCTET_AB_ROWS, if set, the rows: --rows) -> attention-ab.jsonl (rows tagged ab_var, ab_value,
 #     ab_round) and a table of forward TFLOP/s per value
 #   attention-pack: the glue's non-default staged pack (OCTET_ATTN_PACK=staged): test_cuda's attention suites
 #     (OCTET_PACK_TESTS, a gtest filter) under it -> test_cuda-pack-staged.log, then `octet bench
@@ -83,7 +83,7 @@ done
 } 2>&1 | tee "$OUT/env.log"
 for s in $steps; do
   case $s in
-    tests) timeout 300 "$BIN/test_cuda" --gtest_color=no 2>&1 | tee "$OUT/test_cuda.log" | grep -vE "^\[ +(RUN|OK) " ;;
+    tests) timeout 420 "$BIN/test_cuda" --gtest_color=no 2>&1 | tee "$OUT/test_cuda.log" | grep -vE "^\[ +(RUN|OK) " ;;
     gemm) timeout 300 "$BIN/octet" bench gemm --json > "$OUT/gemm.jsonl" 2> "$OUT/gemm.err"
           echo "gemm rc=$?"; tail -5 "$OUT/gemm.err"; python3 bench/summarize.py "$OUT/gemm.jsonl" ;;
     quantize) timeout 120 "$BIN/octet" bench quantize --json > "$OUT/quantize.jsonl" 2> "$OUT/quantize.err"
@@ -168,7 +168,7 @@ for l in open(sys.argv[1]):
             for v in $values; do
               assigns "$v"
               env "${set_env[@]}" timeout 200 "$BIN/octet" bench attention --json --peer '' \
-                --cases "${OCTET_AB_CASES:-bench}" 2>> "$OUT/attention-ab.err" |
+                --cases "${OCTET_AB_CASES:-bench}" --rows "${OCTET_AB_ROWS:-}" 2>> "$OUT/attention-ab.err" |
                 python3 -c 'import json,sys
 for l in sys.stdin:
     if l.startswith("{"):

@@ -203,6 +203,7 @@ struct AttnArgs {
   std::string peer = "bench/peers/sdpa.py";  ///< PyTorch SDPA peer script ("" to skip)
   std::string python = "python3";
   std::string input_dtype = "bf16";  ///< octet's rows: bf16 (as the trainer) | f32
+  std::string rows;                  ///< only these rows, comma-separated ("" every row)
 };
 
 // The cases `octet bench attention` runs: the custom shape, or the named set or cases.
@@ -277,8 +278,10 @@ void run_peer(const AttnArgs& a, const std::vector<octet::AttentionCase>& cases)
 #endif
 
 void run_attention(const AttnArgs& a) {
+  const std::vector<std::string> rows = octet::parse_attention_bench_rows(a.rows);  // on any build
 #ifdef OCTET_WITH_CUDA
   octet::cuda::AttnBenchOptions o;
+  o.rows = rows;
   o.cases = attention_cases_of(a);
   o.reps = a.reps;
   o.warmup = a.warmup;
@@ -341,6 +344,7 @@ void run_attention(const AttnArgs& a) {
   run_peer(a, o.cases);
 #else
   (void)a;
+  (void)rows;
   (void)attention_cases_of;
   no_cuda();
 #endif
@@ -547,6 +551,9 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
                    "comma-separated (e.g. b4-h16-d128-s4096-causal)")
       ->capture_default_str()
       ->each([](const std::string&) { t.cases_given = true; });
+  attn->add_option("--rows", t.rows,
+                   "only these rows, comma-separated (e.g. octet-fp8-flash-kernels,cudnn-fp8-stale); "
+                   "default every row (the SDPA peer script is --peer's)");
   attn->add_option("--batch", t.batch, "a custom shape instead of --cases: batch B")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))
       ->capture_default_str()

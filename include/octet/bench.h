@@ -166,6 +166,20 @@ void bench_train(
     const TrainBenchOptions& opt, const std::function<void(const TrainBenchRow&)>& on_row,
     const std::function<void(const TrainBenchRow&, const std::vector<TrainBenchOp>&)>& on_profile = {});
 
+/// The rows `octet bench attention` can time, by their "impl" name, in the order a case prints
+/// them: the cuDNN peers, octet's flash kernels from FP8 codes, then octet's Attention from BF16/F32
+/// (flash FP8 matched, stale, with per-(head, block) scales; cuDNN behind octet's interface; the
+/// unfused form). docs/benchmarks.md describes each.
+const std::vector<std::string>& attention_bench_row_names();
+
+/// A comma-separated list of those names (`octet bench attention --rows`) as a list; "" gives the
+/// empty list, which means every row. Throws octet::Error naming the problem for an empty item, a
+/// name given twice, or an unknown name (the error lists the known ones).
+std::vector<std::string> parse_attention_bench_rows(const std::string& csv);
+
+/// True when `rows` (parse_attention_bench_rows' result) is empty or holds `name`.
+bool attention_bench_row_wanted(const std::vector<std::string>& rows, const std::string& name);
+
 }  // namespace octet
 
 #ifdef OCTET_WITH_CUDA
@@ -289,6 +303,9 @@ struct AttnBenchOptions {
   /// The activations' dtype for octet's rows: BF16 as the trainer passes them (the operand glue
   /// reads them without a widening copy), or F32.
   DType input_dtype = DType::BF16;
+  /// Only these rows (attention_bench_row_names; parse_attention_bench_rows), empty: every row. A
+  /// row left out is not run, and the ratios to a peer left out are null.
+  std::vector<std::string> rows;
 };
 
 /// A row of case c with its times filled and the FLOP convention applied (TFLOP/s from ms):

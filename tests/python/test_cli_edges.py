@@ -199,6 +199,15 @@ def test_an_empty_item_in_a_list_option_is_refused(command, option, items):
         assert line == f"octet: error: {option}: an empty item in '{items}' (items are separated by single commas)", line
 
 
+@pytest.mark.parametrize("rows,says", [("octet-fp8-flsh", "unknown row 'octet-fp8-flsh'"),
+                                       ("cudnn-bf16,", "empty item"),
+                                       ("cudnn-bf16,cudnn-bf16", "'cudnn-bf16' twice")])
+def test_bench_attention_rows_are_checked_on_any_build(rows, says):
+    # checked before the CUDA backend is needed, so a typo is named even where no GPU runs
+    line = one_line_error(octet("bench", "attention", "--rows", rows))
+    assert says in line and "--rows" in line, line
+
+
 def test_quantize_e5m2_is_the_gradient_format():
     line = one_line_error(octet("quantize", "--recipe", "row", "--shape", "2x2", "--format", "e5m2",
                                 "--role", "activation"))

@@ -207,6 +207,13 @@ AttnBenchRow check_attention_case(const AttentionCase& c, const std::string& imp
 }
 
 void bench_attention(const AttnBenchOptions& opt, const std::function<void(const AttnBenchRow&)>& on_row) {
+  for (const std::string& name : opt.rows)  // the options' rows, by attention_bench_row_names
+    OCTET_CHECK(attention_bench_row_wanted(attention_bench_row_names(), name),
+                "octet bench attention: unknown row '" + name + "'");
+  for (const Impl& im : kImpls)  // every row this file runs has its name in the list
+    OCTET_CHECK(
+        attention_bench_row_wanted(attention_bench_row_names(), im.name),
+        std::string("octet bench attention: row '") + im.name + "' missing from attention_bench_row_names");
   CudaBackend backend(CudaOptions{});
   EventTimer timer(backend.stream());
   for (const AttentionCase& c : opt.cases) {
@@ -230,7 +237,7 @@ void bench_attention(const AttnBenchOptions& opt, const std::function<void(const
     OCTET_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     const double unfused_bytes = 18.0 * double(s.batch * s.n_heads) * double(s.seq_q) * double(s.seq_k);
     for (const Impl& im : kImpls) {
-      if (!runs(im, s)) continue;
+      if (!runs(im, s) || !attention_bench_row_wanted(opt.rows, im.name)) continue;
       if (im.form == AttnForm::Whole && unfused_bytes > 0.5 * double(free_bytes)) {
         std::fprintf(stderr,
                      "octet bench attention: %s at %s skipped: its S x S buffers need "

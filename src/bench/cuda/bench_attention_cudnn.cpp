@@ -68,8 +68,9 @@ std::vector<AttnBenchRow> bench_cudnn_sdpa(CudaBackend& backend, EventTimer& tim
                  why.c_str());
     return rows;
   }
-  {               // BF16, from the case's inputs rounded to BF16 (a copy when they are F32)
-    Buffer t[8];  // q k v o dO dq dk dv
+  if (attention_bench_row_wanted(opt.rows, "cudnn-bf16")) {  // BF16, from the case's inputs
+                                                             // rounded to BF16 (a copy when F32)
+    Buffer t[8];                                             // q k v o dO dq dk dv
     const Tensor* src[8] = {&in.q, &in.k, &in.v, nullptr, &in.d_o, nullptr, nullptr, nullptr};
     for (int i = 0; i < 8; ++i) {
       t[i] = backend.alloc_uninitialized(DType::BF16, i == 1 || i == 2 || i == 6 || i == 7 ? ks : qs);
@@ -86,7 +87,7 @@ std::vector<AttnBenchRow> bench_cudnn_sdpa(CudaBackend& backend, EventTimer& tim
     if (!std::isnan(fwd) && !std::isnan(bwd)) err = check.error(t[3].tensor(), t[5].tensor(), st);
     row_of("cudnn-bf16", fwd, bwd, err);
   }
-  {  // FP8 (E4M3), scales per tensor
+  if (attention_bench_row_wanted(opt.rows, "cudnn-fp8-stale")) {  // FP8 (E4M3), scales per tensor
     const int64_t Tq_p = round_up(s.seq_q, 16), Tk_p = round_up(s.seq_k, 16);
     if (Tq_p != s.seq_q || Tk_p != s.seq_k) {
       std::fprintf(stderr,

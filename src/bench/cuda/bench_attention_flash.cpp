@@ -41,7 +41,10 @@ std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer
                                               const AttentionCase& c, const AttnBenchInputs& in,
                                               const AttentionRowsCheck& check) {
   const AttentionShape& s = c.shape;
-  if (!flash_attention_size_supported(s.head_dim)) return {};
+  const char* names[2] = {"octet-fp8-flash-kernels", "octet-fp8-flash-stale-kernels"};  // matched, stale
+  const bool want[2] = {attention_bench_row_wanted(opt.rows, names[0]),
+                        attention_bench_row_wanted(opt.rows, names[1])};
+  if (!flash_attention_size_supported(s.head_dim) || !(want[0] || want[1])) return {};
   const cudaStream_t st = be.stream();
   const int64_t B = s.batch, H = s.n_heads, G = s.n_kv_heads, D = s.head_dim, rep = H / G;
   const int64_t Tq_p = round_up(s.seq_q, 16), Tk_p = round_up(s.seq_k, 16);
@@ -78,6 +81,7 @@ std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer
   flash::run_forward(fp, st);
   std::vector<AttnBenchRow> out;
   for (bool matched : {true, false}) {
+    if (!want[matched ? 0 : 1]) continue;
     p.matched = matched;
     p.o_bf16 = nullptr, p.d_o_f32 = nullptr, p.d_o_bf16 = nullptr;
     if (!matched) {  // the stale delta reads O (the forward's FP32) and dO as given
@@ -97,8 +101,7 @@ std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer
     unpad_scale_launch(p.dq_acc, dq.tensor().data, DType::F32, B * H, s.seq_q, Tq_p, D, 1.0f, p.k_scale_inv,
                        nullptr, st);
     const RowsError e = check.error(o.tensor(), dq.tensor(), st);
-    AttnBenchRow row = attn_bench_row(
-        c, opt, matched ? "octet-fp8-flash-kernels" : "octet-fp8-flash-stale-kernels", fwd_ms, bwd_ms);
+    AttnBenchRow row = attn_bench_row(c, opt, names[matched ? 0 : 1], fwd_ms, bwd_ms);
     row.input_dtype = "fp8";
     row.err_o = e.o, row.err_dq = e.dq;
     AttentionConfig cfg;  // the twin: the CPU flash form with these kernels' settings
