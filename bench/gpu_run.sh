@@ -174,7 +174,7 @@ for l in sys.stdin:
     if l.startswith("{"):
         r = json.loads(l); r.update(ab_var=sys.argv[1], ab_value=sys.argv[2], ab_round=int(sys.argv[3]))
         print(json.dumps(r))' "$var" "$v" "$round" >> "$OUT/attention-ab.jsonl"
-              echo "attention ${var:+$var=}$v round $round ($SECONDS s)"
+              echo "attention ${var:+$var=}$v round $round rc=${PIPESTATUS[0]} ($SECONDS s)"
             done
           done
           python3 -c 'import json,sys

@@ -551,9 +551,11 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
                    "comma-separated (e.g. b4-h16-d128-s4096-causal)")
       ->capture_default_str()
       ->each([](const std::string&) { t.cases_given = true; });
-  attn->add_option("--rows", t.rows,
-                   "only these rows, comma-separated (e.g. octet-fp8-flash-kernels,cudnn-fp8-stale); "
-                   "default every row (the SDPA peer script is --peer's)");
+  attn->add_option(
+      "--rows", t.rows,
+      "only these of octet's rows, comma-separated (e.g. octet-fp8-flash-kernels,cudnn-fp8-stale; "
+      "the names: docs/benchmarks.md); unset or '' every row. The PyTorch SDPA rows "
+      "come from --peer's script, which still runs ('' skips it)");
   attn->add_option("--batch", t.batch, "a custom shape instead of --cases: batch B")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()))
       ->capture_default_str()

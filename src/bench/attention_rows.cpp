@@ -33,7 +33,11 @@ std::vector<std::string> parse_attention_bench_rows(const std::string& csv) {
     const size_t comma = csv.find(',', start);
     const std::string name =
         csv.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    OCTET_CHECK(!name.empty(), "octet bench attention: --rows '" + csv + "' has an empty item");
+    OCTET_CHECK(!name.empty(),
+                "--rows: an empty item in '" + csv + "' (items are separated by single commas)");
+    OCTET_CHECK(name.rfind("torch-sdpa", 0) != 0,
+                "octet bench attention: --rows takes the rows octet times itself; '" + name +
+                    "' comes from the PyTorch SDPA peer script, which --peer runs ('' skips it)");
     if (std::find(known.begin(), known.end(), name) == known.end()) {
       std::string list;
       for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;

@@ -58,6 +58,8 @@ TEST(AttentionBenchRows, BadListsAreOneErrorNamingTheProblem) {
     const std::string e = error_of(csv);
     EXPECT_NE(e.find("empty item"), std::string::npos) << csv << ": " << e;
   }
+  const std::string peer = error_of("cudnn-bf16,torch-sdpa-cudnn-bf16");  // the peer script's rows
+  EXPECT_NE(peer.find("--peer"), std::string::npos) << peer;
   const std::string twice = error_of("cudnn-bf16,octet-fp8-flash,cudnn-bf16");
   EXPECT_NE(twice.find("'cudnn-bf16' twice"), std::string::npos) << twice;
 }

@@ -48,6 +48,9 @@ float pow2_scale(float amax) {
 std::vector<AttnBenchRow> bench_cudnn_sdpa(CudaBackend& backend, EventTimer& timer,
                                            const AttnBenchOptions& opt, const AttentionCase& c,
                                            const AttnBenchInputs& in, const AttentionRowsCheck& check) {
+  if (!attention_bench_row_wanted(opt.rows, "cudnn-bf16") &&
+      !attention_bench_row_wanted(opt.rows, "cudnn-fp8-stale"))
+    return {};  // neither peer asked for: cuDNN is not even loaded
   SdpaEngine& engine = backend.sdpa();
   const cudaStream_t st = backend.stream();
   const AttentionShape& s = c.shape;
