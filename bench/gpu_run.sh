@@ -60,7 +60,9 @@
 #   ncu-attention: Nsight Compute (sections SpeedOfLight, Occupancy, LaunchStats, WarpStateStats,
 #     ComputeWorkloadAnalysis, MemoryWorkloadAnalysis, InstructionStats, SchedulerStats) of the flash
 #     forward kernel and the backward's kernels at OCTET_NCU_CASE (default b4-h16-d128-s4096), one
-#     call each -> ncu-attention.txt
+#     call each -> ncu-attention.txt; OCTET_NCU_KERNELS (a regex of kernel names), OCTET_NCU_COUNT
+#     (launches, default 6) and OCTET_NCU_ROWS (the bench rows run, default octet-fp8-flash-kernels)
+#     narrow it
 #   compare: results/gpt2-small-compare.toml on data/linux-docs (carried as .cuda-carry/linux-docs.tar.xz
 #     with its tokenizer cache, OCTET_CARRY_CACHE in pack_gpu_carry.sh); OCTET_COMPARE_ARGS adds
 #     options (e.g. "--set train.steps=300"); summary, metrics and log -> compare.tgz. Its time
@@ -186,11 +188,12 @@ for (case, impl, dt), by in sorted(rows.items()):
     print(f"{case:28} {impl:30} {dt:5} " + "  ".join(f"{v}: " + "/".join(f"{x:.0f}" for x in xs) for v, xs in by.items()))' \
             "$OUT/attention-ab.jsonl" ;;
     ncu-attention)
-          timeout 420 ncu --clock-control none --kernel-name regex:'tma_forward_kernel|wgmma_backward_kernel|wgmma_delta_kernel' --launch-count 6 \
+          timeout 420 ncu --clock-control none --kernel-name regex:"${OCTET_NCU_KERNELS:-tma_forward_kernel|wgmma_backward_kernel|wgmma_delta_kernel}" \
+            --launch-count "${OCTET_NCU_COUNT:-6}" \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
             --section SchedulerStats "$BIN/octet" bench attention --cases "${OCTET_NCU_CASE:-b4-h16-d128-s4096}" \
-            --reps 1 --warmup 0 --peer '' > "$OUT/ncu-attention.txt" 2>&1
+            --rows "${OCTET_NCU_ROWS:-octet-fp8-flash-kernels}" --reps 1 --warmup 0 --peer '' > "$OUT/ncu-attention.txt" 2>&1
           echo "ncu-attention rc=$?"; grep -E "^  [a-z_].*\(|Duration|Registers Per|Issue Slots Busy|Executed Ipc A" \
             "$OUT/ncu-attention.txt" | head -60 ;;
     hf-llama)
