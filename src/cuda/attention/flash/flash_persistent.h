@@ -27,14 +27,14 @@ struct GridItem {
 };
 
 /// Work item w of heads × blocks (0 <= w < heads·blocks, heads and blocks >= 1: the callers' grids
-/// are exactly heads·blocks), the heads taken `group` at a time: every item
-/// of heads [k·group, (k + 1)·group) comes before any of the next group's; inside a group the
-/// blocks in order, the group's heads fastest (the last group may hold fewer heads). group <= 0 or
-/// >= heads: one group, head = w % heads, block = w / heads. The CTAs that run at one time then
-/// work on the heads of a few groups (one or two when group·blocks is at least the CTAs resident at
-/// once), which share their operands (and the backward's dQ accumulator) in L2; with all heads in one group
-/// each head's stream is read by only ~SMs / heads CTAs at a time. (FlashAttention's grids also take one
-/// head's blocks together.)
+/// are exactly heads·blocks), the heads taken `group` at a time: every item of heads
+/// [k·group, (k + 1)·group) comes before any of the next group's; inside a group the blocks in
+/// order, the group's heads fastest (the last group may hold fewer heads). group <= 0 or >= heads:
+/// one group, head = w % heads, block = w / heads. The CTAs that run at one time then work on the
+/// heads of a few groups (one or two when group·blocks is at least the CTAs resident at once),
+/// which share their operands (and the backward's dQ accumulator) in L2; with all heads in one
+/// group each head's stream is read by only ~SMs / heads CTAs at a time. (FlashAttention's grids
+/// also take one head's blocks together.)
 OCTET_HD GridItem grouped_item(int64_t w, int64_t heads, int64_t blocks, int64_t group) {
   if (group <= 0 || group > heads) group = heads;
   const int64_t per_group = group * blocks, k = w / per_group, r = w % per_group;
