@@ -52,7 +52,7 @@
 #     gtest filter; default the forward's suites; set and empty: none) under each -> test_cuda-ab.log, then `octet bench
 #     attention --json --peer ''` on OCTET_AB_CASES (default bench) under each value in turn,
 #     OCTET_AB_ROUNDS rounds (default 2; OCTET_AB_ROWS, if set, the rows: --rows) -> attention-ab.jsonl (rows tagged ab_var, ab_value,
-#     ab_round) and a table of forward TFLOP/s per value
+#     ab_round) and a table of forward/backward TFLOP/s per value
 #   attention-pack: the glue's non-default staged pack (OCTET_ATTN_PACK=staged): test_cuda's attention suites
 #     (OCTET_PACK_TESTS, a gtest filter) under it -> test_cuda-pack-staged.log, then `octet bench
 #     attention --json --peer ''` on OCTET_PACK_CASES (default bench) under staged and codes ->
@@ -183,9 +183,10 @@ for l in sys.stdin:
 rows = {}
 for l in open(sys.argv[1]):
     r = json.loads(l)
-    rows.setdefault((r["case"], r["impl"], r.get("input_dtype", "")), {}).setdefault(r["ab_value"], []).append(r["fwd_tflops"])
+    rows.setdefault((r["case"], r["impl"], r.get("input_dtype", "")), {}).setdefault(r["ab_value"], []).append(
+        f"{r['fwd_tflops'] or 0:.0f}/{r['bwd_tflops'] or 0:.0f}")
 for (case, impl, dt), by in sorted(rows.items()):
-    print(f"{case:28} {impl:30} {dt:5} " + "  ".join(f"{v}: " + "/".join(f"{x:.0f}" for x in xs) for v, xs in by.items()))' \
+    print(f"{case:28} {impl:30} {dt:5} " + "  ".join(f"{v}: " + " ".join(xs) for v, xs in by.items()))' \
             "$OUT/attention-ab.jsonl" ;;
     ncu-attention)
           timeout 420 ncu --clock-control none --kernel-name regex:"${OCTET_NCU_KERNELS:-tma_forward_kernel|wgmma_backward_kernel|wgmma_delta_kernel}" \

@@ -287,6 +287,14 @@ struct AttnBenchRow {
   /// The flash FP8 backward's kernel flavor for the same rows: "wgmma" | "mma_sync"
   /// (flash.h select_backward_kernel; OCTET_FLASH_BACKWARD forces one).
   std::string bwd_kernel;
+  /// The key-block-major backward's work order for the same rows: KV heads taken bwd_head_group at
+  /// a time, 0 all in one group (flash.h backward_key_head_group; OCTET_FLASH_BWD_HEAD_GROUP sets
+  /// it, else chosen from the case and the SM count); −1 for the other rows.
+  int bwd_head_group = -1;
+  /// The wgmma backward's stagger for the same rows when not causal: 1 each CTA starts its query
+  /// blocks at its key block, 0 at block 0 (flash.h backward_stagger; OCTET_FLASH_BWD_STAGGER sets
+  /// it); −1 for the other rows.
+  int bwd_stagger = -1;
   /// The pack kernel of the operand glue for octet's rows from BF16 or F32 inputs: "staged" |
   /// "codes" (src/cuda/attention/glue/glue.h PackKernel; OCTET_ATTN_PACK picks it); empty otherwise.
   std::string pack_kernel;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace octet::cuda::flash {
@@ -82,6 +83,29 @@ TEST(GroupedItems, HeadsOfAGroupAlternate) {
     EXPECT_EQ(it.head, want[w][0]) << w;
     EXPECT_EQ(it.block, want[w][1]) << w;
   }
+}
+
+// The backward's automatic group: the fewest heads whose blocks fill the resident CTAs, or one
+// group when that takes every head.
+TEST(GroupedItems, AutoKeyHeadGroupFillsTheResidentCtas) {
+  for (int64_t heads : {1, 8, 64, 96})
+    for (int64_t blocks : {1, 8, 32, 64, 200})
+      for (int64_t ctas : {1, 78, 132}) {
+        const int64_t g = auto_key_head_group(heads, blocks, ctas);
+        const std::string at = std::to_string(heads) + " heads " + std::to_string(blocks) + " blocks " +
+                               std::to_string(ctas) + " CTAs";
+        ASSERT_GE(g, 0) << at;
+        ASSERT_LT(g, heads == 1 ? 1 : heads) << at;  // a whole-grid group is written 0
+        const int64_t eff = g == 0 ? heads : g;
+        if (g > 0) {
+          EXPECT_GE(eff * blocks, ctas) << at << ": the group does not fill the CTAs";
+        }
+        if (eff > 1) {
+          EXPECT_LT((eff - 1) * blocks, ctas) << at << ": a smaller group would fill them";
+        }
+      }
+  EXPECT_EQ(auto_key_head_group(64, 32, 132), 5);  // B4 H16 S4096: 5 heads x 32 key blocks
+  EXPECT_EQ(auto_key_head_group(8, 16, 132), 0);   // 8 KV heads fill only 128
 }
 
 }  // namespace

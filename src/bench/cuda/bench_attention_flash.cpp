@@ -37,6 +37,13 @@ void set_forward_kernel(AttnBenchRow& row) {
   row.fwd_pingpong = flash::forward_pingpong() ? 1 : 0;
 }
 
+void set_backward_kernel(AttnBenchRow& row, const flash::BackwardParams& p) {
+  const flash::BackwardKernel bk = flash::select_backward_kernel(p);
+  row.bwd_kernel = flash::backward_kernel_name(bk);
+  row.bwd_head_group = flash::backward_key_head_group(p.B * p.G, (p.Tk + p.block_k - 1) / p.block_k);
+  if (bk == flash::BackwardKernel::Wgmma && !p.causal) row.bwd_stagger = flash::backward_stagger() ? 1 : 0;
+}
+
 std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer, const AttnBenchOptions& opt,
                                               const AttentionCase& c, const AttnBenchInputs& in,
                                               const AttentionRowsCheck& check) {
@@ -110,7 +117,7 @@ std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer
     const RowsError b = AttentionRowsCheck::bound(check.twin_error(cfg));
     row.err_bound_o = b.o, row.err_bound_dq = b.dq;
     set_forward_kernel(row);
-    row.bwd_kernel = flash::backward_kernel_name(flash::select_backward_kernel(p));
+    set_backward_kernel(row, p);
     out.push_back(row);
   }
   return out;

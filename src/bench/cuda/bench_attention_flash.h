@@ -9,6 +9,7 @@
 #include "bench/cuda/attention_rows_check.h"
 #include "bench/cuda/bench_attention_cudnn.h"
 #include "bench/cuda/bench_timer.h"
+#include "cuda/attention/flash/flash.h"
 #include "cuda/runtime/cuda_backend.h"
 #include "octet/bench.h"
 
@@ -18,6 +19,12 @@ namespace octet::cuda {
 /// them (fwd_kernel, fwd_exp2_poly, fwd_persistent, fwd_pingpong), and the flash kernels' work
 /// order (head_group), into `row`.
 void set_forward_kernel(AttnBenchRow& row);
+
+/// The flash backward's kernel for p's sizes and its work order as the environment chooses them
+/// (bwd_kernel; bwd_head_group: flash.h backward_key_head_group; bwd_stagger for the wgmma kernel
+/// when not causal: flash.h backward_stagger), into `row`. p needs B, H, G, Tq, Tk, D, block_q,
+/// block_k and causal.
+void set_backward_kernel(AttnBenchRow& row, const flash::BackwardParams& p);
 
 /// Rows "octet-fp8-flash-kernels" (matched) and "octet-fp8-flash-stale-kernels", input_dtype "fp8":
 /// forward = flash::run_forward; backward = flash::run_delta + flash::run_backward_main (the matched

@@ -97,12 +97,12 @@ struct ForwardParams {
   /// GEMMs) when 1, as the warp schedulers interleave them when 0; −1: forward_pingpong(). The
   /// same arithmetic either way. Ignored elsewhere.
   int pingpong = -1;
-  /// The order of every flash kernel's work items: heads taken head_group at a time
-  /// (flash_persistent.h grouped_item: the heads of the kernel's grid — query heads, or KV heads in
-  /// the key-block-major backward), so that the CTAs running together share their operands and dQ
-  /// in L2; 0: all heads in one group (block-major, each head's blocks spread over the grid);
-  /// −1: flash_head_group(). The same bits in any order (dQ's FP32 atomics aside, whose order is
-  /// never fixed).
+  /// The order of the query-block-major kernels' work items (both forwards, the backward's delta
+  /// pre-passes and deterministic dQ kernel): query heads taken head_group at a time
+  /// (flash_persistent.h grouped_item), so that the CTAs running together share their operands in
+  /// L2; 0: all heads in one group (block-major, each head's blocks spread over the grid); −1:
+  /// flash_head_group(). The same bits in any order. The key-block-major backward kernels follow
+  /// BackwardParams::key_head_group.
   int head_group = -1;
 };
 
@@ -140,6 +140,18 @@ struct BackwardParams : ForwardParams {
   Format ds_format = Format::E5M2;
   int64_t block_q = 128;  ///< the dS scale tile's height and the kernels' query tile: 64 or 128
   BackwardKernel bwd_kernel = BackwardKernel::Auto;  ///< which backward flavor runs
+  /// The order of the key-block-major main kernels' work items (one CTA per (KV head, key
+  /// block)): KV heads taken key_head_group at a time (grouped_item), so that the CTAs running
+  /// together read the same query tiles and add into the same dQ rows in L2; 0: all KV heads in one
+  /// group; −1: backward_key_head_group(B·G, ⌈Tk/128⌉). The same dK, dV bits in any order (dQ's
+  /// FP32 atomics are never in a fixed order).
+  int key_head_group = -1;
+  /// The wgmma main kernel's walk over the query blocks when not causal: each CTA starts at query
+  /// block (its key block mod the query blocks) and wraps around, so that the CTAs of one head add
+  /// into different dQ rows at a time, when 1; every CTA from query block 0 when 0; −1:
+  /// backward_stagger(). dK and dV move by their FP32 summation order only. Ignored when causal
+  /// (each CTA starts at its own diagonal already) and by the mma.sync kernel.
+  int stagger = -1;
 };
 
 /// What run_backward reads and writes besides the kernels' operands: dO as the caller gave it,
@@ -183,6 +195,18 @@ int flash_head_group();
 /// octet::Error naming the value).
 int resolved_head_group(int head_group);
 constexpr int kDefaultHeadGroup = 0;
+
+/// The key-block-major backward's head group when BackwardParams::key_head_group is −1 for a grid
+/// of kv_heads (B·G) × key_blocks: the environment variable OCTET_FLASH_BWD_HEAD_GROUP (a whole
+/// number >= 0: 0 all KV heads in one group), else flash_persistent.h auto_key_head_group with the
+/// current device's SM count; a value that is not a whole number is an octet::Error. Read at every
+/// call.
+int backward_key_head_group(int64_t kv_heads, int64_t key_blocks);
+/// The wgmma backward's stagger when BackwardParams::stagger is −1: the environment variable
+/// OCTET_FLASH_BWD_STAGGER (1 on, 0 off; anything else is an octet::Error), kDefaultStagger when
+/// it is unset. Read at every call.
+bool backward_stagger();
+constexpr bool kDefaultStagger = false;
 
 /// The kernel run_forward and run_logits run for `requested` (ForwardKernel's rule for Auto) on the
 /// current device. Throws octet::Error on an unknown OCTET_FLASH_FORWARD value, or when wgmma is

@@ -300,9 +300,10 @@ __device__ __forceinline__ void q_block_of(const BackwardParams& p, int64_t kBM,
 }
 
 /// The key-block-major kernels' CTA (grid B·G·⌈Tk/kBN⌉) -> (KV head bg = b·G + g, first key j0): in
-/// each head group (of KV heads) key block 0, which the most query blocks see (causal), first.
+/// each head group (BackwardParams::key_head_group, resolved; of KV heads) key block 0, which the
+/// most query blocks see (causal), first.
 __device__ __forceinline__ void k_block_of(const BackwardParams& p, int64_t kBN, int64_t* bg, int64_t* j0) {
-  const GridItem w = grouped_item(blockIdx.x, p.B * p.G, (p.Tk + kBN - 1) / kBN, p.head_group);
+  const GridItem w = grouped_item(blockIdx.x, p.B * p.G, (p.Tk + kBN - 1) / kBN, p.key_head_group);
   *bg = w.head;
   *j0 = w.block * kBN;
 }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/attention/flash/flash.h"
+#include "cuda/attention/flash/flash_env.h"
 #include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/runtime/check.h"
 #include "octet/attention.h"
@@ -44,17 +45,6 @@ void check_inputs(const ForwardParams& p, bool needs_v) {
               "flash attention forward: a null operand or scale pointer");
   OCTET_CHECK(aligned(p.q, 16) && aligned(p.k, 16) && (!needs_v || aligned(p.v_t, 16)),
               "flash attention forward: the Q, K, V^T code buffers must be 16-byte aligned");
-}
-
-// An on/off environment variable: true for "1", false for "0", `unset` when unset or empty;
-// anything else is an octet::Error that says what 1 means.
-bool env_switch(const char* name, const char* meaning, bool unset) {
-  const char* env = std::getenv(name);
-  const std::string v = env ? env : "";
-  OCTET_CHECK(v.empty() || v == "0" || v == "1", std::string(name) + " must be 0 or 1 (" + meaning +
-                                                     "; unset: " + (unset ? "1" : "0") + "), got '" + v +
-                                                     "'");
-  return v.empty() ? unset : v == "1";
 }
 
 void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
@@ -105,15 +95,10 @@ bool forward_persistent() {
 }
 
 int flash_head_group() {
-  const char* env = std::getenv("OCTET_FLASH_HEAD_GROUP");
-  const std::string v = env ? env : "";
-  if (v.empty()) return kDefaultHeadGroup;
-  const bool digits = v.size() <= 6 && v.find_first_not_of("0123456789") == std::string::npos;
-  OCTET_CHECK(digits,
-              "OCTET_FLASH_HEAD_GROUP must be a whole number of heads, 0 to 999999 (0: all heads "
-              "in one group; unset: " +
-                  std::to_string(kDefaultHeadGroup) + "), got '" + v + "'");
-  return std::stoi(v);
+  return env_count(
+      "OCTET_FLASH_HEAD_GROUP",
+      ("heads per group, 0: all heads in one group; unset: " + std::to_string(kDefaultHeadGroup)).c_str(),
+      kDefaultHeadGroup);
 }
 
 int resolved_head_group(int head_group) {
