@@ -184,7 +184,7 @@ rows = {}
 for l in open(sys.argv[1]):
     r = json.loads(l)
     rows.setdefault((r["case"], r["impl"], r.get("input_dtype", "")), {}).setdefault(r["ab_value"], []).append(
-        f"{r['fwd_tflops'] or 0:.0f}/{r['bwd_tflops'] or 0:.0f}")
+        "%.0f/%.0f" % (r["fwd_tflops"] or 0, r["bwd_tflops"] or 0))
 for (case, impl, dt), by in sorted(rows.items()):
     print(f"{case:28} {impl:30} {dt:5} " + "  ".join(f"{v}: " + " ".join(xs) for v, xs in by.items()))' \
             "$OUT/attention-ab.jsonl" ;;

@@ -291,10 +291,6 @@ struct AttnBenchRow {
   /// a time, 0 all in one group (flash.h backward_key_head_group; OCTET_FLASH_BWD_HEAD_GROUP sets
   /// it, else chosen from the case and the SM count); −1 for the other rows.
   int bwd_head_group = -1;
-  /// The wgmma backward's stagger for the same rows when not causal: 1 each CTA starts its query
-  /// blocks at its key block, 0 at block 0 (flash.h backward_stagger; OCTET_FLASH_BWD_STAGGER sets
-  /// it); −1 for the other rows.
-  int bwd_stagger = -1;
   /// The pack kernel of the operand glue for octet's rows from BF16 or F32 inputs: "staged" |
   /// "codes" (src/cuda/attention/glue/glue.h PackKernel; OCTET_ATTN_PACK picks it); empty otherwise.
   std::string pack_kernel;

@@ -3,7 +3,7 @@
 // items rise (so its first −1 ends its walk), and the snake hands CTA 0 the longest item of even
 // rounds and the shortest of odd ones; grouped_item maps the items onto (head, block) one to one,
 // keeps each group's heads together and each head's blocks in order, and with one group is
-// today's block-major order.
+// the block-major order; the backward's automatic group follows its rule.
 #include "cuda/attention/flash/flash_persistent.h"
 
 #include <gtest/gtest.h>
@@ -85,27 +85,32 @@ TEST(GroupedItems, HeadsOfAGroupAlternate) {
   }
 }
 
-// The backward's automatic group: the fewest heads whose blocks fill the resident CTAs, or one
-// group when that takes every head.
-TEST(GroupedItems, AutoKeyHeadGroupFillsTheResidentCtas) {
+// The backward's automatic group: n = the fewest heads whose blocks fill the resident CTAs, the
+// largest power of two not above n, or one group (0) when that is every head.
+TEST(GroupedItems, AutoKeyHeadGroupIsAPowerOfTwoNearTheFill) {
   for (int64_t heads : {1, 8, 64, 96})
     for (int64_t blocks : {1, 8, 32, 64, 200})
       for (int64_t ctas : {1, 78, 132}) {
         const int64_t g = auto_key_head_group(heads, blocks, ctas);
-        const std::string at = std::to_string(heads) + " heads " + std::to_string(blocks) + " blocks " +
-                               std::to_string(ctas) + " CTAs";
+        const int64_t n = (ctas + blocks - 1) / blocks;
+        ::testing::Message at;
+        at << heads << " heads " << blocks << " blocks " << ctas << " CTAs";
         ASSERT_GE(g, 0) << at;
         ASSERT_LT(g, heads == 1 ? 1 : heads) << at;  // a whole-grid group is written 0
-        const int64_t eff = g == 0 ? heads : g;
         if (g > 0) {
-          EXPECT_GE(eff * blocks, ctas) << at << ": the group does not fill the CTAs";
-        }
-        if (eff > 1) {
-          EXPECT_LT((eff - 1) * blocks, ctas) << at << ": a smaller group would fill them";
+          EXPECT_EQ(g & (g - 1), 0) << at << ": not a power of two";
+          EXPECT_LE(g, n) << at << ": more heads than fill the CTAs";
+          EXPECT_GT(2 * g, n) << at << ": a larger power of two would still not overfill them";
+        } else {
+          int64_t p2 = 1;
+          while (2 * p2 <= n) p2 *= 2;
+          EXPECT_GE(p2, heads) << at << ": one group although fewer heads fill the CTAs";
         }
       }
-  EXPECT_EQ(auto_key_head_group(64, 32, 132), 5);  // B4 H16 S4096: 5 heads x 32 key blocks
-  EXPECT_EQ(auto_key_head_group(8, 16, 132), 0);   // 8 KV heads fill only 128
+  EXPECT_EQ(auto_key_head_group(64, 32, 132), 4);  // B4 H16 S4096: 5 heads fill 132, so 4
+  EXPECT_EQ(auto_key_head_group(96, 8, 132), 16);  // B8 H12 S1024: 17, so 16
+  EXPECT_EQ(auto_key_head_group(8, 64, 132), 2);   // B1 G8 S8192: 3, so 2
+  EXPECT_EQ(auto_key_head_group(8, 16, 132), 0);   // 9, so 8: every KV head
 }
 
 }  // namespace

@@ -130,7 +130,7 @@ void set_kernels(const Impl& im, const AttentionShape& s, AttnBenchRow& row) {
   set_forward_kernel(row);
   flash::BackwardParams bp;  // what select_backward_kernel reads of the flash backward's
   bp.B = s.batch, bp.H = s.n_heads, bp.G = s.n_kv_heads, bp.Tq = s.seq_q, bp.Tk = s.seq_k;
-  bp.D = s.head_dim, bp.block_q = cfg.block_q, bp.block_k = cfg.block_k, bp.causal = s.causal;
+  bp.D = s.head_dim, bp.block_q = cfg.block_q, bp.block_k = cfg.block_k;
   set_backward_kernel(row, bp);
   // The timed glue's pack (from BF16/F32): Q's, as the forward packs it (glue.h).
   PackArgs q;

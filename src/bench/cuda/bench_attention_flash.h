@@ -21,9 +21,8 @@ namespace octet::cuda {
 void set_forward_kernel(AttnBenchRow& row);
 
 /// The flash backward's kernel for p's sizes and its work order as the environment chooses them
-/// (bwd_kernel; bwd_head_group: flash.h backward_key_head_group; bwd_stagger for the wgmma kernel
-/// when not causal: flash.h backward_stagger), into `row`. p needs B, H, G, Tq, Tk, D, block_q,
-/// block_k and causal.
+/// (bwd_kernel; bwd_head_group: flash.h backward_key_head_group), into `row`. p needs B, H, G, Tq,
+/// Tk, D, block_q and block_k.
 void set_backward_kernel(AttnBenchRow& row, const flash::BackwardParams& p);
 
 /// Rows "octet-fp8-flash-kernels" (matched) and "octet-fp8-flash-stale-kernels", input_dtype "fp8":

@@ -146,12 +146,6 @@ struct BackwardParams : ForwardParams {
   /// group; −1: backward_key_head_group(B·G, ⌈Tk/128⌉). The same dK, dV bits in any order (dQ's
   /// FP32 atomics are never in a fixed order).
   int key_head_group = -1;
-  /// The wgmma main kernel's walk over the query blocks when not causal: each CTA starts at query
-  /// block (its key block mod the query blocks) and wraps around, so that the CTAs of one head add
-  /// into different dQ rows at a time, when 1; every CTA from query block 0 when 0; −1:
-  /// backward_stagger(). dK and dV move by their FP32 summation order only. Ignored when causal
-  /// (each CTA starts at its own diagonal already) and by the mma.sync kernel.
-  int stagger = -1;
 };
 
 /// What run_backward reads and writes besides the kernels' operands: dO as the caller gave it,
@@ -202,11 +196,6 @@ constexpr int kDefaultHeadGroup = 0;
 /// current device's SM count; a value that is not a whole number is an octet::Error. Read at every
 /// call.
 int backward_key_head_group(int64_t kv_heads, int64_t key_blocks);
-/// The wgmma backward's stagger when BackwardParams::stagger is −1: the environment variable
-/// OCTET_FLASH_BWD_STAGGER (1 on, 0 off; anything else is an octet::Error), kDefaultStagger when
-/// it is unset. Read at every call.
-bool backward_stagger();
-constexpr bool kDefaultStagger = false;
 
 /// The kernel run_forward and run_logits run for `requested` (ForwardKernel's rule for Auto) on the
 /// current device. Throws octet::Error on an unknown OCTET_FLASH_FORWARD value, or when wgmma is

@@ -115,13 +115,10 @@ __device__ __forceinline__ uint8_t* align1024(uint8_t* p) {
 }
 
 /// A query block's tile steps in one CTA of the main kernel: step n = (head hr = n / per_head,
-/// query block qb = start + n % per_head, less per_head when that passes the last query block).
-/// Causal: start = the first query block that sees the key block, per_head the rest (no wrap);
-/// otherwise per_head = every query block and start = 0, or with BackwardParams::stagger the key
-/// block's index mod per_head (a rotation). 32-bit (rep · Tq/128 steps): 64-bit step arithmetic
-/// costs the head_dim-128 kernel registers it does not have.
+/// query block qb0 + n % per_head). 32-bit (rep · Tq/128 steps): 64-bit step arithmetic costs
+/// the head_dim-128 kernel registers it does not have.
 struct Steps {
-  int start, per_head, count;
+  int qb0, per_head, count;
 };
 
 /// Every thread waits until the stage's boxes have landed; the mbarrier's phase k (parity k % 2)
@@ -262,15 +259,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t n_qblocks = (p.Tq + kBM - 1) / kBM;
   const int64_t first = p.causal ? j0 - (p.Tk - p.Tq) : 0;
   Steps st;
-  const int qb0 = first > 0 ? int(first / kBM) : 0;
-  st.per_head = qb0 < n_qblocks ? int(n_qblocks) - qb0 : 0;
+  st.qb0 = first > 0 ? int(first / kBM) : 0;
+  st.per_head = st.qb0 < n_qblocks ? int(n_qblocks) - st.qb0 : 0;
   st.count = int(rep) * st.per_head;
-  st.start = p.stagger == 1 && !p.causal ? int(j0 / kBN) % int(n_qblocks) : qb0;
   auto bh_of = [&](int n) { return b * p.H + gh * rep + n / st.per_head; };
-  auto i0_of = [&](int n) {
-    const int qb = st.start + n % st.per_head;
-    return int64_t(qb >= int((p.Tq + kBM - 1) / kBM) ? qb - st.per_head : qb) * kBM;
-  };
+  auto i0_of = [&](int n) { return int64_t(st.qb0 + n % st.per_head) * kBM; };
   const unsigned key_bar = sb + L::kBars;
   auto stage_bar = [&](int n) { return sb + L::kBars + 8u * unsigned(1 + n % 2); };
   // Step n's four boxes into stage n % 2 (thread 0; its statistics: load_stat / store_stat).

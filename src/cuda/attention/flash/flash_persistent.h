@@ -43,12 +43,17 @@ OCTET_HD GridItem grouped_item(int64_t w, int64_t heads, int64_t blocks, int64_t
 }
 
 /// The key-block-major backward's head group when the caller leaves it to octet
-/// (BackwardParams::key_head_group −1, OCTET_FLASH_BWD_HEAD_GROUP unset): the fewest KV heads
-/// whose key blocks fill the `ctas` CTAs resident at once (group · key_blocks >= ctas), so that the
-/// resident CTAs work on about one group and read each of its query tiles from L2, and add into
-/// its dQ there; 0 (one group) when that is all of them. kv_heads, key_blocks, ctas >= 1.
+/// (BackwardParams::key_head_group −1, OCTET_FLASH_BWD_HEAD_GROUP unset): n = the fewest KV heads
+/// whose key blocks fill the `ctas` CTAs resident at once (n · key_blocks >= ctas), rounded down to
+/// a power of two (which divides the usual head counts: no partial group), so that the resident
+/// CTAs work on one or two groups, read each of their query tiles from L2 and add into their dQ
+/// there; 0 (one group) when that is all of them. kv_heads, key_blocks, ctas >= 1. The rule that
+/// was best or within 2 % of the best group at all ten bench cases on an H100
+/// (bench/results/2026-12-06-h100-attention-bwd-order.jsonl).
 OCTET_HD int64_t auto_key_head_group(int64_t kv_heads, int64_t key_blocks, int64_t ctas) {
-  const int64_t g = (ctas + key_blocks - 1) / key_blocks;
+  const int64_t n = (ctas + key_blocks - 1) / key_blocks;
+  int64_t g = 1;
+  while (2 * g <= n) g *= 2;
   return g >= kv_heads ? 0 : g;
 }
 
