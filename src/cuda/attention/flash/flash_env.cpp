@@ -22,8 +22,8 @@ int env_count(const char* name, const char* meaning, int unset) {
   const std::string v = env ? env : "";
   if (v.empty()) return unset;
   const bool digits = v.size() <= 6 && v.find_first_not_of("0123456789") == std::string::npos;
-  OCTET_CHECK(digits, std::string(name) + " must be a whole number, 0 to 999999 (" + meaning + "), got '" +
-                          v + "'");
+  OCTET_CHECK(digits,
+              std::string(name) + " must be a whole number, 0 to 999999 (" + meaning + "), got '" + v + "'");
   return std::stoi(v);
 }
 
