@@ -281,14 +281,15 @@ struct AttnBenchRow {
   /// The wgmma forward's GEMM order for the same rows: 1 the consumers' ping-pong, 0 none (flash.h
   /// forward_pingpong; OCTET_FLASH_PINGPONG sets it); −1 for the other rows.
   int fwd_pingpong = -1;
-  /// The flash kernels' work order for the flash rows: heads taken head_group at a time, 0 all in
-  /// one group (flash.h flash_head_group; OCTET_FLASH_HEAD_GROUP sets it); −1 for the other rows.
+  /// The query-block-major flash kernels' work order (the forwards, the delta pre-pass) for the
+  /// flash rows: heads taken head_group at a time, 0 all in one group (flash.h flash_head_group;
+  /// OCTET_FLASH_HEAD_GROUP sets it); −1 for the other rows.
   int head_group = -1;
   /// The flash FP8 backward's kernel flavor for the same rows: "wgmma" | "mma_sync"
   /// (flash.h select_backward_kernel; OCTET_FLASH_BACKWARD forces one).
   std::string bwd_kernel;
   /// The key-block-major backward's work order for the same rows: KV heads taken bwd_head_group at
-  /// a time, 0 all in one group (flash.h backward_key_head_group; OCTET_FLASH_BWD_HEAD_GROUP sets
+  /// a time, 0 all in one group (flash.h resolved_key_head_group; OCTET_FLASH_BWD_HEAD_GROUP sets
   /// it, else chosen from the case and the SM count); −1 for the other rows.
   int bwd_head_group = -1;
   /// The pack kernel of the operand glue for octet's rows from BF16 or F32 inputs: "staged" |

@@ -21,7 +21,7 @@ namespace octet::cuda {
 void set_forward_kernel(AttnBenchRow& row);
 
 /// The flash backward's kernel for p's sizes and its work order as the environment chooses them
-/// (bwd_kernel; bwd_head_group: flash.h backward_key_head_group), into `row`. p needs B, H, G, Tq,
+/// (bwd_kernel; bwd_head_group: flash.h resolved_key_head_group), into `row`. p needs B, H, G, Tq,
 /// Tk, D, block_q and block_k.
 void set_backward_kernel(AttnBenchRow& row, const flash::BackwardParams& p);
 

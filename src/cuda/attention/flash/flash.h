@@ -143,8 +143,8 @@ struct BackwardParams : ForwardParams {
   /// The order of the key-block-major main kernels' work items (one CTA per (KV head, key
   /// block)): KV heads taken key_head_group at a time (grouped_item), so that the CTAs running
   /// together read the same query tiles and add into the same dQ rows in L2; 0: all KV heads in one
-  /// group; −1: backward_key_head_group(B·G, ⌈Tk/128⌉). The same dK, dV bits in any order (dQ's
-  /// FP32 atomics are never in a fixed order).
+  /// group; −1: resolved_key_head_group(). The same dK, dV bits in any order (dQ's FP32 atomics
+  /// are never in a fixed order).
   int key_head_group = -1;
 };
 
@@ -190,12 +190,17 @@ int flash_head_group();
 int resolved_head_group(int head_group);
 constexpr int kDefaultHeadGroup = 0;
 
-/// The key-block-major backward's head group when BackwardParams::key_head_group is −1 for a grid
-/// of kv_heads (B·G) × key_blocks: the environment variable OCTET_FLASH_BWD_HEAD_GROUP (a whole
-/// number >= 0: 0 all KV heads in one group), else flash_persistent.h auto_key_head_group with the
-/// current device's SM count; a value that is not a whole number is an octet::Error. Read at every
-/// call.
-int backward_key_head_group(int64_t kv_heads, int64_t key_blocks);
+/// The key-block-major backward's head group when BackwardParams::key_head_group is −1, for a grid
+/// of kv_heads (B·G) × key_blocks of the `kernel` flavor (Wgmma or MmaSync): the environment
+/// variable OCTET_FLASH_BWD_HEAD_GROUP (a whole number >= 0: 0 all KV heads in one group), else for
+/// the wgmma kernel flash_persistent.h auto_key_head_group with the current device's SM count (the
+/// rule was fitted on that kernel, one CTA per SM) and for mma.sync 0 (not yet timed); a value that
+/// is not a whole number is an octet::Error. Read at every call.
+int backward_key_head_group(int64_t kv_heads, int64_t key_blocks, BackwardKernel kernel);
+/// BackwardParams::key_head_group as run_backward_main resolves it for p (its flavor:
+/// select_backward_kernel(p); key blocks ⌈Tk/block_k⌉): itself when >= 0, else
+/// backward_key_head_group. An octet::Error for a value below −1, and as select_backward_kernel.
+int resolved_key_head_group(const BackwardParams& p);
 
 /// The kernel run_forward and run_logits run for `requested` (ForwardKernel's rule for Auto) on the
 /// current device. Throws octet::Error on an unknown OCTET_FLASH_FORWARD value, or when wgmma is

@@ -62,17 +62,27 @@ const char* backward_kernel_name(BackwardKernel k) {
   }
 }
 
-int backward_key_head_group(int64_t kv_heads, int64_t key_blocks) {
+int backward_key_head_group(int64_t kv_heads, int64_t key_blocks, BackwardKernel kernel) {
   constexpr int kAuto = -1;
   const int v = env_count("OCTET_FLASH_BWD_HEAD_GROUP",
                           "KV heads per group of the key-block-major backward, 0: all in one group; unset: "
                           "chosen from the grid and the SM count",
                           kAuto);
   if (v != kAuto) return v;
+  if (kernel != BackwardKernel::Wgmma) return 0;
   int dev = 0, sms = 0;
   OCTET_CUDA_CHECK(cudaGetDevice(&dev));
   OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   return int(auto_key_head_group(kv_heads, key_blocks, sms));
+}
+
+int resolved_key_head_group(const BackwardParams& p) {
+  OCTET_CHECK(
+      p.key_head_group >= -1,
+      "flash attention backward: key_head_group must be -1 (OCTET_FLASH_BWD_HEAD_GROUP) or >= 0, got " +
+          std::to_string(p.key_head_group));
+  if (p.key_head_group >= 0) return p.key_head_group;
+  return backward_key_head_group(p.B * p.G, (p.Tk + p.block_k - 1) / p.block_k, select_backward_kernel(p));
 }
 
 BackwardKernel select_backward_kernel(const BackwardParams& p) {
@@ -142,15 +152,9 @@ void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
                   aligned(p.v, 16) && aligned(p.d_o, 16) && aligned(p.dv_o_t, 16),
               "flash attention backward: the code buffers must be 16-byte aligned");
   const bool wgmma = select_backward_kernel(p) == BackwardKernel::Wgmma;
-  OCTET_CHECK(p.key_head_group >= -1,
-              "flash attention backward: key_head_group must be -1 (OCTET_FLASH_BWD_HEAD_GROUP) or >= 0, "
-              "got " +
-                  std::to_string(p.key_head_group));
   BackwardParams q = p;  // the kernels read the work order resolved (before anything is queued)
   q.head_group = resolved_head_group(p.head_group);
-  q.key_head_group = p.key_head_group >= 0
-                         ? p.key_head_group
-                         : backward_key_head_group(p.B * p.G, (p.Tk + p.block_k - 1) / p.block_k);
+  q.key_head_group = resolved_key_head_group(p);
   OCTET_CHECK(!p.ds_row_sum || wgmma,
               "flash attention backward: the dQ row-sum projection needs the wgmma kernel (sm_90, "
               "head_dim 64 or 128, block_q = block_k = 128, not deterministic)");

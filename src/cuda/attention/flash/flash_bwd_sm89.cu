@@ -264,6 +264,8 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const BackwardParams
 }  // namespace
 
 void bwd_sm89_launch(const BackwardParams& p, cudaStream_t stream) {
+  OCTET_CHECK(p.key_head_group >= 0,
+              "flash attention backward: key_head_group unresolved (run_backward_main)");
   bwd::dispatch_sizes(p, [&](auto d, auto bm, auto bn) {
     constexpr int kD = decltype(d)::value, kBM = decltype(bm)::value, kBN = decltype(bn)::value;
     bwd::launch_kernel(backward_kernel<kD, kBM, kBN>, p.B * p.G * ((p.Tk + kBN - 1) / kBN),

@@ -635,6 +635,8 @@ bool bwd_sm90_supported(const BackwardParams& p) {
 }
 
 void bwd_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
+  OCTET_CHECK(p.key_head_group >= 0,
+              "flash attention backward (wgmma): key_head_group unresolved (run_backward_main)");
   OCTET_CHECK(bwd_sm90_supported(p),
               "flash attention backward (wgmma): supports head_dim 64 or 128, block_q = block_k = "
               "128, not deterministic");

@@ -1,5 +1,5 @@
 // src/cuda/attention/flash/flash_env.h — how the flash kernels' tuning switches read the
-// environment (OCTET_FLASH_PERSISTENT, OCTET_FLASH_HEAD_GROUP, OCTET_FLASH_BWD_STAGGER, ...; flash.h
+// environment (OCTET_FLASH_PERSISTENT, OCTET_FLASH_HEAD_GROUP, OCTET_FLASH_BWD_HEAD_GROUP, ...; flash.h
 // says what each means). Read at every call, so that one process can A/B them.
 #pragma once
 

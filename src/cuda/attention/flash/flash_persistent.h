@@ -1,7 +1,8 @@
 // src/cuda/attention/flash/flash_persistent.h — the work order of the flash kernels, for host and
 // device: the persistent wgmma forward's walk (flash_fwd_sm90.cu, ForwardParams::persistent) and
-// every flash kernel's work item -> (head, block) (ForwardParams::head_group). The host tests check
-// that every work item is visited exactly once (tests/attention/flash_persistent_test.cpp).
+// every flash kernel's work item -> (head, block) (ForwardParams::head_group,
+// BackwardParams::key_head_group and its automatic rule). The host tests check that every work item
+// is visited exactly once (tests/attention/flash_persistent_test.cpp).
 #pragma once
 
 #include <cstdint>
@@ -45,7 +46,7 @@ OCTET_HD GridItem grouped_item(int64_t w, int64_t heads, int64_t blocks, int64_t
 /// The key-block-major backward's head group when the caller leaves it to octet
 /// (BackwardParams::key_head_group −1, OCTET_FLASH_BWD_HEAD_GROUP unset): n = the fewest KV heads
 /// whose key blocks fill the `ctas` CTAs resident at once (n · key_blocks >= ctas), rounded down to
-/// a power of two (which divides the usual head counts: no partial group), so that the resident
+/// a power of two (which divides power-of-two head counts: no partial group), so that the resident
 /// CTAs work on one or two groups, read each of their query tiles from L2 and add into their dQ
 /// there; 0 (one group) when that is all of them. kv_heads, key_blocks, ctas >= 1. The rule that
 /// was best or within 2 % of the best group at all ten bench cases on an H100

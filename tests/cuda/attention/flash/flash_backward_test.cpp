@@ -250,18 +250,30 @@ TEST(FlashBackward, HeadGroupMovesNoBit) {
   EXPECT_EQ(cuda::flash::flash_head_group(), cuda::flash::kDefaultHeadGroup);
   {
     test::ScopedEnv bwd("OCTET_FLASH_BWD_HEAD_GROUP", "7");
-    EXPECT_EQ(cuda::flash::backward_key_head_group(64, 32), 7);
+    EXPECT_EQ(cuda::flash::backward_key_head_group(64, 32, BackwardKernel::Wgmma), 7);
   }
   {
     test::ScopedEnv bwd("OCTET_FLASH_BWD_HEAD_GROUP", nullptr);
     int dev = 0, sms = 0;
     OCTET_CUDA_CHECK(cudaGetDevice(&dev));
     OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    EXPECT_EQ(cuda::flash::backward_key_head_group(64, 32), cuda::flash::auto_key_head_group(64, 32, sms));
+    EXPECT_EQ(cuda::flash::backward_key_head_group(64, 32, BackwardKernel::Wgmma),
+              cuda::flash::auto_key_head_group(64, 32, sms));
+    EXPECT_EQ(cuda::flash::backward_key_head_group(64, 32, BackwardKernel::MmaSync), 0)
+        << "the mma.sync flavor keeps one group until it is timed";
   }
   for (const char* bad : {"-2", "x", "1000000"}) {
     test::ScopedEnv bwd("OCTET_FLASH_BWD_HEAD_GROUP", bad);
-    EXPECT_THROW((void)cuda::flash::backward_key_head_group(64, 32), Error) << bad;
+    try {
+      (void)cuda::flash::backward_key_head_group(64, 32, BackwardKernel::Wgmma);
+      ADD_FAILURE() << "OCTET_FLASH_BWD_HEAD_GROUP=" << bad << " accepted";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("OCTET_FLASH_BWD_HEAD_GROUP"), std::string::npos) << m;
+      std::string quoted = "'";
+      quoted.append(bad).push_back('\'');
+      EXPECT_NE(m.find(quoted), std::string::npos) << m;
+    }
   }
 }
 
