@@ -58,7 +58,8 @@
 #     attention --json --peer ''` on OCTET_PACK_CASES (default bench) under staged and codes ->
 #     attention-pack.jsonl (each row's pack_kernel says which)
 #   ncu-attention: Nsight Compute (sections SpeedOfLight, Occupancy, LaunchStats, WarpStateStats,
-#     ComputeWorkloadAnalysis, MemoryWorkloadAnalysis, InstructionStats, SchedulerStats) of the flash
+#     ComputeWorkloadAnalysis, MemoryWorkloadAnalysis, InstructionStats, SchedulerStats, and the warp
+#     stall reasons smsp__average_warps_issue_stalled_*_per_issue_active, printed above 0.1) of the flash
 #     forward kernel and the backward's kernels at OCTET_NCU_CASE (default b4-h16-d128-s4096), one
 #     call each -> ncu-attention.txt; OCTET_NCU_KERNELS (a regex of kernel names), OCTET_NCU_COUNT
 #     (launches, default 6) and OCTET_NCU_ROWS (the bench rows run, default octet-fp8-flash-kernels)
@@ -193,9 +194,13 @@ for (case, impl, dt), by in sorted(rows.items()):
             --launch-count "${OCTET_NCU_COUNT:-6}" \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
-            --section SchedulerStats "$BIN/octet" bench attention --cases "${OCTET_NCU_CASE:-b4-h16-d128-s4096}" \
+            --section SchedulerStats --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+            "$BIN/octet" bench attention --cases "${OCTET_NCU_CASE:-b4-h16-d128-s4096}" \
             --rows "${OCTET_NCU_ROWS:-octet-fp8-flash-kernels}" --reps 1 --warmup 0 --peer '' > "$OUT/ncu-attention.txt" 2>&1
           echo "ncu-attention rc=$?"; grep -E "^  [a-z_].*\(|Duration|Registers Per|Issue Slots Busy|Executed Ipc A" \
+            "$OUT/ncu-attention.txt" | head -60
+          # the stall reasons above 0.1 cycles per issued instruction, per kernel
+          awk '/^  [a-z_].*\(/ {print $1, $2} /issue_stalled_.*ratio/ && $NF + 0 > 0.1 {print "   ", $1, $NF}' \
             "$OUT/ncu-attention.txt" | head -60 ;;
     hf-llama)
           : > "$OUT/hf-llama.jsonl"; : > "$OUT/hf-llama.err"
