@@ -40,7 +40,7 @@ void set_forward_kernel(AttnBenchRow& row) {
 void set_backward_kernel(AttnBenchRow& row, const flash::BackwardParams& p) {
   const flash::BackwardKernel bk = flash::select_backward_kernel(p);
   row.bwd_kernel = flash::backward_kernel_name(bk);
-  row.bwd_head_group = flash::resolved_key_head_group(p);
+  row.bwd_head_group = flash::resolved_key_head_group(p, bk);
 }
 
 std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer, const AttnBenchOptions& opt,

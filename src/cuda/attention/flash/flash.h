@@ -197,10 +197,10 @@ constexpr int kDefaultHeadGroup = 0;
 /// rule was fitted on that kernel, one CTA per SM) and for mma.sync 0 (not yet timed); a value that
 /// is not a whole number is an octet::Error. Read at every call.
 int backward_key_head_group(int64_t kv_heads, int64_t key_blocks, BackwardKernel kernel);
-/// BackwardParams::key_head_group as run_backward_main resolves it for p (its flavor:
-/// select_backward_kernel(p); key blocks ⌈Tk/block_k⌉): itself when >= 0, else
-/// backward_key_head_group. An octet::Error for a value below −1, and as select_backward_kernel.
-int resolved_key_head_group(const BackwardParams& p);
+/// BackwardParams::key_head_group as run_backward_main resolves it for p run by `kernel`
+/// (select_backward_kernel(p), which the caller has already chosen; key blocks ⌈Tk/block_k⌉):
+/// itself when >= 0, else backward_key_head_group. An octet::Error for a value below −1.
+int resolved_key_head_group(const BackwardParams& p, BackwardKernel kernel);
 
 /// The kernel run_forward and run_logits run for `requested` (ForwardKernel's rule for Auto) on the
 /// current device. Throws octet::Error on an unknown OCTET_FLASH_FORWARD value, or when wgmma is

@@ -76,13 +76,13 @@ int backward_key_head_group(int64_t kv_heads, int64_t key_blocks, BackwardKernel
   return int(auto_key_head_group(kv_heads, key_blocks, sms));
 }
 
-int resolved_key_head_group(const BackwardParams& p) {
+int resolved_key_head_group(const BackwardParams& p, BackwardKernel kernel) {
   OCTET_CHECK(
       p.key_head_group >= -1,
       "flash attention backward: key_head_group must be -1 (OCTET_FLASH_BWD_HEAD_GROUP) or >= 0, got " +
           std::to_string(p.key_head_group));
   if (p.key_head_group >= 0) return p.key_head_group;
-  return backward_key_head_group(p.B * p.G, (p.Tk + p.block_k - 1) / p.block_k, select_backward_kernel(p));
+  return backward_key_head_group(p.B * p.G, (p.Tk + p.block_k - 1) / p.block_k, kernel);
 }
 
 BackwardKernel select_backward_kernel(const BackwardParams& p) {
@@ -151,10 +151,11 @@ void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
   OCTET_CHECK(aligned(p.q, 16) && aligned(p.q_t, 16) && aligned(p.k, 16) && aligned(p.k_t, 16) &&
                   aligned(p.v, 16) && aligned(p.d_o, 16) && aligned(p.dv_o_t, 16),
               "flash attention backward: the code buffers must be 16-byte aligned");
-  const bool wgmma = select_backward_kernel(p) == BackwardKernel::Wgmma;
+  const BackwardKernel kernel = select_backward_kernel(p);
+  const bool wgmma = kernel == BackwardKernel::Wgmma;
   BackwardParams q = p;  // the kernels read the work order resolved (before anything is queued)
   q.head_group = resolved_head_group(p.head_group);
-  q.key_head_group = resolved_key_head_group(p);
+  q.key_head_group = resolved_key_head_group(p, kernel);
   OCTET_CHECK(!p.ds_row_sum || wgmma,
               "flash attention backward: the dQ row-sum projection needs the wgmma kernel (sm_90, "
               "head_dim 64 or 128, block_q = block_k = 128, not deterministic)");

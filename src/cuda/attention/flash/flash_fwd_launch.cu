@@ -94,11 +94,10 @@ bool forward_persistent() {
   return env_switch("OCTET_FLASH_PERSISTENT", "1: one CTA per SM walking the work items", true);
 }
 
-int flash_head_group() {
-  return env_count(
-      "OCTET_FLASH_HEAD_GROUP",
-      ("heads per group, 0: all heads in one group; unset: " + std::to_string(kDefaultHeadGroup)).c_str(),
-      kDefaultHeadGroup);
+int flash_head_group() {  // read at every forward call: a literal message, no string built
+  static_assert(kDefaultHeadGroup == 0, "the message below names the default");
+  return env_count("OCTET_FLASH_HEAD_GROUP", "heads per group, 0: all heads in one group; unset: 0",
+                   kDefaultHeadGroup);
 }
 
 int resolved_head_group(int head_group) {
