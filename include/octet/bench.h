@@ -292,6 +292,9 @@ struct AttnBenchRow {
   /// a time, 0 all in one group (flash.h resolved_key_head_group; OCTET_FLASH_BWD_HEAD_GROUP sets
   /// it, else chosen from the case and the SM count); −1 for the other rows.
   int bwd_head_group = -1;
+  /// The wgmma backward's dQ path for the same rows: 1 TMA bulk reduces from shared memory, 0 FP32
+  /// atomics (flash.h backward_dq_tma; OCTET_FLASH_BWD_DQ_TMA sets it); −1 for the other rows.
+  int bwd_dq_tma = -1;
   /// The pack kernel of the operand glue for octet's rows from BF16 or F32 inputs: "staged" |
   /// "codes" (src/cuda/attention/glue/glue.h PackKernel; OCTET_ATTN_PACK picks it); empty otherwise.
   std::string pack_kernel;

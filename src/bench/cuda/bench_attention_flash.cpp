@@ -41,6 +41,8 @@ void set_backward_kernel(AttnBenchRow& row, const flash::BackwardParams& p) {
   const flash::BackwardKernel bk = flash::select_backward_kernel(p);
   row.bwd_kernel = flash::backward_kernel_name(bk);
   row.bwd_head_group = flash::resolved_key_head_group(p, bk);
+  if (bk == flash::BackwardKernel::Wgmma)
+    row.bwd_dq_tma = p.dq_tma >= 0 ? p.dq_tma : int(flash::backward_dq_tma());
 }
 
 std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer, const AttnBenchOptions& opt,

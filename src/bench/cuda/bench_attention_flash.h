@@ -21,8 +21,9 @@ namespace octet::cuda {
 void set_forward_kernel(AttnBenchRow& row);
 
 /// The flash backward's kernel for p's sizes and its work order as the environment chooses them
-/// (bwd_kernel; bwd_head_group: flash.h resolved_key_head_group), into `row`. p needs B, H, G, Tq,
-/// Tk, D, block_q and block_k.
+/// (bwd_kernel; bwd_head_group: flash.h resolved_key_head_group; bwd_dq_tma for the wgmma kernel:
+/// p.dq_tma, or flash.h backward_dq_tma when it is −1), into `row`. p needs B, H, G, Tq, Tk, D,
+/// block_q and block_k.
 void set_backward_kernel(AttnBenchRow& row, const flash::BackwardParams& p);
 
 /// Rows "octet-fp8-flash-kernels" (matched) and "octet-fp8-flash-stale-kernels", input_dtype "fp8":

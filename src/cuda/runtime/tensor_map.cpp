@@ -1,4 +1,4 @@
-// src/cuda/runtime/tensor_map.cpp — make_tensor_map_u8 (tensor_map.h): argument checks, then the
+// src/cuda/runtime/tensor_map.cpp — make_tensor_map (tensor_map.h): argument checks, then the
 // driver's cuTensorMapEncodeTiled through the runtime's entry-point lookup.
 #include "cuda/runtime/tensor_map.h"
 
@@ -28,16 +28,17 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 
 }  // namespace
 
-CUtensorMap make_tensor_map_u8(const void* base, int rank, const uint64_t* dims, const uint64_t* strides,
-                               const uint32_t* box, TmaSwizzle swizzle) {
+CUtensorMap make_tensor_map(const void* base, TmaElement element, int rank, const uint64_t* dims,
+                            const uint64_t* strides, const uint32_t* box, TmaSwizzle swizzle) {
   OCTET_CHECK(rank >= 1 && rank <= 5, "TMA descriptor: rank must be 1..5, got " + std::to_string(rank));
   OCTET_CHECK(base && (reinterpret_cast<uintptr_t>(base) & 15) == 0,
               "TMA descriptor: the base address must be non-null and 16-byte aligned");
   const uint32_t span = swizzle == TmaSwizzle::B128 ? 128 : swizzle == TmaSwizzle::B64 ? 64 : 256;
-  OCTET_CHECK(box[0] % 16 == 0 && box[0] <= span,
+  const uint32_t bytes = element == TmaElement::F32 ? 4 : 1;
+  OCTET_CHECK(box[0] * bytes % 16 == 0 && box[0] * bytes <= span,
               "TMA descriptor: the innermost box extent must be a multiple of 16 bytes within the swizzle "
               "span, got " +
-                  std::to_string(box[0]));
+                  std::to_string(box[0] * bytes) + " bytes");
   cuuint64_t gdim[5], gstride[4];
   cuuint32_t gbox[5], estride[5];
   for (int i = 0; i < rank; ++i) {
@@ -57,11 +58,12 @@ CUtensorMap make_tensor_map_u8(const void* base, int rank, const uint64_t* dims,
   const CUtensorMapSwizzle sw = swizzle == TmaSwizzle::B128  ? CU_TENSOR_MAP_SWIZZLE_128B
                                 : swizzle == TmaSwizzle::B64 ? CU_TENSOR_MAP_SWIZZLE_64B
                                                              : CU_TENSOR_MAP_SWIZZLE_NONE;
+  const CUtensorMapDataType type =
+      element == TmaElement::F32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_UINT8;
   CUtensorMap map;
-  const CUresult r =
-      encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, cuuint32_t(rank), const_cast<void*>(base), gdim,
-                     gstride, gbox, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, sw,
-                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode_tiled()(&map, type, cuuint32_t(rank), const_cast<void*>(base), gdim, gstride,
+                                    gbox, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, sw,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   OCTET_CHECK(r == CUDA_SUCCESS,
               "TMA descriptor: cuTensorMapEncodeTiled refused it (CUresult " + std::to_string(int(r)) + ")");
   return map;

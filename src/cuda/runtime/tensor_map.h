@@ -16,14 +16,19 @@ namespace octet::cuda {
 /// exceed the swizzle span.
 enum class TmaSwizzle { None, B64, B128 };
 
-/// A tiled TMA descriptor over 8-bit elements (FP8 codes): `rank` (1..5) dimensions, innermost
-/// first; dims[i] elements in dimension i; strides[i] the byte stride of dimension i + 1 (rank − 1
-/// values, each a multiple of 16 below 2^40; any order: a dimension may step back over another's
-/// rows, which gives row permutations); box[i] the elements one copy moves in dimension i (each
-/// 1..256; box[0] bytes a multiple of 16). Elements outside dims read as zero. `base` must be
-/// 16-byte aligned. Throws octet::Error naming the problem on an invalid argument or when the
-/// driver refuses the descriptor (its CUresult in the message).
-CUtensorMap make_tensor_map_u8(const void* base, int rank, const uint64_t* dims, const uint64_t* strides,
-                               const uint32_t* box, TmaSwizzle swizzle);
+/// The element type a descriptor moves: 8-bit codes (FP8, read as bytes), or FP32 (the type a
+/// bulk reduce-add adds in: cp.reduce.async.bulk.tensor's .add on an FP32 map adds floats).
+enum class TmaElement { U8, F32 };
+
+/// A tiled TMA descriptor over `element`s: `rank` (1..5) dimensions, innermost first; dims[i]
+/// elements in dimension i; strides[i] the byte stride of dimension i + 1 (rank − 1 values, each a
+/// multiple of 16 below 2^40; any order: a dimension may step back over another's rows, which
+/// gives row permutations); box[i] the elements one copy moves in dimension i (each 1..256; box[0]
+/// elements a multiple of 16 bytes, within the swizzle span). Elements outside dims read as zero
+/// (and are not written by a store or reduce). `base` must be 16-byte aligned. Throws octet::Error
+/// naming the problem on an invalid argument or when the driver refuses the descriptor (its
+/// CUresult in the message).
+CUtensorMap make_tensor_map(const void* base, TmaElement element, int rank, const uint64_t* dims,
+                            const uint64_t* strides, const uint32_t* box, TmaSwizzle swizzle);
 
 }  // namespace octet::cuda

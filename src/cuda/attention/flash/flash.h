@@ -146,6 +146,12 @@ struct BackwardParams : ForwardParams {
   /// group; −1: resolved_key_head_group(). The same dK, dV bits in any order (dQ's FP32 atomics
   /// are never in a fixed order).
   int key_head_group = -1;
+  /// How the wgmma kernel adds each tile's dQ (128 queries x head_dim FP32) into dq_acc: 0 by
+  /// 16-byte FP32 atomics from registers (red.global.add, 16 a thread per tile at head_dim 128); 1
+  /// staged in shared memory (the tile step's spent operand stage) and added by four TMA bulk
+  /// reduces that one thread issues (cp.reduce.async.bulk.tensor .add); −1: backward_dq_tma().
+  /// Either way the additions land in no fixed order. Ignored by the mma.sync kernels.
+  int dq_tma = -1;
 };
 
 /// What run_backward reads and writes besides the kernels' operands: dO as the caller gave it,
@@ -201,6 +207,11 @@ int backward_key_head_group(int64_t kv_heads, int64_t key_blocks, BackwardKernel
 /// (select_backward_kernel(p), which the caller has already chosen; key blocks ⌈Tk/block_k⌉):
 /// itself when >= 0, else backward_key_head_group. An octet::Error for a value below −1.
 int resolved_key_head_group(const BackwardParams& p, BackwardKernel kernel);
+
+/// The wgmma backward's dQ path when BackwardParams::dq_tma is −1: TMA bulk reduces if the
+/// environment variable OCTET_FLASH_BWD_DQ_TMA is 1, atomics if it is 0 or unset (anything else is
+/// an octet::Error). Read at every call.
+bool backward_dq_tma();
 
 /// The kernel run_forward and run_logits run for `requested` (ForwardKernel's rule for Auto) on the
 /// current device. Throws octet::Error on an unknown OCTET_FLASH_FORWARD value, or when wgmma is

@@ -85,6 +85,12 @@ int resolved_key_head_group(const BackwardParams& p, BackwardKernel kernel) {
   return backward_key_head_group(p.B * p.G, (p.Tk + p.block_k - 1) / p.block_k, kernel);
 }
 
+bool backward_dq_tma() {
+  return env_switch("OCTET_FLASH_BWD_DQ_TMA",
+                    "1: the wgmma backward adds dQ by TMA bulk reduces from shared memory, 0: by atomics",
+                    false);
+}
+
 BackwardKernel select_backward_kernel(const BackwardParams& p) {
   int dev = 0, major = 0, minor = 0;
   OCTET_CUDA_CHECK(cudaGetDevice(&dev));
@@ -156,6 +162,10 @@ void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
   BackwardParams q = p;  // the kernels read the work order resolved (before anything is queued)
   q.head_group = resolved_head_group(p.head_group);
   q.key_head_group = resolved_key_head_group(p, kernel);
+  OCTET_CHECK(p.dq_tma >= -1 && p.dq_tma <= 1,
+              "flash attention backward: dq_tma must be -1 (OCTET_FLASH_BWD_DQ_TMA), 0 or 1, got " +
+                  std::to_string(p.dq_tma));
+  q.dq_tma = p.dq_tma >= 0 ? p.dq_tma : int(backward_dq_tma());
   OCTET_CHECK(!p.ds_row_sum || wgmma,
               "flash attention backward: the dQ row-sum projection needs the wgmma kernel (sm_90, "
               "head_dim 64 or 128, block_q = block_k = 128, not deterministic)");

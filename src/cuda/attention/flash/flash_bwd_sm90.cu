@@ -65,9 +65,10 @@ using bwdw::Lane;
 /// 16-query group (flash_bwd_tile_sm90.cuh: tile row r holds query s_key(r / 8, r % 8) of its
 /// block), boxes of kBM rows; Q̂ᵀ and (dO/l)~ᵀ [B·G·D][rep][Tq_p] (group transposes), boxes of
 /// [kD][128 queries] of one query head; K̂, V̂ [B·G][Tk_p][D], boxes of kBN rows; K̂ᵀ [B·G][D][Tk_p],
-/// boxes of [kD][kBN keys].
+/// boxes of [kD][kBN keys]; dq_acc FP32 [B·H][Tq_p][D] (dq_tma only), boxes of [kBM queries][kD/4
+/// columns] (kD-byte swizzle) that the bulk reduces add.
 struct BackwardMaps {
-  CUtensorMap q, d_o, q_t, dvo_t, k, v, k_t;
+  CUtensorMap q, d_o, q_t, dvo_t, k, v, k_t, dq;
 };
 
 // The main kernel's shared memory (offsets from a 1024-byte aligned base; every tile 1024-aligned):
@@ -237,8 +238,31 @@ __device__ __forceinline__ void add_ds_row_sums(const BackwardParams& p, const u
   if (tid % 2 == 0 && i0 + q < p.Tq) atomicAdd(p.ds_row_sum + bh * p.Tq + i0 + q, sum * inv_scale);
 }
 
-// kDoE5M2, kDsE5M2: do_format, ds_format are E5M2; kRes: res_sums is given.
-template <int kD, bool kDoE5M2, bool kDsE5M2, bool kRes>
+// dQ by TMA (BackwardParams::dq_tma): this lane's part of the tile's τ dŜK̂ (aq · gq_scale) into
+// the step's spent stage as the four boxes of the dq map, box c = head_dim columns kD/4·c.. at
+// stage + c·kRows ([kBM][kD/4] FP32: rows of kD bytes, kD-byte swizzle; float2 stores, two
+// wavefronts a warp). Rows past Tq hold zeros (dS = 0 there), and rows past Tq_p are outside the
+// map: the reduce adds nothing to another head's rows.
+template <int kD>
+__device__ __forceinline__ void stage_dq(unsigned stage, const Lane& ln, const float (&aq)[kD / 8][4],
+                                         float g_scale) {
+  constexpr int kNtPerBox = kD / 32;  // n-tiles of 8 columns in one box of kD/4 columns
+#pragma unroll
+  for (int dn = 0; dn < kD / 8; ++dn) {
+    const unsigned box = stage + unsigned((dn / kNtPerBox) * (kBM * kD));
+    const int col = 8 * (dn % kNtPerBox) + 2 * ln.t;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int q = 64 * ln.wg + 16 * ln.w + ln.g + 8 * r;
+      st_shared_f32x2(box + unsigned(swizzle<kD>(q * kD + 4 * col)), aq[dn][2 * r] * g_scale,
+                      aq[dn][2 * r + 1] * g_scale);
+    }
+  }
+}
+
+// kDoE5M2, kDsE5M2: do_format, ds_format are E5M2; kRes: res_sums is given; kDqTma: dQ by TMA
+// bulk reduces (stage_dq) instead of atomics.
+template <int kD, bool kDoE5M2, bool kDsE5M2, bool kRes, bool kDqTma>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_backward_kernel(const BackwardParams p, const __grid_constant__ BackwardMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -314,10 +338,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   const unsigned a_v = sb + L::kV + bwdw::kWgKeys * ln.wg * kD;  // ... V̂ rows
   const unsigned a_ds = sb + L::kDs + 64 * ln.wg * kBN;          // dQ's A: dŜ rows 64wg..
 
+  // The next step's boxes into stage (n + 1) % 2, step n − 1's: at once with atomics; with kDqTma
+  // after this step's first Sᵀ product, once step n − 1's dQ reduces have read that stage (by then
+  // they long have: thread 0 rarely waits).
+  auto prefetch = [&](int n) {
+    if (tid != 0 || n + 1 >= st.count) return;
+    if constexpr (kDqTma) bulk_wait_read<0>();
+    load_step(n + 1);
+  };
   for (int n = 0; n < st.count; ++n) {
     __syncthreads();  // the step's statistics are published; stage (n + 1) % 2 is free (step n − 1's)
     if (n + 1 < st.count) {
-      if (tid == 0) load_step(n + 1);
+      if constexpr (!kDqTma) prefetch(n);
       load_stat(n + 1);
     }
     wait_stage(stage_bar(n), n / 2);  // this step's boxes have landed
@@ -336,6 +368,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // The whole tile in one product each.
       float s[kBN / 8][4];
       bwdw::tile_product<kD, false>(a_k, stage, s);
+      if constexpr (kDqTma) prefetch(n);
       uint32_t pa[kBM / 32][4];
       if (full)
         bwdw::tile_prob<true>(cs, ln, kbase, 0, sc.s_scale, s, pa);
@@ -357,6 +390,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int h = 0; h < kBM / kN; ++h) {
         bwdw::tile_product<kD, false>(a_k, stage + kN * h * kD, s);
+        if constexpr (kDqTma)
+          if (h == 0) prefetch(n);
         uint32_t(*const pa_h)[4] = pa + kN / 32 * h;
         if (full)
           bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, s, pa_h);
@@ -418,6 +453,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_commit();
       wgmma_wait<0>();
       fold_dk();
+      // With kDqTma the stage takes dQ after this: both warpgroups' dK products (B = Q̂ᵀ, all 128
+      // queries) must be done with it.
+      if constexpr (kDqTma) __syncthreads();
       wgmma_fence();
     }
 #pragma unroll
@@ -429,7 +467,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     fence_regs(aq);
     if constexpr (kD == 64) fold_dk();
-    {
+    if constexpr (kDqTma) {
+      // The stage is spent (Q̂ by Sᵀ, dÔ by dPᵀ and (dO/l)~ᵀ by dV before the tile's amax barrier;
+      // Q̂ᵀ by dK before the barrier above, or at head_dim 64 in this batch, hence the barrier
+      // here): dQ into it, then thread 0 adds its four boxes to dq_acc. Warps 1..7 arrive without
+      // waiting; the next step's first barrier keeps them off the stage's refill.
+      if constexpr (kD == 64) __syncthreads();
+      stage_dq<kD>(stage, ln, aq, gq_scale);
+      fence_proxy_async_smem();
+      if (tid < 32) {
+        named_barrier_sync(1, kThreads);
+        if (tid == 0) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            tma_reduce_add_3d(&maps.dq, stage + unsigned(c * L::kRows), c * kD / 4, int(i0), int(bh));
+          bulk_commit();
+        }
+      } else {
+        named_barrier_arrive(1, kThreads);
+      }
+    } else {
       // dQ rows: query 64wg + 16w + g (+ 8 for an odd t: bwd::atomic_add_dq's lane pairing)
       const bool odd = ln.t % 2 != 0;
       const int q = 64 * ln.wg + 16 * ln.w + ln.g + (odd ? 8 : 0);
@@ -439,6 +496,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (n + 1 < st.count) store_stat(n + 1);  // published by the next step's barrier
   }
+  if constexpr (kDqTma)
+    if (tid == 0) bulk_wait<0>();  // the last reduces are done with shared memory before the CTA exits
   // dV = Σ P̃_code (dO/l)_code · (1/p_scale) · its 1/scale; dK in Q̂'s code units (× sq later),
   // or in values with per-block scales.
   const float dv_scale = (1.0f / p.p_scale) * *p.dvo_scale_inv;
@@ -581,7 +640,7 @@ __global__ void __launch_bounds__(kThreads, kDeltaCtas<kD>)
 
 /// The call's TMA descriptors (BackwardMaps). The pre-pass reads only q, d_o, k, v; the main
 /// kernel all seven. Throws octet::Error when a coordinate would not fit TMA's 32 bits or a base
-/// is not 16-byte aligned (make_tensor_map_u8).
+/// is not 16-byte aligned (make_tensor_map).
 BackwardMaps make_maps(const BackwardParams& p, bool main_kernel) {
   OCTET_CHECK(p.B * p.H * p.Tq_p / 16 < (int64_t(1) << 31) && p.B * p.G * p.D < (int64_t(1) << 31) &&
                   p.Tq_p < (int64_t(1) << 31),
@@ -590,7 +649,7 @@ BackwardMaps make_maps(const BackwardParams& p, bool main_kernel) {
   BackwardMaps m{};
   const TmaSwizzle d_swizzle = p.D == 128 ? TmaSwizzle::B128 : TmaSwizzle::B64;
   auto make = [](const void* base, const TmaTiles& t, TmaSwizzle swizzle) {
-    return make_tensor_map_u8(base, t.rank, t.dims, t.strides, t.box, swizzle);
+    return make_tensor_map(base, TmaElement::U8, t.rank, t.dims, t.strides, t.box, swizzle);
   };
   const TmaTiles q_rows = permuted_row_tiles(p.D, p.B * p.H * p.Tq_p, kBM);
   m.q = make(p.q, q_rows, d_swizzle);
@@ -613,6 +672,15 @@ BackwardMaps make_maps(const BackwardParams& p, bool main_kernel) {
   m.q_t = make(p.q_t, q_cols, TmaSwizzle::B128);
   m.dvo_t = make(p.dv_o_t, q_cols, TmaSwizzle::B128);
   m.k_t = make(p.k_t, column_tiles(p.Tk_p, p.D, p.B * p.G, kBN), TmaSwizzle::B128);
+  m.dq = m.q;  // not read with atomics
+  if (p.dq_tma == 1) {
+    // dq_acc [B·H][Tq_p][D] FP32; a box is kBM rows of one head, D/4 columns (D bytes: the kD-byte
+    // swizzle's span). Rows past Tq_p are outside: a box never reaches the next head's rows.
+    const uint64_t dims[3] = {uint64_t(p.D), uint64_t(p.Tq_p), uint64_t(p.B * p.H)};
+    const uint64_t strides[2] = {uint64_t(p.D) * 4, uint64_t(p.Tq_p * p.D) * 4};
+    const uint32_t box[3] = {uint32_t(p.D / 4), kBM, 1};
+    m.dq = make_tensor_map(p.dq_acc, TmaElement::F32, 3, dims, strides, box, d_swizzle);
+  }
   return m;
 }
 
@@ -635,22 +703,25 @@ bool bwd_sm90_supported(const BackwardParams& p) {
 }
 
 void bwd_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
-  OCTET_CHECK(p.key_head_group >= 0,
-              "flash attention backward (wgmma): key_head_group unresolved (run_backward_main)");
+  OCTET_CHECK(p.key_head_group >= 0 && (p.dq_tma == 0 || p.dq_tma == 1),
+              "flash attention backward (wgmma): key_head_group or dq_tma unresolved (run_backward_main)");
   OCTET_CHECK(bwd_sm90_supported(p),
               "flash attention backward (wgmma): supports head_dim 64 or 128, block_q = block_k = "
               "128, not deterministic");
   const int64_t blocks = p.B * p.G * ((p.Tk + kBN - 1) / kBN);
   const bool do_e5m2 = p.do_format == Format::E5M2, ds_e5m2 = p.ds_format == Format::E5M2;
-  // The one place where head_dim, the formats and the residual flag become template parameters.
+  // The one place where head_dim, the formats, the residual flag and the dQ path become template
+  // parameters.
   auto res = [&](auto d, auto d5, auto s5) {
     constexpr int kD = decltype(d)::value;
     constexpr bool kDo = decltype(d5)::value, kDs = decltype(s5)::value;
     const int bytes = MainLayout<kD>::kBytes;
     if (p.res_sums)
-      launch(wgmma_backward_kernel<kD, kDo, kDs, true>, blocks, bytes, p, true, stream);
+      p.dq_tma ? launch(wgmma_backward_kernel<kD, kDo, kDs, true, true>, blocks, bytes, p, true, stream)
+               : launch(wgmma_backward_kernel<kD, kDo, kDs, true, false>, blocks, bytes, p, true, stream);
     else
-      launch(wgmma_backward_kernel<kD, kDo, kDs, false>, blocks, bytes, p, true, stream);
+      p.dq_tma ? launch(wgmma_backward_kernel<kD, kDo, kDs, false, true>, blocks, bytes, p, true, stream)
+               : launch(wgmma_backward_kernel<kD, kDo, kDs, false, false>, blocks, bytes, p, true, stream);
   };
   using T = std::true_type;
   using F = std::false_type;

@@ -342,7 +342,7 @@ ForwardMaps make_maps(const ForwardParams& p) {
   ForwardMaps m;
   const TmaSwizzle d_swizzle = kD == 128 ? TmaSwizzle::B128 : TmaSwizzle::B64;
   auto make = [](const void* base, const TmaTiles& t, TmaSwizzle swizzle) {
-    return make_tensor_map_u8(base, t.rank, t.dims, t.strides, t.box, swizzle);
+    return make_tensor_map(base, TmaElement::U8, t.rank, t.dims, t.strides, t.box, swizzle);
   };
   m.q = make(p.q, row_tiles(kD, p.Tq_p, p.B * p.H, kBM), d_swizzle);
   m.k = make(p.k, permuted_row_tiles(kD, p.B * p.G * p.Tk_p, kBN), d_swizzle);

@@ -1,6 +1,6 @@
 // src/cuda/attention/flash/flash_tma.h — the TMA boxes the Hopper flash kernels load
 // (flash_fwd_sm90.cu, flash_bwd_sm90.cu): a tensor map's dimensions, byte strides and box, the
-// arguments of cuda/runtime/tensor_map.h make_tensor_map_u8 (CUDA Driver API
+// arguments of cuda/runtime/tensor_map.h make_tensor_map (CUDA Driver API
 // cuTensorMapEncodeTiled; PTX ISA §9.7.9.25: a box lands in shared memory in dimension order,
 // innermost first), for the three layouts of FP8 codes they read. Plain C++, no CUDA types: the
 // CPU tests walk the boxes (tests/attention/flash_tma_test.cpp).

@@ -86,6 +86,12 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+/// Two floats to shared address `addr` (8-byte aligned; st.shared.v2.f32): a 32-bit address, where a
+/// generic pointer's store computes 64-bit ones.
+__device__ __forceinline__ void st_shared_f32x2(unsigned addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+
 /// mbarrier (PTX ISA §9.7.13.15) at shared address `bar`: initialized with the number of arrivals
 /// that complete a phase; fence_mbar_init then a CTA barrier publish the initialization.
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
@@ -140,6 +146,34 @@ __device__ __forceinline__ void tma_load_5d(unsigned dst, const void* map, unsig
       "%7}], [%2];\n" ::"r"(dst),
       "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
       : "memory");
+}
+/// TMA reduce (PTX ISA "cp.reduce.async.bulk.tensor", .add): adds the box of the FP32
+/// tensor map at `map` at coordinates (c0, c1, c2), innermost first, from shared address `src`
+/// (laid out as the map's swizzle stores a box: 1024-byte aligned for the 128-byte swizzle) into
+/// global memory, element by element atomically (elements outside the map are not written); the
+/// issuing thread's bulk async-group tracks it (bulk_commit, bulk_wait_read). `src` must hold the
+/// values when it is issued: the writers' fence_proxy_async_smem, then a barrier, come first.
+__device__ __forceinline__ void tma_reduce_add_3d(const void* map, unsigned src, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::
+          "l"(map),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+/// Closes this thread's bulk copies and reduces issued since the last commit into one bulk
+/// async-group (cp.async.bulk.commit_group).
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/// Waits until at most N of this thread's bulk async-groups still read their shared-memory source
+/// (cp.async.bulk.wait_group.read): after it, the source may be overwritten.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+/// Waits until at most N of this thread's bulk async-groups are pending at all (their writes to
+/// global memory performed).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 /// Hands registers back to (dec) or takes them from (inc) the CTA's pool, for the whole warpgroup
 /// (warp specialization: the producer needs few, the consumers' accumulators many).

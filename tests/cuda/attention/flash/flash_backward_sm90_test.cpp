@@ -221,6 +221,85 @@ TEST_P(FlashBackwardWgmma, MatchesMmaSyncFlavorOnCodes) {
       }
 }
 
+// dQ by TMA bulk reduces (BackwardParams::dq_tma = 1: staged in the spent operand stage) adds
+// what the atomics add: dQ within FP32 summation order of the atomics' (rel. L2 <= 1e-5, and every
+// element within 1e-5 of the tile's largest), dK, dV and the residual sums unchanged bit for bit
+// (fixed order; the dQ path touches neither; both poisoned before each run), the pad rows Tq..Tq_p
+// exactly 0, every element finite. Tq_p not a multiple of 128 (the last query block's box clips at the head's
+// end), several heads, GQA, Tq != Tk, causal or not, with and without residual sums (both
+// instantiations of each).
+TEST_P(FlashBackwardWgmma, DqByTmaAddsWhatTheAtomicsAdd) {
+  OCTET_REQUIRE_SM90();
+  const int64_t D = GetParam();
+  const test::BackwardDims dims[] = {{2, 8, 2, 300, 300, D, 128, 128, true},
+                                     {3, 4, 4, 257, 520, D, 128, 128, true},
+                                     {2, 6, 3, 400, 256, D, 128, 128, false}};
+  for (const test::BackwardDims& c : dims)
+    for (bool residual : {false, true}) {
+      test::BackwardCodes bc(c, Format::E5M2, 17);
+      fl::BackwardParams& p = bc.p;
+      p.bwd_kernel = fl::BackwardKernel::Wgmma;
+      p.res_sums = residual ? bc.res_sums.p : nullptr;
+      const std::string what = "D" + std::to_string(c.D) + " B" + std::to_string(c.B) + " H" +
+                               std::to_string(c.H) + "/G" + std::to_string(c.G) + " " + std::to_string(c.Tq) +
+                               "x" + std::to_string(c.Tk) + (c.causal ? " causal" : "") +
+                               (residual ? " residual sums" : "");
+      fl::run_delta(p, nullptr);
+      std::vector<float> out[2][3];  // atomics, TMA x (dq, dk, dv)
+      std::vector<double> res[2];
+      for (int tma = 0; tma < 2; ++tma) {
+        p.dq_tma = tma;
+        for (test::Dev<float>* d : {&bc.dq, &bc.dk, &bc.dv})
+          OCTET_CUDA_CHECK(cudaMemset(d->p, 0xFF, d->n * sizeof(float)));  // NaN (dQ is zeroed first)
+        fl::run_backward_main(p, nullptr);
+        out[tma][0] = bc.dq.get(), out[tma][1] = bc.dk.get(), out[tma][2] = bc.dv.get();
+        if (residual) res[tma] = bc.res_sums.get();
+      }
+      const double e = rel_l2(out[1][0], out[0][0]);
+      std::printf("[wgmma bwd] %-40s dQ by TMA vs atomics: rel. L2 %.1e\n", what.c_str(), e);
+      EXPECT_LE(e, 1e-5) << what;
+      EXPECT_EQ(out[1][1], out[0][1]) << what << ": dK moved";
+      EXPECT_EQ(out[1][2], out[0][2]) << what << ": dV moved";
+      if (residual) {
+        ASSERT_EQ(res[1].size(), res[0].size());
+        for (size_t i = 0; i < res[0].size(); ++i)
+          ASSERT_NEAR(res[1][i], res[0][i], 1e-9 * (1.0 + std::fabs(res[0][i])))
+              << what << " residual sum " << i;
+      }
+      double peak = 0, norm = 0;
+      for (float x : out[0][0]) peak = std::max(peak, double(std::fabs(x))), norm += double(x) * x;
+      ASSERT_GT(norm, 0.0) << what << ": dQ must not be trivially zero";
+      for (int64_t bh = 0; bh < c.B * c.H; ++bh)
+        for (int64_t i = 0; i < bc.Tq_p; ++i)
+          for (int64_t d = 0; d < c.D; ++d) {
+            const size_t at = size_t((bh * bc.Tq_p + i) * c.D + d);
+            const float x = out[1][0][at];
+            ASSERT_TRUE(std::isfinite(x)) << what << ": dQ[" << bh << "][" << i << "][" << d << "]";
+            if (i >= c.Tq)
+              ASSERT_EQ(x, 0.0f) << what << ": pad row " << i << " of head " << bh;
+            else
+              ASSERT_LE(std::fabs(double(x) - out[0][0][at]), 1e-5 * peak)
+                  << what << ": dQ[" << bh << "][" << i << "][" << d << "]";
+          }
+      if (HasFailure()) return;
+    }
+  {
+    test::ScopedEnv env("OCTET_FLASH_BWD_DQ_TMA", "1");
+    EXPECT_TRUE(fl::backward_dq_tma());
+  }
+  {
+    test::ScopedEnv env("OCTET_FLASH_BWD_DQ_TMA", nullptr);
+    EXPECT_FALSE(fl::backward_dq_tma()) << "atomics stay the default until the TMA path is timed";
+  }
+  test::ScopedEnv env("OCTET_FLASH_BWD_DQ_TMA", "yes");
+  try {
+    (void)fl::backward_dq_tma();
+    ADD_FAILURE() << "OCTET_FLASH_BWD_DQ_TMA=yes accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("OCTET_FLASH_BWD_DQ_TMA"), std::string::npos) << e.what();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(HeadDim, FlashBackwardWgmma, ::testing::Values(int64_t(64), int64_t(128)),
                          [](const ::testing::TestParamInfo<int64_t>& info) {
                            return "D" + std::to_string(info.param);
