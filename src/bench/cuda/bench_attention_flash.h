@@ -21,8 +21,9 @@ namespace octet::cuda {
 void set_forward_kernel(AttnBenchRow& row);
 
 /// The flash backward's kernel for p's sizes and its work order as the environment chooses them
-/// (bwd_kernel; bwd_head_group: flash.h resolved_key_head_group; bwd_dq_tma for the wgmma kernel:
-/// p.dq_tma, or flash.h backward_dq_tma when it is −1), into `row`. p needs B, H, G, Tq, Tk, D,
+/// (bwd_kernel; bwd_head_group: flash.h resolved_key_head_group; for the wgmma kernel bwd_dq_tma
+/// and bwd_sdp_overlap: p's, or flash.h backward_dq_tma / backward_sdp_overlap where −1; the
+/// overlap 1 only at head_dim 64, where it exists), into `row`. p needs B, H, G, Tq, Tk, D,
 /// block_q and block_k.
 void set_backward_kernel(AttnBenchRow& row, const flash::BackwardParams& p);
 

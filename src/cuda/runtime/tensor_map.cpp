@@ -33,8 +33,8 @@ CUtensorMap make_tensor_map(const void* base, TmaElement element, int rank, cons
   OCTET_CHECK(rank >= 1 && rank <= 5, "TMA descriptor: rank must be 1..5, got " + std::to_string(rank));
   OCTET_CHECK(base && (reinterpret_cast<uintptr_t>(base) & 15) == 0,
               "TMA descriptor: the base address must be non-null and 16-byte aligned");
-  const uint32_t span = swizzle == TmaSwizzle::B128 ? 128 : swizzle == TmaSwizzle::B64 ? 64 : 256;
   const uint32_t bytes = element == TmaElement::F32 ? 4 : 1;
+  const uint32_t span = swizzle == TmaSwizzle::B128 ? 128 : swizzle == TmaSwizzle::B64 ? 64 : 256 * bytes;
   OCTET_CHECK(box[0] * bytes % 16 == 0 && box[0] * bytes <= span,
               "TMA descriptor: the innermost box extent must be a multiple of 16 bytes within the swizzle "
               "span, got " +

@@ -24,8 +24,8 @@ enum class TmaElement { U8, F32 };
 /// elements in dimension i; strides[i] the byte stride of dimension i + 1 (rank − 1 values, each a
 /// multiple of 16 below 2^40; any order: a dimension may step back over another's rows, which
 /// gives row permutations); box[i] the elements one copy moves in dimension i (each 1..256; box[0]
-/// elements a multiple of 16 bytes, within the swizzle span). Elements outside dims read as zero
-/// (and are not written by a store or reduce). `base` must be 16-byte aligned. Throws octet::Error
+/// elements a multiple of 16 bytes, within the swizzle span when there is one). Elements outside dims read as
+/// zero (and are not written by a store or reduce). `base` must be 16-byte aligned. Throws octet::Error
 /// naming the problem on an invalid argument or when the driver refuses the descriptor (its
 /// CUresult in the message).
 CUtensorMap make_tensor_map(const void* base, TmaElement element, int rank, const uint64_t* dims,

@@ -152,6 +152,12 @@ struct BackwardParams : ForwardParams {
   /// reduces that one thread issues (cp.reduce.async.bulk.tensor .add); −1: backward_dq_tma().
   /// Either way the additions land in no fixed order. Ignored by the mma.sync kernels.
   int dq_tma = -1;
+  /// The wgmma kernel's order of each query half's Sᵀ and dPᵀ products at head_dim 64: 1 both
+  /// issued at once, P formed while dPᵀ runs and dS before dV's product (FlashAttention-3's overlap
+  /// inside a warpgroup); 0 one after the other; −1: backward_sdp_overlap(). The same bits either
+  /// way (each product from a zero accumulator in its own k order). Ignored at head_dim 128 (there
+  /// the in-flight product spills registers) and by the mma.sync kernels.
+  int sdp_overlap = -1;
 };
 
 /// What run_backward reads and writes besides the kernels' operands: dO as the caller gave it,
@@ -212,6 +218,11 @@ int resolved_key_head_group(const BackwardParams& p, BackwardKernel kernel);
 /// environment variable OCTET_FLASH_BWD_DQ_TMA is 1, atomics if it is 0 or unset (anything else is
 /// an octet::Error). Read at every call.
 bool backward_dq_tma();
+
+/// The wgmma backward's product order when BackwardParams::sdp_overlap is −1: Sᵀ and dPᵀ issued
+/// together if the environment variable OCTET_FLASH_BWD_OVERLAP is 1, one after the other if it is
+/// 0 or unset (anything else is an octet::Error). Read at every call.
+bool backward_sdp_overlap();
 
 /// The kernel run_forward and run_logits run for `requested` (ForwardKernel's rule for Auto) on the
 /// current device. Throws octet::Error on an unknown OCTET_FLASH_FORWARD value, or when wgmma is

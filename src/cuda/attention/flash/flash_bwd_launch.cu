@@ -91,6 +91,12 @@ bool backward_dq_tma() {
                     false);
 }
 
+bool backward_sdp_overlap() {
+  return env_switch(
+      "OCTET_FLASH_BWD_OVERLAP",
+      "1: the wgmma backward issues each half's S and dP products together, 0: one after the other", false);
+}
+
 BackwardKernel select_backward_kernel(const BackwardParams& p) {
   int dev = 0, major = 0, minor = 0;
   OCTET_CUDA_CHECK(cudaGetDevice(&dev));
@@ -166,6 +172,10 @@ void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
               "flash attention backward: dq_tma must be -1 (OCTET_FLASH_BWD_DQ_TMA), 0 or 1, got " +
                   std::to_string(p.dq_tma));
   q.dq_tma = p.dq_tma >= 0 ? p.dq_tma : int(backward_dq_tma());
+  OCTET_CHECK(p.sdp_overlap >= -1 && p.sdp_overlap <= 1,
+              "flash attention backward: sdp_overlap must be -1 (OCTET_FLASH_BWD_OVERLAP), 0 or 1, got " +
+                  std::to_string(p.sdp_overlap));
+  q.sdp_overlap = p.sdp_overlap >= 0 ? p.sdp_overlap : int(backward_sdp_overlap());
   OCTET_CHECK(!p.ds_row_sum || wgmma,
               "flash attention backward: the dQ row-sum projection needs the wgmma kernel (sm_90, "
               "head_dim 64 or 128, block_q = block_k = 128, not deterministic)");

@@ -183,15 +183,13 @@ __device__ __forceinline__ void dv_product(unsigned dvo_t, uint32_t (&pa)[kBM / 
   }
 }
 
-// dPᵀ of the kN queries q_off.. (B rows at do_rows) → dS = P∘(dP − D) in place of s (P); the
+// dS = P∘(dP − D) of the kN queries q_off.. from their dPᵀ product dp, in place of s (P); the
 // lane's |dS| amax bits into amax; the residual sums first when kRes.
-template <int kD, bool kDoE5M2, bool kRes, int kNT>
-__device__ __forceinline__ void tile_ds(const BackwardParams& p, const ColStats& cs, const Lane& ln,
-                                        int64_t kbase, int q_off, const TileScales& sc, int64_t bh,
-                                        int64_t i0, bool full, unsigned a_v, unsigned do_rows,
-                                        float (&s)[kNT][4], unsigned& amax) {
-  float dp[kNT][4];
-  bwdw::tile_product<kD, kDoE5M2>(a_v, do_rows, dp);
+template <bool kRes, int kNT>
+__device__ __forceinline__ void dp_to_ds(const BackwardParams& p, const ColStats& cs, const Lane& ln,
+                                         int64_t kbase, int q_off, const TileScales& sc, int64_t bh,
+                                         int64_t i0, bool full, const float (&dp)[kNT][4], float (&s)[kNT][4],
+                                         unsigned& amax) {
   if constexpr (kRes) {  // FP64 (Σ dS, Σ P(|dP| + |D|)) per query, only when asked for
     if (full)
       residual_sums<true>(p, cs, ln, kbase, q_off, sc.dp_scale, bh, i0, s, dp);
@@ -207,6 +205,17 @@ __device__ __forceinline__ void tile_ds(const BackwardParams& p, const ColStats&
     bwdw::for_each_dp<true>(cs, ln, kbase, q_off, sc.dp_scale, dp, ds);
   else
     bwdw::for_each_dp<false>(cs, ln, kbase, q_off, sc.dp_scale, dp, ds);
+}
+
+// dPᵀ of the kN queries q_off.. (B rows at do_rows), then dp_to_ds.
+template <int kD, bool kDoE5M2, bool kRes, int kNT>
+__device__ __forceinline__ void tile_ds(const BackwardParams& p, const ColStats& cs, const Lane& ln,
+                                        int64_t kbase, int q_off, const TileScales& sc, int64_t bh,
+                                        int64_t i0, bool full, unsigned a_v, unsigned do_rows,
+                                        float (&s)[kNT][4], unsigned& amax) {
+  float dp[kNT][4];
+  bwdw::tile_product<kD, kDoE5M2>(a_v, do_rows, dp);
+  dp_to_ds<kRes>(p, cs, ln, kbase, q_off, sc, bh, i0, full, dp, s, amax);
 }
 
 // The dQ row-sum projection's r̂_i (BackwardParams::ds_row_sum): the tile's dŜ row sums, read
@@ -261,10 +270,15 @@ __device__ __forceinline__ void stage_dq(unsigned stage, const Lane& ln, const f
 }
 
 // kDoE5M2, kDsE5M2: do_format, ds_format are E5M2; kRes: res_sums is given; kDqTma: dQ by TMA
-// bulk reduces (stage_dq) instead of atomics.
-template <int kD, bool kDoE5M2, bool kDsE5M2, bool kRes, bool kDqTma>
+// bulk reduces (stage_dq) instead of atomics; kOverlap: Sᵀ and dPᵀ issued together
+// (BackwardParams::sdp_overlap).
+template <int kD, bool kDoE5M2, bool kDsE5M2, bool kRes, bool kDqTma, bool kOverlap>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_backward_kernel(const BackwardParams p, const __grid_constant__ BackwardMaps maps) {
+  // At head_dim 128 the in-flight dPᵀ beside dK, dV, Sᵀ and P̃ spills registers (164 bytes), and a
+  // spill between a wgmma's issue and its wait would read the accumulator before the tensor core
+  // wrote it: the overlap exists at head_dim 64 only (255 registers, no spill).
+  static_assert(!kOverlap || kD == 64, "the Sᵀ/dPᵀ overlap at head_dim 64 only");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = MainLayout<kD>;
   extern __shared__ uint8_t smem_raw[];
@@ -367,15 +381,34 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (bwdw::kCols<kD> == kBM) {
       // The whole tile in one product each.
       float s[kBN / 8][4];
-      bwdw::tile_product<kD, false>(a_k, stage, s);
-      if constexpr (kDqTma) prefetch(n);
       uint32_t pa[kBM / 32][4];
-      if (full)
-        bwdw::tile_prob<true>(cs, ln, kbase, 0, sc.s_scale, s, pa);
-      else
-        bwdw::tile_prob<false>(cs, ln, kbase, 0, sc.s_scale, s, pa);
-      dv_product<kD, kDoE5M2, kD>(stage + 3 * L::kRows, pa, dv);
-      tile_ds<kD, kDoE5M2, kRes>(p, cs, ln, kbase, 0, sc, bh, i0, full, a_v, stage + L::kRows, s, amax);
+      if constexpr (kOverlap) {
+        // Sᵀ and dPᵀ issued together; P formed while dPᵀ runs; dS before dV (dV's accumulator
+        // not live beside dP's).
+        float dp[kBN / 8][4];
+        bwdw::tile_issue<kD, false>(a_k, stage, s);
+        bwdw::tile_issue<kD, kDoE5M2>(a_v, stage + L::kRows, dp);
+        wgmma_wait<1>();
+        fence_regs(s);
+        if constexpr (kDqTma) prefetch(n);
+        if (full)
+          bwdw::tile_prob<true>(cs, ln, kbase, 0, sc.s_scale, s, pa);
+        else
+          bwdw::tile_prob<false>(cs, ln, kbase, 0, sc.s_scale, s, pa);
+        wgmma_wait<0>();
+        fence_regs(dp);
+        dp_to_ds<kRes>(p, cs, ln, kbase, 0, sc, bh, i0, full, dp, s, amax);
+        dv_product<kD, kDoE5M2, kD>(stage + 3 * L::kRows, pa, dv);
+      } else {
+        bwdw::tile_product<kD, false>(a_k, stage, s);
+        if constexpr (kDqTma) prefetch(n);
+        if (full)
+          bwdw::tile_prob<true>(cs, ln, kbase, 0, sc.s_scale, s, pa);
+        else
+          bwdw::tile_prob<false>(cs, ln, kbase, 0, sc.s_scale, s, pa);
+        dv_product<kD, kDoE5M2, kD>(stage + 3 * L::kRows, pa, dv);
+        tile_ds<kD, kDoE5M2, kRes>(p, cs, ln, kbase, 0, sc, bh, i0, full, a_v, stage + L::kRows, s, amax);
+      }
       scale = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
       bwd::to_a_frags<kBN>(s, scale, p.ds_format, dsa);
     } else {
@@ -389,19 +422,39 @@ __global__ void __launch_bounds__(kThreads, 1)
       float s[kN / 8][4];        // half h's P, then dS
 #pragma unroll
       for (int h = 0; h < kBM / kN; ++h) {
-        bwdw::tile_product<kD, false>(a_k, stage + kN * h * kD, s);
-        if constexpr (kDqTma)
-          if (h == 0) prefetch(n);
         uint32_t(*const pa_h)[4] = pa + kN / 32 * h;
-        if (full)
-          bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, s, pa_h);
-        else
-          bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, s, pa_h);
-        if (h == 1) {
-          dv_product<kD, kDoE5M2, 64>(stage + 3 * L::kRows, pa, dv);
+        if constexpr (kOverlap) {
+          // Sᵀ_h and dPᵀ_h issued together; P_h formed while dPᵀ_h runs; dS_h, then (half 1) dV
+          // (its accumulator not live beside dP's).
+          float dp[kN / 8][4];
+          bwdw::tile_issue<kD, false>(a_k, stage + kN * h * kD, s);
+          bwdw::tile_issue<kD, kDoE5M2>(a_v, stage + L::kRows + kN * h * kD, dp);
+          wgmma_wait<1>();
+          fence_regs(s);
+          if constexpr (kDqTma)
+            if (h == 0) prefetch(n);
+          if (full)
+            bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, s, pa_h);
+          else
+            bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, s, pa_h);
+          wgmma_wait<0>();
+          fence_regs(dp);
+          dp_to_ds<kRes>(p, cs, ln, kbase, kN * h, sc, bh, i0, full, dp, s, amax);
+          if (h == 1) dv_product<kD, kDoE5M2, 64>(stage + 3 * L::kRows, pa, dv);
+        } else {
+          bwdw::tile_product<kD, false>(a_k, stage + kN * h * kD, s);
+          if constexpr (kDqTma)
+            if (h == 0) prefetch(n);
+          if (full)
+            bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, s, pa_h);
+          else
+            bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, s, pa_h);
+          if (h == 1) {
+            dv_product<kD, kDoE5M2, 64>(stage + 3 * L::kRows, pa, dv);
+          }
+          tile_ds<kD, kDoE5M2, kRes>(p, cs, ln, kbase, kN * h, sc, bh, i0, full, a_v,
+                                     stage + L::kRows + kN * h * kD, s, amax);
         }
-        tile_ds<kD, kDoE5M2, kRes>(p, cs, ln, kbase, kN * h, sc, bh, i0, full, a_v,
-                                   stage + L::kRows + kN * h * kD, s, amax);
         if (h == 0) {
 #pragma unroll
           for (int i = 0; i < kN / 8; ++i)
@@ -703,28 +756,40 @@ bool bwd_sm90_supported(const BackwardParams& p) {
 }
 
 void bwd_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
-  OCTET_CHECK(p.key_head_group >= 0 && (p.dq_tma == 0 || p.dq_tma == 1),
-              "flash attention backward (wgmma): key_head_group or dq_tma unresolved (run_backward_main)");
+  OCTET_CHECK(
+      p.key_head_group >= 0 && (p.dq_tma == 0 || p.dq_tma == 1) && (p.sdp_overlap == 0 || p.sdp_overlap == 1),
+      "flash attention backward (wgmma): key_head_group, dq_tma or sdp_overlap unresolved "
+      "(run_backward_main)");
   OCTET_CHECK(bwd_sm90_supported(p),
               "flash attention backward (wgmma): supports head_dim 64 or 128, block_q = block_k = "
               "128, not deterministic");
   const int64_t blocks = p.B * p.G * ((p.Tk + kBN - 1) / kBN);
   const bool do_e5m2 = p.do_format == Format::E5M2, ds_e5m2 = p.ds_format == Format::E5M2;
-  // The one place where head_dim, the formats, the residual flag and the dQ path become template
-  // parameters.
+  using T = std::true_type;
+  using F = std::false_type;
+  // The one place where head_dim, the formats, the residual flag, the dQ path and the products'
+  // order become template parameters.
   auto res = [&](auto d, auto d5, auto s5) {
     constexpr int kD = decltype(d)::value;
     constexpr bool kDo = decltype(d5)::value, kDs = decltype(s5)::value;
     const int bytes = MainLayout<kD>::kBytes;
-    if (p.res_sums)
-      p.dq_tma ? launch(wgmma_backward_kernel<kD, kDo, kDs, true, true>, blocks, bytes, p, true, stream)
-               : launch(wgmma_backward_kernel<kD, kDo, kDs, true, false>, blocks, bytes, p, true, stream);
-    else
-      p.dq_tma ? launch(wgmma_backward_kernel<kD, kDo, kDs, false, true>, blocks, bytes, p, true, stream)
-               : launch(wgmma_backward_kernel<kD, kDo, kDs, false, false>, blocks, bytes, p, true, stream);
+    auto go = [&](auto res, auto tma, auto overlap) {
+      launch(wgmma_backward_kernel<kD, kDo, kDs, decltype(res)::value, decltype(tma)::value,
+                                   decltype(overlap)::value>,
+             blocks, bytes, p, true, stream);
+    };
+    // The overlap at head_dim 64 only (kOverlapDims).
+    auto variant = [&](auto res) {
+      if constexpr (kD == 64) {
+        if (p.sdp_overlap) {
+          p.dq_tma ? go(res, T{}, T{}) : go(res, F{}, T{});
+          return;
+        }
+      }
+      p.dq_tma ? go(res, T{}, F{}) : go(res, F{}, F{});
+    };
+    p.res_sums ? variant(T{}) : variant(F{});
   };
-  using T = std::true_type;
-  using F = std::false_type;
   auto formats = [&](auto d) {
     if (do_e5m2)
       ds_e5m2 ? res(d, T{}, T{}) : res(d, T{}, F{});

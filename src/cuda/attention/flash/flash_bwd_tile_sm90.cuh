@@ -81,13 +81,11 @@ struct Lane {
       : wg(threadIdx.x / 128), w(threadIdx.x / 32 % 4), g(threadIdx.x % 32 / 4), t(threadIdx.x % 4) {}
 };
 
-/// One warpgroup's m64nN product over head_dim (N = kN = kCols<kD> queries): acc = Σ_kc A[64 keys,
-/// kc]·B[kN queries, kc]ᵀ, A the warpgroup's 64 rows of a K̂ or V̂ tile and B kN rows of a Q̂ or dÔ
-/// query tile (both [rows][kD] K-major, kD-byte swizzle, by descriptor; b_tile: the first row, a
-/// multiple of 8 rows in), k-steps kc = 0, 1, ... in order from a zero accumulator; committed and
-/// waited for. Sᵀ: (a_tile = K̂, b_tile = Q̂, E4M3 x E4M3); dPᵀ: (V̂, dÔ, E4M3 x do_format: kBE5M2).
+/// tile_product's wgmma batch, issued and committed as one group but not waited for: acc holds the
+/// product only after the caller's wgmma_wait (N = the groups issued after this one) and
+/// fence_regs(acc); nothing may read or write acc before that.
 template <int kD, bool kBE5M2, int kNT>
-__device__ __forceinline__ void tile_product(unsigned a_tile, unsigned b_tile, float (&acc)[kNT][4]) {
+__device__ __forceinline__ void tile_issue(unsigned a_tile, unsigned b_tile, float (&acc)[kNT][4]) {
   constexpr int kN = 8 * kNT;  // queries (kNT n-tiles of 8)
   static_assert(kN == kCols<kD>, "one product shape per head_dim in every kernel (same bits)");
   wgmma_fence();
@@ -96,6 +94,16 @@ __device__ __forceinline__ void tile_product(unsigned a_tile, unsigned b_tile, f
     WgmmaFp8<kN, false, kBE5M2>::ss(acc, kmajor_desc<kD>(a_tile + 32 * kc), kmajor_desc<kD>(b_tile + 32 * kc),
                                     kc);
   wgmma_commit();
+}
+
+/// One warpgroup's m64nN product over head_dim (N = kN = kCols<kD> queries): acc = Σ_kc A[64 keys,
+/// kc]·B[kN queries, kc]ᵀ, A the warpgroup's 64 rows of a K̂ or V̂ tile and B kN rows of a Q̂ or dÔ
+/// query tile (both [rows][kD] K-major, kD-byte swizzle, by descriptor; b_tile: the first row, a
+/// multiple of 8 rows in), k-steps kc = 0, 1, ... in order from a zero accumulator; committed and
+/// waited for. Sᵀ: (a_tile = K̂, b_tile = Q̂, E4M3 x E4M3); dPᵀ: (V̂, dÔ, E4M3 x do_format: kBE5M2).
+template <int kD, bool kBE5M2, int kNT>
+__device__ __forceinline__ void tile_product(unsigned a_tile, unsigned b_tile, float (&acc)[kNT][4]) {
+  tile_issue<kD, kBE5M2>(a_tile, b_tile, acc);
   wgmma_wait<0>();
   fence_regs(acc);
 }

@@ -221,82 +221,132 @@ TEST_P(FlashBackwardWgmma, MatchesMmaSyncFlavorOnCodes) {
       }
 }
 
-// dQ by TMA bulk reduces (BackwardParams::dq_tma = 1: staged in the spent operand stage) adds
-// what the atomics add: dQ within FP32 summation order of the atomics' (rel. L2 <= 1e-5, and every
-// element within 1e-5 of the tile's largest), dK, dV and the residual sums unchanged bit for bit
-// (fixed order; the dQ path touches neither; both poisoned before each run), the pad rows Tq..Tq_p
-// exactly 0, every element finite. Tq_p not a multiple of 128 (the last query block's box clips at the head's
-// end), several heads, GQA, Tq != Tk, causal or not, with and without residual sums (both
-// instantiations of each).
-TEST_P(FlashBackwardWgmma, DqByTmaAddsWhatTheAtomicsAdd) {
+// The wgmma kernel's variants (BackwardParams::dq_tma: dQ staged in the spent operand stage and
+// added by TMA bulk reduces; sdp_overlap: Sᵀ and dPᵀ issued together, head_dim 64 only) against
+// the default (atomics, one product after the other): dK, dV and the residual sums the same bits
+// (the variants change neither their products nor their order of addition; both poisoned before
+// each run), dQ within FP32 atomic order (rel. L2 <= 1e-5, every element within 1e-5 of the
+// largest), the pad rows Tq..Tq_p exactly 0, everything finite. Tq_p not a multiple of 128 (the
+// last query block's box clips at the head's end), several heads, GQA, Tq != Tk, causal or not, a
+// long walk (64 tile steps a CTA: the stage ring's reuse many times over), both dO formats, with
+// and without residual sums; each variant run twice. An explicit dq_tma / sdp_overlap overrides
+// the environment; -1 reads it.
+TEST_P(FlashBackwardWgmma, VariantsAddWhatTheDefaultAdds) {
   OCTET_REQUIRE_SM90();
   const int64_t D = GetParam();
-  const test::BackwardDims dims[] = {{2, 8, 2, 300, 300, D, 128, 128, true},
-                                     {3, 4, 4, 257, 520, D, 128, 128, true},
-                                     {2, 6, 3, 400, 256, D, 128, 128, false}};
-  for (const test::BackwardDims& c : dims)
+  struct Run {
+    test::BackwardDims c;
+    Format dof;
+  };
+  const Run runs[] = {{{2, 8, 2, 300, 300, D, 128, 128, true}, Format::E5M2},
+                      {{3, 4, 4, 257, 520, D, 128, 128, true}, Format::E4M3},
+                      {{2, 6, 3, 400, 256, D, 128, 128, false}, Format::E5M2},
+                      {{1, 8, 2, 2048, 2048, D, 128, 128, false}, Format::E5M2}};
+  struct Variant {
+    int dq_tma, sdp_overlap;
+  };
+  const Variant variants[] = {{1, 0}, {0, 1}, {1, 1}};
+  for (const Run& run : runs)
     for (bool residual : {false, true}) {
-      test::BackwardCodes bc(c, Format::E5M2, 17);
+      const test::BackwardDims& c = run.c;
+      test::BackwardCodes bc(c, run.dof, 17);
       fl::BackwardParams& p = bc.p;
       p.bwd_kernel = fl::BackwardKernel::Wgmma;
       p.res_sums = residual ? bc.res_sums.p : nullptr;
       const std::string what = "D" + std::to_string(c.D) + " B" + std::to_string(c.B) + " H" +
                                std::to_string(c.H) + "/G" + std::to_string(c.G) + " " + std::to_string(c.Tq) +
-                               "x" + std::to_string(c.Tk) + (c.causal ? " causal" : "") +
-                               (residual ? " residual sums" : "");
+                               "x" + std::to_string(c.Tk) + (c.causal ? " causal" : "") + " dO " +
+                               to_string(run.dof) + (residual ? " residual sums" : "");
       fl::run_delta(p, nullptr);
-      std::vector<float> out[2][3];  // atomics, TMA x (dq, dk, dv)
-      std::vector<double> res[2];
-      for (int tma = 0; tma < 2; ++tma) {
-        p.dq_tma = tma;
+      auto once = [&](const Variant& v, std::vector<float>(&out)[3], std::vector<double>& res) {
+        p.dq_tma = v.dq_tma, p.sdp_overlap = v.sdp_overlap;
         for (test::Dev<float>* d : {&bc.dq, &bc.dk, &bc.dv})
           OCTET_CUDA_CHECK(cudaMemset(d->p, 0xFF, d->n * sizeof(float)));  // NaN (dQ is zeroed first)
         fl::run_backward_main(p, nullptr);
-        out[tma][0] = bc.dq.get(), out[tma][1] = bc.dk.get(), out[tma][2] = bc.dv.get();
-        if (residual) res[tma] = bc.res_sums.get();
-      }
-      const double e = rel_l2(out[1][0], out[0][0]);
-      std::printf("[wgmma bwd] %-40s dQ by TMA vs atomics: rel. L2 %.1e\n", what.c_str(), e);
-      EXPECT_LE(e, 1e-5) << what;
-      EXPECT_EQ(out[1][1], out[0][1]) << what << ": dK moved";
-      EXPECT_EQ(out[1][2], out[0][2]) << what << ": dV moved";
-      if (residual) {
-        ASSERT_EQ(res[1].size(), res[0].size());
-        for (size_t i = 0; i < res[0].size(); ++i)
-          ASSERT_NEAR(res[1][i], res[0][i], 1e-9 * (1.0 + std::fabs(res[0][i])))
-              << what << " residual sum " << i;
-      }
+        out[0] = bc.dq.get(), out[1] = bc.dk.get(), out[2] = bc.dv.get();
+        if (residual) res = bc.res_sums.get();
+      };
+      std::vector<float> base[3];
+      std::vector<double> base_res;
+      once({0, 0}, base, base_res);
       double peak = 0, norm = 0;
-      for (float x : out[0][0]) peak = std::max(peak, double(std::fabs(x))), norm += double(x) * x;
+      for (float x : base[0]) peak = std::max(peak, double(std::fabs(x))), norm += double(x) * x;
       ASSERT_GT(norm, 0.0) << what << ": dQ must not be trivially zero";
-      for (int64_t bh = 0; bh < c.B * c.H; ++bh)
-        for (int64_t i = 0; i < bc.Tq_p; ++i)
-          for (int64_t d = 0; d < c.D; ++d) {
-            const size_t at = size_t((bh * bc.Tq_p + i) * c.D + d);
-            const float x = out[1][0][at];
-            ASSERT_TRUE(std::isfinite(x)) << what << ": dQ[" << bh << "][" << i << "][" << d << "]";
-            if (i >= c.Tq)
-              ASSERT_EQ(x, 0.0f) << what << ": pad row " << i << " of head " << bh;
-            else
-              ASSERT_LE(std::fabs(double(x) - out[0][0][at]), 1e-5 * peak)
-                  << what << ": dQ[" << bh << "][" << i << "][" << d << "]";
+      for (const Variant& v : variants)
+        for (int again = 0; again < 2; ++again) {
+          const std::string at = what + " dq_tma " + std::to_string(v.dq_tma) + " sdp_overlap " +
+                                 std::to_string(v.sdp_overlap) + (again ? " (again)" : "");
+          std::vector<float> out[3];
+          std::vector<double> res;
+          once(v, out, res);
+          const double e = rel_l2(out[0], base[0]);
+          if (!again) std::printf("[wgmma bwd] %-58s dQ vs default: rel. L2 %.1e\n", at.c_str(), e);
+          EXPECT_LE(e, 1e-5) << at;
+          EXPECT_EQ(out[1], base[1]) << at << ": dK moved";
+          EXPECT_EQ(out[2], base[2]) << at << ": dV moved";
+          if (residual) {
+            ASSERT_EQ(res.size(), base_res.size());
+            for (size_t i = 0; i < res.size(); ++i)
+              ASSERT_NEAR(res[i], base_res[i], 1e-9 * (1.0 + std::fabs(base_res[i])))
+                  << at << " residual sum " << i;
           }
-      if (HasFailure()) return;
+          for (int64_t bh = 0; bh < c.B * c.H; ++bh)
+            for (int64_t i = 0; i < bc.Tq_p; ++i)
+              for (int64_t d = 0; d < c.D; ++d) {
+                const size_t k = size_t((bh * bc.Tq_p + i) * c.D + d);
+                const float x = out[0][k];
+                ASSERT_TRUE(std::isfinite(x)) << at << ": dQ[" << bh << "][" << i << "][" << d << "]";
+                if (i >= c.Tq)
+                  ASSERT_EQ(x, 0.0f) << at << ": pad row " << i << " of head " << bh;
+                else
+                  ASSERT_LE(std::fabs(double(x) - base[0][k]), 1e-5 * peak)
+                      << at << ": dQ[" << bh << "][" << i << "][" << d << "]";
+              }
+          if (HasFailure()) return;
+        }
     }
-  {
-    test::ScopedEnv env("OCTET_FLASH_BWD_DQ_TMA", "1");
-    EXPECT_TRUE(fl::backward_dq_tma());
-  }
-  {
-    test::ScopedEnv env("OCTET_FLASH_BWD_DQ_TMA", nullptr);
-    EXPECT_FALSE(fl::backward_dq_tma()) << "atomics stay the default until the TMA path is timed";
-  }
-  test::ScopedEnv env("OCTET_FLASH_BWD_DQ_TMA", "yes");
-  try {
-    (void)fl::backward_dq_tma();
-    ADD_FAILURE() << "OCTET_FLASH_BWD_DQ_TMA=yes accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("OCTET_FLASH_BWD_DQ_TMA"), std::string::npos) << e.what();
+}
+
+// OCTET_FLASH_BWD_DQ_TMA and OCTET_FLASH_BWD_OVERLAP: 0, 1 or unset (0: the defaults until the
+// variants are timed); anything else an octet::Error naming the variable, raised only when a call
+// reads it (dq_tma / sdp_overlap -1), not when the call sets the value itself.
+TEST(FlashBackwardWgmmaEnv, VariantSwitches) {
+  OCTET_REQUIRE_SM90();
+  struct Switch {
+    const char* name;
+    bool (*read)();
+    int fl::BackwardParams::*field;
+  };
+  const Switch switches[] = {
+      {"OCTET_FLASH_BWD_DQ_TMA", fl::backward_dq_tma, &fl::BackwardParams::dq_tma},
+      {"OCTET_FLASH_BWD_OVERLAP", fl::backward_sdp_overlap, &fl::BackwardParams::sdp_overlap}};
+  for (const Switch& sw : switches) {
+    {
+      test::ScopedEnv env(sw.name, "1");
+      EXPECT_TRUE(sw.read()) << sw.name;
+    }
+    {
+      test::ScopedEnv env(sw.name, nullptr);
+      EXPECT_FALSE(sw.read()) << sw.name << ": the default until timed";
+    }
+    test::ScopedEnv env(sw.name, "yes");
+    test::BackwardCodes bc({1, 2, 2, 130, 130, 64, 128, 128, true}, Format::E5M2, 3);
+    fl::BackwardParams& p = bc.p;
+    p.bwd_kernel = fl::BackwardKernel::Wgmma;
+    fl::run_delta(p, nullptr);
+    for (int v : {0, 1}) {
+      p.*sw.field = v;
+      EXPECT_NO_THROW(fl::run_backward_main(p, nullptr))
+          << sw.name << ": an explicit " << v << " reads no environment";
+    }
+    p.*sw.field = -1;
+    try {
+      fl::run_backward_main(p, nullptr);
+      ADD_FAILURE() << sw.name << "=yes accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(sw.name), std::string::npos) << e.what();
+    }
+    OCTET_CUDA_CHECK(cudaDeviceSynchronize());
   }
 }
 
