@@ -63,7 +63,10 @@
 #     forward kernel and the backward's kernels at OCTET_NCU_CASE (default b4-h16-d128-s4096), one
 #     call each -> ncu-attention.txt; OCTET_NCU_KERNELS (a regex of kernel names), OCTET_NCU_COUNT
 #     (launches, default 6) and OCTET_NCU_ROWS (the bench rows run, default octet-fp8-flash-kernels)
-#     narrow it
+#     narrow it; OCTET_NCU_SOURCE=1 adds one more profile of the first launch matching
+#     OCTET_NCU_KERNELS (default wgmma_backward_kernel) with its warp-state samples per SASS
+#     instruction -> ncu-source.txt (bench/ncu_stalls.py: by opcode, and the top instructions),
+#     ncu-source-sass.csv
 #   compare: results/gpt2-small-compare.toml on data/linux-docs (carried as .cuda-carry/linux-docs.tar.xz
 #     with its tokenizer cache, OCTET_CARRY_CACHE in pack_gpu_carry.sh); OCTET_COMPARE_ARGS adds
 #     options (e.g. "--set train.steps=300"); summary, metrics and log -> compare.tgz. Its time
@@ -201,7 +204,20 @@ for (case, impl, dt), by in sorted(rows.items()):
             "$OUT/ncu-attention.txt" | head -60
           # the stall reasons above 0.1 cycles per issued instruction, per kernel
           awk '/^  [a-z_].*\(/ {print $1, $2} /issue_stalled_.*ratio/ && $NF + 0 > 0.1 {print "   ", $1, $NF}' \
-            "$OUT/ncu-attention.txt" | head -60 ;;
+            "$OUT/ncu-attention.txt" | head -60
+          if [ "${OCTET_NCU_SOURCE:-0}" = 1 ]; then
+            # where the warps wait, per SASS instruction: the first matching launch's warp-state
+            # samples (SourceCounters), summed by opcode and listed for the top instructions
+            timeout 300 ncu --clock-control none --kernel-name regex:"${OCTET_NCU_KERNELS:-wgmma_backward_kernel}" \
+              --launch-count 1 --section SourceCounters --section WarpStateStats -f -o "$OUT/ncu-source" \
+              "$BIN/octet" bench attention --cases "${OCTET_NCU_CASE:-b4-h16-d128-s4096}" \
+              --rows "${OCTET_NCU_ROWS:-octet-fp8-flash-kernels}" --reps 1 --warmup 0 --peer '' > /dev/null 2>&1
+            echo "ncu-source rc=$?"
+            ncu --import "$OUT/ncu-source.ncu-rep" --page source --csv --print-source sass \
+              > "$OUT/ncu-source-sass.csv" 2> "$OUT/ncu-source.err"
+            python3 bench/ncu_stalls.py "$OUT/ncu-source-sass.csv" | tee "$OUT/ncu-source.txt" | head -70
+            rm -f "$OUT/ncu-source.ncu-rep"
+          fi ;;
     hf-llama)
           : > "$OUT/hf-llama.jsonl"; : > "$OUT/hf-llama.err"
           pyext=${OCTET_PYEXT:-/tmp/octet-pyext}
