@@ -5,7 +5,7 @@
 # Binaries are built on the development machine (nvcc, -arch sm_90a) and carried with their
 # non-system shared libraries:
 #   tools: bench/pack_gpu_carry.sh builds .cuda-carry/{bin,lib}; this script runs from the repo root.
-# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [attention-ab] [attention-pack] [train] [bench-train] [hf-llama] [hf-llama-fsdp] [torch-tests] [torch-attention] [ncu-attention]
+# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [attention-ab] [attention-pack] [train] [bench-train] [hf-llama] [hf-llama-fsdp] [torch-tests] [torch-attention] [ncu-attention] [sanitize]
 #   [bench-train-profile] [compare] (default: tests gemm quantize attention train); logs in $OUT (at
 #   most 8 files come back).
 #   bench-train: within OCTET_BENCH_TRAIN_TIMEOUT seconds (default 360) -> bench-train.jsonl, a table:
@@ -67,6 +67,11 @@
 #     OCTET_NCU_KERNELS (default wgmma_backward_kernel) with its warp-state samples per SASS
 #     instruction -> ncu-source.txt (bench/ncu_stalls.py: by opcode, and the top instructions),
 #     ncu-source-sass.csv
+#   sanitize: compute-sanitizer memcheck and racecheck (--error-exitcode 3) of test_cuda's
+#     OCTET_SANITIZE_TESTS (a gtest filter; default the flash backward's zeros-and-keyless tests, both
+#     flavors and head_dims) under each of OCTET_SANITIZE_ENVS (default "base OCTET_FLASH_BWD_DQ_TMA=1
+#     OCTET_FLASH_BWD_OVERLAP=1"; a value is base or a comma-separated VAR=VALUE list), each run
+#     within OCTET_SANITIZE_TIMEOUT seconds (240) -> sanitize.log
 #   compare: results/gpt2-small-compare.toml on data/linux-docs (carried as .cuda-carry/linux-docs.tar.xz
 #     with its tokenizer cache, OCTET_CARRY_CACHE in pack_gpu_carry.sh); OCTET_COMPARE_ARGS adds
 #     options (e.g. "--set train.steps=300"); summary, metrics and log -> compare.tgz. Its time
@@ -78,7 +83,7 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$PWD/.cuda-carry/lib:${LD_LIBRARY_PATH:-}
 BIN=${OCTET_BIN_DIR:-$PWD/.cuda-carry/bin}  # where octet and test_cuda are (e.g. OCTET_BIN_DIR=build/cuda for bench steps)
 steps=${*:-tests gemm quantize attention train}
-known=" tests gemm quantize ops attention attention-ab attention-pack train bench-train bench-train-profile hf-llama hf-llama-fsdp torch-tests torch-attention ncu-attention compare "
+known=" tests gemm quantize ops attention attention-ab attention-pack train bench-train bench-train-profile hf-llama hf-llama-fsdp torch-tests torch-attention ncu-attention sanitize compare "
 for s in $steps; do  # every name checked before any step runs
   case $known in *" $s "*) ;; *) echo "gpu_run.sh: unknown step '$s' (steps:$known)" >&2; exit 2 ;; esac
 done
@@ -270,6 +275,21 @@ for arm, pair in runs.items():
     t1, tn, world = one["tokens_per_s"], many["tokens_per_s"], many["world"]
     print(f"{arm:28} 1 GPU {t1:9.0f} {world} GPUs {tn:9.0f} tokens/s ({tn / t1:.2f}x) "
           f"max loss rel diff {d:.2e}")' "$OUT/hf-llama-fsdp.jsonl" ;;
+    sanitize)
+          # compute-sanitizer's memcheck and racecheck of small flash tests under each environment
+          for env_set in ${OCTET_SANITIZE_ENVS:-base OCTET_FLASH_BWD_DQ_TMA=1 OCTET_FLASH_BWD_OVERLAP=1}; do
+            set_env=()
+            [ "$env_set" = base ] || IFS=, read -r -a set_env <<< "$env_set"
+            for tool in memcheck racecheck; do
+              echo "== $tool under $env_set" | tee -a "$OUT/sanitize.log"
+              env "${set_env[@]}" timeout "${OCTET_SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool $tool \
+                --error-exitcode 3 "$BIN/test_cuda" --gtest_color=no \
+                --gtest_filter="${OCTET_SANITIZE_TESTS:-HeadDim/FlashBackwardWgmma.ZerosAndRowsWithoutKeys/*:FlashBackward.ZerosAndRowsWithoutKeys}" \
+                >> "$OUT/sanitize.log" 2>&1
+              echo "$tool under $env_set rc=$?" | tee -a "$OUT/sanitize.log"
+              grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitize.log" | tail -3
+            done
+          done ;;
     torch-tests)
           PYTHONPATH=$PWD/python:$PWD/tests/python${PYTHONPATH:+:$PYTHONPATH} \
             OCTET_LIBRARY=${OCTET_LIBRARY:-$PWD/.cuda-carry/lib/liboctet_c.so} \
