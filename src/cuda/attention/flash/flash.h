@@ -156,7 +156,7 @@ struct BackwardParams : ForwardParams {
   /// issued at once, P formed while dPᵀ runs and dS before dV's product (FlashAttention-3's overlap
   /// inside a warpgroup); 0 one after the other; −1: backward_sdp_overlap(). The same bits either
   /// way (each product from a zero accumulator in its own k order). Ignored at head_dim 128 (there
-  /// the in-flight product spills registers) and by the mma.sync kernels.
+  /// the in-flight product does not fit the registers) and by the mma.sync kernels.
   int sdp_overlap = -1;
 };
 

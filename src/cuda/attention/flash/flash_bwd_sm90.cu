@@ -72,8 +72,8 @@ struct BackwardMaps {
 };
 
 // The main kernel's shared memory (offsets from a 1024-byte aligned base; every tile 1024-aligned):
-// K̂, V̂ [kBN][kD] (kD-byte swizzle), K̂ᵀ [kD][kBN], dŜ [kBM][kBN] (128-byte swizzle; at head_dim
-// 128 the same space first parks half 0's FP32 dS, kPark bytes: [element][thread] float4s); 2
+// K̂, V̂ [kBN][kD] (kD-byte swizzle), K̂ᵀ [kD][kBN], dŜ [kBM][kBN] (128-byte swizzle; the same
+// space first parks half 0's FP32 dS, kPark bytes: [element][thread] float4s); 2
 // stages of Q̂, dÔ [kBM][kD] (permuted rows, kD-byte swizzle), Q̂ᵀ, (dO/l)~ᵀ [kD][kBM] (128-byte
 // swizzle); 2 ColStats; the mbarriers (the key block's, one per stage). head_dim 64: 126 KiB; 128:
 // 214 KiB (of the 227 KiB an sm_90 CTA may have).
@@ -81,7 +81,7 @@ template <int kD>
 struct MainLayout {
   static constexpr int kRows = kBN * kD;  // one K̂, V̂, K̂ᵀ, Q̂, dÔ, Q̂ᵀ or (dO/l)~ᵀ tile
   static constexpr int kK = 0, kV = kRows, kKt = 2 * kRows, kDs = 3 * kRows;
-  static constexpr int kPark = bwdw::kCols<kD> == kBM ? 0 : kThreads * (bwdw::kCols<kD> / 8) * 4 * 4;
+  static constexpr int kPark = kThreads * (bwdw::kCols<kD> / 8) * 4 * 4;
   static constexpr int kStage0 = kDs + (kPark > kBM * kBN ? kPark : kBM * kBN);
   static constexpr int kStage = 4 * kRows;  // + 0: Q̂, + kRows: dÔ, + 2 kRows: Q̂ᵀ, + 3: (dO/l)~ᵀ
   static constexpr int kStats = kStage0 + 2 * kStage;
@@ -275,9 +275,8 @@ __device__ __forceinline__ void stage_dq(unsigned stage, const Lane& ln, const f
 template <int kD, bool kDoE5M2, bool kDsE5M2, bool kRes, bool kDqTma, bool kOverlap>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_backward_kernel(const BackwardParams p, const __grid_constant__ BackwardMaps maps) {
-  // At head_dim 128 the in-flight dPᵀ beside dK, dV, Sᵀ and P̃ spills registers (164 bytes), and a
-  // spill between a wgmma's issue and its wait would read the accumulator before the tensor core
-  // wrote it: the overlap exists at head_dim 64 only (255 registers, no spill).
+  // At head_dim 128 the in-flight dPᵀ beside dK, dV, Sᵀ and P̃ does not fit the registers (ptxas
+  // spilled 164 bytes a thread): the overlap exists at head_dim 64 only (255 registers, no spill).
   static_assert(!kOverlap || kD == 64, "the Sᵀ/dPᵀ overlap at head_dim 64 only");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = MainLayout<kD>;
@@ -373,49 +372,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     const ColStats& cs = stats[n % 2];
     const bool full = bwd::tile_full(p, i0, kBM, j0, kBN);  // CTA-uniform
 
-    // Sᵀ → P → dV; dPᵀ → dS = P∘(dP − D); the lane's |dS| amax bits; the tile's power-of-two
-    // scale over both warpgroups (bwd::cta_amax) and dŜᵀ's A fragments over the 128 queries.
+    // Sᵀ → P → dV; dPᵀ → dS = P∘(dP − D) (kOverlap: dS before dV); the lane's |dS| amax bits; the
+    // tile's power-of-two scale over both warpgroups (bwd::cta_amax) and dŜᵀ's A fragments over
+    // the 128 queries.
     unsigned amax = 0;
     uint32_t dsa[kBM / 32][4];
     float scale;
-    if constexpr (bwdw::kCols<kD> == kBM) {
-      // The whole tile in one product each.
-      float s[kBN / 8][4];
-      uint32_t pa[kBM / 32][4];
-      if constexpr (kOverlap) {
-        // Sᵀ and dPᵀ issued together; P formed while dPᵀ runs; dS before dV (dV's accumulator
-        // not live beside dP's).
-        float dp[kBN / 8][4];
-        bwdw::tile_issue<kD, false>(a_k, stage, s);
-        bwdw::tile_issue<kD, kDoE5M2>(a_v, stage + L::kRows, dp);
-        wgmma_wait<1>();
-        fence_regs(s);
-        if constexpr (kDqTma) prefetch(n);
-        if (full)
-          bwdw::tile_prob<true>(cs, ln, kbase, 0, sc.s_scale, s, pa);
-        else
-          bwdw::tile_prob<false>(cs, ln, kbase, 0, sc.s_scale, s, pa);
-        wgmma_wait<0>();
-        fence_regs(dp);
-        dp_to_ds<kRes>(p, cs, ln, kbase, 0, sc, bh, i0, full, dp, s, amax);
-        dv_product<kD, kDoE5M2, kD>(stage + 3 * L::kRows, pa, dv);
-      } else {
-        bwdw::tile_product<kD, false>(a_k, stage, s);
-        if constexpr (kDqTma) prefetch(n);
-        if (full)
-          bwdw::tile_prob<true>(cs, ln, kbase, 0, sc.s_scale, s, pa);
-        else
-          bwdw::tile_prob<false>(cs, ln, kbase, 0, sc.s_scale, s, pa);
-        dv_product<kD, kDoE5M2, kD>(stage + 3 * L::kRows, pa, dv);
-        tile_ds<kD, kDoE5M2, kRes>(p, cs, ln, kbase, 0, sc, bh, i0, full, a_v, stage + L::kRows, s, amax);
-      }
-      scale = scale_from_amax(bwd::cta_amax(amax, amax_slots), p.ds_format, 0, true);
-      bwd::to_a_frags<kBN>(s, scale, p.ds_format, dsa);
-    } else {
+    {
       // Two 64-query halves h (bwdw::kCols): Sᵀ_h → P_h, P̃_h fragments; after half 1's P, dV +=
-      // P̃ᵀ(dO/l)~ over all 128 queries (as at head_dim 64) in two 64-column parts of head_dim;
-      // dPᵀ_h → dS_h. Half 0's dS waits in shared memory (each thread its own FP32 values, in the
-      // dŜ tile's space) until the amax covers the whole 128 x 128 scale tile.
+      // P̃ᵀ(dO/l)~ over all 128 queries in 64-column parts of head_dim; dPᵀ_h → dS_h (kOverlap:
+      // Sᵀ_h and dPᵀ_h issued together, P_h formed while dPᵀ_h runs, dV after half 1's dS). Half
+      // 0's dS waits in shared memory (each thread its own FP32 values, in the dŜ tile's space)
+      // until the amax covers the whole 128 x 128 scale tile.
       constexpr int kN = bwdw::kCols<kD>;
       float4* const park = reinterpret_cast<float4*>(smem + L::kDs) + tid;
       uint32_t pa[kBM / 32][4];  // P̃ᵀ fragments over the 128 queries (half h: pa[kN / 32 · h..])
@@ -773,20 +741,20 @@ void bwd_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
     constexpr int kD = decltype(d)::value;
     constexpr bool kDo = decltype(d5)::value, kDs = decltype(s5)::value;
     const int bytes = MainLayout<kD>::kBytes;
-    auto go = [&](auto res, auto tma, auto overlap) {
-      launch(wgmma_backward_kernel<kD, kDo, kDs, decltype(res)::value, decltype(tma)::value,
+    auto go = [&](auto with_res, auto tma, auto overlap) {
+      launch(wgmma_backward_kernel<kD, kDo, kDs, decltype(with_res)::value, decltype(tma)::value,
                                    decltype(overlap)::value>,
              blocks, bytes, p, true, stream);
     };
     // The overlap at head_dim 64 only (kOverlapDims).
-    auto variant = [&](auto res) {
+    auto variant = [&](auto with_res) {
       if constexpr (kD == 64) {
         if (p.sdp_overlap) {
-          p.dq_tma ? go(res, T{}, T{}) : go(res, F{}, T{});
+          p.dq_tma ? go(with_res, T{}, T{}) : go(with_res, F{}, T{});
           return;
         }
       }
-      p.dq_tma ? go(res, T{}, F{}) : go(res, F{}, F{});
+      p.dq_tma ? go(with_res, T{}, F{}) : go(with_res, F{}, F{});
     };
     p.res_sums ? variant(T{}) : variant(F{});
   };

@@ -8,9 +8,9 @@
 //
 // Geometry: a tile is kBM = 128 queries x kBN = 128 keys (the dS scale tile block_q x block_k).
 // Two warpgroups; warpgroup wg owns the 64 keys 64wg.. of the tile, its warp w the 16 keys
-// 64wg + 16w.. . One Sᵀ or dPᵀ product covers kCols<kD> queries of the tile: all 128 at head_dim
-// 64 (wgmma m64n128k32), a 64-query half at head_dim 128 (m64n64k32, queries 64h.. of half h: the
-// dK, dV accumulators take 128 of the 255 registers there; docs/cuda.md). Its accumulator
+// 64wg + 16w.. . One Sᵀ or dPᵀ product covers kCols<kD> queries of the tile: a 64-query half at
+// both head_dims (m64n64k32, queries 64h.. of half h: at head_dim 128 the dK, dV accumulators take
+// 128 of the 255 registers; at 64 a whole-tile m64n128 product spilled; docs/cuda.md). Its accumulator
 // (flash_wgmma_sm90.cuh fragments) holds, for lane (g, t), keys 16w + g (elements 0, 1) and 16w + g + 8
 // (2, 3) of n-tile i, columns 2t, 2t + 1. The query rows of the B operand (Q̂, dÔ) are stored
 // permuted (flash_bwd_sm90.cu's TMA boxes land them so), row r = query s_key(r / 8, r % 8)
