@@ -1,0 +1,168 @@
+"""The machine code of the Hopper attention kernels, read without a GPU: `cuobjdump` (NVIDIA's
+nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels, which ./dev installs) on the CUDA build's
+`octet` binary (build/cuda, or OCTET_CUDA_BUILD). Skipped when there is no CUDA build (no nvcc).
+
+- Registers (`cuobjdump -res-usage`): the default flash backward kernels
+  (src/cuda/attention/flash/flash_bwd_sm90.cu wgmma_backward_kernel without residual sums, dQ by
+  TMA or the Sᵀ/dPᵀ overlap), every overlap kernel, the matched-delta pre-pass and the forward
+  spill nothing (STACK 0): a spill there is a slowdown, and in the overlap kernels it could fall
+  between a wgmma's issue and its wait. The overlap exists at head_dim 64 only; the pre-pass fits
+  two CTAs an SM (<= 128 registers).
+- The overlap (BackwardParams::sdp_overlap): in every overlap kernel each `WARPGROUP.DEPBAR.LE
+  gsb0, 0x1` (the wait for Sᵀ with dPᵀ still in flight) is followed by >= 100 instructions before
+  the wait for dPᵀ (`DEPBAR.LE gsb0, 0x0`), and none of them reads or writes dPᵀ's 32 accumulator
+  registers (the second group's QGMMA destination and the 31 after it).
+"""
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUILD = pathlib.Path(os.environ.get("OCTET_CUDA_BUILD", ROOT / "build" / "cuda"))
+OCTET = BUILD / "octet"
+BACKWARD = re.compile(r"wgmma_backward_kernelILi(\d+)ELb([01])ELb([01])ELb([01])ELb([01])ELb([01])E")
+
+
+def tool(name):
+    """cuobjdump / nvdisasm: from the venv's NVIDIA wheel, else PATH."""
+    for base in map(pathlib.Path, sys.path):
+        p = base / "nvidia" / "cu13" / "bin" / name
+        if p.is_file() and os.access(p, os.X_OK):
+            return str(p)
+    return shutil.which(name)
+
+
+CUOBJDUMP = tool("cuobjdump")
+pytestmark = [
+    pytest.mark.skipif(not OCTET.is_file(), reason=f"no CUDA build at {BUILD} (./dev test builds one when nvcc is found)"),
+    pytest.mark.skipif(CUOBJDUMP is None or tool("nvdisasm") is None,
+                       reason="no cuobjdump/nvdisasm (./dev installs nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm)"),
+]
+
+
+def cuobjdump(*args):
+    env = dict(os.environ, PATH=str(pathlib.Path(CUOBJDUMP).parent) + os.pathsep + os.environ.get("PATH", ""))
+    r = subprocess.run([CUOBJDUMP, *args, str(OCTET)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def resources():
+    """{mangled kernel name: {'REG': n, 'STACK': n, ...}} of the sm_90a code in the binary."""
+    out, name = {}, None
+    for line in cuobjdump("-res-usage").splitlines():
+        m = re.match(r"\s*Function (\S+):", line)
+        if m:
+            name = m.group(1)
+            continue
+        if name and "REG:" in line:
+            out[name] = {k: int(v) for k, v in re.findall(r"(\w+):(\d+)", line)}
+            name = None
+    return out
+
+
+def backward_kernels(res):
+    """[(name, (D, do_e5m2, ds_e5m2, res, dq_tma, overlap), usage)] of wgmma_backward_kernel."""
+    found = []
+    for name, usage in res.items():
+        m = BACKWARD.search(name)
+        if m:
+            found.append((name, tuple(int(x) for x in m.groups()), usage))
+    return found
+
+
+def test_the_attention_kernels_do_not_spill():
+    res = resources()
+    bwd = backward_kernels(res)
+    defaults = [k for k in bwd if k[1][3:] == (0, 0, 0)]
+    overlap = [k for k in bwd if k[1][5] == 1]
+    assert len(defaults) == 8, "the default backward: 2 head_dims x 4 format pairs"
+    assert len(overlap) == 16 and all(k[1][0] == 64 for k in overlap), "the overlap: head_dim 64 only"
+    for name, args, usage in defaults + overlap:
+        assert usage["STACK"] == 0 and usage["REG"] <= 255, (args, usage)
+    delta = [u for n, u in res.items() if "wgmma_delta_kernel" in n]
+    forward = [u for n, u in res.items() if "tma_forward_kernel" in n]
+    assert len(delta) == 4 and forward
+    for usage in delta:
+        assert usage["STACK"] == 0 and usage["REG"] <= 128, usage  # two CTAs an SM
+    for usage in forward:
+        assert usage["STACK"] == 0, usage
+
+
+def registers(operands, width):
+    """The register numbers an instruction's operand text names (R<n>, each `width` wide)."""
+    regs = set()
+    for n in re.findall(r"\bR(\d+)\b", operands):
+        regs.update(range(int(n), int(n) + width))
+    return regs
+
+
+def instructions(sass):
+    """[(opcode with modifiers, operand text)] of a SASS listing."""
+    out = []
+    for line in sass.splitlines():
+        m = re.search(r"/\*[0-9a-f]{4,6}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][^\s;]*)\s*([^;]*);", line)
+        if m:
+            out.append((m.group(1), m.group(2)))
+    return out
+
+
+def overlap_windows(ins):
+    """[instructions between the two waits] of each `DEPBAR.LE gsb0, 0x1` in `ins`; raises
+    AssertionError naming the first instruction that touches the in-flight group's 32 accumulator
+    registers before its wait."""
+    windows = []
+    for k, (op, text) in enumerate(ins):
+        if not (op.startswith("WARPGROUP.DEPBAR") and text.replace(" ", "").endswith("0x1")):
+            continue
+        j = k - 1  # the last QGMMA before the wait: the in-flight group's (dPᵀ's)
+        while not ins[j][0].startswith("QGMMA"):
+            j -= 1
+        base = int(re.match(r"\s*R(\d+)", ins[j][1]).group(1))
+        acc = set(range(base, base + 32))
+        m = k + 1
+        while not (ins[m][0].startswith("WARPGROUP.DEPBAR") and ins[m][1].replace(" ", "").endswith("0x0")):
+            op_m, text_m = ins[m]
+            if not op_m.startswith("QGMMA"):
+                width = 4 if ".128" in op_m else 2 if ".64" in op_m else 1
+                touched = registers(text_m, width) & acc
+                assert not touched, f"{op_m} {text_m} touches R{min(touched)} before its wait"
+            m += 1
+        windows.append(m - k - 1)
+    return windows
+
+
+def test_the_window_check_sees_a_touch():
+    # two groups (S into R24.., dP into R56..), the wait for S, P's work, the wait for dP
+    sass = """
+        /*0010*/                   QGMMA.64x64x32.F32.E4M3.E4M3 R24, gdesc[UR4], RZ, !UPT ;
+        /*0020*/                   QGMMA.64x64x32.F32.E4M3.E4M3 R56, gdesc[UR8], RZ, !UPT ;
+        /*0030*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0040*/                   MUFU.EX2 R2, R24 ;
+        /*0050*/                   LDS.64 R54, [R3] ;
+        /*0060*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0070*/                   FMUL R57, R57, R2 ;
+    """
+    assert overlap_windows(instructions(sass)) == [2]
+    for bad in ("FMUL R80, R2, R2", "LDS.128 R54, [R3]", "@P0 STS [R4], R87"):
+        with pytest.raises(AssertionError, match="before its wait"):
+            overlap_windows(instructions(sass.replace("MUFU.EX2 R2, R24", bad)))
+
+
+def test_the_overlap_keeps_dp_in_flight_while_p_is_formed():
+    kernels = [k for k in backward_kernels(resources()) if k[1][5] == 1]
+    assert kernels
+    for name, args, _ in kernels:
+        ins = instructions(cuobjdump("-sass", "-fun", name))
+        assert any(op.startswith("QGMMA") for op, _ in ins), f"{args}: no SASS read for {name}"
+        try:
+            windows = overlap_windows(ins)
+        except AssertionError as e:
+            raise AssertionError(f"{args}: {e}") from None
+        assert len(windows) >= 2, f"{args}: {len(windows)} overlap windows (one per query half expected)"
+        assert min(windows) >= 100, f"{args}: only {min(windows)} instructions between the two waits"
