@@ -70,7 +70,7 @@
 #   sanitize: compute-sanitizer memcheck and racecheck (--error-exitcode 3) of test_cuda's
 #     OCTET_SANITIZE_TESTS (a gtest filter; default the flash backward's zeros-and-keyless tests, both
 #     flavors and head_dims) under each of OCTET_SANITIZE_ENVS (default "base OCTET_FLASH_BWD_DQ_TMA=1
-#     OCTET_FLASH_BWD_OVERLAP=1"; a value is base or a comma-separated VAR=VALUE list), each run
+#     OCTET_FLASH_BWD_SDP_OVERLAP=1"; a value is base or a comma-separated VAR=VALUE list), each run
 #     within OCTET_SANITIZE_TIMEOUT seconds (240) -> sanitize.log
 #   compare: results/gpt2-small-compare.toml on data/linux-docs (carried as .cuda-carry/linux-docs.tar.xz
 #     with its tokenizer cache, OCTET_CARRY_CACHE in pack_gpu_carry.sh); OCTET_COMPARE_ARGS adds
@@ -220,7 +220,7 @@ for (case, impl, dt), by in sorted(rows.items()):
             echo "ncu-source rc=$?"
             ncu --import "$OUT/ncu-source.ncu-rep" --page source --csv --print-source sass \
               > "$OUT/ncu-source-sass.csv" 2> "$OUT/ncu-source.err"
-            python3 bench/ncu_stalls.py "$OUT/ncu-source-sass.csv" | tee "$OUT/ncu-source.txt" | head -70
+            python3 bench/ncu_stalls.py "$OUT/ncu-source-sass.csv" 2>&1 | tee "$OUT/ncu-source.txt" | head -70
             rm -f "$OUT/ncu-source.ncu-rep"
           fi ;;
     hf-llama)
@@ -277,19 +277,25 @@ for arm, pair in runs.items():
           f"max loss rel diff {d:.2e}")' "$OUT/hf-llama-fsdp.jsonl" ;;
     sanitize)
           # compute-sanitizer's memcheck and racecheck of small flash tests under each environment
-          for env_set in ${OCTET_SANITIZE_ENVS:-base OCTET_FLASH_BWD_DQ_TMA=1 OCTET_FLASH_BWD_OVERLAP=1}; do
+          : > "$OUT/sanitize.log"
+          for env_set in ${OCTET_SANITIZE_ENVS:-base OCTET_FLASH_BWD_DQ_TMA=1 OCTET_FLASH_BWD_SDP_OVERLAP=1}; do
             set_env=()
             [ "$env_set" = base ] || IFS=, read -r -a set_env <<< "$env_set"
+            for a in "${set_env[@]}"; do
+              case $a in *=*) ;; *) echo "sanitize: '$a' in OCTET_SANITIZE_ENVS is not VAR=VALUE" >&2; continue 2 ;; esac
+            done
             for tool in memcheck racecheck; do
-              echo "== $tool under $env_set" | tee -a "$OUT/sanitize.log"
               env "${set_env[@]}" timeout "${OCTET_SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool $tool \
                 --error-exitcode 3 "$BIN/test_cuda" --gtest_color=no \
                 --gtest_filter="${OCTET_SANITIZE_TESTS:-HeadDim/FlashBackwardWgmma.ZerosAndRowsWithoutKeys/*:FlashBackward.ZerosAndRowsWithoutKeys}" \
-                >> "$OUT/sanitize.log" 2>&1
-              echo "$tool under $env_set rc=$?" | tee -a "$OUT/sanitize.log"
-              grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitize.log" | tail -3
+                > "$OUT/sanitize-run.log" 2>&1
+              rc=$?
+              { echo "== $tool under $env_set rc=$rc"; cat "$OUT/sanitize-run.log"; } >> "$OUT/sanitize.log"
+              echo "$tool under $env_set rc=$rc"
+              grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitize-run.log" | tail -3
             done
-          done ;;
+          done
+          rm -f "$OUT/sanitize-run.log" ;;
     torch-tests)
           PYTHONPATH=$PWD/python:$PWD/tests/python${PYTHONPATH:+:$PYTHONPATH} \
             OCTET_LIBRARY=${OCTET_LIBRARY:-$PWD/.cuda-carry/lib/liboctet_c.so} \

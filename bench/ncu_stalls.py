@@ -33,11 +33,14 @@ def opcode(sass):
 
 
 def number(text):
+    """A sample count, or None for text that is not one (an empty cell counts 0)."""
     text = text.replace(",", "").strip()
+    if not text:
+        return 0.0
     try:
         return float(text)
     except ValueError:
-        return 0.0
+        return None
 
 
 def parse(text):
@@ -49,6 +52,8 @@ def parse(text):
                          "(was the report collected with --section SourceCounters?)")
     reader = csv.reader(io.StringIO("\n".join(lines[start:])))
     header = next(reader)
+    if "Source" not in header:
+        raise ValueError(f"the header has no column named exactly 'Source': {header[:6]}")
     src = header.index("Source")
     all_col = next(i for i, h in enumerate(header) if ALL.search(h))
     aggregate = re.compile(r"warp stall sampling \((all|not-issued) samples\)", re.I)
@@ -58,8 +63,12 @@ def parse(text):
     for r in reader:
         if len(r) <= max(src, all_col):
             continue
-        rows.append({"sass": r[src], "samples": number(r[all_col]),
-                     "reasons": {header[i]: number(r[i]) for i in reason_cols if i < len(r)}})
+        samples = number(r[all_col])
+        if samples is None:
+            raise ValueError(f"'{r[all_col]}' in column '{header[all_col]}' is not a sample count "
+                             f"(instruction '{r[src].strip()}')")
+        rows.append({"sass": r[src], "samples": samples,
+                     "reasons": {header[i]: number(r[i]) or 0.0 for i in reason_cols if i < len(r)}})
     return rows, [header[i] for i in reason_cols]
 
 

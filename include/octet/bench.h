@@ -296,7 +296,7 @@ struct AttnBenchRow {
   /// atomics (flash.h backward_dq_tma; OCTET_FLASH_BWD_DQ_TMA sets it); −1 for the other rows.
   int bwd_dq_tma = -1;
   /// The wgmma backward's product order for the same rows: 1 Sᵀ and dPᵀ issued together (head_dim
-  /// 64 only), 0 one after the other (flash.h backward_sdp_overlap; OCTET_FLASH_BWD_OVERLAP sets
+  /// 64 only), 0 one after the other (flash.h backward_sdp_overlap; OCTET_FLASH_BWD_SDP_OVERLAP sets
   /// it); −1 for the other rows.
   int bwd_sdp_overlap = -1;
   /// The pack kernel of the operand glue for octet's rows from BF16 or F32 inputs: "staged" |

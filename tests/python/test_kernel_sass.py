@@ -53,16 +53,24 @@ def cuobjdump(*args):
 
 
 def resources():
-    """{mangled kernel name: {'REG': n, 'STACK': n, ...}} of the sm_90a code in the binary."""
-    out, name = {}, None
+    """{mangled kernel name: {'REG': n, 'STACK': n, ...}} of the sm_90a machine code in the binary
+    (another architecture's copy of a kernel, a stub that traps, is not read)."""
+    out, name, arch = {}, None, None
     for line in cuobjdump("-res-usage").splitlines():
+        m = re.match(r"\s*arch = (\S+)", line)
+        if m:
+            arch = m.group(1)
+            continue
         m = re.match(r"\s*Function (\S+):", line)
         if m:
-            name = m.group(1)
+            name = m.group(1) if arch == "sm_90a" else None
             continue
         if name and "REG:" in line:
-            out[name] = {k: int(v) for k, v in re.findall(r"(\w+):(\d+)", line)}
+            usage = {k: int(v) for k, v in re.findall(r"(\w+):(\d+)", line)}
+            assert "REG" in usage and "STACK" in usage, f"unexpected resource line: {line}"
+            out[name] = usage
             name = None
+    assert out, "no sm_90a machine code in the binary"
     return out
 
 
@@ -81,8 +89,9 @@ def test_the_attention_kernels_do_not_spill():
     bwd = backward_kernels(res)
     defaults = [k for k in bwd if k[1][3:] == (0, 0, 0)]
     overlap = [k for k in bwd if k[1][5] == 1]
-    assert len(defaults) == 8, "the default backward: 2 head_dims x 4 format pairs"
-    assert len(overlap) == 16 and all(k[1][0] == 64 for k in overlap), "the overlap: head_dim 64 only"
+    assert len(defaults) == 8, f"{len(defaults)} default backward kernels (2 head_dims x 4 format pairs expected)"
+    assert all(k[1][0] == 64 for k in overlap), "an overlap kernel at head_dim 128"
+    assert len(overlap) == 16, f"{len(overlap)} overlap kernels (4 format pairs x residual x dQ path expected)"
     for name, args, usage in defaults + overlap:
         assert usage["STACK"] == 0 and usage["REG"] <= 255, (args, usage)
     delta = [u for n, u in res.items() if "wgmma_delta_kernel" in n]
@@ -94,11 +103,18 @@ def test_the_attention_kernels_do_not_spill():
         assert usage["STACK"] == 0, usage
 
 
-def registers(operands, width):
-    """The register numbers an instruction's operand text names (R<n>, each `width` wide)."""
+def registers(opcode, operands):
+    """The register numbers an instruction names: its data registers R<n> as wide as the opcode's
+    data (.128: 4, .64 or a 64-bit op (.WIDE, D*): 2, else 1; conservative: every data register
+    takes that width), address registers in [...] 2 wide with .64 else 1."""
+    wide = 4 if ".128" in opcode else 2 if (".64" in opcode or ".WIDE" in opcode or opcode[:4] in
+                                             ("DADD", "DFMA", "DMUL", "DSET", "DMNM")) else 1
     regs = set()
-    for n in re.findall(r"\bR(\d+)\b", operands):
-        regs.update(range(int(n), int(n) + width))
+    for addr in re.findall(r"\[([^\]]*)\]", operands):
+        for n, suffix in re.findall(r"\bR(\d+)(\.64)?", addr):
+            regs.update(range(int(n), int(n) + (2 if suffix else 1)))
+    for n in re.findall(r"\bR(\d+)\b", re.sub(r"\[[^\]]*\]", "", operands)):
+        regs.update(range(int(n), int(n) + wide))
     return regs
 
 
@@ -129,8 +145,7 @@ def overlap_windows(ins):
         while not (ins[m][0].startswith("WARPGROUP.DEPBAR") and ins[m][1].replace(" ", "").endswith("0x0")):
             op_m, text_m = ins[m]
             if not op_m.startswith("QGMMA"):
-                width = 4 if ".128" in op_m else 2 if ".64" in op_m else 1
-                touched = registers(text_m, width) & acc
+                touched = registers(op_m, text_m) & acc
                 assert not touched, f"{op_m} {text_m} touches R{min(touched)} before its wait"
             m += 1
         windows.append(m - k - 1)
@@ -149,7 +164,8 @@ def test_the_window_check_sees_a_touch():
         /*0070*/                   FMUL R57, R57, R2 ;
     """
     assert overlap_windows(instructions(sass)) == [2]
-    for bad in ("FMUL R80, R2, R2", "LDS.128 R54, [R3]", "@P0 STS [R4], R87"):
+    for bad in ("FMUL R80, R2, R2", "LDS.128 R54, [R3]", "@P0 STS [R4], R87", "IMAD.WIDE R55, R2, R3, R4",
+                "LDG.E [R56.64], R2"):
         with pytest.raises(AssertionError, match="before its wait"):
             overlap_windows(instructions(sass.replace("MUFU.EX2 R2, R24", bad)))
 

@@ -1,9 +1,12 @@
 """bench/ncu_stalls.py: the samples of a synthetic Nsight Compute source-page CSV summed by opcode
 (predicates dropped, the wgmma and MUFU families kept with their second word), the shares adding to
-100 %, the top instructions' leading stall reasons; a CSV without the header is one clear error."""
+100 %, the top instructions' leading stall reasons; a CSV without the header, or with a sample cell
+that is not a number, is one clear error."""
 import pathlib
 import subprocess
 import sys
+
+import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
 import ncu_stalls  # noqa: E402
@@ -43,6 +46,13 @@ def test_sums_by_opcode_and_top_reasons():
     top = text.split("the 3 instructions with the most samples:")[1].splitlines()[1:]
     assert len(top) == 3 and "BAR.SYNC" in top[0] and "stall_barrier 100%" in top[0]
     assert "RED.E.ADD" in top[1] and "stall_long_sb 60%" in top[1]
+
+
+def test_a_cell_that_is_not_a_count_is_an_error():
+    with pytest.raises(ValueError, match="'n/a' in column 'Warp Stall Sampling"):
+        ncu_stalls.parse(CSV.replace('"600","590"', '"n/a","590"'))
+    rows, _ = ncu_stalls.parse(CSV.replace('"600","590"', '"","590"'))  # empty: 0 samples
+    assert rows[0]["samples"] == 0
 
 
 def test_a_csv_without_the_header_is_one_error(tmp_path):

@@ -1,5 +1,6 @@
 // src/cuda/runtime/tensor_map.h — TMA descriptors (CUtensorMap) for the Hopper kernels' bulk tensor
-// copies (PTX ISA §9.7.9.25 "cp.async.bulk.tensor"; CUDA Driver API cuTensorMapEncodeTiled). The
+// copies and reduces (PTX ISA "cp.async.bulk.tensor", §9.7.9.25, and "cp.reduce.async.bulk.tensor";
+// CUDA Driver API cuTensorMapEncodeTiled). The
 // driver entry point is fetched through the runtime (cudaGetDriverEntryPointByVersion), so octet
 // links no libcuda. A descriptor is plain data: built on the host per call (~1 µs), passed to the
 // kernel as a __grid_constant__ parameter.

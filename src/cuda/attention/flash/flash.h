@@ -150,13 +150,15 @@ struct BackwardParams : ForwardParams {
   /// 16-byte FP32 atomics from registers (red.global.add, 16 a thread per tile at head_dim 128); 1
   /// staged in shared memory (the tile step's spent operand stage) and added by four TMA bulk
   /// reduces that one thread issues (cp.reduce.async.bulk.tensor .add); −1: backward_dq_tma().
-  /// Either way the additions land in no fixed order. Ignored by the mma.sync kernels.
+  /// Either way the additions land in no fixed order. Ignored by the mma.sync kernels. Another
+  /// value is an octet::Error (run_backward_main).
   int dq_tma = -1;
   /// The wgmma kernel's order of each query half's Sᵀ and dPᵀ products at head_dim 64: 1 both
   /// issued at once, P formed while dPᵀ runs and dS before dV's product (FlashAttention-3's overlap
   /// inside a warpgroup); 0 one after the other; −1: backward_sdp_overlap(). The same bits either
   /// way (each product from a zero accumulator in its own k order). Ignored at head_dim 128 (there
-  /// the in-flight product does not fit the registers) and by the mma.sync kernels.
+  /// the in-flight product does not fit the registers) and by the mma.sync kernels. Another value
+  /// is an octet::Error (run_backward_main).
   int sdp_overlap = -1;
 };
 
@@ -220,7 +222,7 @@ int resolved_key_head_group(const BackwardParams& p, BackwardKernel kernel);
 bool backward_dq_tma();
 
 /// The wgmma backward's product order when BackwardParams::sdp_overlap is −1: Sᵀ and dPᵀ issued
-/// together if the environment variable OCTET_FLASH_BWD_OVERLAP is 1, one after the other if it is
+/// together if the environment variable OCTET_FLASH_BWD_SDP_OVERLAP is 1, one after the other if it is
 /// 0 or unset (anything else is an octet::Error). Read at every call.
 bool backward_sdp_overlap();
 

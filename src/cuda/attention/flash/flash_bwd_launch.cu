@@ -93,7 +93,7 @@ bool backward_dq_tma() {
 
 bool backward_sdp_overlap() {
   return env_switch(
-      "OCTET_FLASH_BWD_OVERLAP",
+      "OCTET_FLASH_BWD_SDP_OVERLAP",
       "1: the wgmma backward issues each half's S and dP products together, 0: one after the other", false);
 }
 
@@ -173,7 +173,7 @@ void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
                   std::to_string(p.dq_tma));
   q.dq_tma = p.dq_tma >= 0 ? p.dq_tma : int(backward_dq_tma());
   OCTET_CHECK(p.sdp_overlap >= -1 && p.sdp_overlap <= 1,
-              "flash attention backward: sdp_overlap must be -1 (OCTET_FLASH_BWD_OVERLAP), 0 or 1, got " +
+              "flash attention backward: sdp_overlap must be -1 (OCTET_FLASH_BWD_SDP_OVERLAP), 0 or 1, got " +
                   std::to_string(p.sdp_overlap));
   q.sdp_overlap = p.sdp_overlap >= 0 ? p.sdp_overlap : int(backward_sdp_overlap());
   OCTET_CHECK(!p.ds_row_sum || wgmma,

@@ -13,12 +13,13 @@
 // through a 2-stage shared-memory ring of TMA boxes (BackwardMaps; thread 0 issues the next step's
 // four boxes, one mbarrier per stage, while the CTA computes this one) and the queries' statistics
 // through registers read a step ahead. Per step, warpgroup wg (keys 64wg..):
-//   Sᵀ = K̂Q̂ᵀ (SS m64n128k32) → P = exp(S − m)/l in place, P̃ = E4M3(exp(S − m)·p_scale) as A
-//   fragments; dV += P̃ᵀ(dO/l)~ (RS m64nDk32, A = P̃ᵀ, B = (dO/l)~ᵀ); dPᵀ = V̂dÔᵀ (SS) → dS =
-//   P∘(dP − D) in place; the tile's |dS| amax over both warpgroups (bwd::cta_amax) → the
-//   power-of-two scale (fp8.h scale_from_amax, pow2) → dŜᵀ A fragments (to_a_frags) and dŜ bytes
-//   into shared memory [query][key] (K-major); dK += τ dŜᵀQ̂ (RS, B = Q̂ᵀ) and dQ = τ dŜK̂ (SS,
-//   A = dŜ rows 64wg.., B = K̂ᵀ) added to dq_acc by 16-byte FP32 atomics.
+//   Sᵀ = K̂Q̂ᵀ (SS m64n64k32 per query half, below) → P = exp(S − m)/l in place, P̃ = E4M3(exp(S − m)·p_scale)
+//   as A fragments; dV += P̃ᵀ(dO/l)~ (RS m64nDk32, A = P̃ᵀ, B = (dO/l)~ᵀ); dPᵀ = V̂dÔᵀ (SS) → dS = P∘(dP − D) in
+//   place; the tile's |dS| amax over both warpgroups (bwd::cta_amax) → the power-of-two scale (fp8.h
+//   scale_from_amax, pow2) → dŜᵀ A fragments (to_a_frags) and dŜ bytes into shared memory [query][key]
+//   (K-major); dK += τ dŜᵀQ̂ (RS, B = Q̂ᵀ) and dQ = τ dŜK̂ (SS, A = dŜ rows 64wg.., B = K̂ᵀ) added to dq_acc by
+//   16-byte FP32 atomics, or (dq_tma) staged in the spent operand stage and added by TMA bulk reduces
+//   (stage_dq); sdp_overlap (head_dim 64) issues each half's Sᵀ and dPᵀ together.
 // Sᵀ and dPᵀ are m64n64 products on the 64-query halves of the step at both head_dims (registers:
 // at 128 the dK, dV accumulators take 128 a thread; at 64 one m64n128 product of each spilled), half
 // 0's dS is parked in shared memory until the tile's amax covers both halves, and dV's product runs
@@ -660,8 +661,8 @@ __global__ void __launch_bounds__(kThreads, kDeltaCtas<kD>)
 }
 
 /// The call's TMA descriptors (BackwardMaps). The pre-pass reads only q, d_o, k, v; the main
-/// kernel all seven. Throws octet::Error when a coordinate would not fit TMA's 32 bits or a base
-/// is not 16-byte aligned (make_tensor_map).
+/// kernel the seven loads, and dq when p.dq_tma is 1. Throws octet::Error when a coordinate would not fit
+/// TMA's 32 bits or a base is not 16-byte aligned (make_tensor_map).
 BackwardMaps make_maps(const BackwardParams& p, bool main_kernel) {
   OCTET_CHECK(p.B * p.H * p.Tq_p / 16 < (int64_t(1) << 31) && p.B * p.G * p.D < (int64_t(1) << 31) &&
                   p.Tq_p < (int64_t(1) << 31),
@@ -746,7 +747,7 @@ void bwd_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
                                    decltype(overlap)::value>,
              blocks, bytes, p, true, stream);
     };
-    // The overlap at head_dim 64 only (kOverlapDims).
+    // The overlap at head_dim 64 only (the kernel's static_assert says why).
     auto variant = [&](auto with_res) {
       if constexpr (kD == 64) {
         if (p.sdp_overlap) {

@@ -147,9 +147,10 @@ __device__ __forceinline__ void tma_load_5d(unsigned dst, const void* map, unsig
       "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
       : "memory");
 }
-/// TMA reduce (PTX ISA "cp.reduce.async.bulk.tensor", .add): adds the box of the FP32
-/// tensor map at `map` at coordinates (c0, c1, c2), innermost first, from shared address `src`
-/// (laid out as the map's swizzle stores a box: 1024-byte aligned for the 128-byte swizzle) into
+/// TMA reduce (PTX ISA "cp.reduce.async.bulk.tensor", .add; PTX ISA 8.0, sm_90): adds the box of the FP32
+/// tensor map at `map` at coordinates (c0, c1, c2) in elements, innermost first, from shared address
+/// `src` (laid out as the map's swizzle stores a box: aligned to the swizzle's whole pattern, 1024
+/// bytes for the 128-byte swizzle and 512 for the 64-byte one) into
 /// global memory, element by element atomically (elements outside the map are not written); the
 /// issuing thread's bulk async-group tracks it (bulk_commit, bulk_wait_read). `src` must hold the
 /// values when it is issued: the writers' fence_proxy_async_smem, then a barrier, come first.

@@ -307,7 +307,7 @@ TEST_P(FlashBackwardWgmma, VariantsAddWhatTheDefaultAdds) {
     }
 }
 
-// OCTET_FLASH_BWD_DQ_TMA and OCTET_FLASH_BWD_OVERLAP: 0, 1 or unset (0: the defaults until the
+// OCTET_FLASH_BWD_DQ_TMA and OCTET_FLASH_BWD_SDP_OVERLAP: 0, 1 or unset (0: the defaults until the
 // variants are timed); anything else an octet::Error naming the variable, raised only when a call
 // reads it (dq_tma / sdp_overlap -1), not when the call sets the value itself.
 TEST(FlashBackwardWgmmaEnv, VariantSwitches) {
@@ -319,7 +319,7 @@ TEST(FlashBackwardWgmmaEnv, VariantSwitches) {
   };
   const Switch switches[] = {
       {"OCTET_FLASH_BWD_DQ_TMA", fl::backward_dq_tma, &fl::BackwardParams::dq_tma},
-      {"OCTET_FLASH_BWD_OVERLAP", fl::backward_sdp_overlap, &fl::BackwardParams::sdp_overlap}};
+      {"OCTET_FLASH_BWD_SDP_OVERLAP", fl::backward_sdp_overlap, &fl::BackwardParams::sdp_overlap}};
   for (const Switch& sw : switches) {
     {
       test::ScopedEnv env(sw.name, "1");
