@@ -8,6 +8,9 @@ nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels, which ./dev installs) on 
   spill nothing (STACK 0): a spill there is a slowdown, and in the overlap kernels it could fall
   between a wgmma's issue and its wait. The overlap exists at head_dim 64 only; the pre-pass fits
   two CTAs an SM (<= 128 registers).
+- The dQ path (BackwardParams::dq_tma): the atomics' kernels add dQ by 16-byte FP32 reductions
+  (`REDG.E.ADD.F32x4`, head_dim / 8 a thread per step) and issue no TMA reduce; the TMA kernels have
+  none of those and four `UTMAREDG` (a step's four boxes).
 - The overlap (BackwardParams::sdp_overlap): in every overlap kernel each `WARPGROUP.DEPBAR.LE
   gsb0, 0x1` (the wait for Sᵀ with dPᵀ still in flight) is followed by >= 100 instructions before
   the wait for dPᵀ (`DEPBAR.LE gsb0, 0x0`), and none of them reads or writes dPᵀ's 32 accumulator
@@ -101,6 +104,21 @@ def test_the_attention_kernels_do_not_spill():
         assert usage["STACK"] == 0 and usage["REG"] <= 128, usage  # two CTAs an SM
     for usage in forward:
         assert usage["STACK"] == 0, usage
+
+
+def test_the_dq_path_is_the_one_asked_for():
+    # the atomics' 16-byte FP32 adds (16 a thread per step at head_dim 128, 8 at 64) in the atomics'
+    # kernels; in the TMA kernels none, and the four bulk reduces of one step instead
+    for name, args, _ in backward_kernels(resources()):
+        if args[2] or args[3]:
+            continue  # one dS format and no residual sums: the dQ path is the same in the others
+        ops = [op for op, _ in instructions(cuobjdump("-sass", "-fun", name))]
+        vector_adds = sum(op.startswith("REDG.E.ADD.F32x4") for op in ops)
+        reduces = sum(op.startswith("UTMAREDG") for op in ops)
+        if args[4]:
+            assert (vector_adds, reduces) == (0, 4), (args, vector_adds, reduces)
+        else:
+            assert (vector_adds, reduces) == (args[0] // 8, 0), (args, vector_adds, reduces)
 
 
 def registers(opcode, operands):
