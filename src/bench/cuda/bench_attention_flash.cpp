@@ -42,9 +42,8 @@ void set_backward_kernel(AttnBenchRow& row, const flash::BackwardParams& p) {
   row.bwd_kernel = flash::backward_kernel_name(bk);
   row.bwd_head_group = flash::resolved_key_head_group(p, bk);
   if (bk != flash::BackwardKernel::Wgmma) return;
-  row.bwd_dq_tma = p.dq_tma >= 0 ? p.dq_tma : int(flash::backward_dq_tma());
-  const bool overlap = p.sdp_overlap >= 0 ? p.sdp_overlap == 1 : flash::backward_sdp_overlap();
-  row.bwd_sdp_overlap = overlap && p.D == 64 ? 1 : 0;  // the overlap exists at head_dim 64 only
+  row.bwd_dq_tma = flash::resolved_dq_tma(p);
+  row.bwd_sdp_overlap = flash::resolved_sdp_overlap(p);
 }
 
 std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer, const AttnBenchOptions& opt,

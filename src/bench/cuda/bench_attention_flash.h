@@ -22,9 +22,8 @@ void set_forward_kernel(AttnBenchRow& row);
 
 /// The flash backward's kernel for p's sizes and its work order as the environment chooses them
 /// (bwd_kernel; bwd_head_group: flash.h resolved_key_head_group; for the wgmma kernel bwd_dq_tma
-/// and bwd_sdp_overlap: p's, or flash.h backward_dq_tma / backward_sdp_overlap where −1; the
-/// overlap 1 only at head_dim 64, where it exists), into `row`. p needs B, H, G, Tq, Tk, D,
-/// block_q and block_k.
+/// and bwd_sdp_overlap: flash.h resolved_dq_tma / resolved_sdp_overlap), into `row`. p needs B, H, G, Tq, Tk,
+/// D, block_q and block_k.
 void set_backward_kernel(AttnBenchRow& row, const flash::BackwardParams& p);
 
 /// Rows "octet-fp8-flash-kernels" (matched) and "octet-fp8-flash-stale-kernels", input_dtype "fp8":

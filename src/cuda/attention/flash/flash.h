@@ -225,6 +225,13 @@ bool backward_dq_tma();
 /// together if the environment variable OCTET_FLASH_BWD_SDP_OVERLAP is 1, one after the other if it is
 /// 0 or unset (anything else is an octet::Error). Read at every call.
 bool backward_sdp_overlap();
+/// BackwardParams::dq_tma as run_backward_main resolves it: itself when 0 or 1, backward_dq_tma()
+/// for −1. An octet::Error for another value.
+int resolved_dq_tma(const BackwardParams& p);
+/// BackwardParams::sdp_overlap as run_backward_main resolves it: itself when 0 or 1,
+/// backward_sdp_overlap() for −1, and 0 whenever head_dim (p.D) is not 64 (the overlap exists at 64
+/// only). An octet::Error for a value outside −1..1.
+int resolved_sdp_overlap(const BackwardParams& p);
 
 /// The kernel run_forward and run_logits run for `requested` (ForwardKernel's rule for Auto) on the
 /// current device. Throws octet::Error on an unknown OCTET_FLASH_FORWARD value, or when wgmma is

@@ -97,6 +97,21 @@ bool backward_sdp_overlap() {
       "1: the wgmma backward issues each half's S and dP products together, 0: one after the other", false);
 }
 
+int resolved_dq_tma(const BackwardParams& p) {
+  OCTET_CHECK(p.dq_tma >= -1 && p.dq_tma <= 1,
+              "flash attention backward: dq_tma must be -1 (OCTET_FLASH_BWD_DQ_TMA), 0 or 1, got " +
+                  std::to_string(p.dq_tma));
+  return p.dq_tma >= 0 ? p.dq_tma : int(backward_dq_tma());
+}
+
+int resolved_sdp_overlap(const BackwardParams& p) {
+  OCTET_CHECK(p.sdp_overlap >= -1 && p.sdp_overlap <= 1,
+              "flash attention backward: sdp_overlap must be -1 (OCTET_FLASH_BWD_SDP_OVERLAP), 0 or 1, got " +
+                  std::to_string(p.sdp_overlap));
+  const int v = p.sdp_overlap >= 0 ? p.sdp_overlap : int(backward_sdp_overlap());
+  return p.D == 64 ? v : 0;  // the overlap exists at head_dim 64 only (flash_bwd_sm90.cu)
+}
+
 BackwardKernel select_backward_kernel(const BackwardParams& p) {
   int dev = 0, major = 0, minor = 0;
   OCTET_CUDA_CHECK(cudaGetDevice(&dev));
@@ -168,14 +183,8 @@ void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
   BackwardParams q = p;  // the kernels read the work order resolved (before anything is queued)
   q.head_group = resolved_head_group(p.head_group);
   q.key_head_group = resolved_key_head_group(p, kernel);
-  OCTET_CHECK(p.dq_tma >= -1 && p.dq_tma <= 1,
-              "flash attention backward: dq_tma must be -1 (OCTET_FLASH_BWD_DQ_TMA), 0 or 1, got " +
-                  std::to_string(p.dq_tma));
-  q.dq_tma = p.dq_tma >= 0 ? p.dq_tma : int(backward_dq_tma());
-  OCTET_CHECK(p.sdp_overlap >= -1 && p.sdp_overlap <= 1,
-              "flash attention backward: sdp_overlap must be -1 (OCTET_FLASH_BWD_SDP_OVERLAP), 0 or 1, got " +
-                  std::to_string(p.sdp_overlap));
-  q.sdp_overlap = p.sdp_overlap >= 0 ? p.sdp_overlap : int(backward_sdp_overlap());
+  q.dq_tma = resolved_dq_tma(p);
+  q.sdp_overlap = resolved_sdp_overlap(p);
   OCTET_CHECK(!p.ds_row_sum || wgmma,
               "flash attention backward: the dQ row-sum projection needs the wgmma kernel (sm_90, "
               "head_dim 64 or 128, block_q = block_k = 128, not deterministic)");

@@ -392,6 +392,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int h = 0; h < kBM / kN; ++h) {
         uint32_t(*const pa_h)[4] = pa + kN / 32 * h;
+        auto prob_h = [&] {  // once Sᵀ_h has landed: the next step's boxes (kDqTma), then P_h
+          if constexpr (kDqTma)
+            if (h == 0) prefetch(n);
+          if (full)
+            bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, s, pa_h);
+          else
+            bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, s, pa_h);
+        };
         if constexpr (kOverlap) {
           // Sᵀ_h and dPᵀ_h issued together; P_h formed while dPᵀ_h runs; dS_h, then (half 1) dV
           // (its accumulator not live beside dP's).
@@ -400,24 +408,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           bwdw::tile_issue<kD, kDoE5M2>(a_v, stage + L::kRows + kN * h * kD, dp);
           wgmma_wait<1>();
           fence_regs(s);
-          if constexpr (kDqTma)
-            if (h == 0) prefetch(n);
-          if (full)
-            bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, s, pa_h);
-          else
-            bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, s, pa_h);
+          prob_h();
           wgmma_wait<0>();
           fence_regs(dp);
           dp_to_ds<kRes>(p, cs, ln, kbase, kN * h, sc, bh, i0, full, dp, s, amax);
           if (h == 1) dv_product<kD, kDoE5M2, 64>(stage + 3 * L::kRows, pa, dv);
         } else {
           bwdw::tile_product<kD, false>(a_k, stage + kN * h * kD, s);
-          if constexpr (kDqTma)
-            if (h == 0) prefetch(n);
-          if (full)
-            bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, s, pa_h);
-          else
-            bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, s, pa_h);
+          prob_h();
           if (h == 1) {
             dv_product<kD, kDoE5M2, 64>(stage + 3 * L::kRows, pa, dv);
           }
