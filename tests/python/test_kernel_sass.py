@@ -2,11 +2,13 @@
 nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels, which ./dev installs) on the CUDA build's
 `octet` binary (build/cuda, or OCTET_CUDA_BUILD). Skipped when there is no CUDA build (no nvcc).
 
-- Registers (`cuobjdump -res-usage`): the default flash backward kernels
-  (src/cuda/attention/flash/flash_bwd_sm90.cu wgmma_backward_kernel without residual sums, dQ by
-  TMA or the Sᵀ/dPᵀ overlap), every overlap kernel, the matched-delta pre-pass and the forward
-  spill nothing (STACK 0): a spill there is a slowdown, and in the overlap kernels it could fall
-  between a wgmma's issue and its wait. The overlap exists at head_dim 64 only; the pre-pass fits
+- Registers (`cuobjdump -res-usage`): the flash backward kernels without residual sums
+  (src/cuda/attention/flash/flash_bwd_sm90.cu wgmma_backward_kernel) with dQ by atomics, every
+  overlap kernel, the default at head_dim 64 (dQ by TMA and the Sᵀ/dPᵀ overlap), the
+  matched-delta pre-pass and the forward spill nothing (STACK 0): a spill there is a slowdown, and
+  in the overlap kernels it could fall between a wgmma's issue and its wait. The default at
+  head_dim 128 (dQ by TMA) spills at most 32 bytes a thread, and no spill store or load names an
+  accumulator register of a wgmma between its issue and its wait. The overlap exists at head_dim 64 only; the pre-pass fits
   two CTAs an SM (<= 128 registers).
 - The dQ path (BackwardParams::dq_tma): the atomics' kernels add dQ by 16-byte FP32 reductions
   (`REDG.E.ADD.F32x4`, head_dim / 8 a thread per step) and issue no TMA reduce; the TMA kernels have
@@ -87,16 +89,54 @@ def backward_kernels(res):
     return found
 
 
+def spills_in_flight(ins):
+    """[spill stores and loads (STL / LDL) that, in listing order, name a register of a QGMMA's
+    accumulator between the QGMMA's issue and the next `WARPGROUP.DEPBAR.LE gsb0, 0x0`] (a spill
+    of an in-flight accumulator would make ptxas wait for the product there)."""
+    found, acc = [], set()
+    for op, text in ins:
+        m = re.match(r"QGMMA\.64x(\d+)x", op)
+        if m:
+            base = int(re.match(r"\s*R(\d+)", text).group(1))
+            acc |= set(range(base, base + int(m.group(1)) // 2))
+        elif op.startswith("WARPGROUP.DEPBAR") and text.replace(" ", "").endswith("0x0"):
+            acc = set()
+        elif (op.startswith("STL") or op.startswith("LDL")) and registers(op, text) & acc:
+            found.append(f"{op} {text.strip()}")
+    return found
+
+
+def test_the_spill_check_sees_a_spill_in_flight():
+    sass = """
+        /*0010*/                   STL [R1], R30 ;
+        /*0020*/                   QGMMA.64x64x32.F32.E4M3.E4M3 R24, gdesc[UR4], RZ, !UPT ;
+        /*0030*/                   LDL R2, [R1+0x4] ;
+        /*0040*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0050*/                   LDL R30, [R1] ;
+    """
+    assert spills_in_flight(instructions(sass)) == []
+    for bad in ("LDL R55, [R1+0x4]", "STL [R1+0x4], R24", "STL.64 [R1+0x4], R23"):
+        assert spills_in_flight(instructions(sass.replace("LDL R2, [R1+0x4]", bad))) == [bad]
+
+
 def test_the_attention_kernels_do_not_spill():
     res = resources()
     bwd = backward_kernels(res)
-    defaults = [k for k in bwd if k[1][3:] == (0, 0, 0)]
+    # (D, do_e5m2, ds_e5m2, res, dq_tma, overlap): the defaults take dQ by TMA, and the overlap at 64
+    defaults = [k for k in bwd if k[1][3:] == (0, 1, int(k[1][0] == 64))]
+    atomics = [k for k in bwd if k[1][3:] == (0, 0, 0)]
     overlap = [k for k in bwd if k[1][5] == 1]
     assert len(defaults) == 8, f"{len(defaults)} default backward kernels (2 head_dims x 4 format pairs expected)"
+    assert len(atomics) == 8, f"{len(atomics)} atomics' backward kernels (2 head_dims x 4 format pairs expected)"
     assert all(k[1][0] == 64 for k in overlap), "an overlap kernel at head_dim 128"
     assert len(overlap) == 16, f"{len(overlap)} overlap kernels (4 format pairs x residual x dQ path expected)"
-    for name, args, usage in defaults + overlap:
+    for name, args, usage in atomics + overlap + [k for k in defaults if k[1][0] == 64]:
         assert usage["STACK"] == 0 and usage["REG"] <= 255, (args, usage)
+    for name, args, usage in [k for k in defaults if k[1][0] == 128]:
+        assert usage["STACK"] <= 32 and usage["REG"] <= 255, (args, usage)
+        ins = instructions(cuobjdump("-sass", "-fun", name))
+        assert any(op.startswith("QGMMA") for op, _ in ins), f"{args}: no SASS read for {name}"
+        assert spills_in_flight(ins) == [], (args, spills_in_flight(ins))
     delta = [u for n, u in res.items() if "wgmma_delta_kernel" in n]
     forward = [u for n, u in res.items() if "tma_forward_kernel" in n]
     assert len(delta) == 4 and forward

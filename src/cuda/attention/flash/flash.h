@@ -217,13 +217,15 @@ int backward_key_head_group(int64_t kv_heads, int64_t key_blocks, BackwardKernel
 int resolved_key_head_group(const BackwardParams& p, BackwardKernel kernel);
 
 /// The wgmma backward's dQ path when BackwardParams::dq_tma is −1: TMA bulk reduces if the
-/// environment variable OCTET_FLASH_BWD_DQ_TMA is 1, atomics if it is 0 or unset (anything else is
-/// an octet::Error). Read at every call.
+/// environment variable OCTET_FLASH_BWD_DQ_TMA is 1 or unset (the default: +10 % matched, +12 %
+/// stale backward on an H100, docs/attention.md), atomics if it is 0 (anything else is an
+/// octet::Error). Read at every call.
 bool backward_dq_tma();
 
 /// The wgmma backward's product order when BackwardParams::sdp_overlap is −1: Sᵀ and dPᵀ issued
-/// together if the environment variable OCTET_FLASH_BWD_SDP_OVERLAP is 1, one after the other if it is
-/// 0 or unset (anything else is an octet::Error). Read at every call.
+/// together if the environment variable OCTET_FLASH_BWD_SDP_OVERLAP is 1 or unset (the default:
+/// +3 % at head_dim 64 on an H100, docs/attention.md), one after the other if it is 0 (anything
+/// else is an octet::Error). Read at every call.
 bool backward_sdp_overlap();
 /// BackwardParams::dq_tma as run_backward_main resolves it: itself when 0 or 1, backward_dq_tma()
 /// for −1. An octet::Error for another value.

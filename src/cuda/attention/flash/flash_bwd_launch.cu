@@ -88,13 +88,13 @@ int resolved_key_head_group(const BackwardParams& p, BackwardKernel kernel) {
 bool backward_dq_tma() {
   return env_switch("OCTET_FLASH_BWD_DQ_TMA",
                     "1: the wgmma backward adds dQ by TMA bulk reduces from shared memory, 0: by atomics",
-                    false);
+                    true);
 }
 
 bool backward_sdp_overlap() {
   return env_switch(
       "OCTET_FLASH_BWD_SDP_OVERLAP",
-      "1: the wgmma backward issues each half's S and dP products together, 0: one after the other", false);
+      "1: the wgmma backward issues each half's S and dP products together, 0: one after the other", true);
 }
 
 int resolved_dq_tma(const BackwardParams& p) {

@@ -490,21 +490,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kDqTma) {
       // The stage is spent (Q̂ by Sᵀ, dÔ by dPᵀ and (dO/l)~ᵀ by dV before the tile's amax barrier;
       // Q̂ᵀ by dK before the barrier above, or at head_dim 64 in this batch, hence the barrier
-      // here): dQ into it, then thread 0 adds its four boxes to dq_acc. Warps 1..7 arrive without
-      // waiting; the next step's first barrier keeps them off the stage's refill.
+      // here): dQ into it, then thread 0 adds its four boxes to dq_acc. A full barrier, not an
+      // arrive for warps 1..7: they would wait at the next step's first barrier anyway, and
+      // compute-sanitizer's racecheck follows bar.sync 0 only.
       if constexpr (kD == 64) __syncthreads();
       stage_dq<kD>(stage, ln, aq, gq_scale);
       fence_proxy_async_smem();
-      if (tid < 32) {
-        named_barrier_sync(1, kThreads);
-        if (tid == 0) {
+      __syncthreads();  // every thread's dQ values are in the stage
+      if (tid == 0) {
 #pragma unroll
-          for (int c = 0; c < 4; ++c)
-            tma_reduce_add_3d(&maps.dq, stage + unsigned(c * L::kRows), c * kD / 4, int(i0), int(bh));
-          bulk_commit();
-        }
-      } else {
-        named_barrier_arrive(1, kThreads);
+        for (int c = 0; c < 4; ++c)
+          tma_reduce_add_3d(&maps.dq, stage + unsigned(c * L::kRows), c * kD / 4, int(i0), int(bh));
+        bulk_commit();
       }
     } else {
       // dQ rows: query 64wg + 16w + g (+ 8 for an odd t: bwd::atomic_add_dq's lane pairing)

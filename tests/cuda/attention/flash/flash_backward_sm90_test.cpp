@@ -307,8 +307,8 @@ TEST_P(FlashBackwardWgmma, VariantsAddWhatTheDefaultAdds) {
     }
 }
 
-// OCTET_FLASH_BWD_DQ_TMA and OCTET_FLASH_BWD_SDP_OVERLAP: 0, 1 or unset (0: the defaults until the
-// variants are timed); anything else an octet::Error naming the variable, raised only when a call
+// OCTET_FLASH_BWD_DQ_TMA and OCTET_FLASH_BWD_SDP_OVERLAP: 0, 1 or unset (unset: 1, the timed
+// defaults); anything else an octet::Error naming the variable, raised only when a call
 // reads it (dq_tma / sdp_overlap -1), not when the call sets the value itself.
 TEST(FlashBackwardWgmmaEnv, VariantSwitches) {
   OCTET_REQUIRE_SM90();
@@ -322,12 +322,12 @@ TEST(FlashBackwardWgmmaEnv, VariantSwitches) {
       {"OCTET_FLASH_BWD_SDP_OVERLAP", fl::backward_sdp_overlap, &fl::BackwardParams::sdp_overlap}};
   for (const Switch& sw : switches) {
     {
-      test::ScopedEnv env(sw.name, "1");
-      EXPECT_TRUE(sw.read()) << sw.name;
+      test::ScopedEnv env(sw.name, "0");
+      EXPECT_FALSE(sw.read()) << sw.name;
     }
     {
       test::ScopedEnv env(sw.name, nullptr);
-      EXPECT_FALSE(sw.read()) << sw.name << ": the default until timed";
+      EXPECT_TRUE(sw.read()) << sw.name << ": the default";
     }
     test::ScopedEnv env(sw.name, "yes");
     test::BackwardCodes bc({1, 2, 2, 130, 130, 64, 128, 128, true}, Format::E5M2, 3);
