@@ -491,8 +491,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       // The stage is spent (Q̂ by Sᵀ, dÔ by dPᵀ and (dO/l)~ᵀ by dV before the tile's amax barrier;
       // Q̂ᵀ by dK before the barrier above, or at head_dim 64 in this batch, hence the barrier
       // here): dQ into it, then thread 0 adds its four boxes to dq_acc. A full barrier, not an
-      // arrive for warps 1..7: they would wait at the next step's first barrier anyway, and
-      // compute-sanitizer's racecheck follows bar.sync 0 only.
+      // arrive for warps 1..7: they would wait at the next step's first barrier anyway, and with
+      // the arrive compute-sanitizer's racecheck reported hazards between accesses that other
+      // full barriers order (it seems not to follow bar.arrive; 0 hazards with this barrier).
       if constexpr (kD == 64) __syncthreads();
       stage_dq<kD>(stage, ln, aq, gq_scale);
       fence_proxy_async_smem();

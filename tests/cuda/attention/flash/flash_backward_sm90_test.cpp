@@ -221,9 +221,10 @@ TEST_P(FlashBackwardWgmma, MatchesMmaSyncFlavorOnCodes) {
       }
 }
 
-// The wgmma kernel's variants (BackwardParams::dq_tma: dQ staged in the spent operand stage and
-// added by TMA bulk reduces; sdp_overlap: Sᵀ and dPᵀ issued together, head_dim 64 only) against
-// the default (atomics, one product after the other): dK, dV and the residual sums the same bits
+// The wgmma kernel's dQ paths and product orders (BackwardParams::dq_tma: dQ staged in the spent
+// operand stage and added by TMA bulk reduces, the default; sdp_overlap: Sᵀ and dPᵀ issued
+// together, head_dim 64 only, the default there) against the first form (dQ by atomics, one
+// product after the other): dK, dV and the residual sums the same bits
 // (the variants change neither their products nor their order of addition; both poisoned before
 // each run), dQ within FP32 atomic order (rel. L2 <= 1e-5, every element within 1e-5 of the
 // largest), the pad rows Tq..Tq_p exactly 0, everything finite. Tq_p not a multiple of 128 (the
@@ -231,7 +232,7 @@ TEST_P(FlashBackwardWgmma, MatchesMmaSyncFlavorOnCodes) {
 // long walk (64 tile steps a CTA: the stage ring's reuse many times over), both dO formats, with
 // and without residual sums; each variant run twice. An explicit dq_tma / sdp_overlap overrides
 // the environment; -1 reads it.
-TEST_P(FlashBackwardWgmma, VariantsAddWhatTheDefaultAdds) {
+TEST_P(FlashBackwardWgmma, DqPathsAndProductOrdersAgree) {
   OCTET_REQUIRE_SM90();
   const int64_t D = GetParam();
   struct Run {
@@ -280,7 +281,7 @@ TEST_P(FlashBackwardWgmma, VariantsAddWhatTheDefaultAdds) {
           std::vector<double> res;
           once(v, out, res);
           const double e = rel_l2(out[0], base[0]);
-          if (!again) std::printf("[wgmma bwd] %-58s dQ vs default: rel. L2 %.1e\n", at.c_str(), e);
+          if (!again) std::printf("[wgmma bwd] %-58s dQ vs atomics: rel. L2 %.1e\n", at.c_str(), e);
           EXPECT_LE(e, 1e-5) << at;
           EXPECT_EQ(out[1], base[1]) << at << ": dK moved";
           EXPECT_EQ(out[2], base[2]) << at << ": dV moved";
@@ -324,6 +325,10 @@ TEST(FlashBackwardWgmmaEnv, VariantSwitches) {
     {
       test::ScopedEnv env(sw.name, "0");
       EXPECT_FALSE(sw.read()) << sw.name;
+    }
+    {
+      test::ScopedEnv env(sw.name, "1");
+      EXPECT_TRUE(sw.read()) << sw.name;
     }
     {
       test::ScopedEnv env(sw.name, nullptr);
