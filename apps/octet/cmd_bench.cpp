@@ -332,6 +332,7 @@ void run_attention(const AttnArgs& a) {
     if (r.bwd_head_group >= 0) j["bwd_head_group"] = r.bwd_head_group;
     if (r.bwd_dq_tma >= 0) j["bwd_dq_tma"] = r.bwd_dq_tma;
     if (r.bwd_sdp_overlap >= 0) j["bwd_sdp_overlap"] = r.bwd_sdp_overlap;
+    if (r.bwd_dkv_direct >= 0) j["bwd_dkv_direct"] = r.bwd_dkv_direct;
     if (!r.pack_kernel.empty()) j["pack_kernel"] = r.pack_kernel;  // octet's rows from BF16/F32
     if (!r.input_dtype.empty()) j["input_dtype"] = r.input_dtype;  // octet's rows
     char line[256];

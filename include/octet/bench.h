@@ -299,6 +299,10 @@ struct AttnBenchRow {
   /// 64 only), 0 one after the other (flash.h backward_sdp_overlap; OCTET_FLASH_BWD_SDP_OVERLAP sets
   /// it); −1 for the other rows.
   int bwd_sdp_overlap = -1;
+  /// For octet's flash rows as a user calls them with the wgmma backward: 1 dK and dV written into
+  /// the caller's tensors by the kernel's epilogue, 0 through FP32 accumulators and an unpad pass
+  /// (flash.h backward_dkv_direct; OCTET_FLASH_BWD_DKV_DIRECT sets it); −1 for the other rows.
+  int bwd_dkv_direct = -1;
   /// The pack kernel of the operand glue for octet's rows from BF16 or F32 inputs: "staged" |
   /// "codes" (src/cuda/attention/glue/glue.h PackKernel; OCTET_ATTN_PACK picks it); empty otherwise.
   std::string pack_kernel;

@@ -30,7 +30,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("OCTET_CUDA_BUILD", ROOT / "build" / "cuda"))
 OCTET = BUILD / "octet"
-BACKWARD = re.compile(r"wgmma_backward_kernelILi(\d+)ELb([01])ELb([01])ELb([01])ELb([01])ELb([01])E")
+BACKWARD = re.compile(r"wgmma_backward_kernelILi(\d+)ELb([01])ELb([01])ELb([01])ELb([01])ELb([01])ELb([01])E")
 
 
 def tool(name):
@@ -80,7 +80,7 @@ def resources():
 
 
 def backward_kernels(res):
-    """[(name, (D, do_e5m2, ds_e5m2, res, dq_tma, overlap), usage)] of wgmma_backward_kernel."""
+    """[(name, (D, do_e5m2, ds_e5m2, res, dq_tma, overlap, direct), usage)] of wgmma_backward_kernel."""
     found = []
     for name, usage in res.items():
         m = BACKWARD.search(name)
@@ -122,17 +122,25 @@ def test_the_spill_check_sees_a_spill_in_flight():
 def test_the_attention_kernels_do_not_spill():
     res = resources()
     bwd = backward_kernels(res)
-    # (D, do_e5m2, ds_e5m2, res, dq_tma, overlap): the defaults take dQ by TMA, and the overlap at 64
-    defaults = [k for k in bwd if k[1][3:] == (0, 1, int(k[1][0] == 64))]
-    atomics = [k for k in bwd if k[1][3:] == (0, 0, 0)]
+    # (D, do_e5m2, ds_e5m2, res, dq_tma, overlap, direct): the defaults take dQ by TMA, and the
+    # overlap at 64; the direct dK/dV epilogue (OCTET_FLASH_BWD_DKV_DIRECT) exists for the head_dim
+    # 64 TMA kernels without residual sums, and spills nothing either
+    def tma_kernel(k, direct):
+        return k[1][3:] == (0, 1, int(k[1][0] == 64), direct)
+    defaults = [k for k in bwd if tma_kernel(k, 0)]
+    direct = [k for k in bwd if tma_kernel(k, 1)]
+    atomics = [k for k in bwd if k[1][3:] == (0, 0, 0, 0)]
     overlap = [k for k in bwd if k[1][5] == 1]
     assert len(defaults) == 8, f"{len(defaults)} default backward kernels (2 head_dims x 4 format pairs expected)"
+    assert len(direct) == 4, f"{len(direct)} direct-epilogue twins of the defaults (4 at head_dim 64 expected)"
+    assert all(k[1][0] == 64 and k[1][4] == 1 and k[1][3] == 0 for k in bwd if k[1][6]), \
+        "a direct epilogue off head_dim 64 or the TMA dQ"
     assert len(atomics) == 8, f"{len(atomics)} atomics' backward kernels (2 head_dims x 4 format pairs expected)"
     assert all(k[1][0] == 64 for k in overlap), "an overlap kernel at head_dim 128"
-    assert len(overlap) == 16, f"{len(overlap)} overlap kernels (4 format pairs x residual x dQ path expected)"
-    for name, args, usage in atomics + overlap + [k for k in defaults if k[1][0] == 64]:
+    assert len(overlap) == 20, f"{len(overlap)} overlap kernels (4 format pairs x (residual x dQ path + direct))"
+    for name, args, usage in atomics + overlap + [k for k in defaults + direct if k[1][0] == 64]:
         assert usage["STACK"] == 0 and usage["REG"] <= 255, (args, usage)
-    for name, args, usage in [k for k in defaults if k[1][0] == 128]:
+    for name, args, usage in [k for k in defaults + direct if k[1][0] == 128]:
         assert usage["STACK"] <= 32 and usage["REG"] <= 255, (args, usage)
         ins = instructions(cuobjdump("-sass", "-fun", name))
         assert any(op.startswith("QGMMA") for op, _ in ins), f"{args}: no SASS read for {name}"

@@ -129,6 +129,15 @@ struct BackwardParams : ForwardParams {
   /// out [B, G, Tk_p, D]: Σ τ dŜᵀQ̂ in code units of Q̂ (× sq later); with qkv_head_block in values
   float* dk_acc = nullptr;
   float* dv_acc = nullptr;  ///< out [B, G, Tk_p, D]: dV, scaled (8-byte aligned)
+  /// out: the caller's dK and dV, written by the wgmma kernel's epilogue in place of dk_acc,
+  /// dv_acc (run_backward sets them when backward_dkv_direct()): [B, G, Tk, D], tokens_major [B,
+  /// Tk, G, D], BF16 when dkv_bf16 else F32; dK × *q_scale_inv with per-tensor scales, each value
+  /// rounded once — the bits unpad_scale_launch makes from dk_acc, dv_acc. Both or neither; the
+  /// wgmma kernel at head_dim 64 only, with dQ by TMA and no residual sums; 4-byte aligned (BF16)
+  /// or 8-byte (F32). Null: dk_acc, dv_acc.
+  void* dk_out = nullptr;
+  void* dv_out = nullptr;
+  bool dkv_bf16 = false;
   /// [B, H, Tq, 2] (Σ_j dS_ij, Σ_j P_ij(|dP_ij| + |D_i|)) in FP64, or null: no residual sums
   double* res_sums = nullptr;
   /// [B, H, Tq] FP32 r̂_i = Σ_j dŜ_ij (the rounded dS of every key, in dS units), or null: the dQ
@@ -227,6 +236,16 @@ bool backward_dq_tma();
 /// +3 % at head_dim 64 on an H100, docs/attention.md), one after the other if it is 0 (anything
 /// else is an octet::Error). Read at every call.
 bool backward_sdp_overlap();
+
+/// Whether run_backward has the wgmma kernel write dK and dV into the caller's tensors itself at
+/// head_dim 64 (BackwardParams::dk_out, dv_out; same bits, two unpad passes fewer: +7 % matched,
+/// +9 % stale at GPT-2-small's shape on an H100, docs/attention.md): the environment variable
+/// OCTET_FLASH_BWD_DKV_DIRECT is 1 or unset; 0: through dk_acc, dv_acc and unpad_scale_launch
+/// (anything else is an octet::Error). Read at every call. run_backward also needs head_dim 64,
+/// the wgmma kernel with dQ by TMA, no residual sums, dK and dV of one dtype (F32 or BF16) and
+/// their pairs' alignment, else it takes the accumulators (always at head_dim 128: there it
+/// measured no faster, with more spill in the kernel's loop).
+bool backward_dkv_direct();
 /// BackwardParams::dq_tma as run_backward_main resolves it: itself when 0 or 1, backward_dq_tma()
 /// for −1. An octet::Error for another value.
 int resolved_dq_tma(const BackwardParams& p);

@@ -97,6 +97,13 @@ bool backward_sdp_overlap() {
       "1: the wgmma backward issues each half's S and dP products together, 0: one after the other", true);
 }
 
+bool backward_dkv_direct() {
+  return env_switch("OCTET_FLASH_BWD_DKV_DIRECT",
+                    "1: the wgmma backward writes dK and dV into the caller's tensors, 0: through FP32 "
+                    "accumulators and an unpad pass",
+                    true);
+}
+
 int resolved_dq_tma(const BackwardParams& p) {
   OCTET_CHECK(p.dq_tma >= -1 && p.dq_tma <= 1,
               "flash attention backward: dq_tma must be -1 (OCTET_FLASH_BWD_DQ_TMA), 0 or 1, got " +
@@ -170,11 +177,15 @@ void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
   OCTET_CHECK(p.q && p.q_t && p.k && p.k_t && p.v && p.d_o && p.dv_o_t && p.q_scale_inv && p.k_scale_inv &&
                   p.v_scale_inv && p.do_scale_inv && p.dvo_scale_inv && p.row_max && p.row_sum && p.delta,
               "flash attention backward: a null operand, scale or row statistics pointer");
-  OCTET_CHECK(p.dq_acc && p.dk_acc && p.dv_acc,
-              "flash attention backward: a null output pointer (dq_acc, dk_acc, dv_acc)");
-  OCTET_CHECK(aligned(p.dv_acc, 8) && aligned(p.dq_acc, 16),
+  const bool direct = p.dk_out || p.dv_out;  // dK, dV into the caller's tensors (the wgmma epilogue)
+  OCTET_CHECK(p.dq_acc && (direct ? p.dk_out && p.dv_out : p.dk_acc && p.dv_acc),
+              "flash attention backward: a null output pointer (dq_acc, and dk_acc, dv_acc or both of "
+              "dk_out, dv_out)");
+  OCTET_CHECK(aligned(p.dq_acc, 16) && (direct || aligned(p.dv_acc, 8)),
               "flash attention backward: dv_acc must be 8-byte aligned (float2 stores) and dq_acc "
               "16-byte aligned (float4 atomics)");
+  OCTET_CHECK(!direct || (aligned(p.dk_out, p.dkv_bf16 ? 4 : 8) && aligned(p.dv_out, p.dkv_bf16 ? 4 : 8)),
+              "flash attention backward: dk_out, dv_out must be 4-byte (BF16) or 8-byte (F32) aligned");
   OCTET_CHECK(aligned(p.q, 16) && aligned(p.q_t, 16) && aligned(p.k, 16) && aligned(p.k_t, 16) &&
                   aligned(p.v, 16) && aligned(p.d_o, 16) && aligned(p.dv_o_t, 16),
               "flash attention backward: the code buffers must be 16-byte aligned");
@@ -185,6 +196,9 @@ void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
   q.key_head_group = resolved_key_head_group(p, kernel);
   q.dq_tma = resolved_dq_tma(p);
   q.sdp_overlap = resolved_sdp_overlap(p);
+  OCTET_CHECK(!direct || (wgmma && p.D == 64 && q.dq_tma == 1 && !p.res_sums),
+              "flash attention backward: dk_out, dv_out need the wgmma kernel (sm_90, block_q = block_k = "
+              "128, not deterministic) at head_dim 64 with dQ by TMA and no residual sums");
   OCTET_CHECK(!p.ds_row_sum || wgmma,
               "flash attention backward: the dQ row-sum projection needs the wgmma kernel (sm_90, "
               "head_dim 64 or 128, block_q = block_k = 128, not deterministic)");
@@ -222,6 +236,17 @@ void run_backward(BackwardParams p, const BackwardIo& io, cudaStream_t stream) {
   pack_quantized_launch(a, io.amax, stream);
   p.dv_o_t = io.dv_o_t;
   p.dvo_scale_inv = io.dvo_scale_inv;
+  // dK, dV from the wgmma kernel's epilogue (the same bits as the unpad passes below) when asked.
+  const bool kv_bf16 = io.dk_dtype == DType::BF16;
+  const bool direct = p.D == 64 && backward_dkv_direct() &&
+                      select_backward_kernel(p) == BackwardKernel::Wgmma && resolved_dq_tma(p) == 1 &&
+                      !p.res_sums && io.dk_dtype == io.dv_dtype && (kv_bf16 || io.dk_dtype == DType::F32) &&
+                      aligned(io.dk, kv_bf16 ? 4 : 8) && aligned(io.dv, kv_bf16 ? 4 : 8);
+  if (direct) {
+    p.dk_out = io.dk;
+    p.dv_out = io.dv;
+    p.dkv_bf16 = kv_bf16;
+  }
   run_backward_main(p, stream);
   if (p.ds_row_sum) bwd_dq_projection_launch(p, stream);
   // Unpadded into the caller's F32 or BF16 gradients, rounded once: dQ × sk and dK × sq with one
@@ -231,10 +256,12 @@ void run_backward(BackwardParams p, const BackwardIo& io, cudaStream_t stream) {
   const bool tm = p.tokens_major;
   unpad_scale_launch(p.dq_acc, io.dq, io.dq_dtype, p.B * p.H, p.Tq, p.Tq_p, p.D, 1.0f, sk, nullptr, stream,
                      tm, p.H);
-  unpad_scale_launch(p.dk_acc, io.dk, io.dk_dtype, p.B * p.G, p.Tk, p.Tk_p, p.D, 1.0f, sq, nullptr, stream,
-                     tm, p.G);
-  unpad_scale_launch(p.dv_acc, io.dv, io.dv_dtype, p.B * p.G, p.Tk, p.Tk_p, p.D, 1.0f, nullptr, nullptr,
-                     stream, tm, p.G);
+  if (!direct) {
+    unpad_scale_launch(p.dk_acc, io.dk, io.dk_dtype, p.B * p.G, p.Tk, p.Tk_p, p.D, 1.0f, sq, nullptr, stream,
+                       tm, p.G);
+    unpad_scale_launch(p.dv_acc, io.dv, io.dv_dtype, p.B * p.G, p.Tk, p.Tk_p, p.D, 1.0f, nullptr, nullptr,
+                       stream, tm, p.G);
+  }
   if (!io.residual) return;
   const int64_t rows = p.B * p.H * p.Tq;
   bwd_residual_finish_launch(p.res_sums, rows, io.residual_rows, stream);

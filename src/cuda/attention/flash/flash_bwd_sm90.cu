@@ -43,6 +43,7 @@
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/kernel_attrs.h"
 #include "cuda/runtime/tensor_map.h"
+#include "cuda/attention/act_layout.h"
 #include "cuda/attention/flash/flash_tma.h"
 #include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/attention/flash/flash_bwd_tile_sm89.cuh"
@@ -270,15 +271,50 @@ __device__ __forceinline__ void stage_dq(unsigned stage, const Lane& ln, const f
   }
 }
 
+// One value pair of the caller's dK or dV at element offset i: FP32, or each rounded once to BF16
+// (bf16_from_float, as unpad_scale_launch stores).
+__device__ __forceinline__ void store_pair(void* out, bool bf16, int64_t i, float x, float y) {
+  if (bf16)
+    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(out) + i) =
+        uint32_t(bf16_from_float(x)) | uint32_t(bf16_from_float(y)) << 16;
+  else
+    *reinterpret_cast<float2*>(static_cast<float*>(out) + i) = make_float2(x, y);
+}
+
+// The epilogue into the caller's tensors (BackwardParams::dk_out, dv_out): this lane's keys
+// kbase + g (+ 8) below Tk of KV head row bg (= b·G + g), dK × sq (per-tensor scales; the values with
+// per-block scales) and dV already scaled, each product formed as unpad_scale_launch forms it (x ·
+// f, f = 1 · sq) and rounded once: the same bits as dk_acc, dv_acc through that pass.
+template <int kD>
+__device__ __forceinline__ void store_dkv_direct(const BackwardParams& p, const Lane& ln, int64_t bg,
+                                                 int64_t kbase, const float (&dk)[kD / 8][4],
+                                                 const float (&dv)[kD / 8][4], float dv_scale) {
+  const float dk_f = p.qkv_head_block ? 1.0f : *p.q_scale_inv;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = kbase + ln.g + 8 * r;
+    if (j >= p.Tk) continue;
+    const int64_t row = act_row_offset(p.tokens_major, bg, j, p.G, p.Tk, kD) + 2 * ln.t;
+#pragma unroll
+    for (int dn = 0; dn < kD / 8; ++dn) {
+      store_pair(p.dk_out, p.dkv_bf16, row + 8 * dn, dk[dn][2 * r] * dk_f, dk[dn][2 * r + 1] * dk_f);
+      store_pair(p.dv_out, p.dkv_bf16, row + 8 * dn, dv[dn][2 * r] * dv_scale, dv[dn][2 * r + 1] * dv_scale);
+    }
+  }
+}
+
 // kDoE5M2, kDsE5M2: do_format, ds_format are E5M2; kRes: res_sums is given; kDqTma: dQ by TMA
 // bulk reduces (stage_dq) instead of atomics; kOverlap: Sᵀ and dPᵀ issued together
-// (BackwardParams::sdp_overlap).
-template <int kD, bool kDoE5M2, bool kDsE5M2, bool kRes, bool kDqTma, bool kOverlap>
+// (BackwardParams::sdp_overlap); kDirect: dK, dV into the caller's tensors (store_dkv_direct).
+template <int kD, bool kDoE5M2, bool kDsE5M2, bool kRes, bool kDqTma, bool kOverlap, bool kDirect>
 __global__ void __launch_bounds__(kThreads, 1)
     wgmma_backward_kernel(const BackwardParams p, const __grid_constant__ BackwardMaps maps) {
   // At head_dim 128 the in-flight dPᵀ beside dK, dV, Sᵀ and P̃ does not fit the registers (ptxas
   // spilled 164 bytes a thread): the overlap exists at head_dim 64 only (255 registers, no spill).
   static_assert(!kOverlap || kD == 64, "the Sᵀ/dPᵀ overlap at head_dim 64 only");
+  // dK, dV into the caller's tensors at head_dim 64 (at 128 its addresses cost 32 more bytes of
+  // spill in the loop and it measured no faster), with the TMA dQ and no residual sums.
+  static_assert(!kDirect || (kD == 64 && kDqTma && !kRes), "the direct dK, dV epilogue's kernels");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = MainLayout<kD>;
   extern __shared__ uint8_t smem_raw[];
@@ -519,6 +555,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // dV = Σ P̃_code (dO/l)_code · (1/p_scale) · its 1/scale; dK in Q̂'s code units (× sq later),
   // or in values with per-block scales.
   const float dv_scale = (1.0f / p.p_scale) * *p.dvo_scale_inv;
+  if constexpr (kDirect) {
+    store_dkv_direct<kD>(p, ln, bg, kbase, dk, dv, dv_scale);
+    return;
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t j = kbase + ln.g + 8 * r;
@@ -739,9 +779,14 @@ void bwd_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
     constexpr bool kDo = decltype(d5)::value, kDs = decltype(s5)::value;
     const int bytes = MainLayout<kD>::kBytes;
     auto go = [&](auto with_res, auto tma, auto overlap) {
-      launch(wgmma_backward_kernel<kD, kDo, kDs, decltype(with_res)::value, decltype(tma)::value,
-                                   decltype(overlap)::value>,
-             blocks, bytes, p, true, stream);
+      constexpr bool kR = decltype(with_res)::value, kT = decltype(tma)::value, kO = decltype(overlap)::value;
+      if constexpr (kD == 64 && kT && !kR) {  // dK, dV into the caller's tensors: these kernels only
+        if (p.dk_out) {
+          launch(wgmma_backward_kernel<kD, kDo, kDs, kR, kT, kO, true>, blocks, bytes, p, true, stream);
+          return;
+        }
+      }
+      launch(wgmma_backward_kernel<kD, kDo, kDs, kR, kT, kO, false>, blocks, bytes, p, true, stream);
     };
     // The overlap at head_dim 64 only (the kernel's static_assert says why).
     auto variant = [&](auto with_res) {
