@@ -128,19 +128,19 @@ def test_the_attention_kernels_do_not_spill():
     def tma_kernel(k, direct):
         return k[1][3:] == (0, 1, int(k[1][0] == 64), direct)
     defaults = [k for k in bwd if tma_kernel(k, 0)]
-    direct = [k for k in bwd if tma_kernel(k, 1)]
+    direct = [k for k in bwd if k[1][6] == 1]  # both product orders
     atomics = [k for k in bwd if k[1][3:] == (0, 0, 0, 0)]
     overlap = [k for k in bwd if k[1][5] == 1]
     assert len(defaults) == 8, f"{len(defaults)} default backward kernels (2 head_dims x 4 format pairs expected)"
-    assert len(direct) == 4, f"{len(direct)} direct-epilogue twins of the defaults (4 at head_dim 64 expected)"
+    assert len(direct) == 8, f"{len(direct)} direct-epilogue kernels (4 format pairs x 2 product orders at 64)"
     assert all(k[1][0] == 64 and k[1][4] == 1 and k[1][3] == 0 for k in bwd if k[1][6]), \
         "a direct epilogue off head_dim 64 or the TMA dQ"
     assert len(atomics) == 8, f"{len(atomics)} atomics' backward kernels (2 head_dims x 4 format pairs expected)"
     assert all(k[1][0] == 64 for k in overlap), "an overlap kernel at head_dim 128"
     assert len(overlap) == 20, f"{len(overlap)} overlap kernels (4 format pairs x (residual x dQ path + direct))"
-    for name, args, usage in atomics + overlap + [k for k in defaults + direct if k[1][0] == 64]:
+    for name, args, usage in atomics + overlap + direct + [k for k in defaults if k[1][0] == 64]:
         assert usage["STACK"] == 0 and usage["REG"] <= 255, (args, usage)
-    for name, args, usage in [k for k in defaults + direct if k[1][0] == 128]:
+    for name, args, usage in [k for k in defaults if k[1][0] == 128]:
         assert usage["STACK"] <= 32 and usage["REG"] <= 255, (args, usage)
         ins = instructions(cuobjdump("-sass", "-fun", name))
         assert any(op.startswith("QGMMA") for op, _ in ins), f"{args}: no SASS read for {name}"

@@ -132,8 +132,8 @@ void set_kernels(const Impl& im, const AttentionShape& s, AttnBenchRow& row) {
   bp.B = s.batch, bp.H = s.n_heads, bp.G = s.n_kv_heads, bp.Tq = s.seq_q, bp.Tk = s.seq_k;
   bp.D = s.head_dim, bp.block_q = cfg.block_q, bp.block_k = cfg.block_k;
   set_backward_kernel(row, bp);
-  if (row.bwd_kernel == flash::backward_kernel_name(flash::BackwardKernel::Wgmma))  // run_backward's choice
-    row.bwd_dkv_direct = flash::backward_dkv_direct() ? 1 : 0;
+  if (row.bwd_kernel == flash::backward_kernel_name(flash::BackwardKernel::Wgmma))
+    row.bwd_dkv_direct = flash::resolved_dkv_direct(bp) ? 1 : 0;  // the bench's tensors: one dtype, aligned
   // The timed glue's pack (from BF16/F32): Q's, as the forward packs it (glue.h).
   PackArgs q;
   q.fp8 = true;

@@ -246,6 +246,11 @@ bool backward_sdp_overlap();
 /// their pairs' alignment, else it takes the accumulators (always at head_dim 128: there it
 /// measured no faster, with more spill in the kernel's loop).
 bool backward_dkv_direct();
+/// Whether run_backward lets the kernel write dK and dV for these params (head_dim 64, the wgmma
+/// kernel with dQ by TMA, no residual sums, backward_dkv_direct()); it also needs the caller's dK
+/// and dV of one dtype (F32 or BF16) and aligned pairs. Throws as select_backward_kernel and
+/// resolved_dq_tma.
+bool resolved_dkv_direct(const BackwardParams& p);
 /// BackwardParams::dq_tma as run_backward_main resolves it: itself when 0 or 1, backward_dq_tma()
 /// for −1. An octet::Error for another value.
 int resolved_dq_tma(const BackwardParams& p);

@@ -104,6 +104,11 @@ bool backward_dkv_direct() {
                     true);
 }
 
+bool resolved_dkv_direct(const BackwardParams& p) {
+  return p.D == 64 && backward_dkv_direct() && select_backward_kernel(p) == BackwardKernel::Wgmma &&
+         resolved_dq_tma(p) == 1 && !p.res_sums;
+}
+
 int resolved_dq_tma(const BackwardParams& p) {
   OCTET_CHECK(p.dq_tma >= -1 && p.dq_tma <= 1,
               "flash attention backward: dq_tma must be -1 (OCTET_FLASH_BWD_DQ_TMA), 0 or 1, got " +
@@ -238,10 +243,9 @@ void run_backward(BackwardParams p, const BackwardIo& io, cudaStream_t stream) {
   p.dvo_scale_inv = io.dvo_scale_inv;
   // dK, dV from the wgmma kernel's epilogue (the same bits as the unpad passes below) when asked.
   const bool kv_bf16 = io.dk_dtype == DType::BF16;
-  const bool direct = p.D == 64 && backward_dkv_direct() &&
-                      select_backward_kernel(p) == BackwardKernel::Wgmma && resolved_dq_tma(p) == 1 &&
-                      !p.res_sums && io.dk_dtype == io.dv_dtype && (kv_bf16 || io.dk_dtype == DType::F32) &&
-                      aligned(io.dk, kv_bf16 ? 4 : 8) && aligned(io.dv, kv_bf16 ? 4 : 8);
+  const bool direct = resolved_dkv_direct(p) && io.dk_dtype == io.dv_dtype &&
+                      (kv_bf16 || io.dk_dtype == DType::F32) && aligned(io.dk, kv_bf16 ? 4 : 8) &&
+                      aligned(io.dv, kv_bf16 ? 4 : 8);
   if (direct) {
     p.dk_out = io.dk;
     p.dv_out = io.dv;

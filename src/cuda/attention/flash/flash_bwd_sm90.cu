@@ -768,6 +768,8 @@ void bwd_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
   OCTET_CHECK(bwd_sm90_supported(p),
               "flash attention backward (wgmma): supports head_dim 64 or 128, block_q = block_k = "
               "128, not deterministic");
+  OCTET_CHECK(!p.dk_out || (p.D == 64 && p.dq_tma == 1 && !p.res_sums),
+              "flash attention backward (wgmma): dk_out needs head_dim 64, dQ by TMA and no residual sums");
   const int64_t blocks = p.B * p.G * ((p.Tk + kBN - 1) / kBN);
   const bool do_e5m2 = p.do_format == Format::E5M2, ds_e5m2 = p.ds_format == Format::E5M2;
   using T = std::true_type;
