@@ -15,9 +15,23 @@
 #include <vector>
 
 #include "cuda/runtime/check.h"
+#include "octet/backend.h"
 #include "octet/fp8.h"
+#include "octet/tensor.h"
 
 namespace octet::test {
+
+/// Uploads host FP32 values into t: as they are for F32, each rounded once (bf16_from_float) for
+/// BF16.
+inline void upload_values(Backend& be, const Tensor& t, const std::vector<float>& x) {
+  if (t.dtype == DType::BF16) {
+    std::vector<uint16_t> b(x.size());
+    for (size_t i = 0; i < x.size(); ++i) b[i] = bf16_from_float(x[i]);
+    be.upload(t, b.data());
+  } else {
+    be.upload(t, x.data());
+  }
+}
 
 inline bool have_gpu() {
   int n = 0;

@@ -12,6 +12,7 @@
 #include "octet/backend.h"
 #include "octet/fp8.h"
 #include "octet/tensor.h"
+#include "cuda/cuda_test_util.h"
 
 namespace octet {
 
@@ -50,15 +51,8 @@ struct AttnIo {
   }
   // Uploads the inputs (rounded to BF16 for a BF16 dtype).
   void set(Backend& be, const AttentionInputs& in) {
-    for (auto [t, h] : {std::pair{&q, &in.q}, {&k, &in.k}, {&v, &in.v}, {&d_o, &in.d_o}}) {
-      if (t->tensor().dtype == DType::BF16) {
-        std::vector<uint16_t> b(h->size());
-        for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_from_float((*h)[i]);
-        be.upload(*t, b.data());
-      } else {
-        be.upload(*t, h->data());
-      }
-    }
+    for (auto [t, h] : {std::pair{&q, &in.q}, {&k, &in.k}, {&v, &in.v}, {&d_o, &in.d_o}})
+      test::upload_values(be, t->tensor(), *h);
   }
 };
 

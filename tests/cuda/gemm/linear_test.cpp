@@ -35,16 +35,7 @@ void expect_close(const std::vector<float>& g, const std::vector<float>& c, doub
     ASSERT_NEAR(g[i], c[i], rtol * peak + (bf16 ? std::fabs(c[i]) * 0x1p-7 : 0.0)) << what << " at " << i;
 }
 
-// Uploads host FP32 values into t (F32, or rounded to BF16).
-void put(Backend& be, const Tensor& t, const std::vector<float>& h) {
-  if (t.dtype == DType::BF16) {
-    std::vector<uint16_t> b(h.size());
-    for (size_t i = 0; i < h.size(); ++i) b[i] = bf16_from_float(h[i]);
-    be.upload(t, b.data());
-  } else {
-    be.upload(t, h.data());
-  }
-}
+using test::upload_values;
 
 // The tensors of one linear layer on one backend.
 struct Io {
@@ -84,9 +75,9 @@ struct Pair {
   // The same x, w, dy into both (seeds seed, seed + 2, seed + 4; x scaled by x_std).
   void put_step(Backend& be, int64_t m, int64_t in, int64_t out, uint32_t seed, float x_std) {
     for (Io* io : {&a, &b}) {
-      put(be, io->x, test::gaussian(size_t(m * in), seed, x_std));
-      put(be, io->w, test::gaussian(size_t(out * in), seed + 2, 0.05f));
-      put(be, io->dy, test::gaussian(size_t(m * out), seed + 4, 1e-3f));
+      upload_values(be, io->x, test::gaussian(size_t(m * in), seed, x_std));
+      upload_values(be, io->w, test::gaussian(size_t(out * in), seed + 2, 0.05f));
+      upload_values(be, io->dy, test::gaussian(size_t(m * out), seed + 4, 1e-3f));
     }
   }
 };
@@ -140,9 +131,9 @@ TEST(CudaLinear, MatchesCpuLinearOverSteps) {
         const auto w = test::gaussian(size_t(c.out * c.in), 40u + uint32_t(step), 0.05f);
         const auto dy = test::gaussian(size_t(c.m * c.out), 50u + uint32_t(step), 1e-3f * float(step + 1));
         for (auto [be, io] : {std::pair{cpu.get(), &ic}, {gpu.get(), &ig}}) {
-          put(*be, io->x, x);
-          put(*be, io->w, w);
-          put(*be, io->dy, dy);
+          upload_values(*be, io->x, x);
+          upload_values(*be, io->w, w);
+          upload_values(*be, io->dy, dy);
         }
         const SavedLinear sc = lc->forward(ic.x, ic.w, ic.y);
         const SavedLinear sg = lg->forward(ig.x, ig.w, ig.y);
@@ -193,9 +184,9 @@ TEST(CudaLinear, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
       int k = 0;
       for (Io* io : {&a1, &a2, &b1, &b2}) {
         const uint32_t seed = uint32_t(100 + 10 * rep + (k++ % 2));  // a1 == b1, a2 == b2
-        put(*gpu, io->x, test::gaussian(size_t(c.m * c.in), seed, 2.0f + float(seed % 2)));
-        put(*gpu, io->w, test::gaussian(size_t(c.out * c.in), seed + 1, 0.05f));
-        put(*gpu, io->dy, test::gaussian(size_t(c.m * c.out), seed + 2, 1e-3f));
+        upload_values(*gpu, io->x, test::gaussian(size_t(c.m * c.in), seed, 2.0f + float(seed % 2)));
+        upload_values(*gpu, io->w, test::gaussian(size_t(c.out * c.in), seed + 1, 0.05f));
+        upload_values(*gpu, io->dy, test::gaussian(size_t(c.m * c.out), seed + 2, 1e-3f));
         gpu->fill(io->dw, 0.0);
       }
       {  // interleaved: two forwards outstanding
@@ -356,15 +347,15 @@ TEST(CudaLinear, ResidualIsAddedByTheGemm) {
           ASSERT_NEAR(y0[i], y[i], 2 * eps * std::fabs(y[i])) << what << ": zero residual at " << i;
       }
       const auto rh = test::gaussian(size_t(c.m * c.out), 460, 4.0f);
-      put(*gpu, r, rh);
+      upload_values(*gpu, r, rh);
       const auto rq = gpu->download_f32(r);
       (void)p.lb->forward(p.b.x, p.b.w, p.b.y, {}, r);
       const auto yr = gpu->download_f32(p.b.y);
       for (size_t i = 0; i < y.size(); ++i)
         ASSERT_NEAR(yr[i], double(y[i]) + rq[i], 2 * eps * (std::fabs(y[i]) + std::fabs(rq[i])))
             << what << " at " << i;
-      EXPECT_NE(yr, y) << what;  // r is not zero: the test can fail
-      put(*gpu, p.b.y, rh);      // y holds r: the sum in place
+      EXPECT_NE(yr, y) << what;        // r is not zero: the test can fail
+      upload_values(*gpu, p.b.y, rh);  // y holds r: the sum in place
       (void)p.lb->forward(p.b.x, p.b.w, p.b.y, {}, p.b.y);
       const auto ya = gpu->download_f32(p.b.y);
       for (size_t i = 0; i < yr.size(); ++i)
@@ -402,9 +393,9 @@ TEST(CudaLinear, QuantStateRoundTripContinuesBitwise) {
     const auto w = test::gaussian(size_t(out * in), 70u + uint32_t(step), 0.05f);
     const auto dy = test::gaussian(size_t(m * out), 80u + uint32_t(step), 1e-3f * float(1 + step % 4));
     for (auto [be, io] : {std::pair{cpu.get(), &ic}, {gpu.get(), &ig}}) {
-      put(*be, io->x, x);
-      put(*be, io->w, w);
-      put(*be, io->dy, dy);
+      upload_values(*be, io->x, x);
+      upload_values(*be, io->w, w);
+      upload_values(*be, io->dy, dy);
     }
   };
   // One step of `lin` (forward, backward, update) on the current inputs; returns y, dx, dw.
@@ -488,7 +479,7 @@ TEST(CudaLinear, WeightCacheEqualsUncachedBitwise) {
       const uint32_t seed = uint32_t(10 * step + k);
       const auto x = test::gaussian(size_t(c.m * c.in), 60u + seed, 1.0f + float(k));
       const auto dy = test::gaussian(size_t(c.m * c.out), 70u + seed, 1e-3f);
-      for (Io* io : {&ia, &ib}) put(*gpu, io->x, x), put(*gpu, io->dy, dy);
+      for (Io* io : {&ia, &ib}) upload_values(*gpu, io->x, x), upload_values(*gpu, io->dy, dy);
       const SavedLinear sa = plain->forward(ia.x, ia.w, ia.y);
       const SavedLinear sb = cached->forward(ib.x, ib.w, ib.y);
       plain->backward(sa, ia.dy, ia.dx, ia.dw);
@@ -496,7 +487,7 @@ TEST(CudaLinear, WeightCacheEqualsUncachedBitwise) {
     };
     for (int step = 0; step < 3; ++step) {
       const auto w = test::gaussian(size_t(c.out * c.in), 80u + uint32_t(step), 0.05f * float(step + 1));
-      put(*gpu, ia.w, w), put(*gpu, ib.w, w);  // the optimizer step (after update_scales)
+      upload_values(*gpu, ia.w, w), upload_values(*gpu, ib.w, w);  // the optimizer step (after update_scales)
       gpu->fill(ia.dw, 0.0), gpu->fill(ib.dw, 0.0);
       for (int k = 0; k < 2; ++k) {
         micro(step, k);
@@ -514,7 +505,7 @@ TEST(CudaLinear, WeightCacheEqualsUncachedBitwise) {
     micro(3, 0);
     const auto y_before = gpu->download_f32(ib.y);
     const auto w2 = test::gaussian(size_t(c.out * c.in), 99u, 0.2f);
-    put(*gpu, ia.w, w2), put(*gpu, ib.w, w2);
+    upload_values(*gpu, ia.w, w2), upload_values(*gpu, ib.w, w2);
     micro(3, 0);
     EXPECT_EQ(gpu->download_f32(ib.y), y_before) << what << ": the cached Ŵ must be reused";
     EXPECT_NE(gpu->download_f32(ia.y), y_before) << what << ": the new W changes Y (test premise)";

@@ -48,17 +48,6 @@ std::vector<uint8_t> bytes_of(Backend& be, const Tensor& t) {
   return out;
 }
 
-// Uploads x (F32 values in the layout's order) into t as t's dtype (BF16: rounded once).
-void upload(Backend& be, const Tensor& t, const std::vector<float>& x) {
-  if (t.dtype == DType::BF16) {
-    std::vector<uint16_t> b(x.size());
-    for (size_t i = 0; i < x.size(); ++i) b[i] = bf16_from_float(x[i]);
-    be.upload(t, b.data());
-  } else {
-    be.upload(t, x.data());
-  }
-}
-
 struct Result {
   std::vector<uint8_t> dk, dv;
   std::vector<float> dq;
@@ -72,10 +61,10 @@ Result run(Backend& be, const AttentionShape& s, const AttentionConfig& c, DType
   Io io(be, s, act);
   // The inputs are random values: moved into the layout only as a permutation of the same
   // values would be, so both runs (and both layouts) see the same data.
-  upload(be, io.q.tensor(), in.q);
-  upload(be, io.k.tensor(), in.k);
-  upload(be, io.v.tensor(), in.v);
-  upload(be, io.d_o.tensor(), in.d_o);
+  test::upload_values(be, io.q.tensor(), in.q);
+  test::upload_values(be, io.k.tensor(), in.k);
+  test::upload_values(be, io.v.tensor(), in.v);
+  test::upload_values(be, io.d_o.tensor(), in.d_o);
   for (const Buffer* t : {&io.dk, &io.dv}) {
     std::vector<uint8_t> nan(size_t(t->tensor().numel()) * dtype_size(act), 0xFF);
     be.upload(t->tensor(), nan.data());
