@@ -29,7 +29,8 @@
 #     linears) -> hf-llama.jsonl, each within OCTET_HF_TIMEOUT seconds (240), on the bytes of
 #     OCTET_HF_DATA (a file or directory: hf_llama.py --data) if set, else uniform tokens; needs liboctet_c in
 #     .cuda-carry/lib and torchao for its arm (the carried wheel, as bench-train); OCTET_HF_ARGS adds options
-#     to every arm's run (e.g. "--packed 1024": packed rows, hf_llama.py --help)
+#     to every arm's run (e.g. "--packed 1024": packed rows; "--profile": one profiled step, its kernels
+#     by category printed; hf_llama.py --help)
 #   hf-llama-fsdp: FSDP2 on every GPU of the machine (torchrun --nproc-per-node N, N from
 #     nvidia-smi): per arm of OCTET_HF_ARMS (default octet:fp8,sdpa:bf16,sdpa:torchao-tensorwise),
 #     first one GPU with --grad-accum N (the same global batch and micro-batches), then the N ranks
@@ -240,7 +241,13 @@ for (case, impl, dt), by in sorted(rows.items()):
           python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     r = json.loads(l)
-    print(f"{r["arm"]:28} {r["tokens_per_s"]:10.0f} tokens/s {r["tflops"]:7.1f} TFLOP/s loss {r["loss_last"]:.3f}")' "$OUT/hf-llama.jsonl" ;;
+    print(f"{r["arm"]:28} {r["tokens_per_s"]:10.0f} tokens/s {r["tflops"]:7.1f} TFLOP/s loss {r["loss_last"]:.3f}")
+    if r.get("profile"):  # OCTET_HF_ARGS=--profile
+        pr = r["profile"]
+        print("  profiled step, kernels", round(pr["kernel_ms"], 1), "ms:",
+              {k: round(v, 1) for k, v in sorted(pr["by_category_ms"].items(), key=lambda kv: -kv[1])})
+        for k in pr["top"][:12]:
+            print(f"    {k["ms"]:8.2f} ms {k["calls"]:5} {k["name"][:90]}")' "$OUT/hf-llama.jsonl" ;;
     hf-llama-fsdp)
           : > "$OUT/hf-llama-fsdp.jsonl"; : > "$OUT/hf-llama-fsdp.err"
           pyext=${OCTET_PYEXT:-/tmp/octet-pyext}

@@ -18,6 +18,9 @@ one loop (gpt2_octet_torch.py's data, step and timing).
                                --checkpoint-every N > 0 write one every N optimizer steps
                                (torch.distributed.checkpoint: dcp_checkpoint.py; the row's losses
                                then include the steps before the resume)
+  --profile                    one more step after the timed ones under torch.profiler: the row's
+                               "profile" holds that step's GPU kernel time by category (attention,
+                               gemm, cast, optimizer, other) and its 25 costliest kernels
   --packed MEAN                packed training: each micro-batch's batch·seq tokens as one row of
                                documents of MEAN tokens on average (batch·seq // MEAN of them,
                                random cut points drawn per micro-batch), position_ids restarting
@@ -131,6 +134,34 @@ def packing(n, total, mean, device):
             "max_length_q": total, "max_length_k": total}, cu[:-1]
 
 
+# kernel name → category for --profile's breakdown (first match wins; names of PyTorch, cuDNN,
+# cuBLAS(Lt), Triton (torch.compile) and octet's kernels)
+CATEGORIES = [("attention", ("flash", "fmha", "attention", "attn", "sdpa", "cudnn")),
+              ("gemm", ("gemm", "nvjet", "cutlass", "xmma", "wgmma", "_mm_", "sm90_", "aten::mm", "addmm", "bmm")),
+              ("cast", ("amax", "quantiz", "pack", "fp8", "float8", "scale", "cast")),
+              ("optimizer", ("adam", "multi_tensor", "foreach", "norm_kernel"))]
+
+
+def kernel_profile(prof, dev):
+    """One profiled step's GPU kernels (on the CPU, for the script's test: its operators' self
+    time): total milliseconds per category (CATEGORIES) and the 25 costliest kernels (name cut to
+    120 characters, ms, calls)."""
+    rows, cuda = [], dev.type == "cuda"
+    for e in prof.key_averages():
+        us = e.self_device_time_total if cuda else e.self_cpu_time_total
+        kind = torch.autograd.DeviceType.CUDA if cuda else torch.autograd.DeviceType.CPU
+        if us > 0 and e.device_type == kind:
+            rows.append((e.key, us / 1e3, e.count))
+    by = {}
+    for name, ms, _ in rows:
+        low = name.lower()
+        cat = next((c for c, keys in CATEGORIES if any(k in low for k in keys)), "other")
+        by[cat] = by.get(cat, 0.0) + ms
+    rows.sort(key=lambda r: -r[1])
+    return {"kernel_ms": sum(r[1] for r in rows), "by_category_ms": by,
+            "top": [{"name": n[:120], "ms": ms, "calls": c} for n, ms, c in rows[:25]]}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=sorted(SHAPES), default="llama-1b")
@@ -154,6 +185,8 @@ def main():
     ap.add_argument("--fsdp", action="store_true", help="FSDP2 over the torchrun job's ranks")
     ap.add_argument("--packed", type=int, default=0, metavar="MEAN",
                     help="one row of documents of MEAN tokens on average per micro-batch")
+    ap.add_argument("--profile", action="store_true",
+                    help="profile one step after the timed ones (the row's \"profile\")")
     ap.add_argument("--checkpoint-dir", default="", help="resume from and write checkpoints here")
     ap.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
                     help="write a checkpoint every N optimizer steps (0: never)")
@@ -210,9 +243,15 @@ def main():
     step_model = model if a.no_compile else torch.compile(model)
     batch_of, val = batches(a, dev, 0)
     batch_of = rank_batches(batch_of, world, rank)
-    ms = []
+    ms, prof, profile = [], None, None
+    last = a.warmup + a.steps  # with --profile, step `last` is the profiled one (not timed, no loss)
     sync()
-    for s in range(start, a.warmup + a.steps):
+    for s in range(start, last + (1 if a.profile else 0)):
+        if s == last:
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA
+                                                      if dev.type == "cuda" else
+                                                      torch.profiler.ProfilerActivity.CPU])
+            prof.__enter__()
         t0 = time.perf_counter()
         step_loss = 0.0
         for m in range(a.grad_accum):
@@ -238,6 +277,11 @@ def main():
             step_loss = step_loss.clone()
             dist.all_reduce(step_loss)
             step_loss = step_loss / world
+        if s == last:
+            sync()
+            prof.__exit__(None, None, None)
+            profile = kernel_profile(prof, dev)
+            break
         losses.append(float(step_loss))
         sync()
         if s >= a.warmup:
@@ -278,7 +322,8 @@ def main():
            "tflops": fpt * tps / world / 1e12 if ms else None,
            "mfu": fpt * tps / world / 1e12 / a.peak_tflops if ms else None, "resumed_from": start,
            "loss_first": losses[0], "loss_last": losses[-1], "losses": losses,
-           "val_losses": val_losses, "data": a.data or "uniform", "packed_mean_tokens": a.packed}
+           "val_losses": val_losses, "data": a.data or "uniform", "packed_mean_tokens": a.packed,
+           "profile": profile}
     print(json.dumps(row), flush=True)
 
 

@@ -343,7 +343,7 @@ def test_hf_llama_bench_script_on_cpu(tmp_path):
     args = ["--model", "tiny", "--device", "cpu", "--no-compile", "--seq", "64", "--batch", "2",
             "--grad-accum", "2", "--warmup", "1", "--steps", "2", "--data", str(corpus), "--eval-every", "2"]
     rows = {}
-    for arm in (["--attention", "sdpa", "--linears", "bf16"], ["--attention", "octet", "--linears", "fp8"]):
+    for arm in (["--attention", "sdpa", "--linears", "bf16"], ["--attention", "octet", "--linears", "fp8", "--profile"]):
         r = subprocess.run([sys.executable, str(script), *args, *arm], capture_output=True, text=True,
                            env=dict(os.environ), cwd=script.parent)
         assert r.returncode == 0, r.stderr
@@ -356,6 +356,12 @@ def test_hf_llama_bench_script_on_cpu(tmp_path):
         assert len(row["losses"]) == 3 and [s for s, _ in row["val_losses"]] == [2, 3]
         assert abs(row["loss_first"] - 5.545) < 0.3  # log(256) at init
     assert rows["fp8+octet"]["fp8_linears"] == 14 and rows["bf16+sdpa"]["fp8_linears"] == 0
+    # --profile: one more, untimed step (no loss of its own); its operators by category, the
+    # categories summing to the total
+    prof = rows["fp8+octet"]["profile"]
+    assert rows["bf16+sdpa"]["profile"] is None and prof["kernel_ms"] > 0
+    assert abs(sum(prof["by_category_ms"].values()) - prof["kernel_ms"]) < 1e-6 * prof["kernel_ms"]
+    assert 0 < len(prof["top"]) <= 25 and prof["top"][0]["ms"] >= prof["top"][-1]["ms"]
     # --packed: one row of documents; octet through cu_seq_lens, SDPA through position_ids (the
     # same packing, model and data: the first losses agree to the arms' precision)
     packed = {}
