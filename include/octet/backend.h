@@ -191,6 +191,31 @@ class Linear {
   /// stats_w() then reports that amax and scale, and NaN underflow/saturation fractions (not
   /// counted without the FP32 W). Enqueued; `codes` and `amax` may be reused once it returns.
   virtual void install_weight_codes(const Tensor& codes, const Tensor& amax);
+
+  // ---- saved state in caller memory (as Attention's below): for op boundaries that carry only
+  // tensors (PyTorch's custom ops keep it as a byte tensor saved for backward), so that a backward
+  // never re-quantizes X or W.
+  /// Bytes of this backend's memory that forward_to() places the saved state of a forward of
+  /// `rows` rows (M) in: FP8, X̂ᵀ [in, M] and Ŵᵀ [in, out] with their scales (the codes and scales
+  /// backward() reads). 0: the linear keeps nothing but its views of x and w (BF16, FP32), and
+  /// forward_to and saved_from throw. Throws octet::Error for rows < 1 (FP8).
+  virtual int64_t saved_bytes(int64_t rows) const {
+    (void)rows;
+    return 0;
+  }
+  /// forward() (x_amax and residual as there) with the saved state placed in `memory` instead of
+  /// memory of the linear's own: any dtype, at least saved_bytes(x.rows()) bytes of this backend's
+  /// memory, 256-byte aligned, contents on entry ignored. The returned SavedLinear views it (and x,
+  /// w): the caller keeps `memory` alive and unchanged until the backward, which reads neither x
+  /// nor w. Throws octet::Error for a memory too small or misaligned (naming it), for a linear
+  /// whose saved_bytes() is 0, and for what forward() refuses.
+  virtual SavedLinear forward_to(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& memory,
+                                 const Tensor& x_amax = {}, const Tensor& residual = {});
+  /// The SavedLinear of an earlier forward_to(x of `rows` rows, …, memory) by a linear of this
+  /// spec on this backend, for this linear's backward; its x and w are empty (the FP8 backward
+  /// reads neither). Computes nothing (CPU: copies the image). The caller guarantees the
+  /// provenance: only the size is checked (octet::Error naming it).
+  virtual SavedLinear saved_from(int64_t rows, const Tensor& memory) const;
 };
 
 /// One attention layer's forward/backward (semantics: attention.h, the CPU reference).

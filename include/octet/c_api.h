@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /** The ABI version; bumped on any change of a struct or signature below. */
-#define OCTET_C_API_VERSION 4
+#define OCTET_C_API_VERSION 5
 OCTET_C_EXPORT int octet_c_api_version(void);
 
 /** The message of the last failure on this thread ("" if none). Valid until the next call. */
@@ -144,15 +144,25 @@ typedef struct octet_linear_call {
   const void* dy;
   void* dx;
   float* dw;
+  void* saved;        /**< may be NULL: backend memory of saved_size >= octet_linear_saved_bytes(rows)
+                           bytes, 256-byte aligned, where the forward places what the backward reads
+                           (X̂ᵀ and Ŵᵀ: FP8 codes and scales; backend.h Linear::forward_to) */
+  int64_t saved_size; /**< bytes at saved */
 } octet_linear_call;
 
 /** NULL on failure (invalid spec: unknown recipe or format, history < 1, margin out of range). */
 OCTET_C_EXPORT octet_c_linear* octet_linear_new(octet_c_backend* backend, const octet_linear_spec* spec);
 OCTET_C_EXPORT void octet_linear_free(octet_c_linear* linear);
-/** Forward: writes y. Quantizes with each slot's current scale and records the amaxes. */
+/** The bytes of `saved` that a forward of `rows` rows fills (the same for every such call); -1 on
+ *  failure (rows < 1). */
+OCTET_C_EXPORT int64_t octet_linear_saved_bytes(octet_c_linear* linear, int64_t rows);
+/** Forward: writes y, and the saved state into `saved` if given. Quantizes with each slot's current
+ *  scale and records the amaxes. */
 OCTET_C_EXPORT int octet_linear_forward(octet_c_linear* linear, const octet_linear_call* call);
-/** Backward: re-runs the forward's quantization of x and w (the same codes: the scales only change
- *  at update_scales; not its GEMM), then dx and dw from dy. */
+/** Backward: dx and dw from dy. With `saved`: from the X̂ᵀ and Ŵᵀ a forward of the same rows placed
+ *  there (x and w are not read and may be NULL; the caller keeps `saved` unchanged in between).
+ *  Without: re-runs the forward's quantization of x and w first (the same codes: the scales only
+ *  change at update_scales; not its GEMM), which costs one more pass over each. */
 OCTET_C_EXPORT int octet_linear_backward(octet_c_linear* linear, const octet_linear_call* call);
 /** Delayed scaling's update step (Linear::update_scales): once per optimizer step. */
 OCTET_C_EXPORT int octet_linear_update_scales(octet_c_linear* linear);

@@ -11,7 +11,7 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 _PRESETS = ("cuda", "release", "debug")
 
 
@@ -47,7 +47,8 @@ class LinearCall(ctypes.Structure):
     """octet_linear_call of c_api.h."""
     _fields_ = [("rows", ctypes.c_int64), ("dtype", ctypes.c_int32), ("x", ctypes.c_void_p),
                 ("w", ctypes.c_void_p), ("y", ctypes.c_void_p), ("dy", ctypes.c_void_p),
-                ("dx", ctypes.c_void_p), ("dw", ctypes.c_void_p)]
+                ("dx", ctypes.c_void_p), ("dw", ctypes.c_void_p), ("saved", ctypes.c_void_p),
+                ("saved_size", ctypes.c_int64)]
 
 
 # c_api.h enum octet_c_dtype
@@ -68,6 +69,7 @@ _SIGNATURES = {
     "octet_attention_backward": (ctypes.c_int, [_P, ctypes.POINTER(AttentionParams)]),
     "octet_linear_new": (_P, [_P, ctypes.POINTER(LinearSpec)]),
     "octet_linear_free": (None, [_P]),
+    "octet_linear_saved_bytes": (ctypes.c_int64, [_P, ctypes.c_int64]),
     "octet_linear_forward": (ctypes.c_int, [_P, ctypes.POINTER(LinearCall)]),
     "octet_linear_backward": (ctypes.c_int, [_P, ctypes.POINTER(LinearCall)]),
     "octet_linear_update_scales": (ctypes.c_int, [_P]),

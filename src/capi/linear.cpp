@@ -2,9 +2,10 @@
 // octet::Linear (octet/backend.h; recipes octet/quant.h, docs/numerics.md) of a backend, so that
 // its quantizer state (tensor-delayed amax histories) lives as long as the caller's layer.
 //
-// An op boundary (PyTorch's custom ops) cannot carry the backend's SavedLinear, so the backward
-// re-runs the forward's quantization of X and W first (Linear::forward with an empty y: no
-// GEMM). The scales a
+// An op boundary (PyTorch's custom ops) cannot carry the backend's SavedLinear. With the caller's
+// `saved` block the forward places X̂ᵀ and Ŵᵀ there (Linear::forward_to) and the backward reads
+// them back (saved_from): nothing is quantized twice. Without it the backward re-runs the forward's
+// quantization of X and W first (Linear::forward with an empty y: no GEMM). The scales a
 // quantization uses change only at update_scales(), so the re-run produces the forward's very
 // codes; tensor-delayed records the same amax a second time, which leaves the recorded maximum
 // unchanged (docs/pytorch.md, "The backward").
@@ -40,7 +41,7 @@ LinearSpec spec_of(const octet_linear_spec& s) {
 }
 
 struct Views {
-  Tensor x, w, y, dy, dx, dw;
+  Tensor x, w, y, dy, dx, dw, saved;
 };
 
 Views views_of(const octet_c_linear& l, const octet_linear_call* c, bool backward) {
@@ -49,11 +50,18 @@ Views views_of(const octet_c_linear& l, const octet_linear_call* c, bool backwar
   const DType t = dtype_of(c->dtype, "linear call");
   OCTET_CHECK(is_activation_dtype(t), "linear: activations must be f32 or bf16, got " + to_string(t));
   const int64_t in = l.spec.in_features, out = l.spec.out_features;
-  require(c->x, "linear call: x");
-  require(c->w, "linear call: w");
   Views v;
-  v.x = view(c->x, t, {c->rows, in});
-  v.w = view(c->w, DType::F32, {out, in});
+  if (c->saved) {  // one-byte elements (E4M3 only names the width)
+    OCTET_CHECK(c->saved_size > 0, "linear call: saved_size must be > 0 when saved is given, got " +
+                                       std::to_string(c->saved_size));
+    v.saved = Tensor(c->saved, DType::E4M3, {c->saved_size});
+  }
+  if (!backward || v.saved.empty()) {  // the backward from `saved` reads neither x nor w
+    require(c->x, "linear call: x");
+    require(c->w, "linear call: w");
+    v.x = view(c->x, t, {c->rows, in});
+    v.w = view(c->w, DType::F32, {out, in});
+  }
   if (!backward) {
     require(c->y, "linear call: y");
     v.y = view(c->y, t, {c->rows, out});
@@ -91,11 +99,23 @@ octet_c_linear* octet_linear_new(octet_c_backend* backend, const octet_linear_sp
 
 void octet_linear_free(octet_c_linear* linear) { delete linear; }
 
+int64_t octet_linear_saved_bytes(octet_c_linear* linear, int64_t rows) {
+  int64_t n = -1;
+  guarded([&] {
+    require(linear, "octet_linear_saved_bytes: linear");
+    n = linear->linear->saved_bytes(rows);
+  });
+  return n;
+}
+
 int octet_linear_forward(octet_c_linear* linear, const octet_linear_call* call) {
   return guarded([&] {
     require(linear, "octet_linear_forward: linear");
     const auto v = octet::capi::views_of(*linear, call, false);
-    (void)linear->linear->forward(v.x, v.w, v.y);
+    if (v.saved.empty())
+      (void)linear->linear->forward(v.x, v.w, v.y);
+    else
+      (void)linear->linear->forward_to(v.x, v.w, v.y, v.saved);
   });
 }
 
@@ -103,6 +123,10 @@ int octet_linear_backward(octet_c_linear* linear, const octet_linear_call* call)
   return guarded([&] {
     require(linear, "octet_linear_backward: linear");
     const auto v = octet::capi::views_of(*linear, call, true);
+    if (!v.saved.empty()) {
+      linear->linear->backward(linear->linear->saved_from(call->rows, v.saved), v.dy, v.dx, v.dw);
+      return;
+    }
     // Re-run the forward's quantization (same codes: see the header), without its GEMM.
     const octet::SavedLinear saved = linear->linear->forward(v.x, v.w, octet::Tensor{});
     linear->linear->backward(saved, v.dy, v.dx, v.dw);

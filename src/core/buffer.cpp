@@ -71,7 +71,15 @@ void Linear::encode_weight_piece(const Tensor&, const Tensor&, const Tensor&) co
 }
 void Linear::install_weight_codes(const Tensor&, const Tensor&) { no_weight_codes("install_weight_codes"); }
 
-// Saved state in caller memory (backend.h): an attention that keeps it only in its own memory.
+// Saved state in caller memory (backend.h): a linear or an attention that keeps it only in its own
+// memory.
+SavedLinear Linear::forward_to(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                               const Tensor&) {
+  OCTET_FAIL("linear forward_to: this linear keeps no saved state of its own (saved_bytes() is 0: not FP8)");
+}
+SavedLinear Linear::saved_from(int64_t, const Tensor&) const {
+  OCTET_FAIL("linear saved_from: this linear keeps no saved state of its own (saved_bytes() is 0: not FP8)");
+}
 SavedAttention Attention::forward_to(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                      const Tensor&, const Tensor&) {
   OCTET_FAIL(

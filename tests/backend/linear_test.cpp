@@ -9,7 +9,8 @@
 //    underflow and saturation fractions).
 //  - Saved state: two forwards followed by two backwards equal forward+backward one at a time
 //    (BF16, FP32, FP8 tensor-current / tensor-delayed / block); another linear's SavedLinear throws;
-//    a forward without y (how the C ABI's backward re-quantizes) saves the same operands.
+//    a forward without y (how the C ABI's backward re-quantizes without `saved`) saves the same
+//    operands; the state placed in caller memory (forward_to, saved_from) gives the same bits.
 //  - A producer's amax: under tensor-current it must be the tensor's (else an error).
 // Tolerance of an FP32-accumulated GEMM: |C − C64| <= (K + 8)·2^-23·Σ_k |A_ik||B_jk|. Scales in
 // QuantStats are 1/scale_inv, so they are compared to scale_from_amax within 4 ulps (FLOAT_EQ).
@@ -334,6 +335,64 @@ TEST(LinearSaved, ForwardWithoutYSavesTheSameOperands) {
       lb->update_scales();
       EXPECT_EQ(la->quant_state(), lb->quant_state()) << name;
     }
+  }
+}
+
+// Saved state in caller memory (backend.h forward_to / saved_from, what the PyTorch ops carry): the
+// backward from saved_from equals the backward from the linear's own state, bitwise, over two
+// steps with an update between, with x and w overwritten before the backward (it reads neither)
+// and the memory filled with 0xFF first (every byte it reads is written). BF16 and FP32 keep no
+// state of their own: size 0 and both calls refused.
+TEST(LinearSaved, ForwardToAndSavedFromEqualTheOwnState) {
+  for (const auto& [name, spec] : saved_state_cases()) {
+    auto be = make_cpu_backend();
+    auto la = be->make_linear(spec), lb = be->make_linear(spec);
+    if (spec.precision != LinearPrecision::FP8) {
+      EXPECT_EQ(lb->saved_bytes(M), 0) << name;
+      std::vector<uint8_t> mem(64);
+      const Tensor memory(mem.data(), DType::E4M3, {64});
+      std::vector<float> x = randn(M * IN, 1), w = randn(OUT * IN, 2), y(M * OUT);
+      EXPECT_THROW(lb->forward_to(xm(x), wm(w), ym(y), memory), Error) << name;
+      EXPECT_THROW(lb->saved_from(M, memory), Error) << name;
+      continue;
+    }
+    const int64_t bytes = lb->saved_bytes(M);
+    ASSERT_GE(bytes, M * IN + OUT * IN) << name;  // the codes of X̂ᵀ and Ŵᵀ at least
+    EXPECT_LT(lb->saved_bytes(M - 1), bytes) << name;
+    EXPECT_THROW(lb->saved_bytes(0), Error) << name;
+    std::vector<float> dw_a(OUT * IN, 0.0f), dw_b(OUT * IN, 0.0f);
+    for (int step = 0; step < 2; ++step) {
+      auto x = randn(M * IN, 180 + step, 1.0f + step), w = randn(OUT * IN, 182 + step, 0.05f);
+      const auto dy = randn(M * OUT, 184 + step);
+      std::vector<float> y_a(M * OUT), y_b(M * OUT), dx_a(M * IN), dx_b(M * IN);
+      std::vector<uint8_t> mem(size_t(bytes), 0xFF);
+      const Tensor memory(mem.data(), DType::E4M3, {bytes});
+      const SavedLinear sa = la->forward(xm(x), wm(w), ym(y_a));
+      la->backward(sa, ym(dy), xm(dx_a), wm(dw_a));
+      (void)lb->forward_to(xm(x), wm(w), ym(y_b), memory);  // the op's forward
+      std::fill(x.begin(), x.end(), 0.0f);                  // read by neither backward below
+      std::fill(w.begin(), w.end(), 0.0f);
+      lb->backward(lb->saved_from(M, memory), ym(dy), xm(dx_b), wm(dw_b));  // the op's backward
+      EXPECT_EQ(y_a, y_b) << name;
+      EXPECT_EQ(dx_a, dx_b) << name << " dx, step " << step;
+      EXPECT_EQ(dw_a, dw_b) << name << " dw, step " << step;
+      EXPECT_NE(dx_a, std::vector<float>(M * IN, 0.0f)) << name;  // not vacuous
+      la->update_scales();
+      lb->update_scales();
+      EXPECT_EQ(la->quant_state(), lb->quant_state()) << name;
+    }
+    std::vector<uint8_t> small(size_t(bytes - 1));
+    const Tensor short_memory(small.data(), DType::E4M3, {bytes - 1});
+    std::vector<float> x = randn(M * IN, 1), w = randn(OUT * IN, 2), y(M * OUT);
+    try {
+      (void)lb->forward_to(xm(x), wm(w), ym(y), short_memory);
+      ADD_FAILURE() << name << ": a memory one byte short was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the saved state needs " + std::to_string(bytes)),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(lb->saved_from(M, short_memory), Error) << name;
   }
 }
 

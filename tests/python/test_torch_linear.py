@@ -185,10 +185,21 @@ def test_direct_ops_check_what_the_library_reads():
     lin = ot.Float8Linear(64, 32)
     x, w, layer = torch.randn(8, 64), lin.weight.detach(), lin._octet_layer_t
     fwd, bwd = torch.ops.octet.linear_forward, torch.ops.octet.linear_backward
-    with pytest.raises(ValueError, match=r"dy must be \[8, 32\]"):
-        bwd(x, w, torch.randn(1, 1), layer)
-    with pytest.raises(TypeError, match="dy must have x's dtype"):
-        bwd(x, w, torch.randn(8, 32, dtype=torch.float64), layer)
+    y, saved = fwd(x, w, layer)
+    assert y.shape == (8, 32) and saved.dtype == torch.uint8 and saved.dim() == 1
+    with pytest.raises(ValueError, match=r"the layer is \[32, 64\].*dy \(1, 1\)"):
+        bwd(saved, torch.randn(1, 1), layer, 64)
+    with pytest.raises(ValueError, match="in_features 63"):
+        bwd(saved, torch.randn(8, 32), layer, 63)
+    with pytest.raises(TypeError, match="dy must be float32 or bfloat16"):
+        bwd(saved, torch.randn(8, 32, dtype=torch.float64), layer, 64)
+    # saved is read through its pointer: a short one, or one of another row count, is refused
+    with pytest.raises(ValueError, match=r"saved must be the uint8 \[\d+\] tensor"):
+        bwd(saved[:-1], torch.randn(8, 32), layer, 64)
+    with pytest.raises(ValueError, match="for 4 rows"):
+        bwd(saved, torch.randn(4, 32), layer, 64)
+    with pytest.raises(ValueError, match="saved must be"):
+        bwd(saved.float(), torch.randn(8, 32), layer, 64)
     with pytest.raises(TypeError, match="w must be float32"):
         fwd(x, w.bfloat16(), layer)
     with pytest.raises(TypeError, match="x must be float32 or bfloat16"):
@@ -200,8 +211,8 @@ def test_direct_ops_check_what_the_library_reads():
         fwd(x, w, layer.to("meta"))
     with pytest.raises(ValueError, match="must be on one device"):
         fwd(x, w.to("meta"), layer)
-    assert fwd(x.to("meta"), w.to("meta"), layer).device.type == "meta"  # a meta model: shapes only
-    dx, dw = bwd(x, w, torch.randn(8, 32), layer)
+    assert fwd(x.to("meta"), w.to("meta"), layer)[0].device.type == "meta"  # a meta model: shapes only
+    dx, dw = bwd(saved, torch.randn(8, 32), layer, 64)
     assert dx.shape == x.shape and dw.shape == w.shape
 
 

@@ -6,16 +6,16 @@ high-precision source in the orientation its GEMM reads (DeepSeek-V3, Transforme
 bias is added by torch in FP32 (FP64 for float64 input) and the sum rounded once to the output
 dtype (docs/pytorch.md "torch.compile"). Two custom ops (torch.library, with fake
 implementations for torch.compile):
-  octet::linear_forward(x [M, in], w f32 [out, in], layer) -> y [M, out]
-  octet::linear_backward(x, w, dy, layer) -> dx [M, in], dw f32 [out, in]
+  octet::linear_forward(x [M, in], w f32 [out, in], layer) -> y [M, out], saved uint8
+  octet::linear_backward(saved, dy [M, out], layer, in_features) -> dx [M, in], dw f32 [out, in]
 `layer` (a CPU int64 scalar tensor) names the module's octet Linear (its quantizer state:
 tensor-delayed amax histories) in a registry here. It is a tensor, not an int, because
 torch.compile specializes on an int attribute of a module: with one id per module, every layer of
-a model would recompile the same code (the recompile limit then sends the rest to eager). The
-backward op re-runs the forward's quantization of x and w first, not its GEMM (the saved FP8
-operands cannot cross an op boundary; docs/pytorch.md). In eager mode the two bodies are called
-through an autograd.Function instead of the custom-op dispatch (host time); torch.compile traces
-the ops.
+a model would recompile the same code (the recompile limit then sends the rest to eager).
+`saved` holds the backend's saved state (X̂ᵀ and Ŵᵀ, the FP8 codes and scales the backward's two
+GEMMs read; c_api.h octet_linear_saved_bytes): autograd keeps it, and the backward never
+quantizes x or w again. In eager mode the two bodies are called through an autograd.Function
+instead of the custom-op dispatch (host time); torch.compile traces the ops.
 
 Delayed scaling (tensor-delayed) is quantize-then-update: call update_scales(model) (or
 Float8Linear.update_scales) once per optimizer step. Its state is not in the state_dict (the keys
@@ -77,16 +77,30 @@ def _load_state(h, values):
     _lib.check(_lib.lib().octet_linear_load_quant_state(h, buf, len(values)))
 
 
-def _call(x, w, layer, dy=None):
-    """The library call's arguments and the layer's handle, after checking every tensor against
-    what the library will read through its pointer (a wrong size or dtype would read or write past
-    the tensors): TypeError/ValueError naming the argument."""
+def _entry(layer):
+    """The _Layer of a layer id tensor: TypeError/ValueError naming the problem."""
     if not isinstance(layer, torch.Tensor) or layer.numel() != 1 or layer.dtype != torch.int64:
         raise TypeError("octet::linear: layer must be a Float8Linear's one-element int64 id tensor")
     entry = _layers.get(int(layer))
     if entry is None:
         raise ValueError(f"octet::linear: no Float8Linear layer has the id {int(layer)} in this process")
-    spec = entry.spec
+    return entry
+
+
+def _saved_bytes(h, rows):
+    """Bytes of the saved-state tensor of a forward of `rows` rows (c_api.h
+    octet_linear_saved_bytes)."""
+    n = _lib.lib().octet_linear_saved_bytes(h, rows)
+    if n < 0:
+        _lib.check(-1)
+    return n
+
+
+def _call(x, w, layer):
+    """The forward call's arguments and the layer's handle, after checking every tensor against
+    what the library will read through its pointer (a wrong size or dtype would read or write past
+    the tensors): TypeError/ValueError naming the argument."""
+    spec = _entry(layer).spec
     shape = (spec.out_features, spec.in_features)
     # octet's Linear was built for this shape and reads that many elements: anything else would
     # read or write past the tensors.
@@ -100,27 +114,23 @@ def _call(x, w, layer, dy=None):
         raise TypeError(f"octet::linear: w must be float32, got {w.dtype}")
     if w.device != x.device:
         raise ValueError(f"octet::linear: x is on {x.device}, w on {w.device}")
-    if dy is not None:
-        if tuple(dy.shape) != (x.shape[0], shape[0]):
-            raise ValueError(f"octet::linear_backward: dy must be [{x.shape[0]}, {shape[0]}] (rows of x, "
-                             f"out_features), got {tuple(dy.shape)}")
-        if dy.dtype != x.dtype or dy.device != x.device:
-            raise TypeError(f"octet::linear_backward: dy must have x's dtype and device ({x.dtype} on "
-                            f"{x.device}), got {dy.dtype} on {dy.device}")
     c = _lib.LinearCall()
     c.rows, c.dtype = x.shape[0], dtype_code(x)
     c.x, c.w = x.data_ptr(), w.data_ptr()
     return c, _layers[int(layer)].handle(x.device)
 
 
-def _forward_impl(x: torch.Tensor, w: torch.Tensor, layer: torch.Tensor) -> torch.Tensor:
+def _forward_impl(x: torch.Tensor, w: torch.Tensor,
+                  layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # Contiguous inputs and outputs whatever strides torch.compile gives the op (as attention.py's).
     x, w = x.contiguous(), w.contiguous()
     y = x.new_empty(x.shape[0], w.shape[0])
     c, h = _call(x, w, layer)
-    c.y = y.data_ptr()
+    # the allocator's blocks are 256-byte aligned on CUDA (c_api.h); the CPU needs none
+    saved = torch.empty(_saved_bytes(h, x.shape[0]), dtype=torch.uint8, device=x.device)
+    c.y, c.saved, c.saved_size = y.data_ptr(), saved.data_ptr(), saved.numel()
     _lib.check(_lib.lib().octet_linear_forward(h, ctypes.byref(c)))
-    return y
+    return y, saved
 
 
 _forward = torch.library.custom_op("octet::linear_forward", _forward_impl, mutates_args=())
@@ -141,15 +151,37 @@ def _fake_devices(op, x, w, layer, dy=None):
 @_forward.register_fake
 def _(x, w, layer):
     _fake_devices("linear_forward", x, w, layer)
-    return x.new_empty(x.shape[0], w.shape[0])
+    # the size is the library's to say (from the layer's spec, x's rows and the backend), at run
+    # time: the layer id is not readable while tracing. Meta tensors (shape inference, no backend)
+    # get an empty saved state.
+    n = 0 if x.device.type == "meta" else torch.library.get_ctx().new_dynamic_size()
+    return x.new_empty(x.shape[0], w.shape[0]), x.new_empty(n, dtype=torch.uint8)
 
 
-def _backward_impl(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor,
-                   layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    x, w, dy = x.contiguous(), w.contiguous(), dy.contiguous()
-    dx, dw = x.new_empty(x.shape), w.new_zeros(w.shape)  # dw accumulates (+=) in octet
-    c, h = _call(x, w, layer, dy)
+def _backward_impl(saved: torch.Tensor, dy: torch.Tensor, layer: torch.Tensor,
+                   in_features: int) -> tuple[torch.Tensor, torch.Tensor]:
+    spec = _entry(layer).spec
+    out = spec.out_features
+    if dy.dim() != 2 or dy.shape[1] != out or dy.shape[0] < 1 or in_features != spec.in_features:
+        raise ValueError(f"octet::linear_backward: the layer is [{out}, {spec.in_features}] "
+                         f"(out_features, in_features); got dy {tuple(dy.shape)}, in_features "
+                         f"{in_features}")
+    if dy.dtype not in (torch.float32, torch.bfloat16):
+        raise TypeError(f"octet::linear_backward: dy must be float32 or bfloat16, got {dy.dtype}")
+    rows = dy.shape[0]
+    h = _layers[int(layer)].handle(dy.device)
+    want = _saved_bytes(h, rows)
+    if saved.dtype != torch.uint8 or tuple(saved.shape) != (want,) or saved.device != dy.device:
+        raise ValueError(f"octet::linear_backward: saved must be the uint8 [{want}] tensor that "
+                         f"linear_forward returned for {rows} rows on {dy.device}, got {saved.dtype} "
+                         f"{tuple(saved.shape)} on {saved.device}")
+    dy = dy.contiguous()
+    dx = dy.new_empty(rows, spec.in_features)
+    dw = dy.new_zeros(out, spec.in_features, dtype=torch.float32)  # dw accumulates (+=) in octet
+    c = _lib.LinearCall()
+    c.rows, c.dtype = rows, dtype_code(dy)
     c.dy, c.dx, c.dw = dy.data_ptr(), dx.data_ptr(), dw.data_ptr()
+    c.saved, c.saved_size = saved.data_ptr(), saved.numel()
     _lib.check(_lib.lib().octet_linear_backward(h, ctypes.byref(c)))
     return dx, dw
 
@@ -158,25 +190,31 @@ _backward = torch.library.custom_op("octet::linear_backward", _backward_impl, mu
 
 
 @_backward.register_fake
-def _(x, w, dy, layer):
-    _fake_devices("linear_backward", x, w, layer, dy)
-    return x.new_empty(x.shape), w.new_empty(w.shape)
+def _(saved, dy, layer, in_features):
+    if saved.device != dy.device or layer.device.type != "cpu":
+        raise ValueError(f"octet::linear_backward: saved and dy must be on one device and the layer "
+                         f"id on the cpu, got saved on {saved.device}, dy on {dy.device}, layer on "
+                         f"{layer.device}")
+    return dy.new_empty(dy.shape[0], in_features), dy.new_empty(dy.shape[1], in_features,
+                                                                dtype=torch.float32)
 
 
 def _setup_context(ctx, inputs, output):
     x, w, layer = inputs
-    ctx.save_for_backward(x, w, layer)
+    ctx.mark_non_differentiable(output[1])
+    ctx.in_features, ctx.x_dtype = x.shape[1], x.dtype
+    ctx.save_for_backward(output[1], layer)
 
 
 def _grads(backward, ctx, dy, tensors=None):
     """tensors: ctx.saved_tensors when the caller has unpacked them (once only: non-reentrant
-    activation checkpointing refuses a second unpack)."""
-    x, w, layer = ctx.saved_tensors if tensors is None else tensors
-    dx, dw = backward(x, w, dy.to(x.dtype).contiguous(), layer)
+    activation checkpointing refuses a second unpack); their first two are saved and layer."""
+    saved, layer = (ctx.saved_tensors if tensors is None else tensors)[:2]
+    dx, dw = backward(saved, dy.to(ctx.x_dtype).contiguous(), layer, ctx.in_features)
     return dx, dw, None
 
 
-def _autograd_backward(ctx, dy):
+def _autograd_backward(ctx, dy, _dsaved):
     return _grads(_backward, ctx, dy)
 
 
@@ -189,15 +227,19 @@ class _Eager(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w, layer):  # ctx first: no per-call signature binding
-        y = _forward_impl(x, w, layer)
-        _setup_context(ctx, (x, w, layer), y)
-        return y
+        y, saved = _forward_impl(x, w, layer)
+        ctx.mark_non_differentiable(saved)
+        ctx.in_features, ctx.x_dtype = x.shape[1], x.dtype
+        # x and w only for no_double_backward's links (the backward reads saved alone); x's
+        # memory is what a module input keeps alive anyway in eager mode
+        ctx.save_for_backward(saved, layer, x, w)
+        return y, saved
 
     @staticmethod
-    def backward(ctx, dy):
+    def backward(ctx, dy, _dsaved):
         tensors = ctx.saved_tensors
         return no_double_backward("Float8Linear", _grads(_backward_impl, ctx, dy, tensors),
-                                  through=(dy, *tensors[:2]))  # x, w
+                                  through=(dy, *tensors[2:]))  # x, w
 
 _WORK = {  # activation dtype octet computes in, per input dtype and device type
     ("cpu", torch.float32): torch.float32, ("cpu", torch.float64): torch.float32,
@@ -315,7 +357,7 @@ class Float8Linear(torch.nn.Linear):
                 x, self.weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
         x2 = x.reshape(-1, n_in).to(work).contiguous()
         w = self.weight.float().contiguous()
-        y = (_Eager.apply if eager(x2, w) else _forward)(x2, w, self._octet_layer_t)
+        y, _ = (_Eager.apply if eager(x2, w) else _forward)(x2, w, self._octet_layer_t)
         if self.bias is not None:
             # The bias is added in FP32 (FP64 for float64 input) and the sum rounded once to the
             # output dtype: Inductor fuses this add and drops an intermediate rounding of the bias

@@ -18,6 +18,7 @@
 // (act_io.h: read as FP32, Y and dX rounded once on store). (docs/design.md §"Saved state")
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -75,6 +76,33 @@ QuantStats stats_of(const QTensor& q) {
   s.underflow_frac = double(q.n_underflow) / n;
   s.saturated_frac = double(q.n_saturated) / n;
   return s;
+}
+
+// A saved QTensor's image in caller memory (Linear::forward_to / saved_from): its codes, then its
+// scale_inv, each region rounded up to 16 bytes. The shape, format and block come from the linear's
+// spec; the statistics (amax, counts) are not kept (no backward reads them).
+int64_t region(int64_t bytes) { return (bytes + 15) / 16 * 16; }
+int64_t image_bytes(int64_t rows, int64_t cols, const BlockShape& block) {
+  const int64_t grid = ((rows + block.rows - 1) / block.rows) * ((cols + block.cols - 1) / block.cols);
+  return region(rows * cols) + region(grid * int64_t(sizeof(float)));
+}
+char* to_image(const QTensor& q, char* at) {
+  std::memcpy(at, q.codes.data(), q.codes.size());
+  at += region(int64_t(q.codes.size()));
+  std::memcpy(at, q.scale_inv.data(), q.scale_inv.size() * sizeof(float));
+  return at + region(int64_t(q.scale_inv.size() * sizeof(float)));
+}
+const char* from_image(const char* at, int64_t rows, int64_t cols, Format format, const BlockShape& block,
+                       QTensor& q) {
+  q.rows = rows;
+  q.cols = cols;
+  q.format = format;
+  q.block = block;
+  q.codes.assign(reinterpret_cast<const uint8_t*>(at), reinterpret_cast<const uint8_t*>(at) + rows * cols);
+  at += region(rows * cols);
+  q.scale_inv.resize(size_t(q.grid_rows() * q.grid_cols()));
+  std::memcpy(q.scale_inv.data(), at, q.scale_inv.size() * sizeof(float));
+  return at + region(int64_t(q.scale_inv.size() * sizeof(float)));
 }
 
 class CpuLinear;
@@ -160,6 +188,42 @@ class CpuLinear final : public Linear {
     return saved;
   }
 
+  // Saved state in caller memory (backend.h): X̂ᵀ's image, then Ŵᵀ's (to_image), copied out of and
+  // back into a CpuLinearState.
+  int64_t saved_bytes(int64_t rows) const override {
+    if (!fp8()) return 0;
+    OCTET_CHECK(rows >= 1, "linear saved_bytes: rows must be >= 1, got " + std::to_string(rows));
+    const int64_t in = spec_.in_features, out = spec_.out_features;
+    return image_bytes(in, rows, xt_block(rows)) + image_bytes(in, out, wt_block());
+  }
+  SavedLinear forward_to(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& memory,
+                         const Tensor& x_amax = {}, const Tensor& residual = {}) override {
+    OCTET_CHECK(
+        fp8(),
+        "linear forward_to: this linear keeps no saved state of its own (saved_bytes() is 0: not FP8)");
+    // the memory checked first: a refused call changes nothing (no amax recorded)
+    char* at =
+        image(memory, rows_of(x, spec_.in_features, "linear forward_to x"), "linear forward_to: memory");
+    SavedLinear saved = forward(x, w, y, x_amax, residual);
+    const auto& st = static_cast<const CpuLinearState&>(*saved.state);
+    to_image(st.w_t_q, to_image(st.x_t_q, at));
+    return saved;
+  }
+  SavedLinear saved_from(int64_t rows, const Tensor& memory) const override {
+    OCTET_CHECK(
+        fp8(),
+        "linear saved_from: this linear keeps no saved state of its own (saved_bytes() is 0: not FP8)");
+    const char* at = image(memory, rows, "linear saved_from: memory");
+    auto st = std::make_unique<CpuLinearState>();
+    st->owner = this;
+    const int64_t in = spec_.in_features, out = spec_.out_features;
+    at = from_image(at, in, rows, qx_->format(), xt_block(rows), st->x_t_q);
+    from_image(at, in, out, qw_->format(), wt_block(), st->w_t_q);
+    SavedLinear saved;
+    saved.state = std::move(st);
+    return saved;
+  }
+
   void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw,
                 const Tensor& dy_amax = {}) override {
     check_amax_out(dy_amax, "linear backward dy_amax");
@@ -171,7 +235,8 @@ class CpuLinear final : public Linear {
                 "linear backward: the SavedLinear comes from another linear "
                 "layer's forward");
     const int64_t in = spec_.in_features, out = spec_.out_features;
-    const int64_t m = rows_of(saved.x, in, "linear backward saved x");
+    // FP8: M from X̂ᵀ [in, M] (a saved_from state has no x)
+    const int64_t m = fp8() ? st->x_t_q.cols : rows_of(saved.x, in, "linear backward saved x");
     check_rows(dy, m, out, "linear backward dy");
     if (!dx.empty()) check_rows(dx, m, in, "linear backward dx");
     float* dwp = dw.empty() ? nullptr : req_f32(dw, out * in, "linear backward dw");
@@ -299,6 +364,22 @@ class CpuLinear final : public Linear {
 
  private:
   bool fp8() const { return spec_.precision == LinearPrecision::FP8; }
+  // The scale blocks of X̂ᵀ [in, rows] and Ŵᵀ [in, out], as Quantizer::quantize_transposed sets them.
+  BlockShape xt_block(int64_t rows) const {
+    return block_shape(spec_.quant.recipe, Role::Activation, spec_.in_features, rows);
+  }
+  BlockShape wt_block() const {
+    return block_shape(spec_.quant.recipe, Role::Weight, spec_.in_features, spec_.out_features);
+  }
+  // The caller's memory for the image of a forward of `rows` rows (host memory, any alignment).
+  char* image(const Tensor& memory, int64_t rows, const std::string& what) const {
+    const int64_t need = saved_bytes(rows);
+    OCTET_CHECK(!memory.empty(), what + ": no memory given");
+    OCTET_CHECK(int64_t(memory.bytes()) >= need, what + ": " + std::to_string(memory.bytes()) +
+                                                     " bytes given, the saved state needs " +
+                                                     std::to_string(need));
+    return static_cast<char*>(memory.data);
+  }
   bool delayed() const { return fp8() && spec_.quant.recipe == Recipe::TensorDelayed; }
 
   // An act tensor [M, cols] with M >= 1; returns M.

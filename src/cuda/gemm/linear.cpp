@@ -30,6 +30,7 @@
 #include "cuda/runtime/act_f32.h"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/cuda_backend.h"
+#include "cuda/runtime/saved_placement.h"
 #include "cuda/ops/ops.h"
 #include "cuda/quantize/quantize.h"
 #include "cuda/quantize/quantizer.h"
@@ -65,59 +66,35 @@ class CudaLinear final : public Linear {
 
   SavedLinear forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& x_amax = {},
                       const Tensor& residual = {}) override {
-    DeviceGuard g(be_.device());
-    const int64_t in = spec_.in_features, out = spec_.out_features;
-    check_activation(x, "linear forward: x");
-    check_amax_out(x_amax, "linear forward: x_amax");
-    OCTET_CHECK(x.cols() == in && x.rows() >= 1,
-                "linear forward: x must be [M >= 1, " + std::to_string(in) + "], got " + x.str());
-    const int64_t m = x.rows();
-    check_weight(w, "linear forward: w");
-    const bool gemm = !y.empty();  // empty: the backward's operands only (backend.h)
-    if (gemm) {
-      check_activation(y, "linear forward: y");
-      OCTET_CHECK(y.cols() == out && y.rows() == m, "linear forward: y must be [" + std::to_string(m) + ", " +
-                                                        std::to_string(out) + "], got " + y.str());
-    }
-    check_linear_residual(residual, y);
-    const bool add = !residual.empty();
+    return run_forward(x, w, y, x_amax, residual, nullptr);
+  }
+
+  // Saved state in caller memory (backend.h): X̂ᵀ, then Ŵᵀ, each its codes then its scales
+  // (place_saved), the quantize kernel writing them there directly.
+  int64_t saved_bytes(int64_t rows) const override {
+    if (spec_.precision != LinearPrecision::FP8) return 0;
+    OCTET_CHECK(rows >= 1, "linear saved_bytes: rows must be >= 1, got " + std::to_string(rows));
+    SavedPlacement at = SavedPlacement::counting();
+    LinearState st;
+    place_saved(st, rows, at);
+    return at.bytes();
+  }
+  SavedLinear forward_to(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& memory,
+                         const Tensor& x_amax = {}, const Tensor& residual = {}) override {
+    OCTET_CHECK(
+        spec_.precision == LinearPrecision::FP8,
+        "linear forward_to: this linear keeps no saved state of its own (saved_bytes() is 0: not FP8)");
+    return run_forward(x, w, y, x_amax, residual, &memory);
+  }
+  SavedLinear saved_from(int64_t rows, const Tensor& memory) const override {
+    OCTET_CHECK(
+        spec_.precision == LinearPrecision::FP8,
+        "linear saved_from: this linear keeps no saved state of its own (saved_bytes() is 0: not FP8)");
+    SavedPlacement at = SavedPlacement::into(memory, saved_bytes(rows), "linear saved_from: memory");
     auto st = std::make_unique<LinearState>();
     st->owner = this;
-    const Tensor w2 = w.reshape({out, in});
-    switch (spec_.precision) {
-      case LinearPrecision::FP8:
-        // the producer's amax: tensor-current skips its amax pass over X (quantizer.h)
-        qx_->quantize(x, gemm ? &xq_ : nullptr, &st->xt,
-                      x_amax.empty() ? nullptr : reinterpret_cast<const unsigned*>(x_amax.data));
-        if (!wt_) {  // Ŵ into wq_ (scratch, kept while cached) and Ŵᵀ (shared with the saved states)
-          auto wt = std::make_shared<DevQ>();
-          qw_->quantize(w2, &wq_, wt.get());
-          wt_ = std::move(wt);
-          installed_stats_ = false;
-        }
-        st->wt = wt_;
-        if (add)
-          gemm_.fp8_add(xq_.view, wq_.view, y, residual);
-        else if (gemm)
-          gemm_.fp8(xq_.view, wq_.view, y);
-        if (!spec_.cache_weight) wt_.reset();
-        break;
-      case LinearPrecision::BF16:
-        if (add)
-          gemm_.bf16_add(as_bf16(x, xb_), false, w_bf16(w2), true, y, residual, m, out, in);
-        else if (gemm)
-          gemm_.bf16(as_bf16(x, xb_), false, w_bf16(w2), true, y, m, out, in);
-        break;
-      case LinearPrecision::FP32:
-        if (gemm) {
-          float* c = f32_out(y);
-          if (add) convert_launch(Tensor(c, DType::F32, {y.numel()}), residual, s_);  // none when it is c
-          gemm_.f32(as_f32(x, xf_), false, w2.f32(), true, c, m, out, in, add ? 1.0f : 0.0f);
-          finish(y);
-        }
-        break;
-    }
-    return SavedLinear{x, w, std::move(st)};
+    place_saved(*st, rows, at);
+    return SavedLinear{Tensor(), Tensor(), std::move(st)};
   }
 
   void backward(const SavedLinear& saved, const Tensor& dy, const Tensor& dx, const Tensor& dw,
@@ -126,7 +103,9 @@ class CudaLinear final : public Linear {
     const auto* st = dynamic_cast<const LinearState*>(saved.state.get());
     OCTET_CHECK(st && st->owner == this,
                 "linear backward: the saved state does not come from this linear's forward");
-    const int64_t in = spec_.in_features, out = spec_.out_features, m = saved.x.rows();
+    const int64_t in = spec_.in_features, out = spec_.out_features;
+    // FP8: M from X̂ᵀ [in, M] (a saved_from state has no x)
+    const int64_t m = spec_.precision == LinearPrecision::FP8 ? st->xt.view.cols : saved.x.rows();
     check_activation(dy, "linear backward: dy");
     check_amax_out(dy_amax, "linear backward: dy_amax");
     OCTET_CHECK(dy.cols() == out && dy.rows() == m, "linear backward: dy must be [" + std::to_string(m) +
@@ -164,6 +143,90 @@ class CudaLinear final : public Linear {
     }
   }
 
+ private:
+  // X̂ᵀ [in, M] and Ŵᵀ [in, out] of a forward of `rows` rows, in that order, from `at`; returns st.wt.
+  std::shared_ptr<DevQ> place_saved(LinearState& st, int64_t rows, SavedPlacement& at) const {
+    const int64_t in = spec_.in_features, out = spec_.out_features;
+    st.xt.place(in, rows, qx_->format(), qx_->layout(), at);
+    auto wt = std::make_shared<DevQ>();
+    wt->place(in, out, qw_->format(), qw_->layout(), at);
+    st.wt = wt;
+    return wt;
+  }
+
+  // forward() / forward_to(): memory null or the caller's block for the saved state.
+  SavedLinear run_forward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& x_amax,
+                          const Tensor& residual, const Tensor* memory) {
+    DeviceGuard g(be_.device());
+    const int64_t in = spec_.in_features, out = spec_.out_features;
+    check_activation(x, "linear forward: x");
+    check_amax_out(x_amax, "linear forward: x_amax");
+    OCTET_CHECK(x.cols() == in && x.rows() >= 1,
+                "linear forward: x must be [M >= 1, " + std::to_string(in) + "], got " + x.str());
+    const int64_t m = x.rows();
+    check_weight(w, "linear forward: w");
+    const bool gemm = !y.empty();  // empty: the backward's operands only (backend.h)
+    if (gemm) {
+      check_activation(y, "linear forward: y");
+      OCTET_CHECK(y.cols() == out && y.rows() == m, "linear forward: y must be [" + std::to_string(m) + ", " +
+                                                        std::to_string(out) + "], got " + y.str());
+    }
+    check_linear_residual(residual, y);
+    const bool add = !residual.empty();
+    auto st = std::make_unique<LinearState>();
+    st->owner = this;
+    std::shared_ptr<DevQ> placed_wt;  // forward_to: X̂ᵀ and Ŵᵀ in the caller's memory
+    if (memory) {
+      SavedPlacement at = SavedPlacement::into(*memory, saved_bytes(m), "linear forward_to: memory");
+      placed_wt = place_saved(*st, m, at);
+    }
+    const Tensor w2 = w.reshape({out, in});
+    switch (spec_.precision) {
+      case LinearPrecision::FP8:
+        // the producer's amax: tensor-current skips its amax pass over X (quantizer.h)
+        qx_->quantize(x, gemm ? &xq_ : nullptr, &st->xt,
+                      x_amax.empty() ? nullptr : reinterpret_cast<const unsigned*>(x_amax.data));
+        if (memory && !wt_) {  // Ŵ into wq_ (scratch) and Ŵᵀ into the caller's memory
+          qw_->quantize(w2, &wq_, placed_wt.get());
+          installed_stats_ = false;
+          if (spec_.cache_weight) wt_ = copy_of(*st->wt);  // the cache owns its Ŵᵀ
+        } else {
+          if (!wt_) {  // Ŵ into wq_ (scratch, kept while cached) and Ŵᵀ (shared with the saved states)
+            auto wt = std::make_shared<DevQ>();
+            qw_->quantize(w2, &wq_, wt.get());
+            wt_ = std::move(wt);
+            installed_stats_ = false;
+          }
+          if (memory)
+            copy_into(*wt_, *placed_wt);  // the cached Ŵᵀ (cache_weight, install_weight_codes)
+          else
+            st->wt = wt_;
+        }
+        if (add)
+          gemm_.fp8_add(xq_.view, wq_.view, y, residual);
+        else if (gemm)
+          gemm_.fp8(xq_.view, wq_.view, y);
+        if (!spec_.cache_weight) wt_.reset();
+        break;
+      case LinearPrecision::BF16:
+        if (add)
+          gemm_.bf16_add(as_bf16(x, xb_), false, w_bf16(w2), true, y, residual, m, out, in);
+        else if (gemm)
+          gemm_.bf16(as_bf16(x, xb_), false, w_bf16(w2), true, y, m, out, in);
+        break;
+      case LinearPrecision::FP32:
+        if (gemm) {
+          float* c = f32_out(y);
+          if (add) convert_launch(Tensor(c, DType::F32, {y.numel()}), residual, s_);  // none when it is c
+          gemm_.f32(as_f32(x, xf_), false, w2.f32(), true, c, m, out, in, add ? 1.0f : 0.0f);
+          finish(y);
+        }
+        break;
+    }
+    return SavedLinear{x, w, std::move(st)};
+  }
+
+ public:
   void update_scales() override {
     wb_cached_ = false;  // the optimizer step that follows changes W (backend.h cache_weight)
     if (spec_.precision != LinearPrecision::FP8) return;
@@ -273,6 +336,24 @@ class CudaLinear final : public Linear {
   }
   void check_codes(const char* what, const Tensor& codes, int64_t n) const {
     check_weight_codes_args(qw_->format(), what, codes, n);
+  }
+  // Ŵᵀ's codes and scales copied device to device (stream-ordered): into `to`, placed with the same
+  // shape, format and layout; or into a new owning DevQ.
+  void copy_into(const DevQ& from, const DevQ& to) const {
+    OCTET_CHECK(
+        from.view.code_count() == to.view.code_count() && from.view.scale_count() == to.view.scale_count(),
+        "linear forward_to: the cached weight operand is not the placed one's size (a layout bug)");
+    OCTET_CUDA_CHECK(cudaMemcpyAsync(to.view.codes, from.view.codes, size_t(from.view.code_count()),
+                                     cudaMemcpyDeviceToDevice, s_));
+    OCTET_CUDA_CHECK(cudaMemcpyAsync(to.view.scale_inv, from.view.scale_inv,
+                                     size_t(from.view.scale_count()) * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, s_));
+  }
+  std::shared_ptr<const DevQ> copy_of(const DevQ& from) const {
+    auto q = std::make_shared<DevQ>();
+    q->ensure(from.view.rows, from.view.cols, from.view.format, from.view.layout, be_);
+    copy_into(from, *q);
+    return q;
   }
   QuantStats installed_stats() const {  // synchronizes (diagnostics only)
     DeviceGuard g(be_.device());

@@ -10,6 +10,7 @@
 
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/cuda_backend.h"
+#include "cuda/runtime/saved_placement.h"
 #include "cuda/ops/ops.h"
 #include "cuda/quantize/quantize.h"
 #include "octet/error.h"
@@ -27,6 +28,16 @@ void DevQ::ensure(int64_t rows, int64_t cols, Format format, ScaleLayout layout,
     scales = backend.alloc_uninitialized(DType::F32, Shape{view.scale_count()});
   view.codes = codes.tensor().fp8();
   view.scale_inv = scales.tensor().f32();
+}
+
+void DevQ::place(int64_t rows, int64_t cols, Format format, ScaleLayout layout, SavedPlacement& at) {
+  view.format = format;
+  view.layout = layout;
+  view.set_shape(rows, cols);
+  codes = at.take(format == Format::E4M3 ? DType::E4M3 : DType::E5M2, Shape{view.code_count()});
+  scales = at.take(DType::F32, Shape{view.scale_count()});
+  view.codes = codes.empty() ? nullptr : codes.tensor().fp8();  // empty: counting
+  view.scale_inv = scales.empty() ? nullptr : scales.tensor().f32();
 }
 
 namespace {

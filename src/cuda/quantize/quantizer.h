@@ -24,6 +24,7 @@
 namespace octet::cuda {
 
 class CudaBackend;
+class SavedPlacement;
 
 /// An owning device FP8 operand: codes and scales are Buffers of a backend (stream-ordered), so a
 /// DevQ can be scratch (reused; grows when too small) or part of a forward's saved state.
@@ -33,6 +34,9 @@ struct DevQ {
   /// Sets the shape, format and layout; allocates from `backend` when the buffers are too small,
   /// without zero fill: the quantize kernel writes every code (padding too) and every scale entry.
   void ensure(int64_t rows, int64_t cols, Format format, ScaleLayout layout, CudaBackend& backend);
+  /// As ensure(), with the codes and then the scales taken from `at` (views of caller memory, or
+  /// only counted: saved_placement.h); ensure() keeps them afterwards (they are large enough).
+  void place(int64_t rows, int64_t cols, Format format, ScaleLayout layout, SavedPlacement& at);
 };
 
 class CudaQuantizer {

@@ -5,8 +5,9 @@
 // equally (quantize_test.cpp), so the outputs differ only by GEMM accumulation order and Hopper's
 // FP8 accumulator: bound |gpu − cpu| <= 2^-9·max|cpu| per output (FP8; the per-element bound is
 // checked in gemm_test.cpp), 1e-5·max|cpu| for BF16/FP32 GEMMs, plus one BF16 ulp of |cpu| for
-// BF16 outputs. Saved state: two forwards then two backwards equal one at a time, bitwise, and a
-// forward without y (the C ABI's re-quantization) saves what a full forward saves. And
+// BF16 outputs. Saved state: two forwards then two backwards equal one at a time, bitwise, a
+// forward without y (the C ABI's re-quantization) saves what a full forward saves, and the state
+// placed in caller memory (forward_to / saved_from) gives the same bits. And
 // the checkpoint state (quant_state): equal to the CPU's, and a second CudaLinear restored from it
 // continues bitwise. The FP8 weight cache equals no cache, bitwise, and is invalidated where
 // backend.h says. Producers' amaxes (x_amax, dy_amax) give the bits of the linear's own reduction.
@@ -247,6 +248,60 @@ TEST(CudaLinear, ForwardWithoutYSavesTheSameOperands) {
       EXPECT_EQ(la->quant_state(), lb->quant_state()) << what;
     }
   }
+}
+
+// Saved state in caller memory (backend.h forward_to / saved_from: the PyTorch ops' path): the
+// backward from saved_from equals the backward from the linear's own state, bitwise, over two steps
+// of two micro-batches (tensor-delayed's history moves; with the weight cache the second
+// micro-batch copies the cached Ŵᵀ into the memory), x and w poisoned before the backward (it reads
+// neither) and the memory filled with 0xFF first. A short memory is refused naming both sizes.
+TEST(CudaLinear, ForwardToAndSavedFromEqualTheOwnState) {
+  OCTET_REQUIRE_GPU();
+  auto gpu = make_cuda_backend();
+  for (bool cache : {false, true})
+    for (const Case& c :
+         {Case{LinearPrecision::FP8, Recipe::TensorCurrent, FormatPolicy::Hybrid, 64, 160, 96},
+          Case{LinearPrecision::FP8, Recipe::TensorDelayed, FormatPolicy::Hybrid, 64, 160, 96},
+          Case{LinearPrecision::FP8, Recipe::Block, FormatPolicy::Hybrid, 80, 160, 96},
+          Case{LinearPrecision::FP8, Recipe::Row, FormatPolicy::E4M3, 48, 128, 64}}) {
+      LinearSpec spec = spec_of(c);
+      spec.cache_weight = cache;
+      const std::string what = to_string(c.recipe) + (cache ? " cached" : "");
+      Pair p(*gpu, spec, c.m, c.in, c.out);
+      const int64_t bytes = p.lb->saved_bytes(c.m);
+      ASSERT_GE(bytes, c.m * c.in + c.out * c.in) << what;
+      Buffer words = gpu->alloc(DType::I32, {(bytes + 3) / 4});  // fill takes no FP8 dtype
+      const Tensor memory(words.tensor().data, DType::E4M3, {bytes});
+      for (int step = 0; step < 2; ++step) {
+        for (int k = 0; k < 2; ++k) {
+          p.put_step(*gpu, c.m, c.in, c.out, uint32_t(500 + 10 * step + k), 1.0f + float(k));
+          gpu->fill(words, double(0x7E7E7E7E));  // 0x7E (E4M3 448) in every byte: each read is written
+          const SavedLinear sa = p.la->forward(p.a.x, p.a.w, p.a.y);
+          p.la->backward(sa, p.a.dy, p.a.dx, p.a.dw);
+          (void)p.lb->forward_to(p.b.x, p.b.w, p.b.y, memory);
+          gpu->fill(p.b.x, 1e4), gpu->fill(p.b.w, 1e4);  // the backward reads neither
+          p.lb->backward(p.lb->saved_from(c.m, memory), p.b.dy, p.b.dx, p.b.dw);
+          p.put_step(*gpu, c.m, c.in, c.out, uint32_t(500 + 10 * step + k), 1.0f + float(k));  // x, w back
+          ASSERT_NO_FATAL_FAILURE(expect_same_outputs(
+              *gpu, p.a, p.b, what + " step " + std::to_string(step) + " micro " + std::to_string(k)));
+        }
+        p.la->update_scales();
+        p.lb->update_scales();
+        EXPECT_EQ(p.la->quant_state(), p.lb->quant_state()) << what;
+      }
+      const Tensor small(words.tensor().data, DType::E4M3, {bytes - 1});
+      try {
+        (void)p.lb->forward_to(p.b.x, p.b.w, p.b.y, small);
+        ADD_FAILURE() << what << ": a memory one byte short was taken";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("the saved state needs " + std::to_string(bytes)),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  auto bf16 = gpu->make_linear(
+      spec_of({LinearPrecision::BF16, Recipe::TensorCurrent, FormatPolicy::E4M3, 8, 32, 16}));
+  EXPECT_EQ(bf16->saved_bytes(8), 0);
 }
 
 // The producers' amaxes (backend.h Linear::forward x_amax, backward dy_amax): given the amax of
