@@ -115,8 +115,8 @@ class Linear {
   /// x act [M, in], w param [out, in], y act [M, out] (overwritten). Throws on a shape/dtype
   /// mismatch. Quantization uses each slot's current scale and records its amax (quant.h).
   /// y empty: no GEMM, only what the backward needs — the same SavedLinear (the same codes and
-  /// scales) that a forward would return (the C ABI's backward, which cannot carry a SavedLinear
-  /// across PyTorch's op boundary, re-quantizes this way). stats_x() then describes X̂ᵀ, the copy
+  /// scales) that a forward would return (the C ABI's backward re-quantizes this way when its
+  /// caller passes no saved state: forward_to below). stats_x() then describes X̂ᵀ, the copy
   /// it quantized (its amax is X's; with row, block or MX scaling its scale range differs).
   /// x_amax (optional, I32 [1], this backend's memory): the amax of x as stored (|x| max as float
   /// bits, NaN largest), computed by the op that wrote x (the norms' and GELU's amax output below).

@@ -344,7 +344,14 @@ TEST(LinearSaved, ForwardWithoutYSavesTheSameOperands) {
 // and the memory filled with 0xFF first (every byte it reads is written). BF16 and FP32 keep no
 // state of their own: size 0 and both calls refused.
 TEST(LinearSaved, ForwardToAndSavedFromEqualTheOwnState) {
-  for (const auto& [name, spec] : saved_state_cases()) {
+  auto cases = saved_state_cases();
+  for (Recipe r : {Recipe::Row, Recipe::MX, Recipe::Unit}) {  // and the other recipes, E4M3 only
+    QuantConfig q;
+    q.recipe = r;
+    q.formats = FormatPolicy::E4M3;
+    cases.push_back({"fp8 e4m3 " + to_string(r), {IN, OUT, LinearPrecision::FP8, q}});
+  }
+  for (const auto& [name, spec] : cases) {
     auto be = make_cpu_backend();
     auto la = be->make_linear(spec), lb = be->make_linear(spec);
     if (spec.precision != LinearPrecision::FP8) {

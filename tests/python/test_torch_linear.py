@@ -200,6 +200,11 @@ def test_direct_ops_check_what_the_library_reads():
         bwd(saved, torch.randn(4, 32), layer, 64)
     with pytest.raises(ValueError, match="saved must be"):
         bwd(saved.float(), torch.randn(8, 32), layer, 64)
+    # a strided view of the right size is read as the tensor it shows, not past it
+    dy = torch.randn(8, 32)
+    spread = torch.zeros(2 * saved.numel(), dtype=torch.uint8)
+    spread[::2] = saved
+    assert all(torch.equal(a, b) for a, b in zip(bwd(spread[::2], dy, layer, 64), bwd(saved, dy, layer, 64)))
     with pytest.raises(TypeError, match="w must be float32"):
         fwd(x, w.bfloat16(), layer)
     with pytest.raises(TypeError, match="x must be float32 or bfloat16"):

@@ -42,6 +42,7 @@ class _Layer:
         self.spec = spec
         self.handles = {}
         self.last = None
+        self.saved_sizes = {}  # (handle, rows) -> bytes of the saved state (_saved_bytes)
 
     def handle(self, device):
         backend = backend_for(device)
@@ -59,6 +60,7 @@ class _Layer:
         for h in self.handles.values():
             _lib.lib().octet_linear_free(h)
         self.handles.clear()
+        self.saved_sizes.clear()
         self.last = None
 
 
@@ -87,12 +89,18 @@ def _entry(layer):
     return entry
 
 
-def _saved_bytes(h, rows):
-    """Bytes of the saved-state tensor of a forward of `rows` rows (c_api.h
-    octet_linear_saved_bytes)."""
-    n = _lib.lib().octet_linear_saved_bytes(h, rows)
-    if n < 0:
-        _lib.check(-1)
+def _saved_bytes(entry, h, rows):
+    """Bytes of the saved-state tensor of a forward of `rows` rows by handle h of the layer
+    `entry` (c_api.h octet_linear_saved_bytes), cached per (handle, rows): the library answers
+    from the spec and rows alone."""
+    n = entry.saved_sizes.get((h, rows))
+    if n is None:
+        n = _lib.lib().octet_linear_saved_bytes(h, rows)
+        if n < 0:
+            _lib.check(-1)
+        if len(entry.saved_sizes) >= 64:  # a few row counts per layer in practice
+            del entry.saved_sizes[next(iter(entry.saved_sizes))]
+        entry.saved_sizes[(h, rows)] = n
     return n
 
 
@@ -107,6 +115,9 @@ def _call(x, w, layer):
     if x.dim() != 2 or w.dim() != 2 or tuple(w.shape) != shape or x.shape[1] != spec.in_features:
         raise ValueError(f"octet::linear: the layer is [{shape[0]}, {shape[1]}] (out_features, "
                          f"in_features); got x {tuple(x.shape)}, w {tuple(w.shape)}")
+    if x.shape[0] < 1:
+        raise ValueError("octet::linear_forward: x must have at least one row (Float8Linear "
+                         "handles an empty input itself)")
     if x.dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"octet::linear: x must be float32 or bfloat16 (the dtypes octet computes "
                         f"in), got {x.dtype}")
@@ -127,7 +138,8 @@ def _forward_impl(x: torch.Tensor, w: torch.Tensor,
     y = x.new_empty(x.shape[0], w.shape[0])
     c, h = _call(x, w, layer)
     # the allocator's blocks are 256-byte aligned on CUDA (c_api.h); the CPU needs none
-    saved = torch.empty(_saved_bytes(h, x.shape[0]), dtype=torch.uint8, device=x.device)
+    saved = torch.empty(_saved_bytes(_layers[int(layer)], h, x.shape[0]), dtype=torch.uint8,
+                        device=x.device)
     c.y, c.saved, c.saved_size = y.data_ptr(), saved.data_ptr(), saved.numel()
     _lib.check(_lib.lib().octet_linear_forward(h, ctypes.byref(c)))
     return y, saved
@@ -169,13 +181,15 @@ def _backward_impl(saved: torch.Tensor, dy: torch.Tensor, layer: torch.Tensor,
     if dy.dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"octet::linear_backward: dy must be float32 or bfloat16, got {dy.dtype}")
     rows = dy.shape[0]
-    h = _layers[int(layer)].handle(dy.device)
-    want = _saved_bytes(h, rows)
+    entry = _layers[int(layer)]
+    h = entry.handle(dy.device)
+    want = _saved_bytes(entry, h, rows)
     if saved.dtype != torch.uint8 or tuple(saved.shape) != (want,) or saved.device != dy.device:
         raise ValueError(f"octet::linear_backward: saved must be the uint8 [{want}] tensor that "
                          f"linear_forward returned for {rows} rows on {dy.device}, got {saved.dtype} "
                          f"{tuple(saved.shape)} on {saved.device}")
-    dy = dy.contiguous()
+    # read through its pointer: one dense block (a strided or expanded view would be read past)
+    saved, dy = saved.contiguous(), dy.contiguous()
     dx = dy.new_empty(rows, spec.in_features)
     dw = dy.new_zeros(out, spec.in_features, dtype=torch.float32)  # dw accumulates (+=) in octet
     c = _lib.LinearCall()
@@ -202,13 +216,19 @@ def _(saved, dy, layer, in_features):
 def _setup_context(ctx, inputs, output):
     x, w, layer = inputs
     ctx.mark_non_differentiable(output[1])
+    # saved gets no gradient: without this autograd would hand the backward a zero-filled tensor
+    # of its size at every call
+    ctx.set_materialize_grads(False)
     ctx.in_features, ctx.x_dtype = x.shape[1], x.dtype
     ctx.save_for_backward(output[1], layer)
 
 
 def _grads(backward, ctx, dy, tensors=None):
     """tensors: ctx.saved_tensors when the caller has unpacked them (once only: non-reentrant
-    activation checkpointing refuses a second unpack); their first two are saved and layer."""
+    activation checkpointing refuses a second unpack); their first two are saved and layer. dy
+    None (y unused: grads are not materialized): no gradients."""
+    if dy is None:
+        return None, None, None
     saved, layer = (ctx.saved_tensors if tensors is None else tensors)[:2]
     dx, dw = backward(saved, dy.to(ctx.x_dtype).contiguous(), layer, ctx.in_features)
     return dx, dw, None
@@ -229,14 +249,17 @@ class _Eager(torch.autograd.Function):
     def forward(ctx, x, w, layer):  # ctx first: no per-call signature binding
         y, saved = _forward_impl(x, w, layer)
         ctx.mark_non_differentiable(saved)
+        ctx.set_materialize_grads(False)  # as _setup_context
         ctx.in_features, ctx.x_dtype = x.shape[1], x.dtype
-        # x and w only for no_double_backward's links (the backward reads saved alone); x's
-        # memory is what a module input keeps alive anyway in eager mode
+        # x and w only for no_double_backward's links (the backward reads saved alone): eager
+        # mode keeps them as it did before saved existed (docs/pytorch.md, memory)
         ctx.save_for_backward(saved, layer, x, w)
         return y, saved
 
     @staticmethod
     def backward(ctx, dy, _dsaved):
+        if dy is None:  # y unused (grads not materialized)
+            return None, None, None
         tensors = ctx.saved_tensors
         return no_double_backward("Float8Linear", _grads(_backward_impl, ctx, dy, tensors),
                                   through=(dy, *tensors[2:]))  # x, w

@@ -176,9 +176,11 @@ class CudaLinear final : public Linear {
     auto st = std::make_unique<LinearState>();
     st->owner = this;
     std::shared_ptr<DevQ> placed_wt;  // forward_to: X̂ᵀ and Ŵᵀ in the caller's memory
+    const uint8_t* placed_xt = nullptr;
     if (memory) {
       SavedPlacement at = SavedPlacement::into(*memory, saved_bytes(m), "linear forward_to: memory");
       placed_wt = place_saved(*st, m, at);
+      placed_xt = st->xt.view.codes;
     }
     const Tensor w2 = w.reshape({out, in});
     switch (spec_.precision) {
@@ -186,8 +188,14 @@ class CudaLinear final : public Linear {
         // the producer's amax: tensor-current skips its amax pass over X (quantizer.h)
         qx_->quantize(x, gemm ? &xq_ : nullptr, &st->xt,
                       x_amax.empty() ? nullptr : reinterpret_cast<const unsigned*>(x_amax.data));
+        // the quantizer kept the placed buffers (DevQ::ensure reallocates only what is too small)
+        OCTET_CHECK(!memory || st->xt.view.codes == placed_xt,
+                    "linear forward_to: X̂ᵀ left the caller's memory (a layout bug)");
         if (memory && !wt_) {  // Ŵ into wq_ (scratch) and Ŵᵀ into the caller's memory
+          const uint8_t* placed = placed_wt->view.codes;
           qw_->quantize(w2, &wq_, placed_wt.get());
+          OCTET_CHECK(placed_wt->view.codes == placed,
+                      "linear forward_to: Ŵᵀ left the caller's memory (a layout bug)");
           installed_stats_ = false;
           if (spec_.cache_weight) wt_ = copy_of(*st->wt);  // the cache owns its Ŵᵀ
         } else {

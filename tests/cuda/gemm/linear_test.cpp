@@ -263,7 +263,9 @@ TEST(CudaLinear, ForwardToAndSavedFromEqualTheOwnState) {
          {Case{LinearPrecision::FP8, Recipe::TensorCurrent, FormatPolicy::Hybrid, 64, 160, 96},
           Case{LinearPrecision::FP8, Recipe::TensorDelayed, FormatPolicy::Hybrid, 64, 160, 96},
           Case{LinearPrecision::FP8, Recipe::Block, FormatPolicy::Hybrid, 80, 160, 96},
-          Case{LinearPrecision::FP8, Recipe::Row, FormatPolicy::E4M3, 48, 128, 64}}) {
+          Case{LinearPrecision::FP8, Recipe::Row, FormatPolicy::E4M3, 48, 128, 64},
+          Case{LinearPrecision::FP8, Recipe::MX, FormatPolicy::E4M3, 64, 160, 96},
+          Case{LinearPrecision::FP8, Recipe::Unit, FormatPolicy::Hybrid, 37, 160, 96}}) {
       LinearSpec spec = spec_of(c);
       spec.cache_weight = cache;
       const std::string what = to_string(c.recipe) + (cache ? " cached" : "");
