@@ -194,3 +194,14 @@ def test_float8_linear_built_on_meta_computes_after_to_empty():
     x = torch.randn(4, 32)
     assert meta._octet_layer_t.device.type == "cpu"
     assert torch.equal(meta(x), eager(x))
+
+
+def test_linears_compile_into_one_graph():
+    """The fake implementation knows the size of Float8Linear's saved state from the spec the op is
+    given (an output of unknown size broke the graph at every linear: on the GPU a Hugging Face
+    Llama ran at 0.6x its speed)."""
+    model = torch.nn.Sequential(ot.Float8Linear(32, 64), torch.nn.GELU(), ot.Float8Linear(64, 32))
+    x = torch.randn(4, 8, 32, requires_grad=True)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(model)(x)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons

@@ -184,8 +184,11 @@ def test_direct_ops_check_what_the_library_reads():
     # through a pointer is checked first (a short dy was read past its end: garbage or a crash).
     lin = ot.Float8Linear(64, 32)
     x, w, layer = torch.randn(8, 64), lin.weight.detach(), lin._octet_layer_t
+    key = "tensor-current,hybrid,1024,max,0"  # the layer's settings (linear.py _settings_key)
     fwd, bwd = torch.ops.octet.linear_forward, torch.ops.octet.linear_backward
-    y, saved = fwd(x, w, layer)
+    y, saved = fwd(x, w, layer, key)
+    with pytest.raises(ValueError, match="settings 'row,hybrid,1024,max,0' are not the layer's"):
+        fwd(x, w, layer, "row,hybrid,1024,max,0")
     assert y.shape == (8, 32) and saved.dtype == torch.uint8 and saved.dim() == 1
     with pytest.raises(ValueError, match=r"the layer is \[32, 64\].*dy \(1, 1\)"):
         bwd(saved, torch.randn(1, 1), layer, 64)
@@ -206,17 +209,17 @@ def test_direct_ops_check_what_the_library_reads():
     spread[::2] = saved
     assert all(torch.equal(a, b) for a, b in zip(bwd(spread[::2], dy, layer, 64), bwd(saved, dy, layer, 64)))
     with pytest.raises(TypeError, match="w must be float32"):
-        fwd(x, w.bfloat16(), layer)
+        fwd(x, w.bfloat16(), layer, key)
     with pytest.raises(TypeError, match="x must be float32 or bfloat16"):
-        fwd(x.half(), w, layer)
+        fwd(x.half(), w, layer, key)
     with pytest.raises(ValueError, match="no Float8Linear layer has the id"):
-        fwd(x, w, torch.tensor(12345))
+        fwd(x, w, torch.tensor(12345), key)
     # a meta tensor among real ones would reach the fake implementation (uninitialised outputs)
     with pytest.raises(ValueError, match="layer id on the cpu"):
-        fwd(x, w, layer.to("meta"))
+        fwd(x, w, layer.to("meta"), key)
     with pytest.raises(ValueError, match="must be on one device"):
-        fwd(x, w.to("meta"), layer)
-    assert fwd(x.to("meta"), w.to("meta"), layer)[0].device.type == "meta"  # a meta model: shapes only
+        fwd(x, w.to("meta"), layer, key)
+    assert fwd(x.to("meta"), w.to("meta"), layer, key)[0].device.type == "meta"  # a meta model: shapes only
     dx, dw = bwd(saved, torch.randn(8, 32), layer, 64)
     assert dx.shape == x.shape and dw.shape == w.shape
 
@@ -242,7 +245,8 @@ def test_a_resized_layer_is_refused_not_read_past():
     with pytest.raises(ValueError, match=r"bias \[1\]"):
         m(torch.randn(4, 32))
     with pytest.raises(ValueError, match="octet::linear"):
-        torch.ops.octet.linear_forward(torch.randn(4, 8), torch.randn(16, 8), m._octet_layer_t)
+        torch.ops.octet.linear_forward(torch.randn(4, 8), torch.randn(16, 8), m._octet_layer_t,
+                                       "tensor-current,hybrid,1024,max,0")
     assert ot.Float8Linear(32, 16)(torch.randn(2, 3, 32)).shape == (2, 3, 16)
 
 

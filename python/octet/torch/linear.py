@@ -6,7 +6,7 @@ high-precision source in the orientation its GEMM reads (DeepSeek-V3, Transforme
 bias is added by torch in FP32 (FP64 for float64 input) and the sum rounded once to the output
 dtype (docs/pytorch.md "torch.compile"). Two custom ops (torch.library, with fake
 implementations for torch.compile):
-  octet::linear_forward(x [M, in], w f32 [out, in], layer) -> y [M, out], saved uint8
+  octet::linear_forward(x [M, in], w f32 [out, in], layer, settings) -> y [M, out], saved uint8
   octet::linear_backward(saved, dy [M, out], layer, in_features) -> dx [M, in], dw f32 [out, in]
 `layer` (a CPU int64 scalar tensor) names the module's octet Linear (its quantizer state:
 tensor-delayed amax histories) in a registry here. It is a tensor, not an int, because
@@ -14,7 +14,10 @@ torch.compile specializes on an int attribute of a module: with one id per modul
 a model would recompile the same code (the recompile limit then sends the rest to eager).
 `saved` holds the backend's saved state (X̂ᵀ and Ŵᵀ, the FP8 codes and scales the backward's two
 GEMMs read; c_api.h octet_linear_saved_bytes): autograd keeps it, and the backward never
-quantizes x or w again. In eager mode the two bodies are called through an autograd.Function
+quantizes x or w again. `settings` ("recipe,format,history,algo,margin": _settings_key) lets the
+fake implementation ask the library for saved's size without the layer id, which it cannot read
+while tracing (an output of unknown size breaks torch.compile's graph at every linear); a string,
+so layers of one spec share their compiled code. In eager mode the two bodies are called through an autograd.Function
 instead of the custom-op dispatch (host time); torch.compile traces the ops.
 
 Delayed scaling (tensor-delayed) is quantize-then-update: call update_scales(model) (or
@@ -38,8 +41,9 @@ class _Layer:
     """The octet Linear handles of one module: one per backend (device and stream) it ran on;
     a new backend's handle starts from the quantizer state of the last one used."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, settings):
         self.spec = spec
+        self.settings = settings  # _settings_key of spec
         self.handles = {}
         self.last = None
         self.saved_sizes = {}  # (handle, rows) -> bytes of the saved state (_saved_bytes)
@@ -89,6 +93,31 @@ def _entry(layer):
     return entry
 
 
+def _settings_key(recipe, fmt, history, algo, margin):
+    return f"{recipe},{fmt},{history},{algo},{margin}"
+
+
+def _spec_of(n_in, n_out, settings):
+    recipe, fmt, history, algo, margin = settings.split(",")
+    return _lib.LinearSpec(n_in, n_out, recipe.encode(), fmt.encode(), int(history), algo.encode(),
+                           int(margin))
+
+
+_size_handles = {}  # (settings, in, out, backend) -> a Linear handle asked for sizes only (fakes)
+
+
+def _fake_saved_bytes(settings, n_in, n_out, device, rows):
+    """saved's size for the fake implementation: from a Linear of the same spec on the same
+    backend (the size depends on nothing else), kept per spec."""
+    backend = backend_for(device)
+    key = (settings, n_in, n_out, backend)
+    entry = _size_handles.get(key)
+    if entry is None:
+        entry = _Layer(_spec_of(n_in, n_out, settings), settings)
+        _size_handles[key] = entry
+    return _saved_bytes(entry, entry.handle(device), rows)
+
+
 def _saved_bytes(entry, h, rows):
     """Bytes of the saved-state tensor of a forward of `rows` rows by handle h of the layer
     `entry` (c_api.h octet_linear_saved_bytes), cached per (handle, rows): the library answers
@@ -104,11 +133,15 @@ def _saved_bytes(entry, h, rows):
     return n
 
 
-def _call(x, w, layer):
+def _call(x, w, layer, settings):
     """The forward call's arguments and the layer's handle, after checking every tensor against
     what the library will read through its pointer (a wrong size or dtype would read or write past
     the tensors): TypeError/ValueError naming the argument."""
-    spec = _entry(layer).spec
+    entry = _entry(layer)
+    if settings != entry.settings:
+        raise ValueError(f"octet::linear_forward: settings {settings!r} are not the layer's "
+                         f"({entry.settings!r})")
+    spec = entry.spec
     shape = (spec.out_features, spec.in_features)
     # octet's Linear was built for this shape and reads that many elements: anything else would
     # read or write past the tensors.
@@ -131,12 +164,12 @@ def _call(x, w, layer):
     return c, _layers[int(layer)].handle(x.device)
 
 
-def _forward_impl(x: torch.Tensor, w: torch.Tensor,
-                  layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward_impl(x: torch.Tensor, w: torch.Tensor, layer: torch.Tensor,
+                  settings: str) -> tuple[torch.Tensor, torch.Tensor]:
     # Contiguous inputs and outputs whatever strides torch.compile gives the op (as attention.py's).
     x, w = x.contiguous(), w.contiguous()
     y = x.new_empty(x.shape[0], w.shape[0])
-    c, h = _call(x, w, layer)
+    c, h = _call(x, w, layer, settings)
     # the allocator's blocks are 256-byte aligned on CUDA (c_api.h); the CPU needs none
     saved = torch.empty(_saved_bytes(_layers[int(layer)], h, x.shape[0]), dtype=torch.uint8,
                         device=x.device)
@@ -161,12 +194,17 @@ def _fake_devices(op, x, w, layer, dy=None):
 
 
 @_forward.register_fake
-def _(x, w, layer):
+def _(x, w, layer, settings):
     _fake_devices("linear_forward", x, w, layer)
-    # the size is the library's to say (from the layer's spec, x's rows and the backend), at run
-    # time: the layer id is not readable while tracing. Meta tensors (shape inference, no backend)
-    # get an empty saved state.
-    n = 0 if x.device.type == "meta" else torch.library.get_ctx().new_dynamic_size()
+    # the library's size for the spec (w's shape and settings), x's rows and the backend; under
+    # dynamic shapes an unbacked size (known at run time); meta tensors (shape inference, no
+    # backend) get an empty saved state
+    if x.device.type == "meta":
+        n = 0
+    elif isinstance(x.shape[0], int) and w.dim() == 2 and all(isinstance(d, int) for d in w.shape):
+        n = _fake_saved_bytes(settings, w.shape[1], w.shape[0], x.device, x.shape[0])
+    else:
+        n = torch.library.get_ctx().new_dynamic_size()
     return x.new_empty(x.shape[0], w.shape[0]), x.new_empty(n, dtype=torch.uint8)
 
 
@@ -214,7 +252,7 @@ def _(saved, dy, layer, in_features):
 
 
 def _setup_context(ctx, inputs, output):
-    x, w, layer = inputs
+    x, w, layer, _settings = inputs
     ctx.mark_non_differentiable(output[1])
     # saved gets no gradient: without this autograd would hand the backward a zero-filled tensor
     # of its size at every call
@@ -228,10 +266,10 @@ def _grads(backward, ctx, dy, tensors=None):
     activation checkpointing refuses a second unpack); their first two are saved and layer. dy
     None (y unused: grads are not materialized): no gradients."""
     if dy is None:
-        return None, None, None
+        return None, None, None, None
     saved, layer = (ctx.saved_tensors if tensors is None else tensors)[:2]
     dx, dw = backward(saved, dy.to(ctx.x_dtype).contiguous(), layer, ctx.in_features)
-    return dx, dw, None
+    return dx, dw, None, None
 
 
 def _autograd_backward(ctx, dy, _dsaved):
@@ -246,8 +284,8 @@ class _Eager(torch.autograd.Function):
     skips the custom-op dispatch's host time (as octet.torch.attention; docs/pytorch.md)."""
 
     @staticmethod
-    def forward(ctx, x, w, layer):  # ctx first: no per-call signature binding
-        y, saved = _forward_impl(x, w, layer)
+    def forward(ctx, x, w, layer, settings):  # ctx first: no per-call signature binding
+        y, saved = _forward_impl(x, w, layer, settings)
         ctx.mark_non_differentiable(saved)
         ctx.set_materialize_grads(False)  # as _setup_context
         ctx.in_features, ctx.x_dtype = x.shape[1], x.dtype
@@ -259,7 +297,7 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, _dsaved):
         if dy is None:  # y unused (grads not materialized)
-            return None, None, None
+            return None, None, None, None
         tensors = ctx.saved_tensors
         return no_double_backward("Float8Linear", _grads(_backward_impl, ctx, dy, tensors),
                                   through=(dy, *tensors[2:]))  # x, w
@@ -301,7 +339,7 @@ class Float8Linear(torch.nn.Linear):
         # torch.compile's guards on them pass for every layer of a shape.
         self._octet_shape = (out_features, in_features)
         self._octet_settings = (recipe, format, amax_history_len, amax_algo, margin)
-        layer = _Layer(self._spec())
+        layer = _Layer(self._spec(), _settings_key(*self._octet_settings))
         # Validates the spec now (octet's message for an unknown recipe or format).
         layer.handle(torch.device("cpu"))
         self._register(layer)
@@ -329,16 +367,14 @@ class Float8Linear(torch.nn.Linear):
         if "_octet_shape" not in self.__dict__:  # pickled before the shape was kept
             self._octet_shape = (self.out_features, self.in_features)
         src = _layers.get(self._octet_layer)
-        layer = _Layer(self._spec())
+        layer = _Layer(self._spec(), _settings_key(*self._octet_settings))
         if src is not None and src.last is not None:
             _load_state(layer.handle(torch.device("cpu")), _quant_state(src.last))
         self._register(layer)
 
     def _spec(self):
-        recipe, fmt, history, algo, margin = self._octet_settings
         n_out, n_in = self._octet_shape
-        return _lib.LinearSpec(n_in, n_out, recipe.encode(), fmt.encode(), history, algo.encode(),
-                               margin)
+        return _spec_of(n_in, n_out, _settings_key(*self._octet_settings))
 
     @classmethod
     def from_linear(cls, linear, **kwargs):
@@ -380,7 +416,8 @@ class Float8Linear(torch.nn.Linear):
                 x, self.weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
         x2 = x.reshape(-1, n_in).to(work).contiguous()
         w = self.weight.float().contiguous()
-        y, _ = (_Eager.apply if eager(x2, w) else _forward)(x2, w, self._octet_layer_t)
+        y, _ = (_Eager.apply if eager(x2, w) else _forward)(x2, w, self._octet_layer_t,
+                                                            _settings_key(*self._octet_settings))
         if self.bias is not None:
             # The bias is added in FP32 (FP64 for float64 input) and the sum rounded once to the
             # output dtype: Inductor fuses this add and drops an intermediate rounding of the bias
