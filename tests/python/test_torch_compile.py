@@ -205,3 +205,15 @@ def test_linears_compile_into_one_graph():
     torch._dynamo.reset()
     explained = torch._dynamo.explain(model)(x)
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+
+
+def test_dynamic_shapes_compile_with_fullgraph():
+    """Under dynamic shapes saved's size is unbacked (docs/pytorch.md, "torch.compile"):
+    fullgraph=True still compiles the linears, for two row counts, and matches eager."""
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(ot.Float8Linear(32, 64), torch.nn.GELU(), ot.Float8Linear(64, 32))
+    compiled = torch.compile(model, fullgraph=True, dynamic=True, backend="aot_eager")
+    for rows in (8, 12):
+        x = torch.randn(rows, 32)
+        got, want = run(compiled, model.parameters(), x), run(model, model.parameters(), x)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1][0], want[1][0])

@@ -103,14 +103,14 @@ def _spec_of(n_in, n_out, settings):
                            int(margin))
 
 
-_size_handles = {}  # (settings, in, out, backend) -> a Linear handle asked for sizes only (fakes)
+# (settings, in, out, device type, device index) -> a _Layer whose handle answers sizes only (fakes)
+_size_handles = {}
 
 
 def _fake_saved_bytes(settings, n_in, n_out, device, rows):
-    """saved's size for the fake implementation: from a Linear of the same spec on the same
-    backend (the size depends on nothing else), kept per spec."""
-    backend = backend_for(device)
-    key = (settings, n_in, n_out, backend)
+    """saved's size for the fake implementation: from a Linear of the same spec on the same kind
+    of backend (the size depends on nothing else: not on the stream), kept per spec and device."""
+    key = (settings, n_in, n_out, device.type, device.index)
     entry = _size_handles.get(key)
     if entry is None:
         entry = _Layer(_spec_of(n_in, n_out, settings), settings)
@@ -355,6 +355,9 @@ class Float8Linear(torch.nn.Linear):
         # device="cpu" whatever the default device: a module built under torch.device("meta")
         # (torchtitan, FSDP2's meta init) keeps a real id, which to_empty() does not touch.
         self._octet_layer_t = torch.tensor(self._octet_layer, dtype=torch.int64, device="cpu")
+        # The settings string the forward op takes (a str attribute: torch.compile guards on its
+        # value, so layers of one spec share their compiled code)
+        self._octet_key = layer.settings
         # Freed with the module; not at interpreter exit (CUDA may be torn down by then).
         weakref.finalize(self, _release, self._octet_layer).atexit = False
 
@@ -373,8 +376,10 @@ class Float8Linear(torch.nn.Linear):
         self._register(layer)
 
     def _spec(self):
+        recipe, fmt, history, algo, margin = self._octet_settings
         n_out, n_in = self._octet_shape
-        return _spec_of(n_in, n_out, _settings_key(*self._octet_settings))
+        return _lib.LinearSpec(n_in, n_out, recipe.encode(), fmt.encode(), history, algo.encode(),
+                               margin)
 
     @classmethod
     def from_linear(cls, linear, **kwargs):
@@ -416,8 +421,7 @@ class Float8Linear(torch.nn.Linear):
                 x, self.weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
         x2 = x.reshape(-1, n_in).to(work).contiguous()
         w = self.weight.float().contiguous()
-        y, _ = (_Eager.apply if eager(x2, w) else _forward)(x2, w, self._octet_layer_t,
-                                                            _settings_key(*self._octet_settings))
+        y, _ = (_Eager.apply if eager(x2, w) else _forward)(x2, w, self._octet_layer_t, self._octet_key)
         if self.bias is not None:
             # The bias is added in FP32 (FP64 for float64 input) and the sum rounded once to the
             # output dtype: Inductor fuses this add and drops an intermediate rounding of the bias
