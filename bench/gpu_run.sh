@@ -241,7 +241,8 @@ for (case, impl, dt), by in sorted(rows.items()):
           python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     r = json.loads(l)
-    print(f"{r["arm"]:28} {r["tokens_per_s"]:10.0f} tokens/s {r["tflops"]:7.1f} TFLOP/s loss {r["loss_last"]:.3f}")
+    print(f"{r["arm"]:28} {r["tokens_per_s"]:10.0f} tokens/s {r["tflops"]:7.1f} TFLOP/s loss {r["loss_last"]:.3f}"
+          f" peak {r.get("peak_memory_gib") or 0:.1f} GiB")
     if r.get("profile"):  # OCTET_HF_ARGS=--profile
         pr = r["profile"]
         print("  profiled step, kernels", round(pr["kernel_ms"], 1), "ms:",

@@ -39,7 +39,7 @@ over ranks, tokens/s counts every rank's tokens, TFLOP/s and MFU are per GPU).
 BF16 autocast over FP32 parameters, fused AdamW (lr --lr, betas 0.9/0.95, weight decay 0.1 on
 matrices), clip 1.0, torch.compile of the whole model unless --no-compile. One JSON line: tokens/s of
 the median timed step, TFLOP/s by the PaLM formula (6·N_matmul + 12·L·T·H·head_dim per token), MFU,
-the losses and validation losses.
+the peak GPU memory of torch's allocator, the losses and validation losses.
 """
 import argparse
 import datetime
@@ -323,6 +323,9 @@ def main():
            "mfu": fpt * tps / world / 1e12 / a.peak_tflops if ms else None, "resumed_from": start,
            "loss_first": losses[0], "loss_last": losses[-1], "losses": losses,
            "val_losses": val_losses, "data": a.data or "uniform", "packed_mean_tokens": a.packed,
+           # the most GPU memory torch's allocator held for tensors at once in this process (rank
+           # 0's under --fsdp); None on the CPU
+           "peak_memory_gib": torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == "cuda" else None,
            "profile": profile}
     print(json.dumps(row), flush=True)
 

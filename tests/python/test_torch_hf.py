@@ -355,6 +355,7 @@ def test_hf_llama_bench_script_on_cpu(tmp_path):
         assert row["n_params"] == row["n_matmul_params"] + 64 * 5  # tied head; 2 x 2 + 1 RMSNorm weights
         assert len(row["losses"]) == 3 and [s for s, _ in row["val_losses"]] == [2, 3]
         assert abs(row["loss_first"] - 5.545) < 0.3  # log(256) at init
+        assert row["peak_memory_gib"] is None  # a CUDA measurement only
     assert rows["fp8+octet"]["fp8_linears"] == 14 and rows["bf16+sdpa"]["fp8_linears"] == 0
     # --profile: one more, untimed step (no loss of its own); its operators by category, the
     # categories summing to the total
