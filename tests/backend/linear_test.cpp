@@ -310,6 +310,21 @@ TEST(LinearSaved, TwoForwardsThenTwoBackwardsEqualOneAtATime) {
   }
 }
 
+// One step of two linears run two ways: y, dx and the accumulated dw bitwise equal (dx not all
+// zero: the comparison can fail); then both update_scales() and their quantizer states equal.
+void expect_same_step(const std::string& name, int step, const std::vector<float>& y_a,
+                      const std::vector<float>& y_b, const std::vector<float>& dx_a,
+                      const std::vector<float>& dx_b, const std::vector<float>& dw_a,
+                      const std::vector<float>& dw_b, Linear& la, Linear& lb) {
+  EXPECT_EQ(y_a, y_b) << name;
+  EXPECT_EQ(dx_a, dx_b) << name << " dx, step " << step;
+  EXPECT_EQ(dw_a, dw_b) << name << " dw, step " << step;
+  EXPECT_NE(dx_a, std::vector<float>(M * IN, 0.0f)) << name;  // not vacuous
+  la.update_scales();
+  lb.update_scales();
+  EXPECT_EQ(la.quant_state(), lb.quant_state()) << name;
+}
+
 // Linear::forward with an empty y (backend.h: how the C ABI's backward re-quantizes): the backward
 // from its SavedLinear equals the backward from the full forward's, bitwise, over two steps with an
 // update between (tensor-delayed: the re-recorded amax leaves the history as it was).
@@ -327,13 +342,7 @@ TEST(LinearSaved, ForwardWithoutYSavesTheSameOperands) {
       (void)lb->forward(xm(x), wm(w), ym(y_b));                    // the op's forward
       const SavedLinear sb = lb->forward(xm(x), wm(w), Tensor{});  // the op's backward re-run
       lb->backward(sb, ym(dy), xm(dx_b), wm(dw_b));
-      EXPECT_EQ(y_a, y_b) << name;
-      EXPECT_EQ(dx_a, dx_b) << name << " dx, step " << step;
-      EXPECT_EQ(dw_a, dw_b) << name << " dw, step " << step;
-      EXPECT_NE(dx_a, std::vector<float>(M * IN, 0.0f)) << name;  // not vacuous
-      la->update_scales();
-      lb->update_scales();
-      EXPECT_EQ(la->quant_state(), lb->quant_state()) << name;
+      expect_same_step(name, step, y_a, y_b, dx_a, dx_b, dw_a, dw_b, *la, *lb);
     }
   }
 }
@@ -380,13 +389,7 @@ TEST(LinearSaved, ForwardToAndSavedFromEqualTheOwnState) {
       std::fill(x.begin(), x.end(), 0.0f);                  // read by neither backward below
       std::fill(w.begin(), w.end(), 0.0f);
       lb->backward(lb->saved_from(M, memory), ym(dy), xm(dx_b), wm(dw_b));  // the op's backward
-      EXPECT_EQ(y_a, y_b) << name;
-      EXPECT_EQ(dx_a, dx_b) << name << " dx, step " << step;
-      EXPECT_EQ(dw_a, dw_b) << name << " dw, step " << step;
-      EXPECT_NE(dx_a, std::vector<float>(M * IN, 0.0f)) << name;  // not vacuous
-      la->update_scales();
-      lb->update_scales();
-      EXPECT_EQ(la->quant_state(), lb->quant_state()) << name;
+      expect_same_step(name, step, y_a, y_b, dx_a, dx_b, dw_a, dw_b, *la, *lb);
     }
     std::vector<uint8_t> small(size_t(bytes - 1));
     const Tensor short_memory(small.data(), DType::E4M3, {bytes - 1});

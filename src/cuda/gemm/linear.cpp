@@ -81,15 +81,12 @@ class CudaLinear final : public Linear {
   }
   SavedLinear forward_to(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& memory,
                          const Tensor& x_amax = {}, const Tensor& residual = {}) override {
-    OCTET_CHECK(
-        spec_.precision == LinearPrecision::FP8,
-        "linear forward_to: this linear keeps no saved state of its own (saved_bytes() is 0: not FP8)");
+    if (spec_.precision != LinearPrecision::FP8)
+      return Linear::forward_to(x, w, y, memory, x_amax, residual);  // refuses
     return run_forward(x, w, y, x_amax, residual, &memory);
   }
   SavedLinear saved_from(int64_t rows, const Tensor& memory) const override {
-    OCTET_CHECK(
-        spec_.precision == LinearPrecision::FP8,
-        "linear saved_from: this linear keeps no saved state of its own (saved_bytes() is 0: not FP8)");
+    if (spec_.precision != LinearPrecision::FP8) return Linear::saved_from(rows, memory);  // refuses
     SavedPlacement at = SavedPlacement::into(memory, saved_bytes(rows), "linear saved_from: memory");
     auto st = std::make_unique<LinearState>();
     st->owner = this;
