@@ -36,6 +36,7 @@
 #include "octet/attention.h"
 #include "octet/quant.h"
 #include "octet/recurrent.h"
+#include "octet/saved_size.h"
 #include "octet/tensor.h"
 
 namespace octet {
@@ -195,14 +196,15 @@ class Linear {
   // ---- saved state in caller memory (as Attention's below): for op boundaries that carry only
   // tensors (PyTorch's custom ops keep it as a byte tensor saved for backward), so that a backward
   // never re-quantizes X or W.
+  /// The saved state's buffers as terms in M (octet/saved_size.h), in the order forward_to()
+  /// places them: FP8, X̂ᵀ [in, M] and Ŵᵀ [in, out] with their scales (the codes and scales
+  /// backward() reads); the same for every linear of this spec on this backend. Empty: the linear
+  /// keeps nothing but its views of x and w (BF16, FP32), and forward_to and saved_from throw.
+  virtual std::vector<SavedSizeTerm> saved_size_terms() const { return {}; }
   /// Bytes of this backend's memory that forward_to() places the saved state of a forward of
-  /// `rows` rows (M) in: FP8, X̂ᵀ [in, M] and Ŵᵀ [in, out] with their scales (the codes and scales
-  /// backward() reads). 0: the linear keeps nothing but its views of x and w (BF16, FP32), and
-  /// forward_to and saved_from throw. Throws octet::Error for rows < 1 (FP8).
-  virtual int64_t saved_bytes(int64_t rows) const {
-    (void)rows;
-    return 0;
-  }
+  /// `rows` rows (M) in: saved_size(saved_size_terms(), rows); 0 where the terms are empty.
+  /// Throws octet::Error for rows < 1 where they are not.
+  int64_t saved_bytes(int64_t rows) const;
   /// forward() (x_amax and residual as there) with the saved state placed in `memory` instead of
   /// memory of the linear's own: any dtype, at least saved_bytes(x.rows()) bytes of this backend's
   /// memory, 256-byte aligned, contents on entry ignored. The returned SavedLinear views it (and x,

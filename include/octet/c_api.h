@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /** The ABI version; bumped on any change of a struct or signature below. */
-#define OCTET_C_API_VERSION 5
+#define OCTET_C_API_VERSION 6
 OCTET_C_EXPORT int octet_c_api_version(void);
 
 /** The message of the last failure on this thread ("" if none). Valid until the next call. */
@@ -156,6 +156,15 @@ OCTET_C_EXPORT void octet_linear_free(octet_c_linear* linear);
 /** The bytes of `saved` that a forward of `rows` rows fills (the same for every such call); -1 on
  *  failure (rows < 1). */
 OCTET_C_EXPORT int64_t octet_linear_saved_bytes(octet_c_linear* linear, int64_t rows);
+/** The same size as terms in the row count (octet/saved_size.h), for a caller that must write it
+ *  as an expression of a symbolic row count (torch.compile's dynamic shapes): term t is the four
+ *  int64 terms[4t .. 4t + 3] = (step_bytes, step_rows, fixed_bytes, align) and covers
+ *  round_up(step_bytes · ceil(rows / step_rows) + fixed_bytes, align) bytes;
+ *  octet_linear_saved_bytes(rows) is the sum over the terms. Writes the first min(count, capacity)
+ *  terms and returns the count (0: the linear saves nothing; above capacity: call again with
+ *  room); -1 on failure (terms NULL with capacity > 0, capacity < 0). */
+OCTET_C_EXPORT int64_t octet_linear_saved_size_terms(octet_c_linear* linear, int64_t* terms,
+                                                     int64_t capacity);
 /** Forward: writes y, and the saved state into `saved` if given. Quantizes with each slot's current
  *  scale and records the amaxes. */
 OCTET_C_EXPORT int octet_linear_forward(octet_c_linear* linear, const octet_linear_call* call);

@@ -11,7 +11,7 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 _PRESETS = ("cuda", "release", "debug")
 
 
@@ -70,6 +70,8 @@ _SIGNATURES = {
     "octet_linear_new": (_P, [_P, ctypes.POINTER(LinearSpec)]),
     "octet_linear_free": (None, [_P]),
     "octet_linear_saved_bytes": (ctypes.c_int64, [_P, ctypes.c_int64]),
+    "octet_linear_saved_size_terms": (ctypes.c_int64, [_P, ctypes.POINTER(ctypes.c_int64),
+                                                       ctypes.c_int64]),
     "octet_linear_forward": (ctypes.c_int, [_P, ctypes.POINTER(LinearCall)]),
     "octet_linear_backward": (ctypes.c_int, [_P, ctypes.POINTER(LinearCall)]),
     "octet_linear_update_scales": (ctypes.c_int, [_P]),

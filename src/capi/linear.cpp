@@ -108,6 +108,25 @@ int64_t octet_linear_saved_bytes(octet_c_linear* linear, int64_t rows) {
   return n;
 }
 
+int64_t octet_linear_saved_size_terms(octet_c_linear* linear, int64_t* terms, int64_t capacity) {
+  int64_t n = -1;
+  guarded([&] {
+    require(linear, "octet_linear_saved_size_terms: linear");
+    OCTET_CHECK(capacity >= 0 && (terms || capacity == 0),
+                "octet_linear_saved_size_terms: terms must hold capacity >= 0 terms, got capacity " +
+                    std::to_string(capacity) + (terms ? "" : " and NULL"));
+    const std::vector<octet::SavedSizeTerm> all = linear->linear->saved_size_terms();
+    for (size_t t = 0; t < all.size() && int64_t(t) < capacity; ++t) {
+      terms[4 * t] = all[t].step_bytes;
+      terms[4 * t + 1] = all[t].step_rows;
+      terms[4 * t + 2] = all[t].fixed_bytes;
+      terms[4 * t + 3] = all[t].align;
+    }
+    n = int64_t(all.size());
+  });
+  return n;
+}
+
 int octet_linear_forward(octet_c_linear* linear, const octet_linear_call* call) {
   return guarded([&] {
     require(linear, "octet_linear_forward: linear");

@@ -71,6 +71,13 @@ void Linear::encode_weight_piece(const Tensor&, const Tensor&, const Tensor&) co
 }
 void Linear::install_weight_codes(const Tensor&, const Tensor&) { no_weight_codes("install_weight_codes"); }
 
+int64_t Linear::saved_bytes(int64_t rows) const {
+  const std::vector<SavedSizeTerm> terms = saved_size_terms();
+  if (terms.empty()) return 0;
+  OCTET_CHECK(rows >= 1, "linear saved_bytes: rows must be >= 1, got " + std::to_string(rows));
+  return saved_size(terms, rows);
+}
+
 // Saved state in caller memory (backend.h): a linear or an attention that keeps it only in its own
 // memory.
 SavedLinear Linear::forward_to(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,

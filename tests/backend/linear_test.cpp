@@ -406,6 +406,41 @@ TEST(LinearSaved, ForwardToAndSavedFromEqualTheOwnState) {
   }
 }
 
+// saved_bytes(rows) is the sum of saved_size_terms() (what a caller tracing with a symbolic M
+// computes), and forward_to fills exactly that many bytes (it checks) at row counts on both sides
+// of every block edge; non-FP8 linears have no terms.
+TEST(LinearSaved, SizeTermsGiveTheImageAtEveryRowCount) {
+  auto cases = saved_state_cases();
+  for (Recipe r : {Recipe::Row, Recipe::MX, Recipe::Unit}) {
+    QuantConfig q;
+    q.recipe = r;
+    q.formats = FormatPolicy::E4M3;
+    cases.push_back({"fp8 e4m3 " + to_string(r), {IN, OUT, LinearPrecision::FP8, q}});
+  }
+  for (const auto& [name, spec] : cases) {
+    auto be = make_cpu_backend();
+    auto lin = be->make_linear(spec);
+    const std::vector<SavedSizeTerm> terms = lin->saved_size_terms();
+    if (spec.precision != LinearPrecision::FP8) {
+      EXPECT_TRUE(terms.empty()) << name;
+      continue;
+    }
+    int64_t last = 0;
+    for (int64_t rows : {1, 2, 15, 16, 17, 31, 32, 33, 127, 128, 129, 300}) {
+      const int64_t bytes = lin->saved_bytes(rows);
+      EXPECT_EQ(saved_size(terms, rows), bytes) << name << " rows " << rows;
+      EXPECT_GT(bytes, last) << name << " rows " << rows;  // X̂ᵀ's codes grow with every row
+      last = bytes;
+      std::vector<float> x = randn(rows * IN, 190), w = randn(OUT * IN, 191, 0.05f), y(rows * OUT);
+      std::vector<uint8_t> mem(static_cast<size_t>(bytes));
+      EXPECT_NO_THROW((void)lin->forward_to(Tensor(x.data(), DType::F32, {rows, IN}), wm(w),
+                                            Tensor(y.data(), DType::F32, {rows, OUT}),
+                                            Tensor(mem.data(), DType::E4M3, {bytes})))
+          << name << " rows " << rows;
+    }
+  }
+}
+
 TEST(LinearSaved, AnotherLinearsOrBackendsSavedStateThrows) {
   auto be = make_cpu_backend(), be2 = make_cpu_backend();
   for (LinearPrecision p : {LinearPrecision::BF16, LinearPrecision::FP8}) {

@@ -224,6 +224,25 @@ def test_direct_ops_check_what_the_library_reads():
     assert dx.shape == x.shape and dw.shape == w.shape
 
 
+@pytest.mark.parametrize("recipe", ["tensor-current", "tensor-delayed", "row", "block", "mx", "unit"])
+def test_size_terms_give_the_librarys_saved_bytes(recipe):
+    """The Python size formula over the library's terms (what the fake implementation writes
+    as an expression of a symbolic row count) equals octet_linear_saved_bytes at row counts on
+    both sides of every block edge."""
+    from octet import _lib
+    from octet.torch import linear as lin
+    layer = ot.Float8Linear(160, 48, recipe=recipe, format="e4m3")
+    entry = lin._entry(layer._octet_layer_t)
+    h = entry.handle(torch.device("cpu"))
+    terms = lin._size_terms(entry, h)
+    assert len(terms) >= 2 and all(len(t) == 4 for t in terms)
+    for rows in (1, 2, 15, 16, 17, 31, 32, 33, 127, 128, 129, 511, 512, 513, 4096):
+        assert lin._saved_size(terms, rows) == _lib.lib().octet_linear_saved_bytes(h, rows), rows
+    assert _lib.lib().octet_linear_saved_size_terms(h, None, 1) == -1  # no room for the one asked
+    assert "capacity" in _lib.lib().octet_last_error().decode()
+    assert _lib.lib().octet_linear_saved_size_terms(h, None, -1) == -1
+
+
 def test_a_resized_layer_is_refused_not_read_past():
     """octet's Linear is built for the constructor's shape and reads that many elements: a weight
     or bias resized afterwards (pruning) gets a ValueError naming both shapes, not a read past the

@@ -17,7 +17,8 @@ GEMMs read; c_api.h octet_linear_saved_bytes): autograd keeps it, and the backwa
 quantizes x or w again. `settings` ("recipe,format,history,algo,margin": _settings_key) lets the
 fake implementation ask the library for saved's size without the layer id, which it cannot read
 while tracing (an output of unknown size breaks torch.compile's graph at every linear); a string,
-so layers of one spec share their compiled code. In eager mode the two bodies are called through an autograd.Function
+so layers of one spec share their compiled code. The library gives the size as terms in the row
+count (octet_linear_saved_size_terms), so under dynamic shapes it is an expression of M. In eager mode the two bodies are called through an autograd.Function
 instead of the custom-op dispatch (host time); torch.compile traces the ops.
 
 Delayed scaling (tensor-delayed) is quantize-then-update: call update_scales(model) (or
@@ -46,7 +47,7 @@ class _Layer:
         self.settings = settings  # _settings_key of spec
         self.handles = {}
         self.last = None
-        self.saved_sizes = {}  # (handle, rows) -> bytes of the saved state (_saved_bytes)
+        self.size_terms = {}  # handle -> the saved state's size terms (_size_terms)
 
     def handle(self, device):
         backend = backend_for(device)
@@ -64,7 +65,7 @@ class _Layer:
         for h in self.handles.values():
             _lib.lib().octet_linear_free(h)
         self.handles.clear()
-        self.saved_sizes.clear()
+        self.size_terms.clear()
         self.last = None
 
 
@@ -109,27 +110,42 @@ _size_handles = {}
 
 def _fake_saved_bytes(settings, n_in, n_out, device, rows):
     """saved's size for the fake implementation: from a Linear of the same spec on the same kind
-    of backend (the size depends on nothing else: not on the stream), kept per spec and device."""
+    of backend (the size depends on nothing else: not on the stream), kept per spec and device;
+    `rows` may be symbolic (dynamic shapes), and the size is then an expression of it."""
     key = (settings, n_in, n_out, device.type, device.index)
     entry = _size_handles.get(key)
     if entry is None:
         entry = _Layer(_spec_of(n_in, n_out, settings), settings)
         _size_handles[key] = entry
-    return _saved_bytes(entry, entry.handle(device), rows)
+    return _saved_size(_size_terms(entry, entry.handle(device)), rows)
 
 
-def _saved_bytes(entry, h, rows):
-    """Bytes of the saved-state tensor of a forward of `rows` rows by handle h of the layer
-    `entry` (c_api.h octet_linear_saved_bytes), cached per (handle, rows): the library answers
-    from the spec and rows alone."""
-    n = entry.saved_sizes.get((h, rows))
-    if n is None:
-        n = _lib.lib().octet_linear_saved_bytes(h, rows)
+def _size_terms(entry, h):
+    """The saved state's size as terms in the row count (c_api.h octet_linear_saved_size_terms:
+    (step_bytes, step_rows, fixed_bytes, align) each) for handle h of the layer `entry`, kept per
+    handle: the library's layout for the spec and backend."""
+    terms = entry.size_terms.get(h)
+    if terms is None:
+        lib = _lib.lib()
+        n = lib.octet_linear_saved_size_terms(h, None, 0)
         if n < 0:
             _lib.check(-1)
-        if len(entry.saved_sizes) >= 64:  # a few row counts per layer in practice
-            del entry.saved_sizes[next(iter(entry.saved_sizes))]
-        entry.saved_sizes[(h, rows)] = n
+        buf = (ctypes.c_int64 * max(4 * n, 1))()
+        _lib.check(0 if lib.octet_linear_saved_size_terms(h, buf, n) == n else -1)
+        terms = tuple(tuple(buf[4 * t:4 * t + 4]) for t in range(n))
+        entry.size_terms[h] = terms
+    return terms
+
+
+def _saved_size(terms, rows):
+    """Bytes of the saved state of a forward of `rows` rows: the sum over the terms of
+    round_up(step_bytes * ceil(rows / step_rows) + fixed_bytes, align) (octet/saved_size.h; the
+    library's octet_linear_saved_bytes). Integer arithmetic only, so that a symbolic row count
+    (torch.SymInt) gives an expression torch.compile keeps: no unbacked size, no graph break."""
+    n = 0
+    for step_bytes, step_rows, fixed_bytes, align in terms:
+        b = step_bytes * ((rows + step_rows - 1) // step_rows) + fixed_bytes
+        n = n + (b + align - 1) // align * align
     return n
 
 
@@ -171,8 +187,8 @@ def _forward_impl(x: torch.Tensor, w: torch.Tensor, layer: torch.Tensor,
     y = x.new_empty(x.shape[0], w.shape[0])
     c, h = _call(x, w, layer, settings)
     # the allocator's blocks are 256-byte aligned on CUDA (c_api.h); the CPU needs none
-    saved = torch.empty(_saved_bytes(_layers[int(layer)], h, x.shape[0]), dtype=torch.uint8,
-                        device=x.device)
+    saved = torch.empty(_saved_size(_size_terms(_layers[int(layer)], h), x.shape[0]),
+                        dtype=torch.uint8, device=x.device)
     c.y, c.saved, c.saved_size = y.data_ptr(), saved.data_ptr(), saved.numel()
     _lib.check(_lib.lib().octet_linear_forward(h, ctypes.byref(c)))
     return y, saved
@@ -196,12 +212,12 @@ def _fake_devices(op, x, w, layer, dy=None):
 @_forward.register_fake
 def _(x, w, layer, settings):
     _fake_devices("linear_forward", x, w, layer)
-    # the library's size for the spec (w's shape and settings), x's rows and the backend; under
-    # dynamic shapes an unbacked size (known at run time); meta tensors (shape inference, no
-    # backend) get an empty saved state
+    # the library's size for the spec (w's shape and settings), x's rows and the backend, as an
+    # expression of the rows under dynamic shapes; an unbacked size (known at run time) only if w's
+    # shape is symbolic; meta tensors (shape inference, no backend) get an empty saved state
     if x.device.type == "meta":
         n = 0
-    elif isinstance(x.shape[0], int) and w.dim() == 2 and all(isinstance(d, int) for d in w.shape):
+    elif w.dim() == 2 and all(isinstance(d, int) for d in w.shape):
         n = _fake_saved_bytes(settings, w.shape[1], w.shape[0], x.device, x.shape[0])
     else:
         n = torch.library.get_ctx().new_dynamic_size()
@@ -221,7 +237,7 @@ def _backward_impl(saved: torch.Tensor, dy: torch.Tensor, layer: torch.Tensor,
     rows = dy.shape[0]
     entry = _layers[int(layer)]
     h = entry.handle(dy.device)
-    want = _saved_bytes(entry, h, rows)
+    want = _saved_size(_size_terms(entry, h), rows)
     if saved.dtype != torch.uint8 or tuple(saved.shape) != (want,) or saved.device != dy.device:
         raise ValueError(f"octet::linear_backward: saved must be the uint8 [{want}] tensor that "
                          f"linear_forward returned for {rows} rows on {dy.device}, got {saved.dtype} "

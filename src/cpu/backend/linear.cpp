@@ -81,10 +81,23 @@ QuantStats stats_of(const QTensor& q) {
 // A saved QTensor's image in caller memory (Linear::forward_to / saved_from): its codes, then its
 // scale_inv, each region rounded up to 16 bytes. The shape, format and block come from the linear's
 // spec; the statistics (amax, counts) are not kept (no backward reads them).
-int64_t region(int64_t bytes) { return (bytes + 15) / 16 * 16; }
+constexpr int64_t kRegion = 16;
+int64_t region(int64_t bytes) { return (bytes + kRegion - 1) / kRegion * kRegion; }
 int64_t image_bytes(int64_t rows, int64_t cols, const BlockShape& block) {
   const int64_t grid = ((rows + block.rows - 1) / block.rows) * ((cols + block.cols - 1) / block.cols);
   return region(rows * cols) + region(grid * int64_t(sizeof(float)));
+}
+// The image of a [rows, n] QTensor as saved-size terms in n (octet/saved_size.h): rows·n codes, then
+// one float per block of the scale grid, whose block (block_shape) spans either all n columns or a
+// fixed number of them; each region rounded up to 16 bytes. Σ bytes(n) = image_bytes(rows, n, ·).
+std::vector<SavedSizeTerm> image_terms_by_cols(int64_t rows, Recipe recipe, Role role) {
+  constexpr int64_t kAll = int64_t(1) << 40;  // wider than any block that does not span all columns
+  const BlockShape block = block_shape(recipe, role, rows, kAll);
+  const int64_t scale_rows = (rows + block.rows - 1) / block.rows * int64_t(sizeof(float));
+  const SavedSizeTerm codes{rows, 1, 0, kRegion};
+  const SavedSizeTerm scales = block.cols == kAll ? SavedSizeTerm{0, 1, scale_rows, kRegion}
+                                                  : SavedSizeTerm{scale_rows, block.cols, 0, kRegion};
+  return {codes, scales};
 }
 char* to_image(const QTensor& q, char* at) {
   std::memcpy(at, q.codes.data(), q.codes.size());
@@ -190,21 +203,24 @@ class CpuLinear final : public Linear {
 
   // Saved state in caller memory (backend.h): X̂ᵀ's image, then Ŵᵀ's (to_image), copied out of and
   // back into a CpuLinearState.
-  int64_t saved_bytes(int64_t rows) const override {
-    if (!fp8()) return 0;
-    OCTET_CHECK(rows >= 1, "linear saved_bytes: rows must be >= 1, got " + std::to_string(rows));
-    const int64_t in = spec_.in_features, out = spec_.out_features;
-    return image_bytes(in, rows, xt_block(rows)) + image_bytes(in, out, wt_block());
+  std::vector<SavedSizeTerm> saved_size_terms() const override {
+    if (!fp8()) return {};
+    std::vector<SavedSizeTerm> terms =
+        image_terms_by_cols(spec_.in_features, spec_.quant.recipe, Role::Activation);
+    terms.push_back({0, 1, image_bytes(spec_.in_features, spec_.out_features, wt_block()), 1});
+    return terms;
   }
   SavedLinear forward_to(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& memory,
                          const Tensor& x_amax = {}, const Tensor& residual = {}) override {
     if (!fp8()) return Linear::forward_to(x, w, y, memory, x_amax, residual);  // refuses
     // the memory checked first: a refused call changes nothing (no amax recorded)
-    char* at =
-        image(memory, rows_of(x, spec_.in_features, "linear forward_to x"), "linear forward_to: memory");
+    const int64_t rows = rows_of(x, spec_.in_features, "linear forward_to x");
+    char* at = image(memory, rows, "linear forward_to: memory");
     SavedLinear saved = forward(x, w, y, x_amax, residual);
     const auto& st = static_cast<const CpuLinearState&>(*saved.state);
-    to_image(st.w_t_q, to_image(st.x_t_q, at));
+    const char* end = to_image(st.w_t_q, to_image(st.x_t_q, at));
+    OCTET_CHECK(end - at == saved_bytes(rows),
+                "linear forward_to: the image is not saved_bytes() long (a layout bug)");
     return saved;
   }
   SavedLinear saved_from(int64_t rows, const Tensor& memory) const override {

@@ -70,14 +70,18 @@ class CudaLinear final : public Linear {
   }
 
   // Saved state in caller memory (backend.h): X̂ᵀ, then Ŵᵀ, each its codes then its scales
-  // (place_saved), the quantize kernel writing them there directly.
-  int64_t saved_bytes(int64_t rows) const override {
-    if (spec_.precision != LinearPrecision::FP8) return 0;
-    OCTET_CHECK(rows >= 1, "linear saved_bytes: rows must be >= 1, got " + std::to_string(rows));
+  // (place_saved), the quantize kernel writing them there directly. The terms: X̂ᵀ [in, M]'s two
+  // buffers in M, then Ŵᵀ's as one fixed size (counted by the placement itself); place_saved checks
+  // that it takes exactly their sum.
+  std::vector<SavedSizeTerm> saved_size_terms() const override {
+    if (spec_.precision != LinearPrecision::FP8) return {};
+    std::vector<SavedSizeTerm> terms =
+        size_terms_by_cols(spec_.in_features, qx_->layout(), SavedPlacement::kAlign);
     SavedPlacement at = SavedPlacement::counting();
-    LinearState st;
-    place_saved(st, rows, at);
-    return at.bytes();
+    DevQ wt;
+    wt.place(spec_.in_features, spec_.out_features, qw_->format(), qw_->layout(), at);
+    terms.push_back({0, 1, at.bytes(), 1});
+    return terms;
   }
   SavedLinear forward_to(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& memory,
                          const Tensor& x_amax = {}, const Tensor& residual = {}) override {
@@ -147,6 +151,8 @@ class CudaLinear final : public Linear {
     st.xt.place(in, rows, qx_->format(), qx_->layout(), at);
     auto wt = std::make_shared<DevQ>();
     wt->place(in, out, qw_->format(), qw_->layout(), at);
+    OCTET_CHECK(at.bytes() == saved_bytes(rows),
+                "linear saved state: the placement is not saved_bytes() long (a layout bug)");
     st.wt = wt;
     return wt;
   }

@@ -14,9 +14,11 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "octet/fp8.h"
 #include "octet/quant.h"
+#include "octet/saved_size.h"
 
 namespace octet::cuda {
 
@@ -122,5 +124,32 @@ struct DevQTensor {
     return {rows, cols};
   }
 };
+
+/// The buffers of a DevQTensor of `rows` rows and n columns as saved-size terms in n
+/// (octet/saved_size.h), each rounded up to `align` bytes: the codes (code_count(): rows_pad ·
+/// round_up(n, 16) bytes), then the scales (scale_count() floats). For every n >= 1 the two terms'
+/// bytes equal those counts (tests/backend/devq_size_terms_test.cpp).
+inline std::vector<SavedSizeTerm> size_terms_by_cols(int64_t rows, ScaleLayout layout, int64_t align) {
+  const int64_t rows_pad = round_up(rows, 16), f = int64_t(sizeof(float));
+  const SavedSizeTerm codes{16 * rows_pad, 16, 0, align};
+  SavedSizeTerm scales{0, 1, f, align};  // Tensor: one float
+  switch (layout) {
+    case ScaleLayout::Tensor:
+      break;
+    case ScaleLayout::RowVector:  // [rows_pad]
+      scales = {0, 1, f * rows_pad, align};
+      break;
+    case ScaleLayout::Vec128:  // [ceil(ld / 128)][rows_pad], ceil(round_up(n, 16) / 128) = ceil(n / 128)
+      scales = {f * rows_pad, 128, 0, align};
+      break;
+    case ScaleLayout::Blk128:  // [ceil(rows_pad / 128)][round_up(ceil(n / 128), 4)]: 4 floats per 512
+      scales = {4 * f * ceil_div(rows_pad, 128), 512, 0, align};
+      break;
+    case ScaleLayout::Vec32:  // [rows_pad][ceil(n / 32)]
+      scales = {f * rows_pad, 32, 0, align};
+      break;
+  }
+  return {codes, scales};
+}
 
 }  // namespace octet::cuda

@@ -304,6 +304,18 @@ TEST(CudaLinear, ForwardToAndSavedFromEqualTheOwnState) {
   auto bf16 = gpu->make_linear(
       spec_of({LinearPrecision::BF16, Recipe::TensorCurrent, FormatPolicy::E4M3, 8, 32, 16}));
   EXPECT_EQ(bf16->saved_bytes(8), 0);
+  // saved_from places a state of any row count in exactly saved_bytes(rows) (place_saved checks that
+  // the placement and the size terms agree), for every FP8 recipe's scale layouts
+  for (Recipe r :
+       {Recipe::TensorCurrent, Recipe::TensorDelayed, Recipe::Block, Recipe::Row, Recipe::MX, Recipe::Unit}) {
+    auto lin = gpu->make_linear(spec_of({LinearPrecision::FP8, r, FormatPolicy::E4M3, 8, 160, 96}));
+    for (int64_t rows : {1, 15, 16, 17, 127, 128, 129, 511, 512, 513, 1000}) {
+      const int64_t bytes = lin->saved_bytes(rows);
+      Buffer words = gpu->alloc(DType::I32, {(bytes + 3) / 4});
+      EXPECT_NO_THROW((void)lin->saved_from(rows, Tensor(words.tensor().data, DType::E4M3, {bytes})))
+          << to_string(r) << " rows " << rows;
+    }
+  }
 }
 
 // The producers' amaxes (backend.h Linear::forward x_amax, backward dy_amax): given the amax of
