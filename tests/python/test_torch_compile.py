@@ -226,3 +226,24 @@ def test_dynamic_shapes_compile_into_one_graph(fullgraph):
             x = torch.randn(rows, 32)
             got, want = run(compiled, model.parameters(), x), run(model, model.parameters(), x)
             assert torch.equal(got[0], want[0]) and torch.equal(got[1][0], want[1][0])
+
+
+def test_data_dependent_row_counts_compile_into_one_graph():
+    """A row count known only at run time (the rows a routing selects, as a mixture of experts
+    does): Float8Linear does not branch on it, so fullgraph=True compiles it, and the ops take the
+    selection of no row too (empty output, zero weight gradient), equal to eager."""
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(ot.Float8Linear(32, 48), torch.nn.GELU(), ot.Float8Linear(48, 16))
+
+    def routed(x):
+        return model(x[x[:, 0] > 0])
+
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        torch._dynamo.reset()
+        compiled = torch.compile(routed, fullgraph=True, backend="aot_eager")
+        for x in (torch.randn(40, 32), -torch.rand(9, 32)):  # some rows selected, then none
+            got, want = run(compiled, model.parameters(), x), run(routed, model.parameters(), x)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1][0], want[1][0])
+            for g, w in zip(got[2], want[2]):
+                assert torch.equal(g, w)
+        assert want[0].shape == (0, 16) and not any(p.abs().sum() for p in want[2][:1])

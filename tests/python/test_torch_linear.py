@@ -241,6 +241,8 @@ def test_size_terms_give_the_librarys_saved_bytes(recipe):
     assert _lib.lib().octet_linear_saved_size_terms(h, None, 1) == -1  # no room for the one asked
     assert "capacity" in _lib.lib().octet_last_error().decode()
     assert _lib.lib().octet_linear_saved_size_terms(h, None, -1) == -1
+    assert _lib.lib().octet_linear_saved_bytes(h, 2**62) == -1  # refused, not wrapped around
+    assert "does not fit" in _lib.lib().octet_last_error().decode()
 
 
 def test_a_resized_layer_is_refused_not_read_past():

@@ -164,9 +164,6 @@ def _call(x, w, layer, settings):
     if x.dim() != 2 or w.dim() != 2 or tuple(w.shape) != shape or x.shape[1] != spec.in_features:
         raise ValueError(f"octet::linear: the layer is [{shape[0]}, {shape[1]}] (out_features, "
                          f"in_features); got x {tuple(x.shape)}, w {tuple(w.shape)}")
-    if x.shape[0] < 1:
-        raise ValueError("octet::linear_forward: x must have at least one row (Float8Linear "
-                         "handles an empty input itself)")
     if x.dtype not in (torch.float32, torch.bfloat16):
         raise TypeError(f"octet::linear: x must be float32 or bfloat16 (the dtypes octet computes "
                         f"in), got {x.dtype}")
@@ -189,6 +186,8 @@ def _forward_impl(x: torch.Tensor, w: torch.Tensor, layer: torch.Tensor,
     # the allocator's blocks are 256-byte aligned on CUDA (c_api.h); the CPU needs none
     saved = torch.empty(_saved_size(_size_terms(_layers[int(layer)], h), x.shape[0]),
                         dtype=torch.uint8, device=x.device)
+    if x.shape[0] == 0:  # nothing to quantize or multiply (the library takes M >= 1): y is empty,
+        return y, saved  # saved never read, no amax recorded
     c.y, c.saved, c.saved_size = y.data_ptr(), saved.data_ptr(), saved.numel()
     _lib.check(_lib.lib().octet_linear_forward(h, ctypes.byref(c)))
     return y, saved
@@ -228,7 +227,7 @@ def _backward_impl(saved: torch.Tensor, dy: torch.Tensor, layer: torch.Tensor,
                    in_features: int) -> tuple[torch.Tensor, torch.Tensor]:
     spec = _entry(layer).spec
     out = spec.out_features
-    if dy.dim() != 2 or dy.shape[1] != out or dy.shape[0] < 1 or in_features != spec.in_features:
+    if dy.dim() != 2 or dy.shape[1] != out or in_features != spec.in_features:
         raise ValueError(f"octet::linear_backward: the layer is [{out}, {spec.in_features}] "
                          f"(out_features, in_features); got dy {tuple(dy.shape)}, in_features "
                          f"{in_features}")
@@ -246,6 +245,8 @@ def _backward_impl(saved: torch.Tensor, dy: torch.Tensor, layer: torch.Tensor,
     saved, dy = saved.contiguous(), dy.contiguous()
     dx = dy.new_empty(rows, spec.in_features)
     dw = dy.new_zeros(out, spec.in_features, dtype=torch.float32)  # dw accumulates (+=) in octet
+    if rows == 0:  # no rows: dX is empty and dW = dYᵀX = 0 (the library takes M >= 1)
+        return dx, dw
     c = _lib.LinearCall()
     c.rows, c.dtype = rows, dtype_code(dy)
     c.dy, c.dx, c.dw = dy.data_ptr(), dx.data_ptr(), dw.data_ptr()
@@ -432,9 +433,9 @@ class Float8Linear(torch.nn.Linear):
         work = _WORK.get((x.device.type, x.dtype))
         if work is None:
             raise TypeError(f"Float8Linear: dtype {x.dtype} on {x.device.type} is not supported")
-        if x.numel() == 0:  # nothing to quantize: nn.Linear's empty result, in the autograd graph
-            return torch.nn.functional.linear(
-                x, self.weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
+        # No branch on the row count: a row count known only at run time (a mixture-of-experts
+        # routing, torch.compile with capture_dynamic_output_shape_ops) cannot be guarded on; the
+        # ops take 0 rows themselves (an empty y, dW = 0, no amax recorded).
         x2 = x.reshape(-1, n_in).to(work).contiguous()
         w = self.weight.float().contiguous()
         y, _ = (_Eager.apply if eager(x2, w) else _forward)(x2, w, self._octet_layer_t, self._octet_key)
