@@ -203,7 +203,7 @@ class Linear {
   virtual std::vector<SavedSizeTerm> saved_size_terms() const { return {}; }
   /// Bytes of this backend's memory that forward_to() places the saved state of a forward of
   /// `rows` rows (M) in: saved_size(saved_size_terms(), rows); 0 where the terms are empty.
-  /// Throws octet::Error for rows < 1 where they are not.
+  /// Throws octet::Error for rows < 1 where they are not, and for a size beyond int64.
   int64_t saved_bytes(int64_t rows) const;
   /// forward() (x_amax and residual as there) with the saved state placed in `memory` instead of
   /// memory of the linear's own: any dtype, at least saved_bytes(x.rows()) bytes of this backend's

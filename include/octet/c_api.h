@@ -154,7 +154,7 @@ typedef struct octet_linear_call {
 OCTET_C_EXPORT octet_c_linear* octet_linear_new(octet_c_backend* backend, const octet_linear_spec* spec);
 OCTET_C_EXPORT void octet_linear_free(octet_c_linear* linear);
 /** The bytes of `saved` that a forward of `rows` rows fills (the same for every such call); -1 on
- *  failure (rows < 1). */
+ *  failure (rows < 1, or a size beyond int64). */
 OCTET_C_EXPORT int64_t octet_linear_saved_bytes(octet_c_linear* linear, int64_t rows);
 /** The same size as terms in the row count (octet/saved_size.h), for a caller that must write it
  *  as an expression of a symbolic row count (torch.compile's dynamic shapes): term t is the four

@@ -17,18 +17,25 @@ struct SavedSizeTerm {
   int64_t fixed_bytes = 0;  ///< bytes that do not depend on rows
   int64_t align = 1;        ///< the buffer's size is rounded up to a multiple of this
 
-  /// This buffer's bytes for `rows` >= 1 rows (integer arithmetic only, no overflow check).
+  /// This buffer's bytes for `rows` >= 1 rows; -1 if they do not fit in int64.
   int64_t bytes(int64_t rows) const {
-    const int64_t n = step_bytes * ((rows + step_rows - 1) / step_rows) + fixed_bytes;
-    return (n + align - 1) / align * align;
+    const int64_t steps = rows / step_rows + (rows % step_rows != 0);
+    int64_t n = 0;
+    if (__builtin_mul_overflow(step_bytes, steps, &n) || __builtin_add_overflow(n, fixed_bytes, &n) ||
+        __builtin_add_overflow(n, align - 1, &n))
+      return -1;
+    return n / align * align;
   }
 };
 
-/// Σ terms[t].bytes(rows).
+/// Σ terms[t].bytes(rows) for `rows` >= 1; -1 if the sum does not fit in int64.
 inline int64_t saved_size(const std::vector<SavedSizeTerm>& terms, int64_t rows) {
-  int64_t n = 0;
-  for (const SavedSizeTerm& t : terms) n += t.bytes(rows);
-  return n;
+  int64_t total = 0;
+  for (const SavedSizeTerm& t : terms) {
+    const int64_t n = t.bytes(rows);
+    if (n < 0 || __builtin_add_overflow(total, n, &total)) return -1;
+  }
+  return total;
 }
 
 }  // namespace octet

@@ -75,19 +75,10 @@ int64_t Linear::saved_bytes(int64_t rows) const {
   const std::vector<SavedSizeTerm> terms = saved_size_terms();
   if (terms.empty()) return 0;
   OCTET_CHECK(rows >= 1, "linear saved_bytes: rows must be >= 1, got " + std::to_string(rows));
-  // saved_size() with every step checked: a row count whose state does not fit int64 bytes is
-  // refused, not wrapped around
-  int64_t total = 0;
-  for (const SavedSizeTerm& t : terms) {
-    const int64_t steps = rows / t.step_rows + (rows % t.step_rows != 0);
-    int64_t n = 0;
-    const bool overflow = __builtin_mul_overflow(t.step_bytes, steps, &n) ||
-                          __builtin_add_overflow(n, t.fixed_bytes + t.align - 1, &n) ||
-                          __builtin_add_overflow(total, n / t.align * t.align, &total);
-    OCTET_CHECK(!overflow, "linear saved_bytes: the saved state of " + std::to_string(rows) +
-                               " rows does not fit in int64 bytes");
-  }
-  return total;
+  const int64_t n = saved_size(terms, rows);
+  OCTET_CHECK(n >= 0, "linear saved_bytes: the saved state of " + std::to_string(rows) +
+                          " rows does not fit in int64 bytes");
+  return n;
 }
 
 // Saved state in caller memory (backend.h): a linear or an attention that keeps it only in its own

@@ -408,7 +408,8 @@ TEST(LinearSaved, ForwardToAndSavedFromEqualTheOwnState) {
 
 // saved_bytes(rows) is the sum of saved_size_terms() (what a caller tracing with a symbolic M
 // computes), and forward_to fills exactly that many bytes (it checks) at row counts on both sides
-// of every block edge; non-FP8 linears have no terms.
+// of every block edge, with in_features 160 and 37 (whose images need the 16-byte rounding);
+// non-FP8 linears have no terms.
 TEST(LinearSaved, SizeTermsGiveTheImageAtEveryRowCount) {
   auto cases = saved_state_cases();
   for (Recipe r : {Recipe::Row, Recipe::MX, Recipe::Unit}) {
@@ -417,7 +418,13 @@ TEST(LinearSaved, SizeTermsGiveTheImageAtEveryRowCount) {
     q.formats = FormatPolicy::E4M3;
     cases.push_back({"fp8 e4m3 " + to_string(r), {IN, OUT, LinearPrecision::FP8, q}});
   }
+  for (const auto& c : std::vector(cases)) {  // each again with in_features 37
+    LinearSpec odd = c.second;
+    odd.in_features = 37;
+    cases.push_back({c.first + " in 37", odd});
+  }
   for (const auto& [name, spec] : cases) {
+    const int64_t in = spec.in_features;
     auto be = make_cpu_backend();
     auto lin = be->make_linear(spec);
     const std::vector<SavedSizeTerm> terms = lin->saved_size_terms();
@@ -431,11 +438,11 @@ TEST(LinearSaved, SizeTermsGiveTheImageAtEveryRowCount) {
       EXPECT_EQ(saved_size(terms, rows), bytes) << name << " rows " << rows;
       EXPECT_GT(bytes, last) << name << " rows " << rows;  // X̂ᵀ's codes grow with every row
       last = bytes;
-      std::vector<float> x = randn(rows * IN, 190), w = randn(OUT * IN, 191, 0.05f), y(rows * OUT);
+      std::vector<float> x = randn(rows * in, 190), w = randn(OUT * in, 191, 0.05f), y(rows * OUT);
       std::vector<uint8_t> mem(static_cast<size_t>(bytes));
-      EXPECT_NO_THROW((void)lin->forward_to(Tensor(x.data(), DType::F32, {rows, IN}), wm(w),
-                                            Tensor(y.data(), DType::F32, {rows, OUT}),
-                                            Tensor(mem.data(), DType::E4M3, {bytes})))
+      EXPECT_NO_THROW((void)lin->forward_to(
+          Tensor(x.data(), DType::F32, {rows, in}), Tensor(w.data(), DType::F32, {OUT, in}),
+          Tensor(y.data(), DType::F32, {rows, OUT}), Tensor(mem.data(), DType::E4M3, {bytes})))
           << name << " rows " << rows;
     }
   }

@@ -140,13 +140,14 @@ def _size_terms(entry, h):
 def _saved_size(terms, rows):
     """Bytes of the saved state of a forward of `rows` rows: the sum over the terms of
     round_up(step_bytes * ceil(rows / step_rows) + fixed_bytes, align) (octet/saved_size.h; the
-    library's octet_linear_saved_bytes). Integer arithmetic only, so that a symbolic row count
-    (torch.SymInt) gives an expression torch.compile keeps: no unbacked size, no graph break."""
+    library's octet_linear_saved_bytes), and 0 for no rows (the ops skip the library, which takes
+    M >= 1). Integer arithmetic only, so that a symbolic row count (torch.SymInt) gives an
+    expression torch.compile keeps: no unbacked size, no graph break."""
     n = 0
     for step_bytes, step_rows, fixed_bytes, align in terms:
         b = step_bytes * ((rows + step_rows - 1) // step_rows) + fixed_bytes
         n = n + (b + align - 1) // align * align
-    return n
+    return n * torch.sym_min(rows, 1)
 
 
 def _call(x, w, layer, settings):
@@ -186,8 +187,8 @@ def _forward_impl(x: torch.Tensor, w: torch.Tensor, layer: torch.Tensor,
     # the allocator's blocks are 256-byte aligned on CUDA (c_api.h); the CPU needs none
     saved = torch.empty(_saved_size(_size_terms(_layers[int(layer)], h), x.shape[0]),
                         dtype=torch.uint8, device=x.device)
-    if x.shape[0] == 0:  # nothing to quantize or multiply (the library takes M >= 1): y is empty,
-        return y, saved  # saved never read, no amax recorded
+    if x.shape[0] == 0:  # nothing to quantize or multiply (the library takes M >= 1): y and saved
+        return y, saved  # are empty, no amax recorded
     c.y, c.saved, c.saved_size = y.data_ptr(), saved.data_ptr(), saved.numel()
     _lib.check(_lib.lib().octet_linear_forward(h, ctypes.byref(c)))
     return y, saved

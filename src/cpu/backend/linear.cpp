@@ -99,6 +99,9 @@ std::vector<SavedSizeTerm> image_terms_by_cols(int64_t rows, Recipe recipe, Role
                                                   : SavedSizeTerm{scale_rows, block.cols, 0, kRegion};
   return {codes, scales};
 }
+int64_t image_length(const QTensor& q) {
+  return region(int64_t(q.codes.size())) + region(int64_t(q.scale_inv.size() * sizeof(float)));
+}
 char* to_image(const QTensor& q, char* at) {
   std::memcpy(at, q.codes.data(), q.codes.size());
   at += region(int64_t(q.codes.size()));
@@ -218,9 +221,9 @@ class CpuLinear final : public Linear {
     char* at = image(memory, rows, "linear forward_to: memory");
     SavedLinear saved = forward(x, w, y, x_amax, residual);
     const auto& st = static_cast<const CpuLinearState&>(*saved.state);
-    const char* end = to_image(st.w_t_q, to_image(st.x_t_q, at));
-    OCTET_CHECK(end - at == saved_bytes(rows),
+    OCTET_CHECK(image_length(st.x_t_q) + image_length(st.w_t_q) == saved_bytes(rows),
                 "linear forward_to: the image is not saved_bytes() long (a layout bug)");
+    to_image(st.w_t_q, to_image(st.x_t_q, at));
     return saved;
   }
   SavedLinear saved_from(int64_t rows, const Tensor& memory) const override {

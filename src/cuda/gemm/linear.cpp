@@ -61,6 +61,7 @@ class CudaLinear final : public Linear {
       qdy_ = std::make_unique<CudaQuantizer>(spec.quant, Role::Gradient, be_, s_);
       OCTET_CHECK(!(qdy_->format() == Format::E5M2 && qw_->format() == Format::E5M2),
                   "linear: E5M2 x E5M2 GEMMs are not supported");
+      saved_terms_ = make_saved_terms();
     }
   }
 
@@ -70,19 +71,9 @@ class CudaLinear final : public Linear {
   }
 
   // Saved state in caller memory (backend.h): X̂ᵀ, then Ŵᵀ, each its codes then its scales
-  // (place_saved), the quantize kernel writing them there directly. The terms: X̂ᵀ [in, M]'s two
-  // buffers in M, then Ŵᵀ's as one fixed size (counted by the placement itself); place_saved checks
-  // that it takes exactly their sum.
-  std::vector<SavedSizeTerm> saved_size_terms() const override {
-    if (spec_.precision != LinearPrecision::FP8) return {};
-    std::vector<SavedSizeTerm> terms =
-        size_terms_by_cols(spec_.in_features, qx_->layout(), SavedPlacement::kAlign);
-    SavedPlacement at = SavedPlacement::counting();
-    DevQ wt;
-    wt.place(spec_.in_features, spec_.out_features, qw_->format(), qw_->layout(), at);
-    terms.push_back({0, 1, at.bytes(), 1});
-    return terms;
-  }
+  // (place_saved), the quantize kernel writing them there directly; the size terms are made once
+  // (make_saved_terms), and place_saved checks that it takes exactly their sum.
+  std::vector<SavedSizeTerm> saved_size_terms() const override { return saved_terms_; }
   SavedLinear forward_to(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& memory,
                          const Tensor& x_amax = {}, const Tensor& residual = {}) override {
     if (spec_.precision != LinearPrecision::FP8)
@@ -145,6 +136,17 @@ class CudaLinear final : public Linear {
   }
 
  private:
+  // The saved state's size terms: X̂ᵀ [in, M]'s two buffers in M, then Ŵᵀ's as one fixed size
+  // (counted by the placement itself).
+  std::vector<SavedSizeTerm> make_saved_terms() const {
+    std::vector<SavedSizeTerm> terms =
+        size_terms_by_cols(spec_.in_features, qx_->layout(), SavedPlacement::kAlign);
+    SavedPlacement at = SavedPlacement::counting();
+    DevQ wt;
+    wt.place(spec_.in_features, spec_.out_features, qw_->format(), qw_->layout(), at);
+    terms.push_back({0, 1, at.bytes(), 1});
+    return terms;
+  }
   // X̂ᵀ [in, M] and Ŵᵀ [in, out] of a forward of `rows` rows, in that order, from `at`; returns st.wt.
   std::shared_ptr<DevQ> place_saved(LinearState& st, int64_t rows, SavedPlacement& at) const {
     const int64_t in = spec_.in_features, out = spec_.out_features;
@@ -411,7 +413,8 @@ class CudaLinear final : public Linear {
   GemmEngine& gemm_;
   cudaStream_t s_;
   std::unique_ptr<CudaQuantizer> qx_, qw_, qdy_;
-  DevQ xq_, wq_, dyq_, dytq_;  // scratch: the GEMM operands not kept for a backward
+  std::vector<SavedSizeTerm> saved_terms_;  // FP8: make_saved_terms(), fixed by the spec
+  DevQ xq_, wq_, dyq_, dytq_;               // scratch: the GEMM operands not kept for a backward
   // The Ŵᵀ of the current weight quantization while it is cached (wq_ holds its Ŵ); null: the
   // next forward quantizes W. Held only between forwards with spec.cache_weight.
   std::shared_ptr<const DevQ> wt_;

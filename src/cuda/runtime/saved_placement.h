@@ -1,8 +1,9 @@
 // src/cuda/runtime/saved_placement.h — where the buffers of a CUDA attention's or FP8 linear's saved
 // state go (octet/backend.h Attention:: and Linear::saved_bytes, forward_to, saved_from): new
 // memory of the backend, or views into one block of caller memory, one region after another at
-// 256-byte boundaries. The same placement code, run in counting mode, gives saved_bytes(), so the
-// three can never disagree on the layout.
+// 256-byte boundaries. For the attention the same placement code, run in counting mode, gives
+// saved_bytes(), so the three can never disagree on the layout; the linear states its size as terms
+// (octet/saved_size.h) and checks each placement against them.
 #pragma once
 
 #include <cstdint>
