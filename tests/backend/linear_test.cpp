@@ -284,17 +284,29 @@ LinRun two_micro_batches(const LinearSpec& spec, bool interleaved) {
   return r;
 }
 
+// An FP8 linear of `recipe` and `formats`, named "<prefix><recipe>".
+std::pair<std::string, LinearSpec> fp8_case(const std::string& prefix, Recipe recipe, FormatPolicy formats) {
+  QuantConfig q;
+  q.recipe = recipe;
+  q.formats = formats;
+  return {prefix + to_string(recipe), {IN, OUT, LinearPrecision::FP8, q}};
+}
+
 // The saved-state tests' linears: BF16, FP32 and FP8 tensor-current / tensor-delayed / block.
 std::vector<std::pair<std::string, LinearSpec>> saved_state_cases() {
   std::vector<std::pair<std::string, LinearSpec>> cases;
   cases.push_back({"bf16", {IN, OUT, LinearPrecision::BF16, {}}});
   cases.push_back({"fp32", {IN, OUT, LinearPrecision::FP32, {}}});
-  for (Recipe r : {Recipe::TensorCurrent, Recipe::TensorDelayed, Recipe::Block}) {
-    QuantConfig q;
-    q.recipe = r;
-    q.formats = FormatPolicy::Hybrid;
-    cases.push_back({"fp8 " + to_string(r), {IN, OUT, LinearPrecision::FP8, q}});
-  }
+  for (Recipe r : {Recipe::TensorCurrent, Recipe::TensorDelayed, Recipe::Block})
+    cases.push_back(fp8_case("fp8 ", r, FormatPolicy::Hybrid));
+  return cases;
+}
+
+// saved_state_cases() and the other FP8 recipes (row, MX, unit; E4M3 only).
+std::vector<std::pair<std::string, LinearSpec>> every_recipe_cases() {
+  auto cases = saved_state_cases();
+  for (Recipe r : {Recipe::Row, Recipe::MX, Recipe::Unit})
+    cases.push_back(fp8_case("fp8 e4m3 ", r, FormatPolicy::E4M3));
   return cases;
 }
 
@@ -353,13 +365,7 @@ TEST(LinearSaved, ForwardWithoutYSavesTheSameOperands) {
 // and the memory filled with 0xFF first (every byte it reads is written). BF16 and FP32 keep no
 // state of their own: size 0 and both calls refused.
 TEST(LinearSaved, ForwardToAndSavedFromEqualTheOwnState) {
-  auto cases = saved_state_cases();
-  for (Recipe r : {Recipe::Row, Recipe::MX, Recipe::Unit}) {  // and the other recipes, E4M3 only
-    QuantConfig q;
-    q.recipe = r;
-    q.formats = FormatPolicy::E4M3;
-    cases.push_back({"fp8 e4m3 " + to_string(r), {IN, OUT, LinearPrecision::FP8, q}});
-  }
+  auto cases = every_recipe_cases();
   for (const auto& [name, spec] : cases) {
     auto be = make_cpu_backend();
     auto la = be->make_linear(spec), lb = be->make_linear(spec);
@@ -411,13 +417,7 @@ TEST(LinearSaved, ForwardToAndSavedFromEqualTheOwnState) {
 // of every block edge, with in_features 160 and 37 (whose images need the 16-byte rounding);
 // non-FP8 linears have no terms.
 TEST(LinearSaved, SizeTermsGiveTheImageAtEveryRowCount) {
-  auto cases = saved_state_cases();
-  for (Recipe r : {Recipe::Row, Recipe::MX, Recipe::Unit}) {
-    QuantConfig q;
-    q.recipe = r;
-    q.formats = FormatPolicy::E4M3;
-    cases.push_back({"fp8 e4m3 " + to_string(r), {IN, OUT, LinearPrecision::FP8, q}});
-  }
+  auto cases = every_recipe_cases();
   for (const auto& c : std::vector(cases)) {  // each again with in_features 37
     LinearSpec odd = c.second;
     odd.in_features = 37;
