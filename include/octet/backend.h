@@ -220,6 +220,15 @@ class Linear {
   virtual SavedLinear saved_from(int64_t rows, const Tensor& memory) const;
 };
 
+/// The sizes of `s` that an attention's saved state depends on (octet/saved_size.h).
+inline AttnSizes attn_sizes(const AttentionShape& s) {
+  return AttnSizes{s.batch, s.n_heads, s.n_kv_heads, s.head_dim, s.seq_q, s.seq_k};
+}
+
+/// attention_saved_size(terms, attn_sizes(shape)): an attention's saved_bytes() from its
+/// saved_size_terms(). Throws octet::Error naming the shape when the size does not fit in int64.
+int64_t attention_saved_bytes(const std::vector<AttnSizeTerm>& terms, const AttentionShape& shape);
+
 /// One attention layer's forward/backward (semantics: attention.h, the CPU reference).
 class Attention {
  public:
@@ -237,9 +246,16 @@ class Attention {
   // ---- saved state in caller memory: for op boundaries that carry only tensors (PyTorch's custom
   // ops keep it as a byte tensor saved for backward), so that a backward never re-runs a forward.
   /// Bytes of this backend's memory that forward_to() places the saved state in, the same for every
-  /// call of this attention and of any attention of the same shape and config on this backend.
-  /// 0: this attention keeps its state only in its own memory (forward_to and saved_from throw).
+  /// call of this attention and of any attention of the same shape and config on this backend:
+  /// attention_saved_size(saved_size_terms(), attn_sizes(shape)). 0: this attention keeps its
+  /// state only in its own memory (forward_to and saved_from throw).
   virtual int64_t saved_bytes() const { return 0; }
+  /// The same size as terms in the shape's sizes (octet/saved_size.h), one per buffer that
+  /// forward_to() places, for a caller that must write it as an expression of symbolic sizes
+  /// (torch.compile's dynamic shapes). The terms hold for this attention's implementation at
+  /// every shape: another shape gives the same terms wherever make_attention picks the same
+  /// implementation for it. Empty where saved_bytes() is 0.
+  virtual std::vector<AttnSizeTerm> saved_size_terms() const { return {}; }
   /// forward() with the saved state (the FP8 codes, scales and softmax statistics the backward
   /// reads) placed in `memory` instead of memory of the attention's own: any dtype, at least
   /// saved_bytes() bytes of this backend's memory, 256-byte aligned, contents on entry ignored. The

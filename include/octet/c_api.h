@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 /** The ABI version; bumped on any change of a struct or signature below. */
-#define OCTET_C_API_VERSION 6
+#define OCTET_C_API_VERSION 7
 OCTET_C_EXPORT int octet_c_api_version(void);
 
 /** The message of the last failure on this thread ("" if none). Valid until the next call. */
@@ -113,6 +113,22 @@ typedef struct octet_attention_params {
  *  with them. -1 on failure. */
 OCTET_C_EXPORT int64_t octet_attention_saved_bytes(octet_c_backend* backend,
                                                    const octet_attention_params* params);
+/** The same size as terms in the sizes of a dense call (octet/saved_size.h AttnSizeTerm), for a
+ *  caller that must write it as an expression of symbolic sizes (torch.compile's dynamic shapes):
+ *  term t is the four int64 terms[4t .. 4t + 3] = (unit_bytes, dims, seq_step, align) and covers
+ *  round_up(unit_bytes · Π, align) bytes, Π the product of the sizes whose bits are set in dims
+ *  (1 batch, 2 n_heads, 4 n_kv_heads, 8 head_dim, 16 seq_q, 32 seq_k), each sequence length
+ *  entering as ceil(seq / seq_step); octet_attention_saved_bytes is the sum over the terms. The
+ *  terms are those of the implementation the backend runs for these params; a call that differs in
+ *  batch, seq_q or seq_k has the same terms wherever the backend runs the same implementation for
+ *  it (every FP8 call does; precision "bf16" on CUDA leaves cuDNN's fused SDPA for the unfused
+ *  form at seq_q = seq_k = 1 and at causal seq_q > seq_k). Writes the first min(count, capacity)
+ *  terms and returns the count (0: nothing saved; above capacity: call again with room); -1 on
+ *  failure (what octet_attention_saved_bytes refuses, packed sequences, terms NULL with capacity
+ *  > 0, capacity < 0). */
+OCTET_C_EXPORT int64_t octet_attention_saved_size_terms(octet_c_backend* backend,
+                                                        const octet_attention_params* params, int64_t* terms,
+                                                        int64_t capacity);
 /** Forward: writes o and lse, and the saved state into `saved` if given. */
 OCTET_C_EXPORT int octet_attention_forward(octet_c_backend* backend, const octet_attention_params* params);
 /** Backward from d_o. With `saved`: reads the saved state a forward with the same params placed

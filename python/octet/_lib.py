@@ -11,7 +11,7 @@ import ctypes
 import os
 import pathlib
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 _PRESETS = ("cuda", "release", "debug")
 
 
@@ -65,6 +65,9 @@ _SIGNATURES = {
     "octet_backend_free": (None, [_P]),
     "octet_backend_synchronize": (ctypes.c_int, [_P]),
     "octet_attention_saved_bytes": (ctypes.c_int64, [_P, ctypes.POINTER(AttentionParams)]),
+    "octet_attention_saved_size_terms": (ctypes.c_int64, [_P, ctypes.POINTER(AttentionParams),
+                                                          ctypes.POINTER(ctypes.c_int64),
+                                                          ctypes.c_int64]),
     "octet_attention_forward": (ctypes.c_int, [_P, ctypes.POINTER(AttentionParams)]),
     "octet_attention_backward": (ctypes.c_int, [_P, ctypes.POINTER(AttentionParams)]),
     "octet_linear_new": (_P, [_P, ctypes.POINTER(LinearSpec)]),

@@ -116,10 +116,14 @@ Views views_of(const octet_attention_params& p, const AttentionShape& s, DType t
   return w;
 }
 
-// The FP64 oracle's saved state: Q, K, V themselves (FP64, one after another).
-int64_t fp64_saved_bytes(const AttentionShape& s) {
-  return int64_t(sizeof(double)) * s.batch * s.head_dim * (s.n_heads * s.seq_q + 2 * s.n_kv_heads * s.seq_k);
+// The FP64 oracle's saved state: Q, K, V themselves (FP64, one after another, no padding).
+std::vector<AttnSizeTerm> fp64_saved_terms() {
+  constexpr int64_t q = kAttnBatch | kAttnHeads | kAttnSeqQ | kAttnHeadDim;
+  constexpr int64_t k = kAttnBatch | kAttnKvHeads | kAttnSeqK | kAttnHeadDim;
+  constexpr int64_t e = sizeof(double);
+  return {{e, q, 1, 1}, {e, k, 1, 1}, {e, k, 1, 1}};
 }
+int64_t fp64_saved_bytes(const AttentionShape& s) { return attention_saved_bytes(fp64_saved_terms(), s); }
 
 void run_fp64(const octet_c_backend& be, const Views& w, const AttentionShape& s, bool backward);
 
@@ -234,6 +238,17 @@ int64_t dense_attention_saved_bytes(octet_c_backend* be, const octet_attention_p
   return attention_for(*be, *p, s, cfg).saved_bytes();
 }
 
+std::vector<AttnSizeTerm> dense_attention_saved_size_terms(octet_c_backend* be,
+                                                           const octet_attention_params* p) {
+  require(be, "attention: backend");
+  require(p, "attention: params");
+  const AttentionShape s = shape_of(*p);
+  const AttentionConfig cfg = config_of(*p, *be->backend);
+  if (call_dtype(*p, cfg) == DType::F64) return fp64_saved_terms();
+  const std::lock_guard<std::mutex> lock(be->mutex);
+  return attention_for(*be, *p, s, cfg).saved_size_terms();
+}
+
 void dense_attention_run(octet_c_backend* be, const octet_attention_params* p, bool backward) {
   require(be, "attention: backend");
   require(p, "attention: params");
@@ -287,6 +302,29 @@ int64_t octet_attention_saved_bytes(octet_c_backend* backend, const octet_attent
   };
   if (guarded(answer) != 0) return -1;
   return bytes;
+}
+
+int64_t octet_attention_saved_size_terms(octet_c_backend* backend, const octet_attention_params* params,
+                                         int64_t* terms, int64_t capacity) {
+  int64_t n = -1;
+  using namespace octet::capi;
+  guarded([&] {
+    OCTET_CHECK(capacity >= 0 && (terms || capacity == 0),
+                "octet_attention_saved_size_terms: terms must hold capacity >= 0 terms, got capacity " +
+                    std::to_string(capacity) + (terms ? "" : " and NULL"));
+    OCTET_CHECK(!packed(params),
+                "octet_attention_saved_size_terms: packed sequences (n_seqs, cu_seqlens_q, cu_seqlens_k) "
+                "save a size that depends on their offsets: ask octet_attention_saved_bytes");
+    const std::vector<octet::AttnSizeTerm> all = dense_attention_saved_size_terms(backend, params);
+    for (size_t t = 0; t < all.size() && int64_t(t) < capacity; ++t) {
+      terms[4 * t] = all[t].unit_bytes;
+      terms[4 * t + 1] = all[t].dims;
+      terms[4 * t + 2] = all[t].seq_step;
+      terms[4 * t + 3] = all[t].align;
+    }
+    n = int64_t(all.size());
+  });
+  return n;
 }
 
 int octet_attention_forward(octet_c_backend* backend, const octet_attention_params* params) {

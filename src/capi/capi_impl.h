@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "octet/backend.h"
 #include "octet/c_api.h"
@@ -65,9 +66,12 @@ DType dtype_of(int32_t c_dtype, const char* what);
 inline Tensor view(const void* p, DType t, Shape s) { return Tensor(const_cast<void*>(p), t, s); }
 
 /// Attention calls (c_api.h octet_attention_*). A dense call (attention.cpp): the shape, config and
-/// dtype checked without building a layer; the saved bytes; one forward or backward.
+/// dtype checked without building a layer; the saved bytes and their size terms; one forward or
+/// backward.
 void validate_attention_params(const octet_c_backend& be, const octet_attention_params& p);
 int64_t dense_attention_saved_bytes(octet_c_backend* be, const octet_attention_params* p);
+std::vector<AttnSizeTerm> dense_attention_saved_size_terms(octet_c_backend* be,
+                                                           const octet_attention_params* p);
 void dense_attention_run(octet_c_backend* be, const octet_attention_params* p, bool backward);
 /// Packed sequences (attention_varlen.cpp, FlashAttention's varlen form): checked, then one dense
 /// call per sequence.

@@ -242,6 +242,41 @@ TEST(CpuAttention, ForwardToThenSavedFromEqualsOwnState) {
   }
 }
 
+TEST(CpuAttention, SizeTermsGiveTheSavedBytesAtEveryShape) {
+  // saved_size_terms() (backend.h, saved_size.h) taken at one shape give saved_bytes() of a layer
+  // of any other batch and sequence lengths, and that is the AttentionSaved's arrays counted from
+  // their definition (octet/attention.h): Q̂ and O, FP32 [B, H, Tq, D]; K̂ and V̂, FP32 [B, G, Tk,
+  // D]; the LSE FP32 and the row statistics FP64 [B, H, Tq]; in fp64 also O in FP64.
+  AttentionShape at = small_shape();
+  for (const ArmCase c :
+       {ArmCase{AttnPrecision::BF16, DeltaMode::Stale}, ArmCase{AttnPrecision::FP8, DeltaMode::Matched},
+        ArmCase{AttnPrecision::FP64, DeltaMode::Matched}}) {
+    const AttentionConfig config = c.config();
+    auto be = make_cpu_backend();
+    const std::vector<AttnSizeTerm> terms = be->make_attention(at, config)->saved_size_terms();
+    ASSERT_FALSE(terms.empty()) << c.name();
+    for (const int64_t batch : {1, 3})
+      for (const int64_t seq_q : {1, 7, 16, 129})
+        for (const int64_t seq_k : {1, 9, 300}) {
+          AttentionShape s = at;
+          s.batch = batch, s.seq_q = seq_q, s.seq_k = seq_k, s.causal = false;
+          auto attn = be->make_attention(s, config);
+          const int64_t nq = int64_t(q_size(s)), nk = int64_t(k_size(s)), rows = batch * s.n_heads * seq_q;
+          const int64_t want = 4 * (2 * nq + 2 * nk) + 4 * rows + 2 * 8 * rows +
+                               (c.precision == AttnPrecision::FP64 ? 8 * nq : 0);
+          const std::string what = c.name() + " B" + std::to_string(batch) + " Tq" + std::to_string(seq_q) +
+                                   " Tk" + std::to_string(seq_k);
+          EXPECT_EQ(attn->saved_bytes(), want) << what;
+          EXPECT_EQ(attention_saved_size(terms, attn_sizes(s)), want) << what;
+        }
+  }
+  AttentionShape huge = at;
+  huge.batch = int64_t(1) << 40, huge.seq_q = huge.seq_k = int64_t(1) << 20;
+  auto be = make_cpu_backend();
+  EXPECT_THROW((void)be->make_attention(huge, AttentionConfig{})->saved_bytes(), Error)
+      << "a size beyond int64 is refused";
+}
+
 TEST(CpuAttention, BackwardAccumulatesTheRowResidual) {
   // residual[0] = max(residual[0], max), residual[1] += mean: a large preset max is kept.
   const AttentionShape shape = small_shape();

@@ -13,6 +13,7 @@
   the op (a tracer never takes the eager shortcut).
 """
 import ctypes
+import importlib
 import math
 
 import pytest
@@ -105,6 +106,48 @@ def test_fake_size_is_the_library_size():
         _, flse, fsaved = FWD(fq, fk, fv, fr, True, 0.0, "matched", "fp8", "hybrid")
     assert fsaved.shape == saved.shape and fsaved.dtype == torch.uint8
     assert tuple(flse.shape) == (2, 4, 33)
+
+
+@pytest.mark.parametrize("precision,dtype", [("fp8", torch.bfloat16), ("bf16", torch.float32),
+                                             ("fp64", torch.float64)])
+def test_size_terms_give_the_librarys_saved_bytes(precision, dtype):
+    """The Python size formula over the library's terms (what the fake implementation writes as an
+    expression of symbolic sizes), with the terms taken at one shape, equals
+    octet_attention_saved_bytes at other batches, sequence lengths and both layouts."""
+    att = importlib.import_module("octet.torch.attention")  # the module; octet.torch.attention is the function
+    cpu = torch.device("cpu")
+    for layout in ("bhsd", "bshd"):
+        config = (True, 0.0, "matched", precision, "hybrid", layout)
+        terms = att._size_terms(cpu, (2, 4, 2, 33, 33, 16), dtype, config)
+        assert terms and all(len(t) == 4 for t in terms)
+        for dims in ((1, 4, 2, 1, 1, 16), (3, 4, 2, 17, 300, 16), (2, 4, 2, 129, 128, 16)):
+            p = att._params(*dims, dtype, *config)
+            want = _lib.lib().octet_attention_saved_bytes(backend_for(cpu), p)
+            assert want > 0 and att._terms_size(terms, dims) == want, dims
+    lib, p = _lib.lib(), att._params(2, 4, 2, 33, 33, 16, dtype, *config)
+    assert lib.octet_attention_saved_size_terms(backend_for(cpu), p, None, 1) == -1  # no room
+    assert "capacity" in lib.octet_last_error().decode()
+    p.n_seqs = 1  # packed sequences: the size depends on the offsets
+    assert lib.octet_attention_saved_size_terms(backend_for(cpu), p, None, 0) == -1
+    assert "packed" in lib.octet_last_error().decode()
+
+
+def test_fake_size_under_symbolic_shapes_is_an_expression():
+    """Under symbolic batch and sequence lengths the fake's saved has a size expressed in the
+    symbols (not an unbacked size), equal to the library's at the traced sizes."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    q, k, v, _ = heads_major(2, 33, 21, 4, 2, 16, seed=1, dtype=torch.bfloat16)
+
+    def forward(q, k, v, residual):
+        return FWD(q, k, v, residual, False, 0.0, "matched", "fp8", "hybrid")[2]
+
+    gm = make_fx(forward, tracing_mode="symbolic")(q, k, v, NO_RESIDUAL)
+    sizes = [n.meta["val"][2].shape[0] for n in gm.graph.nodes
+             if n.op == "call_function" and "attention_forward" in str(n.target)]
+    assert len(sizes) == 1 and isinstance(sizes[0], torch.SymInt)
+    symbols = {str(x) for x in sizes[0].node.expr.free_symbols}
+    assert symbols and not any(x.startswith("u") for x in symbols), symbols  # u*: unbacked
+    assert sizes[0].node.hint == forward(q, k, v, NO_RESIDUAL).numel()
 
 
 def test_autograd_keeps_o_lse_and_saved_not_q_k_v():

@@ -228,6 +228,31 @@ def test_dynamic_shapes_compile_into_one_graph(fullgraph):
             assert torch.equal(got[0], want[0]) and torch.equal(got[1][0], want[1][0])
 
 
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_attention_under_dynamic_shapes_compiles_into_one_graph(fullgraph):
+    """Under dynamic batch and sequence lengths the attention's saved state has a size expressed
+    in them (the library's size terms, octet_attention_saved_size_terms), not an unbacked size:
+    a block of linears and octet attention compiles into one graph without fullgraph too, and
+    matches eager at other lengths."""
+    torch.manual_seed(5)
+    block = Block()
+    x = torch.randn(2, 9, 64)
+    torch._dynamo.mark_dynamic(x, 0)
+    torch._dynamo.mark_dynamic(x, 1)
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=False):
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(block)(x)
+        assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+        torch._dynamo.reset()
+        compiled = torch.compile(block, fullgraph=fullgraph, dynamic=True, backend="aot_eager")
+        for b, t in ((2, 10), (3, 17), (1, 40)):
+            x = torch.randn(b, t, 64)
+            got, want = run(compiled, block.parameters(), x), run(block, block.parameters(), x)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1][0], want[1][0])
+            for g, w in zip(got[2], want[2]):
+                assert torch.equal(g, w)
+
+
 def test_data_dependent_row_counts_compile_into_one_graph():
     """A row count known only at run time (the rows a routing selects, as a mixture of experts
     does): Float8Linear does not branch on it, so fullgraph=True compiles it, and the ops take the

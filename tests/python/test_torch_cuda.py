@@ -15,6 +15,7 @@ ops surround octet's calls (test_compile_*: which one fails tells where a differ
 bad input raises, never crashes.
 """
 import copy
+import importlib
 
 import pytest
 import torch
@@ -234,6 +235,47 @@ def test_compile_attention_alone(delta):
 
     res = compiled_vs_eager(Attn, lambda f, m: sq_grads(f, m, packed))
     assert_as_eager(res, "attention", exact={0}, floor=2 ** -8)  # dQ: atomics, BF16 rounding
+
+
+def test_size_terms_give_the_librarys_saved_bytes():
+    """On the CUDA backend (the flash kernels' padding to 16 tokens, per-tensor scales; cuDNN's
+    BF16 SDPA): the size formula over the terms taken at one shape equals the library's size at
+    other batches and lengths."""
+    from octet import _lib
+    att = importlib.import_module("octet.torch.attention")  # the module; octet.torch.attention is the function
+    from octet.torch._backend import backend_for
+    dev = torch.device(DEV)
+    for precision, delta, d in (("fp8", "matched", 128), ("fp8", "stale", 64), ("bf16", "stale", 128)):
+        config = (False, 0.0, delta, precision, "hybrid", "bshd")
+        terms = att._size_terms(dev, (2, 8, 2, 200, 200, d), torch.bfloat16, config)
+        for dims in ((1, 8, 2, 17, 300, d), (3, 8, 2, 129, 128, d), (2, 8, 2, 4096, 4096, d)):
+            p = att._params(*dims, torch.bfloat16, *config)
+            want = _lib.lib().octet_attention_saved_bytes(backend_for(dev), p)
+            assert want > 0 and att._terms_size(terms, dims) == want, (precision, dims)
+
+
+def test_compile_attention_dynamic_lengths():
+    """Under dynamic batch and sequence lengths the attention compiles into one graph (the saved
+    state's size is an expression of them) and gives eager's output at other lengths."""
+
+    class Attn(torch.nn.Module):
+        def forward(self, q, k, v):
+            return ot.attention(q, k, v, causal=True)
+
+    m = Attn()
+    gen = torch.Generator().manual_seed(8)
+    x = [torch.randn(2, 100, h, 64, generator=gen).to(DEV, torch.bfloat16) for h in (4, 2, 2)]
+    for t in x:
+        torch._dynamo.mark_dynamic(t, 0)
+        torch._dynamo.mark_dynamic(t, 1)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(m)(*x)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
+    torch._dynamo.reset()
+    compiled = torch.compile(m, dynamic=True)
+    for b, t in ((2, 130), (3, 77), (1, 1000)):
+        qkv = [torch.randn(b, t, h, 64, generator=gen).to(DEV, torch.bfloat16) for h in (4, 2, 2)]
+        assert torch.equal(compiled(*qkv), m(*qkv)), (b, t)
 
 
 def test_compile_fullgraph():

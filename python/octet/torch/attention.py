@@ -14,11 +14,14 @@ layout "bshd": q, k, v, o and the gradients [B, T, H, D] (the projections' outpu
 `saved` is a uint8 tensor holding the backend's saved state (the FP8 codes of Q, K, V, their
 scales and the softmax statistics; c_api.h octet_attention_saved_bytes), as FlashAttention
 returns softmax_lse: autograd keeps o, lse and saved (not q, k, v), and the backward never re-runs
-the forward. In eager mode the two bodies are called through an autograd.Function instead of the
+the forward. Under symbolic shapes the fake writes saved's size as an expression of them from the
+library's size terms (octet_attention_saved_size_terms), so that dynamic shapes compile without
+a graph break at the op. In eager mode the two bodies are called through an autograd.Function instead of the
 custom-op dispatch (host time); torch.compile traces the ops. A call with
 return_residual=True runs eagerly even inside torch.compile (a graph break): its backward writes a
 tensor the forward made, which a compiled graph cannot express.
 """
+import ctypes
 import math
 import numbers
 
@@ -86,6 +89,58 @@ def _saved_bytes(device, dims, dtype, config):
             del _saved_sizes[next(iter(_saved_sizes))]  # the oldest entry (dicts keep insertion order)
         _saved_sizes[key] = n
     return n
+
+
+_size_terms_cache = {}
+
+
+def _size_terms(device, dims, dtype, config):
+    """The saved state's size as terms in the call's sizes (c_api.h octet_attention_saved_size_terms:
+    (unit_bytes, dims, seq_step, align) each) for the implementation the library runs at `dims`
+    (ints), cached per (device, dims, dtype, config)."""
+    key = (device.type, device.index, dims, dtype, config)
+    terms = _size_terms_cache.get(key)
+    if terms is None:
+        lib, backend, p = _lib.lib(), backend_for(device), _params(*dims, dtype, *config)
+        n = lib.octet_attention_saved_size_terms(backend, p, None, 0)
+        if n < 0:
+            _lib.check(-1)
+        buf = (ctypes.c_int64 * max(4 * n, 1))()
+        _lib.check(0 if lib.octet_attention_saved_size_terms(backend, p, buf, n) == n else -1)
+        terms = tuple(tuple(buf[4 * t:4 * t + 4]) for t in range(n))
+        if len(_size_terms_cache) >= _SAVED_SIZES_KEPT:
+            del _size_terms_cache[next(iter(_size_terms_cache))]
+        _size_terms_cache[key] = terms
+    return terms
+
+
+def _terms_size(terms, dims):
+    """Σ over the terms of round_up(unit_bytes · Π, align), Π the product of the sizes in the
+    term's dims bits (octet/saved_size.h AttnSizeTerm; each sequence length as
+    ceil(seq / seq_step)): octet_attention_saved_bytes. Integer arithmetic only, so that symbolic
+    sizes (torch.SymInt) give an expression torch.compile keeps: no unbacked size, no graph
+    break."""
+    b, h, g, tq, tk, d = dims
+    total = 0
+    for unit, mask, step, align in terms:
+        n = unit
+        for bit, size in ((1, b), (2, h), (4, g), (8, d)):
+            if mask & bit:
+                n = n * size
+        for bit, seq in ((16, tq), (32, tk)):
+            if mask & bit:
+                n = n * ((seq + step - 1) // step)
+        total = total + (n + align - 1) // align * align
+    return total
+
+
+def _example(n):
+    """A size's value; for a symbolic size its example value (the hint torch.compile traced
+    with), or 1 where it has none (a size known only at run time)."""
+    if isinstance(n, int):
+        return n
+    hint = getattr(n.node, "hint", None)
+    return hint if isinstance(hint, int) else 1
 
 
 def _lse_dtype(q):
@@ -199,11 +254,12 @@ def _(q, k, v, residual, causal, softmax_scale, delta, precision, formats, layou
     _one_device(f"{_OP}forward", q=q, k=k, v=v, residual=residual)
     shapes = (*q.shape, *k.shape)
     dims = _dims(q, k, layout)
+    config = (causal, softmax_scale, delta, precision, formats, layout)
     if all(isinstance(n, int) for n in shapes):
-        n = _saved_bytes(q.device, dims, q.dtype,
-                         (causal, softmax_scale, delta, precision, formats, layout))
-    else:  # symbolic shapes: the size is the library's to say, at run time
-        n = torch.library.get_ctx().new_dynamic_size()
+        n = _saved_bytes(q.device, dims, q.dtype, config)
+    else:  # symbolic shapes: the library's size terms at the traced example, in the symbols
+        examples = tuple(_example(n) for n in dims)
+        n = _terms_size(_size_terms(q.device, examples, q.dtype, config), dims)
     return (q.new_empty(q.shape), q.new_empty((dims[0], dims[1], dims[3]), dtype=_lse_dtype(q)),
             q.new_empty(n, dtype=torch.uint8))
 

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cpu/backend/act_io.h"
 #include "cpu/backend/cpu_backend.h"
@@ -65,11 +66,14 @@ class CpuAttention final : public Attention {
 
   // Saved state in caller memory (backend.h): the AttentionSaved's arrays one after another, each
   // its elements' bytes (host memory, no alignment needed); copied in, and out by saved_from.
-  int64_t saved_bytes() const override {
-    int64_t bytes = 0;
-    AttentionSaved sizes;
-    each_array(sizes, [&](auto& a, size_t n) { bytes += int64_t(n * sizeof(a[0])); });
-    return bytes;
+  int64_t saved_bytes() const override { return attention_saved_bytes(saved_size_terms(), shape_); }
+  std::vector<AttnSizeTerm> saved_size_terms() const override {
+    std::vector<AttnSizeTerm> terms;
+    AttentionSaved types;
+    each_array_dims(types, [&](auto& a, int64_t dims) {
+      terms.push_back(AttnSizeTerm{int64_t(sizeof(a[0])), dims, 1, 1});
+    });
+    return terms;
   }
 
   SavedAttention forward_to(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
@@ -178,16 +182,23 @@ class CpuAttention final : public Attention {
                 std::string(what) + ": expected " + want.str() + ", got " + t.str());
   }
 
-  // f(array, elements) for each array of an AttentionSaved of this attention, in member order;
-  // o_fp64 only in precision fp64 (the reference fills it there only).
+  // f(array, dims) for each array of an AttentionSaved of this attention, in member order, dims
+  // the sizes whose product is its length (saved_size.h AttnSizeDim); o_fp64 only in precision
+  // fp64 (the reference fills it there only). The one statement of the image's layout.
+  template <typename F>
+  void each_array_dims(AttentionSaved& s, F&& f) const {
+    constexpr int64_t rows = kAttnBatch | kAttnHeads | kAttnSeqQ, q = rows | kAttnHeadDim;
+    constexpr int64_t k = kAttnBatch | kAttnKvHeads | kAttnSeqK | kAttnHeadDim;
+    f(s.q_hat, q), f(s.k_hat, k), f(s.v_hat, k), f(s.o, q), f(s.lse, rows);
+    f(s.row_max, rows), f(s.row_sum, rows);
+    if (config_.precision == AttnPrecision::FP64) f(s.o_fp64, q);
+  }
+  // f(array, elements) for each array, as each_array_dims.
   template <typename F>
   void each_array(AttentionSaved& s, F&& f) const {
-    const auto nq = size_t(shape_.batch * shape_.n_heads * shape_.seq_q * shape_.head_dim);
-    const auto nk = size_t(shape_.batch * shape_.n_kv_heads * shape_.seq_k * shape_.head_dim);
-    const auto rows = size_t(shape_.batch * shape_.n_heads * shape_.seq_q);
-    f(s.q_hat, nq), f(s.k_hat, nk), f(s.v_hat, nk), f(s.o, nq), f(s.lse, rows);
-    f(s.row_max, rows), f(s.row_sum, rows);
-    if (config_.precision == AttnPrecision::FP64) f(s.o_fp64, nq);
+    each_array_dims(s, [&](auto& a, int64_t dims) {
+      f(a, size_t(AttnSizeTerm{1, dims, 1, 1}.bytes(attn_sizes(shape_))));
+    });
   }
   // The byte image's start: checks that `memory` holds saved_bytes().
   uint8_t* image(const Tensor& memory, const char* what) const {

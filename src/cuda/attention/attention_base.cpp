@@ -52,6 +52,21 @@ AttentionBase::AttentionBase(const AttentionShape& shape, const AttentionConfig&
   head_block_ = fp8_ && cfg.qkv_scaling == QkvScaling::HeadBlock;
   // One amax (and scale) per tensor, or per (b, head, 128-token block) of Q, K, V.
   amax_.reserve(size_t(head_block_ ? q_scales() + 2 * k_scales() : 3), s_);  // Q, K, V together
+  terms_ = make_saved_terms();
+  saved_bytes_ = attention_saved_bytes(terms_, shape_);
+}
+
+std::vector<AttnSizeTerm> AttentionBase::make_saved_terms() const {
+  constexpr int64_t a = SavedPlacement::kAlign, pad = 16;  // T_p = 16·⌈T/16⌉
+  constexpr int64_t q = kAttnBatch | kAttnHeads | kAttnSeqQ, k = kAttnBatch | kAttnKvHeads | kAttnSeqK;
+  constexpr int64_t qd = q | kAttnHeadDim, kd = k | kAttnHeadDim;
+  const int64_t elem = eb_, trans = trans_fp8_ ? 1 : 2;
+  // 1/scales: one per (b, head, kQkvScaleBlock tokens), or one per tensor
+  const int64_t sq = head_block_ ? q : 0, sk = head_block_ ? k : 0;
+  const int64_t blk = head_block_ ? kQkvScaleBlock : 1;
+  return {{pad * elem, qd, pad, a},  {pad * elem, kd, pad, a},  {pad * elem, kd, pad, a},
+          {pad * trans, qd, pad, a}, {pad * trans, kd, pad, a}, {4, sq, blk, a},
+          {4, sk, blk, a},           {4, sk, blk, a},           {2 * 4, q, 1, a}};
 }
 
 int64_t AttentionBase::q_scales() const { return d_.B * d_.H * ceil_div(d_.Tq, kQkvScaleBlock); }
@@ -68,21 +83,15 @@ std::unique_ptr<AttnState> AttentionBase::place_state(SavedPlacement& at) const 
   st->v_rows = at.take(elem, {nk});
   st->q_t = at.take(trans, {nq});
   st->k_t = at.take(trans, {nk});
-  if (head_block_) {  // each array 128-byte aligned
-    st->sk_at = round_up(q_scales(), kScaleStride);
-    st->sv_at = st->sk_at + round_up(k_scales(), kScaleStride);
-  }
-  const int64_t sv_len = head_block_ ? round_up(k_scales(), kScaleStride) : kScaleStride;
-  st->scales = at.take(DType::F32, {st->sv_at + sv_len});
+  st->q_scale_inv = at.take(DType::F32, {head_block_ ? q_scales() : 1});
+  st->k_scale_inv = at.take(DType::F32, {head_block_ ? k_scales() : 1});
+  st->v_scale_inv = at.take(DType::F32, {head_block_ ? k_scales() : 1});
   st->rows = d_.B * d_.H * d_.Tq;
   st->softmax = at.take(DType::F32, {2 * st->rows});
+  OCTET_CHECK(at.bytes() == saved_bytes_, "attention saved state: placed " + std::to_string(at.bytes()) +
+                                              " bytes where its size terms give " +
+                                              std::to_string(saved_bytes_) + " (a layout bug)");
   return st;
-}
-
-int64_t AttentionBase::saved_bytes() const {
-  SavedPlacement at = SavedPlacement::counting();
-  (void)place_state(at);
-  return at.bytes();
 }
 
 SavedAttention AttentionBase::forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "cuda/attention/glue/glue.h"
 #include "cuda/runtime/buffer.h"
@@ -36,13 +37,13 @@ struct AttnState final : SavedState {
   Buffer q_rows, k_rows, v_rows;  ///< [B, heads, T_p, D]: FP8 codes or BF16
   /// group transposes: BF16 of code (FP8) or of value (BF16); FP8 codes for the flash backward
   Buffer q_t, k_t;
-  Buffer scales;  ///< F32: sq, sk, sv (one each, or one per block) at 0, sk_at, sv_at
-  int64_t sk_at = kScaleStride, sv_at = 2 * kScaleStride;
+  /// F32 1/scale of Q̂, K̂, V̂: one each, or one per (b, head, 128-token block)
+  Buffer q_scale_inv, k_scale_inv, v_scale_inv;
   Buffer softmax;    ///< F32 [2, B·H·Tq]: m_i = max_j S_ij, then l_i = Σ_j exp(S_ij − m_i)
   int64_t rows = 0;  ///< B·H·Tq
-  float* sq() const { return scales.tensor().f32(); }
-  float* sk() const { return scales.tensor().f32() + sk_at; }
-  float* sv() const { return scales.tensor().f32() + sv_at; }
+  float* sq() const { return q_scale_inv.tensor().f32(); }
+  float* sk() const { return k_scale_inv.tensor().f32(); }
+  float* sv() const { return v_scale_inv.tensor().f32(); }
   float* row_max() const { return softmax.tensor().f32(); }
   float* row_sum() const { return softmax.tensor().f32() + rows; }
 };
@@ -54,8 +55,12 @@ class AttentionBase : public Attention {
  public:
   SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                          const Tensor& lse) final;
-  /// The AttnState's buffers, one after another (saved_placement.h).
-  int64_t saved_bytes() const final;
+  /// The AttnState's buffers, one after another (saved_placement.h), each rounded up to 256 bytes.
+  int64_t saved_bytes() const final { return saved_bytes_; }
+  /// One term per buffer, in place_state's order: the codes of Q̂, K̂, V̂ [B, heads, T_p, D], the
+  /// group transposes of Q̂ and K̂, the 1/scales of Q̂, K̂, V̂ (one or one per block), the softmax
+  /// statistics [2, B·H·Tq]. place_state checks every placement against them.
+  std::vector<AttnSizeTerm> saved_size_terms() const final { return terms_; }
   SavedAttention forward_to(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                             const Tensor& lse, const Tensor& memory) final;
   SavedAttention saved_from(const Tensor& o, const Tensor& lse, const Tensor& memory) const final;
@@ -104,9 +109,14 @@ class AttentionBase : public Attention {
   DeviceBuffer<float> scales_;
   DeviceBuffer<unsigned> amax_;
   DeviceBuffer<uint8_t> v_t_, do_rows_;
+  std::vector<AttnSizeTerm> terms_;  ///< saved_size_terms(), made once by the constructor
+  int64_t saved_bytes_ = 0;          ///< attention_saved_bytes(terms_, shape_)
 
  private:
-  /// A new AttnState (owner: this) whose buffers `at` places; nothing written.
+  /// saved_size_terms() from the config (the constructor's).
+  std::vector<AttnSizeTerm> make_saved_terms() const;
+  /// A new AttnState (owner: this) whose buffers `at` places (checked against saved_size_terms());
+  /// nothing written.
   std::unique_ptr<AttnState> place_state(SavedPlacement& at) const;
   SavedAttention run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                              const Tensor& lse, SavedPlacement at);

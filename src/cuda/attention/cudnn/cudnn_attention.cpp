@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cuda/runtime/buffer.h"
 #include "cuda/runtime/check.h"
@@ -57,11 +58,14 @@ class CudnnSdpaAttention final : public Attention {
     return run_forward(q, k, v, o, lse, SavedPlacement::allocating(be_, false));
   }
 
-  // Saved state in caller memory (backend.h): BF16 Q, K, V and cuDNN's statistics.
-  int64_t saved_bytes() const override {
-    SavedPlacement at = SavedPlacement::counting();
-    (void)place_state(at);
-    return at.bytes();
+  // Saved state in caller memory (backend.h): BF16 Q, K, V and cuDNN's statistics, in
+  // place_state's order.
+  int64_t saved_bytes() const override { return attention_saved_bytes(saved_size_terms(), shape_); }
+  std::vector<AttnSizeTerm> saved_size_terms() const override {
+    constexpr int64_t a = SavedPlacement::kAlign;
+    constexpr int64_t q = kAttnBatch | kAttnHeads | kAttnSeqQ, k = kAttnBatch | kAttnKvHeads | kAttnSeqK;
+    return {
+        {2, q | kAttnHeadDim, 1, a}, {2, k | kAttnHeadDim, 1, a}, {2, k | kAttnHeadDim, 1, a}, {4, q, 1, a}};
   }
   SavedAttention forward_to(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                             const Tensor& lse, const Tensor& memory) override {
@@ -147,6 +151,9 @@ class CudnnSdpaAttention final : public Attention {
     st->k = at.take(DType::BF16, ks());
     st->v = at.take(DType::BF16, ks());
     st->lse = at.take(DType::F32, {rows()});
+    OCTET_CHECK(at.bytes() == saved_bytes(), "attention saved state: placed " + std::to_string(at.bytes()) +
+                                                 " bytes where its size terms give " +
+                                                 std::to_string(saved_bytes()) + " (a layout bug)");
     return st;
   }
 
