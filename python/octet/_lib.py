@@ -159,6 +159,25 @@ def check(rc):
         raise OctetError(lib().octet_last_error().decode("utf-8", "replace"))
 
 
+def size_terms(fn, *args):
+    """The size terms a c_api.h *_saved_size_terms function gives for args, as a tuple of 4-tuples:
+    asked once for the count, then for the terms (octet/saved_size.h). OctetError on failure."""
+    n = fn(*args, None, 0)
+    if n < 0:
+        check(-1)
+    buf = (ctypes.c_int64 * max(4 * n, 1))()
+    check(0 if fn(*args, buf, n) == n else -1)
+    return tuple(tuple(buf[4 * t:4 * t + 4]) for t in range(n))
+
+
+def bounded_put(cache, key, value, kept):
+    """cache[key] = value, first dropping the oldest entry (dicts keep insertion order) when the
+    cache holds `kept`: a process with ever new shapes (serving) keeps the most recent ones."""
+    if len(cache) >= kept:
+        del cache[next(iter(cache))]
+    cache[key] = value
+
+
 def check_handle(handle):
     """Raises OctetError with octet's message if a c_api.h constructor returned NULL."""
     if not handle:

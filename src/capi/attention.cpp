@@ -228,16 +228,6 @@ void validate_attention_params(const octet_c_backend& be, const octet_attention_
   (void)call_dtype(p, config_of(p, *be.backend));
 }
 
-int64_t dense_attention_saved_bytes(octet_c_backend* be, const octet_attention_params* p) {
-  require(be, "attention: backend");
-  require(p, "attention: params");
-  const AttentionShape s = shape_of(*p);
-  const AttentionConfig cfg = config_of(*p, *be->backend);
-  if (call_dtype(*p, cfg) == DType::F64) return fp64_saved_bytes(s);
-  const std::lock_guard<std::mutex> lock(be->mutex);
-  return attention_for(*be, *p, s, cfg).saved_bytes();
-}
-
 std::vector<AttnSizeTerm> dense_attention_saved_size_terms(octet_c_backend* be,
                                                            const octet_attention_params* p) {
   require(be, "attention: backend");
@@ -247,6 +237,10 @@ std::vector<AttnSizeTerm> dense_attention_saved_size_terms(octet_c_backend* be,
   if (call_dtype(*p, cfg) == DType::F64) return fp64_saved_terms();
   const std::lock_guard<std::mutex> lock(be->mutex);
   return attention_for(*be, *p, s, cfg).saved_size_terms();
+}
+
+int64_t dense_attention_saved_bytes(octet_c_backend* be, const octet_attention_params* p) {
+  return attention_saved_bytes(dense_attention_saved_size_terms(be, p), shape_of(*p));
 }
 
 void dense_attention_run(octet_c_backend* be, const octet_attention_params* p, bool backward) {

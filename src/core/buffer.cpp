@@ -84,9 +84,10 @@ int64_t Linear::saved_bytes(int64_t rows) const {
 int64_t attention_saved_bytes(const std::vector<AttnSizeTerm>& terms, const AttentionShape& shape) {
   const int64_t n = attention_saved_size(terms, attn_sizes(shape));
   OCTET_CHECK(n >= 0, "attention saved_bytes: the saved state of batch " + std::to_string(shape.batch) +
-                          ", heads " + std::to_string(shape.n_heads) + ", seq_q " +
-                          std::to_string(shape.seq_q) + ", seq_k " + std::to_string(shape.seq_k) +
-                          ", head_dim " + std::to_string(shape.head_dim) + " does not fit in int64 bytes");
+                          ", heads " + std::to_string(shape.n_heads) + ", kv heads " +
+                          std::to_string(shape.n_kv_heads) + ", seq_q " + std::to_string(shape.seq_q) +
+                          ", seq_k " + std::to_string(shape.seq_k) + ", head_dim " +
+                          std::to_string(shape.head_dim) + " does not fit in int64 bytes");
   return n;
 }
 

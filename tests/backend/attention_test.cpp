@@ -270,11 +270,16 @@ TEST(CpuAttention, SizeTermsGiveTheSavedBytesAtEveryShape) {
           EXPECT_EQ(attention_saved_size(terms, attn_sizes(s)), want) << what;
         }
   }
+  // A size beyond int64 (no valid shape reaches it: AttentionShape caps a tensor at 2^56
+  // elements) is -1 from the formula and an octet::Error naming the shape, not a wrapped size.
   AttentionShape huge = at;
-  huge.batch = int64_t(1) << 40, huge.seq_q = huge.seq_k = int64_t(1) << 20;
-  auto be = make_cpu_backend();
-  EXPECT_THROW((void)be->make_attention(huge, AttentionConfig{})->saved_bytes(), Error)
-      << "a size beyond int64 is refused";
+  huge.batch = huge.seq_q = huge.seq_k = huge.head_dim = int64_t(1) << 20;
+  const std::vector<AttnSizeTerm> wide = {{8, kAttnAllDims, 1, 1}};
+  EXPECT_EQ(attention_saved_size(wide, attn_sizes(huge)), -1);
+  EXPECT_EQ(attention_saved_size({{1, kAttnBatch, 1, 256}, {1, kAttnBatch, 1, 256}},
+                                 AttnSizes{int64_t(1) << 62, 1, 1, 1, 1, 1}),
+            -1);  // each term fits, their sum does not
+  EXPECT_THROW((void)attention_saved_bytes(wide, huge), Error);
 }
 
 TEST(CpuAttention, BackwardAccumulatesTheRowResidual) {

@@ -253,6 +253,24 @@ def test_attention_under_dynamic_shapes_compiles_into_one_graph(fullgraph):
                 assert torch.equal(g, w)
 
 
+def test_attention_graph_is_specialized_to_its_head_dim():
+    """head_dim picks the CUDA implementation and so the size terms (the flash kernels take 64 and
+    128): under dynamic=True a graph holds one head_dim (a guard), and another compiles anew; other
+    lengths reuse it."""
+    from torch._dynamo.testing import CompileCounter
+
+    def attn(q, k, v):
+        return ot.attention(q, k, v, causal=True)
+
+    counter = CompileCounter()
+    torch._dynamo.reset()
+    compiled = torch.compile(attn, dynamic=True, backend=counter)
+    for t, d in ((9, 16), (20, 16), (9, 32), (31, 32)):
+        q, k, v = (torch.randn(2, t, h, d) for h in (4, 2, 2))
+        assert torch.equal(compiled(q, k, v), attn(q, k, v)), (t, d)
+    assert counter.frame_count == 2, counter.frame_count
+
+
 def test_data_dependent_row_counts_compile_into_one_graph():
     """A row count known only at run time (the rows a routing selects, as a mixture of experts
     does): Float8Linear does not branch on it, so fullgraph=True compiles it, and the ops take the

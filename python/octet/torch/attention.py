@@ -14,14 +14,13 @@ layout "bshd": q, k, v, o and the gradients [B, T, H, D] (the projections' outpu
 `saved` is a uint8 tensor holding the backend's saved state (the FP8 codes of Q, K, V, their
 scales and the softmax statistics; c_api.h octet_attention_saved_bytes), as FlashAttention
 returns softmax_lse: autograd keeps o, lse and saved (not q, k, v), and the backward never re-runs
-the forward. Under symbolic shapes the fake writes saved's size as an expression of them from the
-library's size terms (octet_attention_saved_size_terms), so that dynamic shapes compile without
-a graph break at the op. In eager mode the two bodies are called through an autograd.Function instead of the
+the forward. Under symbolic shapes the fake writes saved's size as an expression of them from
+the library's size terms (octet_attention_saved_size_terms), so that dynamic shapes compile
+without a graph break at the op. In eager mode the two bodies are called through an autograd.Function instead of the
 custom-op dispatch (host time); torch.compile traces the ops. A call with
 return_residual=True runs eagerly even inside torch.compile (a graph break): its backward writes a
 tensor the forward made, which a compiled graph cannot express.
 """
-import ctypes
 import math
 import numbers
 
@@ -85,9 +84,7 @@ def _saved_bytes(device, dims, dtype, config):
         n = _lib.lib().octet_attention_saved_bytes(backend_for(device), p)
         if n < 0:
             _lib.check(-1)
-        if len(_saved_sizes) >= _SAVED_SIZES_KEPT:
-            del _saved_sizes[next(iter(_saved_sizes))]  # the oldest entry (dicts keep insertion order)
-        _saved_sizes[key] = n
+        _lib.bounded_put(_saved_sizes, key, n, _SAVED_SIZES_KEPT)
     return n
 
 
@@ -101,16 +98,9 @@ def _size_terms(device, dims, dtype, config):
     key = (device.type, device.index, dims, dtype, config)
     terms = _size_terms_cache.get(key)
     if terms is None:
-        lib, backend, p = _lib.lib(), backend_for(device), _params(*dims, dtype, *config)
-        n = lib.octet_attention_saved_size_terms(backend, p, None, 0)
-        if n < 0:
-            _lib.check(-1)
-        buf = (ctypes.c_int64 * max(4 * n, 1))()
-        _lib.check(0 if lib.octet_attention_saved_size_terms(backend, p, buf, n) == n else -1)
-        terms = tuple(tuple(buf[4 * t:4 * t + 4]) for t in range(n))
-        if len(_size_terms_cache) >= _SAVED_SIZES_KEPT:
-            del _size_terms_cache[next(iter(_size_terms_cache))]
-        _size_terms_cache[key] = terms
+        terms = _lib.size_terms(_lib.lib().octet_attention_saved_size_terms, backend_for(device),
+                                _params(*dims, dtype, *config))
+        _lib.bounded_put(_size_terms_cache, key, terms, _SAVED_SIZES_KEPT)
     return terms
 
 
@@ -136,11 +126,12 @@ def _terms_size(terms, dims):
 
 def _example(n):
     """A size's value; for a symbolic size its example value (the hint torch.compile traced
-    with), or 1 where it has none (a size known only at run time)."""
+    with), or 128 where it has none (a size known only at run time: a length at which every
+    backend runs its usual implementation)."""
     if isinstance(n, int):
         return n
     hint = getattr(n.node, "hint", None)
-    return hint if isinstance(hint, int) else 1
+    return hint if isinstance(hint, int) else 128
 
 
 def _lse_dtype(q):
@@ -258,6 +249,10 @@ def _(q, k, v, residual, causal, softmax_scale, delta, precision, formats, layou
     if all(isinstance(n, int) for n in shapes):
         n = _saved_bytes(q.device, dims, q.dtype, config)
     else:  # symbolic shapes: the library's size terms at the traced example, in the symbols
+        # head_dim picks the implementation (the flash kernels take 64 and 128): fixed per graph
+        # (a guard; another head_dim compiles anew), as are the head counts
+        b, h, g, tq, tk, d = dims
+        dims = (b, int(h), int(g), tq, tk, int(d))
         examples = tuple(_example(n) for n in dims)
         n = _terms_size(_size_terms(q.device, examples, q.dtype, config), dims)
     return (q.new_empty(q.shape), q.new_empty((dims[0], dims[1], dims[3]), dtype=_lse_dtype(q)),

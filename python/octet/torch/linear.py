@@ -126,13 +126,7 @@ def _size_terms(entry, h):
     handle: the library's layout for the spec and backend."""
     terms = entry.size_terms.get(h)
     if terms is None:
-        lib = _lib.lib()
-        n = lib.octet_linear_saved_size_terms(h, None, 0)
-        if n < 0:
-            _lib.check(-1)
-        buf = (ctypes.c_int64 * max(4 * n, 1))()
-        _lib.check(0 if lib.octet_linear_saved_size_terms(h, buf, n) == n else -1)
-        terms = tuple(tuple(buf[4 * t:4 * t + 4]) for t in range(n))
+        terms = _lib.size_terms(_lib.lib().octet_linear_saved_size_terms, h)
         entry.size_terms[h] = terms
     return terms
 

@@ -1,9 +1,8 @@
 // src/cuda/runtime/saved_placement.h — where the buffers of a CUDA attention's or FP8 linear's saved
 // state go (octet/backend.h Attention:: and Linear::saved_bytes, forward_to, saved_from): new
 // memory of the backend, or views into one block of caller memory, one region after another at
-// 256-byte boundaries. For the attention the same placement code, run in counting mode, gives
-// saved_bytes(), so the three can never disagree on the layout; the linear states its size as terms
-// (octet/saved_size.h) and checks each placement against them.
+// 256-byte boundaries. Both state their size as terms (octet/saved_size.h) and check each
+// placement against them; counting mode gives the bytes of a fixed part (the linear's Ŵᵀ).
 #pragma once
 
 #include <cstdint>
