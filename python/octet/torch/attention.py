@@ -452,7 +452,8 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
     if return_residual:
         o, residual = _with_residual(*args)
         return caller_order(o), residual
-    empty = torch.zeros(0, dtype=torch.float64, device=q.device)  # no residual: a NULL pointer
+    # no residual: a NULL pointer (empty, not zeros: no fill launch on the host's hot path)
+    empty = torch.empty(0, dtype=torch.float64, device=q.device)
     return caller_order(_attention_op(args[0])(*args[:3], empty, *args[3:])[0])
 
 
