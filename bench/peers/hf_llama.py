@@ -36,6 +36,11 @@ stream, so W ranks see, per optimizer step, exactly the micro-batches of one pro
 --grad-accum A·W: the two runs' losses are comparable step by step (the row's loss is the mean
 over ranks, tokens/s counts every rank's tokens, TFLOP/s and MFU are per GPU).
 
+--seq-cycle K cuts step s's micro-batches to seq − 128·(s mod K) tokens: with K >= 2 the length
+changes from step to step, as with per-batch padding, and torch.compile switches to dynamic shapes
+after the first change; tokens/s is then the timed steps' tokens over their time. The row counts
+the graphs Dynamo compiled and its graph breaks in either case.
+
 BF16 autocast over FP32 parameters, fused AdamW (lr --lr, betas 0.9/0.95, weight decay 0.1 on
 matrices), clip 1.0, torch.compile of the whole model unless --no-compile. One JSON line: tokens/s of
 the median timed step, TFLOP/s by the PaLM formula (6·N_matmul + 12·L·T·H·head_dim per token), MFU,
@@ -185,6 +190,8 @@ def main():
     ap.add_argument("--fsdp", action="store_true", help="FSDP2 over the torchrun job's ranks")
     ap.add_argument("--packed", type=int, default=0, metavar="MEAN",
                     help="one row of documents of MEAN tokens on average per micro-batch")
+    ap.add_argument("--seq-cycle", type=int, default=1, metavar="K",
+                    help="step s runs seq - 128*(s mod K) tokens per sequence (1: always seq)")
     ap.add_argument("--profile", action="store_true",
                     help="profile one step after the timed ones (the row's \"profile\")")
     ap.add_argument("--checkpoint-dir", default="", help="resume from and write checkpoints here")
@@ -200,6 +207,9 @@ def main():
     if a.packed < 0 or a.packed > a.batch * a.seq:
         sys.exit(f"--packed must be a mean document length from 1 to batch·seq = {a.batch * a.seq} "
                  f"(0: not packed), got {a.packed}")
+    if a.seq_cycle < 1 or a.seq - 128 * (a.seq_cycle - 1) < 1 or (a.seq_cycle > 1 and a.packed):
+        sys.exit(f"--seq-cycle must be >= 1 with seq - 128*(K-1) >= 1 ({a.seq} tokens: K <= "
+                 f"{(a.seq - 1) // 128 + 1}), and is not taken with --packed; got {a.seq_cycle}")
     if a.fsdp and "LOCAL_RANK" not in os.environ:
         sys.exit("--fsdp runs under torchrun (torchrun --nproc-per-node N hf_llama.py --fsdp ...)")
     if a.fsdp and a.linears == "fp8" and a.recipe == "tensor-delayed":
@@ -243,7 +253,7 @@ def main():
     step_model = model if a.no_compile else torch.compile(model)
     batch_of, val = batches(a, dev, 0)
     batch_of = rank_batches(batch_of, world, rank)
-    ms, prof, profile = [], None, None
+    ms, timed_tokens, prof, profile = [], 0, None, None
     last = a.warmup + a.steps  # with --profile, step `last` is the profiled one (not timed, no loss)
     sync()
     for s in range(start, last + (1 if a.profile else 0)):
@@ -254,8 +264,9 @@ def main():
             prof.__enter__()
         t0 = time.perf_counter()
         step_loss = 0.0
+        seq = a.seq - 128 * (s % a.seq_cycle)
         for m in range(a.grad_accum):
-            ids = batch_of(s * a.grad_accum + m)[:, :-1]
+            ids = batch_of(s * a.grad_accum + m)[:, :-1][:, :seq]
             labels, extra = ids, {}
             if a.packed:
                 ids = ids.reshape(1, -1)
@@ -286,6 +297,7 @@ def main():
         sync()
         if s >= a.warmup:
             ms.append((time.perf_counter() - t0) * 1e3)
+            timed_tokens += a.batch * seq * a.grad_accum * world
         if val and ((s + 1) % a.eval_every == 0 or s + 1 == a.warmup + a.steps):
             model.eval()
             with torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16):
@@ -301,7 +313,13 @@ def main():
     fpt, matmul = flops_per_token(a.model, a.vocab, a.seq)
     tokens = a.batch * a.seq * a.grad_accum * world
     step_ms = statistics.median(ms) if ms else None  # none when resumed past the timed steps
-    tps = tokens / (step_ms * 1e-3) if ms else None
+    if a.seq_cycle > 1:  # steps of different lengths: all the timed tokens over all the time
+        tps = timed_tokens / (sum(ms) * 1e-3) if ms else None
+    else:
+        tps = tokens / (step_ms * 1e-3) if ms else None
+    from torch._dynamo.utils import counters
+    graphs = counters["stats"]["unique_graphs"]
+    graph_breaks = sum(counters["graph_break"].values())
     if a.fsdp:
         dist.barrier()  # every rank past its last collective before the group goes
         dist.destroy_process_group()
@@ -316,7 +334,8 @@ def main():
            "model": a.model, "attention": a.attention, "linears": a.linears,
            "arm": f"{a.linears}+{a.attention}", "recipe": a.recipe if a.linears == "fp8" else a.linears[8:],
            "fp8_linears": fp8_linears, "n_params": n_params, "n_matmul_params": matmul,
-           "seq_len": a.seq, "vocab_size": a.vocab, "batch": a.batch, "grad_accum": a.grad_accum,
+           "seq_len": a.seq, "seq_cycle": a.seq_cycle, "graphs_compiled": graphs,
+           "graph_breaks": graph_breaks, "vocab_size": a.vocab, "batch": a.batch, "grad_accum": a.grad_accum,
            "fsdp": a.fsdp, "world": world, "tokens_per_step": tokens, "warmup": a.warmup,
            "steps": a.steps, "step_ms_median": step_ms, "tokens_per_s": tps, "flops_per_token": fpt,
            "tflops": fpt * tps / world / 1e12 if ms else None,
