@@ -5,12 +5,28 @@ bottom-right causal mask, and a naive FP8 attention (the "naive implementation i
 precision" of FlashAttention-3's test rule, docs/pytorch.md "Tests"), and the error bound of an
 FP8 GEMM that the Float8Linear tests hold octet to.
 """
+import contextlib
+import os
 import pathlib
 import sys
 
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python"))
+
+
+@contextlib.contextmanager
+def compiling(backend):
+    """Inductor's C++ compiler subprocesses must not inherit an ASan LD_PRELOAD (this process
+    already has the runtime loaded; the compiler is not instrumented)."""
+    preload = os.environ.get("LD_PRELOAD") if backend == "inductor" else None
+    if preload:
+        del os.environ["LD_PRELOAD"]
+    try:
+        yield
+    finally:
+        if preload:
+            os.environ["LD_PRELOAD"] = preload
 
 
 def sdpa(q, k, v, causal, quant=None):

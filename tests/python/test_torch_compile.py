@@ -13,31 +13,15 @@ assert_close. Backends: aot_eager (tracing, fake implementations, autograd) and 
 code generation; where the ASan runtime is preloaded — the sanitized CI run — its compiler
 subprocesses are started without the preload).
 """
-import contextlib
 import copy
-import os
 
 import pytest
 import torch
 
-from octet_torch_util import rel  # noqa: F401  (also puts python/ on the path)
+from octet_torch_util import compiling, rel  # noqa: F401  (also puts python/ on the path)
 import octet.torch as ot
 
 BACKENDS = ["aot_eager", "inductor"]
-
-
-@contextlib.contextmanager
-def compiling(backend):
-    """Inductor's C++ compiler subprocesses must not inherit an ASan LD_PRELOAD (this process
-    already has the runtime loaded; the compiler is not instrumented)."""
-    preload = os.environ.get("LD_PRELOAD") if backend == "inductor" else None
-    if preload:
-        del os.environ["LD_PRELOAD"]
-    try:
-        yield
-    finally:
-        if preload:
-            os.environ["LD_PRELOAD"] = preload
 
 
 class Block(torch.nn.Module):

@@ -15,7 +15,8 @@ attention implementation, on tiny Llama models on the CPU.
   loss near eager's; convert_to_float8 with float8_filter swaps every linear but the LM head;
 - cross-attention with a padded encoder mask computes every query row over the valid keys;
 - bench/peers/hf_llama.py runs both arms on a tiny model with consistent fields (under FSDP:
-  test_torch_hf_fsdp.py);
+  test_torch_hf_fsdp.py), and compiled with lengths that change per step (--seq-cycle) stays one
+  graph with octet's attention and FP8 linears;
 - bad input (dropout, a sliding window, chunked attention, a score bias, a dense mask, bad
   cu_seq_lens, position_ids it cannot read as packing, a bad delta/precision, a built-in name)
   raises a ValueError naming it.
@@ -377,6 +378,35 @@ def test_hf_llama_bench_script_on_cpu(tmp_path):
     r = subprocess.run([sys.executable, str(script), *args, "--packed", "1000"], capture_output=True,
                        text=True, cwd=script.parent)
     assert r.returncode != 0 and "--packed must be a mean document length" in r.stderr, r.stderr
+
+
+def test_hf_llama_bench_changing_lengths_compile_into_one_graph(capsys, monkeypatch):
+    """hf_llama.py --seq-cycle: compiled, lengths that change from step to step recompile the model
+    once with dynamic shapes, and with octet's attention and FP8 linears it stays one graph (the
+    saved states' sizes are expressions of the lengths). Run in this process (Inductor's compiler
+    must not inherit an ASan preload: octet_torch_util.compiling), Dynamo's counters cleared
+    first. A cycle whose shortest length is below 1 token is refused."""
+    import json
+    import pathlib
+    import runpy
+    import sys
+    from torch._dynamo.utils import counters
+    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / "peers" / "hf_llama.py"
+    monkeypatch.syspath_prepend(str(script.parent))
+    args = ["--model", "tiny", "--device", "cpu", "--seq", "384", "--batch", "2", "--warmup", "2",
+            "--steps", "3", "--attention", "octet", "--linears", "fp8"]
+    torch._dynamo.reset()
+    counters.clear()
+    monkeypatch.setattr(sys, "argv", [str(script), *args, "--seq-cycle", "3"])
+    with octet_torch_util.compiling("inductor"):
+        runpy.run_path(str(script), run_name="__main__")
+    row = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert row["seq_cycle"] == 3 and row["graph_breaks"] == 0, row["graph_breaks"]
+    assert row["graphs_compiled"] == 2, row["graphs_compiled"]  # the first length, then dynamic
+    assert row["tokens_per_s"] > 0 and len(row["losses"]) == 5
+    monkeypatch.setattr(sys, "argv", [str(script), *args, "--seq-cycle", "4"])  # 384 - 3·128 = 0
+    with pytest.raises(SystemExit, match="--seq-cycle must be"):
+        runpy.run_path(str(script), run_name="__main__")
 
 
 def test_hf_llama_bench_packing():
