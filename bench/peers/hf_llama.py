@@ -253,7 +253,7 @@ def main():
     step_model = model if a.no_compile else torch.compile(model)
     batch_of, val = batches(a, dev, 0)
     batch_of = rank_batches(batch_of, world, rank)
-    ms, timed_tokens, prof, profile = [], 0, None, None
+    ms, timed_tokens, timed_flops, prof, profile = [], 0, 0.0, None, None
     last = a.warmup + a.steps  # with --profile, step `last` is the profiled one (not timed, no loss)
     sync()
     for s in range(start, last + (1 if a.profile else 0)):
@@ -297,7 +297,9 @@ def main():
         sync()
         if s >= a.warmup:
             ms.append((time.perf_counter() - t0) * 1e3)
-            timed_tokens += a.batch * seq * a.grad_accum * world
+            step_tokens = a.batch * seq * a.grad_accum * world
+            timed_tokens += step_tokens
+            timed_flops += flops_per_token(a.model, a.vocab, seq)[0] * step_tokens
         if val and ((s + 1) % a.eval_every == 0 or s + 1 == a.warmup + a.steps):
             model.eval()
             with torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16):
@@ -313,8 +315,10 @@ def main():
     fpt, matmul = flops_per_token(a.model, a.vocab, a.seq)
     tokens = a.batch * a.seq * a.grad_accum * world
     step_ms = statistics.median(ms) if ms else None  # none when resumed past the timed steps
-    if a.seq_cycle > 1:  # steps of different lengths: all the timed tokens over all the time
+    if a.seq_cycle > 1:  # steps of different lengths: the timed tokens and FLOPs over the time
         tps = timed_tokens / (sum(ms) * 1e-3) if ms else None
+        fpt = timed_flops / timed_tokens if ms else None  # each step's FLOPs at its own length
+        tokens = None  # no one step size
     else:
         tps = tokens / (step_ms * 1e-3) if ms else None
     from torch._dynamo.utils import counters
@@ -334,7 +338,7 @@ def main():
            "model": a.model, "attention": a.attention, "linears": a.linears,
            "arm": f"{a.linears}+{a.attention}", "recipe": a.recipe if a.linears == "fp8" else a.linears[8:],
            "fp8_linears": fp8_linears, "n_params": n_params, "n_matmul_params": matmul,
-           "seq_len": a.seq, "seq_cycle": a.seq_cycle, "graphs_compiled": graphs,
+           "seq_len": a.seq, "seq_cycle": a.seq_cycle, "timed_tokens": timed_tokens, "graphs_compiled": graphs,
            "graph_breaks": graph_breaks, "vocab_size": a.vocab, "batch": a.batch, "grad_accum": a.grad_accum,
            "fsdp": a.fsdp, "world": world, "tokens_per_step": tokens, "warmup": a.warmup,
            "steps": a.steps, "step_ms_median": step_ms, "tokens_per_s": tps, "flops_per_token": fpt,

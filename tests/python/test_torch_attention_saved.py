@@ -2,7 +2,9 @@
 
 - octet::attention_forward returns (o, lse, saved): lse is the natural-log row LSE (equal to
   float64 logsumexp of τ·QKᵀ on the FP64 oracle's path to 1e-12; within FP8 logit error otherwise),
-  saved a uint8 tensor of the library's saved_bytes, the same size the fake implementation says.
+  saved a uint8 tensor of the library's saved_bytes, the same size the fake implementation says;
+  the size terms taken at one shape give the library's size at others, and under symbolic shapes
+  the fake's size is an expression of the symbols (not an unbacked size).
 - The backward op reads o, lse and saved only: with q, k, v overwritten after the forward it gives
   bitwise the gradients of the C ABI's re-running backward on the original q, k, v (fp8 matched and
   stale, bf16, GQA, causal, the FP64 oracle).

@@ -11,7 +11,9 @@ copy of the eager block, compiled: its octet state must evolve exactly as the ea
 transformer block with a LayerNorm (which Inductor reduces in another order) is held to
 assert_close. Backends: aot_eager (tracing, fake implementations, autograd) and inductor (also
 code generation; where the ASan runtime is preloaded — the sanitized CI run — its compiler
-subprocesses are started without the preload).
+subprocesses are started without the preload). Under dynamic shapes (dynamic=True, mark_dynamic)
+linears and attention compile into one graph without fullgraph too, the attention's graph held to
+one head_dim.
 """
 import copy
 

@@ -12,7 +12,9 @@ the host once per tensor; Float8Linear within the FP8 GEMM bound (float32 activa
 torch.compile(fullgraph=True) against eager — a linear alone, an attention alone on strided
 inputs, linear -> attention, and three steps of delayed scaling — bitwise where only exact torch
 ops surround octet's calls (test_compile_*: which one fails tells where a difference enters);
-bad input raises, never crashes.
+the attention's size terms give the library's saved bytes at other shapes, and under
+dynamic=True the attention compiles into one graph for new lengths (FP8) or recompiles per length
+(BF16, whose implementation the lengths pick); bad input raises, never crashes.
 """
 import copy
 import importlib
@@ -276,6 +278,24 @@ def test_compile_attention_dynamic_lengths():
     for b, t in ((2, 130), (3, 77), (1, 1000)):
         qkv = [torch.randn(b, t, h, 64, generator=gen).to(DEV, torch.bfloat16) for h in (4, 2, 2)]
         assert torch.equal(compiled(*qkv), m(*qkv)), (b, t)
+
+
+def test_compile_bf16_attention_fixes_its_lengths():
+    """precision bf16 on CUDA: the library runs cuDNN's SDPA, or the unfused form at causal
+    seq_q > seq_k, whose saved states differ, so under dynamic=True the fake fixes the lengths
+    per graph: a graph traced at seq_q = seq_k then run at seq_q > seq_k recompiles (its fake size
+    would otherwise be cuDNN's, which Inductor's output check refuses) and matches eager."""
+
+    def attn(q, k, v):
+        return ot.attention(q, k, v, causal=True, precision="bf16")
+
+    gen = torch.Generator().manual_seed(9)
+    torch._dynamo.reset()
+    compiled = torch.compile(attn, dynamic=True)
+    for tq, tk in ((64, 64), (96, 96), (80, 48)):
+        q = torch.randn(2, tq, 4, 64, generator=gen).to(DEV, torch.bfloat16)
+        k, v = (torch.randn(2, tk, 2, 64, generator=gen).to(DEV, torch.bfloat16) for _ in range(2))
+        assert torch.equal(compiled(q, k, v), attn(q, k, v)), (tq, tk)
 
 
 def test_compile_fullgraph():

@@ -404,6 +404,12 @@ def test_hf_llama_bench_changing_lengths_compile_into_one_graph(capsys, monkeypa
     assert row["seq_cycle"] == 3 and row["graph_breaks"] == 0, row["graph_breaks"]
     assert row["graphs_compiled"] == 2, row["graphs_compiled"]  # the first length, then dynamic
     assert row["tokens_per_s"] > 0 and len(row["losses"]) == 5
+    # timed steps 2, 3, 4 at 128, 384, 256 tokens per sequence; FLOPs counted at each length
+    assert row["tokens_per_step"] is None and row["timed_tokens"] == 2 * (128 + 384 + 256)
+    import hf_llama
+    at = [hf_llama.flops_per_token("tiny", 256, t)[0] for t in (128, 384, 256)]
+    assert abs(row["flops_per_token"] - sum(f * 2 * t for f, t in zip(at, (128, 384, 256))) / 1536) < 1e-6 * at[0]
+    assert abs(row["tflops"] - row["flops_per_token"] * row["tokens_per_s"] / 1e12) < 1e-9 * row["tflops"]
     monkeypatch.setattr(sys, "argv", [str(script), *args, "--seq-cycle", "4"])  # 384 - 3·128 = 0
     with pytest.raises(SystemExit, match="--seq-cycle must be"):
         runpy.run_path(str(script), run_name="__main__")

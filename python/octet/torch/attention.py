@@ -250,8 +250,12 @@ def _(q, k, v, residual, causal, softmax_scale, delta, precision, formats, layou
         n = _saved_bytes(q.device, dims, q.dtype, config)
     else:  # symbolic shapes: the library's size terms at the traced example, in the symbols
         # head_dim picks the implementation (the flash kernels take 64 and 128): fixed per graph
-        # (a guard; another head_dim compiles anew), as are the head counts
+        # (a guard; another head_dim compiles anew), as are the head counts. precision "bf16" on
+        # CUDA picks cuDNN's SDPA or the unfused form by the lengths too (c_api.h
+        # octet_attention_saved_size_terms), whose states differ: its lengths are fixed as well.
         b, h, g, tq, tk, d = dims
+        if q.device.type == "cuda" and precision == "bf16":
+            tq, tk = int(tq), int(tk)
         dims = (b, int(h), int(g), tq, tk, int(d))
         examples = tuple(_example(n) for n in dims)
         n = _terms_size(_size_terms(q.device, examples, q.dtype, config), dims)
@@ -452,7 +456,7 @@ def attention(q, k, v, causal=False, delta="matched", softmax_scale=None, return
     if return_residual:
         o, residual = _with_residual(*args)
         return caller_order(o), residual
-    # no residual: a NULL pointer (empty, not zeros: no fill launch on the host's hot path)
+    # no residual: a NULL pointer (empty, not zeros: one dispatcher fill call fewer per call)
     empty = torch.empty(0, dtype=torch.float64, device=q.device)
     return caller_order(_attention_op(args[0])(*args[:3], empty, *args[3:])[0])
 
