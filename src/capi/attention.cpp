@@ -303,20 +303,14 @@ int64_t octet_attention_saved_size_terms(octet_c_backend* backend, const octet_a
   int64_t n = -1;
   using namespace octet::capi;
   guarded([&] {
-    OCTET_CHECK(capacity >= 0 && (terms || capacity == 0),
-                "octet_attention_saved_size_terms: terms must hold capacity >= 0 terms, got capacity " +
-                    std::to_string(capacity) + (terms ? "" : " and NULL"));
+    check_terms_room("octet_attention_saved_size_terms", terms, capacity);
     OCTET_CHECK(!packed(params),
                 "octet_attention_saved_size_terms: packed sequences (n_seqs, cu_seqlens_q, cu_seqlens_k) "
                 "save a size that depends on their offsets: ask octet_attention_saved_bytes");
-    const std::vector<octet::AttnSizeTerm> all = dense_attention_saved_size_terms(backend, params);
-    for (size_t t = 0; t < all.size() && int64_t(t) < capacity; ++t) {
-      terms[4 * t] = all[t].unit_bytes;
-      terms[4 * t + 1] = all[t].dims;
-      terms[4 * t + 2] = all[t].seq_step;
-      terms[4 * t + 3] = all[t].align;
-    }
-    n = int64_t(all.size());
+    n = write_terms(dense_attention_saved_size_terms(backend, params), terms, capacity,
+                    [](const octet::AttnSizeTerm& t) {
+                      return std::array<int64_t, 4>{t.unit_bytes, t.dims, t.seq_step, t.align};
+                    });
   });
   return n;
 }

@@ -3,6 +3,9 @@
 // exception into a -1 return and a message for octet_last_error() (no exception crosses the ABI).
 #pragma once
 
+#include <algorithm>
+#include <array>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <memory>
@@ -56,6 +59,25 @@ int guarded(F&& f) noexcept {
 /// Checks a handle or pointer argument the caller must pass: throws "<what> is NULL".
 inline void require(const void* p, const char* what) {
   OCTET_CHECK(p != nullptr, std::string(what) + " is NULL");
+}
+
+/// The (terms, capacity) of a c_api.h *_saved_size_terms call: throws, naming `who`, unless
+/// capacity >= 0 and terms is non-NULL where capacity > 0.
+inline void check_terms_room(const char* who, const int64_t* terms, int64_t capacity) {
+  OCTET_CHECK(capacity >= 0 && (terms || capacity == 0),
+              std::string(who) + ": terms must hold capacity >= 0 terms, got capacity " +
+                  std::to_string(capacity) + (terms ? "" : " and NULL"));
+}
+
+/// Writes the first min(all.size(), capacity) terms as four int64 each, fields(term) giving them
+/// in c_api.h's order; returns all.size() (the count the caller needs room for).
+template <typename Term, typename Fields>
+int64_t write_terms(const std::vector<Term>& all, int64_t* terms, int64_t capacity, Fields fields) {
+  for (size_t t = 0; t < all.size() && int64_t(t) < capacity; ++t) {
+    const std::array<int64_t, 4> f = fields(all[t]);
+    std::copy(f.begin(), f.end(), terms + 4 * t);
+  }
+  return int64_t(all.size());
 }
 
 /// The octet dtype of an enum octet_c_dtype value; throws naming an unknown value.

@@ -112,17 +112,11 @@ int64_t octet_linear_saved_size_terms(octet_c_linear* linear, int64_t* terms, in
   int64_t n = -1;
   guarded([&] {
     require(linear, "octet_linear_saved_size_terms: linear");
-    OCTET_CHECK(capacity >= 0 && (terms || capacity == 0),
-                "octet_linear_saved_size_terms: terms must hold capacity >= 0 terms, got capacity " +
-                    std::to_string(capacity) + (terms ? "" : " and NULL"));
-    const std::vector<octet::SavedSizeTerm> all = linear->linear->saved_size_terms();
-    for (size_t t = 0; t < all.size() && int64_t(t) < capacity; ++t) {
-      terms[4 * t] = all[t].step_bytes;
-      terms[4 * t + 1] = all[t].step_rows;
-      terms[4 * t + 2] = all[t].fixed_bytes;
-      terms[4 * t + 3] = all[t].align;
-    }
-    n = int64_t(all.size());
+    octet::capi::check_terms_room("octet_linear_saved_size_terms", terms, capacity);
+    n = octet::capi::write_terms(
+        linear->linear->saved_size_terms(), terms, capacity, [](const octet::SavedSizeTerm& t) {
+          return std::array<int64_t, 4>{t.step_bytes, t.step_rows, t.fixed_bytes, t.align};
+        });
   });
   return n;
 }

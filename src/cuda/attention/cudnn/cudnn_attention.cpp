@@ -51,7 +51,12 @@ SdpaDims sdpa_dims(const AttentionShape& s) {
 class CudnnSdpaAttention final : public Attention {
  public:
   CudnnSdpaAttention(const AttentionShape& shape, CudaBackend& backend)
-      : shape_(shape), dims_(sdpa_dims(shape)), be_(backend), s_(backend.stream()), engine_(backend.sdpa()) {}
+      : shape_(shape),
+        dims_(sdpa_dims(shape)),
+        be_(backend),
+        s_(backend.stream()),
+        engine_(backend.sdpa()),
+        saved_bytes_(attention_saved_bytes(saved_size_terms(), shape)) {}
 
   SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                          const Tensor& lse) override {
@@ -60,7 +65,7 @@ class CudnnSdpaAttention final : public Attention {
 
   // Saved state in caller memory (backend.h): BF16 Q, K, V and cuDNN's statistics, in
   // place_state's order.
-  int64_t saved_bytes() const override { return attention_saved_bytes(saved_size_terms(), shape_); }
+  int64_t saved_bytes() const override { return saved_bytes_; }
   std::vector<AttnSizeTerm> saved_size_terms() const override {
     constexpr int64_t a = SavedPlacement::kAlign;
     constexpr int64_t q = kAttnBatch | kAttnHeads | kAttnSeqQ, k = kAttnBatch | kAttnKvHeads | kAttnSeqK;
@@ -185,6 +190,7 @@ class CudnnSdpaAttention final : public Attention {
   CudaBackend& be_;
   cudaStream_t s_;
   SdpaEngine& engine_;
+  int64_t saved_bytes_;        // the terms' value at shape_, once (place_state checks every placement)
   bool deterministic_ = true;  // cuDNN's deterministic backward, unless cuDNN refuses its graph
   DeviceBuffer<uint16_t> o_, do_, dq_, dk_, dv_;  // BF16 scratch for F32 act tensors
 };
