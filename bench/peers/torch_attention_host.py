@@ -7,7 +7,10 @@ the Python thread spends issuing the work) and with the synchronize after the lo
 wall time). When host ≥ sync, the call is host-bound: the GPU waits for Python, autograd, the
 ctypes call and the library's launches. Then the library alone ("library alone"): the C ABI's
 forward and backward through ctypes with one params struct made once (liboctet_c's host code and
-its CUDA runtime calls), so that the two shares can be told apart. For the shapes named by
+its CUDA runtime calls), so that the two shares can be told apart; then each layer of the call
+timed alone (breakdown: the C ABI with fresh outputs, the op's body, the autograd.Function,
+attention() itself, the backward's body, forward + backward through .backward() and through
+torch.autograd.grad). For the shapes named by
 --profile-shape, also a cProfile
 of 20 forward + backward calls (Python time per function) and a torch.profiler table (CPU-side
 CUDA runtime calls). Plain-text output; bench/results/2026-12-04-h200-torch-attention-host.log is
@@ -74,6 +77,60 @@ def library_host(q, k, v, do, causal, n):
     return out
 
 
+def timed(fn, dev, n):
+    """fn() n times: (host ms per call, sync ms per call)."""
+    fn()
+    sync(dev)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    sync(dev)
+    t2 = time.perf_counter()
+    return 1e3 * (t1 - t0) / n, 1e3 * (t2 - t0) / n
+
+
+def breakdown(q, k, v, do, causal, n):
+    """The forward's and backward's host time layer by layer, each layer timed alone (host ms per
+    call, sync ms): the library through ctypes with fresh output tensors per call, the op's body
+    (_forward_body / _backward_body: tensors, params, the C call), the autograd.Function
+    (_Eager.apply), attention() itself; the backward through autograd (.backward with
+    accumulation into q/k/v.grad, and torch.autograd.grad without it)."""
+    A = importlib.import_module("octet.torch.attention")
+    from octet import _lib
+    from octet.torch._backend import backend_for
+    config = (causal, 0.0, "matched", "fp8", "hybrid", "bshd")
+    empty = torch.empty(0, dtype=torch.float64, device=q.device)
+    qd, kd, vd = (t.detach() for t in (q, k, v))
+    o, lse, saved = A._forward_body(qd, kd, vd, empty, *config)
+    dims = A._dims(qd, kd, "bshd")
+    lib = _lib.lib()
+
+    def lib_fresh():
+        o2, lse2 = torch.empty_like(o), torch.empty_like(lse)
+        s2 = torch.empty(saved.numel(), dtype=torch.uint8, device=q.device)
+        p = A._params(*dims, qd.dtype, *config)
+        p.q, p.k, p.v, p.o, p.lse = qd.data_ptr(), kd.data_ptr(), vd.data_ptr(), o2.data_ptr(), lse2.data_ptr()
+        p.saved, p.saved_size = s2.data_ptr(), s2.numel()
+        lib.octet_attention_forward(backend_for(q.device), p)
+
+    rows = [
+        ("fwd: library, fresh outputs", lib_fresh),
+        ("fwd: _forward_body", lambda: A._forward_body(qd, kd, vd, empty, *config)),
+        ("fwd: _Eager.apply (grad)", lambda: A._Eager.apply(q, k, v, empty, *config)),
+        ("fwd: attention()", lambda: attention(q, k, v, causal=causal)),
+        ("bwd: _backward_body", lambda: A._backward_body(o, lse, saved, do, empty, kd.shape[2], kd.shape[1],
+                                                         *config)),
+    ]
+    for name, fn in rows:
+        h, s = timed(fn, q.device, n)
+        print(f"  {name:34s} host {h:.3f} ms (sync {s:.3f})", flush=True)
+    for name, run in (("fwd+bwd: .backward", lambda o: o.backward(do)),
+                      ("fwd+bwd: autograd.grad", lambda o: torch.autograd.grad(o, (q, k, v), do))):
+        h, s = timed(lambda: run(attention(q, k, v, causal=causal)), q.device, n)
+        print(f"  {name:34s} host {h:.3f} ms (sync {s:.3f})", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda")
@@ -108,6 +165,7 @@ def main():
         lf, lfs, lb, lbs = library_host(*(t.detach() for t in (q, k, v)), do, causal, n)
         print(f"{name}: library alone: fwd host {lf:.3f} ms/call (sync {lfs:.3f}); bwd host {lb:.3f} "
               f"(sync {lbs:.3f})", flush=True)
+        breakdown(q, k, v, do, causal, n)
         if name == a.profile_shape:
             pr = cProfile.Profile()
             pr.enable()
