@@ -16,7 +16,8 @@
 //   2^-10·Σ|terms| of the exact sum, on Hopper); online softmax (flash_softmax.cuh); P̃ = E4M3(exp(S −
 //   m_new)·p_scale); O = bf16_round((Σ P̃·V̂·sv) / Σ P̃), LSE = m + log l, row_max = m, row_sum = l (l the
 //   FP32 Σ exp(S − m), its exponentials in flash_softmax.cuh's FFMA form: the statistics the
-//   backward's P = exp(S − m) / l reads, whose rows then sum to 1 within a few FP32 ulp of |S|).
+//   backward's P = exp(S − m) / l reads, whose rows then sum to 1 within a few FP32 ulp of |S| where the
+//   backward recomputes the forward's own S: the mma.sync flavor; the wgmma backward's bound is below).
 // A row that sees no key: O = 0, LSE = row_max = −inf, row_sum = 0.
 // Backward, per key block of one (b, KV head), for the rep = H/G query heads and every query block
 // that sees it: S recomputed by the backward's own MMA sequence (the mma.sync backward sums it in

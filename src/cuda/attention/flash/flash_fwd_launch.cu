@@ -89,7 +89,7 @@ int forward_exp2_poly() {
 }
 
 bool forward_persistent() {
-  // on by default: +4-18 % forward TFLOP/s on the H200
+  // on by default: +3-19 % forward TFLOP/s on the H200
   // (bench/results/2026-12-05-h200-attention-fwd-options.jsonl)
   return env_switch("OCTET_FLASH_PERSISTENT", "1: one CTA per SM walking the work items", true);
 }

@@ -401,7 +401,7 @@ PackKernel chosen_pack_kernel(PackKernel k) {
     OCTET_CHECK(v.empty() || v == pack_kernel_name(PackKernel::Block),
                 "OCTET_ATTN_PACK must be staged, codes or block (or unset), got '" + v + "'");
     // block (the sets it cannot take go to the code pack): from BF16 with per-(head, block)
-    // scales +3 to +15 % forward TFLOP/s on an H100, the other rows unchanged
+    // scales +2 to +18 % forward TFLOP/s on an H100, the other rows unchanged
     // (bench/results/2026-12-06-h100-attention-pack-block.jsonl)
     return PackKernel::Block;
   }();

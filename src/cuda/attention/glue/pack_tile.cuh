@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "cuda/attention/glue/glue.h"
 #include "cuda/runtime/typed.cuh"
@@ -38,7 +39,12 @@ inline dim3 pack_grid(const PackSet& set) {
     gx = std::max(gx, a.B * a.heads * ((a.D + kPackTileD - 1) / kPackTileD));
     ntt = std::max(ntt, (a.T_p + kPackTileT - 1) / kPackTileT);
   }
-  OCTET_CHECK(gx <= 0x7FFFFFFF && ntt <= 65535, "attention pack: tensor too large for the grid");
+  OCTET_CHECK(ntt <= 65535, "attention pack: sequence length " + std::to_string(ntt * kPackTileT) +
+                                " (padded) is beyond the pack's " + std::to_string(65535 * kPackTileT) +
+                                " tokens (the grid's y dimension, 65535 tiles of " +
+                                std::to_string(kPackTileT) + ")");
+  OCTET_CHECK(gx <= 0x7FFFFFFF, "attention pack: batch · heads · ⌈head_dim/" + std::to_string(kPackTileD) +
+                                    "⌉ = " + std::to_string(gx) + " is beyond the grid's 2^31 − 1 CTAs");
   return dim3(unsigned(gx), unsigned(ntt), unsigned(set.count));
 }
 

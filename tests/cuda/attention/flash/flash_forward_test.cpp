@@ -241,29 +241,35 @@ TEST_P(FlashForward, MatchesCpuFlashTwinAndTheBackwardFollows) {
 }
 
 // V = 1: O = Σ P̃·1 / Σ P̃ = 1 exactly (then BF16), however long and flat the row; exp(S − L)
-// would underflow E4M3 in a uniform row over 2^18 keys (docs/delta-matching.md).
+// would underflow E4M3 in a uniform row over 2^18 keys (docs/delta-matching.md). At both
+// head_dims, with Q, K, V scaled per tensor and per (head, 128-token block).
 TEST_P(FlashForward, ValueOnesGiveOnesUpTo2Pow18Keys) {
   auto gpu = make_cuda_backend();
-  for (int64_t tk : {int64_t(1) << 12, int64_t(1) << 18})
-    for (bool causal : {false, true})
-      for (bool flat : {true, false}) {
-        const AttentionShape s = make_shape(2, 1, 80, tk, 64, causal);
-        auto in = make_attention_inputs(s, AttnInputDist::Normal, 5);
-        std::fill(in.v.begin(), in.v.end(), 1.0f);
-        if (flat) std::fill(in.q.begin(), in.q.end(), 0.0f);  // S = 0: a uniform row
-        auto attn = gpu->make_attention(s, fused_config(DeltaMode::Matched));
-        AttnIo io(*gpu, s, DType::F32);
-        io.set(*gpu, in);
-        { const SavedAttention sv = attn->forward(io.q, io.k, io.v, io.o, io.lse); }
-        const auto o = gpu->download_f32(io.o);
-        const auto lse = gpu->download_f32(io.lse);
-        size_t bad = 0;
-        for (float x : o) bad += x != 1.0f;
-        EXPECT_EQ(bad, 0u) << "Tk " << tk << (causal ? " causal" : "") << (flat ? " flat" : "");
-        if (flat) {  // S = 0: LSE = log(visible keys); the last row sees all Tk
-          EXPECT_NEAR(lse.back(), std::log(double(tk)), 1e-5 * std::log(double(tk)));
-        }
-      }
+  for (int64_t d : {64, 128})
+    for (QkvScaling scaling : {QkvScaling::Tensor, QkvScaling::HeadBlock})
+      for (int64_t tk : {int64_t(1) << 12, int64_t(1) << 18})
+        for (bool causal : {false, true})
+          for (bool flat : {true, false}) {
+            const AttentionShape s = make_shape(2, 1, 80, tk, d, causal);
+            auto in = make_attention_inputs(s, AttnInputDist::Normal, 5);
+            std::fill(in.v.begin(), in.v.end(), 1.0f);
+            if (flat) std::fill(in.q.begin(), in.q.end(), 0.0f);  // S = 0: a uniform row
+            AttentionConfig cfg = fused_config(DeltaMode::Matched);
+            cfg.qkv_scaling = scaling;
+            auto attn = gpu->make_attention(s, cfg);
+            AttnIo io(*gpu, s, DType::F32);
+            io.set(*gpu, in);
+            { const SavedAttention sv = attn->forward(io.q, io.k, io.v, io.o, io.lse); }
+            const auto o = gpu->download_f32(io.o);
+            const auto lse = gpu->download_f32(io.lse);
+            size_t bad = 0;
+            for (float x : o) bad += x != 1.0f;
+            EXPECT_EQ(bad, 0u) << "D " << d << (scaling == QkvScaling::HeadBlock ? " head-block" : "")
+                               << " Tk " << tk << (causal ? " causal" : "") << (flat ? " flat" : "");
+            if (flat) {  // S = 0: LSE = log(visible keys); the last row sees all Tk
+              EXPECT_NEAR(lse.back(), std::log(double(tk)), 1e-5 * std::log(double(tk)));
+            }
+          }
 }
 
 // Zero Q, K, V: O = 0 exactly, LSE = log(visible(i)); with Tq > Tk causal, the first Tq − Tk rows

@@ -374,6 +374,15 @@ TEST(AttentionGlue, PackRejectsBadArguments) {
   EXPECT_THROW(cuda::pack_launch(b, nullptr), Error);
   EXPECT_THROW(cuda::pack_block_amax_launch(x.p, DType::F32, 1, 64, 12, 128, amax.p, nullptr), Error);
   EXPECT_THROW(cuda::pack_block_amax_launch(x.p, DType::E4M3, 1, 64, 64, 128, amax.p, nullptr), Error);
+  // A sequence beyond the grid's 65535 tiles of 64 tokens: refused before any launch, naming the
+  // limit (the buffers are too small for it, so a launch would fault).
+  b = a, b.T = b.T_p = int64_t(65536) * 64;
+  try {
+    cuda::pack_launch(b, nullptr);
+    ADD_FAILURE() << "a 4,194,304-token pack was not refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("4194240 tokens"), std::string::npos) << e.what();
+  }
   OCTET_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
