@@ -19,8 +19,10 @@ struct SavedSizeTerm {
   int64_t fixed_bytes = 0;  ///< bytes that do not depend on rows
   int64_t align = 1;        ///< the buffer's size is rounded up to a multiple of this
 
-  /// This buffer's bytes for `rows` >= 1 rows; -1 if they do not fit in int64.
+  /// This buffer's bytes for `rows` >= 1 rows; -1 if they do not fit in int64, or if the term is
+  /// malformed (a negative byte count, step_rows or align below 1).
   int64_t bytes(int64_t rows) const {
+    if (step_bytes < 0 || fixed_bytes < 0 || step_rows < 1 || align < 1) return -1;
     const int64_t steps = rows / step_rows + (rows % step_rows != 0);
     int64_t n = 0;
     if (__builtin_mul_overflow(step_bytes, steps, &n) || __builtin_add_overflow(n, fixed_bytes, &n) ||
@@ -30,7 +32,7 @@ struct SavedSizeTerm {
   }
 };
 
-/// Σ terms[t].bytes(rows) for `rows` >= 1; -1 if the sum does not fit in int64.
+/// Σ terms[t].bytes(rows) for `rows` >= 1; -1 if the sum does not fit in int64 or a term is malformed.
 inline int64_t saved_size(const std::vector<SavedSizeTerm>& terms, int64_t rows) {
   int64_t total = 0;
   for (const SavedSizeTerm& t : terms) {
@@ -67,8 +69,10 @@ struct AttnSizeTerm {
   int64_t seq_step = 1;
   int64_t align = 1;
 
-  /// This buffer's bytes at sizes `s` (each >= 1); -1 if they do not fit in int64.
+  /// This buffer's bytes at sizes `s` (each >= 1); -1 if they do not fit in int64, or if the term
+  /// is malformed (unit_bytes < 0, dims outside kAttnAllDims, seq_step or align below 1).
   int64_t bytes(const AttnSizes& s) const {
+    if (unit_bytes < 0 || (dims & ~int64_t(kAttnAllDims)) != 0 || seq_step < 1 || align < 1) return -1;
     const auto steps = [&](int64_t seq) { return seq / seq_step + (seq % seq_step != 0); };
     const int64_t factor[6] = {s.batch, s.heads, s.kv_heads, s.head_dim, steps(s.seq_q), steps(s.seq_k)};
     int64_t n = unit_bytes;
@@ -79,7 +83,7 @@ struct AttnSizeTerm {
   }
 };
 
-/// Σ terms[t].bytes(s); -1 if the sum does not fit in int64.
+/// Σ terms[t].bytes(s); -1 if the sum does not fit in int64 or a term is malformed.
 inline int64_t attention_saved_size(const std::vector<AttnSizeTerm>& terms, const AttnSizes& s) {
   int64_t total = 0;
   for (const AttnSizeTerm& t : terms) {

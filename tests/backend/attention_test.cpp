@@ -280,6 +280,13 @@ TEST(CpuAttention, SizeTermsGiveTheSavedBytesAtEveryShape) {
                                  AttnSizes{int64_t(1) << 62, 1, 1, 1, 1, 1}),
             -1);  // each term fits, their sum does not
   EXPECT_THROW((void)attention_saved_bytes(wide, huge), Error);
+  // A malformed term is -1 too, not a division by zero or a negative size.
+  const AttnSizes one{1, 1, 1, 1, 1, 1};
+  EXPECT_EQ((AttnSizeTerm{1, kAttnSeqQ, 0, 1}.bytes(one)), -1);       // seq_step 0
+  EXPECT_EQ((AttnSizeTerm{1, kAttnBatch, 1, 0}.bytes(one)), -1);      // align 0
+  EXPECT_EQ((AttnSizeTerm{-1, kAttnBatch, 1, 1}.bytes(one)), -1);     // negative bytes
+  EXPECT_EQ((AttnSizeTerm{1, 64, 1, 1}.bytes(one)), -1);              // a dims bit beyond kAttnAllDims
+  EXPECT_EQ((AttnSizeTerm{16, kAttnSeqQ, 16, 256}.bytes(one)), 256);  // a well-formed one
 }
 
 TEST(CpuAttention, BackwardAccumulatesTheRowResidual) {

@@ -446,6 +446,12 @@ TEST(LinearSaved, SizeTermsGiveTheImageAtEveryRowCount) {
           << name << " rows " << rows;
     }
   }
+  // A malformed term is -1 (as a size beyond int64 is), not a division by zero or a negative size.
+  EXPECT_EQ((SavedSizeTerm{1, 0, 0, 1}.bytes(5)), -1);   // step_rows 0
+  EXPECT_EQ((SavedSizeTerm{1, 1, 0, 0}.bytes(5)), -1);   // align 0
+  EXPECT_EQ((SavedSizeTerm{-1, 1, 0, 1}.bytes(5)), -1);  // negative bytes
+  EXPECT_EQ((SavedSizeTerm{1, 1, -8, 1}.bytes(5)), -1);
+  EXPECT_EQ((SavedSizeTerm{3, 2, 1, 4}.bytes(5)), 12);  // round_up(3·⌈5/2⌉ + 1, 4)
 }
 
 TEST(LinearSaved, AnotherLinearsOrBackendsSavedStateThrows) {
