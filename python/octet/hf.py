@@ -28,7 +28,9 @@ heads unrepeated) and runs octet.torch.attention on them:
   the model compiles with fullgraph=True. position_ids are read on the host: eagerly once per
   forward (HostReads), compiled only for a batch of one row (a graph break there; a several-row
   batch cannot be a packing and is not read). Eagerly, position_ids that restart at 0 in a batch
-  of several rows, or restart without each sequence counting up by one from 0, are refused;
+  of several rows, or restart without each sequence counting up by one from 0, or restart among
+  the valid tokens of a one-row batch whose mask pads (an all-ones mask reads as no mask), are
+  refused;
   positions with gaps and no restart are RoPE's business only (one sequence per row, as SDPA).
 
 Refused with a ValueError naming the feature: attention dropout > 0, a sliding window, chunked
@@ -82,6 +84,13 @@ def _packed_offsets(position_ids, batch, tokens):
 
 
 _POSITIONS = HostReads(2)  # what the last position_ids say: a forward reads them once
+
+
+def _masked_restart(position_ids, attention_mask):
+    """Whether the position_ids [1, tokens] of a padded row restart at 0 among its valid tokens
+    (attention_mask [1, tokens] 1): packed sequences that the padding path would run as one."""
+    ids = position_ids[0][attention_mask[0].to(torch.bool)]
+    return bool(((ids[1:] == 0) & (ids[1:] - ids[:-1] != 1)).any())
 
 
 def _used_slots(position_ids):
@@ -189,6 +198,21 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
         if attention_mask.shape[0] != batch or attention_mask.shape[1] > tk:
             raise ValueError(f"octet.hf: the padding mask must be [batch, <= kv_len] with batch "
                              f"{batch}, kv_len {tk}; got {tuple(attention_mask.shape)}")
+        pos = kwargs.get("position_ids")
+        if (batch == 1 and tq == tk and attention_mask.shape[1] == tk and isinstance(pos, torch.Tensor)
+                and tuple(pos.shape) == (1, tq) and not torch.compiler.is_compiling()):
+            # packed sequences in a padded row: the padding path would run them as one sequence
+            stamp = ("masked restart", attention_mask.data_ptr(), attention_mask._version)
+            if _POSITIONS.get(pos, stamp, lambda: _masked_restart(pos, attention_mask)):
+                if bool(attention_mask.to(torch.bool).all()):  # no padding: read as no mask
+                    offsets = _packing_of(pos, batch, tq)
+                    cu = torch.tensor(offsets, dtype=torch.int64)
+                    return packed(cu, cu)
+                raise ValueError("octet.hf: position_ids restart at 0 inside a row that also has a "
+                                 "padding mask (packed sequences, padded): octet would run them as "
+                                 "one sequence; pass cu_seq_lens_q / cu_seq_lens_k "
+                                 "(DataCollatorWithFlattening(return_flash_attn_kwargs=True)) "
+                                 "or leave the padding out")
         if attention_mask.shape[1] < tk:  # a static cache: the first mask-length slots hold keys
             tk = attention_mask.shape[1]
             k, v = k[:, :tk], v[:, :tk]

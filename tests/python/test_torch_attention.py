@@ -149,6 +149,19 @@ def test_bad_input_raises():
     for scale in (1e-50, 1e-39, 1e39):
         with pytest.raises(ValueError, match="outside FP32's normal range"):
             ot.attention(q, k, v, softmax_scale=scale)
+    # the ops called directly take the scale as the library does (0: the default): a scale that
+    # FP32 would turn into 0 (the default), a subnormal or an infinity is refused there too
+    empty = torch.empty(0, dtype=torch.float64)
+    dense = torch.ops.octet.attention_forward
+    packed = torch.ops.octet.attention_varlen_forward
+    offsets = torch.tensor([0, 8], dtype=torch.int32)
+    for scale in (1e-300, 1e-39, -0.5, 1e39, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="softmax_scale must be 0 .* or within FP32's normal"):
+            dense(q, k, v, empty, False, scale, "matched", "fp8", "hybrid", "bshd")
+        with pytest.raises(ValueError, match="softmax_scale must be 0 .* or within FP32's normal"):
+            packed(q[0], k[0], v[0], offsets, offsets, 8, 8, False, scale, "matched", "fp8", "hybrid")
+    assert torch.equal(dense(q, k, v, empty, False, 0.25, "matched", "fp8", "hybrid", "bshd")[0],
+                       ot.attention(q, k, v, softmax_scale=0.25))
     with pytest.raises(TypeError, match="causal must be a bool, got builtins.str"):
         ot.attention(q, k, v, causal="yes")
     for empty in ((0, 8, 2, 16), (1, 0, 2, 16), (1, 8, 0, 16)):  # batch, seq, heads of size 0

@@ -111,6 +111,32 @@ def test_packed_equals_each_sequence():
     torch.testing.assert_close(packed_cu, alone, rtol=1e-12, atol=1e-12)
 
 
+def test_packed_row_with_a_padding_mask_is_refused_not_run_as_one_sequence():
+    # One row of packed sequences padded to a fixed length: the padding path alone would run the
+    # documents as one sequence (they would attend to each other). Refused, naming the way that
+    # works (cu_seq_lens); with a mask that pads nothing the row is read as packed, as without one;
+    # a left-padded single row (generation's position_ids count from 0 over the valid tokens) runs.
+    base = tiny_llama("eager")
+    model = same_weights(base, "octet-fp64")
+    gen = torch.Generator().manual_seed(4)
+    seqs = [torch.randint(0, 64, (1, n), generator=gen) for n in (5, 3, 3)]
+    alone = torch.cat([model(input_ids=s).logits.detach() for s in seqs], dim=1)
+    ids = torch.cat(seqs + [torch.zeros(1, 1, dtype=torch.long)], dim=1)  # 11 tokens + 1 pad
+    pos = torch.cat([torch.arange(s.shape[1]) for s in seqs] + [torch.zeros(1, dtype=torch.long)])[None]
+    mask = torch.ones_like(ids)
+    mask[0, -1] = 0
+    with pytest.raises(ValueError, match="restart at 0 inside a row that also has a padding mask"):
+        model(input_ids=ids, position_ids=pos, attention_mask=mask)
+    ones = torch.ones_like(ids[:, :-1])
+    packed = model(input_ids=ids[:, :-1], position_ids=pos[:, :-1], attention_mask=ones).logits.detach()
+    torch.testing.assert_close(packed, alone, rtol=1e-12, atol=1e-12)
+    left = torch.cat([torch.zeros(1, 2, dtype=torch.long), seqs[0]], dim=1)
+    left_mask = torch.tensor([[0, 0, 1, 1, 1, 1, 1]])
+    left_pos = (left_mask.cumsum(1) - 1).masked_fill(left_mask == 0, 1)
+    out = model(input_ids=left, position_ids=left_pos, attention_mask=left_mask).logits.detach()
+    torch.testing.assert_close(out[:, 2:], alone[:, :5], rtol=1e-12, atol=1e-12)
+
+
 def test_packed_with_offsets_compiles_fullgraph():
     # cu_seq_lens_q/k given (DataCollatorWithFlattening(return_flash_attn_kwargs=True)): each
     # layer's packed attention is one op, so the whole model compiles without a graph break and

@@ -142,8 +142,19 @@ _OP = "octet::attention_"
 _FP32_NORMAL = (2.0 ** -126, (2.0 - 2.0 ** -23) * 2.0 ** 127)  # smallest normal, largest finite
 
 
-def _check_op_forward(q, k, v, residual, layout):
-    """The forward op's tensors, for direct calls of torch.ops.octet.attention_forward."""
+def _check_op_scale(op, softmax_scale):
+    """A forward op's softmax_scale: 0 (c_api.h's default, 1/sqrt(head_dim)) or a number within
+    FP32's normal range, which the library takes as an FP32 number: anything else would reach it
+    as 0 (the default instead), a subnormal or an infinity. attention() checks its own argument
+    (_prepare); this is for direct calls of the ops."""
+    require(softmax_scale == 0.0 or _FP32_NORMAL[0] <= softmax_scale <= _FP32_NORMAL[1], ValueError,
+            f"{op}: softmax_scale must be 0 (the default 1/sqrt(head_dim)) or within FP32's normal "
+            f"range [{_FP32_NORMAL[0]:.7g}, {_FP32_NORMAL[1]:.7g}], got {softmax_scale}")
+
+
+def _check_op_forward(q, k, v, residual, layout, softmax_scale=0.0):
+    """The forward op's tensors and scale, for direct calls of torch.ops.octet.attention_forward."""
+    _check_op_scale(f"{_OP}forward", softmax_scale)
     ha, _ = _axes(layout)
     for name, t in (("q", q), ("k", k), ("v", v)):
         require(t.dim() == 4, ValueError, f"{_OP}forward: {name} must be 4-D ({layout}), got "
@@ -202,7 +213,7 @@ _DTYPE_OK = (torch.float32, torch.bfloat16, torch.float64)
 def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, residual: torch.Tensor,
                   causal: bool, softmax_scale: float, delta: str, precision: str, formats: str,
                   layout: str = "bhsd") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    _check_op_forward(q, k, v, residual, layout)
+    _check_op_forward(q, k, v, residual, layout, softmax_scale)
     return _forward_body(q, k, v, residual, causal, softmax_scale, delta, precision, formats, layout)
 
 

@@ -22,7 +22,7 @@ import torch
 from .. import _lib
 
 from ._backend import HostReads, backend_for, eager, no_double_backward, require
-from .attention import _DTYPE_OK, _lse_dtype, _params, _prepare
+from .attention import _DTYPE_OK, _check_op_scale, _lse_dtype, _params, _prepare
 
 _WHO = "octet.torch.attention_varlen"
 _OP = "octet::attention_varlen_"
@@ -78,7 +78,8 @@ def _packed_params(total_q, h, total_k, g, d, dtype, offsets_q, offsets_k, confi
     return p, hold
 
 
-def _check_op_forward(q, k, v):
+def _check_op_forward(q, k, v, softmax_scale=0.0):
+    _check_op_scale(f"{_OP}forward", softmax_scale)
     for name, t in (("q", q), ("k", k), ("v", v)):
         require(t.dim() == 3 and t.shape[1] >= 1 and t.shape[2] >= 1, ValueError,
                 f"{_OP}forward: {name} must be 3-D [total, heads, head_dim] with heads and "
@@ -95,7 +96,7 @@ def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_
                   cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
                   softmax_scale: float, delta: str, precision: str,
                   formats: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    _check_op_forward(q, k, v)
+    _check_op_forward(q, k, v, softmax_scale)
     return _forward_body(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
                          softmax_scale, delta, precision, formats)
 
