@@ -95,14 +95,19 @@ def test_output_attentions_gives_what_sdpa_gives():
     assert torch.equal(out.logits, plain)
 
 
-def test_packed_equals_each_sequence():
-    base = tiny_llama("eager")
-    model = same_weights(base, "octet-fp64")
-    gen = torch.Generator().manual_seed(2)
-    seqs = [torch.randint(0, 64, (1, n), generator=gen) for n in (5, 9, 1)]
+def documents(lengths, seed):
+    """The octet-fp64 tiny Llama, random documents of `lengths` tokens, their logits each run
+    alone (concatenated), and the packed row's ids and restarting position_ids."""
+    model = same_weights(tiny_llama("eager"), "octet-fp64")
+    gen = torch.Generator().manual_seed(seed)
+    seqs = [torch.randint(0, 64, (1, n), generator=gen) for n in lengths]
     alone = torch.cat([model(input_ids=s).logits.detach() for s in seqs], dim=1)
-    ids = torch.cat(seqs, dim=1)
     pos = torch.cat([torch.arange(s.shape[1]) for s in seqs])[None]
+    return model, seqs, alone, torch.cat(seqs, dim=1), pos
+
+
+def test_packed_equals_each_sequence():
+    model, seqs, alone, ids, pos = documents((5, 9, 1), seed=2)
     packed = model(input_ids=ids, position_ids=pos).logits.detach()
     torch.testing.assert_close(packed, alone, rtol=1e-12, atol=1e-12)
     cu = torch.tensor([0, 5, 14, 15], dtype=torch.int32)
@@ -116,13 +121,9 @@ def test_packed_row_with_a_padding_mask_is_refused_not_run_as_one_sequence():
     # documents as one sequence (they would attend to each other). Refused, naming the way that
     # works (cu_seq_lens); with a mask that pads nothing the row is read as packed, as without one;
     # a left-padded single row (generation's position_ids count from 0 over the valid tokens) runs.
-    base = tiny_llama("eager")
-    model = same_weights(base, "octet-fp64")
-    gen = torch.Generator().manual_seed(4)
-    seqs = [torch.randint(0, 64, (1, n), generator=gen) for n in (5, 3, 3)]
-    alone = torch.cat([model(input_ids=s).logits.detach() for s in seqs], dim=1)
-    ids = torch.cat(seqs + [torch.zeros(1, 1, dtype=torch.long)], dim=1)  # 11 tokens + 1 pad
-    pos = torch.cat([torch.arange(s.shape[1]) for s in seqs] + [torch.zeros(1, dtype=torch.long)])[None]
+    model, seqs, alone, ids, pos = documents((5, 3, 3), seed=4)
+    pad = torch.zeros(1, 1, dtype=torch.long)
+    ids, pos = torch.cat([ids, pad], dim=1), torch.cat([pos, pad], dim=1)  # 11 tokens + 1 pad
     mask = torch.ones_like(ids)
     mask[0, -1] = 0
     with pytest.raises(ValueError, match="restart at 0 inside a row that also has a padding mask"):
