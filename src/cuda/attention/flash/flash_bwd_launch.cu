@@ -170,9 +170,15 @@ void run_delta(const BackwardParams& p, cudaStream_t stream) {
   BackwardParams q = p;  // the kernels read the head group resolved
   q.head_group = resolved_head_group(p.head_group);
   // The matched pre-pass runs the main kernel's flavor: its P and dP have the main kernel's bits.
-  if (select_backward_kernel(p) == BackwardKernel::Wgmma)
-    bwd_delta_sm90_launch(q, stream);
-  else
+  if (select_backward_kernel(p) == BackwardKernel::Wgmma) {
+    if (env_switch("OCTET_FLASH_BWD_DELTA_ROWS",
+                   "1: the wgmma matched pre-pass forms S and dP with queries as rows, 0: with keys as rows "
+                   "(the main kernel's orientation)",
+                   true))
+      bwd_delta_rows_sm90_launch(q, stream);
+    else
+      bwd_delta_sm90_launch(q, stream);
+  } else
     bwd_delta_sm89_launch(q, stream);
 }
 

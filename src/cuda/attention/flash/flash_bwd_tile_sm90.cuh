@@ -66,11 +66,17 @@ struct ColStat {
     l = v > 0 ? p.row_sum[bh * p.Tq + i] : 1.0f;
     delta = with_delta && v > 0 ? p.delta[bh * p.Tq + i] : 0.0f;
   }
-  /// p_scale: P̃'s power-of-two scale (BackwardParams::p_scale), the same in both kernels.
-  __device__ __forceinline__ void store(ColStats& s, int q, float p_scale) const {
+  /// tile_prob's exponent bias log2(p_scale) − RN(m·log2 e) (p_scale: P̃'s power-of-two scale,
+  /// BackwardParams::p_scale, the same in every kernel).
+  __device__ __forceinline__ float bias(float p_scale) const {
     const float log2_p = float(int(__float_as_uint(p_scale) >> 23) - 127);  // p_scale = 2^k
-    s.bias[q] = log2_p - __fmul_rn(m, 1.4426950408889634f);
-    s.l[q] = l, s.rcp_lp[q] = __frcp_rn(l * p_scale), s.delta[q] = delta, s.vis[q] = vis;
+    return log2_p - __fmul_rn(m, 1.4426950408889634f);
+  }
+  /// tile_prob's factor RN(1/(l·p_scale)).
+  __device__ __forceinline__ float rcp_lp(float p_scale) const { return __frcp_rn(l * p_scale); }
+  __device__ __forceinline__ void store(ColStats& s, int q, float p_scale) const {
+    s.bias[q] = bias(p_scale);
+    s.l[q] = l, s.rcp_lp[q] = rcp_lp(p_scale), s.delta[q] = delta, s.vis[q] = vis;
   }
 };
 

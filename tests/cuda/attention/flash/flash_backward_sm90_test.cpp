@@ -308,6 +308,68 @@ TEST_P(FlashBackwardWgmma, DqPathsAndProductOrdersAgree) {
     }
 }
 
+// The matched pre-pass in both orientations (OCTET_FLASH_BWD_DELTA_ROWS: 1, unset, queries as the
+// products' rows, flash_bwd_delta_sm90.cu; 0: keys as rows, the main kernel's orientation): with
+// each, the main kernel's actual dS has a row residual <= 1e-6 in every row (the test that the
+// row orientation's S and dP carry the main kernel's bits: a P or dP off by a rounding in some
+// element shows there); row_factor the same bits; D within 1e-4 of the largest |D| plus 1e-7
+// (the two sum the same products in different orders, each within ~5u of Σ|P dP| per 16 keys; a
+// wrong key or mask is an O(1) error); two runs of the row orientation give the same D bits. GQA, causal, Tq
+// != Tk, lengths that are not multiples of 128, both dO formats. Any other value of the variable is an
+// octet::Error naming it.
+TEST_P(FlashBackwardWgmma, BothDeltaOrientationsAgree) {
+  OCTET_REQUIRE_SM90();
+  const int64_t D = GetParam();
+  struct Run {
+    test::BackwardDims c;
+    Format dof;
+  };
+  const Run runs[] = {{{2, 8, 2, 300, 300, D, 128, 128, true}, Format::E5M2},
+                      {{3, 4, 4, 257, 520, D, 128, 128, true}, Format::E4M3},
+                      {{2, 6, 3, 400, 256, D, 128, 128, false}, Format::E5M2},
+                      {{1, 4, 1, 1024, 1024, D, 128, 128, false}, Format::E4M3}};
+  for (const Run& run : runs) {
+    const test::BackwardDims& c = run.c;
+    test::BackwardCodes bc(c, run.dof, 7);
+    fl::BackwardParams& p = bc.p;
+    p.bwd_kernel = fl::BackwardKernel::Wgmma;
+    p.res_sums = bc.res_sums.p;
+    const int64_t rows = c.B * c.H * c.Tq;
+    const std::string at = "D" + std::to_string(c.D) + " H" + std::to_string(c.H) + "/G" +
+                           std::to_string(c.G) + " " + std::to_string(c.Tq) + "x" + std::to_string(c.Tk) +
+                           (c.causal ? " causal" : "") + " dO " + to_string(run.dof);
+    std::vector<float> delta[3], rf[3];
+    for (int r = 0; r < 3; ++r) {  // keys as rows, queries as rows, queries as rows again
+      test::ScopedEnv env("OCTET_FLASH_BWD_DELTA_ROWS", r == 0 ? "0" : (r == 1 ? "1" : nullptr));
+      fl::run_delta(p, nullptr);
+      delta[r] = bc.delta.get(), rf[r] = bc.rf.get();
+      if (r == 2) break;
+      fl::run_backward_main(p, nullptr);
+      fl::bwd_residual_finish_launch(bc.res_sums.p, rows, bc.residual.p, nullptr);
+      double res = 0;
+      for (double x : bc.residual.get()) res = std::max(res, x);
+      std::printf("[wgmma delta] %-36s %s rows: residual %.1e\n", at.c_str(), r ? "query" : "key", res);
+      EXPECT_LE(res, 1e-6) << at << (r ? " query rows" : " key rows");
+    }
+    EXPECT_EQ(rf[1], rf[0]) << at << ": row_factor";
+    EXPECT_EQ(delta[2], delta[1]) << at << ": D differs between two runs";
+    double dmax = 0;
+    for (float x : delta[0]) dmax = std::max(dmax, std::fabs(double(x)));
+    EXPECT_GT(dmax, 0.0) << at << ": D must not be trivially zero";
+    for (int64_t i = 0; i < rows; ++i)
+      ASSERT_LE(std::fabs(double(delta[1][i]) - delta[0][i]), 1e-4 * dmax + 1e-7) << at << " row " << i;
+  }
+  test::ScopedEnv env("OCTET_FLASH_BWD_DELTA_ROWS", "rows");
+  test::BackwardCodes bc({1, 2, 2, 130, 130, D, 128, 128, true}, Format::E5M2, 3);
+  bc.p.bwd_kernel = fl::BackwardKernel::Wgmma;
+  try {
+    fl::run_delta(bc.p, nullptr);
+    ADD_FAILURE() << "OCTET_FLASH_BWD_DELTA_ROWS=rows accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("OCTET_FLASH_BWD_DELTA_ROWS"), std::string::npos) << e.what();
+  }
+}
+
 // OCTET_FLASH_BWD_DQ_TMA and OCTET_FLASH_BWD_SDP_OVERLAP: 0, 1 or unset (unset: 1, the timed
 // defaults); anything else an octet::Error naming the variable, raised only when a call
 // reads it (dq_tma / sdp_overlap -1), not when the call sets the value itself.
