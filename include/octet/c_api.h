@@ -143,7 +143,7 @@ typedef struct octet_linear_spec {
   int64_t in_features, out_features;
   const char* recipe;       /**< "tensor-current" | "tensor-delayed" | "row" | "block" | "mx" | "unit" */
   const char* formats;      /**< "e4m3" | "hybrid" */
-  int32_t amax_history_len; /**< tensor-delayed: history length H (>= 1) */
+  int32_t amax_history_len; /**< tensor-delayed: history length H (1 to 2^20) */
   const char* amax_algo;    /**< tensor-delayed: "max" | "most_recent" */
   int32_t margin;           /**< scale = fp8_max / amax / 2^margin */
 } octet_linear_spec;

@@ -44,13 +44,15 @@ std::string to_string(Format f);
 struct QuantConfig {
   Recipe recipe = Recipe::TensorCurrent;
   FormatPolicy formats = FormatPolicy::E4M3;
-  int amax_history_len = 1024;         ///< tensor-delayed: history length H (>= 1)
+  int amax_history_len = 1024;         ///< tensor-delayed: history length H (1 to 2^20)
   AmaxAlgo amax_algo = AmaxAlgo::Max;  ///< tensor-delayed: reduce the history by max or most recent
   int margin = 0;                      ///< s = fp8_max / amax / 2^margin
   bool pow2_scales = false;            ///< round scales down to powers of two (always on for mx)
   float unit_scale = 1.0f;             ///< unit recipe: the static scale s (> 0, finite)
   bool saturate = true;                ///< saturating cast (OFP8 "satfinite") or not
-  /// The recipe rules every quantizer and config shares: amax_history_len >= 1, margin in
+  /// The longest amax history validate() accepts.
+  static constexpr int kMaxAmaxHistory = 1 << 20;
+  /// The recipe rules every quantizer and config shares: amax_history_len in [1, 2^20], margin in
   /// [-32, 32], unit_scale finite and > 0. Throws octet::Error naming the field as
   /// key_prefix + field (e.g. "precision.margin").
   void validate(const std::string& key_prefix = "") const;

@@ -44,6 +44,7 @@ import torch
 
 from .torch import attention, attention_varlen
 from .torch._backend import HostReads
+from .torch.varlen import _offsets, _offsets_tensor
 
 # What the attention function refuses: each is a kwarg transformers passes when a model uses it.
 _UNSUPPORTED = {
@@ -169,6 +170,15 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
                 raise ValueError(f"octet.hf: packed sequences need a batch of one row, got {batch}")
             to_tensor = lambda c: c if isinstance(c, torch.Tensor) else torch.tensor(c)
             cu_q, cu_k = to_tensor(cu_q), to_tensor(cu_k)
+            # checked under Hugging Face's names first (attention_varlen's errors name its own
+            # arguments); eagerly the values too (read once: attention_varlen reuses the read)
+            for name, cu, total in (("cu_seq_lens_q", cu_q, tq), ("cu_seq_lens_k", cu_k, tk)):
+                _offsets_tensor(cu, name, "octet.hf")
+                if not torch.compiler.is_compiling():
+                    _offsets(cu, total, None, name, "octet.hf", cached=True)
+            if cu_q.numel() != cu_k.numel():
+                raise ValueError(f"octet.hf: cu_seq_lens_q has {cu_q.numel() - 1} sequences, "
+                                 f"cu_seq_lens_k {cu_k.numel() - 1}")
             # max_seqlen: the token counts bound every sequence (attention_varlen only checks >=)
             o = attention_varlen(q[0], k[0], v[0], cu_q, cu_k, tq, tk, causal=causal, delta=delta,
                                  softmax_scale=scaling, precision=precision, format=format)

@@ -15,8 +15,11 @@ Format format_for(FormatPolicy policy, Role role) {
 }
 
 void QuantConfig::validate(const std::string& key_prefix) const {
-  OCTET_CHECK(amax_history_len >= 1,
-              key_prefix + "amax_history_len must be >= 1, got " + std::to_string(amax_history_len));
+  // At most 2^20 amaxes (4 MiB a tensor slot): beyond it the history is an allocation failure
+  // waiting to happen, not a recipe (Transformer Engine's default is 1024).
+  OCTET_CHECK(amax_history_len >= 1 && amax_history_len <= kMaxAmaxHistory,
+              key_prefix + "amax_history_len must be in [1, " + std::to_string(kMaxAmaxHistory) + "], got " +
+                  std::to_string(amax_history_len));
   // |margin| <= 32 keeps 2^margin and the scale finite and non-zero; a negative margin saturates
   // the largest values on purpose (the overflow tests use it).
   OCTET_CHECK(margin >= -32 && margin <= 32,

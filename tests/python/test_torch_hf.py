@@ -315,15 +315,20 @@ def test_bad_input_raises():
         fn(module, q, k, v, None, softcap=30.0)
     with pytest.raises(ValueError, match="dense attention mask"):
         fn(module, q, k, v, torch.ones(1, 1, 6, 6, dtype=torch.bool))
-    with pytest.raises(ValueError, match="rise from 0"):
+    # the offsets' errors name Hugging Face's arguments (cu_seq_lens_q/k), not octet's
+    with pytest.raises(ValueError, match="octet.hf: cu_seq_lens_q must rise from 0"):
         fn(module, q, k, v, None, cu_seq_lens_q=torch.tensor([0, 4, 3, 6]),
            cu_seq_lens_k=torch.tensor([0, 4, 3, 6]))
-    with pytest.raises(ValueError, match="rise from 0"):
+    with pytest.raises(ValueError, match="octet.hf: cu_seq_lens_q must rise from 0"):
         fn(module, q, k, v, None, cu_seq_lens_q=torch.tensor([0, 5]), cu_seq_lens_k=torch.tensor([0, 5]))
+    with pytest.raises(ValueError, match="octet.hf: cu_seq_lens_k must rise from 0"):
+        fn(module, q, k, v, None, cu_seq_lens_q=torch.tensor([0, 6]), cu_seq_lens_k=torch.tensor([0, 7]))
+    with pytest.raises(TypeError, match="octet.hf: cu_seq_lens_k must be an int32 or int64"):
+        fn(module, q, k, v, None, cu_seq_lens_q=torch.tensor([0, 6]), cu_seq_lens_k=torch.tensor([0., 6.]))
     with pytest.raises(ValueError, match="batch of one row"):
         fn(module, q.expand(2, -1, -1, -1), k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1), None,
            cu_seq_lens_q=torch.tensor([0, 6]), cu_seq_lens_k=torch.tensor([0, 6]))
-    with pytest.raises(ValueError, match="sequences"):
+    with pytest.raises(ValueError, match="cu_seq_lens_q has 2 sequences, cu_seq_lens_k 1"):
         fn(module, q, k, v, None, cu_seq_lens_q=torch.tensor([0, 3, 6]), cu_seq_lens_k=torch.tensor([0, 6]))
     with pytest.raises(ValueError, match="padding mask must be"):
         fn(module, q, k, v, torch.tensor([[1, 1, 0], [1, 1, 1]]))

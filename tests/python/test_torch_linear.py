@@ -145,6 +145,8 @@ def test_bad_input_raises():
         ot.Float8Linear(16, 8, recipe="tensorwise")
     with pytest.raises(octet.OctetError, match="amax_history_len"):
         ot.Float8Linear(16, 8, recipe="tensor-delayed", amax_history_len=0)
+    with pytest.raises(octet.OctetError, match=r"amax_history_len must be in \[1, 1048576\], got 1073741824"):
+        ot.Float8Linear(16, 8, recipe="tensor-delayed", amax_history_len=2**30)  # a C int, 4 GiB a slot
     with pytest.raises(octet.OctetError):
         lin.load_quant_state([1.0, 2.0])  # a stateless recipe has no state to load
     with pytest.raises(ValueError, match="amax_history_len"):  # would wrap around as a C int

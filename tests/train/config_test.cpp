@@ -186,7 +186,7 @@ TEST(Config, ModelPrecisionCrossChecksRunUpFront) {
             std::string::npos);
   EXPECT_NE(error_of([&] {
               load_config("", {"precision.amax_history_len=0"});
-            }).find("precision.amax_history_len must be >= 1"),
+            }).find("precision.amax_history_len must be in [1, 1048576]"),
             std::string::npos);
   EXPECT_NE(error_of([&] { load_config("", {"precision.margin=40"}); }).find("precision.margin"),
             std::string::npos);
