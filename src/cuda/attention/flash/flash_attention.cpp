@@ -12,7 +12,8 @@
 
 #include "cuda/attention/attention_base.h"
 #include "cuda/attention/flash/flash.h"
-#include "cuda/runtime/act_f32.h"
+#include "cuda/ops/ops.h"
+#include "cuda/runtime/buffer.h"
 #include "octet/error.h"
 
 namespace octet::cuda {
@@ -61,16 +62,20 @@ class FlashAttention final : public AttentionBase {
 
   void forward_impl(AttnState& st, const Tensor& o, const Tensor& lse) override {
     flash::ForwardParams p = forward_params(st);
-    // O as given: BF16 from the kernel's epilogue (4-byte aligned pairs), else FP32 (a BF16 tensor at
-    // an odd element offset goes through FP32 scratch and one conversion).
-    const bool direct = o.dtype == DType::F32 || (reinterpret_cast<uintptr_t>(o.data) & 3u) == 0;
-    if (o.dtype == DType::BF16 && direct)
+    // O as given where the kernel's epilogue can store it: BF16 pairs need 4-byte alignment, FP32
+    // pairs 8. Otherwise (a tensor at an odd element offset) the kernel writes FP32 scratch and
+    // one pass moves it into O: a BF16 O rounded once, an FP32 O copied.
+    const uintptr_t at = reinterpret_cast<uintptr_t>(o.data);
+    const bool direct = o.dtype == DType::F32 ? (at & 7u) == 0 : (at & 3u) == 0;
+    if (!direct)
+      p.o = out_.reserve(size_t(o.numel()), s_);
+    else if (o.dtype == DType::BF16)
       p.o_bf16 = o.bf16();
     else
-      p.o = f32_out(o, out_, s_);
+      p.o = o.f32();
     p.lse = lse.f32();
     flash::run_forward(p, s_);
-    if (!direct) f32_out_finish(o, out_, s_);
+    if (!direct) convert_launch(o, Tensor(out_.get(), DType::F32, o.shape), s_);
   }
 
   void backward_impl(const AttnState& st, const SavedAttention& saved, const Tensor& d_o, const Tensor& dq,

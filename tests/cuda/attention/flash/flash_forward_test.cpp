@@ -435,6 +435,43 @@ TEST_P(FlashForward, BF16OutputIsTheF32OutputsBits) {
   }
 }
 
+// O where the kernel's epilogue cannot store pairs (a tensor one element into its buffer: an F32
+// O 4- but not 8-byte aligned, a BF16 O 2- but not 4-byte aligned) is written through FP32
+// scratch and one pass: the same bits as an aligned O, through the attention a user calls. The
+// element before the tensor and after it keep their poison (nothing outside O is written).
+TEST_P(FlashForward, OutputAtAnOddElementOffsetIsTheAlignedOutputsBits) {
+  auto gpu = make_cuda_backend();
+  const AttentionShape s = make_shape(4, 2, 130, 130, 64, true);
+  const AttentionInputs in = make_attention_inputs(s, AttnInputDist::Normal, 5);
+  for (DType act : {DType::F32, DType::BF16}) {
+    const Shape qs = s.q_shape();
+    const int64_t n = qs.numel();
+    Buffer q = gpu->alloc(act, qs), k = gpu->alloc(act, s.kv_shape()), v = gpu->alloc(act, s.kv_shape());
+    test::upload_values(*gpu, q.tensor(), in.q);
+    test::upload_values(*gpu, k.tensor(), in.k);
+    test::upload_values(*gpu, v.tensor(), in.v);
+    Buffer lse = gpu->alloc(DType::F32, {s.batch, s.n_heads, s.seq_q});
+    Buffer aligned = gpu->alloc(act, qs), wide = gpu->alloc(act, {n + 2});
+    const size_t es = dtype_size(act);
+    std::vector<uint8_t> poison(size_t(n + 2) * es, 0x7F);
+    gpu->upload(wide.tensor(), poison.data());
+    const Tensor odd(static_cast<uint8_t*>(wide.tensor().data) + es, act, qs);
+    auto attn = gpu->make_attention(s, fused_config(DeltaMode::Matched));
+    for (const Tensor* o : {&aligned.tensor(), &odd})
+      (void)attn->forward(q.tensor(), k.tensor(), v.tensor(), *o, lse.tensor());
+    gpu->synchronize();
+    std::vector<uint8_t> a(size_t(n) * es), w(size_t(n + 2) * es);
+    gpu->download(a.data(), aligned.tensor());
+    gpu->download(w.data(), wide.tensor());
+    const std::string at = to_string(act);
+    EXPECT_EQ(std::vector<uint8_t>(w.begin() + long(es), w.end() - long(es)), a) << at;
+    for (size_t b = 0; b < es; ++b) {
+      EXPECT_EQ(w[b], 0x7F) << at << ": the element before O was written";
+      EXPECT_EQ(w[w.size() - 1 - b], 0x7F) << at << ": the element after O was written";
+    }
+  }
+}
+
 TEST_P(FlashForward, RefusesUnsupportedHeadDimAndKeyTile) {
   auto gpu = make_cuda_backend();
   for (int64_t d : {16, 32, 96, 256}) {
