@@ -45,6 +45,11 @@ int checked_cuda_device(int device) {
   OCTET_CHECK(prop.major >= 9, "cuda backend: device " + std::to_string(device) + " (" + prop.name + ", sm_" +
                                    std::to_string(prop.major) + std::to_string(prop.minor) +
                                    ") is older than sm_90");
+  OCTET_CHECK(kernel_image_runs_on(device),
+              "cuda backend: device " + std::to_string(device) + " (" + prop.name + ", sm_" +
+                  std::to_string(prop.major) + std::to_string(prop.minor) +
+                  ") has no image of octet's kernels: this build is for CMAKE_CUDA_ARCHITECTURES " +
+                  OCTET_CUDA_ARCHITECTURES + " (sm_90a kernels run on sm_90 only; rebuild for the GPU)");
   return device;
 }
 

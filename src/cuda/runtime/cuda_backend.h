@@ -52,9 +52,13 @@ struct MemoryStats {
 };
 
 /// `device` if it is a usable CUDA device; otherwise octet::Error naming what is missing (no GPU,
-/// no driver, a device index beyond the count). Every entry point that touches the GPU checks it
-/// first (CudaBackend's constructor, the benchmarks).
+/// no driver, a device index beyond the count, a GPU this build has no kernels for). Every entry point that
+/// touches the GPU checks it first (CudaBackend's constructor, the benchmarks).
 int checked_cuda_device(int device);
+
+/// Whether the library's kernels have an image for `device` (kernel_image.cu: a build for sm_90a
+/// has none for an sm_100 or sm_89 GPU). No exceptions; false if the query fails.
+bool kernel_image_runs_on(int device);
 
 class CudaBackend final : public Backend {
  public:
