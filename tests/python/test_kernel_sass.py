@@ -5,10 +5,10 @@ nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels, which ./dev installs) on 
 - Registers (`cuobjdump -res-usage`): the flash backward kernels without residual sums
   (src/cuda/attention/flash/flash_bwd_sm90.cu wgmma_backward_kernel) with dQ by atomics, every
   overlap kernel, the default at head_dim 64 (dQ by TMA and the Sᵀ/dPᵀ overlap), the
-  matched-delta pre-pass and the forward spill nothing (STACK 0): a spill there is a slowdown, and
+  matched-delta pre-passes (both orientations) and the forward spill nothing (STACK 0): a spill there is a slowdown, and
   in the overlap kernels it could fall between a wgmma's issue and its wait. The default at
   head_dim 128 (dQ by TMA) spills at most 32 bytes a thread, and no spill store or load names an
-  accumulator register of a wgmma between its issue and its wait. The overlap exists at head_dim 64 only; the pre-pass fits
+  accumulator register of a wgmma between its issue and its wait. The overlap exists at head_dim 64 only; the pre-passes fit
   two CTAs an SM (<= 128 registers).
 - The dQ path (BackwardParams::dq_tma): the atomics' kernels add dQ by 16-byte FP32 reductions
   (`REDG.E.ADD.F32x4`, head_dim / 8 a thread per step) and issue no TMA reduce; the TMA kernels have
@@ -146,9 +146,10 @@ def test_the_attention_kernels_do_not_spill():
         assert any(op.startswith("QGMMA") for op, _ in ins), f"{args}: no SASS read for {name}"
         assert spills_in_flight(ins) == [], (args, spills_in_flight(ins))
     delta = [u for n, u in res.items() if "wgmma_delta_kernel" in n]
+    delta_rows = [u for n, u in res.items() if "delta_rows_kernel" in n]  # flash_bwd_delta_sm90.cu
     forward = [u for n, u in res.items() if "tma_forward_kernel" in n]
-    assert len(delta) == 4 and forward
-    for usage in delta:
+    assert len(delta) == 4 and len(delta_rows) == 4 and forward
+    for usage in delta + delta_rows:
         assert usage["STACK"] == 0 and usage["REG"] <= 128, usage  # two CTAs an SM
     for usage in forward:
         assert usage["STACK"] == 0, usage
