@@ -45,6 +45,7 @@ using bwdw::kBN;
 using bwdw::kThreads;
 
 constexpr int kHalf = 64;  // keys per product (m64n64k32: the main kernel's instruction shape)
+static_assert(kHalf == bwdw::kCols<64> && kHalf == bwdw::kCols<128>, "the main kernel's product shape");
 
 /// The TMA descriptors: Q̂ and dÔ [B·H][Tq_p][D] in natural row order, boxes of kBM rows; K̂, V̂
 /// [B·G][Tk_p][D], boxes of kBN rows. All kD-byte swizzled ([rows][kD] K-major tiles).
@@ -168,8 +169,13 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
           for (int nt = 0; nt < kHalf / 8; ++nt) {
             const float p0 = s[nt][2 * r], p1 = s[nt][2 * r + 1];
-            const float d0 = __fmul_rn(dp[nt][2 * r], sc.dp_scale);
-            const float d1 = __fmul_rn(dp[nt][2 * r + 1], sc.dp_scale);
+            // a key the query does not see adds nothing (P = 0 there, and its dP is skipped, as the
+            // main kernel skips it: no 0·inf from a code it never reads)
+            float d0 = __fmul_rn(dp[nt][2 * r], sc.dp_scale), d1 = __fmul_rn(dp[nt][2 * r + 1], sc.dp_scale);
+            if (!kFull) {
+              d0 = 8 * nt < lim[r] ? d0 : 0.0f;
+              d1 = 8 * nt + 1 < lim[r] ? d1 : 0.0f;
+            }
             v_pdp[nt] = __fmaf_rn(p0, d0, __fmul_rn(p1, d1));
             v_p[nt] = __fadd_rn(p0, p1);
           }

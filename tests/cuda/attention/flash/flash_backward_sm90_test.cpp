@@ -310,9 +310,10 @@ TEST_P(FlashBackwardWgmma, DqPathsAndProductOrdersAgree) {
 
 // The matched pre-pass in both orientations (OCTET_FLASH_BWD_DELTA_ROWS: 1, unset, queries as the
 // products' rows, flash_bwd_delta_sm90.cu; 0: keys as rows, the main kernel's orientation): with
-// each, the main kernel's actual dS has a row residual <= 1e-6 in every row (the test that the
-// row orientation's S and dP carry the main kernel's bits: a P or dP off by a rounding in some
-// element shows there); row_factor the same bits; D within 1e-4 of the largest |D| plus 1e-7
+// each, the main kernel's actual dS has a row residual <= 1e-6 in every row (what the matched
+// delta promises; a rounding of P or dP alone would move it by ~1e-8, below that bound: the bits
+// themselves are wgmma_roles_gpu_test.cu's); every row written (NaN before each run) with
+// row_factor the same bits; D within 1e-4 of the largest |D| plus 1e-7
 // (the two sum the same products in different orders, each within ~5u of Σ|P dP| per 16 keys; a
 // wrong key or mask is an O(1) error); two runs of the row orientation give the same D bits. GQA, causal, Tq
 // != Tk, lengths that are not multiples of 128, both dO formats. Any other value of the variable is an
@@ -341,6 +342,9 @@ TEST_P(FlashBackwardWgmma, BothDeltaOrientationsAgree) {
     std::vector<float> delta[3], rf[3];
     for (int r = 0; r < 3; ++r) {  // keys as rows, queries as rows, queries as rows again
       test::ScopedEnv env("OCTET_FLASH_BWD_DELTA_ROWS", r == 0 ? "0" : "1");
+      // NaN bits first: a row the pre-pass does not write stays NaN
+      OCTET_CUDA_CHECK(cudaMemset(bc.delta.p, 0xFF, size_t(rows) * sizeof(float)));
+      OCTET_CUDA_CHECK(cudaMemset(bc.rf.p, 0xFF, size_t(rows) * sizeof(float)));
       fl::run_delta(p, nullptr);
       delta[r] = bc.delta.get(), rf[r] = bc.rf.get();
       if (r == 2) break;
@@ -356,8 +360,11 @@ TEST_P(FlashBackwardWgmma, BothDeltaOrientationsAgree) {
     double dmax = 0;
     for (float x : delta[0]) dmax = std::max(dmax, std::fabs(double(x)));
     EXPECT_GT(dmax, 0.0) << at << ": D must not be trivially zero";
-    for (int64_t i = 0; i < rows; ++i)
+    for (int64_t i = 0; i < rows; ++i) {
+      ASSERT_TRUE(std::isfinite(delta[1][i]) && std::isfinite(rf[1][i]))
+          << at << " row " << i << " not written";
       ASSERT_LE(std::fabs(double(delta[1][i]) - delta[0][i]), 1e-4 * dmax + 1e-7) << at << " row " << i;
+    }
   }
   test::ScopedEnv env("OCTET_FLASH_BWD_DELTA_ROWS", "rows");
   test::BackwardCodes bc({1, 2, 2, 130, 130, D, 128, 128, true}, Format::E5M2, 3);
