@@ -2,13 +2,14 @@
 // FP8 attention backward in row orientation: D_i = Σ_j P_ij dP_ij / Σ_j P_ij (Delta-Matching, arXiv
 // 2609.37852; octet/delta_rule.h) with S = Q̂K̂ᵀ and dP = dÔV̂ᵀ formed with queries as the rows of the
 // products, so a query's statistics sit in registers and its sums stay inside one lane until the end.
-// Semantics: flash.h run_delta (CPU twin: src/cpu/attention_flash.cpp). docs/attention.md §"The matched
-// delta on Hopper".
+// Semantics: flash.h run_delta (CPU twin: src/cpu/attention_flash.cpp). docs/attention.md §"Backward".
+// Chosen by OCTET_FLASH_BWD_DELTA_ROWS=1 (flash.h backward_delta_rows).
 //
 // The main kernel (flash_bwd_sm90.cu) forms Sᵀ = K̂Q̂ᵀ and dPᵀ = V̂dÔᵀ (keys as rows). Each element of a
 // wgmma product is one dot product of the same 32-code slices of the same two rows in either
-// orientation, so S and dP here carry the main kernel's bits (the GPU tests hold the row residual of
-// the actual dS to ≤ 1e-6 and compare D with the other orientation's pre-pass); P is formed by the
+// orientation, so S and dP here carry the main kernel's bits (wgmma_roles_gpu_test.cu checks that on
+// the hardware; flash_backward_sm90_test.cpp holds the actual dS to a row residual ≤ 1e-6 and D to
+// the other orientation's); P is formed by the
 // same formula (tile_prob: one FFMA, ex2, one multiply by RN(1/(l·p_scale))) from the same
 // statistics and scales.
 //
