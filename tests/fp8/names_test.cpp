@@ -99,7 +99,8 @@ TEST(Names, QuantConfigRulesNameTheField) {
     c.validate("precision.");
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("precision.amax_history_len must be in [1, 1048576]"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("precision.amax_history_len must be in [1, 1048576]"),
+              std::string::npos);
   }
 }
 
