@@ -165,28 +165,40 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
             return attention(qs, ks, vs, causal=causal, delta=delta, softmax_scale=scaling,
                              precision=precision, format=format)
 
-        def packed(cu_q, cu_k):  # one row of packed sequences: attention_varlen checks the offsets
+        def packed(cu_q, cu_k, names=("cu_seq_lens_q", "cu_seq_lens_k")):
+            # one row of packed sequences; names: the arguments the offsets came from
             if batch != 1:
                 raise ValueError(f"octet.hf: packed sequences need a batch of one row, got {batch}")
-            to_tensor = lambda c: c if isinstance(c, torch.Tensor) else torch.tensor(c)
-            cu_q, cu_k = to_tensor(cu_q), to_tensor(cu_k)
+            def to_tensor(c, name):
+                if isinstance(c, torch.Tensor):
+                    return c
+                try:
+                    return torch.tensor(c)
+                except (TypeError, ValueError, RuntimeError) as e:  # ragged, strings, overflow
+                    raise TypeError(f"octet.hf: {name} must be an int32 or int64 tensor or a list of "
+                                    f"ints, got {type(c).__name__} ({e})") from None
+            cu_q, cu_k = to_tensor(cu_q, names[0]), to_tensor(cu_k, names[1])
             # checked under Hugging Face's names first (attention_varlen's errors name its own
             # arguments); eagerly the values too (read once: attention_varlen reuses the read)
-            for name, cu, total in (("cu_seq_lens_q", cu_q, tq), ("cu_seq_lens_k", cu_k, tk)):
+            for name, cu, total in ((names[0], cu_q, tq), (names[1], cu_k, tk)):
                 _offsets_tensor(cu, name, "octet.hf")
                 if not torch.compiler.is_compiling():
                     _offsets(cu, total, None, name, "octet.hf", cached=True)
             if cu_q.numel() != cu_k.numel():
-                raise ValueError(f"octet.hf: cu_seq_lens_q has {cu_q.numel() - 1} sequences, "
-                                 f"cu_seq_lens_k {cu_k.numel() - 1}")
+                raise ValueError(f"octet.hf: {names[0]} has {cu_q.numel() - 1} sequences, "
+                                 f"{names[1]} {cu_k.numel() - 1}")
             # max_seqlen: the token counts bound every sequence (attention_varlen only checks >=)
             o = attention_varlen(q[0], k[0], v[0], cu_q, cu_k, tq, tk, causal=causal, delta=delta,
                                  softmax_scale=scaling, precision=precision, format=format)
             return o[None], None
 
         cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
-        if cu_q is not None or cu_k is not None:
-            return packed(cu_q if cu_q is not None else cu_k, cu_k if cu_k is not None else cu_q)
+        if cu_q is not None or cu_k is not None:  # one given: the same offsets for queries and keys
+            given = "cu_seq_lens_q" if cu_k is None else "cu_seq_lens_k"
+            if cu_q is None or cu_k is None:
+                return packed(cu_q if cu_k is None else cu_k, cu_k if cu_q is None else cu_q,
+                              (f"{given} (used for queries)", f"{given} (used for keys)"))
+            return packed(cu_q, cu_k)
         # Packing read off position_ids needs their values on the host: a sync, and a graph break
         # under torch.compile. Compiled, only a batch of one row (what packing makes) is read; a
         # batch of several rows cannot be packed, and eagerly a restart in one still raises.

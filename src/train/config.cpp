@@ -75,7 +75,15 @@ std::string fmt_bool(bool b) { return b ? "true" : "false"; }
 template <class F>
 Key int_key(std::string k, F ref) {
   return {k, [ref](const RunConfig& c) { return std::to_string(ref(const_cast<RunConfig&>(c))); },
-          [ref, k](RunConfig& c, const std::string& v) { ref(c) = parse_int(k, v); }};
+          [ref, k](RunConfig& c, const std::string& v) {
+            // the field's own type (many are 32-bit): a value it cannot hold is refused, not wrapped
+            using T = std::remove_reference_t<decltype(ref(c))>;
+            const int64_t x = parse_int(k, v);
+            OCTET_CHECK(std::in_range<T>(x), "config key '" + k + "': " + std::to_string(x) +
+                                                 " does not fit its " + std::to_string(8 * sizeof(T)) +
+                                                 "-bit integer");
+            ref(c) = T(x);
+          }};
 }
 template <class F>
 Key float_key(std::string k, F ref) {

@@ -323,6 +323,11 @@ def test_bad_input_raises():
         fn(module, q, k, v, None, cu_seq_lens_q=torch.tensor([0, 5]), cu_seq_lens_k=torch.tensor([0, 5]))
     with pytest.raises(ValueError, match="octet.hf: cu_seq_lens_k must rise from 0"):
         fn(module, q, k, v, None, cu_seq_lens_q=torch.tensor([0, 6]), cu_seq_lens_k=torch.tensor([0, 7]))
+    with pytest.raises(TypeError, match="octet.hf: cu_seq_lens_q must be an int32 or int64 tensor or a list"):
+        fn(module, q, k, v, None, cu_seq_lens_q=[0, [3], 6], cu_seq_lens_k=[0, 3, 6])  # ragged
+    # one of the two given (used for both): its errors name it, not the other
+    with pytest.raises(ValueError, match=r"octet.hf: cu_seq_lens_k \(used for queries\) must rise"):
+        fn(module, q, k, v, None, cu_seq_lens_k=torch.tensor([0, 3, 5]))
     with pytest.raises(TypeError, match="octet.hf: cu_seq_lens_k must be an int32 or int64"):
         fn(module, q, k, v, None, cu_seq_lens_q=torch.tensor([0, 6]), cu_seq_lens_k=torch.tensor([0., 6.]))
     with pytest.raises(ValueError, match="batch of one row"):

@@ -190,6 +190,15 @@ TEST(Config, ModelPrecisionCrossChecksRunUpFront) {
             std::string::npos);
   EXPECT_NE(error_of([&] { load_config("", {"precision.margin=40"}); }).find("precision.margin"),
             std::string::npos);
+  // a value beyond the field's 32 bits is refused as typed, not wrapped (4294967297 was read as 1)
+  EXPECT_NE(error_of([&] {
+              load_config("", {"precision.amax_history_len=4294967297"});
+            }).find("'precision.amax_history_len': 4294967297 does not fit its 32-bit integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_config("", {"precision.amax_history_len=2147483648"});
+            }).find("2147483648 does not fit"),
+            std::string::npos);
   RunConfig c = load_config("", {"data.tokenizer=byte", "model.n_head=4", "model.n_kv_head=2"});
   const AttentionShape shape = attention_shape(c.model, c.train.batch_size);
   EXPECT_EQ(shape.n_heads, 4);

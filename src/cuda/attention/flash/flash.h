@@ -240,10 +240,10 @@ bool backward_sdp_overlap();
 
 /// The wgmma matched pre-pass's orientation (run_delta): S = Q̂K̂ᵀ and dP = dÔV̂ᵀ with queries as
 /// the products' rows (flash_bwd_delta_sm90.cu; a query's statistics and sums stay in one lane) if
-/// the environment variable OCTET_FLASH_BWD_DELTA_ROWS is 1, keys as rows (the main kernel's
-/// orientation, flash_bwd_sm90.cu) if it is 0 or unset (anything else is an octet::Error). Read
-/// at every call. Both give the main kernel's P and dP bits (docs/attention.md §"Backward"); the
-/// row orientation is not the default until a GPU has run its tests and timed it.
+/// the environment variable OCTET_FLASH_BWD_DELTA_ROWS is 1 or unset (the default: the pre-pass
+/// 25 % shorter, the matched backward +4 to +8 % on an H100, docs/attention.md), keys as rows (the
+/// main kernel's orientation, flash_bwd_sm90.cu) if it is 0 (anything else is an octet::Error).
+/// Read at every call. Both give the main kernel's P and dP bits (docs/attention.md §"Backward").
 bool backward_delta_rows();
 
 /// Whether run_backward has the wgmma kernel write dK and dV into the caller's tensors itself at

@@ -3,7 +3,7 @@
 // 2609.37852; octet/delta_rule.h) with S = Q̂K̂ᵀ and dP = dÔV̂ᵀ formed with queries as the rows of the
 // products, so a query's statistics sit in registers and its sums stay inside one lane until the end.
 // Semantics: flash.h run_delta (CPU twin: src/cpu/attention_flash.cpp). docs/attention.md §"Backward".
-// Chosen by OCTET_FLASH_BWD_DELTA_ROWS=1 (flash.h backward_delta_rows).
+// The default; OCTET_FLASH_BWD_DELTA_ROWS=0 runs the other (flash.h backward_delta_rows).
 //
 // The main kernel (flash_bwd_sm90.cu) forms Sᵀ = K̂Q̂ᵀ and dPᵀ = V̂dÔᵀ (keys as rows). Each element of a
 // wgmma product is one dot product of the same 32-code slices of the same two rows in either

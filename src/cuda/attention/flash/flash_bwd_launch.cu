@@ -101,7 +101,7 @@ bool backward_delta_rows() {
   return env_switch("OCTET_FLASH_BWD_DELTA_ROWS",
                     "1: the wgmma matched pre-pass forms S and dP with queries as rows, 0: with keys as rows "
                     "(the main kernel's orientation)",
-                    false);
+                    true);
 }
 
 bool backward_dkv_direct() {

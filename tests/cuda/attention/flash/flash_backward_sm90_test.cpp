@@ -308,8 +308,8 @@ TEST_P(FlashBackwardWgmma, DqPathsAndProductOrdersAgree) {
     }
 }
 
-// The matched pre-pass in both orientations (OCTET_FLASH_BWD_DELTA_ROWS: 1, queries as the
-// products' rows, flash_bwd_delta_sm90.cu; 0 or unset: keys as rows, the main kernel's orientation): with
+// The matched pre-pass in both orientations (OCTET_FLASH_BWD_DELTA_ROWS: 1 or unset, queries as the
+// products' rows, flash_bwd_delta_sm90.cu; 0: keys as rows, the main kernel's orientation): with
 // each, the main kernel's actual dS has a row residual <= 1e-6 in every row (what the matched
 // delta promises; a rounding of P or dP alone would move it by ~1e-8, below that bound: the bits
 // themselves are wgmma_roles_gpu_test.cu's); every row written (NaN before each run) with
