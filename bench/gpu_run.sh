@@ -199,7 +199,7 @@ for (case, impl, dt), by in sorted(rows.items()):
     print(f"{case:28} {impl:30} {dt:5} " + "  ".join(f"{v}: " + " ".join(xs) for v, xs in by.items()))' \
             "$OUT/attention-ab.jsonl" ;;
     ncu-attention)
-          timeout 420 ncu --clock-control none --kernel-name regex:"${OCTET_NCU_KERNELS:-tma_forward_kernel|wgmma_backward_kernel|wgmma_delta_kernel|delta_rows_kernel}" \
+          timeout 420 ncu --clock-control none --kernel-name regex:"${OCTET_NCU_KERNELS:-tma_forward_kernel|wgmma_backward_kernel|delta_rows_kernel}" \
             --launch-count "${OCTET_NCU_COUNT:-6}" \
             --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \

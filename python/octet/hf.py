@@ -22,7 +22,9 @@ heads unrepeated) and runs octet.torch.attention on them:
   cache's filled slots (q_offset + q_length), read as above; without that rule (a model that does
   not call it), the key slots up to the largest position id;
 - packed sequences (several sequences in one row, FlashAttention's varlen form): cu_seq_lens_q /
-  cu_seq_lens_k passed to the model (DataCollatorWithFlattening(return_flash_attn_kwargs=True)), or
+  cu_seq_lens_k passed to the model (DataCollatorWithFlattening(return_flash_attn_kwargs=True);
+  FlashAttention's spelling cu_seqlens_q / cu_seqlens_k is taken too, both spellings of one
+  tensor refused), or
   position_ids of a batch of one row that restart at 0 (the first sequence starting at 0): one
   attention_varlen call (the library runs one dense kernel call per sequence). With cu_seq_lens
   the model compiles with fullgraph=True. position_ids are read on the host: eagerly once per
@@ -135,6 +137,21 @@ def _unpadding(attention_mask, tq, tk, causal):
     return qb, qi, kb, kj, cu(qb), cu(kb)
 
 
+def _cu_seqlens(kwargs, side):
+    """The packed-sequence offsets of one side ("q" or "k") and the name they were given under:
+    Hugging Face's cu_seq_lens_q / cu_seq_lens_k, or FlashAttention's cu_seqlens_q / cu_seqlens_k
+    (flash_attn_varlen_func's); (None, None) if neither. Both spellings of one side: a ValueError
+    naming both (which one to use is the caller's to say)."""
+    hf, flash = f"cu_seq_lens_{side}", f"cu_seqlens_{side}"
+    a, b = kwargs.get(hf), kwargs.get(flash)
+    if a is not None and b is not None:
+        raise ValueError(f"octet.hf: both {hf} and {flash} were given, two spellings of the same "
+                         f"offsets: pass one of them")
+    if a is not None:
+        return a, hf
+    return (b, flash) if b is not None else (None, None)
+
+
 def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
     """The function register() installs: transformers' attention signature (module, query, key,
     value, attention_mask, scaling=None, dropout=0.0, **kwargs) -> (o [batch, q_len, heads,
@@ -166,7 +183,8 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
                              precision=precision, format=format)
 
         def packed(cu_q, cu_k, names=("cu_seq_lens_q", "cu_seq_lens_k")):
-            # one row of packed sequences; names: the arguments the offsets came from
+            # one row of packed sequences; names: the arguments the offsets came from (the
+            # spelling given, Hugging Face's or FlashAttention's)
             if batch != 1:
                 raise ValueError(f"octet.hf: packed sequences need a batch of one row, got {batch}")
             def to_tensor(c, name):
@@ -192,13 +210,12 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
                                  softmax_scale=scaling, precision=precision, format=format)
             return o[None], None
 
-        cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+        (cu_q, name_q), (cu_k, name_k) = _cu_seqlens(kwargs, "q"), _cu_seqlens(kwargs, "k")
         if cu_q is not None or cu_k is not None:  # one given: the same offsets for queries and keys
-            given = "cu_seq_lens_q" if cu_k is None else "cu_seq_lens_k"
             if cu_q is None or cu_k is None:
-                return packed(cu_q if cu_k is None else cu_k, cu_k if cu_q is None else cu_q,
-                              (f"{given} (used for queries)", f"{given} (used for keys)"))
-            return packed(cu_q, cu_k)
+                cu, given = (cu_q, name_q) if cu_k is None else (cu_k, name_k)
+                return packed(cu, cu, (f"{given} (used for queries)", f"{given} (used for keys)"))
+            return packed(cu_q, cu_k, (name_q, name_k))
         # Packing read off position_ids needs their values on the host: a sync, and a graph break
         # under torch.compile. Compiled, only a batch of one row (what packing makes) is read; a
         # batch of several rows cannot be packed, and eagerly a restart in one still raises.

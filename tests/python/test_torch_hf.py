@@ -5,9 +5,9 @@ attention implementation, on tiny Llama models on the CPU.
   the same model with transformers' SDPA attention in float64 to 1e-6 relative (the softmax scale
   crosses octet's C API as a float32: 1/sqrt(8) is not exact there); greedy generation with a
   static KV cache gives SDPA's tokens;
-- packed sequences (position_ids restarting, and cu_seq_lens_q/k) equal each sequence run alone
-  (with cu_seq_lens_q/k the model also compiles with fullgraph=True, equal to eager; so does an
-  unpacked batch of several rows),
+- packed sequences (position_ids restarting, and cu_seq_lens_q/k, or FlashAttention's spelling
+  cu_seqlens_q/k) equal each sequence run alone (with cu_seq_lens_q/k the model also compiles with
+  fullgraph=True, equal to eager; so does an unpacked batch of several rows),
   and a padding mask (right and left) each row run alone without padding, to 1e-12 (the linears'
   BLAS blocking differs with the token count; a sequence seeing another's keys would be off by
   percents);
@@ -18,8 +18,8 @@ attention implementation, on tiny Llama models on the CPU.
   test_torch_hf_fsdp.py), and compiled with lengths that change per step (--seq-cycle) stays one
   graph with octet's attention and FP8 linears;
 - bad input (dropout, a sliding window, chunked attention, a score bias, a dense mask, bad
-  cu_seq_lens, position_ids it cannot read as packing, a bad delta/precision, a built-in name)
-  raises a ValueError naming it.
+  cu_seq_lens, both spellings of one offsets tensor, position_ids it cannot read as packing, a bad
+  delta/precision, a built-in name) raises a ValueError naming it.
 """
 import copy
 
@@ -300,6 +300,42 @@ def test_float8_filter_keeps_the_head():
     loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
     assert torch.isfinite(loss) and model.model.layers[0].self_attn.q_proj.weight.grad is not None
+
+
+def test_flash_attention_spelling_of_the_offsets():
+    """FlashAttention's cu_seqlens_q / cu_seqlens_k (flash_attn_varlen_func's names) are taken as
+    Hugging Face's cu_seq_lens_q / cu_seq_lens_k are: the same packed call, either spelling per
+    side; errors name the spelling given; both spellings of one side are refused, naming both."""
+    fn = octet.hf.make_attention_function(precision="fp64")
+    module = torch.nn.Module()
+    gen = torch.Generator().manual_seed(8)
+    q = torch.randn(1, 4, 6, 8, dtype=torch.float64, generator=gen)
+    k, v = (torch.randn(1, 2, 6, 8, dtype=torch.float64, generator=gen) for _ in range(2))
+    cu = torch.tensor([0, 2, 6], dtype=torch.int32)
+    want = fn(module, q, k, v, None, cu_seq_lens_q=cu, cu_seq_lens_k=cu)[0]
+    assert not torch.equal(want, fn(module, q, k, v, None)[0])  # the offsets matter here
+    for kw in (dict(cu_seqlens_q=cu, cu_seqlens_k=cu), dict(cu_seqlens_q=cu, cu_seq_lens_k=cu),
+               dict(cu_seq_lens_q=cu, cu_seqlens_k=cu), dict(cu_seqlens_q=cu), dict(cu_seqlens_k=cu)):
+        assert torch.equal(fn(module, q, k, v, None, **kw)[0], want), kw
+    with pytest.raises(ValueError, match="octet.hf: both cu_seq_lens_q and cu_seqlens_q were given"):
+        fn(module, q, k, v, None, cu_seq_lens_q=cu, cu_seqlens_q=cu, cu_seq_lens_k=cu)
+    with pytest.raises(ValueError, match="octet.hf: both cu_seq_lens_k and cu_seqlens_k were given"):
+        fn(module, q, k, v, None, cu_seqlens_q=cu, cu_seq_lens_k=cu, cu_seqlens_k=cu)
+    with pytest.raises(ValueError, match="octet.hf: cu_seqlens_k must rise from 0"):
+        fn(module, q, k, v, None, cu_seq_lens_q=cu, cu_seqlens_k=torch.tensor([0, 7]))
+    with pytest.raises(ValueError, match=r"octet.hf: cu_seqlens_q \(used for queries\) must rise"):
+        fn(module, q, k, v, None, cu_seqlens_q=torch.tensor([0, 3, 5]))
+    with pytest.raises(ValueError, match="cu_seqlens_q has 2 sequences, cu_seq_lens_k 1"):
+        fn(module, q, k, v, None, cu_seqlens_q=cu, cu_seq_lens_k=torch.tensor([0, 6]))
+    # through a model: transformers hands the kwarg to the attention function (the bad offsets
+    # below are refused: they reached it)
+    model, seqs, alone, ids, pos = documents((5, 9, 1), seed=2)
+    cu = torch.tensor([0, 5, 14, 15], dtype=torch.int32)
+    out = model(input_ids=ids, position_ids=pos, cu_seqlens_q=cu, cu_seqlens_k=cu).logits.detach()
+    torch.testing.assert_close(out, alone, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="octet.hf: cu_seqlens_q must rise from 0"):
+        model(input_ids=ids, position_ids=pos, cu_seqlens_q=torch.tensor([0, 5, 14, 16]),
+              cu_seqlens_k=cu)
 
 
 def test_bad_input_raises():

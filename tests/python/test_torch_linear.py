@@ -143,18 +143,73 @@ def test_bad_input_raises():
         lin(torch.ones(4, 16, dtype=torch.int64))
     with pytest.raises(octet.OctetError, match="unknown recipe 'tensorwise'"):
         ot.Float8Linear(16, 8, recipe="tensorwise")
-    with pytest.raises(octet.OctetError, match="amax_history_len"):
+    with pytest.raises(ValueError, match=r"amax_history_len must be in \[1, 1048576\], got 0$"):
         ot.Float8Linear(16, 8, recipe="tensor-delayed", amax_history_len=0)
-    with pytest.raises(octet.OctetError, match=r"amax_history_len must be in \[1, 1048576\], got 1073741824"):
+    with pytest.raises(ValueError, match=r"amax_history_len must be in \[1, 1048576\], got 1073741824"):
         ot.Float8Linear(16, 8, recipe="tensor-delayed", amax_history_len=2**30)  # a C int, 4 GiB a slot
     with pytest.raises(octet.OctetError):
         lin.load_quant_state([1.0, 2.0])  # a stateless recipe has no state to load
-    with pytest.raises(ValueError, match="amax_history_len"):  # would wrap around as a C int
+    with pytest.raises(ValueError, match="amax_history_len must be in"):  # would wrap as a C int
         ot.Float8Linear(16, 8, recipe="tensor-delayed", amax_history_len=10**12)
-    with pytest.raises(ValueError, match="margin"):
-        ot.Float8Linear(16, 8, margin=1.5)
+    with pytest.raises(ValueError, match="margin must fit a 32-bit int, got -4294967296"):
+        ot.Float8Linear(16, 8, margin=-2**32)
+    with pytest.raises(octet.OctetError, match=r"margin must be in \[-32, 32\], got 33"):  # octet's rule
+        ot.Float8Linear(16, 8, margin=33)
     with pytest.raises(TypeError, match="recipe must be a str"):
         ot.Float8Linear(16, 8, recipe=None)
+
+
+@pytest.mark.parametrize("name", ["amax_history_len", "margin"])
+@pytest.mark.parametrize("value", [2.5, 16.0, "16", None, True, False, torch.tensor(1.0)], ids=repr)
+def test_an_int_setting_of_another_type_is_a_type_error(name, value):
+    """amax_history_len and margin cross to octet as C ints: a float, a str, None or a float tensor
+    is a TypeError naming the setting (not a ValueError: the type is wrong, not the value), and so
+    is a bool, which Python counts as an int."""
+    with pytest.raises(TypeError, match=rf"^Float8Linear: {name} must be an int, got "):
+        ot.Float8Linear(16, 8, recipe="tensor-delayed", **{name: value})
+
+
+def test_an_int_setting_takes_an_integer_type():
+    """An integer type that is not int (a numpy integer, a 0-d integer tensor: what a config
+    loader or a sweep may hand over) is taken as its value."""
+    np = pytest.importorskip("numpy")
+    gen = torch.Generator().manual_seed(2)
+    xs = [torch.randn(3, 16, generator=gen) * (i + 1) for i in range(6)]
+
+    def run(history, margin):  # 6 steps through a history of 4: outputs and the final state
+        torch.manual_seed(0)
+        lin = ot.Float8Linear(16, 8, recipe="tensor-delayed", amax_history_len=history,
+                              margin=margin)
+        assert lin._octet_settings[2:] == (4, "max", 1)
+        assert type(lin._octet_settings[2]) is int and type(lin._octet_settings[4]) is int
+        ys = []
+        for x in xs:
+            ys.append(lin(x))
+            lin.update_scales()
+        return torch.stack(ys), lin.quant_state()
+
+    want = run(4, 1)
+    for history, margin in ((np.int64(4), np.int32(1)), (torch.tensor(4), torch.tensor(1))):
+        got = run(history, margin)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("recipe", ["tensor-current", "row", "block", "mx", "unit"])
+def test_amax_history_len_is_checked_for_every_recipe(recipe):
+    """A recipe without an amax history ignores amax_history_len, but the length is checked for
+    every recipe, as octet's QuantConfig checks it (the C API's linear spec, a training config's
+    precision.amax_history_len): one out of range is a ValueError that says the recipe keeps no
+    history; one in range changes nothing."""
+    for bad in (0, -1, 2**20 + 1):
+        with pytest.raises(ValueError, match=rf"amax_history_len must be in \[1, 1048576\], got "
+                                             rf"{bad} \(recipe '{recipe}' keeps no amax history"):
+            ot.Float8Linear(16, 8, recipe=recipe, amax_history_len=bad)
+    x = torch.randn(5, 16, generator=torch.Generator().manual_seed(1))
+    ys = []
+    for history in (1, 1024, 2**20):
+        torch.manual_seed(0)
+        ys.append(ot.Float8Linear(16, 8, recipe=recipe, amax_history_len=history)(x))
+    assert torch.equal(ys[0], ys[1]) and torch.equal(ys[1], ys[2])
 
 
 def test_double_backward_raises():

@@ -26,6 +26,7 @@ Float8Linear.update_scales) once per optimizer step. Its state is not in the sta
 stay nn.Linear's: weight, bias); quant_state() / load_quant_state() carry it.
 """
 import ctypes
+import operator
 import secrets
 import weakref
 
@@ -322,12 +323,36 @@ _WORK = {  # activation dtype octet computes in, per input dtype and device type
 }
 
 
+# octet/quant.h QuantConfig::kMaxAmaxHistory: the longest amax history octet accepts.
+_MAX_AMAX_HISTORY = 1 << 20
+# The recipes that keep no amax history (octet/quant.h Recipe: all but tensor-delayed).
+_RECIPES_WITHOUT_HISTORY = ("tensor-current", "row", "block", "mx", "unit")
+
+
+def _as_int(name, value):
+    """`value` as a Python int: an int, or an integer type's __index__ (a numpy integer, a 0-d
+    integer tensor); never a bool, which Python counts as an int. TypeError naming `name` else."""
+    if isinstance(value, bool):
+        raise TypeError(f"Float8Linear: {name} must be an int, got the bool {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"Float8Linear: {name} must be an int, got {type(value).__name__} "
+                        f"{value!r}") from None
+
+
 class Float8Linear(torch.nn.Linear):
     """nn.Linear with FP8 GEMMs (octet). Parameters and state_dict as nn.Linear's.
 
     recipe: "tensor-current" | "tensor-delayed" | "row" | "block" (also "mx", "unit");
-    format: "hybrid" (E4M3 forward, E5M2 gradients) | "e4m3"; amax_history_len, amax_algo
-    ("max" | "most_recent") and margin: tensor-delayed's settings (octet/quant.h QuantConfig).
+    format: "hybrid" (E4M3 forward, E5M2 gradients) | "e4m3"; amax_history_len (1 to 2^20) and
+    amax_algo ("max" | "most_recent"): tensor-delayed's amax history; margin: scales leave
+    2^margin headroom below the format's max (octet/quant.h QuantConfig). amax_history_len is
+    checked for every recipe, as octet's QuantConfig checks it (for a training config's
+    precision.amax_history_len too): a recipe without a history ignores a length in range and
+    refuses one out of range. amax_history_len and margin are ints: another type (a bool too) is
+    a TypeError; an amax_history_len out of range a ValueError (a margin out of octet's [-32, 32]
+    an octet.OctetError).
     Input [..., in_features] of dtype float32/bfloat16/float16 (float64 on cpu, computed in
     float32); the output has the input's dtype (under torch.autocast, as nn.Linear: autocast's). Errors: octet.OctetError naming the problem (an
     unknown recipe or format at construction; what the backend rejects at the first call).
@@ -339,11 +364,18 @@ class Float8Linear(torch.nn.Linear):
         for name, value in (("recipe", recipe), ("format", format), ("amax_algo", amax_algo)):
             if not isinstance(value, str):
                 raise TypeError(f"Float8Linear: {name} must be a str, got {type(value).__name__}")
-        for name, value in (("amax_history_len", amax_history_len), ("margin", margin)):
-            # A C int crosses to octet (which checks the ranges: octet/quant.h QuantConfig); a value
-            # that does not fit would wrap around on the way.
-            if isinstance(value, bool) or not isinstance(value, int) or not -2**31 <= value < 2**31:
-                raise ValueError(f"Float8Linear: {name} must be an int (32-bit), got {value!r}")
+        amax_history_len = _as_int("amax_history_len", amax_history_len)
+        margin = _as_int("margin", margin)
+        # Both cross to octet as C ints. octet checks their ranges (QuantConfig::validate); the
+        # history's is checked here as well, to say what it means for a recipe without a history.
+        if not 1 <= amax_history_len <= _MAX_AMAX_HISTORY:
+            unused = ("" if recipe not in _RECIPES_WITHOUT_HISTORY else
+                      f" (recipe {recipe!r} keeps no amax history, but the length is checked for "
+                      f"every recipe: leave it at its default)")
+            raise ValueError(f"Float8Linear: amax_history_len must be in [1, {_MAX_AMAX_HISTORY}], "
+                             f"got {amax_history_len}{unused}")
+        if not -2**31 <= margin < 2**31:  # would wrap around as a C int
+            raise ValueError(f"Float8Linear: margin must fit a 32-bit int, got {margin}")
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.recipe, self.format = recipe, format
         # The shape octet's Linear is built for (checked at every call: in_features and

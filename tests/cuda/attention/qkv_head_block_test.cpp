@@ -42,6 +42,14 @@ void scale_blocks(std::vector<float>& x, int64_t T, int64_t D, F&& factor) {
   for (size_t i = 0; i < x.size(); ++i) x[i] *= factor(int64_t(i) / D % T / kQkvScaleBlock);
 }
 
+/// Q, K and V of `in` (shape s) with every block scaled by factor(block index).
+template <class F>
+void scale_qkv_blocks(AttentionInputs& in, const AttentionShape& s, F&& factor) {
+  scale_blocks(in.q, s.seq_q, s.head_dim, factor);
+  scale_blocks(in.k, s.seq_k, s.head_dim, factor);
+  scale_blocks(in.v, s.seq_k, s.head_dim, factor);
+}
+
 /// ‖x − ref‖ / ‖ref‖ over rows [r0, r1) of every head of [heads, T, D] tensors (B = 1).
 double rows_rel_err(const std::vector<float>& x, const std::vector<double>& ref, int64_t heads, int64_t T,
                     int64_t D, int64_t r0, int64_t r1) {
@@ -76,10 +84,7 @@ void check_mma_sync_backward(int64_t D, const char* forward) {
     const Case& c = tc.c;
     const AttentionShape s = test::make_shape(2, c.h, c.g, c.tq, c.tk, D, c.causal);
     auto in = make_attention_inputs(s, AttnInputDist::Normal, 41);
-    const auto f = [](int64_t blk) { return std::ldexp(1.0f, blk % 2 ? -5 : 0); };
-    scale_blocks(in.q, c.tq, D, f);
-    scale_blocks(in.k, c.tk, D, f);
-    scale_blocks(in.v, c.tk, D, f);
+    scale_qkv_blocks(in, s, [](int64_t blk) { return std::ldexp(1.0f, blk % 2 ? -5 : 0); });
     for (DeltaMode delta : {DeltaMode::Matched, DeltaMode::Stale}) {
       AttentionConfig cfg = fused_config(delta, tc.bq, tc.bk);
       cfg.qkv_scaling = QkvScaling::HeadBlock;
@@ -204,6 +209,54 @@ TEST_P(QkvHeadBlock, EqualBlockAmaxesGivePerTensorResults) {
   }
 }
 
+// The same call twice, with F32 and with BF16 activations (the kernels' BF16 O, dK, dV epilogues):
+// O, LSE, dK and dV the same bits (no atomics feed them; every output poisoned before the second
+// run), dQ within FP32 atomic order; both delta rules, GQA, causal, ragged lengths.
+TEST_P(QkvHeadBlock, SameBitsRunToRun) {
+  OCTET_REQUIRE_GPU();
+  const int64_t D = GetParam();
+  const AttentionShape s = test::make_shape(2, 4, 2, 300, 300, D, true);
+  auto in = make_attention_inputs(s, AttnInputDist::Normal, 17);
+  scale_qkv_blocks(in, s, [](int64_t blk) { return std::ldexp(1.0f, blk % 2 ? -4 : 1); });
+  auto gpu = make_cuda_backend();
+  for (DType act : {DType::F32, DType::BF16})
+    for (DeltaMode delta : {DeltaMode::Matched, DeltaMode::Stale}) {
+      const std::string what = to_string(act) + " " + to_string(delta);
+      auto attn = gpu->make_attention(s, block_config(delta));
+      AttnIo io(*gpu, s, act);
+      io.set(*gpu, in);
+      auto bytes = [&](const Buffer& b) {
+        std::vector<uint8_t> x(b.tensor().bytes());
+        gpu->download(x.data(), b);
+        return x;
+      };
+      static constexpr const char* kNames[4] = {"O", "LSE", "dK", "dV"};
+      std::vector<uint8_t> first[4];
+      std::vector<float> dq[2];
+      for (int r = 0; r < 2; ++r) {
+        for (Buffer* b : {&io.o, &io.lse, &io.dq, &io.dk, &io.dv}) {
+          const std::vector<uint8_t> nan(b->tensor().bytes(), 0xFF);
+          gpu->upload(b->tensor(), nan.data());
+        }
+        {
+          const SavedAttention saved = attn->forward(io.q, io.k, io.v, io.o, io.lse);
+          attn->backward(saved, io.d_o, io.dq, io.dk, io.dv, io.residual);
+        }
+        const std::vector<uint8_t> now[4] = {bytes(io.o), bytes(io.lse), bytes(io.dk), bytes(io.dv)};
+        dq[r] = gpu->download_f32(io.dq);
+        for (int t = 0; t < 4; ++t) {
+          if (r == 0)
+            first[t] = now[t];
+          else
+            EXPECT_EQ(now[t], first[t]) << what << ": " << kNames[t];
+        }
+      }
+      for (float x : dq[1]) ASSERT_TRUE(std::isfinite(x)) << what << ": dQ";
+      EXPECT_LE(rel_l2(dq[1], dq[0]), act == DType::F32 ? 1e-5 : 1e-3) << what << ": dQ";
+      EXPECT_GT(rel_l2(dq[1], std::vector<float>(dq[1].size(), 0.0f)), 0.5) << what << ": dQ is not zero";
+    }
+}
+
 // Causal, 256 tokens: the first 128 queries see only the first 128 keys, whose V (and Q, K) are
 // 2^-16 of the rest. One scale per tensor puts that V at ~2^-9 (E4M3's smallest subnormal step):
 // the block's O and dQ are lost; one scale per block keeps FP8's relative precision.
@@ -214,9 +267,7 @@ TEST_P(QkvHeadBlock, KeepsASmallBlockThatTensorScalingFlushes) {
   const AttentionShape s = test::make_shape(1, H, 1, T, T, D, true);
   auto in = make_attention_inputs(s, AttnInputDist::Normal, 5);
   const auto small_first = [](int64_t blk) { return blk == 0 ? std::ldexp(1.0f, -16) : 1.0f; };
-  scale_blocks(in.q, T, D, small_first);
-  scale_blocks(in.k, T, D, small_first);
-  scale_blocks(in.v, T, D, small_first);
+  scale_qkv_blocks(in, s, small_first);
   const auto ref = run_attention_oracle(s, in);
   double err[2][2];  // [tensor, block][O, dQ] on the first block's rows
   for (QkvScaling q : {QkvScaling::Tensor, QkvScaling::HeadBlock}) {
@@ -246,9 +297,7 @@ TEST_P(QkvHeadBlock, ZeroBlockMatchesTheTwin) {
   const AttentionShape s = test::make_shape(2, 4, 2, T, T, D, true);
   auto in = make_attention_inputs(s, AttnInputDist::Normal, 9);
   const auto zero_second = [](int64_t blk) { return blk == 1 ? 0.0f : 1.0f; };
-  scale_blocks(in.q, T, D, zero_second);
-  scale_blocks(in.k, T, D, zero_second);
-  scale_blocks(in.v, T, D, zero_second);
+  scale_qkv_blocks(in, s, zero_second);
   for (DeltaMode delta : {DeltaMode::Matched, DeltaMode::Stale}) {
     const AttentionConfig cfg = block_config(delta);
     const test::RunResult cpu = test::run_attention(s, cfg, in);

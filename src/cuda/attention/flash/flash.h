@@ -238,14 +238,6 @@ bool backward_dq_tma();
 /// else is an octet::Error). Read at every call.
 bool backward_sdp_overlap();
 
-/// The wgmma matched pre-pass's orientation (run_delta): S = Q̂K̂ᵀ and dP = dÔV̂ᵀ with queries as
-/// the products' rows (flash_bwd_delta_sm90.cu; a query's statistics and sums stay in one lane) if
-/// the environment variable OCTET_FLASH_BWD_DELTA_ROWS is 1 or unset (the default: the pre-pass
-/// 25 % shorter, the matched backward +4 to +8 % on an H100, docs/attention.md), keys as rows (the
-/// main kernel's orientation, flash_bwd_sm90.cu) if it is 0 (anything else is an octet::Error).
-/// Read at every call. Both give the main kernel's P and dP bits (docs/attention.md §"Backward").
-bool backward_delta_rows();
-
 /// Whether run_backward has the wgmma kernel write dK and dV into the caller's tensors itself at
 /// head_dim 64 (BackwardParams::dk_out, dv_out; same bits, two unpad passes fewer: +7 % matched,
 /// +9 % stale at GPT-2-small's shape on an H100, docs/attention.md): the environment variable

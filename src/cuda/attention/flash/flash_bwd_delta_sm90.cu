@@ -3,15 +3,13 @@
 // 2609.37852; octet/delta_rule.h) with S = Q̂K̂ᵀ and dP = dÔV̂ᵀ formed with queries as the rows of the
 // products, so a query's statistics sit in registers and its sums stay inside one lane until the end.
 // Semantics: flash.h run_delta (CPU twin: src/cpu/attention_flash.cpp). docs/attention.md §"Backward".
-// The default; OCTET_FLASH_BWD_DELTA_ROWS=0 runs the other (flash.h backward_delta_rows).
 //
 // The main kernel (flash_bwd_sm90.cu) forms Sᵀ = K̂Q̂ᵀ and dPᵀ = V̂dÔᵀ (keys as rows). Each element of a
 // wgmma product is one dot product of the same 32-code slices of the same two rows in either
 // orientation, so S and dP here carry the main kernel's bits (wgmma_roles_gpu_test.cu checks that on
-// the hardware; flash_backward_sm90_test.cpp holds the actual dS to a row residual ≤ 1e-6 and D to
-// the other orientation's); P is formed by the
-// same formula (tile_prob: one FFMA, ex2, one multiply by RN(1/(l·p_scale))) from the same
-// statistics and scales.
+// the hardware; flash_backward_sm90_test.cpp holds the actual dS to a row residual ≤ 1e-6); P is formed by
+// the same formula (tile_prob: one FFMA, ex2, one multiply by RN(1/(l·p_scale))) from the same statistics and
+// scales.
 //
 // One CTA (two warpgroups) per (b, h, 128-query block): Q̂ and dÔ [kBM][kD] of the block stay in shared
 // memory, K̂ and V̂ [kBN][kD] of the key blocks the block's rows see come through a 2-stage TMA ring
@@ -21,7 +19,7 @@
 // rows, B = K̂ rows 64h..) and dP (A = dÔ rows, B = V̂ rows) issued together, P formed while dP runs,
 // then per query the lane's 16 keys summed in FP32 — P·dP of a key pair by one multiply and one FMA,
 // the 8 pairs by a fixed tree (five roundings: within 5u·Σ|P dP| of the exact sum, u = 2^-24, the
-// same bound as the other orientation's 16-key partials) — and that partial added to FP64 sums. At
+// shortcut delta_rule.h licenses) — and that partial added to FP64 sums. At
 // the end the quad's 4 lanes join in FP64 in a fixed order (every lane forms the same bits).
 #include <cuda_runtime.h>
 

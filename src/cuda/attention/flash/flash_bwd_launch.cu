@@ -97,13 +97,6 @@ bool backward_sdp_overlap() {
       "1: the wgmma backward issues each half's S and dP products together, 0: one after the other", true);
 }
 
-bool backward_delta_rows() {
-  return env_switch("OCTET_FLASH_BWD_DELTA_ROWS",
-                    "1: the wgmma matched pre-pass forms S and dP with queries as rows, 0: with keys as rows "
-                    "(the main kernel's orientation)",
-                    true);
-}
-
 bool backward_dkv_direct() {
   return env_switch("OCTET_FLASH_BWD_DKV_DIRECT",
                     "1: the wgmma backward writes dK and dV into the caller's tensors, 0: through FP32 "
@@ -178,10 +171,7 @@ void run_delta(const BackwardParams& p, cudaStream_t stream) {
   q.head_group = resolved_head_group(p.head_group);
   // The matched pre-pass runs the main kernel's flavor: its P and dP have the main kernel's bits.
   if (select_backward_kernel(p) == BackwardKernel::Wgmma) {
-    if (backward_delta_rows())
-      bwd_delta_rows_sm90_launch(q, stream);
-    else
-      bwd_delta_sm90_launch(q, stream);
+    bwd_delta_rows_sm90_launch(q, stream);
   } else
     bwd_delta_sm89_launch(q, stream);
 }

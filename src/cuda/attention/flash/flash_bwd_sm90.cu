@@ -27,12 +27,7 @@
 // (docs/attention.md §"Backward", head_dim 128).
 // Every product is one tile's (≤ 128 terms) from a zero accumulator, added in FP32 outside the
 // tensor core (Hopper's FP8 wgmma keeps ~13 bits in its accumulator; DeepSeek-V3 §3.3.2).
-// Matched-delta pre-pass: one CTA per (b, h, 128-query block) walks the key blocks its rows see
-// (2-stage TMA ring of K̂, V̂) and computes each tile's Sᵀ, P, dPᵀ with the main kernel's
-// device functions on the same operands (same instructions, roles, layouts, scale products), so P
-// and dP have the main kernel's bits; Σ P dP and Σ P per query in FP64 (octet/delta_rule.h): a
-// lane's two keys, then a reduce-scatter over the 8 lanes of a column (shuffles), accumulated per
-// lane over the key blocks, the 8 warps joined in a fixed order at the end.
+// The matched delta's pre-pass is flash_bwd_delta_sm90.cu (the same products with queries as rows).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -92,26 +87,6 @@ struct MainLayout {
   static_assert(kRows % 1024 == 0 && kPark % 1024 == 0, "1024-aligned tiles");
   static_assert(kBytes + 64 <= 227 * 1024, "an sm_90 CTA's shared memory (+ amax_slots)");
 };
-
-// The delta pre-pass's: Q̂, dÔ [kBM][kD] (permuted rows); 2 stages of K̂, V̂ [kBN][kD]; ColStats;
-// the mbarriers (Q̂ and dÔ's, one per stage). The per-warp FP64 sums [8 warps][kBM] (Σ P dP, Σ P)
-// reuse the stages once the key blocks are done. head_dim 128: 98 KiB, so two CTAs share an SM
-// (kDeltaCtas); 64: 52 KiB.
-template <int kD>
-struct DeltaLayout {
-  static constexpr int kRows = kBN * kD;
-  static constexpr int kQ = 0, kDo = kRows, kStage0 = 2 * kRows, kStage = 2 * kRows;
-  static constexpr int kStats = kStage0 + 2 * kStage;
-  static constexpr int kParts = kStage0;
-  static constexpr int kBars = kStats + (int(sizeof(ColStats)) + 15) / 16 * 16;
-  static constexpr int kBytes = kBars + 3 * 8 + 1024;
-  static_assert(bwd::kWarps * kBM * 16 <= 2 * kStage, "the sums fit in the stages");
-  static_assert(2 * (kBytes + 1024) <= 228 * 1024, "two CTAs on an SM (1 KiB reserved per CTA)");
-};
-/// CTAs of the pre-pass per SM (its __launch_bounds__): two, whose products (m64n64 halves) leave
-/// a thread within 128 registers (125 at head_dim 128, 120 at 64).
-template <int kD>
-inline constexpr int kDeltaCtas = bwdw::kCols<kD> < kBM ? 2 : 1;
 
 __device__ __forceinline__ uint8_t* align1024(uint8_t* p) {
   return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
@@ -577,129 +552,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <int kD, bool kDoE5M2>
-__global__ void __launch_bounds__(kThreads, kDeltaCtas<kD>)
-    wgmma_delta_kernel(const BackwardParams p, const __grid_constant__ BackwardMaps maps) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = DeltaLayout<kD>;
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* const smem = align1024(smem_raw);
-  const unsigned sb = smem_u32(smem);
-  ColStats& cs = *reinterpret_cast<ColStats*>(smem + L::kStats);
-  double2* const parts = reinterpret_cast<double2*>(smem + L::kParts);  // [warp][query], after the loop
-  const Lane ln;
-  const int tid = threadIdx.x;
-  int64_t bh, i0, bg;
-  bwd::q_block_of(p, kBM, &bh, &i0, &bg);
-  const int64_t last = (i0 + kBM < p.Tq ? i0 + kBM : p.Tq) - 1;
-  const int n_blocks = int((bwd::visible_keys(p, last) + kBN - 1) / kBN);
-  const unsigned q_bar = sb + L::kBars;
-  auto kv_bar = [&](int it) { return sb + L::kBars + 8u * unsigned(1 + it % 2); };
-  auto load_kv = [&](int it) {  // thread 0: key block it's K̂, V̂ boxes into stage it % 2
-    const unsigned s = sb + L::kStage0 + unsigned(it % 2) * L::kStage, bar = kv_bar(it);
-    mbar_arrive_expect_tx(bar, 2 * L::kRows);
-    tma_load_3d(s, &maps.k, bar, 0, it * kBN, int(bg));
-    tma_load_3d(s + L::kRows, &maps.v, bar, 0, it * kBN, int(bg));
-  };
-  if (tid == 0) {
-    for (int i = 0; i < 3; ++i) mbar_init(q_bar + 8u * unsigned(i), 1);
-    fence_mbar_init();
-  }
-  __syncthreads();  // the mbarriers are initialized
-  if (tid == 0) {
-    const int group = int((bh * p.Tq_p + i0) / 16);
-    mbar_arrive_expect_tx(q_bar, 2 * L::kRows);
-    tma_load_5d(sb + L::kQ, &maps.q, q_bar, 0, 0, 0, 0, group);
-    tma_load_5d(sb + L::kDo, &maps.d_o, q_bar, 0, 0, 0, 0, group);
-    if (n_blocks > 0) load_kv(0);
-  }
-  wait_stage(q_bar, 0);  // (also when no key block is visible: no box is left in flight at exit)
-  if (tid < kBM) {
-    ColStat c;
-    c.load(p, bh, i0 + tid, false);
-    c.store(cs, tid, p.p_scale);
-  }
-  // This lane's FP64 sums of query column_sum8_query(kk, g, t), kk = 0..3, over the key blocks
-  // (of FP32 partials of 16 keys each).
-  double acc_pdp[kBM / 32], acc_p[kBM / 32];
-#pragma unroll
-  for (int kk = 0; kk < kBM / 32; ++kk) acc_pdp[kk] = acc_p[kk] = 0.0;
-
-  for (int it = 0; it < n_blocks; ++it) {
-    const int64_t j0 = int64_t(it) * kBN;
-    __syncthreads();  // the statistics are published; the other stage is free (block it − 1's)
-    if (tid == 0 && it + 1 < n_blocks) load_kv(it + 1);
-    wait_stage(kv_bar(it), it / 2);  // this block's K̂, V̂ have landed
-    const unsigned stage = sb + L::kStage0 + unsigned(it % 2) * L::kStage;
-    const unsigned a_off = bwdw::kWgKeys * ln.wg * kD;
-    const int64_t kbase = j0 + bwdw::kWgKeys * ln.wg + 16 * ln.w;
-    const bool full = bwd::tile_full(p, i0, kBM, j0, kBN);
-    const TileScales sc = tile_scales(p, bh, i0, bg, j0);
-    // The main kernel's products: two 64-query halves h (bwdw::kCols).
-    constexpr int kN = bwdw::kCols<kD>;
-#pragma unroll
-    for (int h = 0; h < kBM / kN; ++h) {
-      float s[kN / 8][4], dp[kN / 8][4];
-      bwdw::tile_product<kD, false>(stage + a_off, sb + L::kQ + kN * h * kD, s);
-      if (full)
-        bwdw::tile_prob<true>(cs, ln, kbase, kN * h, sc.s_scale, s, nullptr);
-      else
-        bwdw::tile_prob<false>(cs, ln, kbase, kN * h, sc.s_scale, s, nullptr);
-      bwdw::tile_product<kD, kDoE5M2>(stage + L::kRows + a_off, sb + L::kDo + kN * h * kD, dp);
-      // Per query group kk (n-tiles 4kk.., columns u = 2(nt − 4kk) + c; group kN/32·h + kk of the
-      // tile): the column's 16 keys of this warp summed in FP32 — the lane's two keys by FMA, then
-      // the 8 lanes (column_sum8) — and that partial added to the FP64 sums. Each partial is within
-      // 5u·Σ|P dP| of its exact sum (u = 2^-24: two roundings in the lane, three in the tree), so D
-      // stays within ~6e-7 of Σ|P dP|/Σ P of delta_rule.h's all-FP64 sum and the row residual of the
-      // actual dS below 1e-6 in every row; one FP64 conversion per 16 keys instead of two per key
-      // (F2F.F64 issues at 16/clk/SM on sm_90, as slow as the exponential).
-#pragma unroll
-      for (int kk = 0; kk < kN / 32; ++kk) {
-        float v_pdp[8], v_p[8];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) v_pdp[u] = v_p[u] = 0.0f;
-        auto add = [&](int nt, int el, int, bool in, float dpv) {
-          if (nt / 4 != kk || !in) return;
-          const int u = 2 * (nt % 4) + el % 2;
-          v_pdp[u] = __fmaf_rn(s[nt][el], dpv, v_pdp[u]);
-          v_p[u] = __fadd_rn(v_p[u], s[nt][el]);
-        };
-        if (full)
-          bwdw::for_each_dp<true>(cs, ln, kbase, kN * h, sc.dp_scale, dp, add);
-        else
-          bwdw::for_each_dp<false>(cs, ln, kbase, kN * h, sc.dp_scale, dp, add);
-        acc_pdp[kN / 32 * h + kk] += double(bwdw::column_sum8(v_pdp, ln.g));
-        acc_p[kN / 32 * h + kk] += double(bwdw::column_sum8(v_p, ln.g));
-      }
-    }
-  }
-  const int warp = tid / 32;
-  __syncthreads();  // every warp's products have read the stages that `parts` overwrites
-#pragma unroll
-  for (int kk = 0; kk < kBM / 32; ++kk) {
-    const int q = bwdw::column_sum8_query(kk, ln.g, ln.t);
-    parts[warp * kBM + q] = make_double2(acc_pdp[kk], acc_p[kk]);
-  }
-  __syncthreads();
-  if (tid >= kBM) return;
-  const int64_t i = i0 + tid;
-  if (i >= p.Tq) return;
-  MatchedSums tot;  // the 8 warps joined in a fixed order
-  for (int w = 0; w < bwd::kWarps; ++w) {
-    const double2 x = parts[w * kBM + tid];
-    tot += MatchedSums{x.x, x.y};
-  }
-  p.delta[bh * p.Tq + i] = tot.delta<float>().value;
-  p.row_factor[bh * p.Tq + i] = cs.vis[tid] > 0 ? 1.0f / cs.l[tid] : 0.0f;
-#else
-  __trap();  // wgmma needs sm_90a; run_delta dispatches by device
-#endif
-}
-
-/// The call's TMA descriptors (BackwardMaps). The pre-pass reads only q, d_o, k, v; the main
-/// kernel the seven loads, and dq when p.dq_tma is 1. Throws octet::Error when a coordinate would not fit
-/// TMA's 32 bits or a base is not 16-byte aligned (make_tensor_map).
-BackwardMaps make_maps(const BackwardParams& p, bool main_kernel) {
+/// The call's TMA descriptors (BackwardMaps): the seven loads, and dq when p.dq_tma is 1. Throws octet::Error
+/// when a coordinate would not fit TMA's 32 bits or a base is not 16-byte aligned (make_tensor_map).
+BackwardMaps make_maps(const BackwardParams& p) {
   OCTET_CHECK(p.B * p.H * p.Tq_p / 16 < (int64_t(1) << 31) && p.B * p.G * p.D < (int64_t(1) << 31) &&
                   p.Tq_p < (int64_t(1) << 31),
               "flash attention backward (wgmma): B·H·Tq/16, B·G·head_dim and Tq must stay below 2^31 "
@@ -715,10 +570,6 @@ BackwardMaps make_maps(const BackwardParams& p, bool main_kernel) {
   const TmaTiles k_rows = row_tiles(p.D, p.Tk_p, p.B * p.G, kBN);
   m.k = make(p.k, k_rows, d_swizzle);
   m.v = make(p.v, k_rows, d_swizzle);
-  if (!main_kernel) {
-    m.q_t = m.dvo_t = m.k_t = m.q;  // not read
-    return m;
-  }
   // The group transposes [B·G·D][rep][Tq_p]: element (bg·D + dd, r, i) at (bg·D + dd)·rep·Tq_p +
   // r·Tq_p + i; a box is 128 queries of one head r, all D rows; queries past Tq_p read as 0.
   TmaTiles q_cols;
@@ -743,12 +594,11 @@ BackwardMaps make_maps(const BackwardParams& p, bool main_kernel) {
 }
 
 template <typename Kernel>
-void launch(Kernel kernel, int64_t blocks, int bytes, const BackwardParams& p, bool main_kernel,
-            cudaStream_t stream) {
-  // All of the SM's unified L1 / shared memory as shared (two pre-pass CTAs at head_dim 128 need it).
+void launch(Kernel kernel, int64_t blocks, int bytes, const BackwardParams& p, cudaStream_t stream) {
+  // All of the SM's unified L1 / shared memory as shared.
   opt_in_shared_memory(kernel, bytes, /*max_carveout=*/true);
   OCTET_CHECK(blocks <= 0x7FFFFFFF, "flash attention backward (wgmma): too many blocks");
-  const BackwardMaps maps = make_maps(p, main_kernel);
+  const BackwardMaps maps = make_maps(p);
   kernel<<<unsigned(blocks), kThreads, bytes, stream>>>(p, maps);
   OCTET_CUDA_LAUNCH_CHECK();
 }
@@ -784,11 +634,11 @@ void bwd_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
       constexpr bool kR = decltype(with_res)::value, kT = decltype(tma)::value, kO = decltype(overlap)::value;
       if constexpr (kD == 64 && kT && !kR) {  // dK, dV into the caller's tensors: these kernels only
         if (p.dk_out) {
-          launch(wgmma_backward_kernel<kD, kDo, kDs, kR, kT, kO, true>, blocks, bytes, p, true, stream);
+          launch(wgmma_backward_kernel<kD, kDo, kDs, kR, kT, kO, true>, blocks, bytes, p, stream);
           return;
         }
       }
-      launch(wgmma_backward_kernel<kD, kDo, kDs, kR, kT, kO, false>, blocks, bytes, p, true, stream);
+      launch(wgmma_backward_kernel<kD, kDo, kDs, kR, kT, kO, false>, blocks, bytes, p, stream);
     };
     // The overlap at head_dim 64 only (the kernel's static_assert says why).
     auto variant = [&](auto with_res) {
@@ -812,24 +662,6 @@ void bwd_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
     formats(std::integral_constant<int, 64>{});
   else
     formats(std::integral_constant<int, 128>{});
-}
-
-void bwd_delta_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
-  OCTET_CHECK(bwd_sm90_supported(p) && p.matched,
-              "flash attention delta (wgmma): supports the matched delta at head_dim 64 or 128, "
-              "block_q = block_k = 128, not deterministic");
-  const int64_t blocks = p.B * p.H * ((p.Tq + kBM - 1) / kBM);
-  auto go = [&](auto d) {
-    constexpr int kD = decltype(d)::value;
-    if (p.do_format == Format::E5M2)
-      launch(wgmma_delta_kernel<kD, true>, blocks, DeltaLayout<kD>::kBytes, p, false, stream);
-    else
-      launch(wgmma_delta_kernel<kD, false>, blocks, DeltaLayout<kD>::kBytes, p, false, stream);
-  };
-  if (p.D == 64)
-    go(std::integral_constant<int, 64>{});
-  else
-    go(std::integral_constant<int, 128>{});
 }
 
 }  // namespace octet::cuda::flash

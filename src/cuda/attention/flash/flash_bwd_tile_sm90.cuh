@@ -1,8 +1,9 @@
-// src/cuda/attention/flash/flash_bwd_tile_sm90.cuh — what the wgmma (Hopper, sm_90a) flavor of the flash
-// FP8 attention backward's two kernels (flash_bwd_sm90.cu: the matched-delta pre-pass and the
-// main kernel) share: the tile geometry, the per-query statistics of a query block, and one warpgroup's Sᵀ =
-// K̂Q̂ᵀ and dPᵀ = V̂dÔᵀ (FP8 wgmma, the same instructions, operand roles and scale products in both kernels, so
-// every (i, j) gets the same P and dP bits: the matched delta's zero row sum) and its P = exp(S − m)/l.
+// src/cuda/attention/flash/flash_bwd_tile_sm90.cuh — the tile pieces of the wgmma (Hopper, sm_90a) flavor
+// of the flash FP8 attention backward: the tile geometry, the per-query statistics of a query block
+// (also the matched-delta pre-pass's, flash_bwd_delta_sm90.cu), and the main kernel's (flash_bwd_sm90.cu)
+// warpgroup products Sᵀ = K̂Q̂ᵀ and dPᵀ = V̂dÔᵀ and its P = exp(S − m)/l (the pre-pass forms S and dP with
+// the same instruction shape and scale products and P by the same formula, so every (i, j) gets the
+// same P and dP bits in both: the matched delta's zero row sum).
 // Semantics: flash.h (CPU twin: src/cpu/attention_backward_tile.cpp compute_p_dp). PTX ISA §9.7.15 (wgmma);
 // FlashAttention-3 (arXiv 2407.08608) for the transposed backward orientation. docs/attention.md §"Backward".
 //
@@ -41,8 +42,7 @@ constexpr int kWgKeys = 64;    // keys per warpgroup
 static_assert(kThreads == 32 * bwd::kWarps, "bwd::cta_amax's slots are one per warp");
 /// Queries per Sᵀ / dPᵀ product (the N of its m64nNk32): half of the tile at both head_dims (at 64
 /// the whole tile in one m64n128 product held Sᵀ's and dPᵀ's 64 + 64 registers beside dK, dV and
-/// spilled). The pre-pass and the main kernel both use it (the same instruction shape: the same
-/// bits).
+/// spilled). The pre-pass's products have the same shape (queries as rows: the same bits).
 template <int kD>
 inline constexpr int kCols = kBM / 2;
 
@@ -128,7 +128,7 @@ __device__ __forceinline__ int col_lim(const ColStats& cs, int q, int64_t kbase)
 /// few FP32 ulp (the matched delta divides by the same P's sum: delta_rule.h). 0 where the key is
 /// not visible (unless kFull: the caller knows every query of the tile sees every key). kbase: the tile's
 /// first key j0 + 64wg + 16w (this warp's keys kbase + g,
-/// + 8). If pa is given, the P̃ codes E4M3(exp(S − m)·p_scale) as the A fragments over queries
+/// + 8). Into pa the P̃ codes E4M3(exp(S − m)·p_scale) as the A fragments over queries
 /// (to_a_frags' order: pa[kk] covers queries q_off + 32kk.., a0/a1 = rows g/g + 8 of n-tiles 4kk,
 /// 4kk + 1, a2/a3 of 4kk + 2, 4kk + 3).
 template <bool kFull, int kNT>
@@ -153,13 +153,11 @@ __device__ __forceinline__ void tile_prob(const ColStats& cs, const Lane& ln, in
         e[j][el] = in ? x : 0.0f;
       }
     }
-    if (pa) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int j = 2 * (r / 2), ro = r % 2;
-        pa[kk][r] = fp8x2(e[j][2 * ro], e[j][2 * ro + 1], false) |
-                    fp8x2(e[j + 1][2 * ro], e[j + 1][2 * ro + 1], false) << 16;
-      }
+    for (int r = 0; r < 4; ++r) {
+      const int j = 2 * (r / 2), ro = r % 2;
+      pa[kk][r] = fp8x2(e[j][2 * ro], e[j][2 * ro + 1], false) |
+                  fp8x2(e[j + 1][2 * ro], e[j + 1][2 * ro + 1], false) << 16;
     }
   }
 }
@@ -185,13 +183,11 @@ __device__ __forceinline__ void for_each_dp(const ColStats& cs, const Lane& ln, 
 /// The sum over the 8 lanes g (same t) of column g of an 8-column group: v[u] is this lane's
 /// partial of column u; a reduce-scatter by shuffles (lane ^ 16: bit 2 of g keeps columns 4·g2..;
 /// lane ^ 8: bit 1 keeps 2·g1 + 4·g2..; lane ^ 4: bit 0 keeps u = g). 7 additions per column in
-/// a fixed tree. The main kernel's residual sums and the delta pre-pass's Σ P dP, Σ P use it on
-/// the 8 columns of n-tiles 4kk..4kk + 3 (u = 2(nt − 4kk) + c): lane g gets query
-/// s_key(4kk + g / 2, 2t + g % 2). T: double (the residual sums) or float (the pre-pass's partials).
-template <typename T>
-__device__ __forceinline__ T column_sum8(const T (&v)[8], int g) {
+/// a fixed tree. The main kernel's residual sums use it on the 8 columns of n-tiles 4kk..4kk + 3
+/// (u = 2(nt − 4kk) + c): lane g gets query s_key(4kk + g / 2, 2t + g % 2).
+__device__ __forceinline__ double column_sum8(const double (&v)[8], int g) {
   const bool g0 = g & 1, g1 = g & 2, g2 = g & 4;
-  T w[4], x[2];
+  double w[4], x[2];
 #pragma unroll
   for (int k = 0; k < 4; ++k)
     w[k] = (g2 ? v[k + 4] : v[k]) + __shfl_xor_sync(0xFFFFFFFFu, g2 ? v[k] : v[k + 4], 16);

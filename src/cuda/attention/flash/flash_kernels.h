@@ -31,9 +31,8 @@ bool bwd_sm90_supported(const BackwardParams& p);
 
 /// The matched delta pre-pass: delta, row_factor (p.matched).
 void bwd_delta_sm89_launch(const BackwardParams& p, cudaStream_t stream);
-void bwd_delta_sm90_launch(const BackwardParams& p, cudaStream_t stream);
-/// The same sums in row orientation (flash_bwd_delta_sm90.cu: S = Q̂K̂ᵀ, dP = dÔV̂ᵀ, a query's
-/// statistics and partial sums in one lane); run_delta's choice unless OCTET_FLASH_BWD_DELTA_ROWS=0.
+/// The wgmma flavor's (flash_bwd_delta_sm90.cu: S = Q̂K̂ᵀ, dP = dÔV̂ᵀ with queries as rows, a
+/// query's statistics and partial sums in one lane).
 void bwd_delta_rows_sm90_launch(const BackwardParams& p, cudaStream_t stream);
 /// The main kernel into the zeroed accumulators (dQ by atomics unless p.deterministic).
 void bwd_sm89_launch(const BackwardParams& p, cudaStream_t stream);

@@ -308,17 +308,15 @@ TEST_P(FlashBackwardWgmma, DqPathsAndProductOrdersAgree) {
     }
 }
 
-// The matched pre-pass in both orientations (OCTET_FLASH_BWD_DELTA_ROWS: 1 or unset, queries as the
-// products' rows, flash_bwd_delta_sm90.cu; 0: keys as rows, the main kernel's orientation): with
-// each, the main kernel's actual dS has a row residual <= 1e-6 in every row (what the matched
-// delta promises; a rounding of P or dP alone would move it by ~1e-8, below that bound: the bits
-// themselves are wgmma_roles_gpu_test.cu's); every row written (NaN before each run) with
-// row_factor the same bits; D within 1e-4 of the largest |D| plus 1e-7
-// (the two sum the same products in different orders, each within ~5u of Σ|P dP| per 16 keys; a
-// wrong key or mask is an O(1) error); two runs of the row orientation give the same D bits. GQA, causal, Tq
-// != Tk, lengths that are not multiples of 128, both dO formats. Any other value of the variable is an
-// octet::Error naming it.
-TEST_P(FlashBackwardWgmma, BothDeltaOrientationsAgree) {
+// The wgmma matched pre-pass (flash_bwd_delta_sm90.cu: S and dP with queries as rows, the main
+// kernel's bits in the other orientation): the main kernel's actual dS has a row residual <= 1e-6
+// in every row (what the matched delta promises; a rounding of P or dP alone would move it by
+// ~1e-8, below that bound: the bits themselves are wgmma_roles_gpu_test.cu's); every row written
+// (NaN before each run); two runs give the same D bits; row_factor the mma.sync pre-pass's bits
+// (both 1/l of the same l) and D within 1e-2 of the largest |D| of it (the flavors' P and dP
+// differ by ~1e-4 relative: D by <= 1.1e-3 measured on an H200; a wrong key, mask or row is an
+// O(1) error). GQA, causal, Tq != Tk, lengths that are not multiples of 128, both dO formats.
+TEST_P(FlashBackwardWgmma, MatchedPrePassWritesEveryRowExactly) {
   OCTET_REQUIRE_SM90();
   const int64_t D = GetParam();
   struct Run {
@@ -333,27 +331,30 @@ TEST_P(FlashBackwardWgmma, BothDeltaOrientationsAgree) {
     const test::BackwardDims& c = run.c;
     test::BackwardCodes bc(c, run.dof, 7);
     fl::BackwardParams& p = bc.p;
-    p.bwd_kernel = fl::BackwardKernel::Wgmma;
     p.res_sums = bc.res_sums.p;
     const int64_t rows = c.B * c.H * c.Tq;
     const std::string at = "D" + std::to_string(c.D) + " H" + std::to_string(c.H) + "/G" +
                            std::to_string(c.G) + " " + std::to_string(c.Tq) + "x" + std::to_string(c.Tk) +
                            (c.causal ? " causal" : "") + " dO " + to_string(run.dof);
     std::vector<float> delta[3], rf[3];
-    for (int r = 0; r < 3; ++r) {  // keys as rows, queries as rows, queries as rows again
-      test::ScopedEnv env("OCTET_FLASH_BWD_DELTA_ROWS", r == 0 ? "0" : "1");
+    for (int r = 0; r < 3; ++r) {  // mma.sync, wgmma, wgmma again
+      p.bwd_kernel = r == 0 ? fl::BackwardKernel::MmaSync : fl::BackwardKernel::Wgmma;
       // NaN bits first: a row the pre-pass does not write stays NaN
       OCTET_CUDA_CHECK(cudaMemset(bc.delta.p, 0xFF, size_t(rows) * sizeof(float)));
       OCTET_CUDA_CHECK(cudaMemset(bc.rf.p, 0xFF, size_t(rows) * sizeof(float)));
       fl::run_delta(p, nullptr);
       delta[r] = bc.delta.get(), rf[r] = bc.rf.get();
-      if (r == 2) break;
+      if (r != 1) continue;
       fl::run_backward_main(p, nullptr);
       fl::bwd_residual_finish_launch(bc.res_sums.p, rows, bc.residual.p, nullptr);
       double res = 0;
       for (double x : bc.residual.get()) res = std::max(res, x);
-      std::printf("[wgmma delta] %-36s %s rows: residual %.1e\n", at.c_str(), r ? "query" : "key", res);
-      EXPECT_LE(res, 1e-6) << at << (r ? " query rows" : " key rows");
+      EXPECT_LE(res, 1e-6) << at;
+      double dmax = 0, diff = 0;
+      for (float x : delta[0]) dmax = std::max(dmax, std::fabs(double(x)));
+      for (int64_t i = 0; i < rows; ++i) diff = std::max(diff, std::fabs(double(delta[1][i]) - delta[0][i]));
+      std::printf("[wgmma delta] %-36s residual %.1e | D vs mma.sync %.1e of max |D| %.2e\n", at.c_str(), res,
+                  diff / std::max(dmax, 1e-30), dmax);
     }
     EXPECT_EQ(rf[1], rf[0]) << at << ": row_factor";
     EXPECT_EQ(delta[2], delta[1]) << at << ": D differs between two runs";
@@ -363,17 +364,8 @@ TEST_P(FlashBackwardWgmma, BothDeltaOrientationsAgree) {
     for (int64_t i = 0; i < rows; ++i) {
       ASSERT_TRUE(std::isfinite(delta[1][i]) && std::isfinite(rf[1][i]))
           << at << " row " << i << " not written";
-      ASSERT_LE(std::fabs(double(delta[1][i]) - delta[0][i]), 1e-4 * dmax + 1e-7) << at << " row " << i;
+      ASSERT_LE(std::fabs(double(delta[1][i]) - delta[0][i]), 1e-2 * dmax + 1e-7) << at << " row " << i;
     }
-  }
-  test::ScopedEnv env("OCTET_FLASH_BWD_DELTA_ROWS", "rows");
-  test::BackwardCodes bc({1, 2, 2, 130, 130, D, 128, 128, true}, Format::E5M2, 3);
-  bc.p.bwd_kernel = fl::BackwardKernel::Wgmma;
-  try {
-    fl::run_delta(bc.p, nullptr);
-    ADD_FAILURE() << "OCTET_FLASH_BWD_DELTA_ROWS=rows accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("OCTET_FLASH_BWD_DELTA_ROWS"), std::string::npos) << e.what();
   }
 }
 
