@@ -17,8 +17,8 @@
 // (Σ P = 1) it is the paper's D. A row that sees one key has P = 1 and gets dS = 0 exactly.
 // The row residual |Σ_j dS_ij| / Σ_j P_ij (|dP_ij| + |D_i|) of this rule stays at a few ulps
 // (tests/attention/delta_rule_test.cpp). One licensed shortcut, for speed: the Hopper wgmma
-// pre-pass (src/cuda/attention/flash/flash_bwd_sm90.cu) first sums 16 keys of a row in FP32 (≤ 5u·Σ|P dP|
-// of that group, u = 2^-24, whatever the row's length) and adds those partials in FP64: its residual
+// pre-pass (src/cuda/attention/flash/flash_bwd_delta_sm90.cu) first sums 16 keys of a row in FP32 (≤ 5u·Σ|P
+// dP| of that group, u = 2^-24, whatever the row's length) and adds those partials in FP64: its residual
 // stays below 1e-6 of the same normalizer in every row (tested on the GPU), where whole-row FP32
 // sums would not.
 #pragma once

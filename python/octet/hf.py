@@ -186,7 +186,15 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
             # one row of packed sequences; names: the arguments the offsets came from (the
             # spelling given, Hugging Face's or FlashAttention's)
             if batch != 1:
-                raise ValueError(f"octet.hf: packed sequences need a batch of one row, got {batch}")
+                raise ValueError(f"octet.hf: packed sequences ({names[0]}, {names[1]}) need a batch "
+                                 f"of one row, got {batch}")
+            # A padding mask beside the offsets: its zeros would be attended as tokens of the
+            # sequences (read eagerly only: compiled, reading it is a host sync).
+            if (attention_mask is not None and not torch.compiler.is_compiling()
+                    and not bool(attention_mask.to(torch.bool).all())):
+                raise ValueError(f"octet.hf: a padding mask with zeros beside {names[0]} / {names[1]} "
+                                 f"(packed sequences): octet would attend the padded tokens; leave the "
+                                 f"padding out of the packed row or pass no offsets")
             def to_tensor(c, name):
                 if isinstance(c, torch.Tensor):
                     return c

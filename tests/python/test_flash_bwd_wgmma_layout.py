@@ -13,8 +13,8 @@ index anywhere gives a different matrix.
 head_dim 128 (docs/attention.md §"Backward"): Sᵀ and dPᵀ are products over 64-query halves h
 (kCols = 64, B = Q̂/dÔ tile rows 64h..), P̃ fragments of both halves feed one dV product over the
 128 queries in two 64-column parts of head_dim, half 0's dS is parked in shared memory as
-[element][thread] float4s (the dŜ tile's space), and the pre-pass's per-lane sums of half h sit at
-group 2h + kk.
+[element][thread] float4s (the dŜ tile's space), and the residual sums of half h sit at group
+2h + kk.
 """
 import numpy as np
 import pytest
@@ -24,8 +24,8 @@ rng = np.random.default_rng(7)
 
 
 def k_cols(d):
-    """bwdw::kCols: queries per Sᵀ / dPᵀ product."""
-    return BM if d == 64 else BM // 2
+    """bwdw::kCols: queries per Sᵀ / dPᵀ product (a 64-query half at both head_dims)."""
+    return BM // 2
 
 
 def s_key(nt, n):
@@ -178,28 +178,28 @@ def test_park_is_one_slot_per_thread_value():
 
 @pytest.mark.parametrize("D", [64, 128])
 def test_shared_memory_layouts(D):
-    """MainLayout / DeltaLayout offsets: 1024-aligned tiles, no overlap, within 227 KiB."""
-    col_stats = 5 * BM * 4
+    """MainLayout (flash_bwd_sm90.cu) / RowLayout (flash_bwd_delta_sm90.cu) offsets: 1024-aligned
+    tiles, no overlap, within 227 KiB; the pre-pass's twice within an SM's 228 KiB."""
+    col_stats = 5 * BM * 4  # ColStats: bias, l, rcp_lp, delta, vis
     rows = BN * D
-    park = 0 if D == 64 else THREADS * (k_cols(D) // 8) * 16
+    park = THREADS * (k_cols(D) // 8) * 16
     k_, v_, kt, ds = 0, rows, 2 * rows, 3 * rows
     stage0 = ds + max(park, BM * BN)
     stage = 4 * rows
     stats = stage0 + 2 * stage
-    main_bytes = stats + 2 * col_stats + 1024
+    main_bytes = stats + 2 * col_stats + 3 * 8 + 1024
     for off in (k_, v_, kt, ds, stage0, stage0 + stage):
         assert off % 1024 == 0
     assert main_bytes + 64 <= 227 * 1024, main_bytes
-    assert main_bytes == (112640 if D == 64 else 219136)
-    kparts = 2 * rows + 2 * 2 * rows + (col_stats + 15) // 16 * 16
-    delta_bytes = kparts + 8 * BM * 16 + 1024
-    assert delta_bytes <= 227 * 1024
+    assert main_bytes == (129048 if D == 64 else 219160)
+    row_bytes = 6 * rows + 3 * 8 + 1024  # Q̂, dÔ, two stages of K̂, V̂; the mbarriers
+    assert 2 * (row_bytes + 1024) <= 228 * 1024, row_bytes
 
 
 @pytest.mark.parametrize("D", [64, 128])
-def test_prepass_groups_cover_each_query_once(D):
-    """The pre-pass's acc[kN/32·h + kk] and residual_sums' query q_off + column_sum8_query(kk):
-    the same query as column_sum8_query of the tile group kN/32·h + kk, every query once."""
+def test_residual_sum_groups_cover_each_query_once(D):
+    """residual_sums' query q_off + column_sum8_query(kk) of half h: the same query as
+    column_sum8_query of the tile group kN/32·h + kk, every query once."""
     n = k_cols(D)
     seen = []
     for h in range(BM // n):

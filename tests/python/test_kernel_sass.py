@@ -5,10 +5,10 @@ nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels, which ./dev installs) on 
 - Registers (`cuobjdump -res-usage`): the flash backward kernels without residual sums
   (src/cuda/attention/flash/flash_bwd_sm90.cu wgmma_backward_kernel) with dQ by atomics, every
   overlap kernel, the default at head_dim 64 (dQ by TMA and the Sᵀ/dPᵀ overlap), the
-  matched-delta pre-passes (both orientations) and the forward spill nothing (STACK 0): a spill there is a slowdown, and
+  matched-delta pre-pass (flash_bwd_delta_sm90.cu) and the forward spill nothing (STACK 0): a spill there is a slowdown, and
   in the overlap kernels it could fall between a wgmma's issue and its wait. The default at
   head_dim 128 (dQ by TMA) spills at most 32 bytes a thread, and no spill store or load names an
-  accumulator register of a wgmma between its issue and its wait. The overlap exists at head_dim 64 only; the pre-passes fit
+  accumulator register of a wgmma between its issue and its wait. The overlap exists at head_dim 64 only; the pre-pass fits
   two CTAs an SM (<= 128 registers).
 - The dQ path (BackwardParams::dq_tma): the atomics' kernels add dQ by 16-byte FP32 reductions
   (`REDG.E.ADD.F32x4`, head_dim / 8 a thread per step) and issue no TMA reduce; the TMA kernels have

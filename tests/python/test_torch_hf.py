@@ -305,7 +305,8 @@ def test_float8_filter_keeps_the_head():
 def test_flash_attention_spelling_of_the_offsets():
     """FlashAttention's cu_seqlens_q / cu_seqlens_k (flash_attn_varlen_func's names) are taken as
     Hugging Face's cu_seq_lens_q / cu_seq_lens_k are: the same packed call, either spelling per
-    side; errors name the spelling given; both spellings of one side are refused, naming both."""
+    side; errors name the spelling given; both spellings of one side are refused, naming both; a
+    padding mask with zeros beside the offsets is refused."""
     fn = octet.hf.make_attention_function(precision="fp64")
     module = torch.nn.Module()
     gen = torch.Generator().manual_seed(8)
@@ -327,6 +328,15 @@ def test_flash_attention_spelling_of_the_offsets():
         fn(module, q, k, v, None, cu_seqlens_q=torch.tensor([0, 3, 5]))
     with pytest.raises(ValueError, match="cu_seqlens_q has 2 sequences, cu_seq_lens_k 1"):
         fn(module, q, k, v, None, cu_seqlens_q=cu, cu_seq_lens_k=torch.tensor([0, 6]))
+    # a padding mask beside the offsets: an all-ones one is no padding; one with zeros is refused
+    # (the padded tokens would be attended as tokens of the sequences)
+    assert torch.equal(fn(module, q, k, v, torch.ones(1, 6, dtype=torch.int64), cu_seqlens_q=cu)[0], want)
+    with pytest.raises(ValueError, match="a padding mask with zeros beside cu_seqlens_q"):
+        fn(module, q, k, v, torch.tensor([[0, 0, 1, 1, 1, 1]]), cu_seqlens_q=cu, cu_seqlens_k=cu)
+    with pytest.raises(ValueError, match=r"packed sequences \(cu_seq_lens_q, cu_seq_lens_k\) need a "
+                                         r"batch of one row, got 2"):
+        fn(module, q.expand(2, -1, -1, -1), k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1), None,
+           cu_seq_lens_q=cu, cu_seq_lens_k=cu)
     # through a model: transformers hands the kwarg to the attention function (the bad offsets
     # below are refused: they reached it)
     model, seqs, alone, ids, pos = documents((5, 9, 1), seed=2)

@@ -151,27 +151,26 @@ def test_bad_input_raises():
         lin.load_quant_state([1.0, 2.0])  # a stateless recipe has no state to load
     with pytest.raises(ValueError, match="amax_history_len must be in"):  # would wrap as a C int
         ot.Float8Linear(16, 8, recipe="tensor-delayed", amax_history_len=10**12)
-    with pytest.raises(ValueError, match="margin must fit a 32-bit int, got -4294967296"):
-        ot.Float8Linear(16, 8, margin=-2**32)
-    with pytest.raises(octet.OctetError, match=r"margin must be in \[-32, 32\], got 33"):  # octet's rule
-        ot.Float8Linear(16, 8, margin=33)
+    for margin in (33, -33, -2**32):  # octet's rule [-32, 32], checked before the weight exists
+        with pytest.raises(ValueError, match=rf"margin must be in \[-32, 32\], got {margin}$"):
+            ot.Float8Linear(16, 8, margin=margin)
     with pytest.raises(TypeError, match="recipe must be a str"):
         ot.Float8Linear(16, 8, recipe=None)
 
 
 @pytest.mark.parametrize("name", ["amax_history_len", "margin"])
-@pytest.mark.parametrize("value", [2.5, 16.0, "16", None, True, False, torch.tensor(1.0)], ids=repr)
+@pytest.mark.parametrize("value", [2.5, 16.0, "16", None, True, False, torch.tensor(1.0),
+                                   torch.tensor(4), torch.tensor(True), torch.tensor([4])], ids=repr)
 def test_an_int_setting_of_another_type_is_a_type_error(name, value):
-    """amax_history_len and margin cross to octet as C ints: a float, a str, None or a float tensor
-    is a TypeError naming the setting (not a ValueError: the type is wrong, not the value), and so
-    is a bool, which Python counts as an int."""
+    """amax_history_len and margin cross to octet as C ints: a float, a str, None or a tensor (of
+    any dtype or shape) is a TypeError naming the setting (not a ValueError: the type is wrong, not
+    the value), and so is a bool, which Python counts as an int."""
     with pytest.raises(TypeError, match=rf"^Float8Linear: {name} must be an int, got "):
         ot.Float8Linear(16, 8, recipe="tensor-delayed", **{name: value})
 
 
 def test_an_int_setting_takes_an_integer_type():
-    """An integer type that is not int (a numpy integer, a 0-d integer tensor: what a config
-    loader or a sweep may hand over) is taken as its value."""
+    """A NumPy integer (what a config loader or a sweep may hand over) is taken as its value."""
     np = pytest.importorskip("numpy")
     gen = torch.Generator().manual_seed(2)
     xs = [torch.randn(3, 16, generator=gen) * (i + 1) for i in range(6)]
@@ -189,9 +188,10 @@ def test_an_int_setting_takes_an_integer_type():
         return torch.stack(ys), lin.quant_state()
 
     want = run(4, 1)
-    for history, margin in ((np.int64(4), np.int32(1)), (torch.tensor(4), torch.tensor(1))):
-        got = run(history, margin)
-        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    got = run(np.int64(4), np.int32(1))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    with pytest.raises(TypeError, match="margin must be an int, got bool"):
+        ot.Float8Linear(16, 8, margin=np.bool_(True))
 
 
 @pytest.mark.parametrize("recipe", ["tensor-current", "row", "block", "mx", "unit"])

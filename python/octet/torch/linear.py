@@ -26,7 +26,7 @@ Float8Linear.update_scales) once per optimizer step. Its state is not in the sta
 stay nn.Linear's: weight, bias); quant_state() / load_quant_state() carry it.
 """
 import ctypes
-import operator
+import numbers
 import secrets
 import weakref
 
@@ -323,22 +323,20 @@ _WORK = {  # activation dtype octet computes in, per input dtype and device type
 }
 
 
-# octet/quant.h QuantConfig::kMaxAmaxHistory: the longest amax history octet accepts.
-_MAX_AMAX_HISTORY = 1 << 20
+# octet/quant.h QuantConfig::validate's ranges, checked here too so that a bad value is refused
+# before the weight is allocated and with what it means for a recipe without a history.
+_MAX_AMAX_HISTORY = 1 << 20  # QuantConfig::kMaxAmaxHistory
+_MAX_MARGIN = 32             # |margin| <= 32
 # The recipes that keep no amax history (octet/quant.h Recipe: all but tensor-delayed).
 _RECIPES_WITHOUT_HISTORY = ("tensor-current", "row", "block", "mx", "unit")
 
 
 def _as_int(name, value):
-    """`value` as a Python int: an int, or an integer type's __index__ (a numpy integer, a 0-d
-    integer tensor); never a bool, which Python counts as an int. TypeError naming `name` else."""
-    if isinstance(value, bool):
-        raise TypeError(f"Float8Linear: {name} must be an int, got the bool {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"Float8Linear: {name} must be an int, got {type(value).__name__} "
-                        f"{value!r}") from None
+    """`value` as a Python int: an int or a NumPy integer (numbers.Integral), never a bool (which
+    Python counts as an int) nor a tensor. TypeError naming `name` else."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    raise TypeError(f"Float8Linear: {name} must be an int, got {type(value).__name__} {value!r}")
 
 
 class Float8Linear(torch.nn.Linear):
@@ -350,9 +348,9 @@ class Float8Linear(torch.nn.Linear):
     2^margin headroom below the format's max (octet/quant.h QuantConfig). amax_history_len is
     checked for every recipe, as octet's QuantConfig checks it (for a training config's
     precision.amax_history_len too): a recipe without a history ignores a length in range and
-    refuses one out of range. amax_history_len and margin are ints: another type (a bool too) is
-    a TypeError; an amax_history_len out of range a ValueError (a margin out of octet's [-32, 32]
-    an octet.OctetError).
+    refuses one out of range. amax_history_len and margin are ints (or NumPy integers): another
+    type (a bool or a tensor too) is a TypeError; an amax_history_len out of [1, 2^20] or a margin
+    out of [-32, 32] a ValueError, raised before the weight is allocated.
     Input [..., in_features] of dtype float32/bfloat16/float16 (float64 on cpu, computed in
     float32); the output has the input's dtype (under torch.autocast, as nn.Linear: autocast's). Errors: octet.OctetError naming the problem (an
     unknown recipe or format at construction; what the backend rejects at the first call).
@@ -366,16 +364,14 @@ class Float8Linear(torch.nn.Linear):
                 raise TypeError(f"Float8Linear: {name} must be a str, got {type(value).__name__}")
         amax_history_len = _as_int("amax_history_len", amax_history_len)
         margin = _as_int("margin", margin)
-        # Both cross to octet as C ints. octet checks their ranges (QuantConfig::validate); the
-        # history's is checked here as well, to say what it means for a recipe without a history.
         if not 1 <= amax_history_len <= _MAX_AMAX_HISTORY:
             unused = ("" if recipe not in _RECIPES_WITHOUT_HISTORY else
                       f" (recipe {recipe!r} keeps no amax history, but the length is checked for "
                       f"every recipe: leave it at its default)")
             raise ValueError(f"Float8Linear: amax_history_len must be in [1, {_MAX_AMAX_HISTORY}], "
                              f"got {amax_history_len}{unused}")
-        if not -2**31 <= margin < 2**31:  # would wrap around as a C int
-            raise ValueError(f"Float8Linear: margin must fit a 32-bit int, got {margin}")
+        if not -_MAX_MARGIN <= margin <= _MAX_MARGIN:
+            raise ValueError(f"Float8Linear: margin must be in [{-_MAX_MARGIN}, {_MAX_MARGIN}], got {margin}")
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.recipe, self.format = recipe, format
         # The shape octet's Linear is built for (checked at every call: in_features and

@@ -227,7 +227,7 @@ RowMaps make_row_maps(const BackwardParams& p) {
 
 }  // namespace
 
-void bwd_delta_rows_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
+void bwd_delta_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
   OCTET_CHECK(bwd_sm90_supported(p) && p.matched,
               "flash attention delta (wgmma): supports the matched delta at head_dim 64 or 128, "
               "block_q = block_k = 128, not deterministic");

@@ -171,7 +171,7 @@ void run_delta(const BackwardParams& p, cudaStream_t stream) {
   q.head_group = resolved_head_group(p.head_group);
   // The matched pre-pass runs the main kernel's flavor: its P and dP have the main kernel's bits.
   if (select_backward_kernel(p) == BackwardKernel::Wgmma) {
-    bwd_delta_rows_sm90_launch(q, stream);
+    bwd_delta_sm90_launch(q, stream);
   } else
     bwd_delta_sm89_launch(q, stream);
 }

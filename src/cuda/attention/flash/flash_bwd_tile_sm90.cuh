@@ -31,7 +31,6 @@
 #include "cuda/attention/flash/flash_mma_sm89.cuh"
 #include "cuda/attention/flash/flash_softmax.cuh"
 #include "cuda/attention/flash/flash_wgmma_sm90.cuh"
-#include "octet/delta_rule.h"
 
 namespace octet::cuda::flash::bwdw {
 
@@ -49,7 +48,8 @@ inline constexpr int kCols = kBM / 2;
 /// The per-query statistics of one query block, in natural query order (query i0 + q at q), from
 /// Rows::init's values (m = 0, l = 1, delta = 0 for a row without keys or a pad): tile_prob's
 /// exponent bias log2(p_scale) − RN(m·log2 e) and factor RN(1/(l·p_scale)), l, D, the keys the row
-/// sees.
+/// sees. The main kernel reads no l; dropping it (and its store) moved ptxas to 64 bytes of spill
+/// in a head_dim 64 kernel (residual sums, dQ by TMA, the overlap), so the column stays.
 struct ColStats {
   float bias[kBM], l[kBM], rcp_lp[kBM], delta[kBM];
   int vis[kBM];
@@ -128,7 +128,7 @@ __device__ __forceinline__ int col_lim(const ColStats& cs, int q, int64_t kbase)
 /// few FP32 ulp (the matched delta divides by the same P's sum: delta_rule.h). 0 where the key is
 /// not visible (unless kFull: the caller knows every query of the tile sees every key). kbase: the tile's
 /// first key j0 + 64wg + 16w (this warp's keys kbase + g,
-/// + 8). Into pa the P̃ codes E4M3(exp(S − m)·p_scale) as the A fragments over queries
+/// + 8). Into pa (non-null) the P̃ codes E4M3(exp(S − m)·p_scale) as the A fragments over queries
 /// (to_a_frags' order: pa[kk] covers queries q_off + 32kk.., a0/a1 = rows g/g + 8 of n-tiles 4kk,
 /// 4kk + 1, a2/a3 of 4kk + 2, 4kk + 3).
 template <bool kFull, int kNT>

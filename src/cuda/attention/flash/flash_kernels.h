@@ -8,7 +8,8 @@
 //     flash_bwd_dq_sm89.cu     the deterministic dQ kernel (Q-block-major)
 //   sm90 (Hopper wgmma, sm_90a):
 //     flash_fwd_sm90.cu        forward and logits
-//     flash_bwd_sm90.cu        main backward and its matched delta pre-pass
+//     flash_bwd_delta_sm90.cu  matched delta pre-pass (S and dP with queries as rows)
+//     flash_bwd_sm90.cu        main backward (key-block-major)
 //   any architecture:
 //     flash_bwd_rows.cu        stale delta, row residual finish, the dQ row-sum projection
 #pragma once
@@ -33,7 +34,7 @@ bool bwd_sm90_supported(const BackwardParams& p);
 void bwd_delta_sm89_launch(const BackwardParams& p, cudaStream_t stream);
 /// The wgmma flavor's (flash_bwd_delta_sm90.cu: S = Q̂K̂ᵀ, dP = dÔV̂ᵀ with queries as rows, a
 /// query's statistics and partial sums in one lane).
-void bwd_delta_rows_sm90_launch(const BackwardParams& p, cudaStream_t stream);
+void bwd_delta_sm90_launch(const BackwardParams& p, cudaStream_t stream);
 /// The main kernel into the zeroed accumulators (dQ by atomics unless p.deterministic).
 void bwd_sm89_launch(const BackwardParams& p, cudaStream_t stream);
 /// The deterministic dQ kernel (after bwd_sm89_launch with p.deterministic): dq_acc in full.

@@ -13,7 +13,8 @@
 // the mma.sync flavor's instruction sums in its own order, so the two flavors agree to the same
 // 1e-2 (a dŜ or P̃ code flips where a value sits on a rounding boundary), not bitwise. Identities:
 // dO = 0 ⇒ dQ = dK = dV = 0 exactly; rows without keys ⇒ dQ = 0, all finite. The matched pre-pass
-// and the main kernel share the S/P/dP device functions (the residual is the test of that).
+// forms S, P and dP with the main kernel's instruction shape (operand roles swapped), exponential
+// and statistics, so with the same bits (the residual is the test of that).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -310,13 +311,15 @@ TEST_P(FlashBackwardWgmma, DqPathsAndProductOrdersAgree) {
 
 // The wgmma matched pre-pass (flash_bwd_delta_sm90.cu: S and dP with queries as rows, the main
 // kernel's bits in the other orientation): the main kernel's actual dS has a row residual <= 1e-6
-// in every row (what the matched delta promises; a rounding of P or dP alone would move it by
-// ~1e-8, below that bound: the bits themselves are wgmma_roles_gpu_test.cu's); every row written
-// (NaN before each run); two runs give the same D bits; row_factor the mma.sync pre-pass's bits
-// (both 1/l of the same l) and D within 1e-2 of the largest |D| of it (the flavors' P and dP
-// differ by ~1e-4 relative: D by <= 1.1e-3 measured on an H200; a wrong key, mask or row is an
-// O(1) error). GQA, causal, Tq != Tk, lengths that are not multiples of 128, both dO formats.
-TEST_P(FlashBackwardWgmma, MatchedPrePassWritesEveryRowExactly) {
+// in every row — what the matched delta promises and what catches a wrong key, mask or product
+// in the pre-pass (a rounding of P or dP alone would move it by ~1e-8, below that bound: the bits
+// themselves are wgmma_roles_gpu_test.cu's); every row written (NaN before each run), rows that
+// see no key included (causal with Tq > Tk: D = 0, row_factor 0); two runs give the same D bits;
+// row_factor the mma.sync pre-pass's bits (both 1/l of the same l) and D within 1e-2 of the
+// largest |D| of it (the flavors' P and dP differ by ~1e-4 relative: D by <= 1.1e-3 of it measured
+// on an H200; a coarse check beside the residual's). GQA, Tq != Tk, lengths that are not
+// multiples of 128, both dO formats.
+TEST_P(FlashBackwardWgmma, MatchedPrePassZeroesEveryRowSum) {
   OCTET_REQUIRE_SM90();
   const int64_t D = GetParam();
   struct Run {
@@ -326,7 +329,8 @@ TEST_P(FlashBackwardWgmma, MatchedPrePassWritesEveryRowExactly) {
   const Run runs[] = {{{2, 8, 2, 300, 300, D, 128, 128, true}, Format::E5M2},
                       {{3, 4, 4, 257, 520, D, 128, 128, true}, Format::E4M3},
                       {{2, 6, 3, 400, 256, D, 128, 128, false}, Format::E5M2},
-                      {{1, 4, 1, 1024, 1024, D, 128, 128, false}, Format::E4M3}};
+                      {{1, 4, 1, 1024, 1024, D, 128, 128, false}, Format::E4M3},
+                      {{2, 4, 2, 300, 130, D, 128, 128, true}, Format::E5M2}};  // 170 keyless rows
   for (const Run& run : runs) {
     const test::BackwardDims& c = run.c;
     test::BackwardCodes bc(c, run.dof, 7);

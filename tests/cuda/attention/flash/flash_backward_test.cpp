@@ -12,9 +12,10 @@
 // estimate, not yet measured on a GPU). Every result obeys FlashAttention-3's rule against the FP64
 // oracle (FlashAttention-3's test rule): error <= 2 x the CPU twin's error + 1e-3.
 // Delta-Matching: the matched row residual of the kernel's actual dS is <= 1e-6 in every row (the
-// pre-pass and the main kernel share one S/P/dP device function, so D_i is computed from the very
-// P and dP dS uses), also with large logits; the stale residual is > 10x the matched one.
-// Identities: dO = 0 gives dQ = dK = dV = 0 exactly; all-zero inputs too; a row that sees no key
+// pre-pass forms P and dP with the main kernel's bits — the mma.sync flavor by its very device
+// functions, the wgmma one by the same instructions with the operand roles swapped — so D_i is
+// computed from the very P and dP dS uses), also with large logits; the stale residual is > 10x the matched
+// one. Identities: dO = 0 gives dQ = dK = dV = 0 exactly; all-zero inputs too; a row that sees no key
 // (causal, Tq > Tk) gets dQ = 0, everything finite. Deterministic mode (the Q-block-major dQ
 // kernel) gives identical bits on two runs and the atomic dQ to 1e-5; dK, dV (fixed order in both
 // modes) are bitwise equal across runs and modes. Unsupported block sizes raise octet::Error.
