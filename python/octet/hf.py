@@ -188,13 +188,6 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
             if batch != 1:
                 raise ValueError(f"octet.hf: packed sequences ({names[0]}, {names[1]}) need a batch "
                                  f"of one row, got {batch}")
-            # A padding mask beside the offsets: its zeros would be attended as tokens of the
-            # sequences (read eagerly only: compiled, reading it is a host sync).
-            if (attention_mask is not None and not torch.compiler.is_compiling()
-                    and not bool(attention_mask.to(torch.bool).all())):
-                raise ValueError(f"octet.hf: a padding mask with zeros beside {names[0]} / {names[1]} "
-                                 f"(packed sequences): octet would attend the padded tokens; leave the "
-                                 f"padding out of the packed row or pass no offsets")
             def to_tensor(c, name):
                 if isinstance(c, torch.Tensor):
                     return c
@@ -220,6 +213,14 @@ def make_attention_function(delta="matched", precision="fp8", format="hybrid"):
 
         (cu_q, name_q), (cu_k, name_k) = _cu_seqlens(kwargs, "q"), _cu_seqlens(kwargs, "k")
         if cu_q is not None or cu_k is not None:  # one given: the same offsets for queries and keys
+            # A padding mask beside the offsets: its zeros would be attended as tokens of the
+            # sequences. Read eagerly only (compiled, it is a host sync), once per forward for a
+            # CUDA mask (every layer gets the same tensor).
+            if attention_mask is not None and not torch.compiler.is_compiling() and _PADDING.get(
+                    attention_mask, "has zeros", lambda: not bool(attention_mask.to(torch.bool).all())):
+                raise ValueError(f"octet.hf: a padding mask with zeros beside {name_q or name_k} / "
+                                 f"{name_k or name_q} (packed sequences): octet would attend the padded "
+                                 f"tokens; leave the padding out of the packed row or pass no offsets")
             if cu_q is None or cu_k is None:
                 cu, given = (cu_q, name_q) if cu_k is None else (cu_k, name_k)
                 return packed(cu, cu, (f"{given} (used for queries)", f"{given} (used for keys)"))
