@@ -204,6 +204,7 @@ struct AttnArgs {
   std::string python = "python3";
   std::string input_dtype = "bf16";  ///< octet's rows: bf16 (as the trainer) | f32
   std::string rows;                  ///< only these rows, comma-separated ("" every row)
+  int64_t tile = 128;                ///< block_q = block_k of octet's FP8 flash rows: 64 | 128
 };
 
 // The cases `octet bench attention` runs: the custom shape, or the named set or cases.
@@ -286,6 +287,7 @@ void run_attention(const AttnArgs& a) {
   o.reps = a.reps;
   o.warmup = a.warmup;
   o.input_dtype = octet::parse_dtype(a.input_dtype);
+  o.tile = a.tile;
   const nlohmann::json env = env_json();
   if (!a.json)
     std::printf("%-29s %-4s %-29s %8s %8s %7s %7s %7s %7s %8s %8s %8s %8s  %s\n", "impl", "in", "case",
@@ -335,6 +337,7 @@ void run_attention(const AttnArgs& a) {
     if (r.bwd_dkv_direct >= 0) j["bwd_dkv_direct"] = r.bwd_dkv_direct;
     if (!r.pack_kernel.empty()) j["pack_kernel"] = r.pack_kernel;  // octet's rows from BF16/F32
     if (!r.input_dtype.empty()) j["input_dtype"] = r.input_dtype;  // octet's rows
+    if (r.tile > 0) j["tile"] = r.tile;                            // octet's FP8 flash rows
     char line[256];
     std::snprintf(line, sizeof(line),
                   "%-29s %-4s %-29s %8.3f %8.3f %7.2f %7.2f %7.2f %7.2f %8.1e %8.1e %8.1e %8.1e  %s/%s",
@@ -590,6 +593,11 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
   attn->add_option("--input-dtype", t.input_dtype,
                    "dtype of q, k, v, o, dO and the gradients for octet's rows (bf16: as the trainer)")
       ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  attn->add_option("--tile", t.tile,
+                   "block_q = block_k of octet's FP8 flash rows: the dS scale tile and the forward's key "
+                   "tile (64 runs the warp-specialized backward on sm_90)")
+      ->check(CLI::IsMember({int64_t(64), int64_t(128)}))
       ->capture_default_str();
   attn->add_option("--peer", t.peer,
                    "PyTorch SDPA peer script run after octet's rows ('' skips); a relative path is "

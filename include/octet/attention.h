@@ -105,7 +105,7 @@ struct AttentionConfig {
   /// that rounding dS multiplies by the keys' common component. Off by default. Where it runs:
   /// the CPU backend (both forms, every precision); the CUDA backend only in the fused FP8 kernels
   /// (form 'flash', precision fp8) with the wgmma backward (an sm_90 GPU, head_dim 64 or 128,
-  /// block_q = block_k = 128, OCTET_FLASH_BACKWARD unset or wgmma); any other CUDA config is refused
+  /// block_q = block_k = 128 or 64, OCTET_FLASH_BACKWARD unset or wgmma); any other CUDA config is refused
   /// by make_attention with an octet::Error.
   bool dq_projection = false;
   /// Throws octet::Error naming the problem: a block size < 1, or a p_scale that breaks

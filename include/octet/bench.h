@@ -306,6 +306,8 @@ struct AttnBenchRow {
   /// The pack kernel of the operand glue for octet's rows from BF16 or F32 inputs: "staged" |
   /// "codes" (src/cuda/attention/glue/glue.h PackKernel; OCTET_ATTN_PACK picks it); empty otherwise.
   std::string pack_kernel;
+  /// block_q = block_k of octet's FP8 flash rows (AttnBenchOptions::tile); 0 for the other rows.
+  int64_t tile = 0;
   /// The dtype of q, k, v, o, dO, dQ, dK, dV for octet's rows as a user calls them ("bf16" |
   /// "f32": the operand glue included), or "fp8" for the flash kernels alone on codes packed
   /// beforehand (what cuDNN's FP8 rows time); empty for the cuDNN peers' rows.
@@ -322,6 +324,9 @@ struct AttnBenchOptions {
   /// Only these rows (attention_bench_row_names; parse_attention_bench_rows), empty: every row. A
   /// row left out is not run, and the ratios to a peer left out are null.
   std::vector<std::string> rows;
+  /// block_q = block_k of octet's FP8 flash rows (AttentionConfig): the dS scale tile and the
+  /// forward's key tile, 128 or 64 (64 runs the warp-specialized wgmma backward on sm_90).
+  int64_t tile = 128;
 };
 
 /// A row of case c with its times filled and the FLOP convention applied (TFLOP/s from ms):

@@ -117,7 +117,11 @@ struct PrecisionConfig {
   AttnForm attn_form = AttnForm::Whole;
   QkvScaling qkv_scaling = QkvScaling::Tensor;
   float p_scale = 256.0f;  ///< FP8 attention: static scale of P
-  /// Throws octet::Error (e.g. non power-of-two p_scale, activations neither f32 nor bf16).
+  /// FP8 attention: block_q = block_k (AttentionConfig), the dS scale tile and the flash form's
+  /// tiles: 128 or 64.
+  int64_t attn_tile = 128;
+  /// Throws octet::Error (e.g. non power-of-two p_scale, activations neither f32 nor bf16, an
+  /// attn_tile other than 64 or 128).
   void validate() const;
 };
 

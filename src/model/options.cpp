@@ -4,6 +4,7 @@
 // Delta-Matching paper names them baseline / MP / SD / DM); the internal fp32 arm is the reference
 // for gradient checks. Kept-high-precision parts follow DeepSeek-V3 §3.3 (arXiv 2412.19437).
 #include <cmath>
+#include <string>
 
 #include "octet/error.h"
 #include "octet/model.h"
@@ -38,6 +39,8 @@ void PrecisionConfig::validate() const {
   OCTET_CHECK(is_activation_dtype(activations),
               "precision.activations must be f32 or bf16, got " + to_string(activations));
   validate_p_scale(p_scale, "precision.p_scale");
+  OCTET_CHECK(attn_tile == 64 || attn_tile == 128,
+              "precision.attn_tile must be 64 or 128, got " + std::to_string(attn_tile));
   quant.validate("precision.");
 }
 
@@ -84,6 +87,7 @@ AttentionConfig attention_config(const PrecisionConfig& p) {
   a.form = p.attn_form;
   a.qkv_scaling = p.qkv_scaling;
   a.p_scale = p.p_scale;
+  a.block_q = a.block_k = p.attn_tile;
   const Format grad_format = format_for(p.quant.formats, Role::Gradient);
   a.do_format = grad_format;
   a.ds_format = grad_format;

@@ -190,6 +190,8 @@ const std::vector<Key>& registry() {
         "attention form: auto (cuda FP8: flash = the flash kernels; else whole), whole, flash");
     add(enum_key("precision.qkv_scaling", REF(precision.qkv_scaling)), "Q, K, V scales: tensor, head-block");
     add(float_key("precision.p_scale", REF(precision.p_scale)), "static power-of-two scale of P before E4M3");
+    add(int_key("precision.attn_tile", REF(precision.attn_tile)),
+        "FP8 attention's block_q = block_k (the dS scale tile): 128 or 64");
     // train
     add(int_key("train.steps", REF(train.steps)), "optimizer steps", "R");
     add(int_key("train.batch_size", REF(train.batch_size)), "sequences per micro-batch");

@@ -10,6 +10,9 @@ nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels, which ./dev installs) on 
   head_dim 128 (dQ by TMA) spills at most 32 bytes a thread, and no spill store or load names an
   accumulator register of a wgmma between its issue and its wait. The overlap exists at head_dim 64 only; the pre-pass fits
   two CTAs an SM (<= 128 registers).
+- The warp-specialized 64 x 64 kernel (flash_bwd_ws_sm90.cu ws_backward_kernel): 384 threads at
+  168 registers (its setmaxnreg split), the spill bounds of test_the_warp_specialized_backward, no
+  spill of an in-flight accumulator, dQ by TMA bulk reduces only.
 - The dQ path (BackwardParams::dq_tma): the atomics' kernels add dQ by 16-byte FP32 reductions
   (`REDG.E.ADD.F32x4`, head_dim / 8 a thread per step) and issue no TMA reduce; the TMA kernels have
   none of those and four `UTMAREDG` (a step's four boxes).
@@ -31,6 +34,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("OCTET_CUDA_BUILD", ROOT / "build" / "cuda"))
 OCTET = BUILD / "octet"
 BACKWARD = re.compile(r"wgmma_backward_kernelILi(\d+)ELb([01])ELb([01])ELb([01])ELb([01])ELb([01])ELb([01])E")
+WS_BACKWARD = re.compile(r"ws_backward_kernelILi(\d+)ELb([01])ELb([01])ELb([01])ELb([01])ELb([01])E")
 
 
 def tool(name):
@@ -87,6 +91,38 @@ def backward_kernels(res):
         if m:
             found.append((name, tuple(int(x) for x in m.groups()), usage))
     return found
+
+
+def ws_backward_kernels(res):
+    """[(name, (D, do_e5m2, ds_e5m2, res, overlap, direct), usage)] of ws_backward_kernel (the 64 x 64
+    kernel, flash_bwd_ws_sm90.cu)."""
+    found = []
+    for name, usage in res.items():
+        m = WS_BACKWARD.search(name)
+        if m:
+            found.append((name, tuple(int(x) for x in m.groups()), usage))
+    return found
+
+
+def test_the_warp_specialized_backward():
+    # (D, do_e5m2, ds_e5m2, res, overlap, direct): 4 format pairs x (residual x overlap + direct x
+    # overlap) at 64, 4 x residual at 128. Launched with 384 threads at 168 registers (the setmaxnreg
+    # split 24 / 240); no spill at 128 without residual sums (the default), at most 32 bytes with them
+    # and 8 at 64 (none of it in a wgmma's flight); dQ by the four bulk reduces of a step, no atomics.
+    ws = ws_backward_kernels(resources())
+    assert len([k for k in ws if k[1][0] == 64]) == 24 and len([k for k in ws if k[1][0] == 128]) == 8, \
+        [k[1] for k in ws]
+    assert all(k[1][0] == 64 for k in ws if k[1][4] or k[1][5]), "an overlap or direct kernel at head_dim 128"
+    for name, args, usage in ws:
+        assert usage["REG"] == 168, (args, usage)
+        limit = 0 if args[0] == 128 and not args[3] else 32 if args[0] == 128 else 8
+        assert usage["STACK"] <= limit, (args, usage)
+        if args[1] and args[2]:  # one format pair: the code paths are the same in the others
+            ins = instructions(cuobjdump("-sass", "-fun", name))
+            ops = [op for op, _ in ins]
+            assert spills_in_flight(ins) == [], (args, spills_in_flight(ins))
+            assert sum(op.startswith("UTMAREDG") for op in ops) == 4, args
+            assert not any(op.startswith("REDG.E.ADD.F32x4") for op in ops), args
 
 
 def spills_in_flight(ins):

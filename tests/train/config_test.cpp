@@ -9,6 +9,7 @@
 #include <map>
 
 #include "octet/error.h"
+#include "octet/model.h"
 #include "octet/names.h"
 #include "octet/train.h"
 #include "train_test_util.h"
@@ -177,6 +178,22 @@ TEST(Config, PScaleIsAPowerOfTwoInOneTo256) {
   AttentionConfig a;
   a.p_scale = 512.0f;
   EXPECT_NE(error_of([&] { a.validate(); }).find("p_scale must be a power of two"), std::string::npos);
+}
+
+// precision.attn_tile: the FP8 attention's block_q = block_k, 128 (the default) or 64, the flash
+// kernels' two dS scale tiles; anything else is refused by the config, naming the key.
+TEST(Config, AttnTileIs64Or128) {
+  EXPECT_EQ(attention_config(load_config("", {"data.tokenizer=byte"}).precision).block_q, 128);
+  const RunConfig c = load_config("", {"data.tokenizer=byte", "precision.attn_tile=64"});
+  const AttentionConfig a = attention_config(c.precision);
+  EXPECT_EQ(a.block_q, 64);
+  EXPECT_EQ(a.block_k, 64);
+  for (const char* bad : {"32", "96", "256", "0", "-64"})
+    EXPECT_NE(error_of([&] {
+                load_config("", {std::string("precision.attn_tile=") + bad});
+              }).find("precision.attn_tile must be 64 or 128"),
+              std::string::npos)
+        << bad;
 }
 
 // What the model would reject only when built is rejected by RunConfig::validate, with the same

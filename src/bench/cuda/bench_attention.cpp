@@ -63,12 +63,14 @@ constexpr Impl kImpls[] = {{"octet-fp8-flash", AttnPrecision::FP8, DeltaMode::Ma
                            {"unfused-fp8-stale", AttnPrecision::FP8, DeltaMode::Stale, AttnForm::Whole},
                            {"unfused-fp8-matched", AttnPrecision::FP8, DeltaMode::Matched, AttnForm::Whole}};
 
-AttentionConfig config_of(const Impl& im) {
+// The row's config; `tile` is block_q = block_k of the FP8 flash rows (the others keep the default).
+AttentionConfig config_of(const Impl& im, int64_t tile) {
   AttentionConfig cfg;
   cfg.precision = im.precision;
   cfg.delta = im.delta;
   cfg.form = im.form;
   cfg.qkv_scaling = im.qkv;
+  if (im.form == AttnForm::Flash && im.precision == AttnPrecision::FP8) cfg.block_q = cfg.block_k = tile;
   return cfg;
 }
 
@@ -110,9 +112,9 @@ struct CaseTensors {
 
 // One forward and backward of impl on the case's tensors; its errors against the check, and the
 // CPU twin's bound.
-void check_row(CudaBackend& be, const Impl& im, const AttentionShape& s, CaseTensors& t,
+void check_row(CudaBackend& be, const Impl& im, int64_t tile, const AttentionShape& s, CaseTensors& t,
                const AttentionRowsCheck& check, AttnBenchRow& row) {
-  auto attn = be.make_attention(s, config_of(im));
+  auto attn = be.make_attention(s, config_of(im, tile));
   const SavedAttention saved =
       attn->forward(t.q.tensor(), t.k.tensor(), t.v.tensor(), t.o.tensor(), t.lse.tensor());
   attn->backward(saved, t.d_o.tensor(), t.dq.tensor(), t.dk.tensor(), t.dv.tensor(), Tensor());
@@ -120,13 +122,14 @@ void check_row(CudaBackend& be, const Impl& im, const AttentionShape& s, CaseTen
   row.err_o = e.o, row.err_dq = e.dq;
   // The twin: the CPU reference in the same precision; cuDNN's BF16 is measured against the
   // CPU's BF16 flash form.
-  const RowsError b = AttentionRowsCheck::bound(check.twin_error(config_of(im)));
+  const RowsError b = AttentionRowsCheck::bound(check.twin_error(config_of(im, tile)));
   row.err_bound_o = b.o, row.err_bound_dq = b.dq;
 }
 
-void set_kernels(const Impl& im, const AttentionShape& s, AttnBenchRow& row) {
+void set_kernels(const Impl& im, int64_t tile, const AttentionShape& s, AttnBenchRow& row) {
   if (im.form != AttnForm::Flash || im.precision != AttnPrecision::FP8) return;
-  const AttentionConfig cfg = config_of(im);
+  const AttentionConfig cfg = config_of(im, tile);
+  row.tile = tile;
   set_forward_kernel(row);
   flash::BackwardParams bp;  // what select_backward_kernel reads of the flash backward's
   bp.B = s.batch, bp.H = s.n_heads, bp.G = s.n_kv_heads, bp.Tq = s.seq_q, bp.Tk = s.seq_k;
@@ -203,8 +206,8 @@ AttnBenchRow check_attention_case(const AttentionCase& c, const std::string& imp
   opt.reps = 0;
   AttnBenchRow row = attn_bench_row(c, opt, im.name, kNaN, kNaN);
   row.input_dtype = to_string(input_dtype);
-  set_kernels(im, c.shape, row);
-  check_row(backend, im, c.shape, t, check, row);
+  set_kernels(im, opt.tile, c.shape, row);
+  check_row(backend, im, opt.tile, c.shape, t, check, row);
   return row;
 }
 
@@ -249,7 +252,7 @@ void bench_attention(const AttnBenchOptions& opt, const std::function<void(const
       }
       double fwd_ms = 0, bwd_ms = 0;
       try {
-        auto attn = backend.make_attention(s, config_of(im));
+        auto attn = backend.make_attention(s, config_of(im, opt.tile));
         // Forwards include allocating (stream-ordered) and dropping their saved state; the
         // backwards all use the state of one forward.
         fwd_ms = timer.median_ms(opt.warmup, opt.reps, [&](int) {
@@ -270,8 +273,8 @@ void bench_attention(const AttnBenchOptions& opt, const std::function<void(const
       }
       AttnBenchRow row = attn_bench_row(c, opt, im.name, fwd_ms, bwd_ms);
       row.input_dtype = to_string(opt.input_dtype);
-      set_kernels(im, s, row);
-      check_row(backend, im, s, t, check, row);
+      set_kernels(im, opt.tile, s, row);
+      check_row(backend, im, opt.tile, s, t, check, row);
       set_ratios(row, bf16, fp8);
       on_row(row);
     }

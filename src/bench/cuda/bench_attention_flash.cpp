@@ -81,6 +81,7 @@ std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer
   p.o = o.tensor().f32(), p.lse = lse.tensor().f32(), p.row_max = f, p.row_sum = f + rows;
   p.B = B, p.H = H, p.G = G, p.Tq = s.seq_q, p.Tk = s.seq_k, p.Tq_p = Tq_p, p.Tk_p = Tk_p, p.D = D;
   p.causal = s.causal, p.tau = s.tau();
+  p.block_q = p.block_k = opt.tile;
   const flash::ForwardParams fp = p;
   p.q_t = ptr(q_t), p.k_t = ptr(k_t), p.v = ptr(v), p.d_o = ptr(d_o), p.do_scale_inv = sc + 96;
   p.dv_o_t = ptr(dvo_t), p.dvo_scale_inv = sc + 128;
@@ -112,10 +113,12 @@ std::vector<AttnBenchRow> bench_flash_kernels(CudaBackend& be, EventTimer& timer
     const RowsError e = check.error(o.tensor(), dq.tensor(), st);
     AttnBenchRow row = attn_bench_row(c, opt, names[matched ? 0 : 1], fwd_ms, bwd_ms);
     row.input_dtype = "fp8";
+    row.tile = opt.tile;
     row.err_o = e.o, row.err_dq = e.dq;
     AttentionConfig cfg;  // the twin: the CPU flash form with these kernels' settings
     cfg.form = AttnForm::Flash;
     cfg.delta = matched ? DeltaMode::Matched : DeltaMode::Stale;
+    cfg.block_q = cfg.block_k = opt.tile;
     const RowsError b = AttentionRowsCheck::bound(check.twin_error(cfg));
     row.err_bound_o = b.o, row.err_bound_dq = b.dq;
     set_forward_kernel(row);

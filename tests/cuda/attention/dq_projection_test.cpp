@@ -79,9 +79,11 @@ TEST(CudaDqProjection, MatchesTheCpuTwinAndLeavesDkDvAlone) {
   struct Case {
     int64_t h, g, tq, tk, d;
     bool causal;
+    int64_t tile;  // the dS scale tile (block_q = block_k): 128 or 64, the two wgmma main kernels
   };
-  for (const Case& c :
-       {Case{2, 2, 192, 192, 64, false}, Case{4, 2, 150, 300, 64, true}, Case{4, 1, 129, 129, 128, true}}) {
+  for (const Case& c : {Case{2, 2, 192, 192, 64, false, 128}, Case{4, 2, 150, 300, 64, true, 128},
+                        Case{4, 1, 129, 129, 128, true, 128}, Case{4, 2, 150, 300, 64, true, 64},
+                        Case{4, 1, 129, 129, 128, true, 64}}) {
     const AttentionShape s = test::make_shape(1, c.h, c.g, c.tq, c.tk, c.d, c.causal);
     const AttentionInputs in = test::common_key_inputs(s, true, 3);
     for (QkvScaling q : {QkvScaling::Tensor, QkvScaling::HeadBlock})
@@ -89,13 +91,13 @@ TEST(CudaDqProjection, MatchesTheCpuTwinAndLeavesDkDvAlone) {
         const std::string what = "H" + std::to_string(c.h) + "/G" + std::to_string(c.g) + " " +
                                  std::to_string(c.tq) + "x" + std::to_string(c.tk) + " d" +
                                  std::to_string(c.d) + (c.causal ? " causal " : " ") + to_string(delta) +
-                                 " " + enum_name(q);
-        const AttentionConfig on = projection_config(delta, true, q);
+                                 " " + enum_name(q) + " tile " + std::to_string(c.tile);
+        AttentionConfig on = projection_config(delta, true, q), off = projection_config(delta, false, q);
+        on.block_q = on.block_k = off.block_q = off.block_k = c.tile;
         const test::RunResult cpu = test::run_attention(s, on, in);
-        const GpuRun g_on = run_gpu(*gpu, s, on, in),
-                     g_off = run_gpu(*gpu, s, projection_config(delta, false, q), in);
+        const GpuRun g_on = run_gpu(*gpu, s, on, in), g_off = run_gpu(*gpu, s, off, in);
         const double eq = rel_l2(g_on.dq, cpu.dq);
-        std::printf("[dq projection] %-36s vs twin: dQ %.2e\n", what.c_str(), eq);
+        std::printf("[dq projection] %-46s vs twin: dQ %.2e\n", what.c_str(), eq);
         if (!test::stale_reads_wgmma_o(delta)) {  // else the forward's O differs from the twin's
           EXPECT_LE(eq, test::kGradTolTwinWgmma) << what;
         }
@@ -123,7 +125,7 @@ TEST(CudaDqProjection, RefusesWhatTheFusedPathCannotServe) {
   bf16.dq_projection = true;
   EXPECT_THROW(gpu->make_attention(s, bf16), Error);
   AttentionConfig small_tiles = projection_config(DeltaMode::Matched, true);
-  small_tiles.block_q = small_tiles.block_k = 64;  // the mma.sync backward: no row sums
+  small_tiles.block_q = 64;  // 64 x 128 tiles: the mma.sync backward, no row sums
   if (test::device_is_sm90()) {
     EXPECT_THROW(gpu->make_attention(s, small_tiles), Error);
   }

@@ -46,7 +46,7 @@ enum class ForwardKernel { Auto, MmaSync, Wgmma };
 /// Which kernels run the backward (the matched pre-pass and the main kernel). Auto: the
 /// environment variable OCTET_FLASH_BACKWARD if set (`mma_sync` or `wgmma`), else wgmma on an
 /// sm_90 device. Wgmma (asked for or chosen) runs only where the wgmma kernels cover the call
-/// (head_dim 64 or 128, block_q = block_k = 128, not deterministic) and mma_sync elsewhere.
+/// (head_dim 64 or 128, block_q = block_k = 128 or 64, not deterministic) and mma_sync elsewhere.
 enum class BackwardKernel { Auto, MmaSync, Wgmma };
 
 /// "mma_sync" | "wgmma" ("auto" for Auto): the names OCTET_FLASH_FORWARD / _BACKWARD take.
@@ -160,7 +160,8 @@ struct BackwardParams : ForwardParams {
   /// 16-byte FP32 atomics from registers (red.global.add, 16 a thread per tile at head_dim 128); 1
   /// staged in shared memory (the tile step's spent operand stage) and added by four TMA bulk
   /// reduces that one thread issues (cp.reduce.async.bulk.tensor .add); −1: backward_dq_tma().
-  /// Either way the additions land in no fixed order. Ignored by the mma.sync kernels. Another
+  /// Either way the additions land in no fixed order. Ignored by the mma.sync kernels and by the
+  /// 64 x 64 wgmma kernel (flash_bwd_ws_sm90.cu: always TMA). Another
   /// value is an octet::Error (run_backward_main).
   int dq_tma = -1;
   /// The wgmma kernel's order of each query half's Sᵀ and dPᵀ products at head_dim 64: 1 both
@@ -222,8 +223,9 @@ constexpr int kDefaultHeadGroup = 0;
 /// is not a whole number is an octet::Error. Read at every call.
 int backward_key_head_group(int64_t kv_heads, int64_t key_blocks, BackwardKernel kernel);
 /// BackwardParams::key_head_group as run_backward_main resolves it for p run by `kernel`
-/// (select_backward_kernel(p), which the caller has already chosen; key blocks ⌈Tk/block_k⌉):
-/// itself when >= 0, else backward_key_head_group. An octet::Error for a value below −1.
+/// (select_backward_kernel(p), which the caller has already chosen; key blocks ⌈Tk/128⌉ for wgmma,
+/// ⌈Tk/block_k⌉ for mma.sync): itself when >= 0, else backward_key_head_group. An octet::Error for a value
+/// below −1.
 int resolved_key_head_group(const BackwardParams& p, BackwardKernel kernel);
 
 /// The wgmma backward's dQ path when BackwardParams::dq_tma is −1: TMA bulk reduces if the

@@ -32,7 +32,7 @@ class FlashAttention final : public AttentionBase {
       p.Tq = shape.seq_q, p.Tk = shape.seq_k;
       OCTET_CHECK(flash::select_backward_kernel(p) == flash::BackwardKernel::Wgmma,
                   "cuda attention: the dQ row-sum projection needs the wgmma backward (an sm_90 "
-                  "GPU, head_dim 64 or 128, block_q = block_k = 128, OCTET_FLASH_BACKWARD unset "
+                  "GPU, head_dim 64 or 128, block_q = block_k = 128 or 64, OCTET_FLASH_BACKWARD unset "
                   "or wgmma)");
     }
   }

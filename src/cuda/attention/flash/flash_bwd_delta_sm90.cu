@@ -230,7 +230,7 @@ RowMaps make_row_maps(const BackwardParams& p) {
 void bwd_delta_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
   OCTET_CHECK(bwd_sm90_supported(p) && p.matched,
               "flash attention delta (wgmma): supports the matched delta at head_dim 64 or 128, "
-              "block_q = block_k = 128, not deterministic");
+              "block_q = block_k = 128 or 64, not deterministic");
   const int64_t blocks = p.B * p.H * ((p.Tq + kBM - 1) / kBM);
   OCTET_CHECK(blocks <= 0x7FFFFFFF, "flash attention delta (wgmma): too many blocks");
   const RowMaps maps = make_row_maps(p);

@@ -82,7 +82,9 @@ int resolved_key_head_group(const BackwardParams& p, BackwardKernel kernel) {
       "flash attention backward: key_head_group must be -1 (OCTET_FLASH_BWD_HEAD_GROUP) or >= 0, got " +
           std::to_string(p.key_head_group));
   if (p.key_head_group >= 0) return p.key_head_group;
-  return backward_key_head_group(p.B * p.G, (p.Tk + p.block_k - 1) / p.block_k, kernel);
+  // A CTA's keys: 128 in both wgmma kernels (two 64-key consumers with 64 x 64 tiles), block_k in mma.sync's.
+  const int64_t cta_keys = kernel == BackwardKernel::Wgmma ? 128 : p.block_k;
+  return backward_key_head_group(p.B * p.G, (p.Tk + cta_keys - 1) / cta_keys, kernel);
 }
 
 bool backward_dq_tma() {
@@ -203,10 +205,10 @@ void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
   q.sdp_overlap = resolved_sdp_overlap(p);
   OCTET_CHECK(!direct || wgmma,  // which wgmma kernels take them: bwd_sm90_launch
               "flash attention backward: dk_out, dv_out need the wgmma kernel (sm_90, block_q = block_k = "
-              "128, not deterministic)");
+              "128 or 64, not deterministic)");
   OCTET_CHECK(!p.ds_row_sum || wgmma,
               "flash attention backward: the dQ row-sum projection needs the wgmma kernel (sm_90, "
-              "head_dim 64 or 128, block_q = block_k = 128, not deterministic)");
+              "head_dim 64 or 128, block_q = block_k = 128 or 64, not deterministic)");
   OCTET_CUDA_CHECK(cudaMemsetAsync(p.dq_acc, 0, size_t(p.B * p.H * p.Tq_p * p.D) * sizeof(float), stream));
   if (p.res_sums)
     OCTET_CUDA_CHECK(cudaMemsetAsync(p.res_sums, 0, size_t(2 * p.B * p.H * p.Tq) * sizeof(double), stream));

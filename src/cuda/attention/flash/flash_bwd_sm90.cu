@@ -43,6 +43,7 @@
 #include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/attention/flash/flash_bwd_tile_sm89.cuh"
 #include "cuda/attention/flash/flash_bwd_tile_sm90.cuh"
+#include "cuda/attention/flash/flash_bwd_parts_sm90.cuh"
 #include "cuda/quantize/fp8_device.cuh"
 #include "octet/delta_rule.h"
 #include "octet/error.h"
@@ -53,10 +54,15 @@ namespace {
 
 using bwdw::ColStat;
 using bwdw::ColStats;
+using bwdw::dp_to_ds;
+using bwdw::dv_product;
 using bwdw::kBM;
 using bwdw::kBN;
 using bwdw::kThreads;
 using bwdw::Lane;
+using bwdw::stage_dq;
+using bwdw::store_dkv_direct;
+using bwdw::tile_ds;
 
 /// The TMA descriptors of one call (make_maps): Q̂ and dÔ [B·H·Tq_p][D] with rows permuted per
 /// 16-query group (flash_bwd_tile_sm90.cuh: tile row r holds query s_key(r / 8, r % 8) of its
@@ -103,98 +109,6 @@ struct Steps {
 /// is the stage's k-th use.
 __device__ __forceinline__ void wait_stage(unsigned bar, int use) { mbar_wait(bar, unsigned(use) & 1u); }
 
-// The row residual sums of one product's kN queries q_off.. (flash_bwd_sm89.cu tile_ds's, per
-// query column here): dS of this lane's elements by the main loop's formula, (Σ dS, Σ P(|dP| +
-// |D|)) in FP64 summed over the lane's two keys and the 8 lanes of a column (column_sum8), added
-// to res_sums by FP64 atomics.
-template <bool kFull, int kNT>
-__device__ __forceinline__ void residual_sums(const BackwardParams& p, const ColStats& cs, const Lane& ln,
-                                              int64_t kbase, int q_off, float dp_scale, int64_t bh,
-                                              int64_t i0, const float (&s)[kNT][4],
-                                              const float (&dp)[kNT][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kNT / 4; ++kk) {
-    double rs[8], rm[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) rs[u] = rm[u] = 0.0;
-    bwdw::for_each_dp<kFull>(cs, ln, kbase, q_off, dp_scale, dp,
-                             [&](int nt, int el, int q, bool in, float dpv) {
-                               if (nt / 4 != kk || !in) return;
-                               const int u = 2 * (nt % 4) + el % 2;
-                               const float d = cs.delta[q];
-                               rs[u] += double(RowDelta<float>{d}.ds(s[nt][el], dpv));
-                               rm[u] += double(s[nt][el]) * (fabs(double(dpv)) + fabs(double(d)));
-                             });
-    const double x = bwdw::column_sum8(rs, ln.g), y = bwdw::column_sum8(rm, ln.g);
-    const int64_t i = i0 + q_off + bwdw::column_sum8_query(kk, ln.g, ln.t);
-    if (i < p.Tq) {
-      atomicAdd(p.res_sums + 2 * (bh * p.Tq + i), x);
-      atomicAdd(p.res_sums + 2 * (bh * p.Tq + i) + 1, y);
-    }
-  }
-}
-
-// dV += P̃ᵀ(dO/l)~ over the tile's 128 queries: A = P̃ᵀ fragments pa (queries 32kk.. at pa[kk]),
-// B = (dO/l)~ᵀ [kD][kBM] (128-byte swizzle) at `dvo_t`, k-steps kk = 0..3 from a zero
-// accumulator, in head_dim parts of kNd columns (rows of B), each added in FP32 to dv's n-tiles of
-// that part (kNd = kD at head_dim 64; 64 at 128: a 32-register accumulator beside dK, dV).
-template <int kD, bool kDoE5M2, int kNd>
-__device__ __forceinline__ void dv_product(unsigned dvo_t, uint32_t (&pa)[kBM / 32][4],
-                                           float (&dv)[kD / 8][4]) {
-#pragma unroll
-  for (int part = 0; part < kD / kNd; ++part) {
-    float acc[kNd / 8][4];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBM / 32; ++kk)
-      WgmmaFp8<kNd, false, kDoE5M2>::rs(acc, pa[kk],
-                                        kmajor_desc<128>(dvo_t + unsigned(part * kNd * kBM) + 32 * kk), kk);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(acc);
-    fence_regs(pa);
-#pragma unroll
-    for (int dn = 0; dn < kNd / 8; ++dn)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dv[part * kNd / 8 + dn][e] += acc[dn][e];
-  }
-}
-
-// dS = P∘(dP − D) of the kN queries q_off.. from their dPᵀ product dp, in place of s (P); the
-// lane's |dS| amax bits into amax; the residual sums first when kRes.
-template <bool kRes, int kNT>
-__device__ __forceinline__ void dp_to_ds(const BackwardParams& p, const ColStats& cs, const Lane& ln,
-                                         int64_t kbase, int q_off, const TileScales& sc, int64_t bh,
-                                         int64_t i0, bool full, const float (&dp)[kNT][4], float (&s)[kNT][4],
-                                         unsigned& amax) {
-  if constexpr (kRes) {  // FP64 (Σ dS, Σ P(|dP| + |D|)) per query, only when asked for
-    if (full)
-      residual_sums<true>(p, cs, ln, kbase, q_off, sc.dp_scale, bh, i0, s, dp);
-    else
-      residual_sums<false>(p, cs, ln, kbase, q_off, sc.dp_scale, bh, i0, s, dp);
-  }
-  auto ds = [&](int nt, int el, int q, bool in, float dpv) {
-    const float x = in ? RowDelta<float>{cs.delta[q]}.ds(s[nt][el], dpv) : 0.0f;
-    s[nt][el] = x;
-    amax = max(amax, __float_as_uint(x) & 0x7FFFFFFFu);
-  };
-  if (full)
-    bwdw::for_each_dp<true>(cs, ln, kbase, q_off, sc.dp_scale, dp, ds);
-  else
-    bwdw::for_each_dp<false>(cs, ln, kbase, q_off, sc.dp_scale, dp, ds);
-}
-
-// dPᵀ of the kN queries q_off.. (B rows at do_rows), then dp_to_ds.
-template <int kD, bool kDoE5M2, bool kRes, int kNT>
-__device__ __forceinline__ void tile_ds(const BackwardParams& p, const ColStats& cs, const Lane& ln,
-                                        int64_t kbase, int q_off, const TileScales& sc, int64_t bh,
-                                        int64_t i0, bool full, unsigned a_v, unsigned do_rows,
-                                        float (&s)[kNT][4], unsigned& amax) {
-  float dp[kNT][4];
-  bwdw::tile_product<kD, kDoE5M2>(a_v, do_rows, dp);
-  dp_to_ds<kRes>(p, cs, ln, kbase, q_off, sc, bh, i0, full, dp, s, amax);
-}
-
 // The dQ row-sum projection's r̂_i (BackwardParams::ds_row_sum): the tile's dŜ row sums, read
 // from the [query][key] tile in shared memory while dK's and dQ's products run (row q = query i0 + q;
 // the 128-byte swizzle permutes 16-byte chunks within a row, so a row's bytes are its own). Thread
@@ -208,74 +122,10 @@ __device__ __forceinline__ void add_ds_row_sums(const BackwardParams& p, const u
   const uint4* const row = reinterpret_cast<const uint4*>(sds + q * kBN + 64 * (tid % 2));
   float sum = 0.0f;
 #pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    const uint4 w = row[(c + q) % 4];  // rows start their reads at different banks
-    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-#pragma unroll
-      for (int hw = 0; hw < 2; ++hw) {
-        const uint32_t h = fp8x2_to_f16x2<kDsE5M2>(uint16_t(words[k] >> (16 * hw)));
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-        sum += f.x + f.y;
-      }
-  }
+  for (int c = 0; c < 4; ++c)
+    sum = bwdw::sum_codes16<kDsE5M2>(row[(c + q) % 4], sum);  // rows start at different banks
   sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 1);
   if (tid % 2 == 0 && i0 + q < p.Tq) atomicAdd(p.ds_row_sum + bh * p.Tq + i0 + q, sum * inv_scale);
-}
-
-// dQ by TMA (BackwardParams::dq_tma): this lane's part of the tile's τ dŜK̂ (aq · gq_scale) into
-// the step's spent stage as the four boxes of the dq map, box c = head_dim columns kD/4·c.. at
-// stage + c·kRows ([kBM][kD/4] FP32: rows of kD bytes, kD-byte swizzle; float2 stores, two
-// wavefronts a warp). Rows past Tq hold zeros (dS = 0 there), and rows past Tq_p are outside the
-// map: the reduce adds nothing to another head's rows.
-template <int kD>
-__device__ __forceinline__ void stage_dq(unsigned stage, const Lane& ln, const float (&aq)[kD / 8][4],
-                                         float g_scale) {
-  constexpr int kNtPerBox = kD / 32;  // n-tiles of 8 columns in one box of kD/4 columns
-#pragma unroll
-  for (int dn = 0; dn < kD / 8; ++dn) {
-    const unsigned box = stage + unsigned((dn / kNtPerBox) * (kBM * kD));
-    const int col = 8 * (dn % kNtPerBox) + 2 * ln.t;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int q = 64 * ln.wg + 16 * ln.w + ln.g + 8 * r;
-      st_shared_f32x2(box + unsigned(swizzle<kD>(q * kD + 4 * col)), aq[dn][2 * r] * g_scale,
-                      aq[dn][2 * r + 1] * g_scale);
-    }
-  }
-}
-
-// One value pair of the caller's dK or dV at element offset i: FP32, or each rounded once to BF16
-// (bf16_from_float, as unpad_scale_launch stores).
-__device__ __forceinline__ void store_pair(void* out, bool bf16, int64_t i, float x, float y) {
-  if (bf16)
-    *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(out) + i) =
-        uint32_t(bf16_from_float(x)) | uint32_t(bf16_from_float(y)) << 16;
-  else
-    *reinterpret_cast<float2*>(static_cast<float*>(out) + i) = make_float2(x, y);
-}
-
-// The epilogue into the caller's tensors (BackwardParams::dk_out, dv_out): this lane's keys
-// kbase + g (+ 8) below Tk of KV head row bg (= b·G + g), dK × sq (per-tensor scales; the values with
-// per-block scales) and dV already scaled, each product formed as unpad_scale_launch forms it (x ·
-// f, f = 1 · sq) and rounded once: the same bits as dk_acc, dv_acc through that pass.
-template <int kD>
-__device__ __forceinline__ void store_dkv_direct(const BackwardParams& p, const Lane& ln, int64_t bg,
-                                                 int64_t kbase, const float (&dk)[kD / 8][4],
-                                                 const float (&dv)[kD / 8][4], float dv_scale) {
-  const float dk_f = p.qkv_head_block ? 1.0f : *p.q_scale_inv;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t j = kbase + ln.g + 8 * r;
-    if (j >= p.Tk) continue;
-    const int64_t row = act_row_offset(p.tokens_major, bg, j, p.G, p.Tk, kD) + 2 * ln.t;
-#pragma unroll
-    for (int dn = 0; dn < kD / 8; ++dn) {
-      store_pair(p.dk_out, p.dkv_bf16, row + 8 * dn, dk[dn][2 * r] * dk_f, dk[dn][2 * r + 1] * dk_f);
-      store_pair(p.dv_out, p.dkv_bf16, row + 8 * dn, dv[dn][2 * r] * dv_scale, dv[dn][2 * r + 1] * dv_scale);
-    }
-  }
 }
 
 // kDoE5M2, kDsE5M2: do_format, ds_format are E5M2; kRes: res_sums is given; kDqTma: dQ by TMA
@@ -423,12 +273,12 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma_wait<0>();
           fence_regs(dp);
           dp_to_ds<kRes>(p, cs, ln, kbase, kN * h, sc, bh, i0, full, dp, s, amax);
-          if (h == 1) dv_product<kD, kDoE5M2, 64>(stage + 3 * L::kRows, pa, dv);
+          if (h == 1) dv_product<kD, kDoE5M2, 64, kBM>(stage + 3 * L::kRows, pa, dv);
         } else {
           bwdw::tile_product<kD, false>(a_k, stage + kN * h * kD, s);
           prob_h();
           if (h == 1) {
-            dv_product<kD, kDoE5M2, 64>(stage + 3 * L::kRows, pa, dv);
+            dv_product<kD, kDoE5M2, 64, kBM>(stage + 3 * L::kRows, pa, dv);
           }
           tile_ds<kD, kDoE5M2, kRes>(p, cs, ln, kbase, kN * h, sc, bh, i0, full, a_v,
                                      stage + L::kRows + kN * h * kD, s, amax);
@@ -506,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // the arrive compute-sanitizer's racecheck reported hazards between accesses that other
       // full barriers order (it seems not to follow bar.arrive; 0 hazards with this barrier).
       if constexpr (kD == 64) __syncthreads();
-      stage_dq<kD>(stage, ln, aq, gq_scale);
+      stage_dq<kD, kBM>(stage, ln, 64 * ln.wg + 16 * ln.w + ln.g, aq, gq_scale);
       fence_proxy_async_smem();
       __syncthreads();  // every thread's dQ values are in the stage
       if (tid == 0) {
@@ -606,11 +456,15 @@ void launch(Kernel kernel, int64_t blocks, int bytes, const BackwardParams& p, c
 }  // namespace
 
 bool bwd_sm90_supported(const BackwardParams& p) {
-  return (p.D == 64 || p.D == 128) && p.block_q == kBM && p.block_k == kBN && !p.deterministic &&
-         p.Tk < (int64_t(1) << 31);
+  const bool tiles = (p.block_q == kBM && p.block_k == kBN) || (p.block_q == 64 && p.block_k == 64);
+  return (p.D == 64 || p.D == 128) && tiles && !p.deterministic && p.Tk < (int64_t(1) << 31);
 }
 
 void bwd_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
+  if (p.block_q == 64 && p.block_k == 64) {  // 64 x 64 dS scale tiles: the warp-specialized kernel
+    bwd_ws_sm90_launch(p, stream);
+    return;
+  }
   OCTET_CHECK(
       p.key_head_group >= 0 && (p.dq_tma == 0 || p.dq_tma == 1) && (p.sdp_overlap == 0 || p.sdp_overlap == 1),
       "flash attention backward (wgmma): key_head_group, dq_tma or sdp_overlap unresolved "

@@ -9,7 +9,8 @@
 //   sm90 (Hopper wgmma, sm_90a):
 //     flash_fwd_sm90.cu        forward and logits
 //     flash_bwd_delta_sm90.cu  matched delta pre-pass (S and dP with queries as rows)
-//     flash_bwd_sm90.cu        main backward (key-block-major)
+//     flash_bwd_sm90.cu        main backward (key-block-major), 128 x 128 dS scale tiles
+//     flash_bwd_ws_sm90.cu     main backward (key-block-major, warp-specialized), 64 x 64 tiles
 //   any architecture:
 //     flash_bwd_rows.cu        stale delta, row residual finish, the dQ row-sum projection
 #pragma once
@@ -26,8 +27,8 @@ namespace octet::cuda::flash {
 void fwd_sm89_launch(const ForwardParams& p, float* s_out, cudaStream_t stream);
 void fwd_sm90_launch(const ForwardParams& p, float* s_out, cudaStream_t stream);
 
-/// Whether the wgmma backward kernels cover p: head_dim 64 or 128, block_q = block_k = 128, not
-/// deterministic, Tk < 2^31.
+/// Whether the wgmma backward kernels cover p: head_dim 64 or 128, block_q = block_k = 128 or
+/// block_q = block_k = 64, not deterministic, Tk < 2^31.
 bool bwd_sm90_supported(const BackwardParams& p);
 
 /// The matched delta pre-pass: delta, row_factor (p.matched).
@@ -39,7 +40,12 @@ void bwd_delta_sm90_launch(const BackwardParams& p, cudaStream_t stream);
 void bwd_sm89_launch(const BackwardParams& p, cudaStream_t stream);
 /// The deterministic dQ kernel (after bwd_sm89_launch with p.deterministic): dq_acc in full.
 void bwd_dq_sm89_launch(const BackwardParams& p, cudaStream_t stream);
+/// The wgmma main kernel: flash_bwd_sm90.cu's for 128 x 128 dS scale tiles, bwd_ws_sm90_launch
+/// for 64 x 64.
 void bwd_sm90_launch(const BackwardParams& p, cudaStream_t stream);
+/// The warp-specialized main kernel (flash_bwd_ws_sm90.cu), block_q = block_k = 64: dQ always by
+/// TMA bulk reduces (p.dq_tma is not read).
+void bwd_ws_sm90_launch(const BackwardParams& p, cudaStream_t stream);
 
 /// Stale delta D_i = dO_i·O_i and row_factor 1/l_i, one warp per row.
 void bwd_stale_delta_launch(const BackwardParams& p, cudaStream_t stream);

@@ -65,8 +65,11 @@ TEST_P(FlashBackwardWgmma, MatchesCpuFlashTwinAndOracle) {
     fl::BackwardParams p;
     p.D = D, p.block_q = p.block_k = 128, p.Tk = 1000;
     ASSERT_EQ(fl::select_backward_kernel(p), fl::BackwardKernel::Wgmma);
-    p.block_q = 64;
+    p.block_q = 64;  // 64 x 128: mma.sync
     EXPECT_EQ(fl::select_backward_kernel(p), fl::BackwardKernel::MmaSync);
+    p.block_k = 64;  // 64 x 64: the warp-specialized wgmma kernel
+    EXPECT_EQ(fl::select_backward_kernel(p), fl::BackwardKernel::Wgmma);
+    p.block_k = 128;
     p.block_q = 128, p.deterministic = true;
     EXPECT_EQ(fl::select_backward_kernel(p), fl::BackwardKernel::MmaSync);
   }
@@ -173,9 +176,10 @@ TEST_P(FlashBackwardWgmma, LargeLogitsMatchedResidual) {
 TEST_P(FlashBackwardWgmma, MatchesMmaSyncFlavorOnCodes) {
   OCTET_REQUIRE_SM90();
   const int64_t D = GetParam();
-  const test::BackwardDims dims[] = {{2, 4, 2, 200, 200, D, 128, 128, true},
-                                     {1, 4, 1, 130, 300, D, 128, 128, false},
-                                     {1, 2, 2, 257, 257, D, 128, 128, true}};
+  const test::BackwardDims dims[] = {
+      {2, 4, 2, 200, 200, D, 128, 128, true}, {1, 4, 1, 130, 300, D, 128, 128, false},
+      {1, 2, 2, 257, 257, D, 128, 128, true}, {2, 4, 2, 200, 200, D, 64, 64, true},
+      {1, 4, 1, 130, 300, D, 64, 64, false},  {1, 3, 3, 300, 130, D, 64, 64, true}};
   for (const test::BackwardDims& c : dims)
     for (Format dof : {Format::E5M2, Format::E4M3})
       for (Format dsf : {Format::E5M2, Format::E4M3}) {
@@ -183,10 +187,11 @@ TEST_P(FlashBackwardWgmma, MatchesMmaSyncFlavorOnCodes) {
         fl::BackwardParams& p = bc.p;
         p.ds_format = dsf;
         const int64_t rows = c.B * c.H * c.Tq;
-        const std::string what =
-            "D" + std::to_string(c.D) + " B" + std::to_string(c.B) + " H" + std::to_string(c.H) + "/G" +
-            std::to_string(c.G) + " " + std::to_string(c.Tq) + "x" + std::to_string(c.Tk) +
-            (c.causal ? " causal" : "") + " dO " + to_string(dof) + " dS " + to_string(dsf);
+        const std::string what = "D" + std::to_string(c.D) + " B" + std::to_string(c.B) + " H" +
+                                 std::to_string(c.H) + "/G" + std::to_string(c.G) + " " +
+                                 std::to_string(c.Tq) + "x" + std::to_string(c.Tk) +
+                                 (c.causal ? " causal" : "") + " tile " + std::to_string(c.bq) + " dO " +
+                                 to_string(dof) + " dS " + to_string(dsf);
         std::vector<float> out[3][3];  // mma_sync, wgmma, wgmma again x (dq, dk, dv)
         double res_max[2] = {0, 0};
         for (int r = 0; r < 3; ++r) {
@@ -232,7 +237,8 @@ TEST_P(FlashBackwardWgmma, MatchesMmaSyncFlavorOnCodes) {
 // last query block's box clips at the head's end), several heads, GQA, Tq != Tk, causal or not, a
 // long walk (64 tile steps a CTA: the stage ring's reuse many times over), both dO formats, with
 // and without residual sums; each variant run twice. An explicit dq_tma / sdp_overlap overrides
-// the environment; -1 reads it.
+// the environment; -1 reads it. With 64 x 64 tiles (the warp-specialized kernel, dQ always by TMA:
+// dq_tma is not read) the same runs compare the two product orders.
 TEST_P(FlashBackwardWgmma, DqPathsAndProductOrdersAgree) {
   OCTET_REQUIRE_SM90();
   const int64_t D = GetParam();
@@ -243,7 +249,9 @@ TEST_P(FlashBackwardWgmma, DqPathsAndProductOrdersAgree) {
   const Run runs[] = {{{2, 8, 2, 300, 300, D, 128, 128, true}, Format::E5M2},
                       {{3, 4, 4, 257, 520, D, 128, 128, true}, Format::E4M3},
                       {{2, 6, 3, 400, 256, D, 128, 128, false}, Format::E5M2},
-                      {{1, 8, 2, 2048, 2048, D, 128, 128, false}, Format::E5M2}};
+                      {{1, 8, 2, 2048, 2048, D, 128, 128, false}, Format::E5M2},
+                      {{2, 8, 2, 300, 300, D, 64, 64, true}, Format::E5M2},
+                      {{1, 8, 2, 2048, 2048, D, 64, 64, false}, Format::E4M3}};
   struct Variant {
     int dq_tma, sdp_overlap;
   };
@@ -257,8 +265,9 @@ TEST_P(FlashBackwardWgmma, DqPathsAndProductOrdersAgree) {
       p.res_sums = residual ? bc.res_sums.p : nullptr;
       const std::string what = "D" + std::to_string(c.D) + " B" + std::to_string(c.B) + " H" +
                                std::to_string(c.H) + "/G" + std::to_string(c.G) + " " + std::to_string(c.Tq) +
-                               "x" + std::to_string(c.Tk) + (c.causal ? " causal" : "") + " dO " +
-                               to_string(run.dof) + (residual ? " residual sums" : "");
+                               "x" + std::to_string(c.Tk) + (c.causal ? " causal" : "") + " tile " +
+                               std::to_string(c.bq) + " dO " + to_string(run.dof) +
+                               (residual ? " residual sums" : "");
       fl::run_delta(p, nullptr);
       auto once = [&](const Variant& v, std::vector<float>(&out)[3], std::vector<double>& res) {
         p.dq_tma = v.dq_tma, p.sdp_overlap = v.sdp_overlap;
