@@ -3,7 +3,7 @@ flash_bwd_sm90.cu, flash_bwd_tile_sm90.cuh) on one 128-query x 128-key tile at h
 GPU run.
 
 Each kernel formula is transcribed (copy_rows with the s_key permutation, copy_cols, the swizzle,
-the byte scatter of dS, the to_a_frags packing, the dQ atomics' lane swap, column_sum8's shuffles,
+the dS store (a 4 x 4 byte transpose across lanes, then 32-bit words), the to_a_frags packing, the dQ atomics' lane swap, column_sum8's shuffles,
 the epilogue's stores) and run for every thread; the tensor core is modelled by the PTX ISA's
 fragment layouts (§9.7.15.5: the m64nNk32 accumulator, the register A fragment) and by the
 K-major swizzled descriptor read (logical byte row·W + 32·kstep + c, stored at swizzle(offset)). The
@@ -30,6 +30,12 @@ def k_cols(d):
 
 def s_key(nt, n):
     return 32 * (nt // 4) + 16 * ((nt // 2) % 2) + 4 * (n // 2) + 2 * (nt % 2) + n % 2
+
+
+def byte_perm(x, y, sel):
+    """CUDA __byte_perm: byte n of the result is byte (sel >> 4n) & 7 of the 8 bytes y:x."""
+    src = [(x >> (8 * k)) & 0xFF for k in range(4)] + [(y >> (8 * k)) & 0xFF for k in range(4)]
+    return sum(src[(sel >> (4 * n)) & 7] << (8 * n) for n in range(4))
 
 
 def swizzle(off, w):
@@ -213,10 +219,12 @@ def test_residual_sum_groups_cover_each_query_once(D):
 
 
 @pytest.mark.parametrize("D", [64, 128])
-def test_ds_scatter_and_dq_atomics(D):
+@pytest.mark.parametrize("form", ["bytes", "words"])
+def test_ds_scatter_and_dq_atomics(D, form):
     n = k_cols(D)
     ds = rng.integers(0, 255, (BM, BN))  # dŜ codes [query][key]
     sds = np.full(BM * BN, -1, dtype=np.int64)
+    words = {}  # (wg, w, g, t) -> the lane's dŜ fragments as 32-bit words, byte c = c-th query
     for _, wg, w, g, t in threads():
         # the lane's dS accumulator values per half h (keys 64wg + 16w + g (+8), query kN·h +
         # s_key(i, ...)); to_a_frags per half, dsa[kN/32·h + kk] (head_dim 64: one half)
@@ -225,12 +233,38 @@ def test_ds_scatter_and_dq_atomics(D):
             acc = [[ds[n * h + s_key(i, 2 * t + e % 2), WG_KEYS * wg + 16 * w + g + 8 * (e // 2)]
                     for e in range(4)] for i in range(n // 8)]
             dsa.extend(to_a_frags(acc))
-        key = WG_KEYS * wg + 16 * w + g
+        words[wg, w, g, t] = [[sum(int(dsa[kk][r][c]) << (8 * c) for c in range(4)) for r in range(4)]
+                              for kk in range(BM // 32)]
+    # store_ds_bytes (the lockstep kernel): byte c of a[r] at query 32kk + 16(r/2) + 4t + c, key g (+8)
+    for (wg, w, g, t), frags in words.items():
+        if form != "bytes":
+            break
         for kk in range(BM // 32):
             for r in range(4):
                 for c in range(4):
                     qq = 32 * kk + 16 * (r // 2) + 4 * t + c
-                    sds[swizzle(qq * BN + key + 8 * (r % 2), 128)] = dsa[kk][r][c]
+                    sds[swizzle(qq * BN + WG_KEYS * wg + 16 * w + g + 8 * (r % 2), 128)] = \
+                        (frags[kk][r] >> (8 * c)) & 0xFF
+    # store_ds_frag (the warp-specialized kernel): lanes g0..g0 + 3 of one t transpose their 4 x 4
+    # bytes (lane ^ 8 is g ^ 2, lane ^ 4 is g ^ 1) and lane g0 + i stores query 4t + i's word of keys
+    # g0..g0 + 3
+    for (wg, w, g, t), frags in words.items():
+        if form != "words":
+            break
+        i, g0 = g & 3, g & 4
+        sel1, sel2 = (0x3276 if i & 2 else 0x5410), (0x3715 if i & 1 else 0x6240)
+        for kk in range(BM // 32):
+            for r in range(4):
+                def w1(gg):
+                    return byte_perm(words[wg, w, gg, t][kk][r], words[wg, w, gg ^ 2, t][kk][r],
+                                     0x3276 if gg & 2 else 0x5410)
+                word = byte_perm(w1(g), w1(g ^ 1), sel2)
+                assert w1(g) == byte_perm(frags[kk][r], words[wg, w, g ^ 2, t][kk][r], sel1)
+                qq = 32 * kk + 16 * (r // 2) + 4 * t + i
+                at = swizzle(qq * BN + WG_KEYS * wg + 16 * w + g0 + 8 * (r % 2), 128)
+                assert at % 4 == 0
+                for c in range(4):
+                    sds[at + c] = (word >> (8 * c)) & 0xFF
     assert (sds >= 0).all(), "a dS byte was not written"
     k = rng.integers(0, 50, (BN, D))
     dq = np.zeros((BM, D), dtype=np.int64)

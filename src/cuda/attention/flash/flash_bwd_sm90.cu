@@ -311,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float gq_scale = g_scale * grad_factor(p, k_inv);
     // dŜ into shared memory [query][key] (K-major for dQ's A).
 #pragma unroll
-    for (int kk = 0; kk < kBM / 32; ++kk) bwdw::store_ds_frag(smem + L::kDs, ln, kk, dsa[kk]);
+    for (int kk = 0; kk < kBM / 32; ++kk) bwdw::store_ds_bytes(smem + L::kDs, ln, kk, dsa[kk]);
     fence_proxy_async_smem();
     __syncthreads();  // both warpgroups' dŜ columns are in place
     // dK += τ dŜᵀQ̂ (A = dŜᵀ fragments, B = Q̂ᵀ) and dQ = τ dŜK̂ (A = dŜ rows 64wg.., B = K̂ᵀ), each

@@ -205,8 +205,10 @@ __device__ __forceinline__ int column_sum8_query(int kk, int g, int t) {
 
 /// Stores the dŜ codes of one A fragment (to_a_frags' a[kk], over queries 32kk.. of the tile) into
 /// the [query][key] tile sds (kBN-byte rows, 128-byte swizzle; K-major for dQ's A): byte c of a[r]
-/// is key 16w + g + 8(r % 2) of the warpgroup's keys, query 32kk + 16(r / 2) + 4t + c.
-__device__ __forceinline__ void store_ds_frag(uint8_t* sds, const Lane& ln, int kk, const uint32_t (&a)[4]) {
+/// is key 16w + g + 8(r % 2) of the warpgroup's keys, query 32kk + 16(r / 2) + 4t + c, one byte
+/// store each (the lockstep kernel's form: store_ds_frag's shuffles cost its head_dim 128 kernel 8
+/// more bytes of spill).
+__device__ __forceinline__ void store_ds_bytes(uint8_t* sds, const Lane& ln, int kk, const uint32_t (&a)[4]) {
   const int key = kWgKeys * ln.wg + 16 * ln.w + ln.g;
 #pragma unroll
   for (int r = 0; r < 4; ++r)
@@ -215,6 +217,25 @@ __device__ __forceinline__ void store_ds_frag(uint8_t* sds, const Lane& ln, int 
       const int q = 32 * kk + 16 * (r / 2) + 4 * ln.t + c;
       sds[swizzle<128>(q * kBN + key + 8 * (r % 2))] = uint8_t(a[r] >> (8 * c));
     }
+}
+
+/// store_ds_bytes' stores as 32-bit words (the warp-specialized kernel's form). The four
+/// lanes g0..g0 + 3 (g0 = g & 4) of one t transpose their 4 x 4 bytes by two shuffles (lane ^ 8,
+/// lane ^ 4) and byte permutes, so that lane g0 + i stores one 32-bit word: query 32kk + 16(r / 2)
+/// + 4t + i, keys g0..g0 + 3 (+ 8(r % 2)) — 4 stores a fragment instead of 16 byte stores.
+__device__ __forceinline__ void store_ds_frag(uint8_t* sds, const Lane& ln, int kk, const uint32_t (&a)[4]) {
+  const int i = ln.g & 3, g0 = ln.g & 4;
+  // byte n of __byte_perm(x, y, s) is byte s_n of (y:x). After the lane ^ 8 swap lane i holds
+  // queries 2(i >> 1), + 1 of keys i & 1 and (i & 1) + 2; after the lane ^ 4 swap query i of keys 0..3.
+  const unsigned sel1 = (i & 2) ? 0x3276u : 0x5410u, sel2 = (i & 1) ? 0x3715u : 0x6240u;
+  const int key = kWgKeys * ln.wg + 16 * ln.w + g0;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const uint32_t w1 = __byte_perm(a[r], __shfl_xor_sync(0xFFFFFFFFu, a[r], 8), sel1);
+    const uint32_t w2 = __byte_perm(w1, __shfl_xor_sync(0xFFFFFFFFu, w1, 4), sel2);
+    const int q = 32 * kk + 16 * (r / 2) + 4 * ln.t + i;
+    *reinterpret_cast<uint32_t*>(sds + swizzle<128>(q * kBN + key + 8 * (r % 2))) = w2;
+  }
 }
 
 }  // namespace octet::cuda::flash::bwdw
