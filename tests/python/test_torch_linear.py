@@ -135,6 +135,19 @@ def test_empty_input_is_nn_linears_empty_result(recipe):
         assert torch.equal(lin.quant_state(), before)
 
 
+def test_unknown_recipe_or_format_is_refused_before_the_weight_exists(monkeypatch):
+    built = []
+    init = torch.nn.Linear.__init__
+    monkeypatch.setattr(torch.nn.Linear, "__init__", lambda self, *a, **k: (built.append(a), init(self, *a, **k)))
+    for kwargs, message in (({"recipe": "tensorwise"}, "unknown recipe 'tensorwise'"),
+                            ({"format": "e3m4"}, "e3m4")):
+        with pytest.raises(octet.OctetError, match=message):
+            ot.Float8Linear(16, 8, **kwargs)
+        assert built == [], f"{kwargs}: the weight was allocated before the spec was checked"
+    ot.Float8Linear(16, 8)
+    assert built == [(16, 8)]
+
+
 def test_bad_input_raises():
     lin = ot.Float8Linear(16, 8)
     with pytest.raises(ValueError, match=r"\[\.\.\., 16\]"):

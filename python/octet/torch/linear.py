@@ -372,16 +372,19 @@ class Float8Linear(torch.nn.Linear):
                              f"got {amax_history_len}{unused}")
         if not -_MAX_MARGIN <= margin <= _MAX_MARGIN:
             raise ValueError(f"Float8Linear: margin must be in [{-_MAX_MARGIN}, {_MAX_MARGIN}], got {margin}")
+        settings = (recipe, format, amax_history_len, amax_algo, margin)
+        key = _settings_key(*settings)
+        layer = _Layer(_spec_of(in_features, out_features, key), key)
+        # Validates the spec before the weight exists (octet's message for an unknown recipe or
+        # format).
+        layer.handle(torch.device("cpu"))
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.recipe, self.format = recipe, format
         # The shape octet's Linear is built for (checked at every call: in_features and
         # out_features are plain attributes a user may change). Ints, not the layer id, so that
         # torch.compile's guards on them pass for every layer of a shape.
         self._octet_shape = (out_features, in_features)
-        self._octet_settings = (recipe, format, amax_history_len, amax_algo, margin)
-        layer = _Layer(self._spec(), _settings_key(*self._octet_settings))
-        # Validates the spec now (octet's message for an unknown recipe or format).
-        layer.handle(torch.device("cpu"))
+        self._octet_settings = settings
         self._register(layer)
 
     def _register(self, layer):
@@ -416,10 +419,8 @@ class Float8Linear(torch.nn.Linear):
         self._register(layer)
 
     def _spec(self):
-        recipe, fmt, history, algo, margin = self._octet_settings
         n_out, n_in = self._octet_shape
-        return _lib.LinearSpec(n_in, n_out, recipe.encode(), fmt.encode(), history, algo.encode(),
-                               margin)
+        return _spec_of(n_in, n_out, _settings_key(*self._octet_settings))
 
     @classmethod
     def from_linear(cls, linear, **kwargs):
