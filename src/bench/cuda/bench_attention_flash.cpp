@@ -42,7 +42,7 @@ void set_backward_kernel(AttnBenchRow& row, const flash::BackwardParams& p) {
   row.bwd_kernel = flash::backward_kernel_name(bk);
   row.bwd_head_group = flash::resolved_key_head_group(p, bk);
   if (bk != flash::BackwardKernel::Wgmma) return;
-  row.bwd_dq_tma = flash::resolved_dq_tma(p);
+  row.bwd_dq_tma = p.block_q == 64 && p.block_k == 64 ? 1 : flash::resolved_dq_tma(p);  // 64 x 64: always TMA
   row.bwd_sdp_overlap = flash::resolved_sdp_overlap(p);
 }
 

@@ -107,8 +107,11 @@ bool backward_dkv_direct() {
 }
 
 bool resolved_dkv_direct(const BackwardParams& p) {
-  return p.D == 64 && backward_dkv_direct() && select_backward_kernel(p) == BackwardKernel::Wgmma &&
-         resolved_dq_tma(p) == 1 && !p.res_sums;
+  // The 64 x 64 kernel adds dQ by TMA whatever dq_tma says; the 128 x 128 one has the epilogue in
+  // its TMA kernels only.
+  const bool tma = (p.block_q == 64 && p.block_k == 64) || resolved_dq_tma(p) == 1;
+  return p.D == 64 && backward_dkv_direct() && select_backward_kernel(p) == BackwardKernel::Wgmma && tma &&
+         !p.res_sums;
 }
 
 int resolved_dq_tma(const BackwardParams& p) {

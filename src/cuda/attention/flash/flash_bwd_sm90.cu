@@ -3,8 +3,8 @@
 // attention_backward_tile.cpp) with every product on warpgroup MMA (wgmma, QGMMA in SASS) in
 // FlashAttention-3's transposed orientation (arXiv 2407.08608 §3; Delta-Matching's matched delta,
 // arXiv 2609.37852). docs/attention.md §"Backward". Supported: head_dim 64 and 128, block_q =
-// block_k = 128, not deterministic (bwd_sm90_supported); flash_bwd_launch.cu runs the sm89 kernels
-// otherwise.
+// block_k = 128, not deterministic; block_q = block_k = 64 goes to flash_bwd_ws_sm90.cu (bwd_sm90_launch),
+// and flash_bwd_launch.cu runs the sm89 kernels for the rest (bwd_sm90_supported).
 //
 // Main kernel: one CTA (two warpgroups, flash_bwd_tile_sm90.cuh geometry) per (b, KV head, block
 // of 128 keys); K̂, V̂ (A operands, [key][d]) and K̂ᵀ ([d][key]) of the block stay in shared memory.

@@ -77,7 +77,8 @@ struct Maps {
 // reads only its columns 64c..); the two consumers' dQ buffers [4 boxes][kQ][kD/4] FP32; kStages
 // stages of Q̂, dÔ [kQ][kD] (permuted rows, kD-byte swizzle), Q̂ᵀ, (dO/l)~ᵀ [kD][kQ] (64-byte
 // swizzle); kStages ColStats (the first kQ queries used); the mbarriers key_full, full[kStages],
-// empty[kStages]; the consumers' amax slots [2][4]. head_dim 64: 93 KiB; 128: 186 KiB.
+// empty[kStages]; the consumers' amax slots [2][4]. head_dim 64: 102 KiB; 128: 190 KiB (with the
+// alignment slack).
 template <int kD>
 struct Layout {
   static constexpr int kKeyTile = kBN * kD;  // one K̂, V̂ or K̂ᵀ tile
@@ -390,17 +391,22 @@ Maps make_maps(const BackwardParams& p) {
   return m;
 }
 
-template <typename Kernel>
-void launch(Kernel kernel, int64_t blocks, int bytes, const BackwardParams& p, cudaStream_t stream) {
+// ws_backward_kernel<kD, ...> on `blocks` CTAs.
+template <int kD, bool kDoE5M2, bool kDsE5M2, bool kRes, bool kOverlap, bool kDirect>
+void launch(int64_t blocks, const BackwardParams& p, cudaStream_t stream) {
+  auto* const kernel = ws_backward_kernel<kD, kDoE5M2, kDsE5M2, kRes, kOverlap, kDirect>;
+  constexpr int bytes = Layout<kD>::kBytes;
   opt_in_shared_memory(kernel, bytes, /*max_carveout=*/true);
   OCTET_CHECK(blocks <= 0x7FFFFFFF, "flash attention backward (wgmma, 64 x 64): too many blocks");
   // setmaxnreg's split needs the launch to allocate at least 168 registers per thread; with fewer,
   // the consumers' setmaxnreg.inc would wait forever for registers the CTA does not have.
-  cudaFuncAttributes attr{};
-  OCTET_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-  OCTET_CHECK(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * attr.numRegs,
-              "flash attention backward (wgmma, 64 x 64): the kernel was built with " +
-                  std::to_string(attr.numRegs) +
+  static const int regs = [&] {  // once per kernel
+    cudaFuncAttributes attr{};
+    OCTET_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    return attr.numRegs;
+  }();
+  OCTET_CHECK(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * regs,
+              "flash attention backward (wgmma, 64 x 64): the kernel was built with " + std::to_string(regs) +
                   " registers per thread; its setmaxnreg split needs at least " +
                   std::to_string((128 * kProducerRegs + 256 * kConsumerRegs) / kThreads));
   const Maps maps = make_maps(p);
@@ -429,16 +435,15 @@ void bwd_ws_sm90_launch(const BackwardParams& p, cudaStream_t stream) {
   auto res = [&](auto d, auto d5, auto s5) {
     constexpr int kD = decltype(d)::value;
     constexpr bool kDo = decltype(d5)::value, kDs = decltype(s5)::value;
-    const int bytes = Layout<kD>::kBytes;
     auto go = [&](auto with_res, auto overlap) {
       constexpr bool kR = decltype(with_res)::value, kO = decltype(overlap)::value;
       if constexpr (kD == 64 && !kR) {
         if (p.dk_out) {
-          launch(ws_backward_kernel<kD, kDo, kDs, kR, kO, true>, blocks, bytes, p, stream);
+          launch<kD, kDo, kDs, kR, kO, true>(blocks, p, stream);
           return;
         }
       }
-      launch(ws_backward_kernel<kD, kDo, kDs, kR, kO, false>, blocks, bytes, p, stream);
+      launch<kD, kDo, kDs, kR, kO, false>(blocks, p, stream);
     };
     auto variant = [&](auto with_res) {
       if constexpr (kD == 64) {

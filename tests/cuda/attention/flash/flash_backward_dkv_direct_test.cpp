@@ -151,7 +151,8 @@ TEST(FlashBackwardWgmmaEnv, DirectDkDvEqualsTheUnpadPass) {
                   }
                   // FP32 atomic order only; in BF16 it flips a rounding (2^-8 relative) in a few
                   // elements: measured 1.1e-5 with 64 x 64 tiles (two dQ parts per key block, H100).
-                  EXPECT_LE(std::sqrt(num / den), act == DType::BF16 ? 1e-4 : 1e-5) << at << ": dQ";
+                  const double dq_tol = act == DType::BF16 && tile == 64 ? 1e-4 : 1e-5;
+                  EXPECT_LE(std::sqrt(num / den), dq_tol) << at << ": dQ";
                   if (HasFailure()) return;
                 }
 }

@@ -169,6 +169,50 @@ TEST_P(FlashBackwardWgmma, LargeLogitsMatchedResidual) {
   EXPECT_LE(g.stats.row_residual_max, 1e-6);
 }
 
+// 64 x 64 dS scale tiles are the consumers' own: with E4M3 dS and keys 64..127 seeing logits 14
+// below those of keys 0..63 (their dS ~1e-6 of the others', ~20 binades: below E4M3's subnormals
+// under one shared scale), the 64 x 64 kernel's dK of those keys matches the CPU twin's at 64 x 64
+// (each key block its own scale, as each consumer), while the 128 x 128 kernel's — one scale for
+// both halves — does not. Random inputs cannot tell the two apart: there every tile's amax lies in
+// the same binade.
+TEST_P(FlashBackwardWgmma, EachConsumerScalesItsOwnTile) {
+  OCTET_REQUIRE_SM90();
+  auto gpu = make_cuda_backend();
+  const int64_t D = GetParam(), T = 128, H = 2;
+  const AttentionShape s = test::make_shape(1, H, H, T, T, D, false);
+  AttentionInputs in = make_attention_inputs(s, AttnInputDist::Normal, 31);
+  const float shift = std::sqrt(14.0f / s.tau());  // τ·q0·k0 = −14 for keys 64..127
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      in.q[size_t((h * T + i) * D)] = shift;
+      in.k[size_t((h * T + i) * D)] = i >= 64 ? -shift : 0.0f;
+    }
+  AttentionConfig c64 = fused_config(DeltaMode::Matched, 64, 64), c128 = fused_config(DeltaMode::Matched);
+  c64.ds_format = c128.ds_format = Format::E4M3;
+  const test::RunResult twin = test::run_attention(s, c64, in);
+  const GpuRun g64 = run_gpu(*gpu, s, c64, in), g128 = run_gpu(*gpu, s, c128, in);
+  auto err = [&](const std::vector<float>& dk, int64_t j0) {  // rel. L2 over keys j0..j0 + 63
+    double num = 0, den = 0;
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t j = j0; j < j0 + 64; ++j)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t k = size_t((h * T + j) * D + d);
+          num += (double(dk[k]) - twin.dk[k]) * (double(dk[k]) - twin.dk[k]);
+          den += double(twin.dk[k]) * twin.dk[k];
+        }
+    return den > 0 ? std::sqrt(num / den) : -1.0;
+  };
+  const double small64 = err(g64.dk, 64), small128 = err(g128.dk, 64), large64 = err(g64.dk, 0);
+  std::printf(
+      "[wgmma bwd] D%lld keys 64..127 (dS ~1e-6 of keys 0..63): dK vs the 64 x 64 twin: 64 x 64 "
+      "kernel %.1e, 128 x 128 kernel %.1e (keys 0..63: %.1e)\n",
+      static_cast<long long>(D), small64, small128, large64);
+  EXPECT_GE(small64, 0.0) << "the small keys' dK must not be 0 in the twin";
+  EXPECT_LE(small64, test::kGradTolTwinWgmma);
+  EXPECT_LE(large64, test::kGradTolTwinWgmma);
+  EXPECT_GT(small128, 10 * small64) << "one scale for both key halves would not be told apart";
+}
+
 // The kernels directly on random codes, every (do_format, ds_format) pair (the four instantiations)
 // and with and without residual sums: wgmma vs mma.sync flavor to kGradTol; the wgmma matched
 // residual (its pre-pass + main kernel) <= 1e-6 in every row; two wgmma runs give dK, dV with
@@ -291,7 +335,9 @@ TEST_P(FlashBackwardWgmma, DqPathsAndProductOrdersAgree) {
           std::vector<double> res;
           once(v, out, res);
           const double e = rel_l2(out[0], base[0]);
-          if (!again) std::printf("[wgmma bwd] %-58s dQ vs atomics: rel. L2 %.1e\n", at.c_str(), e);
+          if (!again)  // 64 x 64: dq_tma is not read, so the "atomics" base is a TMA run too
+            std::printf("[wgmma bwd] %-58s dQ vs the %s run: rel. L2 %.1e\n", at.c_str(),
+                        c.bq == 64 ? "first" : "atomics", e);
           EXPECT_LE(e, 1e-5) << at;
           EXPECT_EQ(out[1], base[1]) << at << ": dK moved";
           EXPECT_EQ(out[2], base[2]) << at << ": dV moved";
