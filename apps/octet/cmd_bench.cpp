@@ -435,6 +435,7 @@ void run_train(TrainArgs& a) {
                   {"arm", r.arm},
                   {"recipe", r.arm == "bf16" ? "" : o.recipe},
                   {"attn_form", r.attn_form},
+                  {"attn_tile", o.attn_tile},
                   {"activation_checkpointing", o.train.activation_checkpointing},
                   {"n_layer", r.config.n_layer},
                   {"d_model", r.config.d_model},
@@ -646,6 +647,11 @@ OCTET_COMMAND("bench", [](CLI::App& app) {
       ->capture_default_str();
   train->add_option("--attn-form", tr.o.attn_form, "auto (cuda FP8: the flash kernels), whole, flash")
       ->check(CLI::IsMember({"auto", "whole", "flash"}))
+      ->capture_default_str();
+  train
+      ->add_option("--attn-tile", tr.o.attn_tile,
+                   "FP8 attention's block_q = block_k (precision.attn_tile): 128 or 64")
+      ->check(CLI::IsMember({int64_t(64), int64_t(128)}))
       ->capture_default_str();
   train->add_flag("--activation-checkpointing", tr.o.train.activation_checkpointing,
                   "recompute each layer's forward in the backward (peak memory vs one more forward)");

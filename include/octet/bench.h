@@ -106,6 +106,8 @@ struct TrainBenchOptions {
   /// Attention form: "auto" (default_attn_form: the fused FP8 kernels for the FP8-attention arms
   /// on cuda), "whole" (the unfused CUDA attention) or "flash".
   std::string attn_form = "auto";
+  /// FP8 attention's block_q = block_k (PrecisionConfig::attn_tile): 128 or 64.
+  int64_t attn_tile = 128;
   /// Optimizer hyperparameters (octet/optim.h via adamw_config): a run's [train] defaults, with
   /// the PyTorch peer's constant learning rate 3e-4 (bench/peers/gpt2_torch.py; a run's default
   /// 3e-3 diverges at 1.3B without its warmup); train.activation_checkpointing: the models'

@@ -141,6 +141,8 @@ void bench_train(
       prec.quant.recipe = parse_recipe(opt.recipe);
       prec.quant.formats = FormatPolicy::Hybrid;
       prec.activations = be.preferred_activation_dtype();
+      prec.attn_tile = opt.attn_tile;
+      prec.validate();
       prec.attn_form =
           opt.attn_form == "auto" ? default_attn_form(cfg, prec, be.name()) : parse_attn_form(opt.attn_form);
       ModelMemory memory;
