@@ -15,6 +15,10 @@ head_dim 128 (docs/attention.md §"Backward"): Sᵀ and dPᵀ are products over 
 128 queries in two 64-column parts of head_dim, half 0's dS is parked in shared memory as
 [element][thread] float4s (the dŜ tile's space), and the residual sums of half h sit at group
 2h + kk.
+
+The warp-specialized 64 x 64 kernel (flash_bwd_ws_sm90.cu) shares the tile step's formulas; its own
+indexing (64-query operand tiles, per-consumer column offsets, row-sum chunks, the staged dQ) is
+test_warp_specialized_operands'.
 """
 import numpy as np
 import pytest
@@ -333,3 +337,61 @@ def test_column_sum8_and_epilogue(D):
                 for c in range(2):
                     seen[WG_KEYS * wg + 16 * w + g + 8 * r, 8 * dn + 2 * t + c] += 1
     assert (seen == 1).all()
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_warp_specialized_operands(D):
+    """The 64 x 64 kernel's own indexing (flash_bwd_ws_sm90.cu): the 64-query transposed tiles (Q̂ᵀ,
+    (dO/l)~ᵀ [D][64], 64-byte swizzle) read by kmajor_desc<64> for dK's B and, in 64-column parts, dV's;
+    consumer c's dQ operands at column offset 64c of the 128-byte-swizzled dŜ [64][128] and K̂ᵀ [D][128]
+    tiles; add_ds_row_sums' chunks 4c + 2h + k (stored at chunk ^ q % 8) covering each row's keys 64c..
+    once; stage_dq<D, 64>'s rows 16w + g (+8) and the dq boxes' swizzle holding the consumer's part."""
+    q_t = rng.integers(0, 50, (D, 64))  # Q̂ᵀ of one step: [dim][query]
+    tile = np.full(D * 64, -1, dtype=np.int64)  # the TMA box [D][64] lands row by row, 64-byte swizzle
+    for r in range(D):
+        for col in range(64):
+            tile[swizzle(r * 64 + col, 64)] = q_t[r, col]
+    np.testing.assert_array_equal(desc_read(tile, 0, D, 64, 64), q_t)  # dK's B
+    for part in range(D // 64):  # dv_product<kD, .., 64, 64>: rows 64·part.., at part·64·64
+        np.testing.assert_array_equal(desc_read(tile, part * 64 * 64, 64, 64, 64), q_t[64 * part:64 * part + 64])
+    ds = rng.integers(0, 255, (64, BN))  # dŜ [query][key]
+    sds = np.full(64 * BN, -1, dtype=np.int64)
+    for qq in range(64):
+        for key in range(BN):
+            sds[swizzle(qq * BN + key, 128)] = ds[qq, key]
+    k = rng.integers(0, 50, (BN, D))
+    kt = copy_cols(k.T.copy(), 0, BN, D)  # K̂ᵀ [D][128 keys]
+    for c in range(2):
+        np.testing.assert_array_equal(desc_read(sds, 64 * c, 64, 64, 128), ds[:, 64 * c:64 * c + 64])
+        np.testing.assert_array_equal(desc_read(kt, 64 * c, D, 64, 128), k[64 * c:64 * c + 64].T)
+        for tid in range(128):  # add_ds_row_sums: thread tid, row tid / 2, half tid % 2
+            qq, h = tid // 2, tid % 2
+            if h:
+                continue
+            seen = []
+            for hh in range(2):
+                for kk in range(2):
+                    chunk = 4 * c + 2 * hh + kk
+                    at = qq * BN + 16 * (chunk ^ (qq % 8))
+                    seen += [sds[at + b] for b in range(16)]
+            assert sorted(seen) == sorted(ds[qq, 64 * c:64 * c + 64].tolist())
+    part = rng.integers(-99, 99, (64, D))  # a consumer's dQ part [query][dim]
+    box_bytes = 64 * D  # four boxes [64][D/4] FP32, rows of D bytes
+    staged = {}
+    for w in range(4):
+        for g in range(8):
+            for t in range(4):
+                aq = acc_of(part, w, g, t)
+                for dn in range(D // 8):
+                    box, col = dn // (D // 32), 8 * (dn % (D // 32)) + 2 * t
+                    for r in range(2):
+                        row = 16 * w + g + 8 * r  # row0 + 8r
+                        for e in range(2):
+                            at = box * box_bytes + swizzle(row * D + 4 * (col + e), D)
+                            assert at not in staged
+                            staged[at] = aq[dn][2 * r + e]
+    assert len(staged) == 64 * D
+    for box in range(4):  # the reduce reads box element (row, j) at swizzle(row·D + 4j)
+        for row in range(64):
+            for j in range(D // 4):
+                assert staged[box * box_bytes + swizzle(row * D + 4 * j, D)] == part[row, box * D // 4 + j]
