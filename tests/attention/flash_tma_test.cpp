@@ -75,5 +75,19 @@ TEST(FlashTma, ColumnTilesLandTransposedAndZeroPastTheColumns) {
     }
 }
 
+// The group transposes (Q̂ᵀ, (dO/l)~ᵀ): a box of 64 queries of head r = 1 of KV head 1 lands as
+// [d][64], element (row = 1·d + dd, r, i) at (row·rep + r)·T_p + i; queries past T_p are zero.
+TEST(FlashTma, GroupTransposeBoxesHoldOneHeadsQueriesOfOneKvHead) {
+  const int64_t T_p = 208, rep = 3, d = 64, kv_heads = 2;
+  const TmaTiles t = group_transpose_tiles(T_p, rep, kv_heads * d, d, 64);
+  const std::vector<int64_t> box = walk(t, {192, 1, d});
+  ASSERT_EQ(box.size(), size_t(d * 64));
+  for (int dd = 0; dd < d; ++dd)
+    for (int c = 0; c < 64; ++c) {
+      const int64_t i = 192 + c;
+      ASSERT_EQ(box[size_t(dd * 64 + c)], i < T_p ? ((d + dd) * rep + 1) * T_p + i : -1) << dd << " " << c;
+    }
+}
+
 }  // namespace
 }  // namespace octet::cuda::flash

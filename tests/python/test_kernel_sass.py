@@ -83,25 +83,25 @@ def resources():
     return out
 
 
-def backward_kernels(res):
-    """[(name, (D, do_e5m2, ds_e5m2, res, dq_tma, overlap, direct), usage)] of wgmma_backward_kernel."""
+def matching_kernels(res, pattern):
+    """[(name, the pattern's template arguments as ints, usage)] of the kernels whose name matches."""
     found = []
     for name, usage in res.items():
-        m = BACKWARD.search(name)
+        m = pattern.search(name)
         if m:
             found.append((name, tuple(int(x) for x in m.groups()), usage))
     return found
+
+
+def backward_kernels(res):
+    """[(name, (D, do_e5m2, ds_e5m2, res, dq_tma, overlap, direct), usage)] of wgmma_backward_kernel."""
+    return matching_kernels(res, BACKWARD)
 
 
 def ws_backward_kernels(res):
     """[(name, (D, do_e5m2, ds_e5m2, res, overlap, direct), usage)] of ws_backward_kernel (the 64 x 64
     kernel, flash_bwd_ws_sm90.cu)."""
-    found = []
-    for name, usage in res.items():
-        m = WS_BACKWARD.search(name)
-        if m:
-            found.append((name, tuple(int(x) for x in m.groups()), usage))
-    return found
+    return matching_kernels(res, WS_BACKWARD)
 
 
 def test_the_warp_specialized_backward():

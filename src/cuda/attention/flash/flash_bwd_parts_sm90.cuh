@@ -187,4 +187,26 @@ __device__ __forceinline__ void store_dkv_direct(const BackwardParams& p, const 
   }
 }
 
+// The epilogue into the FP32 accumulators (BackwardParams::dk_acc, dv_acc [B·G][Tk_p][kD]): this
+// lane's keys kbase + g (+ 8) below Tk_p of KV head row bg, dV × dv_scale, dK as summed (Q̂'s code
+// units per tensor, values with per-block scales).
+template <int kD>
+__device__ __forceinline__ void store_dkv_acc(const BackwardParams& p, const Lane& ln, int64_t bg,
+                                              int64_t kbase, const float (&dk)[kD / 8][4],
+                                              const float (&dv)[kD / 8][4], float dv_scale) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = kbase + ln.g + 8 * r;
+    if (j >= p.Tk_p) continue;
+    float* const ov = p.dv_acc + (bg * p.Tk_p + j) * kD + 2 * ln.t;
+    float* const ok = p.dk_acc + (bg * p.Tk_p + j) * kD + 2 * ln.t;
+#pragma unroll
+    for (int dn = 0; dn < kD / 8; ++dn) {
+      *reinterpret_cast<float2*>(ov + 8 * dn) =
+          make_float2(dv[dn][2 * r] * dv_scale, dv[dn][2 * r + 1] * dv_scale);
+      *reinterpret_cast<float2*>(ok + 8 * dn) = make_float2(dk[dn][2 * r], dk[dn][2 * r + 1]);
+    }
+  }
+}
+
 }  // namespace octet::cuda::flash::bwdw

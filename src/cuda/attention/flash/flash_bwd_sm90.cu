@@ -380,23 +380,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // dV = Σ P̃_code (dO/l)_code · (1/p_scale) · its 1/scale; dK in Q̂'s code units (× sq later),
   // or in values with per-block scales.
   const float dv_scale = (1.0f / p.p_scale) * *p.dvo_scale_inv;
-  if constexpr (kDirect) {
+  if constexpr (kDirect)
     store_dkv_direct<kD>(p, ln, bg, kbase, dk, dv, dv_scale);
-    return;
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t j = kbase + ln.g + 8 * r;
-    if (j >= p.Tk_p) continue;
-    float* const ov = p.dv_acc + (bg * p.Tk_p + j) * kD + 2 * ln.t;
-    float* const ok = p.dk_acc + (bg * p.Tk_p + j) * kD + 2 * ln.t;
-#pragma unroll
-    for (int dn = 0; dn < kD / 8; ++dn) {
-      *reinterpret_cast<float2*>(ov + 8 * dn) =
-          make_float2(dv[dn][2 * r] * dv_scale, dv[dn][2 * r + 1] * dv_scale);
-      *reinterpret_cast<float2*>(ok + 8 * dn) = make_float2(dk[dn][2 * r], dk[dn][2 * r + 1]);
-    }
-  }
+  else
+    bwdw::store_dkv_acc<kD>(p, ln, bg, kbase, dk, dv, dv_scale);
 #else
   __trap();  // wgmma needs sm_90a; run_backward_main dispatches by device
 #endif
@@ -420,14 +407,7 @@ BackwardMaps make_maps(const BackwardParams& p) {
   const TmaTiles k_rows = row_tiles(p.D, p.Tk_p, p.B * p.G, kBN);
   m.k = make(p.k, k_rows, d_swizzle);
   m.v = make(p.v, k_rows, d_swizzle);
-  // The group transposes [B·G·D][rep][Tq_p]: element (bg·D + dd, r, i) at (bg·D + dd)·rep·Tq_p +
-  // r·Tq_p + i; a box is 128 queries of one head r, all D rows; queries past Tq_p read as 0.
-  TmaTiles q_cols;
-  q_cols.rank = 3;
-  const uint64_t rep = uint64_t(p.H / p.G);
-  q_cols.dims[0] = uint64_t(p.Tq_p), q_cols.dims[1] = rep, q_cols.dims[2] = uint64_t(p.B * p.G * p.D);
-  q_cols.strides[0] = uint64_t(p.Tq_p), q_cols.strides[1] = rep * uint64_t(p.Tq_p);
-  q_cols.box[0] = kBM, q_cols.box[1] = 1, q_cols.box[2] = uint32_t(p.D);
+  const TmaTiles q_cols = group_transpose_tiles(p.Tq_p, p.H / p.G, p.B * p.G * p.D, p.D, kBM);
   m.q_t = make(p.q_t, q_cols, TmaSwizzle::B128);
   m.dvo_t = make(p.dv_o_t, q_cols, TmaSwizzle::B128);
   m.k_t = make(p.k_t, column_tiles(p.Tk_p, p.D, p.B * p.G, kBN), TmaSwizzle::B128);

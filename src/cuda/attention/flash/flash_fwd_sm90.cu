@@ -365,17 +365,9 @@ void launch(const ForwardParams& p, float* s_out, cudaStream_t stream) {
   OCTET_CHECK(p.B * p.G * p.Tk_p / 16 < (int64_t(1) << 31) && p.Tq_p < (int64_t(1) << 31),
               "flash attention forward (wgmma): B·G·Tk/16 and Tq must stay below 2^31 (TMA coordinates)");
   // setmaxnreg's split (kProducerRegs, kConsumerRegs) needs the launch to allocate at least 168
-  // registers per thread (ptxas gives exactly that); with fewer, the consumers' setmaxnreg.inc
-  // would wait forever for registers the CTA does not have.
-  static const int regs = [&] {
-    cudaFuncAttributes attr{};
-    OCTET_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-    return attr.numRegs;
-  }();
-  OCTET_CHECK(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * regs,
-              "flash attention forward (wgmma): the kernel was built with " + std::to_string(regs) +
-                  " registers per thread; its setmaxnreg split needs at least " +
-                  std::to_string((128 * kProducerRegs + 256 * kConsumerRegs) / kThreads));
+  // registers per thread (ptxas gives exactly that).
+  check_register_split(kernel, kThreads, 128 * kProducerRegs + 256 * kConsumerRegs,
+                       "flash attention forward (wgmma)");
   const ForwardMaps maps = make_maps<kD, kBN, kLogits>(p);
   int64_t grid = blocks;
   if constexpr (kPersistent) {  // one CTA per SM (one fits: 384 threads at 168 registers fill the file)

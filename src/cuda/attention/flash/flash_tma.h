@@ -61,4 +61,17 @@ inline TmaTiles column_tiles(int64_t cols, int64_t d, int64_t batches, int box_c
   return t;
 }
 
+/// The group transposes of Q̂ and (dO/l)~: [rows][rep][T_p] codes, rows = B·G·d (one per KV head
+/// and head_dim element), rep query heads per KV head; element (row, r, i) at row·rep·T_p + r·T_p + i.
+/// A box is box_queries queries of one head r and the d rows of one KV head, landing as
+/// [d][box_queries]; queries past T_p read as 0. Coordinates (first query, r, KV head · d).
+inline TmaTiles group_transpose_tiles(int64_t T_p, int64_t rep, int64_t rows, int64_t d, int box_queries) {
+  TmaTiles t;
+  t.rank = 3;
+  t.dims[0] = uint64_t(T_p), t.dims[1] = uint64_t(rep), t.dims[2] = uint64_t(rows);
+  t.strides[0] = uint64_t(T_p), t.strides[1] = uint64_t(rep * T_p);
+  t.box[0] = uint32_t(box_queries), t.box[1] = 1, t.box[2] = uint32_t(d);
+  return t;
+}
+
 }  // namespace octet::cuda::flash
