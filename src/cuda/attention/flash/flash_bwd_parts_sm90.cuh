@@ -55,29 +55,42 @@ __device__ __forceinline__ void residual_sums(const BackwardParams& p, const Col
   }
 }
 
-// dV += P̃ᵀ(dO/l)~ over a step's kQs queries (128 or 64): A = P̃ᵀ fragments pa (queries 32kk.. at
-// pa[kk]), B = (dO/l)~ᵀ [kD][kQs] (kQs-byte swizzle) at `dvo_t`, k-steps kk = 0.. in order from a
-// zero accumulator, in head_dim parts of kNd columns (rows of B), each added in FP32 to dv's n-tiles
-// of that part (kNd = kD at head_dim 64; 64 at 128: a 32-register accumulator beside dK, dV).
+// One head_dim part of dV's product, issued and committed as one group but not waited for: acc =
+// P̃ᵀ(dO/l)~ over kQs queries (A = P̃ᵀ fragments pa, queries 32kk.. at pa[kk]; B = kNd rows of
+// (dO/l)~ᵀ [kD][kQs] at `dvo_rows`, kQs-byte swizzle), k-steps kk = 0.. in order from a zero
+// accumulator. acc and pa are the tensor core's until the caller's wgmma_wait and fence_regs.
+template <bool kDoE5M2, int kNd, int kQs>
+__device__ __forceinline__ void dv_issue(unsigned dvo_rows, uint32_t (&pa)[kQs / 32][4], float (&acc)[kNd / 8][4]) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kQs / 32; ++kk)
+    WgmmaFp8<kNd, false, kDoE5M2>::rs(acc, pa[kk], kmajor_desc<kQs>(dvo_rows + 32 * kk), kk);
+  wgmma_commit();
+}
+
+// dv's n-tiles part·kNd/8.. += acc (FP32, outside the tensor core), after acc's wgmma_wait.
+template <int kD, int kNd>
+__device__ __forceinline__ void dv_fold(int part, float (&acc)[kNd / 8][4], float (&dv)[kD / 8][4]) {
+  fence_regs(acc);
+#pragma unroll
+  for (int dn = 0; dn < kNd / 8; ++dn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dv[part * kNd / 8 + dn][e] += acc[dn][e];
+}
+
+// dV += P̃ᵀ(dO/l)~ over a step's kQs queries (128 or 64): dv_issue at `dvo_t` in head_dim parts of
+// kNd columns (rows of B), each waited for and added in FP32 to dv's n-tiles of that part (kNd = kD
+// at head_dim 64; 64 at 128: a 32-register accumulator beside dK, dV).
 template <int kD, bool kDoE5M2, int kNd, int kQs>
 __device__ __forceinline__ void dv_product(unsigned dvo_t, uint32_t (&pa)[kQs / 32][4],
                                            float (&dv)[kD / 8][4]) {
 #pragma unroll
   for (int part = 0; part < kD / kNd; ++part) {
     float acc[kNd / 8][4];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kQs / 32; ++kk)
-      WgmmaFp8<kNd, false, kDoE5M2>::rs(acc, pa[kk],
-                                        kmajor_desc<kQs>(dvo_t + unsigned(part * kNd * kQs) + 32 * kk), kk);
-    wgmma_commit();
+    dv_issue<kDoE5M2, kNd, kQs>(dvo_t + unsigned(part * kNd * kQs), pa, acc);
     wgmma_wait<0>();
-    fence_regs(acc);
     fence_regs(pa);
-#pragma unroll
-    for (int dn = 0; dn < kNd / 8; ++dn)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dv[part * kNd / 8 + dn][e] += acc[dn][e];
+    dv_fold<kD, kNd>(part, acc, dv);
   }
 }
 

@@ -218,21 +218,51 @@ __global__ void __launch_bounds__(kThreads, 1)
   const unsigned a_v = sb + L::kV + unsigned(kKeys * c * kD);  // ... V̂ rows
   const unsigned dq_buf = sb + L::kDq + unsigned(c * L::kDqBytes);
   mbar_wait(key_full, 0);
+  const auto stage_of = [&](int n) { return sb + L::kStage0 + unsigned((n % kStages) * L::kStage); };
+  // kOverlap: a step issues its Sᵀ and dPᵀ together, forms P while dPᵀ runs, and issues dV's
+  // product before the amax barrier, waited for with dK's and dQ's.
+  float sd[kQ / 8][4];  // Sᵀ's accumulator, then P, then dS
+  float dp[kQ / 8][4];  // dPᵀ's (kOverlap)
+  const auto issue_sdp = [&](int n) {  // kOverlap
+    mbar_wait(full(n % kStages), unsigned(n / kStages) & 1u);
+    bwdw::tile_issue<kD, false>(a_k, stage_of(n), sd);
+    bwdw::tile_issue<kD, kDoE5M2>(a_v, stage_of(n) + L::kQTile, dp);
+  };
+  // A step's τ dŜ_c K̂_c × its factor, staged in dq_buf (stage_dq, when the product is done), is
+  // added to dq_acc by four TMA reduces (add_dq) once every thread's part is in place. With kOverlap
+  // add_dq runs at the next step's start, under that step's Sᵀ and dPᵀ (ptxas serializes a wgmma
+  // whose accumulator, or a register read under it, is in flight across the loop's back edge).
+  const auto add_dq = [&](int64_t bh, int64_t i0) {
+    fence_proxy_async_smem();
+    named_barrier_sync(bar, 128);  // every thread's dQ values are in dq_buf
+    if (tid == 0) {
+#pragma unroll
+      for (int box = 0; box < 4; ++box)
+        tma_reduce_add_3d(&maps.dq, dq_buf + unsigned(box * kQ * kD), box * kD / 4, int(i0), int(bh));
+      bulk_commit();
+    }
+  };
+  int64_t pend_bh = 0, pend_i0 = 0;  // kOverlap: the staged step's
 
 #pragma unroll 1
   for (int n = 0; n < count; ++n) {
     const int s = n % kStages;
-    mbar_wait(full(s), unsigned(n / kStages) & 1u);
+    if constexpr (kOverlap) {
+      issue_sdp(n);
+      if (n > 0) add_dq(pend_bh, pend_i0);
+    } else {
+      mbar_wait(full(s), unsigned(n / kStages) & 1u);
+    }
     const int64_t bh = bh_of(n), i0 = i0_of(n);
     const TileScales sc = tile_scales(p, bh, i0, bg, j0);
-    const unsigned stage = sb + L::kStage0 + unsigned(s * L::kStage);
+    const unsigned stage = stage_of(n);
     const ColStats& cs = stats[s];
     const bool full_tile = bwd::tile_full(p, i0, kQ, j0 + kKeys * c, kKeys);  // warpgroup-uniform
 
     // Sᵀ → P (and P̃'s fragments) → dV; dPᵀ → dS; the lane's |dS| amax bits.
     unsigned amax = 0;
     uint32_t pa[kQ / 32][4];
-    float sd[kQ / 8][4];  // P, then dS
+    float av[kD / 8][4];  // dV's product (kOverlap: waited for with dK's and dQ's)
     const auto prob = [&] {
       if (full_tile)
         bwdw::tile_prob<true>(cs, ln, kbase, 0, sc.s_scale, sd, pa);
@@ -240,16 +270,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         bwdw::tile_prob<false>(cs, ln, kbase, 0, sc.s_scale, sd, pa);
     };
     if constexpr (kOverlap) {
-      float dp[kQ / 8][4];
-      bwdw::tile_issue<kD, false>(a_k, stage, sd);
-      bwdw::tile_issue<kD, kDoE5M2>(a_v, stage + L::kQTile, dp);
       wgmma_wait<1>();
       fence_regs(sd);
       prob();
-      wgmma_wait<0>();
+      bwdw::dv_issue<kDoE5M2, kD, kQ>(stage + 3 * L::kQTile, pa, av);
+      wgmma_wait<1>();  // dPᵀ (issued before dV's product)
       fence_regs(dp);
       bwdw::dp_to_ds<kRes>(p, cs, ln, kbase, 0, sc, bh, i0, full_tile, dp, sd, amax);
-      bwdw::dv_product<kD, kDoE5M2, 64, kQ>(stage + 3 * L::kQTile, pa, dv);
     } else {
       bwdw::tile_product<kD, false>(a_k, stage, sd);
       prob();
@@ -279,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < kQ / 32; ++kk) bwdw::store_ds_frag(smem + L::kDs, ln, kk, dsa[kk]);
     fence_proxy_async_smem();
-    if (tid == 0 && n > 0) bulk_wait_read<0>();  // the previous step's reduces have read dq_buf
+    if (tid == 0 && n > 0) bulk_wait_read<0>();  // the last reduces issued have read dq_buf
     named_barrier_sync(bar, 128);                // dŜ columns in place; dq_buf free
 
     // dK += τ dŜᵀQ̂ (A = dŜᵀ fragments, B = Q̂ᵀ) and dQ_c = τ dŜ_c K̂_c (A = the dŜ columns, B = K̂ᵀ's
@@ -315,18 +342,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_regs(aq);
     if constexpr (kD == 64) {
       fold_dk();
+      if constexpr (kOverlap) {
+        fence_regs(pa);
+        bwdw::dv_fold<kD, kD>(0, av, dv);
+      }
       mbar_arrive(empty(s));
     }
     bwdw::stage_dq<kD, kQ>(dq_buf, ln, 16 * ln.w + ln.g, aq, gq_scale);
-    fence_proxy_async_smem();
-    named_barrier_sync(bar, 128);  // every thread's dQ values are in dq_buf
-    if (tid == 0) {
-#pragma unroll
-      for (int box = 0; box < 4; ++box)
-        tma_reduce_add_3d(&maps.dq, dq_buf + unsigned(box * kQ * kD), box * kD / 4, int(i0), int(bh));
-      bulk_commit();
-    }
+    if constexpr (kOverlap)
+      pend_bh = bh, pend_i0 = i0;
+    else
+      add_dq(bh, i0);
   }
+  if constexpr (kOverlap)
+    if (count > 0) add_dq(pend_bh, pend_i0);
   if (tid == 0) bulk_wait<0>();  // the last reduces are done with shared memory before the CTA exits
   // dV = Σ P̃_code (dO/l)_code · (1/p_scale) · its 1/scale; dK in Q̂'s code units (× sq later), or
   // in values with per-block scales.
