@@ -12,7 +12,9 @@ nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels, which ./dev installs) on 
   two CTAs an SM (<= 128 registers).
 - The warp-specialized 64 x 64 kernel (flash_bwd_ws_sm90.cu ws_backward_kernel): 384 threads at
   168 registers (its setmaxnreg split), the spill bounds of test_the_warp_specialized_backward, no
-  spill of an in-flight accumulator, dQ by TMA bulk reduces only.
+  spill of an in-flight accumulator, dQ by TMA bulk reduces only (four `UTMAREDG`; eight in the
+  head_dim 64 overlap kernels, which issue a step's four at two places: the next step's start and
+  after the last step).
 - The dQ path (BackwardParams::dq_tma): the atomics' kernels add dQ by 16-byte FP32 reductions
   (`REDG.E.ADD.F32x4`, head_dim / 8 a thread per step) and issue no TMA reduce; the TMA kernels have
   none of those and four `UTMAREDG` (a step's four boxes).
@@ -210,10 +212,17 @@ def test_the_dq_path_is_the_one_asked_for():
 def registers(opcode, operands):
     """The register numbers an instruction names: its data registers R<n> as wide as the opcode's
     data (.128: 4, .64 or a 64-bit op (.WIDE, D*): 2, else 1; conservative: every data register
-    takes that width), address registers in [...] 2 wide with .64 else 1."""
+    takes that width), address registers in [...] 2 wide with .64 else 1; IMAD.WIDE's by position
+    (its destination and addend 64-bit, its factors 32-bit)."""
     wide = 4 if ".128" in opcode else 2 if (".64" in opcode or ".WIDE" in opcode or opcode[:4] in
                                              ("DADD", "DFMA", "DMUL", "DSET", "DMNM")) else 1
     regs = set()
+    if opcode.startswith("IMAD.WIDE"):  # d (64-bit) = a (32) * b (32) + c (64)
+        for i, op in enumerate(o.strip() for o in operands.split(",")):
+            n = re.fullmatch(r"-?R(\d+)", op)
+            if n:
+                regs.update(range(int(n.group(1)), int(n.group(1)) + (2 if i in (0, 3) else 1)))
+        return regs
     for addr in re.findall(r"\[([^\]]*)\]", operands):
         for n, suffix in re.findall(r"\bR(\d+)(\.64)?", addr):
             regs.update(range(int(n), int(n) + (2 if suffix else 1)))
@@ -286,3 +295,60 @@ def test_the_overlap_keeps_dp_in_flight_while_p_is_formed():
             raise AssertionError(f"{args}: {e}") from None
         assert len(windows) >= 2, f"{args}: {len(windows)} overlap windows (one per query half expected)"
         assert min(windows) >= 100, f"{args}: only {min(windows)} instructions between the two waits"
+
+
+def dv_in_flight(ins):
+    """The instructions between the 64 x 64 overlap kernel's dV product (the QGMMAs between its first
+    two `DEPBAR.LE gsb0, 0x1`: after the wait for Sᵀ, before the one for dPᵀ) and the next
+    `DEPBAR.LE gsb0, 0x0`; raises AssertionError if there is no such product or an instruction other
+    than a QGMMA touches its accumulator (32 registers) or its A fragments before that wait."""
+    waits = [k for k, (op, text) in enumerate(ins) if op.startswith("WARPGROUP.DEPBAR")]
+    first = next(i for i, k in enumerate(waits) if ins[k][1].replace(" ", "").endswith("0x1"))
+    k1, k2 = waits[first], waits[first + 1]
+    assert ins[k2][1].replace(" ", "").endswith("0x1"), "the wait after Sᵀ's is not dPᵀ's (0x1)"
+    dv = [k for k in range(k1, k2) if ins[k][0].startswith("QGMMA")]
+    assert dv, "no product issued between the waits for Sᵀ and dPᵀ"
+    held = set()
+    for k in dv:  # QGMMA Racc, Ra, gdesc[...]: the accumulator and the register A operand
+        acc, a = (int(n) for n in re.findall(r"\bR(\d+)", ins[k][1])[:2])
+        held |= set(range(acc, acc + 32)) | set(range(a, a + 4))
+    m = dv[-1] + 1
+    while not (ins[m][0].startswith("WARPGROUP.DEPBAR") and ins[m][1].replace(" ", "").endswith("0x0")):
+        if not ins[m][0].startswith("QGMMA"):
+            touched = registers(*ins[m]) & held
+            assert not touched, f"{ins[m][0]} {ins[m][1]} touches R{min(touched)} with dV in flight"
+        m += 1
+    return m - dv[-1] - 1
+
+
+def test_the_64x64_overlap_keeps_dv_in_flight():
+    # The head_dim 64 overlap kernels issue dV's product between the waits for Sᵀ and dPᵀ and wait
+    # for it with dK's and dQ's: dS, the amax barrier and dŜ's stores run under it.
+    kernels = [k for k in ws_backward_kernels(resources()) if k[1][4] and k[1][1] and k[1][2]]
+    assert len(kernels) == 3, [k[1] for k in kernels]  # with / without residual sums, direct
+    for name, args, _ in kernels:
+        try:
+            window = dv_in_flight(instructions(cuobjdump("-sass", "-fun", name)))
+        except (AssertionError, StopIteration) as e:
+            raise AssertionError(f"{args}: {e}") from None
+        assert window >= 100, f"{args}: only {window} instructions under dV's product"
+
+
+def test_the_dv_check_sees_a_touch():
+    sass = """
+        /*0010*/                   QGMMA.64x64x32.F32.E4M3.E4M3 R56, gdesc[UR16], RZ, !UPT ;
+        /*0020*/                   QGMMA.64x64x32.F32.E4M3.E5M2 R24, gdesc[UR24], RZ, !UPT ;
+        /*0030*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0040*/                   QGMMA.64x64x32.F32.E4M3.E5M2 R88, R120, gdesc[UR16], RZ, !UPT ;
+        /*0050*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0060*/                   FMUL R2, R24, R3 ;
+        /*0070*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+    """
+    assert dv_in_flight(instructions(sass)) == 2
+    for bad in ("FMUL R2, R90, R3", "MOV R123, R2", "STS.128 [R4], R116", "IMAD.WIDE.U32 R72, R2, UR12, R88"):
+        with pytest.raises(AssertionError, match="with dV in flight"):
+            dv_in_flight(instructions(sass.replace("FMUL R2, R24, R3", bad)))
+    with pytest.raises(AssertionError, match="no product"):
+        dv_in_flight(instructions(sass.replace("QGMMA.64x64x32.F32.E4M3.E5M2 R88, R120, gdesc[UR16], RZ, !UPT",
+                                               "NOP")))
+

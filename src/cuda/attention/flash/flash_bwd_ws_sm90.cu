@@ -18,12 +18,14 @@
 // the consumers never wait for each other:
 //   Sᵀ = K̂Q̂ᵀ (SS m64n64k32) → P = exp(S − m)/l in place, P̃ = E4M3(exp(S − m)·p_scale) as A
 //   fragments; dV += P̃ᵀ(dO/l)~ (RS, B = (dO/l)~ᵀ); dPᵀ = V̂dÔᵀ (SS) → dS = P∘(dP − D) in place
-//   (kOverlap, head_dim 64: Sᵀ and dPᵀ issued together, P formed while dPᵀ runs); the tile's |dS|
+//   (kOverlap, head_dim 64: Sᵀ and dPᵀ issued together, P formed while dPᵀ runs, dV's product issued
+//   before dPᵀ is waited for and waited for with dK's and dQ's); the tile's |dS|
 //   amax over the warpgroup's four warps (named barrier 1 + c) → the power-of-two scale (fp8.h
 //   scale_from_amax) → dŜᵀ A fragments and dŜ bytes into the warpgroup's 64 columns of a [query][key]
 //   tile; dK += τ dŜᵀQ̂ (RS, B = Q̂ᵀ); dQ_c = τ dŜ_c K̂_c (SS over the warpgroup's own 64 keys) staged
 //   in the warpgroup's own shared buffer and added to dq_acc by four TMA bulk reduces (the two
-//   consumers' parts add in L2, in no fixed order, as every CTA's do).
+//   consumers' parts add in L2, in no fixed order, as every CTA's do; with kOverlap the reduces are
+//   issued at the next step's start, under its Sᵀ and dPᵀ).
 // Every product is one tile's (64 terms of keys or queries, head_dim terms for Sᵀ and dPᵀ) from a
 // zero accumulator, added in FP32 outside the tensor core (Hopper's FP8 wgmma keeps ~13 bits in its
 // accumulator; DeepSeek-V3 §3.3.2).
@@ -230,8 +232,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   // A step's τ dŜ_c K̂_c × its factor, staged in dq_buf (stage_dq, when the product is done), is
   // added to dq_acc by four TMA reduces (add_dq) once every thread's part is in place. With kOverlap
-  // add_dq runs at the next step's start, under that step's Sᵀ and dPᵀ (ptxas serializes a wgmma
-  // whose accumulator, or a register read under it, is in flight across the loop's back edge).
+  // add_dq runs at the next step's start, after that step's Sᵀ and dPᵀ are issued, so that the
+  // barrier runs under them. Every product is issued and waited for within one step: issuing step
+  // n + 1's Sᵀ and dPᵀ at the end of step n (their accumulators in flight across the loop's back
+  // edge), or staging step n's dQ under them, makes ptxas serialize the wgmmas (C7514 / C7517).
   const auto add_dq = [&](int64_t bh, int64_t i0) {
     fence_proxy_async_smem();
     named_barrier_sync(bar, 128);  // every thread's dQ values are in dq_buf
