@@ -60,7 +60,8 @@ __device__ __forceinline__ void residual_sums(const BackwardParams& p, const Col
 // (dO/l)~ᵀ [kD][kQs] at `dvo_rows`, kQs-byte swizzle), k-steps kk = 0.. in order from a zero
 // accumulator. acc and pa are the tensor core's until the caller's wgmma_wait and fence_regs.
 template <bool kDoE5M2, int kNd, int kQs>
-__device__ __forceinline__ void dv_issue(unsigned dvo_rows, uint32_t (&pa)[kQs / 32][4], float (&acc)[kNd / 8][4]) {
+__device__ __forceinline__ void dv_issue(unsigned dvo_rows, uint32_t (&pa)[kQs / 32][4],
+                                         float (&acc)[kNd / 8][4]) {
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kQs / 32; ++kk)

@@ -223,8 +223,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const auto stage_of = [&](int n) { return sb + L::kStage0 + unsigned((n % kStages) * L::kStage); };
   // kOverlap: a step issues its Sᵀ and dPᵀ together, forms P while dPᵀ runs, and issues dV's
   // product before the amax barrier, waited for with dK's and dQ's.
-  float sd[kQ / 8][4];  // Sᵀ's accumulator, then P, then dS
-  float dp[kQ / 8][4];  // dPᵀ's (kOverlap)
+  float sd[kQ / 8][4];                 // Sᵀ's accumulator, then P, then dS
+  float dp[kQ / 8][4];                 // dPᵀ's (kOverlap)
   const auto issue_sdp = [&](int n) {  // kOverlap
     mbar_wait(full(n % kStages), unsigned(n / kStages) & 1u);
     bwdw::tile_issue<kD, false>(a_k, stage_of(n), sd);
