@@ -241,6 +241,18 @@ def instructions(sass):
     return out
 
 
+def untouched_until_wait(ins, m, held, what):
+    """The index of the first `DEPBAR.LE gsb0, 0x0` from ins[m] on; raises AssertionError ("<op>
+    <operands> touches R<n> <what>") at the first instruction before it, other than a QGMMA, that
+    names a register of `held`."""
+    while not (ins[m][0].startswith("WARPGROUP.DEPBAR") and ins[m][1].replace(" ", "").endswith("0x0")):
+        if not ins[m][0].startswith("QGMMA"):
+            touched = registers(*ins[m]) & held
+            assert not touched, f"{ins[m][0]} {ins[m][1]} touches R{min(touched)} {what}"
+        m += 1
+    return m
+
+
 def overlap_windows(ins):
     """[instructions between the two waits] of each `DEPBAR.LE gsb0, 0x1` in `ins`; raises
     AssertionError naming the first instruction that touches the in-flight group's 32 accumulator
@@ -254,13 +266,7 @@ def overlap_windows(ins):
             j -= 1
         base = int(re.match(r"\s*R(\d+)", ins[j][1]).group(1))
         acc = set(range(base, base + 32))
-        m = k + 1
-        while not (ins[m][0].startswith("WARPGROUP.DEPBAR") and ins[m][1].replace(" ", "").endswith("0x0")):
-            op_m, text_m = ins[m]
-            if not op_m.startswith("QGMMA"):
-                touched = registers(op_m, text_m) & acc
-                assert not touched, f"{op_m} {text_m} touches R{min(touched)} before its wait"
-            m += 1
+        m = untouched_until_wait(ins, k + 1, acc, "before its wait")
         windows.append(m - k - 1)
     return windows
 
@@ -316,13 +322,7 @@ def dv_in_flight(ins):
     for k in dv:  # QGMMA Racc, Ra, gdesc[...]: the accumulator and the register A operand
         acc_n, a = (int(n) for n in re.findall(r"\bR(\d+)", ins[k][1])[:2])
         held |= set(range(acc_n, acc_n + 32)) | set(range(a, a + 4))
-    m = dv[-1] + 1
-    while not (ins[m][0].startswith("WARPGROUP.DEPBAR") and ins[m][1].replace(" ", "").endswith("0x0")):
-        if not ins[m][0].startswith("QGMMA"):
-            touched = registers(*ins[m]) & held
-            assert not touched, f"{ins[m][0]} {ins[m][1]} touches R{min(touched)} with dV in flight"
-        m += 1
-    return m - dv[-1] - 1
+    return untouched_until_wait(ins, dv[-1] + 1, held, "with dV in flight") - dv[-1] - 1
 
 
 def test_the_64x64_overlap_keeps_dv_in_flight():

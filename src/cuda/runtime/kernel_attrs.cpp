@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <tuple>
 
 #include "cuda/runtime/check.h"
@@ -26,7 +27,7 @@ void opt_in_shared_memory(const void* kernel, int bytes, bool max_carveout) {
   done.insert(key);
 }
 
-void check_register_split(const void* kernel, int threads, int split_regs, const std::string& what) {
+void check_register_split(const void* kernel, int threads, int split_regs, const char* what) {
   static std::mutex mutex;
   static std::map<const void*, int> regs_of;  // the kernel's registers per thread (cudaFuncGetAttributes)
   int regs = 0;
@@ -41,7 +42,7 @@ void check_register_split(const void* kernel, int threads, int split_regs, const
     regs = it->second;
   }
   OCTET_CHECK(split_regs <= threads * regs,
-              what + ": the kernel was built with " + std::to_string(regs) +
+              std::string(what) + ": the kernel was built with " + std::to_string(regs) +
                   " registers per thread; its setmaxnreg split needs at least " +
                   std::to_string(split_regs / threads));
 }

@@ -11,8 +11,6 @@
 
 #include <cuda_runtime.h>
 
-#include <string>
-
 namespace octet::cuda {
 
 /// Opts `kernel` (a __global__ function's address) into `bytes` of dynamic shared memory on the
@@ -32,10 +30,10 @@ void opt_in_shared_memory(Kernel* kernel, int bytes, bool max_carveout = false) 
 /// split_regs / threads the consumers' setmaxnreg.inc would wait forever. Throws octet::Error
 /// "<what>: the kernel was built with N registers per thread; its setmaxnreg split needs at least
 /// M" then; reads the count once per kernel (thread-safe).
-void check_register_split(const void* kernel, int threads, int split_regs, const std::string& what);
+void check_register_split(const void* kernel, int threads, int split_regs, const char* what);
 
 template <class Kernel>
-void check_register_split(Kernel* kernel, int threads, int split_regs, const std::string& what) {
+void check_register_split(Kernel* kernel, int threads, int split_regs, const char* what) {
   check_register_split(reinterpret_cast<const void*>(kernel), threads, split_regs, what);
 }
 
