@@ -1,5 +1,6 @@
 // src/cuda/attention/attention_base.cpp — AttentionBase (attention_base.h): the boundary checks,
-// the saved state and the Q, K, V, dO packing shared by the unfused and flash attentions.
+// the saved state and the Q, K, V packing shared by the unfused and flash attentions (each
+// backward packs dO itself: the flash one with dV's operand in one read).
 #include "cuda/attention/attention_base.h"
 
 #include <memory>
@@ -152,7 +153,6 @@ void AttentionBase::backward(const SavedAttention& saved, const Tensor& d_o, con
   const auto* st = dynamic_cast<const AttnState*>(saved.state.get());
   OCTET_CHECK(st && st->owner == this,
               "attention backward: the saved state does not come from this attention's forward");
-  const AttnDims& d = d_;
   const Shape qs = shape_.q_shape(), ks = shape_.kv_shape();
   check_act(d_o, qs, "attention backward: d_o");
   check_act(dq, qs, "attention backward: dq");
@@ -162,9 +162,6 @@ void AttentionBase::backward(const SavedAttention& saved, const Tensor& d_o, con
     check_dtype(residual, DType::F64, "attention backward: residual");
     check_numel(residual, 2, "attention backward: residual");
   }
-  const int64_t nq = this->nq();
-  pack(d_o, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdo(), row_kind(),
-       do_rows_.reserve(size_t(nq * eb_), s_), PackKind::None, nullptr);
   backward_impl(*st, saved, d_o, dq, dk, dv, residual);
 }
 

@@ -186,7 +186,9 @@ struct BackwardIo {
   /// non-null needs p.res_sums and residual_rows
   double* residual = nullptr;
   double* residual_rows = nullptr;  ///< scratch [B, H, Tq]
-  unsigned* amax = nullptr;         ///< scratch: one unsigned
+  unsigned* amax = nullptr;         ///< scratch: two unsigned
+  uint8_t* d_o_rows = nullptr;      ///< scratch [B, H, Tq_p, D] bytes: the dÔ codes (do_format)
+  float* do_scale_inv = nullptr;    ///< scratch: one float, dÔ's 1/scale
   uint8_t* dv_o_t = nullptr;        ///< scratch [B, H, Tq_p, D] bytes: the (dO/l)~ codes
   float* dvo_scale_inv = nullptr;   ///< scratch: one float (16-byte aligned)
 };
@@ -291,8 +293,9 @@ void run_forward(const ForwardParams& p, cudaStream_t stream);
 /// kernel. Errors as run_forward's.
 void run_logits(const ForwardParams& p, float* s, cudaStream_t stream);
 
-/// The whole backward after a flash forward, dÔ packed (p.d_o, p.do_scale_inv): the delta pass
-/// (run_delta), (dO/l)~ packed from io.d_o with its own scale into io.dv_o_t, the main kernels
+/// The whole backward after a flash forward: dÔ (into io.d_o_rows, io.do_scale_inv, which become
+/// p.d_o, p.do_scale_inv; p.row_factor written) and (dO/l)~ (into io.dv_o_t with its own scale)
+/// packed from io.d_o in one read (glue.h pack_d_o_launch), the delta pass (run_delta), the main kernels
 /// (run_backward_main), the dQ row-sum projection when p.ds_row_sum is set, dQ, dK, dV unpadded
 /// and scaled into io's tensors (rounded once), and the row residual added into io.residual.
 /// Asynchronous. Errors as the stages', and octet::Error on a null io tensor.

@@ -5,8 +5,8 @@
 // The forward saves the packed operands and softmax statistics (attention_base.h) plus FP8 group
 // transposes of Q̂ and K̂, and runs flash::run_forward; the backward fills BackwardParams from the
 // forward's (no field copied by hand: BackwardParams extends ForwardParams) and hands the whole
-// sequence to flash::run_backward. Beyond the inputs, outputs and the dQ accumulator it allocates
-// O(T) per head (no S x S buffer).
+// sequence (dO's glue included) to flash::run_backward. Beyond the inputs, outputs and the dQ
+// accumulator it allocates O(T) per head (no S x S buffer).
 #include <cstdint>
 #include <memory>
 
@@ -87,8 +87,6 @@ class FlashAttention final : public AttentionBase {
     p.q_t = static_cast<const uint8_t*>(st.q_t.tensor().data);
     p.k_t = static_cast<const uint8_t*>(st.k_t.tensor().data);
     p.v = static_cast<const uint8_t*>(st.v_rows.tensor().data);
-    p.d_o = do_rows_.get();
-    p.do_scale_inv = sdo();
     p.matched = cfg_.delta == DeltaMode::Matched;
     if (!p.matched) {  // the stale delta reads O and dO as they are (F32 or BF16)
       if (saved.o.dtype == DType::BF16)
@@ -117,7 +115,9 @@ class FlashAttention final : public AttentionBase {
     io.dv = dv.data, io.dv_dtype = dv.dtype;
     io.residual = residual.empty() ? nullptr : residual.f64();
     io.residual_rows = residual.empty() ? nullptr : residual_rows_.reserve(size_t(nrows), s_);
-    io.amax = amax_.get();
+    io.amax = amax_.get();  // two entries at least (the forward's Q, K, V hold three)
+    io.d_o_rows = do_rows_.reserve(size_t(nq), s_);
+    io.do_scale_inv = sdo();
     io.dv_o_t = do_t_.reserve(size_t(nq), s_);
     io.dvo_scale_inv = sdv();
     flash::run_backward(p, io, s_);

@@ -226,26 +226,35 @@ void run_backward_main(const BackwardParams& p, cudaStream_t stream) {
 }
 
 void run_backward(BackwardParams p, const BackwardIo& io, cudaStream_t stream) {
-  OCTET_CHECK(io.d_o && io.dq && io.dk && io.dv && io.amax && io.dv_o_t && io.dvo_scale_inv,
-              "flash attention backward: a null dO, gradient or scratch pointer");
+  OCTET_CHECK(io.d_o && io.dq && io.dk && io.dv && io.amax && io.d_o_rows && io.do_scale_inv && io.dv_o_t &&
+                  io.dvo_scale_inv && p.row_sum && p.row_factor,
+              "flash attention backward: a null dO, gradient, statistics or scratch pointer");
   OCTET_CHECK(!io.residual || (p.res_sums && io.residual_rows),
               "flash attention backward: the row residual needs res_sums and residual_rows");
-  run_delta(p, stream);
-  // dV's operand dO_i / l_i (P without underflow: P̃ is exp(S − m)), its own per-tensor scale.
-  PackArgs a;
-  a.x = io.d_o;
-  a.x_dtype = io.d_o_dtype;
-  a.tokens_major = p.tokens_major;
-  a.row_factor = p.row_factor;
-  a.B = p.B, a.heads = p.H, a.T = p.Tq, a.T_p = p.Tq_p, a.D = p.D, a.rep = p.H / p.G;
-  a.format = p.do_format;
-  a.fp8 = true;
-  a.scale_inv = io.dvo_scale_inv;
-  a.trans_kind = PackKind::Fp8Code;
-  a.trans = io.dv_o_t;
-  pack_quantized_launch(a, io.amax, stream);
+  // dO's glue in one read: dÔ's rows (the products dP = dÔV̂ᵀ) and dV's operand dO_i / l_i as a
+  // group transpose with its own per-tensor scale (P without underflow: P̃ is exp(S − m)); the row
+  // factor 1/l_i comes from the forward's l, written where run_delta writes the same bits.
+  PackArgs rows;
+  rows.x = io.d_o;
+  rows.x_dtype = io.d_o_dtype;
+  rows.tokens_major = p.tokens_major;
+  rows.B = p.B, rows.heads = p.H, rows.T = p.Tq, rows.T_p = p.Tq_p, rows.D = p.D, rows.rep = p.H / p.G;
+  rows.format = p.do_format;
+  rows.fp8 = true;
+  PackArgs trans = rows;
+  rows.scale_inv = io.do_scale_inv;
+  rows.row_kind = PackKind::Fp8Code;
+  rows.row = io.d_o_rows;
+  trans.row_factor = p.row_factor;
+  trans.scale_inv = io.dvo_scale_inv;
+  trans.trans_kind = PackKind::Fp8Code;
+  trans.trans = io.dv_o_t;
+  pack_d_o_launch(rows, trans, p.row_sum, p.row_factor, io.amax, stream);
+  p.d_o = io.d_o_rows;
+  p.do_scale_inv = io.do_scale_inv;
   p.dv_o_t = io.dv_o_t;
   p.dvo_scale_inv = io.dvo_scale_inv;
+  run_delta(p, stream);
   // dK, dV from the wgmma kernel's epilogue (the same bits as the unpad passes below) when asked.
   const bool kv_bf16 = io.dk_dtype == DType::BF16;
   const bool direct = resolved_dkv_direct(p) && io.dk_dtype == io.dv_dtype &&
@@ -272,9 +281,9 @@ void run_backward(BackwardParams p, const BackwardIo& io, cudaStream_t stream) {
                        stream, tm, p.G);
   }
   if (!io.residual) return;
-  const int64_t rows = p.B * p.H * p.Tq;
-  bwd_residual_finish_launch(p.res_sums, rows, io.residual_rows, stream);
-  residual_accumulate_launch(io.residual_rows, rows, io.residual, stream);
+  const int64_t n_rows = p.B * p.H * p.Tq;
+  bwd_residual_finish_launch(p.res_sums, n_rows, io.residual_rows, stream);
+  residual_accumulate_launch(io.residual_rows, n_rows, io.residual, stream);
 }
 
 }  // namespace octet::cuda::flash

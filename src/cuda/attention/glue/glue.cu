@@ -72,6 +72,34 @@ __global__ void __launch_bounds__(kThreads)
   block_amax_out(m, scratch, bits);
 }
 
+// dO's two amaxes in one read (pack_d_o_launch): of x_i and of x_i · f_row, f = 1/l (0 where l = 0)
+// from row_sum [B, heads, T], written to rf by the thread of each row's first chunk. Rows as in
+// row_scaled_amax_kernel.
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    row_pair_amax_kernel(const T* x, const float* row_sum, float* rf, int64_t rows, int64_t D, bool vec,
+                         unsigned* bits, bool tokens_major, int64_t heads, int64_t T_) {
+  __shared__ unsigned scratch[32];
+  const int64_t chunks = rows * D / 8;
+  unsigned m = 0, mf = 0;
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks;
+       c += int64_t(gridDim.x) * blockDim.x) {
+    float v[8];
+    load8(x + 8 * c, vec, v);
+    const int64_t r = act_stat_row(tokens_major, 8 * c / D, heads, T_);
+    const float l = row_sum[r];
+    const float f = l > 0.0f ? 1.0f / l : 0.0f;  // l = 0 exactly in a row without keys
+    if (8 * c % D == 0) rf[r] = f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      m = max(m, __float_as_uint(v[j]) & 0x7FFFFFFFu);
+      mf = max(mf, __float_as_uint(v[j] * f) & 0x7FFFFFFFu);
+    }
+  }
+  block_amax_out(m, scratch, bits);
+  block_amax_out(mf, scratch, bits + 1);
+}
+
 // Up to three tensors' per-(head, block) amaxes in one launch (blockIdx.y: the tensor).
 struct BlockAmaxSet {
   int count = 0;
@@ -502,6 +530,38 @@ void pack_quantized_many_launch(const PackArgs* args, int n, unsigned* amax_bits
     }
     tensor_amax_many_launch(as, a0.x_dtype == DType::BF16, nullptr, s);
   }
+  pack_set_launch(set, s);
+}
+
+void pack_d_o_launch(PackArgs rows, PackArgs trans, const float* row_sum, float* row_factor,
+                     unsigned* amax_bits, cudaStream_t s) {
+  OCTET_CHECK(row_sum && row_factor && amax_bits,
+              "attention dO pack: a null row_sum, row_factor or amax pointer");
+  OCTET_CHECK(rows.x == trans.x && rows.x_dtype == trans.x_dtype && rows.tokens_major == trans.tokens_major &&
+                  rows.B == trans.B && rows.heads == trans.heads && rows.T == trans.T && rows.D == trans.D,
+              "attention dO pack: rows and trans must pack the same tensor");
+  OCTET_CHECK(rows.fp8 && trans.fp8 && !rows.scale_block && !trans.scale_block,
+              "attention dO pack: FP8 copies with one scale per tensor only");
+  OCTET_CHECK(!rows.row_factor && trans.row_factor == row_factor,
+              "attention dO pack: the row factor belongs to trans (and is the row_factor argument)");
+  check_pack_args(rows);
+  check_pack_args(trans);
+  OCTET_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, 2 * sizeof(unsigned), s));
+  const int64_t n = rows.B * rows.heads * rows.T * rows.D;
+  const bool vec = aligned16(rows.x);
+  dispatch_act(
+      [&](auto tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        row_pair_amax_kernel<T><<<grid_for(n / 8), kThreads, 0, s>>>(
+            static_cast<const T*>(rows.x), row_sum, row_factor, n / rows.D, rows.D, vec, amax_bits,
+            rows.tokens_major, rows.tokens_major ? rows.heads : 1, rows.tokens_major ? rows.T : 1);
+      },
+      rows.x_dtype);
+  OCTET_CUDA_LAUNCH_CHECK();
+  PackSet set;
+  set.count = 2;
+  set.a[0] = rows, set.a[1] = trans;
+  set.a[0].amax_bits = amax_bits, set.a[1].amax_bits = amax_bits + 1;
   pack_set_launch(set, s);
 }
 

@@ -67,6 +67,8 @@ class UnfusedAttention final : public AttentionBase {
                      const Tensor& dk, const Tensor& dv, const Tensor& residual) override {
     const AttnDims& d = d_;
     const int64_t nq = this->nq(), nk = this->nk();
+    pack(d_o, d.H, d.Tq, d.Tq_p, d.rep, cfg_.do_format, sdo(), row_kind(),
+         do_rows_.reserve(size_t(nq * eb_), s_), PackKind::None, nullptr);
     logits(st);
     mm(do_rows_.get(), cfg_.do_format, sdo(), st.v_rows.tensor().data, Format::E4M3, st.sv(),
        dP_.reserve(size_t(nS()), s_), d.rep * d.Tq_p, d.Tk_p, d.D, 1.0f);
