@@ -544,6 +544,7 @@ void pack_d_o_launch(PackArgs rows, PackArgs trans, const float* row_sum, float*
               "attention dO pack: FP8 copies with one scale per tensor only");
   OCTET_CHECK(!rows.row_factor && trans.row_factor == row_factor,
               "attention dO pack: the row factor belongs to trans (and is the row_factor argument)");
+  rows.amax_bits = amax_bits, trans.amax_bits = amax_bits + 1;
   check_pack_args(rows);
   check_pack_args(trans);
   OCTET_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, 2 * sizeof(unsigned), s));
@@ -561,7 +562,6 @@ void pack_d_o_launch(PackArgs rows, PackArgs trans, const float* row_sum, float*
   PackSet set;
   set.count = 2;
   set.a[0] = rows, set.a[1] = trans;
-  set.a[0].amax_bits = amax_bits, set.a[1].amax_bits = amax_bits + 1;
   pack_set_launch(set, s);
 }
 
