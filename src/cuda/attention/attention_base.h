@@ -49,8 +49,9 @@ struct AttnState final : SavedState {
 };
 
 /// The shared part of the unfused and flash attentions. forward() checks the tensors, packs Q, K,
-/// V into a new AttnState and calls forward_impl; backward() checks, packs dÔ's rows and calls
-/// backward_impl. Every error is an octet::Error naming the argument.
+/// V into a new AttnState and calls forward_impl; backward() checks and calls backward_impl, which
+/// packs dO (the flash form with dV's operand, glue.h pack_d_o_launch). Every error is an
+/// octet::Error naming the argument.
 class AttentionBase : public Attention {
  public:
   SavedAttention forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,

@@ -122,8 +122,10 @@ struct BackwardParams : ForwardParams {
   /// registers: no FP32 copy); exactly one of the two
   const float* d_o_f32 = nullptr;
   const uint16_t* d_o_bf16 = nullptr;
-  float* delta = nullptr;       ///< [B, H, Tq] D_i (run_delta writes, the main kernel reads)
-  float* row_factor = nullptr;  ///< [B, H, Tq] 1/l_i, 0 in a row without keys (run_delta)
+  float* delta = nullptr;  ///< [B, H, Tq] D_i (run_delta writes, the main kernel reads)
+  /// [B, H, Tq] 1/l_i, 0 in a row without keys (row_factor.h): written by run_backward's dO glue,
+  /// and by run_delta with the same bits
+  float* row_factor = nullptr;
   /// out [B, H, Tq_p, D]: Σ τ dŜK̂ in code units of K̂ (× sk later; 16-byte aligned); with
   /// qkv_head_block in values (each tile's product × its key block's 1/sk)
   float* dq_acc = nullptr;
@@ -295,7 +297,7 @@ void run_logits(const ForwardParams& p, float* s, cudaStream_t stream);
 
 /// The whole backward after a flash forward: dÔ (into io.d_o_rows, io.do_scale_inv, which become
 /// p.d_o, p.do_scale_inv; p.row_factor written) and (dO/l)~ (into io.dv_o_t with its own scale)
-/// packed from io.d_o in one read (glue.h pack_d_o_launch), the delta pass (run_delta), the main kernels
+/// packed from io.d_o in two launches (glue.h pack_d_o_launch), the delta pass (run_delta), the main kernels
 /// (run_backward_main), the dQ row-sum projection when p.ds_row_sum is set, dQ, dK, dV unpadded
 /// and scaled into io's tensors (rounded once), and the row residual added into io.residual.
 /// Asynchronous. Errors as the stages', and octet::Error on a null io tensor.

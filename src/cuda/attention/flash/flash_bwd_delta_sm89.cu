@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/attention/row_factor.h"
 #include "cuda/runtime/check.h"
 #include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/attention/flash/flash_bwd_tile_sm89.cuh"
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(kThreads, 2) matched_delta_kernel(const Backwa
       tot += MatchedSums{x.x, x.y};
     }
     p.delta[bh * p.Tq + i] = tot.delta<float>().value;
-    p.row_factor[bh * p.Tq + i] = rows.vis[r] > 0 ? 1.0f / rows.l[r] : 0.0f;
+    p.row_factor[bh * p.Tq + i] = rows.vis[r] > 0 ? row_factor_of(rows.l[r]) : 0.0f;
   }
 }
 

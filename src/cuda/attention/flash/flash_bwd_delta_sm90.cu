@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/attention/row_factor.h"
 #include "cuda/runtime/check.h"
 #include "cuda/runtime/kernel_attrs.h"
 #include "cuda/runtime/tensor_map.h"
@@ -199,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t i = i0 + row0 + 8 * r;
     if (t != 0 || i >= p.Tq) continue;
     p.delta[bh * p.Tq + i] = MatchedSums{acc_pdp[r], acc_p[r]}.delta<float>().value;
-    p.row_factor[bh * p.Tq + i] = vis[r] > 0 ? 1.0f / st[r].l : 0.0f;
+    p.row_factor[bh * p.Tq + i] = vis[r] > 0 ? row_factor_of(st[r].l) : 0.0f;  // st's l is 1 without keys
   }
 #else
   __trap();  // wgmma needs sm_90a; run_delta dispatches by device

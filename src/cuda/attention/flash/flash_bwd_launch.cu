@@ -1,8 +1,8 @@
 // src/cuda/attention/flash/flash_bwd_launch.cu — the flash attention backward's launch (flash.h):
 // the argument checks, the kernel choice (BackwardKernel, OCTET_FLASH_BACKWARD; the one place a
 // backward kernel is selected) and the whole sequence after the forward:
-//   delta pass (matched: the sm89/sm90 pre-pass that recomputes P and dP; stale: dO·O rows)
-//   → (dO/l)~ packed with its own scale (glue.h)
+//   dO's glue: dÔ and (dO/l)~ packed, each with its own scale (glue.h pack_d_o_launch)
+//   → delta pass (matched: the sm89/sm90 pre-pass that recomputes P and dP; stale: dO·O rows)
 //   → main kernel (+ the deterministic dQ kernel)
 //   → dQ row-sum projection (when asked)
 //   → dQ, dK, dV unpadded and scaled into the caller's tensors (glue.h)
@@ -231,9 +231,9 @@ void run_backward(BackwardParams p, const BackwardIo& io, cudaStream_t stream) {
               "flash attention backward: a null dO, gradient, statistics or scratch pointer");
   OCTET_CHECK(!io.residual || (p.res_sums && io.residual_rows),
               "flash attention backward: the row residual needs res_sums and residual_rows");
-  // dO's glue in one read: dÔ's rows (the products dP = dÔV̂ᵀ) and dV's operand dO_i / l_i as a
-  // group transpose with its own per-tensor scale (P without underflow: P̃ is exp(S − m)); the row
-  // factor 1/l_i comes from the forward's l, written where run_delta writes the same bits.
+  // dO's glue (two launches, two reads of dO): dÔ's rows (the products dP = dÔV̂ᵀ) and dV's operand
+  // dO_i / l_i as a group transpose with its own per-tensor scale (P without underflow: P̃ is
+  // exp(S − m)); the row factor 1/l_i comes from the forward's l (run_delta writes the same bits).
   PackArgs rows;
   rows.x = io.d_o;
   rows.x_dtype = io.d_o_dtype;

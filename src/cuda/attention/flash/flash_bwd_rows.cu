@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/attention/row_factor.h"
 #include "cuda/runtime/check.h"
 #include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/attention/flash/flash_qkv_scales.cuh"
@@ -45,7 +46,7 @@ __global__ void stale_delta_kernel(const BackwardParams p, const TO* o, const TD
   if (lane == 0) {
     const float l = p.row_sum[row];
     p.delta[row] = RowDelta<float>::stale(dot).value;
-    p.row_factor[row] = l > 0.0f ? 1.0f / l : 0.0f;  // l = 0 exactly in a row without keys
+    p.row_factor[row] = row_factor_of(l);
   }
 }
 

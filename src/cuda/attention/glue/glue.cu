@@ -6,12 +6,14 @@
 // §"Operand glue"):
 //   amax    grid-stride over 8-element chunks (16-byte BF16 / 2x16-byte F32 loads), one atomicMax
 //           per block (the row-factor form; without it attention.cpp calls tensor_amax_launch);
+//           the flash backward's dO pass takes dO's amax and dO/l's together (pack_d_o_launch);
 //   pack    one CTA per 64 t x 64 d tile of one head: each thread loads 8 consecutive d of one t,
 //           writes their row-copy elements at once (8- or 16-byte stores) and stages the values
 //           in shared memory; then each thread reads 16 (FP8) or 8 (BF16) consecutive t of one d
 //           and writes them as one 16-byte store into the transposed copy. The staging order is
 //           rotated by half a chunk in half of the lanes so that neither phase has bank conflicts.
 //           A launch takes up to three tensors (grid z; the forward's Q, K, V), as does the amax;
+//           dO's two copies go in one code-pack launch that reads each tile once (PackSet::paired);
 //   unpad   grid-stride over 8-element chunks, 16-byte loads and stores, BF16 rounded once.
 #include <cuda_runtime.h>
 
@@ -24,6 +26,7 @@
 #include "cuda/attention/act_layout.h"
 #include "cuda/attention/glue/glue.h"
 #include "cuda/attention/glue/pack_tile.cuh"
+#include "cuda/attention/row_factor.h"
 #include "cuda/runtime/check.h"
 #include "cuda/quantize/fp8_device.cuh"
 #include "cuda/quantize/quantize.h"
@@ -87,8 +90,7 @@ __global__ void __launch_bounds__(kThreads)
     float v[8];
     load8(x + 8 * c, vec, v);
     const int64_t r = act_stat_row(tokens_major, 8 * c / D, heads, T_);
-    const float l = row_sum[r];
-    const float f = l > 0.0f ? 1.0f / l : 0.0f;  // l = 0 exactly in a row without keys
+    const float f = row_factor_of(row_sum[r]);
     if (8 * c % D == 0) rf[r] = f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -562,7 +564,13 @@ void pack_d_o_launch(PackArgs rows, PackArgs trans, const float* row_sum, float*
   PackSet set;
   set.count = 2;
   set.a[0] = rows, set.a[1] = trans;
-  pack_set_launch(set, s);
+  // One read of dO for both copies where the code pack takes them; else one launch of two tensors.
+  set.paired = rows.trans_kind == PackKind::None && trans.row_kind == PackKind::None &&
+               chosen_pack_kernel(rows.kernel) != PackKernel::Staged && pack_codes_takes(set);
+  if (set.paired)
+    pack_codes_launch(set, s);
+  else
+    pack_set_launch(set, s);
 }
 
 void pack_launch(const PackArgs& a, cudaStream_t s) {

@@ -135,15 +135,15 @@ PackKernel quantized_pack_kernel(const PackArgs* args, int n);
 /// each. Throws octet::Error for n outside 1..kMaxPackSet, a row factor, or as pack_launch.
 void pack_quantized_many_launch(const PackArgs* args, int n, unsigned* amax_bits, cudaStream_t s);
 
-/// dO's glue in one read for the flash backward: the amaxes of dO and of dO_i·f_i, f_i = 1/l_i (0
-/// where l_i = 0: a row without keys; the rule of the delta kernels, which write the same f) from
-/// row_sum [B, H, T] F32, written to row_factor [B, H, T], in one launch; then dÔ's copies (`rows`)
-/// and (dO/l)~'s (`trans`) in one pack launch — the bits of pack_quantized_launch(rows) and of
-/// pack_quantized_launch(trans) with trans.row_factor = row_factor, two launches and one read of dO
-/// fewer. rows and trans: the same x, dtype, layout, B, heads, T, D (the row_factor of `rows` must
-/// be null, of `trans` the row_factor argument), FP8 with one scale per tensor; amax_bits [2]
-/// (rows', then trans'). Throws octet::Error for other args, a null pointer, D % 16 != 0 (or as
-/// pack_launch).
+/// dO's glue for the flash backward in two launches and two reads of dO: the amaxes of dO and of
+/// dO_i·f_i, f_i = row_factor_of(l_i) (row_factor.h; l = row_sum [B, H, T] F32, the forward's),
+/// written to row_factor [B, H, T], in one pass; then dÔ's copies (`rows`) and (dO/l)~'s (`trans`)
+/// in one pack launch, each tile read once (the code pack; the staged pack, when chosen, reads it
+/// once per copy). The bits of pack_quantized_launch(rows) and of pack_quantized_launch(trans) with
+/// trans.row_factor = row_factor (four launches, four reads). rows and trans: the same x, dtype,
+/// layout, B, heads, T, D; rows without a row factor, trans with the row_factor argument; FP8 with
+/// one scale per tensor; amax_bits [2] (rows', then trans'). Throws octet::Error for other args, a
+/// null pointer, D % 16 != 0 (or as pack_launch).
 void pack_d_o_launch(PackArgs rows, PackArgs trans, const float* row_sum, float* row_factor,
                      unsigned* amax_bits, cudaStream_t s);
 

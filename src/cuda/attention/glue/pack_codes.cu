@@ -46,6 +46,17 @@ __global__ void __launch_bounds__(kPackThreads) pack_codes_kernel(const __grid_c
   float v[2][8];
   codes_tile_load<X>(a, b, h, t0, d0, tid, v);
   codes_tile_encode(ct, bh, t0, d0, tid, v, s, tile);
+  if (set.paired) {  // the second copy of the same values (uniform): scaled by its row factor
+    const PackArgs& a1 = set.a[1];
+    const CodesTensor c1 = codes_tensor(a1);
+    const float s1 = scale_from_amax(amax_from_bits(a1.amax_bits[0]), a1.format);
+    if (bh == 0 && t0 == 0 && d0 == 0 && tid == 0) a1.scale_inv[0] = 1.0f / s1;
+    codes_tile_row_factor(a1, b, h, t0, d0, tid, v);
+    codes_tile_encode(c1, bh, t0, d0, tid, v, s1, tile);
+    __syncthreads();
+    codes_tile_transpose(c1, b, h, t0, d0, tid, tile);
+    return;
+  }
   if (!ct.transposed) return;  // uniform over the block
   __syncthreads();
   codes_tile_transpose(ct, b, h, t0, d0, tid, tile);

@@ -62,6 +62,22 @@ __device__ __forceinline__ CodesTensor codes_tensor(const PackArgs& a) {
   return c;
 }
 
+/// v (codes_tile_load's values of thread tid) times each token's factor from a.row_factor [B,
+/// heads, T] (one FP32 multiply), inside [0, T) × [0, D) only (the zeros outside stay zeros).
+__device__ __forceinline__ void codes_tile_row_factor(const PackArgs& a, int b, int h, int t0, int d0,
+                                                      int tid, float (&v)[2][8]) {
+  const int d = codes_phase1_col(d0, tid), D = int(a.D), T = int(a.T), heads = int(a.heads);
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    const int t = codes_phase1_token(t0, tid, p);
+    if (t < T && d < D) {
+      const float f = a.row_factor[int64_t(b * heads + h) * T + t];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[p][j] *= f;
+    }
+  }
+}
+
 /// Phase-1 loads of thread tid for the tile at (t0, d0) of head (b, h): v[p] = the 8 columns from
 /// codes_phase1_col of token codes_phase1_token(p) as FP32 (times the token's row factor, if any), zeros
 /// outside [0, T) × [0, D). Both loads are issued before any use.
@@ -76,15 +92,9 @@ __device__ __forceinline__ void codes_tile_load(const PackArgs& a, int b, int h,
     const int t = codes_phase1_token(t0, tid, p);
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[p][j] = 0.0f;
-    if (t < T && d < D) {
-      load8(x + act_row_offset_bh(a.tokens_major, b, h, t, heads, T, D) + d, vec, v[p]);
-      if (a.row_factor) {
-        const float f = a.row_factor[int64_t(b * heads + h) * T + t];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[p][j] *= f;
-      }
-    }
+    if (t < T && d < D) load8(x + act_row_offset_bh(a.tokens_major, b, h, t, heads, T, D) + d, vec, v[p]);
   }
+  if (a.row_factor) codes_tile_row_factor(a, b, h, t0, d0, tid, v);
 }
 
 /// Phase 1's stores: the codes of v (codes_tile_load's values) times s into the row copy (rows

@@ -28,10 +28,16 @@ struct PackSet {
   /// Where the one-pass block pack (pack_block.cu) writes each tensor's per-(head, block) amax
   /// bits, the entries pack_block_amax_launch would write (the other packs read a[i].amax_bits).
   unsigned* amax_out[kMaxPackSet] = {};
+  /// a[0] and a[1] are two copies of one tensor (the same x, dims and layout; glue.h
+  /// pack_d_o_launch): one CTA loads each tile once and encodes a[0]'s copies (rows only, no row
+  /// factor) from the values and a[1]'s from the values times a[1].row_factor; z = 1. The code
+  /// pack only.
+  bool paired = false;
 };
 
 /// The grid of one pack launch over `set`: x = the widest tensor's B·heads·⌈D/64⌉, y = the longest
-/// one's ⌈T_p/64⌉, z = the tensors. Throws octet::Error when a tensor is too large for the grid.
+/// one's ⌈T_p/64⌉, z = the tensors (1 for a paired set). Throws octet::Error when a tensor is too large for
+/// the grid.
 inline dim3 pack_grid(const PackSet& set) {
   int64_t gx = 1, ntt = 1;
   for (int i = 0; i < set.count; ++i) {
@@ -45,7 +51,7 @@ inline dim3 pack_grid(const PackSet& set) {
                                 std::to_string(kPackTileT) + ")");
   OCTET_CHECK(gx <= 0x7FFFFFFF, "attention pack: batch · heads · ⌈head_dim/" + std::to_string(kPackTileD) +
                                     "⌉ = " + std::to_string(gx) + " is beyond the grid's 2^31 − 1 CTAs");
-  return dim3(unsigned(gx), unsigned(ntt), unsigned(set.count));
+  return dim3(unsigned(gx), unsigned(ntt), unsigned(set.paired ? 1 : set.count));
 }
 
 /// Eight consecutive elements as FP32: one vector load when `vec` (16-byte aligned), else scalars.

@@ -18,6 +18,7 @@
 #include <cfloat>
 #include <cmath>
 
+#include "cuda/attention/row_factor.h"
 #include "cuda/attention/act_layout.h"
 #include "cuda/attention/unfused/unfused.h"
 #include "cuda/runtime/check.h"
@@ -160,7 +161,7 @@ __global__ void backward_rows_kernel(AttnDims d, BackwardRowArgs a) {
     // the denominator's floor: n·2^-126 (attention.h AttentionStats)
     const double mag = res.y + double(n) * double(FLT_MIN);
     a.residual[row] = (mag > 0.0 || mag != mag) ? fabs(res.x) / mag : 0.0;  // a NaN stays
-    a.row_factor[row] = n > 0 ? 1.0f / l : 0.0f;                            // 1/l_i, moved into dV's dO
+    a.row_factor[row] = n > 0 ? row_factor_of(l) : 0.0f;                    // 1/l_i, moved into dV's dO
   }
 }
 

@@ -370,7 +370,8 @@ TEST_P(FlashBackwardWgmma, DqPathsAndProductOrdersAgree) {
 // in the pre-pass (a rounding of P or dP alone would move it by ~1e-8, below that bound: the bits
 // themselves are wgmma_roles_gpu_test.cu's); every row written (NaN before each run), rows that
 // see no key included (causal with Tq > Tk: D = 0, row_factor 0); two runs give the same D bits;
-// row_factor the mma.sync pre-pass's bits (both 1/l of the same l) and D within 1e-2 of the
+// row_factor the mma.sync pre-pass's bits and the dO glue's rule (1/l of the forward's l, 0
+// without keys) and D within 1e-2 of the
 // largest |D| of it (the flavors' P and dP differ by ~1e-4 relative: D by <= 1.1e-3 of it measured
 // on an H200; a coarse check beside the residual's). GQA, Tq != Tk, lengths that are not
 // multiples of 128, both dO formats.
@@ -411,6 +412,11 @@ TEST_P(FlashBackwardWgmma, MatchedPrePassZeroesEveryRowSum) {
       EXPECT_LE(res, 1e-6) << at;
     }
     EXPECT_EQ(rf[1], rf[0]) << at << ": row_factor";
+    // the dO glue's rule from the forward's l (row_factor.h): the glue writes it before this pass
+    const std::vector<float> l = bc.l.get();
+    std::vector<float> rule(l.size());
+    for (size_t i = 0; i < l.size(); ++i) rule[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+    EXPECT_EQ(rf[1], rule) << at << ": row_factor is not 1/l of the forward's l (0 without keys)";
     EXPECT_EQ(delta[2], delta[1]) << at << ": D differs between two runs";
     double dmax = 0, diff = 0;
     for (float x : delta[0]) dmax = std::max(dmax, std::fabs(double(x)));

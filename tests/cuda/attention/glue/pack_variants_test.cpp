@@ -4,8 +4,8 @@
 //   * the code pack (PackKernel::Codes, glue/pack_codes.cu) for every FP8-code copy it takes;
 //   * the one-pass block pack (PackKernel::Block, glue/pack_block.cu) for per-(head, block) scales,
 //     and the code pack it leaves the sets it does not take to;
-//   * the flash backward's dO glue in one read (glue.h pack_d_o_launch): dÔ's rows and (dO/l)~'s
-//     transpose, the row factor 1/l made from the forward's l.
+//   * the flash backward's dO glue (glue.h pack_d_o_launch): both amaxes in one pass, dÔ's rows and
+//     (dO/l)~'s transpose in one launch, the row factor 1/l made from the forward's l.
 // amax bits, scale_inv, row copies and group transposes bitwise, for per-tensor and per-(head,
 // block) scales, F32 and BF16, both layouts, GQA with Tq != Tk (a set's tensors have different
 // grids: CTAs past a tensor's tiles must do nothing), head_dims that are not a multiple of the
@@ -293,11 +293,13 @@ TEST(AttentionGlue, QkvInOneLaunchRefusesBadSets) {
   EXPECT_THROW(cuda::pack_quantized_many_launch(args, 2, amax.p, nullptr), Error);
 }
 
-// dO's glue in one read (pack_d_o_launch) against its two packs one call each by the staged pack:
-// dÔ's rows and (dO/l)~'s group transpose with the row factor f = 1/l (0 where l = 0) made on the
-// host. The two amaxes, scale_invs, both copies and f itself bitwise; F32 and BF16, both layouts,
-// GQA, odd T, head_dim 64 and 128, a misaligned input, NaN and huge values, rows without keys.
-TEST(AttentionGlue, DoPackInOneReadEqualsItsTwoPacks) {
+// dO's glue (pack_d_o_launch: the code pack's paired launch, and the staged pack's two-tensor one
+// when that pack is chosen) against its two packs one call each by the staged pack: dÔ's rows and
+// (dO/l)~'s group transpose with the row factor f = 1/l (0 where l is not > 0: 0 or NaN) made on
+// the host. The two amaxes, scale_invs, both copies and f itself bitwise; F32 and BF16, both
+// layouts, GQA, odd T, head_dim 64 and 128, a misaligned input, NaN and huge values, l below 1
+// and rows without keys.
+TEST(AttentionGlue, DoGlueEqualsItsTwoPacks) {
   OCTET_REQUIRE_GPU();
   struct Geometry {
     Tensor3 t;
@@ -305,53 +307,57 @@ TEST(AttentionGlue, DoPackInOneReadEqualsItsTwoPacks) {
   };
   for (DType dt : {DType::F32, DType::BF16})
     for (bool tm : {false, true})
-      for (Format f : {Format::E5M2, Format::E4M3}) {
-        const Geometry gs[] = {
-            {{4, 129, 2, dt, 0}, 2, 64}, {{3, 200, 3, dt, 0}, 1, 128}, {{2, 17, 1, dt, 1}, 1, 64}};
-        for (uint32_t seed : {17u, 18u, 19u})  // seed % 5: 2 plain, 3 a huge value, 4 a NaN
-          for (const Geometry& g : gs) {
-            const std::string what = to_string(dt) + (tm ? " bshd " : " bhsd ") + to_string(f) + " T" +
-                                     std::to_string(g.t.T) + " D" + std::to_string(g.D) + " seed " +
-                                     std::to_string(seed);
-            const size_t rows = size_t(g.B * g.t.heads * g.t.T);
-            std::vector<float> l = test::gaussian(rows, seed + 50), rf(rows);
-            for (size_t j = 0; j < rows; ++j) {
-              l[j] = j % 5 == 2 ? 0.0f : 1.0f + std::fabs(l[j]) * 7.0f;  // l = 0: a row without keys
-              rf[j] = l[j] > 0.0f ? 1.0f / l[j] : 0.0f;
+      for (Format f : {Format::E5M2, Format::E4M3})
+        for (cuda::PackKernel kernel : {cuda::PackKernel::Auto, cuda::PackKernel::Staged}) {
+          const Geometry gs[] = {
+              {{4, 129, 2, dt, 0}, 2, 64}, {{3, 200, 3, dt, 0}, 1, 128}, {{2, 17, 1, dt, 1}, 1, 64}};
+          for (uint32_t seed : {17u, 18u, 19u})  // seed % 5: 2 plain, 3 a huge value, 4 a NaN
+            for (const Geometry& g : gs) {
+              const std::string what = to_string(dt) + (tm ? " bshd " : " bhsd ") + to_string(f) + " T" +
+                                       std::to_string(g.t.T) + " D" + std::to_string(g.D) + " seed " +
+                                       std::to_string(seed) + " " + cuda::pack_kernel_name(kernel);
+              const size_t rows = size_t(g.B * g.t.heads * g.t.T);
+              std::vector<float> l = test::gaussian(rows, seed + 50), rf(rows);
+              for (size_t j = 0; j < rows; ++j) {
+                const float a = std::fabs(l[j]);
+                l[j] = j % 5 == 2 ? 0.0f : j % 11 == 7 ? NAN : j % 3 == 1 ? 0.1f + a : 1.0f + a * 7.0f;
+                rf[j] = l[j] > 0.0f ? 1.0f / l[j] : 0.0f;
+              }
+              Dev<float> l_d(l), rf_host(rf), rf_out(std::vector<float>(rows, -1.0f));
+              const Kinds staged_rows{PackKind::Fp8Code, PackKind::None, f};
+              const Kinds staged_trans{PackKind::None, PackKind::Fp8Code, f, rf_host.p};
+              Packed one_rows, one_trans, rows_p, trans_p;
+              make(one_rows, g.t, g.B, g.D, 0, tm, seed, staged_rows);
+              make(one_trans, g.t, g.B, g.D, 0, tm, seed, staged_trans);
+              make(rows_p, g.t, g.B, g.D, 0, tm, seed,
+                   {PackKind::Fp8Code, PackKind::None, f, nullptr, kernel});
+              make(trans_p, g.t, g.B, g.D, 0, tm, seed,
+                   {PackKind::None, PackKind::Fp8Code, f, rf_out.p, kernel});
+              trans_p.a.x = rows_p.a.x;  // one tensor
+              Dev<unsigned> amax_one(std::vector<unsigned>(2, 0xDEADBEEFu));
+              Dev<unsigned> amax(std::vector<unsigned>(2, 0xDEADBEEFu));
+              cuda::pack_quantized_launch(one_rows.a, amax_one.p, nullptr);
+              cuda::pack_quantized_launch(one_trans.a, amax_one.p + 1, nullptr);
+              cuda::pack_d_o_launch(rows_p.a, trans_p.a, l_d.p, rf_out.p, amax.p, nullptr);
+              OCTET_CUDA_CHECK(cudaDeviceSynchronize());
+              EXPECT_EQ(amax_one.get(), amax.get()) << what << ": amax bits";
+              EXPECT_EQ(bits_of(rf_out.get()), bits_of(rf)) << what << ": row factor bits";
+              EXPECT_EQ(bits_of(one_rows.scale_inv.get()), bits_of(rows_p.scale_inv.get()))
+                  << what << ": dÔ scale_inv";
+              EXPECT_EQ(bits_of(one_trans.scale_inv.get()), bits_of(trans_p.scale_inv.get()))
+                  << what << ": (dO/l)~ scale_inv";
+              const std::vector<uint8_t> r = rows_p.row.get(), t = trans_p.trans.get();
+              EXPECT_TRUE(one_rows.row.get() == r) << what << ": dÔ rows";
+              EXPECT_TRUE(one_trans.trans.get() == t) << what << ": (dO/l)~ transpose";
+              size_t written = 0;
+              for (uint8_t c : r) written += c != 0xA5;
+              for (uint8_t c : t) written += c != 0xA5;
+              EXPECT_GT(written, r.size()) << what << ": most outputs unwritten";
             }
-            Dev<float> l_d(l), rf_host(rf), rf_out(std::vector<float>(rows, -1.0f));
-            const Kinds staged_rows{PackKind::Fp8Code, PackKind::None, f};
-            const Kinds staged_trans{PackKind::None, PackKind::Fp8Code, f, rf_host.p};
-            Packed one_rows, one_trans, rows_p, trans_p;
-            make(one_rows, g.t, g.B, g.D, 0, tm, seed, staged_rows);
-            make(one_trans, g.t, g.B, g.D, 0, tm, seed, staged_trans);
-            make(rows_p, g.t, g.B, g.D, 0, tm, seed, {PackKind::Fp8Code, PackKind::None, f, nullptr, {}});
-            make(trans_p, g.t, g.B, g.D, 0, tm, seed, {PackKind::None, PackKind::Fp8Code, f, rf_out.p, {}});
-            trans_p.a.x = rows_p.a.x;  // one tensor, read once
-            Dev<unsigned> amax_one(std::vector<unsigned>(2, 0xDEADBEEFu)),
-                amax(std::vector<unsigned>(2, 0xDEADBEEFu));
-            cuda::pack_quantized_launch(one_rows.a, amax_one.p, nullptr);
-            cuda::pack_quantized_launch(one_trans.a, amax_one.p + 1, nullptr);
-            cuda::pack_d_o_launch(rows_p.a, trans_p.a, l_d.p, rf_out.p, amax.p, nullptr);
-            OCTET_CUDA_CHECK(cudaDeviceSynchronize());
-            EXPECT_EQ(amax_one.get(), amax.get()) << what << ": amax bits";
-            EXPECT_EQ(bits_of(rf_out.get()), bits_of(rf)) << what << ": row factor bits";
-            EXPECT_EQ(bits_of(one_rows.scale_inv.get()), bits_of(rows_p.scale_inv.get()))
-                << what << ": dÔ scale_inv";
-            EXPECT_EQ(bits_of(one_trans.scale_inv.get()), bits_of(trans_p.scale_inv.get()))
-                << what << ": (dO/l)~ scale_inv";
-            const std::vector<uint8_t> r = rows_p.row.get(), t = trans_p.trans.get();
-            EXPECT_TRUE(one_rows.row.get() == r) << what << ": dÔ rows";
-            EXPECT_TRUE(one_trans.trans.get() == t) << what << ": (dO/l)~ transpose";
-            size_t written = 0;
-            for (uint8_t c : r) written += c != 0xA5;
-            for (uint8_t c : t) written += c != 0xA5;
-            EXPECT_GT(written, r.size()) << what << ": most outputs unwritten";
-          }
-      }
+        }
 }
 
-TEST(AttentionGlue, DoPackInOneReadRefusesBadArgs) {
+TEST(AttentionGlue, DoGlueRefusesBadArgs) {
   OCTET_REQUIRE_GPU();
   Packed rows_p, trans_p, other;
   Dev<float> l(std::vector<float>(80, 1.0f)), rf(std::vector<float>(80, 0.0f));
@@ -360,16 +366,27 @@ TEST(AttentionGlue, DoPackInOneReadRefusesBadArgs) {
   make(other, {2, 40, 1, DType::F32, 0}, 1, 64, 0, false, 3);
   trans_p.a.x = rows_p.a.x;
   Dev<unsigned> amax(2);
+  const auto refused = [&](const PackArgs& r, const PackArgs& t, const float* row_sum, float* row_factor,
+                           unsigned* bits, const char* why) {
+    EXPECT_THROW(cuda::pack_d_o_launch(r, t, row_sum, row_factor, bits, nullptr), Error) << why;
+  };
   PackArgs t = trans_p.a;
-  t.x = other.a.x;  // another tensor
-  EXPECT_THROW(cuda::pack_d_o_launch(rows_p.a, t, l.p, rf.p, amax.p, nullptr), Error);
+  t.x = other.a.x;
+  refused(rows_p.a, t, l.p, rf.p, amax.p, "another tensor");
   t = trans_p.a;
-  t.row_factor = nullptr;  // not the row factor it writes
-  EXPECT_THROW(cuda::pack_d_o_launch(rows_p.a, t, l.p, rf.p, amax.p, nullptr), Error);
+  t.T = 39;
+  refused(rows_p.a, t, l.p, rf.p, amax.p, "another length");
+  t = trans_p.a;
+  t.row_factor = nullptr;
+  refused(rows_p.a, t, l.p, rf.p, amax.p, "trans without the row factor it writes");
   PackArgs r = rows_p.a;
-  r.scale_block = 64;  // per-block scales
-  EXPECT_THROW(cuda::pack_d_o_launch(r, trans_p.a, l.p, rf.p, amax.p, nullptr), Error);
-  EXPECT_THROW(cuda::pack_d_o_launch(rows_p.a, trans_p.a, nullptr, rf.p, amax.p, nullptr), Error);
+  r.row_factor = rf.p;
+  refused(r, trans_p.a, l.p, rf.p, amax.p, "a row factor on dÔ's rows");
+  r = rows_p.a;
+  r.scale_block = 64;
+  refused(r, trans_p.a, l.p, rf.p, amax.p, "per-block scales");
+  refused(rows_p.a, trans_p.a, nullptr, rf.p, amax.p, "no row_sum");
+  refused(rows_p.a, trans_p.a, l.p, rf.p, nullptr, "no amax");
   EXPECT_NO_THROW(cuda::pack_d_o_launch(rows_p.a, trans_p.a, l.p, rf.p, amax.p, nullptr));
   OCTET_CUDA_CHECK(cudaDeviceSynchronize());
 }
