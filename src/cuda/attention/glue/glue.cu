@@ -539,6 +539,8 @@ void pack_d_o_launch(PackArgs rows, PackArgs trans, const float* row_sum, float*
                      unsigned* amax_bits, cudaStream_t s) {
   OCTET_CHECK(row_sum && row_factor && amax_bits,
               "attention dO pack: a null row_sum, row_factor or amax pointer");
+  OCTET_CHECK(static_cast<const void*>(row_factor) != static_cast<const void*>(row_sum),
+              "attention dO pack: row_factor must not be row_sum (the pass reads l while it writes 1/l)");
   OCTET_CHECK(rows.x == trans.x && rows.x_dtype == trans.x_dtype && rows.tokens_major == trans.tokens_major &&
                   rows.B == trans.B && rows.heads == trans.heads && rows.T == trans.T && rows.D == trans.D,
               "attention dO pack: rows and trans must pack the same tensor");

@@ -387,6 +387,9 @@ TEST(AttentionGlue, DoGlueRefusesBadArgs) {
   refused(r, trans_p.a, l.p, rf.p, amax.p, "per-block scales");
   refused(rows_p.a, trans_p.a, nullptr, rf.p, amax.p, "no row_sum");
   refused(rows_p.a, trans_p.a, l.p, rf.p, nullptr, "no amax");
+  PackArgs in_place = trans_p.a;
+  in_place.row_factor = l.p;
+  refused(rows_p.a, in_place, l.p, l.p, amax.p, "row_factor written over row_sum");
   EXPECT_NO_THROW(cuda::pack_d_o_launch(rows_p.a, trans_p.a, l.p, rf.p, amax.p, nullptr));
   OCTET_CUDA_CHECK(cudaDeviceSynchronize());
 }
