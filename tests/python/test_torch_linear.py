@@ -394,3 +394,20 @@ def test_delayed_scaling_saturates_an_inf_and_counts_it():
     n = int(before[0])
     assert int(after[0]) == n and torch.equal(after[1:1 + n], before[1:1 + n])  # no inf in the history
     assert after[n + 2] == before[n + 2] + 1  # X's overflow count
+
+
+@pytest.mark.parametrize("recipe", ["tensor-current", "block"])
+def test_forward_op_passes_opcheck(recipe):
+    """torch.library.opcheck on the forward op: schema, autograd registration, fake tensor, and
+    compiled equal to eager — which compares every byte of the saved state, so none may be left
+    unwritten (the image's 16-byte rounding included; shapes where it matters)."""
+    from octet.torch.linear import _settings_key
+    layer = ot.Float8Linear(17, 33, recipe=recipe, format="hybrid")
+    settings = _settings_key(*layer._octet_settings)
+    # freed non-zero memory first, so that bytes the op leaves unwritten differ between its runs
+    junk = [torch.full((1 << 20,), 0xAB, dtype=torch.uint8) for _ in range(4)]
+    del junk
+    x = torch.randn(5, 17, requires_grad=True)
+    result = torch.library.opcheck(torch.ops.octet.linear_forward.default,
+                                   (x, layer.weight, layer._octet_layer_t, settings))
+    assert set(result.values()) == {"SUCCESS"}, result

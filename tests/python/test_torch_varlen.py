@@ -250,12 +250,30 @@ def test_bad_offsets_raise():
         ot.attention_varlen(q, k, v, torch.tensor([0, 4, 3, 6]), torch.tensor([0, 2, 4, 6]), 6, 6)
     with pytest.raises(ValueError, match="rise from 0 to the 6"):
         ot.attention_varlen(q, k, v, torch.tensor([0, 5]), good, 6, 6)
-    with pytest.raises(ValueError, match="max_seqlen"):
+    with pytest.raises(ValueError, match="max_seqlen_q is 4, but a sequence of cu_seqlens_q has 6"):
         ot.attention_varlen(q, k, v, good, good, 4, 6)
+    with pytest.raises(ValueError, match="max_seqlen_k is 5"):
+        ot.attention_varlen(q, k, v, good, good, 6, 5)
+    with pytest.raises(TypeError, match="max_seqlen_k must be an int, got float"):
+        ot.attention_varlen(q, k, v, good, good, 6, 6.0)
+    with pytest.raises(TypeError, match="q must be a torch.Tensor, got list"):
+        ot.attention_varlen(q.tolist(), k, v, good, good, 6, 6)
+    with pytest.raises(TypeError, match="q's dtype must be one of"):
+        torch.ops.octet.attention_varlen_forward(q.half(), k.half(), v.half(), good, good, 6, 6, False, 0.0,
+                                                  "matched", "fp8", "hybrid")
     with pytest.raises(ValueError, match="2 sequences"):
         ot.attention_varlen(q, k, v, torch.tensor([0, 3, 6]), good, 6, 6)
     with pytest.raises(ValueError, match="3-D"):
         ot.attention_varlen(q[None], k, v, good, good, 6, 6)
+
+
+def test_a_numpy_integer_max_seqlen_is_its_int():
+    np = pytest.importorskip("numpy")
+    q = torch.randn(6, 2, 16)
+    k = v = torch.randn(6, 1, 16)
+    cu = torch.tensor([0, 2, 6], dtype=torch.int32)
+    got = ot.attention_varlen(q, k, v, cu, cu, np.int64(4), np.int32(4), causal=True)
+    assert torch.equal(got, ot.attention_varlen(q, k, v, cu, cu, 4, 4, causal=True))
 
 
 def dense_calls(q, k, v, lens_q, lens_k, causal, delta, d_o):

@@ -16,6 +16,7 @@ cannot capture them. The library runs each sequence as one dense call of the ker
 varlen kernel yet): the numbers are exactly those dense calls'.
 """
 import functools
+import numbers
 
 import torch
 
@@ -51,8 +52,8 @@ def _offsets(cu, total, max_len, name, who=_WHO, cached=False):
                          f"decreasing, got {offsets}")
     longest = max(b - a for a, b in zip(offsets, offsets[1:]))
     if max_len is not None and max_len < longest:
-        raise ValueError(f"{who}: max_seqlen for {name} is {max_len}, but a sequence has "
-                         f"{longest} tokens")
+        raise ValueError(f"{who}: {name.replace('cu_seqlens', 'max_seqlen')} is {max_len}, but a "
+                         f"sequence of {name} has {longest} tokens")
     return offsets
 
 
@@ -84,9 +85,12 @@ def _check_op_forward(q, k, v, softmax_scale=0.0):
         require(t.dim() == 3 and t.shape[1] >= 1 and t.shape[2] >= 1, ValueError,
                 f"{_OP}forward: {name} must be 3-D [total, heads, head_dim] with heads and "
                 f"head_dim >= 1, got {tuple(t.shape)}")
-        require(t.dtype == q.dtype and t.device == q.device and q.dtype in _DTYPE_OK, TypeError,
-                f"{_OP}forward: {name} must have q's dtype and device, one of "
-                f"{', '.join(map(str, _DTYPE_OK))}; got {t.dtype}, {t.device}")
+        require(q.dtype in _DTYPE_OK, TypeError,
+                f"{_OP}forward: q's dtype must be one of {', '.join(map(str, _DTYPE_OK))}, got "
+                f"{q.dtype}")
+        require(t.dtype == q.dtype and t.device == q.device, TypeError,
+                f"{_OP}forward: {name} must have q's dtype and device ({q.dtype}, {q.device}), got "
+                f"{t.dtype}, {t.device}")
     require(k.shape == v.shape and k.shape[2] == q.shape[2] and q.shape[1] % k.shape[1] == 0,
             ValueError, f"{_OP}forward: k, v {tuple(k.shape)} do not fit q {tuple(q.shape)} "
             f"(equal head_dim, kv heads dividing the query heads, k and v one shape)")
@@ -266,10 +270,11 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     ValueError naming the argument (bad offsets when the op runs: under torch.compile, from the
     compiled call); octet.OctetError for what the library rejects."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 3 or t.shape[1] < 1 or t.shape[2] < 1:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{_WHO}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 3 or t.shape[1] < 1 or t.shape[2] < 1:
             raise ValueError(f"{_WHO}: {name} must be a 3-D tensor [total, heads, head_dim] with "
-                             f"heads and head_dim >= 1, got "
-                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+                             f"heads and head_dim >= 1, got {tuple(t.shape)}")
     _offsets_tensor(cu_seqlens_q, "cu_seqlens_q")
     _offsets_tensor(cu_seqlens_k, "cu_seqlens_k")
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
@@ -282,8 +287,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         raise ValueError(f"{_WHO}: q {tuple(q.shape)} and k {tuple(k.shape)} must have one "
                          f"head_dim")
     for name, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if isinstance(n, bool) or not isinstance(n, (int, torch.SymInt)):
+        if isinstance(n, bool) or not isinstance(n, (numbers.Integral, torch.SymInt)):
             raise TypeError(f"{_WHO}: {name} must be an int, got {type(n).__name__}")
+    if not isinstance(max_seqlen_q, torch.SymInt):
+        max_seqlen_q = int(max_seqlen_q)  # a NumPy integer as the int it holds
+    if not isinstance(max_seqlen_k, torch.SymInt):
+        max_seqlen_k = int(max_seqlen_k)
     # either total may be 0 (no sequence has queries, or none has keys): the library's packing
     q4, k4, v4, dtype, causal, scale = _prepare(q[None], k[None], v[None], causal, softmax_scale,
                                                 precision, _WHO, empty_seq_ok=True)

@@ -102,11 +102,17 @@ std::vector<SavedSizeTerm> image_terms_by_cols(int64_t rows, Recipe recipe, Role
 int64_t image_length(const QTensor& q) {
   return region(int64_t(q.codes.size())) + region(int64_t(q.scale_inv.size() * sizeof(float)));
 }
+// Writes every byte of the image, the regions' rounding included (zeros): the image is a function
+// of the inputs (a compiled caller compares the saved tensor's bytes with an eager run's).
 char* to_image(const QTensor& q, char* at) {
-  std::memcpy(at, q.codes.data(), q.codes.size());
-  at += region(int64_t(q.codes.size()));
-  std::memcpy(at, q.scale_inv.data(), q.scale_inv.size() * sizeof(float));
-  return at + region(int64_t(q.scale_inv.size() * sizeof(float)));
+  const auto put = [&at](const void* from, int64_t bytes) {
+    std::memcpy(at, from, size_t(bytes));
+    std::memset(at + bytes, 0, size_t(region(bytes) - bytes));
+    at += region(bytes);
+  };
+  put(q.codes.data(), int64_t(q.codes.size()));
+  put(q.scale_inv.data(), int64_t(q.scale_inv.size() * sizeof(float)));
+  return at;
 }
 const char* from_image(const char* at, int64_t rows, int64_t cols, Format format, const BlockShape& block,
                        QTensor& q) {
