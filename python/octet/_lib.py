@@ -1,7 +1,7 @@
 """Finds and loads liboctet_c, octet's C ABI (include/octet/c_api.h), with ctypes.
 
 Where it looks, first hit wins (docs/pytorch.md, "Finding liboctet_c"):
-  1. $OCTET_LIBRARY, the path of the .so (when set, nothing else is tried);
+  1. $OCTET_LIBRARY, the path of the .so (when set and not empty, nothing else is tried);
   2. build/{cuda,release,debug}/liboctet_c.so of $OCTET_HOME, then of the checkout this package
      file lives in (a `pip install -e ./python` or PYTHONPATH=python), the CUDA build first;
   3. liboctet_c.so on the dynamic loader's path (LD_LIBRARY_PATH, ldconfig).

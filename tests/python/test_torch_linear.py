@@ -411,3 +411,16 @@ def test_forward_op_passes_opcheck(recipe):
     result = torch.library.opcheck(torch.ops.octet.linear_forward.default,
                                    (x, layer.weight, layer._octet_layer_t, settings))
     assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_convert_swaps_nothing_when_the_filter_raises():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
+
+    def picky(module, fqn):
+        if fqn == "2":
+            raise RuntimeError("no opinion on layer 2")
+        return True
+
+    with pytest.raises(RuntimeError, match="no opinion"):
+        ot.convert_to_float8(model, module_filter=picky)
+    assert all(type(m) is torch.nn.Linear for m in (model[0], model[2])), model

@@ -13,7 +13,8 @@ def convert_to_float8(model, recipe="tensor-current", format="hybrid", module_fi
     `model`. recipe/format/linear_kwargs: Float8Linear's. A model that is itself an nn.Linear is
     returned converted (a new module). A Linear registered in several places (weight tying of a
     whole module, a Sequential(l, l)) becomes one Float8Linear in all of them, so they stay one
-    module; the filter sees its first name (named_modules' order)."""
+    module; the filter sees its first name (named_modules' order). Nothing is swapped until every
+    replacement is made: a filter or a Float8Linear that raises leaves `model` as it was."""
     def wanted(module, fqn):
         return type(module) is torch.nn.Linear and (module_filter is None or
                                                     module_filter(module, fqn))
@@ -21,6 +22,7 @@ def convert_to_float8(model, recipe="tensor-current", format="hybrid", module_fi
     if wanted(model, ""):
         return Float8Linear.from_linear(model, recipe=recipe, format=format, **linear_kwargs)
     swapped = {}  # id(nn.Linear) -> its Float8Linear, or None where the filter said no
+    places = []   # (parent, name, replacement), applied once all are made
     for parent_name, parent in list(model.named_modules(remove_duplicate=False)):
         for name, child in list(parent._modules.items()):  # every name, shared children too
             if type(child) is not torch.nn.Linear:
@@ -31,5 +33,7 @@ def convert_to_float8(model, recipe="tensor-current", format="hybrid", module_fi
                                                                **linear_kwargs)
                                       if wanted(child, fqn) else None)
             if swapped[id(child)] is not None:
-                setattr(parent, name, swapped[id(child)])
+                places.append((parent, name, swapped[id(child)]))
+    for parent, name, replacement in places:
+        setattr(parent, name, replacement)
     return model
