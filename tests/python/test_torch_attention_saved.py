@@ -200,6 +200,7 @@ def test_direct_op_calls_with_bad_tensors_raise():
         "lse": lambda: BWD(o, lse[..., :4].clone(), saved, d_o, NO_RESIDUAL, 2, 16, *config),
         "residual": lambda: BWD(o, lse, saved, d_o, torch.zeros(2), 2, 16, *config),
         "n_kv_heads": lambda: BWD(o, lse, saved, d_o, NO_RESIDUAL, 3, 16, *config),
+        "seq_k must be >= 1, got 0": lambda: BWD(o, lse, saved, d_o, NO_RESIDUAL, 2, 0, *config),
         "one device": lambda: BWD(o, lse, saved.to("meta"), d_o, NO_RESIDUAL, 2, 16, *config),
     }
     for name, call in bad_backward.items():

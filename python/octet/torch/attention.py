@@ -193,9 +193,9 @@ def _check_op_backward(o, lse, saved, d_o, residual, n_kv_heads, seq_k, config):
     require(lse.shape == (b, h, tq) and lse.dtype == _lse_dtype(o) and lse.device == o.device,
             TypeError, f"{_OP}backward: lse must be {_lse_dtype(o)} {(b, h, tq)}, got {lse.dtype} "
             f"{tuple(lse.shape)}")
-    require(n_kv_heads >= 1 and h % n_kv_heads == 0 and seq_k >= 1, ValueError,
-            f"{_OP}backward: n_kv_heads {n_kv_heads} must divide the {h} heads, seq_k {seq_k} "
-            f"must be >= 1")
+    require(n_kv_heads >= 1 and h % n_kv_heads == 0, ValueError,
+            f"{_OP}backward: n_kv_heads {n_kv_heads} must divide the {h} heads")
+    require(seq_k >= 1, ValueError, f"{_OP}backward: seq_k must be >= 1, got {seq_k}")
     want = _saved_bytes(o.device, (b, h, n_kv_heads, tq, seq_k, d), o.dtype, config)
     require(saved.dtype == torch.uint8 and saved.shape == (want,) and saved.device == o.device,
             ValueError, f"{_OP}backward: saved must be the uint8 [{want}] tensor that "

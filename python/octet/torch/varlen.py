@@ -164,9 +164,9 @@ def _backward_impl(o: torch.Tensor, lse: torch.Tensor, saved: torch.Tensor, d_o:
             and saved.dtype == torch.uint8 and saved.dim() == 1, TypeError,
             f"{_OP}backward: lse and saved must be what attention_varlen_forward returned, got "
             f"lse {lse.dtype} {tuple(lse.shape)}, saved {saved.dtype} {tuple(saved.shape)}")
-    require(n_kv_heads >= 1 and o.shape[1] % n_kv_heads == 0 and total_k >= 0, ValueError,
-            f"{_OP}backward: n_kv_heads {n_kv_heads} must divide the {o.shape[1]} heads, total_k "
-            f"{total_k} must be >= 0")
+    require(n_kv_heads >= 1 and o.shape[1] % n_kv_heads == 0, ValueError,
+            f"{_OP}backward: n_kv_heads {n_kv_heads} must divide the {o.shape[1]} heads")
+    require(total_k >= 0, ValueError, f"{_OP}backward: total_k must be >= 0, got {total_k}")
     return _backward_body(o, lse, saved, d_o, cu_seqlens_q, cu_seqlens_k, n_kv_heads, total_k,
                           causal, softmax_scale, delta, precision, formats, exact_saved=True)
 
