@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads)
   block_amax_out(m, scratch, bits);
 }
 
-// dO's two amaxes in one read (pack_d_o_launch): of x_i and of x_i · f_row, f = 1/l (0 where l = 0)
+// dO's two amaxes in one read (pack_d_o_launch): of x_i and of x_i · f_row, f = row_factor_of(l)
 // from row_sum [B, heads, T], written to rf by the thread of each row's first chunk. Rows as in
 // row_scaled_amax_kernel.
 template <class T>
