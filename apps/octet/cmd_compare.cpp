@@ -45,7 +45,7 @@ OCTET_COMMAND("compare", [](CLI::App& app) {
   octet::cli::add_enum_option<octet::Arm>(cmd, "--arms", args->arms, "comma-separated arms")
       ->capture_default_str();
   cmd->add_option("--out", args->out, "output directory (one sub-directory per arm)")->required();
-  cmd->add_option("--device", args->device, "cpu | cuda");
+  cmd->add_option("--device", args->device, "cpu | cuda | cuda:N");
   cmd->add_option("--seeds", args->seeds,
                   "train every arm with N seeds (train.seed, +1, ...): mean ± std per arm and Welch's t-test "
                   "of each gap to bf16")

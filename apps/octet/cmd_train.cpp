@@ -96,6 +96,10 @@ void run_train(const TrainArgs& a) {
   // Everything checked before a rank's first collective: under mpirun, a config error every rank
   // finds reads once, from one rank, and the job exits without an abort (run_job_checks).
   run_job_checks(env, [&] {
+    OCTET_CHECK(a.dump_grads.empty() || a.out.empty(),
+                "--dump-grads DIR writes only DIR (no run): drop --out");
+    OCTET_CHECK(a.dump_grads.empty() || a.resume.empty(),
+                "--dump-grads starts from a new model's weights, not a run's checkpoint: drop --resume");
     if (!a.resume.empty()) {
       OCTET_CHECK(a.config.empty(), "--resume takes its config from the run directory; drop --config");
       OCTET_CHECK(a.out.empty() || (fs::exists(a.out) && fs::equivalent(a.out, a.resume)),
@@ -121,10 +125,12 @@ void run_train(const TrainArgs& a) {
       } catch (const octet::Error& e) {
         if (!a.config.empty()) throw;
         // --set alone starts from the built-in defaults, which are no whole run: say where one is.
-        throw octet::Error(std::string(e.what()) +
-                           " (no --config given: --set changed the built-in defaults; start from a "
-                           "config, e.g. --config " +
-                           octet_home() + "/configs/tiny.toml)");
+        const std::string tiny = octet_home() + "/configs/tiny.toml";
+        throw octet::Error(
+            std::string(e.what()) +
+            " (no --config given: the built-in defaults with these --set keys are no "
+            "whole run; start from a config, e.g. --config " +
+            (fs::exists(tiny) ? tiny : std::string("configs/tiny.toml of octet's source tree")) + ")");
       }
       if (a.dump_grads.empty()) {
         OCTET_CHECK(!out.empty(), "give --out DIR (or --resume DIR)");
@@ -230,7 +236,7 @@ OCTET_COMMAND("train", [](CLI::App& app) {
   cmd->add_option("--set", args->sets, "override a config key: --set model.n_layer=4 (repeatable)");
   cmd->add_option("--out", args->out, "run directory (config.toml, metrics.jsonl, checkpoints)");
   cmd->add_option("--resume", args->resume, "continue the run in this directory from its checkpoint");
-  cmd->add_option("--device", args->device, "cpu | cuda (default: the config's, cpu)");
+  cmd->add_option("--device", args->device, "cpu | cuda | cuda:N (default: the config's, cpu)");
   octet::cli::add_enum_option<octet::Arm>(cmd, "--arm", args->arm, "precision arm (fp32: the reference)");
   cmd->add_option("--nproc", args->nproc,
                   "train data parallel on N ranks of this host (cpu: mpirun; cuda: one GPU each; "

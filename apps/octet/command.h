@@ -10,6 +10,7 @@
 #include <charconv>
 #include <cstdint>
 #include <functional>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -30,18 +31,26 @@ struct Registrar {
 };
 
 /// A CLI11 check that the value is a whole decimal number >= `min` (and fits int64 / uint64): its
-/// message reads "--seed: must be a whole number >= 0, got '-1'".
+/// message reads "--seed: must be a whole number >= 0, got '-1'", and for a whole number past
+/// 64 bits "--seed: must be a whole number >= 0 that fits 64 bits, got '...'".
 inline CLI::Validator whole_number_at_least(int64_t min) {
   return CLI::Validator(
       [min](std::string& v) -> std::string {
         const bool digits =
             !v.empty() && v.find_first_not_of("0123456789", v[0] == '-') == std::string::npos && v != "-";
-        bool ok = digits && v.size() <= 20;
-        if (ok && v[0] == '-')
-          ok = min < 0 && v.size() <= 19 && std::stoll(v) >= min;
+        const bool negative = digits && v[0] == '-';
+        const std::string magnitude = negative ? v.substr(1) : v;
+        const size_t first = magnitude.find_first_not_of('0');  // leading zeros do not count
+        const std::string m = first == std::string::npos ? "0" : magnitude.substr(first);
+        const char* most = negative ? "9223372036854775808" : "18446744073709551615";
+        const bool fits = m.size() < std::strlen(most) || (m.size() == std::strlen(most) && m <= most);
+        if (digits && !fits)
+          return "must be a whole number >= " + std::to_string(min) + " that fits 64 bits, got '" + v + "'";
+        bool ok = digits;
+        if (ok && negative)
+          ok = min < 0 && std::stoll(v) >= min;
         else if (ok)
-          ok =
-              (v.size() < 20 || v <= "18446744073709551615") && (min <= 0 || std::stoull(v) >= uint64_t(min));
+          ok = min <= 0 || std::stoull(v) >= uint64_t(min);
         return ok ? std::string() : "must be a whole number >= " + std::to_string(min) + ", got '" + v + "'";
       },
       "");

@@ -187,6 +187,11 @@ def test_integers_beyond_their_type_are_refused_as_typed(args, option, value):
     assert option in line and f"got '{value}'" in line, line
 
 
+def test_a_seed_past_64_bits_is_called_too_large():
+    line = one_line_error(octet("attention-check", "--seed", "18446744073709551616"))
+    assert line == "octet: error: --seed: must be a whole number >= 0 that fits 64 bits, got '18446744073709551616'", line
+
+
 @pytest.mark.parametrize("items", ["bf16,", ",bf16", "bf16,,fp8-matched", ","])
 @pytest.mark.parametrize("command,option", [
     (["compare", "--config", "c", "--out", "o"], "--arms"), (["bench", "train", "--device", "cpu"], "--arms"),
@@ -361,6 +366,12 @@ def test_files_named_on_the_command_line_are_not_overwritten(tmp_path):
     (tmp_path / "c.txt").write_text("".join(f"the queue drains buffer {i % 13} before it stops.\n" for i in range(200)))
     r = octet("train", *sets(*TINY_MODEL, f"data.path={tmp_path / 'c.txt'}"), "--dump-grads", tmp_path)
     assert_one_line_error(r, "--dump-grads", "not an empty directory")
+    # --dump-grads writes no run: an --out or --resume beside it is refused, not ignored
+    r = octet("train", *sets(*TINY_MODEL, f"data.path={tmp_path / 'c.txt'}"), "--dump-grads", tmp_path / "g",
+              "--out", tmp_path / "run")
+    assert_one_line_error(r, "--dump-grads", "drop --out")
+    r = octet("train", "--resume", tmp_path, "--dump-grads", tmp_path / "g")
+    assert_one_line_error(r, "--dump-grads", "drop --resume")
     assert precious.read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "precious.txt"]
 
