@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
-#include <functional>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
