@@ -32,6 +32,15 @@ def time_ms(fn, warmup, reps):
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+def emit(row, as_json, label):
+    """One result row: its JSON object (as_json), else a table line led by `label`."""
+    if as_json:
+        print(json.dumps(row), flush=True)
+    else:
+        print(f"{label} fwd {row['fwd_ms']:8.3f} ms {row['fwd_tflops']:6.0f} TF/s  "
+              f"fwd+bwd {row['fwd_bwd_ms']:8.3f} ms {row['fwd_bwd_tflops']:6.0f} TF/s", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=4)

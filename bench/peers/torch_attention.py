@@ -33,7 +33,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from octet import _lib
 from octet.torch import attention as octet_attention, attention_varlen
 from octet.torch._backend import backend_for, dtype_code
-from sdpa import time_ms  # bench/peers/sdpa.py: CUDA events, warm-up, the median
+from sdpa import emit, time_ms  # bench/peers/sdpa.py: CUDA events, warm-up, the median; a row
 
 CASES = {  # name: batch, heads, kv_heads, seq, head_dim, causal
     "b4-h16-d128-s1024": (4, 16, 16, 1024, 128, False),
@@ -176,12 +176,7 @@ def main():
         if name not in CASES:
             raise SystemExit(f"torch_attention.py: unknown case {name!r} (known: {', '.join(CASES)})")
         for r in run_case(name, CASES[name], a, env):
-            if a.json:
-                print(json.dumps(r), flush=True)
-            else:
-                print(f"{r['case']:26} {r['impl']:26} fwd {r['fwd_ms']:8.3f} ms "
-                      f"{r['fwd_tflops']:6.0f} TF/s  fwd+bwd {r['fwd_bwd_ms']:8.3f} ms "
-                      f"{r['fwd_bwd_tflops']:6.0f} TF/s", flush=True)
+            emit(r, a.json, f"{r['case']:26} {r['impl']:26}")
         torch.cuda.empty_cache()
 
 

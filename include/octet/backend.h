@@ -46,6 +46,12 @@ namespace octet {
 /// with cuBLASLt FP32, no TF32).
 enum class LinearPrecision { BF16, FP8, FP32 };
 
+/// One run of Backend::copy_spans, in elements of the tensors' dtype: dst[dst_at + i] =
+/// src[src_at + i] for 0 <= i < count.
+struct CopySpan {
+  int64_t src_at = 0, dst_at = 0, count = 0;
+};
+
 struct LinearSpec {
   int64_t in_features = 0, out_features = 0;
   LinearPrecision precision = LinearPrecision::BF16;
@@ -301,6 +307,12 @@ class Backend {
   virtual void fill(const Tensor& x, double value) = 0;
   /// dst = src, converting F32 <-> BF16 (round to nearest even) when the dtypes differ; equal numel.
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  /// Every span's run of src copied into dst (same dtype, no conversion), in one batched copy: the
+  /// gathers and scatters of row blocks (packed sequences into a padded batch and back, capi's
+  /// attention_varlen.cpp). Spans must not overlap in dst; a span of count 0 copies nothing.
+  /// Throws octet::Error (check_copy_spans) on a dtype mismatch, a negative offset or count, or a
+  /// span past the end of either tensor, before anything is copied.
+  virtual void copy_spans(const Tensor& dst, const Tensor& src, const std::vector<CopySpan>& spans) = 0;
   /// Waits for every enqueued operation.
   virtual void synchronize() = 0;
 
@@ -424,6 +436,11 @@ class Backend {
                            const Tensor& segments, const Tensor& state, float lr, float beta1, float beta2,
                            float eps, float weight_decay) = 0;
 };
+
+/// copy_spans' checks, shared by every backend: dst and src of one dtype and not empty (unless no
+/// span copies anything), every span inside both. Throws octet::Error naming the first span that is
+/// not.
+void check_copy_spans(const Tensor& dst, const Tensor& src, const std::vector<CopySpan>& spans);
 
 /// The CPU reference backend. Never null.
 std::unique_ptr<Backend> make_cpu_backend();

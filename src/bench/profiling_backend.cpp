@@ -91,6 +91,9 @@ void ProfilingBackend::fill(const Tensor& x, double value) {
 void ProfilingBackend::copy(const Tensor& dst, const Tensor& src) {
   timed("copy.d2d", [&] { inner_.copy(dst, src); });
 }
+void ProfilingBackend::copy_spans(const Tensor& dst, const Tensor& src, const std::vector<CopySpan>& spans) {
+  timed("copy.spans", [&] { inner_.copy_spans(dst, src, spans); });
+}
 void ProfilingBackend::axpy(float a, const Tensor& x, const Tensor& y) {
   timed("axpy", [&] { inner_.axpy(a, x, y); });
 }

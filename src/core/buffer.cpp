@@ -1,6 +1,6 @@
 // src/core/buffer.cpp — the owning Buffer of tensor.h and the Backend helpers that every backend
-// shares (host FP32 copies of F32/BF16 tensors, reading an F64 accumulator), and the defaults of
-// Linear's cross-rank amax methods and of Attention's caller-memory saved state for the layers
+// shares (host FP32 copies of F32/BF16 tensors, reading an F64 accumulator, copy_spans' checks), and the
+// defaults of Linear's cross-rank amax methods and of Attention's caller-memory saved state for the layers
 // that lack them.
 #include <cstring>
 #include <string>
@@ -25,6 +25,24 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     o.t_ = {};
   }
   return *this;
+}
+
+void check_copy_spans(const Tensor& dst, const Tensor& src, const std::vector<CopySpan>& spans) {
+  OCTET_CHECK(dst.dtype == src.dtype, "copy_spans: dst is " + to_string(dst.dtype) + " but src is " +
+                                          to_string(src.dtype) + " (no conversion)");
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const CopySpan& c = spans[i];
+    const std::string at = "copy_spans: span " + std::to_string(i) + " (src_at " + std::to_string(c.src_at) +
+                           ", dst_at " + std::to_string(c.dst_at) + ", count " + std::to_string(c.count) +
+                           ")";
+    OCTET_CHECK(c.src_at >= 0 && c.dst_at >= 0 && c.count >= 0, at + " has a negative value");
+    if (c.count == 0) continue;
+    OCTET_CHECK(!dst.empty() && !src.empty(), at + ": missing tensor");
+    OCTET_CHECK(c.src_at <= src.numel() - c.count,
+                at + " runs past src's " + std::to_string(src.numel()) + " elements");
+    OCTET_CHECK(c.dst_at <= dst.numel() - c.count,
+                at + " runs past dst's " + std::to_string(dst.numel()) + " elements");
+  }
 }
 
 std::vector<float> Backend::download_f32(const Tensor& src) {

@@ -1,6 +1,7 @@
 // Memory, elementwise operations and the backend factory: alloc is zero-initialized, upload and
-// download round-trip, fill/copy/axpy/scale follow their BLAS-1 definitions, make_backend names
-// unknown devices, and without CUDA the "cuda" device fails with the documented message.
+// download round-trip, copy_spans copies each run and checks every one before copying any,
+// fill/copy/axpy/scale follow their BLAS-1 definitions, make_backend names unknown devices, and
+// without CUDA the "cuda" device fails with the documented message.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -42,6 +43,28 @@ TEST(Memory, AllocIsZeroAlignedAndRoundTrips) {
   EXPECT_EQ(std::vector<int32_t>(di.tensor().i32(), di.tensor().i32() + n), xi);
   Buffer empty = be->alloc(DType::BF16, {0});
   EXPECT_FALSE(empty.empty());  // a unique pointer even for zero elements
+}
+
+TEST(Memory, CopySpansCopiesEachRunAndChecksEveryOne) {
+  auto be = make_cpu_backend();
+  std::vector<float> src = randn(20, 74), dst(12, -1.0f);
+  be->copy_spans(view(dst), view(src), {{2, 0, 3}, {19, 11, 1}, {0, 5, 0}});
+  const std::vector<float> want = {src[2], src[3], src[4], -1, -1, -1, -1, -1, -1, -1, -1, src[19]};
+  EXPECT_EQ(dst, want);
+  const auto fails = [&](const std::vector<CopySpan>& spans, const std::string& says) {
+    try {
+      be->copy_spans(view(dst), view(src), spans);
+      ADD_FAILURE() << "no error for " << says;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  fails({{0, 0, 1}, {18, 0, 3}}, "span 1 (src_at 18, dst_at 0, count 3) runs past src's 20 elements");
+  fails({{0, 10, 3}}, "runs past dst's 12 elements");
+  fails({{-1, 0, 1}}, "negative");
+  EXPECT_EQ(dst, want) << "a refused call copies nothing";
+  const Buffer f64 = be->alloc(DType::F64, {12});
+  EXPECT_THROW(be->copy_spans(f64, view(src), {{0, 0, 1}}), Error) << "dtype mismatch";
 }
 
 TEST(Memory, FillCopyAxpyScale) {

@@ -7,7 +7,8 @@ GQA, and against the CPU reference on the same BF16 inputs (GPU error <= 2x the 
 the matched row residual (<= 1e-5, the CUDA tests' bound); a side stream gives the default
 stream's results (O bitwise; the gradients up to the order of the fused backward's atomics);
 the three memory orders of q, k, v (layouts bshd, bhsd, strided) give the same bits; FP16 keeps
-its dtype; packed sequences (attention_varlen) equal each sequence's dense call, their CUDA offsets copied to
+its dtype; packed sequences (attention_varlen) equal the library's dense calls (a sequence alone, a
+bucket of causal documents padded), their CUDA offsets copied to
 the host once per tensor; Float8Linear within the FP8 GEMM bound (float32 activations) and in BF16;
 torch.compile(fullgraph=True) against eager — a linear alone, an attention alone on strided
 inputs, linear -> attention, and three steps of delayed scaling — bitwise where only exact torch
@@ -130,6 +131,28 @@ def test_varlen_equals_the_dense_calls(d):
         torch.testing.assert_close(x, y, rtol=1e-2, atol=1e-3)
     assert torch.count_nonzero(got[0][oq[4]:oq[5]]) == 0
     assert torch.count_nonzero(got[2][ok[5]:]) == 0 and torch.count_nonzero(got[3][ok[5]:]) == 0
+
+
+def test_varlen_buckets_equal_their_padded_dense_calls():
+    """Causal documents with as many queries as keys share one dense call per 128-row bucket
+    (docs/pytorch.md): o is that padded dense call's bits (test_torch_varlen.dense_calls), the
+    gradients its own up to the backward's FP32 atomics, and both within the FP8 rule of each
+    document's own dense call."""
+    from test_torch_varlen import dense_calls
+    lens = [300, 5, 120, 128, 1, 290, 700, 64, 129]
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(sum(lens), h, 128, generator=gen).to(DEV, torch.bfloat16).requires_grad_()
+               for h in (4, 2, 2))
+    d_o = torch.randn(q.shape, generator=gen).to(DEV, torch.bfloat16)
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], device=DEV, dtype=torch.int32)
+    got = run_grads(lambda q, k, v: ot.attention_varlen(q, k, v, cu, cu, 700, 700, causal=True),
+                    (q, k, v), d_o)
+    want = dense_calls(q, k, v, lens, lens, True, "matched", d_o)
+    assert torch.equal(got[0], want[0])
+    for x, y in zip(got[1:], want[1:]):
+        torch.testing.assert_close(x, y, rtol=1e-2, atol=1e-3)
+    alone = dense_calls(q[:300], k[:300], v[:300], lens[:1], lens[:1], True, "matched", d_o[:300])
+    assert rel(got[0][:300], alone[0]) < 0.05  # per-tensor scales of the bucket vs its own
 
 
 def test_varlen_cuda_offsets_are_read_once_per_tensor(monkeypatch):

@@ -1,7 +1,8 @@
 """octet.torch.attention_varlen (python/octet/torch/varlen.py, docs/pytorch.md) on the CPU:
-packed sequences in FlashAttention's varlen form equal each sequence's own dense call (bit for
-bit, gradients included: the library splits the packed call into those calls), and through the
-FP64 oracle a float64 SDPA per sequence (1e-12); GQA, causal with len_q != len_k, a zero-length
+packed sequences in FlashAttention's varlen form equal the library's dense calls (bit for bit,
+gradients included: each sequence alone, or causal documents bucketed by length into a zero-padded
+batch, groups()), and through the FP64 oracle a float64 SDPA per sequence (1e-12, buckets
+included); GQA, causal with len_q != len_k, a zero-length
 sequence, one with queries and no keys (0 rows, -inf LSE), one with keys and no queries (0
 gradients), and backward through a batch in which no sequence has keys or none has queries (every
 input's gradient 0, compiled too, the arguments still checked); the LSE blocks equal the
@@ -276,32 +277,63 @@ def test_a_numpy_integer_max_seqlen_is_its_int():
     assert torch.equal(got, ot.attention_varlen(q, k, v, cu, cu, 4, 4, causal=True))
 
 
+def groups(lens_q, lens_k, causal):
+    """The library's dense calls of a packing (src/capi/attention_varlen.cpp, docs/pytorch.md):
+    causal sequences with len_q == len_k bucketed by their length rounded up to 128 (a bucket's
+    padded length, its sequences), every other sequence with queries and keys alone (0: no padding);
+    a bucket of one runs alone."""
+    out, bucket = [], {}
+    for s, (lq, lk) in enumerate(zip(lens_q, lens_k)):
+        if lq == 0 or lk == 0:
+            continue
+        if causal and lq == lk:
+            t = -(-lq // 128) * 128
+            if t not in bucket:
+                bucket[t] = len(out)
+                out.append((t, []))
+            out[bucket[t]][1].append(s)
+        else:
+            out.append((0, [s]))
+    return [(t if len(seqs) > 1 else 0, seqs) for t, seqs in out]
+
+
 def dense_calls(q, k, v, lens_q, lens_k, causal, delta, d_o):
-    """Each sequence's own dense octet.torch.attention call: o and the gradients, packed."""
+    """The packing's dense octet.torch.attention calls (groups()): each sequence alone on its rows,
+    each bucket on its sequences zero-padded to the bucket's length; o and the gradients, packed."""
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
     cq, ck = cu(lens_q).tolist(), cu(lens_k).tolist()
-    outs = []
-    for s in range(len(lens_q)):
-        if lens_q[s] == 0:
+    outs = [torch.zeros(n, *q.shape[1:], dtype=q.dtype, device=q.device) for n in lens_q]
+    for t, seqs in groups(lens_q, lens_k, causal):
+        if t == 0:
+            s = seqs[0]
+            outs[s] = ot.attention(q[None, cq[s]:cq[s + 1]], k[None, ck[s]:ck[s + 1]],
+                                   v[None, ck[s]:ck[s + 1]], causal=causal, delta=delta)[0]
             continue
-        if lens_k[s] == 0:
-            outs.append(torch.zeros(lens_q[s], *q.shape[1:], dtype=q.dtype))
-            continue
-        outs.append(ot.attention(q[None, cq[s]:cq[s + 1]], k[None, ck[s]:ck[s + 1]],
-                                 v[None, ck[s]:ck[s + 1]], causal=causal, delta=delta)[0])
+        pad = lambda x, a, b: torch.nn.functional.pad(x[a:b], (0, 0, 0, 0, 0, t - (b - a)))
+        o = ot.attention(*(torch.stack([pad(x, c[s], c[s + 1]) for s in seqs])
+                           for x, c in ((q, cq), (k, ck), (v, ck))), causal=True, delta=delta)
+        for b, s in enumerate(seqs):
+            outs[s] = o[b, :lens_q[s]]
     o = torch.cat(outs)
     o.backward(d_o)
     return [o.detach(), q.grad, k.grad, v.grad]
 
 
+def test_groups_bucket_causal_self_attention_only():
+    assert groups([5, 0, 9, 1, 3, 130, 128], [7, 0, 9, 1, 0, 130, 128], True) == \
+        [(0, [0]), (128, [2, 3, 6]), (0, [5])]
+    assert groups([9, 1], [9, 1], False) == [(0, [0]), (0, [1])]
+
+
 @pytest.mark.parametrize("delta", ["matched", "stale"])
 def test_fp8_forward_and_backward_equal_the_dense_calls_bit_for_bit(delta):
     gen = torch.Generator().manual_seed(5)
-    lens_q, lens_k = [5, 0, 9, 1, 3, 0], [7, 0, 9, 1, 0, 4]  # the last: keys and no queries
+    # the last: keys and no queries; 9, 1 and 100 share a bucket of 128 rows, 200 is alone in 256's
+    lens_q, lens_k = [5, 0, 9, 1, 200, 100, 3, 0], [7, 0, 9, 1, 200, 100, 0, 4]
     q = packed(lens_q, 4, 16, gen, torch.float32)
     k, v = packed(lens_k, 2, 16, gen, torch.float32), packed(lens_k, 2, 16, gen, torch.float32)
     d_o = torch.randn(q.shape, generator=gen)
-    o = ot.attention_varlen(q, k, v, cu(lens_q), cu(lens_k), 9, 9, causal=True, delta=delta)
+    o = ot.attention_varlen(q, k, v, cu(lens_q), cu(lens_k), 200, 200, causal=True, delta=delta)
     o.backward(d_o)
     want = dense_calls(q, k, v, lens_q, lens_k, True, delta, d_o)
     for name, x, y in zip("o dq dk dv".split(), [o.detach(), q.grad, k.grad, v.grad], want):

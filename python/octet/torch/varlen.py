@@ -12,8 +12,9 @@ q[cu_q[s]:cu_q[s+1]] to its keys k[cu_k[s]:cu_k[s+1]] only. One library call per
 The ops read the offsets on the host (the library takes host offsets: CUDA offsets cost a copy
 and a synchronization; eagerly once per tensor while it is unmodified: _backend.HostReads) and
 check them there, so torch.compile traces one op per call, with fullgraph=True too; a CUDA graph
-cannot capture them. The library runs each sequence as one dense call of the kernels (no fused
-varlen kernel yet): the numbers are exactly those dense calls'.
+cannot capture them. No kernel reads the offsets yet: the library runs dense calls, causal
+documents (len_q == len_k) bucketed by their length rounded up to 128 into one padded batch each,
+every other sequence alone (c_api.h, docs/pytorch.md).
 """
 import functools
 import numbers

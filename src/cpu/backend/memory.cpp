@@ -60,6 +60,15 @@ void CpuBackend::copy(const Tensor& dst, const Tensor& src) {
   out.store();
 }
 
+void CpuBackend::copy_spans(const Tensor& dst, const Tensor& src, const std::vector<CopySpan>& spans) {
+  check_copy_spans(dst, src, spans);
+  const size_t e = dtype_size(dst.dtype);
+  for (const CopySpan& c : spans)
+    if (c.count > 0)
+      copy_bytes(static_cast<char*>(dst.data) + size_t(c.dst_at) * e,
+                 static_cast<const char*>(src.data) + size_t(c.src_at) * e, size_t(c.count) * e);
+}
+
 void CpuBackend::fill(const Tensor& x, double value) {
   OCTET_CHECK(!x.empty(), "fill: missing tensor");
   const int64_t n = x.numel();

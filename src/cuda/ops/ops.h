@@ -1,5 +1,5 @@
-// src/cuda/ops/ops.h — launchers of the CUDA backend's non-GEMM kernels (elementwise, embedding, norms,
-// RoPE, activations, head layouts, loss, reductions, AdamW).
+// src/cuda/ops/ops.h — launchers of the CUDA backend's non-GEMM kernels (elementwise, batched span
+// copies, embedding, norms, RoPE, activations, head layouts, loss, reductions, AdamW).
 //
 // Each is the GPU twin of the CPU backend operation of the same name (src/cpu/backend/*) with the
 // semantics documented in include/octet/backend.h; shapes and layouts are the ones given there.
@@ -25,6 +25,12 @@ void fill_launch(const Tensor& x, double value, cudaStream_t s);
 /// dst = src for act tensors of equal numel, converting F32 <-> BF16 (RNE) as the dtypes need.
 void convert_launch(const Tensor& dst, const Tensor& src, cudaStream_t s);
 void axpy_launch(float a, const Tensor& x, const Tensor& y, cudaStream_t s);
+// copy_spans.cu
+/// One batched copy (cub::DeviceMemcpy::Batched) of `n` runs of bytes: dst + dst_at[i] <- src +
+/// src_at[i], bytes[i] each, from host arrays (uploaded with its scratch in stream order; the host
+/// arrays may be reused once this returns). Checked by the caller (backend.h check_copy_spans).
+void copy_spans_launch(void* dst, const void* src, const int64_t* src_at, const int64_t* dst_at,
+                       const int64_t* bytes, int64_t n, cudaStream_t s);
 void scale_launch(float a, const Tensor& x, cudaStream_t s);
 /// amax (optional, device): *amax = max(*amax, |y| max as float bits, of y as stored) — the amax an
 /// FP8 tensor-current quantizer of y needs (quantizer.h quantize(..., amax)), computed by the kernel

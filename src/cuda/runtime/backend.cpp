@@ -135,6 +135,17 @@ void CudaBackend::copy(const Tensor& dst, const Tensor& src) {
               "copy: cannot convert " + src.str() + " to " + dst.str());
   convert_launch(dst, src, stream_);
 }
+void CudaBackend::copy_spans(const Tensor& dst, const Tensor& src, const std::vector<CopySpan>& spans) {
+  DeviceGuard g(device_);
+  check_copy_spans(dst, src, spans);
+  const int64_t e = int64_t(dtype_size(dst.dtype));
+  std::vector<int64_t> src_at, dst_at, bytes;
+  for (const CopySpan& c : spans)
+    if (c.count > 0)
+      src_at.push_back(c.src_at * e), dst_at.push_back(c.dst_at * e), bytes.push_back(c.count * e);
+  copy_spans_launch(dst.data, src.data, src_at.data(), dst_at.data(), bytes.data(), int64_t(bytes.size()),
+                    stream_);
+}
 void CudaBackend::synchronize() {
   DeviceGuard g(device_);
   OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -77,6 +77,7 @@ class CudaBackend final : public Backend {
   void download(void* host_dst, const Tensor& src) override;
   void fill(const Tensor& x, double value) override;
   void copy(const Tensor& dst, const Tensor& src) override;
+  void copy_spans(const Tensor& dst, const Tensor& src, const std::vector<CopySpan>& spans) override;
   void synchronize() override;
 
   void axpy(float a, const Tensor& x, const Tensor& y) override;

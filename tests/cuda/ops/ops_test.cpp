@@ -1,6 +1,6 @@
 // ops_test.cpp — every non-GEMM operation of the CUDA backend against its CPU twin (backend.h):
-// memory, axpy/scale, embedding (forward, scatter-add with repeated ids), RMSNorm/LayerNorm forward
-// and backward (RMSNorm with and without its weight; LayerNorm, whose weight is required, with and
+// memory, axpy/scale, copy_spans, embedding (forward, scatter-add with repeated ids), RMSNorm/LayerNorm
+// forward and backward (RMSNorm with and without its weight; LayerNorm, whose weight is required, with and
 // without its bias), RoPE (forward and its inverse), GELU, SwiGLU, the head layouts, cross-entropy
 // (ignored targets, dlogits aliasing logits), sum_squares, moments, AdamW.
 // Each test runs with F32 and with BF16 activation tensors (the same values on both backends; the
@@ -110,6 +110,30 @@ TEST_P(CudaOps, MemoryAxpyScaleFillCopy) {
   expect_close(z, "fill", 0.0);
   const Buffer a = gpu->alloc(act, {17});
   EXPECT_EQ(gpu->download_f32(a), std::vector<float>(17, 0.0f)) << "alloc must zero-initialize";
+}
+
+TEST_P(CudaOps, CopySpansEqualsTheTwin) {
+  // Row blocks of 24 elements gathered from a packed [40, 24] into a padded [3, 16, 24] and
+  // scattered back: unaligned runs (3 elements from element 5), an empty span, and untouched
+  // elements left as they were (non-zero before the copy).
+  const int64_t w = 24, n = 40 * w, m = 3 * 16 * w;
+  auto src = make(test::gaussian(size_t(n), 5), {n});
+  auto dst = make(test::gaussian(size_t(m), 6), {m});
+  const std::vector<CopySpan> gather = {
+      {0, 0, 7 * w}, {7 * w, 16 * w, 16 * w}, {23 * w, 32 * w, 17 * w - 8}, {5, 15 * w, 3}, {0, 0, 0}};
+  cpu->copy_spans(dst.tc(), src.tc(), gather);
+  gpu->copy_spans(dst.tg(), src.tg(), gather);
+  expect_close(dst, "gather", 0.0);
+  std::vector<CopySpan> scatter;
+  for (const CopySpan& c : gather) scatter.push_back({c.dst_at, c.src_at, c.count});
+  scatter.pop_back();
+  scatter.pop_back();  // the two overlapping destinations of the gather's first and fourth spans
+  cpu->copy_spans(src.tc(), dst.tc(), scatter);
+  gpu->copy_spans(src.tg(), dst.tg(), scatter);
+  expect_close(src, "scatter", 0.0);
+  EXPECT_THROW(gpu->copy_spans(dst.tg(), src.tg(), {{n - 3, 0, 4}}), Error) << "past src's end";
+  auto other = zeros({m}, act == DType::F32 ? DType::BF16 : DType::F32);
+  EXPECT_THROW(gpu->copy_spans(other.tg(), src.tg(), {{0, 0, 1}}), Error) << "dtype mismatch";
 }
 
 TEST_P(CudaOps, EmbeddingForwardAndScatterAdd) {
