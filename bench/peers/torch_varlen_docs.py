@@ -7,7 +7,10 @@ at the row's end, every document its own causal sequence (FlashAttention's varle
 offset per document). Times forward and forward + backward on one GPU, in one process, of:
   octet-torch-varlen-<delta>  attention_varlen over the documents (CUDA offsets, BF16): the
                               library's 128-row buckets of documents (c_api.h);
-  octet-torch-varlen-seq-<delta>  the same with OCTET_VARLEN_BUCKETS=0: one dense call per document;
+  octet-torch-varlen<tag>-<delta>  with --tag T, the same with T in the name: another build of
+                              the library (OCTET_LIBRARY), e.g. the one dense call per document
+                              of the library before buckets, timed in another process (its
+                              varlen rows only);
   octet-torch-dense-<delta>   octet.torch.attention on the same tokens as [rows, row_len] causal
                               rows, documents ignored: the call a packing-unaware model makes (more
                               FLOPs: every token sees its whole row's prefix);
@@ -16,14 +19,12 @@ offset per document). Times forward and forward + backward on one GPU, in one pr
 Method as bench/peers/torch_attention.py (CUDA events, warm-up, the median). FLOPs are the
 documents' (forward 4·H·L²·D/2 summed over documents; backward 2.5× that) for every row, so that
 TFLOP/s compares useful work. One JSON object per line (--json) with the GPU, versions, date, the
-packing (documents, distinct lengths) and the ratios to torch-varlen-bf16, to the dense call and
-to the per-document calls.
+packing (documents, distinct lengths) and the ratios to torch-varlen-bf16 and to the dense call.
 """
 import argparse
 import datetime
 import json
 import math
-import os
 import random
 
 import torch
@@ -78,10 +79,10 @@ def run(a, env):
         def fwd():
             return attention_varlen(*leaves, cu, cu, max(lens), max(lens), causal=True, delta=delta)
 
-        for buckets, impl in (("1", f"octet-torch-varlen-{delta}"), ("0", f"octet-torch-varlen-seq-{delta}")):
-            os.environ["OCTET_VARLEN_BUCKETS"] = buckets
-            add(impl, time_ms(fwd, a.warmup, a.reps), time_ms(lambda: fwd().backward(do), a.warmup, a.reps))
-        os.environ.pop("OCTET_VARLEN_BUCKETS")
+        add(f"octet-torch-varlen{a.tag}-{delta}", time_ms(fwd, a.warmup, a.reps),
+            time_ms(lambda: fwd().backward(do), a.warmup, a.reps))
+        if a.tag:  # another build's varlen rows only: the peers are this build's run's
+            continue
         dense = [t.reshape(a.rows, a.row_len, *t.shape[1:]).clone().requires_grad_() for t in (q, k, v)]
         do_dense = do.reshape(a.rows, a.row_len, h, d)
 
@@ -92,6 +93,8 @@ def run(a, env):
             time_ms(lambda: fwd_dense().backward(do_dense), a.warmup, a.reps))
         del leaves, dense
     try:
+        if a.tag:
+            return rows
         from torch.nn.attention.varlen import varlen_attn
     except ImportError as e:
         print(json.dumps({"bench": "torch-varlen-docs", "impl": "torch-varlen-bf16",
@@ -111,7 +114,7 @@ def run(a, env):
     by = {r["impl"]: r for r in rows}
     for r in rows:
         delta = r["impl"].rsplit("-", 1)[-1]
-        for peer in ("torch-varlen-bf16", f"octet-torch-dense-{delta}", f"octet-torch-varlen-seq-{delta}"):
+        for peer in ("torch-varlen-bf16", f"octet-torch-dense-{delta}"):
             if peer in by and peer != r["impl"]:
                 r[f"fwd_bwd_vs_{peer}"] = by[peer]["fwd_bwd_ms"] / r["fwd_bwd_ms"]
                 r[f"fwd_vs_{peer}"] = by[peer]["fwd_ms"] / r["fwd_ms"]
@@ -129,6 +132,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--tag", default="", help="inserted into the octet-torch-varlen rows' names")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,

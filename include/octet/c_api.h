@@ -99,12 +99,11 @@ typedef struct octet_attention_params {
    *  be the forward's: saved is laid out by them, and the library checks only that saved_size is
    *  at least what they need. lse holds sequence s's [n_heads, len_q(s)] at element
    *  n_heads · cu_seqlens_q[s]. No kernel reads the offsets yet: the call runs as dense calls,
-   *  with causal sequences of len_q == len_k bucketed by their length rounded up to 128 (one
-   *  dense call of batch n over the bucket's sequences copied with zero padding to that length;
+   *  with causal sequences of len_q == len_k bucketed by their length rounded up to 128 (below
+   *  65 tokens to a power of two from 16; one dense call of batch n over the bucket's sequences
+   *  copied with zero padding to that length;
    *  real rows as their own call's in exact arithmetic, with the bucket's per-tensor FP8 scales)
-   *  and every other sequence, or a bucket of one, a dense call on its rows (every sequence alone
-   *  when the environment variable OCTET_VARLEN_BUCKETS is 0, read at every call: it must not
-   *  change between a forward and its backward; a value other than 0 or 1 fails); saved holds each
+   *  and every other sequence, or a bucket of one, a dense call on its rows; saved holds each
    *  dense call's state at a 256-byte aligned offset (octet_attention_saved_bytes gives the total;
    *  the forward zeroes the padding between two parts). A sequence with queries and no keys gets
    *  0 in its rows of o and dq and −inf in its lse; one with keys and no queries gets 0 in its

@@ -5,13 +5,14 @@
 // No kernel takes sequence offsets yet, so a packed call runs as dense calls (attention.cpp), one
 // per group of sequences:
 //  - causal sequences with as many queries as keys (packed documents in causal LM training) are
-//    bucketed by their length rounded up to 128 (the kernels' query tile): each bucket is one
+//    bucketed by their length rounded up to 128 (the kernels' query tile; below 65 tokens to a
+//    power of two from 16, bucket_len): each bucket is one
 //    dense call of batch n over copies of its sequences padded with zero rows to that length
 //    (Backend::copy_spans gathers them and scatters the results back). Causality keeps a real query
 //    off the pad keys, pad queries get a zero dO, so every real row and gradient is the one its own
 //    dense call gives in exact arithmetic; in FP8 the bucket's per-tensor scales (amax over its
-//    sequences) replace each sequence's own, per-(head, block) scales are each sequence's own
-//    blocks;
+//    sequences) replace each sequence's own (QkvScaling::HeadBlock's blocks stay each sequence's
+//    own);
 //  - any other sequence (non-causal, or len_q != len_k), and a bucket of one, is a dense call on a
 //    batch-1 view of its rows (no copy).
 // Sequences with queries and no keys, or keys and no queries, get the values the math gives an
@@ -28,7 +29,6 @@
 #include <vector>
 
 #include "capi/capi_impl.h"
-#include "core/env.h"
 
 namespace octet::capi {
 namespace {
@@ -70,23 +70,31 @@ int64_t len_k(const Packing& pk, int64_t s) { return pk.k[size_t(s) + 1] - pk.k[
 const void* at(const void* p, int64_t bytes) { return p ? static_cast<const char*>(p) + bytes : nullptr; }
 void* at(void* p, int64_t bytes) { return p ? static_cast<char*>(p) + bytes : nullptr; }
 
-// The groups of the header: buckets of causal len_q == len_k sequences by their length rounded up to
-// kBucketRows, every other sequence with queries and keys alone; a bucket of one runs alone. With
-// OCTET_VARLEN_BUCKETS=0 (c_api.h) every sequence runs alone.
-constexpr int64_t kBucketRows = 128;
+// The groups of the header: buckets of causal len_q == len_k sequences by bucket_len, every other
+// sequence with queries and keys alone; a bucket of one runs alone.
+//
+// A bucket's padded length: a multiple of 128 (the kernels' query tile: no tile beyond the
+// sequence's own call), and below 65 tokens the power of two from 16 up that holds it, so that a
+// short document pads to at most twice its rows rather than to 128 (a dense call pads to 16
+// anyway).
+int64_t bucket_len(int64_t len) {
+  if (len > 64) return (len + 127) / 128 * 128;
+  int64_t t = 16;
+  while (t < len) t *= 2;
+  return t;
+}
 
 std::vector<Group> groups_of(const octet_attention_params& p, const Packing& pk) {
-  const bool buckets = env_switch("OCTET_VARLEN_BUCKETS", "bucket causal sequences of len_q == len_k", true);
   std::vector<Group> groups;
   std::vector<std::pair<int64_t, size_t>> bucket;  // padded length -> its group
   for (int64_t s = 0; s < p.n_seqs; ++s) {
     const int64_t lq = len_q(pk, s), lk = len_k(pk, s);
     if (lq == 0 || lk == 0) continue;
-    if (!buckets || !p.causal || lq != lk) {
+    if (!p.causal || lq != lk) {
       groups.push_back({{s}, 0});
       continue;
     }
-    const int64_t len = (lq + kBucketRows - 1) / kBucketRows * kBucketRows;
+    const int64_t len = bucket_len(lq);
     auto it = std::find_if(bucket.begin(), bucket.end(), [&](const auto& e) { return e.first == len; });
     if (it == bucket.end()) {
       bucket.emplace_back(len, groups.size());

@@ -279,15 +279,15 @@ def test_a_numpy_integer_max_seqlen_is_its_int():
 
 def groups(lens_q, lens_k, causal):
     """The library's dense calls of a packing (src/capi/attention_varlen.cpp, docs/pytorch.md):
-    causal sequences with len_q == len_k bucketed by their length rounded up to 128 (a bucket's
-    padded length, its sequences), every other sequence with queries and keys alone (0: no padding);
-    a bucket of one runs alone."""
+    causal sequences with len_q == len_k bucketed by their length rounded up to 128, below 65
+    tokens to a power of two from 16 (a bucket's padded length, its sequences), every other
+    sequence with queries and keys alone (0: no padding); a bucket of one runs alone."""
     out, bucket = [], {}
     for s, (lq, lk) in enumerate(zip(lens_q, lens_k)):
         if lq == 0 or lk == 0:
             continue
         if causal and lq == lk:
-            t = -(-lq // 128) * 128
+            t = -(-lq // 128) * 128 if lq > 64 else max(16, 1 << (lq - 1).bit_length())
             if t not in bucket:
                 bucket[t] = len(out)
                 out.append((t, []))
@@ -320,16 +320,17 @@ def dense_calls(q, k, v, lens_q, lens_k, causal, delta, d_o):
 
 
 def test_groups_bucket_causal_self_attention_only():
-    assert groups([5, 0, 9, 1, 3, 130, 128], [7, 0, 9, 1, 0, 130, 128], True) == \
-        [(0, [0]), (128, [2, 3, 6]), (0, [5])]
+    assert groups([5, 0, 9, 1, 3, 130, 128, 100, 16, 17, 33], [7, 0, 9, 1, 0, 130, 128, 100, 16, 17, 33],
+                  True) == [(0, [0]), (16, [2, 3, 8]), (0, [5]), (128, [6, 7]), (0, [9]), (0, [10])]
     assert groups([9, 1], [9, 1], False) == [(0, [0]), (0, [1])]
 
 
 @pytest.mark.parametrize("delta", ["matched", "stale"])
 def test_fp8_forward_and_backward_equal_the_dense_calls_bit_for_bit(delta):
     gen = torch.Generator().manual_seed(5)
-    # the last: keys and no queries; 9, 1 and 100 share a bucket of 128 rows, 200 is alone in 256's
-    lens_q, lens_k = [5, 0, 9, 1, 200, 100, 3, 0], [7, 0, 9, 1, 200, 100, 0, 4]
+    # the last: keys and no queries; 9 and 1 share a bucket of 16 rows, 100 and 80 one of 128, 200
+    # is alone in 256's
+    lens_q, lens_k = [5, 0, 9, 1, 200, 100, 80, 3, 0], [7, 0, 9, 1, 200, 100, 80, 0, 4]
     q = packed(lens_q, 4, 16, gen, torch.float32)
     k, v = packed(lens_k, 2, 16, gen, torch.float32), packed(lens_k, 2, 16, gen, torch.float32)
     d_o = torch.randn(q.shape, generator=gen)

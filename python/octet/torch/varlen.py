@@ -13,7 +13,8 @@ The ops read the offsets on the host (the library takes host offsets: CUDA offse
 and a synchronization; eagerly once per tensor while it is unmodified: _backend.HostReads) and
 check them there, so torch.compile traces one op per call, with fullgraph=True too; a CUDA graph
 cannot capture them. No kernel reads the offsets yet: the library runs dense calls, causal
-documents (len_q == len_k) bucketed by their length rounded up to 128 into one padded batch each,
+documents (len_q == len_k) bucketed by their length rounded up to 128 (below 65 tokens to a power
+of two from 16) into one padded batch each,
 every other sequence alone (c_api.h, docs/pytorch.md).
 """
 import functools

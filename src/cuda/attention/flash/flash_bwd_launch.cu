@@ -15,7 +15,7 @@
 #include <string>
 
 #include "cuda/attention/flash/flash.h"
-#include "core/env.h"
+#include "cuda/attention/flash/flash_env.h"
 #include "cuda/attention/flash/flash_persistent.h"
 #include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/attention/glue/glue.h"

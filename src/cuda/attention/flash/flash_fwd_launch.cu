@@ -9,7 +9,7 @@
 #include <string>
 
 #include "cuda/attention/flash/flash.h"
-#include "core/env.h"
+#include "cuda/attention/flash/flash_env.h"
 #include "cuda/attention/flash/flash_kernels.h"
 #include "cuda/runtime/check.h"
 #include "octet/attention.h"

@@ -1,10 +1,9 @@
-// src/core/env.h — how octet's switches read the environment: the flash kernels' tuning
-// (OCTET_FLASH_PERSISTENT, OCTET_FLASH_HEAD_GROUP, OCTET_FLASH_BWD_HEAD_GROUP, ...; flash.h says what
-// each means) and the packed-sequence buckets (OCTET_VARLEN_BUCKETS, c_api.h). Read at every call,
-// so that one process can A/B them.
+// src/cuda/attention/flash/flash_env.h — how the flash kernels' tuning switches read the
+// environment (OCTET_FLASH_PERSISTENT, OCTET_FLASH_HEAD_GROUP, OCTET_FLASH_BWD_HEAD_GROUP, ...; flash.h
+// says what each means). Read at every call, so that one process can A/B them.
 #pragma once
 
-namespace octet {
+namespace octet::cuda::flash {
 
 /// An on/off variable: true for "1", false for "0", `unset` when unset or empty. Anything else is
 /// an octet::Error naming the variable, the value and what 1 means (`meaning`).
@@ -15,4 +14,4 @@ bool env_switch(const char* name, const char* meaning, bool unset);
 /// number counts (`meaning`).
 int env_count(const char* name, const char* meaning, int unset);
 
-}  // namespace octet
+}  // namespace octet::cuda::flash

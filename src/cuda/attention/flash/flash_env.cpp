@@ -1,12 +1,12 @@
-// src/core/env.cpp — env.h: octet's environment switches.
-#include "core/env.h"
+// src/cuda/attention/flash/flash_env.cpp — flash_env.h: the flash kernels' environment switches.
+#include "cuda/attention/flash/flash_env.h"
 
 #include <cstdlib>
 #include <string>
 
 #include "octet/error.h"
 
-namespace octet {
+namespace octet::cuda::flash {
 
 bool env_switch(const char* name, const char* meaning, bool unset) {
   const char* env = std::getenv(name);
@@ -27,4 +27,4 @@ int env_count(const char* name, const char* meaning, int unset) {
   return std::stoi(v);
 }
 
-}  // namespace octet
+}  // namespace octet::cuda::flash
