@@ -5,7 +5,7 @@
 # Binaries are built on the development machine (nvcc, -arch sm_90a) and carried with their
 # non-system shared libraries:
 #   tools: bench/pack_gpu_carry.sh builds .cuda-carry/{bin,lib}; this script runs from the repo root.
-# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [attention-ab] [attention-pack] [train] [bench-train] [hf-llama] [hf-llama-fsdp] [torch-tests] [torch-attention] [ncu-attention] [sanitize]
+# Usage: bench/gpu_run.sh [tests] [gemm] [quantize] [ops] [attention] [attention-ab] [attention-pack] [train] [bench-train] [hf-llama] [hf-llama-fsdp] [torch-tests] [torch-attention] [torch-varlen] [ncu-attention] [sanitize]
 #   [bench-train-profile] [compare] (default: tests gemm quantize attention train); logs in $OUT (at
 #   most 8 files come back).
 #   bench-train: within OCTET_BENCH_TRAIN_TIMEOUT seconds (default 360) -> bench-train.jsonl, a table:
@@ -46,6 +46,11 @@
 #     the C ABI with and without the saved-state tensor, PyTorch SDPA; forward + backward) ->
 #     torch-attention.jsonl, within OCTET_TORCH_ATTENTION_TIMEOUT seconds (300); needs liboctet_c
 #     (OCTET_LIBRARY, default .cuda-carry/lib/liboctet_c.so: OCTET_CARRY_LIBC=1 in pack_gpu_carry.sh)
+#   torch-varlen: bench/peers/torch_varlen_docs.py (packed documents through attention_varlen,
+#     the dense call, PyTorch's varlen_attn) at H16 D128 8 x 4096 and H12 D64 8 x 1024, and the
+#     varlen rows of every other library carried as .cuda-carry/variants/<name>/liboctet_c.so
+#     (--tag -<name>: e.g. the tree before a change) -> torch-varlen.jsonl, each run within
+#     OCTET_TORCH_VARLEN_TIMEOUT seconds (150); needs liboctet_c as torch-attention
 #   attention-ab: one environment variable's values in one call (OCTET_AB_VAR, default
 #     OCTET_FLASH_EXP2_POLY, over OCTET_AB_VALUES, default "0 1 2 3"; with OCTET_AB_VAR set and empty,
 #     each value is its own comma-separated VAR=VALUE list, "base" none: e.g. OCTET_AB_VALUES="base
@@ -84,7 +89,7 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$PWD/.cuda-carry/lib:${LD_LIBRARY_PATH:-}
 BIN=${OCTET_BIN_DIR:-$PWD/.cuda-carry/bin}  # where octet and test_cuda are (e.g. OCTET_BIN_DIR=build/cuda for bench steps)
 steps=${*:-tests gemm quantize attention train}
-known=" tests gemm quantize ops attention attention-ab attention-pack train bench-train bench-train-profile hf-llama hf-llama-fsdp torch-tests torch-attention ncu-attention sanitize compare "
+known=" tests gemm quantize ops attention attention-ab attention-pack train bench-train bench-train-profile hf-llama hf-llama-fsdp torch-tests torch-attention torch-varlen ncu-attention sanitize compare "
 for s in $steps; do  # every name checked before any step runs
   case $known in *" $s "*) ;; *) echo "gpu_run.sh: unknown step '$s' (steps:$known)" >&2; exit 2 ;; esac
 done
@@ -322,6 +327,27 @@ for l in open(sys.argv[1]):
     if "error" in r: print(r["case"], r["impl"], r["error"]); continue
     print(f"{r["case"]:26} {r["impl"]:26} fwd+bwd {r["fwd_bwd_ms"]:8.3f} ms {r["fwd_bwd_tflops"]:6.0f} TFLOP/s "
           f"x sdpa-cudnn {r.get("fwd_bwd_vs_torch-sdpa-cudnn-bf16", 0):.2f}")' "$OUT/torch-attention.jsonl" ;;
+    torch-varlen)
+          lib=${OCTET_LIBRARY:-$PWD/.cuda-carry/lib/liboctet_c.so}
+          for shape in "" "--heads 12 --kv-heads 12 --head-dim 64 --doc-mean 300 --row-len 1024"; do
+            for run in "$lib:" .cuda-carry/variants/*/liboctet_c.so; do
+              [ -f "${run%%:*}" ] || continue
+              tag=""; [ "$run" = "$lib:" ] || tag="-$(basename "$(dirname "$run")")"
+              # shellcheck disable=SC2086  # shape holds several arguments
+              (cd bench/peers && PYTHONPATH=$PWD/../../python${PYTHONPATH:+:$PYTHONPATH} \
+                OCTET_LIBRARY=${run%%:*} timeout "${OCTET_TORCH_VARLEN_TIMEOUT:-150}" \
+                python3 torch_varlen_docs.py --json ${tag:+--tag=$tag} $shape) \
+                >> "$OUT/torch-varlen.jsonl" 2>> "$OUT/torch-varlen.err"
+              echo "torch-varlen $shape ${tag:-this build} rc=$?"
+            done
+          done
+          tail -5 "$OUT/torch-varlen.err"
+          python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    if "error" in r: print(r["impl"], r["error"][:160]); continue
+    print(f"{r["head_dim"]:4} {r["impl"]:34} docs {r["docs"]:4} fwd {r["fwd_ms"]:7.3f} fwd+bwd {r["fwd_bwd_ms"]:7.3f} ms")' \
+            "$OUT/torch-varlen.jsonl" ;;
     compare)
           mkdir -p data && tar -xJf .cuda-carry/linux-docs.tar.xz -C data
           rm -rf /tmp/octet-compare

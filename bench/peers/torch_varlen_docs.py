@@ -23,6 +23,7 @@ packing (documents, distinct lengths) and the ratios to torch-varlen-bf16 and to
 """
 import argparse
 import datetime
+import inspect
 import json
 import math
 import random
@@ -101,9 +102,13 @@ def run(a, env):
                           "error": str(e), **env}))
     else:
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        params = inspect.signature(varlen_attn).parameters  # causal: is_causal, or a window (later)
+        causal = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}
+        if g != h and "enable_gqa" in params:
+            causal["enable_gqa"] = True
 
         def fwd_torch():
-            return varlen_attn(*leaves, cu, cu, max(lens), max(lens), is_causal=True)
+            return varlen_attn(*leaves, cu, cu, max(lens), max(lens), **causal)
 
         try:
             add("torch-varlen-bf16", time_ms(fwd_torch, a.warmup, a.reps),
