@@ -134,14 +134,6 @@ octet_attention_params group_params(const octet_attention_params& p, const Packi
   return d;
 }
 
-// Group i's part of `saved`, if asked.
-void place_saved(octet_attention_params& d, const octet_attention_params& p, const Packing& pk, size_t i) {
-  if (p.saved && !pk.saved_at.empty() && pk.saved_at[i + 1] > pk.saved_at[i]) {
-    d.saved = at(p.saved, pk.saved_at[i]);
-    d.saved_size = pk.saved_at[i + 1] - pk.saved_at[i];
-  }
-}
-
 // The packing's checks (before any work), and with `with_saved` where each sequence's saved state
 // goes. The whole call is checked as one dense [total] call would be (names, heads, head_dim,
 // dtype), so that a packing in which no sequence has both queries and keys still fails on them.
@@ -191,6 +183,19 @@ Packing packing_of(octet_c_backend* be, const octet_attention_params* p, bool wi
 void zero_padding(Backend& b, const octet_attention_params& p, const Packing& pk, size_t i) {
   const int64_t from = pk.saved_end[i] / 4 * 4, to = pk.saved_at[i + 1];
   if (to > from) b.fill(view(at(p.saved, from), DType::I32, {(to - from) / 4}), 0.0);
+}
+
+// Group i's dense call with its part of `saved`, if asked (in a forward, that part's padding zeroed
+// first: zero_padding). A padded group's tensors are the caller's to place.
+octet_attention_params group_call(Backend& b, const octet_attention_params& p, const Packing& pk, size_t i,
+                                  bool backward) {
+  octet_attention_params d = group_params(p, pk, pk.groups[i]);
+  if (p.saved && !pk.saved_at.empty() && pk.saved_at[i + 1] > pk.saved_at[i]) {
+    if (!backward) zero_padding(b, p, pk, i);
+    d.saved = at(p.saved, pk.saved_at[i]);
+    d.saved_size = pk.saved_at[i + 1] - pk.saved_at[i];
+  }
+  return d;
 }
 
 // Where the padded groups' copies lie: one buffer per tensor holds every padded group's batch, group
@@ -246,10 +251,9 @@ std::vector<CopySpan> lse_spans(const Packing& pk, const PaddedRows& r, int64_t 
   return spans;
 }
 
-// Every padded group's dense call (group i's saved state zeroed first in a forward, zero_padding),
-// on one copy per tensor: the inputs the calls read gathered (forward: q, k, v; backward: d_o
-// with the saved state's o and lse, or q, k, v when the backward re-runs the forward) and their
-// outputs scattered (o, lse; dq, dk, dv). Pad rows are zeros (alloc).
+// Every padded group's dense call (group_call), on one copy per tensor: the inputs the calls read gathered
+// (forward: q, k, v; backward: d_o with the saved state's o and lse, or q, k, v when the backward re-runs the
+// forward) and their outputs scattered (o, lse; dq, dk, dv). Pad rows are zeros (alloc).
 void run_padded(octet_c_backend* be, const octet_attention_params& p, const Packing& pk, bool backward) {
   const PaddedRows r = padded_rows(pk);
   if (r.rows == 0) return;
@@ -276,8 +280,8 @@ void run_padded(octet_c_backend* be, const octet_attention_params& p, const Pack
     b.copy_spans(k, packed(p.k, "k", false), rows(false, true));
     b.copy_spans(v, packed(p.v, "v", false), rows(false, true));
   }
-  Buffer o = b.alloc(t, {r.rows, H, D}), lse = b.alloc(lse_t, {r.rows * H});
-  Buffer d_o, dq, dk, dv;
+  Buffer o, lse, d_o, dq, dk, dv;  // o and lse: what a forward writes and a backward's saved state reads
+  if (!backward || p.saved) o = b.alloc(t, {r.rows, H, D}), lse = b.alloc(lse_t, {r.rows * H});
   if (backward) {
     if (p.saved) {
       b.copy_spans(o, packed(p.o, "o", true), rows(true, true));
@@ -294,9 +298,7 @@ void run_padded(octet_c_backend* be, const octet_attention_params& p, const Pack
   };
   for (size_t i = 0; i < pk.groups.size(); ++i) {
     if (pk.groups[i].len == 0) continue;
-    if (!backward && p.saved) zero_padding(b, p, pk, i);
-    octet_attention_params d = group_params(p, pk, pk.groups[i]);
-    place_saved(d, p, pk, i);
+    octet_attention_params d = group_call(b, p, pk, i, backward);
     const int64_t row = r.base[i];
     d.q = at_row(q, row, H * D), d.k = at_row(k, row, G * D), d.v = at_row(v, row, G * D);
     d.o = at_row(o, row, H * D), d.lse = at_row(lse, row, H);
@@ -357,9 +359,7 @@ void varlen_attention_run(octet_c_backend* be, const octet_attention_params* p, 
   run_padded(be, *p, pk, backward);
   for (size_t i = 0; i < pk.groups.size(); ++i) {
     if (pk.groups[i].len > 0) continue;
-    if (!backward && p->saved) zero_padding(b, *p, pk, i);
-    octet_attention_params d = group_params(*p, pk, pk.groups[i]);
-    place_saved(d, *p, pk, i);
+    const octet_attention_params d = group_call(b, *p, pk, i, backward);
     dense_attention_run(be, &d, backward);
   }
 }
